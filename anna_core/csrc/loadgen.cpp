@@ -1,0 +1,519 @@
+// Native closed-loop load generators: one for Anna (ZMQ + protobuf), one for Redis (RESP over
+// TCP), driven by the same workload so the server-capacity comparison is fair.
+//
+// Contract: Workload describes `clients` closed-loop clients (each with exactly one request
+// outstanding), keys "k<index>" drawn Zipf(zipf) over `keys`, `read_ratio` GETs and the rest
+// PUT/SET of `value_size` bytes. Both generators first write every key once (prefill), then run
+// `warmup_s` unmeasured and `duration_s` measured, then stop issuing and drain outstanding
+// requests for at most `drain_s`. They return throughput and latency percentiles in
+// microseconds. Every wait is bounded; an unreachable server yields an error, never a hang.
+// Both run in one thread on purpose: the generator's own cost is then the same on both sides.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "anna.pb.h"
+#include "zipf.hpp"
+
+namespace py = pybind11;
+
+namespace anna {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Workload {
+  int clients = 50;
+  double duration_s = 5.0;
+  double warmup_s = 1.0;
+  double drain_s = 2.0;
+  std::size_t keys = 100000;
+  double zipf = 1.0;
+  double read_ratio = 0.5;
+  std::size_t value_size = 256;
+  std::uint64_t seed = 1;
+};
+
+std::string key_name(std::size_t index) { return "k" + std::to_string(index); }
+
+struct LoadResult {
+  std::string system;
+  std::size_t ops = 0;
+  std::size_t errors = 0;
+  double throughput = 0;
+  double p50_us = 0;
+  double p99_us = 0;
+  int clients = 0;
+
+  py::dict to_dict() const {
+    py::dict out;
+    out["system"] = system;
+    out["ops"] = ops;
+    out["errors"] = errors;
+    out["throughput"] = throughput;
+    out["p50_us"] = p50_us;
+    out["p99_us"] = p99_us;
+    out["clients"] = clients;
+    return out;
+  }
+};
+
+// Measurement shared by both generators.
+class Recorder {
+ public:
+  explicit Recorder(const Workload& w) : w_(w) {}
+
+  void start(Clock::time_point now) {
+    measure_from_ = now + to_duration(w_.warmup_s);
+    measure_until_ = measure_from_ + to_duration(w_.duration_s);
+  }
+  bool issuing(Clock::time_point now) const { return now < measure_until_; }
+  void record(Clock::time_point sent, Clock::time_point done, bool is_error) {
+    if (sent < measure_from_ || done > measure_until_) return;
+    latencies_us_.push_back(std::chrono::duration<double, std::micro>(done - sent).count());
+    if (is_error) ++errors_;
+  }
+
+  LoadResult result(const char* system) {
+    std::sort(latencies_us_.begin(), latencies_us_.end());
+    auto pct = [&](double p) -> double {
+      if (latencies_us_.empty()) return 0.0;
+      std::size_t i = static_cast<std::size_t>(p * (latencies_us_.size() - 1));
+      return latencies_us_[i];
+    };
+    LoadResult out;
+    out.system = system;
+    out.ops = latencies_us_.size();
+    out.errors = errors_;
+    out.throughput = latencies_us_.size() / w_.duration_s;
+    out.p50_us = pct(0.50);
+    out.p99_us = pct(0.99);
+    out.clients = w_.clients;
+    return out;
+  }
+
+  static Clock::duration to_duration(double s) {
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+  }
+
+ private:
+  const Workload& w_;
+  Clock::time_point measure_from_, measure_until_;
+  std::vector<double> latencies_us_;
+  std::size_t errors_ = 0;
+};
+
+// ---------------------------------------------------------------- Anna
+
+class AnnaLoad {
+ public:
+  AnnaLoad(const Workload& w, const std::vector<std::string>& key_addresses)
+      : w_(w), key_addresses_(key_addresses), zipf_(w.keys, w.zipf, w.seed), recorder_(w),
+        value_(w.value_size, 'x') {
+    if (key_addresses_.size() != w.keys)
+      throw std::invalid_argument("load_anna: key_addresses must have one address per key");
+    ctx_ = zmq_ctx_new();
+    pull_ = zmq_socket(ctx_, ZMQ_PULL);
+    int hwm = 0;
+    zmq_setsockopt(pull_, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    if (zmq_bind(pull_, "tcp://127.0.0.1:*") != 0)
+      throw std::runtime_error(std::string("load_anna: bind failed: ") + zmq_strerror(errno));
+    char endpoint[256];
+    size_t len = sizeof endpoint;
+    zmq_getsockopt(pull_, ZMQ_LAST_ENDPOINT, endpoint, &len);
+    response_address_ = endpoint;
+  }
+
+  ~AnnaLoad() {
+    int linger = 0;
+    for (auto& [addr, sock] : pushes_) {
+      zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
+      zmq_close(sock);
+    }
+    zmq_setsockopt(pull_, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_close(pull_);
+    zmq_ctx_term(ctx_);
+  }
+
+  LoadResult run() {
+    prefill();
+    recorder_.start(Clock::now());
+    sent_at_.assign(w_.clients, Clock::time_point{});
+    for (int c = 0; c < w_.clients; ++c) issue(c, pick_key(), !is_read());
+    int outstanding = w_.clients;
+    Clock::time_point drain_deadline = Clock::time_point::max();
+    while (outstanding > 0) {
+      auto now = Clock::now();
+      if (!recorder_.issuing(now) && drain_deadline == Clock::time_point::max())
+        drain_deadline = now + Recorder::to_duration(w_.drain_s);
+      if (now > drain_deadline) break;
+      KeyResponse response;
+      if (!receive(&response, 100)) continue;
+      int client = 0;
+      if (!parse_client(response.request_id(), &client)) continue;
+      now = Clock::now();
+      bool error = response.error() != NO_ERROR ||
+                   (response.tuples_size() > 0 && response.tuples(0).error() != NO_ERROR &&
+                    response.tuples(0).error() != KEY_DNE);
+      recorder_.record(sent_at_[client], now, error);
+      if (recorder_.issuing(now)) {
+        issue(client, pick_key(), !is_read());
+      } else {
+        --outstanding;
+      }
+    }
+    return recorder_.result("anna");
+  }
+
+ private:
+  void prefill() {
+    // Pipelined, `clients` writes in flight, so prefill takes a fraction of a second.
+    std::size_t next = 0, done = 0;
+    int in_flight = 0;
+    auto deadline = Clock::now() + std::chrono::seconds(30) +
+                    std::chrono::microseconds(static_cast<long>(w_.keys) * 200);
+    while (done < w_.keys) {
+      while (in_flight < w_.clients && next < w_.keys) {
+        issue(0, next++, true);
+        ++in_flight;
+      }
+      if (Clock::now() > deadline)
+        throw std::runtime_error("load_anna: prefill timed out (is the cluster up?)");
+      KeyResponse response;
+      if (!receive(&response, 100)) continue;
+      if (response.error() != NO_ERROR ||
+          (response.tuples_size() > 0 && response.tuples(0).error() != NO_ERROR))
+        throw std::runtime_error("load_anna: prefill PUT failed with error " +
+                                 std::to_string(response.tuples_size() ? response.tuples(0).error()
+                                                                       : response.error()));
+      ++done;
+      --in_flight;
+    }
+  }
+
+  bool is_read() { return std::uniform_real_distribution<double>(0, 1)(zipf_.rng()) < w_.read_ratio; }
+  std::size_t pick_key() { return zipf_.next(); }
+
+  void issue(int client, std::size_t key_index, bool write) {
+    KeyRequest request;
+    request.set_type(write ? PUT : GET);
+    request.set_response_address(response_address_);
+    request.set_request_id(std::to_string(client) + ":" + std::to_string(++sequence_));
+    KeyTuple* tuple = request.add_tuples();
+    tuple->set_key(key_name(key_index));
+    tuple->set_lattice_type(LWW);
+    if (write) {
+      LWWValue lww;
+      lww.set_timestamp(++sequence_);
+      lww.set_value(value_);
+      tuple->set_payload(lww.SerializeAsString());
+    }
+    std::string payload = request.SerializeAsString();
+    void* sock = push_for(key_addresses_[key_index]);
+    if (client >= 0 && static_cast<std::size_t>(client) < sent_at_.size())
+      sent_at_[client] = Clock::now();
+    zmq_send(sock, "request", 7, ZMQ_SNDMORE);
+    zmq_send(sock, payload.data(), payload.size(), 0);
+  }
+
+  void* push_for(const std::string& address) {
+    auto it = pushes_.find(address);
+    if (it != pushes_.end()) return it->second;
+    void* sock = zmq_socket(ctx_, ZMQ_PUSH);
+    int hwm = 0;
+    zmq_setsockopt(sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    if (zmq_connect(sock, address.c_str()) != 0)
+      throw std::runtime_error("load_anna: cannot connect to " + address);
+    pushes_.emplace(address, sock);
+    return sock;
+  }
+
+  bool receive(KeyResponse* response, int timeout_ms) {
+    zmq_pollitem_t item{pull_, 0, ZMQ_POLLIN, 0};
+    if (zmq_poll(&item, 1, timeout_ms) <= 0) return false;
+    zmq_msg_t msg;
+    zmq_msg_init(&msg);
+    if (zmq_msg_recv(&msg, pull_, 0) < 0) {
+      zmq_msg_close(&msg);
+      return false;
+    }
+    bool ok = response->ParseFromArray(zmq_msg_data(&msg), static_cast<int>(zmq_msg_size(&msg)));
+    zmq_msg_close(&msg);
+    return ok;
+  }
+
+  static bool parse_client(const std::string& request_id, int* client) {
+    auto colon = request_id.find(':');
+    if (colon == std::string::npos) return false;
+    *client = std::atoi(request_id.substr(0, colon).c_str());
+    return true;
+  }
+
+  const Workload& w_;
+  const std::vector<std::string>& key_addresses_;
+  ZipfSampler zipf_;
+  Recorder recorder_;
+  std::string value_;
+  void* ctx_ = nullptr;
+  void* pull_ = nullptr;
+  std::string response_address_;
+  std::unordered_map<std::string, void*> pushes_;
+  std::vector<Clock::time_point> sent_at_;
+  std::uint64_t sequence_ = 0;
+};
+
+// ---------------------------------------------------------------- Redis (RESP)
+
+class RedisConnection {
+ public:
+  RedisConnection(const std::string& host, int port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd_ < 0) throw std::runtime_error("load_redis: socket() failed");
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1)
+      throw std::runtime_error("load_redis: bad IPv4 address " + host);
+    timeval tv{5, 0};
+    setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+      throw std::runtime_error("load_redis: cannot connect to " + host + ":" + std::to_string(port));
+    int one = 1;
+    setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  }
+  ~RedisConnection() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  RedisConnection(const RedisConnection&) = delete;
+  RedisConnection& operator=(const RedisConnection&) = delete;
+
+  int fd() const { return fd_; }
+
+  // Blocking write with SO_SNDTIMEO as its deadline.
+  void send(const std::string& command) {
+    std::size_t off = 0;
+    while (off < command.size()) {
+      ssize_t n = ::write(fd_, command.data() + off, command.size() - off);
+      if (n <= 0) throw std::runtime_error("load_redis: write failed or timed out");
+      off += static_cast<std::size_t>(n);
+    }
+  }
+
+  // Reads what is available; returns the number of complete replies parsed (0 or 1, since
+  // the client is closed-loop) and sets *is_error for a RESP error reply.
+  int read_reply(bool* is_error) {
+    char chunk[65536];
+    ssize_t n = ::read(fd_, chunk, sizeof chunk);
+    if (n == 0) throw std::runtime_error("load_redis: server closed the connection");
+    if (n < 0) return 0;
+    buffer_.append(chunk, static_cast<std::size_t>(n));
+    return parse(is_error);
+  }
+
+ private:
+  int parse(bool* is_error) {
+    auto line_end = buffer_.find("\r\n");
+    if (line_end == std::string::npos) return 0;
+    char kind = buffer_[0];
+    std::size_t consumed = 0;
+    if (kind == '$') {
+      long len = std::atol(buffer_.c_str() + 1);
+      if (len < 0) {
+        consumed = line_end + 2;
+      } else {
+        std::size_t need = line_end + 2 + static_cast<std::size_t>(len) + 2;
+        if (buffer_.size() < need) return 0;
+        consumed = need;
+      }
+    } else {
+      consumed = line_end + 2;  // '+', '-', ':'
+    }
+    *is_error = kind == '-';
+    buffer_.erase(0, consumed);
+    return 1;
+  }
+
+  int fd_ = -1;
+  std::string buffer_;
+};
+
+class RedisLoad {
+ public:
+  RedisLoad(const Workload& w, const std::string& host, int port)
+      : w_(w), zipf_(w.keys, w.zipf, w.seed), recorder_(w), value_(w.value_size, 'x') {
+    for (int c = 0; c < w.clients; ++c)
+      connections_.emplace_back(std::make_unique<RedisConnection>(host, port));
+    epoll_ = epoll_create1(0);
+    for (int c = 0; c < w.clients; ++c) {
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.u32 = static_cast<uint32_t>(c);
+      epoll_ctl(epoll_, EPOLL_CTL_ADD, connections_[c]->fd(), &ev);
+    }
+  }
+  ~RedisLoad() { ::close(epoll_); }
+
+  LoadResult run() {
+    prefill();
+    recorder_.start(Clock::now());
+    sent_at_.assign(w_.clients, Clock::time_point{});
+    for (int c = 0; c < w_.clients; ++c) issue(c, zipf_.next(), !is_read());
+    int outstanding = w_.clients;
+    Clock::time_point drain_deadline = Clock::time_point::max();
+    std::vector<epoll_event> events(w_.clients);
+    while (outstanding > 0) {
+      auto now = Clock::now();
+      if (!recorder_.issuing(now) && drain_deadline == Clock::time_point::max())
+        drain_deadline = now + Recorder::to_duration(w_.drain_s);
+      if (now > drain_deadline) break;
+      int n = epoll_wait(epoll_, events.data(), w_.clients, 100);
+      for (int i = 0; i < n; ++i) {
+        int c = static_cast<int>(events[i].data.u32);
+        bool error = false;
+        if (connections_[c]->read_reply(&error) == 0) continue;
+        auto done = Clock::now();
+        recorder_.record(sent_at_[c], done, error);
+        if (recorder_.issuing(done)) {
+          issue(c, zipf_.next(), !is_read());
+        } else {
+          --outstanding;
+        }
+      }
+    }
+    return recorder_.result("redis");
+  }
+
+ private:
+  void prefill() {
+    auto deadline = Clock::now() + std::chrono::seconds(30) +
+                    std::chrono::microseconds(static_cast<long>(w_.keys) * 200);
+    std::size_t next = 0, done = 0;
+    std::vector<bool> busy(w_.clients, false);
+    std::vector<epoll_event> events(w_.clients);
+    while (done < w_.keys) {
+      for (int c = 0; c < w_.clients && next < w_.keys; ++c) {
+        if (busy[c]) continue;
+        connections_[c]->send(command(next++, true));
+        busy[c] = true;
+      }
+      if (Clock::now() > deadline) throw std::runtime_error("load_redis: prefill timed out");
+      int n = epoll_wait(epoll_, events.data(), w_.clients, 100);
+      for (int i = 0; i < n; ++i) {
+        int c = static_cast<int>(events[i].data.u32);
+        bool error = false;
+        if (connections_[c]->read_reply(&error) == 0) continue;
+        if (error) throw std::runtime_error("load_redis: prefill SET failed");
+        busy[c] = false;
+        ++done;
+      }
+    }
+  }
+
+  bool is_read() { return std::uniform_real_distribution<double>(0, 1)(zipf_.rng()) < w_.read_ratio; }
+
+  std::string command(std::size_t key_index, bool write) const {
+    std::string key = key_name(key_index);
+    std::string out;
+    if (write) {
+      out = "*3\r\n$3\r\nSET\r\n$" + std::to_string(key.size()) + "\r\n" + key + "\r\n$" +
+            std::to_string(value_.size()) + "\r\n" + value_ + "\r\n";
+    } else {
+      out = "*2\r\n$3\r\nGET\r\n$" + std::to_string(key.size()) + "\r\n" + key + "\r\n";
+    }
+    return out;
+  }
+
+  void issue(int client, std::size_t key_index, bool write) {
+    sent_at_[client] = Clock::now();
+    connections_[client]->send(command(key_index, write));
+  }
+
+  const Workload& w_;
+  ZipfSampler zipf_;
+  Recorder recorder_;
+  std::string value_;
+  std::vector<std::unique_ptr<RedisConnection>> connections_;
+  int epoll_ = -1;
+  std::vector<Clock::time_point> sent_at_;
+};
+
+Workload make_workload(int clients, double duration_s, double warmup_s, std::size_t keys,
+                       double zipf, double read_ratio, std::size_t value_size,
+                       std::uint64_t seed) {
+  if (clients <= 0) throw std::invalid_argument("clients must be positive");
+  if (duration_s <= 0) throw std::invalid_argument("duration_s must be positive");
+  if (read_ratio < 0 || read_ratio > 1) throw std::invalid_argument("read_ratio must be in [0, 1]");
+  Workload w;
+  w.clients = clients;
+  w.duration_s = duration_s;
+  w.warmup_s = warmup_s;
+  w.keys = keys;
+  w.zipf = zipf;
+  w.read_ratio = read_ratio;
+  w.value_size = value_size;
+  w.seed = seed;
+  return w;
+}
+
+}  // namespace
+
+void bind_loadgen(py::module_& m) {
+  m.def(
+      "load_anna",
+      [](const std::vector<std::string>& key_addresses, int clients, double duration_s,
+         double warmup_s, std::size_t keys, double zipf, double read_ratio,
+         std::size_t value_size, std::uint64_t seed) {
+        Workload w = make_workload(clients, duration_s, warmup_s, keys, zipf, read_ratio,
+                                   value_size, seed);
+        LoadResult result;
+        {
+          py::gil_scoped_release release;
+          AnnaLoad load(w, key_addresses);
+          result = load.run();
+        }
+        return result.to_dict();
+      },
+      "Closed-loop native load against Anna workers; key_addresses[i] owns key 'k<i>'.",
+      py::arg("key_addresses"), py::arg("clients") = 50, py::arg("duration_s") = 5.0,
+      py::arg("warmup_s") = 1.0, py::arg("keys") = 100000, py::arg("zipf") = 1.0,
+      py::arg("read_ratio") = 0.5, py::arg("value_size") = 256, py::arg("seed") = 1);
+  m.def(
+      "load_redis",
+      [](const std::string& host, int port, int clients, double duration_s, double warmup_s,
+         std::size_t keys, double zipf, double read_ratio, std::size_t value_size,
+         std::uint64_t seed) {
+        Workload w = make_workload(clients, duration_s, warmup_s, keys, zipf, read_ratio,
+                                   value_size, seed);
+        LoadResult result;
+        {
+          py::gil_scoped_release release;
+          RedisLoad load(w, host, port);
+          result = load.run();
+        }
+        return result.to_dict();
+      },
+      "The same closed-loop load against a Redis server over RESP.",
+      py::arg("host"), py::arg("port"), py::arg("clients") = 50, py::arg("duration_s") = 5.0,
+      py::arg("warmup_s") = 1.0, py::arg("keys") = 100000, py::arg("zipf") = 1.0,
+      py::arg("read_ratio") = 0.5, py::arg("value_size") = 256, py::arg("seed") = 1);
+}
+
+}  // namespace anna
