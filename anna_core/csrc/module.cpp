@@ -1,0 +1,16 @@
+// The pybind11 module anna_core._core. Each kernel file exposes one bind_xxx(py::module_&);
+// this file only calls them, so editing one binding recompiles one file.
+#include <pybind11/pybind11.h>
+
+namespace py = pybind11;
+
+namespace anna {
+void bind_lattices(py::module_& m);
+void bind_loadgen(py::module_& m);
+}  // namespace anna
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "Anna KVS kernel: lattices, placement, worker nodes and native benchmarks.";
+  anna::bind_lattices(m);
+  anna::bind_loadgen(m);
+}
