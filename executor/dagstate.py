@@ -1,0 +1,127 @@
+"""A worker's pending DAG invocations: when a function may run, and with which arguments.
+
+Contract: `PendingCalls` is pure state (every method takes `now`, in seconds).
+- A function invocation is identified by `(call_id, function)`. It becomes *ready* once its
+  schedule has arrived and a result from every upstream named in the schedule has arrived,
+  in any order (schedules and triggers come from different senders and race).
+- `add_schedule(...)` / `add_trigger(...)` return a `Ready` when the invocation just became
+  ready, else None. Its `args` are the call's own arguments for the function first, then the
+  upstream results in the order of `upstreams` (the DAG's connection registration order).
+  A source (no upstreams) is ready as soon as its schedule arrives.
+- Each invocation fires at most once; a trigger or schedule for one that already fired, or
+  a duplicate trigger from the same upstream, is ignored.
+- `expire(now)` removes invocations past their deadline and returns them as `Stalled`
+  (which upstreams are still missing, whether the schedule ever came). Triggers that arrive
+  before their schedule wait at most `orphan_timeout`.
+- `abort(call_id)` forgets every invocation of a call.
+Values are opaque to this module.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+
+__all__ = ["PendingCalls", "Ready", "Stalled"]
+
+
+@dataclass
+class Ready:
+    call_id: str
+    function: str
+    schedule: Any
+    args: List[Any]
+
+
+@dataclass
+class Stalled:
+    call_id: str
+    function: str
+    schedule: Any                  # None if the schedule never arrived
+    missing: List[str]             # upstreams whose result never arrived
+
+
+@dataclass
+class _Entry:
+    deadline: float
+    schedule: Any = None
+    upstreams: Tuple[str, ...] = ()
+    call_args: Sequence[Any] = ()
+    results: Dict[str, Any] = field(default_factory=dict)
+
+
+class PendingCalls:
+    """Invocations waiting for their schedule or upstream results; see the module contract."""
+
+    def __init__(self, orphan_timeout: float = 30.0, fired_memory: int = 4096) -> None:
+        self.orphan_timeout = orphan_timeout
+        self._entries: Dict[Tuple[str, str], _Entry] = {}
+        self._fired: Dict[Tuple[str, str], float] = {}   # recently fired -> forget-after time
+        self._fired_memory = fired_memory
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def add_schedule(self, call_id: str, function: str, schedule: Any,
+                     upstreams: Sequence[str], call_args: Sequence[Any], deadline: float,
+                     now: float) -> Optional[Ready]:
+        key = (call_id, function)
+        if key in self._fired:
+            return None
+        e = self._entries.get(key)
+        if e is None:
+            e = self._entries[key] = _Entry(deadline)
+        elif e.schedule is not None:
+            return None
+        e.schedule, e.upstreams, e.call_args, e.deadline = schedule, tuple(upstreams), call_args, deadline
+        return self._maybe_fire(key, e, now)
+
+    def add_trigger(self, call_id: str, function: str, source: str, value: Any,
+                    now: float) -> Optional[Ready]:
+        key = (call_id, function)
+        if key in self._fired:
+            return None
+        e = self._entries.get(key)
+        if e is None:
+            e = self._entries[key] = _Entry(now + self.orphan_timeout)
+        if source in e.results:
+            return None
+        if e.schedule is not None and source not in e.upstreams:
+            return None
+        e.results[source] = value
+        return self._maybe_fire(key, e, now)
+
+    def _maybe_fire(self, key: Tuple[str, str], e: _Entry, now: float) -> Optional[Ready]:
+        if e.schedule is None or any(u not in e.results for u in e.upstreams):
+            return None
+        del self._entries[key]
+        self._remember(key, max(e.deadline, now))
+        args = list(e.call_args) + [e.results[u] for u in e.upstreams]
+        return Ready(key[0], key[1], e.schedule, args)
+
+    def _remember(self, key: Tuple[str, str], until: float) -> None:
+        self._fired[key] = until
+        if len(self._fired) > self._fired_memory:
+            # drop the oldest half (dicts keep insertion order)
+            for k in list(self._fired)[: self._fired_memory // 2]:
+                del self._fired[k]
+
+    def abort(self, call_id: str) -> int:
+        """Forget every pending invocation of `call_id`; returns how many were dropped."""
+        keys = [k for k in self._entries if k[0] == call_id]
+        for k in keys:
+            del self._entries[k]
+            self._remember(k, 0.0)
+        return len(keys)
+
+    def expire(self, now: float) -> List[Stalled]:
+        """Remove and return the invocations whose deadline has passed."""
+        out = []
+        for key, e in list(self._entries.items()):
+            if now > e.deadline:
+                del self._entries[key]
+                missing = [u for u in e.upstreams if u not in e.results]
+                out.append(Stalled(key[0], key[1], e.schedule, missing))
+        for key, until in list(self._fired.items()):
+            if now > until + self.orphan_timeout:
+                del self._fired[key]
+        return out

@@ -1,0 +1,132 @@
+"""The scheduler's view of executors and of its calls in flight: liveness by heartbeats.
+
+Contract: `ExecutorTable(heartbeat_timeout)` is pure state; every method takes `now`
+(seconds, from any monotonic clock the caller chooses) instead of reading a clock.
+- `heartbeat(...)` records a worker's report; an unknown worker joins.
+- `keyset(node_id, keys)` records the key set a node cache reports (for locality).
+- `expire(now)` drops workers whose last heartbeat is older than `heartbeat_timeout` and
+  returns `Expired(dead_workers, orphaned_calls, overdue_calls)`: calls in flight on a dead
+  worker (to be failed at their caller) and calls past their deadline (forgotten quietly:
+  their caller's own deadline reports them).
+- `start_call(...)` / `finish_call(call_id)` track outstanding calls per worker; a worker's
+  load is the number of unfinished calls placed on it.
+- `live()` lists `WorkerView`s for `scheduler.policy.choose_executors`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, FrozenSet, List, Mapping, Optional, Set, Tuple
+
+from .policy import WorkerView
+
+__all__ = ["ExecutorTable", "CallRecord", "Expired"]
+
+
+@dataclass
+class _Worker:
+    node_id: str
+    address: str
+    utilization: float
+    last_seen: float
+    outstanding: int = 0
+
+
+@dataclass
+class CallRecord:
+    """A call this scheduler placed: where each function runs and who waits for the result."""
+
+    call_id: str
+    name: str
+    placement: Dict[str, str]          # function -> worker id
+    response_address: str
+    deadline: float
+
+
+@dataclass
+class Expired:
+    dead_workers: List[str] = field(default_factory=list)
+    orphaned_calls: List[Tuple[CallRecord, str]] = field(default_factory=list)  # (call, dead worker)
+    overdue_calls: List[CallRecord] = field(default_factory=list)
+
+
+class ExecutorTable:
+    """Live executor workers, node key sets and calls in flight; see the module contract."""
+
+    def __init__(self, heartbeat_timeout: float) -> None:
+        self.heartbeat_timeout = heartbeat_timeout
+        self._workers: Dict[str, _Worker] = {}
+        self._node_keys: Dict[str, FrozenSet[str]] = {}
+        self._calls: Dict[str, CallRecord] = {}
+
+    # ---- executors ----
+    def heartbeat(self, worker_id: str, node_id: str, address: str, utilization: float,
+                  now: float) -> bool:
+        """Record a report; returns True if the worker is new."""
+        w = self._workers.get(worker_id)
+        if w is None:
+            self._workers[worker_id] = _Worker(node_id, address, utilization, now)
+            return True
+        w.node_id, w.address, w.utilization = node_id, address, utilization
+        w.last_seen = max(w.last_seen, now)
+        return False
+
+    def keyset(self, node_id: str, keys: FrozenSet[str]) -> None:
+        """Record the key set node `node_id`'s cache reports."""
+        self._node_keys[node_id] = frozenset(keys)
+
+    def node_keys(self) -> Mapping[str, FrozenSet[str]]:
+        """node id -> cached keys, as last reported."""
+        return self._node_keys
+
+    def address(self, worker_id: str) -> Optional[str]:
+        """The worker's address, or None if it is not live."""
+        w = self._workers.get(worker_id)
+        return w.address if w else None
+
+    def live(self) -> List[WorkerView]:
+        """Every live worker, sorted by id."""
+        return [WorkerView(i, w.node_id, w.address, w.utilization, w.outstanding)
+                for i, w in sorted(self._workers.items())]
+
+    # ---- calls ----
+    def start_call(self, record: CallRecord) -> None:
+        """Count `record` as outstanding on each of its (distinct) workers."""
+        self._calls[record.call_id] = record
+        for wid in set(record.placement.values()):
+            if wid in self._workers:
+                self._workers[wid].outstanding += 1
+
+    def finish_call(self, call_id: str) -> Optional[CallRecord]:
+        """Forget a finished call (idempotent); returns its record if it was known."""
+        record = self._calls.pop(call_id, None)
+        if record is not None:
+            for wid in set(record.placement.values()):
+                w = self._workers.get(wid)
+                if w is not None and w.outstanding > 0:
+                    w.outstanding -= 1
+        return record
+
+    def calls_in_flight(self) -> int:
+        return len(self._calls)
+
+    # ---- time ----
+    def expire(self, now: float) -> Expired:
+        """Drop silent workers and overdue calls; see the module contract."""
+        out = Expired()
+        for wid, w in list(self._workers.items()):
+            if now - w.last_seen > self.heartbeat_timeout:
+                del self._workers[wid]
+                out.dead_workers.append(wid)
+        dead = set(out.dead_workers)
+        for cid, record in list(self._calls.items()):
+            hit = sorted(set(record.placement.values()) & dead)
+            if hit:
+                out.orphaned_calls.append((self.finish_call(cid), hit[0]))
+            elif now > record.deadline:
+                out.overdue_calls.append(self.finish_call(cid))
+        if dead:
+            live_nodes = {w.node_id for w in self._workers.values()}
+            for node in list(self._node_keys):
+                if node not in live_nodes:
+                    del self._node_keys[node]
+        return out

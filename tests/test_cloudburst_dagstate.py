@@ -1,0 +1,73 @@
+"""Worker-side readiness and argument order (executor.dagstate), including racing arrivals."""
+from hypothesis import given, settings, strategies as st
+
+from executor.dagstate import PendingCalls
+
+
+def test_source_is_ready_on_schedule():
+    p = PendingCalls()
+    r = p.add_schedule("c", "f", "S", [], [1, 2], deadline=10, now=0)
+    assert r.args == [1, 2] and r.schedule == "S"
+    assert len(p) == 0
+
+
+def test_fan_in_waits_for_all_then_orders_by_connection():
+    p = PendingCalls()
+    assert p.add_schedule("c", "d", "S", ["b", "a"], ["own"], deadline=10, now=0) is None
+    assert p.add_trigger("c", "d", "a", "A", now=0) is None
+    r = p.add_trigger("c", "d", "b", "B", now=0)
+    assert r.args == ["own", "B", "A"]
+
+
+def test_trigger_before_schedule_is_kept():
+    p = PendingCalls(orphan_timeout=5)
+    assert p.add_trigger("c", "g", "f", 7, now=0) is None
+    assert p.add_schedule("c", "g", "S", ["f"], [], deadline=10, now=1).args == [7]
+
+
+def test_fires_once_and_ignores_duplicates():
+    p = PendingCalls()
+    assert p.add_schedule("c", "g", "S", ["f"], [], 10, 0) is None
+    assert p.add_trigger("c", "g", "f", 1, 0) is not None
+    assert p.add_trigger("c", "g", "f", 1, 0) is None
+    assert p.add_schedule("c", "g", "S", ["f"], [], 10, 0) is None
+    assert len(p) == 0
+
+
+def test_expire_reports_missing_upstreams_and_orphans():
+    p = PendingCalls(orphan_timeout=2)
+    p.add_schedule("c", "d", "S", ["a", "b"], [], deadline=5, now=0)
+    p.add_trigger("c", "d", "a", 1, now=0)
+    p.add_trigger("x", "g", "f", 1, now=0)
+    assert p.expire(now=1) == []
+    stalled = {(s.call_id, s.function): s for s in p.expire(now=6)}
+    assert stalled[("c", "d")].missing == ["b"]
+    assert stalled[("x", "g")].schedule is None
+    assert len(p) == 0
+
+
+def test_abort_forgets_a_call():
+    p = PendingCalls()
+    p.add_schedule("c", "d", "S", ["a"], [], 10, 0)
+    assert p.abort("c") == 1
+    assert p.add_trigger("c", "d", "a", 1, 0) is None
+    assert len(p) == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 6), st.data())
+def test_any_arrival_order_gives_call_args_then_upstreams_in_order(n, data):
+    upstreams = [f"u{i}" for i in range(n)]
+    events = [("schedule", None)] + [("trigger", u) for u in upstreams]
+    order = data.draw(st.permutations(events))
+    p = PendingCalls()
+    fired = []
+    for kind, u in order:
+        if kind == "schedule":
+            r = p.add_schedule("c", "f", "S", upstreams, ["x", "y"], 10, 0)
+        else:
+            r = p.add_trigger("c", "f", u, f"v-{u}", 0)
+        if r is not None:
+            fired.append(r)
+    assert len(fired) == 1
+    assert fired[0].args == ["x", "y"] + [f"v-{u}" for u in upstreams]

@@ -1,0 +1,97 @@
+"""Executor choice (scheduler.policy) and liveness/load bookkeeping (scheduler.membership)."""
+import random
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from cloudburst.errors import NoResources
+from scheduler.membership import CallRecord, ExecutorTable
+from scheduler.policy import WorkerView, choose_executors
+
+
+def W(wid, node="n1", util=0.0, out=0):
+    return WorkerView(wid, node, f"tcp://127.0.0.1:{abs(hash(wid)) % 60000}", util, out)
+
+
+def test_no_workers_is_no_resources():
+    with pytest.raises(NoResources, match="no live executor"):
+        choose_executors(["f"], {}, [], {}, random.Random(0))
+
+
+def test_locality_wins_over_randomness():
+    workers = [W("a", "n1"), W("b", "n2"), W("c", "n3")]
+    keys = {"n2": {"k1", "k2"}, "n3": {"k1"}}
+    for seed in range(20):
+        got = choose_executors(["f"], {"f": ["k1", "k2"]}, workers, keys, random.Random(seed))
+        assert got == {"f": "b"}
+
+
+def test_busy_local_worker_is_backed_off_from():
+    workers = [W("a", "n1", out=1), W("b", "n2")]
+    got = choose_executors(["f"], {"f": ["k"]}, workers, {"n1": {"k"}}, random.Random(0))
+    assert got == {"f": "b"}
+    hot = [W("a", "n1", util=0.95), W("b", "n2")]
+    assert choose_executors(["f"], {"f": ["k"]}, hot, {"n1": {"k"}}, random.Random(0)) == {"f": "b"}
+
+
+def test_all_busy_still_schedules_least_loaded():
+    workers = [W("a", out=3), W("b", out=1), W("c", out=2)]
+    assert choose_executors(["f"], {}, workers, {}, random.Random(0)) == {"f": "b"}
+
+
+def test_parallel_functions_of_one_call_spread_out():
+    workers = [W("a"), W("b"), W("c")]
+    got = choose_executors(["f", "g", "h"], {}, workers, {}, random.Random(1))
+    assert sorted(got.values()) == ["a", "b", "c"]
+
+
+def test_random_tie_break_uses_injected_rng():
+    workers = [W(x) for x in "abcdef"]
+    picks = {choose_executors(["f"], {}, workers, {}, random.Random(s))["f"] for s in range(60)}
+    assert len(picks) > 1
+    assert (choose_executors(["f"], {}, workers, {}, random.Random(7))
+            == choose_executors(["f"], {}, workers, {}, random.Random(7)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.floats(0, 1), st.integers(0, 2)), min_size=1, max_size=6),
+       st.lists(st.sampled_from(["k1", "k2", "k3"]), max_size=3), st.integers(0, 2**32))
+def test_choice_is_live_local_and_not_busy_when_possible(specs, refs, seed):
+    workers = [W(f"w{i}", f"n{node}", util, out) for i, (out, util, node) in enumerate(specs)]
+    node_keys = {"n0": {"k1", "k2"}, "n1": {"k3"}, "n2": set()}
+    got = choose_executors(["f"], {"f": refs}, workers, node_keys, random.Random(seed))["f"]
+    chosen = next(w for w in workers if w.worker_id == got)
+    free = [w for w in workers if w.outstanding < 1 and w.utilization < 0.9]
+    if free:
+        assert chosen in free
+        score = lambda w: sum(1 for k in refs if k in node_keys[w.node_id])
+        assert score(chosen) == max(score(w) for w in free)
+
+
+def test_table_liveness_and_orphaned_calls():
+    t = ExecutorTable(heartbeat_timeout=1.0)
+    assert t.heartbeat("w1", "n1", "tcp://x:1", 0.0, now=0.0)
+    assert t.heartbeat("w2", "n2", "tcp://x:2", 0.5, now=0.0)
+    t.keyset("n1", frozenset({"k"}))
+    t.keyset("n2", frozenset({"j"}))
+    t.start_call(CallRecord("c1", "dag", {"f": "w1", "g": "w2"}, "tcp://client", deadline=100))
+    t.start_call(CallRecord("c2", "dag", {"f": "w1"}, "tcp://client", deadline=1.5))
+    assert {w.worker_id: w.outstanding for w in t.live()} == {"w1": 2, "w2": 1}
+    t.heartbeat("w1", "n1", "tcp://x:1", 0.1, now=0.9)
+    out = t.expire(now=1.6)
+    assert out.dead_workers == ["w2"]
+    assert [(r.call_id, w) for r, w in out.orphaned_calls] == [("c1", "w2")]
+    assert [r.call_id for r in out.overdue_calls] == ["c2"]
+    assert [w.worker_id for w in t.live()] == ["w1"]
+    assert t.live()[0].outstanding == 0
+    assert dict(t.node_keys()) == {"n1": frozenset({"k"})}
+    assert t.finish_call("c1") is None  # idempotent
+
+
+def test_finish_call_releases_load():
+    t = ExecutorTable(heartbeat_timeout=1.0)
+    t.heartbeat("w1", "n1", "a", 0.0, now=0.0)
+    t.start_call(CallRecord("c", "f", {"f": "w1"}, "r", deadline=10))
+    assert t.live()[0].outstanding == 1
+    assert t.finish_call("c").name == "f"
+    assert t.live()[0].outstanding == 0
