@@ -1,0 +1,29 @@
+"""Anna: a lattice key-value store with a C++ shared-nothing kernel (see DESIGN.md).
+
+What users import:
+- `Client`: key operations against a running cluster (`get`, `put`, `delete`, `get_all`,
+  `put_all`, `subscribe`, `set_replication`); `Subscription` receives pushed updates.
+- `LocalCluster`: routing and KVS nodes as local processes, for tests, demos and benchmarks.
+- The lattices (merges implemented once, in the C++ kernel): `LWWLattice`, `SetLattice`,
+  `OrderedSetLattice`, `MaxLattice`, `MapLattice`, `PriorityLattice`,
+  `SingleKeyCausalLattice`, `MultiKeyCausalLattice`, and `deserialize`.
+- Typed errors: `AnnaError` and its subclasses.
+- Configuration objects: `Replication`, `NodeConfig`, `RoutingConfig`, `ClusterConfig`.
+"""
+from ._core import (LWWLattice, MapLattice, MaxLattice, MultiKeyCausalLattice,
+                    OrderedSetLattice, PriorityLattice, SetLattice, SingleKeyCausalLattice,
+                    deserialize)
+from .client import Client, Subscription, Update
+from .cluster import LocalCluster
+from .config import ClusterConfig, NodeConfig, Replication, RoutingConfig
+from .errors import (AnnaError, KeyNotFound, LatticeTypeMismatch, MalformedRequest, NoNodes,
+                     StartupError, Timeout, UnknownLatticeType, ValueTooLarge, WrongOwner)
+
+__all__ = [
+    "Client", "Subscription", "Update", "LocalCluster",
+    "LWWLattice", "SetLattice", "OrderedSetLattice", "MaxLattice", "MapLattice",
+    "PriorityLattice", "SingleKeyCausalLattice", "MultiKeyCausalLattice", "deserialize",
+    "AnnaError", "KeyNotFound", "LatticeTypeMismatch", "ValueTooLarge", "UnknownLatticeType",
+    "MalformedRequest", "NoNodes", "Timeout", "WrongOwner", "StartupError",
+    "Replication", "NodeConfig", "RoutingConfig", "ClusterConfig",
+]

@@ -1,0 +1,472 @@
+"""The Anna client: key operations sent straight to the KVS workers that own the key.
+
+Contract (DESIGN.md "Processes", dissertation 3.2.5):
+- One PULL socket bound on a free port receives every answer (routing's and workers');
+  answers are matched to requests by request id, anything else is discarded as stale.
+  One PUSH socket per destination address, cached.
+- Key addresses come from routing ("address" kind) and are cached per key. A `WRONG_OWNER`
+  answer replaces the cached addresses with the ones it carries, or, when it carries none
+  (the worker has no membership yet), drops them so routing is asked again.
+- Single-replica operations (get/put/delete) pick one replica (sticky per client and key, so a
+  client reads its own writes), wait `timeout` seconds, and on a timeout try another replica,
+  up to `retries` more times; then `Timeout` names the stage. Redirects (WRONG_OWNER) are
+  retried within the same overall deadline, `timeout * (retries + 1)`.
+- `get_all`/`put_all` address every replica in every tier; `get_all` merges the replicas'
+  values with the kernel's lattice `merge` (never in Python); `put_all` returns only when
+  every replica acknowledged.
+- Plain bytes are stored as `LWWLattice(timestamp, value)` with a timestamp strictly
+  increasing per client (`time.time_ns()` or last + 1); `get` of an LWW key returns bytes.
+- Server error codes become typed errors (`anna_core.errors`). A Client is not thread-safe.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+import zlib
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Type, Union
+
+import zmq
+from google.protobuf.message import DecodeError
+
+from hydro_proto import anna_pb2
+
+from . import _core
+from .config import Replication
+from .errors import (AnnaError, KeyNotFound, LatticeTypeMismatch, MalformedRequest, NoNodes,
+                     Timeout, error_from_code)
+from .wire import MonotoneClock, PushCache, bind_pull, lattice_to_tuple, tuple_to_lattice
+
+__all__ = ["Client", "Subscription", "Update"]
+
+Value = Union[bytes, Any]  # bytes (LWW) or any `_core` lattice
+
+_OP_NAMES = {anna_pb2.GET: "GET", anna_pb2.PUT: "PUT", anna_pb2.DELETE: "DELETE",
+             anna_pb2.SUBSCRIBE: "SUBSCRIBE", anna_pb2.UNSUBSCRIBE: "UNSUBSCRIBE"}
+
+
+def _is_lattice(value: Any) -> bool:
+    return hasattr(value, "lattice_type") and hasattr(value, "serialize")
+
+
+def _reveal_value(lattice: Any) -> Value:
+    """bytes for an LWW lattice, the lattice itself otherwise."""
+    if lattice.lattice_type == anna_pb2.LWW:
+        return lattice.reveal()
+    return lattice
+
+
+class Update(NamedTuple):
+    """One UPDATE pushed to a subscriber: the key, its lattice, the worker that sent it."""
+
+    key: str
+    lattice: Any
+    responder: str
+
+    @property
+    def value(self) -> Value:
+        """bytes for an LWW key, the lattice otherwise (as `Client.get` returns it)."""
+        return _reveal_value(self.lattice)
+
+
+class Subscription:
+    """A PULL socket on a free port that receives UPDATE messages for subscribed keys.
+
+    Use `address` with `Client.subscribe(key, address)`, or `Client.subscription(key)`, which
+    subscribes and unsubscribes for you. Every wait takes a deadline.
+    """
+
+    def __init__(self, *, ip: str = "127.0.0.1", context: Optional[zmq.Context] = None,
+                 client: Optional["Client"] = None, keys: Tuple[str, ...] = ()) -> None:
+        self._own_context = context is None
+        self._context = context or zmq.Context()
+        self._socket, self.address = bind_pull(self._context, ip)
+        self._client = client
+        self._keys = list(keys)
+        self._pending: List[Update] = []
+
+    def poll(self, timeout: float) -> Optional[Update]:
+        """The next update, or None if none arrives within `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while not self._pending:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self._socket.poll(max(1, int(remaining * 1000))):
+                return None
+            self._parse(self._socket.recv())
+        return self._pending.pop(0)
+
+    def next(self, timeout: float) -> Update:
+        """The next update; raises `Timeout` if none arrives within `timeout` seconds."""
+        update = self.poll(timeout)
+        if update is None:
+            keys = ", ".join(repr(k) for k in self._keys) or "subscribed keys"
+            raise Timeout(f"UPDATE for {keys} at {self.address}", address=self.address,
+                          seconds=timeout)
+        return update
+
+    def updates(self, timeout: float):
+        """Yield updates as they arrive until `timeout` seconds have passed in total."""
+        deadline = time.monotonic() + timeout
+        while True:
+            update = self.poll(max(0.0, deadline - time.monotonic()))
+            if update is None:
+                return
+            yield update
+
+    def _parse(self, frame: bytes) -> None:
+        try:
+            message = anna_pb2.KeyResponse.FromString(frame)
+        except DecodeError:
+            return
+        if message.type != anna_pb2.UPDATE:
+            return
+        for t in message.tuples:
+            try:
+                lattice = tuple_to_lattice(t)
+            except ValueError:
+                continue
+            self._pending.append(Update(t.key, lattice, message.responder))
+
+    def close(self) -> None:
+        """Unsubscribe (if created by `Client.subscription`) and close the socket."""
+        if self._client is not None and not self._client.closed:
+            for key in self._keys:
+                try:
+                    self._client.unsubscribe(key, self.address)
+                except AnnaError:
+                    pass
+        self._client = None
+        self._socket.close(0)
+        if self._own_context:
+            self._context.term()
+
+    def __enter__(self) -> "Subscription":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class Client:
+    """A client of one Anna cluster, given its routing address.
+
+    Args:
+        routing_address: e.g. "tcp://127.0.0.1:5555" (`LocalCluster.routing_address`).
+        timeout: seconds to wait for one answer before trying elsewhere.
+        retries: extra attempts after a timeout (each on another replica when possible).
+        ip: the local address to bind the answer socket on (must be reachable by workers).
+        context: a ZMQ context to use (default: a private one, closed by `close()`).
+    """
+
+    def __init__(self, routing_address: str, *, timeout: float = 5.0, retries: int = 2,
+                 ip: str = "127.0.0.1", context: Optional[zmq.Context] = None) -> None:
+        if timeout <= 0:
+            raise ValueError("timeout must be > 0")
+        self.routing_address = routing_address
+        self.timeout = float(timeout)
+        self.retries = max(0, int(retries))
+        self.ip = ip
+        self._own_context = context is None
+        self._context = context or zmq.Context()
+        self._pull, self.response_address = bind_pull(self._context, ip)
+        self._push = PushCache(self._context)
+        self._addresses: Dict[Tuple[str, bool], List[str]] = {}
+        self._clock = MonotoneClock()
+        self._id_prefix = uuid.uuid4().hex[:12]
+        self._salt = zlib.crc32(self._id_prefix.encode())
+        self._seq = 0
+        self.closed = False
+
+    # ---- public API ---------------------------------------------------------------------
+
+    def get(self, key: str) -> Value:
+        """The value of `key`: bytes for an LWW key, the lattice object otherwise.
+
+        Raises KeyNotFound, Timeout, NoNodes or another AnnaError.
+        """
+        return _reveal_value(self.get_lattice(key))
+
+    def get_lattice(self, key: str) -> Any:
+        """The lattice stored under `key` (an `LWWLattice` for plain bytes)."""
+        t = self._single(anna_pb2.GET, key, anna_pb2.KeyTuple(key=key))
+        return self._decode(t, "GET")
+
+    def put(self, key: str, value: Value) -> None:
+        """Merge `value` into `key` on one replica (gossip spreads it to the others).
+
+        `value` is bytes (stored as LWWLattice with this client's next timestamp) or any
+        lattice. Raises LatticeTypeMismatch, ValueTooLarge, Timeout, ... on failure.
+        """
+        self._single(anna_pb2.PUT, key, self._tuple_for(key, value))
+
+    def delete(self, key: str) -> None:
+        """Delete `key` (on one replica; forwarded to the others). Deleting a missing key is
+        not an error."""
+        try:
+            self._single(anna_pb2.DELETE, key, anna_pb2.KeyTuple(key=key))
+        except KeyNotFound:
+            pass
+
+    def get_all(self, key: str) -> Value:
+        """Read every replica of `key` in every tier and return their merge.
+
+        Replicas that do not have the key are skipped; KeyNotFound if none has it.
+        """
+        answers = self._all(anna_pb2.GET, key, anna_pb2.KeyTuple(key=key))
+        merged = None
+        for address, t in answers:
+            if t.error == anna_pb2.KEY_DNE:
+                continue
+            lattice = self._decode(t, "GET_ALL", address)
+            try:
+                merged = lattice if merged is None else merged.merge(lattice)
+            except TypeError:
+                raise LatticeTypeMismatch(
+                    f"GET_ALL {key!r}: replicas hold different lattice types "
+                    f"({type(merged).__name__} vs {type(lattice).__name__} at {address})",
+                    key=key, address=address) from None
+        if merged is None:
+            raise KeyNotFound(f"GET_ALL {key!r}: key not found on any of {len(answers)} replicas",
+                              key=key)
+        return _reveal_value(merged)
+
+    def put_all(self, key: str, value: Value) -> None:
+        """Merge `value` into every replica of `key` in every tier; returns when all acked."""
+        self._all(anna_pb2.PUT, key, self._tuple_for(key, value))
+
+    def subscribe(self, key: str, address: str) -> None:
+        """Ask every replica of `key` to push UPDATEs to `address` when the key changes."""
+        self._all(anna_pb2.SUBSCRIBE, key, anna_pb2.KeyTuple(key=key, subscriber_address=address))
+
+    def unsubscribe(self, key: str, address: str) -> None:
+        """Stop the UPDATEs for `key` to `address` (on every replica)."""
+        self._all(anna_pb2.UNSUBSCRIBE, key,
+                  anna_pb2.KeyTuple(key=key, subscriber_address=address))
+
+    def subscription(self, *keys: str) -> Subscription:
+        """A new `Subscription` subscribed to `keys`; closing it unsubscribes."""
+        sub = Subscription(ip=self.ip, context=self._context, client=self, keys=keys)
+        try:
+            for key in keys:
+                self.subscribe(key, sub.address)
+        except BaseException:
+            sub.close()
+            raise
+        return sub
+
+    def set_replication(self, key: str, *, memory: int, disk: int, local: int = 1,
+                        memory_local: Optional[int] = None,
+                        disk_local: Optional[int] = None) -> List[str]:
+        """Set `key`'s replication vector through routing; returns its new addresses.
+
+        `memory`/`disk` are replicas (nodes) per tier, `local` threads per node in both tiers
+        unless `memory_local`/`disk_local` say otherwise.
+        """
+        replication = Replication(memory, local if memory_local is None else memory_local,
+                                  disk, local if disk_local is None else disk_local)
+        request = anna_pb2.SetReplication(response_address=self.response_address)
+        request.replications.add(key=key, replication=replication.to_proto())
+        response = self._ask_routing("replicate", request, f"set_replication of {key!r}", key)
+        self._addresses.pop((key, False), None)
+        self._addresses.pop((key, True), None)
+        addresses = [list(a.addresses) for a in response.addresses if a.key == key]
+        if response.error == anna_pb2.NO_NODES or not addresses or not addresses[0]:
+            raise NoNodes(f"set_replication {key!r}: no KVS node for the new vector "
+                          f"{replication.as_tuple()}", key=key, address=self.routing_address)
+        self._addresses[(key, False)] = addresses[0]
+        return addresses[0]
+
+    def addresses(self, key: str, *, all_tiers: bool = False, refresh: bool = False) -> List[str]:
+        """The worker addresses of `key` (cached; `refresh=True` asks routing again)."""
+        if refresh:
+            self._addresses.pop((key, all_tiers), None)
+        return list(self._lookup(key, all_tiers))
+
+    def close(self) -> None:
+        """Close the sockets (and the private ZMQ context). Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        self._push.close()
+        self._pull.close(0)
+        if self._own_context:
+            self._context.term()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ---- requests -------------------------------------------------------------------------
+
+    def _tuple_for(self, key: str, value: Value) -> Any:
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            value = _core.LWWLattice(self._clock.next(), bytes(value))
+        elif not _is_lattice(value):
+            raise TypeError(f"put {key!r}: value must be bytes or an anna_core lattice, "
+                            f"not {type(value).__name__}")
+        return lattice_to_tuple(key, value)
+
+    def _decode(self, t: Any, op: str, address: Optional[str] = None) -> Any:
+        try:
+            return tuple_to_lattice(t)
+        except ValueError as e:
+            raise MalformedRequest(f"{op} {t.key!r}: answer payload does not parse ({e})",
+                                   key=t.key, address=address) from None
+
+    def _next_id(self) -> str:
+        self._seq += 1
+        return f"{self._id_prefix}-{self._seq}"
+
+    def _send_key_request(self, address: str, req_type: int, key_tuple: Any) -> str:
+        request_id = self._next_id()
+        request = anna_pb2.KeyRequest(type=req_type, response_address=self.response_address,
+                                      request_id=request_id)
+        request.tuples.append(key_tuple)
+        self._push.send_kind(address, "request", request)
+        return request_id
+
+    def _collect(self, pending: Dict[str, str], deadline: float,
+                 message_type: Type = anna_pb2.KeyResponse) -> Dict[str, Any]:
+        """Wait until every request id in `pending` is answered or the deadline passes.
+
+        Returns {request_id: parsed answer}; unknown ids (stale answers) are discarded.
+        """
+        answers: Dict[str, Any] = {}
+        while len(answers) < len(pending):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self._pull.poll(max(1, int(remaining * 1000))):
+                break
+            while True:
+                try:
+                    frame = self._pull.recv(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                try:
+                    message = message_type.FromString(frame)
+                except DecodeError:
+                    continue
+                if message.request_id in pending and message.request_id not in answers:
+                    answers[message.request_id] = message
+        return answers
+
+    def _ask_routing(self, kind: str, request: Any, stage: str, key: Optional[str]) -> Any:
+        for _attempt in range(self.retries + 1):
+            request.request_id = self._next_id()
+            self._push.send_kind(self.routing_address, kind, request)
+            answers = self._collect({request.request_id: self.routing_address},
+                                    time.monotonic() + self.timeout, anna_pb2.KeyAddressResponse)
+            if answers:
+                return answers[request.request_id]
+        raise Timeout(f"{stage} from routing {self.routing_address}", key=key,
+                      address=self.routing_address, seconds=self.timeout * (self.retries + 1))
+
+    def _lookup(self, key: str, all_tiers: bool) -> List[str]:
+        cached = self._addresses.get((key, all_tiers))
+        if cached:
+            return cached
+        request = anna_pb2.KeyAddressRequest(keys=[key], response_address=self.response_address,
+                                             all_tiers=all_tiers)
+        response = self._ask_routing("address", request, f"routing lookup of {key!r}", key)
+        addresses: List[str] = []
+        for entry in response.addresses:
+            if entry.key == key:
+                addresses = list(entry.addresses)
+        if not addresses:
+            raise NoNodes(f"routing lookup of {key!r}: no KVS node is up for the key's tier(s)",
+                          key=key, address=self.routing_address)
+        self._addresses[(key, all_tiers)] = addresses
+        return addresses
+
+    def _pick(self, key: str, candidates: List[str]) -> str:
+        return candidates[(self._salt + zlib.crc32(key.encode())) % len(candidates)]
+
+    @staticmethod
+    def _tuple_of(response: Any, key: str) -> Any:
+        for t in response.tuples:
+            if t.key == key:
+                return t
+        # No tuple for the key: the whole request was rejected.
+        return anna_pb2.KeyTuple(key=key, error=response.error or anna_pb2.MALFORMED)
+
+    def _single(self, req_type: int, key: str, key_tuple: Any) -> Any:
+        """Send one request to one replica of `key`, handling redirects and timeouts."""
+        op = _OP_NAMES[req_type]
+        deadline = time.monotonic() + self.timeout * (self.retries + 1)
+        timed_out: List[str] = []
+        backoff = 0.005
+        while True:
+            addresses = self._lookup(key, False)
+            candidates = [a for a in addresses if a not in timed_out] or addresses
+            address = self._pick(key, candidates)
+            request_id = self._send_key_request(address, req_type, key_tuple)
+            wait_until = min(deadline, time.monotonic() + self.timeout)
+            answers = self._collect({request_id: address}, wait_until)
+            if not answers:
+                timed_out.append(address)
+                if len(timed_out) > self.retries or time.monotonic() >= deadline:
+                    raise Timeout(f"{op} {key!r} from {address}", key=key, address=address,
+                                  seconds=self.timeout)
+                continue
+            response = answers[request_id]
+            t = self._tuple_of(response, key)
+            if t.error == anna_pb2.WRONG_OWNER:
+                if time.monotonic() + backoff >= deadline:
+                    raise Timeout(f"{op} {key!r}: an owner (workers at {address} keep "
+                                  f"answering WRONG_OWNER)", key=key, address=address)
+                if t.addresses and list(t.addresses) != addresses:
+                    self._addresses[(key, False)] = list(t.addresses)
+                else:
+                    self._addresses.pop((key, False), None)
+                    time.sleep(backoff)  # retry pacing while membership propagates
+                    backoff = min(backoff * 2, 0.1)
+                continue
+            if t.error != anna_pb2.NO_ERROR:
+                raise error_from_code(t.error, key=key, address=response.responder or address,
+                                      operation=op)
+            return t
+
+    def _all(self, req_type: int, key: str, key_tuple: Any) -> List[Tuple[str, Any]]:
+        """Send one request to every replica of `key` in every tier; all must answer.
+
+        Returns [(address, KeyTuple)]; KEY_DNE tuples are returned, other errors raised.
+        """
+        op = _OP_NAMES[req_type] + ("_ALL" if req_type in (anna_pb2.GET, anna_pb2.PUT) else "")
+        deadline = time.monotonic() + self.timeout * (self.retries + 1)
+        backoff = 0.005
+        while True:
+            addresses = self._lookup(key, True)
+            results: Dict[str, Any] = {}
+            redirected = False
+            for _attempt in range(self.retries + 1):
+                missing = [a for a in addresses if a not in results]
+                pending = {self._send_key_request(a, req_type, key_tuple): a for a in missing}
+                wait_until = min(deadline, time.monotonic() + self.timeout)
+                for request_id, response in self._collect(pending, wait_until).items():
+                    address = pending[request_id]
+                    t = self._tuple_of(response, key)
+                    if t.error == anna_pb2.WRONG_OWNER:
+                        redirected = True
+                        continue
+                    if t.error == anna_pb2.KEY_DNE and req_type in (
+                            anna_pb2.GET, anna_pb2.DELETE, anna_pb2.UNSUBSCRIBE):
+                        results[address] = t
+                        continue
+                    if t.error != anna_pb2.NO_ERROR:
+                        raise error_from_code(t.error, key=key, address=address, operation=op)
+                    results[address] = t
+                if redirected or len(results) == len(addresses) or time.monotonic() >= deadline:
+                    break
+            if redirected:
+                self._addresses.pop((key, True), None)
+                if time.monotonic() + backoff >= deadline:
+                    raise Timeout(f"{op} {key!r}: the owners (replicas keep answering "
+                                  f"WRONG_OWNER)", key=key)
+                time.sleep(backoff)  # retry pacing while membership propagates
+                backoff = min(backoff * 2, 0.1)
+                continue
+            missing = [a for a in addresses if a not in results]
+            if missing:
+                raise Timeout(f"{op} {key!r} from {', '.join(missing)}", key=key,
+                              address=missing[0], seconds=self.timeout)
+            return [(a, results[a]) for a in addresses]

@@ -1,0 +1,346 @@
+"""`LocalCluster`: a whole Anna cluster as real processes on this machine (loopback, free ports).
+
+Contract:
+- `start()` (or entering the context manager) spawns routing
+  (`sys.executable -m anna_core.routing`) and then the KVS nodes
+  (`sys.executable -m anna_core.node`): `nodes` memory-tier nodes with `memory_threads`
+  threads each and, if `disk_threads > 0`, `nodes` disk-tier nodes with `disk_threads` threads.
+  Every process binds `tcp://127.0.0.1:*` and reports its bound addresses in a ready file;
+  `start()` returns when every process is ready, or raises `StartupError` naming the process
+  and quoting the tail of its stderr (exit, or no readiness before `startup_timeout`).
+- Node ids are stable ("memory-0", "disk-0", ...), and a disk node keeps its data under
+  `<data_dir>/<node_id>`, so a new cluster on the same `data_dir` finds the same data.
+  With `data_dir=None` a temporary directory is used and removed on `stop()`.
+- Default replication: memory_global=1 if there are memory nodes else 0, disk_global=1 if
+  there are disk nodes else 0, locals 1 (or the `replication` given).
+- `stop()` closes the clients it handed out, sends SIGTERM to every process, SIGKILL after
+  `stop_timeout`. Children also stop by themselves if this process dies (`--parent-pid`).
+- `stop_node` / `start_node` / `restart_node` / `add_node` change one node; a (re)started
+  node joins routing again with its new worker addresses.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence
+
+from .client import Client
+from .config import DISK, MEMORY, ClusterConfig, NodeConfig, Replication, RoutingConfig
+from .errors import StartupError
+
+__all__ = ["LocalCluster", "ManagedProcess"]
+
+_PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@dataclass
+class ManagedProcess:
+    """One child process of a LocalCluster and where its output goes."""
+
+    name: str
+    argv: List[str]
+    log_dir: str
+    proc: Optional[subprocess.Popen] = None
+    info: Dict[str, Any] = field(default_factory=dict)
+    node_config: Optional[NodeConfig] = None
+    starts: int = 0
+
+    @property
+    def stderr_path(self) -> str:
+        return os.path.join(self.log_dir, f"{self.name}.{self.starts}.stderr")
+
+    @property
+    def stdout_path(self) -> str:
+        return os.path.join(self.log_dir, f"{self.name}.{self.starts}.stdout")
+
+    @property
+    def ready_path(self) -> str:
+        return os.path.join(self.log_dir, f"{self.name}.{self.starts}.ready")
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def spawn(self) -> None:
+        """Start the process (its ready file is new for every start)."""
+        self.starts += 1
+        self.info = {}
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH")) if p)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        argv = self.argv + ["--ready-file", self.ready_path, "--parent-pid", str(os.getpid())]
+        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                         env=env, start_new_session=True)
+
+    def stderr_tail(self, lines: int = 20) -> str:
+        """The last lines the process wrote to stderr."""
+        try:
+            with open(self.stderr_path, errors="replace") as f:
+                return "".join(f.readlines()[-lines:]).rstrip()
+        except OSError:
+            return ""
+
+    def poll_ready(self) -> bool:
+        """True once the ready file is there (and read into `info`)."""
+        if self.info:
+            return True
+        try:
+            with open(self.ready_path) as f:
+                self.info = json.load(f)
+        except (OSError, ValueError):
+            return False
+        return True
+
+    def signal(self, signum: int) -> None:
+        if self.running:
+            try:
+                self.proc.send_signal(signum)
+            except ProcessLookupError:
+                pass
+
+
+def _wait_ready(processes: Sequence[ManagedProcess], timeout: float) -> None:
+    """Poll until every process has written its ready file; StartupError otherwise."""
+    deadline = time.monotonic() + timeout
+    waiting = list(processes)
+    while waiting:
+        for p in list(waiting):
+            if p.poll_ready():
+                waiting.remove(p)
+            elif not p.running:
+                code = p.proc.returncode if p.proc else None
+                raise StartupError(
+                    f"{p.name} exited with status {code} before it was ready; stderr:\n"
+                    f"{p.stderr_tail() or '(empty)'}", address=p.name)
+        if not waiting:
+            return
+        if time.monotonic() >= deadline:
+            p = waiting[0]
+            raise StartupError(
+                f"{p.name} not ready within {timeout:.3g} s; stderr:\n"
+                f"{p.stderr_tail() or '(empty)'}", address=p.name)
+        time.sleep(0.02)  # polling a file for a condition, with the deadline above
+
+
+def _stop_processes(processes: Sequence[ManagedProcess], timeout: float) -> None:
+    for p in processes:
+        p.signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for p in processes:
+        if p.proc is None:
+            continue
+        try:
+            p.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.proc.kill()
+            p.proc.wait(timeout=5)
+
+
+def _kill_all(procs: List[subprocess.Popen]) -> None:
+    """Last-resort cleanup when a LocalCluster is garbage-collected without stop()."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+
+
+class LocalCluster:
+    """Routing plus KVS nodes as real local processes; a context manager.
+
+    Args:
+        memory_threads: worker threads per memory-tier node (0 = no memory tier).
+        disk_threads: worker threads per disk-tier node (0 = no disk tier).
+        nodes: nodes per tier that has threads.
+        data_dir: where disk nodes keep their data (`<data_dir>/<node_id>`); temporary if None.
+        gossip_period_ms: the workers' epoch length.
+        replication: default replication vector (`Replication`, 4-tuple or dict).
+        Further keyword arguments are `ClusterConfig` fields (max_value_bytes, ip,
+        pin_threads, startup_timeout, stop_timeout, vnodes, log_level).
+    """
+
+    def __init__(self, memory_threads: int = 1, disk_threads: int = 0, nodes: int = 1,
+                 data_dir: Optional[str] = None, gossip_period_ms: int = 100,
+                 replication: Any = None, **options: Any) -> None:
+        self.config = ClusterConfig(memory_threads=memory_threads, disk_threads=disk_threads,
+                                    nodes=nodes, data_dir=data_dir,
+                                    gossip_period_ms=gossip_period_ms, replication=replication,
+                                    **options)
+        self.replication: Replication = self.config.effective_replication()
+        self._tmp = tempfile.mkdtemp(prefix="anna-local-")
+        self.log_dir = os.path.join(self._tmp, "logs")
+        os.makedirs(self.log_dir)
+        self.data_dir = self.config.data_dir or os.path.join(self._tmp, "data")
+        self.routing_address: Optional[str] = None
+        self._routing: Optional[ManagedProcess] = None
+        self._nodes: Dict[str, ManagedProcess] = {}
+        self._clients: List[Client] = []
+        self._popen: List[subprocess.Popen] = []
+        self._finalizer = weakref.finalize(self, _kill_all, self._popen)
+        self.started = False
+        self.stopped = False
+
+    # ---- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> "LocalCluster":
+        """Start routing and every node; returns when all are ready (StartupError if not)."""
+        if self.started:
+            return self
+        if self.stopped:
+            raise RuntimeError("a stopped LocalCluster cannot be started again; make a new one "
+                               "(on the same data_dir to keep disk data)")
+        self.started = True
+        try:
+            routing = RoutingConfig(ip=self.config.ip, default_replication=self.replication,
+                                    vnodes=self.config.vnodes, log_level=self.config.log_level)
+            self._routing = ManagedProcess(
+                "routing", [sys.executable, "-m", "anna_core.routing", "--config",
+                            json.dumps({"ip": routing.ip, "port": 0,
+                                        "default_replication": list(routing.default_replication.as_tuple()),
+                                        "vnodes": routing.vnodes,
+                                        "log_level": routing.log_level})],
+                self.log_dir)
+            self._spawn(self._routing)
+            _wait_ready([self._routing], self.config.startup_timeout)
+            self.routing_address = self._routing.info["address"]
+            new = []
+            for i in range(self.config.memory_nodes):
+                new.append(self._make_node(MEMORY, i, self.config.memory_threads))
+            for i in range(self.config.disk_nodes):
+                new.append(self._make_node(DISK, i, self.config.disk_threads))
+            for p in new:
+                self._spawn(p)
+            _wait_ready(new, self.config.startup_timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Close handed-out clients, stop every process (SIGTERM, then SIGKILL). Idempotent."""
+        for c in self._clients:
+            c.close()
+        self._clients.clear()
+        _stop_processes(list(self._nodes.values()), self.config.stop_timeout)
+        if self._routing is not None:
+            _stop_processes([self._routing], self.config.stop_timeout)
+        self.started = False
+        self.stopped = True
+        self._finalizer.detach()
+        shutil.rmtree(self._tmp, ignore_errors=True)  # logs, and data if data_dir was None
+
+    def __enter__(self) -> "LocalCluster":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # ---- use ----------------------------------------------------------------------------
+
+    def client(self, **kwargs: Any) -> Client:
+        """A new `Client` of this cluster (closed by `stop()`); kwargs go to `Client`."""
+        if self.routing_address is None:
+            raise RuntimeError("LocalCluster is not started; use `with LocalCluster(...)` "
+                               "or call start()")
+        c = Client(self.routing_address, ip=self.config.ip, **kwargs)
+        self._clients.append(c)
+        return c
+
+    @property
+    def node_ids(self) -> List[str]:
+        """The ids of every node, memory tier first."""
+        return list(self._nodes)
+
+    def worker_addresses(self, node_id: Optional[str] = None) -> List[str]:
+        """The request addresses of one node's workers, or of every running node's."""
+        if node_id is not None:
+            return list(self._node(node_id).info.get("worker_addresses", []))
+        return [a for p in self._nodes.values() if p.running
+                for a in p.info.get("worker_addresses", [])]
+
+    def tier_of(self, node_id: str) -> str:
+        """"memory" or "disk"."""
+        return self._node(node_id).node_config.tier
+
+    def is_running(self, node_id: str) -> bool:
+        """Whether the node's process is alive."""
+        return self._node(node_id).running
+
+    def stderr_tail(self, name: str, lines: int = 20) -> str:
+        """The last stderr lines of "routing" or a node id (for diagnostics)."""
+        p = self._routing if name == "routing" else self._node(name)
+        return p.stderr_tail(lines) if p else ""
+
+    # ---- changing nodes -------------------------------------------------------------------
+
+    def stop_node(self, node_id: str, *, kill: bool = False) -> None:
+        """Stop one node: SIGTERM (clean stop) or SIGKILL with `kill=True`."""
+        p = self._node(node_id)
+        if kill:
+            p.signal(signal.SIGKILL)
+            if p.proc is not None:
+                p.proc.wait(timeout=self.config.stop_timeout)
+        else:
+            _stop_processes([p], self.config.stop_timeout)
+
+    def start_node(self, node_id: str) -> List[str]:
+        """Start a stopped node again (same id, config and data); returns its new addresses."""
+        p = self._node(node_id)
+        if p.running:
+            raise RuntimeError(f"node {node_id} is already running")
+        self._spawn(p)
+        _wait_ready([p], self.config.startup_timeout)
+        return list(p.info["worker_addresses"])
+
+    def restart_node(self, node_id: str, *, kill: bool = False) -> List[str]:
+        """Stop and start one node; returns its new worker addresses."""
+        self.stop_node(node_id, kill=kill)
+        return self.start_node(node_id)
+
+    def add_node(self, tier: str = MEMORY, threads: Optional[int] = None) -> str:
+        """Start one more node in `tier`; returns its id once it has joined."""
+        if not self.started:
+            raise RuntimeError("LocalCluster is not started")
+        index = sum(1 for p in self._nodes.values() if p.node_config.tier == tier)
+        if threads is None:
+            threads = self.config.memory_threads if tier == MEMORY else self.config.disk_threads
+        p = self._make_node(tier, index, max(1, threads))
+        self._spawn(p)
+        _wait_ready([p], self.config.startup_timeout)
+        return p.name
+
+    # ---- internals ----------------------------------------------------------------------
+
+    def _node(self, node_id: str) -> ManagedProcess:
+        try:
+            return self._nodes[node_id]
+        except KeyError:
+            raise KeyError(f"no node {node_id!r} in this cluster; nodes: {self.node_ids}") from None
+
+    def _make_node(self, tier: str, index: int, threads: int) -> ManagedProcess:
+        node_id = f"{tier}-{index}"
+        data_dir = os.path.join(self.data_dir, node_id) if tier == DISK else None
+        if data_dir:
+            os.makedirs(data_dir, exist_ok=True)
+        config = NodeConfig(node_id=node_id, tier=tier, threads=threads, ip=self.config.ip,
+                            data_dir=data_dir, gossip_period_ms=self.config.gossip_period_ms,
+                            max_value_bytes=self.config.max_value_bytes,
+                            pin_threads=self.config.effective_pin_threads(),
+                            log_level=self.config.log_level)
+        p = ManagedProcess(node_id, [sys.executable, "-m", "anna_core.node", "--config",
+                                     config.to_json(), "--routing", self.routing_address],
+                           self.log_dir, node_config=config)
+        self._nodes[node_id] = p
+        return p
+
+    def _spawn(self, p: ManagedProcess) -> None:
+        p.spawn()
+        self._popen.append(p.proc)

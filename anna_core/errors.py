@@ -1,0 +1,127 @@
+"""Typed errors of the Anna KVS, as the client and the launchers raise them.
+
+Contract: every failure that reaches a caller is an `AnnaError` subclass whose message names
+what failed and where (the key, the address or stage that was involved). Server-side error
+codes (`anna.AnnaError` in proto/anna.proto) map one-to-one onto the classes below through
+`error_from_code`. `KeyNotFound` is also a `KeyError` so dict-like code can catch it.
+`WrongOwner` is internal: the client handles it by refreshing addresses and retrying.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+__all__ = [
+    "AnnaError", "KeyNotFound", "LatticeTypeMismatch", "ValueTooLarge", "UnknownLatticeType",
+    "MalformedRequest", "NoNodes", "Timeout", "WrongOwner", "StartupError", "error_from_code",
+]
+
+
+class AnnaError(Exception):
+    """Base class of every Anna error.
+
+    Attributes:
+        key: the key involved, if any.
+        address: the address (worker, routing node or process) involved, if any.
+    """
+
+    def __init__(self, message: str, *, key: Optional[str] = None,
+                 address: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.key = key
+        self.address = address
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class KeyNotFound(AnnaError, KeyError):
+    """The key does not exist on the replica(s) that were asked (server code KEY_DNE)."""
+
+    def __str__(self) -> str:  # KeyError would otherwise repr() the message
+        return self.message
+
+
+class LatticeTypeMismatch(AnnaError):
+    """A PUT named a lattice type different from the one stored under the key."""
+
+
+class ValueTooLarge(AnnaError):
+    """The serialized value is larger than the server's `max_value_bytes`."""
+
+
+class UnknownLatticeType(AnnaError):
+    """The server does not know the lattice type named in the request."""
+
+
+class MalformedRequest(AnnaError):
+    """The payload does not parse as the lattice type it names."""
+
+
+class NoNodes(AnnaError):
+    """Routing knows no KVS node for the tier(s) the key needs."""
+
+
+class Timeout(AnnaError):
+    """A wait ran past its deadline. `stage` names what was being waited for."""
+
+    def __init__(self, stage: str, *, key: Optional[str] = None,
+                 address: Optional[str] = None, seconds: Optional[float] = None) -> None:
+        detail = f" after {seconds:.3g} s" if seconds is not None else ""
+        super().__init__(f"timed out waiting for {stage}{detail}", key=key, address=address)
+        self.stage = stage
+        self.seconds = seconds
+
+
+class WrongOwner(AnnaError):
+    """Internal: the worker does not own the key; `addresses` holds the owners (may be empty)."""
+
+    def __init__(self, message: str, *, key: Optional[str] = None,
+                 address: Optional[str] = None, addresses: Sequence[str] = ()) -> None:
+        super().__init__(message, key=key, address=address)
+        self.addresses = list(addresses)
+
+
+class StartupError(AnnaError):
+    """A local Anna process (routing or KVS node) failed to start or to become ready."""
+
+
+# anna.AnnaError numbers (proto/anna.proto); kept here so this module has no dependencies.
+_CODE_NAMES = {
+    0: "NO_ERROR", 1: "KEY_DNE", 2: "WRONG_OWNER", 3: "LATTICE_MISMATCH", 4: "TIMEOUT",
+    5: "VALUE_TOO_LARGE", 6: "UNKNOWN_LATTICE", 7: "MALFORMED", 8: "NO_NODES",
+}
+
+
+def error_from_code(code: int, *, key: Optional[str] = None, address: Optional[str] = None,
+                    operation: str = "request", addresses: Sequence[str] = ()) -> AnnaError:
+    """Build the typed error for a server error code found in a response.
+
+    `operation` is a short verb phrase such as "GET" or "PUT" used in the message.
+    """
+    where = f" at {address}" if address else ""
+    what = f"{operation} {key!r}" if key is not None else operation
+    if code == 1:
+        return KeyNotFound(f"{what}: key not found{where}", key=key, address=address)
+    if code == 2:
+        return WrongOwner(f"{what}: worker{where} does not own the key", key=key,
+                          address=address, addresses=addresses)
+    if code == 3:
+        return LatticeTypeMismatch(
+            f"{what}: lattice type differs from the one stored{where}", key=key, address=address)
+    if code == 4:
+        return Timeout(what, key=key, address=address)
+    if code == 5:
+        return ValueTooLarge(f"{what}: value larger than the server's max_value_bytes{where}",
+                             key=key, address=address)
+    if code == 6:
+        return UnknownLatticeType(f"{what}: lattice type unknown to the server{where}",
+                                  key=key, address=address)
+    if code == 7:
+        return MalformedRequest(f"{what}: payload rejected as malformed{where}",
+                                key=key, address=address)
+    if code == 8:
+        return NoNodes(f"{what}: no KVS node is up for the key's tier(s){where}",
+                       key=key, address=address)
+    name = _CODE_NAMES.get(code, f"code {code}")
+    return AnnaError(f"{what}: server error {name}{where}", key=key, address=address)
