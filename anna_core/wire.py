@@ -169,14 +169,14 @@ READY_PREFIX = "ANNA_READY "
 
 
 def announce_ready(info: dict, ready_file: Optional[str]) -> None:
-    """Report readiness: one `ANNA_READY <json>` line on stdout and, if asked, a file
-    written atomically (temporary name, then rename) so a parent never reads half of it."""
+    """Report readiness: if asked, a file written atomically (temporary name, then rename, so
+    a parent never reads half of it), then one `ANNA_READY <json>` line on stdout."""
     import json
     import os
     text = json.dumps(info)
-    print(READY_PREFIX + text, flush=True)
     if ready_file:
         tmp = f"{ready_file}.tmp{os.getpid()}"
         with open(tmp, "w") as f:
             f.write(text)
         os.replace(tmp, ready_file)
+    print(READY_PREFIX + text, flush=True)

@@ -1,0 +1,167 @@
+"""The `anna` command (console entry point `anna=anna_core.cli:main`).
+
+Contract:
+- `anna local [--memory-threads N] [--disk-threads N] [--nodes N] [--data-dir D] ...` runs a
+  `LocalCluster` in the foreground, prints the routing address (`routing: tcp://...`) and
+  stops every process cleanly on Ctrl-C / SIGTERM. Exit status 0 after a clean stop, 1 if
+  the cluster failed to start (the typed error is printed).
+- `anna demo` starts a small LocalCluster, shows puts/gets of several lattice types, a set
+  merge and a causal merge, printing each step, stops the cluster and exits 0 (1 on error).
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from typing import Optional, Sequence
+
+from .config import DEFAULT_MAX_VALUE_BYTES
+from .errors import AnnaError
+
+__all__ = ["main"]
+
+
+def _cmd_local(args: argparse.Namespace) -> int:
+    from .cluster import LocalCluster
+    stopping = threading.Event()
+
+    def on_signal(_signum, _frame):
+        stopping.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    cluster = LocalCluster(memory_threads=args.memory_threads, disk_threads=args.disk_threads,
+                           nodes=args.nodes, data_dir=args.data_dir,
+                           gossip_period_ms=args.gossip_period_ms,
+                           max_value_bytes=args.max_value_bytes, log_level=args.log_level,
+                           startup_timeout=args.startup_timeout)
+    try:
+        cluster.start()
+    except AnnaError as e:
+        print(f"anna local: cluster did not start: {e}", file=sys.stderr)
+        return 1
+    try:
+        print(f"routing: {cluster.routing_address}", flush=True)
+        for node_id in cluster.node_ids:
+            print(f"node {node_id}: {' '.join(cluster.worker_addresses(node_id))}", flush=True)
+        print("connect with anna_core.Client(routing address); Ctrl-C stops", flush=True)
+        while not stopping.wait(0.5):
+            dead = [n for n in cluster.node_ids if not cluster.is_running(n)]
+            if dead:
+                print(f"anna local: node(s) {', '.join(dead)} exited; stopping",
+                      file=sys.stderr, flush=True)
+                for n in dead:
+                    tail = cluster.stderr_tail(n)
+                    if tail:
+                        print(f"--- {n} stderr ---\n{tail}", file=sys.stderr, flush=True)
+                return 1
+    finally:
+        print("stopping...", flush=True)
+        cluster.stop()
+        print("stopped", flush=True)
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from . import (LocalCluster, MapLattice, MaxLattice, MultiKeyCausalLattice,
+                   OrderedSetLattice, PriorityLattice, SetLattice, SingleKeyCausalLattice)
+
+    def say(text: str) -> None:
+        print(text, flush=True)
+
+    say(f"starting a local Anna cluster: {args.nodes} memory node(s) x "
+        f"{args.memory_threads} thread(s)")
+    try:
+        with LocalCluster(memory_threads=args.memory_threads, nodes=args.nodes,
+                          startup_timeout=args.startup_timeout) as cluster:
+            say(f"routing at {cluster.routing_address}")
+            kvs = cluster.client()
+
+            kvs.put("greeting", b"hello, anna")
+            say(f"put greeting = b'hello, anna'   (bytes are last-writer-wins)")
+            say(f"get greeting -> {kvs.get('greeting')!r}")
+            kvs.put("greeting", b"hello again")
+            say(f"put greeting = b'hello again'; get -> {kvs.get('greeting')!r}")
+
+            kvs.put("tags", SetLattice([b"red", b"green"]))
+            kvs.put("tags", SetLattice([b"blue"]))
+            say("put tags = {red, green}, then put tags = {blue}   (a set merges by union)")
+            say(f"get tags -> {sorted(kvs.get('tags').reveal())}")
+
+            kvs.put("high-score", MaxLattice(40))
+            kvs.put("high-score", MaxLattice(12))
+            say(f"put high-score 40 then 12 (max lattice) -> {kvs.get('high-score').reveal()}")
+
+            kvs.put("counts", MapLattice({b"a": 1, b"b": 5}))
+            kvs.put("counts", MapLattice({b"a": 3}))
+            say(f"map {{a:1, b:5}} merged with {{a:3}} -> "
+                f"{dict(sorted(kvs.get('counts').reveal().items()))}")
+
+            kvs.put("queue", OrderedSetLattice([b"c", b"a"]))
+            kvs.put("queue", OrderedSetLattice([b"b"]))
+            say(f"ordered set [c, a] + [b] -> {kvs.get('queue').reveal()}")
+
+            kvs.put("best-route", PriorityLattice(7.5, b"via-x"))
+            kvs.put("best-route", PriorityLattice(2.0, b"via-y"))
+            say(f"priority 7.5/via-x vs 2.0/via-y (lowest wins) -> "
+                f"{kvs.get('best-route').reveal()}")
+
+            kvs.put("doc", SingleKeyCausalLattice({"alice": 1}, [b"draft by alice"]))
+            kvs.put("doc", SingleKeyCausalLattice({"bob": 1}, [b"draft by bob"]))
+            doc = kvs.get("doc")
+            say("causal: alice writes with clock {alice:1}, bob concurrently with {bob:1}")
+            say(f"  concurrent versions are both kept -> {doc.reveal()}, clock {doc.vector_clock}")
+            kvs.put("doc", SingleKeyCausalLattice({"alice": 2, "bob": 1}, [b"merged by alice"]))
+            doc = kvs.get("doc")
+            say(f"  alice writes {{alice:2, bob:1}} (dominates both) -> {doc.reveal()}, "
+                f"clock {doc.vector_clock}")
+
+            kvs.put("post", MultiKeyCausalLattice({"alice": 1}, {"doc": {"alice": 2, "bob": 1}},
+                                                  [b"see the merged doc"]))
+            post = kvs.get("post")
+            say(f"multi-key causal post with dependencies {post.dependencies} -> {post.reveal()}")
+
+            kvs.delete("greeting")
+            try:
+                kvs.get("greeting")
+                say("delete greeting: still there?!")
+                return 1
+            except KeyError:
+                say("delete greeting; get greeting -> KeyNotFound")
+            say("stopping the cluster")
+    except AnnaError as e:
+        print(f"anna demo failed: {e}", file=sys.stderr)
+        return 1
+    say("demo done")
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of the `anna` command."""
+    p = argparse.ArgumentParser(prog="anna", description="The Anna lattice key-value store")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    local = sub.add_parser("local", help="run a local cluster in the foreground")
+    local.add_argument("--memory-threads", type=int, default=1)
+    local.add_argument("--disk-threads", type=int, default=0)
+    local.add_argument("--nodes", type=int, default=1, help="nodes per tier")
+    local.add_argument("--data-dir", help="where disk nodes keep their data (default: temporary)")
+    local.add_argument("--gossip-period-ms", type=int, default=100)
+    local.add_argument("--max-value-bytes", type=int, default=DEFAULT_MAX_VALUE_BYTES)
+    local.add_argument("--log-level", default="warning")
+    local.add_argument("--startup-timeout", type=float, default=30.0)
+    local.set_defaults(func=_cmd_local)
+
+    demo = sub.add_parser("demo", help="start a local cluster and show a few operations")
+    demo.add_argument("--memory-threads", type=int, default=1)
+    demo.add_argument("--nodes", type=int, default=1)
+    demo.add_argument("--startup-timeout", type=float, default=30.0)
+    demo.set_defaults(func=_cmd_demo)
+
+    args = p.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
