@@ -395,6 +395,7 @@ class Client:
         deadline = time.monotonic() + self.timeout * (self.retries + 1)
         timed_out: List[str] = []
         backoff = 0.005
+        redirects = 0
         while True:
             addresses = self._lookup(key, False)
             candidates = [a for a in addresses if a not in timed_out] or addresses
@@ -404,17 +405,19 @@ class Client:
             answers = self._collect({request_id: address}, wait_until)
             if not answers:
                 timed_out.append(address)
+                self._addresses.pop((key, False), None)
                 if len(timed_out) > self.retries or time.monotonic() >= deadline:
                     raise Timeout(f"{op} {key!r} from {address}", key=key, address=address,
                                   seconds=self.timeout)
-                continue
+                continue  # the node may have moved (restarted on new ports): ask routing again
             response = answers[request_id]
             t = self._tuple_of(response, key)
             if t.error == anna_pb2.WRONG_OWNER:
                 if time.monotonic() + backoff >= deadline:
                     raise Timeout(f"{op} {key!r}: an owner (workers at {address} keep "
                                   f"answering WRONG_OWNER)", key=key, address=address)
-                if t.addresses and list(t.addresses) != addresses:
+                redirects += 1
+                if t.addresses and list(t.addresses) != addresses and redirects <= 3:
                     self._addresses[(key, False)] = list(t.addresses)
                 else:
                     self._addresses.pop((key, False), None)
@@ -467,6 +470,7 @@ class Client:
                 continue
             missing = [a for a in addresses if a not in results]
             if missing:
+                self._addresses.pop((key, True), None)  # ask routing afresh next time
                 raise Timeout(f"{op} {key!r} from {', '.join(missing)}", key=key,
                               address=missing[0], seconds=self.timeout)
             return [(a, results[a]) for a in addresses]

@@ -329,7 +329,11 @@ class LocalCluster:
         node_id = f"{tier}-{index}"
         data_dir = os.path.join(self.data_dir, node_id) if tier == DISK else None
         if data_dir:
-            os.makedirs(data_dir, exist_ok=True)
+            try:
+                os.makedirs(data_dir, exist_ok=True)
+            except OSError as e:
+                raise StartupError(f"{node_id}: cannot create data directory {data_dir}: {e}",
+                                   address=node_id) from None
         config = NodeConfig(node_id=node_id, tier=tier, threads=threads, ip=self.config.ip,
                             data_dir=data_dir, gossip_period_ms=self.config.gossip_period_ms,
                             max_value_bytes=self.config.max_value_bytes,

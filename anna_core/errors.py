@@ -110,7 +110,7 @@ def error_from_code(code: int, *, key: Optional[str] = None, address: Optional[s
         return LatticeTypeMismatch(
             f"{what}: lattice type differs from the one stored{where}", key=key, address=address)
     if code == 4:
-        return Timeout(what, key=key, address=address)
+        return Timeout(f"{what}{where}", key=key, address=address)
     if code == 5:
         return ValueTooLarge(f"{what}: value larger than the server's max_value_bytes{where}",
                              key=key, address=address)

@@ -1,0 +1,37 @@
+"""The `anna` command: `anna demo` exits 0; `anna local` serves and stops cleanly on Ctrl-C."""
+import os
+import signal
+import subprocess
+import sys
+
+import anna_core
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+
+
+def test_anna_demo_exits_zero():
+    out = subprocess.run([sys.executable, "-m", "anna_core.cli", "demo"], env=ENV,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "get greeting -> b'hello, anna'" in out.stdout
+    assert "demo done" in out.stdout
+
+
+def test_anna_local_serves_until_interrupted():
+    proc = subprocess.Popen([sys.executable, "-m", "anna_core.cli", "local", "--memory-threads", "1"],
+                            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()  # blocks until the cluster is up (or the command died)
+        assert line.startswith("routing: tcp://"), line + proc.stderr.read()
+        with anna_core.Client(line.split()[1], timeout=3.0) as kvs:
+            kvs.put("k", b"v")
+            assert kvs.get("k") == b"v"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err
+        assert "stopped" in out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

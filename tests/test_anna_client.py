@@ -1,0 +1,256 @@
+"""The client against a real one-node cluster (routing + KVS node processes on loopback).
+
+Covers every lattice type's put/get/delete, the LWW bytes convenience, typed errors
+(including ones only reachable with raw frames), malformed input to a worker, WRONG_OWNER
+redirects, subscriptions and replication changes.
+"""
+import uuid
+
+import pytest
+import zmq
+
+import anna_core
+from anna_core import _core
+from hydro_proto import anna_pb2
+
+MAX_VALUE = 4096
+TIMEOUT_MS = 5000
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with anna_core.LocalCluster(memory_threads=2, nodes=1, max_value_bytes=MAX_VALUE,
+                                gossip_period_ms=50) as c:
+        yield c
+
+
+@pytest.fixture
+def kvs(cluster):
+    client = cluster.client(timeout=3.0)
+    yield client
+    client.close()
+
+
+def fresh(name):
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+class Raw:
+    """Raw pyzmq access to a worker: [kind][payload] in, single-frame answers back."""
+
+    def __init__(self):
+        self.ctx = zmq.Context()
+        self.pull = self.ctx.socket(zmq.PULL)
+        self.pull.bind("tcp://127.0.0.1:*")
+        self.address = self.pull.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.pushes = {}
+
+    def send(self, address, frames):
+        if address not in self.pushes:
+            s = self.ctx.socket(zmq.PUSH)
+            s.setsockopt(zmq.LINGER, 0)
+            s.connect(address)
+            self.pushes[address] = s
+        self.pushes[address].send_multipart(frames)
+
+    def request(self, address, req_type, tuples):
+        request = anna_pb2.KeyRequest(type=req_type, response_address=self.address,
+                                      request_id=uuid.uuid4().hex)
+        request.tuples.extend(tuples)
+        self.send(address, [b"request", request.SerializeToString()])
+        while True:
+            assert self.pull.poll(TIMEOUT_MS), f"no answer from {address} within the deadline"
+            response = anna_pb2.KeyResponse.FromString(self.pull.recv())
+            if response.request_id == request.request_id:
+                return response
+
+    def close(self):
+        for s in self.pushes.values():
+            s.close(0)
+        self.pull.close(0)
+        self.ctx.term()
+
+
+@pytest.fixture
+def raw():
+    r = Raw()
+    yield r
+    r.close()
+
+
+LATTICE_PAIRS = {
+    "lww": (lambda: _core.LWWLattice(1, b"old"), lambda: _core.LWWLattice(2, b"new")),
+    "set": (lambda: _core.SetLattice([b"a", b"b"]), lambda: _core.SetLattice([b"c"])),
+    "ordered_set": (lambda: _core.OrderedSetLattice([b"z", b"a"]),
+                    lambda: _core.OrderedSetLattice([b"m"])),
+    "max": (lambda: _core.MaxLattice(7), lambda: _core.MaxLattice(3)),
+    "map": (lambda: _core.MapLattice({b"x": 1, b"y": 9}), lambda: _core.MapLattice({b"x": 4})),
+    "priority": (lambda: _core.PriorityLattice(5.0, b"slow"),
+                 lambda: _core.PriorityLattice(1.5, b"fast")),
+    "single_causal": (lambda: _core.SingleKeyCausalLattice({"a": 1}, [b"va"]),
+                      lambda: _core.SingleKeyCausalLattice({"b": 1}, [b"vb"])),
+    "multi_causal": (lambda: _core.MultiKeyCausalLattice({"a": 1}, {"d": {"a": 1}}, [b"va"]),
+                     lambda: _core.MultiKeyCausalLattice({"b": 2}, {"e": {"b": 1}}, [b"vb"])),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LATTICE_PAIRS))
+def test_put_get_delete_every_lattice(kvs, name):
+    make_a, make_b = LATTICE_PAIRS[name]
+    key = fresh(name)
+    kvs.put(key, make_a())
+    assert kvs.get_lattice(key) == make_a()
+    kvs.put(key, make_b())
+    assert kvs.get_lattice(key) == make_a().merge(make_b())
+    kvs.delete(key)
+    with pytest.raises(anna_core.KeyNotFound):
+        kvs.get(key)
+
+
+def test_lww_bytes_convenience(kvs):
+    key = fresh("lww")
+    kvs.put(key, b"first")
+    assert kvs.get(key) == b"first"
+    first = kvs.get_lattice(key)
+    kvs.put(key, b"second")  # the same client's later write always wins
+    assert kvs.get(key) == b"second"
+    assert kvs.get_lattice(key).timestamp > first.timestamp
+    kvs.put(key, bytearray(b"third"))
+    assert kvs.get(key) == b"third"
+    with pytest.raises(TypeError):
+        kvs.put(key, "a str is not bytes")
+
+
+def test_missing_key_is_key_not_found(kvs):
+    key = fresh("missing")
+    with pytest.raises(anna_core.KeyNotFound) as info:
+        kvs.get(key)
+    assert isinstance(info.value, KeyError) and info.value.key == key
+    assert key in str(info.value)
+    kvs.delete(key)  # deleting a missing key is not an error
+
+
+def test_lattice_type_mismatch(kvs):
+    key = fresh("mismatch")
+    kvs.put(key, _core.SetLattice([b"a"]))
+    with pytest.raises(anna_core.LatticeTypeMismatch) as info:
+        kvs.put(key, _core.MaxLattice(1))
+    assert info.value.key == key
+    assert kvs.get(key).reveal() == {b"a"}
+
+
+def test_value_too_large(kvs):
+    key = fresh("big")
+    with pytest.raises(anna_core.ValueTooLarge) as info:
+        kvs.put(key, b"x" * (MAX_VALUE * 2))
+    assert key in str(info.value)
+    kvs.put(key, b"x" * 100)  # a small value still goes through
+    assert kvs.get(key) == b"x" * 100
+
+
+def test_unknown_lattice_and_malformed_payload_get_error_answers(kvs, raw):
+    key = fresh("raw")
+    address = kvs.addresses(key)[0]
+    bad_type = anna_pb2.KeyTuple(key=key, lattice_type=42, payload=b"")
+    response = raw.request(address, anna_pb2.PUT, [bad_type])
+    assert response.tuples[0].error == anna_pb2.UNKNOWN_LATTICE
+    bad_payload = anna_pb2.KeyTuple(key=key, lattice_type=anna_pb2.SET, payload=b"\x0a\xff\xff")
+    response = raw.request(address, anna_pb2.PUT, [bad_payload])
+    assert response.tuples[0].error == anna_pb2.MALFORMED
+    with pytest.raises(anna_core.KeyNotFound):
+        kvs.get(key)
+
+
+def test_malformed_frames_do_not_crash_a_worker(cluster, kvs, raw):
+    workers = cluster.worker_addresses()
+    for address in workers:
+        raw.send(address, [b"request"])                              # one frame
+        raw.send(address, [b"request", b"\x08\x01", b"extra"])       # three frames
+        raw.send(address, [b"bogus-kind", b""])                      # unknown kind
+        raw.send(address, [b"request", b"\x12\xff\xff\xff\x0f"])     # truncated payload
+        raw.send(address, [b"gossip", b"\xff" * 7])
+        raw.send(address, [b"membership", b"\x12\x05abc"])
+        raw.send(address, [b"replication", b"\x0a"])
+    # Every worker still answers.
+    for address in workers:
+        response = raw.request(address, anna_pb2.GET, [anna_pb2.KeyTuple(key=fresh("probe"))])
+        assert response.tuples[0].error in (anna_pb2.KEY_DNE, anna_pb2.WRONG_OWNER)
+    assert cluster.is_running("memory-0")
+    key = fresh("after")
+    kvs.put(key, b"ok")
+    assert kvs.get(key) == b"ok"
+
+
+def test_wrong_owner_answer_and_client_refresh(cluster, kvs, raw):
+    workers = cluster.worker_addresses("memory-0")
+    assert len(workers) == 2
+    key = fresh("owner")
+    owner = kvs.addresses(key)[0]
+    other = next(a for a in workers if a != owner)
+    response = raw.request(other, anna_pb2.GET, [anna_pb2.KeyTuple(key=key)])
+    assert response.tuples[0].error == anna_pb2.WRONG_OWNER
+    assert list(response.tuples[0].addresses) == [owner]
+    # A client whose cache points at the wrong worker follows the redirect.
+    kvs.put(key, b"v")
+    kvs._addresses[(key, False)] = [other]  # poison the cache deliberately
+    assert kvs.get(key) == b"v"
+    assert kvs.addresses(key) == [owner]
+
+
+def test_subscription_receives_update(kvs):
+    key = fresh("sub")
+    with kvs.subscription(key) as sub:
+        kvs.put(key, _core.SetLattice([b"hello"]))
+        update = sub.next(timeout=5.0)
+        assert update.key == key
+        assert update.lattice.reveal() == {b"hello"}
+        assert sub.poll(0.0) is None or sub.poll(0.0).key == key
+
+
+def test_subscribe_with_own_listener(kvs):
+    key = fresh("sub2")
+    with anna_core.Subscription() as listener:
+        kvs.subscribe(key, listener.address)
+        kvs.put(key, b"v1")
+        update = listener.next(timeout=5.0)
+        assert (update.key, update.value) == (key, b"v1")
+        kvs.unsubscribe(key, listener.address)
+        with pytest.raises(anna_core.Timeout) as info:
+            listener.next(timeout=0.05)
+        assert "UPDATE" in info.value.stage
+
+
+def test_set_replication_to_both_threads(kvs, raw):
+    key = fresh("hot")
+    addresses = kvs.set_replication(key, memory=1, disk=0, local=2)
+    assert len(addresses) == 2
+    kvs.put_all(key, _core.SetLattice([b"everywhere"]))
+    for address in addresses:
+        response = raw.request(address, anna_pb2.GET, [anna_pb2.KeyTuple(key=key)])
+        t = response.tuples[0]
+        assert t.error == anna_pb2.NO_ERROR, f"{address}: {t.error}"
+        assert _core.deserialize(t.lattice_type, t.payload).reveal() == {b"everywhere"}
+    assert kvs.get_all(key).reveal() == {b"everywhere"}
+    # The override is stored in the KVS itself as LWW metadata.
+    meta = kvs.get(f"__anna__/replication/{key}")
+    assert anna_pb2.Replication.FromString(meta).memory_local == 2
+
+
+def test_timeout_names_the_stage():
+    dead = zmq.Context.instance().socket(zmq.PULL)
+    dead.bind("tcp://127.0.0.1:*")  # a "routing" that never answers
+    address = dead.getsockopt_string(zmq.LAST_ENDPOINT)
+    try:
+        with anna_core.Client(address, timeout=0.2, retries=1) as client:
+            with pytest.raises(anna_core.Timeout) as info:
+                client.get("k")
+            assert "routing lookup" in info.value.stage and address in str(info.value)
+    finally:
+        dead.close(0)
+
+
+def test_context_manager_closes(cluster):
+    with cluster.client() as client:
+        key = fresh("cm")
+        client.put(key, b"v")
+    assert client.closed

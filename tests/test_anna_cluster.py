@@ -1,0 +1,178 @@
+"""Multi-node behaviour on real processes: gossip convergence, key spread, placement agreeing
+with an independent `_core.ClusterMap`, GET_ALL/PUT_ALL, the disk tier across a restart, and
+clients following a node that restarted on new ports.
+
+Every wait polls for a condition with a deadline.
+"""
+import time
+import uuid
+
+import pytest
+import zmq
+
+import anna_core
+from anna_core import _core
+from hydro_proto import anna_pb2
+
+TIMEOUT_MS = 5000
+
+
+def fresh(name):
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+def poll_until(condition, timeout, what):
+    """Poll `condition()` until it is truthy; fail naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            pytest.fail(f"{what} did not happen within {timeout} s")
+        time.sleep(0.02)
+
+
+class Raw:
+    def __init__(self):
+        self.ctx = zmq.Context()
+        self.pull = self.ctx.socket(zmq.PULL)
+        self.pull.bind("tcp://127.0.0.1:*")
+        self.address = self.pull.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.pushes = {}
+
+    def request(self, address, req_type, key_tuple):
+        if address not in self.pushes:
+            s = self.ctx.socket(zmq.PUSH)
+            s.setsockopt(zmq.LINGER, 0)
+            s.connect(address)
+            self.pushes[address] = s
+        request = anna_pb2.KeyRequest(type=req_type, response_address=self.address,
+                                      request_id=uuid.uuid4().hex)
+        request.tuples.append(key_tuple)
+        self.pushes[address].send_multipart([b"request", request.SerializeToString()])
+        while True:
+            assert self.pull.poll(TIMEOUT_MS), f"no answer from {address} within the deadline"
+            response = anna_pb2.KeyResponse.FromString(self.pull.recv())
+            if response.request_id == request.request_id:
+                return response.tuples[0]
+
+    def put(self, address, key, lattice):
+        return self.request(address, anna_pb2.PUT, anna_pb2.KeyTuple(
+            key=key, lattice_type=lattice.lattice_type, payload=lattice.serialize()))
+
+    def get(self, address, key):
+        t = self.request(address, anna_pb2.GET, anna_pb2.KeyTuple(key=key))
+        if t.error != anna_pb2.NO_ERROR:
+            return None
+        return _core.deserialize(t.lattice_type, t.payload)
+
+    def close(self):
+        for s in self.pushes.values():
+            s.close(0)
+        self.pull.close(0)
+        self.ctx.term()
+
+
+@pytest.fixture
+def raw():
+    r = Raw()
+    yield r
+    r.close()
+
+
+@pytest.fixture(scope="module")
+def replicated():
+    """Two memory nodes, every key on both (memory_global=2)."""
+    with anna_core.LocalCluster(memory_threads=1, nodes=2, replication=(2, 1, 0, 1),
+                                gossip_period_ms=50) as c:
+        yield c
+
+
+def test_concurrent_puts_on_different_replicas_converge(replicated, raw):
+    kvs = replicated.client(timeout=3.0)
+    key = fresh("converge")
+    replicas = kvs.addresses(key)
+    assert len(replicas) == 2 and set(replicas) == set(replicated.worker_addresses())
+    a, b = replicas
+    assert raw.put(a, key, _core.SetLattice([b"from-a"])).error == anna_pb2.NO_ERROR
+    assert raw.put(b, key, _core.SetLattice([b"from-b"])).error == anna_pb2.NO_ERROR
+    union = {b"from-a", b"from-b"}
+    for address in replicas:
+        poll_until(lambda: (v := raw.get(address, key)) is not None and v.reveal() == union,
+                   5.0, f"replica {address} holding the union")
+
+
+def test_get_all_merges_and_put_all_reaches_every_replica(replicated, raw):
+    kvs = replicated.client(timeout=3.0)
+    key = fresh("all")
+    a, b = kvs.addresses(key, all_tiers=True)
+    raw.put(a, key, _core.MaxLattice(5))
+    raw.put(b, key, _core.MaxLattice(9))
+    assert kvs.get_all(key).reveal() == 9  # merged across replicas (possibly before gossip)
+    key2 = fresh("putall")
+    kvs.put_all(key2, _core.SetLattice([b"x"]))
+    # put_all returned: every replica has it now, without waiting for gossip.
+    for address in kvs.addresses(key2, all_tiers=True):
+        assert raw.get(address, key2).reveal() == {b"x"}
+    with pytest.raises(anna_core.KeyNotFound):
+        kvs.get_all(fresh("nothing"))
+
+
+def test_two_nodes_form_one_cluster_and_routing_agrees_with_cluster_map():
+    with anna_core.LocalCluster(memory_threads=2, nodes=2) as cluster:
+        kvs = cluster.client(timeout=3.0)
+        assert cluster.node_ids == ["memory-0", "memory-1"]
+        cm = _core.ClusterMap(default_replication=(1, 1, 0, 1), vnodes=64)
+        for node_id in cluster.node_ids:
+            cm.add_node(node_id, 0, cluster.worker_addresses(node_id))
+        keys = [f"spread-{i}" for i in range(64)]
+        for key in keys:
+            assert kvs.addresses(key) == cm.addresses(key), key
+        owners = {cm.addresses(k)[0] for k in keys}
+        # Keys land on workers of both nodes.
+        for node_id in cluster.node_ids:
+            assert owners & set(cluster.worker_addresses(node_id)), node_id
+        for key in keys:
+            kvs.put(key, key.encode())
+        other = cluster.client(timeout=3.0)
+        assert [other.get(k) for k in keys] == [k.encode() for k in keys]
+
+
+def test_disk_tier_keeps_data_across_a_cluster_restart(tmp_path):
+    keys = {f"durable-{i}": f"value-{i}".encode() for i in range(20)}
+    with anna_core.LocalCluster(memory_threads=0, disk_threads=2, data_dir=str(tmp_path)) as c:
+        assert c.node_ids == ["disk-0"]
+        kvs = c.client(timeout=3.0)
+        for k, v in keys.items():
+            kvs.put(k, v)
+        kvs.put("durable-set", _core.SetLattice([b"a", b"b"]))
+    with anna_core.LocalCluster(memory_threads=0, disk_threads=2, data_dir=str(tmp_path)) as c:
+        kvs = c.client(timeout=3.0)
+        assert {k: kvs.get(k) for k in keys} == keys
+        assert kvs.get("durable-set").reveal() == {b"a", b"b"}
+
+
+def test_disk_node_restart_and_client_follows_new_ports(tmp_path):
+    with anna_core.LocalCluster(memory_threads=0, disk_threads=1, data_dir=str(tmp_path)) as c:
+        kvs = c.client(timeout=1.0, retries=2)
+        kvs.put("k", b"before")
+        old = c.worker_addresses("disk-0")
+        new = c.restart_node("disk-0")
+        assert new != old
+        assert kvs.get("k") == b"before"  # old address times out; routing gives the new one
+        kvs.put("k", b"after")
+        assert c.client().get("k") == b"after"
+
+
+def test_startup_failures_are_typed_errors(tmp_path):
+    with pytest.raises(anna_core.StartupError) as info:
+        with anna_core.LocalCluster(startup_timeout=0.001):
+            pass
+    assert "routing not ready" in str(info.value)
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the data directory should be")
+    with pytest.raises(anna_core.StartupError) as info:
+        with anna_core.LocalCluster(memory_threads=0, disk_threads=1, data_dir=str(blocker)):
+            pass
+    assert "disk-0" in str(info.value)
