@@ -17,13 +17,14 @@ from .client import Client, Subscription, Update
 from .cluster import LocalCluster
 from .config import ClusterConfig, NodeConfig, Replication, RoutingConfig
 from .errors import (AnnaError, KeyNotFound, LatticeTypeMismatch, MalformedRequest, NoNodes,
-                     StartupError, Timeout, UnknownLatticeType, ValueTooLarge, WrongOwner)
+                     StartupError, StoreFailed, Timeout, UnknownLatticeType, ValueTooLarge,
+                     WrongOwner)
 
 __all__ = [
     "Client", "Subscription", "Update", "LocalCluster",
     "LWWLattice", "SetLattice", "OrderedSetLattice", "MaxLattice", "MapLattice",
     "PriorityLattice", "SingleKeyCausalLattice", "MultiKeyCausalLattice", "deserialize",
     "AnnaError", "KeyNotFound", "LatticeTypeMismatch", "ValueTooLarge", "UnknownLatticeType",
-    "MalformedRequest", "NoNodes", "Timeout", "WrongOwner", "StartupError",
+    "MalformedRequest", "NoNodes", "Timeout", "WrongOwner", "StoreFailed", "StartupError",
     "Replication", "NodeConfig", "RoutingConfig", "ClusterConfig",
 ]

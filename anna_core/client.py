@@ -56,16 +56,18 @@ def _reveal_value(lattice: Any) -> Value:
 
 
 class Update(NamedTuple):
-    """One UPDATE pushed to a subscriber: the key, its lattice, the worker that sent it."""
+    """One UPDATE pushed to a subscriber: the key, its current lattice (None when the key was
+    deleted), and the worker that sent it."""
 
     key: str
     lattice: Any
     responder: str
 
     @property
-    def value(self) -> Value:
-        """bytes for an LWW key, the lattice otherwise (as `Client.get` returns it)."""
-        return _reveal_value(self.lattice)
+    def value(self) -> Optional[Value]:
+        """bytes for an LWW key, the lattice otherwise (as `Client.get` returns it); None
+        when the key was deleted."""
+        return None if self.lattice is None else _reveal_value(self.lattice)
 
 
 class Subscription:
@@ -120,6 +122,9 @@ class Subscription:
         if message.type != anna_pb2.UPDATE:
             return
         for t in message.tuples:
+            if t.error == anna_pb2.KEY_DNE:  # the key was deleted
+                self._pending.append(Update(t.key, None, message.responder))
+                continue
             try:
                 lattice = tuple_to_lattice(t)
             except ValueError:

@@ -12,7 +12,8 @@ from typing import Optional, Sequence
 
 __all__ = [
     "AnnaError", "KeyNotFound", "LatticeTypeMismatch", "ValueTooLarge", "UnknownLatticeType",
-    "MalformedRequest", "NoNodes", "Timeout", "WrongOwner", "StartupError", "error_from_code",
+    "MalformedRequest", "NoNodes", "Timeout", "WrongOwner", "StoreFailed", "StartupError",
+    "error_from_code",
 ]
 
 
@@ -82,6 +83,10 @@ class WrongOwner(AnnaError):
         self.addresses = list(addresses)
 
 
+class StoreFailed(AnnaError):
+    """The worker's storage (RocksDB on the disk tier) failed to read or write."""
+
+
 class StartupError(AnnaError):
     """A local Anna process (routing or KVS node) failed to start or to become ready."""
 
@@ -90,6 +95,7 @@ class StartupError(AnnaError):
 _CODE_NAMES = {
     0: "NO_ERROR", 1: "KEY_DNE", 2: "WRONG_OWNER", 3: "LATTICE_MISMATCH", 4: "TIMEOUT",
     5: "VALUE_TOO_LARGE", 6: "UNKNOWN_LATTICE", 7: "MALFORMED", 8: "NO_NODES",
+    9: "STORE_FAILED",
 }
 
 
@@ -123,5 +129,8 @@ def error_from_code(code: int, *, key: Optional[str] = None, address: Optional[s
     if code == 8:
         return NoNodes(f"{what}: no KVS node is up for the key's tier(s){where}",
                        key=key, address=address)
+    if code == 9:
+        return StoreFailed(f"{what}: the worker's storage failed{where}", key=key,
+                           address=address)
     name = _CODE_NAMES.get(code, f"code {code}")
     return AnnaError(f"{what}: server error {name}{where}", key=key, address=address)

@@ -163,6 +163,8 @@ class RoutingService:
         """The full current membership, as broadcast to workers."""
         m = anna_pb2.Membership(version=self.version,
                                 default_replication=self.config.default_replication.to_proto())
+        if "vnodes" in anna_pb2.Membership.DESCRIPTOR.fields_by_name:
+            m.vnodes = self.config.vnodes  # workers must place keys exactly as routing does
         for node_id, tier, addresses in self.cluster_map.nodes():
             m.nodes.add(node_id=node_id, tier=int(tier), worker_addresses=list(addresses))
         for key, replication in self.overrides.items():

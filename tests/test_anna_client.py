@@ -204,7 +204,11 @@ def test_subscription_receives_update(kvs):
         update = sub.next(timeout=5.0)
         assert update.key == key
         assert update.lattice.reveal() == {b"hello"}
-        assert sub.poll(0.0) is None or sub.poll(0.0).key == key
+        kvs.delete(key)
+        deleted = sub.next(timeout=5.0)
+        while deleted.lattice is not None:  # a second UPDATE of the PUT epoch
+            deleted = sub.next(timeout=5.0)
+        assert deleted.value is None  # deletions are pushed as value-less updates
 
 
 def test_subscribe_with_own_listener(kvs):

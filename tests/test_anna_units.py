@@ -16,7 +16,7 @@ def test_error_codes_map_to_typed_errors():
              anna_pb2.VALUE_TOO_LARGE: errors.ValueTooLarge,
              anna_pb2.UNKNOWN_LATTICE: errors.UnknownLatticeType,
              anna_pb2.MALFORMED: errors.MalformedRequest, anna_pb2.NO_NODES: errors.NoNodes,
-             anna_pb2.TIMEOUT: errors.Timeout}
+             anna_pb2.TIMEOUT: errors.Timeout, 9: errors.StoreFailed}
     for code, cls in cases.items():
         e = errors.error_from_code(code, key="k1", address="tcp://w:1", operation="PUT")
         assert type(e) is cls and isinstance(e, anna_core.AnnaError)
