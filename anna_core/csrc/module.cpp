@@ -7,6 +7,7 @@ namespace py = pybind11;
 namespace anna {
 void bind_lattices(py::module_& m);
 void bind_hash_ring(py::module_& m);
+void bind_node(py::module_& m);
 void bind_loadgen(py::module_& m);
 }  // namespace anna
 
@@ -14,5 +15,6 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "Anna KVS kernel: lattices, placement, worker nodes and native benchmarks.";
   anna::bind_lattices(m);
   anna::bind_hash_ring(m);
+  anna::bind_node(m);
   anna::bind_loadgen(m);
 }

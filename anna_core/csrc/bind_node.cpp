@@ -1,0 +1,93 @@
+// Python binding of the KVS node (anna_core._core.Node) and its config parser.
+//
+// Contract (anna_core/DESIGN.md, "Node"): Node(config) takes the config as a JSON string (or,
+// for convenience, a dict, which is JSON-encoded); bad config raises ValueError. start() and
+// stop() release the GIL while they wait; start() raises RuntimeError if a worker cannot
+// bind or open its store. worker_addresses() -> list[str] by thread id. stats() -> list of
+// per-worker counter dicts as of each worker's last epoch. A Node is a context manager.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "node.hpp"
+
+namespace py = pybind11;
+
+namespace anna {
+namespace {
+
+std::string config_text(const py::object& config) {
+  if (py::isinstance<py::str>(config)) return config.cast<std::string>();
+  if (py::isinstance<py::dict>(config)) return py::module_::import("json").attr("dumps")(config).cast<std::string>();
+  throw py::type_error("Node config must be a JSON str or a dict");
+}
+
+py::dict stats_dict(const WorkerStats& s) {
+  py::dict d;
+  d["requests"] = s.requests;
+  d["tuples"] = s.tuples;
+  d["gossip_in"] = s.gossip_in;
+  d["gossip_out"] = s.gossip_out;
+  d["updates_out"] = s.updates_out;
+  d["dropped"] = s.dropped;
+  d["handed_off"] = s.handed_off;
+  return d;
+}
+
+}  // namespace
+
+void bind_node(py::module_& m) {
+  py::class_<Node>(m, "Node", "A KVS node: one pinned C++ worker thread per configured thread.")
+      .def(py::init([](const py::object& config) {
+             return std::make_unique<Node>(parse_node_config(config_text(config)));
+           }),
+           py::arg("config_json"))
+      .def("start", &Node::start, py::call_guard<py::gil_scoped_release>(),
+           "Bind every worker's sockets and start serving; returns when all are bound.")
+      .def("stop", &Node::stop, py::call_guard<py::gil_scoped_release>(),
+           "Stop and join the workers and close their stores (idempotent).")
+      .def("worker_addresses", &Node::worker_addresses,
+           "The workers' tcp request addresses, by thread id (empty before start()).")
+      .def("stats",
+           [](const Node& n) {
+             py::list out;
+             for (const auto& s : n.stats()) out.append(stats_dict(s));
+             return out;
+           })
+      .def_property_readonly("node_id", [](const Node& n) { return n.config().node_id; })
+      .def_property_readonly("tier", [](const Node& n) { return n.config().tier; })
+      .def_property_readonly("threads", [](const Node& n) { return n.config().threads; })
+      .def_property_readonly("running", &Node::running)
+      .def("__enter__",
+           [](Node& n) -> Node& {
+             {
+               py::gil_scoped_release release;
+               n.start();
+             }
+             return n;
+           },
+           py::return_value_policy::reference)
+      .def("__exit__", [](Node& n, py::args) {
+        py::gil_scoped_release release;
+        n.stop();
+      });
+
+  m.def(
+      "parse_node_config",
+      [](const std::string& json) {
+        NodeConfig c = parse_node_config(json);
+        py::dict d;
+        d["node_id"] = c.node_id;
+        d["tier"] = c.tier == 0 ? "memory" : "disk";
+        d["threads"] = c.threads;
+        d["ip"] = c.ip;
+        d["data_dir"] = c.data_dir;
+        d["gossip_period_ms"] = c.gossip_period_ms;
+        d["max_value_bytes"] = c.max_value_bytes;
+        d["pin_threads"] = c.pin_threads;
+        d["log_level"] = c.log_level;
+        return d;
+      },
+      py::arg("config_json"), "The kernel's reading of a node config (for checks and tests).");
+}
+
+}  // namespace anna

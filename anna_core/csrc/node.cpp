@@ -1,0 +1,332 @@
+// The node's I/O shell: worker threads, sockets, epoch timer. See node.hpp for the contract.
+#include "node.hpp"
+
+#include <pthread.h>
+#include <sched.h>
+#include <zmq.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "log.hpp"
+#include "push_cache.hpp"
+#include "store.hpp"
+
+namespace anna {
+
+using SteadyClock = std::chrono::steady_clock;
+
+struct Node::Shared {
+  NodeConfig config;
+  void* ctx = nullptr;
+  std::atomic<bool> stopping{false};
+  std::promise<void> go;
+  std::shared_future<void> go_future = go.get_future().share();
+  // Written by start() before `go` is released, read-only afterwards.
+  std::vector<std::string> addresses;
+  std::unordered_map<std::string, std::string> rewrite;  // tcp -> inproc, this node's workers
+  mutable std::mutex stats_mu;                          // per-epoch publication only
+  std::vector<WorkerStats> stats;
+};
+
+bool pin_current_thread(int core, std::string* why) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(core, &set);
+  int rc = pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+  if (rc != 0) {
+    *why = std::strerror(rc);
+    return false;
+  }
+  return true;
+}
+
+namespace {
+
+std::string inproc_address(const std::string& node_id, int tid) {
+  return "inproc://anna-" + node_id + "-" + std::to_string(tid);
+}
+
+// Printable, truncated rendering of an untrusted frame for log lines.
+std::string printable(std::string_view s) {
+  std::string out;
+  for (char c : s.substr(0, 32)) out.push_back(c >= 0x20 && c < 0x7f ? c : '?');
+  if (s.size() > 32) out += "...";
+  return out;
+}
+
+// Receives one multipart message without blocking. Returns the number of frames (0: none
+// waiting, -1: context terminated). The first two frames are left in parts[0..1]; any further
+// frames are read and discarded.
+int recv_message(void* socket, zmq_msg_t parts[2]) {
+  int n = 0;
+  bool more = true;
+  while (more) {
+    zmq_msg_t extra;
+    zmq_msg_t* target = n < 2 ? &parts[n] : &extra;
+    if (n >= 2) zmq_msg_init(&extra);
+    int rc = zmq_msg_recv(target, socket, ZMQ_DONTWAIT);
+    if (rc < 0) {
+      if (n >= 2) zmq_msg_close(&extra);
+      if (errno == ETERM) return -1;
+      return n;  // EAGAIN before the first frame (or an unexpected error)
+    }
+    more = zmq_msg_more(target) != 0;
+    if (n >= 2) zmq_msg_close(&extra);
+    ++n;
+  }
+  return n;
+}
+
+class WorkerThread {
+ public:
+  WorkerThread(std::shared_ptr<Node::Shared> sh, int tid) : sh_(std::move(sh)), tid_(tid) {}
+
+  void run(std::promise<std::string> bound) {
+    const NodeConfig& cfg = sh_->config;
+    if (cfg.pin_threads) {
+      unsigned cores = std::thread::hardware_concurrency();
+      int core = static_cast<int>(tid_ % (cores == 0 ? 1 : cores));
+      std::string why;
+      if (!pin_current_thread(core, &why))
+        log_warning("node " + cfg.node_id + " worker " + std::to_string(tid_) +
+                    ": cannot pin to core " + std::to_string(core) + " (" + why + "); continuing");
+    }
+    std::string tcp;
+    std::unique_ptr<Store> store;
+    try {
+      pull_ = zmq_socket(sh_->ctx, ZMQ_PULL);
+      if (pull_ == nullptr) throw std::runtime_error(std::string("zmq_socket: ") + zmq_strerror(errno));
+      int hwm = 0, linger = 0;
+      zmq_setsockopt(pull_, ZMQ_RCVHWM, &hwm, sizeof hwm);
+      zmq_setsockopt(pull_, ZMQ_LINGER, &linger, sizeof linger);
+      std::string endpoint = "tcp://" + cfg.ip + ":*";
+      if (zmq_bind(pull_, endpoint.c_str()) != 0)
+        throw std::runtime_error("bind " + endpoint + ": " + zmq_strerror(errno));
+      char buf[256];
+      size_t len = sizeof buf;
+      if (zmq_getsockopt(pull_, ZMQ_LAST_ENDPOINT, buf, &len) != 0)
+        throw std::runtime_error(std::string("ZMQ_LAST_ENDPOINT: ") + zmq_strerror(errno));
+      tcp.assign(buf, strnlen(buf, len));
+      std::string inproc = inproc_address(cfg.node_id, tid_);
+      if (zmq_bind(pull_, inproc.c_str()) != 0)
+        throw std::runtime_error("bind " + inproc + ": " + zmq_strerror(errno));
+      if (cfg.tier == DISK) store = std::make_unique<DiskStore>(DiskStore::path_for(cfg.data_dir, cfg.node_id, tid_));
+      else store = std::make_unique<MemoryStore>();
+    } catch (const std::exception& e) {
+      if (pull_ != nullptr) zmq_close(pull_);
+      pull_ = nullptr;
+      bound.set_exception(std::make_exception_ptr(std::runtime_error(
+          "node " + cfg.node_id + " worker " + std::to_string(tid_) + ": " + e.what())));
+      return;
+    }
+    bound.set_value(tcp);
+    sh_->go_future.wait();  // start() always releases it (on success or failure)
+    if (!sh_->stopping.load()) {
+      WorkerIdentity id{cfg.node_id, cfg.tier, tid_, tcp, cfg.max_value_bytes};
+      core_ = std::make_unique<WorkerCore>(std::move(id), std::move(store));
+      pushes_ = std::make_unique<PushCache>(sh_->ctx, sh_->rewrite);
+      serve();
+      core_.reset();  // closes the store
+      pushes_.reset();
+    }
+    zmq_close(pull_);
+  }
+
+ private:
+  void serve() {
+    const auto period = std::chrono::milliseconds(sh_->config.gossip_period_ms);
+    auto next_epoch = SteadyClock::now() + period;
+    zmq_msg_t parts[2];
+    zmq_msg_init(&parts[0]);
+    zmq_msg_init(&parts[1]);
+    while (!sh_->stopping.load(std::memory_order_relaxed)) {
+      auto now = SteadyClock::now();
+      long wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(next_epoch - now).count();
+      wait_ms = std::max(0L, std::min(wait_ms, 50L));
+      zmq_pollitem_t item{pull_, 0, ZMQ_POLLIN, 0};
+      int rc = zmq_poll(&item, 1, wait_ms);
+      if (rc < 0) {
+        if (errno == ETERM) break;
+        if (errno != EINTR) log_error("zmq_poll: " + std::string(zmq_strerror(errno)));
+        continue;
+      }
+      if (rc > 0) {
+        for (int i = 0; i < 1024; ++i) {
+          int frames = recv_message(pull_, parts);
+          if (frames == 0) break;
+          if (frames < 0) return;
+          process(parts, frames);
+        }
+      }
+      now = SteadyClock::now();
+      if (now >= next_epoch) {
+        epoch();
+        next_epoch = now + period;
+      }
+    }
+    epoch();  // flush the last changeset
+    zmq_msg_close(&parts[0]);
+    zmq_msg_close(&parts[1]);
+  }
+
+  void process(zmq_msg_t parts[2], int frames) {
+    if (frames != 2) {
+      ++dropped_;
+      log_warning(where() + "dropped a message with " + std::to_string(frames) +
+                  " frames (expected [kind][payload])");
+      return;
+    }
+    std::string_view kind(static_cast<const char*>(zmq_msg_data(&parts[0])), zmq_msg_size(&parts[0]));
+    std::string_view payload(static_cast<const char*>(zmq_msg_data(&parts[1])), zmq_msg_size(&parts[1]));
+    try {
+      std::string why;
+      if (!core_->handle(kind, payload, &out_, &why))
+        log_warning(where() + "dropped a '" + printable(kind) + "' message: " + why);
+    } catch (const std::exception& e) {
+      log_error(where() + "error handling a '" + printable(kind) + "' message: " + e.what());
+    }
+    flush();
+  }
+
+  void epoch() {
+    try {
+      core_->end_epoch(&out_);
+    } catch (const std::exception& e) {
+      log_error(where() + "error at epoch end: " + e.what());
+    }
+    flush();
+    if (send_failures_ > 0) {
+      log_warning(where() + std::to_string(send_failures_) +
+                  " outgoing messages could not be sent this epoch (bad address or full queue)");
+      send_failures_ = 0;
+    }
+    std::lock_guard<std::mutex> lock(sh_->stats_mu);  // once per epoch, off the request path
+    sh_->stats[tid_] = core_->stats();
+  }
+
+  void flush() {
+    for (const auto& m : out_)
+      if (!pushes_->send(m.address, m.kind, m.payload)) ++send_failures_;
+    out_.clear();
+  }
+
+  std::string where() const {
+    return "node " + sh_->config.node_id + " worker " + std::to_string(tid_) + ": ";
+  }
+
+  std::shared_ptr<Node::Shared> sh_;
+  int tid_;
+  void* pull_ = nullptr;
+  std::unique_ptr<WorkerCore> core_;
+  std::unique_ptr<PushCache> pushes_;
+  std::vector<OutMessage> out_;
+  std::uint64_t dropped_ = 0;
+  std::uint64_t send_failures_ = 0;
+};
+
+}  // namespace
+
+Node::Node(NodeConfig config) : config_(std::move(config)) {}
+
+Node::~Node() { stop(); }
+
+void Node::start() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (started_ || stopped_) throw std::runtime_error("Node.start: the node was already started");
+  if (!set_log_level(config_.log_level))
+    log_warning("node " + config_.node_id + ": unknown log_level '" + config_.log_level + "'");
+  auto sh = std::make_shared<Shared>();
+  sh->config = config_;
+  sh->ctx = zmq_ctx_new();
+  if (sh->ctx == nullptr) throw std::runtime_error("Node.start: zmq_ctx_new failed");
+  zmq_ctx_set(sh->ctx, ZMQ_BLOCKY, 0);
+  sh->stats.assign(config_.threads, WorkerStats{});
+
+  std::vector<std::future<std::string>> bound;
+  for (int tid = 0; tid < config_.threads; ++tid) {
+    std::promise<std::string> p;
+    bound.push_back(p.get_future());
+    threads_.emplace_back([sh, tid, p = std::move(p)]() mutable {
+      WorkerThread(sh, tid).run(std::move(p));
+    });
+  }
+  std::string error;
+  std::vector<std::string> addresses;
+  auto deadline = SteadyClock::now() + std::chrono::seconds(30);
+  for (int tid = 0; tid < config_.threads; ++tid) {
+    if (bound[tid].wait_until(deadline) != std::future_status::ready) {
+      error = "worker " + std::to_string(tid) + " did not start within 30 s";
+      break;
+    }
+    try {
+      addresses.push_back(bound[tid].get());
+    } catch (const std::exception& e) {
+      error = e.what();
+      break;
+    }
+  }
+  if (!error.empty()) {
+    sh->stopping.store(true);
+    sh->go.set_value();
+    for (auto& t : threads_) t.join();
+    threads_.clear();
+    zmq_ctx_term(sh->ctx);
+    stopped_ = true;
+    throw std::runtime_error("Node.start: " + error);
+  }
+  for (int tid = 0; tid < config_.threads; ++tid)
+    sh->rewrite[addresses[tid]] = inproc_address(config_.node_id, tid);
+  sh->addresses = addresses;
+  addresses_ = addresses;
+  shared_ = sh;
+  started_ = true;
+  sh->go.set_value();
+  log_info("node " + config_.node_id + " started " + std::to_string(config_.threads) + " workers");
+}
+
+void Node::stop() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stop_locked();
+}
+
+void Node::stop_locked() {
+  if (!started_ || stopped_) {
+    stopped_ = true;
+    return;
+  }
+  shared_->stopping.store(true);
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+  zmq_ctx_term(shared_->ctx);
+  shared_->ctx = nullptr;
+  stopped_ = true;
+  log_info("node " + config_.node_id + " stopped");
+}
+
+bool Node::running() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return started_ && !stopped_;
+}
+
+std::vector<std::string> Node::worker_addresses() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return addresses_;
+}
+
+std::vector<WorkerStats> Node::stats() const {
+  std::shared_ptr<Shared> sh;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    sh = shared_;
+  }
+  if (!sh) return {};
+  std::lock_guard<std::mutex> lock(sh->stats_mu);
+  return sh->stats;
+}
+
+}  // namespace anna
