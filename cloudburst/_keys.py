@@ -1,0 +1,28 @@
+"""KVS key names of Cloudburst's own records (registry, worker directory).
+
+User objects may use any key that does not start with `PREFIX`.
+"""
+PREFIX = "__cloudburst/"
+FUNCTIONS_INDEX = PREFIX + "index/functions"
+DAGS_INDEX = PREFIX + "index/dags"
+
+
+def function_key(name: str) -> str:
+    return f"{PREFIX}fn/{name}"
+
+
+def dag_key(name: str) -> str:
+    return f"{PREFIX}dag/{name}"
+
+
+def worker_key(worker_id: str) -> str:
+    return f"{PREFIX}worker/{worker_id}"
+
+
+def check_user_key(key: str) -> str:
+    """Raise ValueError for a key that is empty, not a str, or in Cloudburst's namespace."""
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"a key must be a non-empty str, got {key!r}")
+    if key.startswith(PREFIX):
+        raise ValueError(f"keys starting with {PREFIX!r} are reserved for Cloudburst: {key!r}")
+    return key

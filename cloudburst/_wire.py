@@ -1,0 +1,184 @@
+"""Wire plumbing shared by the SDK, schedulers and executors (proto/cloudburst.proto header).
+
+Contract:
+- Every message is two frames `[kind][payload]`; `send` writes one without blocking (a full
+  peer drops it and `send` returns False); `parse` checks one and raises `FrameError`.
+- `PushCache` keeps one PUSH socket per destination; `bind_pull` binds `tcp://ip:*`.
+- `dumps`/`loads` serialize Python values (cloudpickle out, pickle in).
+- `encode_args`/`decode_arg` move call arguments in and out of `cloudburst.Argument`: a
+  top-level `Reference` travels as a key (so schedulers see it), anything else as bytes.
+- `announce_ready(info)` prints one `CLOUDBURST_READY <json>` line on stdout; the launcher
+  (`cloudburst._proc`) reads it.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import pickle
+import sys
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import cloudpickle
+import zmq
+
+from hydro_proto import cloudburst_pb2 as pb
+
+from .reference import Reference
+
+__all__ = ["KINDS", "FrameError", "send", "parse", "PushCache", "bind_pull", "dumps", "dumps_function", "loads",
+           "encode_args", "decode_arg", "references_of", "announce_ready", "READY_PREFIX",
+           "configure_logging", "pb"]
+
+KINDS = frozenset({
+    "register_fn", "register_dag", "delete_dag", "list", "info", "call", "heartbeat", "keyset",
+    "done", "schedule", "trigger", "abort", "msg", "cache_reply", "cache", "reply", "accepted",
+    "result",
+})
+_KIND_BYTES = {k.encode(): k for k in KINDS}
+READY_PREFIX = "CLOUDBURST_READY "
+
+
+class FrameError(ValueError):
+    """A received message does not follow the [kind][payload] framing."""
+
+
+def parse(frames: Sequence[bytes]) -> Tuple[str, bytes]:
+    """Check a received [kind][payload] message and return (kind, payload)."""
+    if len(frames) != 2:
+        raise FrameError(f"expected 2 frames [kind][payload], got {len(frames)}")
+    kind = _KIND_BYTES.get(bytes(frames[0]))
+    if kind is None:
+        raise FrameError(f"unknown message kind {bytes(frames[0])[:32]!r}")
+    return kind, frames[1]
+
+
+def send(socket: zmq.Socket, kind: str, message: Any) -> bool:
+    """Send [kind][message] without blocking; False if the message was dropped."""
+    try:
+        socket.send_multipart([kind.encode(), message.SerializeToString()], flags=zmq.NOBLOCK)
+        return True
+    except zmq.Again:
+        return False
+
+
+def bind_pull(context: zmq.Context, ip: str = "127.0.0.1") -> Tuple[zmq.Socket, str]:
+    """A PULL socket bound on a free port of `ip`, and its connectable address."""
+    s = context.socket(zmq.PULL)
+    s.setsockopt(zmq.LINGER, 0)
+    s.setsockopt(zmq.RCVHWM, 100000)
+    s.bind(f"tcp://{ip}:*")
+    return s, s.getsockopt_string(zmq.LAST_ENDPOINT).replace("tcp://0.0.0.0:", "tcp://127.0.0.1:")
+
+
+class PushCache:
+    """One connected PUSH socket per destination address, created on first use. Not thread-safe."""
+
+    def __init__(self, context: zmq.Context) -> None:
+        self._context = context
+        self._sockets: Dict[str, zmq.Socket] = {}
+
+    def socket(self, address: str) -> zmq.Socket:
+        s = self._sockets.get(address)
+        if s is None:
+            s = self._context.socket(zmq.PUSH)
+            s.setsockopt(zmq.LINGER, 500)
+            s.setsockopt(zmq.SNDHWM, 100000)
+            s.setsockopt(zmq.IMMEDIATE, 0)
+            s.connect(address)
+            self._sockets[address] = s
+        return s
+
+    def send(self, address: str, kind: str, message: Any) -> bool:
+        """Send [kind][message] to `address` without blocking; False if dropped."""
+        return send(self.socket(address), kind, message)
+
+    def forget(self, address: str) -> None:
+        s = self._sockets.pop(address, None)
+        if s is not None:
+            s.close(0)
+
+    def close(self) -> None:
+        for s in self._sockets.values():
+            s.close(0)
+        self._sockets.clear()
+
+
+def dumps(value: Any) -> bytes:
+    """Serialize a Python value (functions, classes and lambdas included)."""
+    return cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _user_module(obj: Any) -> Any:
+    """The module defining `obj` if it is the user's own code (not stdlib, not installed)."""
+    import os
+    import sysconfig
+    name = getattr(obj, "__module__", None)
+    module = sys.modules.get(name) if name else None
+    path = getattr(module, "__file__", None)
+    if module is None or name == "__main__" or not path:
+        return None
+    if name.split(".")[0] in ("cloudburst", "scheduler", "executor", "anna_core", "hydro_proto"):
+        return None
+    path = os.path.realpath(path)
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        root = sysconfig.get_paths().get(key)
+        if root and path.startswith(os.path.realpath(root) + os.sep):
+            return None
+    return module
+
+
+def dumps_function(obj: Any) -> bytes:
+    """Serialize a function or `(class, init_args)` for registration. Functions and classes
+    defined in the user's own modules (e.g. a test file or script that executors cannot
+    import) are pickled by value, so executors need nothing but the registration."""
+    target = obj[0] if isinstance(obj, tuple) else obj
+    module = _user_module(target)
+    if module is None:
+        return dumps(obj)
+    cloudpickle.register_pickle_by_value(module)
+    try:
+        return dumps(obj)
+    finally:
+        cloudpickle.unregister_pickle_by_value(module)
+
+
+def loads(data: bytes) -> Any:
+    """Inverse of `dumps`."""
+    return pickle.loads(data)
+
+
+def encode_args(args: Iterable[Any]) -> "pb.ArgumentList":
+    """Call arguments as an `ArgumentList`: references by key, other values serialized."""
+    out = pb.ArgumentList()
+    for a in args:
+        if isinstance(a, Reference):
+            out.args.add(reference=a.key)
+        else:
+            out.args.add(value=dumps(a))
+    return out
+
+
+def decode_arg(arg: "pb.Argument") -> Any:
+    """An `Argument` back as a value, or as a `Reference` (resolved later by the executor)."""
+    if arg.WhichOneof("kind") == "reference":
+        return Reference(arg.reference)
+    return loads(arg.value)
+
+
+def references_of(arglist: "pb.ArgumentList") -> List[str]:
+    """The keys referenced by an `ArgumentList`."""
+    return [a.reference for a in arglist.args if a.WhichOneof("kind") == "reference"]
+
+
+def announce_ready(info: Dict[str, Any]) -> None:
+    """Tell the launcher this process is ready, with its addresses (one stdout line)."""
+    sys.stdout.write(READY_PREFIX + json.dumps(info) + "\n")
+    sys.stdout.flush()
+
+
+def configure_logging(level: Optional[str], name: str) -> logging.Logger:
+    """stderr logging for a service process; returns its logger."""
+    numeric = getattr(logging, (level or "warning").upper(), logging.WARNING)
+    logging.basicConfig(level=numeric, stream=sys.stderr,
+                        format=f"%(asctime)s {name} %(levelname)s %(message)s")
+    return logging.getLogger(f"cloudburst.{name}")

@@ -1,0 +1,355 @@
+"""The Cloudburst client SDK: register functions and DAGs, call them, store objects.
+
+Contract:
+- `Client(address)` connects to a scheduler (`tcp://host:port`) and asks it for the KVS
+  address (`Timeout` names the scheduler if it does not answer). Results, replies and
+  acknowledgements come back on one PULL socket of the client's own: the sink's result is
+  pushed straight to it; nothing polls the KVS.
+- Registry calls (`register`, `register_dag`, `delete_dag`, `list`) wait for the scheduler's
+  answer and raise its typed error (`InvalidDag`, `DagNotFound`, ...).
+- `call` / `call_dag` return a `Future` at once; `Future.get(timeout)` returns the value or
+  raises the typed error (`FunctionNotFound`, `DagNotFound`, `NoResources`, `ExecutionError`
+  with the remote traceback, `Timeout` naming the stage that stalled).
+- `put` / `get` store and read objects (cloudpickled) in the KVS; `get` of a missing key
+  raises `ObjectNotFound`. Keys starting with `__cloudburst/` are reserved.
+- A Client may be shared by threads: sends are serialized by a lock, and whichever thread is
+  waiting reads the socket and hands each answer to the thread waiting for it.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+import weakref
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+
+import zmq
+
+from hydro_proto import cloudburst_pb2 as pb
+
+from ._keys import check_user_key
+from ._wire import FrameError, bind_pull, dumps, dumps_function, encode_args, loads, parse, send
+from .errors import CloudburstError, ObjectNotFound, Timeout, error_from_status
+
+__all__ = ["Client", "Future", "Listing"]
+
+_CONSISTENCY = {"lww": pb.LWW}
+
+
+class Listing(NamedTuple):
+    """What `Client.list()` returns: registered function and DAG names, sorted."""
+
+    functions: List[str]
+    dags: List[str]
+
+
+class _Slot:
+    __slots__ = ("accepted", "answer")
+
+    def __init__(self) -> None:
+        self.accepted: Optional[pb.Accepted] = None
+        self.answer: Any = None          # pb.Reply or pb.CallResult
+
+
+class Future:
+    """The eventual result of one call. `get(timeout)` returns it or raises a typed error."""
+
+    def __init__(self, client: "Client", request_id: str, what: str, timeout: float) -> None:
+        self._client = client
+        self.request_id = request_id
+        self.what = what
+        self._timeout = timeout
+        self._result: Optional[pb.CallResult] = None
+        self._finalizer = weakref.finalize(self, client._forget, request_id)
+
+    def done(self) -> bool:
+        """True if the result (or error) has arrived."""
+        if self._result is None:
+            self._result = self._client._peek(self.request_id)
+        return self._result is not None
+
+    def get(self, timeout: Optional[float] = None) -> Any:
+        """The call's value; raises the call's typed error, or `Timeout` after `timeout` s."""
+        if self._result is None:
+            wait = self._timeout if timeout is None else timeout
+            slot = self._client._wait(self.request_id, wait, self._stage)
+            self._result = slot.answer
+            self._finalizer()
+        r = self._result
+        if r.status == pb.OK:
+            return loads(r.value)
+        raise error_from_status(r.status, r.message, r.traceback, r.stage)
+
+    def _stage(self, slot: _Slot) -> str:
+        if slot.accepted is None:
+            return f"the scheduler at {self._client.address} to accept {self.what}"
+        placement = ", ".join(f"{f} on {w}" for f, w in sorted(slot.accepted.placement.items()))
+        return f"the result of {self.what} (placed: {placement})"
+
+
+class Client:
+    """A connection to a Cloudburst cluster; see the module contract.
+
+    Args:
+        address: a scheduler's address, e.g. `LocalCluster.address`.
+        timeout: default seconds to wait for any answer (and a call's default deadline).
+        ip: local address to bind the answer socket on (must be reachable by the cluster).
+    """
+
+    def __init__(self, address: str, *, timeout: float = 30.0, ip: str = "127.0.0.1") -> None:
+        self.address = address
+        self.timeout = float(timeout)
+        self._context = zmq.Context()
+        self._pull, self.response_address = bind_pull(self._context, ip)
+        self._push = self._context.socket(zmq.PUSH)
+        self._push.setsockopt(zmq.LINGER, 500)
+        self._push.setsockopt(zmq.SNDHWM, 100000)
+        self._push.connect(address)
+        self._send_lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._slots: Dict[str, _Slot] = {}
+        self._reading = False
+        self._prefix = uuid.uuid4().hex[:10]
+        self._seq = 0
+        self._kvs: Any = None
+        self._kvs_lock = threading.Lock()
+        self._ip = ip
+        self.closed = False
+        try:
+            info = self._ask("info", pb.NameRequest(), "answer `info` (is a scheduler running there?)",
+                             min(self.timeout, 10.0))
+        except BaseException:
+            self.close()
+            raise
+        self.kvs_address: str = info.kvs_address
+
+    # ---- registry ----
+    def register(self, function: Any, name: str) -> None:
+        """Register `function` under `name`: a function `f(lib, *args)`, or `(cls, init_args)`
+        (or a bare class) for a stateful class whose instance's `run(lib, *args)` is called;
+        one instance per executor worker lives across calls."""
+        stateful = False
+        if isinstance(function, tuple) and len(function) == 2 and isinstance(function[0], type):
+            cls, init_args = function
+            body, stateful = (cls, tuple(init_args)), True
+        elif isinstance(function, type):
+            cls, body, stateful = function, (function, ()), True
+        elif callable(function):
+            body = function
+        else:
+            raise TypeError(f"register takes a function or (class, init_args), got {function!r}")
+        if stateful and not callable(getattr(body[0], "run", None)):
+            raise TypeError(f"stateful class {body[0].__name__} needs a `run(self, lib, ...)` method")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"a function name must be a non-empty str, got {name!r}")
+        record = pb.FunctionRecord(name=name, body=dumps_function(body), stateful=stateful)
+        self._ask("register_fn", pb.RegisterFunction(function=record),
+                  f"register function {name!r}")
+
+    def register_dag(self, name: str, functions: Sequence[str],
+                     connections: Sequence[Tuple[str, str]] = ()) -> None:
+        """Register a DAG; connections are (src, dst) pairs. Raises `InvalidDag` with the reason."""
+        record = pb.DagRecord(name=name, functions=list(functions))
+        for c in connections:
+            if len(c) != 2:
+                from .errors import InvalidDag
+                raise InvalidDag(f"DAG {name!r}: connection {tuple(c)!r} is not a (src, dst) pair")
+            record.connections.add(source=c[0], target=c[1])
+        self._ask("register_dag", pb.RegisterDag(dag=record), f"register DAG {name!r}")
+
+    def delete_dag(self, name: str) -> None:
+        """Delete DAG `name`; raises `DagNotFound` if it is not registered."""
+        self._ask("delete_dag", pb.NameRequest(name=name), f"delete DAG {name!r}")
+
+    def list(self) -> Listing:
+        """Registered function and DAG names."""
+        reply = self._ask("list", pb.NameRequest(), "list the registry")
+        return Listing(list(reply.functions), list(reply.dags))
+
+    def executors(self) -> List[str]:
+        """Ids of the executor workers the scheduler currently considers live."""
+        return list(self._ask("info", pb.NameRequest(), "answer `info`").worker_ids)
+
+    # ---- calls ----
+    def call(self, name: str, *args: Any, timeout: Optional[float] = None) -> Future:
+        """Call registered function `name` with `args` (after `lib`)."""
+        call = pb.Call(function=name)
+        call.args[name].CopyFrom(encode_args(args))
+        return self._submit(call, f"call of function {name!r}", timeout)
+
+    def call_dag(self, name: str, args: Optional[Mapping[str, Sequence[Any]]] = None,
+                 consistency: str = "lww", output_key: Optional[str] = None,
+                 timeout: Optional[float] = None) -> Future:
+        """Call DAG `name`; `args` maps a function to its own arguments (a list or tuple).
+
+        A function receives its own arguments first, then its upstreams' results in the
+        order the connections were registered. The sink's result is the call's value, also
+        stored under `output_key` when given. Only `consistency="lww"` exists until HydroCache.
+        """
+        if consistency not in _CONSISTENCY:
+            raise ValueError(f"consistency {consistency!r} is not supported (supported: "
+                             f"{sorted(_CONSISTENCY)}; causal modes come with HydroCache)")
+        call = pb.Call(dag=name, consistency=_CONSISTENCY[consistency],
+                       output_key=check_user_key(output_key) if output_key else "")
+        for fn, fn_args in (args or {}).items():
+            if not isinstance(fn_args, (list, tuple)):
+                raise TypeError(f"arguments for {fn!r} must be a list or tuple, got "
+                                f"{type(fn_args).__name__}")
+            call.args[fn].CopyFrom(encode_args(fn_args))
+        return self._submit(call, f"call of DAG {name!r}", timeout)
+
+    def _submit(self, call: pb.Call, what: str, timeout: Optional[float]) -> Future:
+        wait = self.timeout if timeout is None else float(timeout)
+        rid = self._new_slot()
+        call.request_id = rid
+        call.response_address = self.response_address
+        call.timeout = wait
+        self._send("call", call)
+        return Future(self, rid, what, wait)
+
+    # ---- objects ----
+    def put(self, key: str, value: Any) -> None:
+        """Store `value` (any picklable object) under `key`."""
+        check_user_key(key)
+        data = dumps(value)
+        with self._kvs_lock:
+            self._kvs_client().put(key, data)
+
+    def get(self, key: str) -> Any:
+        """The object stored under `key`; raises `ObjectNotFound` if there is none."""
+        import anna_core
+        check_user_key(key)
+        with self._kvs_lock:
+            try:
+                data = self._kvs_client().get(key)
+            except anna_core.KeyNotFound:
+                raise ObjectNotFound(key) from None
+            except anna_core.Timeout as e:
+                raise Timeout(f"the KVS to answer GET {key!r} ({e})") from None
+        return loads(data)
+
+    def _kvs_client(self) -> Any:
+        if self._kvs is None:
+            import anna_core
+            self._kvs = anna_core.Client(self.kvs_address, ip=self._ip, timeout=5.0)
+        return self._kvs
+
+    # ---- lifecycle ----
+    def close(self) -> None:
+        """Close the sockets (idempotent)."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._kvs is not None:
+            self._kvs.close()
+        self._push.close(0)
+        self._pull.close(0)
+        self._context.term()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ---- plumbing ----
+    def _new_slot(self) -> str:
+        with self._cond:
+            self._seq += 1
+            rid = f"{self._prefix}-{self._seq}"
+            self._slots[rid] = _Slot()
+        return rid
+
+    def _send(self, kind: str, message: Any) -> None:
+        if self.closed:
+            raise CloudburstError("this Client is closed")
+        with self._send_lock:
+            if not send(self._push, kind, message):
+                raise CloudburstError(f"the scheduler at {self.address} is not accepting messages")
+
+    def _ask(self, kind: str, message: Any, what: str, timeout: Optional[float] = None) -> pb.Reply:
+        rid = self._new_slot()
+        message.request_id = rid
+        message.response_address = self.response_address
+        self._send(kind, message)
+        wait = self.timeout if timeout is None else timeout
+        try:
+            slot = self._wait(rid, wait, lambda _s: f"the scheduler at {self.address} to {what}")
+        finally:
+            self._forget(rid)
+        reply: pb.Reply = slot.answer
+        if reply.status != pb.OK:
+            raise error_from_status(reply.status, reply.message)
+        return reply
+
+    def _forget(self, rid: str) -> None:
+        with self._cond:
+            self._slots.pop(rid, None)
+
+    def _peek(self, rid: str) -> Any:
+        with self._cond:
+            slot = self._slots.get(rid)
+            if slot is not None and slot.answer is not None:
+                return slot.answer
+        if self._cond.acquire(blocking=False):  # opportunistically read what has arrived
+            try:
+                if not self._reading:
+                    self._store(self._drain(0))
+            finally:
+                self._cond.release()
+        with self._cond:
+            slot = self._slots.get(rid)
+            return slot.answer if slot is not None else None
+
+    def _wait(self, rid: str, timeout: float, stage: Callable[[_Slot], str]) -> _Slot:
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._cond:
+                slot = self._slots.get(rid)
+                if slot is None:
+                    raise CloudburstError(f"request {rid} is unknown (already collected?)")
+                if slot.answer is not None:
+                    return slot
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise Timeout(stage(slot), timeout)
+                if self._reading:
+                    self._cond.wait(min(remaining, 0.05))
+                    continue
+                self._reading = True
+            messages: List[Tuple[str, Any]] = []
+            try:
+                messages = self._drain(min(remaining, 0.05))
+            finally:
+                with self._cond:
+                    self._reading = False
+                    self._store(messages)
+                    self._cond.notify_all()
+
+    def _drain(self, timeout: float) -> List[Tuple[str, Any]]:
+        """Read what arrives within `timeout` (then everything queued), without the lock."""
+        out: List[Tuple[str, Any]] = []
+        if self.closed or not self._pull.poll(int(timeout * 1000)):
+            return out
+        while True:
+            try:
+                frames = self._pull.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return out
+            try:
+                kind, payload = parse(frames)
+                cls = {"reply": pb.Reply, "accepted": pb.Accepted, "result": pb.CallResult}[kind]
+                out.append((kind, cls.FromString(payload)))
+            except (FrameError, KeyError, Exception):
+                continue
+
+    def _store(self, messages: List[Tuple[str, Any]]) -> None:
+        """Hand messages to their slots (caller holds the lock); unknown ids are dropped."""
+        for kind, m in messages:
+            slot = self._slots.get(m.request_id)
+            if slot is None:
+                continue
+            if kind == "accepted":
+                slot.accepted = m
+            elif slot.answer is None:
+                slot.answer = m

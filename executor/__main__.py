@@ -1,0 +1,40 @@
+"""`python -m executor --config JSON`: run one executor node (node cache + workers) until SIGTERM.
+
+Prints one `CLOUDBURST_READY {"node_id", "cache_address", "workers": [...]}` line once every
+worker is ready.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+
+from cloudburst._wire import announce_ready, configure_logging
+
+from .config import NodeConfig
+from .node import ExecutorNode
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m executor", description=__doc__)
+    parser.add_argument("--config", required=True, help="NodeConfig as JSON")
+    config = NodeConfig.from_json(parser.parse_args().config)
+    log = configure_logging(config.log_level, f"node {config.node_id}")
+    node = ExecutorNode(config)
+    signal.signal(signal.SIGTERM, lambda *_: node.stop())
+    signal.signal(signal.SIGINT, lambda *_: node.stop())
+    try:
+        workers = node.start_workers()
+    except BaseException:
+        node.close()
+        raise
+    announce_ready({"node_id": config.node_id, "cache_address": node.cache_address,
+                    "pid": os.getpid(), "workers": workers})
+    log.info("node %s ready with %d workers", config.node_id, len(workers))
+    node.serve()
+    log.info("node %s stopped", config.node_id)
+
+
+if __name__ == "__main__":
+    main()
+

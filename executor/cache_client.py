@@ -1,0 +1,69 @@
+"""A worker's connection to its node cache (the only path of a worker's reads and writes).
+
+Contract: `CacheClient.get(keys)` returns `{key: bytes or None}` (None: no such key in the
+KVS); `put(key, value)` returns once the node cache has written the value through to Anna.
+Each request waits on the worker's own reply socket for the answer with the same request id
+(older answers are dropped) until `timeout`; then `cloudburst.errors.Timeout` names the node
+cache and the keys. A failed answer raises `CloudburstError` with the node cache's reason.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Dict, List, Optional, Sequence
+
+import zmq
+
+from cloudburst._wire import PushCache, parse
+from cloudburst.errors import CloudburstError, Timeout
+from hydro_proto import cloudburst_pb2 as pb
+
+__all__ = ["CacheClient"]
+
+
+class CacheClient:
+    """Synchronous requests to the node cache; see the module contract."""
+
+    def __init__(self, push: PushCache, cache_address: str, reply_socket: zmq.Socket,
+                 reply_address: str, timeout: float) -> None:
+        self._push = push
+        self.cache_address = cache_address
+        self._reply = reply_socket
+        self._reply_address = reply_address
+        self.timeout = timeout
+        self._prefix = uuid.uuid4().hex[:8]
+        self._seq = 0
+
+    def get(self, keys: Sequence[str]) -> Dict[str, Optional[bytes]]:
+        response = self._request(pb.CACHE_GET, list(keys), [])
+        return {e.key: (bytes(e.value) if e.found else None) for e in response.entries}
+
+    def put(self, key: str, value: bytes) -> None:
+        self._request(pb.CACHE_PUT, [key], [value])
+
+    def _request(self, op: int, keys: List[str], values: List[bytes]) -> pb.CacheResponse:
+        self._seq += 1
+        rid = f"{self._prefix}-{self._seq}"
+        req = pb.CacheRequest(request_id=rid, response_address=self._reply_address, op=op,
+                              keys=keys, values=values)
+        what = f"{'GET' if op == pb.CACHE_GET else 'PUT'} {keys[:5]}"
+        if not self._push.send(self.cache_address, "cache", req):
+            raise CloudburstError(f"node cache at {self.cache_address} is not accepting {what}")
+        deadline = time.monotonic() + self.timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self._reply.poll(int(remaining * 1000) + 1):
+                if time.monotonic() < deadline:
+                    continue
+                raise Timeout(f"the node cache at {self.cache_address} to answer {what}",
+                              self.timeout)
+            try:
+                _, payload = parse(self._reply.recv_multipart())
+                response = pb.CacheResponse.FromString(payload)
+            except Exception:
+                continue
+            if response.request_id != rid:
+                continue
+            if response.status != pb.OK:
+                raise CloudburstError(response.message or f"node cache failed {what}")
+            return response

@@ -1,0 +1,59 @@
+"""Configuration of an executor node and of its worker processes (passed in; no fixed ports)."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import List, Optional
+
+__all__ = ["NodeConfig", "WorkerConfig"]
+
+
+@dataclass
+class NodeConfig:
+    """One executor node: a node cache plus `workers` worker processes.
+
+    heartbeat_period: seconds between worker heartbeats and node key-set reports.
+    fetch_threads: threads of the node cache that talk to Anna (misses and writes).
+    """
+
+    node_id: str
+    kvs_address: str
+    scheduler_addresses: List[str] = field(default_factory=list)
+    workers: int = 3
+    ip: str = "127.0.0.1"
+    heartbeat_period: float = 0.2
+    fetch_threads: int = 4
+    worker_start_timeout: float = 30.0
+    log_level: str = "warning"
+    parent_pid: Optional[int] = None
+    log_dir: Optional[str] = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "NodeConfig":
+        return cls(**json.loads(text))
+
+
+@dataclass
+class WorkerConfig:
+    """One executor worker process; `worker_id` is unique (vector clocks will use it)."""
+
+    worker_id: str
+    node_id: str
+    kvs_address: str
+    cache_address: str
+    scheduler_addresses: List[str] = field(default_factory=list)
+    ip: str = "127.0.0.1"
+    heartbeat_period: float = 0.2
+    cache_timeout: float = 30.0
+    log_level: str = "warning"
+    parent_pid: Optional[int] = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "WorkerConfig":
+        return cls(**json.loads(text))

@@ -1,0 +1,68 @@
+"""The user library: the `lib` object every function receives as its first argument.
+
+Contract (issue 3):
+- `lib.get(key, default=...)` returns the object stored under `key` (read through the node
+  cache); a list of keys returns `{key: object}`. A missing key raises
+  `cloudburst.errors.ObjectNotFound` unless `default` is given.
+- `lib.put(key, value)` stores `value` (through the node cache, written through to Anna).
+- `lib.getid()` is this executor worker's unique id.
+- `lib.send(dest, data)` sends bytes to the worker whose id is `dest` (ids come from
+  `getid()`); `lib.recv(timeout=5.0)` returns every message received so far as a list of
+  `(sender_id, bytes)`, waiting up to `timeout` seconds for the first one (`timeout=0`: do
+  not wait, possibly return []); with `timeout > 0` and nothing received it raises
+  `cloudburst.errors.Timeout`.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Sequence, Tuple, Union
+
+from cloudburst._keys import check_user_key
+from cloudburst._wire import dumps, loads
+from cloudburst.errors import ObjectNotFound
+
+__all__ = ["UserLibrary"]
+
+_MISSING = object()
+
+
+class UserLibrary:
+    """What a function can do besides computing; see the module contract."""
+
+    def __init__(self, worker: Any) -> None:
+        self._worker = worker
+
+    def getid(self) -> str:
+        """This executor worker's unique id."""
+        return self._worker.worker_id
+
+    def get(self, key: Union[str, Sequence[str]], default: Any = _MISSING) -> Any:
+        """The object under `key`, or `{key: object}` for a list of keys."""
+        single = isinstance(key, str)
+        keys = [key] if single else list(key)
+        for k in keys:
+            check_user_key(k)
+        raw = self._worker.cache.get(keys)
+        out: Dict[str, Any] = {}
+        for k in keys:
+            data = raw.get(k)
+            if data is None:
+                if default is _MISSING:
+                    raise ObjectNotFound(k)
+                out[k] = default
+            else:
+                out[k] = loads(data)
+        return out[key] if single else out
+
+    def put(self, key: str, value: Any) -> None:
+        """Store `value` under `key`."""
+        self._worker.cache.put(check_user_key(key), dumps(value))
+
+    def send(self, dest: str, data: bytes) -> None:
+        """Send `data` (bytes) to the worker with id `dest`."""
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"lib.send sends bytes, got {type(data).__name__}")
+        self._worker.send_user_message(dest, bytes(data))
+
+    def recv(self, timeout: float = 5.0) -> List[Tuple[str, bytes]]:
+        """Messages received so far as (sender id, bytes); see the module contract."""
+        return self._worker.receive_user_messages(timeout)

@@ -1,0 +1,234 @@
+"""The executor node: the node cache service and the supervisor of the node's worker processes.
+
+Contract:
+- `ExecutorNode(config)` binds a PULL socket for `cache` requests from its workers and one
+  for Anna's pushed UPDATEs, then `start_workers()` spawns `config.workers` worker processes
+  (`python -m executor.worker`), each with a unique id, and waits for them to be ready.
+- The node cache is the one place where the node's reads and writes pass: a GET hit is
+  answered from memory at once; a miss is fetched from Anna by a fetch thread, cached, and the
+  key subscribed so that Anna's pushes keep it fresh; a PUT is written through to Anna (as an
+  LWW lattice with this node's timestamp) and merged into the cache before it is acknowledged.
+  Anna errors reach the worker as a failed `CacheResponse` naming the key.
+- Every `heartbeat_period` the node reports its key set to every scheduler (when it changed,
+  and at least every 10 periods).
+- A worker process that exits is logged; the schedulers drop it when its heartbeats stop.
+- `serve()` runs until `stop()`; then workers get SIGTERM (then SIGKILL) and are reaped.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Dict, List, Optional
+
+import zmq
+
+import anna_core
+from anna_core.wire import MonotoneClock, tuple_to_lattice
+from cloudburst._proc import ManagedProcess, stop_all, wait_all_ready
+from cloudburst._wire import FrameError, PushCache, bind_pull, parse
+from hydro_proto import anna_pb2
+from hydro_proto import cloudburst_pb2 as pb
+
+from .cache import LwwCache
+from .config import NodeConfig, WorkerConfig
+
+__all__ = ["ExecutorNode"]
+
+log = logging.getLogger("cloudburst.node")
+
+
+class ExecutorNode:
+    """One executor node process; see the module contract."""
+
+    def __init__(self, config: NodeConfig) -> None:
+        self.config = config
+        self._context = zmq.Context()
+        self._requests, self.cache_address = bind_pull(self._context, config.ip)
+        self._updates, self.update_address = bind_pull(self._context, config.ip)
+        self._push = PushCache(self._context)
+        self.cache = LwwCache()
+        self._lock = threading.Lock()
+        self._subscribed: set = set()
+        self._clock = MonotoneClock()
+        self._local = threading.local()
+        self._clients: List[Any] = []
+        self._pool = ThreadPoolExecutor(max(1, config.fetch_threads),
+                                        thread_name_prefix="cache-fetch")
+        self.workers: List[ManagedProcess] = []
+        self.worker_info: List[Dict[str, Any]] = []
+        self._reported_dead: set = set()
+        self._stopping = False
+
+    # ---- workers ----
+    def start_workers(self) -> List[Dict[str, Any]]:
+        log_dir = self.config.log_dir or os.getcwd()
+        for i in range(self.config.workers):
+            wid = f"{self.config.node_id}.w{i}-{uuid.uuid4().hex[:6]}"
+            wc = WorkerConfig(worker_id=wid, node_id=self.config.node_id,
+                              kvs_address=self.config.kvs_address,
+                              cache_address=self.cache_address,
+                              scheduler_addresses=list(self.config.scheduler_addresses),
+                              ip=self.config.ip, heartbeat_period=self.config.heartbeat_period,
+                              log_level=self.config.log_level, parent_pid=os.getpid())
+            p = ManagedProcess(f"worker-{wid}", [sys.executable, "-m", "executor.worker",
+                                                 "--config", wc.to_json()], log_dir)
+            self.workers.append(p.spawn())
+        wait_all_ready(self.workers, self.config.worker_start_timeout)
+        self.worker_info = [dict(p.info, pid=p.pid) for p in self.workers]
+        return self.worker_info
+
+    # ---- loop ----
+    def stop(self) -> None:
+        self._stopping = True
+
+    def serve(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._requests, zmq.POLLIN)
+        poller.register(self._updates, zmq.POLLIN)
+        period = self.config.heartbeat_period
+        next_tick = time.monotonic()
+        reported_version, periods_since_report = -1, 0
+        while not self._stopping:
+            wait = max(0.0, next_tick - time.monotonic())
+            for sock, _ in poller.poll(int(wait * 1000) + 1):
+                if sock is self._requests:
+                    self._on_request(self._requests.recv_multipart())
+                else:
+                    self._on_update(self._updates.recv())
+            now = time.monotonic()
+            if now >= next_tick:
+                next_tick = now + period
+                periods_since_report += 1
+                if self.cache.keyset_version != reported_version or periods_since_report >= 10:
+                    reported_version = self.cache.keyset_version
+                    periods_since_report = 0
+                    self._report_keys()
+                self._check_workers()
+                if self.config.parent_pid and os.getppid() != self.config.parent_pid:
+                    log.warning("parent process exited; stopping")
+                    break
+        self.close()
+
+    def close(self) -> None:
+        stop_all(self.workers, timeout=5.0)
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        for c in self._clients:
+            c.close()
+        self._push.close()
+        self._requests.close(0)
+        self._updates.close(0)
+        self._context.term()
+
+    def _check_workers(self) -> None:
+        for p in self.workers:
+            if not p.running() and p.name not in self._reported_dead:
+                self._reported_dead.add(p.name)
+                log.warning("%s exited with code %s", p.name, p.proc.returncode)
+
+    def _report_keys(self) -> None:
+        with self._lock:
+            keys = sorted(self.cache.keys())
+        message = pb.CacheKeySet(node_id=self.config.node_id, keys=keys)
+        for address in self.config.scheduler_addresses:
+            self._push.send(address, "keyset", message)
+
+    # ---- cache requests ----
+    def _on_request(self, frames: Any) -> None:
+        try:
+            kind, payload = parse(frames)
+            if kind != "cache":
+                raise FrameError(f"kind {kind!r} is not for a node cache")
+            req = pb.CacheRequest.FromString(payload)
+        except Exception as e:
+            log.warning("dropped a malformed message: %s", e)
+            return
+        if req.op == pb.CACHE_GET:
+            with self._lock:
+                values = [self.cache.get(k) for k in req.keys]
+            if all(v is not None for v in values):
+                response = pb.CacheResponse(request_id=req.request_id)
+                for k, v in zip(req.keys, values):
+                    response.entries.add(key=k, found=True, value=v)
+                self._push.send(req.response_address, "cache_reply", response)
+                return
+        self._pool.submit(self._serve_in_thread, req)
+
+    def _thread_state(self) -> Any:
+        state = self._local
+        if not hasattr(state, "kvs"):
+            state.kvs = anna_core.Client(self.config.kvs_address, timeout=5.0, ip=self.config.ip,
+                                         context=self._context)
+            state.push = PushCache(self._context)
+            with self._lock:
+                self._clients.append(state.kvs)
+        return state
+
+    def _serve_in_thread(self, req: pb.CacheRequest) -> None:
+        state = self._thread_state()
+        response = pb.CacheResponse(request_id=req.request_id)
+        try:
+            if req.op == pb.CACHE_GET:
+                for key in req.keys:
+                    with self._lock:
+                        value = self.cache.get(key)
+                    if value is None:
+                        value = self._fetch(state.kvs, key)
+                    response.entries.add(key=key, found=value is not None, value=value or b"")
+            else:
+                if len(req.values) != len(req.keys):
+                    raise ValueError(f"PUT of {len(req.keys)} keys with {len(req.values)} values")
+                for key, value in zip(req.keys, req.values):
+                    with self._lock:
+                        lattice = anna_core.LWWLattice(self._clock.next(), value)
+                    state.kvs.put(key, lattice)
+                    with self._lock:
+                        self.cache.merge(key, lattice)
+                    self._subscribe(state.kvs, key)
+                    response.entries.add(key=key, found=True)
+        except Exception as e:
+            log.warning("cache request %s failed: %s", req.request_id, e)
+            response = pb.CacheResponse(request_id=req.request_id, status=pb.EXECUTION_ERROR,
+                                        message=f"node cache {self.config.node_id}: {e}")
+        state.push.send(req.response_address, "cache_reply", response)
+
+    def _fetch(self, kvs: Any, key: str) -> Optional[bytes]:
+        try:
+            lattice = kvs.get_lattice(key)
+        except anna_core.KeyNotFound:
+            return None
+        with self._lock:
+            self.cache.merge(key, lattice)
+            value = self.cache.get(key)
+        self._subscribe(kvs, key)
+        return value
+
+    def _subscribe(self, kvs: Any, key: str) -> None:
+        with self._lock:
+            if key in self._subscribed:
+                return
+            self._subscribed.add(key)
+        try:
+            kvs.subscribe(key, self.update_address)
+        except anna_core.AnnaError as e:
+            log.warning("could not subscribe to %r: %s", key, e)
+            with self._lock:
+                self._subscribed.discard(key)
+
+    def _on_update(self, frame: bytes) -> None:
+        try:
+            message = anna_pb2.KeyResponse.FromString(frame)
+            for t in message.tuples:
+                if t.error != anna_pb2.NO_ERROR or not t.payload:
+                    continue
+                lattice = tuple_to_lattice(t)
+                if lattice.lattice_type != anna_pb2.LWW:
+                    continue
+                with self._lock:
+                    self.cache.merge(t.key, lattice)
+        except Exception as e:
+            log.warning("ignored a pushed update: %s", e)

@@ -1,0 +1,348 @@
+"""An executor worker process: runs the functions scheduled on it and passes results on.
+
+Contract:
+- `Worker(config)` binds a PULL socket (`address`) for `schedule`, `trigger`, `abort` and
+  `msg`, and one for node-cache replies; it publishes `address` under its id in the KVS (for
+  `lib.send`) and sends a `heartbeat` (id, node, address, utilization) to every scheduler every
+  `heartbeat_period` from a background thread, so a long-running function does not look dead.
+- Readiness and argument order are `executor.dagstate.PendingCalls`'. A ready function runs
+  with `lib` first, then its arguments; top-level `Reference`s are resolved through the node
+  cache first. Functions are fetched from the registry once per (name, version), deserialized
+  once, and cached; a stateful class is instantiated once per worker and its `run` called.
+- On success the result goes as a `trigger` to each downstream worker (to itself without a
+  socket hop); the sink writes it under `output_key` (through the node cache) when asked, pushes
+  it to the caller as a `result`, then tells the scheduler `done`.
+- On an exception the caller gets EXECUTION_ERROR with the traceback, the call's other workers
+  get `abort`, the scheduler gets `done`. An invocation still missing upstream results at its
+  deadline makes the caller get TIMEOUT naming the function, worker and missing upstreams.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+import time
+import traceback
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+
+import zmq
+
+import anna_core
+from cloudburst._keys import function_key, worker_key
+from cloudburst._wire import FrameError, PushCache, bind_pull, decode_arg, dumps, loads, parse
+from cloudburst.errors import ObjectNotFound, Timeout
+from cloudburst.reference import Reference
+from hydro_proto import cloudburst_pb2 as pb
+
+from .cache_client import CacheClient
+from .config import WorkerConfig
+from .dagstate import PendingCalls, Ready
+from .library import UserLibrary
+
+__all__ = ["Worker"]
+
+log = logging.getLogger("cloudburst.worker")
+_INBOX_LIMIT = 10000
+
+
+class _FunctionError(Exception):
+    """Internal: a function could not be prepared or run; carries status and traceback."""
+
+    def __init__(self, message: str, tb: str = "") -> None:
+        super().__init__(message)
+        self.tb = tb
+
+
+class Worker:
+    """One executor worker; see the module contract."""
+
+    def __init__(self, config: WorkerConfig) -> None:
+        self.config = config
+        self.worker_id = config.worker_id
+        self._context = zmq.Context()
+        self._pull, self.address = bind_pull(self._context, config.ip)
+        self._replies, reply_address = bind_pull(self._context, config.ip)
+        self._push = PushCache(self._context)
+        self._kvs = anna_core.Client(config.kvs_address, timeout=5.0, ip=config.ip,
+                                     context=self._context)
+        self.cache = CacheClient(self._push, config.cache_address, self._replies, reply_address,
+                                 config.cache_timeout)
+        self.pending = PendingCalls()
+        self.lib = UserLibrary(self)
+        self._functions: Dict[str, Tuple[str, Callable]] = {}
+        self._peers: Dict[str, str] = {}
+        self._local: Deque[Tuple[str, Any]] = collections.deque()
+        self._backlog: Deque[Any] = collections.deque()
+        self._inbox: Deque[Tuple[str, bytes]] = collections.deque()
+        self._busy_since: Optional[float] = None
+        self._busy_total = 0.0
+        self._stopping = threading.Event()
+        self._handlers = {"schedule": self._on_schedule, "trigger": self._on_trigger,
+                          "abort": self._on_abort, "msg": self._on_msg}
+
+    # ---- lifecycle ----
+    def publish(self) -> None:
+        """Make this worker reachable by id (for `lib.send`)."""
+        self._kvs.put(worker_key(self.worker_id), self.address.encode())
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def serve(self) -> None:
+        beat = threading.Thread(target=self._heartbeats, name="heartbeat", daemon=True)
+        beat.start()
+        next_sweep = time.monotonic() + 0.5
+        while not self._stopping.is_set():
+            while self._local or self._backlog:
+                if self._local:
+                    kind, message = self._local.popleft()
+                    self._handlers[kind](message)
+                else:
+                    self._dispatch(self._backlog.popleft())
+            if self._pull.poll(100):
+                for _ in range(100):
+                    try:
+                        frames = self._pull.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    self._dispatch(frames)
+                    if self._local or self._backlog:
+                        break
+            now = time.monotonic()
+            if now >= next_sweep:
+                next_sweep = now + 0.5
+                for stalled in self.pending.expire(now):
+                    self._on_stalled(stalled)
+                if self.config.parent_pid and os.getppid() != self.config.parent_pid:
+                    log.warning("parent process exited; stopping")
+                    break
+        self._stopping.set()
+        beat.join(2)
+        self.close()
+
+    def close(self) -> None:
+        self._kvs.close()
+        self._push.close()
+        self._pull.close(0)
+        self._replies.close(0)
+        self._context.term()
+
+    def _heartbeats(self) -> None:
+        push = PushCache(self._context)
+        period = self.config.heartbeat_period
+        last_total, last_time = 0.0, time.monotonic()
+        try:
+            while not self._stopping.is_set():
+                now = time.monotonic()
+                busy_since = self._busy_since
+                total = self._busy_total + (now - busy_since if busy_since is not None else 0.0)
+                utilization = min(1.0, (total - last_total) / max(1e-6, now - last_time))
+                last_total, last_time = total, now
+                status = pb.WorkerStatus(worker_id=self.worker_id, node_id=self.config.node_id,
+                                         address=self.address, utilization=utilization,
+                                         queued=len(self.pending))
+                for address in self.config.scheduler_addresses:
+                    push.send(address, "heartbeat", status)
+                self._stopping.wait(period)
+        finally:
+            push.close()
+
+    # ---- messages ----
+    def _dispatch(self, frames: Any) -> None:
+        try:
+            kind, payload = parse(frames)
+            handler = self._handlers.get(kind)
+            if handler is None:
+                raise FrameError(f"kind {kind!r} is not for a worker")
+            message = {"schedule": pb.Schedule, "trigger": pb.Trigger, "abort": pb.CallDone,
+                       "msg": pb.UserMessage}[kind].FromString(payload)
+            handler(message)
+        except FrameError as e:
+            log.warning("dropped a malformed message: %s", e)
+        except Exception:
+            log.exception("error while handling a message")
+
+    def _on_schedule(self, s: pb.Schedule) -> None:
+        now = time.monotonic()
+        ready = self.pending.add_schedule(s.call_id, s.function, s, list(s.upstreams),
+                                          list(s.args.args), now + s.timeout, now)
+        if ready is not None:
+            self._run(ready)
+
+    def _on_trigger(self, t: pb.Trigger) -> None:
+        ready = self.pending.add_trigger(t.call_id, t.target, t.source, bytes(t.value),
+                                         time.monotonic())
+        if ready is not None:
+            self._run(ready)
+
+    def _on_abort(self, message: pb.CallDone) -> None:
+        self.pending.abort(message.call_id)
+
+    def _on_msg(self, m: pb.UserMessage) -> None:
+        if len(self._inbox) >= _INBOX_LIMIT:
+            dropped = self._inbox.popleft()
+            log.warning("inbox full; dropped a message from %s", dropped[0])
+        self._inbox.append((m.sender, bytes(m.payload)))
+
+    # ---- running a function ----
+    def _function(self, name: str, version: str, deadline: float) -> Callable:
+        cached = self._functions.get(name)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        while True:
+            try:
+                record = pb.FunctionRecord.FromString(self._kvs.get(function_key(name)))
+            except anna_core.KeyNotFound:
+                record = None
+            if record is not None and record.version == version and not record.deleted:
+                break
+            if time.monotonic() > deadline:
+                raise _FunctionError(f"function {name!r} version {version} is not in the registry")
+            self._stopping.wait(0.01)  # a newer registration is still propagating
+        obj = loads(record.body)
+        if record.stateful:
+            cls, init_args = obj
+            fn = cls(*init_args).run
+        else:
+            fn = obj
+        self._functions[name] = (version, fn)
+        return fn
+
+    def _arguments(self, raw: List[Any]) -> List[Any]:
+        values = [loads(a) if isinstance(a, bytes) else decode_arg(a) for a in raw]
+        keys = sorted({v.key for v in values if isinstance(v, Reference)})
+        if not keys:
+            return values
+        found = self.cache.get(keys)
+        missing = [k for k in keys if found.get(k) is None]
+        if missing:
+            raise _FunctionError(f"referenced key(s) {missing} hold no object")
+        objects = {k: loads(found[k]) for k in keys}
+        return [objects[v.key] if isinstance(v, Reference) else v for v in values]
+
+    def _run(self, ready: Ready) -> None:
+        s: pb.Schedule = ready.schedule
+        what = f"function {s.function!r}" + (f" of DAG {s.dag!r}" if s.dag and s.dag != s.function else "")
+        start = time.monotonic()
+        self._busy_since = start
+        try:
+            try:
+                fn = self._function(s.function, s.version, start + s.timeout)
+                args = self._arguments(ready.args)
+                result = fn(self.lib, *args)
+            except _FunctionError as e:
+                raise _FunctionError(f"{what} on worker {self.worker_id}: {e}") from None
+            except Exception as e:
+                raise _FunctionError(f"{what} raised {type(e).__name__}: {e}",
+                                     traceback.format_exc()) from None
+            try:
+                value = dumps(result)
+            except Exception as e:
+                raise _FunctionError(f"the result of {what} could not be serialized: {e}",
+                                     traceback.format_exc()) from None
+            if s.sink and s.output_key:
+                try:
+                    self.cache.put(s.output_key, value)
+                except Exception as e:
+                    raise _FunctionError(f"storing the result of {what} under "
+                                         f"{s.output_key!r} failed: {e}") from None
+        except _FunctionError as e:
+            self._fail(s, pb.EXECUTION_ERROR, str(e), e.tb)
+            return
+        finally:
+            self._busy_total += time.monotonic() - start
+            self._busy_since = None
+        for target in s.targets:
+            trigger = pb.Trigger(call_id=s.call_id, source=s.function, target=target, value=value)
+            address = s.locations[target]
+            if address == self.address:
+                self._local.append(("trigger", trigger))
+            else:
+                self._push.send(address, "trigger", trigger)
+        if s.sink:
+            self._push.send(s.response_address, "result",
+                            pb.CallResult(request_id=s.call_id, status=pb.OK, value=value))
+            self._push.send(s.scheduler_address, "done", pb.CallDone(call_id=s.call_id, ok=True))
+
+    def _fail(self, s: pb.Schedule, status: int, message: str, tb: str = "",
+              stage: str = "") -> None:
+        self._push.send(s.response_address, "result", pb.CallResult(
+            request_id=s.call_id, status=status, message=message, traceback=tb, stage=stage))
+        for fn, address in s.locations.items():
+            if fn != s.function:
+                if address == self.address:
+                    self.pending.abort(s.call_id)
+                else:
+                    self._push.send(address, "abort", pb.CallDone(call_id=s.call_id))
+        self._push.send(s.scheduler_address, "done", pb.CallDone(call_id=s.call_id, ok=False))
+
+    def _on_stalled(self, stalled: Any) -> None:
+        s = stalled.schedule
+        if s is None:
+            log.warning("dropped result(s) for %s of call %s: its schedule never arrived",
+                        stalled.function, stalled.call_id)
+            return
+        stage = (f"upstream result(s) {stalled.missing} of function {s.function!r} "
+                 f"(DAG {s.dag!r}) on worker {self.worker_id}")
+        self._fail(s, pb.TIMEOUT, f"timed out waiting for {stage}", stage=stage)
+
+    # ---- user messages ----
+    def send_user_message(self, dest: str, data: bytes) -> None:
+        address = self._peers.get(dest)
+        if address is None:
+            try:
+                address = self._kvs.get(worker_key(dest)).decode()
+            except anna_core.KeyNotFound:
+                raise ValueError(f"lib.send: no executor worker has id {dest!r}") from None
+            self._peers[dest] = address
+        message = pb.UserMessage(sender=self.worker_id, payload=data)
+        if address == self.address:
+            self._on_msg(message)
+        else:
+            self._push.send(address, "msg", message)
+
+    def receive_user_messages(self, timeout: float) -> List[Tuple[str, bytes]]:
+        deadline = time.monotonic() + max(0.0, timeout)
+        while not self._inbox:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                if timeout > 0:
+                    raise Timeout(f"a message to worker {self.worker_id} (lib.recv)", timeout)
+                return []
+            if not self._pull.poll(int(remaining * 1000) + 1):
+                continue
+            frames = self._pull.recv_multipart()
+            if bytes(frames[0]) == b"msg" and len(frames) == 2:
+                try:
+                    self._on_msg(pb.UserMessage.FromString(frames[1]))
+                except Exception as e:
+                    log.warning("dropped a malformed user message: %s", e)
+            else:
+                self._backlog.append(frames)  # handled after the running function returns
+        out = list(self._inbox)
+        self._inbox.clear()
+        return out
+
+
+def main() -> None:
+    import argparse
+    import signal
+
+    from cloudburst._wire import announce_ready, configure_logging
+
+    parser = argparse.ArgumentParser(prog="python -m executor.worker")
+    parser.add_argument("--config", required=True, help="WorkerConfig as JSON")
+    config = WorkerConfig.from_json(parser.parse_args().config)
+    configure_logging(config.log_level, f"worker {config.worker_id}")
+    worker = Worker(config)
+    signal.signal(signal.SIGTERM, lambda *_: worker.stop())
+    signal.signal(signal.SIGINT, lambda *_: worker.stop())
+    worker.publish()
+    announce_ready({"worker_id": worker.worker_id, "address": worker.address,
+                    "pid": os.getpid()})
+    worker.serve()
+
+
+if __name__ == "__main__":
+    main()

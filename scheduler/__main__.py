@@ -1,0 +1,31 @@
+"""`python -m scheduler --config JSON`: run one scheduler until SIGTERM.
+
+Prints one `CLOUDBURST_READY {"address": ...}` line on stdout once bound.
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+
+from cloudburst._wire import announce_ready, configure_logging
+
+from .config import SchedulerConfig
+from .server import Scheduler
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m scheduler", description=__doc__)
+    parser.add_argument("--config", required=True, help="SchedulerConfig as JSON")
+    config = SchedulerConfig.from_json(parser.parse_args().config)
+    log = configure_logging(config.log_level, "scheduler")
+    scheduler = Scheduler(config)
+    signal.signal(signal.SIGTERM, lambda *_: scheduler.stop())
+    signal.signal(signal.SIGINT, lambda *_: scheduler.stop())
+    announce_ready({"address": scheduler.address, "pid": __import__("os").getpid()})
+    log.info("scheduler listening on %s", scheduler.address)
+    scheduler.serve()
+    log.info("scheduler stopped")
+
+
+if __name__ == "__main__":
+    main()

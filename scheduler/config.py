@@ -1,0 +1,36 @@
+"""Configuration of one scheduler process (passed in; no globals, no fixed ports)."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+__all__ = ["SchedulerConfig"]
+
+
+@dataclass
+class SchedulerConfig:
+    """kvs_address: Anna routing address. ip: where to bind (free ports).
+
+    heartbeat_timeout: seconds without a worker heartbeat before the worker is dropped.
+    call_timeout: default deadline (s) of a call whose caller gave none.
+    busy_outstanding / busy_utilization: the policy's back-off thresholds.
+    seed: seed of the tie-break rng (None: random).
+    """
+
+    kvs_address: str
+    ip: str = "127.0.0.1"
+    heartbeat_timeout: float = 1.5
+    call_timeout: float = 60.0
+    busy_outstanding: int = 1
+    busy_utilization: float = 0.9
+    seed: Optional[int] = None
+    log_level: str = "warning"
+    parent_pid: Optional[int] = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "SchedulerConfig":
+        return cls(**json.loads(text))

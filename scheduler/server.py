@@ -1,0 +1,258 @@
+"""The scheduler service: a thin event loop between sockets and the pure cores.
+
+Contract: `Scheduler(config)` binds a PULL socket on a free port (`address`) for every kind
+listed for schedulers in proto/cloudburst.proto, plus one for Anna's pushed registry updates.
+- Registry requests are answered with a `reply`; a bad request is answered with its typed
+  status (INVALID_DAG, DAG_NOT_FOUND, ...), never dropped.
+- A `call` is resolved against the registry (FUNCTION_NOT_FOUND / DAG_NOT_FOUND), placed by
+  `policy.choose_executors` over the live workers (NO_RESOURCES when there are none), sent as
+  one `schedule` per function (sources last, which triggers them) and acknowledged to the
+  caller with `accepted` (the placement, so a caller's timeout can name the stalled stage).
+- Heartbeats feed `membership.ExecutorTable`; every `tick` seconds silent workers are dropped
+  and the calls in flight on them are failed at their caller with EXECUTION_ERROR naming the
+  worker (the other functions of the call are told to `abort`).
+- `serve()` runs until `stop()` (e.g. from a SIGTERM handler) or until the parent exits.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+import uuid
+from typing import Any, Dict, Optional
+
+import zmq
+
+import anna_core
+from anna_core.wire import tuple_to_lattice
+from cloudburst._wire import FrameError, PushCache, bind_pull, parse
+from cloudburst.errors import InvalidDag, NoResources
+from hydro_proto import anna_pb2
+from hydro_proto import cloudburst_pb2 as pb
+
+from .config import SchedulerConfig
+from .dag import Dag, validate
+from .membership import CallRecord, ExecutorTable
+from .policy import choose_executors
+from .registry import Registry
+from .schedule import build_schedules, references_by_function
+
+__all__ = ["Scheduler"]
+
+log = logging.getLogger("cloudburst.scheduler")
+
+
+def dag_from_record(record: pb.DagRecord) -> Dag:
+    return Dag.create(record.name, list(record.functions),
+                      [(c.source, c.target) for c in record.connections])
+
+
+class Scheduler:
+    """One scheduler process' state and loop; see the module contract."""
+
+    def __init__(self, config: SchedulerConfig) -> None:
+        self.config = config
+        self._context = zmq.Context()
+        self._pull, self.address = bind_pull(self._context, config.ip)
+        self._updates, self.update_address = bind_pull(self._context, config.ip)
+        self._push = PushCache(self._context)
+        self._kvs = anna_core.Client(config.kvs_address, timeout=2.0, ip=config.ip,
+                                     context=self._context)
+        self.registry = Registry(self._kvs, self.update_address)
+        self.table = ExecutorTable(config.heartbeat_timeout)
+        self._rng = random.Random(config.seed)
+        self._stopping = False
+        self._handlers = {
+            "register_fn": self._register_fn, "register_dag": self._register_dag,
+            "delete_dag": self._delete_dag, "list": self._list, "info": self._info,
+            "call": self._call, "heartbeat": self._heartbeat, "keyset": self._keyset,
+            "done": self._done,
+        }
+
+    # ---- loop ----
+    def stop(self) -> None:
+        self._stopping = True
+
+    def serve(self, tick: float = 0.1) -> None:
+        poller = zmq.Poller()
+        poller.register(self._pull, zmq.POLLIN)
+        poller.register(self._updates, zmq.POLLIN)
+        next_tick = time.monotonic() + tick
+        while not self._stopping:
+            wait = max(0.0, next_tick - time.monotonic())
+            for sock, _ in poller.poll(int(wait * 1000) + 1):
+                if sock is self._pull:
+                    for _ in range(1000):  # drain a burst before checking time again
+                        try:
+                            frames = self._pull.recv_multipart(zmq.NOBLOCK, copy=True)
+                        except zmq.Again:
+                            break
+                        self._dispatch(frames)
+                else:
+                    self._on_registry_update(self._updates.recv())
+            now = time.monotonic()
+            if now >= next_tick:
+                next_tick = now + tick
+                self._expire(now)
+                if self.config.parent_pid and os.getppid() != self.config.parent_pid:
+                    log.warning("parent process exited; stopping")
+                    break
+        self.close()
+
+    def close(self) -> None:
+        self._kvs.close()
+        self._push.close()
+        self._pull.close(0)
+        self._updates.close(0)
+        self._context.term()
+
+    def _dispatch(self, frames: Any) -> None:
+        try:
+            kind, payload = parse(frames)
+            handler = self._handlers.get(kind)
+            if handler is None:
+                raise FrameError(f"kind {kind!r} is not for a scheduler")
+            handler(payload)
+        except FrameError as e:
+            log.warning("dropped a malformed message: %s", e)
+        except Exception:
+            log.exception("error while handling a message")
+
+    # ---- registry ----
+    def _reply(self, address: str, reply: pb.Reply) -> None:
+        self._push.send(address, "reply", reply)
+
+    def _register_fn(self, payload: bytes) -> None:
+        req = pb.RegisterFunction.FromString(payload)
+        record = req.function
+        if not record.name:
+            return self._reply(req.response_address, pb.Reply(
+                request_id=req.request_id, status=pb.BAD_REQUEST,
+                message="a function needs a non-empty name"))
+        record.version = uuid.uuid4().hex
+        self.registry.put_function(record)
+        log.info("registered function %s (version %s)", record.name, record.version)
+        self._reply(req.response_address, pb.Reply(request_id=req.request_id, status=pb.OK))
+
+    def _register_dag(self, payload: bytes) -> None:
+        req = pb.RegisterDag.FromString(payload)
+        try:
+            dag = dag_from_record(req.dag)
+            known = {f for f in dag.functions if self.registry.function(f) is not None}
+            validate(dag, known)
+        except InvalidDag as e:
+            return self._reply(req.response_address, pb.Reply(
+                request_id=req.request_id, status=pb.INVALID_DAG, message=str(e)))
+        req.dag.version = uuid.uuid4().hex
+        req.dag.deleted = False
+        self.registry.put_dag(req.dag)
+        log.info("registered DAG %s: %s %s", dag.name, dag.functions, dag.connections)
+        self._reply(req.response_address, pb.Reply(request_id=req.request_id, status=pb.OK))
+
+    def _delete_dag(self, payload: bytes) -> None:
+        req = pb.NameRequest.FromString(payload)
+        if self.registry.delete_dag(req.name):
+            reply = pb.Reply(request_id=req.request_id, status=pb.OK)
+        else:
+            reply = pb.Reply(request_id=req.request_id, status=pb.DAG_NOT_FOUND,
+                             message=f"delete_dag: no DAG named {req.name!r} is registered")
+        self._reply(req.response_address, reply)
+
+    def _list(self, payload: bytes) -> None:
+        req = pb.NameRequest.FromString(payload)
+        functions, dags = self.registry.names()
+        self._reply(req.response_address, pb.Reply(request_id=req.request_id, status=pb.OK,
+                                                   functions=functions, dags=dags))
+
+    def _info(self, payload: bytes) -> None:
+        req = pb.NameRequest.FromString(payload)
+        live = self.table.live()
+        self._reply(req.response_address, pb.Reply(
+            request_id=req.request_id, status=pb.OK, kvs_address=self.config.kvs_address,
+            live_workers=len(live), worker_ids=[w.worker_id for w in live]))
+
+    def _on_registry_update(self, frame: bytes) -> None:
+        try:
+            message = anna_pb2.KeyResponse.FromString(frame)
+            for t in message.tuples:
+                if t.error == anna_pb2.NO_ERROR and t.payload:
+                    self.registry.on_update(t.key, tuple_to_lattice(t).reveal())
+        except Exception as e:
+            log.warning("ignored a registry update: %s", e)
+
+    # ---- calls ----
+    def _fail(self, call: pb.Call, status: int, message: str) -> None:
+        self._push.send(call.response_address, "result",
+                        pb.CallResult(request_id=call.request_id, status=status, message=message))
+
+    def _call(self, payload: bytes) -> None:
+        call = pb.Call.FromString(payload)
+        if call.dag:
+            record = self.registry.dag(call.dag)
+            if record is None:
+                return self._fail(call, pb.DAG_NOT_FOUND,
+                                  f"call_dag: no DAG named {call.dag!r} is registered")
+            dag = dag_from_record(record)
+        else:
+            dag = Dag.create(call.function, [call.function])
+        versions: Dict[str, str] = {}
+        for fn in dag.functions:
+            f = self.registry.function(fn)
+            if f is None:
+                where = f" (used by DAG {call.dag!r})" if call.dag else ""
+                return self._fail(call, pb.FUNCTION_NOT_FOUND,
+                                  f"no function named {fn!r} is registered{where}")
+            versions[fn] = f.version
+        unknown = [fn for fn in call.args if fn not in versions]
+        if unknown:
+            return self._fail(call, pb.BAD_REQUEST,
+                              f"arguments given for {unknown}, which are not in DAG {dag.name!r}")
+        try:
+            placement = choose_executors(
+                dag.functions, references_by_function(call), self.table.live(),
+                self.table.node_keys(), self._rng,
+                busy_outstanding=self.config.busy_outstanding,
+                busy_utilization=self.config.busy_utilization)
+        except NoResources as e:
+            return self._fail(call, pb.NO_RESOURCES, f"{dag.name}: {e}")
+        timeout = call.timeout if call.timeout > 0 else self.config.call_timeout
+        addresses = {wid: self.table.address(wid) for wid in set(placement.values())}
+        for address, schedule in build_schedules(call, dag, placement, addresses, versions,
+                                                 self.address, timeout):
+            self._push.send(address, "schedule", schedule)
+        self.table.start_call(CallRecord(call.request_id, dag.name, dict(placement),
+                                         call.response_address, time.monotonic() + timeout + 5))
+        accepted = pb.Accepted(request_id=call.request_id, scheduler=self.address)
+        accepted.placement.update(placement)
+        self._push.send(call.response_address, "accepted", accepted)
+
+    def _done(self, payload: bytes) -> None:
+        self.table.finish_call(pb.CallDone.FromString(payload).call_id)
+
+    # ---- executors ----
+    def _heartbeat(self, payload: bytes) -> None:
+        s = pb.WorkerStatus.FromString(payload)
+        if self.table.heartbeat(s.worker_id, s.node_id, s.address, s.utilization,
+                                time.monotonic()):
+            log.info("worker %s of node %s joined at %s", s.worker_id, s.node_id, s.address)
+
+    def _keyset(self, payload: bytes) -> None:
+        k = pb.CacheKeySet.FromString(payload)
+        self.table.keyset(k.node_id, frozenset(k.keys))
+
+    def _expire(self, now: float) -> None:
+        expired = self.table.expire(now)
+        for wid in expired.dead_workers:
+            log.warning("worker %s missed its heartbeats; dropped from scheduling", wid)
+        for record, dead in expired.orphaned_calls:
+            fns = sorted(f for f, w in record.placement.items() if w == dead)
+            self._push.send(record.response_address, "result", pb.CallResult(
+                request_id=record.call_id, status=pb.EXECUTION_ERROR,
+                message=(f"{record.name}: executor worker {dead} died (no heartbeat for "
+                         f"{self.config.heartbeat_timeout:g} s) while the call's function(s) "
+                         f"{fns} were placed on it")))
+            for fn, wid in record.placement.items():
+                address = self.table.address(wid)
+                if address is not None:
+                    self._push.send(address, "abort", pb.CallDone(call_id=record.call_id))

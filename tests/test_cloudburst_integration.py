@@ -1,0 +1,268 @@
+"""Cloudburst on a real LocalCluster: Anna, two schedulers, two executor nodes, real processes.
+
+Every wait has a deadline; nothing sleeps in place of synchronisation (conditions are polled).
+"""
+import threading
+import time
+import uuid
+
+import pytest
+
+import cloudburst
+from cloudburst import Reference
+from cloudburst.errors import (DagNotFound, ExecutionError, FunctionNotFound, InvalidDag,
+                               ObjectNotFound, Timeout)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with cloudburst.LocalCluster(executor_nodes=2, executors_per_node=2, schedulers=2) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def client(cluster):
+    c = cluster.client(timeout=20)
+    c.register(lambda lib, x: x + 1, "increment")
+    c.register(lambda lib, x: x * x, "square")
+    return c
+
+
+def unique(prefix):
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def poll(condition, timeout=10.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not reached within {timeout} s")
+        time.sleep(0.02)
+
+
+def test_single_function_call(client):
+    assert client.call("increment", 41).get(timeout=10) == 42
+
+
+def test_chain(client):
+    name = unique("chain")
+    client.register_dag(name, ["increment", "square"], [("increment", "square")])
+    assert client.call_dag(name, {"increment": [3]}).get(timeout=10) == 16
+    assert name in client.list().dags
+    assert {"increment", "square"} <= set(client.list().functions)
+
+
+def test_fan_out_fan_in_argument_order(client):
+    client.register(lambda lib, x: x, "src")
+    client.register(lambda lib, x: ("left", x + 1), "left")
+    client.register(lambda lib, x: ("right", x * 10), "right")
+    client.register(lambda lib, tag, a, b: (tag, a, b), "join")
+    name = unique("fan")
+    # registration order of the connections into `join`: right first, then left
+    client.register_dag(name, ["src", "left", "right", "join"],
+                        [("src", "left"), ("src", "right"), ("right", "join"), ("left", "join")])
+    got = client.call_dag(name, {"src": [5], "join": ["own-arg"]}).get(timeout=10)
+    assert got == ("own-arg", ("right", 50), ("left", 6))
+
+
+def test_output_key_stores_the_sink_result(client):
+    name = unique("out")
+    client.register_dag(name, ["increment", "square"], [("increment", "square")])
+    key = unique("result")
+    assert client.call_dag(name, {"increment": [4]}, output_key=key).get(timeout=10) == 25
+    assert client.get(key) == 25
+
+
+class Counter:
+    def __init__(self, start):
+        self.n = start
+
+    def run(self, lib, step):
+        self.n += step
+        return lib.getid(), self.n
+
+
+def test_stateful_class_keeps_state_per_worker(client):
+    client.register((Counter, (100,)), "counter")
+    seen = {}
+    for _ in range(8):
+        wid, n = client.call("counter", 5).get(timeout=10)
+        seen.setdefault(wid, []).append(n)
+    for values in seen.values():
+        assert values == list(range(105, 105 + 5 * len(values), 5))
+
+
+def test_references_and_lib_get_put(client):
+    key = unique("arr")
+    client.put(key, [1, 2, 3, 4])
+
+    def total(lib, xs, scale):
+        lib.put(f"{scale}-last", sum(xs))
+        return sum(xs) * scale, lib.get(f"{scale}-last"), lib.get(["missing-key"], default=None)
+
+    client.register(total, "total")
+    assert client.call("total", Reference(key), 2).get(timeout=10) == (20, 10, {"missing-key": None})
+    # a new value reaches the executor nodes' caches through Anna's pushes
+    client.put(key, [10])
+    poll(lambda: client.call("total", Reference(key), 1).get(timeout=10)[0] == 10,
+         what="updated reference seen by the executor")
+
+
+def test_missing_reference_is_an_execution_error_naming_the_key(client):
+    key = unique("nothing")
+    with pytest.raises(ExecutionError, match=key):
+        client.call("total", Reference(key), 1).get(timeout=10)
+    with pytest.raises(ObjectNotFound):
+        client.get(key)
+
+
+def test_send_recv_between_running_functions(client):
+    key = unique("rx")
+
+    def receiver(lib, key):
+        lib.put(key, lib.getid())
+        return lib.recv(timeout=15)
+
+    def sender(lib, dest, payload):
+        lib.send(dest, payload)
+        return lib.getid()
+
+    client.register(receiver, "receiver")
+    client.register(sender, "sender")
+    rx = client.call("receiver", key)
+    dest = poll(lambda: _try_get(client, key), what="receiver id published")
+    sender_id = client.call("sender", dest, b"hello").get(timeout=10)
+    assert sender_id != dest
+    assert rx.get(timeout=20) == [(sender_id, b"hello")]
+
+
+def _try_get(client, key):
+    try:
+        return client.get(key)
+    except ObjectNotFound:
+        return None
+
+
+def test_two_schedulers_share_the_registry(cluster):
+    a, b = cluster.client(0, timeout=20), cluster.client(1, timeout=20)
+    assert a.address != b.address
+    fn, dag = unique("double"), unique("shared")
+    a.register(lambda lib, x: 2 * x, fn)
+    a.register_dag(dag, [fn])
+    assert b.call(fn, 21).get(timeout=10) == 42
+    assert b.call_dag(dag, {fn: [4]}).get(timeout=10) == 8
+    assert dag in b.list().dags
+    a.delete_dag(dag)
+
+    def deleted_at_b():
+        try:
+            b.call_dag(dag, {fn: [1]}).get(timeout=10)
+            return False
+        except DagNotFound:
+            return True
+    poll(deleted_at_b, what="deletion visible at the other scheduler")
+    assert dag not in b.list().dags
+
+
+def test_eight_threads_of_one_hundred_concurrent_calls(client):
+    name = unique("conc")
+    client.register_dag(name, ["increment", "square"], [("increment", "square")])
+    errors, counts = [], []
+
+    def run(t):
+        try:
+            futures = [(i, client.call_dag(name, {"increment": [t * 1000 + i]})) for i in range(100)]
+            ok = 0
+            for i, f in futures:
+                assert f.get(timeout=60) == (t * 1000 + i + 1) ** 2
+                ok += 1
+            counts.append(ok)
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(120)
+    assert not errors, errors[:3]
+    assert counts == [100] * 8
+
+
+# ---- typed errors: each raised where it should be, never a hang ----
+
+def test_function_not_found(client):
+    with pytest.raises(FunctionNotFound, match="no-such-fn"):
+        client.call("no-such-fn", 1).get(timeout=10)
+
+
+def test_dag_not_found(client):
+    with pytest.raises(DagNotFound, match="no-such-dag"):
+        client.call_dag("no-such-dag", {}).get(timeout=10)
+    with pytest.raises(DagNotFound, match="no-such-dag"):
+        client.delete_dag("no-such-dag")
+
+
+@pytest.mark.parametrize("functions,connections,reason", [
+    (["increment", "not-registered"], [("increment", "not-registered")], "not registered"),
+    (["increment", "square"], [("increment", "square"), ("square", "increment")], "cycle"),
+    (["increment", "square"], [], "sinks"),
+])
+def test_invalid_dag(client, functions, connections, reason):
+    name = unique("bad")
+    with pytest.raises(InvalidDag, match=reason):
+        client.register_dag(name, functions, connections)
+    assert name not in client.list().dags
+
+
+def test_execution_error_carries_the_remote_traceback(client):
+    def boom(lib, x):
+        raise ValueError(f"boom {x}")
+
+    client.register(boom, "boom")
+    name = unique("boomdag")
+    client.register_dag(name, ["increment", "boom"], [("increment", "boom")])
+    with pytest.raises(ExecutionError) as info:
+        client.call_dag(name, {"increment": [1]}).get(timeout=10)
+    assert "boom 2" in str(info.value) and "'boom'" in str(info.value)
+    assert "Traceback" in info.value.remote_traceback and "ValueError" in info.value.remote_traceback
+    assert client.call("increment", 1).get(timeout=10) == 2  # the worker goes on
+
+
+def test_timeout_names_the_stage(client):
+    def slow(lib, seconds):
+        import time as t
+        t.sleep(seconds)
+        return "late"
+
+    client.register(slow, "slow")
+    future = client.call("slow", 1.0)
+    start = time.monotonic()
+    with pytest.raises(Timeout) as info:
+        future.get(timeout=0.2)
+    assert time.monotonic() - start < 2
+    assert "result of call of function 'slow'" in str(info.value) and "placed" in str(info.value)
+    assert future.get(timeout=10) == "late"   # a timed-out get can be retried
+
+
+def test_unknown_scheduler_is_a_timeout_not_a_hang():
+    import zmq
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.PULL)
+    port = s.bind_to_random_port("tcp://127.0.0.1")
+    try:
+        start = time.monotonic()
+        with pytest.raises(Timeout, match="scheduler"):
+            cloudburst.Client(f"tcp://127.0.0.1:{port}", timeout=0.5)
+        assert time.monotonic() - start < 5
+    finally:
+        s.close(0)
+        ctx.term()
+
+
+def test_unsupported_consistency_is_rejected(client):
+    with pytest.raises(ValueError, match="causal"):
+        client.call_dag("whatever", {}, consistency="causal")
