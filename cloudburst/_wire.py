@@ -31,7 +31,7 @@ __all__ = ["KINDS", "FrameError", "send", "parse", "PushCache", "bind_pull", "du
 
 KINDS = frozenset({
     "register_fn", "register_dag", "delete_dag", "list", "info", "call", "heartbeat", "keyset",
-    "done", "schedule", "trigger", "abort", "msg", "cache_reply", "cache", "reply", "accepted",
+    "done", "where", "schedule", "trigger", "abort", "msg", "cache_reply", "cache", "reply", "accepted",
     "result",
 })
 _KIND_BYTES = {k.encode(): k for k in KINDS}

@@ -44,11 +44,10 @@ class Listing(NamedTuple):
 
 
 class _Slot:
-    __slots__ = ("accepted", "answer")
+    __slots__ = ("answer",)
 
     def __init__(self) -> None:
-        self.accepted: Optional[pb.Accepted] = None
-        self.answer: Any = None          # pb.Reply or pb.CallResult
+        self.answer: Any = None          # pb.Reply, pb.Accepted or pb.CallResult
 
 
 class Future:
@@ -72,19 +71,15 @@ class Future:
         """The call's value; raises the call's typed error, or `Timeout` after `timeout` s."""
         if self._result is None:
             wait = self._timeout if timeout is None else timeout
-            slot = self._client._wait(self.request_id, wait, self._stage)
+            slot = self._client._wait(self.request_id, wait)
+            if slot is None:
+                raise Timeout(self._client._where(self.request_id, self.what), wait)
             self._result = slot.answer
             self._finalizer()
         r = self._result
         if r.status == pb.OK:
             return loads(r.value)
         raise error_from_status(r.status, r.message, r.traceback, r.stage)
-
-    def _stage(self, slot: _Slot) -> str:
-        if slot.accepted is None:
-            return f"the scheduler at {self._client.address} to accept {self.what}"
-        placement = ", ".join(f"{f} on {w}" for f, w in sorted(slot.accepted.placement.items()))
-        return f"the result of {self.what} (placed: {placement})"
 
 
 class Client:
@@ -274,9 +269,11 @@ class Client:
         self._send(kind, message)
         wait = self.timeout if timeout is None else timeout
         try:
-            slot = self._wait(rid, wait, lambda _s: f"the scheduler at {self.address} to {what}")
+            slot = self._wait(rid, wait)
         finally:
             self._forget(rid)
+        if slot is None:
+            raise Timeout(f"the scheduler at {self.address} to {what}", wait)
         reply: pb.Reply = slot.answer
         if reply.status != pb.OK:
             raise error_from_status(reply.status, reply.message)
@@ -301,7 +298,26 @@ class Client:
             slot = self._slots.get(rid)
             return slot.answer if slot is not None else None
 
-    def _wait(self, rid: str, timeout: float, stage: Callable[[_Slot], str]) -> _Slot:
+    def _where(self, rid: str, what: str) -> str:
+        """Name the stage a call stalled at: ask the scheduler where it placed the call."""
+        qid = self._new_slot()
+        try:
+            self._send("where", pb.NameRequest(request_id=qid, response_address=self.response_address,
+                                               name=rid))
+            slot = self._wait(qid, min(1.0, self.timeout))
+        finally:
+            self._forget(qid)
+        if slot is None:
+            return f"the result of {what}; the scheduler at {self.address} does not answer either"
+        placement = slot.answer.placement
+        if not placement:
+            return (f"the result of {what}; the scheduler at {self.address} has no record of it "
+                    "in flight (not received, or finished and its result was lost)")
+        where = ", ".join(f"{f} on {w}" for f, w in sorted(placement.items()))
+        return f"the result of {what} (placed: {where})"
+
+    def _wait(self, rid: str, timeout: float) -> Optional[_Slot]:
+        """Wait for request `rid`'s answer; None when `timeout` passes first."""
         deadline = time.monotonic() + timeout
         while True:
             with self._cond:
@@ -312,7 +328,7 @@ class Client:
                     return slot
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise Timeout(stage(slot), timeout)
+                    return None
                 if self._reading:
                     self._cond.wait(min(remaining, 0.05))
                     continue
@@ -349,7 +365,5 @@ class Client:
             slot = self._slots.get(m.request_id)
             if slot is None:
                 continue
-            if kind == "accepted":
-                slot.accepted = m
-            elif slot.answer is None:
+            if slot.answer is None:
                 slot.answer = m

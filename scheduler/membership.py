@@ -106,6 +106,10 @@ class ExecutorTable:
                     w.outstanding -= 1
         return record
 
+    def call(self, call_id: str) -> Optional[CallRecord]:
+        """The record of a call in flight, or None."""
+        return self._calls.get(call_id)
+
     def calls_in_flight(self) -> int:
         return len(self._calls)
 

@@ -6,8 +6,9 @@ function, its registration version, its upstreams and downstream targets in conn
 order, the call's own arguments for it, every function's worker address, whether it is the
 sink, where the result goes (`call.response_address`, `call.output_key`) and the deadline in
 seconds from receipt. Sources are the schedules with no upstreams: a worker runs them on
-receipt, which is how the scheduler triggers them. Sources are listed last, so every
-downstream schedule is sent before the sources can produce results for it.
+receipt, which is how the scheduler triggers them. Sources are listed first so they start
+at once; a downstream worker keeps results that arrive before its schedule
+(`executor.dagstate`).
 """
 from __future__ import annotations
 
@@ -45,4 +46,4 @@ def build_schedules(call: pb.Call, dag: Dag, placement: Mapping[str, str],
         if fn in call.args:
             s.args.CopyFrom(call.args[fn])
         (sources if not s.upstreams else out).append((locations[fn], s))
-    return out + sources
+    return sources + out

@@ -6,8 +6,9 @@ listed for schedulers in proto/cloudburst.proto, plus one for Anna's pushed regi
   status (INVALID_DAG, DAG_NOT_FOUND, ...), never dropped.
 - A `call` is resolved against the registry (FUNCTION_NOT_FOUND / DAG_NOT_FOUND), placed by
   `policy.choose_executors` over the live workers (NO_RESOURCES when there are none), sent as
-  one `schedule` per function (sources last, which triggers them) and acknowledged to the
-  caller with `accepted` (the placement, so a caller's timeout can name the stalled stage).
+  one `schedule` per function (a source runs on receipt: that is its trigger). The caller
+  gets nothing until the result (one message fewer per call); a caller whose wait times out
+  asks `where` and gets the call's placement (`accepted`), to name the stalled stage.
 - Heartbeats feed `membership.ExecutorTable`; every `tick` seconds silent workers are dropped
   and the calls in flight on them are failed at their caller with EXECUTION_ERROR naming the
   worker (the other functions of the call are told to `abort`).
@@ -67,7 +68,7 @@ class Scheduler:
             "register_fn": self._register_fn, "register_dag": self._register_dag,
             "delete_dag": self._delete_dag, "list": self._list, "info": self._info,
             "call": self._call, "heartbeat": self._heartbeat, "keyset": self._keyset,
-            "done": self._done,
+            "done": self._done, "where": self._where,
         }
 
     # ---- loop ----
@@ -223,9 +224,14 @@ class Scheduler:
             self._push.send(address, "schedule", schedule)
         self.table.start_call(CallRecord(call.request_id, dag.name, dict(placement),
                                          call.response_address, time.monotonic() + timeout + 5))
-        accepted = pb.Accepted(request_id=call.request_id, scheduler=self.address)
-        accepted.placement.update(placement)
-        self._push.send(call.response_address, "accepted", accepted)
+
+    def _where(self, payload: bytes) -> None:
+        req = pb.NameRequest.FromString(payload)
+        answer = pb.Accepted(request_id=req.request_id, scheduler=self.address)
+        record = self.table.call(req.name)
+        if record is not None:
+            answer.placement.update(record.placement)
+        self._push.send(req.response_address, "accepted", answer)
 
     def _done(self, payload: bytes) -> None:
         self.table.finish_call(pb.CallDone.FromString(payload).call_id)
