@@ -179,6 +179,8 @@ class Client:
         self._id_prefix = uuid.uuid4().hex[:12]
         self._salt = zlib.crc32(self._id_prefix.encode())
         self._seq = 0
+        # Workers that recently timed out, until when: avoided while another replica exists.
+        self._suspects: Dict[str, float] = {}
         self.closed = False
 
     # ---- public API ---------------------------------------------------------------------
@@ -342,17 +344,12 @@ class Client:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not self._pull.poll(max(1, int(remaining * 1000))):
                 break
-            while True:
-                try:
-                    frame = self._pull.recv(zmq.NOBLOCK)
-                except zmq.Again:
-                    break
-                try:
-                    message = message_type.FromString(frame)
-                except DecodeError:
-                    continue
-                if message.request_id in pending and message.request_id not in answers:
-                    answers[message.request_id] = message
+            try:
+                message = message_type.FromString(self._pull.recv(zmq.NOBLOCK))
+            except (zmq.Again, DecodeError):
+                continue
+            if message.request_id in pending and message.request_id not in answers:
+                answers[message.request_id] = message
         return answers
 
     def _ask_routing(self, kind: str, request: Any, stage: str, key: Optional[str]) -> Any:
@@ -384,7 +381,17 @@ class Client:
         return addresses
 
     def _pick(self, key: str, candidates: List[str]) -> str:
+        """A replica, sticky per client and key, avoiding recently silent workers."""
+        if self._suspects:
+            now = time.monotonic()
+            for address, until in list(self._suspects.items()):
+                if until <= now:
+                    del self._suspects[address]
+            candidates = [a for a in candidates if a not in self._suspects] or candidates
         return candidates[(self._salt + zlib.crc32(key.encode())) % len(candidates)]
+
+    def _suspect(self, address: str) -> None:
+        self._suspects[address] = time.monotonic() + max(5.0, 4 * self.timeout)
 
     @staticmethod
     def _tuple_of(response: Any, key: str) -> Any:
@@ -410,11 +417,13 @@ class Client:
             answers = self._collect({request_id: address}, wait_until)
             if not answers:
                 timed_out.append(address)
+                self._suspect(address)
                 self._addresses.pop((key, False), None)
                 if len(timed_out) > self.retries or time.monotonic() >= deadline:
                     raise Timeout(f"{op} {key!r} from {address}", key=key, address=address,
                                   seconds=self.timeout)
                 continue  # the node may have moved (restarted on new ports): ask routing again
+            self._suspects.pop(address, None)
             response = answers[request_id]
             t = self._tuple_of(response, key)
             if t.error == anna_pb2.WRONG_OWNER:
@@ -475,6 +484,8 @@ class Client:
                 continue
             missing = [a for a in addresses if a not in results]
             if missing:
+                for address in missing:
+                    self._suspect(address)
                 self._addresses.pop((key, True), None)  # ask routing afresh next time
                 raise Timeout(f"{op} {key!r} from {', '.join(missing)}", key=key,
                               address=missing[0], seconds=self.timeout)

@@ -20,6 +20,8 @@ import zmq
 
 from hydro_proto import anna_pb2
 
+from . import _core
+
 __all__ = ["KINDS", "FrameError", "split_frames", "send_kind", "bind_pull", "PushCache",
            "lattice_to_tuple", "tuple_to_lattice", "endpoint_of", "configure_logging",
            "MonotoneClock", "parent_gone", "announce_ready", "READY_PREFIX"]
@@ -130,7 +132,6 @@ def lattice_to_tuple(key: str, lattice: Any) -> Any:
 
 def tuple_to_lattice(key_tuple: Any) -> Any:
     """The lattice held by an `anna.KeyTuple`; `ValueError` if the payload does not parse."""
-    from . import _core
     return _core.deserialize(int(key_tuple.lattice_type), bytes(key_tuple.payload))
 
 

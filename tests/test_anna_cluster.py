@@ -176,3 +176,21 @@ def test_startup_failures_are_typed_errors(tmp_path):
         with anna_core.LocalCluster(memory_threads=0, disk_threads=1, data_dir=str(blocker)):
             pass
     assert "disk-0" in str(info.value)
+
+
+def test_reads_fail_over_to_a_live_replica_and_put_all_names_the_dead_one():
+    with anna_core.LocalCluster(memory_threads=1, nodes=2, replication=(2, 1, 0, 1),
+                                gossip_period_ms=50) as cluster:
+        kvs = cluster.client(timeout=0.5, retries=1)
+        keys = [f"failover-{i}" for i in range(10)]
+        for key in keys:
+            kvs.put_all(key, key.encode())
+        dead = cluster.worker_addresses("memory-1")[0]
+        cluster.stop_node("memory-1", kill=True)
+        started = time.monotonic()
+        assert [kvs.get(k) for k in keys] == [k.encode() for k in keys]
+        # At most one timeout is paid: the silent worker is avoided afterwards.
+        assert time.monotonic() - started < 0.5 * 3
+        with pytest.raises(anna_core.Timeout) as info:
+            kvs.put_all(keys[0], b"new")
+        assert dead in str(info.value) and "PUT_ALL" in info.value.stage
