@@ -342,11 +342,17 @@ class Client:
         answers: Dict[str, Any] = {}
         while len(answers) < len(pending):
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or not self._pull.poll(max(1, int(remaining * 1000))):
+            if remaining <= 0:
+                break
+            # A blocking recv bounded by RCVTIMEO is cheaper than poll() + recv().
+            self._pull.setsockopt(zmq.RCVTIMEO, max(1, int(remaining * 1000)))
+            try:
+                frame = self._pull.recv()
+            except zmq.Again:
                 break
             try:
-                message = message_type.FromString(self._pull.recv(zmq.NOBLOCK))
-            except (zmq.Again, DecodeError):
+                message = message_type.FromString(frame)
+            except DecodeError:
                 continue
             if message.request_id in pending and message.request_id not in answers:
                 answers[message.request_id] = message
