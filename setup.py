@@ -79,6 +79,7 @@ setup(
     install_requires=[
         "pyzmq>=26", "protobuf>=5", "cloudpickle>=3",
     ],
-    entry_points={"console_scripts": ["anna=anna_core.cli:main"]},
+    entry_points={"console_scripts": ["anna=anna_core.cli:main",
+                                     "cloudburst=cloudburst.cli:main"]},
     zip_safe=False,
 )

@@ -1,0 +1,53 @@
+"""`cloudburst local` runs in the foreground, prints an address a Client can use, and stops on
+SIGTERM; `cloudburst demo` runs the example. Real processes."""
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import cloudburst
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def test_cloudburst_local_prints_a_usable_address_and_stops_on_sigterm():
+    proc = subprocess.Popen([sys.executable, "-m", "cloudburst.cli", "local",
+                             "--executors-per-node", "1"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, env=_env(), cwd=ROOT, text=True)
+    try:
+        lines = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(l) for l in proc.stdout], daemon=True).start()
+        address, seen = None, []
+        while address is None:
+            try:
+                line = lines.get(timeout=60)
+            except queue.Empty:
+                raise AssertionError(f"no address printed within 60 s: {seen}")
+            seen.append(line)
+            if line.startswith("scheduler 0:"):
+                address = line.split(":", 1)[1].strip()
+        with cloudburst.Client(address, timeout=10) as client:
+            client.register(lambda lib, x: x + 1, "inc")
+            assert client.call("inc", 1).get(timeout=10) == 2
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_cloudburst_demo():
+    out = subprocess.run([sys.executable, "-m", "cloudburst.cli", "demo"], capture_output=True,
+                         text=True, env=_env(), cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "-> 16" in out.stdout
