@@ -81,6 +81,14 @@ void bind_hash_ring(py::module_& m) {
              return cm.responsible(key, tier);
            },
            py::arg("key"), py::arg("tier"))
+      .def("is_responsible",
+           [](const ClusterMap& cm, const std::string& key, int tier, const std::string& node_id,
+              int thread_id) {
+             check_tier(tier);
+             return cm.is_responsible(key, tier, cm.member_index(node_id, tier), thread_id);
+           },
+           py::arg("key"), py::arg("tier"), py::arg("node_id"), py::arg("thread_id"),
+           "Whether that worker is among responsible(key, tier) (the workers' ownership test).")
       .def("addresses", &ClusterMap::addresses, py::arg("key"), py::arg("all_tiers") = false)
       .def("nodes",
            [](const ClusterMap& cm) {

@@ -140,6 +140,36 @@ void ClusterMap::responsible(std::string_view key, int tier, std::vector<WorkerR
   }
 }
 
+int ClusterMap::member_index(const std::string& node_id, int tier) const {
+  if (tier != 0 && tier != 1) return -1;
+  for (std::size_t m = 0; m < tier_nodes_[tier].size(); ++m)
+    if (nodes_[tier_nodes_[tier][m]].node_id == node_id) return static_cast<int>(m);
+  return -1;
+}
+
+bool ClusterMap::is_responsible(std::string_view key, int tier, int member, int thread_id) const {
+  if ((tier != 0 && tier != 1) || member < 0 ||
+      static_cast<std::size_t>(member) >= tier_nodes_[tier].size())
+    return false;
+  const ReplicationVector& r = replication(key);
+  std::uint32_t global = r.global(tier);
+  if (global == 0) return false;
+  if (global < global_[tier].members()) {
+    scratch_nodes_.clear();
+    global_[tier].walk(stable_hash(key), global, &scratch_nodes_);
+    if (std::find(scratch_nodes_.begin(), scratch_nodes_.end(), member) == scratch_nodes_.end())
+      return false;
+  }
+  const NodeEntry& node = nodes_[tier_nodes_[tier][member]];
+  if (thread_id < 0 || static_cast<std::size_t>(thread_id) >= node.addresses.size()) return false;
+  std::uint32_t local = std::max<std::uint32_t>(r.local(tier), 1);
+  if (local >= node.addresses.size()) return true;
+  scratch_threads_.clear();
+  local_ring(node.addresses.size()).walk(local_key_hash(key), local, &scratch_threads_);
+  return std::find(scratch_threads_.begin(), scratch_threads_.end(), thread_id) !=
+         scratch_threads_.end();
+}
+
 std::vector<std::string> ClusterMap::responsible(std::string_view key, int tier) const {
   std::vector<WorkerRef> refs;
   responsible(key, tier, &refs);

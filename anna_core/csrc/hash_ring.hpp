@@ -91,6 +91,11 @@ class ClusterMap {
   // Appends the workers responsible for key in tier to *out (cleared first).
   void responsible(std::string_view key, int tier, std::vector<WorkerRef>* out) const;
   std::vector<std::string> responsible(std::string_view key, int tier) const;
+  // The position of node_id among `tier`'s ring members, or -1 (stable until the next change).
+  int member_index(const std::string& node_id, int tier) const;
+  // Whether thread `thread_id` of the tier member `member` (from member_index) is responsible
+  // for key: the same answer as searching responsible(), without building the list.
+  bool is_responsible(std::string_view key, int tier, int member, int thread_id) const;
   // Memory-tier replicas if the key has any there, else disk; all tiers when all_tiers.
   std::vector<std::string> addresses(std::string_view key, bool all_tiers) const;
 

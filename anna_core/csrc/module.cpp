@@ -8,6 +8,7 @@ namespace anna {
 void bind_lattices(py::module_& m);
 void bind_hash_ring(py::module_& m);
 void bind_node(py::module_& m);
+void bind_kernel_bench(py::module_& m);
 void bind_loadgen(py::module_& m);
 }  // namespace anna
 
@@ -16,5 +17,6 @@ PYBIND11_MODULE(_core, m) {
   anna::bind_lattices(m);
   anna::bind_hash_ring(m);
   anna::bind_node(m);
+  anna::bind_kernel_bench(m);
   anna::bind_loadgen(m);
 }

@@ -13,10 +13,10 @@ namespace anna {
 
 // ---------------------------------------------------------------- memory
 
-AnnaError MemoryStore::merge(const std::string& key, AnyLattice&& value) {
+AnnaError MemoryStore::merge(const std::string& key, const AnyLattice& value) {
   auto it = map_.find(key);
   if (it == map_.end()) {
-    map_.emplace(key, std::move(value));
+    map_.emplace(key, value);
     return NO_ERROR;
   }
   return merge_any(&it->second, value) ? NO_ERROR : LATTICE_MISMATCH;
@@ -113,7 +113,7 @@ static bool decode_record(const std::string& record, AnyLattice* out) {
   return decode_lattice(type, std::string_view(record).substr(1), out) == NO_ERROR;
 }
 
-AnnaError DiskStore::merge(const std::string& key, AnyLattice&& value) {
+AnnaError DiskStore::merge(const std::string& key, const AnyLattice& value) {
   std::string record;
   AnnaError err = read(key, &record);
   if (err == KEY_DNE) {

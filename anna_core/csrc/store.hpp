@@ -34,7 +34,7 @@ namespace anna {
 class Store {
  public:
   virtual ~Store() = default;
-  virtual AnnaError merge(const std::string& key, AnyLattice&& value) = 0;
+  virtual AnnaError merge(const std::string& key, const AnyLattice& value) = 0;
   virtual AnnaError get_encoded(const std::string& key, int* type, std::string* payload) = 0;
   virtual AnnaError get(const std::string& key, AnyLattice* out) = 0;
   virtual AnnaError remove(const std::string& key) = 0;
@@ -44,7 +44,7 @@ class Store {
 
 class MemoryStore final : public Store {
  public:
-  AnnaError merge(const std::string& key, AnyLattice&& value) override;
+  AnnaError merge(const std::string& key, const AnyLattice& value) override;
   AnnaError get_encoded(const std::string& key, int* type, std::string* payload) override;
   AnnaError get(const std::string& key, AnyLattice* out) override;
   AnnaError remove(const std::string& key) override;
@@ -63,7 +63,7 @@ class DiskStore final : public Store {
   DiskStore(const DiskStore&) = delete;
   DiskStore& operator=(const DiskStore&) = delete;
 
-  AnnaError merge(const std::string& key, AnyLattice&& value) override;
+  AnnaError merge(const std::string& key, const AnyLattice& value) override;
   AnnaError get_encoded(const std::string& key, int* type, std::string* payload) override;
   AnnaError get(const std::string& key, AnyLattice* out) override;
   AnnaError remove(const std::string& key) override;

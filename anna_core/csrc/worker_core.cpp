@@ -64,13 +64,12 @@ WorkerCore::WorkerCore(WorkerIdentity id, std::unique_ptr<Store> store)
 bool WorkerCore::handle(std::string_view kind, std::string_view payload,
                         std::vector<OutMessage>* out, std::string* why) {
   if (kind == "request") {
-    KeyRequest request;
-    if (!parse_payload(payload, &request)) {
+    if (!parse_payload(payload, &request_)) {  // reused: parsing keeps its allocations
       ++stats_.dropped;
       *why = "unparsable KeyRequest payload";
       return false;
     }
-    handle_request(request, out);
+    handle_request(request_, out);
   } else if (kind == "gossip") {
     KeyRequest gossip;
     if (!parse_payload(payload, &gossip)) {
@@ -108,19 +107,19 @@ bool WorkerCore::handle(std::string_view kind, std::string_view payload,
 void WorkerCore::handle_request(const KeyRequest& request, std::vector<OutMessage>* out) {
   ++stats_.requests;
   const bool respond = !request.response_address().empty();
-  KeyResponse response;
+  KeyResponse& response = response_;  // reused across requests
+  response.Clear();
   response.set_type(request.type());
   response.set_request_id(request.request_id());
   response.set_responder(id_.address);
   if (!valid_request_type(request.type())) {
     response.set_error(MALFORMED);
   } else {
-    KeyTuple discard;
     for (const KeyTuple& in : request.tuples()) {
       ++stats_.tuples;
-      KeyTuple* o = respond ? response.add_tuples() : &discard;
+      KeyTuple* o = respond ? response.add_tuples() : &discard_;
       handle_tuple(request.type(), in, o);
-      if (!respond) discard.Clear();
+      if (!respond) discard_.Clear();
     }
   }
   if (respond) out->push_back(OutMessage{request.response_address(), "", serialize_message(response)});
@@ -153,17 +152,16 @@ void WorkerCore::handle_tuple(RequestType type, const KeyTuple& in, KeyTuple* ou
         return;
       }
       out->set_lattice_type(in.lattice_type());
-      AnyLattice delta = value;
-      err = store_->merge(key, std::move(value));
+      err = store_->merge(key, value);
       if (err != NO_ERROR) {
         out->set_error(err);
         return;
       }
       auto it = changeset_.find(key);
       if (it == changeset_.end()) {
-        changeset_.emplace(key, std::move(delta));
-      } else if (!merge_any(&it->second, delta)) {
-        it->second = std::move(delta);
+        changeset_.emplace(key, std::move(value));
+      } else if (!merge_any(&it->second, value)) {
+        it->second = std::move(value);
       }
       touch(key);
       return;
@@ -204,10 +202,7 @@ bool WorkerCore::is_self(const WorkerRef& ref) const {
 
 bool WorkerCore::owns(const std::string& key) {
   if (!has_membership_) return false;
-  map_.responsible(key, id_.tier, &refs_);
-  for (const auto& r : refs_)
-    if (is_self(r)) return true;
-  return false;
+  return map_.is_responsible(key, id_.tier, my_member_, id_.thread_id);
 }
 
 void WorkerCore::wrong_owner(const std::string& key, KeyTuple* out) const {
@@ -241,7 +236,7 @@ void WorkerCore::handle_gossip(const KeyRequest& gossip, std::vector<OutMessage>
                     AnnaError_Name(err) + ")");
         continue;
       }
-      err = store_->merge(t.key(), std::move(value));
+      err = store_->merge(t.key(), value);
       if (err != NO_ERROR) {
         log_warning("worker " + id_.address + ": gossip merge failed (" + AnnaError_Name(err) +
                     ")");
@@ -340,6 +335,7 @@ void WorkerCore::handle_membership(const Membership& m, std::vector<OutMessage>*
   ClusterMap old = std::move(map_);
   const bool had = has_membership_;
   map_ = std::move(next);
+  my_member_ = map_.member_index(id_.node_id, id_.tier);
   has_membership_ = true;
   membership_version_ = m.version();
   log_info("worker " + id_.address + ": membership version " + std::to_string(m.version()) +

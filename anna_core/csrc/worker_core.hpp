@@ -104,6 +104,7 @@ class WorkerCore {
   std::unique_ptr<Store> store_;
   ClusterMap map_;
   bool has_membership_ = false;
+  int my_member_ = -1;  // this node's index on its tier's ring (ClusterMap::member_index)
   std::uint64_t membership_version_ = 0;
 
   std::unordered_map<std::string, AnyLattice> changeset_;
@@ -112,6 +113,9 @@ class WorkerCore {
   std::unordered_map<std::string, std::set<std::string>> subscribers_;
 
   std::vector<WorkerRef> refs_;   // scratch
+  KeyRequest request_;            // reused for parsing (keeps its allocations)
+  KeyResponse response_;          // reused for answers
+  KeyTuple discard_;
   std::string scratch_payload_;
   WorkerStats stats_;
 };
