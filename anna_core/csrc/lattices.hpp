@@ -154,8 +154,8 @@ struct CausalEntry {
 template <LatticeKind K>
 struct BasicCausalLattice {
   static constexpr LatticeKind kKind = K;
-  // The maximal versions (no clock here is strictly dominated by another). Never empty once
-  // constructed through make_version()/merge() from a non-empty lattice.
+  // The maximal versions (no clock here is strictly dominated by another). Never empty for a
+  // lattice built by single() or decoded from a payload; merge keeps it non-empty.
   std::set<CausalEntry> versions;
 
   static BasicCausalLattice single(CausalEntry v) {
