@@ -1,8 +1,10 @@
 """Wire plumbing shared by the SDK, schedulers and executors (proto/cloudburst.proto header).
 
 Contract:
-- Every message is two frames `[kind][payload]`; `send` writes one without blocking (a full
-  peer drops it and `send` returns False); `parse` checks one and raises `FrameError`.
+- Every message is one ZMQ frame: a kind code byte (`KIND_ORDER`) and the serialized
+  protobuf (one frame = one send call: they are costly on small VMs). `send` writes one
+  without blocking (a full peer drops it and `send` returns False); `parse` checks one and
+  raises `FrameError`; `more(socket)` says whether another message is waiting.
 - `PushCache` keeps one PUSH socket per destination; `bind_pull` binds `tcp://ip:*`.
 - `dumps`/`loads` serialize Python values (cloudpickle out, pickle in).
 - `encode_args`/`decode_arg` move call arguments in and out of `cloudburst.Argument`: a
@@ -25,40 +27,54 @@ from hydro_proto import cloudburst_pb2 as pb
 
 from .reference import Reference
 
-__all__ = ["KINDS", "FrameError", "send", "parse", "PushCache", "bind_pull", "dumps", "dumps_function", "loads",
+__all__ = ["KINDS", "KIND_ORDER", "FrameError", "encode", "send", "more", "parse", "PushCache", "bind_pull", "dumps", "dumps_function", "loads",
            "encode_args", "decode_arg", "references_of", "announce_ready", "READY_PREFIX",
            "configure_logging", "pb"]
 
-KINDS = frozenset({
-    "register_fn", "register_dag", "delete_dag", "list", "info", "call", "heartbeat", "keyset",
-    "done", "where", "schedule", "trigger", "abort", "msg", "cache_reply", "cache", "reply", "accepted",
-    "result",
-})
-_KIND_BYTES = {k.encode(): k for k in KINDS}
+# The message kinds, in code order: a message's code is its 1-based position here.
+KIND_ORDER = (
+    "register_fn", "register_dag", "delete_dag", "list", "info", "call", "where", "heartbeat",
+    "keyset", "done", "schedule", "trigger", "abort", "msg", "cache_reply", "cache", "reply",
+    "accepted", "result",
+)
+KINDS = frozenset(KIND_ORDER)
+_CODE = {k: bytes([i + 1]) for i, k in enumerate(KIND_ORDER)}
+_KIND_OF = {i + 1: k for i, k in enumerate(KIND_ORDER)}
 READY_PREFIX = "CLOUDBURST_READY "
 
 
 class FrameError(ValueError):
-    """A received message does not follow the [kind][payload] framing."""
+    """A received message does not follow the framing (one frame: kind code + payload)."""
 
 
-def parse(frames: Sequence[bytes]) -> Tuple[str, bytes]:
-    """Check a received [kind][payload] message and return (kind, payload)."""
-    if len(frames) != 2:
-        raise FrameError(f"expected 2 frames [kind][payload], got {len(frames)}")
-    kind = _KIND_BYTES.get(bytes(frames[0]))
+def encode(kind: str, message: Any) -> bytes:
+    """One frame: the kind's code byte, then the serialized message."""
+    return _CODE[kind] + message.SerializeToString()
+
+
+def parse(frame: Any) -> Tuple[str, memoryview]:
+    """Check a received frame and return (kind, payload) without copying the payload."""
+    view = memoryview(frame)
+    if len(view) == 0:
+        raise FrameError("empty message")
+    kind = _KIND_OF.get(view[0])
     if kind is None:
-        raise FrameError(f"unknown message kind {bytes(frames[0])[:32]!r}")
-    return kind, frames[1]
+        raise FrameError(f"unknown message kind code {view[0]}")
+    return kind, view[1:]
 
 
 def send(socket: zmq.Socket, kind: str, message: Any) -> bool:
-    """Send [kind][message] without blocking; False if the message was dropped."""
+    """Send one message without blocking; False if it was dropped (peer full)."""
     try:
-        socket.send_multipart([kind.encode(), message.SerializeToString()], flags=zmq.NOBLOCK)
+        socket.send(encode(kind, message), flags=zmq.NOBLOCK, copy=True)
         return True
     except zmq.Again:
         return False
+
+
+def more(socket: zmq.Socket) -> bool:
+    """True if `socket` has a message ready (no exception, no waiting)."""
+    return bool(socket.getsockopt(zmq.EVENTS) & zmq.POLLIN)
 
 
 def bind_pull(context: zmq.Context, ip: str = "127.0.0.1") -> Tuple[zmq.Socket, str]:

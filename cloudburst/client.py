@@ -28,12 +28,13 @@ import zmq
 from hydro_proto import cloudburst_pb2 as pb
 
 from ._keys import check_user_key
-from ._wire import FrameError, bind_pull, dumps, dumps_function, encode_args, loads, parse, send
+from ._wire import bind_pull, dumps, dumps_function, encode_args, loads, more, parse, send
 from .errors import CloudburstError, ObjectNotFound, Timeout, error_from_status
 
 __all__ = ["Client", "Future", "Listing"]
 
 _CONSISTENCY = {"lww": pb.LWW}
+_ANSWERS = {"reply": pb.Reply, "accepted": pb.Accepted, "result": pb.CallResult}
 
 
 class Listing(NamedTuple):
@@ -348,16 +349,15 @@ class Client:
         if self.closed or not self._pull.poll(int(timeout * 1000)):
             return out
         while True:
+            frame = self._pull.recv(copy=True)
             try:
-                frames = self._pull.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return out
-            try:
-                kind, payload = parse(frames)
-                cls = {"reply": pb.Reply, "accepted": pb.Accepted, "result": pb.CallResult}[kind]
+                kind, payload = parse(frame)
+                cls = _ANSWERS[kind]
                 out.append((kind, cls.FromString(payload)))
-            except (FrameError, KeyError, Exception):
-                continue
+            except Exception:  # malformed or not for a client: dropped
+                pass
+            if not more(self._pull):
+                return out
 
     def _store(self, messages: List[Tuple[str, Any]]) -> None:
         """Hand messages to their slots (caller holds the lock); unknown ids are dropped."""

@@ -58,7 +58,7 @@ class CacheClient:
                 raise Timeout(f"the node cache at {self.cache_address} to answer {what}",
                               self.timeout)
             try:
-                _, payload = parse(self._reply.recv_multipart())
+                _, payload = parse(self._reply.recv())
                 response = pb.CacheResponse.FromString(payload)
             except Exception:
                 continue

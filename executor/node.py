@@ -30,7 +30,7 @@ import zmq
 import anna_core
 from anna_core.wire import MonotoneClock, tuple_to_lattice
 from cloudburst._proc import ManagedProcess, stop_all, wait_all_ready
-from cloudburst._wire import FrameError, PushCache, bind_pull, parse
+from cloudburst._wire import FrameError, PushCache, bind_pull, more, parse
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
 
@@ -96,10 +96,11 @@ class ExecutorNode:
         while not self._stopping:
             wait = max(0.0, next_tick - time.monotonic())
             for sock, _ in poller.poll(int(wait * 1000) + 1):
-                if sock is self._requests:
-                    self._on_request(self._requests.recv_multipart())
-                else:
-                    self._on_update(self._updates.recv())
+                handle = self._on_request if sock is self._requests else self._on_update
+                for _ in range(1000):
+                    handle(sock.recv())
+                    if not more(sock):
+                        break
             now = time.monotonic()
             if now >= next_tick:
                 next_tick = now + period
@@ -138,9 +139,9 @@ class ExecutorNode:
             self._push.send(address, "keyset", message)
 
     # ---- cache requests ----
-    def _on_request(self, frames: Any) -> None:
+    def _on_request(self, frame: Any) -> None:
         try:
-            kind, payload = parse(frames)
+            kind, payload = parse(frame)
             if kind != "cache":
                 raise FrameError(f"kind {kind!r} is not for a node cache")
             req = pb.CacheRequest.FromString(payload)

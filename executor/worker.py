@@ -10,8 +10,9 @@ Contract:
   cache first. Functions are fetched from the registry once per (name, version), deserialized
   once, and cached; a stateful class is instantiated once per worker and its `run` called.
 - On success the result goes as a `trigger` to each downstream worker (to itself without a
-  socket hop); the sink writes it under `output_key` (through the node cache) when asked, pushes
-  it to the caller as a `result`, then tells the scheduler `done`.
+  socket hop), with that worker's schedule attached (from `Schedule.forward`); the sink writes
+  it under `output_key` (through the node cache) when asked, pushes it to the caller as a
+  `result`, then tells the scheduler `done` (batched: within `DONE_BATCH_SECONDS`).
 - On an exception the caller gets EXECUTION_ERROR with the traceback, the call's other workers
   get `abort`, the scheduler gets `done`. An invocation still missing upstream results at its
   deadline makes the caller get TIMEOUT naming the function, worker and missing upstreams.
@@ -30,7 +31,7 @@ import zmq
 
 import anna_core
 from cloudburst._keys import function_key, worker_key
-from cloudburst._wire import FrameError, PushCache, bind_pull, decode_arg, dumps, loads, parse
+from cloudburst._wire import FrameError, PushCache, bind_pull, decode_arg, dumps, encode, loads, parse
 from cloudburst.errors import ObjectNotFound, Timeout
 from cloudburst.reference import Reference
 from hydro_proto import cloudburst_pb2 as pb
@@ -44,6 +45,8 @@ __all__ = ["Worker"]
 
 log = logging.getLogger("cloudburst.worker")
 _INBOX_LIMIT = 10000
+DONE_BATCH_SECONDS = 0.005
+_MSG_CODE = encode("msg", pb.UserMessage())[:1]
 
 
 class _FunctionError(Exception):
@@ -78,6 +81,8 @@ class Worker:
         self._busy_since: Optional[float] = None
         self._busy_total = 0.0
         self._stopping = threading.Event()
+        self._done: Dict[str, List[str]] = {}
+        self._done_since = 0.0
         self._handlers = {"schedule": self._on_schedule, "trigger": self._on_trigger,
                           "abort": self._on_abort, "msg": self._on_msg}
 
@@ -92,6 +97,7 @@ class Worker:
     def serve(self) -> None:
         beat = threading.Thread(target=self._heartbeats, name="heartbeat", daemon=True)
         beat.start()
+        self._pull.setsockopt(zmq.RCVTIMEO, 100)
         next_sweep = time.monotonic() + 0.5
         while not self._stopping.is_set():
             while self._local or self._backlog:
@@ -100,16 +106,15 @@ class Worker:
                     self._handlers[kind](message)
                 else:
                     self._dispatch(self._backlog.popleft())
-            if self._pull.poll(100):
-                for _ in range(100):
-                    try:
-                        frames = self._pull.recv_multipart(zmq.NOBLOCK)
-                    except zmq.Again:
-                        break
-                    self._dispatch(frames)
-                    if self._local or self._backlog:
-                        break
+            try:
+                frame = self._pull.recv(copy=True)
+            except zmq.Again:
+                frame = None
+            if frame is not None:
+                self._dispatch(frame)
             now = time.monotonic()
+            if self._done and (frame is None or now - self._done_since >= DONE_BATCH_SECONDS):
+                self._flush_done()
             if now >= next_sweep:
                 next_sweep = now + 0.5
                 for stalled in self.pending.expire(now):
@@ -117,9 +122,25 @@ class Worker:
                 if self.config.parent_pid and os.getppid() != self.config.parent_pid:
                     log.warning("parent process exited; stopping")
                     break
+        self._flush_done()
         self._stopping.set()
         beat.join(2)
         self.close()
+
+    def _call_done(self, scheduler_address: str, call_id: str) -> None:
+        """Tell the scheduler a call finished, batched: sent within DONE_BATCH_SECONDS, so the
+        scheduler is not woken once more per call while the caller receives its result."""
+        if not self._done:
+            self._done_since = time.monotonic()
+            self._pull.setsockopt(zmq.RCVTIMEO, int(DONE_BATCH_SECONDS * 1000))
+        self._done.setdefault(scheduler_address, []).append(call_id)
+
+    def _flush_done(self) -> None:
+        for address, ids in self._done.items():
+            self._push.send(address, "done", pb.CallDone(call_ids=ids))
+        if self._done:
+            self._done = {}
+            self._pull.setsockopt(zmq.RCVTIMEO, 100)
 
     def close(self) -> None:
         self._kvs.close()
@@ -149,9 +170,9 @@ class Worker:
             push.close()
 
     # ---- messages ----
-    def _dispatch(self, frames: Any) -> None:
+    def _dispatch(self, frame: Any) -> None:
         try:
-            kind, payload = parse(frames)
+            kind, payload = parse(frame)
             handler = self._handlers.get(kind)
             if handler is None:
                 raise FrameError(f"kind {kind!r} is not for a worker")
@@ -171,6 +192,8 @@ class Worker:
             self._run(ready)
 
     def _on_trigger(self, t: pb.Trigger) -> None:
+        if t.HasField("schedule"):
+            self._on_schedule(t.schedule)
         ready = self.pending.add_trigger(t.call_id, t.target, t.source, bytes(t.value),
                                          time.monotonic())
         if ready is not None:
@@ -255,6 +278,11 @@ class Worker:
             self._busy_since = None
         for target in s.targets:
             trigger = pb.Trigger(call_id=s.call_id, source=s.function, target=target, value=value)
+            for f in s.forward:
+                if f.function == target:
+                    trigger.schedule.CopyFrom(f)
+                    trigger.schedule.forward.extend(s.forward)
+                    break
             address = s.locations[target]
             if address == self.address:
                 self._local.append(("trigger", trigger))
@@ -263,7 +291,7 @@ class Worker:
         if s.sink:
             self._push.send(s.response_address, "result",
                             pb.CallResult(request_id=s.call_id, status=pb.OK, value=value))
-            self._push.send(s.scheduler_address, "done", pb.CallDone(call_id=s.call_id, ok=True))
+            self._call_done(s.scheduler_address, s.call_id)
 
     def _fail(self, s: pb.Schedule, status: int, message: str, tb: str = "",
               stage: str = "") -> None:
@@ -275,7 +303,7 @@ class Worker:
                     self.pending.abort(s.call_id)
                 else:
                     self._push.send(address, "abort", pb.CallDone(call_id=s.call_id))
-        self._push.send(s.scheduler_address, "done", pb.CallDone(call_id=s.call_id, ok=False))
+        self._call_done(s.scheduler_address, s.call_id)
 
     def _on_stalled(self, stalled: Any) -> None:
         s = stalled.schedule
@@ -312,14 +340,14 @@ class Worker:
                 return []
             if not self._pull.poll(int(remaining * 1000) + 1):
                 continue
-            frames = self._pull.recv_multipart()
-            if bytes(frames[0]) == b"msg" and len(frames) == 2:
+            frame = self._pull.recv(copy=True)
+            if frame[:1] == _MSG_CODE:
                 try:
-                    self._on_msg(pb.UserMessage.FromString(frames[1]))
+                    self._on_msg(pb.UserMessage.FromString(frame[1:]))
                 except Exception as e:
                     log.warning("dropped a malformed user message: %s", e)
             else:
-                self._backlog.append(frames)  # handled after the running function returns
+                self._backlog.append(frame)  # handled after the running function returns
         out = list(self._inbox)
         self._inbox.clear()
         return out

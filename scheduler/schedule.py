@@ -1,14 +1,15 @@
 """Building the per-executor schedules of one call (pure; no sockets).
 
 Contract: `build_schedules(call, dag, placement, addresses, versions, scheduler_address,
-timeout)` returns one `(worker_address, cloudburst.Schedule)` per function of `dag`: the
+timeout)` returns one `(worker_address, cloudburst.Schedule)` per *source* of `dag`. Every
+function's schedule (the sources' and, in each source's `forward`, the downstream ones) holds the
 function, its registration version, its upstreams and downstream targets in connection
 order, the call's own arguments for it, every function's worker address, whether it is the
 sink, where the result goes (`call.response_address`, `call.output_key`) and the deadline in
-seconds from receipt. Sources are the schedules with no upstreams: a worker runs them on
-receipt, which is how the scheduler triggers them. Sources are listed first so they start
-at once; a downstream worker keeps results that arrive before its schedule
-(`executor.dagstate`).
+seconds from receipt. A worker runs a source on receipt, which is how the scheduler triggers
+it. Downstream schedules travel with the data: a worker attaches its target's schedule (from
+`forward`) to the result it sends there, so each executor gets its schedule without a
+message (and a wake-up) of its own. `all_schedules` returns every function's schedule.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from hydro_proto import cloudburst_pb2 as pb
 
 from .dag import Dag
 
-__all__ = ["build_schedules", "references_by_function"]
+__all__ = ["build_schedules", "all_schedules", "references_by_function"]
 
 
 def references_by_function(call: pb.Call) -> Dict[str, List[str]]:
@@ -30,11 +31,25 @@ def references_by_function(call: pb.Call) -> Dict[str, List[str]]:
 def build_schedules(call: pb.Call, dag: Dag, placement: Mapping[str, str],
                     addresses: Mapping[str, str], versions: Mapping[str, str],
                     scheduler_address: str, timeout: float) -> List[Tuple[str, pb.Schedule]]:
-    """One schedule per function; see the module contract."""
+    """One schedule per source, carrying the downstream schedules; see the module contract."""
+    everything = all_schedules(call, dag, placement, addresses, versions, scheduler_address,
+                               timeout)
+    downstream = [s for _, s in everything if s.upstreams]
+    out = []
+    for address, s in everything:
+        if not s.upstreams:
+            s.forward.extend(downstream)
+            out.append((address, s))
+    return out
+
+
+def all_schedules(call: pb.Call, dag: Dag, placement: Mapping[str, str],
+                  addresses: Mapping[str, str], versions: Mapping[str, str],
+                  scheduler_address: str, timeout: float) -> List[Tuple[str, pb.Schedule]]:
+    """One schedule per function (without `forward`), in `dag.functions` order."""
     locations = {fn: addresses[placement[fn]] for fn in dag.functions}
     sink = dag.sink()
     out: List[Tuple[str, pb.Schedule]] = []
-    sources: List[Tuple[str, pb.Schedule]] = []
     for fn in dag.functions:
         s = pb.Schedule(
             call_id=call.request_id, function=fn, version=versions[fn],
@@ -45,5 +60,5 @@ def build_schedules(call: pb.Call, dag: Dag, placement: Mapping[str, str],
         s.locations.update(locations)
         if fn in call.args:
             s.args.CopyFrom(call.args[fn])
-        (sources if not s.upstreams else out).append((locations[fn], s))
-    return sources + out
+        out.append((locations[fn], s))
+    return out

@@ -27,7 +27,7 @@ import zmq
 
 import anna_core
 from anna_core.wire import tuple_to_lattice
-from cloudburst._wire import FrameError, PushCache, bind_pull, parse
+from cloudburst._wire import FrameError, PushCache, bind_pull, more, parse
 from cloudburst.errors import InvalidDag, NoResources
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
@@ -76,25 +76,22 @@ class Scheduler:
         self._stopping = True
 
     def serve(self, tick: float = 0.1) -> None:
-        poller = zmq.Poller()
-        poller.register(self._pull, zmq.POLLIN)
-        poller.register(self._updates, zmq.POLLIN)
+        # One blocking recv per message (no poll, no exception) keeps the per-call cost low;
+        # registry updates and liveness are handled every `tick`.
+        self._pull.setsockopt(zmq.RCVTIMEO, int(tick * 1000))
         next_tick = time.monotonic() + tick
         while not self._stopping:
-            wait = max(0.0, next_tick - time.monotonic())
-            for sock, _ in poller.poll(int(wait * 1000) + 1):
-                if sock is self._pull:
-                    for _ in range(1000):  # drain a burst before checking time again
-                        try:
-                            frames = self._pull.recv_multipart(zmq.NOBLOCK, copy=True)
-                        except zmq.Again:
-                            break
-                        self._dispatch(frames)
-                else:
-                    self._on_registry_update(self._updates.recv())
+            try:
+                frame = self._pull.recv(copy=True)
+            except zmq.Again:
+                frame = None
+            if frame is not None:
+                self._dispatch(frame)
             now = time.monotonic()
             if now >= next_tick:
                 next_tick = now + tick
+                while more(self._updates):
+                    self._on_registry_update(self._updates.recv())
                 self._expire(now)
                 if self.config.parent_pid and os.getppid() != self.config.parent_pid:
                     log.warning("parent process exited; stopping")
@@ -108,9 +105,9 @@ class Scheduler:
         self._updates.close(0)
         self._context.term()
 
-    def _dispatch(self, frames: Any) -> None:
+    def _dispatch(self, frame: Any) -> None:
         try:
-            kind, payload = parse(frames)
+            kind, payload = parse(frame)
             handler = self._handlers.get(kind)
             if handler is None:
                 raise FrameError(f"kind {kind!r} is not for a scheduler")
@@ -234,7 +231,11 @@ class Scheduler:
         self._push.send(req.response_address, "accepted", answer)
 
     def _done(self, payload: bytes) -> None:
-        self.table.finish_call(pb.CallDone.FromString(payload).call_id)
+        done = pb.CallDone.FromString(payload)
+        if done.call_id:
+            self.table.finish_call(done.call_id)
+        for call_id in done.call_ids:
+            self.table.finish_call(call_id)
 
     # ---- executors ----
     def _heartbeat(self, payload: bytes) -> None:
