@@ -194,3 +194,24 @@ def test_reads_fail_over_to_a_live_replica_and_put_all_names_the_dead_one():
         with pytest.raises(anna_core.Timeout) as info:
             kvs.put_all(keys[0], b"new")
         assert dead in str(info.value) and "PUT_ALL" in info.value.stage
+
+
+def test_a_node_joining_later_takes_over_its_keys():
+    with anna_core.LocalCluster(memory_threads=1, nodes=1, gossip_period_ms=50) as cluster:
+        kvs = cluster.client(timeout=2.0)
+        keys = [f"elastic-{i}" for i in range(40)]
+        for key in keys:
+            kvs.put(key, _core.SetLattice([key.encode()]))
+        new_node = cluster.add_node("memory")
+        assert new_node == "memory-1"
+        moved = [k for k in keys
+                 if kvs.addresses(k, refresh=True)[0] in cluster.worker_addresses(new_node)]
+        assert moved, "no key moved to the new node"
+
+        def all_readable():
+            try:
+                return all(kvs.get(k).reveal() == {k.encode()} for k in keys)
+            except anna_core.KeyNotFound:
+                return False  # handoff of a moved key still in flight
+
+        poll_until(all_readable, 10.0, "every key readable after the join")
