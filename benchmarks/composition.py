@@ -39,9 +39,10 @@ def summary(samples: List[float]) -> Dict[str, float]:
 
 
 # ---- Cloudburst ----
-def bench_cloudburst(calls: int, workers: int) -> Dict[str, float]:
+def bench_cloudburst(calls: int, workers: int, transport: str = "tcp") -> Dict[str, float]:
     import cloudburst
-    with cloudburst.LocalCluster(executor_nodes=1, executors_per_node=workers) as cluster:
+    with cloudburst.LocalCluster(executor_nodes=1, executors_per_node=workers,
+                                 transport=transport) as cluster:
         client = cluster.client()
         client.register(lambda lib, x: x + 1, "increment")
         client.register(lambda lib, x: x * x, "square")

@@ -5,7 +5,8 @@ Contract:
   protobuf (one frame = one send call: they are costly on small VMs). `send` writes one
   without blocking (a full peer drops it and `send` returns False); `parse` checks one and
   raises `FrameError`; `more(socket)` says whether another message is waiting.
-- `PushCache` keeps one PUSH socket per destination; `bind_pull` binds `tcp://ip:*`.
+- `PushCache` keeps one PUSH socket per destination; `bind_pull` binds `tcp://ip:*`, or a
+  Unix socket (`ipc://`) in a given directory when every process is on one host.
 - `dumps`/`loads` serialize Python values (cloudpickle out, pickle in).
 - `encode_args`/`decode_arg` move call arguments in and out of `cloudburst.Argument`: a
   top-level `Reference` travels as a key (so schedulers see it), anything else as bytes.
@@ -27,7 +28,7 @@ from hydro_proto import cloudburst_pb2 as pb
 
 from .reference import Reference
 
-__all__ = ["KINDS", "KIND_ORDER", "FrameError", "encode", "send", "more", "parse", "PushCache", "bind_pull", "dumps", "dumps_function", "loads",
+__all__ = ["KINDS", "KIND_ORDER", "FrameError", "encode", "send", "more", "parse", "PushCache", "bind_pull", "ipc_dir_of", "dumps", "dumps_function", "loads",
            "encode_args", "decode_arg", "references_of", "announce_ready", "READY_PREFIX",
            "configure_logging", "pb"]
 
@@ -77,13 +78,26 @@ def more(socket: zmq.Socket) -> bool:
     return bool(socket.getsockopt(zmq.EVENTS) & zmq.POLLIN)
 
 
-def bind_pull(context: zmq.Context, ip: str = "127.0.0.1") -> Tuple[zmq.Socket, str]:
-    """A PULL socket bound on a free port of `ip`, and its connectable address."""
+def bind_pull(context: zmq.Context, ip: str = "127.0.0.1",
+              ipc_dir: Optional[str] = None) -> Tuple[zmq.Socket, str]:
+    """A PULL socket bound on a free port of `ip` (or, with `ipc_dir`, on a fresh Unix socket
+    in that directory: cheaper on one host), and its connectable address."""
     s = context.socket(zmq.PULL)
     s.setsockopt(zmq.LINGER, 0)
     s.setsockopt(zmq.RCVHWM, 100000)
+    if ipc_dir:
+        import os
+        import uuid
+        s.bind(f"ipc://{os.path.join(ipc_dir, uuid.uuid4().hex[:16])}")
+        return s, s.getsockopt_string(zmq.LAST_ENDPOINT)
     s.bind(f"tcp://{ip}:*")
     return s, s.getsockopt_string(zmq.LAST_ENDPOINT).replace("tcp://0.0.0.0:", "tcp://127.0.0.1:")
+
+
+def ipc_dir_of(address: str) -> Optional[str]:
+    """The directory of an `ipc://` address (None for other transports)."""
+    import os
+    return os.path.dirname(address[len("ipc://"):]) if address.startswith("ipc://") else None
 
 
 class PushCache:

@@ -28,7 +28,7 @@ import zmq
 from hydro_proto import cloudburst_pb2 as pb
 
 from ._keys import check_user_key
-from ._wire import bind_pull, dumps, dumps_function, encode_args, loads, more, parse, send
+from ._wire import bind_pull, ipc_dir_of, dumps, dumps_function, encode_args, loads, more, parse, send
 from .errors import CloudburstError, ObjectNotFound, Timeout, error_from_status
 
 __all__ = ["Client", "Future", "Listing"]
@@ -96,7 +96,8 @@ class Client:
         self.address = address
         self.timeout = float(timeout)
         self._context = zmq.Context()
-        self._pull, self.response_address = bind_pull(self._context, ip)
+        # a cluster reached over Unix sockets (LocalCluster(transport="ipc")) answers on one too
+        self._pull, self.response_address = bind_pull(self._context, ip, ipc_dir_of(address))
         self._push = self._context.socket(zmq.PUSH)
         self._push.setsockopt(zmq.LINGER, 500)
         self._push.setsockopt(zmq.SNDHWM, 100000)

@@ -37,12 +37,15 @@ class LocalCluster:
         heartbeat_period / heartbeat_timeout: worker liveness reporting and detection (s).
         log_level: level of every process' log (files under `log_dir`).
         startup_timeout: seconds to wait for the whole cluster to be ready.
+        transport: "tcp" (loopback TCP, free ports) or "ipc" (Unix sockets in a private
+            directory: cheaper per message; clients must run on this host).
     """
 
     def __init__(self, executor_nodes: int = 1, executors_per_node: int = 3,
                  schedulers: int = 1, *, kvs_threads: int = 1, heartbeat_period: float = 0.2,
                  heartbeat_timeout: float = 1.5, log_level: str = "warning",
-                 startup_timeout: float = 60.0, seed: Optional[int] = None) -> None:
+                 startup_timeout: float = 60.0, seed: Optional[int] = None,
+                 transport: str = "tcp") -> None:
         if executor_nodes < 1 or executors_per_node < 1 or schedulers < 1:
             raise ValueError("a LocalCluster needs at least one executor node, one executor "
                              "per node and one scheduler")
@@ -55,7 +58,14 @@ class LocalCluster:
         self.log_level = log_level
         self.startup_timeout = startup_timeout
         self.seed = seed
+        if transport not in ("tcp", "ipc"):
+            raise ValueError(f"transport must be 'tcp' or 'ipc', got {transport!r}")
+        self.transport = transport
         self.log_dir = tempfile.mkdtemp(prefix="cloudburst-local-")
+        self.ipc_dir: Optional[str] = None
+        if transport == "ipc":
+            self.ipc_dir = os.path.join(self.log_dir, "ipc")
+            os.makedirs(self.ipc_dir)
         self.kvs: Any = None
         self.scheduler_addresses: List[str] = []
         self.workers: List[Dict[str, Any]] = []
@@ -88,7 +98,8 @@ class LocalCluster:
                 config = SchedulerConfig(kvs_address=self.kvs.routing_address,
                                          heartbeat_timeout=self.heartbeat_timeout,
                                          log_level=self.log_level, parent_pid=os.getpid(),
-                                         seed=None if self.seed is None else self.seed + i)
+                                         seed=None if self.seed is None else self.seed + i,
+                                         ipc_dir=self.ipc_dir)
                 self._schedulers.append(ManagedProcess(
                     f"scheduler-{i}", [sys.executable, "-m", "scheduler", "--config",
                                        config.to_json()], self.log_dir).spawn())
@@ -100,7 +111,7 @@ class LocalCluster:
                                     workers=self.executors_per_node,
                                     heartbeat_period=self.heartbeat_period,
                                     log_level=self.log_level, parent_pid=os.getpid(),
-                                    log_dir=self.log_dir)
+                                    log_dir=self.log_dir, ipc_dir=self.ipc_dir)
                 self._nodes.append(ManagedProcess(
                     f"node{i}", [sys.executable, "-m", "executor", "--config", config.to_json()],
                     self.log_dir).spawn())

@@ -27,6 +27,7 @@ class NodeConfig:
     log_level: str = "warning"
     parent_pid: Optional[int] = None
     log_dir: Optional[str] = None
+    ipc_dir: Optional[str] = None       # node cache and workers bind Unix sockets here (one host)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -50,6 +51,7 @@ class WorkerConfig:
     cache_timeout: float = 30.0
     log_level: str = "warning"
     parent_pid: Optional[int] = None
+    ipc_dir: Optional[str] = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -48,7 +48,7 @@ class ExecutorNode:
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
         self._context = zmq.Context()
-        self._requests, self.cache_address = bind_pull(self._context, config.ip)
+        self._requests, self.cache_address = bind_pull(self._context, config.ip, config.ipc_dir)
         self._updates, self.update_address = bind_pull(self._context, config.ip)
         self._push = PushCache(self._context)
         self.cache = LwwCache()
@@ -74,7 +74,8 @@ class ExecutorNode:
                               cache_address=self.cache_address,
                               scheduler_addresses=list(self.config.scheduler_addresses),
                               ip=self.config.ip, heartbeat_period=self.config.heartbeat_period,
-                              log_level=self.config.log_level, parent_pid=os.getpid())
+                              log_level=self.config.log_level, parent_pid=os.getpid(),
+                              ipc_dir=self.config.ipc_dir)
             p = ManagedProcess(f"worker-{wid}", [sys.executable, "-m", "executor.worker",
                                                  "--config", wc.to_json()], log_dir)
             self.workers.append(p.spawn())

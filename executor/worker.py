@@ -64,8 +64,8 @@ class Worker:
         self.config = config
         self.worker_id = config.worker_id
         self._context = zmq.Context()
-        self._pull, self.address = bind_pull(self._context, config.ip)
-        self._replies, reply_address = bind_pull(self._context, config.ip)
+        self._pull, self.address = bind_pull(self._context, config.ip, config.ipc_dir)
+        self._replies, reply_address = bind_pull(self._context, config.ip, config.ipc_dir)
         self._push = PushCache(self._context)
         self._kvs = anna_core.Client(config.kvs_address, timeout=5.0, ip=config.ip,
                                      context=self._context)

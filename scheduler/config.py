@@ -16,6 +16,7 @@ class SchedulerConfig:
     call_timeout: default deadline (s) of a call whose caller gave none.
     busy_outstanding / busy_utilization: the policy's back-off thresholds.
     seed: seed of the tie-break rng (None: random).
+    ipc_dir: when set, the request socket is a Unix socket in this directory (single host).
     """
 
     kvs_address: str
@@ -27,6 +28,7 @@ class SchedulerConfig:
     seed: Optional[int] = None
     log_level: str = "warning"
     parent_pid: Optional[int] = None
+    ipc_dir: Optional[str] = None       # bind the request socket as a Unix socket here (one host)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -55,7 +55,7 @@ class Scheduler:
     def __init__(self, config: SchedulerConfig) -> None:
         self.config = config
         self._context = zmq.Context()
-        self._pull, self.address = bind_pull(self._context, config.ip)
+        self._pull, self.address = bind_pull(self._context, config.ip, config.ipc_dir)
         self._updates, self.update_address = bind_pull(self._context, config.ip)
         self._push = PushCache(self._context)
         self._kvs = anna_core.Client(config.kvs_address, timeout=2.0, ip=config.ip,

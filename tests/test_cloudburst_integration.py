@@ -266,3 +266,15 @@ def test_unknown_scheduler_is_a_timeout_not_a_hang():
 def test_unsupported_consistency_is_rejected(client):
     with pytest.raises(ValueError, match="causal"):
         client.call_dag("whatever", {}, consistency="causal")
+
+
+def test_ipc_transport_cluster_runs_a_chain():
+    with cloudburst.LocalCluster(executor_nodes=1, executors_per_node=2, transport="ipc") as cluster:
+        assert cluster.address.startswith("ipc://")
+        c = cluster.client(timeout=20)
+        c.register(lambda lib, x: x + 1, "inc")
+        c.register(lambda lib, x: x * x, "sq")
+        c.register_dag("chain", ["inc", "sq"], [("inc", "sq")])
+        assert c.call_dag("chain", {"inc": [2]}).get(timeout=10) == 9
+        c.put("k", 5)
+        assert c.call("sq", Reference("k")).get(timeout=10) == 25
