@@ -139,7 +139,11 @@ class Subscription:
                     self._client.unsubscribe(key, self.address)
                 except AnnaError:
                     pass
+        if self._client is not None and self in self._client._subscriptions:
+            self._client._subscriptions.remove(self)
         self._client = None
+        if self._socket.closed:
+            return
         self._socket.close(0)
         if self._own_context:
             self._context.term()
@@ -181,6 +185,7 @@ class Client:
         self._seq = 0
         # Workers that recently timed out, until when: avoided while another replica exists.
         self._suspects: Dict[str, float] = {}
+        self._subscriptions: List[Subscription] = []
         self.closed = False
 
     # ---- public API ---------------------------------------------------------------------
@@ -252,6 +257,7 @@ class Client:
     def subscription(self, *keys: str) -> Subscription:
         """A new `Subscription` subscribed to `keys`; closing it unsubscribes."""
         sub = Subscription(ip=self.ip, context=self._context, client=self, keys=keys)
+        self._subscriptions.append(sub)  # closed before the shared context in close()
         try:
             for key in keys:
                 self.subscribe(key, sub.address)
@@ -293,6 +299,9 @@ class Client:
         if self.closed:
             return
         self.closed = True
+        for sub in list(self._subscriptions):
+            sub.close()  # no UNSUBSCRIBE round trips while closing
+        self._subscriptions.clear()
         self._push.close()
         self._pull.close(0)
         if self._own_context:

@@ -146,11 +146,13 @@ def _stop_processes(processes: Sequence[ManagedProcess], timeout: float) -> None
             p.proc.wait(timeout=5)
 
 
-def _kill_all(procs: List[subprocess.Popen]) -> None:
+def _kill_all(procs: List[subprocess.Popen], tmp: str) -> None:
     """Last-resort cleanup when a LocalCluster is garbage-collected without stop()."""
     for proc in procs:
         if proc.poll() is None:
             proc.kill()
+            proc.wait()
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 class LocalCluster:
@@ -184,7 +186,7 @@ class LocalCluster:
         self._nodes: Dict[str, ManagedProcess] = {}
         self._clients: List[Client] = []
         self._popen: List[subprocess.Popen] = []
-        self._finalizer = weakref.finalize(self, _kill_all, self._popen)
+        self._finalizer = weakref.finalize(self, _kill_all, self._popen, self._tmp)
         self.started = False
         self.stopped = False
 

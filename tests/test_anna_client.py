@@ -258,3 +258,11 @@ def test_context_manager_closes(cluster):
         key = fresh("cm")
         client.put(key, b"v")
     assert client.closed
+
+
+def test_closing_a_client_closes_its_subscriptions(cluster):
+    client = cluster.client(timeout=3.0)
+    sub = client.subscription(fresh("closing"))
+    client.close()  # must not hang on the shared ZMQ context
+    assert client.closed
+    sub.close()  # idempotent
