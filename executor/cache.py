@@ -19,6 +19,7 @@ class LwwCache:
 
     def __init__(self) -> None:
         self._entries: Dict[str, Any] = {}
+        self._values: Dict[str, bytes] = {}   # revealed once per change, handed out uncopied
         self.keyset_version = 0
 
     def __contains__(self, key: str) -> bool:
@@ -28,23 +29,25 @@ class LwwCache:
         return len(self._entries)
 
     def get(self, key: str) -> Optional[bytes]:
-        lattice = self._entries.get(key)
-        return None if lattice is None else lattice.reveal()
+        return self._values.get(key)
 
     def merge(self, key: str, lattice: Any) -> bool:
         """Merge `lattice` into `key`; True if the cached value changed."""
         old = self._entries.get(key)
         if old is None:
             self._entries[key] = lattice
+            self._values[key] = lattice.reveal()
             self.keyset_version += 1
             return True
         merged = old.merge(lattice)
         if merged == old:
             return False
         self._entries[key] = merged
+        self._values[key] = merged.reveal()
         return True
 
     def evict(self, key: str) -> bool:
+        self._values.pop(key, None)
         if self._entries.pop(key, None) is None:
             return False
         self.keyset_version += 1

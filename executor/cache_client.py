@@ -1,7 +1,7 @@
 """A worker's connection to its node cache (the only path of a worker's reads and writes).
 
-Contract: `CacheClient.get(keys)` returns `{key: bytes or None}` (None: no such key in the
-KVS); `put(key, value)` returns once the node cache has written the value through to Anna.
+Contract: `CacheClient.get(keys)` returns `{key: buffer or None}` (None: no such key in the
+KVS; a buffer is the value's bytes as received, not copied); `put(key, value)` returns once the node cache has written the value through to Anna.
 Each request waits on the worker's own reply socket for the answer with the same request id
 (older answers are dropped) until `timeout`; then `cloudburst.errors.Timeout` names the node
 cache and the keys. A failed answer raises `CloudburstError` with the node cache's reason.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import zmq
 
@@ -34,14 +34,19 @@ class CacheClient:
         self._prefix = uuid.uuid4().hex[:8]
         self._seq = 0
 
-    def get(self, keys: Sequence[str]) -> Dict[str, Optional[bytes]]:
-        response = self._request(pb.CACHE_GET, list(keys), [])
-        return {e.key: (bytes(e.value) if e.found else None) for e in response.entries}
+    def get(self, keys: Sequence[str]) -> Dict[str, Optional[memoryview]]:
+        """{key: the value's bytes (a read-only buffer, not copied) or None}."""
+        response, values = self._request(pb.CACHE_GET, list(keys), [])
+        out: Dict[str, Optional[memoryview]] = {}
+        it = iter(values)
+        for e in response.entries:
+            out[e.key] = next(it, None) if e.found else None
+        return out
 
     def put(self, key: str, value: bytes) -> None:
         self._request(pb.CACHE_PUT, [key], [value])
 
-    def _request(self, op: int, keys: List[str], values: List[bytes]) -> pb.CacheResponse:
+    def _request(self, op: int, keys: List[str], values: List[bytes]) -> Tuple[pb.CacheResponse, List[memoryview]]:
         self._seq += 1
         rid = f"{self._prefix}-{self._seq}"
         req = pb.CacheRequest(request_id=rid, response_address=self._reply_address, op=op,
@@ -58,7 +63,8 @@ class CacheClient:
                 raise Timeout(f"the node cache at {self.cache_address} to answer {what}",
                               self.timeout)
             try:
-                _, payload = parse(self._reply.recv())
+                frames = self._reply.recv_multipart(copy=False)
+                _, payload = parse(frames[0].buffer)
                 response = pb.CacheResponse.FromString(payload)
             except Exception:
                 continue
@@ -66,4 +72,4 @@ class CacheClient:
                 continue
             if response.status != pb.OK:
                 raise CloudburstError(response.message or f"node cache failed {what}")
-            return response
+            return response, [f.buffer for f in frames[1:]]

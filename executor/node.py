@@ -8,6 +8,7 @@ Contract:
   answered from memory at once; a miss is fetched from Anna by a fetch thread, cached, and the
   key subscribed so that Anna's pushes keep it fresh; a PUT is written through to Anna (as an
   LWW lattice with this node's timestamp) and merged into the cache before it is acknowledged.
+  A reply carries each value as its own ZeroMQ frame after the response (no protobuf copy).
   Anna errors reach the worker as a failed `CacheResponse` naming the key.
 - Every `heartbeat_period` the node reports its key set to every scheduler (when it changed,
   and at least every 10 periods).
@@ -30,7 +31,7 @@ import zmq
 import anna_core
 from anna_core.wire import MonotoneClock, tuple_to_lattice
 from cloudburst._proc import ManagedProcess, stop_all, wait_all_ready
-from cloudburst._wire import FrameError, PushCache, bind_pull, more, parse
+from cloudburst._wire import FrameError, PushCache, bind_pull, encode, more, parse
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
 
@@ -40,6 +41,21 @@ from .config import NodeConfig, WorkerConfig
 __all__ = ["ExecutorNode"]
 
 log = logging.getLogger("cloudburst.node")
+
+
+_ZERO_COPY_BYTES = 64 * 1024
+
+
+def _send_reply(push: PushCache, address: str, response: pb.CacheResponse,
+                values: List[bytes]) -> None:
+    """A `cache_reply`: the response, then each found value as its own frame (large values are
+    handed to ZeroMQ without a copy, and never copied into a protobuf)."""
+    frames = [encode("cache_reply", response), *values]
+    zero_copy = any(len(v) >= _ZERO_COPY_BYTES for v in values)
+    try:
+        push.socket(address).send_multipart(frames, flags=zmq.NOBLOCK, copy=not zero_copy)
+    except zmq.Again:
+        log.warning("dropped a cache reply to %s (peer not accepting)", address)
 
 
 class ExecutorNode:
@@ -154,9 +170,9 @@ class ExecutorNode:
                 values = [self.cache.get(k) for k in req.keys]
             if all(v is not None for v in values):
                 response = pb.CacheResponse(request_id=req.request_id)
-                for k, v in zip(req.keys, values):
-                    response.entries.add(key=k, found=True, value=v)
-                self._push.send(req.response_address, "cache_reply", response)
+                for k in req.keys:
+                    response.entries.add(key=k, found=True)
+                _send_reply(self._push, req.response_address, response, values)
                 return
         self._pool.submit(self._serve_in_thread, req)
 
@@ -173,6 +189,7 @@ class ExecutorNode:
     def _serve_in_thread(self, req: pb.CacheRequest) -> None:
         state = self._thread_state()
         response = pb.CacheResponse(request_id=req.request_id)
+        values: List[bytes] = []
         try:
             if req.op == pb.CACHE_GET:
                 for key in req.keys:
@@ -180,7 +197,9 @@ class ExecutorNode:
                         value = self.cache.get(key)
                     if value is None:
                         value = self._fetch(state.kvs, key)
-                    response.entries.add(key=key, found=value is not None, value=value or b"")
+                    response.entries.add(key=key, found=value is not None)
+                    if value is not None:
+                        values.append(value)
             else:
                 if len(req.values) != len(req.keys):
                     raise ValueError(f"PUT of {len(req.keys)} keys with {len(req.values)} values")
@@ -196,7 +215,8 @@ class ExecutorNode:
             log.warning("cache request %s failed: %s", req.request_id, e)
             response = pb.CacheResponse(request_id=req.request_id, status=pb.EXECUTION_ERROR,
                                         message=f"node cache {self.config.node_id}: {e}")
-        state.push.send(req.response_address, "cache_reply", response)
+            values = []
+        _send_reply(state.push, req.response_address, response, values)
 
     def _fetch(self, kvs: Any, key: str) -> Optional[bytes]:
         try:
