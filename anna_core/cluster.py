@@ -9,7 +9,8 @@ Contract:
   `start()` returns when every process is ready, or raises `StartupError` naming the process
   and quoting the tail of its stderr (exit, or no readiness before `startup_timeout`).
 - Node ids are stable ("memory-0", "disk-0", ...), and a disk node keeps its data under
-  `<data_dir>/<node_id>`, so a new cluster on the same `data_dir` finds the same data.
+  `<data_dir>/<node_id>/<thread_id>` (the kernel's layout), so a new cluster with the same
+  shape on the same `data_dir` finds the same data.
   With `data_dir=None` a temporary directory is used and removed on `stop()`.
 - Default replication: memory_global=1 if there are memory nodes else 0, disk_global=1 if
   there are disk nodes else 0, locals 1 (or the `replication` given).
@@ -162,7 +163,8 @@ class LocalCluster:
         memory_threads: worker threads per memory-tier node (0 = no memory tier).
         disk_threads: worker threads per disk-tier node (0 = no disk tier).
         nodes: nodes per tier that has threads.
-        data_dir: where disk nodes keep their data (`<data_dir>/<node_id>`); temporary if None.
+        data_dir: where disk nodes keep their data (`<data_dir>/<node_id>/<thread_id>`);
+            temporary if None.
         gossip_period_ms: the workers' epoch length.
         replication: default replication vector (`Replication`, 4-tuple or dict).
         Further keyword arguments are `ClusterConfig` fields (max_value_bytes, ip,
@@ -329,7 +331,8 @@ class LocalCluster:
 
     def _make_node(self, tier: str, index: int, threads: int) -> ManagedProcess:
         node_id = f"{tier}-{index}"
-        data_dir = os.path.join(self.data_dir, node_id) if tier == DISK else None
+        # The kernel keeps a disk worker's RocksDB at <data_dir>/<node_id>/<thread_id>.
+        data_dir = self.data_dir if tier == DISK else None
         if data_dir:
             try:
                 os.makedirs(data_dir, exist_ok=True)

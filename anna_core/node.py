@@ -10,7 +10,7 @@ Contract (DESIGN.md "Processes"):
 3. Report readiness: one `ANNA_READY {"node_id", "tier", "worker_addresses",
    "membership_version"}` line on stdout and, with `--ready-file`, the same JSON in that file.
 4. Wait for SIGTERM/SIGINT (or the parent's exit with `--parent-pid`), then `node.stop()`
-   and exit 0.
+   and exit 0. A node that cannot start (bad config, storage error) exits with status 2.
 
 Run: `python -m anna_core.node --config '<NodeConfig JSON>' --routing tcp://...`.
 """
@@ -106,8 +106,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
-    node = _core.Node(config.to_json())
-    node.start()
+    try:
+        node = _core.Node(config.to_json())
+        node.start()
+    except (ValueError, RuntimeError) as e:
+        print(f"node {config.node_id}: cannot start: {e}", file=sys.stderr, flush=True)
+        return 2
     context = zmq.Context()
     try:
         addresses = list(node.worker_addresses())

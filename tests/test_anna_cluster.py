@@ -176,6 +176,15 @@ def test_startup_failures_are_typed_errors(tmp_path):
         with anna_core.LocalCluster(memory_threads=0, disk_threads=1, data_dir=str(blocker)):
             pass
     assert "disk-0" in str(info.value)
+    # The node process itself fails (its RocksDB directory is a file): stderr is quoted.
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "disk-0").write_text("in the way")
+    with pytest.raises(anna_core.StartupError) as info:
+        with anna_core.LocalCluster(memory_threads=0, disk_threads=1,
+                                    data_dir=str(tmp_path / "data")):
+            pass
+    assert "disk-0 exited with status 2" in str(info.value)
+    assert "cannot start" in str(info.value) and "Not a directory" in str(info.value)
 
 
 def test_reads_fail_over_to_a_live_replica_and_put_all_names_the_dead_one():
