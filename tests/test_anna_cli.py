@@ -1,5 +1,6 @@
 """The `anna` command: `anna demo` exits 0; `anna local` serves and stops cleanly on Ctrl-C."""
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -11,7 +12,9 @@ ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ
 
 
 def test_anna_demo_exits_zero():
-    out = subprocess.run([sys.executable, "-m", "anna_core.cli", "demo"], env=ENV,
+    # The installed console script when there is one (pip install -e .), else the module.
+    command = [shutil.which("anna")] if shutil.which("anna") else [sys.executable, "-m", "anna_core.cli"]
+    out = subprocess.run(command + ["demo"], env=ENV,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "get greeting -> b'hello, anna'" in out.stdout
