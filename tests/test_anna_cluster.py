@@ -224,3 +224,23 @@ def test_a_node_joining_later_takes_over_its_keys():
                 return False  # handoff of a moved key still in flight
 
         poll_until(all_readable, 10.0, "every key readable after the join")
+
+
+def test_set_replication_moves_a_key_between_tiers():
+    with anna_core.LocalCluster(memory_threads=1, disk_threads=1, replication=(1, 1, 0, 1),
+                                gossip_period_ms=50) as cluster:
+        kvs = cluster.client(timeout=2.0)
+        memory, disk = cluster.worker_addresses("memory-0"), cluster.worker_addresses("disk-0")
+        kvs.put("tiered", b"v")
+        assert kvs.addresses("tiered") == memory
+
+        def readable():
+            try:
+                return kvs.get("tiered") == b"v"
+            except anna_core.KeyNotFound:
+                return False  # still moving
+
+        assert kvs.set_replication("tiered", memory=0, disk=1) == disk  # demote
+        poll_until(readable, 5.0, "the key readable from the disk tier")
+        assert kvs.set_replication("tiered", memory=1, disk=0) == memory  # promote
+        poll_until(readable, 5.0, "the key readable from the memory tier again")
