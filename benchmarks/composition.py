@@ -4,8 +4,11 @@
 
 In one run on this machine:
 1. Cloudburst: the 2-function DAG `increment -> square` on a LocalCluster (1 executor node,
-   2 workers, so the two functions run in different processes and the result crosses
-   client -> scheduler -> worker -> worker -> client), `--calls` serial warm calls; p50/p99.
+   2 workers), `--calls` serial warm calls; p50/p99. Twice: with the default policy, which
+   puts a chain's functions on one worker (client -> scheduler -> worker -> client; the
+   result passes between the functions without a socket), and with `colocate_chains=False`,
+   so the two functions run in different worker processes and the result crosses
+   client -> scheduler -> worker -> worker -> client (4 hops, like the reference below).
 2. Ray: the same chain (`square.remote(increment.remote(x))`, `ray.get`) on a local Ray
    (`ray.init(num_cpus=2)`), installed by this script into its own venv (`--ray-venv`,
    default ~/.cache/cloudburst-bench/ray-venv; `pip install ray==2.60.*`, or the closest
@@ -39,10 +42,11 @@ def summary(samples: List[float]) -> Dict[str, float]:
 
 
 # ---- Cloudburst ----
-def bench_cloudburst(calls: int, workers: int, transport: str = "tcp") -> Dict[str, float]:
+def bench_cloudburst(calls: int, workers: int, transport: str = "tcp",
+                     colocate: bool = True) -> Dict[str, float]:
     import cloudburst
     with cloudburst.LocalCluster(executor_nodes=1, executors_per_node=workers,
-                                 transport=transport) as cluster:
+                                 transport=transport, colocate_chains=colocate) as cluster:
         client = cluster.client()
         client.register(lambda lib, x: x + 1, "increment")
         client.register(lambda lib, x: x * x, "square")
@@ -177,15 +181,26 @@ def main() -> None:
           f"p99 {results['zmq_4hop']['p99_us']:8.1f} us", flush=True)
     results["cloudburst"] = bench_cloudburst(args.calls, args.workers)
     print(f"Cloudburst increment->square: p50 {results['cloudburst']['p50_us']:8.1f} us   "
-          f"p99 {results['cloudburst']['p99_us']:8.1f} us", flush=True)
+          f"p99 {results['cloudburst']['p99_us']:8.1f} us   (default: chain on one worker)",
+          flush=True)
+    results["cloudburst_spread"] = bench_cloudburst(args.calls, args.workers, colocate=False)
+    print(f"Cloudburst, 2 worker procs  : p50 {results['cloudburst_spread']['p50_us']:8.1f} us   "
+          f"p99 {results['cloudburst_spread']['p99_us']:8.1f} us   (worker -> worker hop)",
+          flush=True)
     if not args.no_ray:
         results["ray"] = bench_ray(args.calls, args.ray_venv)
         print(f"Ray {results['ray']['version']} same chain      : p50 {results['ray']['p50_us']:8.1f} us   "
               f"p99 {results['ray']['p99_us']:8.1f} us", flush=True)
         results["ray_over_cloudburst_p50"] = round(results["ray"]["p50_us"] / results["cloudburst"]["p50_us"], 2)
-        print(f"Ray p50 / Cloudburst p50     : {results['ray_over_cloudburst_p50']}x")
+        results["ray_over_cloudburst_spread_p50"] = round(
+            results["ray"]["p50_us"] / results["cloudburst_spread"]["p50_us"], 2)
+        print(f"Ray p50 / Cloudburst p50     : {results['ray_over_cloudburst_p50']}x "
+              f"(spread: {results['ray_over_cloudburst_spread_p50']}x)")
     results["cloudburst_over_zmq_p50"] = round(results["cloudburst"]["p50_us"] / results["zmq_4hop"]["p50_us"], 2)
-    print(f"Cloudburst p50 / bare 4-hop  : {results['cloudburst_over_zmq_p50']}x")
+    results["cloudburst_spread_over_zmq_p50"] = round(
+        results["cloudburst_spread"]["p50_us"] / results["zmq_4hop"]["p50_us"], 2)
+    print(f"Cloudburst p50 / bare 4-hop  : {results['cloudburst_over_zmq_p50']}x "
+          f"(spread: {results['cloudburst_spread_over_zmq_p50']}x)")
     print(json.dumps(results))
     if args.json:
         with open(args.json, "w") as f:

@@ -16,6 +16,9 @@ class SchedulerConfig:
     call_timeout: default deadline (s) of a call whose caller gave none.
     busy_outstanding / busy_utilization: the policy's back-off thresholds.
     seed: seed of the tie-break rng (None: random).
+    colocate_chains: let functions of a call that never run at the same time (a chain) share
+        a worker, preferring the worker of a direct neighbour (saves a hop); False spreads
+        every function of a call over different workers when it can.
     ipc_dir: when set, the request socket is a Unix socket in this directory (single host).
     """
 
@@ -26,6 +29,7 @@ class SchedulerConfig:
     busy_outstanding: int = 1
     busy_utilization: float = 0.9
     seed: Optional[int] = None
+    colocate_chains: bool = True
     log_level: str = "warning"
     parent_pid: Optional[int] = None
     ipc_dir: Optional[str] = None       # bind the request socket as a Unix socket here (one host)

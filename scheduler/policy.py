@@ -9,20 +9,25 @@ in order:
 2. data locality: keep the workers whose node's cache reports the most of the function's
    referenced keys;
 3. load: keep the least loaded (outstanding calls, then reported utilization);
-4. tie-break: `rng.choice` over the rest, sorted by worker id so a seeded rng is reproducible.
+4. hop saving: prefer a worker already chosen for one of the function's `neighbours`
+   (its direct upstreams/downstreams in the DAG): the result then needs no network hop;
+5. tie-break: `rng.choice` over the rest, sorted by worker id so a seeded rng is reproducible.
 A choice counts as one more outstanding call on that worker for the later functions of the
-same call, so parallel branches spread out. No I/O, no clocks: the caller passes the live
-workers (see `scheduler.membership`) and an injected `random.Random`.
+same call that may run at the same time (`concurrent_with`; by default every other function
+of the call), so parallel branches spread out while a chain, whose functions never run at
+once, may share a worker. No I/O, no clocks: the caller passes the live workers (see
+`scheduler.membership`) and an injected `random.Random`. `dag_relations(dag)` computes
+`concurrent_with` and `neighbours` for a `scheduler.dag.Dag`.
 """
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Collection, Dict, List, Mapping, Sequence
+from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from cloudburst.errors import NoResources
 
-__all__ = ["WorkerView", "choose_executors", "is_busy"]
+__all__ = ["WorkerView", "choose_executors", "dag_relations", "is_busy"]
 
 
 @dataclass(frozen=True)
@@ -41,16 +46,42 @@ def is_busy(w: WorkerView, outstanding: int, busy_outstanding: int, busy_utiliza
     return outstanding >= busy_outstanding or w.utilization >= busy_utilization
 
 
+def dag_relations(dag: Any) -> Tuple[Dict[str, Set[str]], Dict[str, Set[str]]]:
+    """(concurrent_with, neighbours) of a DAG's functions: the functions neither upstream nor
+    downstream of each one (they may run at the same time), and its direct neighbours."""
+    below: Dict[str, Set[str]] = {}
+
+    def reach(f: str) -> Set[str]:
+        if f not in below:
+            below[f] = set()
+            for d in dag.downstreams(f):
+                below[f] |= {d} | reach(d)
+        return below[f]
+
+    concurrent = {f: {g for g in dag.functions
+                      if g != f and g not in reach(f) and f not in reach(g)}
+                  for f in dag.functions}
+    neighbours = {f: set(dag.upstreams(f)) | set(dag.downstreams(f)) for f in dag.functions}
+    return concurrent, neighbours
+
+
 def choose_executors(functions: Sequence[str], references: Mapping[str, Collection[str]],
                      workers: Sequence[WorkerView], node_keys: Mapping[str, Collection[str]],
                      rng: random.Random, *, busy_outstanding: int = 1,
-                     busy_utilization: float = 0.9) -> Dict[str, str]:
+                     busy_utilization: float = 0.9,
+                     concurrent_with: Optional[Mapping[str, Collection[str]]] = None,
+                     neighbours: Optional[Mapping[str, Collection[str]]] = None) -> Dict[str, str]:
     """Pick a worker for every function of one call; see the module contract."""
     if not workers:
         raise NoResources(f"no live executor worker to run {list(functions)}")
-    load = {w.worker_id: w.outstanding for w in workers}
+    base = {w.worker_id: w.outstanding for w in workers}
     placement: Dict[str, str] = {}
     for fn in functions:
+        parallel = (set(functions) - {fn}) if concurrent_with is None else concurrent_with.get(fn, ())
+        load = dict(base)
+        for other, wid in placement.items():
+            if other in parallel:
+                load[wid] += 1
         pool = [w for w in workers
                 if not is_busy(w, load[w.worker_id], busy_outstanding, busy_utilization)]
         if not pool:
@@ -64,8 +95,10 @@ def choose_executors(functions: Sequence[str], references: Mapping[str, Collecti
             pool = [w for w in pool if score(w) == best]
         least = min((load[w.worker_id], w.utilization) for w in pool)
         pool = [w for w in pool if (load[w.worker_id], w.utilization) == least]
+        if neighbours:
+            near = {placement[n] for n in neighbours.get(fn, ()) if n in placement}
+            pool = [w for w in pool if w.worker_id in near] or pool
         pool.sort(key=lambda w: w.worker_id)
         chosen = pool[0] if len(pool) == 1 else rng.choice(pool)
         placement[fn] = chosen.worker_id
-        load[chosen.worker_id] += 1
     return placement

@@ -35,7 +35,7 @@ from hydro_proto import cloudburst_pb2 as pb
 from .config import SchedulerConfig
 from .dag import Dag, validate
 from .membership import CallRecord, ExecutorTable
-from .policy import choose_executors
+from .policy import choose_executors, dag_relations
 from .registry import Registry
 from .schedule import build_schedules, references_by_function
 
@@ -63,6 +63,7 @@ class Scheduler:
         self.registry = Registry(self._kvs, self.update_address)
         self.table = ExecutorTable(config.heartbeat_timeout)
         self._rng = random.Random(config.seed)
+        self._dags: Dict[str, Any] = {}   # name -> (version, Dag, concurrent_with, neighbours)
         self._stopping = False
         self._handlers = {
             "register_fn": self._register_fn, "register_dag": self._register_dag,
@@ -191,9 +192,14 @@ class Scheduler:
             if record is None:
                 return self._fail(call, pb.DAG_NOT_FOUND,
                                   f"call_dag: no DAG named {call.dag!r} is registered")
-            dag = dag_from_record(record)
+            cached = self._dags.get(call.dag)
+            if cached is None or cached[0] != record.version:
+                dag = dag_from_record(record)
+                cached = self._dags[call.dag] = (record.version, dag, *dag_relations(dag))
+            _, dag, concurrent, neighbours = cached
         else:
             dag = Dag.create(call.function, [call.function])
+            concurrent, neighbours = None, None
         versions: Dict[str, str] = {}
         for fn in dag.functions:
             f = self.registry.function(fn)
@@ -211,7 +217,9 @@ class Scheduler:
                 dag.functions, references_by_function(call), self.table.live(),
                 self.table.node_keys(), self._rng,
                 busy_outstanding=self.config.busy_outstanding,
-                busy_utilization=self.config.busy_utilization)
+                busy_utilization=self.config.busy_utilization,
+                concurrent_with=concurrent if self.config.colocate_chains else None,
+                neighbours=neighbours if self.config.colocate_chains else None)
         except NoResources as e:
             return self._fail(call, pb.NO_RESOURCES, f"{dag.name}: {e}")
         timeout = call.timeout if call.timeout > 0 else self.config.call_timeout

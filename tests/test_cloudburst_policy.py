@@ -95,3 +95,38 @@ def test_finish_call_releases_load():
     assert t.live()[0].outstanding == 1
     assert t.finish_call("c").name == "f"
     assert t.live()[0].outstanding == 0
+
+
+def test_chain_shares_a_worker_and_parallel_branches_spread():
+    from scheduler.dag import Dag
+    from scheduler.policy import dag_relations
+    workers = [W("a"), W("b"), W("c"), W("d")]
+    chain = Dag.create("chain", ["f", "g", "h"], [("f", "g"), ("g", "h")])
+    conc, near = dag_relations(chain)
+    assert conc == {"f": set(), "g": set(), "h": set()}
+    for seed in range(10):
+        got = choose_executors(chain.functions, {}, workers, {}, random.Random(seed),
+                               concurrent_with=conc, neighbours=near)
+        assert len(set(got.values())) == 1
+    fan = Dag.create("fan", ["s", "l", "r", "j"], [("s", "l"), ("s", "r"), ("l", "j"), ("r", "j")])
+    conc, near = dag_relations(fan)
+    assert conc["l"] == {"r"} and conc["s"] == set()
+    for seed in range(10):
+        got = choose_executors(fan.functions, {}, workers, {}, random.Random(seed),
+                               concurrent_with=conc, neighbours=near)
+        assert got["l"] != got["r"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 4), st.integers(0, 2**32))
+def test_concurrent_functions_never_share_an_idle_worker_when_others_are_free(n_workers, seed):
+    from scheduler.dag import Dag
+    from scheduler.policy import dag_relations
+    fan = Dag.create("fan", ["s", "a", "b", "c", "j"],
+                     [("s", "a"), ("s", "b"), ("s", "c"), ("a", "j"), ("b", "j"), ("c", "j")])
+    conc, near = dag_relations(fan)
+    workers = [W(f"w{i}") for i in range(n_workers)]
+    got = choose_executors(fan.functions, {}, workers, {}, random.Random(seed),
+                           concurrent_with=conc, neighbours=near)
+    branches = [got[f] for f in "abc"]
+    assert len(set(branches)) == min(3, n_workers)
