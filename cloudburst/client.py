@@ -167,6 +167,10 @@ class Client:
         """Ids of the executor workers the scheduler currently considers live."""
         return list(self._ask("info", pb.NameRequest(), "answer `info`").worker_ids)
 
+    def cached_at(self, key: str) -> List[str]:
+        """The executor nodes whose cache (as last reported to the scheduler) holds `key`."""
+        return list(self._ask("info", pb.NameRequest(name=key), "answer `info`").nodes)
+
     # ---- calls ----
     def call(self, name: str, *args: Any, timeout: Optional[float] = None) -> Future:
         """Call registered function `name` with `args` (after `lib`)."""

@@ -107,6 +107,7 @@ class Scheduler:
         self._context.term()
 
     def _dispatch(self, frame: Any) -> None:
+        kind = "?"
         try:
             kind, payload = parse(frame)
             handler = self._handlers.get(kind)
@@ -115,8 +116,27 @@ class Scheduler:
             handler(payload)
         except FrameError as e:
             log.warning("dropped a malformed message: %s", e)
+        except Exception as e:
+            log.exception("error while handling a %r message", kind)
+            self._answer_failure(kind, payload, e)
+
+    _REQUESTS = {"register_fn": pb.RegisterFunction, "register_dag": pb.RegisterDag,
+                 "delete_dag": pb.NameRequest, "list": pb.NameRequest, "info": pb.NameRequest,
+                 "where": pb.NameRequest}
+
+    def _answer_failure(self, kind: str, payload: Any, error: Exception) -> None:
+        """Never fail silently: a request that raised gets an INTERNAL answer with the reason."""
+        message = f"scheduler {self.address} failed handling {kind!r}: {type(error).__name__}: {error}"
+        try:
+            if kind == "call":
+                call = pb.Call.FromString(payload)
+                self._fail(call, pb.INTERNAL, message)
+            elif kind in self._REQUESTS:
+                req = self._REQUESTS[kind].FromString(payload)
+                self._reply(req.response_address, pb.Reply(request_id=req.request_id,
+                                                           status=pb.INTERNAL, message=message))
         except Exception:
-            log.exception("error while handling a message")
+            log.exception("could not report the failure to the caller")
 
     # ---- registry ----
     def _reply(self, address: str, reply: pb.Reply) -> None:
@@ -167,9 +187,11 @@ class Scheduler:
     def _info(self, payload: bytes) -> None:
         req = pb.NameRequest.FromString(payload)
         live = self.table.live()
+        nodes = sorted(n for n, keys in self.table.node_keys().items() if req.name in keys) \
+            if req.name else []
         self._reply(req.response_address, pb.Reply(
             request_id=req.request_id, status=pb.OK, kvs_address=self.config.kvs_address,
-            live_workers=len(live), worker_ids=[w.worker_id for w in live]))
+            live_workers=len(live), worker_ids=[w.worker_id for w in live], nodes=nodes))
 
     def _on_registry_update(self, frame: bytes) -> None:
         try:

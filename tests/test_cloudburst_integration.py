@@ -278,3 +278,17 @@ def test_ipc_transport_cluster_runs_a_chain():
         assert c.call_dag("chain", {"inc": [2]}).get(timeout=10) == 9
         c.put("k", 5)
         assert c.call("sq", Reference("k")).get(timeout=10) == 25
+
+
+def test_calls_follow_cached_data_to_its_node(cluster, client):
+    """Locality: once a node cache holds a referenced key (and has reported it), calls that
+    reference the key run on that node."""
+    key = unique("local")
+    client.put(key, list(range(1000)))
+    client.register(lambda lib, xs: lib.getid(), "where_am_i")
+    node_of = {w["worker_id"]: w["node_id"] for w in cluster.workers}
+    assert client.cached_at(key) == []
+    first = node_of[client.call("where_am_i", Reference(key)).get(timeout=10)]
+    poll(lambda: client.cached_at(key) == [first], what=f"{first} reporting that it caches {key}")
+    for _ in range(10):
+        assert node_of[client.call("where_am_i", Reference(key)).get(timeout=10)] == first
