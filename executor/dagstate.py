@@ -119,6 +119,7 @@ class PendingCalls:
         for key, e in list(self._entries.items()):
             if now > e.deadline:
                 del self._entries[key]
+                self._remember(key, now)   # results arriving late are ignored
                 missing = [u for u in e.upstreams if u not in e.results]
                 out.append(Stalled(key[0], key[1], e.schedule, missing))
         for key, until in list(self._fired.items()):

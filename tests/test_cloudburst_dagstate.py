@@ -71,3 +71,11 @@ def test_any_arrival_order_gives_call_args_then_upstreams_in_order(n, data):
             fired.append(r)
     assert len(fired) == 1
     assert fired[0].args == ["x", "y"] + [f"v-{u}" for u in upstreams]
+
+
+def test_late_results_after_expiry_are_ignored():
+    p = PendingCalls(orphan_timeout=2)
+    p.add_schedule("c", "d", "S", ["a"], [], deadline=1, now=0)
+    assert len(p.expire(now=2)) == 1
+    assert p.add_trigger("c", "d", "a", 1, now=2.5) is None
+    assert len(p) == 0

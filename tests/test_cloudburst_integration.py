@@ -292,3 +292,21 @@ def test_calls_follow_cached_data_to_its_node(cluster, client):
     poll(lambda: client.cached_at(key) == [first], what=f"{first} reporting that it caches {key}")
     for _ in range(10):
         assert node_of[client.call("where_am_i", Reference(key)).get(timeout=10)] == first
+
+
+def test_stalled_fan_in_times_out_at_the_executor_naming_the_missing_upstream(client):
+    def nap(lib, seconds):
+        import time as t
+        t.sleep(seconds)
+        return seconds
+
+    client.register(nap, "nap")
+    client.register(lambda lib, x: x, "quick")
+    client.register(lambda lib, a, b: a + b, "both")
+    name = unique("stall")
+    client.register_dag(name, ["quick", "nap", "both"], [("quick", "both"), ("nap", "both")])
+    start = time.monotonic()
+    with pytest.raises(Timeout) as info:
+        client.call_dag(name, {"quick": [1], "nap": [2.5]}, timeout=0.5).get(timeout=10)
+    assert time.monotonic() - start < 2.5
+    assert "['nap']" in str(info.value) and "'both'" in str(info.value)
