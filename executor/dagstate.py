@@ -10,6 +10,8 @@ Contract: `PendingCalls` is pure state (every method takes `now`, in seconds).
   A source (no upstreams) is ready as soon as its schedule arrives.
 - Each invocation fires at most once; a trigger or schedule for one that already fired, or
   a duplicate trigger from the same upstream, is ignored.
+- `Ready.deadline` is the invocation's deadline and `Ready.late` names the inputs that arrived
+  after it (the caller should then report a timeout rather than run the function).
 - `expire(now)` removes invocations past their deadline and returns them as `Stalled`
   (which upstreams are still missing, whether the schedule ever came). Triggers that arrive
   before their schedule wait at most `orphan_timeout`.
@@ -30,6 +32,8 @@ class Ready:
     function: str
     schedule: Any
     args: List[Any]
+    deadline: float = float("inf")
+    late: List[str] = field(default_factory=list)   # inputs that arrived after the deadline
 
 
 @dataclass
@@ -47,6 +51,7 @@ class _Entry:
     upstreams: Tuple[str, ...] = ()
     call_args: Sequence[Any] = ()
     results: Dict[str, Any] = field(default_factory=dict)
+    late: List[str] = field(default_factory=list)
 
 
 class PendingCalls:
@@ -73,6 +78,8 @@ class PendingCalls:
         elif e.schedule is not None:
             return None
         e.schedule, e.upstreams, e.call_args, e.deadline = schedule, tuple(upstreams), call_args, deadline
+        if now > deadline:
+            e.late.append("(the schedule)")
         return self._maybe_fire(key, e, now)
 
     def add_trigger(self, call_id: str, function: str, source: str, value: Any,
@@ -88,6 +95,8 @@ class PendingCalls:
         if e.schedule is not None and source not in e.upstreams:
             return None
         e.results[source] = value
+        if now > e.deadline and e.schedule is not None:
+            e.late.append(source)
         return self._maybe_fire(key, e, now)
 
     def _maybe_fire(self, key: Tuple[str, str], e: _Entry, now: float) -> Optional[Ready]:
@@ -96,7 +105,7 @@ class PendingCalls:
         del self._entries[key]
         self._remember(key, max(e.deadline, now))
         args = list(e.call_args) + [e.results[u] for u in e.upstreams]
-        return Ready(key[0], key[1], e.schedule, args)
+        return Ready(key[0], key[1], e.schedule, args, e.deadline, list(e.late))
 
     def _remember(self, key: Tuple[str, str], until: float) -> None:
         self._fired[key] = until

@@ -9,6 +9,7 @@ Contract:
   key subscribed so that Anna's pushes keep it fresh; a PUT is written through to Anna (as an
   LWW lattice with this node's timestamp) and merged into the cache before it is acknowledged.
   A reply carries each value as its own ZeroMQ frame after the response (no protobuf copy).
+  The missing keys of one GET are fetched in parallel (one fetch-thread task per key).
   Anna errors reach the worker as a failed `CacheResponse` naming the key.
 - Every `heartbeat_period` the node reports its key set to every scheduler (when it changed,
   and at least every 10 periods).
@@ -56,6 +57,26 @@ def _send_reply(push: PushCache, address: str, response: pb.CacheResponse,
         push.socket(address).send_multipart(frames, flags=zmq.NOBLOCK, copy=not zero_copy)
     except zmq.Again:
         log.warning("dropped a cache reply to %s (peer not accepting)", address)
+
+
+class _Gather:
+    """The keys of one GET being fetched by several threads; `record` is True for the last."""
+
+    def __init__(self, request: pb.CacheRequest, values: Dict[str, Optional[bytes]]) -> None:
+        self.request = request
+        self.values = values
+        self.missing = sorted(k for k, v in values.items() if v is None)
+        self.error: Optional[Exception] = None
+        self._left = len(self.missing)
+        self._lock = threading.Lock()
+
+    def record(self, key: str, value: Optional[bytes], error: Optional[Exception]) -> bool:
+        with self._lock:
+            self.values[key] = value
+            if error is not None and self.error is None:
+                self.error = error
+            self._left -= 1
+            return self._left == 0
 
 
 class ExecutorNode:
@@ -174,7 +195,35 @@ class ExecutorNode:
                     response.entries.add(key=k, found=True)
                 _send_reply(self._push, req.response_address, response, values)
                 return
+            # misses are fetched in parallel, one pool task per key; the last one answers
+            gather = _Gather(req, dict(zip(req.keys, values)))
+            for key in gather.missing:
+                self._pool.submit(self._fetch_for, gather, key)
+            return
         self._pool.submit(self._serve_in_thread, req)
+
+    def _fetch_for(self, gather: "_Gather", key: str) -> None:
+        state = self._thread_state()
+        try:
+            value, error = self._fetch(state.kvs, key), None
+        except Exception as e:
+            value, error = None, e
+        if not gather.record(key, value, error):
+            return
+        req = gather.request
+        if gather.error is not None:
+            log.warning("cache request %s failed: %s", req.request_id, gather.error)
+            response = pb.CacheResponse(request_id=req.request_id, status=pb.EXECUTION_ERROR,
+                                        message=f"node cache {self.config.node_id}: {gather.error}")
+            return _send_reply(state.push, req.response_address, response, [])
+        response = pb.CacheResponse(request_id=req.request_id)
+        found = []
+        for k in req.keys:
+            v = gather.values.get(k)
+            response.entries.add(key=k, found=v is not None)
+            if v is not None:
+                found.append(v)
+        _send_reply(state.push, req.response_address, response, found)
 
     def _thread_state(self) -> Any:
         state = self._local

@@ -101,6 +101,14 @@ class Worker:
         self._pull.setsockopt(zmq.RCVTIMEO, 100)
         next_sweep = time.monotonic() + 0.5
         while not self._stopping.is_set():
+            now = time.monotonic()
+            if now >= next_sweep:  # first: a long function may have outlived others' deadlines
+                next_sweep = now + 0.5
+                for stalled in self.pending.expire(now):
+                    self._on_stalled(stalled)
+                if self.config.parent_pid and os.getppid() != self.config.parent_pid:
+                    log.warning("parent process exited; stopping")
+                    break
             while self._local or self._backlog:
                 if self._local:
                     kind, message = self._local.popleft()
@@ -113,16 +121,9 @@ class Worker:
                 frame = None
             if frame is not None:
                 self._dispatch(frame)
-            now = time.monotonic()
-            if self._done and (not more(self._pull) or now - self._done_since >= DONE_BATCH_SECONDS):
+            if self._done and (not more(self._pull) or
+                               time.monotonic() - self._done_since >= DONE_BATCH_SECONDS):
                 self._flush_done()
-            if now >= next_sweep:
-                next_sweep = now + 0.5
-                for stalled in self.pending.expire(now):
-                    self._on_stalled(stalled)
-                if self.config.parent_pid and os.getppid() != self.config.parent_pid:
-                    log.warning("parent process exited; stopping")
-                    break
         self._flush_done()
         self._stopping.set()
         beat.join(2)
@@ -246,6 +247,11 @@ class Worker:
         s: pb.Schedule = ready.schedule
         what = f"function {s.function!r}" + (f" of DAG {s.dag!r}" if s.dag and s.dag != s.function else "")
         start = time.monotonic()
+        if ready.late:
+            stage = (f"the input(s) {ready.late} of {what} on worker {self.worker_id}, which "
+                     f"arrived after the call's deadline")
+            self._fail(s, pb.TIMEOUT, f"timed out waiting for {stage}", stage=stage)
+            return
         self._busy_since = start
         try:
             try:
@@ -280,6 +286,8 @@ class Worker:
                 if f.function == target:
                     trigger.schedule.CopyFrom(f)
                     trigger.schedule.forward.extend(s.forward)
+                    # the call's deadline, not a fresh one: what is left of this function's
+                    trigger.schedule.timeout = max(0.0, ready.deadline - time.monotonic())
                     break
             address = s.locations[target]
             if address == self.address:

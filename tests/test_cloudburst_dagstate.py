@@ -79,3 +79,13 @@ def test_late_results_after_expiry_are_ignored():
     assert len(p.expire(now=2)) == 1
     assert p.add_trigger("c", "d", "a", 1, now=2.5) is None
     assert len(p) == 0
+
+
+def test_inputs_after_the_deadline_are_reported_late():
+    p = PendingCalls()
+    assert p.add_schedule("c", "d", "S", ["a", "b"], [], deadline=1, now=0) is None
+    assert p.add_trigger("c", "d", "a", 1, now=0.5) is None
+    r = p.add_trigger("c", "d", "b", 2, now=1.5)
+    assert r.late == ["b"] and r.deadline == 1
+    on_time = p.add_schedule("x", "d", "S", [], [], deadline=1, now=0)
+    assert on_time.late == []

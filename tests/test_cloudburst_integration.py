@@ -307,6 +307,7 @@ def test_stalled_fan_in_times_out_at_the_executor_naming_the_missing_upstream(cl
     client.register_dag(name, ["quick", "nap", "both"], [("quick", "both"), ("nap", "both")])
     start = time.monotonic()
     with pytest.raises(Timeout) as info:
-        client.call_dag(name, {"quick": [1], "nap": [2.5]}, timeout=0.5).get(timeout=10)
-    assert time.monotonic() - start < 2.5
-    assert "['nap']" in str(info.value) and "'both'" in str(info.value)
+        client.call_dag(name, {"quick": [1], "nap": [1.5]}, timeout=0.5).get(timeout=10)
+    # at once, or (if the fan-in shares nap's worker) as soon as that worker is free again
+    assert time.monotonic() - start < 4
+    assert "'nap'" in str(info.value) and "'both'" in str(info.value)
