@@ -29,7 +29,7 @@ from hydro_proto import cloudburst_pb2 as pb
 
 from ._keys import check_user_key
 from ._wire import bind_pull, ipc_dir_of, dumps, dumps_function, encode_args, loads, more, parse, send
-from .errors import CloudburstError, ObjectNotFound, Timeout, error_from_status
+from .errors import CloudburstError, InvalidDag, ObjectNotFound, Timeout, error_from_status
 
 __all__ = ["Client", "Future", "Listing"]
 
@@ -149,7 +149,6 @@ class Client:
         record = pb.DagRecord(name=name, functions=list(functions))
         for c in connections:
             if len(c) != 2:
-                from .errors import InvalidDag
                 raise InvalidDag(f"DAG {name!r}: connection {tuple(c)!r} is not a (src, dst) pair")
             record.connections.add(source=c[0], target=c[1])
         self._ask("register_dag", pb.RegisterDag(dag=record), f"register DAG {name!r}")
