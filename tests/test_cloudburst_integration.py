@@ -311,3 +311,25 @@ def test_stalled_fan_in_times_out_at_the_executor_naming_the_missing_upstream(cl
     # at once, or (if the fan-in shares nap's worker) as soon as that worker is free again
     assert time.monotonic() - start < 4
     assert "'nap'" in str(info.value) and "'both'" in str(info.value)
+
+
+def test_reregistering_a_function_replaces_it_on_the_workers(client):
+    name = unique("versioned")
+    client.register(lambda lib: "first", name)
+    for _ in range(4):  # reach every worker's function cache
+        assert client.call(name).get(timeout=10) == "first"
+    client.register(lambda lib: "second", name)
+    for _ in range(4):
+        assert client.call(name).get(timeout=10) == "second"
+
+
+def test_register_rejects_what_cannot_run(client):
+    class NoRun:
+        pass
+
+    with pytest.raises(TypeError, match="run"):
+        client.register((NoRun, ()), "norun")
+    with pytest.raises(TypeError):
+        client.register(42, "not-a-function")
+    with pytest.raises(ValueError):
+        client.put("__cloudburst/fn/x", 1)
