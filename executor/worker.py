@@ -209,26 +209,27 @@ class Worker:
 
     # ---- running a function ----
     def _function(self, name: str, version: str, deadline: float) -> Callable:
+        """The callable for `name`: cached per version; a different version is fetched from the
+        registry (a newer registration than the schedule's wins: the scheduler learns of it
+        within a gossip epoch)."""
         cached = self._functions.get(name)
         if cached is not None and cached[0] == version:
             return cached[1]
-        while True:
-            try:
-                record = pb.FunctionRecord.FromString(self._kvs.get(function_key(name)))
-            except anna_core.KeyNotFound:
-                record = None
-            if record is not None and record.version == version and not record.deleted:
-                break
-            if time.monotonic() > deadline:
-                raise _FunctionError(f"function {name!r} version {version} is not in the registry")
-            self._stopping.wait(0.01)  # a newer registration is still propagating
+        try:
+            record = pb.FunctionRecord.FromString(self._kvs.get(function_key(name)))
+        except anna_core.KeyNotFound:
+            record = None
+        if record is None or record.deleted:
+            raise _FunctionError(f"function {name!r} is not in the registry")
+        if cached is not None and cached[0] == record.version:
+            return cached[1]
         obj = loads(record.body)
         if record.stateful:
             cls, init_args = obj
             fn = cls(*init_args).run
         else:
             fn = obj
-        self._functions[name] = (version, fn)
+        self._functions[name] = (record.version, fn)
         return fn
 
     def _arguments(self, raw: List[Any]) -> List[Any]:
