@@ -77,6 +77,7 @@ class Future:
                 raise Timeout(self._client._where(self.request_id, self.what), wait)
             self._result = slot.answer
             self._finalizer()
+            self._client._finished.append(self.request_id)
         r = self._result
         if r.status == pb.OK:
             return loads(r.value)
@@ -106,6 +107,7 @@ class Client:
         self._cond = threading.Condition()
         self._slots: Dict[str, _Slot] = {}
         self._reading = False
+        self._finished: List[str] = []   # results received, to tell the scheduler with the next call
         self._prefix = uuid.uuid4().hex[:10]
         self._seq = 0
         self._kvs: Any = None
@@ -204,6 +206,10 @@ class Client:
         call.request_id = rid
         call.response_address = self.response_address
         call.timeout = wait
+        if self._finished:
+            with self._cond:
+                finished, self._finished = self._finished, []
+            call.finished.extend(finished)
         self._send("call", call)
         return Future(self, rid, what, wait)
 

@@ -12,7 +12,7 @@ Contract:
 - On success the result goes as a `trigger` to each downstream worker (to itself without a
   socket hop), with that worker's schedule attached (from `Schedule.forward`); the sink writes
   it under `output_key` (through the node cache) when asked, pushes it to the caller as a
-  `result`, then tells the scheduler `done` (at once when idle, batched under load).
+  `result`, then tells the scheduler `done` (batched within `DONE_BATCH_SECONDS`).
 - On an exception the caller gets EXECUTION_ERROR with the traceback, the call's other workers
   get `abort`, the scheduler gets `done`. An invocation still missing upstream results at its
   deadline makes the caller get TIMEOUT naming the function, worker and missing upstreams.
@@ -31,8 +31,7 @@ import zmq
 
 import anna_core
 from cloudburst._keys import function_key, worker_key
-from cloudburst._wire import (FrameError, PushCache, bind_pull, decode_arg, dumps, encode, loads,
-                              more, parse)
+from cloudburst._wire import FrameError, PushCache, bind_pull, decode_arg, dumps, encode, loads, parse
 from cloudburst.errors import ObjectNotFound, Timeout
 from cloudburst.reference import Reference
 from hydro_proto import cloudburst_pb2 as pb
@@ -121,8 +120,7 @@ class Worker:
                 frame = None
             if frame is not None:
                 self._dispatch(frame)
-            if self._done and (not more(self._pull) or
-                               time.monotonic() - self._done_since >= DONE_BATCH_SECONDS):
+            if self._done and time.monotonic() - self._done_since >= DONE_BATCH_SECONDS:
                 self._flush_done()
         self._flush_done()
         self._stopping.set()
@@ -130,16 +128,20 @@ class Worker:
         self.close()
 
     def _call_done(self, scheduler_address: str, call_id: str) -> None:
-        """Tell the scheduler a call finished (its load accounting depends on it): at once when
-        this worker has nothing else queued, else batched within DONE_BATCH_SECONDS."""
+        """Tell the scheduler a call finished (its load accounting depends on it), batched
+        within DONE_BATCH_SECONDS so the scheduler is not woken once per call while the caller
+        receives its result (a caller also reports the calls it got results for)."""
         if not self._done:
             self._done_since = time.monotonic()
+            self._pull.setsockopt(zmq.RCVTIMEO, max(1, int(DONE_BATCH_SECONDS * 1000)))
         self._done.setdefault(scheduler_address, []).append(call_id)
 
     def _flush_done(self) -> None:
         for address, ids in self._done.items():
             self._push.send(address, "done", pb.CallDone(call_ids=ids))
-        self._done = {}
+        if self._done:
+            self._done = {}
+            self._pull.setsockopt(zmq.RCVTIMEO, 100)
 
     def close(self) -> None:
         self._kvs.close()

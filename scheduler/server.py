@@ -209,6 +209,8 @@ class Scheduler:
 
     def _call(self, payload: bytes) -> None:
         call = pb.Call.FromString(payload)
+        for call_id in call.finished:
+            self.table.finish_call(call_id)
         if call.dag:
             record = self.registry.dag(call.dag)
             if record is None:
