@@ -17,6 +17,7 @@ import signal
 import sys
 import tempfile
 import time
+import weakref
 from typing import Any, Dict, List, Optional
 
 from ._proc import ManagedProcess, StartupError, stop_all, wait_all_ready
@@ -24,6 +25,13 @@ from .client import Client
 from .errors import CloudburstError
 
 __all__ = ["LocalCluster", "StartupError"]
+
+
+def _emergency_stop(nodes: List[ManagedProcess], schedulers: List[ManagedProcess],
+                    log_dir: str) -> None:
+    stop_all(nodes, timeout=2.0)
+    stop_all(schedulers, timeout=2.0)
+    shutil.rmtree(log_dir, ignore_errors=True)
 
 
 class LocalCluster:
@@ -76,6 +84,9 @@ class LocalCluster:
         self._nodes: List[ManagedProcess] = []
         self._clients: List[Client] = []
         self.started = False
+        # if the cluster is dropped (or the interpreter exits) without stop(): kill and clean up
+        self._finalizer = weakref.finalize(self, _emergency_stop, self._nodes, self._schedulers,
+                                           self.log_dir)
 
     @property
     def address(self) -> str:
@@ -187,6 +198,7 @@ class LocalCluster:
             self.kvs.stop()
             self.kvs = None
         shutil.rmtree(self.log_dir, ignore_errors=True)
+        self._finalizer.detach()
         self.started = False
 
     def __enter__(self) -> "LocalCluster":
