@@ -55,7 +55,7 @@ void bind_kernel_bench(py::module_& m) {
       "Fig. 2.6 kernel microbenchmark: update-only LWW PUTs, Zipf keys, no network, real "
       "WorkerCore path on pinned threads (replication 1, or full replication with gossip).",
       py::arg("threads"), py::arg("full_replication"), py::arg("zipf") = 4.0,
-      py::arg("keys") = 100000, py::arg("requests_per_thread") = 100000,
+      py::arg("keys") = 100000, py::arg("requests_per_thread") = 20000,
       py::arg("value_size") = 256, py::arg("gossip_period_ms") = 100, py::arg("seconds") = 2.0,
       py::arg("pin_threads") = true, py::arg("seed") = 1);
 }

@@ -146,18 +146,32 @@ class BenchWorker {
     if (!sh_->barrier.wait([] {})) return give_up("barrier timeout");
     next_epoch_ = Clock::now() + period_;
     // Warm-up round, then measured rounds until the time is up.
-    run_round(0);
+    run_round(0, Clock::time_point::max());
     if (!sh_->barrier.wait([&] { sh_->t0 = Clock::now(); })) return give_up("barrier timeout");
     const double cpu0 = thread_cpu_seconds();
-    for (std::uint64_t round = 1;; ++round) {
-      run_round(round);
-      bool ok = sh_->barrier.wait([&] {
-        ++sh_->rounds;
-        sh_->t1 = Clock::now();
-        sh_->stop = std::chrono::duration<double>(sh_->t1 - sh_->t0).count() >= sh_->cfg.seconds;
-      });
-      if (!ok) return give_up("barrier timeout");
-      if (sh_->stop) break;
+    const auto deadline = sh_->t0 + std::chrono::duration_cast<Clock::duration>(
+                                        std::chrono::duration<double>(sh_->cfg.seconds));
+    std::uint64_t ops = 0;
+    if (sh_->cfg.full_replication) {
+      // Every thread can serve every request: threads run independently until the deadline
+      // (a replica that falls behind does not stall the others, as with load-balancing
+      // clients), counting exactly the requests they handled.
+      for (std::uint64_t round = 1;; ++round)
+        if (run_round(round, deadline, &ops)) break;
+      if (!sh_->barrier.wait([&] { sh_->t1 = Clock::now(); })) return give_up("barrier timeout");
+    } else {
+      // One fixed workload split by owner: a round ends when every owner has served its
+      // share, so the hot key's owner sets the pace.
+      for (std::uint64_t round = 1;; ++round) {
+        run_round(round, Clock::time_point::max(), &ops);
+        bool ok = sh_->barrier.wait([&] {
+          ++sh_->rounds;
+          sh_->t1 = Clock::now();
+          sh_->stop = sh_->t1 >= deadline;
+        });
+        if (!ok) return give_up("barrier timeout");
+        if (sh_->stop) break;
+      }
     }
     sh_->cpu[tid_] = thread_cpu_seconds() - cpu0;
     // Flush the last changeset, let everyone receive it, then merge what arrived.
@@ -166,7 +180,7 @@ class BenchWorker {
     drain_inbox();
     core_->end_epoch(&out_);  // gossip received is never re-gossiped; this only clears state
     out_.clear();
-    sh_->ops[tid_] = queue_.size();
+    sh_->ops[tid_] = ops;
   }
 
  private:
@@ -174,7 +188,8 @@ class BenchWorker {
     if (!sh_->failed.load()) sh_->fail(std::string("kernel bench thread ") + std::to_string(tid_) + ": " + why);
   }
 
-  void run_round(std::uint64_t round) {
+  // One pass over the queue; returns true if it stopped early at `deadline`.
+  bool run_round(std::uint64_t round, Clock::time_point deadline, std::uint64_t* ops = nullptr) {
     auto& queue = queue_;
     std::string why;
     const std::uint64_t round_base = kTimestampBase + round * sh_->total;
@@ -183,17 +198,20 @@ class BenchWorker {
       write_varint9(&q.bytes[q.ts_offset], round_base + q.seq);
       if (!core_->handle("request", q.bytes, &out_, &why)) {
         sh_->fail("request rejected: " + why);
-        return;
+        return true;
       }
       out_.clear();  // responses: the network is out of scope
-      if ((i & 127) == 0) {
+      if (ops != nullptr) ++*ops;
+      if ((i & 127) == 127) {
         auto now = Clock::now();
+        if (now >= deadline) return true;
         if (now >= next_epoch_) {
           epoch();
           next_epoch_ = now + period_;
         }
       }
     }
+    return false;
   }
 
   void drain_inbox() {
@@ -334,11 +352,11 @@ KernelBenchResult run_kernel_bench(const KernelBenchConfig& cfg) {
   KernelBenchResult res;
   res.threads = T;
   res.replication = replicas;
-  res.rounds = sh.rounds;
+  res.rounds = sh.rounds;  // replication 1 only (full replication runs without rounds)
   res.elapsed_s = std::chrono::duration<double>(sh.t1 - sh.t0).count();
   for (std::uint64_t n : sh.ops) {
-    res.ops_per_thread.push_back(n * sh.rounds);
-    res.total_ops += n * sh.rounds;
+    res.ops_per_thread.push_back(n);
+    res.total_ops += n;
   }
   res.cpu_s_per_thread = sh.cpu;
   res.throughput = res.elapsed_s > 0 ? res.total_ops / res.elapsed_s : 0;
