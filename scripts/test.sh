@@ -4,5 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
-"$PYTHON" -m pip install -q --no-build-isolation -e . >/dev/null
+# Incremental: only sources newer than their objects (or any changed header) recompile.
+"$PYTHON" setup.py -q build_ext --inplace >/dev/null
 exec "$PYTHON" -m pytest -q "$@" tests
