@@ -74,9 +74,10 @@ def endpoint_of(socket: zmq.Socket) -> str:
 class PushCache:
     """One connected PUSH socket per destination address, created on first use."""
 
-    def __init__(self, context: zmq.Context, *, sndhwm: int = 10000) -> None:
+    def __init__(self, context: zmq.Context, *, sndhwm: int = 10000, linger_ms: int = 0) -> None:
         self._context = context
         self._sndhwm = sndhwm
+        self._linger_ms = linger_ms
         self._sockets: Dict[str, zmq.Socket] = {}
 
     def socket(self, address: str) -> zmq.Socket:
@@ -84,7 +85,7 @@ class PushCache:
         s = self._sockets.get(address)
         if s is None:
             s = self._context.socket(zmq.PUSH)
-            s.setsockopt(zmq.LINGER, 0)
+            s.setsockopt(zmq.LINGER, self._linger_ms)
             s.setsockopt(zmq.SNDHWM, self._sndhwm)
             s.setsockopt(zmq.IMMEDIATE, 0)
             s.connect(address)

@@ -24,6 +24,8 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 import cloudpickle
 import zmq
 
+import anna_core.wire
+
 from hydro_proto import cloudburst_pb2 as pb
 
 from .reference import Reference
@@ -100,37 +102,16 @@ def ipc_dir_of(address: str) -> Optional[str]:
     return os.path.dirname(address[len("ipc://"):]) if address.startswith("ipc://") else None
 
 
-class PushCache:
-    """One connected PUSH socket per destination address, created on first use. Not thread-safe."""
+class PushCache(anna_core.wire.PushCache):
+    """anna_core's PUSH-socket cache with deeper queues, a short linger (so a result sent just
+    before a process exits still leaves), and Cloudburst's framing. Not thread-safe."""
 
     def __init__(self, context: zmq.Context) -> None:
-        self._context = context
-        self._sockets: Dict[str, zmq.Socket] = {}
-
-    def socket(self, address: str) -> zmq.Socket:
-        s = self._sockets.get(address)
-        if s is None:
-            s = self._context.socket(zmq.PUSH)
-            s.setsockopt(zmq.LINGER, 500)
-            s.setsockopt(zmq.SNDHWM, 100000)
-            s.setsockopt(zmq.IMMEDIATE, 0)
-            s.connect(address)
-            self._sockets[address] = s
-        return s
+        super().__init__(context, sndhwm=100000, linger_ms=500)
 
     def send(self, address: str, kind: str, message: Any) -> bool:
         """Send [kind][message] to `address` without blocking; False if dropped."""
         return send(self.socket(address), kind, message)
-
-    def forget(self, address: str) -> None:
-        s = self._sockets.pop(address, None)
-        if s is not None:
-            s.close(0)
-
-    def close(self) -> None:
-        for s in self._sockets.values():
-            s.close(0)
-        self._sockets.clear()
 
 
 def dumps(value: Any) -> bytes:
