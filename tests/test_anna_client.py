@@ -14,7 +14,6 @@ from anna_core import _core
 from hydro_proto import anna_pb2
 
 MAX_VALUE = 4096
-TIMEOUT_MS = 5000
 
 
 @pytest.fixture(scope="module")
@@ -33,49 +32,6 @@ def kvs(cluster):
 
 def fresh(name):
     return f"{name}-{uuid.uuid4().hex[:8]}"
-
-
-class Raw:
-    """Raw pyzmq access to a worker: [kind][payload] in, single-frame answers back."""
-
-    def __init__(self):
-        self.ctx = zmq.Context()
-        self.pull = self.ctx.socket(zmq.PULL)
-        self.pull.bind("tcp://127.0.0.1:*")
-        self.address = self.pull.getsockopt_string(zmq.LAST_ENDPOINT)
-        self.pushes = {}
-
-    def send(self, address, frames):
-        if address not in self.pushes:
-            s = self.ctx.socket(zmq.PUSH)
-            s.setsockopt(zmq.LINGER, 0)
-            s.connect(address)
-            self.pushes[address] = s
-        self.pushes[address].send_multipart(frames)
-
-    def request(self, address, req_type, tuples):
-        request = anna_pb2.KeyRequest(type=req_type, response_address=self.address,
-                                      request_id=uuid.uuid4().hex)
-        request.tuples.extend(tuples)
-        self.send(address, [b"request", request.SerializeToString()])
-        while True:
-            assert self.pull.poll(TIMEOUT_MS), f"no answer from {address} within the deadline"
-            response = anna_pb2.KeyResponse.FromString(self.pull.recv())
-            if response.request_id == request.request_id:
-                return response
-
-    def close(self):
-        for s in self.pushes.values():
-            s.close(0)
-        self.pull.close(0)
-        self.ctx.term()
-
-
-@pytest.fixture
-def raw():
-    r = Raw()
-    yield r
-    r.close()
 
 
 LATTICE_PAIRS = {

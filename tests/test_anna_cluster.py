@@ -8,13 +8,11 @@ import time
 import uuid
 
 import pytest
-import zmq
 
 import anna_core
 from anna_core import _core
 from hydro_proto import anna_pb2
 
-TIMEOUT_MS = 5000
 
 
 def fresh(name):
@@ -31,54 +29,6 @@ def poll_until(condition, timeout, what):
         if time.monotonic() >= deadline:
             pytest.fail(f"{what} did not happen within {timeout} s")
         time.sleep(0.02)
-
-
-class Raw:
-    def __init__(self):
-        self.ctx = zmq.Context()
-        self.pull = self.ctx.socket(zmq.PULL)
-        self.pull.bind("tcp://127.0.0.1:*")
-        self.address = self.pull.getsockopt_string(zmq.LAST_ENDPOINT)
-        self.pushes = {}
-
-    def request(self, address, req_type, key_tuple):
-        if address not in self.pushes:
-            s = self.ctx.socket(zmq.PUSH)
-            s.setsockopt(zmq.LINGER, 0)
-            s.connect(address)
-            self.pushes[address] = s
-        request = anna_pb2.KeyRequest(type=req_type, response_address=self.address,
-                                      request_id=uuid.uuid4().hex)
-        request.tuples.append(key_tuple)
-        self.pushes[address].send_multipart([b"request", request.SerializeToString()])
-        while True:
-            assert self.pull.poll(TIMEOUT_MS), f"no answer from {address} within the deadline"
-            response = anna_pb2.KeyResponse.FromString(self.pull.recv())
-            if response.request_id == request.request_id:
-                return response.tuples[0]
-
-    def put(self, address, key, lattice):
-        return self.request(address, anna_pb2.PUT, anna_pb2.KeyTuple(
-            key=key, lattice_type=lattice.lattice_type, payload=lattice.serialize()))
-
-    def get(self, address, key):
-        t = self.request(address, anna_pb2.GET, anna_pb2.KeyTuple(key=key))
-        if t.error != anna_pb2.NO_ERROR:
-            return None
-        return _core.deserialize(t.lattice_type, t.payload)
-
-    def close(self):
-        for s in self.pushes.values():
-            s.close(0)
-        self.pull.close(0)
-        self.ctx.term()
-
-
-@pytest.fixture
-def raw():
-    r = Raw()
-    yield r
-    r.close()
 
 
 @pytest.fixture(scope="module")

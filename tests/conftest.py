@@ -1,0 +1,65 @@
+"""Shared test fixtures: raw pyzmq access to Anna workers, bypassing the client."""
+import uuid
+
+import pytest
+import zmq
+
+from anna_core import _core
+from hydro_proto import anna_pb2
+
+TIMEOUT_MS = 5000
+
+
+class Raw:
+    """Raw pyzmq access to a worker: [kind][payload] in, single-frame answers back."""
+
+    def __init__(self):
+        self.ctx = zmq.Context()
+        self.pull = self.ctx.socket(zmq.PULL)
+        self.pull.bind("tcp://127.0.0.1:*")
+        self.address = self.pull.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.pushes = {}
+
+    def send(self, address, frames):
+        if address not in self.pushes:
+            s = self.ctx.socket(zmq.PUSH)
+            s.setsockopt(zmq.LINGER, 0)
+            s.connect(address)
+            self.pushes[address] = s
+        self.pushes[address].send_multipart(frames)
+
+    def request(self, address, req_type, tuples):
+        request = anna_pb2.KeyRequest(type=req_type, response_address=self.address,
+                                      request_id=uuid.uuid4().hex)
+        request.tuples.extend(tuples)
+        self.send(address, [b"request", request.SerializeToString()])
+        while True:
+            assert self.pull.poll(TIMEOUT_MS), f"no answer from {address} within the deadline"
+            response = anna_pb2.KeyResponse.FromString(self.pull.recv())
+            if response.request_id == request.request_id:
+                return response
+
+    def put(self, address, key, lattice):
+        """PUT `lattice` straight to one worker; the answer's KeyTuple."""
+        return self.request(address, anna_pb2.PUT, [anna_pb2.KeyTuple(
+            key=key, lattice_type=lattice.lattice_type, payload=lattice.serialize())]).tuples[0]
+
+    def get(self, address, key):
+        """GET from one worker; the lattice, or None if that replica answered with an error."""
+        t = self.request(address, anna_pb2.GET, [anna_pb2.KeyTuple(key=key)]).tuples[0]
+        if t.error != anna_pb2.NO_ERROR:
+            return None
+        return _core.deserialize(t.lattice_type, t.payload)
+
+    def close(self):
+        for s in self.pushes.values():
+            s.close(0)
+        self.pull.close(0)
+        self.ctx.term()
+
+
+@pytest.fixture
+def raw():
+    r = Raw()
+    yield r
+    r.close()
