@@ -38,7 +38,7 @@ __all__ = ["KINDS", "KIND_ORDER", "FrameError", "encode", "send", "more", "parse
 KIND_ORDER = (
     "register_fn", "register_dag", "delete_dag", "list", "info", "call", "where", "heartbeat",
     "keyset", "done", "schedule", "trigger", "abort", "msg", "cache_reply", "cache", "reply",
-    "accepted", "result",
+    "accepted", "result", "causal_abort",
 )
 KINDS = frozenset(KIND_ORDER)
 _CODE = {k: bytes([i + 1]) for i, k in enumerate(KIND_ORDER)}
