@@ -6,13 +6,14 @@ What users import:
 - `LocalCluster`: routing and KVS nodes as local processes, for tests, demos and benchmarks.
 - The lattices (merges implemented once, in the C++ kernel): `LWWLattice`, `SetLattice`,
   `OrderedSetLattice`, `MaxLattice`, `MapLattice`, `PriorityLattice`,
-  `SingleKeyCausalLattice`, `MultiKeyCausalLattice`, and `deserialize`.
+  `SingleKeyCausalLattice`, `MultiKeyCausalLattice`, and `deserialize`; the vector-clock
+  order and merge `compare_clocks` (0 equal, 1 before, 2 after, 3 concurrent) and `merge_clocks`.
 - Typed errors: `AnnaError` and its subclasses.
 - Configuration objects: `Replication`, `NodeConfig`, `RoutingConfig`, `ClusterConfig`.
 """
 from ._core import (LWWLattice, MapLattice, MaxLattice, MultiKeyCausalLattice,
                     OrderedSetLattice, PriorityLattice, SetLattice, SingleKeyCausalLattice,
-                    deserialize)
+                    compare_clocks, deserialize, merge_clocks)
 from .client import Client, Subscription, Update
 from .cluster import LocalCluster
 from .config import ClusterConfig, NodeConfig, Replication, RoutingConfig
@@ -24,6 +25,7 @@ __all__ = [
     "Client", "Subscription", "Update", "LocalCluster",
     "LWWLattice", "SetLattice", "OrderedSetLattice", "MaxLattice", "MapLattice",
     "PriorityLattice", "SingleKeyCausalLattice", "MultiKeyCausalLattice", "deserialize",
+    "compare_clocks", "merge_clocks",
     "AnnaError", "KeyNotFound", "LatticeTypeMismatch", "ValueTooLarge", "UnknownLatticeType",
     "MalformedRequest", "NoNodes", "Timeout", "WrongOwner", "StoreFailed", "StartupError",
     "Replication", "NodeConfig", "RoutingConfig", "ClusterConfig",

@@ -303,6 +303,29 @@ void bind_lattices(py::module_& m) {
       });
 
   m.def(
+      "compare_clocks",
+      [](const py::dict& a, const py::dict& b) {
+        VClock x = clock_from(a), y = clock_from(b);
+        if (x == y) return 0;
+        if (strictly_dominated(x, y)) return 1;
+        if (strictly_dominated(y, x)) return 2;
+        return 3;
+      },
+      py::arg("a"), py::arg("b"),
+      "Order of two vector clocks (zero entries ignored, a missing entry is 0): 0 EQUAL, "
+      "1 BEFORE (a strictly dominated by b), 2 AFTER (b strictly dominated by a), 3 CONCURRENT.");
+
+  m.def(
+      "merge_clocks",
+      [](const py::dict& a, const py::dict& b) {
+        VClock x = clock_from(a);
+        merge_clock(&x, clock_from(b));
+        return clock_to(x);
+      },
+      py::arg("a"), py::arg("b"),
+      "Entry-wise max of two vector clocks (a new dict without zero entries).");
+
+  m.def(
       "deserialize",
       [](const py::handle& lattice_type, const py::handle& payload) -> py::object {
         std::int64_t type = as_int64(lattice_type, "lattice_type");
