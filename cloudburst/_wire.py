@@ -9,7 +9,8 @@ Contract:
   Unix socket (`ipc://`) in a given directory when every process is on one host.
 - `dumps`/`loads` serialize Python values (cloudpickle out, pickle in).
 - `encode_args`/`decode_arg` move call arguments in and out of `cloudburst.Argument`: a
-  top-level `Reference` travels as a key (so schedulers see it), anything else as bytes.
+  top-level `Reference` travels as a key (so schedulers see it) with its `concurrent` flag,
+  anything else as bytes.
 - `announce_ready(info)` prints one `CLOUDBURST_READY <json>` line on stdout; the launcher
   (`cloudburst._proc`) reads it.
 """
@@ -163,7 +164,7 @@ def encode_args(args: Iterable[Any]) -> "pb.ArgumentList":
     out = pb.ArgumentList()
     for a in args:
         if isinstance(a, Reference):
-            out.args.add(reference=a.key)
+            out.args.add(reference=a.key, concurrent=a.concurrent)
         else:
             out.args.add(value=dumps(a))
     return out
@@ -172,7 +173,7 @@ def encode_args(args: Iterable[Any]) -> "pb.ArgumentList":
 def decode_arg(arg: "pb.Argument") -> Any:
     """An `Argument` back as a value, or as a `Reference` (resolved later by the executor)."""
     if arg.WhichOneof("kind") == "reference":
-        return Reference(arg.reference)
+        return Reference(arg.reference, concurrent=arg.concurrent)
     return loads(arg.value)
 
 

@@ -11,7 +11,15 @@ Contract:
   raises the typed error (`FunctionNotFound`, `DagNotFound`, `NoResources`, `ExecutionError`
   with the remote traceback, `Timeout` naming the stage that stalled).
 - `put` / `get` store and read objects (cloudpickled) in the KVS; `get` of a missing key
-  raises `ObjectNotFound`. Keys starting with `__cloudburst/` are reserved.
+  raises `ObjectNotFound`. Keys starting with `__cloudburst/` are reserved. With
+  `consistency="causal"` a put writes an `anna_core.MultiKeyCausalLattice` version (clock
+  `{client id: counter}`, counter monotone per Client, no dependencies) and a get reads one
+  (the first of the sorted concurrent values, or all of them with `concurrent=True`).
+- Causal calls (`consistency="causal"`, HydroCache; hydrocache/DESIGN.md) take a `protocol`:
+  "ct", "opt", "con" or "hb" (default "hb"); a protocol with "lww" is a ValueError. After
+  `get()`, `Future.causal` holds the result's `CausalStats` (protocol, aborts, remote
+  fetches, read set and writes as {key: vector clock}); None for LWW calls. A second result
+  for a request whose result already arrived is ignored (HB may produce two).
 - A Client may be shared by threads: sends are serialized by a lock, and whichever thread is
   waiting reads the socket and hands each answer to the thread waiting for it.
 """
@@ -21,6 +29,7 @@ import threading
 import time
 import uuid
 import weakref
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import zmq
@@ -31,9 +40,11 @@ from ._keys import check_user_key
 from ._wire import bind_pull, ipc_dir_of, dumps, dumps_function, encode_args, loads, more, parse, send
 from .errors import CloudburstError, InvalidDag, ObjectNotFound, Timeout, error_from_status
 
-__all__ = ["Client", "Future", "Listing"]
+__all__ = ["Client", "Future", "Listing", "CausalStats"]
 
-_CONSISTENCY = {"lww": pb.LWW}
+_CONSISTENCY = {"lww": pb.LWW, "causal": pb.CAUSAL}
+_PROTOCOLS = {"hb": pb.HB, "ct": pb.CT, "opt": pb.OPT, "con": pb.CON}
+_PROTOCOL_NAMES = {v: k for k, v in _PROTOCOLS.items()}
 _ANSWERS = {"reply": pb.Reply, "accepted": pb.Accepted, "result": pb.CallResult}
 
 
@@ -42,6 +53,46 @@ class Listing(NamedTuple):
 
     functions: List[str]
     dags: List[str]
+
+
+@dataclass
+class CausalStats:
+    """How a causal call's protocol went (`cloudburst.CausalStats` as Python values).
+
+    protocol: the protocol that produced the result ("ct", "opt" or "con"; HB reports the
+    one its result came from); aborts: attempts aborted before it; remote_fetches: versions
+    the final attempt fetched from other caches; read_set / writes: key -> vector clock of
+    the versions the DAG read and the sink committed.
+    """
+
+    protocol: str
+    aborts: int = 0
+    remote_fetches: int = 0
+    read_set: Dict[str, Dict[str, int]] = field(default_factory=dict)
+    writes: Dict[str, Dict[str, int]] = field(default_factory=dict)
+
+    @classmethod
+    def from_proto(cls, m: "pb.CausalStats") -> "CausalStats":
+        return cls(protocol=_PROTOCOL_NAMES.get(m.protocol, str(m.protocol)), aborts=m.aborts,
+                   remote_fetches=m.remote_fetches,
+                   read_set={kv.key: dict(kv.vc) for kv in m.read_set},
+                   writes={kv.key: dict(kv.vc) for kv in m.writes})
+
+
+def _consistency_and_protocol(consistency: str, protocol: Optional[str]) -> Tuple[int, int]:
+    """The wire values of a call's consistency and protocol; ValueError when invalid."""
+    if consistency not in _CONSISTENCY:
+        raise ValueError(f"consistency {consistency!r} is not supported (supported: "
+                         f"{sorted(_CONSISTENCY)})")
+    if consistency == "lww":
+        if protocol is not None:
+            raise ValueError(f"protocol {protocol!r} needs consistency='causal' (got 'lww')")
+        return pb.LWW, pb.HB
+    name = "hb" if protocol is None else protocol
+    if not isinstance(name, str) or name.lower() not in _PROTOCOLS:
+        raise ValueError(f"protocol {protocol!r} is not an MTCC protocol (supported: "
+                         f"{sorted(_PROTOCOLS)})")
+    return pb.CAUSAL, _PROTOCOLS[name.lower()]
 
 
 class _Slot:
@@ -60,6 +111,7 @@ class Future:
         self.what = what
         self._timeout = timeout
         self._result: Optional[pb.CallResult] = None
+        self.causal: Optional[CausalStats] = None   # set by get() for causal calls
         self._finalizer = weakref.finalize(self, client._forget, request_id)
 
     def done(self) -> bool:
@@ -79,6 +131,8 @@ class Future:
             self._finalizer()
             self._client._finished.append(self.request_id)
         r = self._result
+        if self.causal is None and r.HasField("causal"):
+            self.causal = CausalStats.from_proto(r.causal)
         if r.status == pb.OK:
             return loads(r.value)
         raise error_from_status(r.status, r.message, r.traceback, r.stage)
@@ -109,6 +163,8 @@ class Client:
         self._reading = False
         self._finished: List[str] = []   # results received, to tell the scheduler with the next call
         self._prefix = uuid.uuid4().hex[:10]
+        self.client_id = f"client-{self._prefix}"   # this client's vector clock entry
+        self._causal_counter = 0
         self._seq = 0
         self._kvs: Any = None
         self._kvs_lock = threading.Lock()
@@ -173,25 +229,28 @@ class Client:
         return list(self._ask("info", pb.NameRequest(name=key), "answer `info`").nodes)
 
     # ---- calls ----
-    def call(self, name: str, *args: Any, timeout: Optional[float] = None) -> Future:
-        """Call registered function `name` with `args` (after `lib`)."""
-        call = pb.Call(function=name)
+    def call(self, name: str, *args: Any, timeout: Optional[float] = None,
+             consistency: str = "lww", protocol: Optional[str] = None) -> Future:
+        """Call registered function `name` with `args` (after `lib`); `consistency` and
+        `protocol` as for `call_dag` (a single function is a one-function DAG)."""
+        level, proto = _consistency_and_protocol(consistency, protocol)
+        call = pb.Call(function=name, consistency=level, protocol=proto)
         call.args[name].CopyFrom(encode_args(args))
         return self._submit(call, f"call of function {name!r}", timeout)
 
     def call_dag(self, name: str, args: Optional[Mapping[str, Sequence[Any]]] = None,
                  consistency: str = "lww", output_key: Optional[str] = None,
-                 timeout: Optional[float] = None) -> Future:
+                 timeout: Optional[float] = None, protocol: Optional[str] = None) -> Future:
         """Call DAG `name`; `args` maps a function to its own arguments (a list or tuple).
 
         A function receives its own arguments first, then its upstreams' results in the
         order the connections were registered. The sink's result is the call's value, also
-        stored under `output_key` when given. Only `consistency="lww"` exists until HydroCache.
+        stored under `output_key` when given. `consistency` is "lww" (default) or "causal"
+        (transactional causal consistency through HydroCache); with "causal", `protocol` is
+        "ct", "opt", "con" or "hb" (default "hb"). A protocol with "lww" is a ValueError.
         """
-        if consistency not in _CONSISTENCY:
-            raise ValueError(f"consistency {consistency!r} is not supported (supported: "
-                             f"{sorted(_CONSISTENCY)}; causal modes come with HydroCache)")
-        call = pb.Call(dag=name, consistency=_CONSISTENCY[consistency],
+        level, proto = _consistency_and_protocol(consistency, protocol)
+        call = pb.Call(dag=name, consistency=level, protocol=proto,
                        output_key=check_user_key(output_key) if output_key else "")
         for fn, fn_args in (args or {}).items():
             if not isinstance(fn_args, (list, tuple)):
@@ -214,17 +273,35 @@ class Client:
         return Future(self, rid, what, wait)
 
     # ---- objects ----
-    def put(self, key: str, value: Any) -> None:
-        """Store `value` (any picklable object) under `key`."""
+    def put(self, key: str, value: Any, consistency: str = "lww") -> None:
+        """Store `value` (any picklable object) under `key`. With `consistency="causal"` the
+        value is written as a causal version (`MultiKeyCausalLattice`, clock
+        `{this client's id: next counter}`, no dependencies) that causal calls read."""
         check_user_key(key)
+        if consistency not in _CONSISTENCY:
+            raise ValueError(f"consistency {consistency!r} is not supported (supported: "
+                             f"{sorted(_CONSISTENCY)})")
         data = dumps(value)
         with self._kvs_lock:
-            self._kvs_client().put(key, data)
+            if consistency == "causal":
+                import anna_core
+                self._causal_counter += 1
+                lattice = anna_core.MultiKeyCausalLattice(
+                    {self.client_id: self._causal_counter}, {}, [data])
+                self._kvs_client().put(key, lattice)
+            else:
+                self._kvs_client().put(key, data)
 
-    def get(self, key: str) -> Any:
-        """The object stored under `key`; raises `ObjectNotFound` if there is none."""
+    def get(self, key: str, consistency: str = "lww", concurrent: bool = False) -> Any:
+        """The object stored under `key`; raises `ObjectNotFound` if there is none. A causal
+        key (written with `consistency="causal"` or by a causal call) yields the first of its
+        concurrent values (sorted by serialized bytes), or the list of all with
+        `concurrent=True`."""
         import anna_core
         check_user_key(key)
+        if consistency not in _CONSISTENCY:
+            raise ValueError(f"consistency {consistency!r} is not supported (supported: "
+                             f"{sorted(_CONSISTENCY)})")
         with self._kvs_lock:
             try:
                 data = self._kvs_client().get(key)
@@ -232,7 +309,17 @@ class Client:
                 raise ObjectNotFound(key) from None
             except anna_core.Timeout as e:
                 raise Timeout(f"the KVS to answer GET {key!r} ({e})") from None
-        return loads(data)
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            if consistency == "causal":
+                raise CloudburstError(f"key {key!r} holds an LWW value, not a causal one")
+            return [loads(data)] if concurrent else loads(data)
+        values = [loads(v) for v in data.reveal()] if concurrent else None
+        if values is not None:
+            return values
+        revealed = data.reveal()
+        if not revealed:
+            raise ObjectNotFound(key)
+        return loads(revealed[0])
 
     def _kvs_client(self) -> Any:
         if self._kvs is None:

@@ -5,13 +5,17 @@ names what failed (the function, the DAG, the worker, the stage). Errors that ha
 remote process travel as a `cloudburst.CallResult` with a `Status` code and a message (and,
 for `ExecutionError`, the remote traceback); `error_from_status` turns them back into the
 classes below, one-to-one. Nothing here imports sockets or protobuf.
+
+`Aborted` (status ABORTED) is raised for a causal call (HydroCache MTCC protocols) whose
+attempts aborted more often than the scheduler's retry budget (`max_causal_retries`); its
+message names the last abort's reason.
 """
 from __future__ import annotations
 
 from typing import Optional
 
 __all__ = ["CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "NoResources",
-           "ExecutionError", "Timeout", "ObjectNotFound", "STATUS_OF", "error_from_status"]
+           "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "STATUS_OF", "error_from_status"]
 
 
 class CloudburstError(Exception):
@@ -71,10 +75,15 @@ class ObjectNotFound(CloudburstError, KeyError):
         return self.message
 
 
+class Aborted(CloudburstError):
+    """A causal call aborted more often than its retry budget allows (the message names the
+    protocol's last abort reason). Retrying the call later may succeed."""
+
+
 # cloudburst.Status numbers (proto/cloudburst.proto); kept here so this module has no dependencies.
 STATUS_OF = {
     FunctionNotFound: 1, DagNotFound: 2, InvalidDag: 3, NoResources: 4, ExecutionError: 5,
-    Timeout: 6, ObjectNotFound: 7,
+    Timeout: 6, ObjectNotFound: 7, Aborted: 10,
 }
 
 
@@ -95,4 +104,6 @@ def error_from_status(status: int, message: str, remote_traceback: str = "",
         return Timeout(stage or message)
     if status == 7:
         return ObjectNotFound(message)
+    if status == 10:
+        return Aborted(message)
     return CloudburstError(f"remote error (status {status}): {message}")

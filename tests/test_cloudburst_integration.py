@@ -264,8 +264,12 @@ def test_unknown_scheduler_is_a_timeout_not_a_hang():
 
 
 def test_unsupported_consistency_is_rejected(client):
-    with pytest.raises(ValueError, match="causal"):
-        client.call_dag("whatever", {}, consistency="causal")
+    with pytest.raises(ValueError, match="strong"):
+        client.call_dag("whatever", {}, consistency="strong")
+    with pytest.raises(ValueError, match="protocol"):
+        client.call_dag("whatever", {}, consistency="lww", protocol="hb")
+    with pytest.raises(ValueError, match="protocol"):
+        client.call_dag("whatever", {}, consistency="causal", protocol="2pc")
 
 
 def test_ipc_transport_cluster_runs_a_chain():
