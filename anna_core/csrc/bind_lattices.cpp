@@ -295,6 +295,19 @@ void bind_lattices(py::module_& m) {
       .def_property_readonly("versions", [](const MultiKeyCausalLattice& l) {
         return l.versions.size();
       })
+      .def_property_readonly(
+          "entries",
+          [](const MultiKeyCausalLattice& l) {
+            py::list out;
+            for (const auto& v : l.versions) {
+              py::dict deps;
+              for (const auto& [k, vc] : v.dependencies) deps[py::str(k)] = clock_to(vc);
+              out.append(py::make_tuple(clock_to(v.clock), deps, sorted_bytes(v.values)));
+            }
+            return out;
+          },
+          "The concurrent versions kept (the antichain), each (vector_clock, dependencies, "
+          "sorted values); merging single-version lattices of them rebuilds this lattice.")
       .def("__repr__", [](const MultiKeyCausalLattice& l) {
         py::dict deps;
         for (const auto& [k, vc] : l.dependencies()) deps[py::str(k)] = clock_to(vc);

@@ -1,0 +1,64 @@
+"""Dependency-metadata garbage collection (dissertation 4.2.3).
+
+Contract:
+
+- ``stable_frontier(replica_clocks)``: ``replica_clocks`` maps a key to the clocks of its
+  replicas; the result maps each key to the entry-wise minimum of those clocks (an entry
+  absent from any replica is 0), i.e. the greatest clock every replica supersedes. A key
+  with no replica clocks is left out (nothing about it is known to be stable).
+- ``collect(version, frontier)``: the version without the dependencies ``(d, vc)`` that
+  ``frontier[d]`` supersedes ("all replicas of a supersede a_i"). Clock and values are
+  unchanged; the lattice is rebuilt with the dependency dropped from each of its concurrent
+  versions, so ``collect(v, f).serialize()`` is what to store. Returns ``version`` itself
+  when nothing is dropped.
+
+Reading: "all replicas supersede a_i" is checked against the entry-wise minimum: every
+replica's clock is >= the minimum entry-wise, so if the minimum supersedes ``a_i`` so does
+each replica; conversely the minimum is the greatest clock with that property. The minimum
+(a meet) is not a lattice merge, so it is computed here, not in the kernel.
+
+Reading: the frontier is an input. Collecting it (the "background consensus protocol") is
+the service's job; a stale frontier only collects less.
+"""
+from __future__ import annotations
+
+from typing import Dict, Mapping, Sequence
+
+import anna_core
+
+from . import vclock
+from .version import Version
+
+__all__ = ["stable_frontier", "collect"]
+
+VC = Mapping[str, int]
+
+
+def stable_frontier(replica_clocks: Mapping[str, Sequence[VC]]) -> Dict[str, Dict[str, int]]:
+    out: Dict[str, Dict[str, int]] = {}
+    for key, clocks in replica_clocks.items():
+        clocks = list(clocks)
+        if not clocks:
+            continue
+        low = {n: c for n, c in clocks[0].items() if c}
+        for vc in clocks[1:]:
+            low = {n: min(c, vc.get(n, 0)) for n, c in low.items()}
+            low = {n: c for n, c in low.items() if c}
+        out[key] = low
+    return out
+
+
+def collect(version: Version, frontier: Mapping[str, VC]) -> Version:
+    def stable(d: str, c: VC) -> bool:
+        f = frontier.get(d)
+        return f is not None and vclock.supersedes(f, c)
+
+    entries = version.lattice.entries
+    if not any(stable(d, c) for _, deps, _ in entries for d, c in deps.items()):
+        return version
+    lattice = None
+    for vc, deps, values in entries:
+        kept = {d: c for d, c in deps.items() if not stable(d, c)}
+        one = anna_core.MultiKeyCausalLattice(vc, kept, values)
+        lattice = one if lattice is None else lattice.merge(one)
+    return Version.from_lattice(version.key, lattice)
