@@ -46,22 +46,43 @@ class CacheClient:
     def put(self, key: str, value: bytes) -> None:
         self._request(pb.CACHE_PUT, [key], [value])
 
-    def _request(self, op: int, keys: List[str], values: List[bytes]) -> Tuple[pb.CacheResponse, List[memoryview]]:
+    def causal(self, request: pb.CacheRequest, timeout: Optional[float] = None
+               ) -> Tuple[pb.CacheResponse, Dict[str, Tuple[Dict[str, int], List[memoryview]]]]:
+        """A CAUSAL_* request (hydrocache/DESIGN.md); returns the response and, per found
+        entry, its clock and its values (read-only buffers, in the cache's sorted order).
+        A TIMEOUT answer raises `Timeout` naming the stage the cache reports."""
+        response, frames = self._request(request.op, list(request.keys), [], request,
+                                         timeout=timeout)
+        out: Dict[str, Tuple[Dict[str, int], List[memoryview]]] = {}
+        i = 0
+        for e in response.entries:
+            if e.found:
+                out[e.key] = (dict(e.version.vc), frames[i:i + e.value_count])
+                i += e.value_count
+        return response, out
+
+    def _request(self, op: int, keys: List[str], values: List[bytes],
+                 req: Optional[pb.CacheRequest] = None, timeout: Optional[float] = None
+                 ) -> Tuple[pb.CacheResponse, List[memoryview]]:
         self._seq += 1
         rid = f"{self._prefix}-{self._seq}"
-        req = pb.CacheRequest(request_id=rid, response_address=self._reply_address, op=op,
-                              keys=keys, values=values)
-        what = f"{'GET' if op == pb.CACHE_GET else 'PUT'} {keys[:5]}"
+        timeout = self.timeout if timeout is None else timeout
+        if req is None:
+            req = pb.CacheRequest(op=op, keys=keys, values=values)
+        req.request_id = rid
+        req.response_address = self._reply_address
+        req.timeout = timeout
+        what = f"{pb.CacheOp.Name(op)} {keys[:5]}"
         if not self._push.send(self.cache_address, "cache", req):
             raise CloudburstError(f"node cache at {self.cache_address} is not accepting {what}")
-        deadline = time.monotonic() + self.timeout
+        deadline = time.monotonic() + timeout
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not self._reply.poll(int(remaining * 1000) + 1):
                 if time.monotonic() < deadline:
                     continue
                 raise Timeout(f"the node cache at {self.cache_address} to answer {what}",
-                              self.timeout)
+                              timeout)
             try:
                 frames = self._reply.recv_multipart(copy=False)
                 _, payload = parse(frames[0].buffer)
@@ -70,6 +91,9 @@ class CacheClient:
                 continue
             if response.request_id != rid:
                 continue
+            if response.status == pb.TIMEOUT:
+                raise Timeout(response.stage or f"the node cache at {self.cache_address}: {what}",
+                              timeout)
             if response.status != pb.OK:
                 raise CloudburstError(response.message or f"node cache failed {what}")
             return response, [f.buffer for f in frames[1:]]

@@ -5,6 +5,12 @@ Contract (issue 3):
   cache); a list of keys returns `{key: object}`. A missing key raises
   `cloudburst.errors.ObjectNotFound` unless `default` is given.
 - `lib.put(key, value)` stores `value` (through the node cache, written through to Anna).
+- Inside a causal call (`consistency="causal"`): `lib.get` reads from the call's snapshot
+  (repeatable: a key read twice, by one function or by two, is the same version; a key the
+  call already wrote reads that write); a key with concurrent values gives the first (values
+  sorted, so every reader picks the same one) unless `concurrent=True`, which returns the
+  list of all of them; `lib.put` is buffered and committed atomically with the call's other
+  writes at the sink (`executor/causal.py`).
 - `lib.getid()` is this executor worker's unique id.
 - `lib.send(dest, data)` sends bytes to the worker whose id is `dest` (ids come from
   `getid()`); `lib.recv(timeout=5.0)` returns every message received so far as a list of
@@ -35,13 +41,22 @@ class UserLibrary:
         """This executor worker's unique id."""
         return self._worker.worker_id
 
-    def get(self, key: Union[str, Sequence[str]], default: Any = _MISSING) -> Any:
-        """The object under `key`, or `{key: object}` for a list of keys."""
+    def get(self, key: Union[str, Sequence[str]], default: Any = _MISSING,
+            concurrent: bool = False) -> Any:
+        """The object under `key`, or `{key: object}` for a list of keys. With
+        `concurrent=True` (causal calls) each key gives the list of its concurrent values."""
         single = isinstance(key, str)
         keys = [key] if single else list(key)
         for k in keys:
             check_user_key(k)
-        raw = self._worker.cache.get(keys)
+        invocation = self._worker.invocation
+        if invocation is not None:
+            invocation.bind(keys)
+            raw = {k: invocation.value(k, concurrent) for k in keys}
+        else:
+            raw = self._worker.cache.get(keys)
+            if concurrent:
+                raw = {k: None if v is None else [v] for k, v in raw.items()}
         out: Dict[str, Any] = {}
         for k in keys:
             data = raw.get(k)
@@ -49,12 +64,18 @@ class UserLibrary:
                 if default is _MISSING:
                     raise ObjectNotFound(k)
                 out[k] = default
+            elif isinstance(data, list):
+                out[k] = [loads(d) for d in data]
             else:
                 out[k] = loads(data)
         return out[key] if single else out
 
     def put(self, key: str, value: Any) -> None:
-        """Store `value` under `key`."""
+        """Store `value` under `key` (inside a causal call: at the sink, atomically)."""
+        invocation = self._worker.invocation
+        if invocation is not None:
+            invocation.put(check_user_key(key), dumps(value))
+            return
         self._worker.cache.put(check_user_key(key), dumps(value))
 
     def send(self, dest: str, data: bytes) -> None:

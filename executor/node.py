@@ -36,6 +36,8 @@ from cloudburst._wire import FrameError, PushCache, bind_pull, encode, more, par
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
 
+from hydrocache.service import HydroCacheService
+
 from .cache import LwwCache
 from .config import NodeConfig, WorkerConfig
 
@@ -96,6 +98,9 @@ class ExecutorNode:
         self._clients: List[Any] = []
         self._pool = ThreadPoolExecutor(max(1, config.fetch_threads),
                                         thread_name_prefix="cache-fetch")
+        self.causal = HydroCacheService(config.node_id, self.cache_address, self.update_address,
+                                        config.kvs_address, self._context, self._pool.submit,
+                                        self._push, ip=config.ip)
         self.workers: List[ManagedProcess] = []
         self.worker_info: List[Dict[str, Any]] = []
         self._reported_dead: set = set()
@@ -130,7 +135,7 @@ class ExecutorNode:
         poller.register(self._updates, zmq.POLLIN)
         period = self.config.heartbeat_period
         next_tick = time.monotonic()
-        reported_version, periods_since_report = -1, 0
+        reported_version, periods_since_report = None, 0
         while not self._stopping:
             wait = max(0.0, next_tick - time.monotonic())
             for sock, _ in poller.poll(int(wait * 1000) + 1):
@@ -143,8 +148,10 @@ class ExecutorNode:
             if now >= next_tick:
                 next_tick = now + period
                 periods_since_report += 1
-                if self.cache.keyset_version != reported_version or periods_since_report >= 10:
-                    reported_version = self.cache.keyset_version
+                self.causal.sweep(now)
+                keyset_version = (self.cache.keyset_version, self.causal.keyset_version())
+                if keyset_version != reported_version or periods_since_report >= 10:
+                    reported_version = keyset_version
                     periods_since_report = 0
                     self._report_keys()
                 self._check_workers()
@@ -156,6 +163,7 @@ class ExecutorNode:
     def close(self) -> None:
         stop_all(self.workers, timeout=5.0)
         self._pool.shutdown(wait=True, cancel_futures=True)
+        self.causal.close()
         for c in self._clients:
             c.close()
         self._push.close()
@@ -172,6 +180,7 @@ class ExecutorNode:
     def _report_keys(self) -> None:
         with self._lock:
             keys = sorted(self.cache.keys())
+        keys = sorted(set(keys) | set(self.causal.keys()))
         message = pb.CacheKeySet(node_id=self.config.node_id, keys=keys)
         for address in self.config.scheduler_addresses:
             self._push.send(address, "keyset", message)
@@ -186,6 +195,8 @@ class ExecutorNode:
         except Exception as e:
             log.warning("dropped a malformed message: %s", e)
             return
+        if req.op not in (pb.CACHE_GET, pb.CACHE_PUT):
+            return self.causal.handle(req)
         if req.op == pb.CACHE_GET:
             with self._lock:
                 values = [self.cache.get(k) for k in req.keys]
@@ -297,6 +308,9 @@ class ExecutorNode:
                 if t.error != anna_pb2.NO_ERROR or not t.payload:
                     continue
                 lattice = tuple_to_lattice(t)
+                if lattice.lattice_type == anna_pb2.MULTI_CAUSAL:
+                    self.causal.on_update(t.key, lattice)
+                    continue
                 if lattice.lattice_type != anna_pb2.LWW:
                     continue
                 with self._lock:

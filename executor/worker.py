@@ -20,6 +20,7 @@ Contract:
 from __future__ import annotations
 
 import collections
+import hashlib
 import logging
 import os
 import threading
@@ -36,7 +37,11 @@ from cloudburst.errors import ObjectNotFound, Timeout
 from cloudburst.reference import Reference
 from hydro_proto import cloudburst_pb2 as pb
 
+from hydrocache import versionset as vs
+from hydrocache.writer import ExecutorWriter
+
 from .cache_client import CacheClient
+from .causal import CausalAbortError, CausalInvocation
 from .config import WorkerConfig
 from .dagstate import PendingCalls, Ready
 from .library import UserLibrary
@@ -83,6 +88,9 @@ class Worker:
         self._stopping = threading.Event()
         self._done: Dict[str, List[str]] = {}
         self._done_since = 0.0
+        self.invocation: Optional[CausalInvocation] = None   # the causal function running now
+        self._writer = ExecutorWriter(self.worker_id)
+        self._reuse: Dict[Tuple[str, str], Tuple[float, Dict[str, Any], bytes, bytes]] = {}
         self._handlers = {"schedule": self._on_schedule, "trigger": self._on_trigger,
                           "abort": self._on_abort, "msg": self._on_msg}
 
@@ -105,6 +113,7 @@ class Worker:
                 next_sweep = now + 0.5
                 for stalled in self.pending.expire(now):
                     self._on_stalled(stalled)
+                self._expire_reuse(now)
                 if self.config.parent_pid and os.getppid() != self.config.parent_pid:
                     log.warning("parent process exited; stopping")
                     break
@@ -163,7 +172,8 @@ class Worker:
                 last_total, last_time = total, now
                 status = pb.WorkerStatus(worker_id=self.worker_id, node_id=self.config.node_id,
                                          address=self.address, utilization=utilization,
-                                         queued=len(self.pending))
+                                         queued=len(self.pending),
+                                         cache_address=self.config.cache_address)
                 for address in self.config.scheduler_addresses:
                     push.send(address, "heartbeat", status)
                 self._stopping.wait(period)
@@ -195,8 +205,8 @@ class Worker:
     def _on_trigger(self, t: pb.Trigger) -> None:
         if t.HasField("schedule"):
             self._on_schedule(t.schedule)
-        ready = self.pending.add_trigger(t.call_id, t.target, t.source, bytes(t.value),
-                                         time.monotonic())
+        value = (bytes(t.value), t.causal) if t.HasField("causal") else bytes(t.value)
+        ready = self.pending.add_trigger(t.call_id, t.target, t.source, value, time.monotonic())
         if ready is not None:
             self._run(ready)
 
@@ -255,6 +265,8 @@ class Worker:
                      f"arrived after the call's deadline")
             self._fail(s, pb.TIMEOUT, f"timed out waiting for {stage}", stage=stage)
             return
+        if s.consistency == pb.CAUSAL:
+            return self._run_causal(ready, what, start)
         self._busy_since = start
         try:
             try:
@@ -283,8 +295,18 @@ class Worker:
         finally:
             self._busy_total += time.monotonic() - start
             self._busy_since = None
+        self._send_downstream(s, ready, value)
+        if s.sink:
+            self._push.send(s.response_address, "result",
+                            pb.CallResult(request_id=s.call_id, status=pb.OK, value=value))
+            self._call_done(s.scheduler_address, s.call_id)
+
+    def _send_downstream(self, s: pb.Schedule, ready: Ready, value: bytes,
+                         causal: Optional[pb.CausalContext] = None) -> None:
         for target in s.targets:
             trigger = pb.Trigger(call_id=s.call_id, source=s.function, target=target, value=value)
+            if causal is not None:
+                trigger.causal.CopyFrom(causal)
             for f in s.forward:
                 if f.function == target:
                     trigger.schedule.CopyFrom(f)
@@ -297,15 +319,95 @@ class Worker:
                 self._local.append(("trigger", trigger))
             else:
                 self._push.send(address, "trigger", trigger)
+
+    # ---- causal calls (hydrocache/DESIGN.md) ----
+    def _run_causal(self, ready: Ready, what: str, start: float) -> None:
+        s: pb.Schedule = ready.schedule
+        plan = s.causal
+        n_up = len(s.upstreams)
+        raw_args = list(ready.args[:len(ready.args) - n_up])
+        upstream = list(ready.args[len(ready.args) - n_up:])
+        contexts = [u[1] if isinstance(u, tuple) else pb.CausalContext() for u in upstream]
+        results = [u[0] if isinstance(u, tuple) else u for u in upstream]
+        inv = CausalInvocation(self.cache, s, contexts, ready.deadline - time.monotonic())
+        self._busy_since = start
+        try:
+            try:
+                fn = self._function(s.function, s.version, start + s.timeout)
+                values = [loads(a) if isinstance(a, bytes) else decode_arg(a) for a in raw_args]
+                values += [loads(r) for r in results]
+                refs = [v.key for v in values if isinstance(v, Reference)]
+                reuse_key = (plan.call_id, s.function)
+                reuse = self._reuse.get(reuse_key) if plan.reuse_attempt else None
+                inv.bind(refs + (sorted(reuse[1]) if reuse else []))
+                digest = _digest(raw_args, results)
+                if reuse is not None and reuse[1] == inv.read_clocks() and reuse[2] == digest:
+                    value = reuse[3]            # HB: same read versions, same inputs (4.3.5)
+                else:
+                    args = [_resolve(inv, v) if isinstance(v, Reference) else v for v in values]
+                    self.invocation = inv
+                    try:
+                        result = fn(self.lib, *args)
+                    finally:
+                        self.invocation = None
+                    value = dumps(result)
+                    if plan.requested == pb.HB and plan.protocol == pb.OPT:
+                        self._reuse[reuse_key] = (ready.deadline + 30.0, inv.read_clocks(),
+                                                  digest, value)
+                versions = []
+                if s.sink:
+                    extra = {s.output_key: value} if s.output_key else None
+                    versions = inv.commit(self._writer, extra)
+            except CausalAbortError:
+                raise
+            except _FunctionError as e:
+                raise _FunctionError(f"{what} on worker {self.worker_id}: {e}") from None
+            except (ObjectNotFound, Timeout) as e:
+                raise _FunctionError(f"{what} on worker {self.worker_id}: {e}") from None
+            except Exception as e:
+                raise _FunctionError(f"{what} raised {type(e).__name__}: {e}",
+                                     traceback.format_exc()) from None
+        except CausalAbortError as e:
+            self._causal_abort(s, e)
+            return
+        except _FunctionError as e:
+            self._fail(s, pb.EXECUTION_ERROR, str(e), e.tb)
+            return
+        finally:
+            self._busy_total += time.monotonic() - start
+            self._busy_since = None
+        self._send_downstream(s, ready, value, inv.context())
         if s.sink:
-            self._push.send(s.response_address, "result",
-                            pb.CallResult(request_id=s.call_id, status=pb.OK, value=value))
+            stats = pb.CausalStats(protocol=plan.protocol, aborts=plan.attempt,
+                                   remote_fetches=inv.remote_fetches)
+            stats.read_set.extend(vs.to_proto(inv.read_set))
+            stats.writes.extend(vs.to_proto(vs.of_versions(versions)))
+            self._push.send(s.response_address, "result", pb.CallResult(
+                request_id=plan.call_id, status=pb.OK, value=value, causal=stats))
             self._call_done(s.scheduler_address, s.call_id)
+
+    def _causal_abort(self, s: pb.Schedule, e: CausalAbortError) -> None:
+        """Tell the scheduler (it retries or fails the call) and the attempt's other workers."""
+        self._push.send(s.scheduler_address, "causal_abort", pb.CausalAbort(
+            attempt_id=s.call_id, call_id=s.causal.call_id, reason=e.reason,
+            function=s.function, new_keys=e.new_keys))
+        for fn, address in s.locations.items():
+            if fn != s.function:
+                if address == self.address:
+                    self.pending.abort(s.call_id)
+                else:
+                    self._push.send(address, "abort", pb.CallDone(call_id=s.call_id))
+
+    def _expire_reuse(self, now: float) -> None:
+        for key, entry in list(self._reuse.items()):
+            if now > entry[0]:
+                del self._reuse[key]
 
     def _fail(self, s: pb.Schedule, status: int, message: str, tb: str = "",
               stage: str = "") -> None:
         self._push.send(s.response_address, "result", pb.CallResult(
-            request_id=s.call_id, status=status, message=message, traceback=tb, stage=stage))
+            request_id=s.causal.call_id or s.call_id, status=status, message=message,
+            traceback=tb, stage=stage))
         for fn, address in s.locations.items():
             if fn != s.function:
                 if address == self.address:
@@ -360,6 +462,24 @@ class Worker:
         out = list(self._inbox)
         self._inbox.clear()
         return out
+
+
+def _resolve(inv: CausalInvocation, ref: Reference) -> Any:
+    data = inv.value(ref.key, getattr(ref, "concurrent", False))
+    if data is None:
+        raise _FunctionError(f"referenced key {ref.key!r} holds no object")
+    return [loads(d) for d in data] if isinstance(data, list) else loads(data)
+
+
+def _digest(raw_args: List[Any], results: List[bytes]) -> bytes:
+    h = hashlib.blake2b(digest_size=16)
+    for a in raw_args:
+        h.update(a if isinstance(a, bytes) else a.SerializeToString())
+        h.update(b"\0")
+    for r in results:
+        h.update(r)
+        h.update(b"\1")
+    return h.digest()
 
 
 def main() -> None:

@@ -1,0 +1,174 @@
+"""One function invocation of a causal call, as its worker sees it (hydrocache/DESIGN.md).
+
+Contract: `CausalInvocation(cache, schedule, upstream_contexts, executor_id)` binds the
+function's reads through the node cache and remembers them:
+- `bind(keys)`: under OPT a CAUSAL_BIND with the upstream contexts (Algorithms 8 and 6 run in
+  the cache); under CT/CON a CAUSAL_READ of the attempt's snapshot. Keys read later by
+  `lib.get` are bound the same way, with this invocation's own S/R as the one upstream context
+  (the read set is being explored, 4.3.6). An abort raises `CausalAbortError` (with the keys
+  that were outside the known read set, if that was the reason).
+- `value(key, concurrent)`: the bound version's first value (sorted, deterministic), or all of
+  them with `concurrent=True`; a key Anna does not have is `None`. Repeated reads of a key
+  return the same version (repeatable read: it is bound once per invocation and the protocols
+  keep it equal across functions). A key written earlier in the call reads its buffered value.
+- `put(key, bytes)` buffers the write; buffered writes travel downstream in
+  `CausalContext.writes` and are committed at the sink (`commit`, 4.2.2): the worker's
+  `hydrocache.writer.ExecutorWriter` makes them mutually dependent and dependent on the
+  whole read set, and the node cache writes them to Anna before the result is sent.
+- `context()` is what goes downstream (`Trigger.causal`): S_new, R_new, writes, fetch count.
+Parallel upstream contexts of a function that reads nothing are validated here with
+`hydrocache.protocols.parallel_flow` (pure), saving a cache round trip.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from cloudburst.errors import CloudburstError
+from hydro_proto import anna_pb2
+from hydro_proto import cloudburst_pb2 as pb
+from hydrocache import versionset as vs
+from hydrocache.protocols import parallel_flow
+from hydrocache.writer import ExecutorWriter
+
+__all__ = ["CausalInvocation", "CausalAbortError"]
+
+_MISSING = object()
+
+
+class CausalAbortError(CloudburstError):
+    """The attempt must abort (validation failed or the read set grew)."""
+
+    def __init__(self, reason: str, new_keys: Sequence[str] = ()) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.new_keys = list(new_keys)
+
+
+class CausalInvocation:
+    """The causal state of one function invocation; see the module contract."""
+
+    def __init__(self, cache: Any, schedule: pb.Schedule,
+                 upstreams: Sequence[pb.CausalContext], timeout: float) -> None:
+        self.cache = cache
+        self.schedule = schedule
+        self.plan: pb.CausalPlan = schedule.causal
+        self.timeout = max(0.05, timeout)
+        self.upstreams = list(upstreams)
+        self.snapshot: vs.VersionSet = {}
+        self.read_set: vs.VersionSet = {}
+        self.bound: Dict[str, Optional[Tuple[Dict[str, int], List[Any]]]] = {}
+        self.writes: Dict[str, bytes] = {}
+        self.remote_fetches = max((c.remote_fetches for c in upstreams), default=0)
+        for c in upstreams:             # in upstream order; a later branch's write wins
+            self.writes.update(c.writes)
+        if self.plan.protocol != pb.OPT:
+            for c in upstreams:
+                self.read_set = vs.union(self.read_set, vs.from_proto(c.read_set))
+        self._first_bind = True
+
+    # ---- binding reads ----
+    def bind(self, keys: Sequence[str]) -> None:
+        keys = [k for k in dict.fromkeys(keys) if k not in self.bound]
+        if not keys and not self._first_bind:
+            return
+        if self.plan.protocol == pb.OPT:
+            self._bind_opt(keys)
+        elif keys:
+            self._read(keys)
+        self._first_bind = False
+
+    def _dag_keys(self, req: pb.CacheRequest, keys: Sequence[str]) -> None:
+        dag_keys = set(self.plan.dag_keys)
+        req.dag_keys.extend(sorted(dag_keys))
+        req.dag_keys_known = self.plan.dag_keys_known and all(k in dag_keys for k in keys)
+
+    def _bind_opt(self, keys: Sequence[str]) -> None:
+        if self._first_bind:
+            contexts = self.upstreams
+        else:
+            own = pb.CausalContext(remote_fetches=self.remote_fetches)
+            own.snapshot.extend(vs.to_proto(self.snapshot))
+            own.read_set.extend(vs.to_proto(self.read_set))
+            contexts = [own]
+        if not keys:
+            # nothing to read: only the parallel flow check (Algorithm 8) is left
+            parsed = [(vs.from_proto(c.snapshot), vs.from_proto(c.read_set), c.abort,
+                       c.abort_reason) for c in contexts]
+            if len(parsed) == 1:
+                self.snapshot, self.read_set = parsed[0][0], parsed[0][1]
+                return
+            abort, reason, s, r = parallel_flow(parsed) if parsed else (False, "", {}, {})
+            if abort:
+                raise CausalAbortError(reason)
+            self.snapshot, self.read_set = s, r
+            return
+        req = pb.CacheRequest(op=pb.CAUSAL_BIND, attempt_id=self.schedule.call_id, keys=keys,
+                              prefetch_attempt=self.plan.snapshot_attempt
+                              if self.plan.requested == pb.HB else "")
+        req.upstreams.extend(contexts)
+        self._dag_keys(req, keys)
+        response, found = self.cache.causal(req, timeout=self.timeout)
+        if response.abort:
+            raise CausalAbortError(response.abort_reason or "validation failed")
+        self.snapshot = vs.from_proto(response.context.snapshot)
+        self.read_set = vs.from_proto(response.context.read_set)
+        self.remote_fetches = max(self.remote_fetches, response.context.remote_fetches)
+        for k in keys:
+            self.bound[k] = found.get(k)
+
+    def _read(self, keys: Sequence[str]) -> None:
+        req = pb.CacheRequest(op=pb.CAUSAL_READ, attempt_id=self.plan.snapshot_attempt
+                              or self.schedule.call_id, keys=keys)
+        self._dag_keys(req, keys)
+        response, found = self.cache.causal(req, timeout=self.timeout)
+        if response.abort:
+            raise CausalAbortError(response.abort_reason or "read outside the snapshot",
+                                   response.new_keys)
+        for k in keys:
+            hit = found.get(k)
+            self.bound[k] = hit
+            if hit is not None:
+                self.read_set = vs.union(self.read_set, {k: vs.Entry(hit[0])})
+
+    # ---- what the function sees ----
+    def value(self, key: str, concurrent: bool = False) -> Any:
+        """The bound values of `key` (bytes-like), `None` if the KVS has no such key."""
+        if key in self.writes:
+            return [self.writes[key]] if concurrent else self.writes[key]
+        if key not in self.bound:
+            self.bind([key])
+        hit = self.bound.get(key)
+        if hit is None:
+            return None
+        return list(hit[1]) if concurrent else hit[1][0]
+
+    def read_clocks(self) -> Dict[str, Dict[str, int]]:
+        return {k: hit[0] for k, hit in self.bound.items() if hit is not None}
+
+    def put(self, key: str, value: bytes) -> None:
+        self.writes[key] = value
+
+    # ---- downstream and sink ----
+    def context(self) -> pb.CausalContext:
+        out = pb.CausalContext(remote_fetches=self.remote_fetches)
+        out.snapshot.extend(vs.to_proto(self.snapshot))
+        out.read_set.extend(vs.to_proto(self.read_set))
+        for k, v in self.writes.items():
+            out.writes[k] = v
+        return out
+
+    def commit(self, writer: ExecutorWriter, extra: Optional[Dict[str, bytes]] = None
+               ) -> List[Any]:
+        """Write the call's buffered writes (and `extra`, e.g. the output key) atomically."""
+        writes = dict(self.writes)
+        writes.update(extra or {})
+        if not writes:
+            return []
+        versions = writer.commit(writes, self.read_set)
+        req = pb.CacheRequest(op=pb.CAUSAL_COMMIT, attempt_id=self.schedule.call_id,
+                              keys=[v.key for v in versions])
+        for v in versions:
+            req.writes.append(anna_pb2.KeyTuple(key=v.key, lattice_type=anna_pb2.MULTI_CAUSAL,
+                                                payload=v.serialize()).SerializeToString())
+        self.cache.causal(req, timeout=self.timeout)
+        return versions

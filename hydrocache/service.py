@@ -1,0 +1,540 @@
+"""HydroCache's service half: the causal operations of a node cache (thin; the logic is pure).
+
+Contract: `HydroCacheService` is driven by the executor node (`executor/node.py`). The node's
+loop thread calls `handle(request)` for every CAUSAL_* `CacheRequest` and `on_update(key,
+lattice)` for every MULTI_CAUSAL value Anna pushes; work that needs I/O (Anna fetches, other
+caches' temporary versions, commits) runs on the node's fetch pool. One lock guards the cut
+(`hydrocache.cut.StrictCausalCut`) and the temporary versions (`hydrocache.temp.TempStore`);
+it is never held across I/O.
+- Local cut update (4.2): a key missing from the cut is fetched from Anna, subscribed, and
+  offered to the cut; dependencies the cut reports missing are fetched until they are
+  superseded. Pushed versions are offered the same way (refresh). A waiting request is woken
+  by every change of the cut and re-reads Anna at growing intervals (Anna's replicas may lag);
+  at its deadline it fails with TIMEOUT naming the stage and the dependencies still missing.
+- CAUSAL_BIND (OPT, Algorithms 8 and 6): upstream contexts -> parallel flow -> linear flow;
+  keys only upstream caches hold are fetched from their holders (CAUSAL_TEMP_GET) or from an
+  HB prefetch; the reply carries the bound versions (values as frames), S_new and R_new, or
+  `abort` with the reason.
+- CAUSAL_READ (CT, CON): reads the attempt's snapshot; under CT the first read builds it from
+  the cut for every key of R~_DAG (4.3.1). A key outside the snapshot is bound if the linear
+  flow check admits it from the cut without remote versions, else the reply aborts with
+  `new_keys` (the scheduler retries with the read set extended: 4.3.6).
+- CAUSAL_SNAPSHOT (Algorithm 9), CAUSAL_FETCH (Algorithm 10 line 14, HB prefetch),
+  CAUSAL_TEMP_GET (cache to cache), CAUSAL_RELEASE, CAUSAL_COMMIT (the sink's versions are
+  written to Anna, then offered to the cut, then acknowledged).
+Every failure is answered with a status and a message naming this cache; nothing is dropped
+silently.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+
+import zmq
+
+import anna_core
+from cloudburst._wire import PushCache, bind_pull, encode, parse
+from hydro_proto import anna_pb2
+from hydro_proto import cloudburst_pb2 as pb
+
+from . import versionset as vs
+from .cut import StrictCausalCut
+from .protocols import create_snapshot, finish_linear, parallel_flow, plan_linear
+from .temp import TempStore
+from .version import Version, merge_versions
+
+__all__ = ["HydroCacheService", "StageTimeout", "NotCausal"]
+
+log = logging.getLogger("hydrocache.service")
+
+_ZERO_COPY_BYTES = 64 * 1024
+DEFAULT_TIMEOUT = 10.0
+TEMP_SLACK = 30.0          # seconds temporary versions outlive their requester's deadline
+
+
+class StageTimeout(Exception):
+    """A protocol stage did not finish before the request's deadline."""
+
+    def __init__(self, stage: str) -> None:
+        super().__init__(f"timed out in {stage}")
+        self.stage = stage
+
+
+class NotCausal(Exception):
+    """A key read causally holds another lattice type (e.g. an LWW value)."""
+
+
+def _send(push: PushCache, address: str, response: pb.CacheResponse,
+          frames: Sequence[Any] = ()) -> None:
+    if not address:
+        return
+    out = [encode("cache_reply", response), *frames]
+    zero_copy = any(len(f) >= _ZERO_COPY_BYTES for f in frames)
+    try:
+        push.socket(address).send_multipart(out, flags=zmq.NOBLOCK, copy=not zero_copy)
+    except zmq.Again:
+        log.warning("dropped a cache reply to %s (peer not accepting)", address)
+
+
+def _entry(response: pb.CacheResponse, key: str, version: Optional[Version],
+           frames: List[bytes]) -> None:
+    e = response.entries.add(key=key, found=version is not None)
+    if version is not None:
+        e.version.key = key
+        e.version.vc.update(version.vc)
+        e.value_count = len(version.values)
+        frames.extend(version.values)
+
+
+class _ThreadState(threading.local):
+    kvs: Any = None
+    push: Any = None
+    reply: Any = None
+    reply_address: str = ""
+
+
+class HydroCacheService:
+    """The causal half of one node cache; see the module contract."""
+
+    def __init__(self, node_id: str, address: str, update_address: str, kvs_address: str,
+                 context: zmq.Context, submit: Callable[..., Any], push: PushCache,
+                 ip: str = "127.0.0.1") -> None:
+        self.node_id = node_id
+        self.address = address
+        self.update_address = update_address
+        self.kvs_address = kvs_address
+        self.ip = ip
+        self._context = context
+        self._submit = submit
+        self._push = push                     # the loop thread's
+        self.cut = StrictCausalCut()
+        self.temp = TempStore()
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._subscribed: Set[str] = set()
+        self._local = _ThreadState()
+        self._resources: List[Any] = []
+        self._seq = 0
+        self.stats = {"binds": 0, "remote_fetches": 0, "aborts": 0, "anna_fetches": 0}
+
+    # ---- lifecycle ----
+    def close(self) -> None:
+        for r in self._resources:
+            try:
+                r.close() if not isinstance(r, zmq.Socket) else r.close(0)
+            except Exception:
+                pass
+
+    def keys(self) -> Iterable[str]:
+        with self._lock:
+            return self.cut.keys()
+
+    def keyset_version(self) -> int:
+        return self.cut.keyset_version
+
+    def sweep(self, now: float) -> None:
+        with self._lock:
+            self.temp.expire(now)
+
+    # ---- inputs from the node's loop ----
+    def on_update(self, key: str, lattice: Any) -> None:
+        """A version pushed by Anna (refresh): offered to the cut like a fetched one."""
+        version = Version.from_lattice(key, lattice)
+        with self._changed:
+            self.cut.offer(version)
+            self._changed.notify_all()
+
+    def handle(self, req: pb.CacheRequest) -> None:
+        op = req.op
+        try:
+            if op == pb.CAUSAL_TEMP_GET:
+                return self._temp_get(req)
+            if op == pb.CAUSAL_RELEASE:
+                with self._lock:
+                    self.temp.release(req.attempt_id)
+                return _send(self._push, req.response_address,
+                             pb.CacheResponse(request_id=req.request_id, responder=self.address))
+            if op == pb.CAUSAL_BIND and self._bind_inline(req):
+                return
+            if op == pb.CAUSAL_READ and self._read_inline(req):
+                return
+        except Exception as e:
+            return self._fail(self._push, req, e)
+        handler = {pb.CAUSAL_BIND: self._bind, pb.CAUSAL_READ: self._read,
+                   pb.CAUSAL_SNAPSHOT: self._snapshot, pb.CAUSAL_FETCH: self._fetch_into,
+                   pb.CAUSAL_COMMIT: self._commit}.get(op)
+        if handler is None:
+            return self._fail(self._push, req, ValueError(f"unknown cache op {op}"))
+        self._submit(self._in_pool, handler, req)
+
+    # ---- helpers ----
+    def _in_pool(self, handler: Callable, req: pb.CacheRequest) -> None:
+        state = self._state()
+        try:
+            response, frames = handler(req, state)
+        except Exception as e:
+            return self._fail(state.push, req, e)
+        response.request_id = req.request_id
+        response.responder = self.address
+        _send(state.push, req.response_address, response, frames)
+
+    def _fail(self, push: PushCache, req: pb.CacheRequest, error: Exception) -> None:
+        what = pb.CacheOp.Name(req.op) if req.op in pb.CacheOp.values() else str(req.op)
+        response = pb.CacheResponse(request_id=req.request_id, responder=self.address)
+        if isinstance(error, StageTimeout):
+            response.status = pb.TIMEOUT
+            response.stage = f"{error.stage} (node cache {self.node_id})"
+        else:
+            response.status = pb.EXECUTION_ERROR
+            if not isinstance(error, (NotCausal, anna_core.AnnaError)):
+                log.warning("%s of attempt %s failed", what, req.attempt_id, exc_info=error)
+        response.message = f"node cache {self.node_id}: {what} failed: {error}"
+        _send(push, req.response_address, response)
+
+    def _state(self) -> _ThreadState:
+        s = self._local
+        if s.kvs is None:
+            s.kvs = anna_core.Client(self.kvs_address, timeout=5.0, ip=self.ip,
+                                     context=self._context)
+            s.push = PushCache(self._context)
+            s.reply, s.reply_address = bind_pull(self._context, self.ip)
+            with self._lock:
+                self._resources.extend([s.kvs, s.push, s.reply])
+        return s
+
+    @staticmethod
+    def _deadline(req: pb.CacheRequest) -> float:
+        return time.monotonic() + (req.timeout if req.timeout > 0 else DEFAULT_TIMEOUT)
+
+    @staticmethod
+    def _dag_keys(req: pb.CacheRequest) -> Optional[Set[str]]:
+        return set(req.dag_keys) if req.dag_keys_known else None
+
+    # ---- local cut update (4.2) ----
+    def _fetch_anna(self, state: _ThreadState, key: str) -> Optional[Version]:
+        self.stats["anna_fetches"] += 1
+        try:
+            lattice = state.kvs.get_lattice(key)
+        except anna_core.KeyNotFound:
+            return None
+        if lattice.lattice_type != anna_pb2.MULTI_CAUSAL:
+            raise NotCausal(f"key {key!r} holds a {type(lattice).__name__}, not a causal value "
+                            f"(write it with consistency='causal')")
+        self._subscribe(state, key)
+        return Version.from_lattice(key, lattice)
+
+    def _subscribe(self, state: _ThreadState, key: str) -> None:
+        with self._lock:
+            if key in self._subscribed:
+                return
+            self._subscribed.add(key)
+        try:
+            state.kvs.subscribe(key, self.update_address)
+        except anna_core.AnnaError as e:
+            log.warning("could not subscribe to %r: %s", key, e)
+            with self._lock:
+                self._subscribed.discard(key)
+
+    def _offer(self, version: Version) -> None:
+        with self._changed:
+            self.cut.offer(version)
+            self._changed.notify_all()
+
+    def ensure(self, state: _ThreadState, keys: Iterable[str], deadline: float) -> Set[str]:
+        """Bring `keys` into the cut; returns the keys Anna does not have."""
+        keys = list(dict.fromkeys(keys))
+        absent: Set[str] = set()
+        with self._lock:
+            todo = [k for k in keys if k not in self.cut and k not in self.cut.pending_keys()]
+        for k in todo:
+            v = self._fetch_anna(state, k)
+            if v is None:
+                absent.add(k)
+            else:
+                self._offer(v)
+        pause = 0.001
+        while True:
+            with self._lock:
+                waiting = [k for k in keys if k not in absent and k not in self.cut]
+                missing = self.cut.missing() if waiting else {}
+            if not waiting:
+                return absent
+            if time.monotonic() > deadline:
+                raise StageTimeout(f"the local cut update of {waiting[:5]}: dependencies "
+                                   f"{dict(list(missing.items())[:5])} not yet in Anna")
+            for dep in list(missing):
+                v = self._fetch_anna(state, dep)
+                if v is not None:
+                    self._offer(v)
+            with self._changed:
+                if any(k not in self.cut for k in waiting):
+                    self._changed.wait(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(pause * 2, 0.05)
+
+    # ---- cache to cache ----
+    def _temp_get(self, req: pb.CacheRequest) -> None:
+        response = pb.CacheResponse(request_id=req.request_id, responder=self.address)
+        with self._lock:
+            for kv in req.versions:
+                for v in self.temp.matching(req.attempt_id, kv.key, kv.vc):
+                    response.entries.add(key=kv.key, found=True, lattice=v.serialize())
+        _send(self._push, req.response_address, response)
+
+    def _remote(self, state: _ThreadState, attempt: str, wanted: vs.VersionSet,
+                deadline: float, prefetch: str = "") -> Dict[str, Version]:
+        """The versions named by `wanted`, rebuilt from their holders' temporary versions
+        (this cache's own, and an HB prefetch, first)."""
+        got: Dict[str, Version] = {}
+        by_holder: Dict[str, List[str]] = {}
+        with self._lock:
+            for key, entry in wanted.items():
+                parts = self.temp.matching(attempt, key, entry.vc)
+                if prefetch:
+                    parts += self.temp.matching(prefetch, key, entry.vc)
+                merged = _merge_all(parts)
+                if merged is not None and merged.vc == dict(entry.vc):
+                    got[key] = merged
+                    continue
+                for h in entry.holders:
+                    if h != self.address:
+                        by_holder.setdefault(h, []).append(key)
+                if merged is not None:
+                    got[key] = merged
+        if by_holder:
+            self.stats["remote_fetches"] += 1
+        for holder, keys in by_holder.items():
+            self._seq += 1
+            rid = f"{uuid.uuid4().hex[:8]}-{self._seq}"
+            request = pb.CacheRequest(request_id=rid, response_address=state.reply_address,
+                                      op=pb.CAUSAL_TEMP_GET, attempt_id=attempt)
+            request.versions.extend(vs.to_proto({k: wanted[k] for k in keys}))
+            state.push.send(holder, "cache", request)
+            response = self._await(state, rid, deadline,
+                                   f"fetching {keys[:5]} from the cache at {holder}")
+            for e in response.entries:
+                v = Version.deserialize(e.key, e.lattice)
+                got[e.key] = v if e.key not in got else merge_versions(got[e.key], v)
+        for key, entry in wanted.items():
+            if key not in got or got[key].vc != dict(entry.vc):
+                raise RuntimeError(f"could not rebuild version {dict(entry.vc)} of {key!r} "
+                                   f"from its holders {sorted(entry.holders)}")
+        return got
+
+    def _await(self, state: _ThreadState, rid: str, deadline: float,
+               stage: str) -> pb.CacheResponse:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not state.reply.poll(int(remaining * 1000) + 1):
+                if time.monotonic() >= deadline:
+                    raise StageTimeout(stage)
+                continue
+            try:
+                _, payload = parse(state.reply.recv_multipart()[0])
+                response = pb.CacheResponse.FromString(payload)
+            except Exception:
+                continue
+            if response.request_id != rid:
+                continue
+            if response.status != pb.OK:
+                raise RuntimeError(response.message or stage)
+            return response
+
+    # ---- OPT: CAUSAL_BIND ----
+    def _upstream(self, req: pb.CacheRequest) -> Tuple[bool, str, vs.VersionSet, vs.VersionSet, int]:
+        contexts = [(vs.from_proto(c.snapshot), vs.from_proto(c.read_set), c.abort, c.abort_reason)
+                    for c in req.upstreams]
+        fetches = max((c.remote_fetches for c in req.upstreams), default=0)
+        if not contexts:
+            return False, "", {}, {}, fetches
+        if len(contexts) == 1:
+            s, r, a, why = contexts[0]
+            return a, why, s, r, fetches
+        a, why, s, r = parallel_flow(contexts)
+        return a, why, s, r, fetches
+
+    def _plan(self, req: pb.CacheRequest):
+        abort, why, s_u, r_u, fetches = self._upstream(req)
+        with self._lock:
+            plan = plan_linear(s_u, r_u, list(req.keys), self._dag_keys(req), self.cut,
+                               abort=abort, reason=why)
+        return plan, s_u, r_u, fetches
+
+    def _bind_inline(self, req: pb.CacheRequest) -> bool:
+        plan, s_u, r_u, fetches = self._plan(req)
+        if plan.need_update or (plan.remote and not plan.abort):
+            return False
+        response, frames = self._bind_finish(req, plan, s_u, r_u, {}, fetches)
+        response.request_id = req.request_id
+        response.responder = self.address
+        _send(self._push, req.response_address, response, frames)
+        return True
+
+    def _bind(self, req: pb.CacheRequest, state: _ThreadState):
+        deadline = self._deadline(req)
+        plan, s_u, r_u, fetches = self._plan(req)
+        if plan.need_update and not plan.abort:
+            self.ensure(state, plan.need_update, deadline)
+            plan, s_u, r_u, fetches = self._plan(req)
+        fetched: Dict[str, Version] = {}
+        if plan.remote and not plan.abort:
+            fetched = self._remote(state, req.attempt_id, plan.remote, deadline,
+                                   req.prefetch_attempt)
+            fetches += 1
+        return self._bind_finish(req, plan, s_u, r_u, fetched, fetches)
+
+    def _bind_finish(self, req, plan, s_u, r_u, fetched, fetches):
+        response = pb.CacheResponse()
+        frames: List[bytes] = []
+        self.stats["binds"] += 1
+        if plan.abort:
+            self.stats["aborts"] += 1
+            response.abort = True
+            response.abort_reason = plan.reason
+            return response, frames
+        expires = self._deadline(req) + TEMP_SLACK
+        with self._lock:
+            for key in plan.s_d:
+                v = self.cut.get(key)
+                if v is not None:
+                    self.temp.add(req.attempt_id, v, expires)
+        r_d, s_new, r_new = finish_linear(plan, s_u, r_u, fetched, self.address)
+        for key in req.keys:
+            _entry(response, key, r_d.get(key), frames)
+        response.context.snapshot.extend(vs.to_proto(s_new))
+        response.context.read_set.extend(vs.to_proto(r_new))
+        response.context.remote_fetches = fetches
+        return response, frames
+
+    # ---- CT / CON: CAUSAL_READ ----
+    def _read_inline(self, req: pb.CacheRequest) -> bool:
+        with self._lock:
+            if req.attempt_id not in self.temp:
+                return False
+            views = {k: self.temp.view(req.attempt_id, k) for k in req.keys}
+        if any(v is None for v in views.values()):
+            return False
+        response = pb.CacheResponse(request_id=req.request_id, responder=self.address)
+        frames: List[bytes] = []
+        for key in req.keys:
+            _entry(response, key, views[key], frames)
+        _send(self._push, req.response_address, response, frames)
+        return True
+
+    def _read(self, req: pb.CacheRequest, state: _ThreadState):
+        deadline = self._deadline(req)
+        attempt = req.attempt_id
+        expires = deadline + TEMP_SLACK
+        with self._lock:
+            exists = attempt in self.temp
+        if not exists:
+            # CT (4.3.1): one snapshot of the local cut for the DAG's whole read set
+            wanted = set(req.dag_keys) | set(req.keys)
+            self.ensure(state, wanted, deadline)
+            with self._lock:
+                if attempt not in self.temp:
+                    self.temp.open(attempt, expires)
+                    for key in wanted:
+                        v = self.cut.get(key)
+                        if v is not None:
+                            self.temp.add(attempt, v, expires)
+        response = pb.CacheResponse()
+        frames: List[bytes] = []
+        outside = []
+        with self._lock:
+            views = {k: self.temp.view(attempt, k) for k in req.keys}
+            present = set(self.temp.keys(attempt))
+        for key, v in views.items():
+            if v is None and key not in req.dag_keys:
+                outside.append(key)
+        if outside:
+            admitted = self._explore(state, attempt, outside, present, deadline, expires)
+            if admitted is None:
+                response.abort = True
+                response.abort_reason = f"read of {outside} outside the call's snapshot"
+                response.new_keys.extend(outside)
+                return response, frames
+            views.update(admitted)
+        for key in req.keys:
+            _entry(response, key, views.get(key), frames)
+        return response, frames
+
+    def _explore(self, state, attempt, keys, present, deadline, expires):
+        """Admit keys into an attempt's snapshot when the cut's versions are consistent with
+        it (Algorithm 6 with S_u = R_u = the snapshot, no remote repair); None otherwise."""
+        absent = self.ensure(state, keys, deadline)
+        with self._lock:
+            snap = vs.of_versions(v for v in (self.temp.view(attempt, k) for k in present)
+                                  if v is not None)
+            plan = plan_linear(snap, snap, [k for k in keys if k not in absent], None, self.cut)
+            if plan.abort or plan.remote or plan.need_update:
+                return None
+            out: Dict[str, Optional[Version]] = {k: None for k in absent}
+            for key, v in plan.local.items():
+                self.temp.add(attempt, v, expires)
+                out[key] = v
+        return out
+
+    # ---- CON / HB: CAUSAL_SNAPSHOT, CAUSAL_FETCH ----
+    def _snapshot(self, req: pb.CacheRequest, state: _ThreadState):
+        deadline = self._deadline(req)
+        self.ensure(state, list(req.keys), deadline)
+        expires = deadline + TEMP_SLACK
+        response = pb.CacheResponse()
+        with self._lock:
+            pieces, s_i = create_snapshot(list(req.keys), self._dag_keys(req), self.cut,
+                                          self.address)
+            self.temp.open(req.attempt_id, expires)
+            for key in s_i:
+                v = self.cut.get(key)
+                if v is not None:
+                    self.temp.add(req.attempt_id, v, expires)
+        for key in req.keys:
+            piece = pieces.get(key)
+            if piece is None:
+                continue
+            p = response.pieces.add()
+            p.local.key = key
+            p.local.vc.update(piece.local.vc)
+            p.local.holders.append(self.address)
+            p.cut.extend(vs.to_proto({k: vs.Entry(e.vc, frozenset([self.address]))
+                                      for k, e in piece.cut.items()}))
+        return response, []
+
+    def _fetch_into(self, req: pb.CacheRequest, state: _ThreadState):
+        deadline = self._deadline(req)
+        wanted = vs.from_proto(req.versions)
+        got = self._remote(state, req.attempt_id, wanted, deadline)
+        expires = deadline + TEMP_SLACK
+        with self._lock:
+            for v in got.values():
+                self.temp.add(req.attempt_id, v, expires)
+        return pb.CacheResponse(), []
+
+    # ---- the sink: CAUSAL_COMMIT ----
+    def _commit(self, req: pb.CacheRequest, state: _ThreadState):
+        versions = []
+        for raw in req.writes:
+            t = anna_pb2.KeyTuple.FromString(raw)
+            versions.append(Version.deserialize(t.key, t.payload))
+        for v in versions:
+            state.kvs.put(v.key, v.lattice)
+        with self._changed:
+            for v in versions:
+                self.cut.offer(v)
+            self._changed.notify_all()
+        for v in versions:
+            self._subscribe(state, v.key)
+        response = pb.CacheResponse()
+        for v in versions:
+            response.entries.add(key=v.key, found=True)
+        return response, []
+
+
+def _merge_all(parts: Sequence[Version]) -> Optional[Version]:
+    out = None
+    for p in parts:
+        out = p if out is None else merge_versions(out, p)
+    return out
