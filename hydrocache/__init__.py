@@ -3,7 +3,9 @@
 The pure cores (no sockets, clocks or sleeps) and their public names; see DESIGN.md.
 The services (``hydrocache.service``) import what they need from the modules directly.
 """
+from .checker import Observed, Transaction, Violation, check
 from .cut import CutUpdate, StrictCausalCut
+from .gc import collect, stable_frontier
 from .protocols import (LinearPlan, Piece, SimResult, create_snapshot, distributed_snapshot,
                         finish_linear, parallel_flow, plan_linear, retrieve_cut, simulate_opt)
 from .vclock import Order, compare, concurrent, happens_before, merge, supersedes
@@ -20,5 +22,6 @@ __all__ = [
     "CutUpdate", "StrictCausalCut",
     "retrieve_cut", "LinearPlan", "plan_linear", "finish_linear", "parallel_flow", "Piece",
     "create_snapshot", "distributed_snapshot", "SimResult", "simulate_opt",
-    "ExecutorWriter",
+    "ExecutorWriter", "stable_frontier", "collect",
+    "Observed", "Transaction", "Violation", "check",
 ]
