@@ -355,10 +355,11 @@ class HydroCacheService:
         a, why, s, r = parallel_flow(contexts)
         return a, why, s, r, fetches
 
-    def _plan(self, req: pb.CacheRequest):
+    def _plan(self, req: pb.CacheRequest, absent: Set[str] = frozenset()):
         abort, why, s_u, r_u, fetches = self._upstream(req)
+        keys = [k for k in req.keys if k not in absent]
         with self._lock:
-            plan = plan_linear(s_u, r_u, list(req.keys), self._dag_keys(req), self.cut,
+            plan = plan_linear(s_u, r_u, keys, self._dag_keys(req), self.cut,
                                abort=abort, reason=why)
         return plan, s_u, r_u, fetches
 
@@ -376,8 +377,10 @@ class HydroCacheService:
         deadline = self._deadline(req)
         plan, s_u, r_u, fetches = self._plan(req)
         if plan.need_update and not plan.abort:
-            self.ensure(state, plan.need_update, deadline)
-            plan, s_u, r_u, fetches = self._plan(req)
+            absent = self.ensure(state, plan.need_update, deadline)
+            plan, s_u, r_u, fetches = self._plan(req, absent)
+            if plan.need_update:   # exposed, then evicted or still pending: bounded retry
+                plan, s_u, r_u, fetches = self._plan(req, absent | set(plan.need_update))
         fetched: Dict[str, Version] = {}
         if plan.remote and not plan.abort:
             fetched = self._remote(state, req.attempt_id, plan.remote, deadline,

@@ -222,3 +222,16 @@ def test_lww_value_read_causally_is_a_clear_error_and_the_cache_keeps_serving(wo
                                                  keys=[f"{p}ok"], dag_keys=[f"{p}ok"],
                                                  dag_keys_known=True))
     assert values_of(r, frames)[f"{p}ok"][1] == [b"fine"]
+
+
+def test_opt_bind_of_a_key_anna_does_not_have_is_not_found(world):
+    kvs, d, caches = world
+    p = uuid.uuid4().hex[:6]
+    put_version(kvs, f"{p}a", {"w": 1}, value=b"a")
+    r, frames = d.ask(caches[0], pb.CacheRequest(op=pb.CAUSAL_BIND, attempt_id=f"{p}#0",
+                                                 keys=[f"{p}a", f"{p}missing"],
+                                                 dag_keys=[f"{p}a", f"{p}missing"],
+                                                 dag_keys_known=True))
+    assert r.status == pb.OK and not r.abort, r.message
+    got = values_of(r, frames)
+    assert got[f"{p}a"][1] == [b"a"] and f"{p}missing" not in got
