@@ -28,6 +28,7 @@ class NodeConfig:
     parent_pid: Optional[int] = None
     log_dir: Optional[str] = None
     ipc_dir: Optional[str] = None       # node cache and workers bind Unix sockets here (one host)
+    cache_bytes: int = 2 << 30          # HydroCache: values' bytes kept before LRU eviction
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

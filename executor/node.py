@@ -100,7 +100,8 @@ class ExecutorNode:
                                         thread_name_prefix="cache-fetch")
         self.causal = HydroCacheService(config.node_id, self.cache_address, self.update_address,
                                         config.kvs_address, self._context, self._pool.submit,
-                                        self._push, ip=config.ip)
+                                        self._push, ip=config.ip,
+                                        capacity_bytes=config.cache_bytes)
         self.workers: List[ManagedProcess] = []
         self.worker_info: List[Dict[str, Any]] = []
         self._reported_dead: set = set()

@@ -19,6 +19,9 @@ it is never held across I/O.
   the cut for every key of R~_DAG (4.3.1). A key outside the snapshot is bound if the linear
   flow check admits it from the cut without remote versions, else the reply aborts with
   `new_keys` (the scheduler retries with the read set extended: 4.3.6).
+- Capacity (`capacity_bytes`, values' bytes): when the cut holds more, `sweep` evicts the
+  least recently used keys, each with every key depending on it (4.2, eviction keeps the
+  cut a cut); pushed versions of evicted keys are ignored unless a pending version needs them.
 - CAUSAL_SNAPSHOT (Algorithm 9), CAUSAL_FETCH (Algorithm 10 line 14, HB prefetch),
   CAUSAL_TEMP_GET (cache to cache), CAUSAL_RELEASE, CAUSAL_COMMIT (the sink's versions are
   written to Anna, then offered to the cut, then acknowledged).
@@ -27,6 +30,7 @@ silently.
 """
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
@@ -101,7 +105,7 @@ class HydroCacheService:
 
     def __init__(self, node_id: str, address: str, update_address: str, kvs_address: str,
                  context: zmq.Context, submit: Callable[..., Any], push: PushCache,
-                 ip: str = "127.0.0.1") -> None:
+                 ip: str = "127.0.0.1", capacity_bytes: int = 2 << 30) -> None:
         self.node_id = node_id
         self.address = address
         self.update_address = update_address
@@ -118,6 +122,10 @@ class HydroCacheService:
         self._local = _ThreadState()
         self._resources: List[Any] = []
         self._seq = 0
+        self.capacity_bytes = capacity_bytes
+        self._sizes: Dict[str, int] = {}
+        self._bytes = 0
+        self._lru: "collections.OrderedDict[str, None]" = collections.OrderedDict()
         self.stats = {"binds": 0, "remote_fetches": 0, "aborts": 0, "anna_fetches": 0}
 
     # ---- lifecycle ----
@@ -135,16 +143,47 @@ class HydroCacheService:
     def keyset_version(self) -> int:
         return self.cut.keyset_version
 
-    def sweep(self, now: float) -> None:
+    def sweep(self, now: float) -> List[str]:
+        """Expire temporary versions; evict over capacity. Returns the evicted keys."""
         with self._lock:
             self.temp.expire(now)
+            evicted: List[str] = []
+            while self._bytes > self.capacity_bytes and self._lru:
+                key, _ = self._lru.popitem(last=False)
+                for k in self.cut.evict(key) | {key}:
+                    self._bytes -= self._sizes.pop(k, 0)
+                    self._lru.pop(k, None)
+                    self._subscribed.discard(k)
+                    evicted.append(k)
+        if evicted:
+            log.info("evicted %d keys (capacity %d bytes)", len(evicted), self.capacity_bytes)
+        return evicted
+
+    def _account(self, exposed: Iterable[str]) -> None:
+        """Caller holds the lock: sizes and recency of newly exposed versions."""
+        for k in exposed:
+            v = self.cut.get(k)
+            size = sum(len(x) for x in v.values) if v is not None else 0
+            self._bytes += size - self._sizes.get(k, 0)
+            self._sizes[k] = size
+            self._lru[k] = None
+            self._lru.move_to_end(k)
+
+    def _touch(self, keys: Iterable[str]) -> None:
+        """Caller holds the lock."""
+        for k in keys:
+            if k in self._lru:
+                self._lru.move_to_end(k)
 
     # ---- inputs from the node's loop ----
     def on_update(self, key: str, lattice: Any) -> None:
         """A version pushed by Anna (refresh): offered to the cut like a fetched one."""
         version = Version.from_lattice(key, lattice)
         with self._changed:
-            self.cut.offer(version)
+            if key not in self.cut and key not in self.cut.pending_keys() \
+                    and key not in self.cut.missing():
+                return      # evicted since it was subscribed; nobody needs it now
+            self._account(self.cut.offer(version).exposed)
             self._changed.notify_all()
 
     def handle(self, req: pb.CacheRequest) -> None:
@@ -240,7 +279,7 @@ class HydroCacheService:
 
     def _offer(self, version: Version) -> None:
         with self._changed:
-            self.cut.offer(version)
+            self._account(self.cut.offer(version).exposed)
             self._changed.notify_all()
 
     def ensure(self, state: _ThreadState, keys: Iterable[str], deadline: float) -> Set[str]:
@@ -399,6 +438,7 @@ class HydroCacheService:
             return response, frames
         expires = self._deadline(req) + TEMP_SLACK
         with self._lock:
+            self._touch(plan.local)
             for key in plan.s_d:
                 v = self.cut.get(key)
                 if v is not None:
@@ -437,6 +477,7 @@ class HydroCacheService:
             wanted = set(req.dag_keys) | set(req.keys)
             self.ensure(state, wanted, deadline)
             with self._lock:
+                self._touch(wanted)
                 if attempt not in self.temp:
                     self.temp.open(attempt, expires)
                     for key in wanted:
@@ -487,6 +528,7 @@ class HydroCacheService:
         expires = deadline + TEMP_SLACK
         response = pb.CacheResponse()
         with self._lock:
+            self._touch(req.keys)
             pieces, s_i = create_snapshot(list(req.keys), self._dag_keys(req), self.cut,
                                           self.address)
             self.temp.open(req.attempt_id, expires)
@@ -526,7 +568,7 @@ class HydroCacheService:
             state.kvs.put(v.key, v.lattice)
         with self._changed:
             for v in versions:
-                self.cut.offer(v)
+                self._account(self.cut.offer(v).exposed)
             self._changed.notify_all()
         for v in versions:
             self._subscribe(state, v.key)
