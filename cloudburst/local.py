@@ -49,13 +49,16 @@ class LocalCluster:
             directory: cheaper per message; clients must run on this host).
         colocate_chains: let the schedulers put functions of a call that never run at the
             same time on one worker (see `scheduler.policy`); False spreads them out.
+        max_causal_retries: aborted attempts of a causal call the schedulers retry before
+            failing it with `Aborted`.
     """
 
     def __init__(self, executor_nodes: int = 1, executors_per_node: int = 3,
                  schedulers: int = 1, *, kvs_threads: int = 1, heartbeat_period: float = 0.2,
                  heartbeat_timeout: float = 1.5, log_level: str = "warning",
                  startup_timeout: float = 60.0, seed: Optional[int] = None,
-                 transport: str = "tcp", colocate_chains: bool = True) -> None:
+                 transport: str = "tcp", colocate_chains: bool = True,
+                 max_causal_retries: int = 10) -> None:
         if executor_nodes < 1 or executors_per_node < 1 or schedulers < 1:
             raise ValueError("a LocalCluster needs at least one executor node, one executor "
                              "per node and one scheduler")
@@ -72,6 +75,7 @@ class LocalCluster:
             raise ValueError(f"transport must be 'tcp' or 'ipc', got {transport!r}")
         self.transport = transport
         self.colocate_chains = colocate_chains
+        self.max_causal_retries = max_causal_retries
         self.log_dir = tempfile.mkdtemp(prefix="cloudburst-local-")
         self.ipc_dir: Optional[str] = None
         if transport == "ipc":
@@ -114,7 +118,8 @@ class LocalCluster:
                                          log_level=self.log_level, parent_pid=os.getpid(),
                                          seed=None if self.seed is None else self.seed + i,
                                          ipc_dir=self.ipc_dir,
-                                         colocate_chains=self.colocate_chains)
+                                         colocate_chains=self.colocate_chains,
+                                         max_causal_retries=self.max_causal_retries)
                 self._schedulers.append(ManagedProcess(
                     f"scheduler-{i}", [sys.executable, "-m", "scheduler", "--config",
                                        config.to_json()], self.log_dir).spawn())

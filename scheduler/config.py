@@ -20,6 +20,8 @@ class SchedulerConfig:
         a worker, preferring the worker of a direct neighbour (saves a hop); False spreads
         every function of a call over different workers when it can.
     ipc_dir: when set, the request socket is a Unix socket in this directory (single host).
+    max_causal_retries: aborted attempts of a causal call (OPT, HB, unknown read sets) that are
+        retried before the call fails with ABORTED.
     """
 
     kvs_address: str
@@ -33,6 +35,7 @@ class SchedulerConfig:
     log_level: str = "warning"
     parent_pid: Optional[int] = None
     ipc_dir: Optional[str] = None       # bind the request socket as a Unix socket here (one host)
+    max_causal_retries: int = 10
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

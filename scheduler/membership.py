@@ -2,7 +2,8 @@
 
 Contract: `ExecutorTable(heartbeat_timeout)` is pure state; every method takes `now`
 (seconds, from any monotonic clock the caller chooses) instead of reading a clock.
-- `heartbeat(...)` records a worker's report; an unknown worker joins.
+- `heartbeat(...)` records a worker's report (with its node cache's address, used by the
+  causal protocols: `cache_address(worker_id)`); an unknown worker joins.
 - `keyset(node_id, keys)` records the key set a node cache reports (for locality).
 - `expire(now)` drops workers whose last heartbeat is older than `heartbeat_timeout` and
   returns `Expired(dead_workers, orphaned_calls, overdue_calls)`: calls in flight on a dead
@@ -29,6 +30,7 @@ class _Worker:
     utilization: float
     last_seen: float
     outstanding: int = 0
+    cache_address: str = ""
 
 
 @dataclass
@@ -60,13 +62,16 @@ class ExecutorTable:
 
     # ---- executors ----
     def heartbeat(self, worker_id: str, node_id: str, address: str, utilization: float,
-                  now: float) -> bool:
+                  now: float, cache_address: str = "") -> bool:
         """Record a report; returns True if the worker is new."""
         w = self._workers.get(worker_id)
         if w is None:
-            self._workers[worker_id] = _Worker(node_id, address, utilization, now)
+            self._workers[worker_id] = _Worker(node_id, address, utilization, now,
+                                               cache_address=cache_address)
             return True
         w.node_id, w.address, w.utilization = node_id, address, utilization
+        if cache_address:
+            w.cache_address = cache_address
         w.last_seen = max(w.last_seen, now)
         return False
 
@@ -83,9 +88,15 @@ class ExecutorTable:
         w = self._workers.get(worker_id)
         return w.address if w else None
 
+    def cache_address(self, worker_id: str) -> Optional[str]:
+        """The worker's node cache address ("" if it reported none), or None if not live."""
+        w = self._workers.get(worker_id)
+        return w.cache_address if w else None
+
     def live(self) -> List[WorkerView]:
         """Every live worker, sorted by id."""
-        return [WorkerView(i, w.node_id, w.address, w.utilization, w.outstanding)
+        return [WorkerView(i, w.node_id, w.address, w.utilization, w.outstanding,
+                           w.cache_address)
                 for i, w in sorted(self._workers.items())]
 
     # ---- calls ----

@@ -18,6 +18,12 @@ of the call), so parallel branches spread out while a chain, whose functions nev
 once, may share a worker. No I/O, no clocks: the caller passes the live workers (see
 `scheduler.membership`) and an injected `random.Random`. `dag_relations(dag)` computes
 `concurrent_with` and `neighbours` for a `scheduler.dag.Dag`.
+
+`choose_one_node(...)` (HydroCache's CT protocol, dissertation 4.3.1) places every function of
+a call on workers of ONE node: the node is chosen first (nodes with a worker that is not busy,
+then data locality over all the call's referenced keys, then the least mean load and
+utilization of its workers, then `rng`), and the functions are placed on its workers by
+`choose_executors`.
 """
 from __future__ import annotations
 
@@ -27,7 +33,7 @@ from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Set
 
 from cloudburst.errors import NoResources
 
-__all__ = ["WorkerView", "choose_executors", "dag_relations", "is_busy"]
+__all__ = ["WorkerView", "choose_executors", "choose_one_node", "dag_relations", "is_busy"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,7 @@ class WorkerView:
     address: str
     utilization: float = 0.0   # fraction of the last report period spent running functions
     outstanding: int = 0       # calls this scheduler placed on it that are not finished
+    cache_address: str = ""    # its node cache's request address (causal protocols)
 
 
 def is_busy(w: WorkerView, outstanding: int, busy_outstanding: int, busy_utilization: float) -> bool:
@@ -102,3 +109,35 @@ def choose_executors(functions: Sequence[str], references: Mapping[str, Collecti
         chosen = pool[0] if len(pool) == 1 else rng.choice(pool)
         placement[fn] = chosen.worker_id
     return placement
+
+
+def choose_one_node(functions: Sequence[str], references: Mapping[str, Collection[str]],
+                    workers: Sequence[WorkerView], node_keys: Mapping[str, Collection[str]],
+                    rng: random.Random, *, busy_outstanding: int = 1,
+                    busy_utilization: float = 0.9,
+                    concurrent_with: Optional[Mapping[str, Collection[str]]] = None,
+                    neighbours: Optional[Mapping[str, Collection[str]]] = None) -> Dict[str, str]:
+    """Pick one node and a worker of it for every function (CT); see the module contract."""
+    if not workers:
+        raise NoResources(f"no live executor worker to run {list(functions)}")
+    by_node: Dict[str, List[WorkerView]] = {}
+    for w in workers:
+        by_node.setdefault(w.node_id, []).append(w)
+    wanted = {k for fn in functions for k in references.get(fn, ())}
+
+    def rank(node: str) -> Tuple[int, int, float, float]:
+        ws = by_node[node]
+        idle = any(not is_busy(w, w.outstanding, busy_outstanding, busy_utilization) for w in ws)
+        cached = node_keys.get(node, ())
+        local = sum(1 for k in wanted if k in cached)
+        load = sum(w.outstanding for w in ws) / len(ws)
+        util = sum(w.utilization for w in ws) / len(ws)
+        return (0 if idle else 1, -local, load, util)
+
+    ranks = {n: rank(n) for n in by_node}
+    best = min(ranks.values())
+    nodes = sorted(n for n, r in ranks.items() if r == best)
+    node = nodes[0] if len(nodes) == 1 else rng.choice(nodes)
+    return choose_executors(functions, references, by_node[node], node_keys, rng,
+                            busy_outstanding=busy_outstanding, busy_utilization=busy_utilization,
+                            concurrent_with=concurrent_with, neighbours=neighbours)

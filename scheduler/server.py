@@ -12,6 +12,11 @@ listed for schedulers in proto/cloudburst.proto, plus one for Anna's pushed regi
 - Heartbeats feed `membership.ExecutorTable`; every `tick` seconds silent workers are dropped
   and the calls in flight on them are failed at their caller with EXECUTION_ERROR naming the
   worker (the other functions of the call are told to `abort`).
+- A causal call (Call.consistency == CAUSAL; HydroCache) is coordinated by a
+  `scheduler.causal.CausalCall` (CT places the whole DAG on one node with
+  `policy.choose_one_node`); its attempts run under ids `<call id>#<n>`, their `done` and
+  `causal_abort` reports and the node caches' `cache_reply`s are routed back to it, and the
+  actions it returns are carried out here. LWW calls take the same path as before.
 - `serve()` runs until `stop()` (e.g. from a SIGTERM handler) or until the parent exits.
 """
 from __future__ import annotations
@@ -35,7 +40,8 @@ from hydro_proto import cloudburst_pb2 as pb
 from .config import SchedulerConfig
 from .dag import Dag, validate
 from .membership import CallRecord, ExecutorTable
-from .policy import choose_executors, dag_relations
+from .causal import AbortAttempt, CacheSend, CausalCall, Fail, Finished, StartAttempt
+from .policy import choose_executors, choose_one_node, dag_relations
 from .registry import Registry
 from .schedule import build_schedules, references_by_function
 
@@ -70,7 +76,13 @@ class Scheduler:
             "delete_dag": self._delete_dag, "list": self._list, "info": self._info,
             "call": self._call, "heartbeat": self._heartbeat, "keyset": self._keyset,
             "done": self._done, "where": self._where,
+            "causal_abort": self._causal_abort, "cache_reply": self._cache_reply,
         }
+        # causal calls: caller's id -> coordinator; attempt id / cache request id -> caller's id
+        self._causal: Dict[str, CausalCall] = {}
+        self._causal_calls: Dict[str, pb.Call] = {}
+        self._attempt_of: Dict[str, str] = {}
+        self._request_of: Dict[str, str] = {}
 
     # ---- loop ----
     def stop(self) -> None:
@@ -94,6 +106,8 @@ class Scheduler:
                 while more(self._updates):
                     self._on_registry_update(self._updates.recv())
                 self._expire(now)
+                if self._causal:
+                    self._causal_tick(now)
                 if self.config.parent_pid and os.getppid() != self.config.parent_pid:
                     log.warning("parent process exited; stopping")
                     break
@@ -210,7 +224,10 @@ class Scheduler:
     def _call(self, payload: bytes) -> None:
         call = pb.Call.FromString(payload)
         for call_id in call.finished:
-            self.table.finish_call(call_id)
+            if self._causal and call_id in self._causal:
+                self._causal_done(call_id, "")
+            else:
+                self.table.finish_call(call_id)
         if call.dag:
             record = self.registry.dag(call.dag)
             if record is None:
@@ -236,6 +253,8 @@ class Scheduler:
         if unknown:
             return self._fail(call, pb.BAD_REQUEST,
                               f"arguments given for {unknown}, which are not in DAG {dag.name!r}")
+        if call.consistency == pb.CAUSAL:
+            return self._causal_call(call, dag, versions, concurrent, neighbours)
         try:
             placement = choose_executors(
                 dag.functions, references_by_function(call), self.table.live(),
@@ -257,7 +276,9 @@ class Scheduler:
     def _where(self, payload: bytes) -> None:
         req = pb.NameRequest.FromString(payload)
         answer = pb.Accepted(request_id=req.request_id, scheduler=self.address)
-        record = self.table.call(req.name)
+        coordinator = self._causal.get(req.name)
+        record = self.table.call(req.name if coordinator is None else
+                                 (coordinator.current() or ""))
         if record is not None:
             answer.placement.update(record.placement)
         self._push.send(req.response_address, "accepted", answer)
@@ -265,15 +286,21 @@ class Scheduler:
     def _done(self, payload: bytes) -> None:
         done = pb.CallDone.FromString(payload)
         if done.call_id:
-            self.table.finish_call(done.call_id)
+            self._finish_one(done.call_id)
         for call_id in done.call_ids:
+            self._finish_one(call_id)
+
+    def _finish_one(self, call_id: str) -> None:
+        if self._attempt_of and call_id in self._attempt_of:
+            self._causal_done(self._attempt_of[call_id], call_id)
+        else:
             self.table.finish_call(call_id)
 
     # ---- executors ----
     def _heartbeat(self, payload: bytes) -> None:
         s = pb.WorkerStatus.FromString(payload)
         if self.table.heartbeat(s.worker_id, s.node_id, s.address, s.utilization,
-                                time.monotonic()):
+                                time.monotonic(), s.cache_address):
             log.info("worker %s of node %s joined at %s", s.worker_id, s.node_id, s.address)
 
     def _keyset(self, payload: bytes) -> None:
@@ -284,7 +311,20 @@ class Scheduler:
         expired = self.table.expire(now)
         for wid in expired.dead_workers:
             log.warning("worker %s missed its heartbeats; dropped from scheduling", wid)
+        for record in expired.overdue_calls:
+            if self._attempt_of and record.call_id in self._attempt_of:
+                self._attempt_of.pop(record.call_id, None)
         for record, dead in expired.orphaned_calls:
+            caller = self._attempt_of.get(record.call_id) if self._attempt_of else None
+            if caller is not None:
+                fns = sorted(f for f, w in record.placement.items() if w == dead)
+                coordinator = self._causal.get(caller)
+                if coordinator is not None:
+                    self._apply(coordinator, coordinator.fail(pb.EXECUTION_ERROR, (
+                        f"{record.name}: executor worker {dead} died (no heartbeat for "
+                        f"{self.config.heartbeat_timeout:g} s) while the call's function(s) "
+                        f"{fns} were placed on it")))
+                continue
             fns = sorted(f for f, w in record.placement.items() if w == dead)
             self._push.send(record.response_address, "result", pb.CallResult(
                 request_id=record.call_id, status=pb.EXECUTION_ERROR,
@@ -295,3 +335,137 @@ class Scheduler:
                 address = self.table.address(wid)
                 if address is not None:
                     self._push.send(address, "abort", pb.CallDone(call_id=record.call_id))
+
+    # ---- causal calls (scheduler/causal.py has the protocols) ----
+    def _causal_call(self, call: pb.Call, dag: Dag, versions: Dict[str, str],
+                     concurrent: Any, neighbours: Any) -> None:
+        if call.request_id in self._causal:
+            return   # a duplicate of a call in flight
+        references = references_by_function(call)
+        place = choose_one_node if call.protocol == pb.CT else choose_executors
+        if concurrent is None and len(dag.functions) > 1:
+            concurrent, neighbours = dag_relations(dag)
+        try:
+            placement = place(
+                dag.functions, references, self.table.live(), self.table.node_keys(), self._rng,
+                busy_outstanding=self.config.busy_outstanding,
+                busy_utilization=self.config.busy_utilization,
+                concurrent_with=concurrent if self.config.colocate_chains else None,
+                neighbours=neighbours if self.config.colocate_chains else None)
+        except NoResources as e:
+            return self._fail(call, pb.NO_RESOURCES, f"{dag.name}: {e}")
+        caches: Dict[str, str] = {}
+        for fn, wid in placement.items():
+            cache = self.table.cache_address(wid)
+            if not cache:
+                return self._fail(call, pb.NO_RESOURCES, (
+                    f"{dag.name}: executor worker {wid} reports no node cache address; causal "
+                    "calls need HydroCache on every node"))
+            caches[fn] = cache
+        timeout = call.timeout if call.timeout > 0 else self.config.call_timeout
+        now = time.monotonic()
+        coordinator = CausalCall(
+            call.request_id, call.protocol, dag.functions,
+            {fn: dag.upstreams(fn) for fn in dag.functions}, references, caches, self.address,
+            now, timeout, max_retries=self.config.max_causal_retries, name=dag.name)
+        coordinator.placement = dict(placement)   # type: ignore[attr-defined]
+        coordinator.dag = dag                     # type: ignore[attr-defined]
+        coordinator.versions = versions           # type: ignore[attr-defined]
+        self._causal[call.request_id] = coordinator
+        self._causal_calls[call.request_id] = call
+        self._apply(coordinator, coordinator.start(now))
+
+    def _apply(self, coordinator: CausalCall, actions: Any) -> None:
+        call = self._causal_calls.get(coordinator.call_id)
+        for action in actions:
+            if isinstance(action, CacheSend):
+                request = action.request
+                if request.response_address:
+                    self._request_of[request.request_id] = coordinator.call_id
+                self._push.send(action.address, "cache", request)
+            elif isinstance(action, StartAttempt):
+                self._start_attempt(coordinator, call, action)
+            elif isinstance(action, AbortAttempt):
+                record = self.table.finish_call(action.attempt_id)
+                placement = record.placement if record is not None else coordinator.placement
+                for wid in sorted(set(placement.values())):
+                    address = self.table.address(wid)
+                    if address is not None:
+                        self._push.send(address, "abort", pb.CallDone(call_id=action.attempt_id))
+            elif isinstance(action, Fail):
+                if call is not None:
+                    result = pb.CallResult(request_id=call.request_id, status=action.status,
+                                           message=action.message, stage=action.stage)
+                    result.causal.protocol = coordinator.requested
+                    result.causal.aborts = coordinator.aborts
+                    self._push.send(call.response_address, "result", result)
+            elif isinstance(action, Finished):
+                self._forget_causal(coordinator)
+
+    def _start_attempt(self, coordinator: CausalCall, call: Any, action: StartAttempt) -> None:
+        if call is None:
+            return
+        attempt = pb.Call()
+        attempt.CopyFrom(call)
+        attempt.request_id = action.attempt_id
+        placement = coordinator.placement          # type: ignore[attr-defined]
+        addresses = {wid: self.table.address(wid) for wid in set(placement.values())}
+        missing = sorted(w for w, a in addresses.items() if a is None)
+        if missing:
+            self._apply(coordinator, coordinator.fail(pb.EXECUTION_ERROR, (
+                f"{coordinator.name}: executor worker(s) {missing} placed for the call are "
+                "no longer live")))
+            return
+        for address, schedule in build_schedules(attempt, coordinator.dag,  # type: ignore[attr-defined]
+                                                 placement, addresses,
+                                                 coordinator.versions,      # type: ignore[attr-defined]
+                                                 self.address, action.timeout):
+            schedule.causal.CopyFrom(action.plan)
+            for s in schedule.forward:
+                s.causal.CopyFrom(action.plan)
+            self._push.send(address, "schedule", schedule)
+        self._attempt_of[action.attempt_id] = coordinator.call_id
+        self.table.start_call(CallRecord(action.attempt_id, coordinator.name, dict(placement),
+                                         call.response_address,
+                                         time.monotonic() + action.timeout + 5))
+
+    def _forget_causal(self, coordinator: CausalCall) -> None:
+        cid = coordinator.call_id
+        self._causal.pop(cid, None)
+        self._causal_calls.pop(cid, None)
+        for aid in coordinator.attempts:
+            self._attempt_of.pop(aid, None)
+            self.table.finish_call(aid)
+        if self._request_of:
+            for rid in [r for r, c in self._request_of.items() if c == cid]:
+                del self._request_of[rid]
+
+    def _causal_done(self, caller: str, attempt_id: str) -> None:
+        coordinator = self._causal.get(caller)
+        if coordinator is None:
+            self.table.finish_call(attempt_id)
+            return
+        self._apply(coordinator, coordinator.on_done(attempt_id, time.monotonic()))
+
+    def _causal_abort(self, payload: bytes) -> None:
+        abort = pb.CausalAbort.FromString(payload)
+        caller = self._attempt_of.get(abort.attempt_id) or abort.call_id
+        coordinator = self._causal.get(caller)
+        if coordinator is None:
+            log.info("ignored causal_abort of %s (call no longer in flight)", abort.attempt_id)
+            return
+        self._apply(coordinator, coordinator.on_abort(abort, time.monotonic()))
+
+    def _cache_reply(self, payload: bytes) -> None:
+        resp = pb.CacheResponse.FromString(payload)
+        caller = self._request_of.pop(resp.request_id, None)
+        coordinator = self._causal.get(caller) if caller is not None else None
+        if coordinator is None:
+            return   # a prefetch acknowledgement, or a call that finished or failed
+        self._apply(coordinator, coordinator.on_cache_reply(resp, time.monotonic()))
+
+    def _causal_tick(self, now: float) -> None:
+        for coordinator in list(self._causal.values()):
+            actions = coordinator.tick(now)
+            if actions:
+                self._apply(coordinator, actions)
