@@ -26,8 +26,9 @@ def observed(v: Version) -> Observed:
 
 class World:
     def __init__(self, rng: random.Random, executors: int = 3, caches: int = 3,
-                 keys: Iterable[str] = KEYS) -> None:
+                 keys: Iterable[str] = KEYS, carry_deps: bool = True) -> None:
         self.rng = rng
+        self.carry_deps = carry_deps    # pass the read versions' deps to the writer
         self.keys = list(keys)
         self.anna: Dict[str, Version] = {}
         self.writers = [ExecutorWriter(f"e{i}") for i in range(executors)]
@@ -66,8 +67,8 @@ class World:
         got = {k: cut.get(k) for k in reads if cut.get(k) is not None}
         read_set = {k: Entry(dict(v.vc)) for k, v in got.items()}
         payload = {k: f"{k}{len(self.written)}".encode() for k in writes}
-        out = self.writers[executor].commit(
-            payload, read_set, {k: got[k].deps for k in writes if k in got})
+        read_deps = {k: got[k].deps for k in writes if k in got} if self.carry_deps else None
+        out = self.writers[executor].commit(payload, read_set, read_deps)
         for v in out:
             self.store(v)
             self.written.append(v)

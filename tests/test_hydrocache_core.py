@@ -209,6 +209,20 @@ def test_serial_commits_through_a_cut_are_tcc(seed):
     assert check(world.history, strict=True) == []
 
 
+def test_read_deps_are_what_keeps_transitive_causality():
+    """Definition 3 checks direct dependencies only, and Anna's lattice drops a dominated
+    version's dependencies; a write that supersedes k_i must carry k_i's dependencies
+    (ExecutorWriter.commit's read_deps) or a cut may expose it next to something older than
+    them. These seeds break TCC without read_deps and not with them."""
+    for seed in (30, 59, 83):
+        bare = World(random.Random(seed), carry_deps=False)
+        bare.random_steps(30)
+        assert check(bare.history, strict=True) != []
+        world = World(random.Random(seed))
+        world.random_steps(30)
+        assert check(world.history, strict=True) == []
+
+
 def test_writer_lru_bound():
     w = ExecutorWriter("e1", capacity=2)
     for k in "abc":
