@@ -47,17 +47,20 @@ class CacheClient:
         self._request(pb.CACHE_PUT, [key], [value])
 
     def causal(self, request: pb.CacheRequest, timeout: Optional[float] = None
-               ) -> Tuple[pb.CacheResponse, Dict[str, Tuple[Dict[str, int], List[memoryview]]]]:
+               ) -> Tuple[pb.CacheResponse, Dict[str, Tuple[Dict[str, int], List[memoryview],
+                                                             Dict[str, Dict[str, int]]]]]:
         """A CAUSAL_* request (hydrocache/DESIGN.md); returns the response and, per found
-        entry, its clock and its values (read-only buffers, in the cache's sorted order).
+        entry, its clock, its values (read-only buffers, in the cache's sorted order) and its
+        dependencies.
         A TIMEOUT answer raises `Timeout` naming the stage the cache reports."""
         response, frames = self._request(request.op, list(request.keys), [], request,
                                          timeout=timeout)
-        out: Dict[str, Tuple[Dict[str, int], List[memoryview]]] = {}
+        out: Dict[str, Tuple[Dict[str, int], List[memoryview], Dict[str, Dict[str, int]]]] = {}
         i = 0
         for e in response.entries:
             if e.found:
-                out[e.key] = (dict(e.version.vc), frames[i:i + e.value_count])
+                out[e.key] = (dict(e.version.vc), frames[i:i + e.value_count],
+                              {d.key: dict(d.vc) for d in e.deps})
                 i += e.value_count
         return response, out
 

@@ -56,7 +56,7 @@ class CausalInvocation:
         self.upstreams = list(upstreams)
         self.snapshot: vs.VersionSet = {}
         self.read_set: vs.VersionSet = {}
-        self.bound: Dict[str, Optional[Tuple[Dict[str, int], List[Any]]]] = {}
+        self.bound: Dict[str, Optional[Tuple[Dict[str, int], List[Any], Dict[str, Any]]]] = {}
         self.writes: Dict[str, bytes] = {}
         self.remote_fetches = max((c.remote_fetches for c in upstreams), default=0)
         for c in upstreams:             # in upstream order; a later branch's write wins
@@ -164,7 +164,11 @@ class CausalInvocation:
         writes.update(extra or {})
         if not writes:
             return []
-        versions = writer.commit(writes, self.read_set)
+        # a new version of a key inherits the dependencies of the version read (transitive
+        # causality, hydrocache/writer.py); keys read upstream are bound here to learn them
+        self.bind([k for k in writes if k in self.read_set and k not in self.bound])
+        read_deps = {k: self.bound[k][2] for k in writes if self.bound.get(k) is not None}
+        versions = writer.commit(writes, self.read_set, read_deps)
         req = pb.CacheRequest(op=pb.CAUSAL_COMMIT, attempt_id=self.schedule.call_id,
                               keys=[v.key for v in versions])
         for v in versions:

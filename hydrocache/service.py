@@ -90,6 +90,9 @@ def _entry(response: pb.CacheResponse, key: str, version: Optional[Version],
         e.version.key = key
         e.version.vc.update(version.vc)
         e.value_count = len(version.values)
+        for dep_key, dep_vc in version.deps.items():
+            d = e.deps.add(key=dep_key)
+            d.vc.update(dep_vc)
         frames.extend(version.values)
 
 

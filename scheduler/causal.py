@@ -389,9 +389,13 @@ class CausalCall:
             rid = self._rid(f"snap/{fn}")
             cache = self.caches[fn]
             r.pending[rid] = (fn, cache)
+            # the sink's cache snapshots every key of the DAG: a write at the sink inherits
+            # the dependencies of the version the DAG read of its key (hydrocache/writer.py),
+            # so the sink must be able to bind any key read upstream
+            keys = self.dag_keys if fn == self.order[-1] else self.keys[fn]
             out.append(CacheSend(cache, self._request(
                 pb.CAUSAL_SNAPSHOT, attempt_id, now, request_id=rid,
-                response_address=self.reply_address, keys=self.keys[fn],
+                response_address=self.reply_address, keys=keys,
                 dag_keys=self.dag_keys, dag_keys_known=True)))
         self._rounds.append(r)
         if not r.pending:
@@ -439,7 +443,9 @@ class CausalCall:
                 return self._con_from_pieces(now)
             if opt.state != "running":
                 return []
-            sim = self.engine.simulate(self.order, self.upstreams, r.pieces)
+            own = {fn: [p for p in ps if p.local.key in self.keys.get(fn, ())]
+                   for fn, ps in r.pieces.items()}   # OPT binds only the function's own keys
+            sim = self.engine.simulate(self.order, self.upstreams, own)
             if not sim.abort:                  # prefetch what OPT will fetch
                 return self._fetch_round(self.snapshot_id, "HB prefetch", sim.fetches, now,
                                          then=None, wait=False)

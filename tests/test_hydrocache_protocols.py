@@ -167,9 +167,11 @@ def test_simulated_opt_decides_like_opt(seed):
     order, ups, where, reads = random_dag(rng, world)
     dag_keys = None if rng.random() < 0.3 else sorted({k for r in reads.values() for k in r})
     pieces = {}
-    for fn in order:                               # HB: snapshot pieces first
-        cut, holder = world.caches[where[fn]], f"h{where[fn]}"
+    for fn in order:   # bring every key in first: a later update would change earlier pieces
+        cut = world.caches[where[fn]]
         world.bring(cut, [k for k in reads[fn] if k not in cut])
+    for fn in order:                               # HB: snapshot pieces of the same cuts
+        cut, holder = world.caches[where[fn]], f"h{where[fn]}"
         p, _ = create_snapshot(reads[fn], dag_keys, cut, holder)
         pieces[fn] = {k: Piece(x.local, {kk: Entry(e.vc, frozenset([holder]))
                                          for kk, e in x.cut.items()}) for k, x in p.items()}
