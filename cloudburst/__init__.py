@@ -2,17 +2,22 @@
 
 - `Client(address)`: register functions (`register`) and DAGs (`register_dag`), call them
   (`call`, `call_dag` -> `Future`), store objects (`put`, `get`).
+- `call_dag(..., consistency="causal", protocol="hb"|"ct"|"opt"|"con")`: transactional causal
+  consistency through HydroCache (`hydrocache/DESIGN.md`); `Future.causal` is a
+  `CausalStats` (protocol used, aborts, remote fetches, read set, writes).
 - `LocalCluster(executor_nodes=, executors_per_node=)`: the whole platform on loopback.
-- `Reference(key)`: an argument resolved to the stored object on the executor.
-- `errors`: FunctionNotFound, DagNotFound, InvalidDag, NoResources, ExecutionError, Timeout.
+- `Reference(key, concurrent=False)`: an argument resolved to the stored object on the
+  executor (with `concurrent=True`, the list of a causal key's concurrent values).
+- `errors`: FunctionNotFound, DagNotFound, InvalidDag, NoResources, ExecutionError, Timeout,
+  ObjectNotFound, Aborted.
 """
 from . import errors
-from .client import Client, Future, Listing
-from .errors import (CloudburstError, DagNotFound, ExecutionError, FunctionNotFound, InvalidDag,
-                     NoResources, ObjectNotFound, Timeout)
+from .client import CausalStats, Client, Future, Listing
+from .errors import (Aborted, CloudburstError, DagNotFound, ExecutionError, FunctionNotFound,
+                     InvalidDag, NoResources, ObjectNotFound, Timeout)
 from .local import LocalCluster
 from .reference import Reference
 
-__all__ = ["Client", "Future", "Listing", "LocalCluster", "Reference", "errors",
+__all__ = ["Client", "Future", "Listing", "CausalStats", "LocalCluster", "Reference", "errors",
            "CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "NoResources",
-           "ExecutionError", "Timeout", "ObjectNotFound"]
+           "ExecutionError", "Timeout", "ObjectNotFound", "Aborted"]
