@@ -16,6 +16,8 @@ import zmq
 
 from cloudburst._wire import PushCache, parse
 from cloudburst.errors import CloudburstError, Timeout
+
+from .copies import LocalCopies
 from hydro_proto import cloudburst_pb2 as pb
 
 __all__ = ["CacheClient"]
@@ -25,7 +27,7 @@ class CacheClient:
     """Synchronous requests to the node cache; see the module contract."""
 
     def __init__(self, push: PushCache, cache_address: str, reply_socket: zmq.Socket,
-                 reply_address: str, timeout: float) -> None:
+                 reply_address: str, timeout: float, copy_bytes: int = 256 << 20) -> None:
         self._push = push
         self.cache_address = cache_address
         self._reply = reply_socket
@@ -33,14 +35,38 @@ class CacheClient:
         self.timeout = timeout
         self._prefix = uuid.uuid4().hex[:8]
         self._seq = 0
+        self.copies = LocalCopies(copy_bytes)
 
     def get(self, keys: Sequence[str]) -> Dict[str, Optional[memoryview]]:
         """{key: the value's bytes (a read-only buffer, not copied) or None}."""
-        response, values = self._request(pb.CACHE_GET, list(keys), [])
-        out: Dict[str, Optional[memoryview]] = {}
-        it = iter(values)
+        keys = list(keys)
+        req = pb.CacheRequest(op=pb.CACHE_GET, keys=keys)
+        req.have.update(self.copies.have(keys))
+        response, frames = self._request(pb.CACHE_GET, keys, [], req)
+        values = self._values(response, frames, req)
+        return {e.key: (values[e.key][0] if e.found else None) for e in response.entries}
+
+    def _values(self, response: pb.CacheResponse, frames: List[memoryview],
+                req: pb.CacheRequest) -> Dict[str, List[memoryview]]:
+        """Each found entry's values: its frames, or the worker's copy when `unchanged`
+        (copies are taken before new ones are stored, so none is dropped in between)."""
+        out: Dict[str, List[memoryview]] = {}
+        fresh = []
+        i = 0
         for e in response.entries:
-            out[e.key] = next(it, None) if e.found else None
+            if not e.found:
+                continue
+            if e.unchanged:
+                got = self.copies.use(e.key, e.tag, True, ())
+                if got is None:
+                    raise CloudburstError(f"node cache answered 'unchanged' for {e.key!r}, "
+                                          f"which this worker holds no copy of")
+                out[e.key] = got
+            else:
+                fresh.append((e, frames[i:i + e.value_count]))
+                i += e.value_count
+        for e, values in fresh:
+            out[e.key] = self.copies.use(e.key, e.tag, False, values)
         return out
 
     def put(self, key: str, value: bytes) -> None:
@@ -53,16 +79,13 @@ class CacheClient:
         entry, its clock, its values (read-only buffers, in the cache's sorted order) and its
         dependencies.
         A TIMEOUT answer raises `Timeout` naming the stage the cache reports."""
+        request.have.update(self.copies.have(request.keys))
         response, frames = self._request(request.op, list(request.keys), [], request,
                                          timeout=timeout)
-        out: Dict[str, Tuple[Dict[str, int], List[memoryview], Dict[str, Dict[str, int]]]] = {}
-        i = 0
-        for e in response.entries:
-            if e.found:
-                out[e.key] = (dict(e.version.vc), frames[i:i + e.value_count],
-                              {d.key: dict(d.vc) for d in e.deps})
-                i += e.value_count
-        return response, out
+        values = self._values(response, frames, request)
+        return response, {e.key: (dict(e.version.vc), values[e.key],
+                                  {d.key: dict(d.vc) for d in e.deps})
+                          for e in response.entries if e.found}
 
     def _request(self, op: int, keys: List[str], values: List[bytes],
                  req: Optional[pb.CacheRequest] = None, timeout: Optional[float] = None

@@ -39,6 +39,7 @@ from hydro_proto import cloudburst_pb2 as pb
 from hydrocache.service import HydroCacheService
 
 from .cache import LwwCache
+from .copies import ValueTags
 from .config import NodeConfig, WorkerConfig
 
 __all__ = ["ExecutorNode"]
@@ -98,6 +99,8 @@ class ExecutorNode:
         self._clients: List[Any] = []
         self._pool = ThreadPoolExecutor(max(1, config.fetch_threads),
                                         thread_name_prefix="cache-fetch")
+        self._tags = ValueTags()
+        self._tags_lock = threading.Lock()
         self.causal = HydroCacheService(config.node_id, self.cache_address, self.update_address,
                                         config.kvs_address, self._context, self._pool.submit,
                                         self._push, ip=config.ip,
@@ -202,10 +205,8 @@ class ExecutorNode:
             with self._lock:
                 values = [self.cache.get(k) for k in req.keys]
             if all(v is not None for v in values):
-                response = pb.CacheResponse(request_id=req.request_id)
-                for k in req.keys:
-                    response.entries.add(key=k, found=True)
-                _send_reply(self._push, req.response_address, response, values)
+                response, frames = self._answer_get(req, dict(zip(req.keys, values)))
+                _send_reply(self._push, req.response_address, response, frames)
                 return
             # misses are fetched in parallel, one pool task per key; the last one answers
             gather = _Gather(req, dict(zip(req.keys, values)))
@@ -228,14 +229,27 @@ class ExecutorNode:
             response = pb.CacheResponse(request_id=req.request_id, status=pb.EXECUTION_ERROR,
                                         message=f"node cache {self.config.node_id}: {gather.error}")
             return _send_reply(state.push, req.response_address, response, [])
+        response, frames = self._answer_get(req, gather.values)
+        _send_reply(state.push, req.response_address, response, frames)
+
+    def _answer_get(self, req: pb.CacheRequest, values: Dict[str, Optional[bytes]]
+                    ) -> "tuple[pb.CacheResponse, List[bytes]]":
+        """A GET's answer; a large value the worker already holds (same tag) is not resent."""
         response = pb.CacheResponse(request_id=req.request_id)
-        found = []
+        frames: List[bytes] = []
         for k in req.keys:
-            v = gather.values.get(k)
-            response.entries.add(key=k, found=v is not None)
-            if v is not None:
-                found.append(v)
-        _send_reply(state.push, req.response_address, response, found)
+            v = values.get(k)
+            e = response.entries.add(key=k, found=v is not None)
+            if v is None:
+                continue
+            with self._tags_lock:
+                e.tag = self._tags.tag(v, len(v))
+            if e.tag and req.have.get(k) == e.tag:
+                e.unchanged = True
+            else:
+                e.value_count = 1
+                frames.append(v)
+        return response, frames
 
     def _thread_state(self) -> Any:
         state = self._local
@@ -253,14 +267,14 @@ class ExecutorNode:
         values: List[bytes] = []
         try:
             if req.op == pb.CACHE_GET:
+                got = {}
                 for key in req.keys:
                     with self._lock:
                         value = self.cache.get(key)
                     if value is None:
                         value = self._fetch(state.kvs, key)
-                    response.entries.add(key=key, found=value is not None)
-                    if value is not None:
-                        values.append(value)
+                    got[key] = value
+                response, values = self._answer_get(req, got)
             else:
                 if len(req.values) != len(req.keys):
                     raise ValueError(f"PUT of {len(req.keys)} keys with {len(req.values)} values")

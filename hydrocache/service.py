@@ -45,6 +45,8 @@ from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
 
 from . import versionset as vs
+from executor.copies import ValueTags
+
 from .cut import StrictCausalCut
 from .protocols import create_snapshot, finish_linear, parallel_flow, plan_linear
 from .temp import TempStore
@@ -83,17 +85,6 @@ def _send(push: PushCache, address: str, response: pb.CacheResponse,
         log.warning("dropped a cache reply to %s (peer not accepting)", address)
 
 
-def _entry(response: pb.CacheResponse, key: str, version: Optional[Version],
-           frames: List[bytes]) -> None:
-    e = response.entries.add(key=key, found=version is not None)
-    if version is not None:
-        e.version.key = key
-        e.version.vc.update(version.vc)
-        e.value_count = len(version.values)
-        for dep_key, dep_vc in version.deps.items():
-            d = e.deps.add(key=dep_key)
-            d.vc.update(dep_vc)
-        frames.extend(version.values)
 
 
 class _ThreadState(threading.local):
@@ -125,11 +116,32 @@ class HydroCacheService:
         self._local = _ThreadState()
         self._resources: List[Any] = []
         self._seq = 0
+        self._tags = ValueTags()
+        self._tags_lock = threading.Lock()
         self.capacity_bytes = capacity_bytes
         self._sizes: Dict[str, int] = {}
         self._bytes = 0
         self._lru: "collections.OrderedDict[str, None]" = collections.OrderedDict()
         self.stats = {"binds": 0, "remote_fetches": 0, "aborts": 0, "anna_fetches": 0}
+
+    def _entry(self, req: pb.CacheRequest, response: pb.CacheResponse, key: str,
+               version: Optional[Version], frames: List[bytes]) -> None:
+        """One entry; a large value the requester holds under the same tag is not resent."""
+        e = response.entries.add(key=key, found=version is not None)
+        if version is None:
+            return
+        e.version.key = key
+        e.version.vc.update(version.vc)
+        for dep_key, dep_vc in version.deps.items():
+            d = e.deps.add(key=dep_key)
+            d.vc.update(dep_vc)
+        with self._tags_lock:
+            e.tag = self._tags.tag(version, sum(len(v) for v in version.values))
+        if e.tag and req.have.get(key) == e.tag:
+            e.unchanged = True
+            return
+        e.value_count = len(version.values)
+        frames.extend(version.values)
 
     # ---- lifecycle ----
     def close(self) -> None:
@@ -448,7 +460,7 @@ class HydroCacheService:
                     self.temp.add(req.attempt_id, v, expires)
         r_d, s_new, r_new = finish_linear(plan, s_u, r_u, fetched, self.address)
         for key in req.keys:
-            _entry(response, key, r_d.get(key), frames)
+            self._entry(req, response, key, r_d.get(key), frames)
         response.context.snapshot.extend(vs.to_proto(s_new))
         response.context.read_set.extend(vs.to_proto(r_new))
         response.context.remote_fetches = fetches
@@ -465,7 +477,7 @@ class HydroCacheService:
         response = pb.CacheResponse(request_id=req.request_id, responder=self.address)
         frames: List[bytes] = []
         for key in req.keys:
-            _entry(response, key, views[key], frames)
+            self._entry(req, response, key, views[key], frames)
         _send(self._push, req.response_address, response, frames)
         return True
 
@@ -505,7 +517,7 @@ class HydroCacheService:
                 return response, frames
             views.update(admitted)
         for key in req.keys:
-            _entry(response, key, views.get(key), frames)
+            self._entry(req, response, key, views.get(key), frames)
         return response, frames
 
     def _explore(self, state, attempt, keys, present, deadline, expires):
