@@ -241,6 +241,14 @@ class Client:
                               key=key)
         return _reveal_value(merged)
 
+    def get_replicas(self, key: str) -> List[Tuple[str, Any]]:
+        """Every replica's own lattice of `key` (in every tier), unmerged, as
+        (worker address, lattice); replicas without the key are left out. Used where the
+        meet of the replicas matters (HydroCache's dependency GC), not their join."""
+        answers = self._all(anna_pb2.GET, key, anna_pb2.KeyTuple(key=key))
+        return [(address, self._decode(t, "GET_REPLICAS", address)) for address, t in answers
+                if t.error != anna_pb2.KEY_DNE]
+
     def put_all(self, key: str, value: Value) -> None:
         """Merge `value` into every replica of `key` in every tier; returns when all acked."""
         self._all(anna_pb2.PUT, key, self._tuple_for(key, value))

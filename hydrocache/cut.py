@@ -44,7 +44,7 @@ candidates' dependencies. ``missing()`` walks all candidates.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, Iterator, List, Optional, Set
+from typing import Dict, FrozenSet, Iterator, List, Mapping, Optional, Set
 
 from . import vclock
 from .version import Version, merge_versions, version_supersedes
@@ -153,6 +153,34 @@ class StrictCausalCut:
         if evicted:
             self.keyset_version += 1
         return evicted
+
+    def collect(self, frontier: Mapping[str, Mapping[str, int]]) -> int:
+        """Dependency GC (4.2.3): drop from every exposed and pending version the
+        dependencies `frontier` supersedes (`hydrocache.gc.collect`); returns how many
+        versions changed. Clocks and values are unchanged, so the cut stays a cut."""
+        from .gc import collect as collect_version
+        changed = 0
+        for key in [k for k in self._exposed if any(d in frontier for d in self._exposed[k].deps)]:
+            old = self._exposed[key]
+            new = collect_version(old, frontier)
+            if new is not old:
+                self._unindex_exposed(key, old)
+                self._exposed[key] = new
+                for d in new.deps:
+                    self._rdeps.setdefault(d, set()).add(key)
+                changed += 1
+        for key in [k for k in self._pending if any(d in frontier for d in self._pending[k].deps)]:
+            old = self._pending[key]
+            new = collect_version(old, frontier)
+            if new is not old:
+                self._unindex_pending(key, old)
+                self._pending[key] = new
+                self._index_pending(key, new)
+                changed += 1
+        for key in list(self._pending):     # a pending version may now be exposable
+            if key in self._pending:
+                self._promote(key)
+        return changed
 
     # ------------------------------------------------------------------ internals
     def _satisfied(self, dep_key: str, need: Dict[str, int]) -> bool:

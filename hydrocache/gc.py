@@ -22,14 +22,14 @@ the service's job; a stale frontier only collects less.
 """
 from __future__ import annotations
 
-from typing import Dict, Mapping, Sequence
+from typing import Dict, List, Mapping, Sequence, Tuple
 
 import anna_core
 
 from . import vclock
 from .version import Version
 
-__all__ = ["stable_frontier", "collect"]
+__all__ = ["stable_frontier", "collect", "frontier_from_reports"]
 
 VC = Mapping[str, int]
 
@@ -62,3 +62,27 @@ def collect(version: Version, frontier: Mapping[str, VC]) -> Version:
         one = anna_core.MultiKeyCausalLattice(vc, kept, values)
         lattice = one if lattice is None else lattice.merge(one)
     return Version.from_lattice(version.key, lattice)
+
+
+def frontier_from_reports(reports: Sequence[Tuple[Sequence[Tuple[str, VC]], Sequence[str]]],
+                          replica_clocks: Mapping[str, Sequence[VC]]) -> Dict[str, Dict[str, int]]:
+    """One GC round's frontier: for every key some cache's versions depend on, the meet of
+    its Anna replicas' clocks and of every clock any cache holds of it (cut and temporary
+    versions, which calls in flight read). A key no replica has is left out.
+
+    Reading: 4.2.3 says "all replicas of a supersede a_i". Caches hold versions too, and a
+    call in flight may have read an older one, so the caches' clocks count as replicas here;
+    a cache that did not report makes the caller skip the round (no frontier is safe then).
+    """
+    held: Dict[str, List[VC]] = {}
+    keys: set = set()
+    for clocks, dep_keys in reports:
+        keys.update(dep_keys)
+        for key, vc in clocks:
+            held.setdefault(key, []).append(vc)
+    out: Dict[str, List[VC]] = {}
+    for key in keys:
+        replicas = list(replica_clocks.get(key, ()))
+        if replicas:
+            out[key] = replicas + held.get(key, [])
+    return stable_frontier(out)

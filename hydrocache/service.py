@@ -22,6 +22,11 @@ it is never held across I/O.
 - Capacity (`capacity_bytes`, values' bytes): when the cut holds more, `sweep` evicts the
   least recently used keys, each with every key depending on it (4.2, eviction keeps the
   cut a cut); pushed versions of evicted keys are ignored unless a pending version needs them.
+- Dependency-metadata GC (4.2.3): CAUSAL_GC_REPORT answers every clock the cache holds of a
+  key that some held version depends on (cut and temporary versions: in-flight calls read
+  those); CAUSAL_GC_APPLY merges a frontier that every Anna replica and every cache
+  supersedes, drops the dependencies it supersedes from the cut, and from every version
+  fetched, pushed or committed later (so less metadata is stored and shipped).
 - CAUSAL_SNAPSHOT (Algorithm 9), CAUSAL_FETCH (Algorithm 10 line 14, HB prefetch),
   CAUSAL_TEMP_GET (cache to cache), CAUSAL_RELEASE, CAUSAL_COMMIT (the sink's versions are
   written to Anna, then offered to the cut, then acknowledged).
@@ -48,6 +53,8 @@ from . import versionset as vs
 from executor.copies import ValueTags
 
 from .cut import StrictCausalCut
+from .gc import collect
+from .vclock import merge
 from .protocols import create_snapshot, finish_linear, parallel_flow, plan_linear
 from .temp import TempStore
 from .version import Version, merge_versions
@@ -122,6 +129,7 @@ class HydroCacheService:
         self._sizes: Dict[str, int] = {}
         self._bytes = 0
         self._lru: "collections.OrderedDict[str, None]" = collections.OrderedDict()
+        self._frontier: Dict[str, Dict[str, int]] = {}
         self.stats = {"binds": 0, "remote_fetches": 0, "aborts": 0, "anna_fetches": 0}
 
     def _entry(self, req: pb.CacheRequest, response: pb.CacheResponse, key: str,
@@ -198,7 +206,7 @@ class HydroCacheService:
             if key not in self.cut and key not in self.cut.pending_keys() \
                     and key not in self.cut.missing():
                 return      # evicted since it was subscribed; nobody needs it now
-            self._account(self.cut.offer(version).exposed)
+            self._account(self.cut.offer(self._collected(version)).exposed)
             self._changed.notify_all()
 
     def handle(self, req: pb.CacheRequest) -> None:
@@ -211,6 +219,10 @@ class HydroCacheService:
                     self.temp.release(req.attempt_id)
                 return _send(self._push, req.response_address,
                              pb.CacheResponse(request_id=req.request_id, responder=self.address))
+            if op == pb.CAUSAL_GC_REPORT:
+                return self._gc_report(req)
+            if op == pb.CAUSAL_GC_APPLY:
+                return self._gc_apply(req)
             if op == pb.CAUSAL_BIND and self._bind_inline(req):
                 return
             if op == pb.CAUSAL_READ and self._read_inline(req):
@@ -294,8 +306,44 @@ class HydroCacheService:
 
     def _offer(self, version: Version) -> None:
         with self._changed:
-            self._account(self.cut.offer(version).exposed)
+            self._account(self.cut.offer(self._collected(version)).exposed)
             self._changed.notify_all()
+
+    def _collected(self, version: Version) -> Version:
+        """Caller may hold the lock: `version` without the dependencies the GC frontier
+        supersedes (4.2.3)."""
+        return collect(version, self._frontier) if self._frontier else version
+
+    # ---- dependency-metadata GC (4.2.3) ----
+    def _gc_report(self, req: pb.CacheRequest) -> None:
+        """Every clock this cache holds of a key some held version depends on (its cut and
+        its temporary versions, which in-flight calls read), and those keys."""
+        response = pb.CacheResponse(request_id=req.request_id, responder=self.address)
+        with self._lock:
+            dep_keys: Set[str] = set()
+            for k in self.cut.keys():
+                dep_keys.update(self.cut.get(k).deps)
+            for v in self.cut.pending().values():
+                dep_keys.update(v.deps)
+            held = [v for k in dep_keys for v in ([self.cut.get(k)] if k in self.cut else [])]
+            held += [v for v in self.temp.all_versions() if v.key in dep_keys]
+        response.dep_keys.extend(sorted(dep_keys))
+        for v in held:
+            response.held.add(key=v.key).vc.update(v.vc)
+        _send(self._push, req.response_address, response)
+
+    def _gc_apply(self, req: pb.CacheRequest) -> None:
+        frontier = {kv.key: dict(kv.vc) for kv in req.versions}
+        with self._changed:
+            for k, vc in frontier.items():
+                self._frontier[k] = merge(self._frontier.get(k, {}), vc)
+            before = self.cut.pending_keys()
+            changed = self.cut.collect(self._frontier)
+            self._account(k for k in before if k in self.cut)
+            self._changed.notify_all()
+        self.stats["gc_collected"] = self.stats.get("gc_collected", 0) + changed
+        _send(self._push, req.response_address,
+              pb.CacheResponse(request_id=req.request_id, responder=self.address))
 
     def ensure(self, state: _ThreadState, keys: Iterable[str], deadline: float) -> Set[str]:
         """Bring `keys` into the cut; returns the keys Anna does not have."""
@@ -578,12 +626,14 @@ class HydroCacheService:
         versions = []
         for raw in req.writes:
             t = anna_pb2.KeyTuple.FromString(raw)
-            versions.append(Version.deserialize(t.key, t.payload))
+            version = Version.deserialize(t.key, t.payload)
+            with self._lock:
+                versions.append(self._collected(version))
         for v in versions:
             state.kvs.put(v.key, v.lattice)
         with self._changed:
             for v in versions:
-                self._account(self.cut.offer(v).exposed)
+                self._account(self.cut.offer(v).exposed)   # already collected (below)
             self._changed.notify_all()
         for v in versions:
             self._subscribe(state, v.key)

@@ -62,6 +62,9 @@ class TempStore:
             out = merge_versions(out, v)
         return out
 
+    def all_versions(self) -> List[Version]:
+        return [v for keys in self._attempts.values() for kept in keys.values() for v in kept]
+
     def release(self, attempt: str) -> bool:
         self._expires.pop(attempt, None)
         return self._attempts.pop(attempt, None) is not None

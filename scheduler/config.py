@@ -22,6 +22,8 @@ class SchedulerConfig:
     ipc_dir: when set, the request socket is a Unix socket in this directory (single host).
     max_causal_retries: aborted attempts of a causal call (OPT, HB, unknown read sets) that are
         retried before the call fails with ABORTED.
+    gc_period: seconds between dependency-metadata GC rounds over every live node cache
+        (`scheduler/gc.py`, dissertation 4.2.3); 0 turns them off.
     """
 
     kvs_address: str
@@ -36,6 +38,7 @@ class SchedulerConfig:
     parent_pid: Optional[int] = None
     ipc_dir: Optional[str] = None       # bind the request socket as a Unix socket here (one host)
     max_causal_retries: int = 10
+    gc_period: float = 5.0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

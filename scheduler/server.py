@@ -26,7 +26,7 @@ import os
 import random
 import time
 import uuid
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import zmq
 
@@ -38,6 +38,7 @@ from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
 
 from .config import SchedulerConfig
+from .gc import GcCoordinator
 from .dag import Dag, validate
 from .membership import CallRecord, ExecutorTable
 from .causal import AbortAttempt, CacheSend, CausalCall, Fail, Finished, StartAttempt
@@ -83,6 +84,11 @@ class Scheduler:
         self._causal_calls: Dict[str, pb.Call] = {}
         self._attempt_of: Dict[str, str] = {}
         self._request_of: Dict[str, str] = {}
+        # dependency GC: the live caches, republished by the loop every tick for the GC thread
+        self._live_caches: List[str] = []
+        self._gc = GcCoordinator(self._context, config.kvs_address, lambda: self._live_caches,
+                                 config.gc_period, ip=config.ip).start() \
+            if config.gc_period > 0 else None
 
     # ---- loop ----
     def stop(self) -> None:
@@ -106,6 +112,8 @@ class Scheduler:
                 while more(self._updates):
                     self._on_registry_update(self._updates.recv())
                 self._expire(now)
+                self._live_caches = sorted({w.cache_address for w in self.table.live()
+                                            if w.cache_address})
                 if self._causal:
                     self._causal_tick(now)
                 if self.config.parent_pid and os.getppid() != self.config.parent_pid:
@@ -114,6 +122,8 @@ class Scheduler:
         self.close()
 
     def close(self) -> None:
+        if self._gc is not None:
+            self._gc.stop()
         self._kvs.close()
         self._push.close()
         self._pull.close(0)
