@@ -1,0 +1,546 @@
+"""HydroCache's MTCC protocols compared (dissertation 4.4.2: Fig. 4.2, Tables 4.1-4.2).
+
+    python benchmarks/mtcc.py [--quick] [--calls 100] [--clients 6] [--keys 1000]
+        [--zipfs 1.0,1.25,1.5] [--modes lww,ct,opt,con,hb] [--topologies linear,v]
+        [--nodes 3] [--executors 2] [--warmup 10] [--json PATH] [--png PATH]
+    python benchmarks/mtcc.py --report benchmarks/results/mtcc.json   # README tables of a run
+
+One LocalCluster (Anna, one scheduler, `--nodes` executor nodes x `--executors` workers, Unix
+sockets, `colocate_chains=False` so a DAG's functions spread over the nodes). Two DAGs of three
+functions: linear `r1 -> r2 -> w` and V-shaped `(r1, r2) -> w`, where `r1`/`r2` are
+`hydrocache.history.read_step` and the sink `w` is `hydrocache.history.write_step` (it writes
+one of the keys it read, chosen by an int seed argument). Every function gets two `Reference`
+arguments drawn from a seeded Zipf distribution over the keyspace (`Reference(key,
+concurrent=True)` in causal mode, so a function sees every concurrent version).
+
+Modes: "lww" (the control: plain LWW calls over LWW keys), and causal calls with protocol
+"ct", "opt", "con", "hb". For each (topology, zipf) every mode runs in turn (interleaved, so a
+ratio compares runs minutes apart) on a fresh keyspace of its own (`--keys` keys written with
+`hydrocache.history.initial_value`; fresh per cell because the workload's application clocks
+grow with every write to a key), pre-warmed into every node's cache, then `--clients` threads,
+each with its own Client, issue `--warmup` unmeasured calls and `--calls` measured sequential
+calls (client-side latency, perf_counter).
+
+Per cell: p50/p99 latency of the calls that succeeded; errors by type (a call that raises is
+counted, with sampled messages); the protocol each result came from (HB: OPT with metadata
+only = stats protocol "opt" and remote_fetches == 0, OPT with data fetch, CON); OPT's share of
+calls aborted at least once and its most retries; the checker's violations
+(`hydrocache.checker.check` over the history built from every call's result, warm-up
+included, with `hydrocache.history.transaction`). Then HB/LWW p50 ratios per zipf against the
+goals (<= 1.3x at Zipf 1.0, <= 1.6x at Zipf 1.5), a PNG like Fig. 4.2 (bars p50, whiskers
+p99; only when matplotlib is importable), and a JSON summary (printed; also `--json PATH`).
+"""
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import os
+import random
+import statistics
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+MODES = ["lww", "ct", "opt", "con", "hb"]
+TOPOLOGIES = ["linear", "v"]
+GOALS = {1.0: 1.3, 1.5: 1.6}          # HB p50 / LWW p50 at most this
+PAPER_RATIOS = {1.0: 1.62, 1.5: 2.0}   # what the dissertation measured
+FUNCTIONS = ("mtcc_r1", "mtcc_r2", "mtcc_w")
+DAGS = {"linear": ("mtcc_linear", [("mtcc_r1", "mtcc_r2"), ("mtcc_r2", "mtcc_w")]),
+        "v": ("mtcc_v", [("mtcc_r1", "mtcc_w"), ("mtcc_r2", "mtcc_w")])}
+TOUCH = "mtcc_touch"                   # a single read_step, to pre-warm the caches
+SAMPLED_MESSAGES = 3
+
+
+# ---- pure pieces ----
+class Zipf:
+    """Seeded Zipf sampler over ranks 0..n-1: P(rank i) proportional to 1 / (i + 1) ** s."""
+
+    def __init__(self, n: int, s: float, rng: random.Random) -> None:
+        if n < 1:
+            raise ValueError("Zipf needs at least one item")
+        self.n, self.s, self.rng = n, s, rng
+        self.cdf: List[float] = []
+        total = 0.0
+        for i in range(n):
+            total += 1.0 / (i + 1) ** s
+            self.cdf.append(total)
+        self.total = total
+
+    def sample(self) -> int:
+        return min(self.n - 1, bisect.bisect_left(self.cdf, self.rng.random() * self.total))
+
+    def probability(self, rank: int) -> float:
+        return (1.0 / (rank + 1) ** self.s) / self.total
+
+
+def summary(samples: Sequence[float]) -> Dict[str, float]:
+    """p50/p99/mean in µs of latencies in seconds (empty -> n 0, None figures)."""
+    if not samples:
+        return {"p50_us": None, "p99_us": None, "mean_us": None, "n": 0}
+    s = sorted(samples)
+    pick = lambda q: s[min(len(s) - 1, int(q * len(s)))] * 1e6
+    return {"p50_us": round(pick(0.50), 1), "p99_us": round(pick(0.99), 1),
+            "mean_us": round(statistics.mean(s) * 1e6, 1), "n": len(s)}
+
+
+def cell_keys(mode: str, topology: str, zipf: float, n: int) -> List[str]:
+    return [f"mtcc/{mode}/{topology}/z{zipf:g}/{i}" for i in range(n)]
+
+
+def call_args(topology: str, keys: Sequence[str], zipf: Zipf, causal: bool,
+              rng: random.Random) -> Dict[str, List[Any]]:
+    """One call's arguments: two Zipf-drawn References per function, the sink also a seed."""
+    from cloudburst import Reference
+
+    def refs() -> List[Any]:
+        return [Reference(keys[zipf.sample()], concurrent=causal) for _ in range(2)]
+    r1, r2, w = FUNCTIONS
+    return {r1: refs(), r2: refs(), w: refs() + [rng.randrange(1 << 30)]}
+
+
+def history_of(results: Sequence[Tuple[str, Any]]) -> List[Any]:
+    """Checker transactions from (txid, sink result) pairs."""
+    from hydrocache.history import transaction
+    return [transaction(r, txid) for txid, r in results]
+
+
+def violations_by_kind(history: Sequence[Any]) -> Dict[str, Any]:
+    from hydrocache.checker import check
+    found = check(history)
+    kinds: Dict[str, int] = {}
+    for v in found:
+        kinds[v.kind] = kinds.get(v.kind, 0) + 1
+    txs = {v.txid for v in found}
+    return {"total": len(found), "by_kind": kinds, "transactions": len(history),
+            "transactions_with_violation": len(txs),
+            "sample": [f"{v.kind}: {v.detail}"[:300] for v in found[:SAMPLED_MESSAGES]]}
+
+
+def classify(records: Sequence[Dict[str, Any]], mode: str) -> Dict[str, Any]:
+    """A cell's figures from its measured call records (see `run_calls`)."""
+    ok = [r for r in records if r["error"] is None]
+    out: Dict[str, Any] = {"calls": len(records), "ok": len(ok),
+                           "latency": summary([r["latency"] for r in ok])}
+    errors: Dict[str, int] = {}
+    samples: Dict[str, List[str]] = {}
+    for r in records:
+        if r["error"] is not None:
+            kind, message = r["error"]
+            errors[kind] = errors.get(kind, 0) + 1
+            if len(samples.setdefault(kind, [])) < SAMPLED_MESSAGES:
+                samples[kind].append(message[:400])
+    out["errors"] = errors
+    out["error_samples"] = samples
+    if mode == "lww":
+        return out
+    protocols: Dict[str, int] = {}
+    for r in ok:
+        protocols[r["protocol"] or "?"] = protocols.get(r["protocol"] or "?", 0) + 1
+    out["result_protocols"] = protocols
+    n = len(ok)
+    share = lambda c: round(100.0 * c / n, 1) if n else None
+    meta = sum(1 for r in ok if r["protocol"] == "opt" and r["remote_fetches"] == 0)
+    fetch = sum(1 for r in ok if r["protocol"] == "opt" and r["remote_fetches"] > 0)
+    con = sum(1 for r in ok if r["protocol"] == "con")
+    out["remote_fetch_share_pct"] = share(sum(1 for r in ok if r["remote_fetches"] > 0))
+    if mode == "hb":
+        out["hb_shares_pct"] = {"opt_metadata_only": share(meta), "opt_data_fetch": share(fetch),
+                                "con": share(con)}
+    aborted = [r for r in ok if r["aborts"] > 0]
+    gave_up = errors.get("Aborted", 0)
+    total = n + gave_up
+    out["aborts"] = {
+        "aborted_at_least_once_pct": round(100.0 * (len(aborted) + gave_up) / total, 1)
+        if total else None,
+        "max_retries": max((r["aborts"] for r in ok), default=0),
+        "gave_up": gave_up,
+        "total_aborts": sum(r["aborts"] for r in ok)}
+    return out
+
+
+def ratios(cells: Dict[str, Dict[str, Dict[str, Any]]], num: str = "hb",
+           den: str = "lww") -> Dict[str, Dict[str, Optional[float]]]:
+    """p50(num) / p50(den) per topology and zipf."""
+    out: Dict[str, Dict[str, Optional[float]]] = {}
+    for topo, by_zipf in cells.items():
+        for z, by_mode in by_zipf.items():
+            a = by_mode.get(num, {}).get("latency", {}).get("p50_us")
+            b = by_mode.get(den, {}).get("latency", {}).get("p50_us")
+            out.setdefault(topo, {})[z] = round(a / b, 2) if a and b else None
+    return out
+
+
+def goal_verdicts(hb_over_lww: Dict[str, Dict[str, Optional[float]]]) -> Dict[str, Dict[str, str]]:
+    out: Dict[str, Dict[str, str]] = {}
+    for topo, by_zipf in hb_over_lww.items():
+        for z, r in by_zipf.items():
+            goal = GOALS.get(float(z))
+            if goal is None:
+                continue
+            verdict = "n/a" if r is None else ("met" if r <= goal else "missed")
+            out.setdefault(topo, {})[z] = f"{verdict} ({r}x vs goal <= {goal}x; paper " \
+                                          f"{PAPER_RATIOS[float(z)]}x)"
+    return out
+
+
+# ---- the cluster side ----
+def error_of(e: BaseException) -> Tuple[str, str]:
+    return type(e).__name__, str(e).split("\n\nRemote traceback:")[0] + (
+        "" if not getattr(e, "remote_traceback", "") else
+        " | " + e.remote_traceback.strip().splitlines()[-1])   # type: ignore[attr-defined]
+
+
+def setup_functions(client: Any) -> None:
+    from hydrocache.history import read_step, write_step
+    r1, r2, w = FUNCTIONS
+    client.register(read_step, r1)
+    client.register(read_step, r2)
+    client.register(write_step, w)
+    client.register(read_step, TOUCH)
+    for name, connections in DAGS.values():
+        client.register_dag(name, list(FUNCTIONS), connections)
+
+
+def write_keyspace(client: Any, keys: Sequence[str], causal: bool) -> None:
+    from hydrocache.history import initial_value
+    for k in keys:
+        client.put(k, initial_value(k), consistency="causal" if causal else "lww")
+
+
+def prewarm(clients: Sequence[Any], pool: ThreadPoolExecutor, keys: Sequence[str], mode: str,
+            nodes: int, workers: int, timeout: float, batch: int = 50,
+            rounds: int = 3) -> Dict[str, Any]:
+    """Bring every key into every node's cache: each batch of keys is read by `workers`
+    single-function calls at once, shared over the clients (the scheduler's back-off spreads
+    concurrent calls over the workers), then the scheduler's view of the caches is checked and missing keys re-read.
+    Causal keys are read with OPT (a single function never aborts): OPT's attempt starts at
+    once, so the scheduler counts its load; a CON call counts none while its snapshot is built,
+    and concurrent CON calls all follow data locality to the same node."""
+    from cloudburst import Reference
+    causal = mode != "lww"
+    todo = list(keys)
+    coverage = 0.0
+    errors = 0
+    for _ in range(rounds):
+        for i in range(0, len(todo), batch):
+            refs = [Reference(k, concurrent=causal) for k in todo[i:i + batch]]
+
+            def touch(c: Any) -> bool:
+                try:
+                    kw = {"consistency": "causal", "protocol": "opt"} if causal else {}
+                    c.call(TOUCH, *refs, timeout=timeout, **kw).get(timeout=timeout)
+                    return True
+                except Exception:
+                    return False
+            callers = [clients[j % len(clients)] for j in range(max(workers, len(clients)))]
+            errors += sum(1 for ok in pool.map(touch, callers) if not ok)
+        time.sleep(0.6)   # the nodes report their key sets every few heartbeats
+        todo = [k for k in keys if len(set(clients[0].cached_at(k))) < nodes]
+        coverage = round(100.0 * (len(keys) - len(todo)) / len(keys), 1)
+        if not todo:
+            break
+    return {"coverage_pct": coverage, "errors": errors}
+
+
+def run_calls(client: Any, cid: int, topology: str, mode: str, keys: Sequence[str],
+              zipf_s: float, warmup: int, calls: int, seed: int, timeout: float,
+              barrier: threading.Barrier) -> Tuple[List[Dict[str, Any]], List[Tuple[str, Any]]]:
+    """One client thread's calls: (measured records, (txid, result) of every call)."""
+    rng = random.Random(f"{seed}/{topology}/{zipf_s}/{cid}")   # the same stream in every mode
+    zipf = Zipf(len(keys), zipf_s, rng)
+    dag = DAGS[topology][0]
+    causal = mode != "lww"
+    kw = {"consistency": "causal", "protocol": mode} if causal else {}
+    records: List[Dict[str, Any]] = []
+    results: List[Tuple[str, Any]] = []
+    for i in range(warmup + calls):
+        if i == warmup:
+            barrier.wait()
+        args = call_args(topology, keys, zipf, causal, rng)
+        record: Dict[str, Any] = {"error": None, "protocol": None, "aborts": 0,
+                                  "remote_fetches": 0}
+        start = time.perf_counter()
+        try:
+            fut = client.call_dag(dag, args, timeout=timeout, **kw)
+            value = fut.get(timeout=timeout + 5)
+            record["latency"] = time.perf_counter() - start
+            if fut.causal is not None:
+                record.update(protocol=fut.causal.protocol, aborts=fut.causal.aborts,
+                              remote_fetches=fut.causal.remote_fetches)
+            results.append((f"{topology}/{zipf_s}/{mode}/{cid}/{i}", value))
+        except Exception as e:   # counted, not fatal
+            record["latency"] = time.perf_counter() - start
+            record["error"] = error_of(e)
+        if i >= warmup:
+            records.append(record)
+    return records, results
+
+
+def run_cell(clients: Sequence[Any], pool: ThreadPoolExecutor, topology: str, zipf_s: float,
+             mode: str, args: argparse.Namespace) -> Dict[str, Any]:
+    keys = cell_keys(mode, topology, zipf_s, args.keys)
+    t0 = time.perf_counter()
+    write_keyspace(clients[0], keys, causal=mode != "lww")
+    warm = prewarm(clients, pool, keys, mode, args.nodes, args.nodes * args.executors,
+                   args.call_timeout)
+    t1 = time.perf_counter()
+    barrier = threading.Barrier(len(clients))
+    futures = [pool.submit(run_calls, c, i, topology, mode, keys, zipf_s, args.warmup,
+                           args.calls, args.seed, args.call_timeout, barrier)
+               for i, c in enumerate(clients)]
+    records: List[Dict[str, Any]] = []
+    results: List[Tuple[str, Any]] = []
+    for f in futures:
+        rec, res = f.result()
+        records.extend(rec)
+        results.extend(res)
+    t2 = time.perf_counter()
+    out = classify(records, mode)
+    t3 = time.perf_counter()
+    out["violations"] = violations_by_kind(history_of(results))
+    out["check_s"] = round(time.perf_counter() - t3, 2)
+    out["prewarm"] = dict(warm, seconds=round(t1 - t0, 2))
+    out["run_s"] = round(t2 - t1, 2)
+    return out
+
+
+def progress_line(n: int, total: int, topology: str, zipf_s: float, mode: str,
+                  cell: Dict[str, Any]) -> str:
+    lat = cell["latency"]
+    ms = lambda us: "   -   " if us is None else f"{us / 1000:7.2f}"
+    parts = [f"[{n:2d}/{total}] {topology:6s} zipf={zipf_s:<4g} {mode:3s}: "
+             f"p50 {ms(lat['p50_us'])} ms  p99 {ms(lat['p99_us'])} ms  "
+             f"ok {cell['ok']}/{cell['calls']}"]
+    if cell["errors"]:
+        parts.append("errors " + ",".join(f"{k}={v}" for k, v in cell["errors"].items()))
+    if "hb_shares_pct" in cell:
+        s = cell["hb_shares_pct"]
+        parts.append(f"OPT-meta {s['opt_metadata_only']}% OPT-fetch {s['opt_data_fetch']}% "
+                     f"CON {s['con']}%")
+    if mode == "opt":
+        a = cell["aborts"]
+        parts.append(f"aborted>=1 {a['aborted_at_least_once_pct']}% max retries "
+                     f"{a['max_retries']} gave up {a['gave_up']}")
+    v = cell["violations"]
+    parts.append(f"violations {v['total']}" + (f" {v['by_kind']}" if v["total"] else ""))
+    parts.append(f"(warm {cell['prewarm']['coverage_pct']}% in {cell['prewarm']['seconds']} s, "
+                 f"run {cell['run_s']} s)")
+    return "  ".join(parts)
+
+
+def plot(cells: Dict[str, Dict[str, Dict[str, Any]]], modes: Sequence[str], path: str,
+         title: str = "") -> bool:
+    """Fig. 4.2: per topology a panel, per zipf a group, per mode a bar (p50) with a p99
+    whisker. False when matplotlib is not importable."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    topologies = list(cells)
+    fig, axes = plt.subplots(1, len(topologies), figsize=(6.5 * len(topologies), 4.2),
+                             squeeze=False)
+    colors = {"lww": "#bbbbbb", "ct": "#4c72b0", "opt": "#dd8452", "con": "#55a868",
+              "hb": "#c44e52"}
+    width = 0.8 / len(modes)
+    for ax, topo in zip(axes[0], topologies):
+        zipfs = list(cells[topo])
+        for j, mode in enumerate(modes):
+            xs, p50, up = [], [], []
+            for i, z in enumerate(zipfs):
+                lat = cells[topo][z].get(mode, {}).get("latency", {})
+                if lat.get("p50_us") is None:
+                    continue
+                xs.append(i - 0.4 + width * (j + 0.5))
+                p50.append(lat["p50_us"] / 1000)
+                up.append((lat["p99_us"] - lat["p50_us"]) / 1000)
+            ax.bar(xs, p50, width, yerr=[[0] * len(up), up], capsize=3,
+                   color=colors.get(mode, None), label=mode.upper(),
+                   hatch="//" if mode == "lww" else None, edgecolor="black", linewidth=0.5)
+        ax.set_xticks(range(len(zipfs)))
+        ax.set_xticklabels([f"Zipf {z}" for z in zipfs])
+        ax.set_ylabel("latency (ms): bar p50, whisker p99")
+        ax.set_title({"linear": "(a) linear DAG", "v": "(b) V-shaped DAG"}.get(topo, topo))
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def markdown(results: Dict[str, Any]) -> str:
+    """The README tables of a run's JSON summary (`--report PATH`)."""
+    cells = results["cells"]
+    modes = [m for m in MODES if any(m in bm for bz in cells.values() for bm in bz.values())]
+    ms = lambda us: "-" if us is None else f"{us / 1000:.1f}"
+    out: List[str] = []
+    for topo, by_zipf in cells.items():
+        out.append(f"**{'Linear' if topo == 'linear' else 'V-shaped'} DAG**, p50 / p99 ms "
+                   "(errors in brackets):\n")
+        out.append("| Zipf | " + " | ".join(m.upper() for m in modes) + " | HB / LWW p50 |")
+        out.append("|---" * (len(modes) + 2) + "|")
+        for z, by_mode in by_zipf.items():
+            row = []
+            for m in modes:
+                c = by_mode.get(m)
+                if c is None:
+                    row.append("")
+                    continue
+                err = sum(c["errors"].values())
+                row.append(f"{ms(c['latency']['p50_us'])} / {ms(c['latency']['p99_us'])}"
+                           + (f" [{err}]" if err else ""))
+            r = results.get("hb_over_lww_p50", {}).get(topo, {}).get(z)
+            out.append(f"| {z} | " + " | ".join(row) + f" | {'-' if r is None else f'{r}x'} |")
+        out.append("")
+    out.append("**HB subroutines** (share of successful HB calls; Tables 4.1-4.2):\n")
+    out.append("| DAG | Zipf | OPT metadata only | OPT data fetch | CON |")
+    out.append("|---|---|---|---|---|")
+    for topo, by_zipf in cells.items():
+        for z, by_mode in by_zipf.items():
+            s = by_mode.get("hb", {}).get("hb_shares_pct")
+            if s:
+                out.append(f"| {topo} | {z} | {s['opt_metadata_only']}% | {s['opt_data_fetch']}% "
+                           f"| {s['con']}% |")
+    out.append("")
+    out.append("**OPT aborts**:\n")
+    out.append("| DAG | Zipf | aborted at least once | max retries | gave up (Aborted) |")
+    out.append("|---|---|---|---|---|")
+    for topo, by_zipf in cells.items():
+        for z, by_mode in by_zipf.items():
+            a = by_mode.get("opt", {}).get("aborts")
+            if a:
+                out.append(f"| {topo} | {z} | {a['aborted_at_least_once_pct']}% | "
+                           f"{a['max_retries']} | {a['gave_up']} |")
+    out.append("")
+    out.append("**Checker violations** (all cells of a mode, warm-up calls included):\n")
+    out.append("| mode | transactions | violations | by kind |")
+    out.append("|---|---|---|---|")
+    for m, v in results.get("violations_by_mode", {}).items():
+        kinds = ", ".join(f"{k} {n}" for k, n in v.items() if k not in ("total", "transactions"))
+        out.append(f"| {m.upper()} | {v['transactions']} | {v['total']} | {kinds or '-'} |")
+    return "\n".join(out)
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--nodes", type=int, default=3, help="executor nodes (each has a cache)")
+    p.add_argument("--executors", type=int, default=2, help="executor workers per node")
+    p.add_argument("--keys", type=int, default=1000)
+    p.add_argument("--zipfs", default="1.0,1.25,1.5")
+    p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--topologies", default=",".join(TOPOLOGIES))
+    p.add_argument("--clients", type=int, default=6)
+    p.add_argument("--calls", type=int, default=100, help="measured calls per client per cell")
+    p.add_argument("--warmup", type=int, default=10, help="unmeasured calls per client per cell")
+    p.add_argument("--max-retries", type=int, default=20,
+                   help="OPT attempts the scheduler retries before Aborted")
+    p.add_argument("--call-timeout", type=float, default=20.0)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run: zipf 1.0 only, 20 calls, 3 warm-up calls, 200 keys")
+    p.add_argument("--json", help="also write the summary here")
+    p.add_argument("--report", metavar="JSON",
+                   help="print the README tables of an earlier run's summary and exit")
+    p.add_argument("--png", default=os.path.join(ROOT, "benchmarks", "results", "mtcc.png"))
+    args = p.parse_args(argv)
+    args.zipfs = [float(z) for z in args.zipfs.split(",") if z]
+    args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    args.topologies = [t.strip() for t in args.topologies.split(",") if t.strip()]
+    if args.quick:
+        args.zipfs, args.calls, args.warmup = args.zipfs[:1], 20, 3
+        args.keys = min(args.keys, 200)
+    bad = [m for m in args.modes if m not in MODES] + [t for t in args.topologies
+                                                       if t not in TOPOLOGIES]
+    if bad:
+        p.error(f"unknown modes/topologies {bad} (modes: {MODES}, topologies: {TOPOLOGIES})")
+    return args
+
+
+def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+    args = parse_args(argv)
+    if args.report:
+        with open(args.report) as f:
+            results = json.load(f)
+        print(markdown(results))
+        return results
+    import cloudburst
+
+    results: Dict[str, Any] = {
+        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0],
+                    "loadavg_start": [round(x, 2) for x in os.getloadavg()]},
+        "config": {k: getattr(args, k) for k in ("nodes", "executors", "keys", "zipfs", "modes",
+                                                 "topologies", "clients", "calls", "warmup",
+                                                 "max_retries", "seed", "quick")},
+        "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+    cells: Dict[str, Dict[str, Dict[str, Any]]] = {}
+    total = len(args.topologies) * len(args.zipfs) * len(args.modes)
+    t_start = time.perf_counter()
+    print(f"MTCC benchmark: {args.nodes} nodes x {args.executors} executors, {args.clients} "
+          f"clients x {args.calls} calls (+{args.warmup} warm-up), {args.keys} keys, zipfs "
+          f"{args.zipfs}, modes {args.modes}, topologies {args.topologies}", flush=True)
+    with cloudburst.LocalCluster(executor_nodes=args.nodes, executors_per_node=args.executors,
+                                 transport="ipc", colocate_chains=False,
+                                 max_causal_retries=args.max_retries) as cluster:
+        clients = [cluster.client(timeout=args.call_timeout) for _ in range(args.clients)]
+        setup_functions(clients[0])
+        with ThreadPoolExecutor(max_workers=max(args.clients,
+                                                args.nodes * args.executors)) as pool:
+            n = 0
+            for topo in args.topologies:
+                for z in args.zipfs:
+                    for mode in args.modes:
+                        n += 1
+                        cell = run_cell(clients, pool, topo, z, mode, args)
+                        cells.setdefault(topo, {}).setdefault(f"{z:g}", {})[mode] = cell
+                        print(progress_line(n, total, topo, z, mode, cell), flush=True)
+    results["cells"] = cells
+    results["wall_s"] = round(time.perf_counter() - t_start, 1)
+    results["machine"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    viol: Dict[str, Dict[str, int]] = {}
+    for by_zipf in cells.values():
+        for by_mode in by_zipf.values():
+            for mode, cell in by_mode.items():
+                v = viol.setdefault(mode, {"total": 0, "transactions": 0})
+                v["total"] += cell["violations"]["total"]
+                v["transactions"] += cell["violations"]["transactions"]
+                for kind, c in cell["violations"]["by_kind"].items():
+                    v[kind] = v.get(kind, 0) + c
+    results["violations_by_mode"] = viol
+    if "hb" in args.modes and "lww" in args.modes:
+        results["hb_over_lww_p50"] = ratios(cells)
+        results["goals"] = goal_verdicts(results["hb_over_lww_p50"])
+    for other in ("ct", "opt", "con"):
+        if "hb" in args.modes and other in args.modes:
+            results[f"hb_over_{other}_p50"] = ratios(cells, "hb", other)
+    title = (f"MTCC protocols: {args.nodes} nodes x {args.executors} executors, {args.clients} "
+             f"clients x {args.calls} calls, {args.keys} keys ({results['started']})")
+    results["png"] = args.png if plot(cells, args.modes, args.png, title) else None
+    print(f"violations per mode: {json.dumps(viol)}")
+    if "hb_over_lww_p50" in results:
+        print(f"HB/LWW p50: {json.dumps(results['hb_over_lww_p50'])}")
+        for topo, verdicts in results["goals"].items():
+            for z, v in verdicts.items():
+                print(f"  {topo} zipf {z}: {v}")
+    print("figure: " + (results["png"] or "not written (matplotlib is not importable)"))
+    print(json.dumps(results))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+    return results
+
+
+if __name__ == "__main__":
+    main()
