@@ -27,7 +27,7 @@ from cloudburst.errors import CloudburstError
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
 from hydrocache import versionset as vs
-from hydrocache.protocols import parallel_flow
+from hydrocache.protocols import parallel_flow, parallel_stale
 from hydrocache.writer import ExecutorWriter
 
 __all__ = ["CausalInvocation", "CausalAbortError"]
@@ -38,10 +38,12 @@ _MISSING = object()
 class CausalAbortError(CloudburstError):
     """The attempt must abort (validation failed or the read set grew)."""
 
-    def __init__(self, reason: str, new_keys: Sequence[str] = ()) -> None:
+    def __init__(self, reason: str, new_keys: Sequence[str] = (),
+                 stale_keys: Sequence[str] = ()) -> None:
         super().__init__(reason)
         self.reason = reason
         self.new_keys = list(new_keys)
+        self.stale_keys = list(stale_keys)
 
 
 class CausalInvocation:
@@ -99,17 +101,19 @@ class CausalInvocation:
                 return
             abort, reason, s, r = parallel_flow(parsed) if parsed else (False, "", {}, {})
             if abort:
-                raise CausalAbortError(reason)
+                raise CausalAbortError(reason, stale_keys=parallel_stale(parsed))
             self.snapshot, self.read_set = s, r
             return
         req = pb.CacheRequest(op=pb.CAUSAL_BIND, attempt_id=self.schedule.call_id, keys=keys,
                               prefetch_attempt=self.plan.snapshot_attempt
                               if self.plan.requested == pb.HB else "")
         req.upstreams.extend(contexts)
+        req.refresh.extend(self.plan.refresh_keys)
         self._dag_keys(req, keys)
         response, found = self.cache.causal(req, timeout=self.timeout)
         if response.abort:
-            raise CausalAbortError(response.abort_reason or "validation failed")
+            raise CausalAbortError(response.abort_reason or "validation failed",
+                                   stale_keys=response.stale_keys)
         self.snapshot = vs.from_proto(response.context.snapshot)
         self.read_set = vs.from_proto(response.context.read_set)
         self.remote_fetches = max(self.remote_fetches, response.context.remote_fetches)

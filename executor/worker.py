@@ -390,7 +390,7 @@ class Worker:
         """Tell the scheduler (it retries or fails the call) and the attempt's other workers."""
         self._push.send(s.scheduler_address, "causal_abort", pb.CausalAbort(
             attempt_id=s.call_id, call_id=s.causal.call_id, reason=e.reason,
-            function=s.function, new_keys=e.new_keys))
+            function=s.function, new_keys=e.new_keys, stale_keys=e.stale_keys))
         for fn, address in s.locations.items():
             if fn != s.function:
                 if address == self.address:

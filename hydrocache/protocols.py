@@ -44,6 +44,7 @@ from .version import Version, merge_versions
 from .versionset import Entry, VersionSet
 
 __all__ = ["retrieve_cut", "LinearPlan", "plan_linear", "finish_linear", "parallel_flow",
+           "parallel_stale",
            "Piece", "create_snapshot", "distributed_snapshot", "SimResult", "simulate_opt"]
 
 
@@ -78,6 +79,9 @@ class LinearPlan:
     remote: VersionSet = field(default_factory=dict)
     s_d: VersionSet = field(default_factory=dict)
     need_update: List[str] = field(default_factory=list)
+    # with an abort: keys an upstream read older than this cache's versions depend on (a
+    # retry that refreshes them from the KVS first can succeed where this one could not)
+    stale: List[str] = field(default_factory=list)
 
 
 def _validate(s_u: VersionSet, r_u: VersionSet, local: Mapping[str, Mapping[str, int]],
@@ -104,7 +108,7 @@ def _validate(s_u: VersionSet, r_u: VersionSet, local: Mapping[str, Mapping[str,
         else:
             return (True, f"{k!r}: the local version depends on a version of {bad!r} newer "
                           f"than the one read upstream, and {k!r} is not in the upstream "
-                          f"snapshot", [], {}, {})
+                          f"snapshot", [bad], {}, {})
     return False, "", kept, remote, s_d
 
 
@@ -124,7 +128,7 @@ def plan_linear(s_u: VersionSet, r_u: VersionSet, rd_keys: Iterable[str],
     bad, why, kept, remote, s_d = _validate(s_u, r_u, local, remote_only,
                                             lambda k: retrieve_cut(k, dag, cut))
     if bad:
-        return LinearPlan(True, why)
+        return LinearPlan(True, why, stale=list(kept))
     return LinearPlan(False, "", {k: cut.get(k) for k in kept}, remote, s_d, [])
 
 
@@ -149,6 +153,15 @@ def finish_linear(plan: LinearPlan, s_u: VersionSet, r_u: VersionSet,
     mine = frozenset([holder])
     s_d = {k: Entry(e.vc, mine) for k, e in plan.s_d.items()}
     return r_d, vs.union(s_u, s_d), vs.union(r_u, vs.of_versions(r_d.values()))
+
+
+def parallel_stale(contexts: Sequence[Tuple[VersionSet, VersionSet, bool, str]]) -> List[str]:
+    """The keys some parallel upstream read older than the union of their snapshots (what a
+    retry should refresh when Algorithm 8 aborts)."""
+    s: VersionSet = {}
+    for s_i, _, _, _ in contexts:
+        s = vs.union(s, s_i)
+    return sorted({k for _, r_i, _, _ in contexts for k in vs.not_superseding(r_i, s)})
 
 
 def parallel_flow(contexts: Sequence[Tuple[VersionSet, VersionSet, bool, str]]

@@ -55,7 +55,8 @@ from executor.copies import ValueTags
 from .cut import StrictCausalCut
 from .gc import collect
 from .vclock import merge
-from .protocols import create_snapshot, finish_linear, parallel_flow, plan_linear
+from .protocols import (create_snapshot, finish_linear, parallel_flow, parallel_stale,
+                        plan_linear)
 from .temp import TempStore
 from .version import Version, merge_versions
 
@@ -130,6 +131,7 @@ class HydroCacheService:
         self._bytes = 0
         self._lru: "collections.OrderedDict[str, None]" = collections.OrderedDict()
         self._frontier: Dict[str, Dict[str, int]] = {}
+        self._catching_up = False
         self.stats = {"binds": 0, "remote_fetches": 0, "aborts": 0, "anna_fetches": 0}
 
     def _entry(self, req: pb.CacheRequest, response: pb.CacheResponse, key: str,
@@ -206,8 +208,34 @@ class HydroCacheService:
             if key not in self.cut and key not in self.cut.pending_keys() \
                     and key not in self.cut.missing():
                 return      # evicted since it was subscribed; nobody needs it now
-            self._account(self.cut.offer(self._collected(version)).exposed)
+            update = self.cut.offer(self._collected(version))
+            self._account(update.exposed)
             self._changed.notify_all()
+            catch_up = update.missing and not self._catching_up
+            if catch_up:
+                self._catching_up = True
+        if catch_up:
+            # a pushed version waits for dependencies this cache never read: fetch them, or
+            # the key would keep showing its old version until someone reads them
+            self._submit(self._catch_up)
+
+    def _catch_up(self) -> None:
+        state = self._state()
+        try:
+            for _ in range(10):                       # bounded: dependencies of dependencies
+                with self._lock:
+                    missing = list(self.cut.missing())
+                if not missing:
+                    return
+                for dep in missing:
+                    v = self._fetch_anna(state, dep)
+                    if v is not None:
+                        self._offer(v)
+        except Exception as e:
+            log.warning("fetching dependencies of pushed versions failed: %s", e)
+        finally:
+            with self._lock:
+                self._catching_up = False
 
     def handle(self, req: pb.CacheRequest) -> None:
         op = req.op
@@ -223,9 +251,9 @@ class HydroCacheService:
                 return self._gc_report(req)
             if op == pb.CAUSAL_GC_APPLY:
                 return self._gc_apply(req)
-            if op == pb.CAUSAL_BIND and self._bind_inline(req):
+            if op == pb.CAUSAL_BIND and not req.refresh and self._bind_inline(req):
                 return
-            if op == pb.CAUSAL_READ and self._read_inline(req):
+            if op == pb.CAUSAL_READ and not req.refresh and self._read_inline(req):
                 return
         except Exception as e:
             return self._fail(self._push, req, e)
@@ -445,25 +473,52 @@ class HydroCacheService:
             return response
 
     # ---- OPT: CAUSAL_BIND ----
-    def _upstream(self, req: pb.CacheRequest) -> Tuple[bool, str, vs.VersionSet, vs.VersionSet, int]:
+    def _upstream(self, req: pb.CacheRequest):
         contexts = [(vs.from_proto(c.snapshot), vs.from_proto(c.read_set), c.abort, c.abort_reason)
                     for c in req.upstreams]
         fetches = max((c.remote_fetches for c in req.upstreams), default=0)
         if not contexts:
-            return False, "", {}, {}, fetches
+            return False, "", {}, {}, fetches, []
         if len(contexts) == 1:
             s, r, a, why = contexts[0]
-            return a, why, s, r, fetches
+            return a, why, s, r, fetches, []
         a, why, s, r = parallel_flow(contexts)
-        return a, why, s, r, fetches
+        return a, why, s, r, fetches, (parallel_stale(contexts) if a else [])
 
     def _plan(self, req: pb.CacheRequest, absent: Set[str] = frozenset()):
-        abort, why, s_u, r_u, fetches = self._upstream(req)
+        abort, why, s_u, r_u, fetches, stale = self._upstream(req)
         keys = [k for k in req.keys if k not in absent]
         with self._lock:
             plan = plan_linear(s_u, r_u, keys, self._dag_keys(req), self.cut,
                                abort=abort, reason=why)
+        if stale:
+            plan.stale = stale
         return plan, s_u, r_u, fetches
+
+    def _refresh(self, state: _ThreadState, req: pb.CacheRequest) -> None:
+        """Re-read from Anna the keys an earlier attempt read too old (OPT retries): without
+        this a retry within Anna's push period would see the same stale cut and abort again."""
+        with self._lock:
+            keys = [k for k in req.refresh if k in self.cut or k in self.cut.pending_keys()]
+        for k in keys:
+            v = self._fetch_anna(state, k)
+            if v is not None:
+                self._offer(v)
+        # a fresh version may wait for dependencies (e.g. written together with other keys):
+        # fetch them too, for at most a fifth of the request's time (then bind what there is)
+        deadline = time.monotonic() + 0.2 * (req.timeout if req.timeout > 0 else DEFAULT_TIMEOUT)
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not any(k in self.cut.pending_keys() for k in keys):
+                    return
+                missing = list(self.cut.missing())
+            for dep in missing:
+                v = self._fetch_anna(state, dep)
+                if v is not None:
+                    self._offer(v)
+            with self._changed:
+                if any(k in self.cut.pending_keys() for k in keys):
+                    self._changed.wait(0.005)
 
     def _bind_inline(self, req: pb.CacheRequest) -> bool:
         plan, s_u, r_u, fetches = self._plan(req)
@@ -477,6 +532,7 @@ class HydroCacheService:
 
     def _bind(self, req: pb.CacheRequest, state: _ThreadState):
         deadline = self._deadline(req)
+        self._refresh(state, req)
         plan, s_u, r_u, fetches = self._plan(req)
         if plan.need_update and not plan.abort:
             absent = self.ensure(state, plan.need_update, deadline)
@@ -485,8 +541,13 @@ class HydroCacheService:
                 plan, s_u, r_u, fetches = self._plan(req, absent | set(plan.need_update))
         fetched: Dict[str, Version] = {}
         if plan.remote and not plan.abort:
-            fetched = self._remote(state, req.attempt_id, plan.remote, deadline,
-                                   req.prefetch_attempt)
+            try:
+                fetched = self._remote(state, req.attempt_id, plan.remote, deadline,
+                                       req.prefetch_attempt)
+            except (RuntimeError, StageTimeout) as e:
+                # the upstream versions are gone (the attempt was released: HB's early abort)
+                # or unreachable: the attempt cannot continue, the scheduler decides what next
+                plan.abort, plan.reason = True, f"upstream versions unavailable: {e}"
             fetches += 1
         return self._bind_finish(req, plan, s_u, r_u, fetched, fetches)
 
@@ -498,6 +559,7 @@ class HydroCacheService:
             self.stats["aborts"] += 1
             response.abort = True
             response.abort_reason = plan.reason
+            response.stale_keys.extend(plan.stale)
             return response, frames
         expires = self._deadline(req) + TEMP_SLACK
         with self._lock:
@@ -531,6 +593,7 @@ class HydroCacheService:
 
     def _read(self, req: pb.CacheRequest, state: _ThreadState):
         deadline = self._deadline(req)
+        self._refresh(state, req)
         attempt = req.attempt_id
         expires = deadline + TEMP_SLACK
         with self._lock:

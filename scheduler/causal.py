@@ -192,6 +192,7 @@ class CausalCall:
         self.dag_keys: List[str] = list(dict.fromkeys(k for f in self.functions
                                                       for k in self.keys[f]))
         self.caches = dict(caches)
+        self.refresh_keys: List[str] = []   # keys aborted attempts read too old
         self.reply_address = reply_address
         self.timeout = timeout
         self.deadline = now + timeout
@@ -294,6 +295,9 @@ class CausalCall:
                     fn_keys.append(k)
                 if k not in self.dag_keys:
                     self.dag_keys.append(k)
+        for k in abort.stale_keys:       # the retry re-reads them from Anna before binding
+            if k and k not in self.refresh_keys:
+                self.refresh_keys.append(k)
         out: List[Any] = [AbortAttempt(abort.attempt_id)]
         out += self._release([abort.attempt_id])
         if self.aborts > self.max_retries:
@@ -368,7 +372,7 @@ class CausalCall:
         plan = pb.CausalPlan(protocol=protocol, requested=self.requested, call_id=self.call_id,
                              attempt=int(aid.rsplit("#", 1)[1]), dag_keys=self.dag_keys,
                              dag_keys_known=True, reuse_attempt=reuse,
-                             snapshot_attempt=snapshot_attempt)
+                             snapshot_attempt=snapshot_attempt, refresh_keys=self.refresh_keys)
         plan.caches.update(self.caches)
         return plan
 

@@ -235,3 +235,22 @@ def test_opt_bind_of_a_key_anna_does_not_have_is_not_found(world):
     assert r.status == pb.OK and not r.abort, r.message
     got = values_of(r, frames)
     assert got[f"{p}a"][1] == [b"a"] and f"{p}missing" not in got
+
+
+def test_a_pushed_version_waiting_for_an_unread_dependency_is_exposed(world):
+    """Refresh: Anna pushes a new `a` that depends on `b`, which this cache never read; the
+    cache fetches `b` itself instead of showing the old `a` until someone reads `b`."""
+    kvs, d, caches = world
+    p = uuid.uuid4().hex[:6]
+    a, b = f"{p}a", f"{p}b"
+    put_version(kvs, a, {"w": 1}, value=b"a1")
+    read = lambda attempt: values_of(*d.ask(caches[0], pb.CacheRequest(
+        op=pb.CAUSAL_READ, attempt_id=attempt, keys=[a], dag_keys=[a], dag_keys_known=True)))
+    assert read(f"{p}#0")[a][1] == [b"a1"]          # cached and subscribed
+    put_version(kvs, b, {"w": 1}, value=b"b1")
+    put_version(kvs, a, {"w": 2}, {b: {"w": 1}}, value=b"a2")
+    deadline = time.monotonic() + 5                 # Anna pushes once per gossip period
+    n = 0
+    while read(f"{p}#{n + 1}")[a][1] != [b"a2"]:
+        n += 1
+        assert time.monotonic() < deadline, "the pushed version stayed pending"
