@@ -10,7 +10,8 @@ import cloudburst  # noqa: E402
 
 
 @contextlib.contextmanager
-def connect(description: str, executors_per_node: int = 3):
+def connect(description: str, executors_per_node: int = 3, executor_nodes: int = 1,
+            **cluster_options):
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--address", help="a running cluster's scheduler address "
                         "(e.g. from `cloudburst local`); default: start a LocalCluster")
@@ -19,5 +20,7 @@ def connect(description: str, executors_per_node: int = 3):
         with cloudburst.Client(args.address) as client:
             yield client
     else:
-        with cloudburst.LocalCluster(executor_nodes=1, executors_per_node=executors_per_node) as cluster:
+        with cloudburst.LocalCluster(executor_nodes=executor_nodes,
+                                     executors_per_node=executors_per_node,
+                                     **cluster_options) as cluster:
             yield cluster.client()
