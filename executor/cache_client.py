@@ -97,7 +97,9 @@ class CacheClient:
             req = pb.CacheRequest(op=op, keys=keys, values=values)
         req.request_id = rid
         req.response_address = self._reply_address
-        req.timeout = timeout
+        # the cache gives up a little earlier than we do, so its answer (naming the stage
+        # that stalled) arrives before our own wait ends
+        req.timeout = timeout * 0.85
         what = f"{pb.CacheOp.Name(op)} {keys[:5]}"
         if not self._push.send(self.cache_address, "cache", req):
             raise CloudburstError(f"node cache at {self.cache_address} is not accepting {what}")

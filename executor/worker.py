@@ -358,17 +358,21 @@ class Worker:
                 if s.sink:
                     extra = {s.output_key: value} if s.output_key else None
                     versions = inv.commit(self._writer, extra)
-            except CausalAbortError:
+            except (CausalAbortError, Timeout):
                 raise
             except _FunctionError as e:
                 raise _FunctionError(f"{what} on worker {self.worker_id}: {e}") from None
-            except (ObjectNotFound, Timeout) as e:
+            except ObjectNotFound as e:
                 raise _FunctionError(f"{what} on worker {self.worker_id}: {e}") from None
             except Exception as e:
                 raise _FunctionError(f"{what} raised {type(e).__name__}: {e}",
                                      traceback.format_exc()) from None
         except CausalAbortError as e:
             self._causal_abort(s, e)
+            return
+        except Timeout as e:     # a protocol stage (or the function's own wait) ran out of time
+            stage = f"{e.stage} ({what}, worker {self.worker_id}, {pb.Protocol.Name(plan.protocol)})"
+            self._fail(s, pb.TIMEOUT, f"timed out waiting for {stage}", stage=stage)
             return
         except _FunctionError as e:
             self._fail(s, pb.EXECUTION_ERROR, str(e), e.tb)

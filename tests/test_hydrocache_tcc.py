@@ -111,3 +111,23 @@ def test_lww_control_shows_violations(cluster):
     assert violations, "LWW never broke TCC: the checker or the workload cannot fail"
     assert {v.kind for v in violations} & {"not_a_snapshot", "atomic_visibility",
                                             "non_repeatable_read"}
+
+
+@pytest.mark.parametrize("protocol", ["ct", "opt"])
+def test_a_dependency_that_never_arrives_times_out_naming_the_stage(cluster, protocol):
+    """b depends on a version of a that Anna never receives: the call fails with Timeout
+    naming the local cut update and the missing dependency, within the call's deadline."""
+    import anna_core
+    from hydrocache.version import Version
+    p = uuid.uuid4().hex[:6]
+    kvs = anna_core.Client(cluster.kvs.routing_address)
+    try:
+        from cloudburst._wire import dumps
+        kvs.put(f"{p}b", Version.new(f"{p}b", {"w": 1}, {f"{p}a": {"w": 7}}, [dumps(1)]).lattice)
+    finally:
+        kvs.close()
+    client = cluster.client()
+    client.register(lambda lib, x: x, "ident")
+    with pytest.raises(cloudburst.errors.Timeout, match=f"local cut update.*{p}a"):
+        client.call("ident", Reference(f"{p}b"), consistency="causal", protocol=protocol,
+                    timeout=1.0).get(timeout=10)
