@@ -4,9 +4,11 @@ Contract: `CausalInvocation(cache, schedule, upstream_contexts, executor_id)` bi
 function's reads through the node cache and remembers them:
 - `bind(keys)`: under OPT a CAUSAL_BIND with the upstream contexts (Algorithms 8 and 6 run in
   the cache); under CT/CON a CAUSAL_READ of the attempt's snapshot. Keys read later by
-  `lib.get` are bound the same way, with this invocation's own S/R as the one upstream context
-  (the read set is being explored, 4.3.6). An abort raises `CausalAbortError` (with the keys
-  that were outside the known read set, if that was the reason).
+  `lib.get` are bound the same way, with this invocation's own S/R as the one upstream context.
+  A key outside the call's known read set (4.3.6) aborts under OPT and CON (upstream
+  snapshots were restricted to the known keys, or span caches that cannot see each other's
+  reads), and is admitted under CT when it fits the node's snapshot; the retry knows it. An
+  abort raises `CausalAbortError` (with the new keys, or the stale ones, when that was why).
 - `value(key, concurrent)`: the bound version's first value (sorted, deterministic), or all of
   them with `concurrent=True`; a key Anna does not have is `None`. Repeated reads of a key
   return the same version (repeatable read: it is bound once per invocation and the protocols
@@ -73,6 +75,15 @@ class CausalInvocation:
         keys = [k for k in dict.fromkeys(keys) if k not in self.bound]
         if not keys and not self._first_bind:
             return
+        if self.plan.protocol == pb.OPT and self.plan.dag_keys_known:
+            # the upstream snapshots were restricted to R~_DAG (Algorithm 7 line 10), so they
+            # say nothing about other keys: a key outside it cannot be validated. Abort; the
+            # retry knows the key (4.3.6: the read set is explored, attempt by attempt)
+            known = set(self.plan.dag_keys)
+            new = [k for k in keys if k not in known and k not in self.read_set]
+            if new:
+                raise CausalAbortError(f"read of {new} outside the call's known read set",
+                                       new_keys=new)
         if self.plan.protocol == pb.OPT:
             self._bind_opt(keys)
         elif keys:
@@ -122,7 +133,8 @@ class CausalInvocation:
 
     def _read(self, keys: Sequence[str]) -> None:
         req = pb.CacheRequest(op=pb.CAUSAL_READ, attempt_id=self.plan.snapshot_attempt
-                              or self.schedule.call_id, keys=keys)
+                              or self.schedule.call_id, keys=keys,
+                              explore=self.plan.protocol == pb.CT)
         self._dag_keys(req, keys)
         response, found = self.cache.causal(req, timeout=self.timeout)
         if response.abort:

@@ -14,6 +14,9 @@ the same workload can run with consistency "lww" (the control) and "causal":
   from what it read (by the call's `seed` argument when given, else the first) with
   `vc = merge(observed vcs of that key) + {txid: 1}` and `deps` = every other observed key's
   vc, and returns `{"obs": ..., "write": record}`.
+- `lookup_step` / `lookup_write_step`: the same, but their string arguments are key names
+  read with `lib.get(key, concurrent=True)` inside the function (a read set the scheduler
+  does not know in advance: 4.3.6).
 - `transaction(result, txid)` turns a sink's result into a `checker.Transaction`.
 """
 from __future__ import annotations
@@ -24,7 +27,8 @@ from typing import Any, Dict, List
 from .checker import Observed, Transaction
 from .vclock import merge
 
-__all__ = ["initial_value", "read_step", "write_step", "transaction", "observe_args"]
+__all__ = ["initial_value", "read_step", "write_step", "lookup_step", "lookup_write_step",
+           "transaction", "observe_args"]
 
 
 def initial_value(key: str, pad: int = 8) -> Dict[str, Any]:
@@ -75,6 +79,18 @@ def write_step(lib: Any, *args: Any) -> Dict[str, Any]:
     record = {"key": key, "vc": vc, "deps": deps, "pad": b"x" * 8}
     lib.put(key, record)
     return {"obs": obs, "write": record}
+
+
+def _looked_up(lib: Any, args: Any) -> List[Any]:
+    return [lib.get(a, concurrent=True) if isinstance(a, str) else a for a in args]
+
+
+def lookup_step(lib: Any, *args: Any) -> Dict[str, Any]:
+    return read_step(lib, *_looked_up(lib, args))
+
+
+def lookup_write_step(lib: Any, *args: Any) -> Dict[str, Any]:
+    return write_step(lib, *_looked_up(lib, args))
 
 
 def transaction(result: Dict[str, Any], txid: str) -> Transaction:

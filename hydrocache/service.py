@@ -16,9 +16,11 @@ it is never held across I/O.
   HB prefetch; the reply carries the bound versions (values as frames), S_new and R_new, or
   `abort` with the reason.
 - CAUSAL_READ (CT, CON): reads the attempt's snapshot; under CT the first read builds it from
-  the cut for every key of R~_DAG (4.3.1). A key outside the snapshot is bound if the linear
-  flow check admits it from the cut without remote versions, else the reply aborts with
-  `new_keys` (the scheduler retries with the read set extended: 4.3.6).
+  the cut for every key of R~_DAG (4.3.1). Under CT (`explore`: this cache holds the whole
+  snapshot) a key outside it is admitted if the linear flow check against the snapshot admits
+  the cut's version without remote versions; otherwise (and always under CON, whose snapshot
+  spans caches that cannot see each other's explorations) the reply aborts with `new_keys`
+  and the scheduler retries with the read set extended (4.3.6).
 - Capacity (`capacity_bytes`, values' bytes): when the cut holds more, `sweep` evicts the
   least recently used keys, each with every key depending on it (4.2, eviction keeps the
   cut a cut); pushed versions of evicted keys are ignored unless a pending version needs them.
@@ -606,21 +608,23 @@ class HydroCacheService:
                 self._touch(wanted)
                 if attempt not in self.temp:
                     self.temp.open(attempt, expires)
+                    self.temp.note_requested(attempt, wanted)
                     for key in wanted:
                         v = self.cut.get(key)
                         if v is not None:
                             self.temp.add(attempt, v, expires)
         response = pb.CacheResponse()
         frames: List[bytes] = []
-        outside = []
         with self._lock:
             views = {k: self.temp.view(attempt, k) for k in req.keys}
             present = set(self.temp.keys(attempt))
-        for key, v in views.items():
-            if v is None and key not in req.dag_keys:
-                outside.append(key)
+            # absent and asked for: the KVS has no such key; absent and never asked for
+            # (another function's key, or one read at run time): outside this snapshot
+            outside = [k for k, v in views.items()
+                       if v is None and not self.temp.was_requested(attempt, k)]
         if outside:
-            admitted = self._explore(state, attempt, outside, present, deadline, expires)
+            admitted = self._explore(state, attempt, outside, present, deadline, expires) \
+                if req.explore else None
             if admitted is None:
                 response.abort = True
                 response.abort_reason = f"read of {outside} outside the call's snapshot"
@@ -642,6 +646,7 @@ class HydroCacheService:
             if plan.abort or plan.remote or plan.need_update:
                 return None
             out: Dict[str, Optional[Version]] = {k: None for k in absent}
+            self.temp.note_requested(attempt, keys)
             for key, v in plan.local.items():
                 self.temp.add(attempt, v, expires)
                 out[key] = v
@@ -658,6 +663,7 @@ class HydroCacheService:
             pieces, s_i = create_snapshot(list(req.keys), self._dag_keys(req), self.cut,
                                           self.address)
             self.temp.open(req.attempt_id, expires)
+            self.temp.note_requested(req.attempt_id, req.keys)
             for key in s_i:
                 v = self.cut.get(key)
                 if v is not None:

@@ -16,7 +16,7 @@ Not thread-safe: the service guards it with its lock.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional
+from typing import Dict, Iterable, List, Mapping, Optional
 
 from .vclock import supersedes
 from .version import Version, merge_versions
@@ -30,6 +30,7 @@ class TempStore:
     def __init__(self) -> None:
         self._attempts: Dict[str, Dict[str, List[Version]]] = {}
         self._expires: Dict[str, float] = {}
+        self._requested: Dict[str, set] = {}   # keys this cache was asked to snapshot
 
     def __contains__(self, attempt: str) -> bool:
         return attempt in self._attempts
@@ -46,6 +47,14 @@ class TempStore:
         kept = self._attempts[attempt].setdefault(version.key, [])
         if all(v.vc != version.vc for v in kept):
             kept.append(version)
+
+    def note_requested(self, attempt: str, keys: "Iterable[str]") -> None:
+        """Keys this cache was asked to include in the attempt's snapshot (one absent from
+        the snapshot then is a key the KVS does not have, not a key nobody asked for)."""
+        self._requested.setdefault(attempt, set()).update(keys)
+
+    def was_requested(self, attempt: str, key: str) -> bool:
+        return key in self._requested.get(attempt, ())
 
     def keys(self, attempt: str) -> List[str]:
         return sorted(self._attempts.get(attempt, {}))
@@ -67,6 +76,7 @@ class TempStore:
 
     def release(self, attempt: str) -> bool:
         self._expires.pop(attempt, None)
+        self._requested.pop(attempt, None)
         return self._attempts.pop(attempt, None) is not None
 
     def expire(self, now: float) -> List[str]:

@@ -131,3 +131,50 @@ def test_a_dependency_that_never_arrives_times_out_naming_the_stage(cluster, pro
     with pytest.raises(cloudburst.errors.Timeout, match=f"local cut update.*{p}a"):
         client.call("ident", Reference(f"{p}b"), consistency="causal", protocol=protocol,
                     timeout=1.0).get(timeout=10)
+
+
+@pytest.mark.parametrize("protocol", ["ct", "opt", pytest.param("con", marks=pytest.mark.xfail(
+    reason="known bug: CON with run-time reads shows non-repeatable reads in ~5% of calls "
+           "(two functions on different caches bind different versions of a key); CON with "
+           "known read sets shows none (test_every_protocol_reads_snapshots...)",
+    strict=False)), "hb"])
+def test_unknown_read_sets_are_explored_and_stay_snapshots(cluster, protocol):
+    """Functions read keys named only at run time (lib.get), so the scheduler knows no read
+    set; the protocols explore it (4.3.6) and every read set is still a snapshot."""
+    from hydrocache.history import lookup_step, lookup_write_step
+    client = cluster.client()
+    client.register(lookup_step, "l1")
+    client.register(lookup_step, "l2")
+    client.register(lookup_write_step, "lw")
+    client.register_dag("lookup", ["l1", "l2", "lw"], [("l1", "l2"), ("l2", "lw")])
+    prefix = f"u-{protocol}-{uuid.uuid4().hex[:4]}/"
+    for i in range(KEYS):
+        client.put(f"{prefix}{i}", initial_value(f"{prefix}{i}"), consistency="causal")
+    history, errors = [], []
+    lock = threading.Lock()
+
+    def client_thread(t: int) -> None:
+        rng = random.Random(t)
+        c = cluster.client()
+        for n in range(15):
+            ks = zipf_keys(rng, prefix, 6)
+            args = {"l1": ks[0:2], "l2": ks[2:4], "lw": ks[4:6] + [rng.randrange(1000)]}
+            try:
+                result = c.call_dag("lookup", args, consistency="causal", protocol=protocol,
+                                    timeout=20).get(timeout=25)
+            except cloudburst.errors.Aborted as e:
+                with lock:
+                    errors.append(str(e))
+                continue
+            with lock:
+                history.append(transaction(result, f"{t}/{n}"))
+
+    threads = [threading.Thread(target=client_thread, args=(t,)) for t in range(3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(120)
+    assert check(history) == []
+    assert len(history) >= 30, errors[:3]
+    # every function really read through lib.get (6 keys per call)
+    assert all(len(t.reads) == 6 for t in history)
