@@ -581,7 +581,8 @@ class HydroCacheService:
     # ---- CT / CON: CAUSAL_READ ----
     def _read_inline(self, req: pb.CacheRequest) -> bool:
         with self._lock:
-            if req.attempt_id not in self.temp:
+            if req.attempt_id not in self.temp or not all(
+                    self.temp.was_requested(req.attempt_id, k) for k in req.keys):
                 return False
             views = {k: self.temp.view(req.attempt_id, k) for k in req.keys}
         if any(v is None for v in views.values()):
@@ -618,10 +619,12 @@ class HydroCacheService:
         with self._lock:
             views = {k: self.temp.view(attempt, k) for k in req.keys}
             present = set(self.temp.keys(attempt))
-            # absent and asked for: the KVS has no such key; absent and never asked for
-            # (another function's key, or one read at run time): outside this snapshot
-            outside = [k for k, v in views.items()
-                       if v is None and not self.temp.was_requested(attempt, k)]
+            # only keys this cache was asked to bind are read from the snapshot: the others
+            # may be kept here as part of some S_i (Algorithm 9) without having been
+            # reconciled with the union S (Algorithm 10 fetches only what each R_i needs).
+            # Absent and asked for: the KVS has no such key. Never asked for (another
+            # function's key, or one read at run time): outside this snapshot.
+            outside = [k for k in views if not self.temp.was_requested(attempt, k)]
         if outside:
             admitted = self._explore(state, attempt, outside, present, deadline, expires) \
                 if req.explore else None

@@ -133,11 +133,7 @@ def test_a_dependency_that_never_arrives_times_out_naming_the_stage(cluster, pro
                     timeout=1.0).get(timeout=10)
 
 
-@pytest.mark.parametrize("protocol", ["ct", "opt", pytest.param("con", marks=pytest.mark.xfail(
-    reason="known bug: CON with run-time reads shows non-repeatable reads in ~5% of calls "
-           "(two functions on different caches bind different versions of a key); CON with "
-           "known read sets shows none (test_every_protocol_reads_snapshots...)",
-    strict=False)), "hb"])
+@pytest.mark.parametrize("protocol", ["ct", "opt", "con", "hb"])
 def test_unknown_read_sets_are_explored_and_stay_snapshots(cluster, protocol):
     """Functions read keys named only at run time (lib.get), so the scheduler knows no read
     set; the protocols explore it (4.3.6) and every read set is still a snapshot."""
