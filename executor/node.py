@@ -229,7 +229,13 @@ class ExecutorNode:
             response = pb.CacheResponse(request_id=req.request_id, status=pb.EXECUTION_ERROR,
                                         message=f"node cache {self.config.node_id}: {gather.error}")
             return _send_reply(state.push, req.response_address, response, [])
-        response, frames = self._answer_get(req, gather.values)
+        try:
+            response, frames = self._answer_get(req, gather.values)
+        except Exception as e:      # never leave the worker waiting for an answer
+            log.exception("answering cache request %s failed", req.request_id)
+            response, frames = pb.CacheResponse(
+                request_id=req.request_id, status=pb.EXECUTION_ERROR,
+                message=f"node cache {self.config.node_id}: {type(e).__name__}: {e}"), []
         _send_reply(state.push, req.response_address, response, frames)
 
     def _answer_get(self, req: pb.CacheRequest, values: Dict[str, Optional[bytes]]
@@ -298,6 +304,11 @@ class ExecutorNode:
             lattice = kvs.get_lattice(key)
         except anna_core.KeyNotFound:
             return None
+        if lattice.lattice_type != anna_pb2.LWW:
+            kind = "a causal value: read it in a causal call (consistency='causal')" \
+                if lattice.lattice_type == anna_pb2.MULTI_CAUSAL else \
+                f"a {type(lattice).__name__}, not a plain value"
+            raise TypeError(f"key {key!r} holds {kind}")
         with self._lock:
             self.cache.merge(key, lattice)
             value = self.cache.get(key)

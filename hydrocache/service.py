@@ -581,6 +581,19 @@ class HydroCacheService:
     # ---- CT / CON: CAUSAL_READ ----
     def _read_inline(self, req: pb.CacheRequest) -> bool:
         with self._lock:
+            if req.attempt_id not in self.temp and req.explore:
+                # CT's first read: when the cut already holds every key of R~_DAG (and none
+                # waits for dependencies) the snapshot needs no I/O: take it here
+                wanted = set(req.dag_keys) | set(req.keys)
+                pending = self.cut.pending_keys()
+                if any(k not in self.cut or k in pending for k in wanted):
+                    return False
+                expires = self._deadline(req) + TEMP_SLACK
+                self._touch(wanted)
+                self.temp.open(req.attempt_id, expires)
+                self.temp.note_requested(req.attempt_id, wanted)
+                for key in wanted:
+                    self.temp.add(req.attempt_id, self.cut.get(key), expires)
             if req.attempt_id not in self.temp or not all(
                     self.temp.was_requested(req.attempt_id, k) for k in req.keys):
                 return False

@@ -174,3 +174,13 @@ def test_unknown_read_sets_are_explored_and_stay_snapshots(cluster, protocol):
     assert len(history) >= 30, errors[:3]
     # every function really read through lib.get (6 keys per call)
     assert all(len(t.reads) == 6 for t in history)
+
+
+def test_reading_a_causal_key_outside_a_causal_call_is_a_clear_error(cluster):
+    client = cluster.client()
+    key = f"causal-only-{uuid.uuid4().hex[:6]}"
+    client.put(key, 1, consistency="causal")
+    client.register(lambda lib, k: lib.get(k), "plain_get")
+    with pytest.raises(cloudburst.errors.ExecutionError, match="causal value"):
+        client.call("plain_get", key).get(timeout=10)
+    assert client.call("plain_get", key, consistency="causal").get(timeout=10) == 1
