@@ -31,7 +31,7 @@ from hydro_proto import cloudburst_pb2 as pb
 
 from .reference import Reference
 
-__all__ = ["KINDS", "KIND_ORDER", "FrameError", "encode", "send", "more", "parse", "PushCache", "bind_pull", "ipc_dir_of", "dumps", "dumps_function", "loads",
+__all__ = ["KINDS", "KIND_ORDER", "FrameError", "encode", "send", "send_with_frames", "more", "parse", "PushCache", "bind_pull", "ipc_dir_of", "dumps", "dumps_function", "loads",
            "encode_args", "decode_arg", "references_of", "announce_ready", "READY_PREFIX",
            "configure_logging", "pb"]
 
@@ -73,6 +73,25 @@ def send(socket: zmq.Socket, kind: str, message: Any) -> bool:
         socket.send(encode(kind, message), flags=zmq.NOBLOCK, copy=True)
         return True
     except zmq.Again:
+        return False
+
+
+ZERO_COPY_BYTES = 64 * 1024
+
+
+def send_with_frames(push: "PushCache", address: str, kind: str, message: Any,
+                     frames: Sequence[Any] = ()) -> bool:
+    """One multi-frame message without blocking: the kind-coded message, then `frames` as
+    they are (large ones handed to ZeroMQ without a copy, never copied into a protobuf).
+    False (and a warning) if the peer is not accepting."""
+    out = [encode(kind, message), *frames]
+    zero_copy = any(len(f) >= ZERO_COPY_BYTES for f in frames)
+    try:
+        push.socket(address).send_multipart(out, flags=zmq.NOBLOCK, copy=not zero_copy)
+        return True
+    except zmq.Again:
+        logging.getLogger("cloudburst.wire").warning(
+            "dropped a %s message to %s (peer not accepting)", kind, address)
         return False
 
 

@@ -32,7 +32,7 @@ import zmq
 import anna_core
 from anna_core.wire import MonotoneClock, tuple_to_lattice
 from cloudburst._proc import ManagedProcess, stop_all, wait_all_ready
-from cloudburst._wire import FrameError, PushCache, bind_pull, encode, more, parse
+from cloudburst._wire import FrameError, PushCache, bind_pull, more, parse, send_with_frames
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
 
@@ -47,19 +47,10 @@ __all__ = ["ExecutorNode"]
 log = logging.getLogger("cloudburst.node")
 
 
-_ZERO_COPY_BYTES = 64 * 1024
-
-
 def _send_reply(push: PushCache, address: str, response: pb.CacheResponse,
                 values: List[bytes]) -> None:
-    """A `cache_reply`: the response, then each found value as its own frame (large values are
-    handed to ZeroMQ without a copy, and never copied into a protobuf)."""
-    frames = [encode("cache_reply", response), *values]
-    zero_copy = any(len(v) >= _ZERO_COPY_BYTES for v in values)
-    try:
-        push.socket(address).send_multipart(frames, flags=zmq.NOBLOCK, copy=not zero_copy)
-    except zmq.Again:
-        log.warning("dropped a cache reply to %s (peer not accepting)", address)
+    """A `cache_reply`: the response, then each found value as its own frame."""
+    send_with_frames(push, address, "cache_reply", response, values)
 
 
 class _Gather:

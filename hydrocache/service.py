@@ -47,7 +47,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set,
 import zmq
 
 import anna_core
-from cloudburst._wire import PushCache, bind_pull, encode, parse
+from cloudburst._wire import PushCache, bind_pull, parse, send_with_frames
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
 
@@ -66,7 +66,6 @@ __all__ = ["HydroCacheService", "StageTimeout", "NotCausal"]
 
 log = logging.getLogger("hydrocache.service")
 
-_ZERO_COPY_BYTES = 64 * 1024
 DEFAULT_TIMEOUT = 10.0
 TEMP_SLACK = 30.0          # seconds temporary versions outlive their requester's deadline
 
@@ -85,16 +84,8 @@ class NotCausal(Exception):
 
 def _send(push: PushCache, address: str, response: pb.CacheResponse,
           frames: Sequence[Any] = ()) -> None:
-    if not address:
-        return
-    out = [encode("cache_reply", response), *frames]
-    zero_copy = any(len(f) >= _ZERO_COPY_BYTES for f in frames)
-    try:
-        push.socket(address).send_multipart(out, flags=zmq.NOBLOCK, copy=not zero_copy)
-    except zmq.Again:
-        log.warning("dropped a cache reply to %s (peer not accepting)", address)
-
-
+    if address:
+        send_with_frames(push, address, "cache_reply", response, frames)
 
 
 class _ThreadState(threading.local):
