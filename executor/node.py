@@ -10,7 +10,12 @@ Contract:
   LWW lattice with this node's timestamp) and merged into the cache before it is acknowledged.
   A reply carries each value as its own ZeroMQ frame after the response (no protobuf copy).
   The missing keys of one GET are fetched in parallel (one fetch-thread task per key).
-  Anna errors reach the worker as a failed `CacheResponse` naming the key.
+  Anna errors reach the worker as a failed `CacheResponse` naming the key; an LWW read of a
+  causal key is an error saying so. A large value a worker already holds (same tag) is not
+  resent (`executor/copies.py`).
+- Causal keys and every CAUSAL_* operation belong to HydroCache (`hydrocache/service.py`):
+  the node hands it those requests and Anna's pushed MULTI_CAUSAL values, and sweeps it
+  (temporary versions, capacity) every `heartbeat_period`.
 - Every `heartbeat_period` the node reports its key set to every scheduler (when it changed,
   and at least every 10 periods).
 - A worker process that exits is logged; the schedulers drop it when its heartbeats stop.
