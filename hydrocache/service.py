@@ -248,6 +248,8 @@ class HydroCacheService:
                 return
             if op == pb.CAUSAL_READ and not req.refresh and self._read_inline(req):
                 return
+            if op == pb.CAUSAL_SNAPSHOT and self._snapshot_inline(req):
+                return
         except Exception as e:
             return self._fail(self._push, req, e)
         handler = {pb.CAUSAL_BIND: self._bind, pb.CAUSAL_READ: self._read,
@@ -660,9 +662,22 @@ class HydroCacheService:
         return out
 
     # ---- CON / HB: CAUSAL_SNAPSHOT, CAUSAL_FETCH ----
-    def _snapshot(self, req: pb.CacheRequest, state: _ThreadState):
+    def _snapshot_inline(self, req: pb.CacheRequest) -> bool:
+        """Algorithm 9 on the loop thread when every key is already in the cut."""
+        with self._lock:
+            pending = self.cut.pending_keys()
+            if any(k not in self.cut or k in pending for k in req.keys):
+                return False
+        response, frames = self._snapshot(req, None)
+        response.request_id = req.request_id
+        response.responder = self.address
+        _send(self._push, req.response_address, response, frames)
+        return True
+
+    def _snapshot(self, req: pb.CacheRequest, state: Optional[_ThreadState]):
         deadline = self._deadline(req)
-        self.ensure(state, list(req.keys), deadline)
+        if state is not None:
+            self.ensure(state, list(req.keys), deadline)
         expires = deadline + TEMP_SLACK
         response = pb.CacheResponse()
         with self._lock:
