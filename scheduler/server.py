@@ -383,6 +383,11 @@ class Scheduler:
         coordinator.versions = versions           # type: ignore[attr-defined]
         self._causal[call.request_id] = coordinator
         self._causal_calls[call.request_id] = call
+        # the call loads its workers from now on, not only once an attempt starts (CON and
+        # HB coordinate first): a reservation under the caller's id until the first attempt
+        self._attempt_of[call.request_id] = call.request_id
+        self.table.start_call(CallRecord(call.request_id, dag.name, dict(placement),
+                                         call.response_address, now + timeout + 5))
         self._apply(coordinator, coordinator.start(now))
 
     def _apply(self, coordinator: CausalCall, actions: Any) -> None:
@@ -415,6 +420,7 @@ class Scheduler:
     def _start_attempt(self, coordinator: CausalCall, call: Any, action: StartAttempt) -> None:
         if call is None:
             return
+        self.table.finish_call(coordinator.call_id)   # the reservation: the attempt carries it
         attempt = pb.Call()
         attempt.CopyFrom(call)
         attempt.request_id = action.attempt_id
@@ -443,6 +449,8 @@ class Scheduler:
         cid = coordinator.call_id
         self._causal.pop(cid, None)
         self._causal_calls.pop(cid, None)
+        self._attempt_of.pop(cid, None)
+        self.table.finish_call(cid)
         for aid in coordinator.attempts:
             self._attempt_of.pop(aid, None)
             self.table.finish_call(aid)

@@ -184,3 +184,22 @@ def test_reading_a_causal_key_outside_a_causal_call_is_a_clear_error(cluster):
     with pytest.raises(cloudburst.errors.ExecutionError, match="causal value"):
         client.call("plain_get", key).get(timeout=10)
     assert client.call("plain_get", key, consistency="causal").get(timeout=10) == 1
+
+
+def test_con_calls_load_their_workers_while_their_snapshot_is_built(cluster):
+    """Concurrent CON calls spread over idle workers: a call counts as load from placement on,
+    not only once its snapshot is ready (then every call would pick the same idle worker)."""
+    client = cluster.client()
+    key = f"load-{uuid.uuid4().hex[:6]}"
+    client.put(key, 0, consistency="causal")
+
+    def busy(lib, x):
+        import time
+        time.sleep(0.3)          # the workload: keep the worker busy
+        return lib.getid()
+
+    client.register(busy, "busy")
+    futures = [client.call("busy", Reference(key), consistency="causal", protocol="con")
+               for _ in range(4)]
+    workers = [f.get(timeout=20) for f in futures]
+    assert len(set(workers)) == 4, workers
