@@ -10,9 +10,10 @@ Contract:
 - `ValueTags(min_bytes)` (node cache side): `tag(obj, size)` returns a tag for a value object
   of `size` bytes, or "" below `min_bytes` (small values are cheaper to resend). A tag names
   one immutable value object: the same object always gets the same tag, a different object a
-  different one (tags never repeat within a process: an epoch plus a counter). At most
-  `capacity` objects are remembered; a forgotten object gets a new tag (the worker then
-  receives it once more, which is only slower).
+  different one (tags never repeat within a process: an epoch plus a counter). Remembering
+  an object keeps it alive (so its id cannot be reused), so at most `capacity` objects and
+  `max_bytes` of them are remembered, least recently tagged first out; a forgotten object
+  gets a new tag (the worker then receives it once more, which is only slower).
 - `LocalCopies(max_bytes)` (worker side): `have(keys)` -> {key: tag} to send;
   `use(key, tag, unchanged, values)` returns the values to hand out: the kept copy when
   `unchanged`, else `values`, which are kept when tagged. Least recently used copies are
@@ -30,13 +31,17 @@ __all__ = ["ValueTags", "LocalCopies"]
 class ValueTags:
     """Tags for large value objects served by a node cache; see the module contract."""
 
-    def __init__(self, min_bytes: int = 64 * 1024, capacity: int = 4096) -> None:
+    def __init__(self, min_bytes: int = 64 * 1024, capacity: int = 4096,
+                 max_bytes: int = 512 << 20) -> None:
         self.min_bytes = min_bytes
         self.capacity = capacity
+        self.max_bytes = max_bytes
+        self._bytes = 0
         self._epoch = uuid.uuid4().hex[:8]
         self._seq = 0
-        # id(obj) -> (tag, obj): holding obj keeps its id from being reused while remembered
-        self._tags: "collections.OrderedDict[int, Tuple[str, Any]]" = collections.OrderedDict()
+        # id(obj) -> (tag, obj, size): holding obj keeps its id from being reused
+        self._tags: "collections.OrderedDict[int, Tuple[str, Any, int]]" = \
+            collections.OrderedDict()
 
     def tag(self, obj: Any, size: int) -> str:
         if size < self.min_bytes:
@@ -47,9 +52,12 @@ class ValueTags:
             return known[0]
         self._seq += 1
         tag = f"{self._epoch}-{self._seq}"
-        self._tags[id(obj)] = (tag, obj)
-        while len(self._tags) > self.capacity:
-            self._tags.popitem(last=False)
+        self._tags[id(obj)] = (tag, obj, size)
+        self._bytes += size
+        while len(self._tags) > self.capacity or (self._bytes > self.max_bytes
+                                                   and len(self._tags) > 1):
+            _, (_, _, dropped) = self._tags.popitem(last=False)
+            self._bytes -= dropped
         return tag
 
 

@@ -24,3 +24,12 @@ def test_worker_copies_are_used_when_unchanged_and_bounded():
     copies.use("j", "t3", False, [b"w" * 20])                 # over 25 bytes: k is dropped
     assert copies.have(["k", "j"]) == {"j": "t3"}
     assert copies.use("small", "", False, [b"s"]) == [b"s"] and "small" not in copies.have(["small"])
+
+
+def test_tags_remember_a_bounded_number_of_bytes():
+    tags = ValueTags(min_bytes=1, capacity=100, max_bytes=50)
+    a, b, c = b"a" * 30, b"b" * 30, b"c" * 30
+    ta = tags.tag(a, 30)
+    tags.tag(b, 30)                       # 60 bytes > 50: a is forgotten (no longer kept alive)
+    assert tags._bytes == 30 and tags.tag(a, 30) != ta
+    assert tags.tag(c, 30) and tags._bytes <= 50
