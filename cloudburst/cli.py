@@ -38,15 +38,34 @@ def _local(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    with LocalCluster(executor_nodes=1, executors_per_node=2, log_level=args.log_level) as cluster:
+    from .reference import Reference
+    with LocalCluster(executor_nodes=2, executors_per_node=1, colocate_chains=False,
+                      log_level=args.log_level) as cluster:
         client = cluster.client()
-        print(f"local cluster up; scheduler at {cluster.address}")
+        print(f"local cluster up (2 executor nodes); scheduler at {cluster.address}")
         client.register(lambda lib, x: x + 1, "increment")
         client.register(lambda lib, x: x * x, "square")
         client.register_dag("increment_square", ["increment", "square"], [("increment", "square")])
         value = client.call_dag("increment_square", {"increment": [3]}).get(timeout=10)
         print(f"call_dag('increment_square', {{'increment': [3]}}) -> {value}")
         assert value == 16, value
+        # the same DAG under transactional causal consistency (HydroCache, protocol HB),
+        # reading a causal key and writing the result atomically at the sink
+        client.put("demo/x", 4, consistency="causal")
+
+        def store(lib, x):
+            lib.put("demo/result", x)
+            return x
+
+        client.register(store, "store")
+        client.register_dag("increment_store", ["increment", "store"], [("increment", "store")])
+        future = client.call_dag("increment_store", {"increment": [Reference("demo/x")]},
+                                 consistency="causal")
+        value = future.get(timeout=10)
+        stored = client.get("demo/result", consistency="causal")
+        print(f"causal call_dag('increment_store', x=4) -> {value}, stored {stored} "
+              f"(protocol {future.causal.protocol}, read {sorted(future.causal.read_set)})")
+        assert value == 5 and stored == 5, (value, stored)
     print("demo done; cluster stopped")
     return 0
 
@@ -61,7 +80,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     local.add_argument("--schedulers", type=int, default=1)
     local.add_argument("--log-level", default="warning")
     local.set_defaults(run=_local)
-    demo = sub.add_parser("demo", help="run increment -> square on a fresh local cluster")
+    demo = sub.add_parser("demo", help="run increment -> square, then a causal DAG, on a fresh "
+                                       "local cluster")
     demo.add_argument("--log-level", default="warning")
     demo.set_defaults(run=_demo)
     args = parser.parse_args(argv)

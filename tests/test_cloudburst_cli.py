@@ -51,3 +51,4 @@ def test_cloudburst_demo():
                          text=True, env=_env(), cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "-> 16" in out.stdout
+    assert "causal call_dag('increment_store', x=4) -> 5, stored 5" in out.stdout
