@@ -56,7 +56,7 @@ from executor.copies import ValueTags
 
 from .cut import StrictCausalCut
 from .gc import collect
-from .vclock import merge
+from .vclock import merge, supersedes
 from .protocols import (create_snapshot, finish_linear, parallel_flow, parallel_stale,
                         plan_linear)
 from .temp import TempStore
@@ -196,34 +196,43 @@ class HydroCacheService:
     # ---- inputs from the node's loop ----
     def on_update(self, key: str, lattice: Any) -> None:
         """A version pushed by Anna (refresh): offered to the cut like a fetched one."""
-        version = Version.from_lattice(key, lattice)
-        with self._changed:
-            if key not in self.cut and key not in self.cut.pending_keys() \
+        with self._lock:
+            base = self.cut.get(key)
+            if base is not None and supersedes(base.vc, lattice.vector_clock):
+                return      # nothing new (e.g. this cache's own commit, pushed back)
+            if base is None and key not in self.cut.pending_keys() \
                     and key not in self.cut.missing():
                 return      # evicted since it was subscribed; nobody needs it now
-            update = self.cut.offer(self._collected(version))
-            self._account(update.exposed)
+        version = self._collected(Version.from_lattice(key, lattice))
+        with self._changed:
+            self._account(self.cut.offer(version).exposed)
             self._changed.notify_all()
-            catch_up = update.missing and not self._catching_up
+            # dependencies this cache never read are not pushed to it: fetch them, or the
+            # key would keep showing its old version until someone reads them (the others
+            # arrive with Anna's next pushes)
+            unknown = [d for d in version.deps if d not in self.cut
+                       and d not in self.cut.pending_keys()] if key in self.cut.pending_keys() \
+                else []
+            catch_up = bool(unknown) and not self._catching_up
             if catch_up:
                 self._catching_up = True
         if catch_up:
-            # a pushed version waits for dependencies this cache never read: fetch them, or
-            # the key would keep showing its old version until someone reads them
-            self._submit(self._catch_up)
+            self._submit(self._catch_up, unknown)
 
-    def _catch_up(self) -> None:
+    def _catch_up(self, keys: List[str]) -> None:
         state = self._state()
         try:
             for _ in range(10):                       # bounded: dependencies of dependencies
-                with self._lock:
-                    missing = list(self.cut.missing())
-                if not missing:
-                    return
-                for dep in missing:
+                for dep in keys:
                     v = self._fetch_anna(state, dep)
                     if v is not None:
                         self._offer(v)
+                with self._lock:
+                    pending = self.cut.pending_keys()
+                    keys = [d for d in self.cut.missing()
+                            if d not in self.cut and d not in pending]
+                if not keys:
+                    return
         except Exception as e:
             log.warning("fetching dependencies of pushed versions failed: %s", e)
         finally:
