@@ -43,11 +43,11 @@ class CacheClient:
         req = pb.CacheRequest(op=pb.CACHE_GET, keys=keys)
         req.have.update(self.copies.have(keys))
         response, frames = self._request(pb.CACHE_GET, keys, [], req)
-        values = self._values(response, frames, req)
+        values = self._values(response, frames)
         return {e.key: (values[e.key][0] if e.found else None) for e in response.entries}
 
-    def _values(self, response: pb.CacheResponse, frames: List[memoryview],
-                req: pb.CacheRequest) -> Dict[str, List[memoryview]]:
+    def _values(self, response: pb.CacheResponse, frames: List[memoryview]
+                ) -> Dict[str, List[memoryview]]:
         """Each found entry's values: its frames, or the worker's copy when `unchanged`
         (copies are taken before new ones are stored, so none is dropped in between)."""
         out: Dict[str, List[memoryview]] = {}
@@ -82,7 +82,7 @@ class CacheClient:
         request.have.update(self.copies.have(request.keys))
         response, frames = self._request(request.op, list(request.keys), [], request,
                                          timeout=timeout)
-        values = self._values(response, frames, request)
+        values = self._values(response, frames)
         return response, {e.key: (dict(e.version.vc), values[e.key],
                                   {d.key: dict(d.vc) for d in e.deps})
                           for e in response.entries if e.found}
