@@ -265,16 +265,9 @@ class Scheduler:
                               f"arguments given for {unknown}, which are not in DAG {dag.name!r}")
         if call.consistency == pb.CAUSAL:
             return self._causal_call(call, dag, versions, concurrent, neighbours)
-        try:
-            placement = choose_executors(
-                dag.functions, references_by_function(call), self.table.live(),
-                self.table.node_keys(), self._rng,
-                busy_outstanding=self.config.busy_outstanding,
-                busy_utilization=self.config.busy_utilization,
-                concurrent_with=concurrent if self.config.colocate_chains else None,
-                neighbours=neighbours if self.config.colocate_chains else None)
-        except NoResources as e:
-            return self._fail(call, pb.NO_RESOURCES, f"{dag.name}: {e}")
+        placement = self._place(call, dag, choose_executors, concurrent, neighbours)
+        if placement is None:
+            return
         timeout = call.timeout if call.timeout > 0 else self.config.call_timeout
         addresses = {wid: self.table.address(wid) for wid in set(placement.values())}
         for address, schedule in build_schedules(call, dag, placement, addresses, versions,
@@ -347,6 +340,22 @@ class Scheduler:
                     self._push.send(address, "abort", pb.CallDone(call_id=record.call_id))
 
     # ---- causal calls (scheduler/causal.py has the protocols) ----
+    def _place(self, call: pb.Call, dag: Dag, place: Any, concurrent: Any,
+               neighbours: Any) -> Optional[Dict[str, str]]:
+        """function -> worker id by the policy `place`; None (and the caller told
+        NO_RESOURCES) when no worker can take the call."""
+        colocate = self.config.colocate_chains
+        try:
+            return place(dag.functions, references_by_function(call), self.table.live(),
+                         self.table.node_keys(), self._rng,
+                         busy_outstanding=self.config.busy_outstanding,
+                         busy_utilization=self.config.busy_utilization,
+                         concurrent_with=concurrent if colocate else None,
+                         neighbours=neighbours if colocate else None)
+        except NoResources as e:
+            self._fail(call, pb.NO_RESOURCES, f"{dag.name}: {e}")
+            return None
+
     def _causal_call(self, call: pb.Call, dag: Dag, versions: Dict[str, str],
                      concurrent: Any, neighbours: Any) -> None:
         if call.request_id in self._causal:
@@ -355,15 +364,9 @@ class Scheduler:
         place = choose_one_node if call.protocol == pb.CT else choose_executors
         if concurrent is None and len(dag.functions) > 1:
             concurrent, neighbours = dag_relations(dag)
-        try:
-            placement = place(
-                dag.functions, references, self.table.live(), self.table.node_keys(), self._rng,
-                busy_outstanding=self.config.busy_outstanding,
-                busy_utilization=self.config.busy_utilization,
-                concurrent_with=concurrent if self.config.colocate_chains else None,
-                neighbours=neighbours if self.config.colocate_chains else None)
-        except NoResources as e:
-            return self._fail(call, pb.NO_RESOURCES, f"{dag.name}: {e}")
+        placement = self._place(call, dag, place, concurrent, neighbours)
+        if placement is None:
+            return
         caches: Dict[str, str] = {}
         for fn, wid in placement.items():
             cache = self.table.cache_address(wid)
