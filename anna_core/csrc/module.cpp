@@ -10,13 +10,15 @@ void bind_hash_ring(py::module_& m);
 void bind_node(py::module_& m);
 void bind_kernel_bench(py::module_& m);
 void bind_loadgen(py::module_& m);
+void bind_worker_core(py::module_& m);
 }  // namespace anna
 
 PYBIND11_MODULE(_core, m) {
-  m.doc() = "Anna KVS kernel: lattices, placement, worker nodes and native benchmarks.";
+  m.doc() = "Anna KVS kernel: lattices, placement, the sans-I/O worker, worker nodes and native benchmarks.";
   anna::bind_lattices(m);
   anna::bind_hash_ring(m);
   anna::bind_node(m);
   anna::bind_kernel_bench(m);
   anna::bind_loadgen(m);
+  anna::bind_worker_core(m);
 }
