@@ -52,7 +52,7 @@ def _cmd_local(args: argparse.Namespace) -> int:
                 print(f"anna local: node(s) {', '.join(dead)} exited; stopping",
                       file=sys.stderr, flush=True)
                 for n in dead:
-                    tail = cluster.stderr_tail(n)
+                    tail = cluster.log_tail(n)
                     if tail:
                         print(f"--- {n} stderr ---\n{tail}", file=sys.stderr, flush=True)
                 return 1

@@ -30,11 +30,13 @@ from google.protobuf.message import DecodeError
 
 from hydro_proto import anna_pb2
 
+from runtime.sockets import PushCache, bind_pull
+
 from . import _core
 from .config import Replication
 from .errors import (AnnaError, KeyNotFound, LatticeTypeMismatch, MalformedRequest, NoNodes,
                      Timeout, error_from_code)
-from .wire import MonotoneClock, PushCache, bind_pull, lattice_to_tuple, tuple_to_lattice
+from .wire import MonotoneClock, lattice_to_tuple, tuple_to_lattice
 
 __all__ = ["Client", "Subscription", "Update"]
 
@@ -177,7 +179,7 @@ class Client:
         self._own_context = context is None
         self._context = context or zmq.Context()
         self._pull, self.response_address = bind_pull(self._context, ip)
-        self._push = PushCache(self._context)
+        self._push = PushCache(self._context, sndhwm=10000, linger_ms=0)
         self._addresses: Dict[Tuple[str, bool], List[str]] = {}
         self._clock = MonotoneClock()
         self._id_prefix = uuid.uuid4().hex[:12]

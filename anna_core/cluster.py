@@ -5,9 +5,10 @@ Contract:
   (`sys.executable -m anna_core.routing`) and then the KVS nodes
   (`sys.executable -m anna_core.node`): `nodes` memory-tier nodes with `memory_threads`
   threads each and, if `disk_threads > 0`, `nodes` disk-tier nodes with `disk_threads` threads.
-  Every process binds `tcp://127.0.0.1:*` and reports its bound addresses in a ready file;
-  `start()` returns when every process is ready, or raises `StartupError` naming the process
-  and quoting the tail of its stderr (exit, or no readiness before `startup_timeout`).
+  Every process binds `tcp://127.0.0.1:*` and announces its bound addresses to the launcher
+  (`runtime.process`); `start()` returns when every process is ready, or raises
+  `StartupError` naming the process and quoting the tail of its log (exit, or no readiness
+  before `startup_timeout`). Each process logs to `<log_dir>/<name>.log`.
 - Node ids are stable ("memory-0", "disk-0", ...), and a disk node keeps its data under
   `<data_dir>/<node_id>/<thread_id>` (the kernel's layout), so a new cluster with the same
   shape on the same `data_dir` finds the same data.
@@ -25,134 +26,22 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
-import time
 import weakref
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional
+
+from runtime.process import ManagedProcess, StartupError, stop_all, wait_all_ready
 
 from .client import Client
 from .config import DISK, MEMORY, ClusterConfig, NodeConfig, Replication, RoutingConfig
-from .errors import StartupError
 
-__all__ = ["LocalCluster", "ManagedProcess"]
-
-_PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+__all__ = ["LocalCluster"]
 
 
-@dataclass
-class ManagedProcess:
-    """One child process of a LocalCluster and where its output goes."""
-
-    name: str
-    argv: List[str]
-    log_dir: str
-    proc: Optional[subprocess.Popen] = None
-    info: Dict[str, Any] = field(default_factory=dict)
-    node_config: Optional[NodeConfig] = None
-    starts: int = 0
-
-    @property
-    def stderr_path(self) -> str:
-        return os.path.join(self.log_dir, f"{self.name}.{self.starts}.stderr")
-
-    @property
-    def stdout_path(self) -> str:
-        return os.path.join(self.log_dir, f"{self.name}.{self.starts}.stdout")
-
-    @property
-    def ready_path(self) -> str:
-        return os.path.join(self.log_dir, f"{self.name}.{self.starts}.ready")
-
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def spawn(self) -> None:
-        """Start the process (its ready file is new for every start)."""
-        self.starts += 1
-        self.info = {}
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH")) if p)
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        argv = self.argv + ["--ready-file", self.ready_path, "--parent-pid", str(os.getpid())]
-        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                         env=env, start_new_session=True)
-
-    def stderr_tail(self, lines: int = 20) -> str:
-        """The last lines the process wrote to stderr."""
-        try:
-            with open(self.stderr_path, errors="replace") as f:
-                return "".join(f.readlines()[-lines:]).rstrip()
-        except OSError:
-            return ""
-
-    def poll_ready(self) -> bool:
-        """True once the ready file is there (and read into `info`)."""
-        if self.info:
-            return True
-        try:
-            with open(self.ready_path) as f:
-                self.info = json.load(f)
-        except (OSError, ValueError):
-            return False
-        return True
-
-    def signal(self, signum: int) -> None:
-        if self.running:
-            try:
-                self.proc.send_signal(signum)
-            except ProcessLookupError:
-                pass
-
-
-def _wait_ready(processes: Sequence[ManagedProcess], timeout: float) -> None:
-    """Poll until every process has written its ready file; StartupError otherwise."""
-    deadline = time.monotonic() + timeout
-    waiting = list(processes)
-    while waiting:
-        for p in list(waiting):
-            if p.poll_ready():
-                waiting.remove(p)
-            elif not p.running:
-                code = p.proc.returncode if p.proc else None
-                raise StartupError(
-                    f"{p.name} exited with status {code} before it was ready; stderr:\n"
-                    f"{p.stderr_tail() or '(empty)'}", address=p.name)
-        if not waiting:
-            return
-        if time.monotonic() >= deadline:
-            p = waiting[0]
-            raise StartupError(
-                f"{p.name} not ready within {timeout:.3g} s; stderr:\n"
-                f"{p.stderr_tail() or '(empty)'}", address=p.name)
-        time.sleep(0.02)  # polling a file for a condition, with the deadline above
-
-
-def _stop_processes(processes: Sequence[ManagedProcess], timeout: float) -> None:
-    for p in processes:
-        p.signal(signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    for p in processes:
-        if p.proc is None:
-            continue
-        try:
-            p.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.proc.kill()
-            p.proc.wait(timeout=5)
-
-
-def _kill_all(procs: List[subprocess.Popen], tmp: str) -> None:
+def _kill_all(processes: List[ManagedProcess], tmp: str) -> None:
     """Last-resort cleanup when a LocalCluster is garbage-collected without stop()."""
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    stop_all(processes, timeout=0.0)
     shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -187,8 +76,9 @@ class LocalCluster:
         self._routing: Optional[ManagedProcess] = None
         self._nodes: Dict[str, ManagedProcess] = {}
         self._clients: List[Client] = []
-        self._popen: List[subprocess.Popen] = []
-        self._finalizer = weakref.finalize(self, _kill_all, self._popen, self._tmp)
+        self._node_configs: Dict[str, NodeConfig] = {}
+        self._processes: List[ManagedProcess] = []
+        self._finalizer = weakref.finalize(self, _kill_all, self._processes, self._tmp)
         self.started = False
         self.stopped = False
 
@@ -210,10 +100,11 @@ class LocalCluster:
                             json.dumps({"ip": routing.ip, "port": 0,
                                         "default_replication": list(routing.default_replication.as_tuple()),
                                         "vnodes": routing.vnodes,
-                                        "log_level": routing.log_level})],
+                                        "log_level": routing.log_level}),
+                            "--parent-pid", str(os.getpid())],
                 self.log_dir)
             self._spawn(self._routing)
-            _wait_ready([self._routing], self.config.startup_timeout)
+            wait_all_ready([self._routing], self.config.startup_timeout)
             self.routing_address = self._routing.info["address"]
             new = []
             for i in range(self.config.memory_nodes):
@@ -222,7 +113,7 @@ class LocalCluster:
                 new.append(self._make_node(DISK, i, self.config.disk_threads))
             for p in new:
                 self._spawn(p)
-            _wait_ready(new, self.config.startup_timeout)
+            wait_all_ready(new, self.config.startup_timeout)
         except BaseException:
             self.stop()
             raise
@@ -233,9 +124,9 @@ class LocalCluster:
         for c in self._clients:
             c.close()
         self._clients.clear()
-        _stop_processes(list(self._nodes.values()), self.config.stop_timeout)
+        stop_all(list(self._nodes.values()), self.config.stop_timeout)
         if self._routing is not None:
-            _stop_processes([self._routing], self.config.stop_timeout)
+            stop_all([self._routing], self.config.stop_timeout)
         self.started = False
         self.stopped = True
         self._finalizer.detach()
@@ -267,21 +158,21 @@ class LocalCluster:
         """The request addresses of one node's workers, or of every running node's."""
         if node_id is not None:
             return list(self._node(node_id).info.get("worker_addresses", []))
-        return [a for p in self._nodes.values() if p.running
+        return [a for p in self._nodes.values() if p.running()
                 for a in p.info.get("worker_addresses", [])]
 
     def tier_of(self, node_id: str) -> str:
         """"memory" or "disk"."""
-        return self._node(node_id).node_config.tier
+        return self._node_configs[node_id].tier
 
     def is_running(self, node_id: str) -> bool:
         """Whether the node's process is alive."""
-        return self._node(node_id).running
+        return self._node(node_id).running()
 
-    def stderr_tail(self, name: str, lines: int = 20) -> str:
-        """The last stderr lines of "routing" or a node id (for diagnostics)."""
+    def log_tail(self, name: str, lines: int = 20) -> str:
+        """The last log lines of "routing" or a node id (for diagnostics)."""
         p = self._routing if name == "routing" else self._node(name)
-        return p.stderr_tail(lines) if p else ""
+        return p.log_tail(lines) if p else ""
 
     # ---- changing nodes -------------------------------------------------------------------
 
@@ -293,15 +184,15 @@ class LocalCluster:
             if p.proc is not None:
                 p.proc.wait(timeout=self.config.stop_timeout)
         else:
-            _stop_processes([p], self.config.stop_timeout)
+            stop_all([p], self.config.stop_timeout)
 
     def start_node(self, node_id: str) -> List[str]:
         """Start a stopped node again (same id, config and data); returns its new addresses."""
         p = self._node(node_id)
-        if p.running:
+        if p.running():
             raise RuntimeError(f"node {node_id} is already running")
         self._spawn(p)
-        _wait_ready([p], self.config.startup_timeout)
+        wait_all_ready([p], self.config.startup_timeout)
         return list(p.info["worker_addresses"])
 
     def restart_node(self, node_id: str, *, kill: bool = False) -> List[str]:
@@ -313,12 +204,12 @@ class LocalCluster:
         """Start one more node in `tier`; returns its id once it has joined."""
         if not self.started:
             raise RuntimeError("LocalCluster is not started")
-        index = sum(1 for p in self._nodes.values() if p.node_config.tier == tier)
+        index = sum(1 for p in self._nodes.values() if self._node_configs[p.name].tier == tier)
         if threads is None:
             threads = self.config.memory_threads if tier == MEMORY else self.config.disk_threads
         p = self._make_node(tier, index, max(1, threads))
         self._spawn(p)
-        _wait_ready([p], self.config.startup_timeout)
+        wait_all_ready([p], self.config.startup_timeout)
         return p.name
 
     # ---- internals ----------------------------------------------------------------------
@@ -338,18 +229,20 @@ class LocalCluster:
                 os.makedirs(data_dir, exist_ok=True)
             except OSError as e:
                 raise StartupError(f"{node_id}: cannot create data directory {data_dir}: {e}",
-                                   address=node_id) from None
+                                   node_id) from None
         config = NodeConfig(node_id=node_id, tier=tier, threads=threads, ip=self.config.ip,
                             data_dir=data_dir, gossip_period_ms=self.config.gossip_period_ms,
                             max_value_bytes=self.config.max_value_bytes,
                             pin_threads=self.config.effective_pin_threads(),
                             log_level=self.config.log_level)
         p = ManagedProcess(node_id, [sys.executable, "-m", "anna_core.node", "--config",
-                                     config.to_json(), "--routing", self.routing_address],
-                           self.log_dir, node_config=config)
+                                     config.to_json(), "--routing", self.routing_address,
+                                     "--parent-pid", str(os.getpid())], self.log_dir)
         self._nodes[node_id] = p
+        self._node_configs[node_id] = config
         return p
 
     def _spawn(self, p: ManagedProcess) -> None:
         p.spawn()
-        self._popen.append(p.proc)
+        if p not in self._processes:
+            self._processes.append(p)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+import runtime.process as _runtime_process
+
 __all__ = [
     "AnnaError", "KeyNotFound", "LatticeTypeMismatch", "ValueTooLarge", "UnknownLatticeType",
     "MalformedRequest", "NoNodes", "Timeout", "WrongOwner", "StoreFailed", "StartupError",
@@ -87,8 +89,9 @@ class StoreFailed(AnnaError):
     """The worker's storage (RocksDB on the disk tier) failed to read or write."""
 
 
-class StartupError(AnnaError):
-    """A local Anna process (routing or KVS node) failed to start or to become ready."""
+# A local process (routing or a KVS node) failed to start or to become ready: the runtime
+# layer's launcher raises it, for Anna's processes and Cloudburst's alike.
+StartupError = _runtime_process.StartupError
 
 
 # anna.AnnaError numbers (proto/anna.proto); kept here so this module has no dependencies.

@@ -7,7 +7,7 @@ Contract (DESIGN.md "Processes"):
    workers' addresses to routing, and wait for routing's `Membership` ack on the control
    socket. The join is re-sent every `--join-retry` seconds until `--join-timeout`; a node
    that is not acknowledged in time stops and exits with status 3.
-3. Report readiness: one `ANNA_READY {"node_id", "tier", "worker_addresses",
+3. Report readiness: one `READY {"node_id", "tier", "worker_addresses",
    "membership_version"}` line on stdout and, with `--ready-file`, the same JSON in that file.
 4. Wait for SIGTERM/SIGINT (or the parent's exit with `--parent-pid`), then `node.stop()`
    and exit 0. A node that cannot start (bad config, storage error) exits with status 2.
@@ -29,10 +29,14 @@ from google.protobuf.message import DecodeError
 
 from hydro_proto import anna_pb2
 
+from runtime.framing import send_kind
+from runtime.logs import configure_logging
+from runtime.process import announce_ready, parent_gone
+from runtime.sockets import bind_pull
+
 from . import _core
 from .config import NodeConfig, tier_number
 from .errors import Timeout
-from .wire import announce_ready, bind_pull, configure_logging, parent_gone, send_kind
 
 __all__ = ["join_cluster", "main"]
 
@@ -95,7 +99,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         with open(text[1:]) as f:
             text = f.read()
     config = NodeConfig.from_json(text)
-    configure_logging(config.log_level, f"node[{config.node_id}]")
+    configure_logging(config.log_level, f"node[{config.node_id}]", family="anna")
 
     stopping = threading.Event()
 

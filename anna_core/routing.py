@@ -2,7 +2,7 @@
 
 Contract (DESIGN.md, proto/anna.proto, dissertation 3.2.5):
 - One PULL socket bound on tcp://ip:port (port 0 = free port). Its address is reported as an
-  `ANNA_READY {"address": ...}` line on stdout and, with `--ready-file`, in that file.
+  `READY {"address": ...}` line on stdout and, with `--ready-file`, in that file.
 - Messages are [kind][payload]:
   * "join" (NodeJoin): add (or replace, same node_id) the node in the ClusterMap, bump the
     membership version, send the full `Membership` as kind "membership" to every worker's
@@ -34,10 +34,14 @@ from google.protobuf.message import DecodeError
 
 from hydro_proto import anna_pb2
 
+from runtime.framing import FrameError, split_frames
+from runtime.logs import configure_logging
+from runtime.process import announce_ready, parent_gone
+from runtime.sockets import PushCache, bind_pull
+
 from . import _core
 from .config import Replication, RoutingConfig
-from .wire import (FrameError, MonotoneClock, PushCache, announce_ready, bind_pull,
-                   configure_logging, parent_gone, split_frames)
+from .wire import MonotoneClock
 
 __all__ = ["RoutingService", "REPLICATION_PREFIX", "replication_metadata_key", "main"]
 
@@ -65,7 +69,7 @@ class RoutingService:
         self.socket, self.address = bind_pull(self.context, config.ip, config.port)
         # Answers of the KVS to routing's own metadata PUTs (single frames) land here.
         self.answers, self.answer_address = bind_pull(self.context, config.ip)
-        self.push = PushCache(self.context)
+        self.push = PushCache(self.context, sndhwm=10000, linger_ms=0)
         self.clock = MonotoneClock()
         self._request_seq = 0
         self.stopping = threading.Event()
@@ -264,7 +268,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     else:
         config = RoutingConfig(ip=args.ip, port=args.port, default_replication=args.replication,
                                vnodes=args.vnodes, log_level=args.log_level)
-    configure_logging(config.log_level, "routing")
+    configure_logging(config.log_level, "routing", family="anna")
     service = RoutingService(config)
 
     def on_signal(signum, _frame):

@@ -11,12 +11,13 @@
 - `errors`: FunctionNotFound, DagNotFound, InvalidDag, NoResources, ExecutionError, Timeout,
   ObjectNotFound, Aborted.
 """
+from runtime.values import Reference
+
 from . import errors
 from .client import CausalStats, Client, Future, Listing
 from .errors import (Aborted, CloudburstError, DagNotFound, ExecutionError, FunctionNotFound,
                      InvalidDag, NoResources, ObjectNotFound, Timeout)
 from .local import LocalCluster
-from .reference import Reference
 
 __all__ = ["Client", "Future", "Listing", "CausalStats", "LocalCluster", "Reference", "errors",
            "CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "NoResources",

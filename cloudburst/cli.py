@@ -38,7 +38,7 @@ def _local(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from .reference import Reference
+    from runtime.values import Reference
     with LocalCluster(executor_nodes=2, executors_per_node=1, colocate_chains=False,
                       log_level=args.log_level) as cluster:
         client = cluster.client()

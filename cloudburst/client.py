@@ -36,8 +36,10 @@ import zmq
 
 from hydro_proto import cloudburst_pb2 as pb
 
-from ._keys import check_user_key
-from ._wire import bind_pull, ipc_dir_of, dumps, dumps_function, encode_args, loads, more, parse, send
+from runtime.keys import check_user_key
+from runtime.framing import more, parse, send
+from runtime.sockets import bind_pull, ipc_dir_of
+from runtime.values import dumps, dumps_function, encode_args, loads
 from .errors import CloudburstError, InvalidDag, ObjectNotFound, Timeout, error_from_status
 
 __all__ = ["Client", "Future", "Listing", "CausalStats"]
@@ -152,7 +154,8 @@ class Client:
         self.timeout = float(timeout)
         self._context = zmq.Context()
         # a cluster reached over Unix sockets (LocalCluster(transport="ipc")) answers on one too
-        self._pull, self.response_address = bind_pull(self._context, ip, ipc_dir_of(address))
+        self._pull, self.response_address = bind_pull(self._context, ip,
+                                                      ipc_dir=ipc_dir_of(address))
         self._push = self._context.socket(zmq.PUSH)
         self._push.setsockopt(zmq.LINGER, 500)
         self._push.setsockopt(zmq.SNDHWM, 100000)

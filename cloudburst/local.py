@@ -20,7 +20,7 @@ import time
 import weakref
 from typing import Any, Dict, List, Optional
 
-from ._proc import ManagedProcess, StartupError, stop_all, wait_all_ready
+from runtime.process import ManagedProcess, StartupError, stop_all, wait_all_ready
 from .client import Client
 from .errors import CloudburstError
 

@@ -1,6 +1,6 @@
 """`python -m executor --config JSON`: run one executor node (node cache + workers) until SIGTERM.
 
-Prints one `CLOUDBURST_READY {"node_id", "cache_address", "workers": [...]}` line once every
+Prints one `READY {"node_id", "cache_address", "workers": [...]}` line once every
 worker is ready.
 """
 from __future__ import annotations
@@ -9,7 +9,8 @@ import argparse
 import os
 import signal
 
-from cloudburst._wire import announce_ready, configure_logging
+from runtime.logs import configure_logging
+from runtime.process import announce_ready
 
 from .config import NodeConfig
 from .node import ExecutorNode

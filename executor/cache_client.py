@@ -3,7 +3,7 @@
 Contract: `CacheClient.get(keys)` returns `{key: buffer or None}` (None: no such key in the
 KVS; a buffer is the value's bytes as received, not copied); `put(key, value)` returns once the node cache has written the value through to Anna.
 Each request waits on the worker's own reply socket for the answer with the same request id
-(older answers are dropped) until `timeout`; then `cloudburst.errors.Timeout` names the node
+(older answers are dropped) until `timeout`; then `Timeout` names the node
 cache and the keys. A failed answer raises `CloudburstError` with the node cache's reason.
 """
 from __future__ import annotations
@@ -14,11 +14,11 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import zmq
 
-from cloudburst._wire import PushCache, parse
-from cloudburst.errors import CloudburstError, Timeout
-
-from .copies import LocalCopies
 from hydro_proto import cloudburst_pb2 as pb
+from hydrocache.copies import LocalCopies
+from runtime.errors import CloudburstError, Timeout
+from runtime.rpc import await_reply, cache_reply
+from runtime.sockets import PushCache
 
 __all__ = ["CacheClient"]
 
@@ -103,25 +103,13 @@ class CacheClient:
         what = f"{pb.CacheOp.Name(op)} {keys[:5]}"
         if not self._push.send(self.cache_address, "cache", req):
             raise CloudburstError(f"node cache at {self.cache_address} is not accepting {what}")
-        deadline = time.monotonic() + timeout
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not self._reply.poll(int(remaining * 1000) + 1):
-                if time.monotonic() < deadline:
-                    continue
-                raise Timeout(f"the node cache at {self.cache_address} to answer {what}",
-                              timeout)
-            try:
-                frames = self._reply.recv_multipart(copy=False)
-                _, payload = parse(frames[0].buffer)
-                response = pb.CacheResponse.FromString(payload)
-            except Exception:
-                continue
-            if response.request_id != rid:
-                continue
-            if response.status == pb.TIMEOUT:
-                raise Timeout(response.stage or f"the node cache at {self.cache_address}: {what}",
-                              timeout)
-            if response.status != pb.OK:
-                raise CloudburstError(response.message or f"node cache failed {what}")
-            return response, [f.buffer for f in frames[1:]]
+        got = await_reply(self._reply, rid, time.monotonic() + timeout, cache_reply)
+        if got is None:
+            raise Timeout(f"the node cache at {self.cache_address} to answer {what}", timeout)
+        response, frames = got
+        if response.status == pb.TIMEOUT:
+            raise Timeout(response.stage or f"the node cache at {self.cache_address}: {what}",
+                          timeout)
+        if response.status != pb.OK:
+            raise CloudburstError(response.message or f"node cache failed {what}")
+        return response, frames

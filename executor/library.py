@@ -3,7 +3,7 @@
 Contract (issue 3):
 - `lib.get(key, default=...)` returns the object stored under `key` (read through the node
   cache); a list of keys returns `{key: object}`. A missing key raises
-  `cloudburst.errors.ObjectNotFound` unless `default` is given.
+  `runtime.errors.ObjectNotFound` unless `default` is given.
 - `lib.put(key, value)` stores `value` (through the node cache, written through to Anna).
 - Inside a causal call (`consistency="causal"`): `lib.get` reads from the call's snapshot
   (repeatable: a key read twice, by one function or by two, is the same version; a key the
@@ -16,15 +16,15 @@ Contract (issue 3):
   `getid()`); `lib.recv(timeout=5.0)` returns every message received so far as a list of
   `(sender_id, bytes)`, waiting up to `timeout` seconds for the first one (`timeout=0`: do
   not wait, possibly return []); with `timeout > 0` and nothing received it raises
-  `cloudburst.errors.Timeout`.
+  `runtime.errors.Timeout`.
 """
 from __future__ import annotations
 
 from typing import Any, Dict, List, Sequence, Tuple, Union
 
-from cloudburst._keys import check_user_key
-from cloudburst._wire import dumps, loads
-from cloudburst.errors import ObjectNotFound
+from runtime.keys import check_user_key
+from runtime.values import dumps, loads
+from runtime.errors import ObjectNotFound
 
 __all__ = ["UserLibrary"]
 

@@ -12,7 +12,7 @@ Contract:
   The missing keys of one GET are fetched in parallel (one fetch-thread task per key).
   Anna errors reach the worker as a failed `CacheResponse` naming the key; an LWW read of a
   causal key is an error saying so. A large value a worker already holds (same tag) is not
-  resent (`executor/copies.py`).
+  resent (`hydrocache/copies.py`).
 - Causal keys and every CAUSAL_* operation belong to HydroCache (`hydrocache/service.py`):
   the node hands it those requests and Anna's pushed MULTI_CAUSAL values, and sweeps it
   (temporary versions, capacity) every `heartbeat_period`.
@@ -36,15 +36,16 @@ import zmq
 
 import anna_core
 from anna_core.wire import MonotoneClock, tuple_to_lattice
-from cloudburst._proc import ManagedProcess, stop_all, wait_all_ready
-from cloudburst._wire import FrameError, PushCache, bind_pull, more, parse, send_with_frames
+from runtime.process import ManagedProcess, stop_all, wait_all_ready
+from runtime.framing import FrameError, more, parse
+from runtime.sockets import PushCache, bind_pull
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
 
 from hydrocache.service import HydroCacheService
 
 from .cache import LwwCache
-from .copies import ValueTags
+from hydrocache.copies import ValueTags
 from .config import NodeConfig, WorkerConfig
 
 __all__ = ["ExecutorNode"]
@@ -55,7 +56,7 @@ log = logging.getLogger("cloudburst.node")
 def _send_reply(push: PushCache, address: str, response: pb.CacheResponse,
                 values: List[bytes]) -> None:
     """A `cache_reply`: the response, then each found value as its own frame."""
-    send_with_frames(push, address, "cache_reply", response, values)
+    push.send_with_frames(address, "cache_reply", response, values)
 
 
 class _Gather:
@@ -84,7 +85,8 @@ class ExecutorNode:
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
         self._context = zmq.Context()
-        self._requests, self.cache_address = bind_pull(self._context, config.ip, config.ipc_dir)
+        self._requests, self.cache_address = bind_pull(self._context, config.ip,
+                                                       ipc_dir=config.ipc_dir)
         self._updates, self.update_address = bind_pull(self._context, config.ip)
         self._push = PushCache(self._context)
         self.cache = LwwCache()

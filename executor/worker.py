@@ -31,10 +31,12 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 import zmq
 
 import anna_core
-from cloudburst._keys import function_key, worker_key
-from cloudburst._wire import FrameError, PushCache, bind_pull, decode_arg, dumps, encode, loads, parse
-from cloudburst.errors import ObjectNotFound, Timeout
-from cloudburst.reference import Reference
+from runtime.keys import function_key, worker_key
+from runtime.framing import FrameError, encode, parse
+from runtime.sockets import PushCache, bind_pull
+from runtime.values import decode_arg, dumps, loads
+from runtime.errors import ObjectNotFound, Timeout
+from runtime.values import Reference
 from hydro_proto import cloudburst_pb2 as pb
 
 from hydrocache import versionset as vs
@@ -69,8 +71,8 @@ class Worker:
         self.config = config
         self.worker_id = config.worker_id
         self._context = zmq.Context()
-        self._pull, self.address = bind_pull(self._context, config.ip, config.ipc_dir)
-        self._replies, reply_address = bind_pull(self._context, config.ip, config.ipc_dir)
+        self._pull, self.address = bind_pull(self._context, config.ip, ipc_dir=config.ipc_dir)
+        self._replies, reply_address = bind_pull(self._context, config.ip, ipc_dir=config.ipc_dir)
         self._push = PushCache(self._context)
         self._kvs = anna_core.Client(config.kvs_address, timeout=5.0, ip=config.ip,
                                      context=self._context)
@@ -490,7 +492,8 @@ def main() -> None:
     import argparse
     import signal
 
-    from cloudburst._wire import announce_ready, configure_logging
+    from runtime.logs import configure_logging
+    from runtime.process import announce_ready
 
     parser = argparse.ArgumentParser(prog="python -m executor.worker")
     parser.add_argument("--config", required=True, help="WorkerConfig as JSON")

@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set
 import zmq
 
 import anna_core
-from cloudburst._wire import PushCache, bind_pull, send_with_frames
+from runtime.sockets import PushCache, bind_pull
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
 
@@ -66,7 +66,7 @@ class NotCausal(Exception):
 def _send(push: PushCache, address: str, response: pb.CacheResponse,
           frames: Sequence[Any] = ()) -> None:
     if address:
-        send_with_frames(push, address, "cache_reply", response, frames)
+        push.send_with_frames(address, "cache_reply", response, frames)
 
 
 class _ThreadState(threading.local):

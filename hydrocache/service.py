@@ -20,7 +20,7 @@ caches' temporary versions, commits) runs on the node's fetch pool. The cut, its
   CAUSAL_TEMP_GET (cache to cache), CAUSAL_RELEASE, CAUSAL_COMMIT (the sink's versions are
   written to Anna, then offered to the cut, then acknowledged), CAUSAL_GC_REPORT / APPLY.
 - Requests that need no I/O are answered on the loop thread. Large values carry a tag, and
-  one the requester already holds is not resent (`executor/copies.py`).
+  one the requester already holds is not resent (`hydrocache/copies.py`).
 Every failure is answered with a status and a message naming this cache; nothing is dropped
 silently.
 """
@@ -33,12 +33,13 @@ import uuid
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 
 import anna_core
-from cloudburst._wire import PushCache, parse
-from executor.copies import ValueTags
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
+from runtime.rpc import await_reply, cache_reply
+from runtime.sockets import PushCache
 
 from . import versionset as vs
+from .copies import ValueTags
 from .keeper import DEFAULT_TIMEOUT, CutKeeper, NotCausal, StageTimeout, _send, _ThreadState
 from .protocols import (create_snapshot, finish_linear, parallel_flow, parallel_stale,
                         plan_linear)
@@ -191,22 +192,13 @@ class HydroCacheService(CutKeeper):
 
     def _await(self, state: _ThreadState, rid: str, deadline: float,
                stage: str) -> pb.CacheResponse:
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not state.reply.poll(int(remaining * 1000) + 1):
-                if time.monotonic() >= deadline:
-                    raise StageTimeout(stage)
-                continue
-            try:
-                _, payload = parse(state.reply.recv_multipart()[0])
-                response = pb.CacheResponse.FromString(payload)
-            except Exception:
-                continue
-            if response.request_id != rid:
-                continue
-            if response.status != pb.OK:
-                raise RuntimeError(response.message or stage)
-            return response
+        got = await_reply(state.reply, rid, deadline, cache_reply)
+        if got is None:
+            raise StageTimeout(stage)
+        response = got[0]
+        if response.status != pb.OK:
+            raise RuntimeError(response.message or stage)
+        return response
 
     # ---- OPT: CAUSAL_BIND ----
     def _upstream(self, req: pb.CacheRequest):

@@ -1,13 +1,14 @@
 """`python -m scheduler --config JSON`: run one scheduler until SIGTERM.
 
-Prints one `CLOUDBURST_READY {"address": ...}` line on stdout once bound.
+Prints one `READY {"address": ...}` line on stdout once bound.
 """
 from __future__ import annotations
 
 import argparse
 import signal
 
-from cloudburst._wire import announce_ready, configure_logging
+from runtime.logs import configure_logging
+from runtime.process import announce_ready
 
 from .config import SchedulerConfig
 from .server import Scheduler

@@ -4,7 +4,7 @@ Contract:
 - `Dag(name, functions, connections)`: `functions` is an ordered tuple of function names,
   `connections` an ordered tuple of `(src, dst)` pairs. The order of `connections` is the
   registration order, and it is what orders a fan-in function's upstream results.
-- `validate(dag, known)` raises `cloudburst.errors.InvalidDag` whose message names the
+- `validate(dag, known)` raises `runtime.errors.InvalidDag` whose message names the
   reason (empty DAG, duplicate function, function not registered, connection to a function
   not in the DAG, duplicate connection, cycle (with the cycle), no sink or more than one
   sink) and returns the DAG otherwise. `known` is the set of registered function names.
@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Collection, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from cloudburst.errors import InvalidDag
+from runtime.errors import InvalidDag
 
 __all__ = ["Dag", "validate", "find_cycle"]
 

@@ -21,9 +21,10 @@ from typing import Callable, Dict, List, Optional
 import zmq
 
 import anna_core
-from cloudburst._wire import PushCache, bind_pull, parse
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
+from runtime.rpc import cache_reply, collect_replies
+from runtime.sockets import PushCache, bind_pull
 from hydrocache.gc import frontier_from_reports
 
 __all__ = ["GcCoordinator"]
@@ -85,25 +86,12 @@ class GcCoordinator:
             req.timeout = self.timeout
             wanted[req.request_id] = cache
             push.send(cache, "cache", req)
-        got: Dict[str, pb.CacheResponse] = {}
-        deadline = time.monotonic() + self.timeout
-        while len(got) < len(wanted):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not pull.poll(int(remaining * 1000) + 1):
-                if time.monotonic() >= deadline:
-                    missing = sorted(set(wanted.values()) - set(got))
-                    self.last_error = f"caches {missing} did not answer"
-                    return None
-                continue
-            try:
-                _, payload = parse(pull.recv_multipart()[0])
-                response = pb.CacheResponse.FromString(payload)
-            except Exception:
-                continue
-            cache = wanted.get(response.request_id)
-            if cache is not None:
-                got[cache] = response
-        return got
+        got = collect_replies(pull, wanted, time.monotonic() + self.timeout, cache_reply)
+        if len(got) < len(wanted):
+            missing = sorted(cache for rid, cache in wanted.items() if rid not in got)
+            self.last_error = f"caches {missing} did not answer"
+            return None
+        return {wanted[rid]: response for rid, (response, _) in got.items()}
 
     def round(self, pull: zmq.Socket, address: str, push: PushCache, kvs: anna_core.Client) -> int:
         """One GC round; returns how many keys the applied frontier covers."""

@@ -2,7 +2,7 @@
 
 Contract:
 - Records are `cloudburst.FunctionRecord` / `cloudburst.DagRecord` protobufs stored as LWW
-  values under `cloudburst._keys.function_key(name)` / `dag_key(name)`; the names are also
+  values under `runtime.keys.function_key(name)` / `dag_key(name)`; the names are also
   added to two `SetLattice` indexes (for `list`). Deleting a DAG writes a tombstone record
   (`deleted = true`), so that the deletion reaches other schedulers as a pushed update.
 - `Registry(kvs, update_address)`: `kvs` has `get(key) -> bytes` (raising
@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from anna_core import KeyNotFound, SetLattice
 
-from cloudburst._keys import DAGS_INDEX, FUNCTIONS_INDEX, PREFIX, dag_key, function_key
+from runtime.keys import DAGS_INDEX, FUNCTIONS_INDEX, PREFIX, dag_key, function_key
 from hydro_proto import cloudburst_pb2 as pb
 
 __all__ = ["Registry"]

@@ -32,8 +32,9 @@ import zmq
 
 import anna_core
 from anna_core.wire import tuple_to_lattice
-from cloudburst._wire import FrameError, PushCache, bind_pull, more, parse
-from cloudburst.errors import InvalidDag, NoResources
+from runtime.framing import FrameError, more, parse
+from runtime.sockets import PushCache, bind_pull
+from runtime.errors import InvalidDag, NoResources
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
 
@@ -62,7 +63,7 @@ class Scheduler:
     def __init__(self, config: SchedulerConfig) -> None:
         self.config = config
         self._context = zmq.Context()
-        self._pull, self.address = bind_pull(self._context, config.ip, config.ipc_dir)
+        self._pull, self.address = bind_pull(self._context, config.ip, ipc_dir=config.ipc_dir)
         self._updates, self.update_address = bind_pull(self._context, config.ip)
         self._push = PushCache(self._context)
         self._kvs = anna_core.Client(config.kvs_address, timeout=2.0, ip=config.ip,

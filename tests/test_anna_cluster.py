@@ -119,7 +119,7 @@ def test_startup_failures_are_typed_errors(tmp_path):
     with pytest.raises(anna_core.StartupError) as info:
         with anna_core.LocalCluster(startup_timeout=0.001):
             pass
-    assert "routing not ready" in str(info.value)
+    assert "routing did not report ready" in str(info.value)
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where the data directory should be")
     with pytest.raises(anna_core.StartupError) as info:
@@ -133,7 +133,7 @@ def test_startup_failures_are_typed_errors(tmp_path):
         with anna_core.LocalCluster(memory_threads=0, disk_threads=1,
                                     data_dir=str(tmp_path / "data")):
             pass
-    assert "disk-0 exited with status 2" in str(info.value)
+    assert "disk-0 exited with code 2" in str(info.value)
     assert "cannot start" in str(info.value) and "Not a directory" in str(info.value)
 
 

@@ -29,8 +29,8 @@ def routing(tmp_path):
                              "--ready-file", str(ready), "--log-level", "info"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
     try:
-        line = proc.stdout.readline()  # the ANNA_READY line; EOF if the process died
-        assert line.startswith("ANNA_READY "), f"routing did not start: {proc.stderr.read()}"
+        line = proc.stdout.readline()  # the READY line; EOF if the process died
+        assert line.startswith("READY "), f"routing did not start: {proc.stderr.read()}"
         address = json.loads(line.split(" ", 1)[1])["address"]
         assert json.loads(ready.read_text())["address"] == address
         yield proc, address

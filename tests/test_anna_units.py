@@ -6,7 +6,8 @@ import pytest
 import anna_core
 from anna_core import errors
 from anna_core.config import ClusterConfig, NodeConfig, Replication, RoutingConfig
-from anna_core.wire import FrameError, MonotoneClock, split_frames
+from anna_core.wire import MonotoneClock
+from runtime.framing import FrameError, split_frames
 from hydro_proto import anna_pb2
 
 

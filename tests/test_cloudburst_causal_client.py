@@ -2,7 +2,7 @@
 import pytest
 
 from cloudburst import Reference
-from cloudburst._wire import decode_arg, encode_args
+from runtime.values import decode_arg, encode_args
 from cloudburst.client import CausalStats, _consistency_and_protocol
 from cloudburst.errors import Aborted, STATUS_OF, error_from_status
 from hydro_proto import cloudburst_pb2 as pb

@@ -9,7 +9,7 @@ import zmq
 
 import anna_core
 import cloudburst
-from cloudburst._wire import PushCache, bind_pull
+from runtime.sockets import PushCache, bind_pull
 from hydro_proto import cloudburst_pb2 as pb
 from hydrocache.cut import StrictCausalCut
 from hydrocache.gc import frontier_from_reports

@@ -15,7 +15,8 @@ import zmq
 
 import anna_core
 import cloudburst
-from cloudburst._wire import PushCache, bind_pull, parse
+from runtime.framing import parse
+from runtime.sockets import PushCache, bind_pull
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
 from hydrocache import versionset as vs

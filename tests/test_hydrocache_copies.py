@@ -1,7 +1,7 @@
 """Large values cross from the node cache to a worker once: tags and worker copies (pure)."""
 from __future__ import annotations
 
-from executor.copies import LocalCopies, ValueTags
+from hydrocache.copies import LocalCopies, ValueTags
 
 
 def test_tags_name_objects_not_contents_and_skip_small_values():

@@ -1,0 +1,18 @@
+"""The platform's runtime layer: the plumbing every service process shares.
+
+Schedulers, executor nodes, workers, HydroCache, Anna's routing and nodes, and the SDK all
+build on these modules; this package imports none of them (only ZeroMQ, cloudpickle and the
+generated wire schema `hydro_proto`), so nothing here can form an import cycle.
+
+- `framing`: how a message is laid out in ZeroMQ frames (Cloudburst's one-frame kind code,
+  Anna's two-frame `[kind][payload]`), and `FrameError` for anything else.
+- `sockets`: binding PULL sockets on free ports or Unix sockets, and `PushCache` (one
+  non-blocking PUSH socket per destination).
+- `rpc`: waiting, with a deadline, for the reply that carries a given request id.
+- `process`: launching service processes, their ready announcement, supervising and
+  stopping them.
+- `logs`: logging set-up for a service process.
+- `values`: how call arguments and stored Python values are serialized; `Reference`.
+- `keys`: the KVS key names of the platform's own records.
+- `errors`: the typed errors of the FaaS layer (re-exported by `cloudburst.errors`).
+"""

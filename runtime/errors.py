@@ -1,0 +1,109 @@
+"""Typed errors of the Cloudburst FaaS layer, as the SDK raises them.
+
+Contract: every failure that reaches a caller is a `CloudburstError` subclass whose message
+names what failed (the function, the DAG, the worker, the stage). Errors that happen in a
+remote process travel as a `cloudburst.CallResult` with a `Status` code and a message (and,
+for `ExecutionError`, the remote traceback); `error_from_status` turns them back into the
+classes below, one-to-one. Nothing here imports sockets or protobuf.
+
+`Aborted` (status ABORTED) is raised for a causal call (HydroCache MTCC protocols) whose
+attempts aborted more often than the scheduler's retry budget (`max_causal_retries`); its
+message names the last abort's reason.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+__all__ = ["CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "NoResources",
+           "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "STATUS_OF", "error_from_status"]
+
+
+class CloudburstError(Exception):
+    """Base class of every Cloudburst error. `message` is the human-readable reason."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class FunctionNotFound(CloudburstError):
+    """A call named a function that is not registered."""
+
+
+class DagNotFound(CloudburstError):
+    """A call or delete named a DAG that is not registered."""
+
+
+class InvalidDag(CloudburstError):
+    """A DAG was rejected: unknown function, cycle, not exactly one sink, bad connection."""
+
+
+class NoResources(CloudburstError):
+    """The scheduler knows no live executor worker to run the call on."""
+
+
+class ExecutionError(CloudburstError):
+    """A function raised (or its worker died). `remote_traceback` holds the remote traceback."""
+
+    def __init__(self, message: str, remote_traceback: str = "") -> None:
+        full = message if not remote_traceback else f"{message}\n\nRemote traceback:\n{remote_traceback}"
+        super().__init__(full)
+        self.remote_traceback = remote_traceback
+
+
+class Timeout(CloudburstError):
+    """A wait ran past its deadline. `stage` names what was being waited for."""
+
+    def __init__(self, stage: str, seconds: Optional[float] = None) -> None:
+        detail = f" after {seconds:.3g} s" if seconds is not None else ""
+        super().__init__(f"timed out{detail} waiting for {stage}")
+        self.stage = stage
+        self.seconds = seconds
+
+
+class ObjectNotFound(CloudburstError, KeyError):
+    """`get` of a key that holds no object (also a `KeyError`)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"no object stored under key {key!r}")
+        self.key = key
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class Aborted(CloudburstError):
+    """A causal call aborted more often than its retry budget allows (the message names the
+    protocol's last abort reason). Retrying the call later may succeed."""
+
+
+# cloudburst.Status numbers (proto/cloudburst.proto); kept here so this module has no dependencies.
+STATUS_OF = {
+    FunctionNotFound: 1, DagNotFound: 2, InvalidDag: 3, NoResources: 4, ExecutionError: 5,
+    Timeout: 6, ObjectNotFound: 7, Aborted: 10,
+}
+
+
+def error_from_status(status: int, message: str, remote_traceback: str = "",
+                      stage: str = "") -> CloudburstError:
+    """The typed error for a non-OK status received from a remote process."""
+    if status == 1:
+        return FunctionNotFound(message)
+    if status == 2:
+        return DagNotFound(message)
+    if status == 3:
+        return InvalidDag(message)
+    if status == 4:
+        return NoResources(message)
+    if status == 5:
+        return ExecutionError(message, remote_traceback)
+    if status == 6:
+        return Timeout(stage or message)
+    if status == 7:
+        return ObjectNotFound(message)
+    if status == 10:
+        return Aborted(message)
+    return CloudburstError(f"remote error (status {status}): {message}")

@@ -1,0 +1,90 @@
+"""Message framing on the platform's ZeroMQ sockets (the schema itself is in `proto/`).
+
+Contract:
+- **Cloudburst messages** (schedulers, executor nodes, workers, HydroCache, the SDK) are one
+  ZeroMQ frame: a kind code byte (a message's code is its 1-based position in `KIND_ORDER`)
+  followed by the serialized protobuf, optionally followed by raw value frames. One frame per
+  message because every send call costs on small machines. `encode` builds one, `parse`
+  checks one and returns `(kind, payload view)` or raises `FrameError`; `send` writes one
+  without blocking and returns False when the peer is not accepting.
+- **Anna messages** (to KVS workers and routing) are two frames, `[kind][payload]`, with `kind`
+  one of `ANNA_KINDS`, because the C++ kernel reads them that way. `send_kind` writes one and
+  `split_frames` checks one, raising `FrameError` (never anything else). Answers to a
+  response address are one frame with no kind.
+- `more(socket)` says whether another message is waiting, without blocking.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence, Tuple
+
+import zmq
+
+__all__ = ["KIND_ORDER", "KINDS", "ANNA_KINDS", "FrameError", "encode", "parse", "send",
+           "send_kind", "split_frames", "more"]
+
+# The Cloudburst message kinds, in code order.
+KIND_ORDER = (
+    "register_fn", "register_dag", "delete_dag", "list", "info", "call", "where", "heartbeat",
+    "keyset", "done", "schedule", "trigger", "abort", "msg", "cache_reply", "cache", "reply",
+    "accepted", "result", "causal_abort",
+)
+KINDS = frozenset(KIND_ORDER)
+_CODE = {k: bytes([i + 1]) for i, k in enumerate(KIND_ORDER)}
+_KIND_OF = {i + 1: k for i, k in enumerate(KIND_ORDER)}
+
+ANNA_KINDS = frozenset({b"request", b"gossip", b"membership", b"replication", b"address",
+                        b"join", b"replicate"})
+
+
+class FrameError(ValueError):
+    """A received message does not follow its framing."""
+
+
+def encode(kind: str, message: Any) -> bytes:
+    """One Cloudburst frame: the kind's code byte, then the serialized message."""
+    return _CODE[kind] + message.SerializeToString()
+
+
+def parse(frame: Any) -> Tuple[str, memoryview]:
+    """Check a received Cloudburst frame; return (kind, payload) without copying the payload."""
+    view = memoryview(frame)
+    if len(view) == 0:
+        raise FrameError("empty message")
+    kind = _KIND_OF.get(view[0])
+    if kind is None:
+        raise FrameError(f"unknown message kind code {view[0]}")
+    return kind, view[1:]
+
+
+def send(socket: zmq.Socket, kind: str, message: Any) -> bool:
+    """Send one Cloudburst message without blocking; False if it was dropped (peer full)."""
+    try:
+        socket.send(encode(kind, message), flags=zmq.NOBLOCK, copy=True)
+        return True
+    except zmq.Again:
+        return False
+
+
+def split_frames(frames: Sequence[bytes]) -> Tuple[str, bytes]:
+    """Check a received Anna `[kind][payload]` message and return (kind, payload)."""
+    if len(frames) != 2:
+        raise FrameError(f"expected 2 frames [kind][payload], got {len(frames)}")
+    kind, payload = bytes(frames[0]), bytes(frames[1])
+    if kind not in ANNA_KINDS:
+        raise FrameError(f"unknown message kind {kind[:32]!r}")
+    return kind.decode("ascii"), payload
+
+
+def send_kind(socket: zmq.Socket, kind: str, message: Any, *, block: bool = False) -> bool:
+    """Send an Anna `[kind][serialized message]`; False if it would block (message dropped)."""
+    try:
+        socket.send_multipart([kind.encode("ascii"), message.SerializeToString()],
+                              flags=0 if block else zmq.NOBLOCK)
+        return True
+    except zmq.Again:
+        return False
+
+
+def more(socket: zmq.Socket) -> bool:
+    """True if `socket` has a message ready (no exception, no waiting)."""
+    return bool(socket.getsockopt(zmq.EVENTS) & zmq.POLLIN)

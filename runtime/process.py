@@ -1,0 +1,311 @@
+"""Launching, supervising and stopping the platform's service processes.
+
+Contract:
+- A service announces it is ready with `announce_ready(info)` once its sockets are bound:
+  one `READY <json>` line on stdout (for people and for launchers that read stdout), the
+  same JSON written atomically to `ready_file` if one is given (for probes), and, when it
+  was started by `ManagedProcess`, the JSON on the launcher's ready pipe.
+- `ManagedProcess(name, argv, log_dir)` spawns `argv` with this checkout on PYTHONPATH, in
+  its own session, with stdout and stderr appended to `<log_dir>/<name>.log`, and a pipe whose
+  write end the child finds in the environment variable `READY_FD_ENV`. Readiness is an
+  event, not a poll: the launcher selects on the pipes; a child that exits closes its end,
+  which the launcher sees at once.
+- `wait_all_ready(processes, timeout)` returns when every process announced itself, or raises
+  `StartupError` naming the first that exited or stayed silent, with the tail of its log.
+- `stop_all(processes, timeout)` sends SIGTERM, waits up to `timeout`, SIGKILLs the rest and
+  reaps every child.
+- `Supervisor` restarts processes that exit, with exponential back-off (`RestartPolicy`, a
+  pure function of the failure count), so a process that always crashes is retried ever more
+  slowly instead of in a tight loop.
+- `parent_gone(pid)` lets a child stop by itself when the launcher died without stopping it.
+Nothing here is global: every process is tracked by its own object and stopped by its pid.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import select
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import time
+
+__all__ = ["READY_PREFIX", "READY_FD_ENV", "StartupError", "announce_ready", "parent_gone",
+           "repo_root", "ManagedProcess", "wait_all_ready", "stop_all", "RestartPolicy",
+           "Supervisor"]
+
+READY_PREFIX = "READY "
+READY_FD_ENV = "HYDRO_READY_FD"
+
+log = logging.getLogger("runtime.process")
+
+
+class StartupError(RuntimeError):
+    """A process failed to start or to announce it was ready in time. `name` names it."""
+
+    def __init__(self, message: str, name: str = "") -> None:
+        super().__init__(message)
+        self.name = name
+
+
+def repo_root() -> str:
+    """The directory holding the platform's packages (put on a child's PYTHONPATH)."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def announce_ready(info: Dict[str, Any], ready_file: Optional[str] = None) -> None:
+    """Tell whoever started this process that it is ready, with its addresses."""
+    text = json.dumps(info)
+    if ready_file:
+        tmp = f"{ready_file}.tmp{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, ready_file)  # atomic: a reader never sees half of it
+    fd = os.environ.pop(READY_FD_ENV, None)
+    if fd is not None:
+        try:
+            os.write(int(fd), (text + "\n").encode())
+            os.close(int(fd))
+        except (OSError, ValueError):
+            pass  # the launcher is gone; it will not be waiting
+    sys.stdout.write(READY_PREFIX + text + "\n")
+    sys.stdout.flush()
+
+
+def parent_gone(parent_pid: Optional[int]) -> bool:
+    """True if the process was started with a parent pid and that parent has exited."""
+    return bool(parent_pid) and os.getppid() != parent_pid
+
+
+class ManagedProcess:
+    """One child process, its log and its ready info; see the module contract."""
+
+    def __init__(self, name: str, argv: Sequence[str], log_dir: str) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.log_path = os.path.join(log_dir, f"{name}.log")
+        self.proc: Optional[subprocess.Popen] = None
+        self.info: Dict[str, Any] = {}
+        self.starts = 0
+        self._ready_fd: Optional[int] = None
+        self._buffer = b""
+
+    def spawn(self) -> "ManagedProcess":
+        """Start (or start again) the process; its ready info is cleared."""
+        self.close_pipe()
+        self.starts += 1
+        self.info = {}
+        self._buffer = b""
+        read_fd, write_fd = os.pipe()
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (repo_root(), env.get("PYTHONPATH")) if p)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        env[READY_FD_ENV] = str(write_fd)
+        try:
+            with open(self.log_path, "ab") as out:
+                self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT,
+                                             stdin=subprocess.DEVNULL, env=env,
+                                             pass_fds=(write_fd,), start_new_session=True)
+        except BaseException:
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)
+        self._ready_fd = read_fd
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, f"{self.name} was never started"
+        return self.proc.pid
+
+    @property
+    def returncode(self) -> Optional[int]:
+        return None if self.proc is None else self.proc.poll()
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, signum: int) -> None:
+        """Send `signum` if the process is running."""
+        if self.running():
+            try:
+                self.proc.send_signal(signum)
+            except ProcessLookupError:
+                pass
+
+    def log_tail(self, lines: int = 25) -> str:
+        """The last lines of the process' log."""
+        try:
+            with open(self.log_path, "rb") as f:
+                return b"\n".join(f.read().splitlines()[-lines:]).decode(errors="replace")
+        except OSError:
+            return ""
+
+    def fileno(self) -> int:
+        """The ready pipe's read end (for select)."""
+        assert self._ready_fd is not None
+        return self._ready_fd
+
+    def read_ready(self) -> Optional[bool]:
+        """Consume what the ready pipe has, without blocking: True once the ready info
+        arrived, False if the pipe closed without it (the process exited), None otherwise."""
+        if self.info:
+            return True
+        if self._ready_fd is None:
+            return False
+        while select.select([self._ready_fd], [], [], 0)[0]:
+            chunk = os.read(self._ready_fd, 65536)
+            if not chunk:
+                self.close_pipe()
+                return self._parse_ready() or False
+            self._buffer += chunk
+            if self._parse_ready():
+                self.close_pipe()
+                return True
+        return None
+
+    def _parse_ready(self) -> bool:
+        line, newline, _ = self._buffer.partition(b"\n")
+        if not newline:
+            return False
+        self.info = json.loads(line)
+        return True
+
+    def close_pipe(self) -> None:
+        if self._ready_fd is not None:
+            os.close(self._ready_fd)
+            self._ready_fd = None
+
+    def wait_ready(self, timeout: float) -> Dict[str, Any]:
+        wait_all_ready([self], timeout)
+        return self.info
+
+    def stop(self, timeout: float = 5.0) -> None:
+        stop_all([self], timeout)
+
+
+def wait_all_ready(processes: Sequence[ManagedProcess], timeout: float) -> None:
+    """Wait until every process announced it is ready; StartupError names the first laggard."""
+    deadline = time.monotonic() + timeout
+    pending = list(processes)
+    while pending:
+        still = []
+        for p in pending:
+            state = p.read_ready()
+            if state is False:
+                p.proc.wait(5)  # the pipe closed: the process is exiting
+                raise StartupError(f"{p.name} exited with code {p.proc.returncode} before it "
+                                   f"was ready; its log ({p.log_path}) ends:\n{p.log_tail()}",
+                                   p.name)
+            if state is None:
+                still.append(p)
+        pending = still
+        if not pending:
+            return
+        left = deadline - time.monotonic()
+        if left <= 0:
+            p = pending[0]
+            raise StartupError(f"{p.name} did not report ready within {timeout:g} s; its log "
+                               f"({p.log_path}) ends:\n{p.log_tail()}", p.name)
+        select.select(pending, [], [], left)
+
+
+def stop_all(processes: Sequence[ManagedProcess], timeout: float = 5.0) -> None:
+    """SIGTERM every running process, wait up to `timeout`, SIGKILL the rest, reap all."""
+    for p in processes:
+        p.signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for p in processes:
+        if p.proc is None:
+            continue
+        try:
+            p.proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            log.warning("%s did not stop within %g s after SIGTERM; killing it", p.name, timeout)
+            p.proc.kill()
+            p.proc.wait(5)
+        p.close_pipe()
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """How long to wait before restarting a process that exited: `initial` seconds after
+    the first failure in a row, doubling up to `maximum`. A process that stayed up for
+    `stable` seconds is considered healthy again and its failure count resets."""
+
+    initial: float = 0.1
+    maximum: float = 10.0
+    stable: float = 30.0
+
+    def delay(self, failures: int) -> float:
+        """The back-off before restart number `failures` (1 = the first in a row)."""
+        return min(self.maximum, self.initial * (2 ** max(0, failures - 1)))
+
+    def failures_after(self, failures: int, uptime: float) -> int:
+        """The failure count once a process that ran `uptime` seconds exits."""
+        return 1 if uptime >= self.stable else failures + 1
+
+
+class Supervisor:
+    """Restarts the processes it watches when they exit, with back-off.
+
+    `check(now)` is called from the owner's loop; it returns the processes it restarted
+    (after `on_restart(process)` has seen each, e.g. to learn its new addresses). A process
+    is restarted only once its back-off has passed, so `check` never blocks on a crash loop.
+    Stopped processes (`stop_all`) are not restarted: call `forget` first.
+    """
+
+    def __init__(self, policy: RestartPolicy = RestartPolicy(), ready_timeout: float = 30.0,
+                 on_restart: Optional[Callable[[ManagedProcess], None]] = None) -> None:
+        self.policy = policy
+        self.ready_timeout = ready_timeout
+        self.on_restart = on_restart
+        self._watched: Dict[str, ManagedProcess] = {}
+        self._failures: Dict[str, int] = {}
+        self._started_at: Dict[str, float] = {}
+        self._restart_at: Dict[str, float] = {}
+        self.restarts: Dict[str, int] = {}
+
+    def watch(self, process: ManagedProcess, now: float) -> None:
+        self._watched[process.name] = process
+        self._started_at[process.name] = now
+        self._failures.setdefault(process.name, 0)
+        self.restarts.setdefault(process.name, 0)
+
+    def forget(self, name: str) -> None:
+        for table in (self._watched, self._failures, self._started_at, self._restart_at):
+            table.pop(name, None)
+
+    def check(self, now: float) -> List[ManagedProcess]:
+        restarted = []
+        for name, p in list(self._watched.items()):
+            if p.running():
+                continue
+            if name not in self._restart_at:
+                failures = self.policy.failures_after(self._failures[name],
+                                                      now - self._started_at[name])
+                self._failures[name] = failures
+                self._restart_at[name] = now + self.policy.delay(failures)
+                log.warning("%s exited with code %s; restarting in %.2g s (failure %d in a row)",
+                            name, p.returncode, self._restart_at[name] - now, failures)
+            if now < self._restart_at[name]:
+                continue
+            del self._restart_at[name]
+            p.spawn()
+            try:
+                wait_all_ready([p], self.ready_timeout)
+            except StartupError as e:
+                log.error("restarting %s failed: %s", name, e)
+                continue  # counted as another failure on the next check
+            finally:
+                self._started_at[name] = now
+            self.restarts[name] += 1
+            if self.on_restart is not None:
+                self.on_restart(p)
+            restarted.append(p)
+        return restarted

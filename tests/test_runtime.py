@@ -1,0 +1,146 @@
+"""The runtime layer: framing, request/reply with a deadline, launching and supervising
+processes, and the package layering it exists to keep."""
+import ast
+import pathlib
+import sys
+import time
+
+import pytest
+import zmq
+from hypothesis import given, strategies as st
+
+from hydro_proto import cloudburst_pb2 as pb
+from runtime import framing
+from runtime.logs import configure_logging, parse_level
+from runtime.process import (ManagedProcess, RestartPolicy, StartupError, Supervisor,
+                             stop_all, wait_all_ready)
+from runtime.rpc import cache_reply, collect_replies
+from runtime.sockets import PushCache, bind_pull
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+# Lower layers first: a package may import only packages to its left.
+LAYERS = ["runtime", "anna_core", "hydrocache", "scheduler", "executor", "cloudburst"]
+ALLOWED = {"runtime": set(), "anna_core": {"runtime"},
+           "hydrocache": {"runtime", "anna_core"},
+           "scheduler": {"runtime", "anna_core", "hydrocache"},
+           "executor": {"runtime", "anna_core", "hydrocache"},
+           "cloudburst": {"runtime", "anna_core", "hydrocache", "scheduler", "executor"}}
+
+
+def _imports(package):
+    for path in (ROOT / package).rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                yield path, node.module
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    yield path, alias.name
+
+
+@pytest.mark.parametrize("package", LAYERS)
+def test_packages_import_only_lower_layers_and_no_private_sdk_module(package):
+    for path, module in _imports(package):
+        top = module.split(".")[0]
+        if top in LAYERS and top != package:
+            assert top in ALLOWED[package], f"{path.relative_to(ROOT)} imports {module}"
+        if package != "cloudburst":
+            assert not module.startswith("cloudburst"), f"{path.relative_to(ROOT)} imports {module}"
+
+
+@given(st.sampled_from(framing.KIND_ORDER), st.binary(max_size=64))
+def test_cloudburst_frames_round_trip(kind, request_id):
+    message = pb.CacheRequest(request_id=request_id.hex())
+    got_kind, payload = framing.parse(framing.encode(kind, message))
+    assert got_kind == kind and pb.CacheRequest.FromString(payload) == message
+
+
+@pytest.mark.parametrize("frame", [b"", bytes([0]), bytes([len(framing.KIND_ORDER) + 1])])
+def test_bad_cloudburst_frames_raise_frame_error(frame):
+    with pytest.raises(framing.FrameError):
+        framing.parse(frame)
+
+
+@pytest.mark.parametrize("frames", [[b"request"], [b"nope", b""], [b"a", b"b", b"c"]])
+def test_bad_anna_frames_raise_frame_error(frames):
+    with pytest.raises(framing.FrameError):
+        framing.split_frames(frames)
+
+
+def test_unknown_log_levels_are_refused():
+    assert parse_level("INFO") == parse_level("info")
+    with pytest.raises(ValueError, match="verbose"):
+        configure_logging("verbose", "test")
+
+
+def test_collect_replies_keeps_wanted_ids_drops_strays_and_stops_at_the_deadline():
+    ctx = zmq.Context()
+    pull, address = bind_pull(ctx)
+    push = PushCache(ctx, linger_ms=0)
+    try:
+        push.send_frame(address, b"\xff not a frame")                  # malformed: dropped
+        for rid in ("late-answer", "a", "b"):
+            push.send(address, "cache_reply", pb.CacheResponse(request_id=rid))
+        push.send_with_frames(address, "cache_reply", pb.CacheResponse(request_id="c"), [b"v"])
+        got = collect_replies(pull, {"a", "b", "c"}, time.monotonic() + 5, cache_reply)
+        assert set(got) == {"a", "b", "c"}
+        assert [bytes(f) for f in got["c"][1]] == [b"v"]
+        start = time.monotonic()
+        assert collect_replies(pull, {"never"}, start + 0.2, cache_reply) == {}
+        assert 0.15 < time.monotonic() - start < 2.0
+    finally:
+        push.close()
+        pull.close(0)
+        ctx.term()
+
+
+def _python(code):
+    return [sys.executable, "-c", code]
+
+
+READY = "from runtime.process import announce_ready; announce_ready({'pid': __import__('os').getpid()}); "
+
+
+def test_ready_announcement_exit_and_silence_are_told_apart(tmp_path):
+    ok = ManagedProcess("ok", _python(READY + "import time; time.sleep(30)"), str(tmp_path))
+    dies = ManagedProcess("dies", _python("import sys; print('boom'); sys.exit(3)"), str(tmp_path))
+    silent = ManagedProcess("silent", _python("import time; time.sleep(30)"), str(tmp_path))
+    try:
+        wait_all_ready([ok.spawn()], 10)
+        assert ok.info["pid"] == ok.pid
+        with pytest.raises(StartupError, match=r"dies exited with code 3(.|\n)*boom"):
+            wait_all_ready([dies.spawn()], 10)
+        with pytest.raises(StartupError, match="silent did not report ready within 0.3 s"):
+            wait_all_ready([silent.spawn()], 0.3)
+    finally:
+        stop_all([ok, dies, silent], timeout=2)
+    assert not ok.running() and not silent.running()
+
+
+@given(st.integers(min_value=1, max_value=40))
+def test_restart_back_off_doubles_up_to_its_maximum(failures):
+    policy = RestartPolicy(initial=0.1, maximum=10.0)
+    assert policy.delay(failures) <= 10.0
+    assert policy.delay(failures + 1) == min(10.0, 2 * policy.delay(failures))
+    assert policy.failures_after(failures, uptime=policy.stable) == 1
+    assert policy.failures_after(failures, uptime=0.0) == failures + 1
+
+
+def test_supervisor_restarts_a_crashing_process_only_after_its_back_off(tmp_path):
+    # the child announces itself, then exits: a crash loop
+    p = ManagedProcess("crashy", _python(READY + "import sys; sys.exit(1)"), str(tmp_path))
+    seen = []
+    sup = Supervisor(RestartPolicy(initial=1.0, maximum=4.0), ready_timeout=10,
+                     on_restart=seen.append)
+    try:
+        wait_all_ready([p.spawn()], 10)
+        sup.watch(p, now=0.0)
+        p.proc.wait(10)
+        assert sup.check(now=0.5) == []          # first failure: wait 1 s
+        assert sup.check(now=1.4) == []
+        assert sup.check(now=1.6) == [p] and seen == [p] and p.starts == 2
+        p.proc.wait(10)
+        assert sup.check(now=1.7) == []          # second failure in a row: wait 2 s
+        assert sup.check(now=3.6) == []
+        assert sup.check(now=3.8) == [p] and sup.restarts["crashy"] == 2
+    finally:
+        stop_all([p], timeout=2)
