@@ -107,7 +107,7 @@ def call_args(topology: str, keys: Sequence[str], zipf: Zipf, causal: bool,
 
 def history_of(results: Sequence[Tuple[str, Any]]) -> List[Any]:
     """Checker transactions from (txid, sink result) pairs."""
-    from hydrocache.history import transaction
+    from benchmarks.tcc_workload import transaction
     return [transaction(r, txid) for txid, r in results]
 
 
@@ -198,7 +198,7 @@ def error_of(e: BaseException) -> Tuple[str, str]:
 
 
 def setup_functions(client: Any) -> None:
-    from hydrocache.history import read_step, write_step
+    from benchmarks.tcc_workload import read_step, write_step
     r1, r2, w = FUNCTIONS
     client.register(read_step, r1)
     client.register(read_step, r2)
@@ -209,7 +209,7 @@ def setup_functions(client: Any) -> None:
 
 
 def write_keyspace(client: Any, keys: Sequence[str], causal: bool) -> None:
-    from hydrocache.history import initial_value
+    from benchmarks.tcc_workload import initial_value
     for k in keys:
         client.put(k, initial_value(k), consistency="causal" if causal else "lww")
 

@@ -12,23 +12,12 @@ import pytest
 import anna_core
 from anna_core import _core
 from hydro_proto import anna_pb2
+from waiting import poll_until
 
 
 
 def fresh(name):
     return f"{name}-{uuid.uuid4().hex[:8]}"
-
-
-def poll_until(condition, timeout, what):
-    """Poll `condition()` until it is truthy; fail naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            pytest.fail(f"{what} did not happen within {timeout} s")
-        time.sleep(0.02)
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ import time
 import cloudburst
 import pytest
 from cloudburst.errors import ExecutionError, NoResources, ObjectNotFound
+from waiting import poll_until
 
 
 def test_killing_workers():
@@ -23,14 +24,12 @@ def test_killing_workers():
 
         # a call in flight on a worker that dies fails at the caller, naming the worker
         future = c.call("hang", "hang-id")
-        deadline = time.monotonic() + 10
-        while True:
+        def started():
             try:
-                victim = c.get("hang-id")
-                break
+                return c.get("hang-id")
             except ObjectNotFound:
-                assert time.monotonic() < deadline, "hang never started"
-                time.sleep(0.02)
+                return None
+        victim = poll_until(started, 10, "the hanging call starting")
         cluster.kill_worker(victim)
         start = time.monotonic()
         with pytest.raises(ExecutionError, match=victim):

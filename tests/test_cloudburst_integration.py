@@ -12,6 +12,7 @@ import cloudburst
 from cloudburst import Reference
 from cloudburst.errors import (DagNotFound, ExecutionError, FunctionNotFound, InvalidDag,
                                ObjectNotFound, Timeout)
+from waiting import poll_until
 
 
 @pytest.fixture(scope="module")
@@ -30,17 +31,6 @@ def client(cluster):
 
 def unique(prefix):
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def poll(condition, timeout=10.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout} s")
-        time.sleep(0.02)
 
 
 def test_single_function_call(client):
@@ -107,7 +97,7 @@ def test_references_and_lib_get_put(client):
     assert client.call("total", Reference(key), 2).get(timeout=10) == (20, 10, {"missing-key": None})
     # a new value reaches the executor nodes' caches through Anna's pushes
     client.put(key, [10])
-    poll(lambda: client.call("total", Reference(key), 1).get(timeout=10)[0] == 10,
+    poll_until(lambda: client.call("total", Reference(key), 1).get(timeout=10)[0] == 10,
          what="updated reference seen by the executor")
 
 
@@ -133,7 +123,7 @@ def test_send_recv_between_running_functions(client):
     client.register(receiver, "receiver")
     client.register(sender, "sender")
     rx = client.call("receiver", key)
-    dest = poll(lambda: _try_get(client, key), what="receiver id published")
+    dest = poll_until(lambda: _try_get(client, key), what="receiver id published")
     sender_id = client.call("sender", dest, b"hello").get(timeout=10)
     assert sender_id != dest
     assert rx.get(timeout=20) == [(sender_id, b"hello")]
@@ -163,7 +153,7 @@ def test_two_schedulers_share_the_registry(cluster):
             return False
         except DagNotFound:
             return True
-    poll(deleted_at_b, what="deletion visible at the other scheduler")
+    poll_until(deleted_at_b, what="deletion visible at the other scheduler")
     assert dag not in b.list().dags
 
 
@@ -293,7 +283,7 @@ def test_calls_follow_cached_data_to_its_node(cluster, client):
     node_of = {w["worker_id"]: w["node_id"] for w in cluster.workers}
     assert client.cached_at(key) == []
     first = node_of[client.call("where_am_i", Reference(key)).get(timeout=10)]
-    poll(lambda: client.cached_at(key) == [first], what=f"{first} reporting that it caches {key}")
+    poll_until(lambda: client.cached_at(key) == [first], what=f"{first} reporting that it caches {key}")
     for _ in range(10):
         assert node_of[client.call("where_am_i", Reference(key)).get(timeout=10)] == first
 

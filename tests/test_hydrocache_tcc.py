@@ -20,7 +20,7 @@ import pytest
 import cloudburst
 from cloudburst import Reference
 from hydrocache.checker import check
-from hydrocache.history import initial_value, read_step, transaction, write_step
+from benchmarks.tcc_workload import initial_value, read_step, transaction, write_step
 
 KEYS = 8
 
@@ -137,7 +137,7 @@ def test_a_dependency_that_never_arrives_times_out_naming_the_stage(cluster, pro
 def test_unknown_read_sets_are_explored_and_stay_snapshots(cluster, protocol):
     """Functions read keys named only at run time (lib.get), so the scheduler knows no read
     set; the protocols explore it (4.3.6) and every read set is still a snapshot."""
-    from hydrocache.history import lookup_step, lookup_write_step
+    from benchmarks.tcc_workload import lookup_step, lookup_write_step
     client = cluster.client()
     client.register(lookup_step, "l1")
     client.register(lookup_step, "l2")

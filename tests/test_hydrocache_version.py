@@ -1,0 +1,62 @@
+"""Versions (Definition 1): merge, supersedes, and the wire round trip."""
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from hydrocache import vclock
+from hydrocache.version import Version, merge_versions, version_supersedes
+from hydrocache.versionset import Entry
+
+nodes = st.sampled_from(["e1", "e2", "e3"])
+clocks = st.dictionaries(nodes, st.integers(min_value=0, max_value=3), max_size=3)
+dep_maps = st.dictionaries(st.sampled_from(["x", "y", "z"]), clocks, max_size=2)
+versions = st.builds(lambda vc, deps, vals: Version.new("k", vc, deps, vals),
+                     clocks, dep_maps, st.lists(st.binary(max_size=3), max_size=2))
+holders = st.frozensets(st.sampled_from(["h1", "h2"]), max_size=2)
+vsets = st.dictionaries(st.sampled_from(["a", "b", "c"]), st.builds(Entry, clocks, holders),
+                        max_size=3)
+FAST = settings(max_examples=60, deadline=None)
+
+
+def nz(vc):
+    return {k: v for k, v in vc.items() if v}
+
+
+
+@FAST
+@given(versions, versions, versions)
+def test_merge_versions_is_aci(a, b, c):
+    def same(x, y):
+        return x.lattice == y.lattice and (x.vc, x.deps, x.values) == (y.vc, y.deps, y.values)
+    assert same(merge_versions(a, b), merge_versions(b, a))
+    assert same(merge_versions(merge_versions(a, b), c), merge_versions(a, merge_versions(b, c)))
+    assert same(merge_versions(a, a), a)
+    m = merge_versions(a, b)
+    assert version_supersedes(m, a) and version_supersedes(m, b)
+    assert m.vc == vclock.merge(a.vc, b.vc)
+    assert list(m.values) == sorted(m.values)
+
+
+@FAST
+@given(versions, versions, versions)
+def test_version_supersedes_is_reflexive_and_transitive(a, b, c):
+    assert version_supersedes(a, a) and version_supersedes(a, a.vc)
+    if version_supersedes(a, b) and version_supersedes(b, c):
+        assert version_supersedes(a, c)
+
+
+def test_version_definition_1_and_wire_round_trip():
+    a = Version.new("k", {"e1": 1}, {"x": {"e2": 1}}, [b"1"])
+    b = Version.new("k", {"e2": 1}, {"x": {"e2": 2}, "y": {"e1": 1}}, [b"2"])
+    m = merge_versions(a, b)
+    assert m.vc == {"e1": 1, "e2": 1}
+    assert m.deps == {"x": {"e2": 2}, "y": {"e1": 1}}
+    assert m.values == (b"1", b"2") and m.first == b"1"
+    newer = Version.new("k", {"e1": 2, "e2": 1}, {}, [b"3"])
+    assert merge_versions(m, newer).values == (b"3",)       # a_j overwrites a_i
+    back = Version.deserialize("k", m.serialize())
+    assert (back.vc, back.deps, back.values) == (m.vc, m.deps, m.values)
+    with pytest.raises(ValueError):
+        merge_versions(a, Version.new("other", {"e1": 1}))
+    empty = Version.new("k", {}, {"k": {"e1": 1}, "z": {}}, [])
+    assert empty.deps == {} and empty.first is None
