@@ -1,4 +1,8 @@
-"""The Anna routing service: a thin event loop around the kernel's `_core.ClusterMap`.
+"""The Anna routing service: a thin event loop around `anna_core.membership`.
+
+Membership state and every decision (placement from the kernel's `_core.ClusterMap`) live in
+`membership.ClusterMembership`; this module receives, hands it each message and carries out
+the `Effects` it returns (sends, forgotten sockets, metadata PUTs, logs).
 
 Contract (DESIGN.md, proto/anna.proto, dissertation 3.2.5):
 - One PULL socket bound on tcp://ip:port (port 0 = free port). Its address is reported as an
@@ -41,18 +45,13 @@ from runtime.sockets import PushCache, bind_pull
 
 from . import _core
 from .config import Replication, RoutingConfig
+from .membership import (REPLICATION_PREFIX, ClusterMembership, Effects, metadata_put,
+                         replication_metadata_key)
 from .wire import MonotoneClock
 
 __all__ = ["RoutingService", "REPLICATION_PREFIX", "replication_metadata_key", "main"]
 
-REPLICATION_PREFIX = "__anna__/replication/"
-
 log = logging.getLogger("anna.routing")
-
-
-def replication_metadata_key(key: str) -> str:
-    """The KVS key under which routing stores `key`'s replication override."""
-    return REPLICATION_PREFIX + key
 
 
 class RoutingService:
@@ -62,10 +61,7 @@ class RoutingService:
         self.config = config
         self._own_context = context is None
         self.context = context or zmq.Context()
-        self.cluster_map = _core.ClusterMap(
-            default_replication=config.default_replication.as_tuple(), vnodes=config.vnodes)
-        self.version = 0
-        self.overrides: Dict[str, Replication] = {}
+        self.state = ClusterMembership(config.default_replication, config.vnodes)
         self.socket, self.address = bind_pull(self.context, config.ip, config.port)
         # Answers of the KVS to routing's own metadata PUTs (single frames) land here.
         self.answers, self.answer_address = bind_pull(self.context, config.ip)
@@ -103,120 +99,58 @@ class RoutingService:
         except FrameError as e:
             log.warning("dropped message: %s", e)
             return
-        handler = {"join": self._on_join, "address": self._on_address,
-                   "replicate": self._on_replicate}.get(kind)
-        if handler is None:
-            log.warning("dropped message of kind %r: routing does not handle it", kind)
-            return
         try:
-            handler(payload)
-        except DecodeError as e:
-            log.warning("dropped %r message: payload does not parse (%s)", kind, e)
+            effects = self.state.handle(kind, payload)
         except Exception:  # never let one bad message kill the service
             log.exception("error handling a %r message; dropped", kind)
-
-    # ---- handlers ---------------------------------------------------------------------
-
-    def _on_join(self, payload: bytes) -> None:
-        join = anna_pb2.NodeJoin.FromString(payload)
-        node = join.node
-        if not node.node_id or not node.worker_addresses:
-            log.warning("dropped join without node_id or worker addresses: %r", join)
             return
-        for node_id, _tier, addresses in self.cluster_map.nodes():
-            if node_id == node.node_id:
-                self.cluster_map.remove_node(node_id)
-                for address in addresses:
-                    if address not in node.worker_addresses:
-                        self.push.forget(address)
-        self.cluster_map.add_node(node.node_id, int(node.tier), list(node.worker_addresses))
-        self.version += 1
-        log.info("node %s (tier %d, %d workers) joined; membership version %d",
-                 node.node_id, node.tier, len(node.worker_addresses), self.version)
-        membership = self.membership()
-        self._broadcast("membership", membership)
-        if join.control_address:
-            if not self.push.send_frame(join.control_address, membership.SerializeToString()):
-                log.warning("could not ack join of %s at %s", node.node_id, join.control_address)
+        self.apply(effects)
 
-    def _on_address(self, payload: bytes) -> None:
-        request = anna_pb2.KeyAddressRequest.FromString(payload)
-        response = self._address_response(request.keys, request.all_tiers, request.request_id)
-        self._answer(request.response_address, response)
+    def apply(self, effects: Effects) -> None:
+        """Carry out what the membership core decided: logs, forgotten peers, sends, PUTs."""
+        for level, text in effects.log:
+            log.log(level, text)
+        for address in effects.forget:
+            self.push.forget(address)
+        for out in effects.send:
+            if out.kind is None:
+                sent = self.push.send_frame(out.address, out.message.SerializeToString())
+            else:
+                sent = self.push.send_kind(out.address, out.kind, out.message)
+            if not sent:
+                log.warning("%s to %s dropped (peer not keeping up)",
+                            out.kind or type(out.message).__name__, out.address)
+        for persist in effects.persist:
+            self._request_seq += 1
+            request = metadata_put(persist, self.clock.next(), f"routing-{self._request_seq}",
+                                   self.answer_address)
+            for address in persist.addresses:
+                self.push.send_kind(address, "request", request)
 
-    def _on_replicate(self, payload: bytes) -> None:
-        request = anna_pb2.SetReplication.FromString(payload)
-        update = anna_pb2.ReplicationUpdate()
-        for kr in request.replications:
-            replication = Replication.from_proto(kr.replication)
-            self.cluster_map.set_replication(kr.key, replication.as_tuple())
-            self.overrides[kr.key] = replication
-            update.overrides.add(key=kr.key, replication=kr.replication)
-            log.info("replication of %r set to %s", kr.key, replication.as_tuple())
-        if update.overrides:
-            self._broadcast("replication", update)
-            for kr in update.overrides:
-                self._persist(kr.key, kr.replication)
-        response = self._address_response([kr.key for kr in request.replications], False,
-                                          request.request_id)
-        self._answer(request.response_address, response)
+    # ---- state (owned by the membership core) ------------------------------------------
 
-    # ---- helpers ----------------------------------------------------------------------
+    @property
+    def cluster_map(self) -> "_core.ClusterMap":
+        """The kernel's placement map of this cluster."""
+        return self.state.cluster_map
+
+    @property
+    def version(self) -> int:
+        """The current membership version."""
+        return self.state.version
+
+    @property
+    def overrides(self) -> Dict[str, Replication]:
+        """Replication overrides set through routing, by key."""
+        return self.state.overrides
 
     def membership(self) -> "anna_pb2.Membership":
         """The full current membership, as broadcast to workers."""
-        m = anna_pb2.Membership(version=self.version,
-                                default_replication=self.config.default_replication.to_proto())
-        if "vnodes" in anna_pb2.Membership.DESCRIPTOR.fields_by_name:
-            m.vnodes = self.config.vnodes  # workers must place keys exactly as routing does
-        for node_id, tier, addresses in self.cluster_map.nodes():
-            m.nodes.add(node_id=node_id, tier=int(tier), worker_addresses=list(addresses))
-        for key, replication in self.overrides.items():
-            m.overrides.add(key=key, replication=replication.to_proto())
-        return m
+        return self.state.membership()
 
     def worker_addresses(self) -> List[str]:
         """Every worker's request address in every tier."""
-        return [a for _node, _tier, addresses in self.cluster_map.nodes() for a in addresses]
-
-    def _address_response(self, keys: Sequence[str], all_tiers: bool,
-                          request_id: str) -> "anna_pb2.KeyAddressResponse":
-        response = anna_pb2.KeyAddressResponse(request_id=request_id,
-                                               membership_version=self.version)
-        for key in keys:
-            addresses = list(self.cluster_map.addresses(key, all_tiers))
-            if not addresses:
-                response.error = anna_pb2.NO_NODES
-            response.addresses.add(key=key, addresses=addresses)
-        return response
-
-    def _answer(self, address: str, message) -> None:
-        if not address:
-            log.warning("request without response_address; no answer sent")
-            return
-        if not self.push.send_frame(address, message.SerializeToString()):
-            log.warning("answer to %s dropped (peer not keeping up)", address)
-
-    def _broadcast(self, kind: str, message) -> None:
-        for address in self.worker_addresses():
-            if not self.push.send_kind(address, kind, message):
-                log.warning("%s to worker %s dropped (peer not keeping up)", kind, address)
-
-    def _persist(self, key: str, replication) -> None:
-        """Store the override as LWW metadata in the KVS (fire and forget; answers logged)."""
-        meta_key = replication_metadata_key(key)
-        addresses = list(self.cluster_map.addresses(meta_key, True))
-        if not addresses:
-            log.warning("no KVS node to store %s; override kept in routing only", meta_key)
-            return
-        value = _core.LWWLattice(self.clock.next(), replication.SerializeToString())
-        self._request_seq += 1
-        request = anna_pb2.KeyRequest(type=anna_pb2.PUT, response_address=self.answer_address,
-                                      request_id=f"routing-{self._request_seq}")
-        request.tuples.add(key=meta_key, lattice_type=value.lattice_type,
-                           payload=value.serialize())
-        for address in addresses:
-            self.push.send_kind(address, "request", request)
+        return self.state.worker_addresses()
 
     def _drain_answers(self) -> None:
         while True:
