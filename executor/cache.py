@@ -5,7 +5,8 @@ lattice merge (the kernel's one LWW implementation: the higher timestamp wins), 
 update older than a local write never overwrites it. `get(key)` returns the bytes or None.
 `keys()` is the key set reported to schedulers; `keyset_version` changes whenever a key is
 added or removed. Not thread-safe: the node service guards it with a lock.
-The HydroCache issue replaces this with the causal cache behind the same service.
+Causal keys are not here: they live in HydroCache's strict causal cut (`hydrocache/`),
+behind the same node service.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """One function invocation of a causal call, as its worker sees it (hydrocache/DESIGN.md).
 
-Contract: `CausalInvocation(cache, schedule, upstream_contexts, executor_id)` binds the
+Contract: `CausalInvocation(cache, schedule, upstreams, timeout)` binds the
 function's reads through the node cache and remembers them:
 - `bind(keys)`: under OPT a CAUSAL_BIND with the upstream contexts (Algorithms 8 and 6 run in
   the cache); under CT/CON a CAUSAL_READ of the attempt's snapshot. Keys read later by

@@ -1,6 +1,6 @@
 """The user library: the `lib` object every function receives as its first argument.
 
-Contract (issue 3):
+Contract:
 - `lib.get(key, default=...)` returns the object stored under `key` (read through the node
   cache); a list of keys returns `{key: object}`. A missing key raises
   `runtime.errors.ObjectNotFound` unless `default` is given.

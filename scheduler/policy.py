@@ -1,6 +1,6 @@
 """Executor choice for one call: data locality, then load with back-off, then a random tie-break.
 
-Contract (dissertation 4.1; issue 3): `choose_executors(functions, references, workers,
+Contract (dissertation 4.1): `choose_executors(functions, references, workers,
 node_keys, rng)` returns `{function: worker_id}` for every function of a call, picked up
 front, or raises `runtime.errors.NoResources` when `workers` is empty. For each function,
 in order:
