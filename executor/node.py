@@ -211,7 +211,7 @@ class ExecutorNode:
             for key in gather.missing:
                 self._pool.submit(self._fetch_for, gather, key)
             return
-        self._pool.submit(self._serve_in_thread, req)
+        self._pool.submit(self._put_in_thread, req)
 
     def _fetch_for(self, gather: "_Gather", key: str) -> None:
         state = self._thread_state()
@@ -265,37 +265,26 @@ class ExecutorNode:
                 self._clients.append(state.kvs)
         return state
 
-    def _serve_in_thread(self, req: pb.CacheRequest) -> None:
+    def _put_in_thread(self, req: pb.CacheRequest) -> None:
+        """A CACHE_PUT: written through to Anna, then into the cache, then acknowledged."""
         state = self._thread_state()
         response = pb.CacheResponse(request_id=req.request_id)
-        values: List[bytes] = []
         try:
-            if req.op == pb.CACHE_GET:
-                got = {}
-                for key in req.keys:
-                    with self._lock:
-                        value = self.cache.get(key)
-                    if value is None:
-                        value = self._fetch(state.kvs, key)
-                    got[key] = value
-                response, values = self._answer_get(req, got)
-            else:
-                if len(req.values) != len(req.keys):
-                    raise ValueError(f"PUT of {len(req.keys)} keys with {len(req.values)} values")
-                for key, value in zip(req.keys, req.values):
-                    with self._lock:
-                        lattice = anna_core.LWWLattice(self._clock.next(), value)
-                    state.kvs.put(key, lattice)
-                    with self._lock:
-                        self.cache.merge(key, lattice)
-                    self._subscribe(state.kvs, key)
-                    response.entries.add(key=key, found=True)
+            if len(req.values) != len(req.keys):
+                raise ValueError(f"PUT of {len(req.keys)} keys with {len(req.values)} values")
+            for key, value in zip(req.keys, req.values):
+                with self._lock:
+                    lattice = anna_core.LWWLattice(self._clock.next(), value)
+                state.kvs.put(key, lattice)
+                with self._lock:
+                    self.cache.merge(key, lattice)
+                self._subscribe(state.kvs, key)
+                response.entries.add(key=key, found=True)
         except Exception as e:
             log.warning("cache request %s failed: %s", req.request_id, e)
             response = pb.CacheResponse(request_id=req.request_id, status=pb.EXECUTION_ERROR,
                                         message=f"node cache {self.config.node_id}: {e}")
-            values = []
-        _send_reply(state.push, req.response_address, response, values)
+        _send_reply(state.push, req.response_address, response, [])
 
     def _fetch(self, kvs: Any, key: str) -> Optional[bytes]:
         try:
