@@ -24,8 +24,8 @@ from __future__ import annotations
 import uuid
 from typing import Any, Dict, List
 
-from .checker import Observed, Transaction
-from .vclock import merge
+from hydrocache.checker import Observed, Transaction
+from hydrocache.vclock import merge
 
 __all__ = ["initial_value", "read_step", "write_step", "lookup_step", "lookup_write_step",
            "transaction", "observe_args"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import zmq
 
@@ -20,7 +20,16 @@ from runtime.errors import CloudburstError, Timeout
 from runtime.rpc import await_reply, cache_reply
 from runtime.sockets import PushCache
 
-__all__ = ["CacheClient"]
+__all__ = ["CacheClient", "CausalRead"]
+
+
+class CausalRead(NamedTuple):
+    """One key bound by a causal read: the version's clock, its values (read-only buffers, in
+    the cache's sorted order) and its dependencies."""
+
+    clock: Dict[str, int]
+    values: List[memoryview]
+    deps: Dict[str, Dict[str, int]]
 
 
 class CacheClient:
@@ -73,18 +82,16 @@ class CacheClient:
         self._request(pb.CACHE_PUT, [key], [value])
 
     def causal(self, request: pb.CacheRequest, timeout: Optional[float] = None
-               ) -> Tuple[pb.CacheResponse, Dict[str, Tuple[Dict[str, int], List[memoryview],
-                                                             Dict[str, Dict[str, int]]]]]:
-        """A CAUSAL_* request (hydrocache/DESIGN.md); returns the response and, per found
-        entry, its clock, its values (read-only buffers, in the cache's sorted order) and its
-        dependencies.
+               ) -> Tuple[pb.CacheResponse, Dict[str, CausalRead]]:
+        """A CAUSAL_* request (hydrocache/DESIGN.md); returns the response and a `CausalRead`
+        per found entry.
         A TIMEOUT answer raises `Timeout` naming the stage the cache reports."""
         request.have.update(self.copies.have(request.keys))
         response, frames = self._request(request.op, list(request.keys), [], request,
                                          timeout=timeout)
         values = self._values(response, frames)
-        return response, {e.key: (dict(e.version.vc), values[e.key],
-                                  {d.key: dict(d.vc) for d in e.deps})
+        return response, {e.key: CausalRead(dict(e.version.vc), values[e.key],
+                                            {d.key: dict(d.vc) for d in e.deps})
                           for e in response.entries if e.found}
 
     def _request(self, op: int, keys: List[str], values: List[bytes],

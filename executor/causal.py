@@ -23,7 +23,7 @@ Parallel upstream contexts of a function that reads nothing are validated here w
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
 from runtime.errors import CloudburstError
 from hydro_proto import anna_pb2
@@ -31,6 +31,8 @@ from hydro_proto import cloudburst_pb2 as pb
 from hydrocache import versionset as vs
 from hydrocache.protocols import parallel_flow, parallel_stale
 from hydrocache.writer import ExecutorWriter
+
+from .cache_client import CausalRead
 
 __all__ = ["CausalInvocation", "CausalAbortError"]
 
@@ -60,7 +62,7 @@ class CausalInvocation:
         self.upstreams = list(upstreams)
         self.snapshot: vs.VersionSet = {}
         self.read_set: vs.VersionSet = {}
-        self.bound: Dict[str, Optional[Tuple[Dict[str, int], List[Any], Dict[str, Any]]]] = {}
+        self.bound: Dict[str, Optional[CausalRead]] = {}
         self.writes: Dict[str, bytes] = {}
         self.remote_fetches = max((c.remote_fetches for c in upstreams), default=0)
         for c in upstreams:             # in upstream order; a later branch's write wins
@@ -144,7 +146,7 @@ class CausalInvocation:
             hit = found.get(k)
             self.bound[k] = hit
             if hit is not None:
-                self.read_set = vs.union(self.read_set, {k: vs.Entry(hit[0])})
+                self.read_set = vs.union(self.read_set, {k: vs.Entry(hit.clock)})
 
     # ---- what the function sees ----
     def value(self, key: str, concurrent: bool = False) -> Any:
@@ -156,10 +158,10 @@ class CausalInvocation:
         hit = self.bound.get(key)
         if hit is None:
             return None
-        return list(hit[1]) if concurrent else hit[1][0]
+        return list(hit.values) if concurrent else hit.values[0]
 
     def read_clocks(self) -> Dict[str, Dict[str, int]]:
-        return {k: hit[0] for k, hit in self.bound.items() if hit is not None}
+        return {k: hit.clock for k, hit in self.bound.items() if hit is not None}
 
     def put(self, key: str, value: bytes) -> None:
         self.writes[key] = value
@@ -183,7 +185,7 @@ class CausalInvocation:
         # a new version of a key inherits the dependencies of the version read (transitive
         # causality, hydrocache/writer.py); keys read upstream are bound here to learn them
         self.bind([k for k in writes if k in self.read_set and k not in self.bound])
-        read_deps = {k: self.bound[k][2] for k in writes if self.bound.get(k) is not None}
+        read_deps = {k: self.bound[k].deps for k in writes if self.bound.get(k) is not None}
         versions = writer.commit(writes, self.read_set, read_deps)
         req = pb.CacheRequest(op=pb.CAUSAL_COMMIT, attempt_id=self.schedule.call_id,
                               keys=[v.key for v in versions])

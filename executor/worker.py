@@ -26,7 +26,7 @@ import os
 import threading
 import time
 import traceback
-from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Tuple
 
 import zmq
 
@@ -54,6 +54,16 @@ log = logging.getLogger("cloudburst.worker")
 _INBOX_LIMIT = 10000
 DONE_BATCH_SECONDS = 0.005
 _MSG_CODE = encode("msg", pb.UserMessage())[:1]
+
+
+class _Reusable(NamedTuple):
+    """A function result HB may reuse in its CON attempt: valid while the function reads the
+    same versions (`read_clocks`) with the same inputs (`inputs_digest`), until `expires`."""
+
+    expires: float
+    read_clocks: Dict[str, Dict[str, int]]
+    inputs_digest: bytes
+    value: bytes
 
 
 class _FunctionError(Exception):
@@ -92,7 +102,7 @@ class Worker:
         self._done_since = 0.0
         self.invocation: Optional[CausalInvocation] = None   # the causal function running now
         self._writer = ExecutorWriter(self.worker_id)
-        self._reuse: Dict[Tuple[str, str], Tuple[float, Dict[str, Any], bytes, bytes]] = {}
+        self._reuse: Dict[Tuple[str, str], _Reusable] = {}
         self._handlers = {"schedule": self._on_schedule, "trigger": self._on_trigger,
                           "abort": self._on_abort, "msg": self._on_msg}
 
@@ -341,10 +351,11 @@ class Worker:
                 refs = [v.key for v in values if isinstance(v, Reference)]
                 reuse_key = (plan.call_id, s.function)
                 reuse = self._reuse.get(reuse_key) if plan.reuse_attempt else None
-                inv.bind(refs + (sorted(reuse[1]) if reuse else []))
+                inv.bind(refs + (sorted(reuse.read_clocks) if reuse else []))
                 digest = _digest(raw_args, results)
-                if reuse is not None and reuse[1] == inv.read_clocks() and reuse[2] == digest:
-                    value = reuse[3]            # HB: same read versions, same inputs (4.3.5)
+                if reuse is not None and reuse.read_clocks == inv.read_clocks() \
+                        and reuse.inputs_digest == digest:
+                    value = reuse.value         # HB: same read versions, same inputs (4.3.5)
                 else:
                     args = [_resolve(inv, v) if isinstance(v, Reference) else v for v in values]
                     self.invocation = inv
@@ -354,8 +365,8 @@ class Worker:
                         self.invocation = None
                     value = dumps(result)
                     if plan.requested == pb.HB and plan.protocol == pb.OPT:
-                        self._reuse[reuse_key] = (ready.deadline + 30.0, inv.read_clocks(),
-                                                  digest, value)
+                        self._reuse[reuse_key] = _Reusable(ready.deadline + 30.0,
+                                                           inv.read_clocks(), digest, value)
                 versions = []
                 if s.sink:
                     extra = {s.output_key: value} if s.output_key else None
@@ -406,7 +417,7 @@ class Worker:
 
     def _expire_reuse(self, now: float) -> None:
         for key, entry in list(self._reuse.items()):
-            if now > entry[0]:
+            if now > entry.expires:
                 del self._reuse[key]
 
     def _fail(self, s: pb.Schedule, status: int, message: str, tb: str = "",
