@@ -16,8 +16,11 @@ import sys
 import threading
 from typing import Optional, Sequence
 
+from runtime.cli import (HELP_FORMAT, add_common, non_negative_int, package_version,
+                         positive_float, positive_int)
+
 from .config import DEFAULT_MAX_VALUE_BYTES
-from .errors import AnnaError
+from .errors import AnnaError, StartupError
 
 __all__ = ["main"]
 
@@ -31,14 +34,18 @@ def _cmd_local(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    cluster = LocalCluster(memory_threads=args.memory_threads, disk_threads=args.disk_threads,
-                           nodes=args.nodes, data_dir=args.data_dir,
-                           gossip_period_ms=args.gossip_period_ms,
-                           max_value_bytes=args.max_value_bytes, log_level=args.log_level,
-                           startup_timeout=args.startup_timeout)
+    try:
+        cluster = LocalCluster(memory_threads=args.memory_threads,
+                               disk_threads=args.disk_threads, nodes=args.nodes,
+                               data_dir=args.data_dir, gossip_period_ms=args.gossip_period_ms,
+                               max_value_bytes=args.max_value_bytes, log_level=args.log_level,
+                               startup_timeout=args.startup_timeout)
+    except ValueError as e:
+        print(f"anna local: error: {e}", file=sys.stderr)
+        return 2
     try:
         cluster.start()
-    except AnnaError as e:
+    except (AnnaError, StartupError) as e:
         print(f"anna local: cluster did not start: {e}", file=sys.stderr)
         return 1
     try:
@@ -130,7 +137,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             except KeyError:
                 say("delete greeting; get greeting -> KeyNotFound")
             say("stopping the cluster")
-    except AnnaError as e:
+    except (AnnaError, StartupError) as e:
         print(f"anna demo failed: {e}", file=sys.stderr)
         return 1
     say("demo done")
@@ -139,24 +146,35 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the `anna` command."""
-    p = argparse.ArgumentParser(prog="anna", description="The Anna lattice key-value store")
+    p = argparse.ArgumentParser(prog="anna", description="The Anna lattice key-value store",
+                                formatter_class=HELP_FORMAT)
+    p.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
-    local = sub.add_parser("local", help="run a local cluster in the foreground")
-    local.add_argument("--memory-threads", type=int, default=1)
-    local.add_argument("--disk-threads", type=int, default=0)
-    local.add_argument("--nodes", type=int, default=1, help="nodes per tier")
+    local = sub.add_parser("local", help="run a local cluster in the foreground",
+                           formatter_class=HELP_FORMAT)
+    local.add_argument("--memory-threads", type=non_negative_int, default=1,
+                       help="worker threads per memory-tier node (0: no memory tier)")
+    local.add_argument("--disk-threads", type=non_negative_int, default=0,
+                       help="worker threads per disk-tier node (0: no disk tier)")
+    local.add_argument("--nodes", type=positive_int, default=1, help="nodes per tier")
     local.add_argument("--data-dir", help="where disk nodes keep their data (default: temporary)")
-    local.add_argument("--gossip-period-ms", type=int, default=100)
-    local.add_argument("--max-value-bytes", type=int, default=DEFAULT_MAX_VALUE_BYTES)
-    local.add_argument("--log-level", default="warning")
-    local.add_argument("--startup-timeout", type=float, default=30.0)
+    local.add_argument("--gossip-period-ms", type=positive_int, default=100,
+                       help="the workers' epoch: how often replicas exchange merged updates")
+    local.add_argument("--max-value-bytes", type=positive_int, default=DEFAULT_MAX_VALUE_BYTES,
+                       help="largest value a worker accepts")
+    local.add_argument("--startup-timeout", type=positive_float, default=30.0,
+                       help="seconds every process has to report ready")
+    add_common(local)
     local.set_defaults(func=_cmd_local)
 
-    demo = sub.add_parser("demo", help="start a local cluster and show a few operations")
-    demo.add_argument("--memory-threads", type=int, default=1)
-    demo.add_argument("--nodes", type=int, default=1)
-    demo.add_argument("--startup-timeout", type=float, default=30.0)
+    demo = sub.add_parser("demo", help="start a local cluster and show a few operations",
+                          formatter_class=HELP_FORMAT)
+    demo.add_argument("--memory-threads", type=positive_int, default=1,
+                      help="worker threads of the memory-tier node")
+    demo.add_argument("--nodes", type=positive_int, default=1, help="memory-tier nodes")
+    demo.add_argument("--startup-timeout", type=positive_float, default=30.0,
+                      help="seconds every process has to report ready")
     demo.set_defaults(func=_cmd_demo)
 
     args = p.parse_args(argv)

@@ -14,6 +14,9 @@ import sys
 import threading
 from typing import List, Optional
 
+from runtime.cli import HELP_FORMAT, add_common, package_version, positive_int
+
+from .errors import CloudburstError, StartupError
 from .local import LocalCluster
 
 
@@ -72,20 +75,28 @@ def _demo(args: argparse.Namespace) -> int:
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="cloudburst", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=HELP_FORMAT)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
-    local = sub.add_parser("local", help="run a local cluster in the foreground")
-    local.add_argument("--executor-nodes", type=int, default=1)
-    local.add_argument("--executors-per-node", type=int, default=3)
-    local.add_argument("--schedulers", type=int, default=1)
-    local.add_argument("--log-level", default="warning")
+    local = sub.add_parser("local", help="run a local cluster in the foreground",
+                           formatter_class=HELP_FORMAT)
+    local.add_argument("--executor-nodes", type=positive_int, default=1,
+                       help="executor nodes (each runs a node cache and its workers)")
+    local.add_argument("--executors-per-node", type=positive_int, default=3,
+                       help="worker processes per executor node")
+    local.add_argument("--schedulers", type=positive_int, default=1, help="schedulers")
+    add_common(local)
     local.set_defaults(run=_local)
     demo = sub.add_parser("demo", help="run increment -> square, then a causal DAG, on a fresh "
-                                       "local cluster")
-    demo.add_argument("--log-level", default="warning")
+                                       "local cluster", formatter_class=HELP_FORMAT)
+    add_common(demo)
     demo.set_defaults(run=_demo)
     args = parser.parse_args(argv)
-    return args.run(args)
+    try:
+        return args.run(args)
+    except (CloudburstError, StartupError) as e:
+        print(f"cloudburst {args.command}: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,71 @@
+"""What every command-line entry point shares: checked argument types, `--log-level`,
+`--version`.
+
+Contract: the types raise `argparse.ArgumentTypeError`, so a bad value (`--nodes 0`,
+`--log-level loud`) ends with argparse's one-line usage error, never a traceback.
+`add_common(parser)` adds `--log-level` (one of `runtime.logs.LEVELS`) and `--version`.
+Help texts show defaults when the parser uses `HELP_FORMAT`.
+"""
+from __future__ import annotations
+
+import argparse
+from importlib import metadata
+
+from .logs import LEVELS
+
+__all__ = ["HELP_FORMAT", "positive_int", "non_negative_int", "positive_float", "log_level",
+           "package_version", "add_common"]
+
+DISTRIBUTION = "cloudburst-hydro"
+
+
+class HELP_FORMAT(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Help that keeps the description's layout and shows every option's default."""
+
+
+def _number(text: str, kind: type, minimum: float, what: str):
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    return _number(text, int, 1, "a whole number of at least 1")
+
+
+def non_negative_int(text: str) -> int:
+    return _number(text, int, 0, "a whole number of at least 0")
+
+
+def positive_float(text: str) -> float:
+    value = _number(text, float, 0.0, "a number above 0")
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"expected a number above 0, got {text!r}")
+    return value
+
+
+def log_level(text: str) -> str:
+    if text.lower() not in LEVELS:
+        raise argparse.ArgumentTypeError(f"unknown log level {text!r}; use one of "
+                                         f"{', '.join(LEVELS)}")
+    return text.lower()
+
+
+def package_version() -> str:
+    """The installed platform's version ("unknown" when run from a bare checkout)."""
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def add_common(parser: argparse.ArgumentParser, log_default: str = "warning") -> None:
+    """`--log-level` and `--version` on `parser`."""
+    parser.add_argument("--log-level", type=log_level, default=log_default,
+                        help=f"log level of the cluster's processes ({', '.join(LEVELS)})")
+    parser.add_argument("--version", action="version",
+                        version=f"%(prog)s {package_version()}")
