@@ -1,24 +1,31 @@
 """Cloudburst: stateful functions as a service on the Anna KVS. What users import.
 
-- `Client(address)`: register functions (`register`) and DAGs (`register_dag`), call them
-  (`call`, `call_dag` -> `Future`), store objects (`put`, `get`).
+- `Client(address)`: register functions (`register`, or the `@client.function` decorator)
+  and DAGs (`register_dag`), call them (`call`, `call_dag` -> `Future`; `map` fans calls out),
+  store objects (`put`, `get`).
+- `Future`: `get`/`result`, `done`, `wait`, and `await future` in asyncio; `gather(futures)`
+  and `wait(futures)` for many at once.
 - `call_dag(..., consistency="causal", protocol="hb"|"ct"|"opt"|"con")`: transactional causal
   consistency through HydroCache (`hydrocache/DESIGN.md`); `Future.causal` is a
   `CausalStats` (protocol used, aborts, remote fetches, read set, writes).
 - `LocalCluster(executor_nodes=, executors_per_node=)`: the whole platform on loopback.
 - `Reference(key, concurrent=False)`: an argument resolved to the stored object on the
   executor (with `concurrent=True`, the list of a causal key's concurrent values).
-- `errors`: FunctionNotFound, DagNotFound, InvalidDag, NoResources, ExecutionError, Timeout,
-  ObjectNotFound, Aborted.
+- `errors`: FunctionNotFound, DagNotFound, InvalidDag, InvalidFunction, NoResources,
+  ExecutionError, Timeout, ObjectNotFound, Aborted.
 """
 from runtime.values import Reference
 
 from . import errors
-from .client import CausalStats, Client, Future, Listing
+from .client import Client, Listing
+from .functions import RegisteredFunction
+from .futures import CausalStats, Future, gather, wait
 from .errors import (Aborted, CloudburstError, DagNotFound, ExecutionError, FunctionNotFound,
-                     InvalidDag, NoResources, ObjectNotFound, Timeout)
+                     InvalidDag, InvalidFunction, NoResources, ObjectNotFound,
+                     Timeout)
 from .local import LocalCluster
 
 __all__ = ["Client", "Future", "Listing", "CausalStats", "LocalCluster", "Reference", "errors",
+           "RegisteredFunction", "gather", "wait", "InvalidFunction",
            "CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "NoResources",
            "ExecutionError", "Timeout", "ObjectNotFound", "Aborted"]

@@ -28,9 +28,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-import weakref
-from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import zmq
 
@@ -38,16 +36,24 @@ from hydro_proto import cloudburst_pb2 as pb
 
 from runtime.keys import check_user_key
 from runtime.framing import more, parse, send
-from runtime.sockets import bind_pull, ipc_dir_of
+from runtime.sockets import bind_pull, check_address, ipc_dir_of
 from runtime.values import dumps, dumps_function, encode_args, loads
 from .errors import CloudburstError, InvalidDag, ObjectNotFound, Timeout, error_from_status
+from .functions import RegisteredFunction, check_signature
+from .futures import Future, gather
 
-__all__ = ["Client", "Future", "Listing", "CausalStats"]
+__all__ = ["Client", "Listing"]
 
 _CONSISTENCY = {"lww": pb.LWW, "causal": pb.CAUSAL}
 _PROTOCOLS = {"hb": pb.HB, "ct": pb.CT, "opt": pb.OPT, "con": pb.CON}
-_PROTOCOL_NAMES = {v: k for k, v in _PROTOCOLS.items()}
 _ANSWERS = {"reply": pb.Reply, "accepted": pb.Accepted, "result": pb.CallResult}
+
+
+class _Slot:
+    __slots__ = ("answer",)
+
+    def __init__(self) -> None:
+        self.answer: Any = None          # pb.Reply, pb.Accepted or pb.CallResult
 
 
 class Listing(NamedTuple):
@@ -55,30 +61,6 @@ class Listing(NamedTuple):
 
     functions: List[str]
     dags: List[str]
-
-
-@dataclass
-class CausalStats:
-    """How a causal call's protocol went (`cloudburst.CausalStats` as Python values).
-
-    protocol: the protocol that produced the result ("ct", "opt" or "con"; HB reports the
-    one its result came from); aborts: attempts aborted before it; remote_fetches: versions
-    the final attempt fetched from other caches; read_set / writes: key -> vector clock of
-    the versions the DAG read and the sink committed.
-    """
-
-    protocol: str
-    aborts: int = 0
-    remote_fetches: int = 0
-    read_set: Dict[str, Dict[str, int]] = field(default_factory=dict)
-    writes: Dict[str, Dict[str, int]] = field(default_factory=dict)
-
-    @classmethod
-    def from_proto(cls, m: "pb.CausalStats") -> "CausalStats":
-        return cls(protocol=_PROTOCOL_NAMES.get(m.protocol, str(m.protocol)), aborts=m.aborts,
-                   remote_fetches=m.remote_fetches,
-                   read_set={kv.key: dict(kv.vc) for kv in m.read_set},
-                   writes={kv.key: dict(kv.vc) for kv in m.writes})
 
 
 def _consistency_and_protocol(consistency: str, protocol: Optional[str]) -> Tuple[int, int]:
@@ -97,49 +79,6 @@ def _consistency_and_protocol(consistency: str, protocol: Optional[str]) -> Tupl
     return pb.CAUSAL, _PROTOCOLS[name.lower()]
 
 
-class _Slot:
-    __slots__ = ("answer",)
-
-    def __init__(self) -> None:
-        self.answer: Any = None          # pb.Reply, pb.Accepted or pb.CallResult
-
-
-class Future:
-    """The eventual result of one call. `get(timeout)` returns it or raises a typed error."""
-
-    def __init__(self, client: "Client", request_id: str, what: str, timeout: float) -> None:
-        self._client = client
-        self.request_id = request_id
-        self.what = what
-        self._timeout = timeout
-        self._result: Optional[pb.CallResult] = None
-        self.causal: Optional[CausalStats] = None   # set by get() for causal calls
-        self._finalizer = weakref.finalize(self, client._forget, request_id)
-
-    def done(self) -> bool:
-        """True if the result (or error) has arrived."""
-        if self._result is None:
-            self._result = self._client._peek(self.request_id)
-        return self._result is not None
-
-    def get(self, timeout: Optional[float] = None) -> Any:
-        """The call's value; raises the call's typed error, or `Timeout` after `timeout` s."""
-        if self._result is None:
-            wait = self._timeout if timeout is None else timeout
-            slot = self._client._wait(self.request_id, wait)
-            if slot is None:
-                raise Timeout(self._client._where(self.request_id, self.what), wait)
-            self._result = slot.answer
-            self._finalizer()
-            self._client._finished.append(self.request_id)
-        r = self._result
-        if self.causal is None and r.HasField("causal"):
-            self.causal = CausalStats.from_proto(r.causal)
-        if r.status == pb.OK:
-            return loads(r.value)
-        raise error_from_status(r.status, r.message, r.traceback, r.stage)
-
-
 class Client:
     """A connection to a Cloudburst cluster; see the module contract.
 
@@ -150,7 +89,7 @@ class Client:
     """
 
     def __init__(self, address: str, *, timeout: float = 30.0, ip: str = "127.0.0.1") -> None:
-        self.address = address
+        self.address = check_address(address, "a scheduler")
         self.timeout = float(timeout)
         self._context = zmq.Context()
         # a cluster reached over Unix sockets (LocalCluster(transport="ipc")) answers on one too
@@ -196,13 +135,25 @@ class Client:
             body = function
         else:
             raise TypeError(f"register takes a function or (class, init_args), got {function!r}")
-        if stateful and not callable(getattr(body[0], "run", None)):
-            raise TypeError(f"stateful class {body[0].__name__} needs a `run(self, lib, ...)` method")
         if not isinstance(name, str) or not name:
             raise ValueError(f"a function name must be a non-empty str, got {name!r}")
+        check_signature(body[0] if stateful else body, name, stateful)
         record = pb.FunctionRecord(name=name, body=dumps_function(body), stateful=stateful)
         self._ask("register_fn", pb.RegisterFunction(function=record),
                   f"register function {name!r}")
+
+    def function(self, target: Any = None, *, name: Optional[str] = None) -> Any:
+        """Decorator: register a function (or a stateful class) under `name` (default: its
+        `__name__`) and return a `RegisteredFunction` whose call returns a `Future`.
+
+        Use as `@client.function` or `@client.function(name="other")`."""
+        def register(obj: Any) -> RegisteredFunction:
+            registered = name or getattr(obj, "__name__", None)
+            if not registered:
+                raise ValueError(f"{obj!r} has no __name__; pass name=")
+            self.register(obj, registered)
+            return RegisteredFunction(self, registered, obj)
+        return register if target is None else register(target)
 
     def register_dag(self, name: str, functions: Sequence[str],
                      connections: Sequence[Tuple[str, str]] = ()) -> None:
@@ -240,6 +191,17 @@ class Client:
         call = pb.Call(function=name, consistency=level, protocol=proto)
         call.args[name].CopyFrom(encode_args(args))
         return self._submit(call, f"call of function {name!r}", timeout)
+
+    def map(self, name: str, *iterables: Iterable[Any], timeout: Optional[float] = None,
+            **options: Any) -> List[Any]:
+        """Call function `name` once per item (with several iterables, once per tuple of
+        items, as the builtin `map`), all at once, and return the values in order. `timeout`
+        bounds the whole map; the first error met in order is raised."""
+        if not iterables:
+            raise TypeError("map needs at least one iterable of arguments")
+        futures = [self.call(name, *args, timeout=timeout, **options)
+                   for args in zip(*iterables)]
+        return gather(futures, timeout)
 
     def call_dag(self, name: str, args: Optional[Mapping[str, Sequence[Any]]] = None,
                  consistency: str = "lww", output_key: Optional[str] = None,

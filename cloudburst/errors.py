@@ -5,10 +5,11 @@ raise the same classes (a function's `lib.get` raises `ObjectNotFound` in the wo
 SDK raises it in the client), and this module names them for users.
 """
 from runtime.errors import (STATUS_OF, Aborted, CloudburstError, DagNotFound, ExecutionError,
-                            FunctionNotFound, InvalidDag, NoResources, ObjectNotFound, Timeout,
+                            FunctionNotFound, InvalidDag, InvalidFunction, NoResources, ObjectNotFound, Timeout,
                             error_from_status)
 from runtime.process import StartupError
 
-__all__ = ["CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "NoResources",
+__all__ = ["CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "InvalidFunction",
+           "NoResources",
            "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "StartupError", "STATUS_OF",
            "error_from_status"]

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-__all__ = ["CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "NoResources",
+__all__ = ["CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "InvalidFunction",
+           "NoResources",
            "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "STATUS_OF", "error_from_status"]
 
 
@@ -39,6 +40,12 @@ class DagNotFound(CloudburstError):
 
 class InvalidDag(CloudburstError):
     """A DAG was rejected: unknown function, cycle, not exactly one sink, bad connection."""
+
+
+class InvalidFunction(CloudburstError, TypeError):
+    """`register` was given something that cannot run as a function: it must take the user
+    library `lib` as its first argument (a stateful class: `run(self, lib, ...)`). Also a
+    `TypeError`."""
 
 
 class NoResources(CloudburstError):

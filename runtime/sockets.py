@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import uuid
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -19,7 +20,7 @@ import zmq
 
 from .framing import encode, send, send_kind
 
-__all__ = ["bind_pull", "endpoint_of", "ipc_dir_of", "PushCache", "ZERO_COPY_BYTES"]
+__all__ = ["bind_pull", "check_address", "endpoint_of", "ipc_dir_of", "PushCache", "ZERO_COPY_BYTES"]
 
 log = logging.getLogger("runtime.sockets")
 
@@ -45,6 +46,20 @@ def endpoint_of(socket: zmq.Socket) -> str:
     endpoint = socket.getsockopt_string(zmq.LAST_ENDPOINT)
     # A wildcard host cannot be connected to; loopback is the only sensible fallback.
     return endpoint.replace("tcp://0.0.0.0:", "tcp://127.0.0.1:")
+
+
+_ADDRESS = re.compile(r"^(tcp://[^\s:/]+:[0-9]{1,5}|ipc://\S+)$")
+
+
+def check_address(address: Any, what: str = "a service") -> str:
+    """`address` if it is a ZeroMQ address peers can connect to; ValueError saying which
+    form is expected otherwise (a bare `host:port` is the usual mistake)."""
+    if not isinstance(address, str) or not _ADDRESS.match(address):
+        hint = f" (did you mean 'tcp://{address}'?)" if isinstance(address, str) \
+            and re.match(r"^[^\s:/]+:[0-9]{1,5}$", address) else ""
+        raise ValueError(f"{address!r} is not the address of {what}: expected "
+                         f"'tcp://host:port' or 'ipc:///path'{hint}")
+    return address
 
 
 def ipc_dir_of(address: str) -> Optional[str]:

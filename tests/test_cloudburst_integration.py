@@ -2,6 +2,7 @@
 
 Every wait has a deadline; nothing sleeps in place of synchronisation (conditions are polled).
 """
+import asyncio
 import threading
 import time
 import uuid
@@ -327,3 +328,56 @@ def test_register_rejects_what_cannot_run(client):
         client.register(42, "not-a-function")
     with pytest.raises(ValueError):
         client.put("__cloudburst/fn/x", 1)
+
+
+def test_register_checks_that_lib_comes_first(client):
+    with pytest.raises(cloudburst.InvalidFunction, match=r"'nolib' must take the user library"):
+        client.register(lambda: 1, "nolib")
+
+    class Counter:
+        def run(self):
+            return 1
+
+    with pytest.raises(cloudburst.InvalidFunction, match=r"run\(self, lib, \.\.\.\)"):
+        client.register(Counter, "counter-without-lib")
+    client.register(lambda *args: len(args), "varargs")      # lib arrives in *args
+    assert client.call("varargs", 1, 2).get(timeout=10) == 3
+
+
+def test_decorator_map_gather_wait_and_await(client):
+    @client.function
+    def triple(lib, x):
+        return 3 * x
+
+    @client.function(name="add-two")
+    def add(lib, x, y):
+        return x + y
+
+    assert triple.name == "triple" and add.name == "add-two" and triple.local(None, 2) == 6
+    assert triple(5).get(timeout=10) == 15
+    assert triple.map(range(20)) == [3 * i for i in range(20)]
+    assert client.map("add-two", [1, 2, 3], [10, 20, 30]) == [11, 22, 33]
+    futures = [add(i, i) for i in range(5)]
+    done, pending = cloudburst.wait(futures, timeout=10)
+    assert len(done) == 5 and pending == []
+    assert cloudburst.gather(futures) == [0, 2, 4, 6, 8]
+    assert futures[0].result() == 0
+
+    async def main():
+        return await asyncio.gather(triple(1), triple(2), add(3, 4))
+
+    assert asyncio.run(main()) == [3, 6, 7]
+
+
+def test_map_raises_the_first_error_in_order(client):
+    @client.function
+    def invert(lib, x):
+        return 1 / x
+
+    with pytest.raises(cloudburst.ExecutionError, match="ZeroDivisionError"):
+        invert.map([1, 0, 2])
+
+
+def test_a_bare_host_port_address_is_refused_with_the_expected_form():
+    with pytest.raises(ValueError, match=r"expected 'tcp://host:port'.*did you mean 'tcp://127.0.0.1:41153'"):
+        cloudburst.Client("127.0.0.1:41153")

@@ -1,0 +1,137 @@
+"""Results that arrive later: `Future`, `CausalStats`, and waiting on many futures at once.
+
+Contract:
+- `Future.get(timeout)` (or `result(timeout)`, the `concurrent.futures` name) returns the
+  call's value or raises its typed error; `Timeout` names the stage the call stalled at.
+  `done()` never blocks. `wait(timeout)` waits without raising and says whether it is done.
+- `await future` works inside `asyncio`: the wait runs in the event loop's default
+  executor, so the loop keeps running.
+- `gather(futures, timeout)` returns every value in the futures' order, raising the first
+  error met in that order; `timeout` bounds the whole wait, not each future.
+  `wait(futures, timeout)` returns `(done, pending)` lists without raising.
+- After a causal call's `get`, `Future.causal` holds its `CausalStats`.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from hydro_proto import cloudburst_pb2 as pb
+
+from runtime.errors import Timeout, error_from_status
+from runtime.values import loads
+
+if TYPE_CHECKING:  # the client imports this module
+    from .client import Client
+
+__all__ = ["CausalStats", "Future", "gather", "wait"]
+
+PROTOCOL_NAMES = {pb.HB: "hb", pb.CT: "ct", pb.OPT: "opt", pb.CON: "con"}
+
+
+@dataclass
+class CausalStats:
+    """How a causal call's protocol went (`cloudburst.CausalStats` as Python values).
+
+    protocol: the protocol that produced the result ("ct", "opt" or "con"; HB reports the
+    one its result came from); aborts: attempts aborted before it; remote_fetches: versions
+    the final attempt fetched from other caches; read_set / writes: key -> vector clock of
+    the versions the DAG read and the sink committed.
+    """
+
+    protocol: str
+    aborts: int = 0
+    remote_fetches: int = 0
+    read_set: Dict[str, Dict[str, int]] = field(default_factory=dict)
+    writes: Dict[str, Dict[str, int]] = field(default_factory=dict)
+
+    @classmethod
+    def from_proto(cls, m: "pb.CausalStats") -> "CausalStats":
+        return cls(protocol=PROTOCOL_NAMES.get(m.protocol, str(m.protocol)), aborts=m.aborts,
+                   remote_fetches=m.remote_fetches,
+                   read_set={kv.key: dict(kv.vc) for kv in m.read_set},
+                   writes={kv.key: dict(kv.vc) for kv in m.writes})
+
+
+class Future:
+    """The eventual result of one call; see the module contract."""
+
+    def __init__(self, client: "Client", request_id: str, what: str, timeout: float) -> None:
+        self._client = client
+        self.request_id = request_id
+        self.what = what
+        self._timeout = timeout
+        self._result: Optional[pb.CallResult] = None
+        self.causal: Optional[CausalStats] = None   # set by get() for causal calls
+        self._finalizer = weakref.finalize(self, client._forget, request_id)
+
+    def __repr__(self) -> str:
+        return f"<Future {self.what} {'done' if self._result is not None else 'pending'}>"
+
+    def done(self) -> bool:
+        """True if the result (or error) has arrived."""
+        if self._result is None:
+            self._result = self._client._peek(self.request_id)
+            if self._result is not None:
+                self._collected()
+        return self._result is not None
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Wait up to `timeout` seconds (the call's own deadline if None); True once done."""
+        if self._result is None:
+            slot = self._client._wait(self.request_id,
+                                      self._timeout if timeout is None else max(0.0, timeout))
+            if slot is None:
+                return False
+            self._result = slot.answer
+            self._collected()
+        return True
+
+    def get(self, timeout: Optional[float] = None) -> Any:
+        """The call's value; raises the call's typed error, or `Timeout` after `timeout` s."""
+        if not self.wait(timeout):
+            wait = self._timeout if timeout is None else timeout
+            raise Timeout(self._client._where(self.request_id, self.what), wait)
+        r = self._result
+        if self.causal is None and r.HasField("causal"):
+            self.causal = CausalStats.from_proto(r.causal)
+        if r.status == pb.OK:
+            return loads(r.value)
+        raise error_from_status(r.status, r.message, r.traceback, r.stage)
+
+    result = get
+
+    def __await__(self):
+        """`await future` from asyncio: waits in the loop's executor, then returns `get()`."""
+        loop = asyncio.get_running_loop()
+        return loop.run_in_executor(None, self.get).__await__()
+
+    def _collected(self) -> None:
+        self._finalizer()
+        self._client._finished.append(self.request_id)
+
+
+def gather(futures: Iterable[Future], timeout: Optional[float] = None) -> List[Any]:
+    """Every future's value, in order; the first error (in order) is raised."""
+    futures = list(futures)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    out = []
+    for f in futures:
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        out.append(f.get(left))
+    return out
+
+
+def wait(futures: Sequence[Future], timeout: Optional[float] = None
+         ) -> Tuple[List[Future], List[Future]]:
+    """Wait until every future is done or `timeout` passes; returns (done, pending)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    for f in futures:
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if not f.wait(left):
+            break
+    done = [f for f in futures if f.done()]
+    return done, [f for f in futures if not f.done()]
