@@ -12,11 +12,12 @@ listed for schedulers in proto/cloudburst.proto, plus one for Anna's pushed regi
 - Heartbeats feed `membership.ExecutorTable`; every `tick` seconds silent workers are dropped
   and the calls in flight on them are failed at their caller with EXECUTION_ERROR naming the
   worker (the other functions of the call are told to `abort`).
-- A causal call (Call.consistency == CAUSAL; HydroCache) is coordinated by a
-  `scheduler.causal.CausalCall` (CT places the whole DAG on one node with
-  `policy.choose_one_node`); its attempts run under ids `<call id>#<n>`, their `done` and
-  `causal_abort` reports and the node caches' `cache_reply`s are routed back to it, and the
-  actions it returns are carried out here. LWW calls take the same path as before.
+- A causal call (Call.consistency == CAUSAL; HydroCache) is placed here (CT puts the whole
+  DAG on one node with `policy.choose_one_node`; every worker needs a node cache) and then
+  handed to `scheduler.causal_calls.CausalCalls`, which keeps one record per call, routes
+  its attempts' `done` and `causal_abort` reports and the node caches' `cache_reply`s to its
+  `scheduler.causal.CausalCall` coordinator and carries out the actions it returns. LWW
+  calls take the same path as before.
 - `serve()` runs until `stop()` (e.g. from a SIGTERM handler) or until the parent exits.
 """
 from __future__ import annotations
@@ -42,7 +43,7 @@ from .config import SchedulerConfig
 from .gc import GcCoordinator
 from .dag import Dag, validate
 from .membership import CallRecord, ExecutorTable
-from .causal import AbortAttempt, CacheSend, CausalCall, Fail, Finished, StartAttempt
+from .causal_calls import CausalCalls
 from .policy import choose_executors, choose_one_node, dag_relations
 from .registry import Registry
 from .schedule import build_schedules, references_by_function
@@ -80,11 +81,11 @@ class Scheduler:
             "done": self._done, "where": self._where,
             "causal_abort": self._causal_abort, "cache_reply": self._cache_reply,
         }
-        # causal calls: caller's id -> coordinator; attempt id / cache request id -> caller's id
-        self._causal: Dict[str, CausalCall] = {}
-        self._causal_calls: Dict[str, pb.Call] = {}
-        self._attempt_of: Dict[str, str] = {}
-        self._request_of: Dict[str, str] = {}
+        # causal calls in flight; `_causal` (caller's id -> record) is their one table, and
+        # empty whenever none is in flight: the LWW path tests it before anything else
+        self._causal_calls = CausalCalls(self._push, self.table, self.address,
+                                         config.max_causal_retries)
+        self._causal = self._causal_calls.records
         # dependency GC: the live caches, republished by the loop every tick for the GC thread
         self._live_caches: List[str] = []
         self._gc = GcCoordinator(self._context, config.kvs_address, lambda: self._live_caches,
@@ -116,7 +117,7 @@ class Scheduler:
                 self._live_caches = sorted({w.cache_address for w in self.table.live()
                                             if w.cache_address})
                 if self._causal:
-                    self._causal_tick(now)
+                    self._causal_calls.tick(now)
                 if self.config.parent_pid and os.getppid() != self.config.parent_pid:
                     log.warning("parent process exited; stopping")
                     break
@@ -235,9 +236,7 @@ class Scheduler:
     def _call(self, payload: bytes) -> None:
         call = pb.Call.FromString(payload)
         for call_id in call.finished:
-            if self._causal and call_id in self._causal:
-                self._causal_done(call_id, "")
-            else:
+            if not (self._causal and self._causal_calls.done(call_id, time.monotonic())):
                 self.table.finish_call(call_id)
         if call.dag:
             record = self.registry.dag(call.dag)
@@ -280,9 +279,9 @@ class Scheduler:
     def _where(self, payload: bytes) -> None:
         req = pb.NameRequest.FromString(payload)
         answer = pb.Accepted(request_id=req.request_id, scheduler=self.address)
-        coordinator = self._causal.get(req.name)
-        record = self.table.call(req.name if coordinator is None else
-                                 (coordinator.current() or ""))
+        causal = self._causal.get(req.name)
+        record = self.table.call(req.name if causal is None else
+                                 (causal.coordinator.current() or ""))
         if record is not None:
             answer.placement.update(record.placement)
         self._push.send(req.response_address, "accepted", answer)
@@ -295,9 +294,7 @@ class Scheduler:
             self._finish_one(call_id)
 
     def _finish_one(self, call_id: str) -> None:
-        if self._attempt_of and call_id in self._attempt_of:
-            self._causal_done(self._attempt_of[call_id], call_id)
-        else:
+        if not (self._causal and self._causal_calls.done(call_id, time.monotonic())):
             self.table.finish_call(call_id)
 
     # ---- executors ----
@@ -315,32 +312,23 @@ class Scheduler:
         expired = self.table.expire(now)
         for wid in expired.dead_workers:
             log.warning("worker %s missed its heartbeats; dropped from scheduling", wid)
-        for record in expired.overdue_calls:
-            if self._attempt_of and record.call_id in self._attempt_of:
-                self._attempt_of.pop(record.call_id, None)
         for record, dead in expired.orphaned_calls:
-            caller = self._attempt_of.get(record.call_id) if self._attempt_of else None
-            if caller is not None:
-                fns = sorted(f for f, w in record.placement.items() if w == dead)
-                coordinator = self._causal.get(caller)
-                if coordinator is not None:
-                    self._apply(coordinator, coordinator.fail(pb.EXECUTION_ERROR, (
-                        f"{record.name}: executor worker {dead} died (no heartbeat for "
-                        f"{self.config.heartbeat_timeout:g} s) while the call's function(s) "
-                        f"{fns} were placed on it")))
-                continue
             fns = sorted(f for f, w in record.placement.items() if w == dead)
+            message = (f"{record.name}: executor worker {dead} died (no heartbeat for "
+                       f"{self.config.heartbeat_timeout:g} s) while the call's function(s) "
+                       f"{fns} were placed on it")
+            causal = self._causal_calls.owner(record.call_id) if self._causal else None
+            if causal is not None:
+                self._causal_calls.worker_died(causal, message, now)
+                continue
             self._push.send(record.response_address, "result", pb.CallResult(
-                request_id=record.call_id, status=pb.EXECUTION_ERROR,
-                message=(f"{record.name}: executor worker {dead} died (no heartbeat for "
-                         f"{self.config.heartbeat_timeout:g} s) while the call's function(s) "
-                         f"{fns} were placed on it")))
+                request_id=record.call_id, status=pb.EXECUTION_ERROR, message=message))
             for fn, wid in record.placement.items():
                 address = self.table.address(wid)
                 if address is not None:
                     self._push.send(address, "abort", pb.CallDone(call_id=record.call_id))
 
-    # ---- causal calls (scheduler/causal.py has the protocols) ----
+    # ---- placement; causal calls (scheduler/causal_calls.py carries them out) ----
     def _place(self, call: pb.Call, dag: Dag, place: Any, concurrent: Any,
                neighbours: Any) -> Optional[Dict[str, str]]:
         """function -> worker id by the policy `place`; None (and the caller told
@@ -361,7 +349,6 @@ class Scheduler:
                      concurrent: Any, neighbours: Any) -> None:
         if call.request_id in self._causal:
             return   # a duplicate of a call in flight
-        references = references_by_function(call)
         place = choose_one_node if call.protocol == pb.CT else choose_executors
         if concurrent is None and len(dag.functions) > 1:
             concurrent, neighbours = dag_relations(dag)
@@ -377,117 +364,11 @@ class Scheduler:
                     "calls need HydroCache on every node"))
             caches[fn] = cache
         timeout = call.timeout if call.timeout > 0 else self.config.call_timeout
-        now = time.monotonic()
-        coordinator = CausalCall(
-            call.request_id, call.protocol, dag.functions,
-            {fn: dag.upstreams(fn) for fn in dag.functions}, references, caches, self.address,
-            now, timeout, max_retries=self.config.max_causal_retries, name=dag.name)
-        coordinator.placement = dict(placement)   # type: ignore[attr-defined]
-        coordinator.dag = dag                     # type: ignore[attr-defined]
-        coordinator.versions = versions           # type: ignore[attr-defined]
-        self._causal[call.request_id] = coordinator
-        self._causal_calls[call.request_id] = call
-        # the call loads its workers from now on, not only once an attempt starts (CON and
-        # HB coordinate first): a reservation under the caller's id until the first attempt
-        self._attempt_of[call.request_id] = call.request_id
-        self.table.start_call(CallRecord(call.request_id, dag.name, dict(placement),
-                                         call.response_address, now + timeout + 5))
-        self._apply(coordinator, coordinator.start(now))
-
-    def _apply(self, coordinator: CausalCall, actions: Any) -> None:
-        call = self._causal_calls.get(coordinator.call_id)
-        for action in actions:
-            if isinstance(action, CacheSend):
-                request = action.request
-                if request.response_address:
-                    self._request_of[request.request_id] = coordinator.call_id
-                self._push.send(action.address, "cache", request)
-            elif isinstance(action, StartAttempt):
-                self._start_attempt(coordinator, call, action)
-            elif isinstance(action, AbortAttempt):
-                record = self.table.finish_call(action.attempt_id)
-                placement = record.placement if record is not None else coordinator.placement
-                for wid in sorted(set(placement.values())):
-                    address = self.table.address(wid)
-                    if address is not None:
-                        self._push.send(address, "abort", pb.CallDone(call_id=action.attempt_id))
-            elif isinstance(action, Fail):
-                if call is not None:
-                    result = pb.CallResult(request_id=call.request_id, status=action.status,
-                                           message=action.message, stage=action.stage)
-                    result.causal.protocol = coordinator.requested
-                    result.causal.aborts = coordinator.aborts
-                    self._push.send(call.response_address, "result", result)
-            elif isinstance(action, Finished):
-                self._forget_causal(coordinator)
-
-    def _start_attempt(self, coordinator: CausalCall, call: Any, action: StartAttempt) -> None:
-        if call is None:
-            return
-        self.table.finish_call(coordinator.call_id)   # the reservation: the attempt carries it
-        attempt = pb.Call()
-        attempt.CopyFrom(call)
-        attempt.request_id = action.attempt_id
-        placement = coordinator.placement          # type: ignore[attr-defined]
-        addresses = {wid: self.table.address(wid) for wid in set(placement.values())}
-        missing = sorted(w for w, a in addresses.items() if a is None)
-        if missing:
-            self._apply(coordinator, coordinator.fail(pb.EXECUTION_ERROR, (
-                f"{coordinator.name}: executor worker(s) {missing} placed for the call are "
-                "no longer live")))
-            return
-        for address, schedule in build_schedules(attempt, coordinator.dag,  # type: ignore[attr-defined]
-                                                 placement, addresses,
-                                                 coordinator.versions,      # type: ignore[attr-defined]
-                                                 self.address, action.timeout):
-            schedule.causal.CopyFrom(action.plan)
-            for s in schedule.forward:
-                s.causal.CopyFrom(action.plan)
-            self._push.send(address, "schedule", schedule)
-        self._attempt_of[action.attempt_id] = coordinator.call_id
-        self.table.start_call(CallRecord(action.attempt_id, coordinator.name, dict(placement),
-                                         call.response_address,
-                                         time.monotonic() + action.timeout + 5))
-
-    def _forget_causal(self, coordinator: CausalCall) -> None:
-        cid = coordinator.call_id
-        self._causal.pop(cid, None)
-        self._causal_calls.pop(cid, None)
-        self._attempt_of.pop(cid, None)
-        self.table.finish_call(cid)
-        for aid in coordinator.attempts:
-            self._attempt_of.pop(aid, None)
-            self.table.finish_call(aid)
-        if self._request_of:
-            for rid in [r for r, c in self._request_of.items() if c == cid]:
-                del self._request_of[rid]
-
-    def _causal_done(self, caller: str, attempt_id: str) -> None:
-        coordinator = self._causal.get(caller)
-        if coordinator is None:
-            self.table.finish_call(attempt_id)
-            return
-        self._apply(coordinator, coordinator.on_done(attempt_id, time.monotonic()))
+        self._causal_calls.begin(call, dag, versions, placement, caches, timeout,
+                                 time.monotonic())
 
     def _causal_abort(self, payload: bytes) -> None:
-        abort = pb.CausalAbort.FromString(payload)
-        caller = self._attempt_of.get(abort.attempt_id) or abort.call_id
-        coordinator = self._causal.get(caller)
-        if coordinator is None:
-            log.info("ignored causal_abort of %s (call no longer in flight)", abort.attempt_id)
-            return
-        self._apply(coordinator, coordinator.on_abort(abort, time.monotonic()))
+        self._causal_calls.abort(pb.CausalAbort.FromString(payload), time.monotonic())
 
     def _cache_reply(self, payload: bytes) -> None:
-        resp = pb.CacheResponse.FromString(payload)
-        caller = self._request_of.pop(resp.request_id, None)
-        coordinator = self._causal.get(caller) if caller is not None else None
-        if coordinator is None:
-            return   # a prefetch acknowledgement, or a call that finished or failed
-        self._apply(coordinator, coordinator.on_cache_reply(resp, time.monotonic()))
-
-    def _causal_tick(self, now: float) -> None:
-        for coordinator in list(self._causal.values()):
-            actions = coordinator.tick(now)
-            if actions:
-                self._apply(coordinator, actions)
+        self._causal_calls.cache_reply(pb.CacheResponse.FromString(payload), time.monotonic())

@@ -1,0 +1,173 @@
+"""The causal calls in flight at one scheduler: one record per call, its coordinator's
+actions carried out.
+
+Contract: `CausalCalls(push, table, address, max_retries)` is the I/O side of
+`scheduler.causal`; the scheduler's loop hands it the causal events with `now`:
+- `begin(call, dag, versions, placement, caches, timeout, now)`: keeps an `InFlight` record
+  (the caller's `Call`, the DAG, the function versions, the placement, the coordinator),
+  counts the call's load on its workers at once (a reservation under the caller's id in the
+  `ExecutorTable` until the first attempt starts: CON and HB coordinate first) and starts
+  the coordinator; a duplicate of a call in flight is ignored.
+- `owner(call_id)`: the record a caller's id or an attempt id belongs to, or None (another
+  call). Ids are routed by their form (`scheduler.causal.caller_of`) and checked against
+  the record, so nothing is indexed per attempt or per cache request.
+- `done(call_id, now)` (a sink's `done`, or a caller reporting the result),
+  `abort(CausalAbort, now)`, `cache_reply(CacheResponse, now)`,
+  `worker_died(record, message, now)` (a table record of the call lost a worker) and
+  `tick(now)` feed the coordinator. Its actions: `StartAttempt` sends one `schedule` per
+  source worker (the plan in every function's schedule) and tracks the attempt's load;
+  `CacheSend` sends a `cache` request; `AbortAttempt` drops the attempt's load and sends
+  `abort` to its workers; `Fail` sends the caller a `result` with the status and
+  CausalStats; `Finished` forgets the record and its table entries.
+- `records` (caller's id -> InFlight) is empty whenever no causal call is in flight, so the
+  LWW path costs one truth test of it.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Dict, Iterable, Mapping, Optional
+
+from hydro_proto import cloudburst_pb2 as pb
+
+from .causal import CausalCall, caller_of
+from .causal_records import AbortAttempt, Action, CacheSend, Fail, Finished, StartAttempt
+from .dag import Dag
+from .membership import CallRecord, ExecutorTable
+from .schedule import build_schedules, references_by_function
+
+__all__ = ["CausalCalls", "InFlight"]
+
+log = logging.getLogger("cloudburst.scheduler")
+
+
+@dataclass
+class InFlight:
+    """Everything the scheduler keeps about one causal call in flight."""
+
+    call: pb.Call                  # the caller's request; each attempt sends a copy
+    dag: Dag
+    versions: Dict[str, str]       # function -> registered version
+    placement: Dict[str, str]      # function -> worker id, fixed for the whole call
+    coordinator: CausalCall
+
+
+class CausalCalls:
+    """The causal calls in flight; see the module contract."""
+
+    def __init__(self, push: object, table: ExecutorTable, address: str,
+                 max_retries: int) -> None:
+        self._push = push              # anything with send(address, kind, message)
+        self._table = table
+        self._address = address
+        self._max_retries = max_retries
+        self.records: Dict[str, InFlight] = {}
+
+    # ---- routing ----
+    def owner(self, call_id: str) -> Optional[InFlight]:
+        rec = self.records.get(call_id)
+        if rec is not None:
+            return rec
+        rec = self.records.get(caller_of(call_id))
+        if rec is not None and call_id in rec.coordinator.attempts:
+            return rec
+        return None
+
+    # ---- events ----
+    def begin(self, call: pb.Call, dag: Dag, versions: Dict[str, str],
+              placement: Mapping[str, str], caches: Mapping[str, str], timeout: float,
+              now: float) -> None:
+        if call.request_id in self.records:
+            return   # a duplicate of a call in flight
+        coordinator = CausalCall(
+            call.request_id, call.protocol, dag.functions,
+            {fn: dag.upstreams(fn) for fn in dag.functions}, references_by_function(call),
+            caches, self._address, now, timeout, max_retries=self._max_retries, name=dag.name)
+        rec = InFlight(call, dag, versions, dict(placement), coordinator)
+        self.records[call.request_id] = rec
+        self._table.start_call(CallRecord(call.request_id, dag.name, dict(placement),
+                                          call.response_address, now + timeout + 5))
+        self._apply(rec, coordinator.start(now), now)
+
+    def done(self, call_id: str, now: float) -> bool:
+        """Feed a `done` of `call_id` to its call; False if no causal call owns the id."""
+        rec = self.owner(call_id)
+        if rec is None:
+            return False
+        self._apply(rec, rec.coordinator.on_done(call_id, now), now)
+        return True
+
+    def abort(self, abort: pb.CausalAbort, now: float) -> None:
+        rec = self.owner(abort.attempt_id) or self.records.get(abort.call_id)
+        if rec is None:
+            log.info("ignored causal_abort of %s (call no longer in flight)", abort.attempt_id)
+            return
+        self._apply(rec, rec.coordinator.on_abort(abort, now), now)
+
+    def cache_reply(self, resp: pb.CacheResponse, now: float) -> None:
+        rec = self.records.get(caller_of(resp.request_id))
+        if rec is None:
+            return   # a call that finished or failed
+        self._apply(rec, rec.coordinator.on_cache_reply(resp, now), now)
+
+    def worker_died(self, rec: InFlight, message: str, now: float) -> None:
+        self._apply(rec, rec.coordinator.fail(pb.EXECUTION_ERROR, message), now)
+
+    def tick(self, now: float) -> None:
+        for rec in list(self.records.values()):
+            actions = rec.coordinator.tick(now)
+            if actions:
+                self._apply(rec, actions, now)
+
+    # ---- actions ----
+    def _apply(self, rec: InFlight, actions: Iterable[Action], now: float) -> None:
+        coordinator = rec.coordinator
+        for action in actions:
+            if isinstance(action, CacheSend):
+                self._push.send(action.address, "cache", action.request)
+            elif isinstance(action, StartAttempt):
+                self._start_attempt(rec, action, now)
+            elif isinstance(action, AbortAttempt):
+                record = self._table.finish_call(action.attempt_id)
+                placement = record.placement if record is not None else rec.placement
+                for wid in sorted(set(placement.values())):
+                    address = self._table.address(wid)
+                    if address is not None:
+                        self._push.send(address, "abort", pb.CallDone(call_id=action.attempt_id))
+            elif isinstance(action, Fail):
+                result = pb.CallResult(request_id=rec.call.request_id, status=action.status,
+                                       message=action.message, stage=action.stage)
+                result.causal.protocol = coordinator.requested
+                result.causal.aborts = coordinator.aborts
+                self._push.send(rec.call.response_address, "result", result)
+            elif isinstance(action, Finished):
+                self._forget(rec)
+
+    def _start_attempt(self, rec: InFlight, action: StartAttempt, now: float) -> None:
+        self._table.finish_call(rec.call.request_id)   # the reservation: the attempt carries it
+        attempt = pb.Call()
+        attempt.CopyFrom(rec.call)
+        attempt.request_id = action.attempt_id
+        addresses = {wid: self._table.address(wid) for wid in set(rec.placement.values())}
+        missing = sorted(w for w, a in addresses.items() if a is None)
+        if missing:
+            self._apply(rec, rec.coordinator.fail(pb.EXECUTION_ERROR, (
+                f"{rec.coordinator.name}: executor worker(s) {missing} placed for the call "
+                "are no longer live")), now)
+            return
+        for address, schedule in build_schedules(attempt, rec.dag, rec.placement, addresses,
+                                                 rec.versions, self._address, action.timeout):
+            schedule.causal.CopyFrom(action.plan)
+            for s in schedule.forward:
+                s.causal.CopyFrom(action.plan)
+            self._push.send(address, "schedule", schedule)
+        self._table.start_call(CallRecord(action.attempt_id, rec.coordinator.name,
+                                          dict(rec.placement), rec.call.response_address,
+                                          now + action.timeout + 5))
+
+    def _forget(self, rec: InFlight) -> None:
+        cid = rec.call.request_id
+        self.records.pop(cid, None)
+        self._table.finish_call(cid)
+        for aid in rec.coordinator.attempts:
+            self._table.finish_call(aid)
