@@ -1,11 +1,21 @@
-"""The scheduler's MTCC coordinator (scheduler/causal.py) and CT placement, without sockets."""
+"""The scheduler's MTCC coordinator (scheduler/causal.py), its protocol flows and their
+continuations (scheduler/mtcc.py), the per-call records that carry its actions out
+(scheduler/causal_calls.py) and CT placement, without sockets."""
+import dataclasses
 import random
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from hydro_proto import cloudburst_pb2 as pb
 from scheduler.causal import (AbortAttempt, CacheSend, CausalCall, Fail, Finished, SimResult,
-                              StartAttempt, topological_order)
+                              StartAttempt, caller_of, topological_order)
+from scheduler.causal_calls import CausalCalls
+from scheduler.causal_records import Waiting
+from scheduler.dag import Dag
+from scheduler.membership import ExecutorTable
+from scheduler.mtcc import (ConFetched, ConFlow, ConSnapshotTaken, CtFlow, HbFlow,
+                            HbSnapshotTaken, OptFlow, flow_for)
 from scheduler.policy import WorkerView, choose_one_node
 
 C1, C2 = "tcp://cache1", "tcp://cache2"
@@ -345,3 +355,313 @@ def test_hydro_engine_over_the_real_cores():
                   "g": [_piece("b", {"x": 2}, {"b": {"x": 2}, "a": {"x": 2}}, C2)]}
     assert eng.distributed(consistent) == {}
     assert not eng.simulate(["f", "g"], {"g": ["f"]}, consistent).abort
+
+
+# ---- the flows and their continuations, step by step ----
+def test_flow_for_each_protocol():
+    assert [type(flow_for(p, "c")) for p in (pb.CT, pb.OPT, pb.CON, pb.HB, 99)] == \
+        [CtFlow, OptFlow, ConFlow, HbFlow, HbFlow]
+    assert flow_for(pb.HB, "c").snapshot_id == "c#s"
+
+
+def test_continuations_are_immutable_records():
+    k = ConFetched("c1#1", "c1#s", reuse="c1#0")
+    assert (k.attempt_id, k.snapshot_attempt, k.reuse) == ("c1#1", "c1#s", "c1#0")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        k.reuse = ""
+    assert ConSnapshotTaken("c1#0") == ConSnapshotTaken("c1#0", "")
+    assert HbSnapshotTaken() == HbSnapshotTaken()
+
+
+def test_con_snapshot_taken_unions_then_fetches_under_the_attempt():
+    eng = FakeEngine(fetches={"g": [kv("a", x=2)]})
+    c = make(pb.CON, engine=eng)
+    pieces = {"f": [pb.SnapshotPiece()]}
+    out = c.flow.resume(c, ConSnapshotTaken("c1#0", reuse="c1#7"), pieces, 0.1)
+    assert eng.distributed_calls == [pieces]
+    (fetch,) = requests(out, pb.CAUSAL_FETCH)
+    assert fetch.address == C2 and fetch.request.attempt_id == "c1#0"
+    assert fetch.request.response_address == "tcp://sched"
+    assert c.waiting_on() == [Waiting("CON snapshot fetch", C2, "CAUSAL_FETCH")]
+    (s,) = of(c.on_cache_reply(reply(fetch), 0.2), StartAttempt)
+    assert (s.attempt_id, s.plan.protocol, s.plan.snapshot_attempt, s.plan.reuse_attempt) == \
+        ("c1#0", pb.CON, "c1#0", "c1#7")
+
+
+def test_con_snapshot_taken_with_nothing_to_fetch_starts_at_once():
+    c = make(pb.CON)
+    (s,) = c.flow.resume(c, ConSnapshotTaken("c1#0"), {}, 0.1)
+    assert isinstance(s, StartAttempt) and s.plan.protocol == pb.CON
+    assert c.waiting_on() == []
+
+
+def test_con_fetched_starts_the_attempt_on_the_named_snapshot():
+    c = make(pb.HB)
+    (s,) = c.flow.resume(c, ConFetched("c1#3", "c1#s", "c1#0"), {}, 1.0)
+    assert s.attempt_id == "c1#3" and s.plan.attempt == 3 and s.timeout == pytest.approx(9.0)
+    assert (s.plan.protocol, s.plan.requested) == (pb.CON, pb.HB)
+    assert (s.plan.snapshot_attempt, s.plan.reuse_attempt) == ("c1#s", "c1#0")
+    assert c.running() == ["c1#3"]
+
+
+def test_hb_snapshot_taken_prefetches_what_opt_will_fetch():
+    eng = FakeEngine(sim=SimResult(False, fetches={"f": [kv("a", x=4)]}))
+    c = make(pb.HB, engine=eng, keys={"f": ["a"], "g": ["b"]})
+    c.start(0.0)
+    c.cancel_rounds()                          # drive the continuation by hand
+    a, b = pb.SnapshotPiece(), pb.SnapshotPiece()
+    a.local.key, b.local.key = "a", "b"
+    out = c.flow.resume(c, HbSnapshotTaken(), {"f": [a, b], "g": [a, b]}, 0.1)
+    # the simulation sees only each function's own keys (what OPT binds)
+    order, own = eng.simulate_calls[0]
+    assert order == ["f", "g"] and {fn: [p.local.key for p in ps] for fn, ps in own.items()} \
+        == {"f": ["a"], "g": ["b"]}
+    (pre,) = requests(out, pb.CAUSAL_FETCH)
+    assert (pre.address, pre.request.attempt_id, pre.request.response_address) == (C1, "c1#s", "")
+    assert c.running() == ["c1#0"] and c.waiting_on() == [] and c.flow.pieces is not None
+
+
+def test_hb_snapshot_taken_with_a_simulated_abort_runs_con_on_it():
+    eng = FakeEngine(fetches={"g": [kv("a", x=5)]}, sim=SimResult(True, reason="a too old"))
+    c = make(pb.HB, engine=eng)
+    c.start(0.0)
+    c.cancel_rounds()
+    out = c.flow.resume(c, HbSnapshotTaken(), {"f": []}, 0.1)
+    assert [a.attempt_id for a in of(out, AbortAttempt)] == ["c1#0"]
+    assert c.aborts == 1 and c.last_reason == "HB simulation: a too old"
+    assert c.waiting_on() == [Waiting("HB CON snapshot fetch", C2, "CAUSAL_FETCH")]
+    (fetch,) = requests(out, pb.CAUSAL_FETCH)
+    assert fetch.request.attempt_id == "c1#s"
+    (s,) = of(c.on_cache_reply(reply(fetch), 0.2), StartAttempt)
+    assert (s.attempt_id, s.plan.snapshot_attempt, s.plan.reuse_attempt) == \
+        ("c1#1", "c1#s", "c1#0")
+
+
+def test_a_flow_refuses_a_continuation_that_is_not_its_own():
+    for protocol, then in [(pb.CT, ConFetched("c1#0", "c1#0")),
+                           (pb.OPT, ConSnapshotTaken("c1#0")),
+                           (pb.CON, HbSnapshotTaken())]:
+        c = make(protocol)
+        with pytest.raises(AssertionError, match="no step"):
+            c.flow.resume(c, then, {}, 0.0)
+
+
+def test_the_coordinator_takes_no_attributes_from_outside():
+    c = make(pb.OPT)
+    with pytest.raises(AttributeError):
+        c.placement = {"f": "w1"}
+
+
+# ---- ids: every id a call mints leads back to it ----
+@pytest.mark.parametrize("call_id", ["c1", "a#b", "x/y#3", "#"])
+def test_minted_ids_lead_back_to_their_call(call_id):
+    c = CausalCall(call_id, pb.HB, ["f", "g"], {"g": ["f"]}, {"f": ["a"], "g": ["b"]},
+                   {"f": C1, "g": C2}, "tcp://sched", now=0.0, timeout=10.0,
+                   engine=FakeEngine(fetches={"f": [kv("a", x=1)]}, sim=SimResult(True)))
+    out = c.start(0.0)
+    for send in requests(out, pb.CAUSAL_SNAPSHOT):
+        out += c.on_cache_reply(reply(send), 0.1)
+    out += c.on_done(c.current(), 1.0)
+    ids = [a.attempt_id for a in of(out, StartAttempt)] + \
+        [a.request.request_id for a in of(out, CacheSend) if a.request.request_id] + \
+        [a.request.attempt_id for a in of(out, CacheSend)]
+    assert len(ids) > 5 and {caller_of(i) for i in ids} == {call_id}
+
+
+# ---- retry budgets under random event sequences ----
+@settings(max_examples=200, deadline=None)
+@given(max_retries=st.integers(0, 5),
+       events=st.lists(st.tuples(st.sampled_from(["abort", "dup", "stranger", "tick"]),
+                                 st.booleans(), st.booleans()), max_size=12))
+def test_opt_never_exceeds_its_retry_budget(max_retries, events):
+    c = make(pb.OPT, max_retries=max_retries)
+    batches = [c.start(0.0)]
+    counted = 0
+    for n, (kind, new_key, stale_key) in enumerate(events):
+        now = 0.1 * (n + 1)
+        running = c.running()
+        if kind == "abort" and running:
+            counted += not c.finished
+            abort = pb.CausalAbort(attempt_id=running[0], reason=f"r{n}", function="g",
+                                   new_keys=[f"k{n}"] if new_key else [],
+                                   stale_keys=["b"] if stale_key else [])
+            batches.append(c.on_abort(abort, now))
+        elif kind == "dup" and c.aborts:      # c1#0 aborted already: a parallel branch's
+            batches.append(c.on_abort(pb.CausalAbort(attempt_id="c1#0", reason="dup"), now))
+        elif kind == "stranger":
+            batches.append(c.on_abort(pb.CausalAbort(attempt_id="other#0", reason="?"), now))
+        else:
+            batches.append(c.tick(now))
+    actions = [a for b in batches for a in b]
+    starts = of(actions, StartAttempt)
+    assert len(starts) <= max_retries + 1 and c.aborts == counted <= max_retries + 1
+    # attempt n follows n aborts; never two running at once
+    assert [s.attempt_id for s in starts] == [f"c1#{n}" for n in range(len(starts))]
+    assert [s.plan.attempt for s in starts] == list(range(len(starts)))
+    assert len(c.running()) <= 1
+    # every counted abort stopped and released its attempt, once per cache
+    assert [a.attempt_id for a in of(actions, AbortAttempt)] == \
+        [f"c1#{n}" for n in range(counted)]
+    releases = [(a.address, a.request.attempt_id) for a in requests(actions, pb.CAUSAL_RELEASE)]
+    assert len(releases) == len(set(releases)) == 2 * counted
+    fails = of(actions, Fail)
+    if counted > max_retries:
+        (f,) = fails
+        assert f.status == pb.ABORTED and f"{counted} times" in f.message and c.finished
+        ending = next(b for b in batches if of(b, Fail))
+        assert isinstance(ending[-1], Finished) and not of(ending, StartAttempt)
+    else:
+        assert fails == [] and not c.finished and len(starts) == counted + 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(protocol=st.sampled_from([pb.CT, pb.OPT, pb.CON, pb.HB]),
+       max_retries=st.integers(0, 3), sim_abort=st.booleans(),
+       events=st.lists(st.tuples(st.sampled_from(["abort"] * 3 + ["reply"] * 4 + ["done", "tick"]),
+                                 st.integers(0, 7), st.booleans()), min_size=4, max_size=30))
+def test_every_protocol_keeps_its_budget_and_ends_once(protocol, max_retries, sim_abort,
+                                                       events):
+    eng = FakeEngine(fetches={"g": [kv("a", x=1)]}, sim=SimResult(sim_abort, reason="sim"))
+    c = make(protocol, engine=eng, max_retries=max_retries)
+    batches = [c.start(0.0)]
+    awaited = []
+    for n, (kind, pick, new_key) in enumerate(events):
+        awaited += [a for a in batches[-1] if isinstance(a, CacheSend)
+                    and a.request.response_address]
+        now = 0.1 * (n + 1)
+        running = c.running()
+        if kind == "abort" and running:
+            aid = running[pick % len(running)]
+            batches.append(c.on_abort(pb.CausalAbort(attempt_id=aid, reason="r", function="f",
+                                                     new_keys=["z"] if new_key else []), now))
+        elif kind == "reply" and awaited:
+            batches.append(c.on_cache_reply(reply(awaited.pop(pick % len(awaited))), now))
+        elif kind == "done" and running:
+            batches.append(c.on_done(running[pick % len(running)], now))
+        else:
+            batches.append(c.tick(now))
+    actions = [a for b in batches for a in b]
+    starts = of(actions, StartAttempt)
+    # at most one start per abort the budget allows, and each attempt id started once
+    assert len(starts) <= min(c.aborts, max_retries) + 1
+    assert len({s.attempt_id for s in starts}) == len(starts)
+    assert c.aborts <= max_retries + 1
+    # ABORTED exactly when the budget is spent; Finished once, last of its batch
+    aborted = [f for f in of(actions, Fail) if f.status == pb.ABORTED]
+    assert len(aborted) == (c.aborts > max_retries)
+    finished = [b for b in batches if of(b, Finished)]
+    assert len(finished) == c.finished and all(isinstance(b[-1], Finished) for b in finished)
+    if c.finished:
+        assert not any(batches[batches.index(finished[0]) + 1:])
+    releases = [(a.address, a.request.attempt_id) for a in requests(actions, pb.CAUSAL_RELEASE)]
+    assert len(releases) == len(set(releases))
+
+
+# ---- the per-call records and their actions carried out (scheduler/causal_calls.py) ----
+class FakePush:
+    def __init__(self):
+        self.sent = []
+
+    def send(self, address, kind, message):
+        self.sent.append((address, kind, message))
+
+    def take(self, kind=None):
+        out = [(a, m) for a, k, m in self.sent if kind is None or k == kind]
+        self.sent = [s for s in self.sent if kind is not None and s[1] != kind]
+        return out
+
+
+def _calls(protocol, call_id="req1", max_retries=3):
+    table = ExecutorTable(heartbeat_timeout=5.0)
+    table.heartbeat("w1", "n1", "tcp://w1", 0.0, 0.0, cache_address=C1)
+    table.heartbeat("w2", "n2", "tcp://w2", 0.0, 0.0, cache_address=C2)
+    push = FakePush()
+    calls = CausalCalls(push, table, "tcp://sched", max_retries=max_retries)
+    dag = Dag.create("dag", ["f", "g"], [("f", "g")])
+    call = pb.Call(request_id=call_id, response_address="tcp://caller", dag="dag",
+                   consistency=pb.CAUSAL, protocol=protocol)
+    call.args["f"].args.add().reference = "a"
+    calls.begin(call, dag, {"f": "v1", "g": "v2"}, {"f": "w1", "g": "w2"},
+                {"f": C1, "g": C2}, 10.0, 0.0)
+    return calls, table, push
+
+
+def _load(table):
+    return {w.worker_id: w.outstanding for w in table.live()}
+
+
+def test_causal_calls_start_schedules_and_route_by_id():
+    calls, table, push = _calls(pb.OPT, call_id="r#1")
+    (rec,) = calls.records.values()
+    assert rec.call.request_id == "r#1" and rec.placement == {"f": "w1", "g": "w2"}
+    (address, schedule), = push.take("schedule")
+    assert address == "tcp://w1" and schedule.call_id == "r#1#0"
+    assert schedule.causal.protocol == pb.OPT and schedule.forward[0].causal.call_id == "r#1"
+    assert _load(table) == {"w1": 1, "w2": 1}          # the attempt, not the reservation too
+    assert calls.owner("r#1") is rec and calls.owner("r#1#0") is rec
+    assert calls.owner("r#1#5") is None and calls.owner("r") is None
+    assert calls.owner("lww-call") is None
+
+
+def test_causal_calls_abort_retry_and_done_forget_everything():
+    calls, table, push = _calls(pb.OPT)
+    push.take()
+    calls.abort(pb.CausalAbort(attempt_id="req1#0", call_id="req1", reason="stale"), 0.5)
+    sent = push.take()
+    assert {(a, m.call_id) for a, m in sent if isinstance(m, pb.CallDone)} == \
+        {("tcp://w1", "req1#0"), ("tcp://w2", "req1#0")}
+    assert {(a, m.attempt_id) for a, m in sent if isinstance(m, pb.CacheRequest)} == \
+        {(C1, "req1#0"), (C2, "req1#0")}
+    assert [m.call_id for _, m in sent if isinstance(m, pb.Schedule)] == ["req1#1"]
+    assert _load(table) == {"w1": 1, "w2": 1}
+    assert calls.done("req1#1", 1.0) and calls.records == {}
+    assert table.calls_in_flight() == 0 and _load(table) == {"w1": 0, "w2": 0}
+    assert not calls.done("req1#1", 1.1)                 # forgotten: no longer owned
+
+
+def test_causal_calls_reserve_load_while_con_coordinates_and_route_cache_replies():
+    calls, table, push = _calls(pb.CON)
+    assert _load(table) == {"w1": 1, "w2": 1}            # the reservation
+    snaps = push.take("cache")
+    assert len(snaps) == 2 and not push.take("schedule")
+    for address, request in snaps:
+        calls.cache_reply(pb.CacheResponse(request_id=request.request_id, status=pb.OK,
+                                           responder=address), 0.1)
+    (_, schedule), = push.take("schedule")
+    assert schedule.call_id == "req1#0" and schedule.causal.protocol == pb.CON
+    assert _load(table) == {"w1": 1, "w2": 1}            # carried by the attempt now
+    calls.cache_reply(pb.CacheResponse(request_id="gone#snap-9"), 0.2)   # ignored
+    assert push.take() == []
+
+
+def test_causal_calls_fail_the_caller_with_causal_stats():
+    calls, table, push = _calls(pb.OPT, max_retries=0)
+    push.take()
+    calls.abort(pb.CausalAbort(attempt_id="req1#0", reason="stale read"), 0.5)
+    (address, result), = push.take("result")
+    assert address == "tcp://caller" and result.request_id == "req1"
+    assert result.status == pb.ABORTED and "stale read" in result.message
+    assert result.causal.protocol == pb.OPT and result.causal.aborts == 1
+    assert calls.records == {} and table.calls_in_flight() == 0
+
+
+def test_causal_calls_worker_death_fails_the_call():
+    calls, table, push = _calls(pb.HB)
+    push.take()
+    (rec,) = calls.records.values()
+    calls.worker_died(rec, "worker w2 died", 0.5)
+    (_, result), = push.take("result")
+    assert result.status == pb.EXECUTION_ERROR and result.message == "worker w2 died"
+    assert {m.attempt_id for _, m in push.take("cache")} == {"req1#0", "req1#s"}
+    assert calls.records == {} and table.calls_in_flight() == 0
+
+
+def test_causal_calls_an_attempt_on_a_dead_worker_fails_at_start():
+    calls, table, push = _calls(pb.CON)
+    snaps = push.take("cache")
+    table.expire(100.0)                                   # every worker gone silent
+    for address, request in snaps:
+        calls.cache_reply(pb.CacheResponse(request_id=request.request_id, status=pb.OK), 0.1)
+    (_, result), = push.take("result")
+    assert result.status == pb.EXECUTION_ERROR and "no longer live" in result.message
+    assert push.take("schedule") == [] and calls.records == {}
