@@ -13,9 +13,11 @@ Contract:
   Anna errors reach the worker as a failed `CacheResponse` naming the key; an LWW read of a
   causal key is an error saying so. A large value a worker already holds (same tag) is not
   resent (`hydrocache/copies.py`).
-- Causal keys and every CAUSAL_* operation belong to HydroCache (`hydrocache/service.py`):
-  the node hands it those requests and Anna's pushed MULTI_CAUSAL values, and sweeps it
-  (temporary versions, capacity) every `heartbeat_period`.
+- Causal keys and every CAUSAL_* operation belong to HydroCache (`hydrocache/service.py`, the
+  I/O around the pure core `hydrocache/node_cache.py`): the node's loop hands it those
+  requests and Anna's pushed MULTI_CAUSAL values, polls its sockets (answers from other caches,
+  results of its Anna I/O on the fetch pool), ticks it every iteration and wakes up by its
+  next deadline, and sweeps it (temporary versions, capacity) every `heartbeat_period`.
 - Every `heartbeat_period` the node reports its key set to every scheduler (when it changed,
   and at least every 10 periods).
 - A worker process that exits is logged; the schedulers drop it when its heartbeats stop.
@@ -102,7 +104,8 @@ class ExecutorNode:
         self.causal = HydroCacheService(config.node_id, self.cache_address, self.update_address,
                                         config.kvs_address, self._context, self._pool.submit,
                                         self._push, ip=config.ip,
-                                        capacity_bytes=config.cache_bytes)
+                                        capacity_bytes=config.cache_bytes,
+                                        ipc_dir=config.ipc_dir)
         self.workers: List[ManagedProcess] = []
         self.worker_info: List[Dict[str, Any]] = []
         self._reported_dead: set = set()
@@ -135,18 +138,29 @@ class ExecutorNode:
         poller = zmq.Poller()
         poller.register(self._requests, zmq.POLLIN)
         poller.register(self._updates, zmq.POLLIN)
+        for sock in self.causal.sockets:
+            poller.register(sock, zmq.POLLIN)
+        causal = self.causal
         period = self.config.heartbeat_period
         next_tick = time.monotonic()
         reported_version, periods_since_report = None, 0
         while not self._stopping:
-            wait = max(0.0, next_tick - time.monotonic())
+            due = next_tick
+            wakeup = causal.next_wakeup()        # HydroCache's next deadline or re-read
+            if wakeup is not None and wakeup < due:
+                due = wakeup
+            wait = max(0.0, due - time.monotonic())
             for sock, _ in poller.poll(int(wait * 1000) + 1):
-                handle = self._on_request if sock is self._requests else self._on_update
-                for _ in range(1000):
-                    handle(sock.recv())
-                    if not more(sock):
-                        break
+                if sock is self._requests or sock is self._updates:
+                    handle = self._on_request if sock is self._requests else self._on_update
+                    for _ in range(1000):
+                        handle(sock.recv())
+                        if not more(sock):
+                            break
+                else:
+                    causal.on_readable(sock)
             now = time.monotonic()
+            causal.tick(now)
             if now >= next_tick:
                 next_tick = now + period
                 periods_since_report += 1

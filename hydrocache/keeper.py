@@ -1,333 +1,312 @@
-"""The node cache's causal state and its upkeep (thin; the logic is the pure cut).
+"""The node cache's strict causal cut and its upkeep, as a pure state machine (no I/O).
 
-Contract: `CutKeeper` holds one node cache's strict causal cut (`hydrocache.cut`), its
-temporary versions (`hydrocache.temp`) and the lock that guards both (never held across I/O),
-and keeps the cut current; `hydrocache.service.HydroCacheService` adds the protocol
-operations on top of it.
-- Local cut update (4.2, `ensure`): a key missing from the cut is fetched from Anna,
-  subscribed, and offered to the cut; dependencies the cut reports missing are fetched until
-  they are superseded. A waiting request is woken by every change of the cut and re-reads
-  Anna at growing intervals (Anna's replicas may lag); at its deadline it fails with
-  `StageTimeout` naming the stage and the dependencies still missing. A key holding another
-  lattice type raises `NotCausal`.
-- Refresh (`on_update`): a version Anna pushes is offered the same way; one the cut already
-  has is dropped before it is decoded; dependencies this cache never read are fetched (the
-  others arrive with Anna's pushes). `_refresh` re-reads keys an aborted attempt read too old.
-- Capacity (`capacity_bytes`, values' bytes): when the cut holds more, `sweep` evicts the
-  least recently used keys, each with every key depending on it (eviction keeps the cut a
-  cut); pushed versions of evicted keys are ignored unless a pending version needs them.
-  `sweep` also drops expired temporary versions.
-- Dependency-metadata GC (4.2.3): CAUSAL_GC_REPORT answers every clock the cache holds of a
-  key that some held version depends on (cut and temporary versions: in-flight calls read
-  those); CAUSAL_GC_APPLY merges a frontier that every Anna replica and every cache
-  supersedes and drops the dependencies it supersedes from the cut and from every version
-  fetched, pushed or committed later (so less metadata is stored and shipped).
+Contract: `CutKeeper(capacity_bytes, io)` holds one node cache's `StrictCausalCut`, the LRU
+order of its keys (`hydrocache.lru.ByteLru`), the keys it subscribed to, the dependency-GC
+frontier and the Anna reads in flight. It never does I/O: it appends `FetchKey` and
+`Subscribe` actions (`hydrocache.actions`) to the `io` list it was given, and its owner
+(`hydrocache.node_cache.NodeCache`) feeds back what Anna answered. Not thread-safe.
+- Versions in: `on_fetched(key, lattice, error)` (an answer to a `FetchKey`),
+  `on_pushed(key, lattice)` (refresh: Anna's subscription pushes), `offer(version)` (a
+  commit). Every version is first stripped of the dependencies the GC frontier supersedes.
+  A fetched causal key is subscribed once. A pushed version the cut already has is dropped
+  before it is decoded, and so is a push of a key that is neither held, pending nor needed
+  (evicted since it was subscribed).
+- Fetching dependencies ("fetch recursively until superseded", 4.2): whenever the cut
+  reports a dependency missing, it is fetched at once unless a read of it is in flight or it
+  was already fetched for that clock. With nobody waiting, only dependencies this cache never
+  read are fetched (the others arrive with Anna's pushes).
+- Waiting for keys: `wait(keys, deadline, now, until)` registers a `KeysWait` (unregister with
+  `KeysWait.close()`): "exposed" (local cut update: every key in the cut or known absent from
+  Anna), "answered" (every key re-read from Anna once: an OPT retry's refresh) or "settled"
+  (no key has a pending candidate; soft: at the deadline the waiter goes on with what there
+  is). A wait re-reads what blocks it from Anna at growing intervals (Anna's replicas may lag)
+  when its owner calls `poll(now)` at `poll_at`; a failed read of a key it needs is its
+  `error`; `stage()` names the keys and the dependencies still missing.
+- Capacity: `sweep()` evicts least recently used keys, each with every key depending on it,
+  until the values' bytes fit `capacity_bytes`; evicted keys are no longer subscribed.
+- Dependency-metadata GC (4.2.3): `gc_report()` (the keys some held version depends on, and
+  the versions of them the cut holds), `gc_apply(frontier)`.
 """
 from __future__ import annotations
 
-import collections
-import logging
-import threading
-import time
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
-import zmq
-
-import anna_core
-from runtime.sockets import PushCache, bind_pull
 from hydro_proto import anna_pb2
-from hydro_proto import cloudburst_pb2 as pb
 
-from .cut import StrictCausalCut
+from .actions import FetchKey, NotCausal, Subscribe
+from .cut import CutUpdate, StrictCausalCut
 from .gc import collect
-from .temp import TempStore
+from .lru import ByteLru
 from .vclock import merge, supersedes
 from .version import Version
 
-__all__ = ["CutKeeper", "StageTimeout", "NotCausal", "DEFAULT_TIMEOUT"]
+__all__ = ["CutKeeper", "KeysWait"]
 
-log = logging.getLogger("hydrocache.service")
+VC = Dict[str, int]
 
-DEFAULT_TIMEOUT = 10.0
-
-
-class StageTimeout(Exception):
-    """A protocol stage did not finish before the request's deadline."""
-
-    def __init__(self, stage: str) -> None:
-        super().__init__(f"timed out in {stage}")
-        self.stage = stage
+FIRST_PAUSE = 0.001        # seconds before a waiter first re-reads what blocks it
+MAX_PAUSE = 0.05           # the re-read interval doubles up to this
 
 
-class NotCausal(Exception):
-    """A key read causally holds another lattice type (e.g. an LWW value)."""
+class KeysWait:
+    """An operation waiting for keys; see the module contract."""
 
+    soft = False
 
-def _send(push: PushCache, address: str, response: pb.CacheResponse,
-          frames: Sequence[Any] = ()) -> None:
-    if address:
-        push.send_with_frames(address, "cache_reply", response, frames)
+    def __init__(self, keeper: "CutKeeper", keys: List[str], deadline: float, now: float,
+                 until: str) -> None:
+        self.keeper = keeper
+        self.keys = keys
+        self.deadline = deadline
+        self.until = until
+        self.soft = until == "settled"
+        self.unanswered: Set[str] = set()
+        self.absent: Set[str] = set()
+        self.error: Optional[BaseException] = None
+        self._pause = FIRST_PAUSE
+        self.poll_at: Optional[float] = None if until == "answered" else now + FIRST_PAUSE
 
+    def waiting(self) -> List[str]:
+        """The keys this wait still waits for (besides unanswered reads)."""
+        cut = self.keeper.cut
+        if self.until == "exposed":
+            return [k for k in self.keys if k not in self.absent and k not in cut]
+        if self.until == "settled":
+            pending = cut.pending_keys()
+            return [k for k in self.keys if k in pending]
+        return []
 
-class _ThreadState(threading.local):
-    kvs: Any = None
-    push: Any = None
-    reply: Any = None
-    reply_address: str = ""
+    def ready(self) -> bool:
+        if self.error is not None:
+            return True
+        return not self.unanswered and not self.waiting()
+
+    def on_answer(self, key: str, found: bool) -> None:
+        if key in self.unanswered:
+            self.unanswered.discard(key)
+            if not found:
+                self.absent.add(key)
+
+    def on_error(self, key: str, error: BaseException) -> None:
+        if self.error is None and (key in self.unanswered
+                                   or key in self.keeper.needs(self.waiting())):
+            self.error = error
+
+    def poll(self, now: float) -> None:
+        """Re-read from Anna what this wait still needs; the next poll comes later."""
+        keeper = self.keeper
+        waiting = self.waiting()
+        if waiting:
+            needs = keeper.needs(waiting)
+            pending = keeper.cut.pending_keys()
+            for key, need in needs.items():
+                if key in self.keys and key not in keeper.cut and key not in pending:
+                    self.unanswered.add(key)      # evicted meanwhile: read it again
+                keeper.fetch(key, need)
+        self._pause = min(self._pause * 2, MAX_PAUSE)
+        self.poll_at = now + self._pause
+
+    def stage(self) -> str:
+        if self.until == "answered":
+            return f"the refresh of {sorted(self.unanswered)[:5]} from Anna"
+        waiting = self.waiting()
+        if self.until == "settled":
+            return f"the refresh of {waiting[:5]}: waiting for their dependencies"
+        if self.unanswered:
+            return (f"the local cut update of {waiting[:5]}: Anna did not answer for "
+                    f"{sorted(self.unanswered)[:5]}")
+        needs = self.keeper.needs(waiting)
+        return (f"the local cut update of {waiting[:5]}: dependencies "
+                f"{dict(list(needs.items())[:5])} not yet in Anna")
+
+    def close(self) -> None:
+        try:
+            self.keeper.waits.remove(self)
+        except ValueError:
+            pass
 
 
 class CutKeeper:
-    """One node cache's causal state; see the module contract."""
+    """One node cache's cut and its upkeep; see the module contract."""
 
-    def __init__(self, node_id: str, address: str, update_address: str, kvs_address: str,
-                 context: zmq.Context, submit: Callable[..., Any], push: PushCache,
-                 ip: str = "127.0.0.1", capacity_bytes: int = 2 << 30) -> None:
-        self.node_id = node_id
-        self.address = address
-        self.update_address = update_address
-        self.kvs_address = kvs_address
-        self.ip = ip
-        self._context = context
-        self._submit = submit
-        self._push = push                     # the loop thread's
+    def __init__(self, capacity_bytes: int, io: List[Any]) -> None:
         self.cut = StrictCausalCut()
-        self.temp = TempStore()
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
-        self._subscribed: Set[str] = set()
-        self._local = _ThreadState()
-        self._resources: List[Any] = []
-        self.capacity_bytes = capacity_bytes
-        self._sizes: Dict[str, int] = {}
-        self._bytes = 0
-        self._lru: "collections.OrderedDict[str, None]" = collections.OrderedDict()
-        self._frontier: Dict[str, Dict[str, int]] = {}
-        self._catching_up = False
-        self.stats = {"binds": 0, "remote_fetches": 0, "aborts": 0, "anna_fetches": 0}
+        self.lru = ByteLru(capacity_bytes)
+        self.frontier: Dict[str, VC] = {}
+        self.subscribed: Set[str] = set()
+        self.in_flight: Set[str] = set()
+        self.waits: List[KeysWait] = []
+        self.stats: Dict[str, int] = {"anna_fetches": 0, "gc_collected": 0}
+        self._io = io
+        self._asked: Dict[str, VC] = {}       # dependency -> the clock it was last read for
 
-    # ---- lifecycle ----
-    def close(self) -> None:
-        for r in self._resources:
-            try:
-                r.close() if not isinstance(r, zmq.Socket) else r.close(0)
-            except Exception:
-                pass
+    @property
+    def capacity_bytes(self) -> int:
+        return self.lru.capacity
 
-    def keys(self) -> Iterable[str]:
-        with self._lock:
-            return self.cut.keys()
+    # ---- versions in ----
+    def collected(self, version: Version) -> Version:
+        """`version` without the dependencies the GC frontier supersedes (4.2.3)."""
+        return collect(version, self.frontier) if self.frontier else version
 
-    def keyset_version(self) -> int:
-        return self.cut.keyset_version
+    def offer(self, version: Version) -> CutUpdate:
+        update = self.cut.offer(self.collected(version))
+        self._account(update.exposed)
+        return update
 
-    def sweep(self, now: float) -> List[str]:
-        """Expire temporary versions; evict over capacity. Returns the evicted keys."""
-        with self._lock:
-            self.temp.expire(now)
-            evicted: List[str] = []
-            while self._bytes > self.capacity_bytes and self._lru:
-                key, _ = self._lru.popitem(last=False)
-                for k in self.cut.evict(key) | {key}:
-                    self._bytes -= self._sizes.pop(k, 0)
-                    self._lru.pop(k, None)
-                    self._subscribed.discard(k)
-                    evicted.append(k)
-        if evicted:
-            log.info("evicted %d keys (capacity %d bytes)", len(evicted), self.capacity_bytes)
-        return evicted
+    def on_fetched(self, key: str, lattice: Any, error: Optional[BaseException] = None) -> None:
+        self.in_flight.discard(key)
+        if error is None and lattice is not None \
+                and lattice.lattice_type != anna_pb2.MULTI_CAUSAL:
+            error = NotCausal(f"key {key!r} holds a {type(lattice).__name__}, not a causal "
+                              f"value (write it with consistency='causal')")
+        if error is not None:
+            for w in list(self.waits):
+                w.on_error(key, error)
+            return
+        for w in self.waits:
+            w.on_answer(key, lattice is not None)
+        if lattice is None:
+            return
+        self.subscribe(key)
+        self._chase(self.offer(Version.from_lattice(key, lattice)).missing)
 
+    def on_pushed(self, key: str, lattice: Any) -> bool:
+        """Offer a pushed version; False when it was dropped unread."""
+        base = self.cut.get(key)
+        if base is not None and supersedes(base.vc, lattice.vector_clock):
+            return False        # nothing new (e.g. this cache's own commit, pushed back)
+        if base is None and key not in self.cut.pending_keys() and key not in self.cut.missing():
+            return False        # evicted since it was subscribed; nobody needs it now
+        self._chase(self.offer(Version.from_lattice(key, lattice)).missing)
+        return True
+
+    # ---- reads from Anna ----
+    def fetch(self, key: str, need: Optional[Mapping[str, int]] = None) -> bool:
+        """Ask for a read of `key` unless one is in flight; True if one was asked for."""
+        if need is not None:
+            self._asked[key] = dict(need)
+        if key in self.in_flight:
+            return False
+        self.in_flight.add(key)
+        self.stats["anna_fetches"] += 1
+        self._io.append(FetchKey(key))
+        return True
+
+    def subscribe(self, key: str) -> None:
+        if key not in self.subscribed:
+            self.subscribed.add(key)
+            self._io.append(Subscribe(key))
+
+    def on_subscribe_failed(self, key: str) -> None:
+        self.subscribed.discard(key)
+
+    def _chase(self, missing: Mapping[str, VC]) -> None:
+        """Fetch the dependencies pending versions miss (see the module contract)."""
+        waiting = bool(self.waits)
+        pending: Optional[Set[str]] = None
+        for dep, need in missing.items():
+            if dep in self.in_flight:
+                continue
+            if not waiting:
+                if dep in self.cut:
+                    continue
+                if pending is None:
+                    pending = self.cut.pending_keys()
+                if dep in pending:
+                    continue
+            asked = self._asked.get(dep)
+            if asked is not None and supersedes(asked, need):
+                continue
+            self.fetch(dep, need)
+        if len(self._asked) > 2 * len(missing) + 64:
+            self._asked = {k: v for k, v in self._asked.items() if k in missing}
+
+    def needs(self, keys: Iterable[str]) -> Dict[str, VC]:
+        """What keeps `keys` out of the cut: each key neither held nor pending (clock {}),
+        and, through the pending candidates, each dependency nothing held supersedes."""
+        cut = self.cut
+        pending = cut.pending()
+        out: Dict[str, VC] = {}
+        seen: Set[str] = set()
+        stack = list(keys)
+        while stack:
+            k = stack.pop()
+            if k in seen:
+                continue
+            seen.add(k)
+            cand = pending.get(k)
+            if cand is None:
+                if k not in cut:
+                    out.setdefault(k, {})
+                continue
+            for dep, need in cand.deps.items():
+                have = cut.get(dep)
+                if have is not None and supersedes(have.vc, need):
+                    continue
+                other = pending.get(dep)
+                if other is None or not supersedes(other.vc, need):
+                    out[dep] = merge(out.get(dep, {}), need)
+                stack.append(dep)
+        return out
+
+    # ---- waiting for keys ----
+    def wait(self, keys: List[str], deadline: float, now: float, until: str) -> KeysWait:
+        w = KeysWait(self, keys, deadline, now, until)
+        self.waits.append(w)
+        if until == "answered":
+            for k in keys:                        # re-read each, or join a read in flight
+                w.unanswered.add(k)
+                self.fetch(k)
+            return w
+        if until == "exposed":
+            pending = self.cut.pending_keys()
+            for k in keys:
+                if k not in self.cut and k not in pending:
+                    w.unanswered.add(k)
+                    self.fetch(k)
+        w.poll(now)       # and at once what blocks them (later polls re-read at intervals)
+        return w
+
+    # ---- capacity ----
     def _account(self, exposed: Iterable[str]) -> None:
-        """Caller holds the lock: sizes and recency of newly exposed versions."""
+        """Sizes and recency of newly exposed versions."""
         for k in exposed:
             v = self.cut.get(k)
-            size = sum(len(x) for x in v.values) if v is not None else 0
-            self._bytes += size - self._sizes.get(k, 0)
-            self._sizes[k] = size
-            self._lru[k] = None
-            self._lru.move_to_end(k)
+            self.lru.put(k, sum(len(x) for x in v.values) if v is not None else 0)
 
-    def _touch(self, keys: Iterable[str]) -> None:
-        """Caller holds the lock."""
-        for k in keys:
-            if k in self._lru:
-                self._lru.move_to_end(k)
-
-    # ---- inputs from the node's loop ----
-    def on_update(self, key: str, lattice: Any) -> None:
-        """A version pushed by Anna (refresh): offered to the cut like a fetched one."""
-        with self._lock:
-            base = self.cut.get(key)
-            if base is not None and supersedes(base.vc, lattice.vector_clock):
-                return      # nothing new (e.g. this cache's own commit, pushed back)
-            if base is None and key not in self.cut.pending_keys() \
-                    and key not in self.cut.missing():
-                return      # evicted since it was subscribed; nobody needs it now
-        version = self._collected(Version.from_lattice(key, lattice))
-        with self._changed:
-            self._account(self.cut.offer(version).exposed)
-            self._changed.notify_all()
-            # dependencies this cache never read are not pushed to it: fetch them, or the
-            # key would keep showing its old version until someone reads them (the others
-            # arrive with Anna's next pushes)
-            unknown = [d for d in version.deps if d not in self.cut
-                       and d not in self.cut.pending_keys()] if key in self.cut.pending_keys() \
-                else []
-            catch_up = bool(unknown) and not self._catching_up
-            if catch_up:
-                self._catching_up = True
-        if catch_up:
-            self._submit(self._catch_up, unknown)
-
-    def _catch_up(self, keys: List[str]) -> None:
-        state = self._state()
-        try:
-            for _ in range(10):                       # bounded: dependencies of dependencies
-                for dep in keys:
-                    v = self._fetch_anna(state, dep)
-                    if v is not None:
-                        self._offer(v)
-                with self._lock:
-                    pending = self.cut.pending_keys()
-                    keys = [d for d in self.cut.missing()
-                            if d not in self.cut and d not in pending]
-                if not keys:
-                    return
-        except Exception as e:
-            log.warning("fetching dependencies of pushed versions failed: %s", e)
-        finally:
-            with self._lock:
-                self._catching_up = False
-
-    def _state(self) -> _ThreadState:
-        s = self._local
-        if s.kvs is None:
-            s.kvs = anna_core.Client(self.kvs_address, timeout=5.0, ip=self.ip,
-                                     context=self._context)
-            s.push = PushCache(self._context)
-            s.reply, s.reply_address = bind_pull(self._context, self.ip)
-            with self._lock:
-                self._resources.extend([s.kvs, s.push, s.reply])
-        return s
-
-    # ---- local cut update (4.2) ----
-    def _fetch_anna(self, state: _ThreadState, key: str) -> Optional[Version]:
-        self.stats["anna_fetches"] += 1
-        try:
-            lattice = state.kvs.get_lattice(key)
-        except anna_core.KeyNotFound:
-            return None
-        if lattice.lattice_type != anna_pb2.MULTI_CAUSAL:
-            raise NotCausal(f"key {key!r} holds a {type(lattice).__name__}, not a causal value "
-                            f"(write it with consistency='causal')")
-        self._subscribe(state, key)
-        return Version.from_lattice(key, lattice)
-
-    def _subscribe(self, state: _ThreadState, key: str) -> None:
-        with self._lock:
-            if key in self._subscribed:
-                return
-            self._subscribed.add(key)
-        try:
-            state.kvs.subscribe(key, self.update_address)
-        except anna_core.AnnaError as e:
-            log.warning("could not subscribe to %r: %s", key, e)
-            with self._lock:
-                self._subscribed.discard(key)
-
-    def _offer(self, version: Version) -> None:
-        with self._changed:
-            self._account(self.cut.offer(self._collected(version)).exposed)
-            self._changed.notify_all()
-
-    def _collected(self, version: Version) -> Version:
-        """Caller may hold the lock: `version` without the dependencies the GC frontier
-        supersedes (4.2.3)."""
-        return collect(version, self._frontier) if self._frontier else version
+    def sweep(self) -> List[str]:
+        """Evict over capacity (each key with its dependents); returns the evicted keys."""
+        evicted: List[str] = []
+        while self.lru.over():
+            key = self.lru.pop_oldest()
+            if key is None:
+                break
+            for k in self.cut.evict(key) | {key}:
+                self.lru.discard(k)
+                self.subscribed.discard(k)
+                evicted.append(k)
+        return evicted
 
     # ---- dependency-metadata GC (4.2.3) ----
-    def _gc_report(self, req: pb.CacheRequest) -> None:
-        """Every clock this cache holds of a key some held version depends on (its cut and
-        its temporary versions, which in-flight calls read), and those keys."""
-        response = pb.CacheResponse(request_id=req.request_id, responder=self.address)
-        with self._lock:
-            dep_keys: Set[str] = set()
-            for k in self.cut.keys():
-                dep_keys.update(self.cut.get(k).deps)
-            for v in self.cut.pending().values():
-                dep_keys.update(v.deps)
-            held = [v for k in dep_keys for v in ([self.cut.get(k)] if k in self.cut else [])]
-            held += [v for v in self.temp.all_versions() if v.key in dep_keys]
-        response.dep_keys.extend(sorted(dep_keys))
-        for v in held:
-            response.held.add(key=v.key).vc.update(v.vc)
-        _send(self._push, req.response_address, response)
+    def gc_report(self) -> Tuple[List[str], List[Version]]:
+        """The keys some exposed or pending version depends on, and the cut's versions of
+        them (the caller adds the temporary versions it holds of those keys)."""
+        dep_keys: Set[str] = set()
+        for k in self.cut.keys():
+            dep_keys.update(self.cut.get(k).deps)
+        for v in self.cut.pending().values():
+            dep_keys.update(v.deps)
+        held = [self.cut.get(k) for k in dep_keys if k in self.cut]
+        return sorted(dep_keys), held
 
-    def _gc_apply(self, req: pb.CacheRequest) -> None:
-        frontier = {kv.key: dict(kv.vc) for kv in req.versions}
-        with self._changed:
-            for k, vc in frontier.items():
-                self._frontier[k] = merge(self._frontier.get(k, {}), vc)
-            before = self.cut.pending_keys()
-            changed = self.cut.collect(self._frontier)
-            self._account(k for k in before if k in self.cut)
-            self._changed.notify_all()
-        self.stats["gc_collected"] = self.stats.get("gc_collected", 0) + changed
-        _send(self._push, req.response_address,
-              pb.CacheResponse(request_id=req.request_id, responder=self.address))
-
-    def ensure(self, state: _ThreadState, keys: Iterable[str], deadline: float) -> Set[str]:
-        """Bring `keys` into the cut; returns the keys Anna does not have."""
-        keys = list(dict.fromkeys(keys))
-        absent: Set[str] = set()
-        with self._lock:
-            todo = [k for k in keys if k not in self.cut and k not in self.cut.pending_keys()]
-        for k in todo:
-            v = self._fetch_anna(state, k)
-            if v is None:
-                absent.add(k)
-            else:
-                self._offer(v)
-        pause = 0.001
-        while True:
-            with self._lock:
-                waiting = [k for k in keys if k not in absent and k not in self.cut]
-                missing = self.cut.missing() if waiting else {}
-            if not waiting:
-                return absent
-            if time.monotonic() > deadline:
-                raise StageTimeout(f"the local cut update of {waiting[:5]}: dependencies "
-                                   f"{dict(list(missing.items())[:5])} not yet in Anna")
-            for dep in list(missing):
-                v = self._fetch_anna(state, dep)
-                if v is not None:
-                    self._offer(v)
-            with self._changed:
-                if any(k not in self.cut for k in waiting):
-                    self._changed.wait(min(pause, max(0.0, deadline - time.monotonic())))
-            pause = min(pause * 2, 0.05)
-
-    def _refresh(self, state: _ThreadState, req: pb.CacheRequest) -> None:
-        """Re-read from Anna the keys an earlier attempt read too old (OPT retries): without
-        this a retry within Anna's push period would see the same stale cut and abort again."""
-        with self._lock:
-            keys = [k for k in req.refresh if k in self.cut or k in self.cut.pending_keys()]
-        for k in keys:
-            v = self._fetch_anna(state, k)
-            if v is not None:
-                self._offer(v)
-        # a fresh version may wait for dependencies (e.g. written together with other keys):
-        # fetch them too, for at most a fifth of the request's time (then bind what there is)
-        deadline = time.monotonic() + 0.2 * (req.timeout if req.timeout > 0 else DEFAULT_TIMEOUT)
-        while time.monotonic() < deadline:
-            with self._lock:
-                if not any(k in self.cut.pending_keys() for k in keys):
-                    return
-                missing = list(self.cut.missing())
-            for dep in missing:
-                v = self._fetch_anna(state, dep)
-                if v is not None:
-                    self._offer(v)
-            with self._changed:
-                if any(k in self.cut.pending_keys() for k in keys):
-                    self._changed.wait(0.005)
-
+    def gc_apply(self, frontier: Mapping[str, Mapping[str, int]]) -> int:
+        """Merge a stable frontier in and drop what it supersedes from the cut; returns how
+        many versions changed. Pending versions may become exposed."""
+        for k, vc in frontier.items():
+            self.frontier[k] = merge(self.frontier.get(k, {}), vc)
+        before = self.cut.pending_keys()
+        changed = self.cut.collect(self.frontier)
+        self._account(k for k in before if k in self.cut)
+        self.stats["gc_collected"] += changed
+        return changed

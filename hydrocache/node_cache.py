@@ -1,0 +1,652 @@
+"""One node's HydroCache as a pure state machine: requests in, replies and I/O requests out.
+
+Contract: `NodeCache(node_id, address, capacity_bytes)` is the whole causal side of a node
+cache without sockets, threads, clocks or sleeps (the style of h11, and of
+`scheduler/causal.py`). Its owner (`hydrocache.service.HydroCacheService`) calls it from one
+thread, passes the current time `now` (seconds, any monotonic clock) into every entry point,
+and carries out the `Step(replies, io)` each returns (`hydrocache.actions`):
+- `handle(request, now)`: one CAUSAL_* `CacheRequest`. An operation that needs no I/O is
+  answered within this call. One that does (keys missing from the cut, upstream versions held
+  by other caches, a commit to write) becomes a pending operation: the I/O it needs is in
+  `io`, and it resumes when the results arrive through the entry points below, or fails with
+  `StageTimeout` naming the stage when a `tick(now)` comes after its deadline (the request's
+  `timeout`, default `DEFAULT_TIMEOUT`).
+- I/O results: `on_fetched(key, lattice, now, error=None)`, `on_pushed(key, lattice, now)`
+  (Anna's subscription pushes: refresh), `on_put(token, now, error=None)`,
+  `on_cache_reply(response, now)` (another cache's CAUSAL_TEMP_GET answer; late or unknown
+  answers are dropped), `on_subscribe_failed(key, now)`.
+- Time: `tick(now)` resumes or fails what is due (deadlines, and re-reads from Anna of what a
+  waiting operation still needs, at growing intervals); `next_wakeup()` is the earliest time
+  a tick has something to do (None: nothing pending). `sweep(now)` drops expired temporary
+  versions and evicts over capacity (returns the evicted keys).
+- `keys()`, `keyset_version()`, `stats`, and for tests `cut`, `temp`, `lru`.
+Every failure is answered with a status and a message naming this cache: `TIMEOUT` with the
+stage for `StageTimeout`, `EXECUTION_ERROR` otherwise; nothing is dropped silently.
+
+The operations (dissertation 4.3; `hydrocache/protocols.py` holds their decisions):
+- CAUSAL_BIND (OPT, Algorithms 8 and 6): an OPT retry first re-reads the keys the aborted
+  attempt read too old (`refresh`) and waits at most a fifth of its time for their
+  dependencies; then upstream contexts -> parallel flow -> linear flow; keys not in the cut are
+  brought in (local cut update); keys only upstream caches hold are fetched from their holders
+  (CAUSAL_TEMP_GET, in parallel) or found in this cache's temporary versions (its own, an HB
+  prefetch). Holders that fail or do not answer in time abort the attempt ("upstream versions
+  unavailable"). The reply carries the bound versions (values as frames), S_new and R_new, or
+  `abort` with the reason and the stale keys.
+- CAUSAL_READ (CT, CON): reads the attempt's snapshot; when the attempt has none (CT's first
+  read) it is built from the cut for every key of R~_DAG after a local cut update (4.3.1).
+  Only keys this cache was asked to bind are served. Under CT (`explore`) a key outside the
+  snapshot is admitted if the linear flow check against the snapshot admits the cut's version
+  without remote versions; otherwise (and always under CON) the reply aborts with `new_keys`.
+- CAUSAL_SNAPSHOT (Algorithm 9, after a local cut update), CAUSAL_FETCH (Algorithm 10 line 14,
+  HB prefetch: versions fetched from their holders into the attempt's temporary versions),
+  CAUSAL_TEMP_GET (cache to cache), CAUSAL_RELEASE, CAUSAL_COMMIT (the versions are written to
+  Anna, then offered to the cut and subscribed, then acknowledged), CAUSAL_GC_REPORT / APPLY.
+- Temporary versions (`hydrocache.temp`) live until CAUSAL_RELEASE or `TEMP_SLACK` seconds
+  after their request's deadline. Large values carry a tag, and one the requester already
+  holds is not resent (`hydrocache/copies.py`).
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import uuid
+from typing import Any, Callable, Dict, Generator, Iterable, List, Optional, Sequence, Set, Tuple
+
+from anna_core.errors import AnnaError
+from hydro_proto import anna_pb2
+from hydro_proto import cloudburst_pb2 as pb
+
+from . import versionset as vs
+from .actions import (DEFAULT_TIMEOUT, TEMP_SLACK, AskCache, NotCausal, PutVersions,
+                      RemoteUnavailable, Reply, StageTimeout, Step)
+from .copies import ValueTags
+from .keeper import CutKeeper
+from .protocols import (LinearPlan, create_snapshot, finish_linear, parallel_flow,
+                        parallel_stale, plan_linear)
+from .temp import TempStore
+from .version import Version, merge_versions
+
+__all__ = ["NodeCache", "Step", "StageTimeout", "NotCausal", "RemoteUnavailable"]
+
+log = logging.getLogger("hydrocache.node_cache")
+
+Answer = Tuple[pb.CacheResponse, List[bytes]]
+Upstream = Tuple[bool, str, vs.VersionSet, vs.VersionSet, int, List[str]]
+
+
+class _RepliesWait:
+    """A pending operation's CAUSAL_TEMP_GET requests to other caches."""
+
+    soft = False
+    poll_at = None
+    error = None
+
+    def __init__(self, core: "NodeCache", deadline: float) -> None:
+        self.core = core
+        self.deadline = deadline
+        self.asked: Dict[str, Tuple[str, List[str]]] = {}     # request id -> holder, keys
+        self.answers: Dict[str, pb.CacheResponse] = {}
+
+    def ready(self) -> bool:
+        return len(self.answers) == len(self.asked) or \
+            any(r.status != pb.OK for r in self.answers.values())
+
+    def stage(self) -> str:
+        for rid, (holder, keys) in self.asked.items():
+            if rid not in self.answers:
+                return f"fetching {keys[:5]} from the cache at {holder}"
+        return "fetching versions from other caches"
+
+    def close(self) -> None:
+        for rid in self.asked:
+            self.core._awaiting.pop(rid, None)
+
+
+class _PutWait:
+    """A pending commit's write to Anna."""
+
+    soft = False
+    poll_at = None
+
+    def __init__(self, core: "NodeCache", token: int, keys: List[str], deadline: float) -> None:
+        self.core = core
+        self.token = token
+        self.keys = keys
+        self.deadline = deadline
+        self.done = False
+        self.error: Optional[BaseException] = None
+
+    def ready(self) -> bool:
+        return self.done
+
+    def stage(self) -> str:
+        return f"writing the commit of {self.keys[:5]} to Anna"
+
+    def close(self) -> None:
+        self.core._puts.pop(self.token, None)
+
+
+class _Op:
+    __slots__ = ("id", "req", "gen", "wait")
+
+    def __init__(self, op_id: int, req: pb.CacheRequest, gen: Generator) -> None:
+        self.id = op_id
+        self.req = req
+        self.gen = gen
+        self.wait: Any = None
+
+
+class NodeCache:
+    """The causal side of one node cache, sans I/O; see the module contract."""
+
+    def __init__(self, node_id: str, address: str, capacity_bytes: int = 2 << 30) -> None:
+        self.node_id = node_id
+        self.address = address
+        self._io: List[Any] = []
+        self._out: List[Reply] = []
+        self.keeper = CutKeeper(capacity_bytes, self._io)
+        self.temp = TempStore()
+        self.stats = self.keeper.stats
+        self.stats.update(binds=0, remote_fetches=0, aborts=0)
+        self._tags = ValueTags()
+        self._now = 0.0
+        self._ops: Dict[int, _Op] = {}
+        self._awaiting: Dict[str, _RepliesWait] = {}
+        self._puts: Dict[int, _PutWait] = {}
+        self._ids = itertools.count(1)
+        self._rid_prefix = uuid.uuid4().hex[:8]
+        self._bodies: Dict[int, Callable[[pb.CacheRequest], Generator]] = {
+            pb.CAUSAL_BIND: self._bind, pb.CAUSAL_READ: self._read,
+            pb.CAUSAL_SNAPSHOT: self._snapshot, pb.CAUSAL_FETCH: self._fetch_into,
+            pb.CAUSAL_COMMIT: self._commit}
+
+    # ---- reading ----
+    @property
+    def cut(self):
+        return self.keeper.cut
+
+    @property
+    def lru(self):
+        return self.keeper.lru
+
+    def keys(self) -> frozenset:
+        return self.keeper.cut.keys()
+
+    def keyset_version(self) -> int:
+        return self.keeper.cut.keyset_version
+
+    def pending_operations(self) -> int:
+        return len(self._ops)
+
+    # ---- entry points ----
+    def handle(self, req: pb.CacheRequest, now: float) -> Step:
+        self._now = now
+        try:
+            body = self._bodies.get(req.op)
+            if body is not None:
+                self._run(_Op(next(self._ids), req, body(req)))
+            elif req.op == pb.CAUSAL_TEMP_GET:
+                self._temp_get(req)
+            elif req.op == pb.CAUSAL_RELEASE:
+                self.temp.release(req.attempt_id)
+                self._answer(req, pb.CacheResponse())
+            elif req.op == pb.CAUSAL_GC_REPORT:
+                self._gc_report(req)
+            elif req.op == pb.CAUSAL_GC_APPLY:
+                self._gc_apply(req)
+            else:
+                raise ValueError(f"unknown cache op {req.op}")
+        except Exception as e:
+            self._fail(req, e)
+        return self._step()
+
+    def on_fetched(self, key: str, lattice: Any, now: float,
+                   error: Optional[BaseException] = None) -> Step:
+        self._now = now
+        self.keeper.on_fetched(key, lattice, error)
+        self._resume_ready()
+        return self._step()
+
+    def on_pushed(self, key: str, lattice: Any, now: float) -> Step:
+        self._now = now
+        if self.keeper.on_pushed(key, lattice):
+            self._resume_ready()
+        return self._step()
+
+    def on_put(self, token: int, now: float, error: Optional[BaseException] = None) -> Step:
+        self._now = now
+        w = self._puts.get(token)
+        if w is not None:
+            w.done, w.error = True, error
+            self._resume_ready()
+        return self._step()
+
+    def on_cache_reply(self, response: pb.CacheResponse, now: float) -> Step:
+        self._now = now
+        w = self._awaiting.pop(response.request_id, None)
+        if w is not None:
+            w.answers[response.request_id] = response
+            self._resume_ready()
+        return self._step()
+
+    def on_subscribe_failed(self, key: str, now: float) -> Step:
+        self._now = now
+        self.keeper.on_subscribe_failed(key)
+        return self._step()
+
+    def tick(self, now: float) -> Step:
+        self._now = now
+        if self._ops:
+            for op in list(self._ops.values()):
+                if self._ops.get(op.id) is not op:
+                    continue
+                w = op.wait
+                if w.ready():
+                    self._run(op)
+                elif now > w.deadline:
+                    self._run(op, None if w.soft else StageTimeout(w.stage()))
+                elif w.poll_at is not None and now >= w.poll_at:
+                    w.poll(now)
+            self._resume_ready()
+        return self._step()
+
+    def next_wakeup(self) -> Optional[float]:
+        t: Optional[float] = None
+        for op in self._ops.values():
+            w = op.wait
+            due = w.deadline if w.poll_at is None else min(w.deadline, w.poll_at)
+            t = due if t is None else min(t, due)
+        return t
+
+    def sweep(self, now: float) -> List[str]:
+        self._now = now
+        self.temp.expire(now)
+        return self.keeper.sweep()
+
+    # ---- running operations ----
+    def _step(self) -> Step:
+        out, io = self._out, list(self._io)
+        self._out = []
+        self._io.clear()
+        return Step(out, io)
+
+    def _run(self, op: _Op, error: Optional[BaseException] = None) -> None:
+        """Resume `op` (throwing `error` into it) until it waits again or ends."""
+        try:
+            wait = op.gen.send(None) if error is None else op.gen.throw(error)
+        except StopIteration as stop:
+            self._ops.pop(op.id, None)
+            response, frames = stop.value
+            self._answer(op.req, response, frames)
+            return
+        except Exception as e:
+            self._ops.pop(op.id, None)
+            self._fail(op.req, e)
+            return
+        op.wait = wait
+        self._ops[op.id] = op
+
+    def _resume_ready(self) -> None:
+        for _ in range(len(self._ops) + 1):
+            ready = [op for op in self._ops.values() if op.wait.ready()]
+            if not ready:
+                return
+            for op in ready:
+                if self._ops.get(op.id) is op:
+                    self._run(op)
+
+    def _wait(self, w: Any) -> Generator:
+        """Suspend the calling operation until `w` is ready (a soft wait: or its deadline
+        passed); then raise the wait's error, if any."""
+        try:
+            while not w.ready():
+                if w.soft and self._now > w.deadline:
+                    break
+                yield w
+        finally:
+            w.close()
+        if w.error is not None:
+            raise w.error
+
+    def _answer(self, req: pb.CacheRequest, response: pb.CacheResponse,
+                frames: Sequence[Any] = ()) -> None:
+        if req.response_address:
+            response.request_id = req.request_id
+            response.responder = self.address
+            self._out.append(Reply(req.response_address, response, list(frames)))
+
+    def _fail(self, req: pb.CacheRequest, error: BaseException) -> None:
+        what = pb.CacheOp.Name(req.op) if req.op in pb.CacheOp.values() else str(req.op)
+        response = pb.CacheResponse()
+        if isinstance(error, StageTimeout):
+            response.status = pb.TIMEOUT
+            response.stage = f"{error.stage} (node cache {self.node_id})"
+        else:
+            response.status = pb.EXECUTION_ERROR
+            if not isinstance(error, (NotCausal, RemoteUnavailable, AnnaError)):
+                log.warning("%s of attempt %s failed", what, req.attempt_id, exc_info=error)
+        response.message = f"node cache {self.node_id}: {what} failed: {error}"
+        self._answer(req, response)
+
+    def _deadline(self, req: pb.CacheRequest) -> float:
+        return self._now + (req.timeout if req.timeout > 0 else DEFAULT_TIMEOUT)
+
+    @staticmethod
+    def _dag_keys(req: pb.CacheRequest) -> Optional[Set[str]]:
+        return set(req.dag_keys) if req.dag_keys_known else None
+
+    def _entry(self, req: pb.CacheRequest, response: pb.CacheResponse, key: str,
+               version: Optional[Version], frames: List[bytes]) -> None:
+        """One entry; a large value the requester holds under the same tag is not resent."""
+        e = response.entries.add(key=key, found=version is not None)
+        if version is None:
+            return
+        e.version.key = key
+        e.version.vc.update(version.vc)
+        for dep_key, dep_vc in version.deps.items():
+            e.deps.add(key=dep_key).vc.update(dep_vc)
+        e.tag = self._tags.tag(version, sum(len(v) for v in version.values))
+        if e.tag and req.have.get(key) == e.tag:
+            e.unchanged = True
+            return
+        e.value_count = len(version.values)
+        frames.extend(version.values)
+
+    # ---- waiting for the cut (local cut update, 4.2) ----
+    def _ensure(self, keys: Iterable[str], deadline: float) -> Generator:
+        """Bring `keys` into the cut; returns the keys Anna does not have."""
+        keys = list(dict.fromkeys(keys))
+        cut = self.keeper.cut
+        if all(k in cut for k in keys):
+            return set()
+        w = self.keeper.wait(keys, deadline, self._now, "exposed")
+        yield from self._wait(w)
+        return w.absent
+
+    def _refresh(self, req: pb.CacheRequest, deadline: float) -> Generator:
+        """Re-read from Anna the keys an earlier attempt read too old (OPT retries): without
+        this a retry within Anna's push period would see the same stale cut and abort again.
+        A fresh version may wait for dependencies (e.g. written together with other keys):
+        they are fetched too, for at most a fifth of the request's time."""
+        cut = self.keeper.cut
+        pending = cut.pending_keys()
+        keys = [k for k in dict.fromkeys(req.refresh) if k in cut or k in pending]
+        if not keys:
+            return
+        yield from self._wait(self.keeper.wait(keys, deadline, self._now, "answered"))
+        settle = self._now + 0.2 * (req.timeout if req.timeout > 0 else DEFAULT_TIMEOUT)
+        yield from self._wait(self.keeper.wait(keys, min(settle, deadline), self._now,
+                                               "settled"))
+
+    # ---- cache to cache ----
+    def _temp_get(self, req: pb.CacheRequest) -> None:
+        response = pb.CacheResponse()
+        for kv in req.versions:
+            for v in self.temp.matching(req.attempt_id, kv.key, kv.vc):
+                response.entries.add(key=kv.key, found=True, lattice=v.serialize())
+        self._answer(req, response)
+
+    def _remote(self, attempt: str, wanted: vs.VersionSet, deadline: float,
+                prefetch: str = "") -> Generator:
+        """The versions named by `wanted`, rebuilt from their holders' temporary versions
+        (this cache's own, and an HB prefetch, first; the other holders asked in parallel)."""
+        got: Dict[str, Version] = {}
+        by_holder: Dict[str, List[str]] = {}
+        for key, entry in wanted.items():
+            parts = self.temp.matching(attempt, key, entry.vc)
+            if prefetch:
+                parts += self.temp.matching(prefetch, key, entry.vc)
+            merged = _merge_all(parts)
+            if merged is not None and merged.vc == dict(entry.vc):
+                got[key] = merged
+                continue
+            for h in entry.holders:
+                if h != self.address:
+                    by_holder.setdefault(h, []).append(key)
+            if merged is not None:
+                got[key] = merged
+        if by_holder:
+            self.stats["remote_fetches"] += 1
+            w = _RepliesWait(self, deadline)
+            for holder, keys in by_holder.items():
+                rid = f"{self._rid_prefix}-{next(self._ids)}"
+                request = pb.CacheRequest(request_id=rid, op=pb.CAUSAL_TEMP_GET,
+                                          attempt_id=attempt)
+                request.versions.extend(vs.to_proto({k: wanted[k] for k in keys}))
+                w.asked[rid] = (holder, keys)
+                self._awaiting[rid] = w
+                self._io.append(AskCache(holder, request))
+            yield from self._wait(w)
+            for rid, response in w.answers.items():
+                if response.status != pb.OK:
+                    holder, keys = w.asked[rid]
+                    raise RemoteUnavailable(response.message or
+                                            f"fetching {keys[:5]} from the cache at {holder}")
+            for response in w.answers.values():
+                for e in response.entries:
+                    v = Version.deserialize(e.key, e.lattice)
+                    got[e.key] = v if e.key not in got else merge_versions(got[e.key], v)
+        for key, entry in wanted.items():
+            if key not in got or got[key].vc != dict(entry.vc):
+                raise RemoteUnavailable(f"could not rebuild version {dict(entry.vc)} of {key!r} "
+                                        f"from its holders {sorted(entry.holders)}")
+        return got
+
+    # ---- OPT: CAUSAL_BIND ----
+    @staticmethod
+    def _upstream(req: pb.CacheRequest) -> Upstream:
+        contexts = [(vs.from_proto(c.snapshot), vs.from_proto(c.read_set), c.abort,
+                     c.abort_reason) for c in req.upstreams]
+        fetches = max((c.remote_fetches for c in req.upstreams), default=0)
+        if not contexts:
+            return False, "", {}, {}, fetches, []
+        if len(contexts) == 1:
+            s, r, a, why = contexts[0]
+            return a, why, s, r, fetches, []
+        a, why, s, r = parallel_flow(contexts)
+        return a, why, s, r, fetches, (parallel_stale(contexts) if a else [])
+
+    def _plan(self, req: pb.CacheRequest, up: Upstream, absent: Set[str] = frozenset()
+              ) -> LinearPlan:
+        abort, why, s_u, r_u, _, stale = up
+        keys = [k for k in req.keys if k not in absent]
+        plan = plan_linear(s_u, r_u, keys, self._dag_keys(req), self.keeper.cut,
+                           abort=abort, reason=why)
+        if stale:
+            plan.stale = stale
+        return plan
+
+    def _bind(self, req: pb.CacheRequest) -> Generator:
+        deadline = self._deadline(req)
+        if req.refresh:
+            yield from self._refresh(req, deadline)
+        up = self._upstream(req)
+        plan = self._plan(req, up)
+        if plan.need_update and not plan.abort:
+            absent = yield from self._ensure(plan.need_update, deadline)
+            plan = self._plan(req, up, absent)
+            if plan.need_update:     # exposed, then gone again: bind without them
+                plan = self._plan(req, up, absent | set(plan.need_update))
+        fetched: Dict[str, Version] = {}
+        fetches = up[4]
+        if plan.remote and not plan.abort:
+            try:
+                fetched = yield from self._remote(req.attempt_id, plan.remote, deadline,
+                                                  req.prefetch_attempt)
+            except (RemoteUnavailable, StageTimeout) as e:
+                # the upstream versions are gone (the attempt was released: HB's early abort)
+                # or unreachable: the attempt cannot continue, the scheduler decides what next
+                plan.abort, plan.reason = True, f"upstream versions unavailable: {e}"
+            fetches += 1
+        return self._bind_finish(req, plan, up, fetched, fetches)
+
+    def _bind_finish(self, req: pb.CacheRequest, plan: LinearPlan, up: Upstream,
+                     fetched: Dict[str, Version], fetches: int) -> Answer:
+        response = pb.CacheResponse()
+        frames: List[bytes] = []
+        self.stats["binds"] += 1
+        if plan.abort:
+            self.stats["aborts"] += 1
+            response.abort = True
+            response.abort_reason = plan.reason
+            response.stale_keys.extend(plan.stale)
+            return response, frames
+        expires = self._deadline(req) + TEMP_SLACK
+        self.keeper.lru.touch(plan.local)
+        cut = self.keeper.cut
+        for key in plan.s_d:
+            v = cut.get(key)
+            if v is not None:
+                self.temp.add(req.attempt_id, v, expires)
+        r_d, s_new, r_new = finish_linear(plan, up[2], up[3], fetched, self.address)
+        for key in req.keys:
+            self._entry(req, response, key, r_d.get(key), frames)
+        response.context.snapshot.extend(vs.to_proto(s_new))
+        response.context.read_set.extend(vs.to_proto(r_new))
+        response.context.remote_fetches = fetches
+        return response, frames
+
+    # ---- CT / CON: CAUSAL_READ ----
+    def _read(self, req: pb.CacheRequest) -> Generator:
+        deadline = self._deadline(req)
+        if req.refresh:
+            yield from self._refresh(req, deadline)
+        attempt = req.attempt_id
+        expires = deadline + TEMP_SLACK
+        temp = self.temp
+        if attempt not in temp:
+            # CT (4.3.1): one snapshot of the local cut for the DAG's whole read set
+            wanted = sorted(set(req.dag_keys) | set(req.keys))
+            yield from self._ensure(wanted, deadline)
+            self.keeper.lru.touch(wanted)
+            if attempt not in temp:
+                temp.open(attempt, expires)
+                temp.note_requested(attempt, wanted)
+                cut = self.keeper.cut
+                for key in wanted:
+                    v = cut.get(key)
+                    if v is not None:
+                        temp.add(attempt, v, expires)
+        response = pb.CacheResponse()
+        frames: List[bytes] = []
+        views = {k: temp.view(attempt, k) for k in req.keys}
+        # only keys this cache was asked to bind are read from the snapshot: the others may
+        # be kept here as part of some S_i (Algorithm 9) without having been reconciled with
+        # the union S (Algorithm 10 fetches only what each R_i needs). Absent and asked for:
+        # the KVS has no such key. Never asked for (another function's key, or one read at
+        # run time): outside this snapshot.
+        outside = [k for k in views if not temp.was_requested(attempt, k)]
+        if outside:
+            admitted = None
+            if req.explore:
+                admitted = yield from self._explore(attempt, outside, deadline, expires)
+            if admitted is None:
+                response.abort = True
+                response.abort_reason = f"read of {outside} outside the call's snapshot"
+                response.new_keys.extend(outside)
+                return response, frames
+            views.update(admitted)
+        for key in req.keys:
+            self._entry(req, response, key, views.get(key), frames)
+        return response, frames
+
+    def _explore(self, attempt: str, keys: List[str], deadline: float,
+                 expires: float) -> Generator:
+        """Admit keys into an attempt's snapshot when the cut's versions are consistent with
+        it (Algorithm 6 with S_u = R_u = the snapshot, no remote repair); None otherwise."""
+        absent = yield from self._ensure(keys, deadline)
+        temp = self.temp
+        snap = vs.of_versions(v for v in (temp.view(attempt, k) for k in temp.keys(attempt))
+                              if v is not None)
+        plan = plan_linear(snap, snap, [k for k in keys if k not in absent], None,
+                           self.keeper.cut)
+        if plan.abort or plan.remote or plan.need_update:
+            return None
+        out: Dict[str, Optional[Version]] = {k: None for k in absent}
+        temp.note_requested(attempt, keys)
+        for key, v in plan.local.items():
+            temp.add(attempt, v, expires)
+            out[key] = v
+        return out
+
+    # ---- CON / HB: CAUSAL_SNAPSHOT, CAUSAL_FETCH ----
+    def _snapshot(self, req: pb.CacheRequest) -> Generator:
+        deadline = self._deadline(req)
+        yield from self._ensure(list(req.keys), deadline)
+        expires = deadline + TEMP_SLACK
+        cut = self.keeper.cut
+        self.keeper.lru.touch(req.keys)
+        pieces, s_i = create_snapshot(list(req.keys), self._dag_keys(req), cut, self.address)
+        self.temp.open(req.attempt_id, expires)
+        self.temp.note_requested(req.attempt_id, req.keys)
+        for key in s_i:
+            v = cut.get(key)
+            if v is not None:
+                self.temp.add(req.attempt_id, v, expires)
+        response = pb.CacheResponse()
+        for key in req.keys:
+            piece = pieces.get(key)
+            if piece is None:
+                continue
+            p = response.pieces.add()
+            p.local.key = key
+            p.local.vc.update(piece.local.vc)
+            p.local.holders.append(self.address)
+            p.cut.extend(vs.to_proto({k: vs.Entry(e.vc, frozenset([self.address]))
+                                      for k, e in piece.cut.items()}))
+        return response, []
+
+    def _fetch_into(self, req: pb.CacheRequest) -> Generator:
+        deadline = self._deadline(req)
+        got = yield from self._remote(req.attempt_id, vs.from_proto(req.versions), deadline)
+        expires = deadline + TEMP_SLACK
+        for v in got.values():
+            self.temp.add(req.attempt_id, v, expires)
+        return pb.CacheResponse(), []
+
+    # ---- the sink: CAUSAL_COMMIT ----
+    def _commit(self, req: pb.CacheRequest) -> Generator:
+        keeper = self.keeper
+        versions = []
+        for raw in req.writes:
+            t = anna_pb2.KeyTuple.FromString(raw)
+            versions.append(keeper.collected(Version.deserialize(t.key, t.payload)))
+        if versions:
+            token = next(self._ids)
+            w = _PutWait(self, token, [v.key for v in versions], self._deadline(req))
+            self._puts[token] = w
+            self._io.append(PutVersions(token, versions))
+            yield from self._wait(w)
+        for v in versions:
+            keeper.offer(v)
+        for v in versions:
+            keeper.subscribe(v.key)
+        response = pb.CacheResponse()
+        for v in versions:
+            response.entries.add(key=v.key, found=True)
+        return response, []
+
+    # ---- dependency-metadata GC (4.2.3) ----
+    def _gc_report(self, req: pb.CacheRequest) -> None:
+        """Every clock this cache holds of a key some held version depends on (its cut and
+        its temporary versions, which in-flight calls read), and those keys."""
+        dep_keys, held = self.keeper.gc_report()
+        wanted = set(dep_keys)
+        held += [v for v in self.temp.all_versions() if v.key in wanted]
+        response = pb.CacheResponse()
+        response.dep_keys.extend(dep_keys)
+        for v in held:
+            response.held.add(key=v.key).vc.update(v.vc)
+        self._answer(req, response)
+
+    def _gc_apply(self, req: pb.CacheRequest) -> None:
+        self.keeper.gc_apply({kv.key: dict(kv.vc) for kv in req.versions})
+        self._answer(req, pb.CacheResponse())
+        self._resume_ready()
+
+
+def _merge_all(parts: Sequence[Version]) -> Optional[Version]:
+    out = None
+    for p in parts:
+        out = p if out is None else merge_versions(out, p)
+    return out
