@@ -52,6 +52,8 @@ class LocalCluster:
         memory_threads: worker threads per memory-tier node (0 = no memory tier).
         disk_threads: worker threads per disk-tier node (0 = no disk tier).
         nodes: nodes per tier that has threads.
+        log_dir: where each process logs (`<name>.log`); kept after `stop()` when given,
+            else temporary.
         data_dir: where disk nodes keep their data (`<data_dir>/<node_id>/<thread_id>`);
             temporary if None.
         gossip_period_ms: the workers' epoch length.
@@ -62,15 +64,16 @@ class LocalCluster:
 
     def __init__(self, memory_threads: int = 1, disk_threads: int = 0, nodes: int = 1,
                  data_dir: Optional[str] = None, gossip_period_ms: int = 100,
-                 replication: Any = None, **options: Any) -> None:
+                 replication: Any = None, log_dir: Optional[str] = None,
+                 **options: Any) -> None:
         self.config = ClusterConfig(memory_threads=memory_threads, disk_threads=disk_threads,
                                     nodes=nodes, data_dir=data_dir,
                                     gossip_period_ms=gossip_period_ms, replication=replication,
                                     **options)
         self.replication: Replication = self.config.effective_replication()
         self._tmp = tempfile.mkdtemp(prefix="anna-local-")
-        self.log_dir = os.path.join(self._tmp, "logs")
-        os.makedirs(self.log_dir)
+        self.log_dir = log_dir or os.path.join(self._tmp, "logs")   # kept after stop if given
+        os.makedirs(self.log_dir, exist_ok=True)
         self.data_dir = self.config.data_dir or os.path.join(self._tmp, "data")
         self.routing_address: Optional[str] = None
         self._routing: Optional[ManagedProcess] = None

@@ -3,12 +3,18 @@
     cloudburst local [--executor-nodes N] [--executors-per-node M] [--schedulers S]
         Run a local cluster (Anna, schedulers, executor nodes) in the foreground; print the
         address for `cloudburst.Client(address)`; stop cleanly on Ctrl-C or SIGTERM.
+    cloudburst local --log-dir DIR ...
+        The same, keeping every process' log in DIR after it stops.
+    cloudburst logs [FUNCTION] --log-dir DIR [--lines N]
+        What functions printed, as the workers logged it (each line tagged with its call),
+        most recent last; only FUNCTION's output if given.
     cloudburst demo
         Start a local cluster, run the increment -> square example on it, stop.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -26,7 +32,8 @@ def _local(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     with LocalCluster(executor_nodes=args.executor_nodes,
                       executors_per_node=args.executors_per_node,
-                      schedulers=args.schedulers, log_level=args.log_level) as cluster:
+                      schedulers=args.schedulers, log_level=args.log_level,
+                      log_dir=args.log_dir) as cluster:
         print(f"cloudburst local cluster ready: {args.executor_nodes} executor node(s) x "
               f"{args.executors_per_node} worker(s), {args.schedulers} scheduler(s)")
         for i, address in enumerate(cluster.scheduler_addresses):
@@ -37,6 +44,38 @@ def _local(args: argparse.Namespace) -> int:
         while not stop.wait(0.5):
             pass
     print("stopped")
+    return 0
+
+
+def function_output(log_dir: str, function: Optional[str] = None,
+                    lines: int = 50) -> List[str]:
+    """The last `lines` lines functions printed, from the worker logs in `log_dir` (each
+    tagged `call <id> <function>: `), only `function`'s if given; per worker, in order."""
+    if not os.path.isdir(log_dir):
+        raise FileNotFoundError(f"no log directory {log_dir!r}")
+    out: List[str] = []
+    for name in sorted(os.listdir(log_dir)):
+        if not (name.startswith("worker-") and name.endswith(".log")):
+            continue
+        with open(os.path.join(log_dir, name), errors="replace") as f:
+            for line in f:
+                parts = line.split(" ", 3)
+                if len(parts) == 4 and parts[0] == "call" and parts[2].endswith(":") \
+                        and (function is None or parts[2][:-1] == function):
+                    out.append(f"{name[len('worker-'):-len('.log')]} {line.rstrip()}")
+    return out[-lines:]
+
+
+def _logs(args: argparse.Namespace) -> int:
+    try:
+        found = function_output(args.log_dir, args.function, args.lines)
+    except FileNotFoundError as e:
+        print(f"cloudburst logs: {e}", file=sys.stderr)
+        return 1
+    for line in found:
+        print(line)
+    if not found:
+        print(f"(no output{' from ' + args.function if args.function else ''} in {args.log_dir})")
     return 0
 
 
@@ -85,8 +124,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     local.add_argument("--executors-per-node", type=positive_int, default=3,
                        help="worker processes per executor node")
     local.add_argument("--schedulers", type=positive_int, default=1, help="schedulers")
+    local.add_argument("--log-dir", default=None,
+                       help="keep every process' log here after the cluster stops "
+                            "(default: a temporary directory, removed)")
     add_common(local)
     local.set_defaults(run=_local)
+    logs = sub.add_parser("logs", help="show what functions printed (from a --log-dir)",
+                          formatter_class=HELP_FORMAT)
+    logs.add_argument("function", nargs="?", default=None,
+                      help="only this function's output (default: every function's)")
+    logs.add_argument("--log-dir", required=True,
+                      help="the log directory of a cluster (`cloudburst local --log-dir`)")
+    logs.add_argument("--lines", type=positive_int, default=50, help="how many lines at most")
+    logs.set_defaults(run=_logs)
     demo = sub.add_parser("demo", help="run increment -> square, then a causal DAG, on a fresh "
                                        "local cluster", formatter_class=HELP_FORMAT)
     add_common(demo)

@@ -10,6 +10,7 @@ Contract:
   error met in that order; `timeout` bounds the whole wait, not each future.
   `wait(futures, timeout)` returns `(done, pending)` lists without raising.
 - After a causal call's `get`, `Future.causal` holds its `CausalStats`.
+- `Future.logs()` is what the call's functions printed, bounded.
 """
 from __future__ import annotations
 
@@ -103,6 +104,16 @@ class Future:
         raise error_from_status(r.status, r.message, r.traceback, r.stage)
 
     result = get
+
+    def logs(self, timeout: Optional[float] = None) -> str:
+        """What the call's functions printed (stdout and stderr), in `[function]` sections,
+        upstream first, bounded by the workers' `output_limit` (the oldest text is dropped
+        first). Available once the call has finished, successfully or not; `Timeout` if it
+        has not finished within `timeout`."""
+        if not self.wait(timeout):
+            wait = self._timeout if timeout is None else timeout
+            raise Timeout(self._client._where(self.request_id, self.what), wait)
+        return self._result.logs
 
     def __await__(self):
         """`await future` from asyncio: waits in the loop's executor, then returns `get()`."""

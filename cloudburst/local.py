@@ -8,6 +8,8 @@ starting its worker processes), and returns once every scheduler sees every work
 address; `client()` returns a connected `Client` (closed by `stop()`). `workers` lists
 `{worker_id, address, pid, node_id}`; `kill_worker(worker_id)` SIGKILLs one worker process
 (for fault tests). `stop()` closes clients and stops every process (SIGTERM, then SIGKILL).
+Every process logs to `<log_dir>/<name>.log`: workers' logs hold what functions printed, each
+line tagged `call <call id> <function>:`. A `log_dir` given by the caller is kept after `stop()`.
 """
 from __future__ import annotations
 
@@ -51,6 +53,8 @@ class LocalCluster:
             same time on one worker (see `scheduler.policy`); False spreads them out.
         max_causal_retries: aborted attempts of a causal call the schedulers retry before
             failing it with `Aborted`.
+        log_dir: where every process logs (`<name>.log`; the KVS's under `kvs/`); kept after
+            `stop()`. Default: a temporary directory removed by `stop()`.
     """
 
     def __init__(self, executor_nodes: int = 1, executors_per_node: int = 3,
@@ -58,7 +62,7 @@ class LocalCluster:
                  heartbeat_timeout: float = 1.5, log_level: str = "warning",
                  startup_timeout: float = 60.0, seed: Optional[int] = None,
                  transport: str = "tcp", colocate_chains: bool = True,
-                 max_causal_retries: int = 10) -> None:
+                 max_causal_retries: int = 10, log_dir: Optional[str] = None) -> None:
         if executor_nodes < 1 or executors_per_node < 1 or schedulers < 1:
             raise ValueError("a LocalCluster needs at least one executor node, one executor "
                              "per node and one scheduler")
@@ -76,10 +80,14 @@ class LocalCluster:
         self.transport = transport
         self.colocate_chains = colocate_chains
         self.max_causal_retries = max_causal_retries
-        self.log_dir = tempfile.mkdtemp(prefix="cloudburst-local-")
+        # private: Unix sockets, and the logs unless `log_dir` is given (short paths: a Unix
+        # socket's path is limited to about 100 bytes)
+        self._private_dir = tempfile.mkdtemp(prefix="cloudburst-local-")
+        self.log_dir = os.path.abspath(log_dir) if log_dir else self._private_dir
+        os.makedirs(self.log_dir, exist_ok=True)
         self.ipc_dir: Optional[str] = None
         if transport == "ipc":
-            self.ipc_dir = os.path.join(self.log_dir, "ipc")
+            self.ipc_dir = os.path.join(self._private_dir, "ipc")
             os.makedirs(self.ipc_dir)
         self.kvs: Any = None
         self.scheduler_addresses: List[str] = []
@@ -90,7 +98,7 @@ class LocalCluster:
         self.started = False
         # if the cluster is dropped (or the interpreter exits) without stop(): kill and clean up
         self._finalizer = weakref.finalize(self, _emergency_stop, self._nodes, self._schedulers,
-                                           self.log_dir)
+                                           self._private_dir)
 
     @property
     def address(self) -> str:
@@ -110,6 +118,7 @@ class LocalCluster:
         deadline = time.monotonic() + self.startup_timeout
         try:
             self.kvs = anna_core.LocalCluster(memory_threads=self.kvs_threads, nodes=1,
+                                              log_dir=os.path.join(self.log_dir, "kvs"),
                                               log_level=self.log_level)
             self.kvs.start()
             for i in range(self.scheduler_count):
@@ -202,7 +211,7 @@ class LocalCluster:
         if self.kvs is not None:
             self.kvs.stop()
             self.kvs = None
-        shutil.rmtree(self.log_dir, ignore_errors=True)
+        shutil.rmtree(self._private_dir, ignore_errors=True)   # a given log_dir is kept
         self._finalizer.detach()
         self.started = False
 

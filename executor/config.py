@@ -53,6 +53,7 @@ class WorkerConfig:
     log_level: str = "warning"
     parent_pid: Optional[int] = None
     ipc_dir: Optional[str] = None
+    output_limit: int = 64 * 1024   # characters of a call's printed output kept for its caller
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

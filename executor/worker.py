@@ -16,6 +16,9 @@ Contract:
 - On an exception the caller gets EXECUTION_ERROR with the traceback, the call's other workers
   get `abort`, the scheduler gets `done`. An invocation still missing upstream results at its
   deadline makes the caller get TIMEOUT naming the function, worker and missing upstreams.
+- What a function prints (stdout and stderr) is captured per call (`executor/output.py`): it
+  goes to the worker's log, each line tagged with the call id and function, and travels with
+  the call (`Trigger.logs`, then `CallResult.logs`) to the caller, bounded by `output_limit`.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ import collections
 import hashlib
 import logging
 import os
+import sys
 import threading
 import time
 import traceback
@@ -47,11 +51,13 @@ from .causal import CausalAbortError, CausalInvocation
 from .config import WorkerConfig
 from .dagstate import PendingCalls, Ready
 from .library import UserLibrary
+from .output import CallOutput, Capture, join_logs, section
 
 __all__ = ["Worker"]
 
 log = logging.getLogger("cloudburst.worker")
 _INBOX_LIMIT = 10000
+_UPSTREAM_LOG_CALLS = 1024   # calls whose upstream output a worker holds at most
 DONE_BATCH_SECONDS = 0.005
 _MSG_CODE = encode("msg", pb.UserMessage())[:1]
 
@@ -102,6 +108,10 @@ class Worker:
         self._done_since = 0.0
         self.invocation: Optional[CausalInvocation] = None   # the causal function running now
         self._writer = ExecutorWriter(self.worker_id)
+        self.output = Capture(config.output_limit)
+        self._printed = ""    # what the last function run printed
+        # what upstream functions printed, per call and target, until the target runs
+        self._upstream_logs: Dict[str, Dict[str, List[str]]] = {}
         self._reuse: Dict[Tuple[str, str], _Reusable] = {}
         self._handlers = {"schedule": self._on_schedule, "trigger": self._on_trigger,
                           "abort": self._on_abort, "msg": self._on_msg}
@@ -218,12 +228,34 @@ class Worker:
         if t.HasField("schedule"):
             self._on_schedule(t.schedule)
         value = (bytes(t.value), t.causal) if t.HasField("causal") else bytes(t.value)
+        if t.logs:
+            if len(self._upstream_logs) >= _UPSTREAM_LOG_CALLS:   # bounded: oldest call goes
+                self._upstream_logs.pop(next(iter(self._upstream_logs)))
+            self._upstream_logs.setdefault(t.call_id, {}).setdefault(t.target, []).append(t.logs)
         ready = self.pending.add_trigger(t.call_id, t.target, t.source, value, time.monotonic())
         if ready is not None:
             self._run(ready)
 
     def _on_abort(self, message: pb.CallDone) -> None:
         self.pending.abort(message.call_id)
+        self._upstream_logs.pop(message.call_id, None)
+
+    def _call_logs(self, s: pb.Schedule, printed: str) -> str:
+        """The upstream functions' output and this function's, bounded (executor/output.py)."""
+        calls = self._upstream_logs.get(s.call_id)
+        inherited = calls.pop(s.function, []) if calls else []
+        if calls is not None and not calls:
+            del self._upstream_logs[s.call_id]
+        return join_logs(inherited + [section(s.function, printed)], self.output.limit)
+
+    def _call_function(self, s: pb.Schedule, fn: Callable, args: List[Any]) -> Any:
+        """Run the function with its output captured into `self._printed` (kept whether it
+        returns or raises, for the result or the failure's report)."""
+        self.output.begin(s.call_id, s.function)
+        try:
+            return fn(self.lib, *args)
+        finally:
+            self._printed = self.output.end()
 
     def _on_msg(self, m: pb.UserMessage) -> None:
         if len(self._inbox) >= _INBOX_LIMIT:
@@ -277,6 +309,7 @@ class Worker:
                      f"arrived after the call's deadline")
             self._fail(s, pb.TIMEOUT, f"timed out waiting for {stage}", stage=stage)
             return
+        self._printed = ""
         if s.consistency == pb.CAUSAL:
             return self._run_causal(ready, what, start)
         self._busy_since = start
@@ -284,7 +317,7 @@ class Worker:
             try:
                 fn = self._function(s.function, s.version, start + s.timeout)
                 args = self._arguments(ready.args)
-                result = fn(self.lib, *args)
+                result = self._call_function(s, fn, args)
             except _FunctionError as e:
                 raise _FunctionError(f"{what} on worker {self.worker_id}: {e}") from None
             except Exception as e:
@@ -307,16 +340,19 @@ class Worker:
         finally:
             self._busy_total += time.monotonic() - start
             self._busy_since = None
-        self._send_downstream(s, ready, value)
+        logs = self._call_logs(s, self._printed)
+        self._send_downstream(s, ready, value, logs=logs)
         if s.sink:
             self._push.send(s.response_address, "result",
-                            pb.CallResult(request_id=s.call_id, status=pb.OK, value=value))
+                            pb.CallResult(request_id=s.call_id, status=pb.OK, value=value,
+                                          logs=logs))
             self._call_done(s.scheduler_address, s.call_id)
 
     def _send_downstream(self, s: pb.Schedule, ready: Ready, value: bytes,
-                         causal: Optional[pb.CausalContext] = None) -> None:
+                         causal: Optional[pb.CausalContext] = None, logs: str = "") -> None:
         for target in s.targets:
-            trigger = pb.Trigger(call_id=s.call_id, source=s.function, target=target, value=value)
+            trigger = pb.Trigger(call_id=s.call_id, source=s.function, target=target, value=value,
+                                 logs=logs)
             if causal is not None:
                 trigger.causal.CopyFrom(causal)
             for f in s.forward:
@@ -360,7 +396,7 @@ class Worker:
                     args = [_resolve(inv, v) if isinstance(v, Reference) else v for v in values]
                     self.invocation = inv
                     try:
-                        result = fn(self.lib, *args)
+                        result = self._call_function(s, fn, args)
                     finally:
                         self.invocation = None
                     value = dumps(result)
@@ -393,14 +429,15 @@ class Worker:
         finally:
             self._busy_total += time.monotonic() - start
             self._busy_since = None
-        self._send_downstream(s, ready, value, inv.context())
+        logs = self._call_logs(s, self._printed)
+        self._send_downstream(s, ready, value, inv.context(), logs)
         if s.sink:
             stats = pb.CausalStats(protocol=plan.protocol, aborts=plan.attempt,
                                    remote_fetches=inv.remote_fetches)
             stats.read_set.extend(vs.to_proto(inv.read_set))
             stats.writes.extend(vs.to_proto(vs.of_versions(versions)))
             self._push.send(s.response_address, "result", pb.CallResult(
-                request_id=plan.call_id, status=pb.OK, value=value, causal=stats))
+                request_id=plan.call_id, status=pb.OK, value=value, causal=stats, logs=logs))
             self._call_done(s.scheduler_address, s.call_id)
 
     def _causal_abort(self, s: pb.Schedule, e: CausalAbortError) -> None:
@@ -424,7 +461,8 @@ class Worker:
               stage: str = "") -> None:
         self._push.send(s.response_address, "result", pb.CallResult(
             request_id=s.causal.call_id or s.call_id, status=status, message=message,
-            traceback=tb, stage=stage))
+            traceback=tb, stage=stage, logs=self._call_logs(s, self._printed)))
+        self._printed = ""
         for fn, address in s.locations.items():
             if fn != s.function:
                 if address == self.address:
@@ -439,6 +477,7 @@ class Worker:
             log.warning("dropped result(s) for %s of call %s: its schedule never arrived",
                         stalled.function, stalled.call_id)
             return
+        self._printed = ""
         stage = (f"upstream result(s) {stalled.missing} of function {s.function!r} "
                  f"(DAG {s.dag!r}) on worker {self.worker_id}")
         self._fail(s, pb.TIMEOUT, f"timed out waiting for {stage}", stage=stage)
@@ -513,6 +552,9 @@ def main() -> None:
     worker = Worker(config)
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())
     signal.signal(signal.SIGINT, lambda *_: worker.stop())
+    # what functions print goes to this worker's log, tagged by call, and to their callers
+    sys.stdout = CallOutput(sys.__stdout__, worker.output)
+    sys.stderr = CallOutput(sys.__stderr__, worker.output)
     worker.publish()
     announce_ready({"worker_id": worker.worker_id, "address": worker.address,
                     "pid": os.getpid()})

@@ -19,9 +19,11 @@ def _env():
     return env
 
 
-def test_cloudburst_local_prints_a_usable_address_and_stops_on_sigterm():
+def test_cloudburst_local_prints_a_usable_address_and_stops_on_sigterm(tmp_path):
+    log_dir = str(tmp_path / "logs")
     proc = subprocess.Popen([sys.executable, "-m", "cloudburst.cli", "local",
-                             "--executors-per-node", "1"], stdout=subprocess.PIPE,
+                             "--executors-per-node", "1", "--log-dir", log_dir],
+                            stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, env=_env(), cwd=ROOT, text=True)
     try:
         lines = queue.Queue()
@@ -38,8 +40,20 @@ def test_cloudburst_local_prints_a_usable_address_and_stops_on_sigterm():
         with cloudburst.Client(address, timeout=10) as client:
             client.register(lambda lib, x: x + 1, "inc")
             assert client.call("inc", 1).get(timeout=10) == 2
+            client.register(lambda lib, x: print(f"printing {x}") or x, "printer")
+            assert client.call("printer", 7).get(timeout=10) == 7
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
+        # the logs outlive the cluster, and `cloudburst logs` finds the function's output
+        shown = subprocess.run([sys.executable, "-m", "cloudburst.cli", "logs", "printer",
+                                "--log-dir", log_dir], capture_output=True, text=True,
+                               env=_env(), cwd=ROOT, timeout=60)
+        assert shown.returncode == 0, shown.stderr
+        assert "printer: printing 7" in shown.stdout and "call " in shown.stdout
+        other = subprocess.run([sys.executable, "-m", "cloudburst.cli", "logs", "inc",
+                                "--log-dir", log_dir], capture_output=True, text=True,
+                               env=_env(), cwd=ROOT, timeout=60)
+        assert "printing" not in other.stdout
     finally:
         if proc.poll() is None:
             proc.kill()

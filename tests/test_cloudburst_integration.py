@@ -381,3 +381,43 @@ def test_map_raises_the_first_error_in_order(client):
 def test_a_bare_host_port_address_is_refused_with_the_expected_form():
     with pytest.raises(ValueError, match=r"expected 'tcp://host:port'.*did you mean 'tcp://127.0.0.1:41153'"):
         cloudburst.Client("127.0.0.1:41153")
+
+
+def test_printed_output_reaches_the_caller_bounded_and_never_blocks_the_worker(client):
+    def chatty(lib, n):
+        import sys
+        print("starting", n)
+        sys.stderr.write("to stderr\n")
+        sys.stdout.write("x" * n)             # far more than any pipe buffer
+        return n
+
+    def shout(lib, n):
+        print("sink got", n)
+        return n + 1
+
+    client.register(chatty, "chatty")
+    client.register(shout, "shout")
+    client.register_dag("chatty-shout", ["chatty", "shout"], [("chatty", "shout")])
+    ten_mb = 10 * 1024 * 1024
+    future = client.call("chatty", ten_mb, timeout=60)
+    assert future.get(timeout=60) == ten_mb
+    logs = future.logs()
+    assert logs.startswith("[... ") and "earlier characters dropped" in logs
+    assert len(logs) < 70 * 1024 and logs.rstrip().endswith("x")
+    # the same workers keep running calls afterwards
+    assert client.map("chatty", [1, 2, 3, 4]) == [1, 2, 3, 4]
+    dag = client.call_dag("chatty-shout", {"chatty": [3]})
+    assert dag.get(timeout=10) == 4
+    text = dag.logs()
+    assert text.index("[chatty]\nstarting 3\n") < text.index("[shout]\nsink got 3\n")
+    assert "to stderr\n" in text
+
+    def fails(lib):
+        print("about to fail")
+        raise RuntimeError("boom")
+
+    client.register(fails, "fails")
+    failed = client.call("fails")
+    with pytest.raises(cloudburst.ExecutionError, match="boom"):
+        failed.get(timeout=10)
+    assert "[fails]\nabout to fail\n" in failed.logs()
