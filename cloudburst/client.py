@@ -37,7 +37,7 @@ from hydro_proto import cloudburst_pb2 as pb
 from runtime.keys import check_user_key
 from runtime.framing import more, parse, send
 from runtime.sockets import bind_pull, check_address, ipc_dir_of
-from runtime.values import dumps, dumps_function, encode_args, loads
+from runtime.values import CAUSAL_LATTICES, dumps, dumps_function, encode_args, is_lattice, loads
 from .errors import CloudburstError, InvalidDag, ObjectNotFound, Timeout, error_from_status
 from .functions import RegisteredFunction, check_signature
 from .futures import Future, gather
@@ -239,13 +239,25 @@ class Client:
 
     # ---- objects ----
     def put(self, key: str, value: Any, consistency: str = "lww") -> None:
-        """Store `value` (any picklable object) under `key`. With `consistency="causal"` the
-        value is written as a causal version (`MultiKeyCausalLattice`, clock
-        `{this client's id: next counter}`, no dependencies) that causal calls read."""
+        """Store `value` (any picklable object) under `key`.
+
+        A plain value is last-writer-wins: of two concurrent puts one is kept. An
+        `anna_core` lattice (`SetLattice`, `MaxLattice`, `MapLattice`, ...) is merged with
+        what the key holds, on the server, so concurrent puts all count. With
+        `consistency="causal"` the value is written as a causal version
+        (`MultiKeyCausalLattice`, clock `{this client's id: next counter}`, no dependencies)
+        that causal calls read."""
         check_user_key(key)
         if consistency not in _CONSISTENCY:
             raise ValueError(f"consistency {consistency!r} is not supported (supported: "
                              f"{sorted(_CONSISTENCY)})")
+        if is_lattice(value):
+            if consistency == "causal":
+                raise ValueError("a lattice is merged as it is; consistency='causal' applies "
+                                 "to plain values")
+            with self._kvs_lock:
+                self._kvs_client().put(key, value)
+            return
         data = dumps(value)
         with self._kvs_lock:
             if consistency == "causal":
@@ -278,6 +290,8 @@ class Client:
             if consistency == "causal":
                 raise CloudburstError(f"key {key!r} holds an LWW value, not a causal one")
             return [loads(data)] if concurrent else loads(data)
+        if data.lattice_type not in CAUSAL_LATTICES:
+            return data          # a lattice put with `put(key, lattice)`: merged, as stored
         values = [loads(v) for v in data.reveal()] if concurrent else None
         if values is not None:
             return values
@@ -285,6 +299,17 @@ class Client:
         if not revealed:
             raise ObjectNotFound(key)
         return loads(revealed[0])
+
+    def delete(self, key: str) -> None:
+        """Delete the object stored under `key` (deleting a missing key is not an error).
+        Node caches holding it drop it when Anna tells them."""
+        import anna_core
+        check_user_key(key)
+        with self._kvs_lock:
+            try:
+                self._kvs_client().delete(key)
+            except anna_core.Timeout as e:
+                raise Timeout(f"the KVS to answer DELETE {key!r} ({e})") from None
 
     def _kvs_client(self) -> Any:
         if self._kvs is None:

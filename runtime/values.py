@@ -27,9 +27,10 @@ from typing import Any, Iterable, List
 
 import cloudpickle
 
+from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
 
-__all__ = ["Reference", "dumps", "dumps_function", "loads", "encode_args", "decode_arg",
+__all__ = ["Reference", "is_lattice", "CAUSAL_LATTICES", "dumps", "dumps_function", "loads", "encode_args", "decode_arg",
            "references_of"]
 
 
@@ -50,6 +51,15 @@ class Reference:
 # The platform's own packages: executors import them, so they are pickled by reference.
 _PLATFORM_PACKAGES = ("cloudburst", "scheduler", "executor", "anna_core", "hydrocache", "runtime",
                       "hydro_proto")
+
+
+# anna.LatticeType numbers of the causal lattices (proto/anna.proto)
+CAUSAL_LATTICES = frozenset({anna_pb2.SINGLE_CAUSAL, anna_pb2.MULTI_CAUSAL})
+
+
+def is_lattice(value: Any) -> bool:
+    """True for an `anna_core` lattice, which the KVS merges instead of overwriting."""
+    return type(value).__module__ == "anna_core._core" and hasattr(value, "lattice_type")
 
 
 def dumps(value: Any) -> bytes:

@@ -421,3 +421,30 @@ def test_printed_output_reaches_the_caller_bounded_and_never_blocks_the_worker(c
     with pytest.raises(cloudburst.ExecutionError, match="boom"):
         failed.get(timeout=10)
     assert "[fails]\nabout to fail\n" in failed.logs()
+
+
+def test_client_lattice_puts_merge_on_the_server_and_delete_removes_keys(client):
+    import anna_core
+    key = unique("counter")
+
+    def increment(n):
+        for _ in range(n):        # a grow-only counter: one map entry per increment
+            client.put(key, anna_core.MapLattice({uuid.uuid4().bytes: 1}))
+
+    threads = [threading.Thread(target=increment, args=(25,)) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    counter = client.get(key)
+    assert isinstance(counter, anna_core.MapLattice) and sum(counter.reveal().values()) == 200
+    tags = unique("tags")
+    client.put(tags, anna_core.SetLattice([b"a"]))
+    client.put(tags, anna_core.SetLattice([b"b"]))
+    assert client.get(tags).reveal() == {b"a", b"b"}
+    with pytest.raises(ValueError, match="lattice is merged as it is"):
+        client.put(tags, anna_core.SetLattice([b"c"]), consistency="causal")
+    client.delete(tags)
+    client.delete(tags)                               # deleting a missing key is fine
+    with pytest.raises(cloudburst.ObjectNotFound):
+        client.get(tags)
