@@ -20,12 +20,12 @@ from . import errors
 from .client import Client, Listing
 from .functions import RegisteredFunction
 from .futures import CausalStats, Future, gather, wait
-from .errors import (Aborted, CloudburstError, DagNotFound, ExecutionError, FunctionNotFound,
+from .errors import (Aborted, Cancelled, CloudburstError, DagNotFound, ExecutionError, FunctionNotFound,
                      InvalidDag, InvalidFunction, NoResources, ObjectNotFound,
                      Timeout)
 from .local import LocalCluster
 
 __all__ = ["Client", "Future", "Listing", "CausalStats", "LocalCluster", "Reference", "errors",
-           "RegisteredFunction", "gather", "wait", "InvalidFunction",
+           "RegisteredFunction", "gather", "wait", "InvalidFunction", "Cancelled",
            "CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "NoResources",
            "ExecutionError", "Timeout", "ObjectNotFound", "Aborted"]

@@ -49,6 +49,15 @@ _PROTOCOLS = {"hb": pb.HB, "ct": pb.CT, "opt": pb.OPT, "con": pb.CON}
 _ANSWERS = {"reply": pb.Reply, "accepted": pb.Accepted, "result": pb.CallResult}
 
 
+def _time_limit(seconds: Optional[float]) -> float:
+    """A time limit as sent (0: not set); ValueError unless a positive number."""
+    if seconds is None:
+        return 0.0
+    if not isinstance(seconds, (int, float)) or seconds <= 0:
+        raise ValueError(f"time_limit must be a positive number of seconds, got {seconds!r}")
+    return float(seconds)
+
+
 class _Slot:
     __slots__ = ("answer",)
 
@@ -121,10 +130,14 @@ class Client:
         self.kvs_address: str = info.kvs_address
 
     # ---- registry ----
-    def register(self, function: Any, name: str) -> None:
+    def register(self, function: Any, name: str, *, time_limit: Optional[float] = None) -> None:
         """Register `function` under `name`: a function `f(lib, *args)`, or `(cls, init_args)`
         (or a bare class) for a stateful class whose instance's `run(lib, *args)` is called;
-        one instance per executor worker lives across calls."""
+        one instance per executor worker lives across calls (instances are not addressable:
+        state a caller needs to reach belongs in the KVS).
+
+        `time_limit` is how many seconds one call of it may run (default: the cluster's);
+        past it the function is stopped and its call fails with `Timeout` naming it."""
         stateful = False
         if isinstance(function, tuple) and len(function) == 2 and isinstance(function[0], type):
             cls, init_args = function
@@ -138,11 +151,13 @@ class Client:
         if not isinstance(name, str) or not name:
             raise ValueError(f"a function name must be a non-empty str, got {name!r}")
         check_signature(body[0] if stateful else body, name, stateful)
-        record = pb.FunctionRecord(name=name, body=dumps_function(body), stateful=stateful)
+        record = pb.FunctionRecord(name=name, body=dumps_function(body), stateful=stateful,
+                                   time_limit=_time_limit(time_limit))
         self._ask("register_fn", pb.RegisterFunction(function=record),
                   f"register function {name!r}")
 
-    def function(self, target: Any = None, *, name: Optional[str] = None) -> Any:
+    def function(self, target: Any = None, *, name: Optional[str] = None,
+                 time_limit: Optional[float] = None) -> Any:
         """Decorator: register a function (or a stateful class) under `name` (default: its
         `__name__`) and return a `RegisteredFunction` whose call returns a `Future`.
 
@@ -151,7 +166,7 @@ class Client:
             registered = name or getattr(obj, "__name__", None)
             if not registered:
                 raise ValueError(f"{obj!r} has no __name__; pass name=")
-            self.register(obj, registered)
+            self.register(obj, registered, time_limit=time_limit)
             return RegisteredFunction(self, registered, obj)
         return register if target is None else register(target)
 
@@ -184,11 +199,14 @@ class Client:
 
     # ---- calls ----
     def call(self, name: str, *args: Any, timeout: Optional[float] = None,
-             consistency: str = "lww", protocol: Optional[str] = None) -> Future:
-        """Call registered function `name` with `args` (after `lib`); `consistency` and
-        `protocol` as for `call_dag` (a single function is a one-function DAG)."""
+             consistency: str = "lww", protocol: Optional[str] = None,
+             time_limit: Optional[float] = None) -> Future:
+        """Call registered function `name` with `args` (after `lib`); `consistency`,
+        `protocol`, `timeout` and `time_limit` as for `call_dag` (a single function is a
+        one-function DAG)."""
         level, proto = _consistency_and_protocol(consistency, protocol)
-        call = pb.Call(function=name, consistency=level, protocol=proto)
+        call = pb.Call(function=name, consistency=level, protocol=proto,
+                       time_limit=_time_limit(time_limit))
         call.args[name].CopyFrom(encode_args(args))
         return self._submit(call, f"call of function {name!r}", timeout)
 
@@ -205,7 +223,8 @@ class Client:
 
     def call_dag(self, name: str, args: Optional[Mapping[str, Sequence[Any]]] = None,
                  consistency: str = "lww", output_key: Optional[str] = None,
-                 timeout: Optional[float] = None, protocol: Optional[str] = None) -> Future:
+                 timeout: Optional[float] = None, protocol: Optional[str] = None,
+                 time_limit: Optional[float] = None) -> Future:
         """Call DAG `name`; `args` maps a function to its own arguments (a list or tuple).
 
         A function receives its own arguments first, then its upstreams' results in the
@@ -213,9 +232,14 @@ class Client:
         stored under `output_key` when given. `consistency` is "lww" (default) or "causal"
         (transactional causal consistency through HydroCache); with "causal", `protocol` is
         "ct", "opt", "con" or "hb" (default "hb"). A protocol with "lww" is a ValueError.
+
+        `timeout` (default: the client's) is the call's deadline: past it the caller gets
+        `Timeout` and the call is cancelled, so nothing keeps running for a caller that gave
+        up. `time_limit` overrides each function's own limit for this call.
         """
         level, proto = _consistency_and_protocol(consistency, protocol)
         call = pb.Call(dag=name, consistency=level, protocol=proto,
+                       time_limit=_time_limit(time_limit),
                        output_key=check_user_key(output_key) if output_key else "")
         for fn, fn_args in (args or {}).items():
             if not isinstance(fn_args, (list, tuple)):
@@ -366,6 +390,10 @@ class Client:
         if reply.status != pb.OK:
             raise error_from_status(reply.status, reply.message)
         return reply
+
+    def _cancel(self, rid: str) -> None:
+        """Ask the scheduler to stop call `rid` wherever it runs (no answer is awaited)."""
+        self._send("cancel", pb.NameRequest(name=rid))
 
     def _forget(self, rid: str) -> None:
         with self._cond:

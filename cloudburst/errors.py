@@ -4,12 +4,12 @@ They are defined in the platform's runtime layer (`runtime/errors.py`), because 
 raise the same classes (a function's `lib.get` raises `ObjectNotFound` in the worker, and the
 SDK raises it in the client), and this module names them for users.
 """
-from runtime.errors import (STATUS_OF, Aborted, CloudburstError, DagNotFound, ExecutionError,
+from runtime.errors import (STATUS_OF, Aborted, Cancelled, CloudburstError, DagNotFound, ExecutionError,
                             FunctionNotFound, InvalidDag, InvalidFunction, NoResources, ObjectNotFound, Timeout,
                             error_from_status)
 from runtime.process import StartupError
 
 __all__ = ["CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "InvalidFunction",
            "NoResources",
-           "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "StartupError", "STATUS_OF",
+           "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "Cancelled", "StartupError", "STATUS_OF",
            "error_from_status"]

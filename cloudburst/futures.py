@@ -11,6 +11,8 @@ Contract:
   `wait(futures, timeout)` returns `(done, pending)` lists without raising.
 - After a causal call's `get`, `Future.causal` holds its `CausalStats`.
 - `Future.logs()` is what the call's functions printed, bounded.
+- `Future.cancel()` stops the call where it runs; `get` then raises `Cancelled`. A call whose
+  deadline passes while its caller waits in `get` is cancelled the same way.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence,
 
 from hydro_proto import cloudburst_pb2 as pb
 
-from runtime.errors import Timeout, error_from_status
+from runtime.errors import Cancelled, Timeout, error_from_status
 from runtime.values import loads
 
 if TYPE_CHECKING:  # the client imports this module
@@ -65,15 +67,19 @@ class Future:
         self.request_id = request_id
         self.what = what
         self._timeout = timeout
+        self._deadline = time.monotonic() + timeout
         self._result: Optional[pb.CallResult] = None
         self.causal: Optional[CausalStats] = None   # set by get() for causal calls
+        self._cancelled = False
         self._finalizer = weakref.finalize(self, client._forget, request_id)
 
     def __repr__(self) -> str:
         return f"<Future {self.what} {'done' if self._result is not None else 'pending'}>"
 
     def done(self) -> bool:
-        """True if the result (or error) has arrived."""
+        """True if the result (or error) has arrived, or the call was cancelled."""
+        if self._cancelled:
+            return True
         if self._result is None:
             self._result = self._client._peek(self.request_id)
             if self._result is not None:
@@ -82,6 +88,8 @@ class Future:
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Wait up to `timeout` seconds (the call's own deadline if None); True once done."""
+        if self._cancelled:
+            return True
         if self._result is None:
             slot = self._client._wait(self.request_id,
                                       self._timeout if timeout is None else max(0.0, timeout))
@@ -91,11 +99,32 @@ class Future:
             self._collected()
         return True
 
+    def cancel(self) -> bool:
+        """Stop the call: its functions are stopped or never start, and `get` raises
+        `Cancelled`. False if the result had already arrived (nothing to cancel)."""
+        if self._cancelled:
+            return True
+        if self.done():
+            return False
+        self._cancelled = True
+        self._client._cancel(self.request_id)
+        return True
+
+    def cancelled(self) -> bool:
+        return self._cancelled
+
     def get(self, timeout: Optional[float] = None) -> Any:
-        """The call's value; raises the call's typed error, or `Timeout` after `timeout` s."""
+        """The call's value; raises the call's typed error, or `Timeout` after `timeout` s.
+        A `timeout` shorter than the call's deadline only stops this wait; once the call's
+        own deadline has passed, the call is cancelled (nothing runs for a caller that left)."""
+        if self._cancelled:
+            raise Cancelled(f"{self.what} was cancelled")
         if not self.wait(timeout):
             wait = self._timeout if timeout is None else timeout
-            raise Timeout(self._client._where(self.request_id, self.what), wait)
+            where = self._client._where(self.request_id, self.what)
+            if time.monotonic() >= self._deadline:
+                self.cancel()
+            raise Timeout(where, wait)
         r = self._result
         if self.causal is None and r.HasField("causal"):
             self.causal = CausalStats.from_proto(r.causal)
@@ -113,7 +142,7 @@ class Future:
         if not self.wait(timeout):
             wait = self._timeout if timeout is None else timeout
             raise Timeout(self._client._where(self.request_id, self.what), wait)
-        return self._result.logs
+        return self._result.logs if self._result is not None else ""
 
     def __await__(self):
         """`await future` from asyncio: waits in the loop's executor, then returns `get()`."""

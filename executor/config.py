@@ -54,6 +54,7 @@ class WorkerConfig:
     parent_pid: Optional[int] = None
     ipc_dir: Optional[str] = None
     output_limit: int = 64 * 1024   # characters of a call's printed output kept for its caller
+    function_time_limit: float = 900.0   # seconds a function may run unless it sets its own
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

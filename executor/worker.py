@@ -26,6 +26,7 @@ import collections
 import hashlib
 import logging
 import os
+import signal
 import sys
 import threading
 import time
@@ -72,6 +73,17 @@ class _Reusable(NamedTuple):
     value: bytes
 
 
+class _Interrupted(BaseException):
+    """Raised inside a running function by a signal handler: its time is up (TIMEOUT) or its
+    call was cancelled (CANCELLED). A BaseException, so `except Exception` in user code does
+    not swallow it."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
 class _FunctionError(Exception):
     """Internal: a function could not be prepared or run; carries status and traceback."""
 
@@ -97,6 +109,12 @@ class Worker:
         self.pending = PendingCalls()
         self.lib = UserLibrary(self)
         self._functions: Dict[str, Tuple[str, Callable]] = {}
+        self._time_limits: Dict[str, float] = {}     # function -> its registered limit (0: none)
+        # cancels reach a running function through this socket, read by the heartbeat thread
+        self._control, self.control_address = bind_pull(self._context, config.ip,
+                                                        ipc_dir=config.ipc_dir)
+        self._running: Optional[str] = None          # the call id of the function running now
+        self._cancel_target: Optional[str] = None    # a call asked to stop while running
         self._peers: Dict[str, str] = {}
         self._local: Deque[Tuple[str, Any]] = collections.deque()
         self._backlog: Deque[Any] = collections.deque()
@@ -195,10 +213,12 @@ class Worker:
                 status = pb.WorkerStatus(worker_id=self.worker_id, node_id=self.config.node_id,
                                          address=self.address, utilization=utilization,
                                          queued=len(self.pending),
-                                         cache_address=self.config.cache_address)
+                                         cache_address=self.config.cache_address,
+                                         control_address=self.control_address)
                 for address in self.config.scheduler_addresses:
                     push.send(address, "heartbeat", status)
-                self._stopping.wait(period)
+                if self._control.poll(int(period * 1000)):
+                    self._on_control()
         finally:
             push.close()
 
@@ -248,14 +268,55 @@ class Worker:
             del self._upstream_logs[s.call_id]
         return join_logs(inherited + [section(s.function, printed)], self.output.limit)
 
-    def _call_function(self, s: pb.Schedule, fn: Callable, args: List[Any]) -> Any:
+    def _call_function(self, s: pb.Schedule, fn: Callable, args: List[Any],
+                       deadline: float) -> Any:
         """Run the function with its output captured into `self._printed` (kept whether it
-        returns or raises, for the result or the failure's report)."""
+        returns or raises), stopped by `_Interrupted` past its time limit or the call's
+        deadline, or when the call is cancelled."""
+        limit = s.time_limit or self._time_limits.get(s.function) or \
+            self.config.function_time_limit
+        left = deadline - time.monotonic()
+        reason = f"its time limit of {limit:g} s" if limit <= left else \
+            f"the call's deadline ({s.timeout:g} s after it was scheduled)"
         self.output.begin(s.call_id, s.function)
+        self._interrupt_reason = reason
+        self._running = s.call_id
+        signal.setitimer(signal.ITIMER_REAL, max(0.001, min(limit, left)))
         try:
             return fn(self.lib, *args)
         finally:
+            self._running = None
+            signal.setitimer(signal.ITIMER_REAL, 0)
             self._printed = self.output.end()
+
+    def install_interrupts(self) -> None:
+        """Signal handlers that stop the running function (main thread only): SIGALRM when
+        its time is up, SIGUSR1 when its call is cancelled. Outside a function they do nothing."""
+        def time_up(signum: int, frame: Any) -> None:
+            if self._running is not None:
+                raise _Interrupted(pb.TIMEOUT, self._interrupt_reason)
+
+        def cancelled(signum: int, frame: Any) -> None:
+            if self._running is not None and self._running == self._cancel_target:
+                raise _Interrupted(pb.CANCELLED, "its call was cancelled")
+
+        signal.signal(signal.SIGALRM, time_up)
+        signal.signal(signal.SIGUSR1, cancelled)
+
+    def _on_control(self) -> None:
+        """Cancels (heartbeat thread): stop the running function if it belongs to the call."""
+        while self._control.poll(0):
+            try:
+                kind, payload = parse(self._control.recv())
+                if kind != "abort":
+                    raise FrameError(f"kind {kind!r} is not a control message")
+                call_id = pb.CallDone.FromString(payload).call_id
+            except Exception as e:
+                log.warning("dropped a malformed control message: %s", e)
+                continue
+            self._cancel_target = call_id
+            if self._running == call_id:
+                signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
 
     def _on_msg(self, m: pb.UserMessage) -> None:
         if len(self._inbox) >= _INBOX_LIMIT:
@@ -286,6 +347,7 @@ class Worker:
         else:
             fn = obj
         self._functions[name] = (record.version, fn)
+        self._time_limits[name] = record.time_limit
         return fn
 
     def _arguments(self, raw: List[Any]) -> List[Any]:
@@ -317,7 +379,7 @@ class Worker:
             try:
                 fn = self._function(s.function, s.version, start + s.timeout)
                 args = self._arguments(ready.args)
-                result = self._call_function(s, fn, args)
+                result = self._call_function(s, fn, args, ready.deadline)
             except _FunctionError as e:
                 raise _FunctionError(f"{what} on worker {self.worker_id}: {e}") from None
             except Exception as e:
@@ -336,6 +398,9 @@ class Worker:
                                          f"{s.output_key!r} failed: {e}") from None
         except _FunctionError as e:
             self._fail(s, pb.EXECUTION_ERROR, str(e), e.tb)
+            return
+        except _Interrupted as e:
+            self._stopped(s, what, e)
             return
         finally:
             self._busy_total += time.monotonic() - start
@@ -396,7 +461,7 @@ class Worker:
                     args = [_resolve(inv, v) if isinstance(v, Reference) else v for v in values]
                     self.invocation = inv
                     try:
-                        result = self._call_function(s, fn, args)
+                        result = self._call_function(s, fn, args, ready.deadline)
                     finally:
                         self.invocation = None
                     value = dumps(result)
@@ -425,6 +490,9 @@ class Worker:
             return
         except _FunctionError as e:
             self._fail(s, pb.EXECUTION_ERROR, str(e), e.tb)
+            return
+        except _Interrupted as e:
+            self._stopped(s, what, e)
             return
         finally:
             self._busy_total += time.monotonic() - start
@@ -470,6 +538,18 @@ class Worker:
                 else:
                     self._push.send(address, "abort", pb.CallDone(call_id=s.call_id))
         self._call_done(s.scheduler_address, s.call_id)
+
+    def _stopped(self, s: pb.Schedule, what: str, e: _Interrupted) -> None:
+        """A function stopped by its time limit (TIMEOUT naming it) or by a cancel."""
+        if e.status == pb.TIMEOUT:
+            waiting = f"; {', '.join(repr(t) for t in s.targets)} waited for its result" \
+                if s.targets else ""
+            stage = (f"{what} to finish within {e.reason} on worker {self.worker_id} "
+                     f"(it was stopped{waiting})")
+            self._fail(s, pb.TIMEOUT, f"timed out waiting for {stage}", stage=stage)
+        else:
+            self._fail(s, pb.CANCELLED, f"{what} on worker {self.worker_id} was stopped: "
+                                        f"{e.reason}")
 
     def _on_stalled(self, stalled: Any) -> None:
         s = stalled.schedule
@@ -540,7 +620,6 @@ def _digest(raw_args: List[Any], results: List[bytes]) -> bytes:
 
 def main() -> None:
     import argparse
-    import signal
 
     from runtime.logs import configure_logging
     from runtime.process import announce_ready
@@ -555,6 +634,7 @@ def main() -> None:
     # what functions print goes to this worker's log, tagged by call, and to their callers
     sys.stdout = CallOutput(sys.__stdout__, worker.output)
     sys.stderr = CallOutput(sys.__stderr__, worker.output)
+    worker.install_interrupts()
     worker.publish()
     announce_ready({"worker_id": worker.worker_id, "address": worker.address,
                     "pid": os.getpid()})

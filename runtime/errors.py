@@ -16,7 +16,7 @@ from typing import Optional
 
 __all__ = ["CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "InvalidFunction",
            "NoResources",
-           "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "STATUS_OF", "error_from_status"]
+           "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "Cancelled", "STATUS_OF", "error_from_status"]
 
 
 class CloudburstError(Exception):
@@ -87,10 +87,14 @@ class Aborted(CloudburstError):
     protocol's last abort reason). Retrying the call later may succeed."""
 
 
+class Cancelled(CloudburstError):
+    """The call was cancelled (`Future.cancel()`, or its caller stopped waiting)."""
+
+
 # cloudburst.Status numbers (proto/cloudburst.proto); kept here so this module has no dependencies.
 STATUS_OF = {
     FunctionNotFound: 1, DagNotFound: 2, InvalidDag: 3, NoResources: 4, ExecutionError: 5,
-    Timeout: 6, ObjectNotFound: 7, Aborted: 10,
+    Timeout: 6, ObjectNotFound: 7, Aborted: 10, Cancelled: 11,
 }
 
 
@@ -113,4 +117,6 @@ def error_from_status(status: int, message: str, remote_traceback: str = "",
         return ObjectNotFound(message)
     if status == 10:
         return Aborted(message)
+    if status == 11:
+        return Cancelled(message)
     return CloudburstError(f"remote error (status {status}): {message}")

@@ -31,6 +31,7 @@ class _Worker:
     last_seen: float
     outstanding: int = 0
     cache_address: str = ""
+    control_address: str = ""
 
 
 @dataclass
@@ -62,16 +63,19 @@ class ExecutorTable:
 
     # ---- executors ----
     def heartbeat(self, worker_id: str, node_id: str, address: str, utilization: float,
-                  now: float, cache_address: str = "") -> bool:
+                  now: float, cache_address: str = "", control_address: str = "") -> bool:
         """Record a report; returns True if the worker is new."""
         w = self._workers.get(worker_id)
         if w is None:
             self._workers[worker_id] = _Worker(node_id, address, utilization, now,
-                                               cache_address=cache_address)
+                                               cache_address=cache_address,
+                                               control_address=control_address)
             return True
         w.node_id, w.address, w.utilization = node_id, address, utilization
         if cache_address:
             w.cache_address = cache_address
+        if control_address:
+            w.control_address = control_address
         w.last_seen = max(w.last_seen, now)
         return False
 
@@ -87,6 +91,12 @@ class ExecutorTable:
         """The worker's address, or None if it is not live."""
         w = self._workers.get(worker_id)
         return w.address if w else None
+
+    def control_address(self, worker_id: str) -> Optional[str]:
+        """Where a running function of the worker can be cancelled ("" if it reported none),
+        or None if the worker is not live."""
+        w = self._workers.get(worker_id)
+        return w.control_address if w else None
 
     def cache_address(self, worker_id: str) -> Optional[str]:
         """The worker's node cache address ("" if it reported none), or None if not live."""

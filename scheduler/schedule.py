@@ -5,8 +5,9 @@ timeout)` returns one `(worker_address, cloudburst.Schedule)` per *source* of `d
 function's schedule (the sources' and, in each source's `forward`, the downstream ones) holds the
 function, its registration version, its upstreams and downstream targets in connection
 order, the call's own arguments for it, every function's worker address, whether it is the
-sink, where the result goes (`call.response_address`, `call.output_key`) and the deadline in
-seconds from receipt. A worker runs a source on receipt, which is how the scheduler triggers
+sink, where the result goes (`call.response_address`, `call.output_key`), the deadline in
+seconds from receipt, and the call's time limit per function (`call.time_limit`, 0: each
+function's own). A worker runs a source on receipt, which is how the scheduler triggers
 it. Downstream schedules travel with the data: a worker attaches its target's schedule (from
 `forward`) to the result it sends there, so each executor gets its schedule without a
 message (and a wake-up) of its own. `all_schedules` returns every function's schedule.
@@ -56,7 +57,7 @@ def all_schedules(call: pb.Call, dag: Dag, placement: Mapping[str, str],
             upstreams=dag.upstreams(fn), targets=dag.downstreams(fn), sink=(fn == sink),
             response_address=call.response_address, output_key=call.output_key,
             scheduler_address=scheduler_address, timeout=timeout, dag=dag.name,
-            consistency=call.consistency)
+            consistency=call.consistency, time_limit=call.time_limit)
         s.locations.update(locations)
         if fn in call.args:
             s.args.CopyFrom(call.args[fn])

@@ -78,7 +78,7 @@ class Scheduler:
             "register_fn": self._register_fn, "register_dag": self._register_dag,
             "delete_dag": self._delete_dag, "list": self._list, "info": self._info,
             "call": self._call, "heartbeat": self._heartbeat, "keyset": self._keyset,
-            "done": self._done, "where": self._where,
+            "done": self._done, "where": self._where, "cancel": self._cancel,
             "causal_abort": self._causal_abort, "cache_reply": self._cache_reply,
         }
         # causal calls in flight; `_causal` (caller's id -> record) is their one table, and
@@ -286,6 +286,22 @@ class Scheduler:
             answer.placement.update(record.placement)
         self._push.send(req.response_address, "accepted", answer)
 
+    def _cancel(self, payload: bytes) -> None:
+        """The caller cancelled a call (or stopped waiting): every worker of it drops the call,
+        a running function is stopped, and the call's load is released."""
+        req = pb.NameRequest.FromString(payload)
+        causal = self._causal.get(req.name)
+        call_id = req.name if causal is None else (causal.coordinator.current() or "")
+        record = self.table.call(call_id)
+        if record is None:
+            return
+        abort = pb.CallDone(call_id=call_id)
+        for worker_id in set(record.placement.values()):
+            for address in (self.table.address(worker_id), self.table.control_address(worker_id)):
+                if address:
+                    self._push.send(address, "abort", abort)
+        self._finish_one(call_id)
+
     def _done(self, payload: bytes) -> None:
         done = pb.CallDone.FromString(payload)
         if done.call_id:
@@ -301,7 +317,7 @@ class Scheduler:
     def _heartbeat(self, payload: bytes) -> None:
         s = pb.WorkerStatus.FromString(payload)
         if self.table.heartbeat(s.worker_id, s.node_id, s.address, s.utilization,
-                                time.monotonic(), s.cache_address):
+                                time.monotonic(), s.cache_address, s.control_address):
             log.info("worker %s of node %s joined at %s", s.worker_id, s.node_id, s.address)
 
     def _keyset(self, payload: bytes) -> None:

@@ -1,0 +1,89 @@
+"""A worker stops what nobody waits for: time limits, cancels, and calls whose caller gave up.
+One worker, so a function left running would delay the next call. Real processes."""
+import time
+import uuid
+
+import pytest
+
+import cloudburst
+from waiting import poll_until
+
+
+@pytest.fixture(scope="module")
+def client():
+    with cloudburst.LocalCluster(executor_nodes=1, executors_per_node=1) as cluster:
+        c = cluster.client()
+        c.register(lambda lib, x: x, "echo")
+
+        def sleeper(lib, seconds):
+            import time
+            print("going to sleep")
+            try:
+                time.sleep(seconds)
+            except Exception:            # user code that swallows errors still stops
+                pass
+            return "woke up"
+
+        c.register(sleeper, "sleeper", time_limit=1.0)
+        c.register(sleeper, "sleeper-no-limit")
+        yield c
+
+
+def quick_echo(client):
+    start = time.monotonic()
+    assert client.call("echo", 5).get(timeout=10) == 5
+    return time.monotonic() - start
+
+
+def test_a_function_past_its_time_limit_is_stopped_and_the_worker_serves_on(client):
+    future = client.call("sleeper", 30)
+    with pytest.raises(cloudburst.Timeout, match=r"function 'sleeper' to finish within its "
+                                                 r"time limit of 1 s on worker .*stopped"):
+        future.get(timeout=10)
+    assert "going to sleep" in future.logs()
+    assert quick_echo(client) < 1.0
+
+
+def test_a_per_call_time_limit_overrides_the_function_s(client):
+    with pytest.raises(cloudburst.Timeout, match="time limit of 0.5 s"):
+        client.call("sleeper-no-limit", 30, time_limit=0.5).get(timeout=10)
+    assert client.call("sleeper", 0.1, time_limit=5).get(timeout=10) == "woke up"
+    with pytest.raises(ValueError, match="time_limit"):
+        client.call("echo", 1, time_limit=0)
+
+
+def test_cancel_stops_a_running_call(client):
+    def flagged_sleep(lib, flag):
+        import time
+        lib.put(flag, True)               # tells the test the function is running
+        time.sleep(30)
+
+    client.register(flagged_sleep, "flagged-sleep")
+    flag = f"started-{uuid.uuid4().hex[:8]}"
+    future = client.call("flagged-sleep", flag)
+
+    def started():
+        try:
+            return client.get(flag)
+        except cloudburst.ObjectNotFound:
+            return None
+
+    poll_until(started, 10, "the function starting")
+    assert future.cancel() and future.cancelled() and future.done()
+    with pytest.raises(cloudburst.Cancelled):
+        future.get(timeout=1)
+    assert quick_echo(client) < 1.0
+
+
+def test_a_call_whose_deadline_passed_is_cancelled(client):
+    future = client.call("sleeper-no-limit", 30, timeout=0.5)
+    with pytest.raises(cloudburst.Timeout):
+        future.get()
+    assert future.cancelled()
+    assert quick_echo(client) < 1.0
+
+
+def test_cancel_after_the_result_is_a_no_op(client):
+    future = client.call("echo", 3)
+    assert future.get(timeout=10) == 3
+    assert future.cancel() is False and future.get() == 3
