@@ -20,7 +20,8 @@ import sys
 import threading
 from typing import List, Optional
 
-from runtime.cli import HELP_FORMAT, add_common, package_version, positive_int
+from runtime.cli import (HELP_FORMAT, add_common, non_negative_int, package_version,
+                         positive_int)
 
 from .errors import CloudburstError, StartupError
 from .local import LocalCluster
@@ -33,7 +34,7 @@ def _local(args: argparse.Namespace) -> int:
     with LocalCluster(executor_nodes=args.executor_nodes,
                       executors_per_node=args.executors_per_node,
                       schedulers=args.schedulers, log_level=args.log_level,
-                      log_dir=args.log_dir) as cluster:
+                      log_dir=args.log_dir, port=args.port) as cluster:
         print(f"cloudburst local cluster ready: {args.executor_nodes} executor node(s) x "
               f"{args.executors_per_node} worker(s), {args.schedulers} scheduler(s)")
         for i, address in enumerate(cluster.scheduler_addresses):
@@ -124,6 +125,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     local.add_argument("--executors-per-node", type=positive_int, default=3,
                        help="worker processes per executor node")
     local.add_argument("--schedulers", type=positive_int, default=1, help="schedulers")
+    local.add_argument("--port", type=non_negative_int, default=0,
+                       help="TCP port of the first scheduler, the one clients connect to "
+                            "(0: a free port)")
     local.add_argument("--log-dir", default=None,
                        help="keep every process' log here after the cluster stops "
                             "(default: a temporary directory, removed)")

@@ -130,14 +130,19 @@ class Client:
         self.kvs_address: str = info.kvs_address
 
     # ---- registry ----
-    def register(self, function: Any, name: str, *, time_limit: Optional[float] = None) -> None:
+    def register(self, function: Any, name: str, *, time_limit: Optional[float] = None,
+                 modules: Sequence[Any] = ()) -> None:
         """Register `function` under `name`: a function `f(lib, *args)`, or `(cls, init_args)`
         (or a bare class) for a stateful class whose instance's `run(lib, *args)` is called;
         one instance per executor worker lives across calls (instances are not addressable:
         state a caller needs to reach belongs in the KVS).
 
         `time_limit` is how many seconds one call of it may run (default: the cluster's);
-        past it the function is stopped and its call fails with `Timeout` naming it."""
+        past it the function is stopped and its call fails with `Timeout` naming it.
+
+        The function's own module travels with it when it is your code (a script or a file
+        next to it, not an installed package). Other modules it uses must be importable on
+        the executors, or be listed in `modules` (module objects) to be shipped by value."""
         stateful = False
         if isinstance(function, tuple) and len(function) == 2 and isinstance(function[0], type):
             cls, init_args = function
@@ -151,7 +156,8 @@ class Client:
         if not isinstance(name, str) or not name:
             raise ValueError(f"a function name must be a non-empty str, got {name!r}")
         check_signature(body[0] if stateful else body, name, stateful)
-        record = pb.FunctionRecord(name=name, body=dumps_function(body), stateful=stateful,
+        record = pb.FunctionRecord(name=name, body=dumps_function(body, modules),
+                                   stateful=stateful,
                                    time_limit=_time_limit(time_limit))
         self._ask("register_fn", pb.RegisterFunction(function=record),
                   f"register function {name!r}")
@@ -179,6 +185,11 @@ class Client:
                 raise InvalidDag(f"DAG {name!r}: connection {tuple(c)!r} is not a (src, dst) pair")
             record.connections.add(source=c[0], target=c[1])
         self._ask("register_dag", pb.RegisterDag(dag=record), f"register DAG {name!r}")
+
+    def delete_function(self, name: str) -> None:
+        """Delete function `name`: later calls of it (and of DAGs using it) fail with
+        `FunctionNotFound`; raises `FunctionNotFound` if it is not registered."""
+        self._ask("delete_fn", pb.NameRequest(name=name), f"delete function {name!r}")
 
     def delete_dag(self, name: str) -> None:
         """Delete DAG `name`; raises `DagNotFound` if it is not registered."""

@@ -340,7 +340,13 @@ class Worker:
             raise _FunctionError(f"function {name!r} is not in the registry")
         if cached is not None and cached[0] == record.version:
             return cached[1]
-        obj = loads(record.body)
+        try:
+            obj = loads(record.body)
+        except ModuleNotFoundError as e:
+            raise _FunctionError(
+                f"function {name!r} needs module {e.name!r}, which this executor cannot "
+                f"import: install it on the executors, or register the function with "
+                f"modules=[{e.name}] to ship the module with it") from None
         if record.stateful:
             cls, init_args = obj
             fn = cls(*init_args).run

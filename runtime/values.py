@@ -3,7 +3,8 @@
 Contract:
 - `dumps`/`loads` serialize Python values (cloudpickle out, pickle in). `dumps_function`
   serializes a function or `(class, init_args)` for registration, pickling the user's own
-  modules by value so executors need nothing but the registration.
+  modules (and any named in `modules`) by value so executors need nothing but the
+  registration.
 - `encode_args`/`decode_arg` move call arguments in and out of `cloudburst.Argument`: a
   top-level `Reference` travels as a key (so schedulers see it) with its `concurrent` flag,
   anything else as bytes. `references_of` lists the keys an argument list references.
@@ -84,19 +85,23 @@ def _user_module(obj: Any) -> Any:
     return module
 
 
-def dumps_function(obj: Any) -> bytes:
+def dumps_function(obj: Any, modules: Iterable[Any] = ()) -> bytes:
     """Serialize a function or `(class, init_args)` for registration. Functions and classes
     defined in the user's own modules (e.g. a test file or script that executors cannot
-    import) are pickled by value, so executors need nothing but the registration."""
+    import) are pickled by value, and so is every module in `modules` (what the function
+    uses from them travels with it), so executors need nothing but the registration."""
     target = obj[0] if isinstance(obj, tuple) else obj
-    module = _user_module(target)
-    if module is None:
-        return dumps(obj)
-    cloudpickle.register_pickle_by_value(module)
+    by_value = [m for m in [_user_module(target), *modules] if m is not None]
+    registered = []
     try:
+        for module in by_value:
+            if module.__name__ not in cloudpickle.list_registry_pickle_by_value():
+                cloudpickle.register_pickle_by_value(module)
+                registered.append(module)
         return dumps(obj)
     finally:
-        cloudpickle.unregister_pickle_by_value(module)
+        for module in registered:
+            cloudpickle.unregister_pickle_by_value(module)
 
 
 def loads(data: bytes) -> Any:

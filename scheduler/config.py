@@ -24,6 +24,7 @@ class SchedulerConfig:
         retried before the call fails with ABORTED.
     gc_period: seconds between dependency-metadata GC rounds over every live node cache
         (`scheduler/gc.py`, dissertation 4.2.3); 0 turns them off.
+    port: the TCP port clients connect to (0: a free port, reported when ready).
     """
 
     kvs_address: str
@@ -39,6 +40,7 @@ class SchedulerConfig:
     ipc_dir: Optional[str] = None       # bind the request socket as a Unix socket here (one host)
     max_causal_retries: int = 10
     gc_period: float = 5.0
+    port: int = 0                       # the request socket's TCP port; 0 picks a free one
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -3,8 +3,9 @@
 Contract:
 - Records are `cloudburst.FunctionRecord` / `cloudburst.DagRecord` protobufs stored as LWW
   values under `runtime.keys.function_key(name)` / `dag_key(name)`; the names are also
-  added to two `SetLattice` indexes (for `list`). Deleting a DAG writes a tombstone record
-  (`deleted = true`), so that the deletion reaches other schedulers as a pushed update.
+  added to two `SetLattice` indexes (for `list`). Deleting a function or a DAG writes a
+  tombstone record (`deleted = true`), so that the deletion reaches other schedulers as a
+  pushed update.
 - `Registry(kvs, update_address)`: `kvs` has `get(key) -> bytes` (raising
   `anna_core.KeyNotFound`), `put(key, value)` and `subscribe(key, address)`. Lookups are
   served from a local cache; a miss reads Anna and subscribes `update_address` to the key, so
@@ -41,7 +42,8 @@ class Registry:
     # ---- writes ----
     def put_function(self, record: pb.FunctionRecord) -> None:
         self._kvs.put(function_key(record.name), record.SerializeToString())
-        self._kvs.put(FUNCTIONS_INDEX, SetLattice([record.name.encode()]))
+        if not record.deleted:
+            self._kvs.put(FUNCTIONS_INDEX, SetLattice([record.name.encode()]))
         self._functions[record.name] = record
         self._subscribe(function_key(record.name))
 
@@ -58,6 +60,16 @@ class Registry:
         if current is None:
             return False
         self.put_dag(pb.DagRecord(name=name, deleted=True, version=current.version + "-deleted"))
+        return True
+
+    def delete_function(self, name: str) -> bool:
+        """Tombstone function `name` (workers stop running it: they check the record's
+        version before a call); False if it was not registered."""
+        current = self.function(name)
+        if current is None:
+            return False
+        self.put_function(pb.FunctionRecord(name=name, deleted=True,
+                                            version=current.version + "-deleted"))
         return True
 
     # ---- reads ----

@@ -64,7 +64,8 @@ class Scheduler:
     def __init__(self, config: SchedulerConfig) -> None:
         self.config = config
         self._context = zmq.Context()
-        self._pull, self.address = bind_pull(self._context, config.ip, ipc_dir=config.ipc_dir)
+        self._pull, self.address = bind_pull(self._context, config.ip, port=config.port,
+                                             ipc_dir=config.ipc_dir)
         self._updates, self.update_address = bind_pull(self._context, config.ip)
         self._push = PushCache(self._context)
         self._kvs = anna_core.Client(config.kvs_address, timeout=2.0, ip=config.ip,
@@ -76,7 +77,8 @@ class Scheduler:
         self._stopping = False
         self._handlers = {
             "register_fn": self._register_fn, "register_dag": self._register_dag,
-            "delete_dag": self._delete_dag, "list": self._list, "info": self._info,
+            "delete_dag": self._delete_dag, "delete_fn": self._delete_fn,
+            "list": self._list, "info": self._info,
             "call": self._call, "heartbeat": self._heartbeat, "keyset": self._keyset,
             "done": self._done, "where": self._where, "cancel": self._cancel,
             "causal_abort": self._causal_abort, "cache_reply": self._cache_reply,
@@ -147,7 +149,8 @@ class Scheduler:
             self._answer_failure(kind, payload, e)
 
     _REQUESTS = {"register_fn": pb.RegisterFunction, "register_dag": pb.RegisterDag,
-                 "delete_dag": pb.NameRequest, "list": pb.NameRequest, "info": pb.NameRequest,
+                 "delete_dag": pb.NameRequest, "delete_fn": pb.NameRequest,
+                 "list": pb.NameRequest, "info": pb.NameRequest,
                  "where": pb.NameRequest}
 
     def _answer_failure(self, kind: str, payload: Any, error: Exception) -> None:
@@ -202,6 +205,17 @@ class Scheduler:
         else:
             reply = pb.Reply(request_id=req.request_id, status=pb.DAG_NOT_FOUND,
                              message=f"delete_dag: no DAG named {req.name!r} is registered")
+        self._reply(req.response_address, reply)
+
+    def _delete_fn(self, payload: bytes) -> None:
+        req = pb.NameRequest.FromString(payload)
+        if self.registry.delete_function(req.name):
+            log.info("deleted function %s", req.name)
+            reply = pb.Reply(request_id=req.request_id, status=pb.OK)
+        else:
+            reply = pb.Reply(request_id=req.request_id, status=pb.FUNCTION_NOT_FOUND,
+                             message=f"delete_function: no function named {req.name!r} is "
+                                     f"registered")
         self._reply(req.response_address, reply)
 
     def _list(self, payload: bytes) -> None:

@@ -3,6 +3,7 @@ SIGTERM; `cloudburst demo` runs the example. Real processes."""
 import os
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -21,8 +22,12 @@ def _env():
 
 def test_cloudburst_local_prints_a_usable_address_and_stops_on_sigterm(tmp_path):
     log_dir = str(tmp_path / "logs")
+    with socket.socket() as s:           # a port that was free a moment ago
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "cloudburst.cli", "local",
-                             "--executors-per-node", "1", "--log-dir", log_dir],
+                             "--executors-per-node", "1", "--log-dir", log_dir,
+                             "--port", str(port)],
                             stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, env=_env(), cwd=ROOT, text=True)
     try:
@@ -37,6 +42,7 @@ def test_cloudburst_local_prints_a_usable_address_and_stops_on_sigterm(tmp_path)
             seen.append(line)
             if line.startswith("scheduler 0:"):
                 address = line.split(":", 1)[1].strip()
+        assert address == f"tcp://127.0.0.1:{port}"
         with cloudburst.Client(address, timeout=10) as client:
             client.register(lambda lib, x: x + 1, "inc")
             assert client.call("inc", 1).get(timeout=10) == 2

@@ -448,3 +448,37 @@ def test_client_lattice_puts_merge_on_the_server_and_delete_removes_keys(client)
     client.delete(tags)                               # deleting a missing key is fine
     with pytest.raises(cloudburst.ObjectNotFound):
         client.get(tags)
+
+
+def test_delete_function(client):
+    name = unique("doomed")
+    client.register(lambda lib: "here", name)
+    client.register_dag(name + "-dag", [name])
+    assert client.call(name).get(timeout=10) == "here"
+    client.delete_function(name)
+    assert name not in client.list().functions
+    with pytest.raises(FunctionNotFound):
+        client.call(name).get(timeout=10)
+    with pytest.raises(FunctionNotFound):
+        client.delete_function(name)
+
+
+def test_a_module_executors_lack_is_named_with_the_fix_or_shipped_by_value(client):
+    import sys
+    import types
+    ghost = types.ModuleType(unique("ghostmod").replace("-", "_"))
+    exec("def shout(text):\n    return text.upper() + '!'\n", ghost.__dict__)
+    sys.modules[ghost.__name__] = ghost
+    try:
+        def greet(lib, who):
+            return ghost.shout(f"hello {who}")
+
+        name = unique("greet")
+        client.register(greet, name)
+        with pytest.raises(ExecutionError, match=rf"needs module '{ghost.__name__}'.*"
+                                                 rf"modules=\[{ghost.__name__}\]"):
+            client.call(name, "bob").get(timeout=10)
+        client.register(greet, name, modules=[ghost])
+        assert client.call(name, "bob").get(timeout=10) == "HELLO BOB!"
+    finally:
+        del sys.modules[ghost.__name__]
