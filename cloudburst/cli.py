@@ -5,6 +5,9 @@
         address for `cloudburst.Client(address)`; stop cleanly on Ctrl-C or SIGTERM.
     cloudburst local --log-dir DIR ...
         The same, keeping every process' log in DIR after it stops.
+    cloudburst status ADDRESS
+        A scheduler's view: live workers (busy, calls, restarts) and, per function, calls,
+        errors and p50/p99 latency.
     cloudburst logs [FUNCTION] --log-dir DIR [--lines N]
         What functions printed, as the workers logged it (each line tagged with its call),
         most recent last; only FUNCTION's output if given.
@@ -21,7 +24,7 @@ import threading
 from typing import List, Optional
 
 from runtime.cli import (HELP_FORMAT, add_common, non_negative_int, package_version,
-                         positive_int)
+                         positive_float, positive_int)
 
 from .errors import CloudburstError, StartupError
 from .local import LocalCluster
@@ -34,13 +37,16 @@ def _local(args: argparse.Namespace) -> int:
     with LocalCluster(executor_nodes=args.executor_nodes,
                       executors_per_node=args.executors_per_node,
                       schedulers=args.schedulers, log_level=args.log_level,
-                      log_dir=args.log_dir, port=args.port) as cluster:
+                      log_dir=args.log_dir, port=args.port,
+                      metrics_port=args.metrics_port) as cluster:
         print(f"cloudburst local cluster ready: {args.executor_nodes} executor node(s) x "
               f"{args.executors_per_node} worker(s), {args.schedulers} scheduler(s)")
         for i, address in enumerate(cluster.scheduler_addresses):
             print(f"scheduler {i}: {address}")
         print(f"KVS (Anna routing): {cluster.kvs.routing_address}")
         print(f"logs: {cluster.log_dir}")
+        if args.metrics_port is not None:
+            print(f"metrics: {cluster.client().status().metrics_address}/metrics")
         print(f"connect with: cloudburst.Client({cluster.address!r})   (Ctrl-C stops)", flush=True)
         while not stop.wait(0.5):
             pass
@@ -77,6 +83,14 @@ def _logs(args: argparse.Namespace) -> int:
         print(line)
     if not found:
         print(f"(no output{' from ' + args.function if args.function else ''} in {args.log_dir})")
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from .client import Client
+    from .status import format_status
+    with Client(args.address, timeout=args.timeout) as client:
+        print(format_status(client.status()))
     return 0
 
 
@@ -133,6 +147,15 @@ def main(argv: Optional[List[str]] = None) -> int:
                             "(default: a temporary directory, removed)")
     add_common(local)
     local.set_defaults(run=_local)
+    local.add_argument("--metrics-port", type=non_negative_int, default=None,
+                       help="serve Prometheus metrics from the first scheduler on this HTTP "
+                            "port (0: a free one; default: off)")
+    status = sub.add_parser("status", help="show a scheduler's view: workers and calls",
+                            formatter_class=HELP_FORMAT)
+    status.add_argument("address", help="a scheduler's address (tcp://host:port)")
+    status.add_argument("--timeout", type=positive_float, default=10.0,
+                        help="seconds to wait for the scheduler")
+    status.set_defaults(run=_status)
     logs = sub.add_parser("logs", help="show what functions printed (from a --log-dir)",
                           formatter_class=HELP_FORMAT)
     logs.add_argument("function", nargs="?", default=None,

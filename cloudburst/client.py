@@ -41,6 +41,7 @@ from runtime.values import CAUSAL_LATTICES, dumps, dumps_function, encode_args, 
 from .errors import CloudburstError, InvalidDag, ObjectNotFound, Timeout, error_from_status
 from .functions import RegisteredFunction, check_signature
 from .futures import Future, gather
+from .status import ClusterStatus
 
 __all__ = ["Client", "Listing"]
 
@@ -203,6 +204,12 @@ class Client:
     def executors(self) -> List[str]:
         """Ids of the executor workers the scheduler currently considers live."""
         return list(self._ask("info", pb.NameRequest(), "answer `info`").worker_ids)
+
+    def status(self) -> ClusterStatus:
+        """What the scheduler sees: live workers (busy, calls, restarts) and, per function
+        or DAG, the calls it placed (count, errors, p50/p99 latency, in flight)."""
+        return ClusterStatus.from_reply(self.address, self._ask("status", pb.NameRequest(),
+                                                                "answer `status`"))
 
     def cached_at(self, key: str) -> List[str]:
         """The executor nodes whose cache (as last reported to the scheduler) holds `key`."""

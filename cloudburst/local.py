@@ -54,6 +54,8 @@ class LocalCluster:
         max_causal_retries: aborted attempts of a causal call the schedulers retry before
             failing it with `Aborted`.
         port: the first scheduler's TCP port (0: a free port); the others pick free ports.
+        metrics_port: serve Prometheus metrics from the first scheduler on this HTTP port
+            (0: a free one; the others then use free ones); None (default): off.
         log_dir: where every process logs (`<name>.log`; the KVS's under `kvs/`); kept after
             `stop()`. Default: a temporary directory removed by `stop()`.
     """
@@ -64,7 +66,7 @@ class LocalCluster:
                  startup_timeout: float = 60.0, seed: Optional[int] = None,
                  transport: str = "tcp", colocate_chains: bool = True,
                  max_causal_retries: int = 10, log_dir: Optional[str] = None,
-                 port: int = 0) -> None:
+                 port: int = 0, metrics_port: Optional[int] = None) -> None:
         if executor_nodes < 1 or executors_per_node < 1 or schedulers < 1:
             raise ValueError("a LocalCluster needs at least one executor node, one executor "
                              "per node and one scheduler")
@@ -83,6 +85,7 @@ class LocalCluster:
         self.colocate_chains = colocate_chains
         self.max_causal_retries = max_causal_retries
         self.port = port
+        self.metrics_port = metrics_port
         # private: Unix sockets, and the logs unless `log_dir` is given (short paths: a Unix
         # socket's path is limited to about 100 bytes)
         self._private_dir = tempfile.mkdtemp(prefix="cloudburst-local-")
@@ -132,7 +135,9 @@ class LocalCluster:
                                          ipc_dir=self.ipc_dir,
                                          colocate_chains=self.colocate_chains,
                                          max_causal_retries=self.max_causal_retries,
-                                         port=self.port if i == 0 else 0)
+                                         port=self.port if i == 0 else 0,
+                                         metrics_port=None if self.metrics_port is None
+                                         else self.metrics_port if i == 0 else 0)
                 self._schedulers.append(ManagedProcess(
                     f"scheduler-{i}", [sys.executable, "-m", "scheduler", "--config",
                                        config.to_json()], self.log_dir).spawn())

@@ -122,7 +122,7 @@ class Worker:
         self._busy_since: Optional[float] = None
         self._busy_total = 0.0
         self._stopping = threading.Event()
-        self._done: Dict[str, List[str]] = {}
+        self._done: Dict[str, Tuple[List[str], List[str]]] = {}   # scheduler -> (ok, failed)
         self._done_since = 0.0
         self.invocation: Optional[CausalInvocation] = None   # the causal function running now
         self._writer = ExecutorWriter(self.worker_id)
@@ -176,18 +176,19 @@ class Worker:
         beat.join(2)
         self.close()
 
-    def _call_done(self, scheduler_address: str, call_id: str) -> None:
+    def _call_done(self, scheduler_address: str, call_id: str, ok: bool = True) -> None:
         """Tell the scheduler a call finished (its load accounting depends on it), batched
         within DONE_BATCH_SECONDS so the scheduler is not woken once per call while the caller
         receives its result (a caller also reports the calls it got results for)."""
         if not self._done:
             self._done_since = time.monotonic()
             self._pull.setsockopt(zmq.RCVTIMEO, max(1, int(DONE_BATCH_SECONDS * 1000)))
-        self._done.setdefault(scheduler_address, []).append(call_id)
+        done, failed = self._done.setdefault(scheduler_address, ([], []))
+        (done if ok else failed).append(call_id)
 
     def _flush_done(self) -> None:
-        for address, ids in self._done.items():
-            self._push.send(address, "done", pb.CallDone(call_ids=ids))
+        for address, (ids, failed) in self._done.items():
+            self._push.send(address, "done", pb.CallDone(call_ids=ids, failed_ids=failed))
         if self._done:
             self._done = {}
             self._pull.setsockopt(zmq.RCVTIMEO, 100)
@@ -543,7 +544,7 @@ class Worker:
                     self.pending.abort(s.call_id)
                 else:
                     self._push.send(address, "abort", pb.CallDone(call_id=s.call_id))
-        self._call_done(s.scheduler_address, s.call_id)
+        self._call_done(s.scheduler_address, s.call_id, ok=False)
 
     def _stopped(self, s: pb.Schedule, what: str, e: _Interrupted) -> None:
         """A function stopped by its time limit (TIMEOUT naming it) or by a cancel."""

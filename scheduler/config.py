@@ -25,6 +25,8 @@ class SchedulerConfig:
     gc_period: seconds between dependency-metadata GC rounds over every live node cache
         (`scheduler/gc.py`, dissertation 4.2.3); 0 turns them off.
     port: the TCP port clients connect to (0: a free port, reported when ready).
+    metrics_port: when set, `GET /metrics` on this port (0: a free one) gives the scheduler's
+        calls, errors, latency histograms and workers in the Prometheus text format.
     """
 
     kvs_address: str
@@ -41,6 +43,7 @@ class SchedulerConfig:
     max_causal_retries: int = 10
     gc_period: float = 5.0
     port: int = 0                       # the request socket's TCP port; 0 picks a free one
+    metrics_port: Optional[int] = None  # serve Prometheus metrics over HTTP here (None: off)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

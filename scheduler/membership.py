@@ -32,6 +32,7 @@ class _Worker:
     outstanding: int = 0
     cache_address: str = ""
     control_address: str = ""
+    restarts: int = 0
 
 
 @dataclass
@@ -63,19 +64,22 @@ class ExecutorTable:
 
     # ---- executors ----
     def heartbeat(self, worker_id: str, node_id: str, address: str, utilization: float,
-                  now: float, cache_address: str = "", control_address: str = "") -> bool:
+                  now: float, cache_address: str = "", control_address: str = "",
+                  restarts: int = 0) -> bool:
         """Record a report; returns True if the worker is new."""
         w = self._workers.get(worker_id)
         if w is None:
             self._workers[worker_id] = _Worker(node_id, address, utilization, now,
                                                cache_address=cache_address,
-                                               control_address=control_address)
+                                               control_address=control_address,
+                                               restarts=restarts)
             return True
         w.node_id, w.address, w.utilization = node_id, address, utilization
         if cache_address:
             w.cache_address = cache_address
         if control_address:
             w.control_address = control_address
+        w.restarts = restarts
         w.last_seen = max(w.last_seen, now)
         return False
 
@@ -97,6 +101,11 @@ class ExecutorTable:
         or None if the worker is not live."""
         w = self._workers.get(worker_id)
         return w.control_address if w else None
+
+    def restarts(self, worker_id: str) -> int:
+        """How often the worker's node restarted it (as the worker last reported)."""
+        w = self._workers.get(worker_id)
+        return w.restarts if w else 0
 
     def cache_address(self, worker_id: str) -> Optional[str]:
         """The worker's node cache address ("" if it reported none), or None if not live."""

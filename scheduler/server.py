@@ -36,6 +36,7 @@ from anna_core.wire import tuple_to_lattice
 from runtime.framing import FrameError, more, parse
 from runtime.sockets import PushCache, bind_pull
 from runtime.errors import InvalidDag, NoResources
+from runtime.http import TextEndpoint
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
 
@@ -43,10 +44,12 @@ from .config import SchedulerConfig
 from .gc import GcCoordinator
 from .dag import Dag, validate
 from .membership import CallRecord, ExecutorTable
+from .causal import caller_of
 from .causal_calls import CausalCalls
 from .policy import choose_executors, choose_one_node, dag_relations
 from .registry import Registry
 from .schedule import build_schedules, references_by_function
+from .stats import CallStats, WorkerGauge, render_prometheus
 
 __all__ = ["Scheduler"]
 
@@ -57,6 +60,9 @@ def dag_from_record(record: pb.DagRecord) -> Dag:
     return Dag.create(record.name, list(record.functions),
                       [(c.source, c.target) for c in record.connections])
 
+
+METRICS_PERIOD = 1.0      # seconds between refreshes of the /metrics text
+STATS_HORIZON = 3600.0    # a call unfinished this long is dropped from the statistics
 
 class Scheduler:
     """One scheduler process' state and loop; see the module contract."""
@@ -81,6 +87,7 @@ class Scheduler:
             "list": self._list, "info": self._info,
             "call": self._call, "heartbeat": self._heartbeat, "keyset": self._keyset,
             "done": self._done, "where": self._where, "cancel": self._cancel,
+            "status": self._status,
             "causal_abort": self._causal_abort, "cache_reply": self._cache_reply,
         }
         # causal calls in flight; `_causal` (caller's id -> record) is their one table, and
@@ -88,6 +95,14 @@ class Scheduler:
         self._causal_calls = CausalCalls(self._push, self.table, self.address,
                                          config.max_causal_retries)
         self._causal = self._causal_calls.records
+        # what this scheduler saw of its calls (`status`, and `/metrics` when asked for)
+        self.stats = CallStats()
+        self._metrics_text = ""
+        self.metrics = TextEndpoint(config.ip, config.metrics_port,
+                                    {"/metrics": lambda: self._metrics_text}) \
+            if config.metrics_port is not None else None
+        if self.metrics is not None:
+            self._publish_metrics()
         # dependency GC: the live caches, republished by the loop every tick for the GC thread
         self._live_caches: List[str] = []
         self._gc = GcCoordinator(self._context, config.kvs_address, lambda: self._live_caches,
@@ -103,6 +118,7 @@ class Scheduler:
         # registry updates and liveness are handled every `tick`.
         self._pull.setsockopt(zmq.RCVTIMEO, int(tick * 1000))
         next_tick = time.monotonic() + tick
+        next_metrics = next_tick
         while not self._stopping:
             try:
                 frame = self._pull.recv(copy=True)
@@ -120,12 +136,17 @@ class Scheduler:
                                             if w.cache_address})
                 if self._causal:
                     self._causal_calls.tick(now)
+                if self.metrics is not None and now >= next_metrics:
+                    next_metrics = now + METRICS_PERIOD
+                    self._publish_metrics()
                 if self.config.parent_pid and os.getppid() != self.config.parent_pid:
                     log.warning("parent process exited; stopping")
                     break
         self.close()
 
     def close(self) -> None:
+        if self.metrics is not None:
+            self.metrics.close()
         if self._gc is not None:
             self._gc.stop()
         self._kvs.close()
@@ -277,10 +298,12 @@ class Scheduler:
         if unknown:
             return self._fail(call, pb.BAD_REQUEST,
                               f"arguments given for {unknown}, which are not in DAG {dag.name!r}")
+        self.stats.started(call.request_id, dag.name, time.monotonic())
         if call.consistency == pb.CAUSAL:
             return self._causal_call(call, dag, versions, concurrent, neighbours)
         placement = self._place(call, dag, choose_executors, concurrent, neighbours)
         if placement is None:
+            self.stats.finished(call.request_id, False, time.monotonic())
             return
         timeout = call.timeout if call.timeout > 0 else self.config.call_timeout
         addresses = {wid: self.table.address(wid) for wid in set(placement.values())}
@@ -318,10 +341,34 @@ class Scheduler:
 
     def _done(self, payload: bytes) -> None:
         done = pb.CallDone.FromString(payload)
+        now = time.monotonic()
         if done.call_id:
             self._finish_one(done.call_id)
         for call_id in done.call_ids:
+            self.stats.finished(caller_of(call_id), True, now)
             self._finish_one(call_id)
+        for call_id in done.failed_ids:
+            self.stats.finished(caller_of(call_id), False, now)
+            self._finish_one(call_id)
+
+    def _status(self, payload: bytes) -> None:
+        req = pb.NameRequest.FromString(payload)
+        reply = pb.Reply(request_id=req.request_id, status=pb.OK,
+                         kvs_address=self.config.kvs_address,
+                         metrics_address=self.metrics.address if self.metrics else "")
+        for w in self.table.live():
+            reply.workers.add(worker_id=w.worker_id, node_id=w.node_id,
+                              utilization=w.utilization, outstanding=w.outstanding,
+                              restarts=self.table.restarts(w.worker_id))
+        for s in self.stats.summaries():
+            reply.function_stats.add(name=s.name, calls=s.calls, errors=s.errors,
+                                     p50=s.p50 or 0.0, p99=s.p99 or 0.0, in_flight=s.in_flight)
+        self._reply(req.response_address, reply)
+
+    def _publish_metrics(self) -> None:
+        gauges = [WorkerGauge(w.worker_id, w.node_id, w.utilization, w.outstanding)
+                  for w in self.table.live()]
+        self._metrics_text = render_prometheus(self.stats, gauges, self.address)
 
     def _finish_one(self, call_id: str) -> None:
         if not (self._causal and self._causal_calls.done(call_id, time.monotonic())):
@@ -331,7 +378,8 @@ class Scheduler:
     def _heartbeat(self, payload: bytes) -> None:
         s = pb.WorkerStatus.FromString(payload)
         if self.table.heartbeat(s.worker_id, s.node_id, s.address, s.utilization,
-                                time.monotonic(), s.cache_address, s.control_address):
+                                time.monotonic(), s.cache_address, s.control_address,
+                                s.restarts):
             log.info("worker %s of node %s joined at %s", s.worker_id, s.node_id, s.address)
 
     def _keyset(self, payload: bytes) -> None:
@@ -342,7 +390,11 @@ class Scheduler:
         expired = self.table.expire(now)
         for wid in expired.dead_workers:
             log.warning("worker %s missed its heartbeats; dropped from scheduling", wid)
+        for record in expired.overdue_calls:
+            self.stats.finished(caller_of(record.call_id), False, now)
+        self.stats.expire(now, STATS_HORIZON)
         for record, dead in expired.orphaned_calls:
+            self.stats.finished(caller_of(record.call_id), False, now)
             fns = sorted(f for f, w in record.placement.items() if w == dead)
             message = (f"{record.name}: executor worker {dead} died (no heartbeat for "
                        f"{self.config.heartbeat_timeout:g} s) while the call's function(s) "
