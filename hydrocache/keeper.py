@@ -6,8 +6,8 @@ frontier and the Anna reads in flight. It never does I/O: it appends `FetchKey` 
 `Subscribe` actions (`hydrocache.actions`) to the `io` list it was given, and its owner
 (`hydrocache.node_cache.NodeCache`) feeds back what Anna answered. Not thread-safe.
 - Versions in: `on_fetched(key, lattice, error)` (an answer to a `FetchKey`),
-  `on_pushed(key, lattice)` (refresh: Anna's subscription pushes), `offer(version)` (a
-  commit). Every version is first stripped of the dependencies the GC frontier supersedes.
+  `on_pushed(key, lattice)` (refresh: Anna's subscription pushes), `offer_committed(version)`
+  (a commit; see its docstring for the one version it leaves out). Every version is first stripped of the dependencies the GC frontier supersedes.
   A fetched causal key is subscribed once. A pushed version the cut already has is dropped
   before it is decoded, and so is a push of a key that is neither held, pending nor needed
   (evicted since it was subscribed).
@@ -25,7 +25,7 @@ frontier and the Anna reads in flight. It never does I/O: it appends `FetchKey` 
 - Capacity: `sweep()` evicts least recently used keys, each with every key depending on it,
   until the values' bytes fit `capacity_bytes`; evicted keys are no longer subscribed.
 - Dependency-metadata GC (4.2.3): `gc_report()` (the keys some held version depends on, and
-  the versions of them the cut holds), `gc_apply(frontier)`.
+  every version the cut exposes or holds pending), `gc_apply(frontier)`.
 """
 from __future__ import annotations
 
@@ -103,8 +103,8 @@ class KeysWait:
                 if key in self.keys and key not in keeper.cut and key not in pending:
                     self.unanswered.add(key)      # evicted meanwhile: read it again
                 keeper.fetch(key, need)
-        self._pause = min(self._pause * 2, MAX_PAUSE)
         self.poll_at = now + self._pause
+        self._pause = min(self._pause * 2, MAX_PAUSE)
 
     def stage(self) -> str:
         if self.until == "answered":
@@ -153,6 +153,21 @@ class CutKeeper:
         update = self.cut.offer(self.collected(version))
         self._account(update.exposed)
         return update
+
+    def offer_committed(self, version: Version) -> bool:
+        """A version this node committed (already in Anna), offered like a fetched one,
+        except for a key the cut does not hold when the version does not supersede the GC
+        frontier's clock of that key: other caches may have dropped dependencies on the
+        versions of the key they held at the GC round, which this one (a blind write, based
+        on no version read) does not include. The next read fetches Anna's merge instead.
+        False when the version was left out."""
+        key = version.key
+        floor = self.frontier.get(key)
+        if floor and key not in self.cut and key not in self.cut.pending_keys() \
+                and not supersedes(version.vc, floor):
+            return False
+        self.offer(version)
+        return True
 
     def on_fetched(self, key: str, lattice: Any, error: Optional[BaseException] = None) -> None:
         self.in_flight.discard(key)
@@ -290,14 +305,21 @@ class CutKeeper:
 
     # ---- dependency-metadata GC (4.2.3) ----
     def gc_report(self) -> Tuple[List[str], List[Version]]:
-        """The keys some exposed or pending version depends on, and the cut's versions of
-        them (the caller adds the temporary versions it holds of those keys)."""
+        """The keys some exposed or pending version depends on, and every exposed and pending
+        version (the caller adds its temporary versions). Every held version counts, not only
+        those of this cache's own dependency keys: another cache's version may depend on a
+        key whose old version only this cache holds, and a reader may pair the two. Pending
+        versions count because they may be exposed later (even by this very GC round)."""
+        cut = self.cut
         dep_keys: Set[str] = set()
-        for k in self.cut.keys():
-            dep_keys.update(self.cut.get(k).deps)
-        for v in self.cut.pending().values():
+        held = []
+        for k in cut.keys():
+            v = cut.get(k)
             dep_keys.update(v.deps)
-        held = [self.cut.get(k) for k in dep_keys if k in self.cut]
+            held.append(v)
+        for v in cut.pending().values():
+            dep_keys.update(v.deps)
+            held.append(v)
         return sorted(dep_keys), held
 
     def gc_apply(self, frontier: Mapping[str, Mapping[str, int]]) -> int:

@@ -61,6 +61,7 @@ from .actions import (DEFAULT_TIMEOUT, TEMP_SLACK, AskCache, NotCausal, PutVersi
                       RemoteUnavailable, Reply, StageTimeout, Step)
 from .copies import ValueTags
 from .keeper import CutKeeper
+from .pending import Operations, PutWait, RepliesWait
 from .protocols import (LinearPlan, create_snapshot, finish_linear, parallel_flow,
                         parallel_stale, plan_linear)
 from .temp import TempStore
@@ -72,68 +73,6 @@ log = logging.getLogger("hydrocache.node_cache")
 
 Answer = Tuple[pb.CacheResponse, List[bytes]]
 Upstream = Tuple[bool, str, vs.VersionSet, vs.VersionSet, int, List[str]]
-
-
-class _RepliesWait:
-    """A pending operation's CAUSAL_TEMP_GET requests to other caches."""
-
-    soft = False
-    poll_at = None
-    error = None
-
-    def __init__(self, core: "NodeCache", deadline: float) -> None:
-        self.core = core
-        self.deadline = deadline
-        self.asked: Dict[str, Tuple[str, List[str]]] = {}     # request id -> holder, keys
-        self.answers: Dict[str, pb.CacheResponse] = {}
-
-    def ready(self) -> bool:
-        return len(self.answers) == len(self.asked) or \
-            any(r.status != pb.OK for r in self.answers.values())
-
-    def stage(self) -> str:
-        for rid, (holder, keys) in self.asked.items():
-            if rid not in self.answers:
-                return f"fetching {keys[:5]} from the cache at {holder}"
-        return "fetching versions from other caches"
-
-    def close(self) -> None:
-        for rid in self.asked:
-            self.core._awaiting.pop(rid, None)
-
-
-class _PutWait:
-    """A pending commit's write to Anna."""
-
-    soft = False
-    poll_at = None
-
-    def __init__(self, core: "NodeCache", token: int, keys: List[str], deadline: float) -> None:
-        self.core = core
-        self.token = token
-        self.keys = keys
-        self.deadline = deadline
-        self.done = False
-        self.error: Optional[BaseException] = None
-
-    def ready(self) -> bool:
-        return self.done
-
-    def stage(self) -> str:
-        return f"writing the commit of {self.keys[:5]} to Anna"
-
-    def close(self) -> None:
-        self.core._puts.pop(self.token, None)
-
-
-class _Op:
-    __slots__ = ("id", "req", "gen", "wait")
-
-    def __init__(self, op_id: int, req: pb.CacheRequest, gen: Generator) -> None:
-        self.id = op_id
-        self.req = req
-        self.gen = gen
-        self.wait: Any = None
 
 
 class NodeCache:
@@ -149,10 +88,9 @@ class NodeCache:
         self.stats = self.keeper.stats
         self.stats.update(binds=0, remote_fetches=0, aborts=0)
         self._tags = ValueTags()
-        self._now = 0.0
-        self._ops: Dict[int, _Op] = {}
-        self._awaiting: Dict[str, _RepliesWait] = {}
-        self._puts: Dict[int, _PutWait] = {}
+        self._ops = Operations(self._answer, self._fail)
+        self._awaiting: Dict[str, RepliesWait] = {}
+        self._puts: Dict[int, PutWait] = {}
         self._ids = itertools.count(1)
         self._rid_prefix = uuid.uuid4().hex[:8]
         self._bodies: Dict[int, Callable[[pb.CacheRequest], Generator]] = {
@@ -161,6 +99,10 @@ class NodeCache:
             pb.CAUSAL_COMMIT: self._commit}
 
     # ---- reading ----
+    @property
+    def _now(self) -> float:
+        return self._ops.now
+
     @property
     def cut(self):
         return self.keeper.cut
@@ -180,11 +122,11 @@ class NodeCache:
 
     # ---- entry points ----
     def handle(self, req: pb.CacheRequest, now: float) -> Step:
-        self._now = now
+        self._ops.now = now
         try:
             body = self._bodies.get(req.op)
             if body is not None:
-                self._run(_Op(next(self._ids), req, body(req)))
+                self._ops.start(req, body(req), now)
             elif req.op == pb.CAUSAL_TEMP_GET:
                 self._temp_get(req)
             elif req.op == pb.CAUSAL_RELEASE:
@@ -202,111 +144,56 @@ class NodeCache:
 
     def on_fetched(self, key: str, lattice: Any, now: float,
                    error: Optional[BaseException] = None) -> Step:
-        self._now = now
+        self._ops.now = now
         self.keeper.on_fetched(key, lattice, error)
-        self._resume_ready()
+        self._ops.resume_ready()
         return self._step()
 
     def on_pushed(self, key: str, lattice: Any, now: float) -> Step:
-        self._now = now
+        self._ops.now = now
         if self.keeper.on_pushed(key, lattice):
-            self._resume_ready()
+            self._ops.resume_ready()
         return self._step()
 
     def on_put(self, token: int, now: float, error: Optional[BaseException] = None) -> Step:
-        self._now = now
+        self._ops.now = now
         w = self._puts.get(token)
         if w is not None:
-            w.done, w.error = True, error
-            self._resume_ready()
+            w.finish(error)
+            self._ops.resume_ready()
         return self._step()
 
     def on_cache_reply(self, response: pb.CacheResponse, now: float) -> Step:
-        self._now = now
-        w = self._awaiting.pop(response.request_id, None)
+        self._ops.now = now
+        w = self._awaiting.get(response.request_id)
         if w is not None:
-            w.answers[response.request_id] = response
-            self._resume_ready()
+            w.answer(response)
+            self._ops.resume_ready()
         return self._step()
 
     def on_subscribe_failed(self, key: str, now: float) -> Step:
-        self._now = now
+        self._ops.now = now
         self.keeper.on_subscribe_failed(key)
         return self._step()
 
     def tick(self, now: float) -> Step:
-        self._now = now
-        if self._ops:
-            for op in list(self._ops.values()):
-                if self._ops.get(op.id) is not op:
-                    continue
-                w = op.wait
-                if w.ready():
-                    self._run(op)
-                elif now > w.deadline:
-                    self._run(op, None if w.soft else StageTimeout(w.stage()))
-                elif w.poll_at is not None and now >= w.poll_at:
-                    w.poll(now)
-            self._resume_ready()
+        self._ops.tick(now)
         return self._step()
 
     def next_wakeup(self) -> Optional[float]:
-        t: Optional[float] = None
-        for op in self._ops.values():
-            w = op.wait
-            due = w.deadline if w.poll_at is None else min(w.deadline, w.poll_at)
-            t = due if t is None else min(t, due)
-        return t
+        return self._ops.next_wakeup()
 
     def sweep(self, now: float) -> List[str]:
-        self._now = now
+        self._ops.now = now
         self.temp.expire(now)
         return self.keeper.sweep()
 
-    # ---- running operations ----
+    # ---- answers ----
     def _step(self) -> Step:
         out, io = self._out, list(self._io)
         self._out = []
         self._io.clear()
         return Step(out, io)
-
-    def _run(self, op: _Op, error: Optional[BaseException] = None) -> None:
-        """Resume `op` (throwing `error` into it) until it waits again or ends."""
-        try:
-            wait = op.gen.send(None) if error is None else op.gen.throw(error)
-        except StopIteration as stop:
-            self._ops.pop(op.id, None)
-            response, frames = stop.value
-            self._answer(op.req, response, frames)
-            return
-        except Exception as e:
-            self._ops.pop(op.id, None)
-            self._fail(op.req, e)
-            return
-        op.wait = wait
-        self._ops[op.id] = op
-
-    def _resume_ready(self) -> None:
-        for _ in range(len(self._ops) + 1):
-            ready = [op for op in self._ops.values() if op.wait.ready()]
-            if not ready:
-                return
-            for op in ready:
-                if self._ops.get(op.id) is op:
-                    self._run(op)
-
-    def _wait(self, w: Any) -> Generator:
-        """Suspend the calling operation until `w` is ready (a soft wait: or its deadline
-        passed); then raise the wait's error, if any."""
-        try:
-            while not w.ready():
-                if w.soft and self._now > w.deadline:
-                    break
-                yield w
-        finally:
-            w.close()
-        if w.error is not None:
-            raise w.error
 
     def _answer(self, req: pb.CacheRequest, response: pb.CacheResponse,
                 frames: Sequence[Any] = ()) -> None:
@@ -360,7 +247,7 @@ class NodeCache:
         if all(k in cut for k in keys):
             return set()
         w = self.keeper.wait(keys, deadline, self._now, "exposed")
-        yield from self._wait(w)
+        yield from self._ops.wait(w)
         return w.absent
 
     def _refresh(self, req: pb.CacheRequest, deadline: float) -> Generator:
@@ -373,9 +260,9 @@ class NodeCache:
         keys = [k for k in dict.fromkeys(req.refresh) if k in cut or k in pending]
         if not keys:
             return
-        yield from self._wait(self.keeper.wait(keys, deadline, self._now, "answered"))
+        yield from self._ops.wait(self.keeper.wait(keys, deadline, self._now, "answered"))
         settle = self._now + 0.2 * (req.timeout if req.timeout > 0 else DEFAULT_TIMEOUT)
-        yield from self._wait(self.keeper.wait(keys, min(settle, deadline), self._now,
+        yield from self._ops.wait(self.keeper.wait(keys, min(settle, deadline), self._now,
                                                "settled"))
 
     # ---- cache to cache ----
@@ -407,16 +294,15 @@ class NodeCache:
                 got[key] = merged
         if by_holder:
             self.stats["remote_fetches"] += 1
-            w = _RepliesWait(self, deadline)
+            w = RepliesWait(self._awaiting, deadline)
             for holder, keys in by_holder.items():
                 rid = f"{self._rid_prefix}-{next(self._ids)}"
                 request = pb.CacheRequest(request_id=rid, op=pb.CAUSAL_TEMP_GET,
                                           attempt_id=attempt)
                 request.versions.extend(vs.to_proto({k: wanted[k] for k in keys}))
-                w.asked[rid] = (holder, keys)
-                self._awaiting[rid] = w
+                w.expect(rid, holder, keys)
                 self._io.append(AskCache(holder, request))
-            yield from self._wait(w)
+            yield from self._ops.wait(w)
             for rid, response in w.answers.items():
                 if response.status != pb.OK:
                     holder, keys = w.asked[rid]
@@ -613,12 +499,11 @@ class NodeCache:
             versions.append(keeper.collected(Version.deserialize(t.key, t.payload)))
         if versions:
             token = next(self._ids)
-            w = _PutWait(self, token, [v.key for v in versions], self._deadline(req))
-            self._puts[token] = w
+            w = PutWait(self._puts, token, [v.key for v in versions], self._deadline(req))
             self._io.append(PutVersions(token, versions))
-            yield from self._wait(w)
+            yield from self._ops.wait(w)
         for v in versions:
-            keeper.offer(v)
+            keeper.offer_committed(v)
         for v in versions:
             keeper.subscribe(v.key)
         response = pb.CacheResponse()
@@ -628,11 +513,10 @@ class NodeCache:
 
     # ---- dependency-metadata GC (4.2.3) ----
     def _gc_report(self, req: pb.CacheRequest) -> None:
-        """Every clock this cache holds of a key some held version depends on (its cut and
-        its temporary versions, which in-flight calls read), and those keys."""
+        """The keys some held version depends on, and every clock this cache holds (its cut
+        and its temporary versions, which in-flight calls read)."""
         dep_keys, held = self.keeper.gc_report()
-        wanted = set(dep_keys)
-        held += [v for v in self.temp.all_versions() if v.key in wanted]
+        held += self.temp.all_versions()
         response = pb.CacheResponse()
         response.dep_keys.extend(dep_keys)
         for v in held:
@@ -642,7 +526,7 @@ class NodeCache:
     def _gc_apply(self, req: pb.CacheRequest) -> None:
         self.keeper.gc_apply({kv.key: dict(kv.vc) for kv in req.versions})
         self._answer(req, pb.CacheResponse())
-        self._resume_ready()
+        self._ops.resume_ready()
 
 
 def _merge_all(parts: Sequence[Version]) -> Optional[Version]:
