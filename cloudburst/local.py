@@ -54,6 +54,10 @@ class LocalCluster:
         max_causal_retries: aborted attempts of a causal call the schedulers retry before
             failing it with `Aborted`.
         port: the first scheduler's TCP port (0: a free port); the others pick free ports.
+        restart_workers: executor nodes restart worker processes that exit (with back-off);
+            False leaves them gone (fault tests of the schedulers).
+        function_time_limit: seconds a function may run unless it (`register(time_limit=)`)
+            or its call (`call(time_limit=)`) says otherwise.
         metrics_port: serve Prometheus metrics from the first scheduler on this HTTP port
             (0: a free one; the others then use free ones); None (default): off.
         log_dir: where every process logs (`<name>.log`; the KVS's under `kvs/`); kept after
@@ -66,7 +70,8 @@ class LocalCluster:
                  startup_timeout: float = 60.0, seed: Optional[int] = None,
                  transport: str = "tcp", colocate_chains: bool = True,
                  max_causal_retries: int = 10, log_dir: Optional[str] = None,
-                 port: int = 0, metrics_port: Optional[int] = None) -> None:
+                 port: int = 0, metrics_port: Optional[int] = None,
+                 function_time_limit: float = 900.0, restart_workers: bool = True) -> None:
         if executor_nodes < 1 or executors_per_node < 1 or schedulers < 1:
             raise ValueError("a LocalCluster needs at least one executor node, one executor "
                              "per node and one scheduler")
@@ -86,6 +91,8 @@ class LocalCluster:
         self.max_causal_retries = max_causal_retries
         self.port = port
         self.metrics_port = metrics_port
+        self.function_time_limit = function_time_limit
+        self.restart_workers = restart_workers
         # private: Unix sockets, and the logs unless `log_dir` is given (short paths: a Unix
         # socket's path is limited to about 100 bytes)
         self._private_dir = tempfile.mkdtemp(prefix="cloudburst-local-")
@@ -149,7 +156,9 @@ class LocalCluster:
                                     workers=self.executors_per_node,
                                     heartbeat_period=self.heartbeat_period,
                                     log_level=self.log_level, parent_pid=os.getpid(),
-                                    log_dir=self.log_dir, ipc_dir=self.ipc_dir)
+                                    log_dir=self.log_dir, ipc_dir=self.ipc_dir,
+                                    function_time_limit=self.function_time_limit,
+                                    restart_workers=self.restart_workers)
                 self._nodes.append(ManagedProcess(
                     f"node{i}", [sys.executable, "-m", "executor", "--config", config.to_json()],
                     self.log_dir).spawn())

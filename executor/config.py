@@ -14,6 +14,10 @@ class NodeConfig:
 
     heartbeat_period: seconds between worker heartbeats and node key-set reports.
     fetch_threads: threads of the node cache that talk to Anna (misses and writes).
+    restart_workers: restart a worker process that exits (False: it stays gone).
+    restart_backoff / restart_backoff_max: seconds before restarting a worker that exited,
+        doubling for each failure in a row up to the maximum.
+    function_time_limit: seconds a function may run when neither it nor its call sets a limit.
     """
 
     node_id: str
@@ -29,6 +33,10 @@ class NodeConfig:
     log_dir: Optional[str] = None
     ipc_dir: Optional[str] = None       # node cache and workers bind Unix sockets here (one host)
     cache_bytes: int = 2 << 30          # HydroCache: values' bytes kept before LRU eviction
+    restart_workers: bool = True
+    restart_backoff: float = 0.1
+    restart_backoff_max: float = 10.0
+    function_time_limit: float = 900.0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -20,7 +20,10 @@ Contract:
   next deadline, and sweeps it (temporary versions, capacity) every `heartbeat_period`.
 - Every `heartbeat_period` the node reports its key set to every scheduler (when it changed,
   and at least every 10 periods).
-- A worker process that exits is logged; the schedulers drop it when its heartbeats stop.
+- A worker process that exits is restarted under the same id, with back-off (a function that
+  kills its worker every time is retried ever more slowly, and the node keeps serving). The
+  node tells every scheduler at once, so the calls placed on the dead worker fail with an
+  error naming it instead of waiting for missed heartbeats.
 - `serve()` runs until `stop()`; then workers get SIGTERM (then SIGKILL) and are reaped.
 """
 from __future__ import annotations
@@ -38,7 +41,7 @@ import zmq
 
 import anna_core
 from anna_core.wire import MonotoneClock, tuple_to_lattice
-from runtime.process import ManagedProcess, stop_all, wait_all_ready
+from runtime.process import ManagedProcess, RestartPolicy, Supervisor, stop_all, wait_all_ready
 from runtime.framing import FrameError, more, parse
 from runtime.sockets import PushCache, bind_pull
 from hydro_proto import anna_pb2
@@ -108,7 +111,11 @@ class ExecutorNode:
                                         ipc_dir=config.ipc_dir)
         self.workers: List[ManagedProcess] = []
         self.worker_info: List[Dict[str, Any]] = []
-        self._reported_dead: set = set()
+        self.supervisor = Supervisor(RestartPolicy(initial=config.restart_backoff,
+                                                   maximum=config.restart_backoff_max),
+                                     on_ready=self._worker_ready,
+                                     restart=config.restart_workers)
+        self._worker_ids: Dict[str, str] = {}     # process name -> worker id
         self._stopping = False
 
     # ---- workers ----
@@ -122,12 +129,17 @@ class ExecutorNode:
                               scheduler_addresses=list(self.config.scheduler_addresses),
                               ip=self.config.ip, heartbeat_period=self.config.heartbeat_period,
                               log_level=self.config.log_level, parent_pid=os.getpid(),
-                              ipc_dir=self.config.ipc_dir)
+                              ipc_dir=self.config.ipc_dir,
+                              function_time_limit=self.config.function_time_limit)
             p = ManagedProcess(f"worker-{wid}", [sys.executable, "-m", "executor.worker",
                                                  "--config", wc.to_json()], log_dir)
+            self._worker_ids[p.name] = wid
             self.workers.append(p.spawn())
         wait_all_ready(self.workers, self.config.worker_start_timeout)
         self.worker_info = [dict(p.info, pid=p.pid) for p in self.workers]
+        now = time.monotonic()
+        for p in self.workers:
+            self.supervisor.watch(p, now)
         return self.worker_info
 
     # ---- loop ----
@@ -170,7 +182,7 @@ class ExecutorNode:
                     reported_version = keyset_version
                     periods_since_report = 0
                     self._report_keys()
-                self._check_workers()
+                self._check_workers(now)
                 if self.config.parent_pid and os.getppid() != self.config.parent_pid:
                     log.warning("parent process exited; stopping")
                     break
@@ -187,11 +199,20 @@ class ExecutorNode:
         self._updates.close(0)
         self._context.term()
 
-    def _check_workers(self) -> None:
-        for p in self.workers:
-            if not p.running() and p.name not in self._reported_dead:
-                self._reported_dead.add(p.name)
-                log.warning("%s exited with code %s", p.name, p.proc.returncode)
+    def _check_workers(self, now: float) -> None:
+        """Restart exited workers (with back-off) and tell the schedulers at once."""
+        for exit in self.supervisor.check(now):
+            status = pb.WorkerStatus(worker_id=self._worker_ids[exit.process.name],
+                                     node_id=self.config.node_id, exited=True,
+                                     exit_code=exit.code if exit.code is not None else -1)
+            for address in self.config.scheduler_addresses:
+                self._push.send(address, "heartbeat", status)
+
+    def _worker_ready(self, p: ManagedProcess) -> None:
+        log.info("%s is back (restart %d)", p.name, self.supervisor.restarts[p.name])
+        for info in self.worker_info:
+            if info["worker_id"] == self._worker_ids[p.name]:
+                info.update(p.info, pid=p.pid)
 
     def _report_keys(self) -> None:
         with self._lock:

@@ -41,6 +41,7 @@ from runtime.framing import FrameError, encode, parse
 from runtime.sockets import PushCache, bind_pull
 from runtime.values import decode_arg, dumps, loads
 from runtime.errors import ObjectNotFound, Timeout
+from runtime.process import process_start
 from runtime.values import Reference
 from hydro_proto import cloudburst_pb2 as pb
 
@@ -215,7 +216,8 @@ class Worker:
                                          address=self.address, utilization=utilization,
                                          queued=len(self.pending),
                                          cache_address=self.config.cache_address,
-                                         control_address=self.control_address)
+                                         control_address=self.control_address,
+                                         restarts=process_start() - 1)
                 for address in self.config.scheduler_addresses:
                     push.send(address, "heartbeat", status)
                 if self._control.poll(int(period * 1000)):

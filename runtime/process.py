@@ -16,7 +16,7 @@ Contract:
   reaps every child.
 - `Supervisor` restarts processes that exit, with exponential back-off (`RestartPolicy`, a
   pure function of the failure count), so a process that always crashes is retried ever more
-  slowly instead of in a tight loop.
+  slowly instead of in a tight loop. A child learns which start it is from `START_ENV`.
 - `parent_gone(pid)` lets a child stop by itself when the launcher died without stopping it.
 Nothing here is global: every process is tracked by its own object and stopped by its pid.
 """
@@ -30,16 +30,17 @@ import signal
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence
 
 import time
 
 __all__ = ["READY_PREFIX", "READY_FD_ENV", "StartupError", "announce_ready", "parent_gone",
            "repo_root", "ManagedProcess", "wait_all_ready", "stop_all", "RestartPolicy",
-           "Supervisor"]
+           "Supervisor", "Exit", "START_ENV", "process_start"]
 
 READY_PREFIX = "READY "
 READY_FD_ENV = "HYDRO_READY_FD"
+START_ENV = "HYDRO_PROCESS_START"   # 1 for a process's first start, 2 after one restart, ...
 
 log = logging.getLogger("runtime.process")
 
@@ -76,6 +77,14 @@ def announce_ready(info: Dict[str, Any], ready_file: Optional[str] = None) -> No
     sys.stdout.flush()
 
 
+def process_start() -> int:
+    """Which start of this process this is (1 unless a supervisor restarted it)."""
+    try:
+        return max(1, int(os.environ.get(START_ENV, "1")))
+    except ValueError:
+        return 1
+
+
 def parent_gone(parent_pid: Optional[int]) -> bool:
     """True if the process was started with a parent pid and that parent has exited."""
     return bool(parent_pid) and os.getppid() != parent_pid
@@ -105,6 +114,7 @@ class ManagedProcess:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (repo_root(), env.get("PYTHONPATH")) if p)
         env.setdefault("PYTHONUNBUFFERED", "1")
         env[READY_FD_ENV] = str(write_fd)
+        env[START_ENV] = str(self.starts)
         try:
             with open(self.log_path, "ab") as out:
                 self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT,
@@ -252,23 +262,28 @@ class RestartPolicy:
 
 
 class Supervisor:
-    """Restarts the processes it watches when they exit, with back-off.
+    """Restarts the processes it watches when they exit, with back-off; never blocks.
 
-    `check(now)` is called from the owner's loop; it returns the processes it restarted
-    (after `on_restart(process)` has seen each, e.g. to learn its new addresses). A process
-    is restarted only once its back-off has passed, so `check` never blocks on a crash loop.
-    Stopped processes (`stop_all`) are not restarted: call `forget` first.
+    `check(now)` is called from the owner's loop. It returns `Exit`s for processes that
+    exited since the last check (so the owner can tell others at once), restarts those whose
+    back-off has passed (spawn only: a restarted process announces itself on its ready pipe,
+    and `on_ready(process)` runs on the check that first sees it), and counts `restarts`.
+    A process that always crashes is retried ever more slowly (`RestartPolicy`). A process is
+    watched until `forget`; stop processes with `stop_all` after forgetting them. With
+    `restart=False` exits are only reported.
     """
 
-    def __init__(self, policy: RestartPolicy = RestartPolicy(), ready_timeout: float = 30.0,
-                 on_restart: Optional[Callable[[ManagedProcess], None]] = None) -> None:
+    def __init__(self, policy: RestartPolicy = RestartPolicy(),
+                 on_ready: Optional[Callable[[ManagedProcess], None]] = None,
+                 restart: bool = True) -> None:
         self.policy = policy
-        self.ready_timeout = ready_timeout
-        self.on_restart = on_restart
+        self.restart = restart
+        self.on_ready = on_ready
         self._watched: Dict[str, ManagedProcess] = {}
         self._failures: Dict[str, int] = {}
         self._started_at: Dict[str, float] = {}
         self._restart_at: Dict[str, float] = {}
+        self._starting: Dict[str, ManagedProcess] = {}
         self.restarts: Dict[str, int] = {}
 
     def watch(self, process: ManagedProcess, now: float) -> None:
@@ -278,11 +293,20 @@ class Supervisor:
         self.restarts.setdefault(process.name, 0)
 
     def forget(self, name: str) -> None:
-        for table in (self._watched, self._failures, self._started_at, self._restart_at):
+        for table in (self._watched, self._failures, self._started_at, self._restart_at,
+                      self._starting):
             table.pop(name, None)
 
-    def check(self, now: float) -> List[ManagedProcess]:
-        restarted = []
+    def check(self, now: float) -> List["Exit"]:
+        exits = []
+        for name, p in list(self._starting.items()):
+            state = p.read_ready()
+            if state is True:
+                del self._starting[name]
+                if self.on_ready is not None:
+                    self.on_ready(p)
+            elif state is False:
+                del self._starting[name]   # exited before it was ready: handled below
         for name, p in list(self._watched.items()):
             if p.running():
                 continue
@@ -291,21 +315,27 @@ class Supervisor:
                                                       now - self._started_at[name])
                 self._failures[name] = failures
                 self._restart_at[name] = now + self.policy.delay(failures)
+                self._starting.pop(name, None)
+                exits.append(Exit(p, p.returncode))
                 log.warning("%s exited with code %s; restarting in %.2g s (failure %d in a row)",
                             name, p.returncode, self._restart_at[name] - now, failures)
-            if now < self._restart_at[name]:
+            if now < self._restart_at[name] or not self.restart:
                 continue
             del self._restart_at[name]
-            p.spawn()
             try:
-                wait_all_ready([p], self.ready_timeout)
-            except StartupError as e:
+                p.spawn()
+            except OSError as e:
                 log.error("restarting %s failed: %s", name, e)
-                continue  # counted as another failure on the next check
-            finally:
-                self._started_at[name] = now
+                self._restart_at[name] = now + self.policy.delay(self._failures[name] + 1)
+                continue
+            self._started_at[name] = now
+            self._starting[name] = p
             self.restarts[name] += 1
-            if self.on_restart is not None:
-                self.on_restart(p)
-            restarted.append(p)
-        return restarted
+        return exits
+
+
+class Exit(NamedTuple):
+    """A watched process exited with `code` (negative: killed by that signal)."""
+
+    process: ManagedProcess
+    code: Optional[int]

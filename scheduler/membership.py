@@ -143,6 +143,13 @@ class ExecutorTable:
     def calls_in_flight(self) -> int:
         return len(self._calls)
 
+    def drop_worker(self, worker_id: str) -> List[CallRecord]:
+        """Forget a worker known to have exited; returns (and forgets) the calls placed on it."""
+        if self._workers.pop(worker_id, None) is None:
+            return []
+        return [self.finish_call(cid) for cid, r in list(self._calls.items())
+                if worker_id in r.placement.values()]
+
     # ---- time ----
     def expire(self, now: float) -> Expired:
         """Drop silent workers and overdue calls; see the module contract."""

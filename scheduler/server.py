@@ -377,6 +377,14 @@ class Scheduler:
     # ---- executors ----
     def _heartbeat(self, payload: bytes) -> None:
         s = pb.WorkerStatus.FromString(payload)
+        if s.exited:
+            how = f"exited with code {s.exit_code}" if s.exit_code >= 0 else \
+                f"was killed by signal {-s.exit_code}"
+            log.warning("worker %s of node %s %s", s.worker_id, s.node_id, how)
+            for record in self.table.drop_worker(s.worker_id):
+                self._orphaned(record, s.worker_id, f"executor worker {s.worker_id} {how}",
+                               time.monotonic())
+            return
         if self.table.heartbeat(s.worker_id, s.node_id, s.address, s.utilization,
                                 time.monotonic(), s.cache_address, s.control_address,
                                 s.restarts):
@@ -394,21 +402,24 @@ class Scheduler:
             self.stats.finished(caller_of(record.call_id), False, now)
         self.stats.expire(now, STATS_HORIZON)
         for record, dead in expired.orphaned_calls:
-            self.stats.finished(caller_of(record.call_id), False, now)
-            fns = sorted(f for f, w in record.placement.items() if w == dead)
-            message = (f"{record.name}: executor worker {dead} died (no heartbeat for "
-                       f"{self.config.heartbeat_timeout:g} s) while the call's function(s) "
-                       f"{fns} were placed on it")
-            causal = self._causal_calls.owner(record.call_id) if self._causal else None
-            if causal is not None:
-                self._causal_calls.worker_died(causal, message, now)
-                continue
-            self._push.send(record.response_address, "result", pb.CallResult(
-                request_id=record.call_id, status=pb.EXECUTION_ERROR, message=message))
-            for fn, wid in record.placement.items():
-                address = self.table.address(wid)
-                if address is not None:
-                    self._push.send(address, "abort", pb.CallDone(call_id=record.call_id))
+            self._orphaned(record, dead, f"executor worker {dead} died (no heartbeat for "
+                                         f"{self.config.heartbeat_timeout:g} s)", now)
+
+    def _orphaned(self, record: CallRecord, dead: str, what: str, now: float) -> None:
+        """A call lost a worker it was placed on: it fails naming the worker and why."""
+        self.stats.finished(caller_of(record.call_id), False, now)
+        fns = sorted(f for f, w in record.placement.items() if w == dead)
+        message = f"{record.name}: {what} while the call's function(s) {fns} were placed on it"
+        causal = self._causal_calls.owner(record.call_id) if self._causal else None
+        if causal is not None:
+            self._causal_calls.worker_died(causal, message, now)
+            return
+        self._push.send(record.response_address, "result", pb.CallResult(
+            request_id=record.call_id, status=pb.EXECUTION_ERROR, message=message))
+        for fn, wid in record.placement.items():
+            address = self.table.address(wid)
+            if address is not None:
+                self._push.send(address, "abort", pb.CallDone(call_id=record.call_id))
 
     # ---- placement; causal calls (scheduler/causal_calls.py carries them out) ----
     def _place(self, call: pb.Call, dag: Dag, place: Any, concurrent: Any,

@@ -9,7 +9,7 @@ from waiting import poll_until
 
 
 def test_killing_workers():
-    with cloudburst.LocalCluster(executor_nodes=1, executors_per_node=3,
+    with cloudburst.LocalCluster(executor_nodes=1, executors_per_node=3, restart_workers=False,
                                  heartbeat_period=0.1, heartbeat_timeout=0.8) as cluster:
         c = cluster.client(timeout=20)
         c.register(lambda lib, x: (lib.getid(), x + 1), "whoami")

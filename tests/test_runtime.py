@@ -126,21 +126,51 @@ def test_restart_back_off_doubles_up_to_its_maximum(failures):
 
 
 def test_supervisor_restarts_a_crashing_process_only_after_its_back_off(tmp_path):
-    # the child announces itself, then exits: a crash loop
-    p = ManagedProcess("crashy", _python(READY + "import sys; sys.exit(1)"), str(tmp_path))
-    seen = []
-    sup = Supervisor(RestartPolicy(initial=1.0, maximum=4.0), ready_timeout=10,
-                     on_restart=seen.append)
+    # the child announces itself (with which start it is), then exits: a crash loop
+    code = ("import os; from runtime.process import announce_ready, process_start; "
+            "announce_ready({'start': process_start()}); os._exit(7)")
+    p = ManagedProcess("crashy", _python(code), str(tmp_path))
+    ready = []
+    sup = Supervisor(RestartPolicy(initial=1.0, maximum=4.0), on_ready=ready.append)
     try:
         wait_all_ready([p.spawn()], 10)
         sup.watch(p, now=0.0)
         p.proc.wait(10)
-        assert sup.check(now=0.5) == []          # first failure: wait 1 s
-        assert sup.check(now=1.4) == []
-        assert sup.check(now=1.6) == [p] and seen == [p] and p.starts == 2
+        exits = sup.check(now=0.5)               # first failure: reported, restart in 1 s
+        assert [(e.process, e.code) for e in exits] == [(p, 7)] and p.starts == 1
+        assert sup.check(now=1.4) == [] and p.starts == 1
+        assert sup.check(now=1.6) == [] and p.starts == 2 and sup.restarts["crashy"] == 1
+        wait_all_ready([p], 10)                  # (the supervisor itself never waits)
+        assert p.info == {"start": 2}
         p.proc.wait(10)
-        assert sup.check(now=1.7) == []          # second failure in a row: wait 2 s
-        assert sup.check(now=3.6) == []
-        assert sup.check(now=3.8) == [p] and sup.restarts["crashy"] == 2
+        exits = sup.check(now=1.7)               # second failure in a row: restart in 2 s
+        assert len(exits) == 1
+        assert sup.check(now=3.6) == [] and p.starts == 2
+        sup.check(now=3.8)
+        assert p.starts == 3 and sup.restarts["crashy"] == 2
+    finally:
+        stop_all([p], timeout=2)
+
+
+def test_supervisor_tells_when_a_restarted_process_is_ready(tmp_path):
+    code = ("import time; from runtime.process import announce_ready, process_start; "
+            "announce_ready({'start': process_start()}); time.sleep(30)")
+    p = ManagedProcess("sleepy", _python(code), str(tmp_path))
+    ready = []
+    sup = Supervisor(RestartPolicy(initial=0.0), on_ready=ready.append)
+    try:
+        wait_all_ready([p.spawn()], 10)
+        sup.watch(p, now=0.0)
+        p.proc.kill()
+        p.proc.wait(10)
+        assert len(sup.check(now=100.0)) == 1 and p.starts == 2     # restarted at once
+        deadline = time.monotonic() + 10
+        while not ready and time.monotonic() < deadline:
+            select_ready = p.fileno() if p._ready_fd is not None else None
+            if select_ready is not None:
+                import select
+                select.select([select_ready], [], [], 0.5)
+            sup.check(now=100.1)
+        assert ready == [p] and p.info == {"start": 2}
     finally:
         stop_all([p], timeout=2)
