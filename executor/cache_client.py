@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import zmq
 
+import anna_core
 from hydro_proto import cloudburst_pb2 as pb
 from hydrocache.copies import LocalCopies
 from runtime.errors import CloudburstError, Timeout
@@ -46,14 +47,18 @@ class CacheClient:
         self._seq = 0
         self.copies = LocalCopies(copy_bytes)
 
-    def get(self, keys: Sequence[str]) -> Dict[str, Optional[memoryview]]:
-        """{key: the value's bytes (a read-only buffer, not copied) or None}."""
+    def get(self, keys: Sequence[str]) -> Dict[str, Any]:
+        """{key: the value's bytes (a read-only buffer, not copied), an `anna_core` lattice
+        for a key that holds one (merged by `put(key, lattice)`), or None}."""
         keys = list(keys)
         req = pb.CacheRequest(op=pb.CACHE_GET, keys=keys)
         req.have.update(self.copies.have(keys))
         response, frames = self._request(pb.CACHE_GET, keys, [], req)
         values = self._values(response, frames)
-        return {e.key: (values[e.key][0] if e.found else None) for e in response.entries}
+        return {e.key: (None if not e.found else
+                        anna_core.deserialize(e.lattice_type, bytes(values[e.key][0]))
+                        if e.lattice_type else values[e.key][0])
+                for e in response.entries}
 
     def _values(self, response: pb.CacheResponse, frames: List[memoryview]
                 ) -> Dict[str, List[memoryview]]:
@@ -78,8 +83,12 @@ class CacheClient:
             out[e.key] = self.copies.use(e.key, e.tag, False, values)
         return out
 
-    def put(self, key: str, value: bytes) -> None:
-        self._request(pb.CACHE_PUT, [key], [value])
+    def put(self, key: str, value: bytes, lattice_type: int = 0) -> None:
+        """Write through to Anna: `value` is a plain value, or with `lattice_type` a
+        serialized lattice that Anna merges with what the key holds."""
+        req = pb.CacheRequest(op=pb.CACHE_PUT, keys=[key], values=[value],
+                              lattice_type=lattice_type)
+        self._request(pb.CACHE_PUT, [key], [value], req)
 
     def causal(self, request: pb.CacheRequest, timeout: Optional[float] = None
                ) -> Tuple[pb.CacheResponse, Dict[str, CausalRead]]:

@@ -4,7 +4,10 @@ Contract:
 - `lib.get(key, default=...)` returns the object stored under `key` (read through the node
   cache); a list of keys returns `{key: object}`. A missing key raises
   `runtime.errors.ObjectNotFound` unless `default` is given.
-- `lib.put(key, value)` stores `value` (through the node cache, written through to Anna).
+- `lib.put(key, value)` stores `value` (through the node cache, written through to Anna):
+  last writer wins. `lib.put(key, lattice)` with an `anna_core` lattice merges it with what
+  the key holds, in Anna, so concurrent writers all count; `lib.get` then returns the merged
+  lattice (read from Anna, not cached).
 - Inside a causal call (`consistency="causal"`): `lib.get` reads from the call's snapshot
   (repeatable: a key read twice, by one function or by two, is the same version; a key the
   call already wrote reads that write); a key with concurrent values gives the first (values
@@ -23,7 +26,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Sequence, Tuple, Union
 
 from runtime.keys import check_user_key
-from runtime.values import dumps, loads
+from runtime.values import dumps, is_lattice, loads
 from runtime.errors import ObjectNotFound
 
 __all__ = ["UserLibrary"]
@@ -66,6 +69,8 @@ class UserLibrary:
                 out[k] = default
             elif isinstance(data, list):
                 out[k] = [loads(d) for d in data]
+            elif is_lattice(data):
+                out[k] = data                    # a key merged by `put(key, lattice)`
             else:
                 out[k] = loads(data)
         return out[key] if single else out
@@ -73,6 +78,12 @@ class UserLibrary:
     def put(self, key: str, value: Any) -> None:
         """Store `value` under `key` (inside a causal call: at the sink, atomically)."""
         invocation = self._worker.invocation
+        if is_lattice(value):
+            if invocation is not None:
+                raise TypeError("a causal call writes plain values (merged as causal versions); "
+                                "put lattices outside causal calls")
+            self._worker.cache.put(check_user_key(key), value.serialize(), value.lattice_type)
+            return
         if invocation is not None:
             invocation.put(check_user_key(key), dumps(value))
             return

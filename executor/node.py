@@ -35,13 +35,14 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, NamedTuple, Optional
 
 import zmq
 
 import anna_core
 from anna_core.wire import MonotoneClock, tuple_to_lattice
 from runtime.process import ManagedProcess, RestartPolicy, Supervisor, stop_all, wait_all_ready
+from runtime.values import CAUSAL_LATTICES
 from runtime.framing import FrameError, more, parse
 from runtime.sockets import PushCache, bind_pull
 from hydro_proto import anna_pb2
@@ -83,6 +84,13 @@ class _Gather:
             self._left -= 1
             return self._left == 0
 
+
+
+class _Lattice(NamedTuple):
+    """A key's value that is a lattice other than LWW: its type and serialized form."""
+
+    lattice_type: int
+    payload: bytes
 
 class ExecutorNode:
     """One executor node process; see the module contract."""
@@ -281,6 +289,10 @@ class ExecutorNode:
             e = response.entries.add(key=k, found=v is not None)
             if v is None:
                 continue
+            if isinstance(v, _Lattice):
+                e.lattice_type, e.value_count = v.lattice_type, 1
+                frames.append(v.payload)
+                continue
             with self._tags_lock:
                 e.tag = self._tags.tag(v, len(v))
             if e.tag and req.have.get(k) == e.tag:
@@ -308,6 +320,10 @@ class ExecutorNode:
             if len(req.values) != len(req.keys):
                 raise ValueError(f"PUT of {len(req.keys)} keys with {len(req.values)} values")
             for key, value in zip(req.keys, req.values):
+                if req.lattice_type:          # merged in Anna; not cached here (see _fetch)
+                    state.kvs.put(key, anna_core.deserialize(req.lattice_type, value))
+                    response.entries.add(key=key, found=True)
+                    continue
                 with self._lock:
                     lattice = anna_core.LWWLattice(self._clock.next(), value)
                 state.kvs.put(key, lattice)
@@ -326,11 +342,13 @@ class ExecutorNode:
             lattice = kvs.get_lattice(key)
         except anna_core.KeyNotFound:
             return None
+        if lattice.lattice_type in CAUSAL_LATTICES:
+            raise TypeError(f"key {key!r} holds a causal value: read it in a causal call "
+                            f"(consistency='causal')")
         if lattice.lattice_type != anna_pb2.LWW:
-            kind = "a causal value: read it in a causal call (consistency='causal')" \
-                if lattice.lattice_type == anna_pb2.MULTI_CAUSAL else \
-                f"a {type(lattice).__name__}, not a plain value"
-            raise TypeError(f"key {key!r} holds {kind}")
+            # a lattice merged by `put(key, lattice)`: read from Anna every time, never cached
+            # here, so a reader sees every merge that reached the replica it reads
+            return _Lattice(lattice.lattice_type, lattice.serialize())
         with self._lock:
             self.cache.merge(key, lattice)
             value = self.cache.get(key)

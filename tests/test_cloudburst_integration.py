@@ -482,3 +482,24 @@ def test_a_module_executors_lack_is_named_with_the_fix_or_shipped_by_value(clien
         assert client.call(name, "bob").get(timeout=10) == "HELLO BOB!"
     finally:
         del sys.modules[ghost.__name__]
+
+
+def test_functions_merge_lattices_and_read_them_back_merged(client):
+    import anna_core
+    key = unique("visitors")
+
+    def visit(lib, key, who):
+        lib.put(key, anna_core.SetLattice([who.encode()]))
+        return sorted(v.decode() for v in lib.get(key).reveal())
+
+    client.register(visit, "visit")
+    futures = [client.call("visit", key, f"user{i}") for i in range(12)]   # concurrent calls
+    assert all(f"user{i}" in r for i, r in enumerate(cloudburst.gather(futures, timeout=30)))
+    assert client.get(key).reveal() == {f"user{i}".encode() for i in range(12)}
+
+    def in_causal_call(lib):
+        lib.put(unique("x"), anna_core.SetLattice([b"a"]))
+
+    client.register(in_causal_call, "lattice-in-causal")
+    with pytest.raises(ExecutionError, match="put lattices outside causal calls"):
+        client.call("lattice-in-causal", consistency="causal").get(timeout=10)
