@@ -371,6 +371,10 @@ class ExecutorNode:
         try:
             message = anna_pb2.KeyResponse.FromString(frame)
             for t in message.tuples:
+                if t.error == anna_pb2.KEY_DNE:     # deleted in Anna: a later read misses
+                    with self._lock:
+                        self.cache.evict(t.key)
+                    continue
                 if t.error != anna_pb2.NO_ERROR or not t.payload:
                     continue
                 lattice = tuple_to_lattice(t)

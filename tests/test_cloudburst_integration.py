@@ -503,3 +503,13 @@ def test_functions_merge_lattices_and_read_them_back_merged(client):
     client.register(in_causal_call, "lattice-in-causal")
     with pytest.raises(ExecutionError, match="put lattices outside causal calls"):
         client.call("lattice-in-causal", consistency="causal").get(timeout=10)
+
+
+def test_a_deleted_key_leaves_the_node_caches(client):
+    key = unique("ephemeral")
+    client.put(key, "here")
+    client.register(lambda lib, k: lib.get(k, default="gone"), "peek")
+    assert client.call("peek", key).get(timeout=10) == "here"      # now cached at the node
+    client.delete(key)
+    poll_until(lambda: client.call("peek", key).get(timeout=10) == "gone", 10,
+               "the node caches dropping the deleted key")
