@@ -1,5 +1,9 @@
 """Cloudburst executor nodes: a node process (the node cache) and N executor worker processes.
 
 Pure cores: `dagstate` (when an invocation is ready, argument order), `cache` (the LWW node
-cache). Services: `node` (`python -m executor`), `worker` (`python -m executor.worker`).
+cache), `output` (what functions print, captured per call and bounded). Services: `node`
+(`python -m executor`: the node cache, and the supervisor that restarts workers), `worker`
+(`python -m executor.worker`: runs functions with time limits and cancels), `cache_client`
+(a worker's requests to its node cache), `causal` (a causal invocation's reads and writes),
+`library` (the `lib` every function receives).
 """
