@@ -13,8 +13,11 @@ frontier and the Anna reads in flight. It never does I/O: it appends `FetchKey` 
   (evicted since it was subscribed).
 - Fetching dependencies ("fetch recursively until superseded", 4.2): whenever the cut
   reports a dependency missing, it is fetched at once unless a read of it is in flight or it
-  was already fetched for that clock. With nobody waiting, only dependencies this cache never
-  read are fetched (the others arrive with Anna's pushes).
+  was already read for that clock (then it is subscribed, and Anna's pushes bring newer
+  versions). A dependency Anna did not have (its replicas lag) is read again at growing
+  intervals while a pending version needs it, about a second in all (`next_retry()`,
+  `retry(now)`), and whenever something needs it next. With nobody waiting, only
+  dependencies this cache never read are fetched (the others arrive with Anna's pushes).
 - Waiting for keys: `wait(keys, deadline, now, until)` registers a `KeysWait` (unregister with
   `KeysWait.close()`): "exposed" (local cut update: every key in the cut or known absent from
   Anna), "answered" (every key re-read from Anna once: an OPT retry's refresh) or "settled"
@@ -46,6 +49,8 @@ VC = Dict[str, int]
 
 FIRST_PAUSE = 0.001        # seconds before a waiter first re-reads what blocks it
 MAX_PAUSE = 0.05           # the re-read interval doubles up to this
+RETRY_FIRST = 0.002        # a needed dependency Anna did not have: read again after this,
+RETRY_LAST = 0.5           # doubling, the last time after this (about 1 s in all)
 
 
 class KeysWait:
@@ -139,6 +144,8 @@ class CutKeeper:
         self.stats: Dict[str, int] = {"anna_fetches": 0, "gc_collected": 0}
         self._io = io
         self._asked: Dict[str, VC] = {}       # dependency -> the clock it was last read for
+        self._retry_due: Dict[str, float] = {}     # dependency -> when to read it again
+        self._retry_pause: Dict[str, float] = {}   # dependency -> the last interval
 
     @property
     def capacity_bytes(self) -> int:
@@ -169,12 +176,22 @@ class CutKeeper:
         self.offer(version)
         return True
 
-    def on_fetched(self, key: str, lattice: Any, error: Optional[BaseException] = None) -> None:
+    def on_fetched(self, key: str, lattice: Any, error: Optional[BaseException] = None,
+                   now: float = 0.0) -> None:
         self.in_flight.discard(key)
         if error is None and lattice is not None \
                 and lattice.lattice_type != anna_pb2.MULTI_CAUSAL:
             error = NotCausal(f"key {key!r} holds a {type(lattice).__name__}, not a causal "
                               f"value (write it with consistency='causal')")
+        if error is not None or lattice is None:
+            # not read: ask again when something needs it next (a dependency read but too
+            # old is subscribed now, so Anna's pushes bring the newer version), and, when a
+            # pending version needs it, at growing intervals for a while (Anna's replicas lag)
+            self._asked.pop(key, None)
+            self._schedule_retry(key, now)
+        else:
+            self._retry_pause.pop(key, None)
+            self._retry_due.pop(key, None)
         if error is not None:
             for w in list(self.waits):
                 w.on_error(key, error)
@@ -207,6 +224,36 @@ class CutKeeper:
         self.stats["anna_fetches"] += 1
         self._io.append(FetchKey(key))
         return True
+
+    def _schedule_retry(self, key: str, now: float) -> None:
+        pause = self._retry_pause.get(key, RETRY_FIRST / 2) * 2
+        if pause > RETRY_LAST or key not in self.cut.missing():
+            self._retry_pause.pop(key, None)
+            self._retry_due.pop(key, None)
+            return
+        self._retry_pause[key] = pause
+        self._retry_due[key] = now + pause
+
+    def next_retry(self) -> Optional[float]:
+        """When a dependency Anna did not have is to be read again (None: nothing to)."""
+        return min(self._retry_due.values()) if self._retry_due else None
+
+    def retry(self, now: float) -> None:
+        """Read again the dependencies whose retry is due (see `on_fetched`)."""
+        due = [k for k, t in self._retry_due.items() if t <= now]
+        if not due:
+            return
+        if self.waits:          # their polls re-read what they need; the rest comes later
+            for k in due:
+                self._retry_due[k] = now + self._retry_pause.get(k, RETRY_FIRST)
+            return
+        missing = self.cut.missing()
+        for k in due:
+            del self._retry_due[k]
+            if k in missing:
+                self.fetch(k, missing[k])
+            else:
+                self._retry_pause.pop(k, None)
 
     def subscribe(self, key: str) -> None:
         if key not in self.subscribed:

@@ -16,12 +16,14 @@ and carries out the `Step(replies, io)` each returns (`hydrocache.actions`):
   `on_cache_reply(response, now)` (another cache's CAUSAL_TEMP_GET answer; late or unknown
   answers are dropped), `on_subscribe_failed(key, now)`.
 - Time: `tick(now)` resumes or fails what is due (deadlines, and re-reads from Anna of what a
-  waiting operation still needs, at growing intervals); `next_wakeup()` is the earliest time
-  a tick has something to do (None: nothing pending). `sweep(now)` drops expired temporary
+  waiting operation or a pending version still needs, at growing intervals); `next_wakeup()`
+  is the earliest time a tick has something to do (None: nothing to do). `sweep(now)` drops expired temporary
   versions and evicts over capacity (returns the evicted keys).
 - `keys()`, `keyset_version()`, `stats`, and for tests `cut`, `temp`, `lru`.
 Every failure is answered with a status and a message naming this cache: `TIMEOUT` with the
 stage for `StageTimeout`, `EXECUTION_ERROR` otherwise; nothing is dropped silently.
+The cut and its upkeep are `hydrocache.keeper.CutKeeper`'s; each operation below is a
+generator run by `hydrocache.pending.Operations` (one path whether or not it waits).
 
 The operations (dissertation 4.3; `hydrocache/protocols.py` holds their decisions):
 - CAUSAL_BIND (OPT, Algorithms 8 and 6): an OPT retry first re-reads the keys the aborted
@@ -40,7 +42,8 @@ The operations (dissertation 4.3; `hydrocache/protocols.py` holds their decision
 - CAUSAL_SNAPSHOT (Algorithm 9, after a local cut update), CAUSAL_FETCH (Algorithm 10 line 14,
   HB prefetch: versions fetched from their holders into the attempt's temporary versions),
   CAUSAL_TEMP_GET (cache to cache), CAUSAL_RELEASE, CAUSAL_COMMIT (the versions are written to
-  Anna, then offered to the cut and subscribed, then acknowledged), CAUSAL_GC_REPORT / APPLY.
+  Anna, then offered to the cut and subscribed, then acknowledged), CAUSAL_GC_REPORT (the
+  dependency keys and every clock held: cut, pending and temporary versions) / APPLY.
 - Temporary versions (`hydrocache.temp`) live until CAUSAL_RELEASE or `TEMP_SLACK` seconds
   after their request's deadline. Large values carry a tag, and one the requester already
   holds is not resent (`hydrocache/copies.py`).
@@ -145,7 +148,7 @@ class NodeCache:
     def on_fetched(self, key: str, lattice: Any, now: float,
                    error: Optional[BaseException] = None) -> Step:
         self._ops.now = now
-        self.keeper.on_fetched(key, lattice, error)
+        self.keeper.on_fetched(key, lattice, error, now)
         self._ops.resume_ready()
         return self._step()
 
@@ -177,11 +180,13 @@ class NodeCache:
         return self._step()
 
     def tick(self, now: float) -> Step:
+        self.keeper.retry(now)
         self._ops.tick(now)
         return self._step()
 
     def next_wakeup(self) -> Optional[float]:
-        return self._ops.next_wakeup()
+        ops, retry = self._ops.next_wakeup(), self.keeper.next_retry()
+        return ops if retry is None else retry if ops is None else min(ops, retry)
 
     def sweep(self, now: float) -> List[str]:
         self._ops.now = now

@@ -104,7 +104,8 @@ class HydroCacheService:
             self._take_results()
 
     def tick(self, now: float) -> None:
-        if self.core.pending_operations():
+        wakeup = self.core.next_wakeup()
+        if wakeup is not None and now >= wakeup:
             self._carry(self.core.tick(now))
 
     def next_wakeup(self) -> Optional[float]:

@@ -56,6 +56,22 @@ def kinds(net: Net):
             for _, a in net.io]
 
 
+# ---------------------------------------------------------------- purity
+@pytest.mark.parametrize("module", ["node_cache", "keeper", "pending", "lru", "actions"])
+def test_the_core_modules_use_no_sockets_threads_or_clocks(module):
+    import ast
+    import pathlib
+    path = pathlib.Path(node_cache.__file__).with_name(f"{module}.py")
+    imported = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            imported.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            imported.add(node.module.split(".")[0])
+    assert not imported & {"zmq", "socket", "threading", "time", "asyncio", "concurrent",
+                           "runtime", "select"}, imported
+
+
 # ---------------------------------------------------------------- operations, no I/O needed
 def test_an_operation_needing_no_io_is_answered_within_handle():
     net = Net(auto=True)
@@ -438,3 +454,38 @@ def test_the_interleavings_can_fail_a_core_that_skips_validation(monkeypatch):
                                     protocols=("opt",))
         violated += bool(check([c.transaction() for c in calls if c.outcome == "done"]))
     assert violated >= 3, violated
+
+
+def test_a_dependency_anna_did_not_have_yet_is_read_again_on_the_next_push():
+    net = Net(auto=True)
+    net.put("a", {"w": 1}, value=b"a1")
+    got(net.ask(C0, read(["a"], attempt="warm")))
+    net.put("a", {"w": 2}, {"b": {"w": 1}}, value=b"a2")      # b not in Anna yet (lagging)
+    net.push(C0, "a")
+    assert "a" in net.cores[C0].cut.pending_keys()
+    net.put("b", {"w": 1})
+    net.push(C0, "a")                                          # the same version, again
+    assert net.cores[C0].cut.get("a").vc == {"w": 2}
+
+
+def test_a_dependency_anna_lacks_is_read_again_at_growing_intervals_for_a_while():
+    net = Net(auto=True)
+    net.put("a", {"w": 1}, value=b"a1")
+    got(net.ask(C0, read(["a"], attempt="warm")))
+    net.put("a", {"w": 2}, {"b": {"w": 1}}, value=b"a2")      # b never arrives
+    net.push(C0, "a")
+    core = net.cores[C0]
+    reads = []
+    net.auto = False
+    while core.next_wakeup() is not None:
+        net.now = core.next_wakeup()
+        net.carry(C0, core.tick(net.now))
+        reads += [net.now for _, action in net.io if action == FetchKey("b")]
+        net.drain_io()
+        assert net.now < 2.0
+    gaps = [round(b - a, 6) for a, b in zip(reads, reads[1:])]
+    assert gaps == sorted(gaps) and len(reads) >= 5 and reads[-1] < 1.5
+    net.put("b", {"w": 1})
+    net.auto = True
+    net.push(C0, "a")                                          # the next push reads it again
+    assert core.cut.get("a").vc == {"w": 2}
