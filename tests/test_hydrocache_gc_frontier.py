@@ -1,26 +1,11 @@
 """Dependency-metadata GC's pure part: the stable frontier and what it collects."""
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, strategies as st
 
 from hydrocache import vclock
 from hydrocache.gc import collect, stable_frontier
-from hydrocache.version import Version
-from hydrocache.versionset import Entry
 
-nodes = st.sampled_from(["e1", "e2", "e3"])
-clocks = st.dictionaries(nodes, st.integers(min_value=0, max_value=3), max_size=3)
-dep_maps = st.dictionaries(st.sampled_from(["x", "y", "z"]), clocks, max_size=2)
-versions = st.builds(lambda vc, deps, vals: Version.new("k", vc, deps, vals),
-                     clocks, dep_maps, st.lists(st.binary(max_size=3), max_size=2))
-holders = st.frozensets(st.sampled_from(["h1", "h2"]), max_size=2)
-vsets = st.dictionaries(st.sampled_from(["a", "b", "c"]), st.builds(Entry, clocks, holders),
-                        max_size=3)
-FAST = settings(max_examples=60, deadline=None)
-
-
-def nz(vc):
-    return {k: v for k, v in vc.items() if v}
-
+from hydrocache_strategies import FAST, clocks, versions
 
 
 def test_stable_frontier_is_the_entrywise_minimum():
