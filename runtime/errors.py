@@ -98,25 +98,17 @@ STATUS_OF = {
 }
 
 
+_ERROR_OF = {status: cls for cls, status in STATUS_OF.items()}
+
+
 def error_from_status(status: int, message: str, remote_traceback: str = "",
                       stage: str = "") -> CloudburstError:
     """The typed error for a non-OK status received from a remote process."""
-    if status == 1:
-        return FunctionNotFound(message)
-    if status == 2:
-        return DagNotFound(message)
-    if status == 3:
-        return InvalidDag(message)
-    if status == 4:
-        return NoResources(message)
-    if status == 5:
+    cls = _ERROR_OF.get(status)
+    if cls is ExecutionError:
         return ExecutionError(message, remote_traceback)
-    if status == 6:
+    if cls is Timeout:
         return Timeout(stage or message)
-    if status == 7:
-        return ObjectNotFound(message)
-    if status == 10:
-        return Aborted(message)
-    if status == 11:
-        return Cancelled(message)
+    if cls is not None:
+        return cls(message)
     return CloudburstError(f"remote error (status {status}): {message}")

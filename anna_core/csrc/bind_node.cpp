@@ -8,6 +8,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "bind_stats.hpp"
 #include "node.hpp"
 
 namespace py = pybind11;
@@ -21,17 +22,6 @@ std::string config_text(const py::object& config) {
   throw py::type_error("Node config must be a JSON str or a dict");
 }
 
-py::dict stats_dict(const WorkerStats& s) {
-  py::dict d;
-  d["requests"] = s.requests;
-  d["tuples"] = s.tuples;
-  d["gossip_in"] = s.gossip_in;
-  d["gossip_out"] = s.gossip_out;
-  d["updates_out"] = s.updates_out;
-  d["dropped"] = s.dropped;
-  d["handed_off"] = s.handed_off;
-  return d;
-}
 
 }  // namespace
 
@@ -50,7 +40,7 @@ void bind_node(py::module_& m) {
       .def("stats",
            [](const Node& n) {
              py::list out;
-             for (const auto& s : n.stats()) out.append(stats_dict(s));
+             for (const auto& s : n.stats()) out.append(worker_stats_dict(s));
              return out;
            })
       .def_property_readonly("node_id", [](const Node& n) { return n.config().node_id; })
@@ -88,6 +78,18 @@ void bind_node(py::module_& m) {
         return d;
       },
       py::arg("config_json"), "The kernel's reading of a node config (for checks and tests).");
+}
+
+py::dict worker_stats_dict(const WorkerStats& s) {
+  py::dict d;
+  d["requests"] = s.requests;
+  d["tuples"] = s.tuples;
+  d["gossip_in"] = s.gossip_in;
+  d["gossip_out"] = s.gossip_out;
+  d["updates_out"] = s.updates_out;
+  d["dropped"] = s.dropped;
+  d["handed_off"] = s.handed_off;
+  return d;
 }
 
 }  // namespace anna

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "bind_stats.hpp"
 #include "worker_core.hpp"
 
 namespace py = pybind11;
@@ -42,17 +43,6 @@ py::list to_python(std::vector<OutMessage>* out) {
   return result;
 }
 
-py::dict stats_of(const WorkerStats& s) {
-  py::dict d;
-  d["requests"] = s.requests;
-  d["tuples"] = s.tuples;
-  d["gossip_in"] = s.gossip_in;
-  d["gossip_out"] = s.gossip_out;
-  d["updates_out"] = s.updates_out;
-  d["dropped"] = s.dropped;
-  d["handed_off"] = s.handed_off;
-  return d;
-}
 
 py::list handle_message(WorkerCore& core, const std::string& kind, const py::bytes& payload) {
   std::string_view data(payload);
@@ -117,7 +107,7 @@ void bind_worker_core(py::module_& m) {
              return keys;
            },
            "The keys this worker stores, sorted.")
-      .def("stats", [](const WorkerCore& core) { return stats_of(core.stats()); })
+      .def("stats", [](const WorkerCore& core) { return worker_stats_dict(core.stats()); })
       .def_property_readonly("has_membership", &WorkerCore::has_membership)
       .def_property_readonly("changeset_size", &WorkerCore::changeset_size,
                              "Keys PUT since the last end_epoch() (pending gossip).")
