@@ -199,6 +199,7 @@ class Worker:
         self._push.close()
         self._pull.close(0)
         self._replies.close(0)
+        self._control.close(0)      # the heartbeat thread that reads it has ended (serve)
         self._context.term()
 
     def _heartbeats(self) -> None:

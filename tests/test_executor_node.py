@@ -60,3 +60,22 @@ def test_a_crash_loop_does_not_take_the_node_down():
                               "the restarts being reported")
         assert restarts >= 1
         assert all(p.running() for p in cluster._nodes)
+
+
+def test_workers_stop_promptly_on_sigterm():
+    import os
+    import signal
+    with cloudburst.LocalCluster(executor_nodes=1, executors_per_node=1,
+                                 restart_workers=False) as cluster:
+        pid = cluster.workers[0]["pid"]
+        os.kill(pid, signal.SIGTERM)
+
+        def gone():
+            try:
+                os.kill(pid, 0)
+                with open(f"/proc/{pid}/stat") as f:        # a zombie has exited too
+                    return f.read().split()[2] == "Z"
+            except (ProcessLookupError, FileNotFoundError):
+                return True
+
+        poll_until(gone, 3, "the worker exiting after SIGTERM")   # every socket closed
