@@ -195,45 +195,49 @@ class HydroCacheService:
             log.debug("dropped %s%r: the fetch pool has stopped", fn.__name__, args)
 
     # ---- Anna I/O (pool threads: I/O only, results handed back to the loop) ----
-    def _thread(self) -> _ThreadState:
+    def _kvs(self) -> Any:
         s = self._local
         if s.kvs is None:
             s.kvs = anna_core.Client(self.kvs_address, timeout=5.0, ip=self.ip,
                                      context=self._context)
+            with self._resources_lock:
+                self._resources.append(s.kvs)
+        return s.kvs
+
+    def _hand_back(self, item: Tuple[Any, ...]) -> None:
+        """Queue a result for the loop thread and wake it (every pool task ends here, so the
+        core never waits for an answer that cannot come)."""
+        self._results.append(item)
+        s = self._local
+        if s.push is None:
             s.push = PushCache(self._context)
             with self._resources_lock:
-                self._resources.extend([s.kvs, s.push])
-        return s
-
-    def _hand_back(self, s: _ThreadState, item: Tuple[Any, ...]) -> None:
-        self._results.append(item)
+                self._resources.append(s.push)
         s.push.send_frame(self.wake_address, b"")
 
     def _fetch(self, key: str) -> None:
-        s = self._thread()
         lattice, error = None, None
         try:
-            lattice = s.kvs.get_lattice(key)
+            lattice = self._kvs().get_lattice(key)
         except anna_core.KeyNotFound:
             pass
         except Exception as e:
             error = e
-        self._hand_back(s, ("fetched", key, lattice, error))
+        self._hand_back(("fetched", key, lattice, error))
 
     def _subscribe(self, key: str) -> None:
-        s = self._thread()
         try:
-            s.kvs.subscribe(key, self.update_address)
+            self._kvs().subscribe(key, self.update_address)
         except Exception as e:
             log.warning("could not subscribe to %r: %s", key, e)
-            self._hand_back(s, ("subscribe_failed", key))
+            self._hand_back(("subscribe_failed", key))
 
     def _put(self, token: int, versions: List[Any]) -> None:
-        s = self._thread()
         error = None
         try:
+            kvs = self._kvs()
             for v in versions:
-                s.kvs.put(v.key, v.lattice)
+                kvs.put(v.key, v.lattice)
         except Exception as e:
             error = e
-        self._hand_back(s, ("put", token, error))
+        self._hand_back(("put", token, error))
