@@ -122,9 +122,12 @@ class Future:
         if not self.wait(timeout):
             wait = self._timeout if timeout is None else timeout
             where = self._client._where(self.request_id, self.what)
-            if time.monotonic() >= self._deadline:
-                self.cancel()
-            raise Timeout(where, wait)
+            if not self.done():           # the result may have come while we asked where
+                if time.monotonic() >= self._deadline:
+                    self.cancel()
+                raise Timeout(where, wait)
+            if self._cancelled:
+                raise Cancelled(f"{self.what} was cancelled")
         r = self._result
         if self.causal is None and r.HasField("causal"):
             self.causal = CausalStats.from_proto(r.causal)
