@@ -10,15 +10,18 @@ Contract:
   text starts with a note saying how much. Output written outside a call (the worker's own
   messages) goes to the log only.
 - Thread-safe: a function's own threads may print while it runs.
+- `UpstreamLogs` holds what upstream functions printed until the function they feed runs,
+  for at most `max_calls` calls (the oldest call's is dropped first).
 - `section(function, text)` labels one function's output; `join_logs(sections, limit)` joins
   a DAG's sections (upstream first) and keeps the total under `limit` the same way.
 """
 from __future__ import annotations
 
 import threading
-from typing import IO, List, Optional, Tuple
+from typing import IO, Dict, List, Optional, Tuple
 
-__all__ = ["Capture", "CallOutput", "section", "join_logs", "bounded", "DEFAULT_LIMIT"]
+__all__ = ["Capture", "CallOutput", "UpstreamLogs", "section", "join_logs", "bounded",
+           "DEFAULT_LIMIT"]
 
 DEFAULT_LIMIT = 64 * 1024
 
@@ -136,3 +139,29 @@ def section(function: str, text: str) -> str:
 def join_logs(parts: List[str], limit: int = DEFAULT_LIMIT) -> str:
     """Sections of a DAG's functions, upstream first, bounded to `limit` characters."""
     return bounded("".join(parts), limit)
+
+
+class UpstreamLogs:
+    """Upstream output per call and target function, bounded (see the module contract)."""
+
+    def __init__(self, max_calls: int = 1024) -> None:
+        self.max_calls = max_calls
+        self._calls: Dict[str, Dict[str, List[str]]] = {}
+
+    def add(self, call_id: str, target: str, text: str) -> None:
+        if call_id not in self._calls and len(self._calls) >= self.max_calls:
+            self._calls.pop(next(iter(self._calls)))
+        self._calls.setdefault(call_id, {}).setdefault(target, []).append(text)
+
+    def take(self, call_id: str, function: str) -> List[str]:
+        """What reached `function` of `call_id` (forgotten once taken)."""
+        targets = self._calls.get(call_id)
+        if not targets:
+            return []
+        texts = targets.pop(function, [])
+        if not targets:
+            del self._calls[call_id]
+        return texts
+
+    def drop(self, call_id: str) -> None:
+        self._calls.pop(call_id, None)

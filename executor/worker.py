@@ -23,7 +23,6 @@ Contract:
 from __future__ import annotations
 
 import collections
-import hashlib
 import logging
 import os
 import signal
@@ -31,7 +30,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 import zmq
 
@@ -49,40 +48,19 @@ from hydrocache import versionset as vs
 from hydrocache.writer import ExecutorWriter
 
 from .cache_client import CacheClient
-from .causal import CausalAbortError, CausalInvocation
+from .causal import CausalAbortError, CausalInvocation, Reusable, inputs_digest
 from .config import WorkerConfig
 from .dagstate import PendingCalls, Ready
+from .guard import FunctionGuard, Interrupted
 from .library import UserLibrary
-from .output import CallOutput, Capture, join_logs, section
+from .output import CallOutput, Capture, UpstreamLogs, join_logs, section
 
 __all__ = ["Worker"]
 
 log = logging.getLogger("cloudburst.worker")
 _INBOX_LIMIT = 10000
-_UPSTREAM_LOG_CALLS = 1024   # calls whose upstream output a worker holds at most
 DONE_BATCH_SECONDS = 0.005
 _MSG_CODE = encode("msg", pb.UserMessage())[:1]
-
-
-class _Reusable(NamedTuple):
-    """A function result HB may reuse in its CON attempt: valid while the function reads the
-    same versions (`read_clocks`) with the same inputs (`inputs_digest`), until `expires`."""
-
-    expires: float
-    read_clocks: Dict[str, Dict[str, int]]
-    inputs_digest: bytes
-    value: bytes
-
-
-class _Interrupted(BaseException):
-    """Raised inside a running function by a signal handler: its time is up (TIMEOUT) or its
-    call was cancelled (CANCELLED). A BaseException, so `except Exception` in user code does
-    not swallow it."""
-
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
 
 
 class _FunctionError(Exception):
@@ -114,8 +92,7 @@ class Worker:
         # cancels reach a running function through this socket, read by the heartbeat thread
         self._control, self.control_address = bind_pull(self._context, config.ip,
                                                         ipc_dir=config.ipc_dir)
-        self._running: Optional[str] = None          # the call id of the function running now
-        self._cancel_target: Optional[str] = None    # a call asked to stop while running
+        self.guard = FunctionGuard()
         self._peers: Dict[str, str] = {}
         self._local: Deque[Tuple[str, Any]] = collections.deque()
         self._backlog: Deque[Any] = collections.deque()
@@ -130,8 +107,8 @@ class Worker:
         self.output = Capture(config.output_limit)
         self._printed = ""    # what the last function run printed
         # what upstream functions printed, per call and target, until the target runs
-        self._upstream_logs: Dict[str, Dict[str, List[str]]] = {}
-        self._reuse: Dict[Tuple[str, str], _Reusable] = {}
+        self._upstream_logs = UpstreamLogs()
+        self._reuse: Dict[Tuple[str, str], Reusable] = {}
         self._handlers = {"schedule": self._on_schedule, "trigger": self._on_trigger,
                           "abort": self._on_abort, "msg": self._on_msg}
 
@@ -253,29 +230,24 @@ class Worker:
             self._on_schedule(t.schedule)
         value = (bytes(t.value), t.causal) if t.HasField("causal") else bytes(t.value)
         if t.logs:
-            if len(self._upstream_logs) >= _UPSTREAM_LOG_CALLS:   # bounded: oldest call goes
-                self._upstream_logs.pop(next(iter(self._upstream_logs)))
-            self._upstream_logs.setdefault(t.call_id, {}).setdefault(t.target, []).append(t.logs)
+            self._upstream_logs.add(t.call_id, t.target, t.logs)
         ready = self.pending.add_trigger(t.call_id, t.target, t.source, value, time.monotonic())
         if ready is not None:
             self._run(ready)
 
     def _on_abort(self, message: pb.CallDone) -> None:
         self.pending.abort(message.call_id)
-        self._upstream_logs.pop(message.call_id, None)
+        self._upstream_logs.drop(message.call_id)
 
     def _call_logs(self, s: pb.Schedule, printed: str) -> str:
         """The upstream functions' output and this function's, bounded (executor/output.py)."""
-        calls = self._upstream_logs.get(s.call_id)
-        inherited = calls.pop(s.function, []) if calls else []
-        if calls is not None and not calls:
-            del self._upstream_logs[s.call_id]
+        inherited = self._upstream_logs.take(s.call_id, s.function)
         return join_logs(inherited + [section(s.function, printed)], self.output.limit)
 
     def _call_function(self, s: pb.Schedule, fn: Callable, args: List[Any],
                        deadline: float) -> Any:
         """Run the function with its output captured into `self._printed` (kept whether it
-        returns or raises), stopped by `_Interrupted` past its time limit or the call's
+        returns or raises), stopped (`Interrupted`) past its time limit or the call's
         deadline, or when the call is cancelled."""
         limit = s.time_limit or self._time_limits.get(s.function) or \
             self.config.function_time_limit
@@ -283,29 +255,11 @@ class Worker:
         reason = f"its time limit of {limit:g} s" if limit <= left else \
             f"the call's deadline ({s.timeout:g} s after it was scheduled)"
         self.output.begin(s.call_id, s.function)
-        self._interrupt_reason = reason
-        self._running = s.call_id
-        signal.setitimer(signal.ITIMER_REAL, max(0.001, min(limit, left)))
         try:
-            return fn(self.lib, *args)
+            return self.guard.run(s.call_id, min(limit, left), reason,
+                                  lambda: fn(self.lib, *args))
         finally:
-            self._running = None
-            signal.setitimer(signal.ITIMER_REAL, 0)
             self._printed = self.output.end()
-
-    def install_interrupts(self) -> None:
-        """Signal handlers that stop the running function (main thread only): SIGALRM when
-        its time is up, SIGUSR1 when its call is cancelled. Outside a function they do nothing."""
-        def time_up(signum: int, frame: Any) -> None:
-            if self._running is not None:
-                raise _Interrupted(pb.TIMEOUT, self._interrupt_reason)
-
-        def cancelled(signum: int, frame: Any) -> None:
-            if self._running is not None and self._running == self._cancel_target:
-                raise _Interrupted(pb.CANCELLED, "its call was cancelled")
-
-        signal.signal(signal.SIGALRM, time_up)
-        signal.signal(signal.SIGUSR1, cancelled)
 
     def _on_control(self) -> None:
         """Cancels (heartbeat thread): stop the running function if it belongs to the call."""
@@ -318,9 +272,7 @@ class Worker:
             except Exception as e:
                 log.warning("dropped a malformed control message: %s", e)
                 continue
-            self._cancel_target = call_id
-            if self._running == call_id:
-                signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+            self.guard.cancel(call_id)
 
     def _on_msg(self, m: pb.UserMessage) -> None:
         if len(self._inbox) >= _INBOX_LIMIT:
@@ -409,7 +361,7 @@ class Worker:
         except _FunctionError as e:
             self._fail(s, pb.EXECUTION_ERROR, str(e), e.tb)
             return
-        except _Interrupted as e:
+        except Interrupted as e:
             self._stopped(s, what, e)
             return
         finally:
@@ -463,7 +415,7 @@ class Worker:
                 reuse_key = (plan.call_id, s.function)
                 reuse = self._reuse.get(reuse_key) if plan.reuse_attempt else None
                 inv.bind(refs + (sorted(reuse.read_clocks) if reuse else []))
-                digest = _digest(raw_args, results)
+                digest = inputs_digest(raw_args, results)
                 if reuse is not None and reuse.read_clocks == inv.read_clocks() \
                         and reuse.inputs_digest == digest:
                     value = reuse.value         # HB: same read versions, same inputs (4.3.5)
@@ -476,7 +428,7 @@ class Worker:
                         self.invocation = None
                     value = dumps(result)
                     if plan.requested == pb.HB and plan.protocol == pb.OPT:
-                        self._reuse[reuse_key] = _Reusable(ready.deadline + 30.0,
+                        self._reuse[reuse_key] = Reusable(ready.deadline + 30.0,
                                                            inv.read_clocks(), digest, value)
                 versions = []
                 if s.sink:
@@ -501,7 +453,7 @@ class Worker:
         except _FunctionError as e:
             self._fail(s, pb.EXECUTION_ERROR, str(e), e.tb)
             return
-        except _Interrupted as e:
+        except Interrupted as e:
             self._stopped(s, what, e)
             return
         finally:
@@ -549,7 +501,7 @@ class Worker:
                     self._push.send(address, "abort", pb.CallDone(call_id=s.call_id))
         self._call_done(s.scheduler_address, s.call_id, ok=False)
 
-    def _stopped(self, s: pb.Schedule, what: str, e: _Interrupted) -> None:
+    def _stopped(self, s: pb.Schedule, what: str, e: Interrupted) -> None:
         """A function stopped by its time limit (TIMEOUT naming it) or by a cancel."""
         if e.status == pb.TIMEOUT:
             waiting = f"; {', '.join(repr(t) for t in s.targets)} waited for its result" \
@@ -617,17 +569,6 @@ def _resolve(inv: CausalInvocation, ref: Reference) -> Any:
     return [loads(d) for d in data] if isinstance(data, list) else loads(data)
 
 
-def _digest(raw_args: List[Any], results: List[bytes]) -> bytes:
-    h = hashlib.blake2b(digest_size=16)
-    for a in raw_args:
-        h.update(a if isinstance(a, bytes) else a.SerializeToString())
-        h.update(b"\0")
-    for r in results:
-        h.update(r)
-        h.update(b"\1")
-    return h.digest()
-
-
 def main() -> None:
     import argparse
 
@@ -644,7 +585,7 @@ def main() -> None:
     # what functions print goes to this worker's log, tagged by call, and to their callers
     sys.stdout = CallOutput(sys.__stdout__, worker.output)
     sys.stderr = CallOutput(sys.__stderr__, worker.output)
-    worker.install_interrupts()
+    worker.guard.install()
     worker.publish()
     announce_ready({"worker_id": worker.worker_id, "address": worker.address,
                     "pid": os.getpid()})

@@ -1,0 +1,50 @@
+"""Stopping a running function (executor/guard.py), in this process: pytest runs tests on
+the main thread, where Python delivers signals."""
+import threading
+import time
+
+import pytest
+
+from executor.guard import FunctionGuard, Interrupted
+from hydro_proto import cloudburst_pb2 as pb
+
+
+@pytest.fixture
+def guard():
+    import signal
+    old = signal.getsignal(signal.SIGALRM), signal.getsignal(signal.SIGUSR1)
+    g = FunctionGuard()
+    g.install()
+    yield g
+    signal.signal(signal.SIGALRM, old[0])
+    signal.signal(signal.SIGUSR1, old[1])
+
+
+def test_a_function_past_its_time_is_stopped_even_in_a_blocking_sleep(guard):
+    def swallow_errors():
+        try:
+            time.sleep(5)
+        except Exception:
+            return "swallowed"
+
+    start = time.monotonic()
+    with pytest.raises(Interrupted) as info:
+        guard.run("c1", 0.2, "its time limit of 0.2 s", swallow_errors)
+    assert info.value.status == pb.TIMEOUT and "0.2 s" in info.value.reason
+    assert time.monotonic() - start < 2
+
+
+def test_a_function_in_time_returns_and_the_timer_is_disarmed(guard):
+    assert guard.run("c1", 0.3, "limit", lambda: 42) == 42
+    time.sleep(0.5)                       # a stale timer would raise here, outside any call
+
+
+def test_cancel_stops_only_the_call_it_names(guard):
+    threading.Timer(0.2, guard.cancel, args=("other",)).start()
+    threading.Timer(0.4, guard.cancel, args=("c1",)).start()
+    start = time.monotonic()
+    with pytest.raises(Interrupted) as info:
+        guard.run("c1", 10, "limit", lambda: time.sleep(5))
+    assert info.value.status == pb.CANCELLED and 0.3 < time.monotonic() - start < 2
+    guard.cancel("c1")                    # nothing runs now: harmless
+    assert guard.run("c2", 10, "limit", lambda: "ok") == "ok"
