@@ -13,7 +13,10 @@ Contract:
   different one (tags never repeat within a process: an epoch plus a counter). Remembering
   an object keeps it alive (so its id cannot be reused), so at most `capacity` objects and
   `max_bytes` of them are remembered, least recently tagged first out; a forgotten object
-  gets a new tag (the worker then receives it once more, which is only slower).
+  gets a new tag (the worker then receives it once more, which is only slower). With
+  `identity`, objects are named by it instead of by object: the node cache passes a causal
+  version's (key, vector clock), which names its values whatever object holds them (a
+  version re-read from Anna or stripped by GC is a new object with the same values).
 - `LocalCopies(max_bytes)` (worker side): `have(keys)` -> {key: tag} to send;
   `use(key, tag, unchanged, values)` returns the values to hand out: the kept copy when
   `unchanged`, else `values`, which are kept when tagged. Least recently used copies are
@@ -39,20 +42,21 @@ class ValueTags:
         self._bytes = 0
         self._epoch = uuid.uuid4().hex[:8]
         self._seq = 0
-        # id(obj) -> (tag, obj, size): holding obj keeps its id from being reused
-        self._tags: "collections.OrderedDict[int, Tuple[str, Any, int]]" = \
+        # id(obj) or identity -> (tag, obj, size): holding obj keeps its id from being reused
+        self._tags: "collections.OrderedDict[Any, Tuple[str, Any, int]]" = \
             collections.OrderedDict()
 
-    def tag(self, obj: Any, size: int) -> str:
+    def tag(self, obj: Any, size: int, identity: Any = None) -> str:
         if size < self.min_bytes:
             return ""
-        known = self._tags.get(id(obj))
-        if known is not None and known[1] is obj:
-            self._tags.move_to_end(id(obj))
+        slot = id(obj) if identity is None else identity
+        known = self._tags.get(slot)
+        if known is not None and (identity is not None or known[1] is obj):
+            self._tags.move_to_end(slot)
             return known[0]
         self._seq += 1
         tag = f"{self._epoch}-{self._seq}"
-        self._tags[id(obj)] = (tag, obj, size)
+        self._tags[slot] = (tag, obj, size)
         self._bytes += size
         while len(self._tags) > self.capacity or (self._bytes > self.max_bytes
                                                    and len(self._tags) > 1):

@@ -237,7 +237,10 @@ class NodeCache:
         e.version.vc.update(version.vc)
         for dep_key, dep_vc in version.deps.items():
             e.deps.add(key=dep_key).vc.update(dep_vc)
-        e.tag = self._tags.tag(version, sum(len(v) for v in version.values))
+        # a causal version is named by its key and clock: equal versions held in different
+        # objects (re-read, re-offered, stripped by GC) keep one tag
+        e.tag = self._tags.tag(version, sum(len(v) for v in version.values),
+                               identity=(key, tuple(sorted(version.vc.items()))))
         if e.tag and req.have.get(key) == e.tag:
             e.unchanged = True
             return

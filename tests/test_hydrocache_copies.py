@@ -33,3 +33,11 @@ def test_tags_remember_a_bounded_number_of_bytes():
     tags.tag(b, 30)                       # 60 bytes > 50: a is forgotten (no longer kept alive)
     assert tags._bytes == 30 and tags.tag(a, 30) != ta
     assert tags.tag(c, 30) and tags._bytes <= 50
+
+
+def test_an_identity_names_equal_values_held_in_different_objects():
+    tags = ValueTags(min_bytes=1)
+    first = tags.tag([b"abc"], 3, identity=("k", (("w", 1),)))
+    assert tags.tag([b"abc"], 3, identity=("k", (("w", 1),))) == first   # another object
+    assert tags.tag([b"abd"], 3, identity=("k", (("w", 2),))) != first   # another version
+    assert tags.tag([b"abc"], 3) != first                                  # no identity: by object
