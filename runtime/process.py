@@ -208,10 +208,13 @@ def wait_all_ready(processes: Sequence[ManagedProcess], timeout: float) -> None:
         for p in pending:
             state = p.read_ready()
             if state is False:
-                p.proc.wait(5)  # the pipe closed: the process is exiting
-                raise StartupError(f"{p.name} exited with code {p.proc.returncode} before it "
-                                   f"was ready; its log ({p.log_path}) ends:\n{p.log_tail()}",
-                                   p.name)
+                try:
+                    p.proc.wait(5)  # the pipe closed: the process is exiting
+                    how = f"exited with code {p.proc.returncode}"
+                except subprocess.TimeoutExpired:
+                    how = "closed its ready pipe without announcing itself"
+                raise StartupError(f"{p.name} {how} before it was ready; its log "
+                                   f"({p.log_path}) ends:\n{p.log_tail()}", p.name)
             if state is None:
                 still.append(p)
         pending = still
