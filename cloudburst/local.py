@@ -24,7 +24,6 @@ from typing import Any, Dict, List, Optional
 
 from runtime.process import ManagedProcess, StartupError, stop_all, wait_all_ready
 from .client import Client
-from .errors import CloudburstError
 
 __all__ = ["LocalCluster", "StartupError"]
 

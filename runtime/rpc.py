@@ -11,7 +11,7 @@ case and returns None on timeout. `cache_reply` decodes the node cache's answers
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Collection, Dict, List, Optional, Tuple, TypeVar
+from typing import Callable, Collection, Dict, List, Optional, Tuple, TypeVar
 
 import zmq
 

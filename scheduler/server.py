@@ -342,13 +342,11 @@ class Scheduler:
     def _done(self, payload: bytes) -> None:
         done = pb.CallDone.FromString(payload)
         now = time.monotonic()
-        if done.call_id:
-            self._finish_one(done.call_id)
-        for call_id in done.call_ids:
-            self.stats.finished(caller_of(call_id), True, now)
-            self._finish_one(call_id)
-        for call_id in done.failed_ids:
-            self.stats.finished(caller_of(call_id), False, now)
+        finished = [(cid, True) for cid in ([done.call_id] if done.call_id else [])]
+        finished += [(cid, True) for cid in done.call_ids]
+        finished += [(cid, False) for cid in done.failed_ids]
+        for call_id, ok in finished:          # every report counts, whichever field it used
+            self.stats.finished(caller_of(call_id), ok, now)
             self._finish_one(call_id)
 
     def _status(self, payload: bytes) -> None:
