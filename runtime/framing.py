@@ -33,7 +33,8 @@ _CODE = {k: bytes([i + 1]) for i, k in enumerate(KIND_ORDER)}
 _KIND_OF = {i + 1: k for i, k in enumerate(KIND_ORDER)}
 
 ANNA_KINDS = frozenset({b"request", b"gossip", b"membership", b"replication", b"address",
-                        b"join", b"replicate"})
+                        b"join", b"replicate", b"heartbeat", b"leave", b"handoff",
+                        b"handoff_ack", b"fetch", b"fetched"})
 
 
 class FrameError(ValueError):
