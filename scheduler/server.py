@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import signal
 import time
 import uuid
 from typing import Any, Dict, List, Optional
@@ -376,12 +377,20 @@ class Scheduler:
     def _heartbeat(self, payload: bytes) -> None:
         s = pb.WorkerStatus.FromString(payload)
         if s.exited:
-            how = f"exited with code {s.exit_code}" if s.exit_code >= 0 else \
-                f"was killed by signal {-s.exit_code}"
+            status = pb.EXECUTION_ERROR
+            if s.exit_code >= 0:
+                how = f"exited with code {s.exit_code}"
+            elif -s.exit_code == signal.SIGPROF:
+                # executor/guard.py: a function past its time limit that never returned to
+                # the interpreter (stuck in C code) is stopped by killing its worker
+                how, status = ("was killed at its function's time limit (the function did "
+                               "not return to the interpreter)"), pb.TIMEOUT
+            else:
+                how = f"was killed by signal {-s.exit_code}"
             log.warning("worker %s of node %s %s", s.worker_id, s.node_id, how)
             for record in self.table.drop_worker(s.worker_id):
                 self._orphaned(record, s.worker_id, f"executor worker {s.worker_id} {how}",
-                               time.monotonic())
+                               time.monotonic(), status)
             return
         if self.table.heartbeat(s.worker_id, s.node_id, s.address, s.utilization,
                                 time.monotonic(), s.cache_address, s.control_address,
@@ -403,8 +412,10 @@ class Scheduler:
             self._orphaned(record, dead, f"executor worker {dead} died (no heartbeat for "
                                          f"{self.config.heartbeat_timeout:g} s)", now)
 
-    def _orphaned(self, record: CallRecord, dead: str, what: str, now: float) -> None:
-        """A call lost a worker it was placed on: it fails naming the worker and why."""
+    def _orphaned(self, record: CallRecord, dead: str, what: str, now: float,
+                  status: int = pb.EXECUTION_ERROR) -> None:
+        """A call lost a worker it was placed on: it fails (`status`) naming the worker and
+        why."""
         self.stats.finished(caller_of(record.call_id), False, now)
         fns = sorted(f for f, w in record.placement.items() if w == dead)
         message = f"{record.name}: {what} while the call's function(s) {fns} were placed on it"
@@ -413,7 +424,7 @@ class Scheduler:
             self._causal_calls.worker_died(causal, message, now)
             return
         self._push.send(record.response_address, "result", pb.CallResult(
-            request_id=record.call_id, status=pb.EXECUTION_ERROR, message=message))
+            request_id=record.call_id, status=status, message=message))
         for fn, wid in record.placement.items():
             address = self.table.address(wid)
             if address is not None:

@@ -52,6 +52,29 @@ def test_a_per_call_time_limit_overrides_the_function_s(client):
         client.call("echo", 1, time_limit=0)
 
 
+def test_a_function_stuck_in_c_code_past_its_limit_is_killed_and_its_worker_replaced(client):
+    # sum over a range runs in C and never checks for signals: the time-limit signal cannot
+    # stop it, so the CPU-time backstop kills the worker (executor/guard.py)
+    client.register(lambda lib: sum(range(10 ** 13)), "spin-in-c", time_limit=0.5)
+    # Holding the interpreter, the worker also stops heartbeating: depending on which comes
+    # first, the scheduler reports the missed heartbeats or the kill at the time limit.
+    start = time.monotonic()
+    with pytest.raises((cloudburst.Timeout, cloudburst.ExecutionError),
+                       match=r"killed at its function's time limit|no heartbeat"):
+        client.call("spin-in-c").get(timeout=30)
+    assert time.monotonic() - start < 20
+    # the worker is killed (it would otherwise spin forever) and its node restarts it
+
+    def echoed():
+        try:
+            return client.call("echo", 7).get(timeout=5) == 7
+        except cloudburst.NoResources:
+            return False
+
+    poll_until(echoed, 30, "the replaced worker serving again")
+    assert quick_echo(client) < 1.0
+
+
 def test_cancel_stops_a_running_call(client):
     def flagged_sleep(lib, flag):
         import time
