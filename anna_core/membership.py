@@ -1,37 +1,50 @@
 """Routing's membership state and decisions: no sockets, no clocks, no sleeps.
 
-Contract (DESIGN.md "Processes", proto/anna.proto, dissertation 3.2):
+Contract (DESIGN.md "Routing and membership", proto/anna.proto, dissertation 3.2.5-3.2.7):
 - `ClusterMembership` holds one cluster's membership: the kernel's `_core.ClusterMap` (every
-  placement answer comes from it; nothing is placed in Python), the membership version and
-  the replication overrides set through routing.
-- Each event method takes a parsed message and returns `Effects`, what routing must do:
-  `send` (messages in order: a kind for `[kind][payload]` messages to workers, `None` for
-  single-frame answers), `forget` (worker addresses that left: close their sockets),
-  `persist` (overrides to store in the KVS, see `metadata_put`) and `log` (level, text).
+  placement answer comes from it; nothing is placed in Python), the membership version, when
+  each node was last heard from, and the replication overrides set through routing.
+- Each event method takes a parsed message (and `now`, seconds on the caller's monotonic
+  clock, where time matters) and returns `Effects` (anna_core/effects.py). It never raises on
+  input: bad input is logged and changes nothing.
   * `join(NodeJoin)`: adds the node, or replaces the node with the same id (its addresses
-    that are gone are forgotten); bumps the version; sends the full `Membership` as kind
-    "membership" to every worker of every node and the same message as the join's ack to
-    `control_address` (when set). A join without node id or worker addresses, or with an
-    unknown tier, changes nothing and is logged.
-  * `address(KeyAddressRequest)`: answers a `KeyAddressResponse` with each key's addresses
-    (`ClusterMap.addresses(key, all_tiers)`) and the membership version; error NO_NODES when
-    some key has none.
-  * `replicate(SetReplication)`: sets each key's replication in the map and the overrides,
-    sends a `ReplicationUpdate` (kind "replication") to every worker, asks to persist each
-    override under `replication_metadata_key(key)` at that key's replicas in all tiers, and
-    answers a `KeyAddressResponse` with the keys' new addresses.
-  * `handle(kind, payload)` parses a routing message ("join", "address", "replicate") and
-    calls the matching method; an unknown kind or an unparsable payload is logged and
-    changes nothing. It never raises on input.
-- A request without a response address gets no answer (logged).
-- `membership()` is the full current `Membership` (version, nodes as the map lists them,
-  default replication, vnodes, overrides), exactly what workers receive.
+    that are gone are forgotten); broadcasts; acks `control_address` with the Membership.
+  * `leave(NodeLeave)`: removes the node; broadcasts to every remaining worker AND to the
+    leaving node's workers (they must learn the new owners to hand their keys off); acks
+    `control_address` with the new Membership. An unknown node is logged and acked. Later
+    heartbeats of a node that left are ignored until it joins again.
+  * `heartbeat(NodeHeartbeat, now)`: records that the node is alive. An unknown node (routing
+    restarted, or a node declared failed that is alive after all) is admitted like a join.
+    A heartbeat reporting a version above routing's while routing knows no node starts the
+    recovery phase (below). A node reporting an older version than routing's is sent the
+    current Membership again (at most once per heartbeat period).
+  * `tick(now)`: nodes silent for more than `heartbeat_timeout` are removed (a WARNING names
+    each and how long it was silent) and the new Membership is broadcast; ends recovery.
+  * `address(KeyAddressRequest)`: each key's addresses and the version; NO_NODES when some
+    key has none. Answered at once, also during recovery (with what routing knows).
+  * `replicate(SetReplication)`: sets the overrides, sends a `ReplicationUpdate` to every
+    worker, persists each override under `replication_metadata_key(key)` and adds the keys
+    to the index `REPLICATION_INDEX_KEY`, answers the keys' new addresses.
+  * `overrides_loaded(mapping)`: overrides read back from the KVS; keys without an override
+    set since this routing started take them, and workers get a `ReplicationUpdate` (during
+    recovery they ride on the recovery broadcast instead).
+  * `handle(kind, payload, now)` parses a routing message and dispatches it.
+- Broadcast: every membership change sends the full `Membership` (kind "membership") to every
+  worker of every node, with version = max(own version, highest version any heartbeat
+  reported) + 1, so versions strictly increase and a broadcast supersedes whatever the
+  workers applied (also when another routing process produced it). Once per change, if a
+  heartbeat shows the workers went past this routing's broadcast (another routing's, made
+  from a different view), the membership is broadcast once more above it.
+- Recovery (a restarted routing must not broadcast a partial ring): nodes heard from during
+  `recovery_period` are collected silently, joins and leaves are applied but acked only at
+  the end; then one broadcast at max(reported) + 1, and the acks. `Effects.load_overrides`
+  asks the service to read the persisted overrides back (also when a fresh routing first
+  gets a node).
+- `membership()` is the full current `Membership`, exactly what workers receive.
 """
 from __future__ import annotations
 
-import logging
-from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from google.protobuf.message import DecodeError, Message
 
@@ -39,80 +52,63 @@ from hydro_proto import anna_pb2
 
 from . import _core
 from .config import Replication
+from .effects import (REPLICATION_INDEX_KEY, REPLICATION_PREFIX, Effects, Outgoing, Persist,
+                      PersistIndex, metadata_put, replication_metadata_key)
 
-__all__ = ["ClusterMembership", "Effects", "Outgoing", "Persist", "REPLICATION_PREFIX",
-           "replication_metadata_key", "metadata_put"]
+__all__ = ["ClusterMembership", "Effects", "Outgoing", "Persist", "PersistIndex",
+           "REPLICATION_PREFIX", "REPLICATION_INDEX_KEY", "replication_metadata_key",
+           "metadata_put"]
 
-REPLICATION_PREFIX = "__anna__/replication/"
-
-
-def replication_metadata_key(key: str) -> str:
-    """The KVS key under which routing stores `key`'s replication override."""
-    return REPLICATION_PREFIX + key
-
-
-@dataclass(frozen=True)
-class Outgoing:
-    """One message to send: `[kind][payload]` to a worker, or a single frame when kind is None."""
-
-    address: str
-    kind: Optional[str]
-    message: Message
-
-
-@dataclass(frozen=True)
-class Persist:
-    """Store `replication` (an `anna.Replication`) as LWW metadata under `key` at `addresses`."""
-
-    key: str
-    replication: anna_pb2.Replication
-    addresses: Tuple[str, ...]
-
-
-@dataclass
-class Effects:
-    """What routing must do after one event."""
-
-    send: List[Outgoing] = field(default_factory=list)
-    forget: List[str] = field(default_factory=list)
-    persist: List[Persist] = field(default_factory=list)
-    log: List[Tuple[int, str]] = field(default_factory=list)
-
-    def warn(self, text: str) -> "Effects":
-        """Record a warning; returns self."""
-        self.log.append((logging.WARNING, text))
-        return self
-
-    def info(self, text: str) -> "Effects":
-        """Record an informational note; returns self."""
-        self.log.append((logging.INFO, text))
-        return self
-
-
-def metadata_put(persist: Persist, timestamp: int, request_id: str,
-                 response_address: str) -> anna_pb2.KeyRequest:
-    """The KVS PUT storing one override: an LWW lattice at `timestamp` holding the serialized
-    `anna.Replication`, answered at `response_address`."""
-    value = _core.LWWLattice(timestamp, persist.replication.SerializeToString())
-    request = anna_pb2.KeyRequest(type=anna_pb2.PUT, response_address=response_address,
-                                  request_id=request_id)
-    request.tuples.add(key=persist.key, lattice_type=value.lattice_type,
-                       payload=value.serialize())
-    return request
+MAX_VNODES = 4096
 
 
 class ClusterMembership:
-    """One cluster's membership, key placement and replication overrides, as a state machine."""
+    """One cluster's membership, key placement, liveness and replication overrides.
 
-    def __init__(self, default_replication: Replication = Replication(), vnodes: int = 64) -> None:
+    Args:
+        default_replication: the replication vector of keys without an override.
+        vnodes: virtual nodes per member on every ring (1..4096).
+        heartbeat_period: how often nodes heartbeat (s); paces re-sends to lagging nodes.
+        heartbeat_timeout: a node silent for longer is removed (s, > 0).
+        recovery_period: how long a restarted routing collects heartbeats before its first
+            broadcast (s); None = `heartbeat_period`.
+    """
+
+    def __init__(self, default_replication: Replication = Replication(), vnodes: int = 64, *,
+                 heartbeat_period: float = 1.0, heartbeat_timeout: float = 3.0,
+                 recovery_period: Optional[float] = None) -> None:
+        if isinstance(vnodes, bool) or not isinstance(vnodes, int) or not 1 <= vnodes <= MAX_VNODES:
+            raise ValueError(f"vnodes must be an int in 1..{MAX_VNODES}, got {vnodes!r}")
+        if not heartbeat_period > 0 or not heartbeat_timeout > 0:
+            raise ValueError("heartbeat_period and heartbeat_timeout must be > 0")
         self.default_replication = Replication.coerce(default_replication)
         self.vnodes = vnodes
+        self.heartbeat_period = float(heartbeat_period)
+        self.heartbeat_timeout = float(heartbeat_timeout)
+        self.recovery_period = float(heartbeat_period if recovery_period is None
+                                     else recovery_period)
         self.cluster_map = _core.ClusterMap(
             default_replication=self.default_replication.as_tuple(), vnodes=vnodes)
         self.version = 0
         self.overrides: Dict[str, Replication] = {}
+        self.last_seen: Dict[str, float] = {}
+        self.departed: Dict[str, float] = {}        # node id -> when it left
+        self.reported = 0                           # highest version a heartbeat reported
+        self.recovering_until: Optional[float] = None
+        self.now = 0.0                              # latest time an event brought
+        self._deferred_acks: List[str] = []
+        self._deferred_targets: List[str] = []
+        self._broadcast_version = 0
+        self._owed = False                          # may still re-broadcast above a rival
+        self._resent: Dict[str, float] = {}         # node id -> last repair re-send
+        self._ever_had_nodes = False
 
     # ---- queries ----------------------------------------------------------------------
+
+    @property
+    def recovering(self) -> bool:
+        """Whether routing is collecting heartbeats before its first broadcast."""
+        return self.recovering_until is not None
 
     def membership(self) -> anna_pb2.Membership:
         """The full current membership, as sent to workers."""
@@ -123,6 +119,10 @@ class ClusterMembership:
         for key, replication in self.overrides.items():
             m.overrides.add(key=key, replication=replication.to_proto())
         return m
+
+    def node_ids(self) -> List[str]:
+        """The ids of the current members."""
+        return [node_id for node_id, _tier, _addresses in self.cluster_map.nodes()]
 
     def worker_addresses(self) -> List[str]:
         """Every worker's request address in every tier."""
@@ -142,41 +142,131 @@ class ClusterMembership:
 
     # ---- events -----------------------------------------------------------------------
 
-    def handle(self, kind: str, payload: bytes) -> Effects:
+    def handle(self, kind: str, payload: bytes, now: Optional[float] = None) -> Effects:
         """Parse and apply one routing message; bad input is logged, never raised."""
-        handlers = {"join": (anna_pb2.NodeJoin, self.join),
-                    "address": (anna_pb2.KeyAddressRequest, self.address),
-                    "replicate": (anna_pb2.SetReplication, self.replicate)}
+        handlers = {"join": anna_pb2.NodeJoin, "address": anna_pb2.KeyAddressRequest,
+                    "replicate": anna_pb2.SetReplication, "heartbeat": anna_pb2.NodeHeartbeat,
+                    "leave": anna_pb2.NodeLeave}
         if kind not in handlers:
             return Effects().warn(f"dropped message of kind {kind!r}: routing does not handle it")
-        message_type, handler = handlers[kind]
         try:
-            message = message_type.FromString(bytes(payload))
+            message = handlers[kind].FromString(bytes(payload))
         except DecodeError as e:
             return Effects().warn(f"dropped {kind!r} message: payload does not parse ({e})")
-        return handler(message)
+        if kind == "join":
+            return self.join(message, now)
+        if kind == "leave":
+            return self.leave(message, now)
+        if kind == "heartbeat":
+            return self.heartbeat(message, self.now if now is None else now)
+        if kind == "address":
+            return self.address(message)
+        return self.replicate(message)
 
-    def join(self, join: anna_pb2.NodeJoin) -> Effects:
+    def join(self, join: anna_pb2.NodeJoin, now: Optional[float] = None) -> Effects:
         """A node joins (or rejoins with new addresses): broadcast the new membership."""
-        node = join.node
+        self._clock(now)
         effects = Effects()
-        if not node.node_id or not node.worker_addresses:
-            return effects.warn(f"dropped join without node_id or worker addresses: {join!r}")
-        if node.tier not in (anna_pb2.MEMORY, anna_pb2.DISK):
-            return effects.warn(f"dropped join of {node.node_id!r}: unknown tier {node.tier}")
-        new_addresses = list(node.worker_addresses)
-        for node_id, _tier, addresses in self.cluster_map.nodes():
-            if node_id == node.node_id:
-                self.cluster_map.remove_node(node_id)
-                effects.forget.extend(a for a in addresses if a not in new_addresses)
-        self.cluster_map.add_node(node.node_id, int(node.tier), new_addresses)
-        self.version += 1
-        effects.info(f"node {node.node_id} (tier {node.tier}, {len(new_addresses)} workers) "
-                     f"joined; membership version {self.version}")
-        membership = self.membership()
-        effects.send.extend(Outgoing(a, "membership", membership) for a in self.worker_addresses())
-        if join.control_address:
-            effects.send.append(Outgoing(join.control_address, None, membership))
+        problem = self._check_node(join.node)
+        if problem:
+            return effects.warn(f"dropped join: {problem}: {join!r}")
+        node = join.node
+        self.departed.pop(node.node_id, None)
+        self._admit(node, effects)
+        self._change(effects, acks=[join.control_address])
+        return effects.info(f"node {node.node_id} (tier {node.tier}, "
+                            f"{len(node.worker_addresses)} workers) joined; {self._state()}")
+
+    def leave(self, leave: anna_pb2.NodeLeave, now: Optional[float] = None) -> Effects:
+        """A node leaves gracefully: broadcast (also to it) and ack with the new membership."""
+        self._clock(now)
+        effects = Effects()
+        if not leave.node_id:
+            return effects.warn(f"dropped leave without node_id: {leave!r}")
+        self.departed[leave.node_id] = self.now
+        addresses = self._remove(leave.node_id)
+        if addresses is None:
+            effects.info(f"leave of {leave.node_id!r}, which is not a member; acknowledged")
+            return self._ack_only(effects, leave.control_address)
+        self._change(effects, acks=[leave.control_address], targets=addresses)
+        return effects.info(f"node {leave.node_id} leaves; its {len(addresses)} workers hand "
+                            f"off; {self._state()}")
+
+    def heartbeat(self, heartbeat: anna_pb2.NodeHeartbeat, now: float) -> Effects:
+        """A node is alive (and reports the membership version its workers applied)."""
+        self._clock(now)
+        effects = Effects()
+        problem = self._check_node(heartbeat.node)
+        if problem:
+            return effects.warn(f"dropped heartbeat: {problem}")
+        node = heartbeat.node
+        if node.node_id in self.departed:
+            return effects.debug(f"heartbeat of {node.node_id}, which left, ignored")
+        reported = int(heartbeat.membership_version)
+        members = {n: (t, list(a)) for n, t, a in self.cluster_map.nodes()}
+        if not members and reported > self.version and not self.recovering:
+            self.recovering_until = self.now + self.recovery_period
+            effects.load_overrides = True
+            effects.info(f"heartbeat of {node.node_id} reports membership version {reported} "
+                         f"> {self.version}: routing restarted; collecting heartbeats for "
+                         f"{self.recovery_period:g} s before broadcasting")
+        self.reported = max(self.reported, reported)
+        self.last_seen[node.node_id] = self.now
+        current = members.get(node.node_id)
+        if current != (int(node.tier), list(node.worker_addresses)):
+            self._admit(node, effects)
+            if self.recovering:
+                return effects.debug(f"recovery: node {node.node_id} known from its heartbeat")
+            self._change(effects, acks=[heartbeat.control_address])
+            return effects.info(f"node {node.node_id} admitted from its heartbeat "
+                                f"({'new addresses' if current else 'not a member'}); "
+                                f"{self._state()}")
+        if self.recovering or reported == 0:
+            return effects      # 0: the node does not know its workers' version (yet)
+        if reported == self._broadcast_version:
+            self._owed = False
+        elif reported < self.version:
+            if self.now - self._resent.get(node.node_id, -1e18) >= self.heartbeat_period:
+                self._resent[node.node_id] = self.now
+                membership = self.membership()
+                effects.send.extend(Outgoing(a, "membership", membership)
+                                    for a in node.worker_addresses)
+                effects.debug(f"node {node.node_id} reports version {reported} < "
+                              f"{self.version}; membership sent again")
+        elif reported > self._broadcast_version and self._owed:
+            self._owed = False
+            effects.info(f"node {node.node_id} applied version {reported}, above this "
+                         f"routing's {self._broadcast_version}; broadcasting above it")
+            self._broadcast(effects)
+            self._owed = False
+            effects.info(self._state())
+        return effects
+
+    def tick(self, now: float) -> Effects:
+        """Time passed: end recovery, remove nodes silent past the timeout."""
+        self._clock(now)
+        effects = Effects()
+        if self.recovering:
+            if self.now < self.recovering_until:
+                return effects
+            self.recovering_until = None
+            self._change(effects)
+            return effects.info(f"recovery over: {len(self.node_ids())} nodes "
+                                f"({', '.join(self.node_ids()) or 'none'}); {self._state()}")
+        removed = []
+        for node_id in self.node_ids():
+            silent = self.now - self.last_seen.get(node_id, self.now)
+            if silent > self.heartbeat_timeout:
+                effects.forget.extend(self._remove(node_id) or [])
+                removed.append(node_id)
+                effects.warn(f"node {node_id} silent for {silent:.2f} s (timeout "
+                             f"{self.heartbeat_timeout:g} s): removed from the ring")
+        for node_id, when in list(self.departed.items()):
+            if self.now - when > 10 * self.heartbeat_timeout:
+                del self.departed[node_id]
+        if removed:
+            self._change(effects)
+            effects.info(self._state())
         return effects
 
     def address(self, request: anna_pb2.KeyAddressRequest) -> Effects:
@@ -189,23 +279,134 @@ class ClusterMembership:
         effects = Effects()
         update = anna_pb2.ReplicationUpdate()
         for kr in request.replications:
-            replication = Replication.from_proto(kr.replication)
+            try:
+                replication = Replication.from_proto(kr.replication)
+            except ValueError as e:
+                effects.warn(f"replication of {kr.key!r} ignored: {e}")
+                continue
             self.cluster_map.set_replication(kr.key, replication.as_tuple())
             self.overrides[kr.key] = replication
             update.overrides.add(key=kr.key, replication=kr.replication)
             effects.info(f"replication of {kr.key!r} set to {replication.as_tuple()}")
         if update.overrides:
-            effects.send.extend(Outgoing(a, "replication", update) for a in self.worker_addresses())
-            for kr in update.overrides:
-                meta_key = replication_metadata_key(kr.key)
-                addresses = tuple(self.cluster_map.addresses(meta_key, True))
-                if addresses:
-                    effects.persist.append(Persist(meta_key, kr.replication, addresses))
-                else:
-                    effects.warn(f"no KVS node to store {meta_key}; override kept in routing only")
+            if not self.recovering:
+                effects.send.extend(Outgoing(a, "replication", update)
+                                    for a in self.worker_addresses())
+            self._persist(effects, update.overrides)
         response = self.address_response([kr.key for kr in request.replications], False,
                                          request.request_id)
         return self._answer(effects, request.response_address, response)
+
+    def overrides_loaded(self, loaded: Mapping[str, Replication]) -> Effects:
+        """Overrides read back from the KVS; those set since this routing started win."""
+        effects = Effects()
+        update = anna_pb2.ReplicationUpdate()
+        for key, value in loaded.items():
+            if key in self.overrides:
+                continue
+            try:
+                replication = Replication.coerce(value)
+            except (TypeError, ValueError) as e:
+                effects.warn(f"persisted override of {key!r} ignored: {e}")
+                continue
+            self.cluster_map.set_replication(key, replication.as_tuple())
+            self.overrides[key] = replication
+            update.overrides.add(key=key, replication=replication.to_proto())
+        effects.info(f"{len(update.overrides)} replication overrides loaded from the KVS")
+        if update.overrides and not self.recovering:
+            effects.send.extend(Outgoing(a, "replication", update)
+                                for a in self.worker_addresses())
+        return effects
+
+    # ---- internals --------------------------------------------------------------------
+
+    def _clock(self, now: Optional[float]) -> None:
+        if now is not None and now > self.now:
+            self.now = float(now)
+
+    @staticmethod
+    def _check_node(node: anna_pb2.NodeInfo) -> str:
+        if not node.node_id or not node.worker_addresses:
+            return "no node_id or no worker addresses"
+        if node.tier not in (anna_pb2.MEMORY, anna_pb2.DISK):
+            return f"node {node.node_id!r} has unknown tier {node.tier}"
+        return ""
+
+    def _admit(self, node: anna_pb2.NodeInfo, effects: Effects) -> None:
+        """Add the node, replacing a member with the same id; forget its vanished addresses."""
+        new_addresses = list(node.worker_addresses)
+        old = self._remove(node.node_id)
+        if old:
+            effects.forget.extend(a for a in old if a not in new_addresses)
+        self.cluster_map.add_node(node.node_id, int(node.tier), new_addresses)
+        self.last_seen[node.node_id] = self.now
+        if not self._ever_had_nodes:
+            self._ever_had_nodes = True
+            effects.load_overrides = True
+
+    def _remove(self, node_id: str) -> Optional[List[str]]:
+        """Remove a member; its worker addresses, or None if it was not a member."""
+        for member, _tier, addresses in self.cluster_map.nodes():
+            if member == node_id:
+                self.cluster_map.remove_node(node_id)
+                self.last_seen.pop(node_id, None)
+                self._resent.pop(node_id, None)
+                return list(addresses)
+        return None
+
+    def _broadcast(self, effects: Effects, targets: Sequence[str] = ()) -> anna_pb2.Membership:
+        """Bump the version above everything seen and send the membership to every worker."""
+        self.version = max(self.version, self.reported) + 1
+        self._broadcast_version = self.version
+        self._owed = True
+        membership = self.membership()
+        addresses = self.worker_addresses()
+        addresses += [a for a in dict.fromkeys(targets) if a not in addresses]
+        effects.send.extend(Outgoing(a, "membership", membership) for a in addresses)
+        return membership
+
+    def _state(self) -> str:
+        if self.recovering:
+            return "broadcast deferred until recovery ends"
+        return f"membership version {self.version}, {len(self.node_ids())} nodes"
+
+    def _change(self, effects: Effects, acks: Sequence[str] = (),
+                targets: Sequence[str] = ()) -> Effects:
+        """The membership changed: broadcast and ack now, or at the end of recovery."""
+        acks = [a for a in acks if a]
+        if self.recovering:
+            self._deferred_acks.extend(acks)
+            self._deferred_targets.extend(targets)
+            return effects
+        acks = self._deferred_acks + acks
+        targets = self._deferred_targets + list(targets)
+        self._deferred_acks, self._deferred_targets = [], []
+        membership = self._broadcast(effects, targets)
+        effects.send.extend(Outgoing(a, None, membership) for a in dict.fromkeys(acks))
+        return effects
+
+    def _ack_only(self, effects: Effects, control_address: str) -> Effects:
+        if not control_address:
+            return effects
+        if self.recovering:
+            self._deferred_acks.append(control_address)
+            return effects
+        effects.send.append(Outgoing(control_address, None, self.membership()))
+        return effects
+
+    def _persist(self, effects: Effects, overrides: Sequence[anna_pb2.KeyReplication]) -> None:
+        index_addresses = tuple(self.cluster_map.addresses(REPLICATION_INDEX_KEY, True))
+        for kr in overrides:
+            meta_key = replication_metadata_key(kr.key)
+            addresses = tuple(self.cluster_map.addresses(meta_key, True))
+            if addresses:
+                effects.persist.append(Persist(meta_key, kr.replication, addresses))
+            else:
+                effects.warn(f"no KVS node to store {meta_key}; override kept in routing only")
+        if index_addresses:
+            effects.persist.append(PersistIndex(
+                REPLICATION_INDEX_KEY, tuple(dict.fromkeys(kr.key for kr in overrides)),
+                index_addresses))
 
     @staticmethod
     def _answer(effects: Effects, address: str, response: Message) -> Effects:
@@ -214,3 +415,21 @@ class ClusterMembership:
         else:
             effects.warn("request without response_address; no answer sent")
         return effects
+
+
+def loaded_overrides(index: Sequence[str],
+                     values: Mapping[str, bytes]) -> Tuple[Dict[str, Replication], List[str]]:
+    """Parse persisted overrides: `values` maps a metadata key to its serialized
+    `anna.Replication`. Returns ({key: Replication}, [problems]); never raises."""
+    result: Dict[str, Replication] = {}
+    problems: List[str] = []
+    for key in index:
+        payload = values.get(replication_metadata_key(key))
+        if payload is None:
+            problems.append(f"override of {key!r} listed in the index but not stored")
+            continue
+        try:
+            result[key] = Replication.from_proto(anna_pb2.Replication.FromString(payload))
+        except (DecodeError, ValueError) as e:
+            problems.append(f"override of {key!r} does not parse: {e}")
+    return result, problems

@@ -12,8 +12,9 @@ from hypothesis import given, settings, strategies as st
 
 from anna_core import _core
 from anna_core.config import Replication
-from anna_core.membership import (REPLICATION_PREFIX, ClusterMembership, Effects, Outgoing,
-                                  Persist, metadata_put, replication_metadata_key)
+from anna_core.membership import (REPLICATION_INDEX_KEY, REPLICATION_PREFIX, ClusterMembership,
+                                  Effects, Outgoing, Persist, PersistIndex, loaded_overrides,
+                                  metadata_put, replication_metadata_key)
 from hydro_proto import anna_pb2
 
 CONTROL = "tcp://node-control:1"
@@ -189,8 +190,10 @@ def test_replicate_updates_broadcasts_persists_and_answers():
             for o in update.overrides] == [("hot", 1, 0)]
     meta = replication_metadata_key("hot")
     assert meta == REPLICATION_PREFIX + "hot"
+    index = PersistIndex(REPLICATION_INDEX_KEY, ("hot",),
+                         tuple(core.cluster_map.addresses(REPLICATION_INDEX_KEY, True)))
     assert effects.persist == [Persist(meta, Replication(0, 1, 1, 1).to_proto(),
-                                       tuple(core.cluster_map.addresses(meta, True)))]
+                                       tuple(core.cluster_map.addresses(meta, True))), index]
     assert set(effects.persist[0].addresses) == {m[0], d[0]}
     response = answer(effects, anna_pb2.KeyAddressResponse)
     assert response.request_id == "r1" and response.error == anna_pb2.NO_ERROR
@@ -280,3 +283,251 @@ def test_arbitrary_input_never_raises(kind, payload):
     if kind in ("membership", "nonsense"):
         assert effects.send == [] and [lvl for lvl, _ in effects.log] == [logging.WARNING]
     assert core.version in (1, 2)
+
+
+# ---------------------------------------------------------------- leave, heartbeats, failures
+
+def heartbeat_message(node_id: str, addresses: List[str], version: int = 0, tier: int = 0,
+                      control: str = CONTROL, pending: int = 0):
+    hb = anna_pb2.NodeHeartbeat(control_address=control, membership_version=version,
+                                handoff_pending=pending)
+    hb.node.node_id = node_id
+    hb.node.tier = tier
+    hb.node.worker_addresses.extend(addresses)
+    return hb
+
+
+def memberships(effects: Effects) -> Dict[str, anna_pb2.Membership]:
+    """Worker address -> Membership sent to it (kind "membership")."""
+    return {o.address: o.message for o in effects.send if o.kind == "membership"}
+
+
+def test_a_leave_reaches_the_leaving_workers_and_acks_without_the_node():
+    core = ClusterMembership()
+    a, b = workers_of("a", 2), workers_of("b", 1)
+    core.join(join_message("a", 0, a), now=0.0)
+    core.join(join_message("b", 0, b), now=0.0)
+    effects = core.leave(anna_pb2.NodeLeave(node_id="a", control_address="tcp://a-ctl:1"), now=1.0)
+    assert core.version == 3 and core.node_ids() == ["b"]
+    sent = memberships(effects)
+    assert set(sent) == set(a + b) and {m.version for m in sent.values()} == {3}
+    assert [n.node_id for n in sent[a[0]].nodes] == ["b"]
+    (ack,) = [o for o in effects.send if o.kind is None]
+    assert ack.address == "tcp://a-ctl:1" and ack.message == sent[b[0]]
+    assert effects.forget == []  # the leaving workers still get the broadcast
+    # Heartbeats the node sent before it stopped do not bring it back ...
+    assert core.heartbeat(heartbeat_message("a", a, 2), now=1.1).send == []
+    assert core.node_ids() == ["b"]
+    # ... but a join does (a restarted node), and then its heartbeats count again.
+    core.join(join_message("a", 0, a), now=2.0)
+    assert core.node_ids() == ["a", "b"]
+
+
+def test_leaving_an_unknown_node_is_logged_and_acked():
+    core = ClusterMembership()
+    core.join(join_message("b", 0, ["tcp://b:0"]))
+    effects = core.leave(anna_pb2.NodeLeave(node_id="ghost", control_address="tcp://g:1"))
+    assert core.version == 1 and memberships(effects) == {}
+    assert [(o.address, o.message.version) for o in effects.send] == [("tcp://g:1", 1)]
+    assert effects.log and "ghost" in effects.log[0][1]
+    assert core.leave(anna_pb2.NodeLeave()).log[0][0] == logging.WARNING
+
+
+def test_an_unknown_node_heartbeating_is_admitted_like_a_join():
+    core = ClusterMembership()
+    core.join(join_message("a", 0, ["tcp://a:0"]), now=0.0)
+    effects = core.heartbeat(heartbeat_message("b", ["tcp://b:0"], version=1), now=0.5)
+    assert core.node_ids() == ["a", "b"] and core.version == 2
+    assert set(memberships(effects)) == {"tcp://a:0", "tcp://b:0"}
+    assert [o.address for o in effects.send if o.kind is None] == [CONTROL]
+    # A known node heartbeating with the current version changes nothing.
+    assert core.heartbeat(heartbeat_message("b", ["tcp://b:0"], version=2), now=0.6).send == []
+
+
+def test_a_silent_node_is_removed_after_the_timeout_and_the_warning_names_it():
+    core = ClusterMembership(heartbeat_period=1.0, heartbeat_timeout=3.0)
+    core.join(join_message("a", 0, ["tcp://a:0"]), now=0.0)
+    core.join(join_message("b", 0, ["tcp://b:0"]), now=0.0)
+    core.heartbeat(heartbeat_message("a", ["tcp://a:0"], 2), now=2.5)
+    assert core.tick(3.0).send == [] and core.node_ids() == ["a", "b"]  # exactly the timeout
+    effects = core.tick(3.25)
+    assert core.node_ids() == ["a"] and core.version == 3
+    assert set(memberships(effects)) == {"tcp://a:0"} and effects.forget == ["tcp://b:0"]
+    (warning,) = [text for level, text in effects.log if level == logging.WARNING]
+    assert "node b silent for 3.25 s" in warning
+    effects = core.tick(6.0)   # a heard at 2.5: silent 3.5 s
+    assert core.node_ids() == [] and effects.forget == ["tcp://a:0"]
+
+
+def test_a_node_behind_gets_the_membership_again_at_most_once_per_period():
+    core = ClusterMembership(heartbeat_period=1.0)
+    core.join(join_message("a", 0, ["tcp://a:0"]), now=0.0)
+    core.join(join_message("b", 0, ["tcp://b:0"]), now=0.0)
+    effects = core.heartbeat(heartbeat_message("a", ["tcp://a:0"], version=1), now=0.5)
+    assert [(o.address, o.kind, o.message.version) for o in effects.send] == \
+        [("tcp://a:0", "membership", 2)]
+    assert core.version == 2
+    assert core.heartbeat(heartbeat_message("a", ["tcp://a:0"], version=1), now=1.0).send == []
+    assert len(core.heartbeat(heartbeat_message("a", ["tcp://a:0"], 1), now=1.6).send) == 1
+
+
+def test_a_rival_routings_higher_version_is_overtaken_once():
+    core = ClusterMembership()
+    core.join(join_message("a", 0, ["tcp://a:0"]), now=0.0)          # version 1
+    effects = core.heartbeat(heartbeat_message("a", ["tcp://a:0"], version=5), now=0.5)
+    assert {m.version for m in memberships(effects).values()} == {6} and core.version == 6
+    # Once is enough: another rival version is adopted as a floor only.
+    assert core.heartbeat(heartbeat_message("a", ["tcp://a:0"], version=9), now=0.6).send == []
+    effects = core.join(join_message("b", 0, ["tcp://b:0"]), now=0.7)
+    assert core.version == 10
+
+
+def test_a_restarted_routing_recovers_before_its_first_broadcast():
+    core = ClusterMembership(heartbeat_period=1.0, heartbeat_timeout=3.0)
+    a, b = workers_of("a", 2), workers_of("b", 1)
+    effects = core.heartbeat(heartbeat_message("a", a, version=7), now=10.0)
+    assert core.recovering and effects.load_overrides and effects.send == []
+    assert core.heartbeat(heartbeat_message("b", b, version=6), now=10.3).send == []
+    # Lookups are answered meanwhile with what routing has.
+    assert answer(core.address(anna_pb2.KeyAddressRequest(keys=["k"], response_address=CLIENT)),
+                  anna_pb2.KeyAddressResponse).error == anna_pb2.NO_ERROR
+    # A leave during recovery is acked only with the recovery broadcast.
+    core.join(join_message("c", 0, ["tcp://c:0"], control="tcp://c-ctl:1"), now=10.4)
+    leave = core.leave(anna_pb2.NodeLeave(node_id="c", control_address="tcp://c-ctl:1"), now=10.5)
+    assert leave.send == []
+    assert core.tick(10.9).send == [] and core.recovering
+    effects = core.tick(11.0)
+    assert not core.recovering and core.version == 8
+    sent = memberships(effects)
+    assert set(sent) == set(a + b + ["tcp://c:0"]) and {m.version for m in sent.values()} == {8}
+    assert [n.node_id for n in sent[a[0]].nodes] == ["a", "b"]
+    assert [(o.address, o.message.version) for o in effects.send if o.kind is None] == \
+        [("tcp://c-ctl:1", 8)]
+    assert [text for _, text in effects.log if "recovery over" in text]
+
+
+def test_replication_overrides_are_indexed_and_reloaded_after_a_restart():
+    core = ClusterMembership()
+    core.join(join_message("a", 0, ["tcp://a:0"]))
+    effects = core.replicate(replicate_message({"x": (2, 1, 0, 1), "y": (1, 2, 0, 1)}))
+    (index,) = [p for p in effects.persist if isinstance(p, PersistIndex)]
+    assert index.key == REPLICATION_INDEX_KEY and index.members == ("x", "y")
+    stored = {p.key: p.replication.SerializeToString() for p in effects.persist
+              if isinstance(p, Persist)}
+    put = metadata_put(index, 0, "r", "tcp://r:1").tuples[0]
+    keys = sorted(k.decode() for k in _core.deserialize(put.lattice_type, put.payload).reveal())
+    assert keys == ["x", "y"]
+    # A new routing process reads them back; one set since it started wins.
+    loaded, problems = loaded_overrides(keys + ["lost"], stored)
+    assert problems == ["override of 'lost' listed in the index but not stored"]
+    fresh_core = ClusterMembership()
+    assert fresh_core.join(join_message("a", 0, ["tcp://a:0"])).load_overrides
+    fresh_core.replicate(replicate_message({"y": (3, 1, 0, 1)}))
+    effects = fresh_core.overrides_loaded(loaded)
+    assert fresh_core.overrides == {"x": Replication(2, 1, 0, 1), "y": Replication(3, 1, 0, 1)}
+    (update,) = [o.message for o in effects.send if o.kind == "replication"]
+    assert [o.key for o in update.overrides] == ["x"]
+    assert fresh_core.cluster_map.replication("x") == (2, 1, 0, 1)
+    # During recovery the loaded overrides ride on the recovery broadcast.
+    rec = ClusterMembership()
+    rec.heartbeat(heartbeat_message("a", ["tcp://a:0"], 4), now=0.0)
+    assert rec.overrides_loaded(loaded).send == []
+    (m,) = memberships(rec.tick(5.0)).values()
+    assert {o.key for o in m.overrides} == {"x", "y"}
+
+
+def test_bad_configuration_is_refused_but_bad_input_never_raises():
+    for bad in (dict(vnodes=0), dict(vnodes=True), dict(heartbeat_timeout=0)):
+        with pytest.raises(ValueError):
+            ClusterMembership(**bad)
+    core = ClusterMembership()
+    for kind in ("heartbeat", "leave"):
+        effects = core.handle(kind, b"\xff\xff")
+        assert effects.send == [] and effects.log[0][0] == logging.WARNING
+    assert core.heartbeat(heartbeat_message("", ["tcp://x:0"]), 0.0).log[0][0] == logging.WARNING
+    assert core.heartbeat(heartbeat_message("x", ["tcp://x:0"], tier=5), 0.0).send == []
+
+
+# ---------------------------------------------------------------- properties: random histories
+
+NAMES = ["a", "b", "c", "d"]
+TIMEOUT = 3.0
+steps = st.lists(st.one_of(
+    st.tuples(st.just("join"), st.sampled_from(NAMES), st.integers(0, 2)),
+    st.tuples(st.just("leave"), st.sampled_from(NAMES)),
+    st.tuples(st.just("heartbeat"), st.sampled_from(NAMES), st.sampled_from(
+        ["current", "behind", "ahead", "zero"])),
+    st.tuples(st.just("advance"), st.sampled_from([0.1, 0.5, 1.0, 2.9, 3.0, 3.1, 7.0])),
+    st.tuples(st.just("tick"))), max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(history=steps)
+def test_random_histories_keep_liveness_versions_and_broadcasts_right(history):
+    core = ClusterMembership(vnodes=8, heartbeat_period=1.0, heartbeat_timeout=TIMEOUT)
+    now = 0.0
+    members: Dict[str, float] = {}        # model: member -> last heard
+    departed: Dict[str, float] = {}
+    incarnation = {n: 0 for n in NAMES}
+    recovering_until = None
+    last_version = 0
+
+    def addresses(n):
+        return [f"tcp://{n}-{incarnation[n]}:{t}" for t in range(2)]
+
+    for step in history:
+        kind = step[0]
+        if kind == "advance":
+            now += step[1]
+            continue
+        if kind == "join":
+            incarnation[step[1]] = step[2]
+            effects = core.join(join_message(step[1], 0, addresses(step[1])), now)
+            members[step[1]] = now
+            departed.pop(step[1], None)
+        elif kind == "leave":
+            effects = core.leave(anna_pb2.NodeLeave(node_id=step[1], control_address=CONTROL), now)
+            members.pop(step[1], None)
+            departed[step[1]] = now
+        elif kind == "heartbeat":
+            reported = {"current": core.version, "behind": max(0, core.version - 1),
+                        "ahead": core.version + 3, "zero": 0}[step[2]]
+            if (not members and reported > core.version and recovering_until is None
+                    and step[1] not in departed):
+                recovering_until = now + 1.0
+            effects = core.heartbeat(heartbeat_message(step[1], addresses(step[1]), reported), now)
+            if step[1] not in departed:
+                members[step[1]] = now
+        else:
+            effects = core.tick(now)
+            if recovering_until is not None:
+                if now >= recovering_until:
+                    recovering_until = None
+            else:
+                for n, heard in list(members.items()):
+                    if now - heard > TIMEOUT:
+                        del members[n]
+                for n, when in list(departed.items()):
+                    if now - when > 10 * TIMEOUT:
+                        del departed[n]
+        assert core.recovering == (recovering_until is not None)
+        # Liveness: exactly the nodes heard from within the timeout (and not left) are members.
+        assert core.node_ids() == sorted(members)
+        # Versions strictly increase from broadcast to broadcast and never go back.
+        sent = memberships(effects)
+        versions = {m.version for m in sent.values()}
+        assert len(versions) <= 1 and core.version >= last_version
+        if not sent:
+            continue
+        (v,) = versions
+        m = next(iter(sent.values()))
+        assert v == core.version and [n.node_id for n in m.nodes] == core.node_ids()
+        if v == last_version:
+            # Not a new version: the current one sent again to a node reporting an older one.
+            assert kind == "heartbeat" and set(sent) <= set(addresses(step[1]))
+            continue
+        assert v > last_version
+        last_version = v
+        # A new version reaches every worker of the new membership.
+        everyone = {a for n in m.nodes for a in n.worker_addresses}
+        assert everyone <= set(sent), (kind, everyone - set(sent))
