@@ -5,8 +5,10 @@ Contract:
   (`memory_global`, `disk_global`) and threads per node (`memory_local`, `disk_local`).
 - `NodeConfig` holds exactly the keys of the kernel's `_core.Node(config_json)`
   (DESIGN.md "Node config keys"); `to_json()` produces that JSON.
-- `RoutingConfig` configures one routing process; `port=0` binds a free port.
-- `ClusterConfig` describes a `LocalCluster` (number of nodes and threads per tier, ...).
+- `RoutingConfig` configures one routing process; `port=0` binds a free port; failure
+  detection knobs (`heartbeat_period` 1.0 s, `heartbeat_timeout` 3.0 s, `recovery_period`).
+- `ClusterConfig` describes a `LocalCluster` (nodes and threads per tier, routers, heartbeat
+  and leave knobs, fault tolerance).
 """
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence, Tuple, Union
 
 __all__ = ["Replication", "NodeConfig", "RoutingConfig", "ClusterConfig", "MEMORY", "DISK",
-           "tier_number", "tier_name", "DEFAULT_MAX_VALUE_BYTES"]
+           "tier_number", "tier_name", "DEFAULT_MAX_VALUE_BYTES", "DEFAULT_HEARTBEAT_PERIOD",
+           "DEFAULT_HEARTBEAT_TIMEOUT", "DEFAULT_LEAVE_TIMEOUT"]
 
 MEMORY = "memory"
 DISK = "disk"
@@ -99,11 +102,24 @@ class NodeConfig:
     max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES
     pin_threads: bool = True
     log_level: str = "warning"
+    # Placement changes (anna_core/DESIGN.md, "Placement changes"): resend unacknowledged
+    # hand-offs every handoff_retry_ms; new owners fetch missing keys from the previous owners
+    # for handoff_window_ms after a change, waiting at most fetch_timeout_ms for an answer;
+    # delete tombstones are kept tombstone_ttl_ms.
+    handoff_retry_ms: int = 500
+    handoff_window_ms: int = 5000
+    fetch_timeout_ms: int = 1000
+    tombstone_ttl_ms: int = 60000
 
     def __post_init__(self) -> None:
         self.tier = tier_name(self.tier)
         if self.threads < 1:
             raise ValueError(f"NodeConfig.threads must be >= 1, got {self.threads}")
+        for knob in ("handoff_retry_ms", "handoff_window_ms", "fetch_timeout_ms",
+                     "tombstone_ttl_ms"):
+            value = getattr(self, knob)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"NodeConfig.{knob} must be a positive int, got {value!r}")
         if self.tier == DISK and not self.data_dir:
             raise ValueError(f"disk node {self.node_id!r} needs a data_dir")
 
@@ -127,18 +143,56 @@ class NodeConfig:
         return cls(**d)
 
 
+DEFAULT_HEARTBEAT_PERIOD = 1.0
+DEFAULT_HEARTBEAT_TIMEOUT = 3.0
+DEFAULT_LEAVE_TIMEOUT = 30.0
+
+
+def _check_liveness(owner: str, period: float, timeout: float) -> None:
+    for name, value in (("heartbeat_period", period), ("heartbeat_timeout", timeout)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(f"{owner}.{name} must be a number > 0, got {value!r}")
+    if timeout <= period:
+        raise ValueError(f"{owner}.heartbeat_timeout ({timeout:g} s) must be longer than "
+                         f"heartbeat_period ({period:g} s), or every node is declared failed")
+
+
 @dataclass
 class RoutingConfig:
-    """One routing process: bound on tcp://ip:port (port 0 = a free port)."""
+    """One routing process: bound on tcp://ip:port (port 0 = a free port).
+
+    Failure detection (anna_core/membership.py): nodes heartbeat every `heartbeat_period`
+    seconds (default 1.0; the nodes' own `--heartbeat-period` should match); a node silent for
+    more than `heartbeat_timeout` seconds (default 3.0) is removed from the ring. A restarted
+    routing collects heartbeats for `recovery_period` seconds (default None = the heartbeat
+    period) before its first broadcast.
+    """
 
     ip: str = "127.0.0.1"
     port: int = 0
     default_replication: Replication = field(default_factory=Replication)
     vnodes: int = 64
     log_level: str = "warning"
+    heartbeat_period: float = DEFAULT_HEARTBEAT_PERIOD
+    heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT
+    recovery_period: Optional[float] = None
 
     def __post_init__(self) -> None:
         self.default_replication = Replication.coerce(self.default_replication)
+        _check_liveness("RoutingConfig", self.heartbeat_period, self.heartbeat_timeout)
+        if self.recovery_period is not None and not self.recovery_period >= 0:
+            raise ValueError(f"RoutingConfig.recovery_period must be >= 0, "
+                             f"got {self.recovery_period!r}")
+
+    def effective_recovery_period(self) -> float:
+        """The recovery period in seconds (the heartbeat period unless set)."""
+        return self.heartbeat_period if self.recovery_period is None else self.recovery_period
+
+    def to_dict(self) -> dict:
+        """This configuration as JSON-ready data (`RoutingConfig(**d)` reads it back)."""
+        d = dataclasses.asdict(self)
+        d["default_replication"] = list(self.default_replication.as_tuple())
+        return d
 
     @property
     def bind_address(self) -> str:
@@ -148,7 +202,15 @@ class RoutingConfig:
 
 @dataclass
 class ClusterConfig:
-    """A local cluster: `nodes` memory nodes (and as many disk nodes if disk_threads > 0)."""
+    """A local cluster: `nodes` memory nodes (and as many disk nodes if disk_threads > 0).
+
+    Elasticity and failures: `routers` routing processes (default 1) serve the cluster;
+    nodes heartbeat every `heartbeat_period` s (default 1.0) and are declared failed after
+    `heartbeat_timeout` s of silence (default 3.0); a node asked to leave (SIGTERM) has
+    `leave_timeout` s (default 30.0) to hand its keys off. `fault_tolerance=k` gives every
+    key k+1 replicas in each tier that has nodes (needs at least k+1 nodes per tier; not
+    together with `replication`).
+    """
 
     memory_threads: int = 1
     disk_threads: int = 0
@@ -163,8 +225,28 @@ class ClusterConfig:
     stop_timeout: float = 10.0
     vnodes: int = 64
     log_level: str = "warning"
+    routers: int = 1
+    heartbeat_period: float = DEFAULT_HEARTBEAT_PERIOD
+    heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT
+    leave_timeout: float = DEFAULT_LEAVE_TIMEOUT
+    fault_tolerance: Optional[int] = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.routers, bool) or not isinstance(self.routers, int) \
+                or self.routers < 1:
+            raise ValueError(f"ClusterConfig.routers must be an int >= 1, got {self.routers!r}")
+        _check_liveness("ClusterConfig", self.heartbeat_period, self.heartbeat_timeout)
+        if not self.leave_timeout > 0:
+            raise ValueError(f"ClusterConfig.leave_timeout must be > 0, got {self.leave_timeout!r}")
+        if self.fault_tolerance is not None:
+            k = self.fault_tolerance
+            if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+                raise ValueError(f"ClusterConfig.fault_tolerance must be an int >= 0, got {k!r}")
+            if self.replication is not None:
+                raise ValueError("give fault_tolerance or replication, not both")
+            if k + 1 > self.nodes:
+                raise ValueError(f"fault_tolerance={k} needs {k + 1} replicas of every key but "
+                                 f"the cluster has {self.nodes} node(s) per tier")
         if self.nodes < 1:
             raise ValueError(f"ClusterConfig.nodes must be >= 1, got {self.nodes}")
         if self.memory_threads < 0 or self.disk_threads < 0:
@@ -188,8 +270,9 @@ class ClusterConfig:
         """The default replication vector: one replica in each tier that has nodes."""
         if self.replication is not None:
             return self.replication
-        return Replication(memory_global=1 if self.memory_nodes else 0, memory_local=1,
-                           disk_global=1 if self.disk_nodes else 0, disk_local=1)
+        replicas = 1 if self.fault_tolerance is None else self.fault_tolerance + 1
+        return Replication(memory_global=replicas if self.memory_nodes else 0, memory_local=1,
+                           disk_global=replicas if self.disk_nodes else 0, disk_local=1)
 
     def effective_pin_threads(self) -> bool:
         """Pin worker threads only when asked, or by default when a single node runs here."""

@@ -227,6 +227,14 @@ NodeConfig parse_node_config(const std::string& json) {
       c.pin_threads = v.boolean;
     } else if (key == "log_level") {
       c.log_level = want_string(key, v);
+    } else if (key == "handoff_retry_ms") {
+      c.handoff_retry_ms = static_cast<int>(want_int(key, v, 1, 3600 * 1000));
+    } else if (key == "handoff_window_ms") {
+      c.handoff_window_ms = static_cast<int>(want_int(key, v, 1, 24 * 3600 * 1000));
+    } else if (key == "fetch_timeout_ms") {
+      c.fetch_timeout_ms = static_cast<int>(want_int(key, v, 1, 3600 * 1000));
+    } else if (key == "tombstone_ttl_ms") {
+      c.tombstone_ttl_ms = static_cast<int>(want_int(key, v, 1, 24 * 3600 * 1000));
     } else {
       throw std::invalid_argument("node config: unknown key \"" + key + "\"");
     }

@@ -3,7 +3,8 @@
 // Contract: parse_node_config(json) reads one flat JSON object with the keys of DESIGN.md
 // "Node config keys": node_id (required, non-empty str), tier ("memory"|"disk" or 0|1),
 // threads (int >= 1), ip (str), data_dir (str; required for disk), gossip_period_ms (int >= 1),
-// max_value_bytes (int >= 1), pin_threads (bool), log_level (str). Missing keys take the
+// max_value_bytes (int >= 1), pin_threads (bool), log_level (str), handoff_retry_ms,
+// handoff_window_ms, fetch_timeout_ms, tombstone_ttl_ms (ints >= 1). Missing keys take the
 // defaults below; null means "default". Unknown keys, wrong value types, nested values and
 // syntax errors throw std::invalid_argument naming the problem.
 #pragma once
@@ -23,6 +24,11 @@ struct NodeConfig {
   std::size_t max_value_bytes = 64u << 20;
   bool pin_threads = true;
   std::string log_level = "warning";
+  // Placement changes and deletes (worker_core.hpp, "Placement changes", "Deletes").
+  int handoff_retry_ms = 500;     // resend period of an unacknowledged hand-off
+  int handoff_window_ms = 5000;   // how long new owners fetch misses from previous owners
+  int fetch_timeout_ms = 1000;    // how long a deferred GET waits for previous owners
+  int tombstone_ttl_ms = 60000;   // how long a delete's tombstone outvotes older writes
 };
 
 NodeConfig parse_node_config(const std::string& json);
