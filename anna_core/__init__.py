@@ -17,9 +17,9 @@ from ._core import (LWWLattice, MapLattice, MaxLattice, MultiKeyCausalLattice,
 from .client import Client, Subscription, Update
 from .cluster import LocalCluster
 from .config import ClusterConfig, NodeConfig, Replication, RoutingConfig
-from .errors import (AnnaError, KeyNotFound, LatticeTypeMismatch, MalformedRequest, NoNodes,
-                     StartupError, StoreFailed, Timeout, UnknownLatticeType, ValueTooLarge,
-                     WrongOwner)
+from .errors import (AnnaError, KeyNotFound, LatticeTypeMismatch, LeaveFailed, MalformedRequest,
+                     NoNodes, StartupError, StoreFailed, Timeout, UnknownLatticeType,
+                     ValueTooLarge, WrongOwner)
 
 __all__ = [
     "Client", "Subscription", "Update", "LocalCluster",
@@ -28,5 +28,5 @@ __all__ = [
     "compare_clocks", "merge_clocks",
     "AnnaError", "KeyNotFound", "LatticeTypeMismatch", "ValueTooLarge", "UnknownLatticeType",
     "MalformedRequest", "NoNodes", "Timeout", "WrongOwner", "StoreFailed", "StartupError",
-    "Replication", "NodeConfig", "RoutingConfig", "ClusterConfig",
+    "LeaveFailed", "Replication", "NodeConfig", "RoutingConfig", "ClusterConfig",
 ]

@@ -7,13 +7,26 @@ Contract (DESIGN.md "Processes", dissertation 3.2.5):
 - Key addresses come from routing ("address" kind) and are cached per key. A `WRONG_OWNER`
   answer replaces the cached addresses with the ones it carries, or, when it carries none
   (the worker has no membership yet), drops them so routing is asked again.
-- Single-replica operations (get/put/delete) pick one replica (sticky per client and key, so a
-  client reads its own writes), wait `timeout` seconds, and on a timeout try another replica,
-  up to `retries` more times; then `Timeout` names the stage. Redirects (WRONG_OWNER) are
-  retried within the same overall deadline, `timeout * (retries + 1)`.
+- Several routing addresses may be given: lookups go to one (rotating), and a routing that
+  does not answer within `routing_timeout` is skipped for `ROUTING_SUSPECT_SECONDS` while
+  another is left. `set_replication` goes to every routing (first answer wins), so they all
+  hold the override.
+- Every operation has one deadline, `timeout * (retries + 1)`. Single-replica operations
+  (get/put/delete) pick one replica (sticky per client and key, so a client reads its own
+  writes); each attempt waits `attempt_timeout` when another replica is left to try, else
+  `timeout`. On a silent replica the client drops the key's cached addresses, asks routing
+  again and retries elsewhere, avoiding the silent worker for a while; a dead node's keys are
+  served again once routing has removed it (within its heartbeat timeout). Redirects
+  (WRONG_OWNER) are retried within the same deadline. At the deadline `Timeout` names the
+  key and the last address tried.
 - `get_all`/`put_all` address every replica in every tier; `get_all` merges the replicas'
   values with the kernel's lattice `merge` (never in Python); `put_all` returns only when
-  every replica acknowledged.
+  every replica of the key's current placement acknowledged: a replica that stays silent
+  makes it ask routing again until the deadline, so after a node died it succeeds once
+  routing has removed the node (the acknowledging replicas then hold the value, and the
+  kernel copies it to the replacement replicas).
+- DELETE carries the client's timestamp (`KeyTuple.timestamp`, from its MonotoneClock): the
+  kernel keeps it as the key's tombstone.
 - Plain bytes are stored as `LWWLattice(timestamp, value)` with a timestamp strictly
   increasing per client (`time.time_ns()` or last + 1); `get` of an LWW key returns bytes.
 - Server error codes become typed errors (`anna_core.errors`). A Client is not thread-safe.
@@ -23,7 +36,7 @@ from __future__ import annotations
 import time
 import uuid
 import zlib
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Type, Union
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Type, Union
 
 import zmq
 from google.protobuf.message import DecodeError
@@ -41,6 +54,19 @@ from .wire import MonotoneClock, lattice_to_tuple, tuple_to_lattice
 __all__ = ["Client", "Subscription", "Update"]
 
 Value = Union[bytes, Any]  # bytes (LWW) or any `_core` lattice
+
+# A routing that did not answer in time is asked last for this long.
+ROUTING_SUSPECT_SECONDS = 5.0
+
+
+def routing_addresses(routing: Union[str, Sequence[str]]) -> List[str]:
+    """Routing addresses from one address, a comma-separated string or a sequence."""
+    items = [routing] if isinstance(routing, str) else list(routing)
+    out = [a.strip() for item in items for a in str(item).split(",") if a.strip()]
+    if not out:
+        raise ValueError("at least one routing address is needed")
+    return list(dict.fromkeys(out))
+
 
 _OP_NAMES = {anna_pb2.GET: "GET", anna_pb2.PUT: "PUT", anna_pb2.DELETE: "DELETE",
              anna_pb2.SUBSCRIBE: "SUBSCRIBE", anna_pb2.UNSUBSCRIBE: "UNSUBSCRIBE"}
@@ -158,23 +184,39 @@ class Subscription:
 
 
 class Client:
-    """A client of one Anna cluster, given its routing address.
+    """A client of one Anna cluster, given its routing address(es).
 
     Args:
-        routing_address: e.g. "tcp://127.0.0.1:5555" (`LocalCluster.routing_address`).
-        timeout: seconds to wait for one answer before trying elsewhere.
-        retries: extra attempts after a timeout (each on another replica when possible).
+        routing_address: e.g. "tcp://127.0.0.1:5555" (`LocalCluster.routing_address`), a
+            comma-separated list, or a sequence of addresses (`LocalCluster.routing_addresses`).
+        timeout: seconds to wait for one answer from the last replica left to try.
+        retries: with `timeout`, sets every operation's deadline: `timeout * (retries + 1)`.
+        attempt_timeout: seconds to wait for one replica while another one is left to try
+            (default min(timeout, 0.5)).
+        routing_timeout: seconds to wait for one routing before asking another (default
+            min(timeout, 1.0)).
         ip: the local address to bind the answer socket on (must be reachable by workers).
         context: a ZMQ context to use (default: a private one, closed by `close()`).
     """
 
-    def __init__(self, routing_address: str, *, timeout: float = 5.0, retries: int = 2,
-                 ip: str = "127.0.0.1", context: Optional[zmq.Context] = None) -> None:
+    def __init__(self, routing_address: Union[str, Sequence[str]], *, timeout: float = 5.0,
+                 retries: int = 2, ip: str = "127.0.0.1", context: Optional[zmq.Context] = None,
+                 attempt_timeout: Optional[float] = None,
+                 routing_timeout: Optional[float] = None) -> None:
         if timeout <= 0:
             raise ValueError("timeout must be > 0")
-        self.routing_address = routing_address
+        self.routing_addresses = routing_addresses(routing_address)
+        self.routing_address = self.routing_addresses[0]
         self.timeout = float(timeout)
         self.retries = max(0, int(retries))
+        self.attempt_timeout = min(self.timeout, 0.5) if attempt_timeout is None \
+            else float(attempt_timeout)
+        self.routing_timeout = min(self.timeout, 1.0) if routing_timeout is None \
+            else float(routing_timeout)
+        if self.attempt_timeout <= 0 or self.routing_timeout <= 0:
+            raise ValueError("attempt_timeout and routing_timeout must be > 0")
+        self._routing_suspects: Dict[str, float] = {}
+        self._routing_turn = 0
         self.ip = ip
         self._own_context = context is None
         self._context = context or zmq.Context()
@@ -216,7 +258,8 @@ class Client:
         """Delete `key` (on one replica; forwarded to the others). Deleting a missing key is
         not an error."""
         try:
-            self._single(anna_pb2.DELETE, key, anna_pb2.KeyTuple(key=key))
+            self._single(anna_pb2.DELETE, key,
+                         anna_pb2.KeyTuple(key=key, timestamp=self._clock.next()))
         except KeyNotFound:
             pass
 
@@ -288,7 +331,8 @@ class Client:
                                   disk, local if disk_local is None else disk_local)
         request = anna_pb2.SetReplication(response_address=self.response_address)
         request.replications.add(key=key, replication=replication.to_proto())
-        response = self._ask_routing("replicate", request, f"set_replication of {key!r}", key)
+        response = self._ask_routing("replicate", request, f"set_replication of {key!r}", key,
+                                     everyone=True)
         self._addresses.pop((key, False), None)
         self._addresses.pop((key, True), None)
         addresses = [list(a.addresses) for a in response.addresses if a.key == key]
@@ -377,16 +421,42 @@ class Client:
                 answers[message.request_id] = message
         return answers
 
-    def _ask_routing(self, kind: str, request: Any, stage: str, key: Optional[str]) -> Any:
-        for _attempt in range(self.retries + 1):
+    def _routing_order(self) -> List[str]:
+        """Routing addresses to try, rotating, those that recently stayed silent last."""
+        now = time.monotonic()
+        for address, until in list(self._routing_suspects.items()):
+            if until <= now:
+                del self._routing_suspects[address]
+        n = len(self.routing_addresses)
+        self._routing_turn = (self._routing_turn + 1) % n
+        order = [self.routing_addresses[(self._routing_turn + i) % n] for i in range(n)]
+        return ([a for a in order if a not in self._routing_suspects]
+                + [a for a in order if a in self._routing_suspects])
+
+    def _ask_routing(self, kind: str, request: Any, stage: str, key: Optional[str],
+                     everyone: bool = False) -> Any:
+        """Ask routing, failing over between routing addresses until the deadline.
+
+        With `everyone`, the request goes to every routing (the first answer is returned)."""
+        deadline = time.monotonic() + self.timeout * (self.retries + 1)
+        asked: List[str] = []
+        while True:
+            order = self._routing_order()
+            targets = order if everyone else order[:1]
             request.request_id = self._next_id()
-            self._push.send_kind(self.routing_address, kind, request)
-            answers = self._collect({request.request_id: self.routing_address},
-                                    time.monotonic() + self.timeout, anna_pb2.KeyAddressResponse)
+            for address in targets:
+                self._push.send_kind(address, kind, request)
+            asked.extend(a for a in targets if a not in asked)
+            wait_until = min(deadline, time.monotonic() + self.routing_timeout)
+            answers = self._collect({request.request_id: targets[0]}, wait_until,
+                                    anna_pb2.KeyAddressResponse)
             if answers:
                 return answers[request.request_id]
-        raise Timeout(f"{stage} from routing {self.routing_address}", key=key,
-                      address=self.routing_address, seconds=self.timeout * (self.retries + 1))
+            for address in targets:
+                self._routing_suspects[address] = time.monotonic() + ROUTING_SUSPECT_SECONDS
+            if time.monotonic() >= deadline:
+                raise Timeout(f"{stage} from routing {', '.join(asked)}", key=key,
+                              address=asked[-1], seconds=self.timeout * (self.retries + 1))
 
     def _lookup(self, key: str, all_tiers: bool) -> List[str]:
         cached = self._addresses.get((key, all_tiers))
@@ -401,7 +471,7 @@ class Client:
                 addresses = list(entry.addresses)
         if not addresses:
             raise NoNodes(f"routing lookup of {key!r}: no KVS node is up for the key's tier(s)",
-                          key=key, address=self.routing_address)
+                          key=key, address=", ".join(self.routing_addresses))
         self._addresses[(key, all_tiers)] = addresses
         return addresses
 
@@ -435,19 +505,23 @@ class Client:
         redirects = 0
         while True:
             addresses = self._lookup(key, False)
-            candidates = [a for a in addresses if a not in timed_out] or addresses
-            address = self._pick(key, candidates)
+            fresh = [a for a in addresses if a not in timed_out]
+            address = self._pick(key, fresh or addresses)
             request_id = self._send_key_request(address, req_type, key_tuple)
-            wait_until = min(deadline, time.monotonic() + self.timeout)
+            # While another replica is left to try, do not wait long for this one.
+            wait = self.attempt_timeout if len(fresh) > 1 else self.timeout
+            wait_until = min(deadline, time.monotonic() + wait)
             answers = self._collect({request_id: address}, wait_until)
             if not answers:
-                timed_out.append(address)
+                if address not in timed_out:
+                    timed_out.append(address)
                 self._suspect(address)
+                # The node may be dead or have moved: ask routing again, retry elsewhere.
                 self._addresses.pop((key, False), None)
-                if len(timed_out) > self.retries or time.monotonic() >= deadline:
+                if time.monotonic() >= deadline:
                     raise Timeout(f"{op} {key!r} from {address}", key=key, address=address,
-                                  seconds=self.timeout)
-                continue  # the node may have moved (restarted on new ports): ask routing again
+                                  seconds=self.timeout * (self.retries + 1))
+                continue
             self._suspects.pop(address, None)
             response = answers[request_id]
             t = self._tuple_of(response, key)
@@ -471,47 +545,48 @@ class Client:
     def _all(self, req_type: int, key: str, key_tuple: Any) -> List[Tuple[str, Any]]:
         """Send one request to every replica of `key` in every tier; all must answer.
 
-        Returns [(address, KeyTuple)]; KEY_DNE tuples are returned, other errors raised.
+        A replica that stays silent makes the client ask routing again (a dead node is
+        removed within routing's heartbeat timeout) until the deadline. Returns
+        [(address, KeyTuple)] for the current replicas; KEY_DNE tuples are returned, other
+        errors raised.
         """
         op = _OP_NAMES[req_type] + ("_ALL" if req_type in (anna_pb2.GET, anna_pb2.PUT) else "")
         deadline = time.monotonic() + self.timeout * (self.retries + 1)
         backoff = 0.005
+        results: Dict[str, Any] = {}
         while True:
             addresses = self._lookup(key, True)
-            results: Dict[str, Any] = {}
+            missing = [a for a in addresses if a not in results]
+            pending = {self._send_key_request(a, req_type, key_tuple): a for a in missing}
+            wait_until = min(deadline, time.monotonic() + self.timeout)
             redirected = False
-            for _attempt in range(self.retries + 1):
-                missing = [a for a in addresses if a not in results]
-                pending = {self._send_key_request(a, req_type, key_tuple): a for a in missing}
-                wait_until = min(deadline, time.monotonic() + self.timeout)
-                for request_id, response in self._collect(pending, wait_until).items():
-                    address = pending[request_id]
-                    t = self._tuple_of(response, key)
-                    if t.error == anna_pb2.WRONG_OWNER:
-                        redirected = True
-                        continue
-                    if t.error == anna_pb2.KEY_DNE and req_type in (
-                            anna_pb2.GET, anna_pb2.DELETE, anna_pb2.UNSUBSCRIBE):
-                        results[address] = t
-                        continue
-                    if t.error != anna_pb2.NO_ERROR:
-                        raise error_from_code(t.error, key=key, address=address, operation=op)
+            for request_id, response in self._collect(pending, wait_until).items():
+                address = pending[request_id]
+                self._suspects.pop(address, None)
+                t = self._tuple_of(response, key)
+                if t.error == anna_pb2.WRONG_OWNER:
+                    redirected = True
+                    continue
+                if t.error == anna_pb2.KEY_DNE and req_type in (
+                        anna_pb2.GET, anna_pb2.DELETE, anna_pb2.UNSUBSCRIBE):
                     results[address] = t
-                if redirected or len(results) == len(addresses) or time.monotonic() >= deadline:
-                    break
+                    continue
+                if t.error != anna_pb2.NO_ERROR:
+                    raise error_from_code(t.error, key=key, address=address, operation=op)
+                results[address] = t
+            missing = [a for a in addresses if a not in results]
+            if not missing and not redirected:
+                return [(a, results[a]) for a in addresses]
+            self._addresses.pop((key, True), None)   # ask routing afresh
             if redirected:
-                self._addresses.pop((key, True), None)
                 if time.monotonic() + backoff >= deadline:
                     raise Timeout(f"{op} {key!r}: the owners (replicas keep answering "
                                   f"WRONG_OWNER)", key=key)
                 time.sleep(backoff)  # retry pacing while membership propagates
                 backoff = min(backoff * 2, 0.1)
                 continue
-            missing = [a for a in addresses if a not in results]
-            if missing:
-                for address in missing:
-                    self._suspect(address)
-                self._addresses.pop((key, True), None)  # ask routing afresh next time
+            for address in missing:
+                self._suspect(address)
+            if time.monotonic() >= deadline:
                 raise Timeout(f"{op} {key!r} from {', '.join(missing)}", key=key,
-                              address=missing[0], seconds=self.timeout)
-            return [(a, results[a]) for a in addresses]
+                              address=missing[0], seconds=self.timeout * (self.retries + 1))

@@ -1,7 +1,7 @@
 """`LocalCluster`: a whole Anna cluster as real processes on this machine (loopback, free ports).
 
 Contract:
-- `start()` (or entering the context manager) spawns routing
+- `start()` (or entering the context manager) spawns `routers` routing processes
   (`sys.executable -m anna_core.routing`) and then the KVS nodes
   (`sys.executable -m anna_core.node`): `nodes` memory-tier nodes with `memory_threads`
   threads each and, if `disk_threads > 0`, `nodes` disk-tier nodes with `disk_threads` threads.
@@ -15,26 +15,56 @@ Contract:
   With `data_dir=None` a temporary directory is used and removed on `stop()`.
 - Default replication: memory_global=1 if there are memory nodes else 0, disk_global=1 if
   there are disk nodes else 0, locals 1 (or the `replication` given).
-- `stop()` closes the clients it handed out, sends SIGTERM to every process, SIGKILL after
-  `stop_timeout`. Children also stop by themselves if this process dies (`--parent-pid`).
-- `stop_node` / `start_node` / `restart_node` / `add_node` change one node; a (re)started
-  node joins routing again with its new worker addresses.
+- `stop()` closes the clients it handed out, stops every node at once (SIGINT: no leave,
+  no hand-off) and then routing (SIGTERM), SIGKILL after `stop_timeout`. Children also
+  stop by themselves if this process dies (`--parent-pid`).
+- Changing one node: `add_node` (a new node joins), `remove_node` (graceful leave: SIGTERM,
+  the node hands its keys off and exits 0; `LeaveFailed` otherwise), `kill_node` (SIGKILL:
+  routing's failure detector removes it after `heartbeat_timeout`), `stop_node` (stop at
+  once without leaving), `start_node` / `restart_node` (same id, config and data_dir: a disk
+  node finds its data and joins again with its new worker addresses).
+- Routing: `routing_addresses` (all), `routing_address` (the first); `restart_routing(i)`
+  kills routing i and starts it again on the same port; it recovers the membership from the
+  nodes' heartbeats and the overrides from the KVS.
 """
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
+import time
 import weakref
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 from runtime.process import ManagedProcess, StartupError, stop_all, wait_all_ready
 
 from .client import Client
 from .config import DISK, MEMORY, ClusterConfig, NodeConfig, Replication, RoutingConfig
+from .errors import LeaveFailed
+
+log = logging.getLogger("anna.cluster")
+
+
+def _stop_now(processes: Sequence[ManagedProcess], timeout: float) -> None:
+    """SIGINT every running node (stop without leaving), SIGKILL after `timeout`, reap."""
+    for p in processes:
+        p.signal(signal.SIGINT)
+    deadline = time.monotonic() + timeout
+    for p in processes:
+        if p.proc is None:
+            continue
+        try:
+            p.proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            log.warning("%s did not stop within %g s after SIGINT; killing it", p.name, timeout)
+            p.proc.kill()
+            p.proc.wait(5)
+        p.close_pipe()
 
 __all__ = ["LocalCluster"]
 
@@ -58,8 +88,13 @@ class LocalCluster:
             temporary if None.
         gossip_period_ms: the workers' epoch length.
         replication: default replication vector (`Replication`, 4-tuple or dict).
-        Further keyword arguments are `ClusterConfig` fields (max_value_bytes, ip,
-        pin_threads, startup_timeout, stop_timeout, vnodes, log_level).
+        routers: routing processes (default 1); nodes and clients use all of them.
+        heartbeat_period: seconds between node heartbeats (default 1.0).
+        heartbeat_timeout: seconds of silence after which routing removes a node (default 3.0).
+        fault_tolerance: k, for k+1 replicas of every key in each tier that has nodes
+            (needs `nodes` >= k+1; not together with `replication`).
+        Further keyword arguments are `ClusterConfig` fields (leave_timeout, max_value_bytes,
+        ip, pin_threads, startup_timeout, stop_timeout, vnodes, log_level).
     """
 
     def __init__(self, memory_threads: int = 1, disk_threads: int = 0, nodes: int = 1,
@@ -76,7 +111,9 @@ class LocalCluster:
         os.makedirs(self.log_dir, exist_ok=True)
         self.data_dir = self.config.data_dir or os.path.join(self._tmp, "data")
         self.routing_address: Optional[str] = None
-        self._routing: Optional[ManagedProcess] = None
+        self.routing_addresses: List[str] = []
+        self._routers: List[ManagedProcess] = []
+        self._routing_ports: List[int] = []
         self._nodes: Dict[str, ManagedProcess] = {}
         self._clients: List[Client] = []
         self._node_configs: Dict[str, NodeConfig] = {}
@@ -96,19 +133,13 @@ class LocalCluster:
                                "(on the same data_dir to keep disk data)")
         self.started = True
         try:
-            routing = RoutingConfig(ip=self.config.ip, default_replication=self.replication,
-                                    vnodes=self.config.vnodes, log_level=self.config.log_level)
-            self._routing = ManagedProcess(
-                "routing", [sys.executable, "-m", "anna_core.routing", "--config",
-                            json.dumps({"ip": routing.ip, "port": 0,
-                                        "default_replication": list(routing.default_replication.as_tuple()),
-                                        "vnodes": routing.vnodes,
-                                        "log_level": routing.log_level}),
-                            "--parent-pid", str(os.getpid())],
-                self.log_dir)
-            self._spawn(self._routing)
-            wait_all_ready([self._routing], self.config.startup_timeout)
-            self.routing_address = self._routing.info["address"]
+            self._routers = [self._make_routing(i, 0) for i in range(self.config.routers)]
+            for p in self._routers:
+                self._spawn(p)
+            wait_all_ready(self._routers, self.config.startup_timeout)
+            self.routing_addresses = [p.info["address"] for p in self._routers]
+            self._routing_ports = [int(a.rsplit(":", 1)[1]) for a in self.routing_addresses]
+            self.routing_address = self.routing_addresses[0]
             new = []
             for i in range(self.config.memory_nodes):
                 new.append(self._make_node(MEMORY, i, self.config.memory_threads))
@@ -127,9 +158,8 @@ class LocalCluster:
         for c in self._clients:
             c.close()
         self._clients.clear()
-        stop_all(list(self._nodes.values()), self.config.stop_timeout)
-        if self._routing is not None:
-            stop_all([self._routing], self.config.stop_timeout)
+        _stop_now(list(self._nodes.values()), self.config.stop_timeout)
+        stop_all(self._routers, self.config.stop_timeout)
         self.started = False
         self.stopped = True
         self._finalizer.detach()
@@ -148,7 +178,7 @@ class LocalCluster:
         if self.routing_address is None:
             raise RuntimeError("LocalCluster is not started; use `with LocalCluster(...)` "
                                "or call start()")
-        c = Client(self.routing_address, ip=self.config.ip, **kwargs)
+        c = Client(self.routing_addresses, ip=self.config.ip, **kwargs)
         self._clients.append(c)
         return c
 
@@ -173,21 +203,78 @@ class LocalCluster:
         return self._node(node_id).running()
 
     def log_tail(self, name: str, lines: int = 20) -> str:
-        """The last log lines of "routing" or a node id (for diagnostics)."""
-        p = self._routing if name == "routing" else self._node(name)
-        return p.log_tail(lines) if p else ""
+        """The last log lines of "routing" (the first), "routing-<i>" or a node id."""
+        if name == "routing":
+            name = self._routers[0].name if self._routers else name
+        for p in self._routers:
+            if p.name == name:
+                return p.log_tail(lines)
+        return self._node(name).log_tail(lines)
 
     # ---- changing nodes -------------------------------------------------------------------
 
     def stop_node(self, node_id: str, *, kill: bool = False) -> None:
-        """Stop one node: SIGTERM (clean stop) or SIGKILL with `kill=True`."""
+        """Stop one node at once, without leaving (SIGINT), or SIGKILL it with `kill=True`.
+        Routing removes it after `heartbeat_timeout` unless it starts again before."""
+        if kill:
+            self.kill_node(node_id)
+        else:
+            _stop_now([self._node(node_id)], self.config.stop_timeout)
+
+    def kill_node(self, node_id: str) -> None:
+        """SIGKILL one node (a crash: no leave, no hand-off) and reap it."""
         p = self._node(node_id)
+        p.signal(signal.SIGKILL)
+        if p.proc is not None:
+            p.proc.wait(timeout=self.config.stop_timeout)
+        p.close_pipe()
+
+    def remove_node(self, node_id: str, timeout: Optional[float] = None) -> None:
+        """Graceful leave: SIGTERM; the node leaves the ring, hands every key and
+        subscription to its new owners and exits. Returns once it exited with status 0.
+
+        Raises `LeaveFailed` naming the node, its exit status and its log's tail if it exits
+        otherwise, or if it has not exited within `timeout` seconds (default: the cluster's
+        `leave_timeout` plus 10 s; the node is then killed).
+        """
+        p = self._node(node_id)
+        if not p.running():
+            raise LeaveFailed(f"node {node_id} is not running", node_id=node_id,
+                              status=p.returncode)
+        if timeout is None:
+            timeout = self.config.leave_timeout + 10.0
+        p.signal(signal.SIGTERM)
+        try:
+            status = p.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.proc.kill()
+            p.proc.wait(5)
+            p.close_pipe()
+            raise LeaveFailed(f"node {node_id} did not leave within {timeout:g} s (killed); "
+                              f"its log ({p.log_path}) ends:\n{p.log_tail()}",
+                              node_id=node_id, status=None) from None
+        p.close_pipe()
+        if status != 0:
+            raise LeaveFailed(f"node {node_id} left with exit status {status}; its log "
+                              f"({p.log_path}) ends:\n{p.log_tail()}", node_id=node_id,
+                              status=status)
+
+    def restart_routing(self, index: int = 0, *, kill: bool = True) -> str:
+        """Stop routing `index` (SIGKILL, or SIGTERM with `kill=False`) and start it again on
+        the same port; returns its address once it is ready. It rebuilds the membership from
+        the nodes' heartbeats (recovery phase) and reloads the overrides from the KVS."""
+        p = self._routers[index]
         if kill:
             p.signal(signal.SIGKILL)
             if p.proc is not None:
-                p.proc.wait(timeout=self.config.stop_timeout)
+                p.proc.wait(self.config.stop_timeout)
+            p.close_pipe()
         else:
             stop_all([p], self.config.stop_timeout)
+        p.argv = self._make_routing(index, self._routing_ports[index]).argv
+        self._spawn(p)
+        wait_all_ready([p], self.config.startup_timeout)
+        return p.info["address"]
 
     def start_node(self, node_id: str) -> List[str]:
         """Start a stopped node again (same id, config and data); returns its new addresses."""
@@ -239,11 +326,25 @@ class LocalCluster:
                             pin_threads=self.config.effective_pin_threads(),
                             log_level=self.config.log_level)
         p = ManagedProcess(node_id, [sys.executable, "-m", "anna_core.node", "--config",
-                                     config.to_json(), "--routing", self.routing_address,
+                                     config.to_json(),
+                                     "--routing", ",".join(self.routing_addresses),
+                                     "--heartbeat-period", repr(self.config.heartbeat_period),
+                                     "--leave-timeout", repr(self.config.leave_timeout),
                                      "--parent-pid", str(os.getpid())], self.log_dir)
         self._nodes[node_id] = p
         self._node_configs[node_id] = config
         return p
+
+    def _make_routing(self, index: int, port: int) -> ManagedProcess:
+        config = RoutingConfig(ip=self.config.ip, port=port,
+                               default_replication=self.replication, vnodes=self.config.vnodes,
+                               log_level=self.config.log_level,
+                               heartbeat_period=self.config.heartbeat_period,
+                               heartbeat_timeout=self.config.heartbeat_timeout)
+        name = "routing" if index == 0 else f"routing-{index}"
+        return ManagedProcess(name, [sys.executable, "-m", "anna_core.routing", "--config",
+                                     json.dumps(config.to_dict()),
+                                     "--parent-pid", str(os.getpid())], self.log_dir)
 
     def _spawn(self, p: ManagedProcess) -> None:
         p.spawn()

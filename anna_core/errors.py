@@ -15,7 +15,7 @@ import runtime.process as _runtime_process
 __all__ = [
     "AnnaError", "KeyNotFound", "LatticeTypeMismatch", "ValueTooLarge", "UnknownLatticeType",
     "MalformedRequest", "NoNodes", "Timeout", "WrongOwner", "StoreFailed", "StartupError",
-    "error_from_code",
+    "LeaveFailed", "error_from_code",
 ]
 
 
@@ -87,6 +87,17 @@ class WrongOwner(AnnaError):
 
 class StoreFailed(AnnaError):
     """The worker's storage (RocksDB on the disk tier) failed to read or write."""
+
+
+class LeaveFailed(AnnaError):
+    """A node asked to leave gracefully did not finish: it exited with a non-zero status
+    (`status`: 4 = its keys were not all handed off in time, 5 = no routing acknowledged the
+    leave) or did not exit in time (`status` None). `address` is the node id."""
+
+    def __init__(self, message: str, *, node_id: str, status: Optional[int]) -> None:
+        super().__init__(message, address=node_id)
+        self.node_id = node_id
+        self.status = status
 
 
 # A local process (routing or a KVS node) failed to start or to become ready: the runtime

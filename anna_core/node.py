@@ -1,18 +1,26 @@
-"""The KVS node process: the kernel's `_core.Node` plus the control plane that joins it.
+"""The KVS node process: the kernel's `_core.Node` plus the control plane around it.
 
-Contract (DESIGN.md "Processes"):
+Contract (DESIGN.md "Processes", "Routing and membership"):
 1. Build `_core.Node(NodeConfig.to_json())` and `start()` it (the C++ worker threads bind
-   their request sockets on tcp://ip:* and start serving).
+   their request sockets on tcp://ip:* and start serving). A node that cannot start (bad
+   config, storage error) exits with status 2.
 2. Bind a PULL control socket on tcp://ip:*, send a `NodeJoin` (kind "join") with the
-   workers' addresses to routing, and wait for routing's `Membership` ack on the control
-   socket. The join is re-sent every `--join-retry` seconds until `--join-timeout`; a node
-   that is not acknowledged in time stops and exits with status 3.
+   workers' addresses to every routing (`--routing`, repeatable or comma-separated), and
+   wait for a `Membership` ack naming this node. The join is re-sent every `--join-retry`
+   seconds until `--join-timeout`; a node not acknowledged in time exits with status 3.
 3. Report readiness: one `READY {"node_id", "tier", "worker_addresses",
-   "membership_version"}` line on stdout and, with `--ready-file`, the same JSON in that file.
-4. Wait for SIGTERM/SIGINT (or the parent's exit with `--parent-pid`), then `node.stop()`
-   and exit 0. A node that cannot start (bad config, storage error) exits with status 2.
+   "membership_version", "control_address"}` line on stdout and, with `--ready-file`, the
+   same JSON in that file. Then heartbeat every routing every `--heartbeat-period` seconds
+   (node_control.Heartbeater).
+4. SIGTERM: graceful leave (node_control.leave_cluster): stop heartbeating, `NodeLeave` to
+   every routing, wait for the acks and for the workers to hand every key and subscription
+   to its new owners, bounded by `--leave-timeout`; then stop the node. Exit 0 when the
+   hand-off completed, 4 when it timed out (an ERROR says how many keys were pending),
+   5 when no routing acknowledged the leave.
+   SIGINT, or the parent's exit with `--parent-pid`: stop at once without leaving (the
+   cluster's failure detector removes the node); exit 0. SIGKILL skips everything.
 
-Run: `python -m anna_core.node --config '<NodeConfig JSON>' --routing tcp://...`.
+Run: `python -m anna_core.node --config '<NodeConfig JSON>' --routing tcp://... [--routing ...]`.
 """
 from __future__ import annotations
 
@@ -21,79 +29,63 @@ import logging
 import signal
 import sys
 import threading
-import time
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 import zmq
-from google.protobuf.message import DecodeError
 
-from hydro_proto import anna_pb2
-
-from runtime.framing import send_kind
 from runtime.logs import configure_logging
 from runtime.process import announce_ready, parent_gone
 from runtime.sockets import bind_pull
 
 from . import _core
-from .config import NodeConfig, tier_number
+from .client import routing_addresses
+from .config import DEFAULT_HEARTBEAT_PERIOD, DEFAULT_LEAVE_TIMEOUT, NodeConfig
 from .errors import Timeout
+from .node_control import Heartbeater, join_cluster, leave_cluster
 
 __all__ = ["join_cluster", "main"]
 
 log = logging.getLogger("anna.node")
 
 
-def join_cluster(context: zmq.Context, config: NodeConfig, worker_addresses: Sequence[str],
-                 routing_address: str, *, timeout: float = 20.0,
-                 retry: float = 1.0) -> "anna_pb2.Membership":
-    """Send NodeJoin to routing until it acknowledges with a Membership naming this node.
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
 
-    Raises `Timeout` (stage "join ack from <routing>") when no ack arrives in `timeout` s.
-    """
-    control, control_address = bind_pull(context, config.ip)
-    push = context.socket(zmq.PUSH)
-    push.setsockopt(zmq.LINGER, 0)
-    push.connect(routing_address)
-    join = anna_pb2.NodeJoin(control_address=control_address)
-    join.node.node_id = config.node_id
-    join.node.tier = tier_number(config.tier)
-    join.node.worker_addresses.extend(worker_addresses)
-    deadline = time.monotonic() + timeout
-    try:
-        while True:
-            send_kind(push, "join", join)
-            resend_at = min(deadline, time.monotonic() + retry)
-            while (remaining := resend_at - time.monotonic()) > 0:
-                if not control.poll(int(remaining * 1000) + 1):
-                    continue
-                frame = control.recv()
-                try:
-                    membership = anna_pb2.Membership.FromString(frame)
-                except DecodeError:
-                    log.warning("unparsable join ack dropped")
-                    continue
-                if any(n.node_id == config.node_id for n in membership.nodes):
-                    return membership
-            if time.monotonic() >= deadline:
-                raise Timeout(f"join ack from routing {routing_address}",
-                              address=routing_address, seconds=timeout)
-            log.info("no join ack yet from %s; re-sending", routing_address)
-    finally:
-        control.close(0)
-        push.close(0)
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """The node's command line."""
+    p = argparse.ArgumentParser(prog="python -m anna_core.node", description="Anna KVS node")
+    p.add_argument("--config", required=True,
+                   help="NodeConfig as JSON, or @path to a file holding it")
+    p.add_argument("--routing", required=True, action="append",
+                   help="routing address, e.g. tcp://127.0.0.1:5000; repeat the option or "
+                        "separate addresses with commas when several routings serve the "
+                        "cluster (every one gets the join, the heartbeats and the leave)")
+    p.add_argument("--ready-file", help="also write the readiness JSON here")
+    p.add_argument("--join-timeout", type=_positive, default=20.0,
+                   help="give up (exit 3) if no routing acknowledges the join in this many "
+                        "seconds (default 20)")
+    p.add_argument("--join-retry", type=_positive, default=1.0,
+                   help="re-send the join (and, when leaving, the leave) this often (default 1 s)")
+    p.add_argument("--heartbeat-period", type=_positive, default=DEFAULT_HEARTBEAT_PERIOD,
+                   help="seconds between heartbeats to every routing (default "
+                        f"{DEFAULT_HEARTBEAT_PERIOD:g}); routing's --heartbeat-timeout must "
+                        "be well above it")
+    p.add_argument("--leave-timeout", type=_positive, default=DEFAULT_LEAVE_TIMEOUT,
+                   help="on SIGTERM, seconds allowed for the leave and the hand-off of every "
+                        f"key (default {DEFAULT_LEAVE_TIMEOUT:g}); past it the node logs how "
+                        "many keys are pending and exits with status 4")
+    p.add_argument("--parent-pid", type=int, help="stop when this parent process is gone")
+    return p.parse_args(argv)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of `python -m anna_core.node`."""
-    p = argparse.ArgumentParser(prog="python -m anna_core.node", description="Anna KVS node")
-    p.add_argument("--config", required=True,
-                   help="NodeConfig as JSON, or @path to a file holding it")
-    p.add_argument("--routing", required=True, help="routing address, e.g. tcp://127.0.0.1:5000")
-    p.add_argument("--ready-file", help="also write the readiness JSON here")
-    p.add_argument("--join-timeout", type=float, default=20.0)
-    p.add_argument("--join-retry", type=float, default=1.0)
-    p.add_argument("--parent-pid", type=int, help="stop when this parent process is gone")
-    args = p.parse_args(argv)
+    args = parse_args(argv)
+    routing: List[str] = routing_addresses(args.routing)
     text = args.config
     if text.startswith("@"):
         with open(text[1:]) as f:
@@ -102,9 +94,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     configure_logging(config.log_level, f"node[{config.node_id}]", family="anna")
 
     stopping = threading.Event()
+    how = {"leave": False}
 
     def on_signal(signum, _frame):
-        log.info("signal %d: stopping", signum)
+        how["leave"] = signum == signal.SIGTERM
+        log.info("signal %d: %s", signum, "leaving the cluster" if how["leave"] else "stopping")
         stopping.set()
 
     signal.signal(signal.SIGTERM, on_signal)
@@ -117,26 +111,47 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"node {config.node_id}: cannot start: {e}", file=sys.stderr, flush=True)
         return 2
     context = zmq.Context()
+    control, control_address = bind_pull(context, config.ip)
+    heartbeater: Optional[Heartbeater] = None
     try:
         addresses = list(node.worker_addresses())
         log.info("node %s started %d workers: %s", config.node_id, len(addresses), addresses)
         try:
-            membership = join_cluster(context, config, addresses, args.routing,
-                                      timeout=args.join_timeout, retry=args.join_retry)
+            membership = join_cluster(context, config, addresses, routing, control,
+                                      control_address, timeout=args.join_timeout,
+                                      retry=args.join_retry)
         except Timeout as e:
             log.error("node %s: %s", config.node_id, e)
             print(f"node {config.node_id}: {e}", file=sys.stderr, flush=True)
             return 3
+        heartbeater = Heartbeater(context, config, addresses, routing, control_address,
+                                  node.stats, period=args.heartbeat_period).start()
         announce_ready({"node_id": config.node_id, "tier": config.tier,
-                        "worker_addresses": addresses,
+                        "worker_addresses": addresses, "control_address": control_address,
                         "membership_version": membership.version}, args.ready_file)
         while not stopping.wait(0.2):
+            while control.poll(0):
+                control.recv()   # late join acks and heartbeat admissions: nothing to do
             if parent_gone(args.parent_pid):
                 log.warning("parent process exited; node %s stops", config.node_id)
                 break
+        heartbeater.stop()
+        if how["leave"]:
+            outcome = leave_cluster(context, config, routing, node.stats,
+                                    timeout=args.leave_timeout, retry=min(args.join_retry, 0.5),
+                                    ack_grace=args.heartbeat_period)
+            if outcome.ok:
+                log.info("%s", outcome.message)
+            else:
+                log.error("%s", outcome.message)
+                print(outcome.message, file=sys.stderr, flush=True)
+            return outcome.status
         return 0
     finally:
+        if heartbeater is not None:
+            heartbeater.stop()
         node.stop()
+        control.close(0)
         context.term()
         log.info("node %s stopped", config.node_id)
 

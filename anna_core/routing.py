@@ -4,22 +4,23 @@ Membership state and every decision (placement from the kernel's `_core.ClusterM
 `membership.ClusterMembership`; this module receives, hands it each message and carries out
 the `Effects` it returns (sends, forgotten sockets, metadata PUTs, logs).
 
-Contract (DESIGN.md, proto/anna.proto, dissertation 3.2.5):
+Contract (DESIGN.md, proto/anna.proto, dissertation 3.2.5-3.2.7):
 - One PULL socket bound on tcp://ip:port (port 0 = free port). Its address is reported as an
   `READY {"address": ...}` line on stdout and, with `--ready-file`, in that file.
-- Messages are [kind][payload]:
-  * "join" (NodeJoin): add (or replace, same node_id) the node in the ClusterMap, bump the
-    membership version, send the full `Membership` as kind "membership" to every worker's
-    request address, and the same `Membership` as a single frame to `control_address` (ack).
-  * "address" (KeyAddressRequest): answer a `KeyAddressResponse` with each key's worker
-    addresses from the ClusterMap (`all_tiers` honoured); error NO_NODES when a key has none.
-  * "replicate" (SetReplication): update the ClusterMap, broadcast `ReplicationUpdate` (kind
-    "replication") to every worker, persist each override in the KVS itself as the LWW
-    metadata key `__anna__/replication/<key>` holding the serialized `anna.Replication`
-    (dissertation 3.2.3: metadata is stored in the KVS), and answer a `KeyAddressResponse`
-    with the keys' new addresses.
+- Messages are [kind][payload]: "join" (NodeJoin), "leave" (NodeLeave), "heartbeat"
+  (NodeHeartbeat), "address" (KeyAddressRequest), "replicate" (SetReplication). What each
+  does is `membership.ClusterMembership`'s contract; this loop stamps each with
+  `time.monotonic()` and calls `tick(now)` at least every 100 ms (failure detection, end of
+  the recovery phase).
+- Replication overrides are persisted in the KVS itself (dissertation 3.2.3): the LWW key
+  `__anna__/replication/<key>` holding the serialized `anna.Replication`, and the SetLattice
+  index `__anna__/replication-index`. When the core asks (`Effects.load_overrides`: a
+  restarted routing, or a fresh one getting its first node), a background thread reads the
+  index and the overrides back through an `anna_core.Client` of this very routing (it follows
+  the workers' WRONG_OWNER redirects while the ring is partial), retrying a few times, and the
+  loop hands them to `overrides_loaded`. The core is only ever touched by the loop thread.
 - Wrong frame counts, unknown kinds and unparsable payloads are logged and dropped; the loop
-  never dies on input. Routing state is soft: it is rebuilt from node joins.
+  never dies on input. Routing state is soft: rebuilt from joins and heartbeats.
 
 Run: `python -m anna_core.routing [--ip IP] [--port N] [--replication mg,ml,dg,dl] ...`.
 """
@@ -28,9 +29,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import queue
 import signal
 import sys
 import threading
+import time
 from typing import Dict, List, Optional, Sequence
 
 import zmq
@@ -45,13 +48,19 @@ from runtime.sockets import PushCache, bind_pull
 
 from . import _core
 from .config import Replication, RoutingConfig
-from .membership import (REPLICATION_PREFIX, ClusterMembership, Effects, metadata_put,
-                         replication_metadata_key)
+from .client import Client
+from .errors import AnnaError, KeyNotFound
+from .membership import (REPLICATION_INDEX_KEY, REPLICATION_PREFIX, ClusterMembership, Effects,
+                         loaded_overrides, metadata_put, replication_metadata_key)
 from .wire import MonotoneClock
 
 __all__ = ["RoutingService", "REPLICATION_PREFIX", "replication_metadata_key", "main"]
 
 log = logging.getLogger("anna.routing")
+
+TICK_SECONDS = 0.05          # the loop calls tick(now) at least this often (well under 100 ms)
+LOAD_ATTEMPTS = 5            # tries to read the persisted overrides back, ...
+LOAD_RETRY_SECONDS = 1.0     # ... this far apart
 
 
 class RoutingService:
@@ -61,7 +70,10 @@ class RoutingService:
         self.config = config
         self._own_context = context is None
         self.context = context or zmq.Context()
-        self.state = ClusterMembership(config.default_replication, config.vnodes)
+        self.state = ClusterMembership(config.default_replication, config.vnodes,
+                                       heartbeat_period=config.heartbeat_period,
+                                       heartbeat_timeout=config.heartbeat_timeout,
+                                       recovery_period=config.effective_recovery_period())
         self.socket, self.address = bind_pull(self.context, config.ip, config.port)
         # Answers of the KVS to routing's own metadata PUTs (single frames) land here.
         self.answers, self.answer_address = bind_pull(self.context, config.ip)
@@ -69,6 +81,9 @@ class RoutingService:
         self.clock = MonotoneClock()
         self._request_seq = 0
         self.stopping = threading.Event()
+        self._loaded: "queue.Queue" = queue.Queue()   # loader thread -> loop
+        self._loader: Optional[threading.Thread] = None
+        self._load_again = False
 
     # ---- event loop -------------------------------------------------------------------
 
@@ -77,11 +92,13 @@ class RoutingService:
         poller = zmq.Poller()
         poller.register(self.socket, zmq.POLLIN)
         poller.register(self.answers, zmq.POLLIN)
+        next_tick = time.monotonic()
         while not self.stopping.is_set():
             if parent_gone(parent_pid):
                 log.warning("parent process exited; routing stops")
                 break
-            events = dict(poller.poll(100))
+            wait_ms = max(0, int((next_tick - time.monotonic()) * 1000))
+            events = dict(poller.poll(wait_ms))
             if self.socket in events:
                 for _ in range(1000):
                     try:
@@ -91,6 +108,11 @@ class RoutingService:
                     self.handle(frames)
             if self.answers in events:
                 self._drain_answers()
+            now = time.monotonic()
+            if now >= next_tick:
+                next_tick = now + TICK_SECONDS
+                self.apply(self.state.tick(now))
+            self._drain_loaded()
 
     def handle(self, frames: Sequence[bytes]) -> None:
         """Dispatch one received message; malformed input is logged and dropped."""
@@ -100,7 +122,7 @@ class RoutingService:
             log.warning("dropped message: %s", e)
             return
         try:
-            effects = self.state.handle(kind, payload)
+            effects = self.state.handle(kind, payload, time.monotonic())
         except Exception:  # never let one bad message kill the service
             log.exception("error handling a %r message; dropped", kind)
             return
@@ -126,6 +148,61 @@ class RoutingService:
                                    self.answer_address)
             for address in persist.addresses:
                 self.push.send_kind(address, "request", request)
+        if effects.load_overrides:
+            self._start_loader()
+
+    # ---- persisted overrides ---------------------------------------------------------
+
+    def _start_loader(self) -> None:
+        """Read the persisted overrides back in a background thread (one at a time)."""
+        if self._loader is not None and self._loader.is_alive():
+            self._load_again = True
+            return
+        self._load_again = False
+        self._loader = threading.Thread(target=self._load_overrides, name="override-loader",
+                                        daemon=True)
+        self._loader.start()
+
+    def _load_overrides(self) -> None:
+        """Loader thread: the index, then each override, through a Client of this routing."""
+        for attempt in range(1, LOAD_ATTEMPTS + 1):
+            if self.stopping.is_set():
+                return
+            try:
+                with Client(self.address, ip=self.config.ip, timeout=1.0, retries=1) as client:
+                    try:
+                        index = sorted(k.decode(errors="replace") for k in
+                                       client.get(REPLICATION_INDEX_KEY).reveal())
+                    except KeyNotFound:
+                        index = []
+                    values: Dict[str, bytes] = {}
+                    for key in index:
+                        meta = replication_metadata_key(key)
+                        try:
+                            values[meta] = client.get(meta)
+                        except KeyNotFound:
+                            pass
+                overrides, problems = loaded_overrides(index, values)
+                for problem in problems:
+                    log.warning("persisted overrides: %s", problem)
+                self._loaded.put(overrides)
+                return
+            except (AnnaError, AttributeError, TypeError, zmq.ZMQError) as e:
+                log.warning("reading the persisted overrides failed (attempt %d of %d): %s",
+                            attempt, LOAD_ATTEMPTS, e)
+                self.stopping.wait(LOAD_RETRY_SECONDS)
+        log.error("persisted replication overrides not loaded after %d attempts; keys keep "
+                  "the default replication until overrides are set again", LOAD_ATTEMPTS)
+
+    def _drain_loaded(self) -> None:
+        while True:
+            try:
+                overrides = self._loaded.get_nowait()
+            except queue.Empty:
+                break
+            self.apply(self.state.overrides_loaded(overrides))
+        if self._load_again and (self._loader is None or not self._loader.is_alive()):
+            self._start_loader()
 
     # ---- state (owned by the membership core) ------------------------------------------
 
@@ -191,8 +268,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--port", type=int, default=0, help="0 = a free port")
     p.add_argument("--replication", type=_parse_replication, default=Replication(),
                    help="default replication vector mg,ml,dg,dl (default 1,1,0,1)")
-    p.add_argument("--vnodes", type=int, default=64)
-    p.add_argument("--log-level", default="warning")
+    p.add_argument("--vnodes", type=int, default=64,
+                   help="virtual nodes per member on every hash ring (default 64)")
+    p.add_argument("--heartbeat-period", type=float, default=1.0,
+                   help="seconds between a node's heartbeats (default 1.0); paces re-sends "
+                        "and is the default recovery period")
+    p.add_argument("--heartbeat-timeout", type=float, default=3.0,
+                   help="a node silent for longer is removed from the ring (default 3.0 s)")
+    p.add_argument("--recovery-period", type=float, default=None,
+                   help="after a restart, collect heartbeats this long before the first "
+                        "broadcast (default: the heartbeat period)")
+    p.add_argument("--log-level", default="warning", help="debug, info, warning (default)")
     p.add_argument("--ready-file", help="also write the bound address here, as JSON")
     p.add_argument("--parent-pid", type=int, help="exit when this parent process is gone")
     args = p.parse_args(argv)
@@ -201,7 +287,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         config = RoutingConfig(**d)
     else:
         config = RoutingConfig(ip=args.ip, port=args.port, default_replication=args.replication,
-                               vnodes=args.vnodes, log_level=args.log_level)
+                               vnodes=args.vnodes, log_level=args.log_level,
+                               heartbeat_period=args.heartbeat_period,
+                               heartbeat_timeout=args.heartbeat_timeout,
+                               recovery_period=args.recovery_period)
     configure_logging(config.log_level, "routing", family="anna")
     service = RoutingService(config)
 

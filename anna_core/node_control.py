@@ -1,0 +1,273 @@
+"""A KVS node's conversation with routing: join, heartbeats, graceful leave.
+
+Contract (DESIGN.md "Routing and membership"; proto/anna.proto NodeJoin, NodeHeartbeat,
+NodeLeave). Every routing address gets every message: several routing processes may serve
+one cluster, and each runs the same membership core.
+- `join_cluster` sends `NodeJoin` to every routing until one acknowledges with a
+  `Membership` naming this node (re-sent every `retry` s; `Timeout` after `timeout` s).
+- `Heartbeater` is a thread that sends `NodeHeartbeat` (node info, control address, the
+  membership version every worker has applied and the hand-off backlog, from
+  `worker_progress(node.stats())`) to every routing every `period` seconds. It owns its
+  own sockets (ZMQ sockets are not shared between threads).
+- `leave_cluster` is the graceful leave: `NodeLeave` to every routing (each on its own
+  acknowledgement socket, re-sent every `retry` s), wait for each routing's `Membership`
+  without this node (all of them, or the first plus `ack_grace` s), then wait until every
+  worker has applied a version >= the highest acknowledged one and reports no hand-off
+  pending. A routing's broadcasts that still named this node all have lower versions than
+  its ack, so a worker past every ack's version has applied a membership without the node
+  and has handed its keys to their new owners. Returns a `LeaveOutcome`; it never raises on
+  a slow or silent cluster.
+- `worker_progress` tolerates a kernel whose stats lack `membership_version` /
+  `handoff_pending` (`supported` is then False and both read 0: unknown).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence
+
+import zmq
+from google.protobuf.message import DecodeError
+
+from hydro_proto import anna_pb2
+
+from runtime.framing import send_kind
+from runtime.sockets import bind_pull
+
+from .config import NodeConfig, tier_number
+from .errors import Timeout
+
+__all__ = ["join_cluster", "Heartbeater", "leave_cluster", "LeaveOutcome", "WorkerProgress",
+           "worker_progress", "node_info"]
+
+log = logging.getLogger("anna.node")
+
+
+class WorkerProgress(NamedTuple):
+    """The node's workers at a glance: the membership version all have applied (their
+    minimum), keys and subscriptions handed off but not yet acknowledged (their sum), and
+    whether the kernel reports both at all."""
+
+    membership_version: int
+    handoff_pending: int
+    supported: bool
+
+
+def worker_progress(stats: Sequence[Dict[str, Any]]) -> WorkerProgress:
+    """Summarise `_core.Node.stats()` (one dict per worker)."""
+    if not stats or not all("membership_version" in s and "handoff_pending" in s for s in stats):
+        return WorkerProgress(0, 0, False)
+    return WorkerProgress(min(int(s["membership_version"]) for s in stats),
+                          sum(int(s["handoff_pending"]) for s in stats), True)
+
+
+def node_info(config: NodeConfig, worker_addresses: Sequence[str]) -> anna_pb2.NodeInfo:
+    """This node as routing knows it."""
+    return anna_pb2.NodeInfo(node_id=config.node_id, tier=tier_number(config.tier),
+                             worker_addresses=list(worker_addresses))
+
+
+def _pushes(context: zmq.Context, addresses: Sequence[str]) -> Dict[str, zmq.Socket]:
+    out = {}
+    for address in addresses:
+        s = context.socket(zmq.PUSH)
+        s.setsockopt(zmq.LINGER, 0)
+        s.setsockopt(zmq.SNDHWM, 100)
+        s.connect(address)
+        out[address] = s
+    return out
+
+
+def join_cluster(context: zmq.Context, config: NodeConfig, worker_addresses: Sequence[str],
+                 routing_addresses: Sequence[str], control: zmq.Socket, control_address: str,
+                 *, timeout: float = 20.0, retry: float = 1.0) -> anna_pb2.Membership:
+    """Send NodeJoin to every routing until one acknowledges with a Membership naming this
+    node; the acks are read on `control`. Raises `Timeout` after `timeout` s."""
+    pushes = _pushes(context, routing_addresses)
+    join = anna_pb2.NodeJoin(node=node_info(config, worker_addresses),
+                             control_address=control_address)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            for push in pushes.values():
+                send_kind(push, "join", join)
+            resend_at = min(deadline, time.monotonic() + retry)
+            while (remaining := resend_at - time.monotonic()) > 0:
+                if not control.poll(int(remaining * 1000) + 1):
+                    continue
+                try:
+                    membership = anna_pb2.Membership.FromString(control.recv())
+                except DecodeError:
+                    log.warning("unparsable join ack dropped")
+                    continue
+                if any(n.node_id == config.node_id for n in membership.nodes):
+                    return membership
+            if time.monotonic() >= deadline:
+                where = ", ".join(routing_addresses)
+                raise Timeout(f"join ack from routing {where}", address=where, seconds=timeout)
+            log.info("no join ack yet from %s; re-sending", ", ".join(routing_addresses))
+    finally:
+        for push in pushes.values():
+            push.close(0)
+
+
+class Heartbeater:
+    """Sends this node's heartbeat to every routing every `period` seconds, in a thread.
+
+    `stats` is called for each heartbeat (normally `node.stats`); failures are logged, and
+    the heartbeat is sent with version 0 (unknown) and no backlog.
+    """
+
+    def __init__(self, context: zmq.Context, config: NodeConfig,
+                 worker_addresses: Sequence[str], routing_addresses: Sequence[str],
+                 control_address: str, stats, period: float = 1.0) -> None:
+        self._context = context
+        self._info = node_info(config, worker_addresses)
+        self._routing = list(routing_addresses)
+        self._control_address = control_address
+        self._stats = stats
+        self.period = period
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
+
+    def start(self) -> "Heartbeater":
+        """Start the thread; returns self."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop the thread and wait for it (no heartbeat is sent after this returns)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5.0 + self.period)
+
+    def _run(self) -> None:
+        pushes = _pushes(self._context, self._routing)
+        try:
+            while not self._stop.is_set():
+                try:
+                    progress = worker_progress(self._stats())
+                except Exception as e:  # a failing stats call must not stop the heartbeat
+                    log.warning("worker stats unavailable for the heartbeat: %s", e)
+                    progress = WorkerProgress(0, 0, False)
+                heartbeat = anna_pb2.NodeHeartbeat(
+                    node=self._info, control_address=self._control_address,
+                    membership_version=progress.membership_version,
+                    handoff_pending=progress.handoff_pending)
+                for address, push in pushes.items():
+                    if not send_kind(push, "heartbeat", heartbeat):
+                        log.warning("heartbeat to routing %s dropped (not accepting)", address)
+                self.sent += 1
+                self._stop.wait(self.period)
+        finally:
+            for push in pushes.values():
+                push.close(0)
+
+
+class LeaveOutcome(NamedTuple):
+    """How a graceful leave ended: `ok`, the exit status for the node process (0 when ok),
+    and a sentence saying what happened."""
+
+    ok: bool
+    status: int
+    message: str
+
+
+LEAVE_NOT_ACKED = 5     # exit status: no routing acknowledged the leave
+LEAVE_TIMED_OUT = 4     # exit status: hand-off not acknowledged before the deadline
+
+
+def leave_cluster(context: zmq.Context, config: NodeConfig, routing_addresses: Sequence[str],
+                  stats, *, timeout: float = 30.0, retry: float = 0.5,
+                  ack_grace: float = 1.0, poll: float = 0.05) -> LeaveOutcome:
+    """The graceful leave described in the module contract; `timeout` bounds all of it."""
+    started = time.monotonic()
+    deadline = started + timeout
+    node_id = config.node_id
+    sockets: List[zmq.Socket] = []
+    pushes = _pushes(context, routing_addresses)
+    acked: Dict[str, int] = {}
+    try:
+        leaves = {}
+        for address in routing_addresses:
+            socket, ack_address = bind_pull(context, config.ip)
+            sockets.append(socket)
+            leaves[address] = (socket, anna_pb2.NodeLeave(node_id=node_id,
+                                                          control_address=ack_address))
+        log.info("node %s leaving: NodeLeave sent to %d routing(s)", node_id, len(leaves))
+        first_ack: Optional[float] = None
+        resend_at = 0.0
+        while len(acked) < len(leaves):
+            now = time.monotonic()
+            if now >= deadline or (first_ack is not None and now >= first_ack + ack_grace):
+                break
+            if now >= resend_at:
+                for address, (_, leave) in leaves.items():
+                    if address not in acked:
+                        send_kind(pushes[address], "leave", leave)
+                resend_at = now + retry
+            poller = zmq.Poller()
+            for socket, _ in leaves.values():
+                poller.register(socket, zmq.POLLIN)
+            wait = min(resend_at, deadline) - now
+            if first_ack is not None:
+                wait = min(wait, first_ack + ack_grace - now)
+            for address, (socket, _) in leaves.items():
+                while socket.poll(0):
+                    try:
+                        membership = anna_pb2.Membership.FromString(socket.recv())
+                    except DecodeError:
+                        continue
+                    if all(n.node_id != node_id for n in membership.nodes):
+                        acked[address] = max(acked.get(address, 0), membership.version)
+                        if first_ack is None:
+                            first_ack = time.monotonic()
+            if len(acked) < len(leaves):
+                poller.poll(max(1, int(wait * 1000)))
+        if not acked:
+            return LeaveOutcome(False, LEAVE_NOT_ACKED,
+                                f"node {node_id}: no routing acknowledged the leave within "
+                                f"{timeout:g} s ({', '.join(routing_addresses)})")
+        version = max(acked.values())
+        missing = [a for a in routing_addresses if a not in acked]
+        log.info("node %s: leave acknowledged by %d of %d routing(s) (membership version %d)%s;"
+                 " waiting for the hand-off", node_id, len(acked), len(leaves), version,
+                 f"; silent: {', '.join(missing)}" if missing else "")
+    finally:
+        for s in sockets:
+            s.close(0)
+        for p in pushes.values():
+            p.close(0)
+    return _await_handoff(node_id, version, stats, deadline, timeout, poll)
+
+
+def _await_handoff(node_id: str, version: int, stats, deadline: float, timeout: float,
+                   poll: float) -> LeaveOutcome:
+    """Wait until every worker applied `version` and has nothing left to hand off."""
+    report_at = time.monotonic() + 1.0
+    progress = worker_progress(stats())
+    while True:
+        if not progress.supported:
+            log.warning("node %s: the kernel reports no hand-off progress "
+                        "(membership_version/handoff_pending); leaving without waiting", node_id)
+            return LeaveOutcome(True, 0, f"node {node_id} left (hand-off not tracked)")
+        if progress.membership_version >= version and progress.handoff_pending == 0:
+            return LeaveOutcome(True, 0, f"node {node_id} left: every worker applied "
+                                         f"version >= {version} and handed everything off")
+        now = time.monotonic()
+        if now >= deadline:
+            return LeaveOutcome(
+                False, LEAVE_TIMED_OUT,
+                f"node {node_id}: leave timed out after {timeout:g} s with "
+                f"{progress.handoff_pending} keys/subscriptions still pending hand-off "
+                f"(workers at membership version {progress.membership_version}, "
+                f"needed {version})")
+        if now >= report_at:
+            log.info("node %s leaving: %d keys/subscriptions pending hand-off, workers at "
+                     "version %d of %d", node_id, progress.handoff_pending,
+                     progress.membership_version, version)
+            report_at = now + 1.0
+        time.sleep(min(poll, max(0.0, deadline - now)))
+        progress = worker_progress(stats())
