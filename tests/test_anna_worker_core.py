@@ -337,10 +337,34 @@ def fill(core, keys) -> Dict[str, "_core.SetLattice"]:
     return values
 
 
+def handoffs_of(out) -> Dict[str, List[anna_pb2.KeyRequest]]:
+    """Hand-off messages by destination; asserts every output is a hand-off from its sender."""
+    by_dest: Dict[str, List[anna_pb2.KeyRequest]] = {}
+    for address, kind, payload in out:
+        assert kind == "handoff"
+        h = anna_pb2.KeyRequest.FromString(payload)
+        assert h.response_address and h.request_id
+        by_dest.setdefault(address, []).append(h)
+    return by_dest
+
+
 def sent_keys(out) -> Dict[str, Dict[str, object]]:
-    """destination -> {key: lattice} of handed-off gossip PUTs."""
-    return {dest: {t.key: decoded(t) for g in gs for t in g.tuples if g.type == anna_pb2.PUT}
-            for dest, gs in gossip_of(out).items()}
+    """destination -> {key: lattice} of handed-off values."""
+    return {dest: {t.key: decoded(t) for h in hs for t in h.tuples if not t.subscriber_address}
+            for dest, hs in handoffs_of(out).items()}
+
+
+def deliver(cores: Dict[str, "_core.WorkerCore"], out) -> list:
+    """Hands each message to the core at its address, and what the receivers send in turn;
+    returns the messages nobody received (answers to clients, messages to absent workers)."""
+    undelivered, queue = [], list(out)
+    while queue:
+        address, kind, payload = queue.pop(0)
+        if address in cores and kind:
+            queue.extend(cores[address].handle(kind, payload))
+        else:
+            undelivered.append((address, kind, payload))
+    return undelivered
 
 
 @pytest.mark.parametrize("rep", [(1, 1, 0, 1), (2, 1, 0, 1)])
@@ -359,13 +383,16 @@ def test_a_join_hands_new_replicas_their_keys_and_drops_the_rest(rep):
             expected.setdefault(dest, {})[k] = values[k]
     assert expected, "the join moved no key; pick other keys"
     assert sent_keys(out) == expected
-    assert a.keys() == sorted(k for k in mine if addr("a") in holders(new, k))
     assert a.stats()["handed_off"] == len({k for d in expected.values() for k in d})
+    # Nothing is dropped before the new replicas acknowledge.
+    assert a.keys() == sorted(mine)
+    assert a.stats()["handoff_pending"] == len({k for d in expected.values() for k in d})
     c = _core.WorkerCore("c", 0, 0, addr("c"), membership=membership(2, after, rep))
-    for dest, kind, payload in out:
-        if dest == addr("c"):
-            c.handle(kind, payload)
+    b = _core.WorkerCore("b", 0, 0, addr("b"), membership=membership(2, after, rep))
+    assert deliver({addr("a"): a, addr("b"): b, addr("c"): c}, out) == []
     assert {k: c.value(k) for k in c.keys()} == expected.get(addr("c"), {})
+    assert a.keys() == sorted(k for k in mine if addr("a") in holders(new, k))
+    assert a.stats()["handoff_pending"] == 0
     moved = next(k for k in mine if addr("a") not in holders(new, k))
     t = get(a, moved)
     assert t.error == anna_pb2.WRONG_OWNER and list(t.addresses) == list(new.addresses(moved, False))
@@ -381,22 +408,29 @@ def test_stale_or_same_placement_memberships_send_nothing():
     t = put(a, next(k for k in (f"k{i}" for i in range(30)) if k not in values), _core.MaxLattice(1))
     assert t.error == anna_pb2.WRONG_OWNER                              # still two nodes
     assert a.handle("membership", membership(5, SOLO)) == []           # same version: applied
+    a.set_now(a.now + 5 * 10**9)                                       # past the fetch window
+    assert a.end_epoch() == []
     assert get(a, "anything").error == anna_pb2.KEY_DNE
 
 
-def test_a_worker_left_out_of_the_membership_hands_off_but_keeps_its_keys():
+def test_a_worker_left_out_of_the_membership_hands_off_and_drops_after_the_ack():
     a = workers(SOLO)[addr("a")]
     values = fill(a, ["x", "y", "z"])
     out = a.handle("membership", membership(2, {"b": (0, 1)}))
     assert sent_keys(out) == {addr("b"): values}
-    assert a.keys() == ["x", "y", "z"]
+    assert a.keys() == ["x", "y", "z"] and a.stats()["handoff_pending"] == 3
     assert get(a, "x").error == anna_pb2.WRONG_OWNER
+    b = _core.WorkerCore("b", 0, 0, addr("b"), membership=membership(2, {"b": (0, 1)}))
+    assert deliver({addr("a"): a, addr("b"): b}, out) == []
+    assert {k: b.value(k) for k in b.keys()} == values
+    assert a.keys() == [] and a.stats()["handoff_pending"] == 0
 
 
-def test_a_handoff_loses_a_pending_put_for_replicas_that_already_held_the_key():
-    """Current behaviour: when a worker stops holding a key with an unsent epoch delta, it
-    sends its value only to the *new* replicas and drops the delta, so a replica that held the
-    key before never receives that PUT (no anti-entropy repairs it later)."""
+def test_a_put_pending_gossip_reaches_every_replica_under_the_new_map():
+    """A PUT still in the epoch's changeset when the placement changes reaches the replicas
+    that held the key before (by gossip at the epoch's end) as well as the new ones (by
+    hand-off), even though the writer itself no longer holds the key. (This pinned a bug: the
+    old replica b never received the PUT.)"""
     before, after = PAIR, dict(PAIR, c=(0, 1))
     new = cluster_map(after, FULL)
     key = next(k for k in (f"k{i}" for i in range(100)) if addr("a") not in holders(new, k))
@@ -405,9 +439,15 @@ def test_a_handoff_loses_a_pending_put_for_replicas_that_already_held_the_key():
     put(a, key, _core.SetLattice([b"x"]))
     out = a.handle("membership", membership(2, after, FULL))
     assert sent_keys(out) == {addr("c"): {key: _core.SetLattice([b"x"])}}
-    assert a.keys() == [] and a.changeset_size == 0 and a.end_epoch() == []
     b.handle("membership", membership(2, after, FULL))
-    assert b.value(key) is None
+    c = _core.WorkerCore("c", 0, 0, addr("c"), membership=membership(2, after, FULL))
+    everyone = {addr("a"): a, addr("b"): b, addr("c"): c}
+    assert deliver(everyone, out) == []
+    assert a.keys() == []                                    # acked by c: dropped
+    gossip = a.end_epoch()
+    assert sorted(gossip_of(gossip)) == sorted(set(holders(new, key)) - {addr("a")})
+    assert deliver(everyone, gossip) == []
+    assert b.value(key) == _core.SetLattice([b"x"]) and c.value(key) == _core.SetLattice([b"x"])
 
 
 def test_replication_updates_hand_off_and_drop_only_the_named_keys():
@@ -421,7 +461,12 @@ def test_replication_updates_hand_off_and_drop_only_the_named_keys():
     update.overrides.add(key="absent", replication=replication((2, 1, 0, 1)))
     out = a.handle("replication", update.SerializeToString())
     assert sent_keys(out) == {addr("b"): {hot: values[hot]}}
-    assert a.keys() == sorted(mine)
+    assert a.keys() == sorted(mine) and a.stats()["handoff_pending"] == 1
+    b = workers(PAIR)[addr("b")]
+    b.handle("replication", update.SerializeToString())
+    assert deliver({addr("a"): a, addr("b"): b}, out) == []
+    assert b.value(hot) == values[hot] and a.stats()["handoff_pending"] == 0
+    assert a.keys() == sorted(mine)                                   # a still holds hot
     away = anna_pb2.ReplicationUpdate()
     away.overrides.add(key=cold, replication=replication((0, 1, 1, 1)))  # disk only: no disk node
     assert a.handle("replication", away.SerializeToString()) == []

@@ -75,6 +75,10 @@ void bind_node(py::module_& m) {
         d["max_value_bytes"] = c.max_value_bytes;
         d["pin_threads"] = c.pin_threads;
         d["log_level"] = c.log_level;
+        d["handoff_retry_ms"] = c.handoff_retry_ms;
+        d["handoff_window_ms"] = c.handoff_window_ms;
+        d["fetch_timeout_ms"] = c.fetch_timeout_ms;
+        d["tombstone_ttl_ms"] = c.tombstone_ttl_ms;
         return d;
       },
       py::arg("config_json"), "The kernel's reading of a node config (for checks and tests).");
@@ -89,6 +93,13 @@ py::dict worker_stats_dict(const WorkerStats& s) {
   d["updates_out"] = s.updates_out;
   d["dropped"] = s.dropped;
   d["handed_off"] = s.handed_off;
+  d["handoff_in"] = s.handoff_in;
+  d["handoff_resent"] = s.handoff_resent;
+  d["handoff_pending"] = s.handoff_pending;
+  d["membership_version"] = s.membership_version;
+  d["fetches_out"] = s.fetches_out;
+  d["deferred"] = s.deferred;
+  d["tombstones"] = s.tombstones;
   return d;
 }
 

@@ -1,13 +1,18 @@
 // Python binding of the sans-I/O worker (anna_core._core.WorkerCore), for driving one Anna
-// worker as a pure state machine: no sockets, no threads, no clock.
+// worker as a pure state machine: no sockets, no threads, no clock of its own.
 //
 // Contract (worker_core.hpp has the worker's own contract):
 //   * WorkerCore(node_id, tier, thread_id, address, max_value_bytes=64 MiB, store_path=None,
-//     membership=None): a worker with a MemoryStore, or a DiskStore (RocksDB) at store_path.
+//     membership=None, handoff_retry_ms=500, handoff_window_ms=5000, fetch_timeout_ms=1000,
+//     tombstone_ttl_ms=60000, now_ns=0): a worker with a MemoryStore, or a DiskStore (RocksDB)
+//     at store_path. The timing knobs must be positive (ValueError). Its clock starts at now_ns
+//     and moves only by set_now(ns): tests drive hand-off retries, the fetch window, fetch
+//     timeouts and tombstone expiry by setting it before end_epoch().
 //     `membership` (a serialized anna.Membership) is handled at once, its outputs discarded.
 //     tier must be 0 (memory) or 1 (disk); a store that cannot be opened raises RuntimeError.
 //   * handle(kind, payload) feeds one received [kind][payload] message ("request", "gossip",
-//     "membership", "replication") and returns the messages to send, in order, as a list of
+//     "membership", "replication", "handoff", "handoff_ack", "fetch", "fetched") and returns
+//     the messages to send, in order, as a list of
 //     (address, kind, payload: bytes) tuples; kind is "" for single-frame answers (KeyResponse
 //     and UPDATE pushes). A message the worker drops (unknown kind, unparsable payload) raises
 //     ValueError with the worker's reason; the worker's state is unchanged apart from
@@ -61,21 +66,41 @@ void bind_worker_core(py::module_& m) {
       .def(py::init([](const std::string& node_id, int tier, int thread_id,
                        const std::string& address, std::size_t max_value_bytes,
                        std::optional<std::string> store_path,
-                       std::optional<py::bytes> membership) {
+                       std::optional<py::bytes> membership, std::uint64_t handoff_retry_ms,
+                       std::uint64_t handoff_window_ms, std::uint64_t fetch_timeout_ms,
+                       std::uint64_t tombstone_ttl_ms, std::uint64_t now_ns) {
              if (tier != MEMORY && tier != DISK)
                throw py::value_error("tier must be 0 (memory) or 1 (disk)");
              if (thread_id < 0) throw py::value_error("thread_id must be >= 0");
              std::unique_ptr<Store> store;
              if (store_path) store = std::make_unique<DiskStore>(*store_path);
              else store = std::make_unique<MemoryStore>();
+             if (handoff_retry_ms == 0 || handoff_window_ms == 0 || fetch_timeout_ms == 0 ||
+                 tombstone_ttl_ms == 0)
+               throw py::value_error("handoff_retry_ms, handoff_window_ms, fetch_timeout_ms and "
+                                     "tombstone_ttl_ms must be positive");
              WorkerIdentity id{node_id, tier, thread_id, address, max_value_bytes};
+             id.handoff_retry_ms = handoff_retry_ms;
+             id.handoff_window_ms = handoff_window_ms;
+             id.fetch_timeout_ms = fetch_timeout_ms;
+             id.tombstone_ttl_ms = tombstone_ttl_ms;
              auto core = std::make_unique<WorkerCore>(std::move(id), std::move(store));
+             core->set_now(now_ns);
              if (membership) handle_message(*core, "membership", *membership);
              return core;
            }),
            py::arg("node_id"), py::arg("tier"), py::arg("thread_id"), py::arg("address"),
            py::arg("max_value_bytes") = std::size_t{64u << 20},
-           py::arg("store_path") = py::none(), py::arg("membership") = py::none())
+           py::arg("store_path") = py::none(), py::arg("membership") = py::none(),
+           py::arg("handoff_retry_ms") = std::uint64_t{500},
+           py::arg("handoff_window_ms") = std::uint64_t{5000},
+           py::arg("fetch_timeout_ms") = std::uint64_t{1000},
+           py::arg("tombstone_ttl_ms") = std::uint64_t{60000}, py::arg("now_ns") = std::uint64_t{0})
+      .def("set_now", &WorkerCore::set_now, py::arg("now_ns"),
+           "Set the worker's clock (ns since the Unix epoch); it never moves by itself.")
+      .def_property_readonly("now", &WorkerCore::now, "The worker's clock (ns), as last set.")
+      .def_property_readonly("membership_version",
+                             [](const WorkerCore& c) { return c.stats().membership_version; })
       .def("handle", &handle_message, py::arg("kind"), py::arg("payload"),
            "Handle one [kind][payload] message; returns [(address, kind, payload)] to send. "
            "Raises ValueError when the worker drops the message.")

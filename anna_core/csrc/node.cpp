@@ -82,6 +82,13 @@ int recv_message(void* socket, zmq_msg_t parts[2]) {
   return n;
 }
 
+// The worker's clock: wall time, because tombstones are compared across replicas.
+std::uint64_t wall_now_ns() {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::system_clock::now().time_since_epoch())
+                                        .count());
+}
+
 class WorkerThread {
  public:
   WorkerThread(std::shared_ptr<Node::Shared> sh, int tid) : sh_(std::move(sh)), tid_(tid) {}
@@ -128,6 +135,10 @@ class WorkerThread {
     sh_->go_future.wait();  // start() always releases it (on success or failure)
     if (!sh_->stopping.load()) {
       WorkerIdentity id{cfg.node_id, cfg.tier, tid_, tcp, cfg.max_value_bytes};
+      id.handoff_retry_ms = static_cast<std::uint64_t>(cfg.handoff_retry_ms);
+      id.handoff_window_ms = static_cast<std::uint64_t>(cfg.handoff_window_ms);
+      id.fetch_timeout_ms = static_cast<std::uint64_t>(cfg.fetch_timeout_ms);
+      id.tombstone_ttl_ms = static_cast<std::uint64_t>(cfg.tombstone_ttl_ms);
       core_ = std::make_unique<WorkerCore>(std::move(id), std::move(store));
       pushes_ = std::make_unique<PushCache>(sh_->ctx, sh_->rewrite);
       serve();
@@ -156,6 +167,7 @@ class WorkerThread {
         continue;
       }
       if (rc > 0) {
+        core_->set_now(wall_now_ns());  // once per batch: tombstones and timers need no finer
         for (int i = 0; i < 1024; ++i) {
           int frames = recv_message(pull_, parts);
           if (frames == 0) break;
@@ -194,6 +206,7 @@ class WorkerThread {
   }
 
   void epoch() {
+    core_->set_now(wall_now_ns());
     try {
       core_->end_epoch(&out_);
     } catch (const std::exception& e) {

@@ -59,7 +59,17 @@ void emit(RequestType type, std::unordered_map<std::string, Batch>* batches,
 }  // namespace
 
 WorkerCore::WorkerCore(WorkerIdentity id, std::unique_ptr<Store> store)
-    : id_(std::move(id)), store_(std::move(store)) {}
+    : id_(std::move(id)), store_(std::move(store)),
+      tombstones_(id_.tombstone_ttl_ms * 1000000ull) {}
+
+WorkerStats WorkerCore::stats() const {
+  WorkerStats s = stats_;
+  s.handoff_pending = handoff_items_;
+  s.membership_version = has_membership_ ? membership_version_ : 0;
+  s.deferred = deferred_.size();
+  s.tombstones = tombstones_.size();
+  return s;
+}
 
 bool WorkerCore::handle(std::string_view kind, std::string_view payload,
                         std::vector<OutMessage>* out, std::string* why) {
@@ -85,6 +95,12 @@ bool WorkerCore::handle(std::string_view kind, std::string_view payload,
       *why = "unparsable Membership payload";
       return false;
     }
+    if (membership.vnodes() > kMaxVnodes) {  // would build a ring of absurd size
+      ++stats_.dropped;
+      *why = "Membership.vnodes " + std::to_string(membership.vnodes()) + " above " +
+             std::to_string(kMaxVnodes);
+      return false;
+    }
     handle_membership(membership, out);
   } else if (kind == "replication") {
     ReplicationUpdate update;
@@ -94,6 +110,29 @@ bool WorkerCore::handle(std::string_view kind, std::string_view payload,
       return false;
     }
     handle_replication(update, out);
+  } else if (kind == "handoff" || kind == "fetch") {
+    KeyRequest request;
+    if (!parse_payload(payload, &request)) {
+      ++stats_.dropped;
+      *why = "unparsable " + std::string(kind) + " payload";
+      return false;
+    }
+    if (request.response_address().empty()) {
+      ++stats_.dropped;
+      *why = std::string(kind) + " without a response_address";
+      return false;
+    }
+    if (kind == "handoff") handle_handoff(request, out);
+    else handle_fetch(request, out);
+  } else if (kind == "handoff_ack" || kind == "fetched") {
+    KeyResponse response;
+    if (!parse_payload(payload, &response)) {
+      ++stats_.dropped;
+      *why = "unparsable " + std::string(kind) + " payload";
+      return false;
+    }
+    if (kind == "handoff_ack") handle_handoff_ack(response);
+    else handle_fetched(response, out);
   } else {
     ++stats_.dropped;
     *why = "unknown message kind";
@@ -115,11 +154,20 @@ void WorkerCore::handle_request(const KeyRequest& request, std::vector<OutMessag
   if (!valid_request_type(request.type())) {
     response.set_error(MALFORMED);
   } else {
+    // A GET missing here may be a key whose previous owners have not handed it over yet.
+    const bool may_fetch = respond && request.type() == GET && !previous_maps_.empty() &&
+                           deferred_.size() < kMaxDeferred;
+    std::vector<int> missing;
     for (const KeyTuple& in : request.tuples()) {
       ++stats_.tuples;
       KeyTuple* o = respond ? response.add_tuples() : &discard_;
       handle_tuple(request.type(), in, o);
       if (!respond) discard_.Clear();
+      else if (may_fetch && o->error() == KEY_DNE) missing.push_back(response.tuples_size() - 1);
+    }
+    if (!missing.empty()) {
+      defer(request, response, missing, out);
+      return;
     }
   }
   if (respond) out->push_back(OutMessage{request.response_address(), "", serialize_message(response)});
@@ -157,20 +205,22 @@ void WorkerCore::handle_tuple(RequestType type, const KeyTuple& in, KeyTuple* ou
         out->set_error(err);
         return;
       }
+      const std::uint64_t accepted = accept_put(key);
       auto it = changeset_.find(key);
       if (it == changeset_.end()) {
-        changeset_.emplace(key, std::move(value));
-      } else if (!merge_any(&it->second, value)) {
-        it->second = std::move(value);
+        changeset_.emplace(key, Delta{std::move(value), accepted});
+      } else {
+        if (!merge_any(&it->second.value, value)) it->second.value = std::move(value);
+        it->second.ts = std::max(it->second.ts, accepted);
       }
       touch(key);
       return;
     }
     case DELETE: {
-      AnnaError err = store_->remove(key);
-      changeset_.erase(key);
-      deleted_.insert(key);
-      touch(key);
+      const std::uint64_t ts = in.timestamp() != 0 ? in.timestamp() : now_;
+      AnnaError err = apply_delete(key, ts);
+      auto [d, inserted] = deleted_.try_emplace(key, ts);
+      if (!inserted) d->second = std::max(d->second, ts);
       if (err != NO_ERROR) out->set_error(err);
       return;
     }
@@ -215,6 +265,36 @@ void WorkerCore::touch(const std::string& key) {
   if (!subscribers_.empty() && subscribers_.count(key) > 0) touched_.insert(key);
 }
 
+std::uint64_t WorkerCore::accept_put(const std::string& key) {
+  std::uint64_t tomb = 0;
+  // A client PUT that reaches a tombstoned key came after the delete here: stamp it after the
+  // tombstone so replicas holding the same tombstone accept its gossip.
+  if (tombstones_.find(key, &tomb)) return std::max(now_, tomb + 1);
+  return now_;
+}
+
+bool WorkerCore::stale_write(const std::string& key, std::uint64_t ts) const {
+  std::uint64_t tomb = 0;
+  return tombstones_.find(key, &tomb) && ts <= tomb;
+}
+
+AnnaError WorkerCore::apply_delete(const std::string& key, std::uint64_t ts) {
+  if (tombstones_.record(key, ts, now_) > 0)
+    log_warning("worker " + id_.address + ": tombstone limit reached; the oldest were collected early");
+  AnnaError err = store_->remove(key);
+  if (err != NO_ERROR && err != KEY_DNE)
+    log_warning("worker " + id_.address + ": delete failed (" + AnnaError_Name(err) + ")");
+  // Writes of this epoch accepted after the delete survive it (and their gossip carries a
+  // newer stamp than the tombstone, so the other replicas keep them too).
+  auto it = changeset_.find(key);
+  if (it != changeset_.end()) {
+    if (it->second.ts > ts) store_->merge(key, it->second.value);
+    else changeset_.erase(it);  // the delete outvotes this epoch's writes accepted before it
+  }
+  touch(key);
+  return err;
+}
+
 void WorkerCore::replicas_of(const std::string& key, const ClusterMap& map,
                              std::vector<WorkerRef>* out) const {
   map.responsible(key, 0, out);
@@ -229,6 +309,7 @@ void WorkerCore::handle_gossip(const KeyRequest& gossip, std::vector<OutMessage>
   ++stats_.gossip_in;
   if (gossip.type() == PUT) {
     for (const KeyTuple& t : gossip.tuples()) {
+      if (stale_write(t.key(), t.timestamp())) continue;  // older than a delete seen here
       AnyLattice value;
       AnnaError err = decode_lattice(t.lattice_type(), t.payload(), &value);
       if (err != NO_ERROR) {
@@ -243,33 +324,38 @@ void WorkerCore::handle_gossip(const KeyRequest& gossip, std::vector<OutMessage>
         continue;
       }
       touch(t.key());
+      // Gossip from a peer with another placement: pass the key on to its owners.
+      if (has_membership_ && !owns(t.key())) forward_later(t.key(), t.timestamp());
     }
   } else if (gossip.type() == DELETE) {
-    for (const KeyTuple& t : gossip.tuples()) {
-      store_->remove(t.key());
-      changeset_.erase(t.key());
-      touch(t.key());
-    }
+    for (const KeyTuple& t : gossip.tuples())
+      apply_delete(t.key(), t.timestamp() != 0 ? t.timestamp() : now_);
   } else {
     ++stats_.dropped;
     log_warning("worker " + id_.address + ": gossip of request type " +
                 std::to_string(gossip.type()) + " dropped");
   }
+  (void)out;
 }
 
 void WorkerCore::end_epoch(std::vector<OutMessage>* out) {
   if (has_membership_ && (!changeset_.empty() || !deleted_.empty())) {
     std::unordered_map<std::string, Batch> batches;
     std::vector<WorkerRef> replicas;
-    for (const auto& key : deleted_) {
+    for (const auto& [key, ts] : deleted_) {
       replicas_of(key, map_, &replicas);
       for (const auto& r : replicas) {
         if (is_self(r)) continue;
-        add_tuple(&batches, *r.address, key.size() + 8)->set_key(key);
+        KeyTuple* t = add_tuple(&batches, *r.address, key.size() + 16);
+        t->set_key(key);
+        t->set_timestamp(ts);
       }
     }
     emit(DELETE, &batches, out, &stats_.gossip_out);
-    for (const auto& [key, delta] : changeset_) {
+    // Every replica under the current placement, including when this worker no longer holds
+    // the key: a write accepted before a placement change still reaches all of its replicas.
+    for (const auto& [key, d] : changeset_) {
+      const AnyLattice& delta = d.value;
       replicas_of(key, map_, &replicas);
       bool encoded = false;
       for (const auto& r : replicas) {
@@ -282,6 +368,7 @@ void WorkerCore::end_epoch(std::vector<OutMessage>* out) {
         t->set_key(key);
         t->set_lattice_type(static_cast<LatticeType>(lattice_type_of(delta)));
         t->set_payload(scratch_payload_);
+        t->set_timestamp(d.ts);
       }
     }
     emit(PUT, &batches, out, &stats_.gossip_out);
@@ -308,97 +395,10 @@ void WorkerCore::end_epoch(std::vector<OutMessage>* out) {
     }
   }
   touched_.clear();
-}
 
-// ---------------------------------------------------------------- placement
-
-void WorkerCore::handle_membership(const Membership& m, std::vector<OutMessage>* out) {
-  if (has_membership_ && m.version() < membership_version_) {
-    log_info("worker " + id_.address + ": stale membership version " +
-             std::to_string(m.version()) + " < " + std::to_string(membership_version_) +
-             " ignored");
-    return;
-  }
-  ReplicationVector def =
-      m.has_default_replication() ? from_proto(m.default_replication()) : map_.default_replication();
-  int vnodes = m.vnodes() > 0 ? static_cast<int>(m.vnodes()) : 64;
-  ClusterMap next(def, vnodes);
-  for (const NodeInfo& n : m.nodes()) {
-    if (n.tier() != MEMORY && n.tier() != DISK) {
-      log_warning("worker " + id_.address + ": membership node with unknown tier skipped");
-      continue;
-    }
-    next.add_node(n.node_id(), n.tier(),
-                  std::vector<std::string>(n.worker_addresses().begin(), n.worker_addresses().end()));
-  }
-  for (const KeyReplication& kr : m.overrides()) next.set_replication(kr.key(), from_proto(kr.replication()));
-  ClusterMap old = std::move(map_);
-  const bool had = has_membership_;
-  map_ = std::move(next);
-  my_member_ = map_.member_index(id_.node_id, id_.tier);
-  has_membership_ = true;
-  membership_version_ = m.version();
-  log_info("worker " + id_.address + ": membership version " + std::to_string(m.version()) +
-           " with " + std::to_string(map_.nodes().size()) + " nodes");
-  redistribute(had ? &old : nullptr, nullptr, out);
-}
-
-void WorkerCore::handle_replication(const ReplicationUpdate& update, std::vector<OutMessage>* out) {
-  ClusterMap old = map_;
-  std::vector<std::string> keys;
-  for (const KeyReplication& kr : update.overrides()) {
-    map_.set_replication(kr.key(), from_proto(kr.replication()));
-    keys.push_back(kr.key());
-  }
-  if (has_membership_) redistribute(&old, &keys, out);
-}
-
-void WorkerCore::redistribute(const ClusterMap* old, const std::vector<std::string>* only_keys,
-                              std::vector<OutMessage>* out) {
-  const bool me_present = map_.find_node(id_.node_id) != nullptr;
-  std::unordered_map<std::string, Batch> batches;
-  std::vector<std::string> to_drop;
-  std::vector<WorkerRef> now, before;
-  std::string payload;
-  auto visit = [&](const std::string& key, const AnyLattice& value) {
-    replicas_of(key, map_, &now);
-    bool keep = false;
-    for (const auto& r : now) keep = keep || is_self(r);
-    before.clear();
-    if (old != nullptr) replicas_of(key, *old, &before);
-    bool encoded = false;
-    for (const auto& r : now) {
-      if (is_self(r)) continue;
-      bool had = std::any_of(before.begin(), before.end(),
-                             [&](const WorkerRef& b) { return *b.address == *r.address; });
-      if (had) continue;
-      if (!encoded) {
-        encode_lattice(value, &payload);
-        encoded = true;
-        ++stats_.handed_off;
-      }
-      KeyTuple* t = add_tuple(&batches, *r.address, key.size() + payload.size() + 16);
-      t->set_key(key);
-      t->set_lattice_type(static_cast<LatticeType>(lattice_type_of(value)));
-      t->set_payload(payload);
-    }
-    if (!keep && me_present) to_drop.push_back(key);
-  };
-  if (only_keys != nullptr) {
-    AnyLattice value;
-    for (const auto& key : *only_keys)
-      if (store_->get(key, &value) == NO_ERROR) visit(key, value);
-  } else {
-    store_->for_each(visit);
-  }
-  emit(PUT, &batches, out, &stats_.gossip_out);
-  for (const auto& key : to_drop) {
-    store_->remove(key);
-    changeset_.erase(key);
-  }
-  if (!to_drop.empty())
-    log_info("worker " + id_.address + ": dropped " + std::to_string(to_drop.size()) +
-             " keys it no longer holds");
+  resend_handoffs(out);
+  expire_fetches(out);
+  tombstones_.collect(now_);
 }
 
 }  // namespace anna

@@ -19,13 +19,21 @@
 //     the epoch (by PUT, gossip or DELETE) get one UPDATE KeyResponse per key per epoch with the
 //     current value (tuple error KEY_DNE when it was deleted).
 //   * Membership replaces the placement (ignored when its version is older than the current
-//     one); ReplicationUpdate changes per-key replication. After either, every stored key is
-//     sent to replicas that newly hold it, and keys this worker no longer holds are dropped
-//     (only when this worker's node is in the membership).
+//     one; dropped when its vnodes is above kMaxVnodes; vnodes 0 means 64); ReplicationUpdate
+//     changes per-key replication. Either is a placement change: handoff.cpp ("acknowledged
+//     hand-off") and fetch.cpp ("fetch window") state what follows.
+//   * Deletes leave timestamped tombstones (tombstones.hpp): a DELETE stamps the key with the
+//     tuple's timestamp (0: the worker's clock); gossip and hand-off PUTs carry the time the
+//     sending replica accepted the write and are ignored when not newer than the tombstone; a
+//     client PUT on a tombstoned key is accepted at max(now, tombstone + 1).
+//   * Time: the worker reads no clock. set_now(ns since the Unix epoch) sets it; the node shell
+//     calls it before each batch of messages and each epoch. Timers (hand-off retries, the
+//     fetch window, fetch timeouts, tombstone expiry) advance only in end_epoch().
 //   * Not thread-safe: one WorkerCore per thread; no locks or atomics.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -38,6 +46,7 @@
 #include "hash_ring.hpp"
 #include "lattice_codec.hpp"
 #include "store.hpp"
+#include "tombstones.hpp"
 
 namespace anna {
 
@@ -54,6 +63,11 @@ struct WorkerIdentity {
   int thread_id = 0;
   std::string address;  // this worker's request address (tcp) as peers know it
   std::size_t max_value_bytes = 64u << 20;
+  // Placement changes and deletes (node config keys of the same names).
+  std::uint64_t handoff_retry_ms = 500;
+  std::uint64_t handoff_window_ms = 5000;
+  std::uint64_t fetch_timeout_ms = 1000;
+  std::uint64_t tombstone_ttl_ms = 60000;
 };
 
 struct WorkerStats {
@@ -64,6 +78,13 @@ struct WorkerStats {
   std::uint64_t updates_out = 0;     // subscription UPDATEs produced
   std::uint64_t dropped = 0;         // malformed messages dropped
   std::uint64_t handed_off = 0;      // keys sent to new replicas after a placement change
+  std::uint64_t handoff_in = 0;      // hand-off messages received
+  std::uint64_t handoff_resent = 0;  // hand-off messages sent again for want of an ack
+  std::uint64_t handoff_pending = 0; // keys + subscriptions handed off and not yet acked
+  std::uint64_t membership_version = 0;  // of the Membership in force (0: none yet)
+  std::uint64_t fetches_out = 0;     // "fetch" messages sent for deferred GETs
+  std::uint64_t deferred = 0;        // GETs waiting for previous owners now
+  std::uint64_t tombstones = 0;      // delete tombstones kept now
 };
 
 class WorkerCore {
@@ -76,29 +97,68 @@ class WorkerCore {
   void handle_gossip(const KeyRequest& gossip, std::vector<OutMessage>* out);
   void handle_membership(const Membership& membership, std::vector<OutMessage>* out);
   void handle_replication(const ReplicationUpdate& update, std::vector<OutMessage>* out);
+  void handle_handoff(const KeyRequest& handoff, std::vector<OutMessage>* out);
+  void handle_handoff_ack(const KeyResponse& ack);
+  void handle_fetch(const KeyRequest& fetch, std::vector<OutMessage>* out);
+  void handle_fetched(const KeyResponse& fetched, std::vector<OutMessage>* out);
+  // Gossip, subscription UPDATEs, then the timers: hand-off resends, fetch timeouts, the end
+  // of the fetch window, tombstone expiry.
   void end_epoch(std::vector<OutMessage>* out);
+
+  // The worker's clock: ns since the Unix epoch, as the node shell last set it.
+  void set_now(std::uint64_t now_ns) { now_ = now_ns; }
+  std::uint64_t now() const { return now_; }
 
   bool has_membership() const { return has_membership_; }
   const ClusterMap& cluster_map() const { return map_; }
   const WorkerIdentity& identity() const { return id_; }
-  const WorkerStats& stats() const { return stats_; }
+  WorkerStats stats() const;
   Store& store() { return *store_; }
   std::size_t changeset_size() const { return changeset_.size(); }
 
   // Largest gossip message payload before a batch is split.
   static constexpr std::size_t kMaxGossipBytes = 4u << 20;
+  // Largest accepted Membership.vnodes (larger ones are dropped as malformed).
+  static constexpr std::uint32_t kMaxVnodes = 4096;
+  // GETs deferred at once waiting for previous owners; past that a miss answers KEY_DNE.
+  static constexpr std::size_t kMaxDeferred = 10000;
+  // Previous placements kept for the fetch window (the oldest goes first).
+  static constexpr std::size_t kMaxPreviousMaps = 8;
 
  private:
   void handle_tuple(RequestType type, const KeyTuple& in, KeyTuple* out);
   bool owns(const std::string& key);
+  std::uint64_t accept_put(const std::string& key);  // acceptance time of a client PUT
+  bool stale_write(const std::string& key, std::uint64_t ts) const;
+  // Tombstones key at ts and removes its value; returns the store's answer to the removal.
+  AnnaError apply_delete(const std::string& key, std::uint64_t ts);
   void wrong_owner(const std::string& key, KeyTuple* out) const;
   void touch(const std::string& key);
   bool is_self(const WorkerRef& ref) const;
   void replicas_of(const std::string& key, const ClusterMap& map, std::vector<WorkerRef>* out) const;
-  // Sends stored keys to replicas that hold them under `map_` but did not under `old`
-  // (all replicas when `old` is null); drops keys this worker no longer holds.
-  void redistribute(const ClusterMap* old, const std::vector<std::string>* only_keys,
-                    std::vector<OutMessage>* out);
+  // ---- handoff.cpp: acknowledged hand-off after a placement change.
+  // Plans a hand-off of every stored key and subscription (or only `only_keys`) whose replicas
+  // under map_ include workers that were not replicas under `old` (all replicas when `old` is
+  // null or this node has left), sends it, and drops keys nobody else is to hold.
+  void placement_changed(const ClusterMap* old, const std::vector<std::string>* only_keys,
+                         std::vector<OutMessage>* out);
+  void plan_handoff(const std::string& key, const ClusterMap* old, bool me_present,
+                    std::vector<std::string>* to_send, std::vector<std::string>* to_drop);
+  void send_handoffs(const std::vector<std::string>& keys, bool resend, std::vector<OutMessage>* out);
+  // Hands a key received here that this worker does not hold to its replicas, after a retry period.
+  void forward_later(const std::string& key, std::uint64_t ts);
+  void finish_handoff(const std::string& key);
+  void drop_if_not_held(const std::string& key);
+  void resend_handoffs(std::vector<OutMessage>* out);
+  std::uint32_t handoff_items(const std::string& key);
+
+  // ---- fetch.cpp: fetch window.
+  void open_fetch_window(ClusterMap old);
+  bool fetch_candidates(const std::string& key, std::vector<std::string>* from);
+  void defer(const KeyRequest& request, const KeyResponse& response,
+             const std::vector<int>& missing, std::vector<OutMessage>* out);
+  void answer_deferred(std::uint64_t id, std::vector<OutMessage>* out);
+  void expire_fetches(std::vector<OutMessage>* out);
 
   WorkerIdentity id_;
   std::unique_ptr<Store> store_;
@@ -107,10 +167,42 @@ class WorkerCore {
   int my_member_ = -1;  // this node's index on its tier's ring (ClusterMap::member_index)
   std::uint64_t membership_version_ = 0;
 
-  std::unordered_map<std::string, AnyLattice> changeset_;
-  std::unordered_set<std::string> deleted_;
+  std::uint64_t now_ = 0;  // ns since the Unix epoch (set_now)
+
+  // An epoch's merged delta of one key, and the latest acceptance time among its writes.
+  struct Delta {
+    AnyLattice value;
+    std::uint64_t ts = 0;
+  };
+  std::unordered_map<std::string, Delta> changeset_;
+  std::unordered_map<std::string, std::uint64_t> deleted_;  // key -> delete timestamp
+  Tombstones tombstones_;
   std::unordered_set<std::string> touched_;  // keys with subscribers changed this epoch
   std::unordered_map<std::string, std::set<std::string>> subscribers_;
+
+  // Hand-off in flight, by key: the workers that have not acknowledged it yet.
+  struct PendingHandoff {
+    std::vector<std::string> targets;
+    std::uint64_t ts = 0;       // the value's acceptance time as handed off
+    std::uint64_t sent_at = 0;  // worker clock of the last send
+    std::uint32_t items = 0;    // value (0 or 1) + subscriptions, counted in handoff_items_
+  };
+  std::unordered_map<std::string, PendingHandoff> handoff_;
+  std::uint64_t handoff_items_ = 0;
+  std::uint64_t next_id_ = 0;  // request ids of hand-offs and fetches
+
+  // GETs waiting for previous owners (fetch window).
+  struct Deferred {
+    std::string response_address;
+    KeyResponse response;
+    std::vector<int> missing;             // tuple indices to read again when answering
+    std::vector<std::string> fetch_ids;   // outstanding fetch request ids
+    std::uint64_t deadline = 0;
+  };
+  std::deque<ClusterMap> previous_maps_;
+  std::uint64_t window_until_ = 0;
+  std::unordered_map<std::uint64_t, Deferred> deferred_;
+  std::unordered_map<std::string, std::uint64_t> fetches_;  // fetch request id -> deferred id
 
   std::vector<WorkerRef> refs_;   // scratch
   KeyRequest request_;            // reused for parsing (keeps its allocations)
