@@ -288,7 +288,10 @@ class Client:
         what the key holds, on the server, so concurrent puts all count. With
         `consistency="causal"` the value is written as a causal version
         (`MultiKeyCausalLattice`, clock `{this client's id: next counter}`, no dependencies)
-        that causal calls read."""
+        that causal calls read.
+
+        Returns once every replica of the key in the KVS has the value, so a call made
+        afterwards reads it whichever replica its executor asks."""
         check_user_key(key)
         if consistency not in _CONSISTENCY:
             raise ValueError(f"consistency {consistency!r} is not supported (supported: "
@@ -298,7 +301,7 @@ class Client:
                 raise ValueError("a lattice is merged as it is; consistency='causal' applies "
                                  "to plain values")
             with self._kvs_lock:
-                self._kvs_client().put(key, value)
+                self._kvs_client().put_all(key, value)
             return
         data = dumps(value)
         with self._kvs_lock:
@@ -307,9 +310,9 @@ class Client:
                 self._causal_counter += 1
                 lattice = anna_core.MultiKeyCausalLattice(
                     {self.client_id: self._causal_counter}, {}, [data])
-                self._kvs_client().put(key, lattice)
+                self._kvs_client().put_all(key, lattice)
             else:
-                self._kvs_client().put(key, data)
+                self._kvs_client().put_all(key, data)
 
     def get(self, key: str, consistency: str = "lww", concurrent: bool = False) -> Any:
         """The object stored under `key`; raises `ObjectNotFound` if there is none. A causal

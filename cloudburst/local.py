@@ -42,7 +42,11 @@ class LocalCluster:
         executor_nodes: executor nodes (each with its own node cache).
         executors_per_node: executor worker processes per node.
         schedulers: scheduler processes (they share the registry through Anna).
-        kvs_threads: Anna worker threads (one KVS node).
+        kvs_threads: Anna worker threads per KVS node.
+        kvs_nodes: Anna memory-tier nodes (`self.kvs` is that `anna_core.LocalCluster`, so a
+            test can add, remove or kill its nodes).
+        kvs_replication: Anna's default replication vector (`anna_core.Replication`, a
+            4-tuple or a dict); None: one replica.
         heartbeat_period / heartbeat_timeout: worker liveness reporting and detection (s).
         log_level: level of every process' log (files under `log_dir`).
         startup_timeout: seconds to wait for the whole cluster to be ready.
@@ -70,7 +74,8 @@ class LocalCluster:
                  transport: str = "tcp", colocate_chains: bool = True,
                  max_causal_retries: int = 10, log_dir: Optional[str] = None,
                  port: int = 0, metrics_port: Optional[int] = None,
-                 function_time_limit: float = 900.0, restart_workers: bool = True) -> None:
+                 function_time_limit: float = 900.0, restart_workers: bool = True,
+                 kvs_nodes: int = 1, kvs_replication: Any = None) -> None:
         if executor_nodes < 1 or executors_per_node < 1 or schedulers < 1:
             raise ValueError("a LocalCluster needs at least one executor node, one executor "
                              "per node and one scheduler")
@@ -78,6 +83,8 @@ class LocalCluster:
         self.executors_per_node = executors_per_node
         self.scheduler_count = schedulers
         self.kvs_threads = kvs_threads
+        self.kvs_nodes = kvs_nodes
+        self.kvs_replication = kvs_replication
         self.heartbeat_period = heartbeat_period
         self.heartbeat_timeout = heartbeat_timeout
         self.log_level = log_level
@@ -129,7 +136,9 @@ class LocalCluster:
         self.started = True
         deadline = time.monotonic() + self.startup_timeout
         try:
-            self.kvs = anna_core.LocalCluster(memory_threads=self.kvs_threads, nodes=1,
+            self.kvs = anna_core.LocalCluster(memory_threads=self.kvs_threads,
+                                              nodes=self.kvs_nodes,
+                                              replication=self.kvs_replication,
                                               log_dir=os.path.join(self.log_dir, "kvs"),
                                               log_level=self.log_level)
             self.kvs.start()

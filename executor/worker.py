@@ -115,7 +115,7 @@ class Worker:
     # ---- lifecycle ----
     def publish(self) -> None:
         """Make this worker reachable by id (for `lib.send`)."""
-        self._kvs.put(worker_key(self.worker_id), self.address.encode())
+        self._kvs.put_all(worker_key(self.worker_id), self.address.encode())
 
     def stop(self) -> None:
         self._stopping.set()

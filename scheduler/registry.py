@@ -40,17 +40,19 @@ class Registry:
         self._subscribed: set = set()
 
     # ---- writes ----
+    # Every replica acknowledges a registration (put_all): a worker reading the record from
+    # any replica right after `register` returns must find it.
     def put_function(self, record: pb.FunctionRecord) -> None:
-        self._kvs.put(function_key(record.name), record.SerializeToString())
+        self._kvs.put_all(function_key(record.name), record.SerializeToString())
         if not record.deleted:
-            self._kvs.put(FUNCTIONS_INDEX, SetLattice([record.name.encode()]))
+            self._kvs.put_all(FUNCTIONS_INDEX, SetLattice([record.name.encode()]))
         self._functions[record.name] = record
         self._subscribe(function_key(record.name))
 
     def put_dag(self, record: pb.DagRecord) -> None:
-        self._kvs.put(dag_key(record.name), record.SerializeToString())
+        self._kvs.put_all(dag_key(record.name), record.SerializeToString())
         if not record.deleted:
-            self._kvs.put(DAGS_INDEX, SetLattice([record.name.encode()]))
+            self._kvs.put_all(DAGS_INDEX, SetLattice([record.name.encode()]))
         self._dags[record.name] = record
         self._subscribe(dag_key(record.name))
 

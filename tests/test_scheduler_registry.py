@@ -24,6 +24,8 @@ class MemoryKvs:
         old = self.data.get(key)
         self.data[key] = value if old is None or isinstance(value, anna_core.LWWLattice) else old.merge(value)
 
+    put_all = put          # one replica: every replica has acknowledged
+
     def subscribe(self, key, address):
         self.subscriptions.append((key, address))
 
