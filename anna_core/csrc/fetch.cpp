@@ -5,8 +5,9 @@
 // Contract:
 //   * Each placement change keeps the previous map (at most kMaxPreviousMaps, oldest dropped
 //     first, so a chain of changes still finds every recent owner) and opens, or restarts, the
-//     window for handoff_window_ms. When it has closed (checked in end_epoch) the previous maps
-//     are forgotten.
+//     window for handoff_window_ms. A worker's first Membership that names its own node counts
+//     as a change from the same map without that node (it has just joined or restarted). When
+//     the window has closed (checked in end_epoch) the previous maps are forgotten.
 //   * A client GET (with a response_address) whose tuple misses in the store, for a key this
 //     worker owns (a miss implies it), while the window is open, with no tombstone for the key
 //     here, and whose replicas under the kept previous maps include other workers, is deferred:

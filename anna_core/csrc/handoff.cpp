@@ -98,7 +98,15 @@ void WorkerCore::handle_membership(const Membership& m, std::vector<OutMessage>*
   log_info("worker " + id_.address + ": membership version " + std::to_string(m.version()) +
            " with " + std::to_string(map_.nodes().size()) + " nodes");
   placement_changed(had ? &old : nullptr, nullptr, out);
-  if (had) open_fetch_window(std::move(old));
+  if (had) {
+    open_fetch_window(std::move(old));
+  } else if (map_.find_node(id_.node_id) != nullptr) {
+    // A worker's first map usually is the one that admits its node (a join, or a restart):
+    // the keys it now owns were held, just before, by the placement without it.
+    ClusterMap before = map_;
+    before.remove_node(id_.node_id);
+    if (!before.nodes().empty()) open_fetch_window(std::move(before));
+  }
 }
 
 void WorkerCore::handle_replication(const ReplicationUpdate& update, std::vector<OutMessage>* out) {
