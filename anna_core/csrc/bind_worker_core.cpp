@@ -12,13 +12,12 @@
 //     tier must be 0 (memory) or 1 (disk); a store that cannot be opened raises RuntimeError.
 //   * handle(kind, payload) feeds one received [kind][payload] message ("request", "gossip",
 //     "membership", "replication", "handoff", "handoff_ack", "fetch", "fetched") and returns
-//     the messages to send, in order, as a list of
-//     (address, kind, payload: bytes) tuples; kind is "" for single-frame answers (KeyResponse
-//     and UPDATE pushes). A message the worker drops (unknown kind, unparsable payload) raises
+//     the messages to send, in order, as a list of (address, kind, payload: bytes) tuples;
+//     kind is "" for single-frame answers (KeyResponse and UPDATE pushes). A message the worker drops (unknown kind, unparsable payload) raises
 //     ValueError with the worker's reason; the worker's state is unchanged apart from
 //     stats()["dropped"].
-//   * end_epoch() ends the gossip epoch and returns its gossip and subscription UPDATEs, in
-//     the same form.
+//   * end_epoch() ends the gossip epoch and returns its gossip and subscription UPDATEs, then
+//     runs the timers (hand-off resends, fetch timeouts), in the same form.
 //   * value(key) -> the stored lattice (as _core.deserialize builds it) or None; keys() ->
 //     sorted stored keys; stats() -> the counters dict Node.stats() reports per worker.
 //   * A WorkerCore is not thread-safe; every call holds the GIL.

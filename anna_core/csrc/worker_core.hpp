@@ -1,10 +1,13 @@
 // The sans-I/O Anna worker (dissertation 2.4.1): one per worker thread, owning one Store.
-// It takes parsed messages and returns the messages to send; it has no sockets and no clock.
+// It takes parsed messages and returns the messages to send; it has no sockets and reads no
+// clock (the caller sets its time).
 //
 // Contract:
 //   * handle(kind, payload, &out) dispatches one received [kind][payload] message ("request",
-//     "gossip", "membership", "replication"). It returns false with a reason when the message
-//     must be dropped (unknown kind, unparsable payload); the caller logs that. It never throws.
+//     "gossip", "membership", "replication", and between workers "handoff", "handoff_ack",
+//     "fetch", "fetched"). It returns false with a reason when the message must be dropped
+//     (unknown kind, unparsable payload, a handoff/fetch without response_address, a
+//     Membership with vnodes > kMaxVnodes); the caller logs that. It never throws.
 //   * Requests (KeyRequest): a KeyResponse (same type and request_id, responder = own address)
 //     goes to response_address when it is set, one tuple per request tuple, each with a typed
 //     error: WRONG_OWNER (+ the owners' addresses; none before the first Membership),
