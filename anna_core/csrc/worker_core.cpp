@@ -21,10 +21,6 @@ bool parse_payload(std::string_view payload, Msg* msg) {
   return msg->ParseFromArray(payload.data(), static_cast<int>(payload.size()));
 }
 
-ReplicationVector from_proto(const Replication& r) {
-  return ReplicationVector{r.memory_global(), r.memory_local(), r.disk_global(), r.disk_local()};
-}
-
 bool valid_request_type(int t) { return t >= GET && t <= UNSUBSCRIBE; }
 
 // Per-destination gossip batches, split so no message exceeds kMaxGossipBytes.
