@@ -462,18 +462,24 @@ class Client:
         cached = self._addresses.get((key, all_tiers))
         if cached:
             return cached
-        request = anna_pb2.KeyAddressRequest(keys=[key], response_address=self.response_address,
-                                             all_tiers=all_tiers)
-        response = self._ask_routing("address", request, f"routing lookup of {key!r}", key)
-        addresses: List[str] = []
-        for entry in response.addresses:
-            if entry.key == key:
-                addresses = list(entry.addresses)
-        if not addresses:
-            raise NoNodes(f"routing lookup of {key!r}: no KVS node is up for the key's tier(s)",
-                          key=key, address=", ".join(self.routing_addresses))
-        self._addresses[(key, all_tiers)] = addresses
-        return addresses
+        # NO_NODES is retried briefly (other routings first): a routing that just restarted
+        # learns the nodes from their heartbeats within about a heartbeat period.
+        give_up = time.monotonic() + self.routing_timeout
+        while True:
+            request = anna_pb2.KeyAddressRequest(keys=[key], all_tiers=all_tiers,
+                                                 response_address=self.response_address)
+            response = self._ask_routing("address", request, f"routing lookup of {key!r}", key)
+            addresses: List[str] = []
+            for entry in response.addresses:
+                if entry.key == key:
+                    addresses = list(entry.addresses)
+            if addresses:
+                self._addresses[(key, all_tiers)] = addresses
+                return addresses
+            if time.monotonic() >= give_up:
+                raise NoNodes(f"routing lookup of {key!r}: no KVS node is up for the key's "
+                              f"tier(s)", key=key, address=", ".join(self.routing_addresses))
+            time.sleep(0.05)
 
     def _pick(self, key: str, candidates: List[str]) -> str:
         """A replica, sticky per client and key, avoiding recently silent workers."""
@@ -486,6 +492,11 @@ class Client:
         return candidates[(self._salt + zlib.crc32(key.encode())) % len(candidates)]
 
     def _suspect(self, address: str) -> None:
+        """`address` stayed silent: avoid it for a while, and forget every cached placement
+        naming it (routing may have removed it by the next lookup)."""
+        for cache_key, addresses in list(self._addresses.items()):
+            if address in addresses:
+                del self._addresses[cache_key]
         self._suspects[address] = time.monotonic() + max(5.0, 4 * self.timeout)
 
     @staticmethod

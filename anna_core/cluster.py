@@ -23,9 +23,9 @@ Contract:
   routing's failure detector removes it after `heartbeat_timeout`), `stop_node` (stop at
   once without leaving), `start_node` / `restart_node` (same id, config and data_dir: a disk
   node finds its data and joins again with its new worker addresses).
-- Routing: `routing_addresses` (all), `routing_address` (the first); `restart_routing(i)`
-  kills routing i and starts it again on the same port; it recovers the membership from the
-  nodes' heartbeats and the overrides from the KVS.
+- Routing: `routing_addresses` (all), `routing_address` (the first); `stop_routing(i)`,
+  `start_routing(i)` (same port), `restart_routing(i)`; a started routing recovers the
+  membership from the nodes' heartbeats and the overrides from the KVS.
 """
 from __future__ import annotations
 
@@ -259,10 +259,8 @@ class LocalCluster:
                               f"({p.log_path}) ends:\n{p.log_tail()}", node_id=node_id,
                               status=status)
 
-    def restart_routing(self, index: int = 0, *, kill: bool = True) -> str:
-        """Stop routing `index` (SIGKILL, or SIGTERM with `kill=False`) and start it again on
-        the same port; returns its address once it is ready. It rebuilds the membership from
-        the nodes' heartbeats (recovery phase) and reloads the overrides from the KVS."""
+    def stop_routing(self, index: int = 0, *, kill: bool = True) -> None:
+        """Stop routing `index`: SIGKILL (a crash), or SIGTERM with `kill=False`."""
         p = self._routers[index]
         if kill:
             p.signal(signal.SIGKILL)
@@ -271,10 +269,23 @@ class LocalCluster:
             p.close_pipe()
         else:
             stop_all([p], self.config.stop_timeout)
+
+    def start_routing(self, index: int = 0) -> str:
+        """Start stopped routing `index` again on its port; returns its address when ready.
+        It rebuilds the membership from the nodes' heartbeats (recovery phase) and reloads
+        the replication overrides from the KVS."""
+        p = self._routers[index]
+        if p.running():
+            raise RuntimeError(f"{p.name} is already running")
         p.argv = self._make_routing(index, self._routing_ports[index]).argv
         self._spawn(p)
         wait_all_ready([p], self.config.startup_timeout)
         return p.info["address"]
+
+    def restart_routing(self, index: int = 0, *, kill: bool = True) -> str:
+        """`stop_routing(index, kill=kill)` then `start_routing(index)` (same port)."""
+        self.stop_routing(index, kill=kill)
+        return self.start_routing(index)
 
     def start_node(self, node_id: str) -> List[str]:
         """Start a stopped node again (same id, config and data); returns its new addresses."""

@@ -164,8 +164,8 @@ class RoutingConfig:
     Failure detection (anna_core/membership.py): nodes heartbeat every `heartbeat_period`
     seconds (default 1.0; the nodes' own `--heartbeat-period` should match); a node silent for
     more than `heartbeat_timeout` seconds (default 3.0) is removed from the ring. A restarted
-    routing collects heartbeats for `recovery_period` seconds (default None = the heartbeat
-    period) before its first broadcast.
+    routing collects heartbeats for `recovery_period` seconds (default None = 1.25 heartbeat
+    periods: every node's heartbeat falls inside it, with slack) before its first broadcast.
     """
 
     ip: str = "127.0.0.1"
@@ -185,8 +185,9 @@ class RoutingConfig:
                              f"got {self.recovery_period!r}")
 
     def effective_recovery_period(self) -> float:
-        """The recovery period in seconds (the heartbeat period unless set)."""
-        return self.heartbeat_period if self.recovery_period is None else self.recovery_period
+        """The recovery period in seconds (1.25 heartbeat periods unless set)."""
+        return 1.25 * self.heartbeat_period if self.recovery_period is None \
+            else self.recovery_period
 
     def to_dict(self) -> dict:
         """This configuration as JSON-ready data (`RoutingConfig(**d)` reads it back)."""

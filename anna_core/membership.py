@@ -11,12 +11,14 @@ Contract (DESIGN.md "Routing and membership", proto/anna.proto, dissertation 3.2
     that are gone are forgotten); broadcasts; acks `control_address` with the Membership.
   * `leave(NodeLeave)`: removes the node; broadcasts to every remaining worker AND to the
     leaving node's workers (they must learn the new owners to hand their keys off); acks
-    `control_address` with the new Membership. An unknown node is logged and acked. Later
-    heartbeats of a node that left are ignored until it joins again.
+    `control_address` with the new Membership. An unknown node is logged and acked. The last
+    node is refused (its ack still names it: nobody could take its keys). Later heartbeats of
+    a node that left are ignored until it joins again.
   * `heartbeat(NodeHeartbeat, now)`: records that the node is alive. An unknown node (routing
     restarted, or a node declared failed that is alive after all) is admitted like a join.
-    A heartbeat reporting a version above routing's while routing knows no node starts the
-    recovery phase (below). A node reporting an older version than routing's is sent the
+    A heartbeat reaching a routing that knows no node starts the recovery phase (below) when
+    it reports a version above routing's or routing never had a node (nodes heartbeat only
+    after a join was acknowledged, so routing must have restarted). A node reporting an older version than routing's is sent the
     current Membership again (at most once per heartbeat period).
   * `tick(now)`: nodes silent for more than `heartbeat_timeout` are removed (a WARNING names
     each and how long it was silent) and the new Membership is broadcast; ends recovery.
@@ -71,7 +73,8 @@ class ClusterMembership:
         heartbeat_period: how often nodes heartbeat (s); paces re-sends to lagging nodes.
         heartbeat_timeout: a node silent for longer is removed (s, > 0).
         recovery_period: how long a restarted routing collects heartbeats before its first
-            broadcast (s); None = `heartbeat_period`.
+            broadcast (s); None = 1.25 heartbeat periods (a quarter period of slack for
+            late heartbeats).
     """
 
     def __init__(self, default_replication: Replication = Replication(), vnodes: int = 64, *,
@@ -85,7 +88,7 @@ class ClusterMembership:
         self.vnodes = vnodes
         self.heartbeat_period = float(heartbeat_period)
         self.heartbeat_timeout = float(heartbeat_timeout)
-        self.recovery_period = float(heartbeat_period if recovery_period is None
+        self.recovery_period = float(1.25 * heartbeat_period if recovery_period is None
                                      else recovery_period)
         self.cluster_map = _core.ClusterMap(
             default_replication=self.default_replication.as_tuple(), vnodes=vnodes)
@@ -183,6 +186,10 @@ class ClusterMembership:
         effects = Effects()
         if not leave.node_id:
             return effects.warn(f"dropped leave without node_id: {leave!r}")
+        if self.node_ids() == [leave.node_id]:
+            effects.warn(f"leave of {leave.node_id} refused: it is the last node, nobody could "
+                         f"take its keys; acknowledged with a membership still naming it")
+            return self._ack_only(effects, leave.control_address)
         self.departed[leave.node_id] = self.now
         addresses = self._remove(leave.node_id)
         if addresses is None:
@@ -204,12 +211,17 @@ class ClusterMembership:
             return effects.debug(f"heartbeat of {node.node_id}, which left, ignored")
         reported = int(heartbeat.membership_version)
         members = {n: (t, list(a)) for n, t, a in self.cluster_map.nodes()}
-        if not members and reported > self.version and not self.recovering:
+        if not members and not self.recovering and (
+                reported > self.version or not self._ever_had_nodes):
+            # Nodes only heartbeat after a join was acknowledged: a heartbeat reaching a
+            # routing that never had a node, or reporting a newer version than it ever made,
+            # means this routing restarted while the cluster ran.
             self.recovering_until = self.now + self.recovery_period
             effects.load_overrides = True
-            effects.info(f"heartbeat of {node.node_id} reports membership version {reported} "
-                         f"> {self.version}: routing restarted; collecting heartbeats for "
-                         f"{self.recovery_period:g} s before broadcasting")
+            effects.info(f"heartbeat of {node.node_id} (membership version {reported}) reaches "
+                         f"a routing without nodes at version {self.version}: routing "
+                         f"restarted; collecting heartbeats for {self.recovery_period:g} s "
+                         f"before broadcasting")
         self.reported = max(self.reported, reported)
         self.last_seen[node.node_id] = self.now
         current = members.get(node.node_id)
@@ -219,8 +231,8 @@ class ClusterMembership:
                 return effects.debug(f"recovery: node {node.node_id} known from its heartbeat")
             self._change(effects, acks=[heartbeat.control_address])
             return effects.info(f"node {node.node_id} admitted from its heartbeat "
-                                f"({'new addresses' if current else 'not a member'}); "
-                                f"{self._state()}")
+                                f"({'new addresses' if current else 'not a member'}; it "
+                                f"reports version {reported}); {self._state()}")
         if self.recovering or reported == 0:
             return effects      # 0: the node does not know its workers' version (yet)
         if reported == self._broadcast_version:

@@ -13,7 +13,8 @@ one cluster, and each runs the same membership core.
   acknowledgement socket, re-sent every `retry` s), wait for each routing's `Membership`
   without this node (all of them, or the first plus `ack_grace` s), then wait until every
   worker has applied a version >= the highest acknowledged one and reports no hand-off
-  pending. A routing's broadcasts that still named this node all have lower versions than
+  pending (an ack still naming the node is a refusal: routing refuses the last node). A
+  routing's broadcasts that still named this node all have lower versions than
   its ack, so a worker past every ack's version has applied a membership without the node
   and has handed its keys to their new owners. Returns a `LeaveOutcome`; it never raises on
   a slow or silent cluster.
@@ -175,7 +176,7 @@ class LeaveOutcome(NamedTuple):
     message: str
 
 
-LEAVE_NOT_ACKED = 5     # exit status: no routing acknowledged the leave
+LEAVE_NOT_ACKED = 5     # exit status: no routing acknowledged (or every one refused) the leave
 LEAVE_TIMED_OUT = 4     # exit status: hand-off not acknowledged before the deadline
 
 
@@ -189,6 +190,7 @@ def leave_cluster(context: zmq.Context, config: NodeConfig, routing_addresses: S
     sockets: List[zmq.Socket] = []
     pushes = _pushes(context, routing_addresses)
     acked: Dict[str, int] = {}
+    refused: set = set()
     try:
         leaves = {}
         for address in routing_addresses:
@@ -202,6 +204,8 @@ def leave_cluster(context: zmq.Context, config: NodeConfig, routing_addresses: S
         while len(acked) < len(leaves):
             now = time.monotonic()
             if now >= deadline or (first_ack is not None and now >= first_ack + ack_grace):
+                break
+            if not acked and refused == set(leaves):
                 break
             if now >= resend_at:
                 for address, (_, leave) in leaves.items():
@@ -224,8 +228,14 @@ def leave_cluster(context: zmq.Context, config: NodeConfig, routing_addresses: S
                         acked[address] = max(acked.get(address, 0), membership.version)
                         if first_ack is None:
                             first_ack = time.monotonic()
+                    else:
+                        refused.add(address)
             if len(acked) < len(leaves):
                 poller.poll(max(1, int(wait * 1000)))
+        if not acked and refused:
+            return LeaveOutcome(False, LEAVE_NOT_ACKED,
+                                f"node {node_id}: routing refused the leave (the last node: "
+                                f"nobody could take its keys); stopping without hand-off")
         if not acked:
             return LeaveOutcome(False, LEAVE_NOT_ACKED,
                                 f"node {node_id}: no routing acknowledged the leave within "

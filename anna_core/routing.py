@@ -277,7 +277,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                    help="a node silent for longer is removed from the ring (default 3.0 s)")
     p.add_argument("--recovery-period", type=float, default=None,
                    help="after a restart, collect heartbeats this long before the first "
-                        "broadcast (default: the heartbeat period)")
+                        "broadcast (default: 1.25 heartbeat periods)")
     p.add_argument("--log-level", default="warning", help="debug, info, warning (default)")
     p.add_argument("--ready-file", help="also write the bound address here, as JSON")
     p.add_argument("--parent-pid", type=int, help="exit when this parent process is gone")
