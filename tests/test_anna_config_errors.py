@@ -49,7 +49,8 @@ def test_node_config_json_has_the_kernel_keys():
     c = NodeConfig(node_id="disk-0", tier="disk", threads=2, data_dir="/tmp/x")
     d = json.loads(c.to_json())
     assert set(d) == {"node_id", "tier", "threads", "ip", "data_dir", "gossip_period_ms",
-                      "max_value_bytes", "pin_threads", "log_level"}
+                      "max_value_bytes", "pin_threads", "log_level", "handoff_retry_ms",
+                      "handoff_window_ms", "fetch_timeout_ms", "tombstone_ttl_ms"}
     assert d["tier"] == "disk" and d["max_value_bytes"] == 64 * 1024 * 1024
     assert NodeConfig.from_json(c.to_json()) == c
     assert NodeConfig(node_id="m", tier=0).tier == "memory"
@@ -57,6 +58,23 @@ def test_node_config_json_has_the_kernel_keys():
         NodeConfig(node_id="d", tier="disk")  # no data_dir
     with pytest.raises(ValueError):
         NodeConfig(node_id="m", tier="tape")
+
+
+def test_placement_knobs_are_positive_and_the_kernel_reads_them():
+    from anna_core import _core
+    c = NodeConfig(node_id="m", handoff_retry_ms=7, handoff_window_ms=8, fetch_timeout_ms=9,
+                   tombstone_ttl_ms=10)
+    kernel = _core.parse_node_config(c.to_json())
+    assert [kernel[k] for k in ("handoff_retry_ms", "handoff_window_ms", "fetch_timeout_ms",
+                                "tombstone_ttl_ms")] == [7, 8, 9, 10]
+    defaults = _core.parse_node_config(json.dumps({"node_id": "m", "handoff_retry_ms": None}))
+    assert defaults["handoff_retry_ms"] == NodeConfig(node_id="m").handoff_retry_ms == 500
+    for knob in ("handoff_retry_ms", "handoff_window_ms", "fetch_timeout_ms", "tombstone_ttl_ms"):
+        for bad in (0, -1, 1.5, True):
+            with pytest.raises(ValueError):
+                NodeConfig(node_id="m", **{knob: bad})
+        with pytest.raises(ValueError):
+            _core.parse_node_config(json.dumps({"node_id": "m", knob: 0}))
 
 
 def test_cluster_default_replication():
