@@ -39,7 +39,10 @@ def _cmd_local(args: argparse.Namespace) -> int:
                                disk_threads=args.disk_threads, nodes=args.nodes,
                                data_dir=args.data_dir, gossip_period_ms=args.gossip_period_ms,
                                max_value_bytes=args.max_value_bytes, log_level=args.log_level,
-                               startup_timeout=args.startup_timeout)
+                               startup_timeout=args.startup_timeout,
+                               fault_tolerance=args.fault_tolerance,
+                               heartbeat_period=args.heartbeat_period,
+                               heartbeat_timeout=args.heartbeat_timeout)
     except ValueError as e:
         print(f"anna local: error: {e}", file=sys.stderr)
         return 2
@@ -50,6 +53,7 @@ def _cmd_local(args: argparse.Namespace) -> int:
         return 1
     try:
         print(f"routing: {cluster.routing_address}", flush=True)
+        print(f"replicas per key: {cluster.replication.memory_global or cluster.replication.disk_global}", flush=True)
         for node_id in cluster.node_ids:
             print(f"node {node_id}: {' '.join(cluster.worker_addresses(node_id))}", flush=True)
         print("connect with anna_core.Client(routing address); Ctrl-C stops", flush=True)
@@ -158,6 +162,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     local.add_argument("--disk-threads", type=non_negative_int, default=0,
                        help="worker threads per disk-tier node (0: no disk tier)")
     local.add_argument("--nodes", type=positive_int, default=1, help="nodes per tier")
+    local.add_argument("--fault-tolerance", type=non_negative_int, default=None, metavar="K",
+                       help="node crashes every key survives (K+1 replicas); default 1 with "
+                            "two or more nodes per tier, else 0")
+    local.add_argument("--heartbeat-period", type=positive_float, default=1.0,
+                       help="seconds between a node's heartbeats to routing")
+    local.add_argument("--heartbeat-timeout", type=positive_float, default=3.0,
+                       help="seconds of silence after which a node is declared failed")
     local.add_argument("--data-dir", help="where disk nodes keep their data (default: temporary)")
     local.add_argument("--gossip-period-ms", type=positive_int, default=100,
                        help="the workers' epoch: how often replicas exchange merged updates")

@@ -210,7 +210,8 @@ class ClusterConfig:
     `heartbeat_timeout` s of silence (default 3.0); a node asked to leave (SIGTERM) has
     `leave_timeout` s (default 30.0) to hand its keys off. `fault_tolerance=k` gives every
     key k+1 replicas in each tier that has nodes (needs at least k+1 nodes per tier; not
-    together with `replication`).
+    together with `replication`). By default a cluster of two or more nodes per tier keeps
+    two replicas (it survives one crash) and a single node keeps one.
     """
 
     memory_threads: int = 1
@@ -267,11 +268,20 @@ class ClusterConfig:
         """Number of disk-tier nodes."""
         return self.nodes if self.disk_threads > 0 else 0
 
+    @property
+    def effective_fault_tolerance(self) -> int:
+        """Node crashes a key survives: `fault_tolerance`, or by default 1 when every tier
+        has at least two nodes (two replicas) and 0 for a single node."""
+        if self.fault_tolerance is not None:
+            return self.fault_tolerance
+        return 1 if self.nodes >= 2 else 0
+
     def effective_replication(self) -> Replication:
-        """The default replication vector: one replica in each tier that has nodes."""
+        """The default replication vector: `effective_fault_tolerance + 1` replicas in each
+        tier that has nodes (or `replication` when given)."""
         if self.replication is not None:
             return self.replication
-        replicas = 1 if self.fault_tolerance is None else self.fault_tolerance + 1
+        replicas = self.effective_fault_tolerance + 1
         return Replication(memory_global=replicas if self.memory_nodes else 0, memory_local=1,
                            disk_global=replicas if self.disk_nodes else 0, disk_local=1)
 

@@ -242,9 +242,7 @@ def experiment_failure(args: Any) -> Dict[str, Any]:
             events = []
             if name == "failure":
                 victim = cluster.node_ids[-1]
-                kill = getattr(cluster, "kill_node", None) or \
-                    (lambda node: cluster.stop_node(node, kill=True))
-                events = [(args.kill_at, f"kill -9 {victim}", lambda: kill(victim)),
+                events = [(args.kill_at, f"kill -9 {victim}", lambda: cluster.kill_node(victim)),
                           (args.replace_at, "replacement joins", lambda: cluster.add_node())]
             out = run_load(cluster.routing_address, args.generators, args.seconds,
                            [(0.0, offered)], args, events)
@@ -276,10 +274,7 @@ def experiment_scale(args: Any) -> Dict[str, Any]:
 
                 def remove() -> Optional[str]:
                     node = added.pop()
-                    leave = getattr(cluster, "remove_node", None)
-                    if leave is None:
-                        raise RuntimeError("this LocalCluster has no graceful remove_node")
-                    leave(node)
+                    cluster.remove_node(node)
                     return node
 
                 gap = (args.drop_at - args.spike_at - 4) / max(1, args.add)

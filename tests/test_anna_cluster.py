@@ -59,7 +59,7 @@ def test_get_all_merges_and_put_all_reaches_every_replica(replicated, raw):
 
 
 def test_two_nodes_form_one_cluster_and_routing_agrees_with_cluster_map():
-    with anna_core.LocalCluster(memory_threads=2, nodes=2) as cluster:
+    with anna_core.LocalCluster(memory_threads=2, nodes=2, fault_tolerance=0) as cluster:
         kvs = cluster.client(timeout=3.0)
         assert cluster.node_ids == ["memory-0", "memory-1"]
         cm = _core.ClusterMap(default_replication=(1, 1, 0, 1), vnodes=64)

@@ -154,7 +154,8 @@ def test_kill_9_under_write_load_recovers_within_the_heartbeat_timeout_and_loses
 
 
 def test_a_graceful_leave_under_write_load_with_one_replica_loses_nothing():
-    with anna_core.LocalCluster(memory_threads=2, nodes=3, **HEARTBEAT) as c:
+    with anna_core.LocalCluster(memory_threads=2, nodes=3, fault_tolerance=0,
+                                **HEARTBEAT) as c:
         with Writers(c, 4, single=True) as writers:
             poll_until(lambda: writers.count() >= 100, 10.0, "100 acknowledged writes")
             started = time.monotonic()
