@@ -377,6 +377,42 @@ def test_a_put_after_the_delete_survives_it_everywhere():
     assert b.value("k") == _core.SetLattice([b"newest"])
 
 
+def test_in_the_window_a_read_through_can_show_a_later_write_before_the_gossip_of_an_earlier_one():
+    """What tests/test_anna_tombstones.py waits on. Both workers have just joined (their
+    first map names them), so their fetch windows are open. b accepts a write after a's
+    delete, then a fresh marker: a GET of the marker at a misses and reads it through from
+    b before b's gossip has carried the write, which a (tombstoned, so no fetch) does not
+    have yet. A marker a already holds changes only when that gossip arrives."""
+    a = core("a", PAIR, rep=FULL, now_ns=1000 * MS)
+    b = core("b", PAIR, rep=FULL, now_ns=1000 * MS)
+    both = {addr("a"): a, addr("b"): b}
+    put(a, "k", _core.SetLattice([b"before"]))
+    deliver(both, a.end_epoch())
+    a.set_now(1010 * MS)
+    request(a, anna_pb2.DELETE, anna_pb2.KeyTuple(key="k"))
+    deliver(both, a.end_epoch())
+    assert b.value("k") is None
+    assert put(a, "old-marker", _core.MaxLattice(1)).error == anna_pb2.NO_ERROR  # held by a
+    b.set_now(1020 * MS)
+    put(b, "k", _core.SetLattice([b"after"]))
+    put(b, "fresh-marker", _core.MaxLattice(1))
+    put(b, "old-marker", _core.MaxLattice(2))
+    gossip = b.end_epoch()                                   # not delivered yet
+    assert {t.key: t.timestamp for _, _, p in gossip for t in anna_pb2.KeyRequest.FromString(p).tuples
+            if t.key == "k"} == {"k": 1020 * MS}             # after a's tombstone (1010 ms)
+    req = anna_pb2.KeyRequest(type=anna_pb2.GET, response_address=CLIENT, request_id="g",
+                              tuples=[anna_pb2.KeyTuple(key="fresh-marker")])
+    out = a.handle("request", req.SerializeToString())
+    assert [(d, k) for d, k, _ in out] == [(addr("b"), "fetch")]
+    (dest, kind, payload), = deliver(both, out)
+    assert decoded(anna_pb2.KeyResponse.FromString(payload).tuples[0]) == _core.MaxLattice(1)
+    assert get(a, "k").error == anna_pb2.KEY_DNE             # the write is not here yet
+    assert decoded(get(a, "old-marker")) == _core.MaxLattice(1)   # no read-through: a has it
+    deliver(both, gossip)
+    assert decoded(get(a, "old-marker")) == _core.MaxLattice(2)
+    assert a.value("k") == b.value("k") == _core.SetLattice([b"after"])
+
+
 def test_a_handoff_older_than_a_tombstone_is_ignored_and_tombstones_expire():
     key = moved_keys(PAIR, TRIO, "a", "c")[0]
     a = core("a", PAIR, now_ns=100)

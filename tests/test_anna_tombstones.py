@@ -5,6 +5,11 @@ Two memory nodes hold every key; a long gossip period keeps the delete and the c
 write apart long enough to interleave them by hand. Every wait polls for a condition with a
 deadline; a marker key written after each operation, on the same replica, says when that
 replica's gossip (sent in order on one socket) has been applied at the other replica.
+
+The reader must already hold the marker: for `handoff_window_ms` after a node joins, a GET
+that misses there reads the key through from the other replica (DESIGN.md "No spurious 'not
+found'"), so a fresh marker can be seen before the gossip that carries the earlier write
+(tests/test_anna_handoff.py reproduces this on WorkerCores).
 """
 import uuid
 
@@ -32,11 +37,14 @@ def delete(raw, address, key):
 
 
 def applied_at(raw, writer, reader):
-    """Write a fresh marker at `writer` and wait until `reader` has it by gossip: everything
-    `writer` gossiped before has then been applied at `reader`."""
+    """Wait until everything `writer` gossiped so far has been applied at `reader`: a fresh
+    marker is first written at `reader` (so a GET there hits its store and never reads
+    through), then raised at `writer`; only `writer`'s gossip, sent after what it accepted
+    before, can raise it at `reader`."""
     marker = fresh("marker")
-    assert raw.put(writer, marker, _core.MaxLattice(1)).error == anna_pb2.NO_ERROR
-    poll_until(lambda: raw.get(reader, marker) is not None, 10.0,
+    assert raw.put(reader, marker, _core.MaxLattice(1)).error == anna_pb2.NO_ERROR
+    assert raw.put(writer, marker, _core.MaxLattice(2)).error == anna_pb2.NO_ERROR
+    poll_until(lambda: raw.get(reader, marker) == _core.MaxLattice(2), 10.0,
                f"{reader} receiving {writer}'s gossip")
 
 
