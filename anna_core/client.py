@@ -410,9 +410,17 @@ class Client:
             address = self._pick(key, fresh or addresses)
             request_id = self._send_key_request(address, req_type, key_tuple)
             # While another replica is left to try, do not wait long for this one.
+            sent_at = time.monotonic()
             wait = self.attempt_timeout if len(fresh) > 1 else self.timeout
-            wait_until = min(deadline, time.monotonic() + wait)
-            answers = self._collect({request_id: address}, wait_until)
+            first_wait = min(wait, self.attempt_timeout)
+            answers = self._collect({request_id: address}, min(deadline, sent_at + first_wait))
+            if not answers and wait > first_wait:
+                # The only replica is slow, or its node left or died and routing has moved
+                # the key: ask routing before waiting any longer for it.
+                self._addresses.pop((key, False), None)
+                if self._lookup(key, False) == addresses:
+                    answers = self._collect({request_id: address},
+                                            min(deadline, sent_at + wait))
             if not answers:
                 if address not in timed_out:
                     timed_out.append(address)

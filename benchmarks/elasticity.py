@@ -67,10 +67,11 @@ def key_name(i: int) -> str:
 
 
 def generator(routing: str, index: int, start_at: float, seconds: float, rate: Rate,
-              keys: int, zipf: float, value_size: int, timeout: float, conn: Any) -> None:
+              keys: int, zipf: float, value_size: int, timeout: float, attempt: float,
+              conn: Any) -> None:
     """One load process: paced GET/PUT mix; sends back its records and last acked writes."""
     import anna_core
-    client = anna_core.Client(routing, timeout=timeout, retries=1)
+    client = anna_core.Client(routing, timeout=timeout, retries=1, attempt_timeout=attempt)
     rng = random.Random(1000 + index)
     cdf = zipf_cdf(keys, zipf)
     records: List[Tuple[float, float, bool]] = []      # (completion s, latency s, ok)
@@ -128,7 +129,8 @@ def run_load(routing: str, generators: int, seconds: float, rate: Rate, args: An
         parent, child = ctx.Pipe(duplex=False)
         p = ctx.Process(target=generator, args=(routing, i, start_at, seconds, per_gen,
                                                 args.keys, args.zipf, args.value_size,
-                                                args.client_timeout, child), daemon=True)
+                                                args.client_timeout, args.attempt_timeout,
+                                                child), daemon=True)
         p.start()
         pipes.append(parent)
         procs.append(p)
@@ -384,7 +386,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--keys", type=int, default=2000, help="distinct keys")
     p.add_argument("--zipf", type=float, default=1.0, help="Zipf exponent of key popularity")
     p.add_argument("--value-size", type=int, default=256, help="bytes per PUT")
-    p.add_argument("--client-timeout", type=float, default=0.5,
+    p.add_argument("--client-timeout", type=float, default=1.0,
+                   help="a generator's client timeout (its deadline is twice this)")
+    p.add_argument("--attempt-timeout", type=float, default=0.1,
                    help="seconds a generator waits for one replica before trying another")
     p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"),
                    help="directory for the JSON and PNG files")
