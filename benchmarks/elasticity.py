@@ -75,7 +75,7 @@ def generator(routing: str, index: int, start_at: float, seconds: float, rate: R
     rng = random.Random(1000 + index)
     cdf = zipf_cdf(keys, zipf)
     records: List[Tuple[float, float, bool]] = []      # (completion s, latency s, ok)
-    acked: Dict[str, bytes] = {}          # key -> this generator's last acknowledged write
+    acked: Dict[str, Tuple[bytes, float]] = {}   # key -> last acknowledged write, when (s)
     attempted: Dict[str, bytes] = {}      # key -> its last write, acknowledged or not
     seq = 0
     while time.time() < start_at:
@@ -104,7 +104,7 @@ def generator(routing: str, index: int, start_at: float, seconds: float, rate: R
                     value = f"{index}:{seq}:".encode().ljust(value_size, b"x")
                     attempted[key] = value
                     client.put(key, value)
-                    acked[key] = value
+                    acked[key] = (value, time.time() - t0)
             except anna_core.KeyNotFound:
                 pass                  # not written yet by anyone: a correct answer
             except anna_core.AnnaError:
@@ -163,14 +163,14 @@ def run_load(routing: str, generators: int, seconds: float, rate: Rate, args: An
             log(f"t={shown:3d}s of {seconds:g}s")
         time.sleep(0.25)
     records: List[Tuple[float, float, bool]] = []
-    writes: Dict[str, List[Tuple[bytes, ...]]] = {}
+    writes: Dict[str, List[Tuple[bytes, bytes, float]]] = {}
     for conn, p in zip(pipes, procs):
         if not conn.poll(60 + args.client_timeout * 4):
             raise RuntimeError(f"load generator {p.pid} sent no results within its deadline")
         part, acked, attempted = conn.recv()
         records.extend(part)
-        for key, value in acked.items():
-            writes.setdefault(key, []).append((value, attempted.get(key, value)))
+        for key, (value, when) in acked.items():
+            writes.setdefault(key, []).append((value, attempted.get(key, value), when))
         p.join(10)
     runner.join(max(1.0, start_at + seconds + 120 - time.time()))
     return {"series": per_second(records, seconds), "events": happened, "acked": writes}
@@ -198,16 +198,18 @@ def capacity(routing: str, args: Any) -> float:
     return float(statistics.median(ops)) if ops else 0.0
 
 
-def check_acked(cluster: Any, writes: Dict[str, List[Tuple[bytes, ...]]]) -> Dict[str, int]:
+def check_acked(cluster: Any, writes: Dict[str, List[Tuple[bytes, bytes, float]]]) -> Dict[str, Any]:
     """Read back every key some generator wrote with an acknowledgement. Last writer wins, so
     the value must be one generator's last acknowledged write, or its last attempted one (a
     write that timed out may still have landed). `lost`: the key is gone; `stale`: it holds
-    an older value than that."""
+    an older value than that (`stale_acked_at`: when, in the run, the newest acknowledged
+    write of each stale key was acknowledged)."""
     import anna_core
     client = cluster.client(timeout=2.0, retries=2)
     lost = stale = 0
+    stale_at: List[float] = []
     for key, candidates in writes.items():
-        allowed = {v for pair in candidates for v in pair}
+        allowed = {v for value, last, _ in candidates for v in (value, last)}
         try:
             got = client.get(key)
         except anna_core.KeyNotFound:
@@ -215,7 +217,8 @@ def check_acked(cluster: Any, writes: Dict[str, List[Tuple[bytes, ...]]]) -> Dic
             continue
         if got not in allowed:
             stale += 1
-    return {"keys": len(writes), "lost": lost, "stale": stale}
+            stale_at.append(round(max(when for _, _, when in candidates), 3))
+    return {"keys": len(writes), "lost": lost, "stale": stale, "stale_acked_at": stale_at}
 
 
 # ---- experiments --------------------------------------------------------------------------
@@ -326,13 +329,17 @@ def plot(result: Dict[str, Any], path: str) -> bool:
     runs = result["runs"]
     fig, (ax_t, ax_l) = plt.subplots(2, 1, figsize=(9, 6.5), sharex=True)
     styles = {"control": dict(color="#999999", lw=1.2, ls="--")}
-    # normalised to the control run's steady throughput (the offered load it kept up with)
-    control = [s["ops"] for s in runs.get("control", {}).get("series", [])[2:]]
-    norm = statistics.median(control) if control else 1
+    # failure: throughput over the offered load (1.0 = keeping up); scale: ops/s, since the
+    # offered load itself changes
+    relative = result["experiment"] == "failure"
+    top = 0.0
     for name, run in runs.items():
         style = styles.get(name, dict(color="#c44e52", lw=1.8))
         t = [s["t"] for s in run["series"]]
-        ax_t.plot(t, [s["ops"] / norm for s in run["series"]], label=name, **style)
+        y = [s["ops"] / max(1.0, offered_at(run, s["t"])) if relative else s["ops"]
+             for s in run["series"]]
+        top = max([top] + y)
+        ax_t.plot(t, y, label=name, **style)
         if name != "control":
             ax_l.plot(t, [(s["p50_us"] or float("nan")) / 1000 for s in run["series"]],
                       label=f"{name} p50", color="#4c72b0")
@@ -341,15 +348,18 @@ def plot(result: Dict[str, Any], path: str) -> bool:
             for e in run["events"]:
                 for ax in (ax_t, ax_l):
                     ax.axvline(e["at"], color="black", lw=0.8, ls=":")
-                ax_t.annotate(e["label"], (e["at"], 0.03), rotation=90, fontsize=8,
-                              va="bottom", ha="right")
+                ax_t.annotate(e["label"], (e["at"], 0.03 * top if top else 0.03), rotation=90,
+                              fontsize=8, va="bottom", ha="right")
         else:
             ax_l.plot(t, [(s["p99_us"] or float("nan")) / 1000 for s in run["series"]],
                       label="control p99", **style)
-    ax_t.set_ylabel("throughput / control's")
-    ax_t.set_ylim(0, max(1.5, max((s["ops"] / norm for r in runs.values()
-                                   for s in r["series"]), default=1) * 1.05))
-    ax_t.axhline(0.9, color="#55a868", lw=0.8, ls="-.")
+    if relative:
+        ax_t.set_ylabel("throughput / offered load")
+        ax_t.set_ylim(0, max(1.3, top * 1.05))
+        ax_t.axhline(0.9, color="#55a868", lw=0.8, ls="-.")
+    else:
+        ax_t.set_ylabel("throughput (ops/s)")
+        ax_t.set_ylim(0, top * 1.15 if top else 1)
     ax_t.legend(loc="lower right", fontsize=8)
     ax_l.set_ylabel("latency (ms)")
     ax_l.set_yscale("log")
