@@ -18,6 +18,9 @@ class NodeConfig:
     restart_backoff / restart_backoff_max: seconds before restarting a worker that exited,
         doubling for each failure in a row up to the maximum.
     function_time_limit: seconds a function may run when neither it nor its call sets a limit.
+    unresponsive_timeout: seconds a worker whose process runs may go without heartbeating to
+        its node before the node kills and restarts it (None: `function_time_limit` + 60 s;
+        a function stuck in C code is normally killed at its time limit by its own guard).
     """
 
     node_id: str
@@ -37,6 +40,13 @@ class NodeConfig:
     restart_backoff: float = 0.1
     restart_backoff_max: float = 10.0
     function_time_limit: float = 900.0
+    unresponsive_timeout: Optional[float] = None
+
+    def worker_unresponsive_timeout(self) -> float:
+        """`unresponsive_timeout`, or its default."""
+        if self.unresponsive_timeout is not None:
+            return self.unresponsive_timeout
+        return self.function_time_limit + 60.0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -24,12 +24,21 @@ Contract:
   kills its worker every time is retried ever more slowly, and the node keeps serving). The
   node tells every scheduler at once, so the calls placed on the dead worker fail with an
   error naming it instead of waiting for missed heartbeats.
+- Liveness is not CPU: every `heartbeat_period` the node vouches to every scheduler for each
+  worker whose process is running (a `WorkerStatus` with the worker's id and no address), so
+  a worker that holds the interpreter in a long C call (unpickling a large argument) and
+  misses its own heartbeats is not declared dead (`scheduler/membership.py`, "Liveness").
+  Workers also send their heartbeats to the node; a worker whose process runs but that has
+  not heartbeaten for `unresponsive_timeout` is killed (SIGKILL) and restarted like any
+  worker that exits. Workers die with their node (`executor/worker.py`: PR_SET_PDEATHSIG), so
+  a node that is restarted starts new workers and leaves no orphans.
 - `serve()` runs until `stop()`; then workers get SIGTERM (then SIGKILL) and are reaped.
 """
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import threading
 import time
@@ -124,6 +133,7 @@ class ExecutorNode:
                                      on_ready=self._worker_ready,
                                      restart=config.restart_workers)
         self._worker_ids: Dict[str, str] = {}     # process name -> worker id
+        self._heard: Dict[str, float] = {}        # worker id -> its last heartbeat to the node
         self._stopping = False
 
     # ---- workers ----
@@ -191,6 +201,7 @@ class ExecutorNode:
                     periods_since_report = 0
                     self._report_keys()
                 self._check_workers(now)
+                self._vouch(now)
                 if self.config.parent_pid and os.getppid() != self.config.parent_pid:
                     log.warning("parent process exited; stopping")
                     break
@@ -216,6 +227,30 @@ class ExecutorNode:
             for address in self.config.scheduler_addresses:
                 self._push.send(address, "heartbeat", status)
 
+    def _vouch(self, now: float) -> None:
+        """Vouch for every worker whose process runs; kill one silent for too long."""
+        limit = self.config.worker_unresponsive_timeout()
+        for p in self.workers:
+            wid = self._worker_ids[p.name]
+            if not p.running():
+                self._heard.pop(wid, None)        # its restart starts with a fresh clock
+                continue
+            heard = self._heard.setdefault(wid, now)
+            if now - heard > limit:
+                log.error("worker %s has not heartbeaten for %.0f s though its process runs; "
+                          "killing it (it will be restarted)", wid, now - heard)
+                p.signal(signal.SIGKILL)
+                self._heard.pop(wid, None)
+                continue
+            status = pb.WorkerStatus(worker_id=wid, node_id=self.config.node_id)
+            for address in self.config.scheduler_addresses:
+                self._push.send(address, "heartbeat", status)
+
+    def _on_worker_heartbeat(self, payload: bytes) -> None:
+        status = pb.WorkerStatus.FromString(payload)
+        if status.worker_id in self._worker_ids.values():
+            self._heard[status.worker_id] = time.monotonic()
+
     def _worker_ready(self, p: ManagedProcess) -> None:
         log.info("%s is back (restart %d)", p.name, self.supervisor.restarts[p.name])
         for info in self.worker_info:
@@ -234,6 +269,8 @@ class ExecutorNode:
     def _on_request(self, frame: Any) -> None:
         try:
             kind, payload = parse(frame)
+            if kind == "heartbeat":
+                return self._on_worker_heartbeat(payload)
             if kind != "cache":
                 raise FrameError(f"kind {kind!r} is not for a node cache")
             req = pb.CacheRequest.FromString(payload)

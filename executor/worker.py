@@ -3,8 +3,9 @@
 Contract:
 - `Worker(config)` binds a PULL socket (`address`) for `schedule`, `trigger`, `abort` and
   `msg`, and one for node-cache replies; it publishes `address` under its id in the KVS (for
-  `lib.send`) and sends a `heartbeat` (id, node, address, utilization) to every scheduler every
-  `heartbeat_period` from a background thread, so a long-running function does not look dead.
+  `lib.send`) and sends a `heartbeat` (id, node, address, utilization) to every scheduler and
+  to its node every `heartbeat_period` from a background thread (`executor/liveness.py`), so
+  a long-running function does not look dead; it dies with its node (PR_SET_PDEATHSIG).
 - Readiness and argument order are `executor.dagstate.PendingCalls`'. A ready function runs
   with `lib` first, then its arguments; top-level `Reference`s are resolved through the node
   cache first. Functions are fetched from the registry once per (name, version), deserialized
@@ -40,7 +41,6 @@ from runtime.framing import FrameError, encode, parse
 from runtime.sockets import PushCache, bind_pull
 from runtime.values import decode_arg, dumps, loads
 from runtime.errors import ObjectNotFound, Timeout
-from runtime.process import process_start
 from runtime.values import Reference
 from hydro_proto import cloudburst_pb2 as pb
 
@@ -53,6 +53,7 @@ from .config import WorkerConfig
 from .dagstate import PendingCalls, Ready
 from .guard import FunctionGuard, Interrupted
 from .library import UserLibrary
+from .liveness import die_with_parent, heartbeat_loop
 from .output import CallOutput, Capture, UpstreamLogs, join_logs, section
 
 __all__ = ["Worker"]
@@ -121,7 +122,8 @@ class Worker:
         self._stopping.set()
 
     def serve(self) -> None:
-        beat = threading.Thread(target=self._heartbeats, name="heartbeat", daemon=True)
+        beat = threading.Thread(target=heartbeat_loop, args=(self,), name="heartbeat",
+                                daemon=True)
         beat.start()
         self._pull.setsockopt(zmq.RCVTIMEO, 100)
         next_sweep = time.monotonic() + 0.5
@@ -178,30 +180,6 @@ class Worker:
         self._replies.close(0)
         self._control.close(0)      # the heartbeat thread that reads it has ended (serve)
         self._context.term()
-
-    def _heartbeats(self) -> None:
-        push = PushCache(self._context)
-        period = self.config.heartbeat_period
-        last_total, last_time = 0.0, time.monotonic()
-        try:
-            while not self._stopping.is_set():
-                now = time.monotonic()
-                busy_since = self._busy_since
-                total = self._busy_total + (now - busy_since if busy_since is not None else 0.0)
-                utilization = min(1.0, (total - last_total) / max(1e-6, now - last_time))
-                last_total, last_time = total, now
-                status = pb.WorkerStatus(worker_id=self.worker_id, node_id=self.config.node_id,
-                                         address=self.address, utilization=utilization,
-                                         queued=len(self.pending),
-                                         cache_address=self.config.cache_address,
-                                         control_address=self.control_address,
-                                         restarts=process_start() - 1)
-                for address in self.config.scheduler_addresses:
-                    push.send(address, "heartbeat", status)
-                if self._control.poll(int(period * 1000)):
-                    self._on_control()
-        finally:
-            push.close()
 
     # ---- messages ----
     def _dispatch(self, frame: Any) -> None:
@@ -579,6 +557,7 @@ def main() -> None:
     parser.add_argument("--config", required=True, help="WorkerConfig as JSON")
     config = WorkerConfig.from_json(parser.parse_args().config)
     configure_logging(config.log_level, f"worker {config.worker_id}")
+    die_with_parent(config.parent_pid)
     worker = Worker(config)
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())
     signal.signal(signal.SIGINT, lambda *_: worker.stop())

@@ -5,6 +5,10 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Optional
 
+from runtime.sockets import DEFAULT_MAX_FRAME_BYTES
+
+from .dag import DEFAULT_MAX_DAG_FUNCTIONS
+
 __all__ = ["SchedulerConfig"]
 
 
@@ -12,7 +16,11 @@ __all__ = ["SchedulerConfig"]
 class SchedulerConfig:
     """kvs_address: Anna routing address. ip: where to bind (free ports).
 
-    heartbeat_timeout: seconds without a worker heartbeat before the worker is dropped.
+    heartbeat_timeout: seconds without a worker's own heartbeat (when no node vouches for
+        it), or without its node's vouching, before the worker is dropped.
+    unresponsive_timeout: seconds without a worker's own heartbeat before it is dropped even
+        though its node vouches for its process (a worker holding the interpreter in a long
+        C call is alive; one silent this long is not). Its node kills such a worker earlier.
     call_timeout: default deadline (s) of a call whose caller gave none.
     busy_outstanding / busy_utilization: the policy's back-off thresholds.
     seed: seed of the tie-break rng (None: random).
@@ -25,6 +33,10 @@ class SchedulerConfig:
     gc_period: seconds between dependency-metadata GC rounds over every live node cache
         (`scheduler/gc.py`, dissertation 4.2.3); 0 turns them off.
     port: the TCP port clients connect to (0: a free port, reported when ready).
+    max_dag_functions: the most functions a DAG may have; a larger one is refused at
+        registration with INVALID_DAG naming the limit (`scheduler/dag.py`).
+    max_frame_bytes: the largest frame the scheduler's sockets accept; ZeroMQ disconnects a
+        peer that sends a larger one (`runtime.sockets.bind_pull`).
     metrics_port: when set, `GET /metrics` on this port (0: a free one) gives the scheduler's
         calls, errors, latency histograms and workers in the Prometheus text format.
     """
@@ -32,6 +44,7 @@ class SchedulerConfig:
     kvs_address: str
     ip: str = "127.0.0.1"
     heartbeat_timeout: float = 1.5
+    unresponsive_timeout: float = 960.0
     call_timeout: float = 60.0
     busy_outstanding: int = 1
     busy_utilization: float = 0.9
@@ -44,6 +57,8 @@ class SchedulerConfig:
     gc_period: float = 5.0
     port: int = 0                       # the request socket's TCP port; 0 picks a free one
     metrics_port: Optional[int] = None  # serve Prometheus metrics over HTTP here (None: off)
+    max_dag_functions: int = DEFAULT_MAX_DAG_FUNCTIONS
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

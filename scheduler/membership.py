@@ -1,14 +1,32 @@
 """The scheduler's view of executors and of its calls in flight: liveness by heartbeats.
 
-Contract: `ExecutorTable(heartbeat_timeout)` is pure state; every method takes `now`
-(seconds, from any monotonic clock the caller chooses) instead of reading a clock.
-- `heartbeat(...)` records a worker's report (with its node cache's address, used by the
+Contract: `ExecutorTable(heartbeat_timeout, unresponsive_timeout)` is pure state; every
+method takes `now` (seconds, from any monotonic clock the caller chooses) instead of reading
+a clock.
+- `heartbeat(...)` records a worker's own report (with its node cache's address, used by the
   causal protocols: `cache_address(worker_id)`); an unknown worker joins.
+- `vouch(worker_id, node_id, now)` records its executor node's report that the worker's
+  process is alive (the node supervises it; see "Liveness" below). A vouch never makes a
+  worker join: only its own heartbeat carries its address.
 - `keyset(node_id, keys)` records the key set a node cache reports (for locality).
-- `expire(now)` drops workers whose last heartbeat is older than `heartbeat_timeout` and
-  returns `Expired(dead_workers, orphaned_calls, overdue_calls)`: calls in flight on a dead
-  worker (to be failed at their caller) and calls past their deadline (forgotten quietly:
-  their caller's own deadline reports them).
+- `expire(now)` drops dead workers (see "Liveness") and returns
+  `Expired(dead_workers, orphaned_calls, overdue_calls, reasons)`: calls in flight on a dead
+  worker (to be failed at their caller, with `reasons[worker]`) and calls past their
+  deadline (forgotten quietly: their caller's own deadline reports them).
+- `credit(seconds)` moves every liveness clock forward: the scheduler could not read its
+  socket for that long (a long handler), so silence over that time proves nothing.
+
+Liveness. A worker's own heartbeats come from a thread that cannot run while the worker
+holds the interpreter in one long C call (unpickling a 200 MB argument, a `sum(range(N))`),
+so missing them is not death. A worker is dead when
+- its node reported its process exited (`drop_worker`, at once), or
+- it was never vouched for by a node (an old node, a bare worker) and its own heartbeat is
+  older than `heartbeat_timeout`, or
+- its node has vouched for it but its last vouch is older than `heartbeat_timeout` (the node
+  died or went silent and takes its workers with it), or
+- its node still vouches for it but its own heartbeat is older than `unresponsive_timeout`
+  (alive but unresponsive for far too long; its node kills and restarts such a worker too).
+
 - `start_call(...)` / `finish_call(call_id)` track outstanding calls per worker; a worker's
   load is the number of unfinished calls placed on it.
 - `live()` lists `WorkerView`s for `scheduler.policy.choose_executors`.
@@ -33,6 +51,7 @@ class _Worker:
     cache_address: str = ""
     control_address: str = ""
     restarts: int = 0
+    vouched_at: Optional[float] = None     # last time its node reported its process alive
 
 
 @dataclass
@@ -51,13 +70,15 @@ class Expired:
     dead_workers: List[str] = field(default_factory=list)
     orphaned_calls: List[Tuple[CallRecord, str]] = field(default_factory=list)  # (call, dead worker)
     overdue_calls: List[CallRecord] = field(default_factory=list)
+    reasons: Dict[str, str] = field(default_factory=dict)   # dead worker -> why, for callers
 
 
 class ExecutorTable:
     """Live executor workers, node key sets and calls in flight; see the module contract."""
 
-    def __init__(self, heartbeat_timeout: float) -> None:
+    def __init__(self, heartbeat_timeout: float, unresponsive_timeout: float = 960.0) -> None:
         self.heartbeat_timeout = heartbeat_timeout
+        self.unresponsive_timeout = max(unresponsive_timeout, heartbeat_timeout)
         self._workers: Dict[str, _Worker] = {}
         self._node_keys: Dict[str, FrozenSet[str]] = {}
         self._calls: Dict[str, CallRecord] = {}
@@ -82,6 +103,43 @@ class ExecutorTable:
         w.restarts = restarts
         w.last_seen = max(w.last_seen, now)
         return False
+
+    def vouch(self, worker_id: str, node_id: str, now: float) -> bool:
+        """Worker `worker_id`'s node reports its process alive; False if the worker is
+        unknown (it joins with its own first heartbeat) or belongs to another node."""
+        w = self._workers.get(worker_id)
+        if w is None or w.node_id != node_id:
+            return False
+        w.vouched_at = now if w.vouched_at is None else max(w.vouched_at, now)
+        return True
+
+    def credit(self, seconds: float) -> None:
+        """Forgive `seconds` of silence from every worker and node (see the module contract)."""
+        if seconds <= 0:
+            return
+        for w in self._workers.values():
+            w.last_seen += seconds
+            if w.vouched_at is not None:
+                w.vouched_at += seconds
+
+    def why_dead(self, worker_id: str, now: float) -> Optional[str]:
+        """Why the worker counts as dead at `now` (see "Liveness"), or None if it is alive
+        (or unknown)."""
+        w = self._workers.get(worker_id)
+        if w is None:
+            return None
+        silent = now - w.last_seen
+        if w.vouched_at is None:
+            if silent > self.heartbeat_timeout:
+                return f"died (no heartbeat for {self.heartbeat_timeout:g} s)"
+            return None
+        if now - w.vouched_at > self.heartbeat_timeout:
+            return (f"was lost with its executor node {w.node_id} (the node has not reported "
+                    f"it alive for {self.heartbeat_timeout:g} s)")
+        if silent > self.unresponsive_timeout:
+            return (f"is unresponsive (its process is alive but it has not heartbeaten for "
+                    f"{self.unresponsive_timeout:g} s)")
+        return None
 
     def keyset(self, node_id: str, keys: FrozenSet[str]) -> None:
         """Record the key set node `node_id`'s cache reports."""
@@ -154,10 +212,12 @@ class ExecutorTable:
     def expire(self, now: float) -> Expired:
         """Drop silent workers and overdue calls; see the module contract."""
         out = Expired()
-        for wid, w in list(self._workers.items()):
-            if now - w.last_seen > self.heartbeat_timeout:
+        for wid in list(self._workers):
+            reason = self.why_dead(wid, now)
+            if reason is not None:
                 del self._workers[wid]
                 out.dead_workers.append(wid)
+                out.reasons[wid] = reason
         dead = set(out.dead_workers)
         for cid, record in list(self._calls.items()):
             hit = sorted(set(record.placement.values()) & dead)

@@ -9,9 +9,13 @@ listed for schedulers in proto/cloudburst.proto, plus one for Anna's pushed regi
   one `schedule` per function (a source runs on receipt: that is its trigger). The caller
   gets nothing until the result (one message fewer per call); a caller whose wait times out
   asks `where` and gets the call's placement (`accepted`), to name the stalled stage.
-- Heartbeats feed `membership.ExecutorTable`; every `tick` seconds silent workers are dropped
-  and the calls in flight on them are failed at their caller with EXECUTION_ERROR naming the
-  worker (the other functions of the call are told to `abort`).
+- Heartbeats feed `membership.ExecutorTable`: a worker's own (`WorkerStatus` with its
+  address), and its node's vouching for its process (`WorkerStatus` without an address, from
+  the node, every period), or its exit (`exited`). Every `tick` seconds dead workers (the
+  table's "Liveness" rules) are dropped and the calls in flight on them are failed at their
+  caller with EXECUTION_ERROR naming the worker and why (the other functions of the call
+  are told to `abort`). A handler that kept the loop from reading for more than
+  `STALL_CREDIT` s is forgiven to every worker (`ExecutorTable.credit`).
 - A causal call (Call.consistency == CAUSAL; HydroCache) is placed here (CT puts the whole
   DAG on one node with `policy.choose_one_node`; every worker needs a node cache) and then
   handed to `scheduler.causal_calls.CausalCalls`, which keeps one record per call, routes
@@ -43,7 +47,7 @@ from hydro_proto import cloudburst_pb2 as pb
 
 from .config import SchedulerConfig
 from .gc import GcCoordinator
-from .dag import Dag, validate
+from .dag import Dag, check_size, validate
 from .membership import CallRecord, ExecutorTable
 from .causal import caller_of
 from .causal_calls import CausalCalls
@@ -64,6 +68,7 @@ def dag_from_record(record: pb.DagRecord) -> Dag:
 
 METRICS_PERIOD = 1.0      # seconds between refreshes of the /metrics text
 STATS_HORIZON = 3600.0    # a call unfinished this long is dropped from the statistics
+STALL_CREDIT = 0.1        # a handler longer than this is forgiven to every worker's liveness
 
 class Scheduler:
     """One scheduler process' state and loop; see the module contract."""
@@ -72,13 +77,15 @@ class Scheduler:
         self.config = config
         self._context = zmq.Context()
         self._pull, self.address = bind_pull(self._context, config.ip, port=config.port,
-                                             ipc_dir=config.ipc_dir)
-        self._updates, self.update_address = bind_pull(self._context, config.ip)
+                                             ipc_dir=config.ipc_dir,
+                                             max_frame_bytes=config.max_frame_bytes)
+        self._updates, self.update_address = bind_pull(self._context, config.ip,
+                                                       max_frame_bytes=config.max_frame_bytes)
         self._push = PushCache(self._context)
         self._kvs = anna_core.Client(config.kvs_address, timeout=2.0, ip=config.ip,
                                      context=self._context)
         self.registry = Registry(self._kvs, self.update_address)
-        self.table = ExecutorTable(config.heartbeat_timeout)
+        self.table = ExecutorTable(config.heartbeat_timeout, config.unresponsive_timeout)
         self._rng = random.Random(config.seed)
         self._dags: Dict[str, Any] = {}   # name -> (version, Dag, concurrent_with, neighbours)
         self._stopping = False
@@ -126,7 +133,11 @@ class Scheduler:
             except zmq.Again:
                 frame = None
             if frame is not None:
+                start = time.monotonic()
                 self._dispatch(frame)
+                took = time.monotonic() - start
+                if took > STALL_CREDIT:    # heartbeats queued meanwhile were not read yet
+                    self.table.credit(took)
             now = time.monotonic()
             if now >= next_tick:
                 next_tick = now + tick
@@ -209,8 +220,9 @@ class Scheduler:
         req = pb.RegisterDag.FromString(payload)
         try:
             dag = dag_from_record(req.dag)
+            check_size(dag, self.config.max_dag_functions)   # before any registry lookup
             known = {f for f in dag.functions if self.registry.function(f) is not None}
-            validate(dag, known)
+            validate(dag, known, self.config.max_dag_functions)
         except InvalidDag as e:
             return self._reply(req.response_address, pb.Reply(
                 request_id=req.request_id, status=pb.INVALID_DAG, message=str(e)))
@@ -279,6 +291,11 @@ class Scheduler:
             if record is None:
                 return self._fail(call, pb.DAG_NOT_FOUND,
                                   f"call_dag: no DAG named {call.dag!r} is registered")
+            if len(record.functions) > self.config.max_dag_functions:
+                return self._fail(call, pb.INVALID_DAG, (
+                    f"call_dag: DAG {call.dag!r} has {len(record.functions)} functions; this "
+                    f"scheduler runs at most {self.config.max_dag_functions} "
+                    f"(max_dag_functions)"))
             cached = self._dags.get(call.dag)
             if cached is None or cached[0] != record.version:
                 dag = dag_from_record(record)
@@ -392,6 +409,9 @@ class Scheduler:
                 self._orphaned(record, s.worker_id, f"executor worker {s.worker_id} {how}",
                                time.monotonic(), status)
             return
+        if not s.address:       # its node vouches that the worker's process is alive
+            self.table.vouch(s.worker_id, s.node_id, time.monotonic())
+            return
         if self.table.heartbeat(s.worker_id, s.node_id, s.address, s.utilization,
                                 time.monotonic(), s.cache_address, s.control_address,
                                 s.restarts):
@@ -404,13 +424,13 @@ class Scheduler:
     def _expire(self, now: float) -> None:
         expired = self.table.expire(now)
         for wid in expired.dead_workers:
-            log.warning("worker %s missed its heartbeats; dropped from scheduling", wid)
+            log.warning("worker %s %s; dropped from scheduling", wid, expired.reasons[wid])
         for record in expired.overdue_calls:
             self.stats.finished(caller_of(record.call_id), False, now)
         self.stats.expire(now, STATS_HORIZON)
         for record, dead in expired.orphaned_calls:
-            self._orphaned(record, dead, f"executor worker {dead} died (no heartbeat for "
-                                         f"{self.config.heartbeat_timeout:g} s)", now)
+            self._orphaned(record, dead, f"executor worker {dead} {expired.reasons[dead]}",
+                           now)
 
     def _orphaned(self, record: CallRecord, dead: str, what: str, now: float,
                   status: int = pb.EXECUTION_ERROR) -> None:

@@ -1,0 +1,77 @@
+"""How an executor worker shows it is alive: its heartbeat thread, and dying with its node.
+
+Contract:
+- `heartbeat_loop(worker)` runs on the worker's heartbeat thread until the worker stops:
+  every `heartbeat_period` it sends a `WorkerStatus` (id, node, address, utilization over
+  the last period, queue length, node cache and control addresses, restarts) to every
+  scheduler and to its own node cache (the node kills a worker that stays silent for its
+  `unresponsive_timeout`), and it reads the control socket (cancels) in between. While the
+  main thread holds the interpreter in one long C call this thread cannot run; the worker's
+  node vouches for its process meanwhile (`executor/node.py`, `scheduler/membership.py`).
+- `die_with_parent(parent_pid)` asks Linux to SIGKILL this process when the process that
+  started it (its executor node) dies, and exits now if that already happened: the workers
+  of a node that died cannot reach their node cache, and its replacement starts new ones.
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import time
+from typing import TYPE_CHECKING, Optional
+
+from hydro_proto import cloudburst_pb2 as pb
+from runtime.process import process_start
+from runtime.sockets import PushCache
+
+if TYPE_CHECKING:
+    from .worker import Worker
+
+__all__ = ["heartbeat_loop", "die_with_parent"]
+
+log = logging.getLogger("cloudburst.worker")
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: Optional[int]) -> None:
+    """See the module contract; a no-op without a parent pid or off Linux."""
+    if not parent_pid:
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            log.warning("prctl(PR_SET_PDEATHSIG) failed: errno %d", ctypes.get_errno())
+    except (OSError, AttributeError) as e:
+        log.warning("cannot ask to die with the parent process: %s", e)
+    if os.getppid() != parent_pid:      # it died before the request took effect
+        log.warning("parent process %d is gone; exiting", parent_pid)
+        os._exit(1)
+
+
+def heartbeat_loop(worker: "Worker") -> None:
+    """See the module contract."""
+    push = PushCache(worker._context)
+    config = worker.config
+    period = config.heartbeat_period
+    targets = list(config.scheduler_addresses) + [config.cache_address]
+    last_total, last_time = 0.0, time.monotonic()
+    try:
+        while not worker._stopping.is_set():
+            now = time.monotonic()
+            busy_since = worker._busy_since
+            total = worker._busy_total + (now - busy_since if busy_since is not None else 0.0)
+            utilization = min(1.0, (total - last_total) / max(1e-6, now - last_time))
+            last_total, last_time = total, now
+            status = pb.WorkerStatus(worker_id=worker.worker_id, node_id=config.node_id,
+                                     address=worker.address, utilization=utilization,
+                                     queued=len(worker.pending),
+                                     cache_address=config.cache_address,
+                                     control_address=worker.control_address,
+                                     restarts=process_start() - 1)
+            for address in targets:
+                push.send(address, "heartbeat", status)
+            if worker._control.poll(int(period * 1000)):
+                worker._on_control()
+    finally:
+        push.close()

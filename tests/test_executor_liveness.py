@@ -1,0 +1,80 @@
+"""Liveness is not CPU: a worker holding the interpreter in a long C call (a huge argument
+being unpickled, a `sum(range(N))`) misses its own heartbeats, but its node vouches for its
+process, so it is not declared dead; a node that goes silent takes its workers with it; a
+worker silent far too long is dead even though vouched for. The table is pure (tested
+directly); the end-to-end cases run real processes with the default 1.5 s timeout."""
+import time
+
+import cloudburst
+from scheduler.membership import CallRecord, ExecutorTable
+
+
+def _table():
+    t = ExecutorTable(heartbeat_timeout=1.0, unresponsive_timeout=10.0)
+    t.heartbeat("w1", "n1", "tcp://x:1", 0.0, now=0.0)
+    t.heartbeat("w2", "n1", "tcp://x:2", 0.0, now=0.0)
+    t.start_call(CallRecord("c", "f", {"f": "w1"}, "tcp://client", deadline=100))
+    return t
+
+
+def test_a_busy_worker_its_node_vouches_for_is_alive_until_unresponsive():
+    t = _table()
+    for now in (0.5, 1.5, 2.5, 5.0, 9.5):       # w1 silent (busy in C), vouched every time
+        assert t.vouch("w1", "n1", now)
+        t.heartbeat("w2", "n1", "tcp://x:2", 0.0, now=now)
+        t.vouch("w2", "n1", now)
+        assert t.expire(now).dead_workers == []
+    t.vouch("w1", "n1", 10.5)
+    t.heartbeat("w2", "n1", "tcp://x:2", 0.0, now=10.5)
+    t.vouch("w2", "n1", 10.5)
+    out = t.expire(10.5)
+    assert out.dead_workers == ["w1"] and "unresponsive" in out.reasons["w1"]
+    assert [(r.call_id, w) for r, w in out.orphaned_calls] == [("c", "w1")]
+
+
+def test_a_silent_node_takes_its_workers_with_it():
+    t = _table()
+    t.vouch("w1", "n1", 0.2)
+    t.vouch("w2", "n1", 0.2)
+    t.heartbeat("w2", "n1", "tcp://x:2", 0.0, now=1.1)   # w2 still beats; its node is gone
+    out = t.expire(1.3)
+    assert sorted(out.dead_workers) == ["w1", "w2"]
+    assert "executor node n1" in out.reasons["w2"]
+
+
+def test_without_vouching_a_silent_worker_dies_as_before_and_vouches_need_a_known_worker():
+    t = _table()
+    assert not t.vouch("w9", "n1", 0.5)            # unknown: joins by its own heartbeat only
+    assert not t.vouch("w1", "other", 0.5)         # not its node
+    t.heartbeat("w2", "n1", "tcp://x:2", 0.0, now=0.9)
+    out = t.expire(1.2)
+    assert out.dead_workers == ["w1"] and "no heartbeat" in out.reasons["w1"]
+
+
+def test_credit_forgives_the_scheduler_s_own_stall():
+    t = _table()
+    t.credit(2.0)                                   # the loop was blind for 2 s
+    assert t.expire(2.5).dead_workers == []
+    assert sorted(t.expire(3.1).dead_workers) == ["w1", "w2"]
+
+
+def _seconds_of_sum(n):
+    start = time.perf_counter()
+    sum(range(n))
+    return time.perf_counter() - start
+
+
+def test_real_workers_survive_long_c_calls_and_a_200_mb_argument():
+    n = 2 * 10 ** 7
+    n = int(n * 3.0 / max(1e-3, _seconds_of_sum(n)))     # sized to about 3 s here
+    with cloudburst.LocalCluster(executor_nodes=1, executors_per_node=1) as cluster:
+        assert cluster.heartbeat_timeout == 1.5
+        c = cluster.client(timeout=60)
+        c.register(lambda lib, n: sum(range(n)) % 7, "spin")
+        c.register(lambda lib, data: len(data), "size")
+        start = time.monotonic()
+        assert c.call("spin", n).get(timeout=60) == sum(range(n)) % 7
+        assert time.monotonic() - start > 2.0           # it really held the interpreter
+        assert c.call("size", b"x" * (200 << 20)).get(timeout=60) == 200 << 20
+        (worker,) = c.status().workers
+        assert worker.restarts == 0
