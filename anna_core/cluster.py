@@ -334,6 +334,7 @@ class LocalCluster:
         config = NodeConfig(node_id=node_id, tier=tier, threads=threads, ip=self.config.ip,
                             data_dir=data_dir, gossip_period_ms=self.config.gossip_period_ms,
                             max_value_bytes=self.config.max_value_bytes,
+                            max_push_sockets=self.config.max_push_sockets,
                             pin_threads=self.config.effective_pin_threads(),
                             log_level=self.config.log_level)
         p = ManagedProcess(node_id, [sys.executable, "-m", "anna_core.node", "--config",

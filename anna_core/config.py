@@ -110,13 +110,17 @@ class NodeConfig:
     handoff_window_ms: int = 5000
     fetch_timeout_ms: int = 1000
     tombstone_ttl_ms: int = 60000
+    # PUSH sockets each worker thread keeps open (one per destination: clients' response
+    # addresses, peers); the least recently used is closed beyond it. Lowered by the kernel
+    # when the process' descriptor limit cannot hold every thread's (anna_core/csrc/node.cpp).
+    max_push_sockets: int = 1024
 
     def __post_init__(self) -> None:
         self.tier = tier_name(self.tier)
         if self.threads < 1:
             raise ValueError(f"NodeConfig.threads must be >= 1, got {self.threads}")
         for knob in ("handoff_retry_ms", "handoff_window_ms", "fetch_timeout_ms",
-                     "tombstone_ttl_ms"):
+                     "tombstone_ttl_ms", "max_push_sockets"):
             value = getattr(self, knob)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"NodeConfig.{knob} must be a positive int, got {value!r}")
@@ -211,7 +215,8 @@ class ClusterConfig:
     `leave_timeout` s (default 30.0) to hand its keys off. `fault_tolerance=k` gives every
     key k+1 replicas in each tier that has nodes (needs at least k+1 nodes per tier; not
     together with `replication`). By default a cluster of two or more nodes per tier keeps
-    two replicas (it survives one crash) and a single node keeps one.
+    two replicas (it survives one crash) and a single node keeps one. `max_push_sockets`
+    bounds each KVS worker thread's open sockets (NodeConfig.max_push_sockets).
     """
 
     memory_threads: int = 1
@@ -232,6 +237,7 @@ class ClusterConfig:
     heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT
     leave_timeout: float = DEFAULT_LEAVE_TIMEOUT
     fault_tolerance: Optional[int] = None
+    max_push_sockets: int = 1024      # per KVS worker thread (NodeConfig.max_push_sockets)
 
     def __post_init__(self) -> None:
         if isinstance(self.routers, bool) or not isinstance(self.routers, int) \

@@ -61,6 +61,7 @@ log = logging.getLogger("anna.routing")
 TICK_SECONDS = 0.05          # the loop calls tick(now) at least this often (well under 100 ms)
 LOAD_ATTEMPTS = 5            # tries to read the persisted overrides back, ...
 LOAD_RETRY_SECONDS = 1.0     # ... this far apart
+ROUTING_MAX_FRAME_BYTES = 16 << 20   # largest frame routing's request socket accepts
 
 
 class RoutingService:
@@ -74,7 +75,9 @@ class RoutingService:
                                        heartbeat_period=config.heartbeat_period,
                                        heartbeat_timeout=config.heartbeat_timeout,
                                        recovery_period=config.effective_recovery_period())
-        self.socket, self.address = bind_pull(self.context, config.ip, config.port)
+        # Routing's messages are small: a larger frame is a broken or hostile peer.
+        self.socket, self.address = bind_pull(self.context, config.ip, config.port,
+                                              max_frame_bytes=ROUTING_MAX_FRAME_BYTES)
         # Answers of the KVS to routing's own metadata PUTs (single frames) land here.
         self.answers, self.answer_address = bind_pull(self.context, config.ip)
         self.push = PushCache(self.context, sndhwm=10000, linger_ms=0)

@@ -1,39 +1,75 @@
 """Binding and connecting the platform's ZeroMQ sockets.
 
 Contract:
-- `bind_pull(context, ip, port=0, ipc_dir=None)` binds a PULL socket on `tcp://ip:port`
-  (0 picks a free port) or, with `ipc_dir`, on a fresh Unix socket in that directory (cheaper
-  when every process is on one host), and returns it with the address peers connect to.
+- `bind_pull(context, ip, port=0, ipc_dir=None, max_frame_bytes=DEFAULT_MAX_FRAME_BYTES)`
+  binds a PULL socket on `tcp://ip:port` (0 picks a free port) or, with `ipc_dir`, on a fresh
+  Unix socket in that directory (cheaper when every process is on one host), and returns it
+  with the address peers connect to. A peer that sends a frame larger than `max_frame_bytes`
+  is disconnected by ZeroMQ before the frame is buffered (`zmq.MAXMSGSIZE`); the socket keeps
+  serving everyone else.
 - `PushCache` keeps one connected PUSH socket per destination address, created on first use.
   Sends never block: a full or unreachable peer drops the message and the send returns False.
+  A malformed address (see `check_address`) is refused: logged at WARNING with the address,
+  the send returns False, nothing is raised. At most `max_sockets` sockets stay open, and all
+  the caches of one ZeroMQ context together stay below the context's MAX_SOCKETS (less
+  `CONTEXT_RESERVE` for bound and client sockets); beyond that the least recently used socket
+  is closed. An evicted socket keeps what it queued within the last `evict_linger_ms` (it
+  lingers only for the rest of that time), so a message sent just before its eviction still
+  leaves; at most a quarter of `max_sockets` evicted sockets linger at once (beyond that one is
+  closed at once), so a flood of distinct addresses keeps at most 1.25 x `max_sockets`.
   It is not thread-safe; each thread that sends keeps its own.
 """
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import re
+import threading
+import time
 import uuid
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+import weakref
+from typing import Any, List, Optional, Sequence, Tuple
 
 import zmq
 
 from .framing import encode, send, send_kind
 
-__all__ = ["bind_pull", "check_address", "endpoint_of", "ipc_dir_of", "PushCache", "ZERO_COPY_BYTES"]
+__all__ = ["bind_pull", "check_address", "endpoint_of", "ipc_dir_of", "PushCache",
+           "ZERO_COPY_BYTES", "DEFAULT_MAX_FRAME_BYTES", "DEFAULT_MAX_SOCKETS",
+           "DEFAULT_EVICT_LINGER_MS", "CONTEXT_RESERVE"]
 
 log = logging.getLogger("runtime.sockets")
 
 # Frames at least this large are handed to ZeroMQ without a copy.
 ZERO_COPY_BYTES = 64 * 1024
 
+# Largest frame a bound socket accepts by default: a call's arguments and a function's result
+# travel inline in one frame, so this is larger than the KVS's largest value (64 MiB); the KVS
+# sockets use max_value_bytes plus headroom (anna_core/csrc/node.cpp).
+DEFAULT_MAX_FRAME_BYTES = (256 << 20) + (1 << 20)
+
+# Sockets one PushCache keeps open before it closes the least recently used one.
+DEFAULT_MAX_SOCKETS = 512
+# How long an evicted socket may keep trying to deliver what it queued (ms since its last use).
+DEFAULT_EVICT_LINGER_MS = 100
+# Sockets of a context left to everything that is not a PushCache (bound sockets, clients,
+# sockets closed but still lingering).
+CONTEXT_RESERVE = 128
+# A cache holding fewer sockets than this may always open one more (it is never starved by
+# the other caches of its context; the reserve absorbs it).
+_FLOOR = 8
+
 
 def bind_pull(context: zmq.Context, ip: str = "127.0.0.1", port: int = 0,
-              ipc_dir: Optional[str] = None, rcvhwm: int = 100000) -> Tuple[zmq.Socket, str]:
+              ipc_dir: Optional[str] = None, rcvhwm: int = 100000,
+              max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Tuple[zmq.Socket, str]:
     """A bound PULL socket and its connectable address (see the module contract)."""
     socket = context.socket(zmq.PULL)
     socket.setsockopt(zmq.LINGER, 0)
     socket.setsockopt(zmq.RCVHWM, rcvhwm)
+    if max_frame_bytes and max_frame_bytes > 0:
+        socket.setsockopt(zmq.MAXMSGSIZE, int(max_frame_bytes))
     if ipc_dir:
         socket.bind(f"ipc://{os.path.join(ipc_dir, uuid.uuid4().hex[:16])}")
         return socket, socket.getsockopt_string(zmq.LAST_ENDPOINT)
@@ -49,17 +85,25 @@ def endpoint_of(socket: zmq.Socket) -> str:
 
 
 _ADDRESS = re.compile(r"^(tcp://[^\s:/]+:[0-9]{1,5}|ipc://\S+)$")
+_INPROC = re.compile(r"^inproc://\S+$")
 
 
 def check_address(address: Any, what: str = "a service") -> str:
     """`address` if it is a ZeroMQ address peers can connect to; ValueError saying which
     form is expected otherwise (a bare `host:port` is the usual mistake)."""
-    if not isinstance(address, str) or not _ADDRESS.match(address):
+    if not isinstance(address, str) or not _ADDRESS.fullmatch(address) or len(address) > 1024 \
+            or (address.startswith("tcp://") and not 0 < int(address.rsplit(":", 1)[1]) < 65536):
         hint = f" (did you mean 'tcp://{address}'?)" if isinstance(address, str) \
             and re.match(r"^[^\s:/]+:[0-9]{1,5}$", address) else ""
-        raise ValueError(f"{address!r} is not the address of {what}: expected "
+        raise ValueError(f"{_shown(address)} is not the address of {what}: expected "
                          f"'tcp://host:port' or 'ipc:///path'{hint}")
     return address
+
+
+def _shown(address: Any) -> str:
+    """An untrusted address for a log line: repr, truncated."""
+    text = repr(address)
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
 def ipc_dir_of(address: str) -> Optional[str]:
@@ -67,43 +111,153 @@ def ipc_dir_of(address: str) -> Optional[str]:
     return os.path.dirname(address[len("ipc://"):]) if address.startswith("ipc://") else None
 
 
+class _Budget:
+    """The PushCache sockets open on one context, shared by every cache (and thread) on it."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self.lock = threading.Lock()
+
+    def take(self, own: int) -> bool:
+        """Count one more socket; False when the context has none left for a cache that
+        already holds `own` sockets (it must close one of its own first)."""
+        with self.lock:
+            if self.used >= self.limit and own >= _FLOOR:
+                return False
+            self.used += 1
+            return True
+
+    def give(self, n: int = 1) -> None:
+        with self.lock:
+            self.used = max(0, self.used - n)
+
+
+_budgets: "weakref.WeakKeyDictionary[zmq.Context, _Budget]" = weakref.WeakKeyDictionary()
+_budgets_lock = threading.Lock()
+
+
+def _budget_of(context: zmq.Context) -> _Budget:
+    with _budgets_lock:
+        budget = _budgets.get(context)
+        if budget is None:
+            limit = max(_FLOOR, int(context.get(zmq.MAX_SOCKETS)) - CONTEXT_RESERVE)
+            budget = _budgets[context] = _Budget(limit)
+        return budget
+
+
+class _Entry:
+    __slots__ = ("socket", "last_use")
+
+    def __init__(self, socket: zmq.Socket, now: float) -> None:
+        self.socket = socket
+        self.last_use = now
+
+
 class PushCache:
-    """One connected PUSH socket per destination; see the module contract.
+    """One connected PUSH socket per destination, least recently used closed first; see the
+    module contract.
 
     `linger_ms` > 0 lets a message sent just before the process exits still leave; clients
-    that close often and must never wait on close pass 0."""
+    that close often and must never wait on close pass 0. `max_sockets` bounds the sockets
+    this cache keeps open; `evict_linger_ms` bounds how long an evicted one may linger."""
 
-    def __init__(self, context: zmq.Context, *, sndhwm: int = 100000, linger_ms: int = 500
-                 ) -> None:
+    def __init__(self, context: zmq.Context, *, sndhwm: int = 100000, linger_ms: int = 500,
+                 max_sockets: int = DEFAULT_MAX_SOCKETS,
+                 evict_linger_ms: int = DEFAULT_EVICT_LINGER_MS) -> None:
+        if max_sockets < 1:
+            raise ValueError(f"PushCache: max_sockets must be at least 1, not {max_sockets}")
         self._context = context
         self._sndhwm = sndhwm
         self._linger_ms = linger_ms
-        self._sockets: Dict[str, zmq.Socket] = {}
+        self._max = max_sockets
+        self._evict_linger_ms = max(0, min(evict_linger_ms, linger_ms))
+        self._budget = _budget_of(context)
+        self._sockets: "collections.OrderedDict[str, _Entry]" = collections.OrderedDict()
+        self._lingering: "collections.deque[float]" = collections.deque()   # until when
+        self.evictions = 0      # sockets closed to stay within the bounds
+        self.refused = 0        # sends refused for a malformed address
+
+    def __len__(self) -> int:
+        return len(self._sockets)
 
     def socket(self, address: str) -> zmq.Socket:
-        """The PUSH socket connected to `address`."""
-        s = self._sockets.get(address)
-        if s is None:
+        """The PUSH socket connected to `address`; ValueError for a malformed address,
+        zmq.ZMQError when ZeroMQ cannot open or connect one."""
+        now = time.monotonic()
+        entry = self._sockets.get(address)
+        if entry is not None:
+            entry.last_use = now
+            self._sockets.move_to_end(address)
+            return entry.socket
+        if not (isinstance(address, str) and _INPROC.fullmatch(address) and len(address) <= 1024):
+            check_address(address, "a peer")     # inproc: this process' own sockets
+        while len(self._sockets) >= self._max:
+            self._evict(now)
+        while not self._budget.take(len(self._sockets)):
+            self._evict(now)
+        try:
             s = self._context.socket(zmq.PUSH)
+        except BaseException:
+            self._budget.give()
+            raise
+        try:
             s.setsockopt(zmq.LINGER, self._linger_ms)
             s.setsockopt(zmq.SNDHWM, self._sndhwm)
             s.setsockopt(zmq.IMMEDIATE, 0)
             s.connect(address)
-            self._sockets[address] = s
+        except BaseException:
+            s.close(0)
+            self._budget.give()
+            raise
+        self._sockets[address] = _Entry(s, now)
         return s
+
+    def _evict(self, now: float) -> None:
+        """Close the least recently used socket; it lingers only for what is left of
+        `evict_linger_ms` since its last use."""
+        address, entry = self._sockets.popitem(last=False)
+        linger = max(0, int(self._evict_linger_ms - (now - entry.last_use) * 1000))
+        while self._lingering and self._lingering[0] <= now:
+            self._lingering.popleft()
+        if len(self._lingering) >= max(1, self._max // 4):
+            linger = 0                 # a flood: no more lingering sockets
+        if linger:
+            self._lingering.append(now + linger / 1000)
+        entry.socket.close(linger)
+        self._budget.give()
+        self.evictions += 1
+        log.debug("closed the least recently used socket (to %s)", address)
+
+    def _socket_or_none(self, address: str, kind: str) -> Optional[zmq.Socket]:
+        """`socket(address)`, or None (logged) when the address is malformed or ZeroMQ refuses
+        it: a bad address in a message never raises into the service's loop."""
+        try:
+            return self.socket(address)
+        except ValueError as e:
+            self.refused += 1
+            log.warning("dropped a %s message: %s", kind or "raw", e)
+        except zmq.ZMQError as e:
+            log.warning("dropped a %s message to %s: cannot connect (%s)", kind or "raw",
+                        _shown(address), e)
+        return None
 
     def send(self, address: str, kind: str, message: Any) -> bool:
         """Send a Cloudburst message (`framing.encode`) to `address`; False if dropped."""
-        return send(self.socket(address), kind, message)
+        s = self._socket_or_none(address, kind)
+        return s is not None and send(s, kind, message)
 
     def send_with_frames(self, address: str, kind: str, message: Any,
                          frames: Sequence[Any] = ()) -> bool:
         """A Cloudburst message followed by raw value frames (large ones not copied, never
         copied into a protobuf). False, and a warning, if the peer is not accepting."""
+        s = self._socket_or_none(address, kind)
+        if s is None:
+            return False
         out = [encode(kind, message), *frames]
         zero_copy = any(len(f) >= ZERO_COPY_BYTES for f in frames)
         try:
-            self.socket(address).send_multipart(out, flags=zmq.NOBLOCK, copy=not zero_copy)
+            s.send_multipart(out, flags=zmq.NOBLOCK, copy=not zero_copy)
             return True
         except zmq.Again:
             log.warning("dropped a %s message to %s (peer not accepting)", kind, address)
@@ -111,32 +265,41 @@ class PushCache:
 
     def send_kind(self, address: str, kind: str, message: Any) -> bool:
         """Send an Anna `[kind][payload]` to `address` without blocking; False if dropped."""
-        return send_kind(self.socket(address), kind, message)
+        s = self._socket_or_none(address, kind)
+        return s is not None and send_kind(s, kind, message)
 
     def send_frame(self, address: str, payload: bytes) -> bool:
         """Send one frame (an answer) to `address` without blocking; False if dropped."""
+        s = self._socket_or_none(address, "")
+        if s is None:
+            return False
         try:
-            self.socket(address).send(payload, flags=zmq.NOBLOCK)
+            s.send(payload, flags=zmq.NOBLOCK)
             return True
         except zmq.Again:
             return False
 
     def send_frames(self, address: str, frames: List[bytes]) -> bool:
         """Send raw frames to `address` without blocking; False if dropped."""
+        s = self._socket_or_none(address, "")
+        if s is None:
+            return False
         try:
-            self.socket(address).send_multipart(frames, flags=zmq.NOBLOCK)
+            s.send_multipart(frames, flags=zmq.NOBLOCK)
             return True
         except zmq.Again:
             return False
 
     def forget(self, address: str) -> None:
         """Close the socket to `address` (e.g. a peer that left)."""
-        s = self._sockets.pop(address, None)
-        if s is not None:
-            s.close(0)
+        entry = self._sockets.pop(address, None)
+        if entry is not None:
+            entry.socket.close(0)
+            self._budget.give()
 
     def close(self) -> None:
         """Close every cached socket."""
-        for s in self._sockets.values():
-            s.close(0)
+        for entry in self._sockets.values():
+            entry.socket.close(0)
+        self._budget.give(len(self._sockets))
         self._sockets.clear()

@@ -79,6 +79,7 @@ void bind_node(py::module_& m) {
         d["handoff_window_ms"] = c.handoff_window_ms;
         d["fetch_timeout_ms"] = c.fetch_timeout_ms;
         d["tombstone_ttl_ms"] = c.tombstone_ttl_ms;
+        d["max_push_sockets"] = c.max_push_sockets;
         return d;
       },
       py::arg("config_json"), "The kernel's reading of a node config (for checks and tests).");

@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <zmq.h>
 
 #include <cerrno>
@@ -29,6 +30,7 @@ struct Node::Shared {
   // Written by start() before `go` is released, read-only afterwards.
   std::vector<std::string> addresses;
   std::unordered_map<std::string, std::string> rewrite;  // tcp -> inproc, this node's workers
+  std::size_t push_sockets = PushCache::kDefaultCapacity;  // per worker, after the fd check
   mutable std::mutex stats_mu;                          // per-epoch publication only
   std::vector<WorkerStats> stats;
 };
@@ -82,6 +84,26 @@ int recv_message(void* socket, zmq_msg_t parts[2]) {
   return n;
 }
 
+// What a worker may keep open: its configured PUSH sockets, lowered so that every worker's
+// sockets (two descriptors each at most: a mailbox and a connection) fit in the process'
+// descriptor limit with room to spare (kReservedFds for stores, logs and everything else).
+constexpr std::size_t kReservedFds = 256;
+std::size_t push_sockets_for(const NodeConfig& cfg) {
+  std::size_t wanted = cfg.max_push_sockets;
+  struct rlimit lim {};
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return wanted;
+  std::size_t fds = static_cast<std::size_t>(lim.rlim_cur);
+  std::size_t fit = fds > kReservedFds ? (fds - kReservedFds) / (2 * cfg.threads) : 0;
+  if (fit < 16) fit = 16;
+  if (fit < wanted) {
+    log_warning("node " + cfg.node_id + ": max_push_sockets " + std::to_string(wanted) +
+                " per worker does not fit the descriptor limit " + std::to_string(fds) +
+                " with " + std::to_string(cfg.threads) + " workers; using " + std::to_string(fit));
+    return fit;
+  }
+  return wanted;
+}
+
 // The worker's clock: wall time, because tombstones are compared across replicas.
 std::uint64_t wall_now_ns() {
   return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -111,6 +133,9 @@ class WorkerThread {
       int hwm = 0, linger = 0;
       zmq_setsockopt(pull_, ZMQ_RCVHWM, &hwm, sizeof hwm);
       zmq_setsockopt(pull_, ZMQ_LINGER, &linger, sizeof linger);
+      // A peer sending a larger frame is disconnected before the frame is buffered.
+      std::int64_t max_frame = max_frame_bytes(cfg);
+      zmq_setsockopt(pull_, ZMQ_MAXMSGSIZE, &max_frame, sizeof max_frame);
       std::string endpoint = "tcp://" + cfg.ip + ":*";
       if (zmq_bind(pull_, endpoint.c_str()) != 0)
         throw std::runtime_error("bind " + endpoint + ": " + zmq_strerror(errno));
@@ -140,7 +165,7 @@ class WorkerThread {
       id.fetch_timeout_ms = static_cast<std::uint64_t>(cfg.fetch_timeout_ms);
       id.tombstone_ttl_ms = static_cast<std::uint64_t>(cfg.tombstone_ttl_ms);
       core_ = std::make_unique<WorkerCore>(std::move(id), std::move(store));
-      pushes_ = std::make_unique<PushCache>(sh_->ctx, sh_->rewrite);
+      pushes_ = std::make_unique<PushCache>(sh_->ctx, sh_->rewrite, sh_->push_sockets);
       serve();
       core_.reset();  // closes the store
       pushes_.reset();
@@ -258,6 +283,14 @@ void Node::start() {
   sh->ctx = zmq_ctx_new();
   if (sh->ctx == nullptr) throw std::runtime_error("Node.start: zmq_ctx_new failed");
   zmq_ctx_set(sh->ctx, ZMQ_BLOCKY, 0);
+  // Every worker's PUSH sockets (and as many closed ones still lingering), its PULL socket,
+  // and slack; ZeroMQ's default of 1023 sockets per context would run out first otherwise.
+  sh->push_sockets = push_sockets_for(config_);
+  long long wanted_sockets = static_cast<long long>(config_.threads) *
+                                 (2 * static_cast<long long>(sh->push_sockets) + 4) + 64;
+  int socket_limit = zmq_ctx_get(sh->ctx, ZMQ_SOCKET_LIMIT);
+  if (socket_limit > 0 && wanted_sockets > socket_limit) wanted_sockets = socket_limit;
+  if (wanted_sockets > 1023) zmq_ctx_set(sh->ctx, ZMQ_MAX_SOCKETS, static_cast<int>(wanted_sockets));
   sh->stats.assign(config_.threads, WorkerStats{});
 
   std::vector<std::future<std::string>> bound;

@@ -8,6 +8,11 @@
 //     pin_threads (a pinning failure is logged, not fatal). start() returns once every worker
 //     is bound, or throws std::runtime_error (everything already cleaned up) if one fails or
 //     does not report within 30 s. start() after start() throws.
+//   * Bounds: a worker's PULL socket accepts frames up to max_frame_bytes(config)
+//     (max_value_bytes + kFrameHeadroomBytes, node_config.hpp); ZeroMQ disconnects a peer that
+//     sends a larger one before buffering it. A worker keeps at most max_push_sockets PUSH
+//     sockets (push_cache.hpp), lowered at start() so that every worker's sockets fit in the
+//     process' descriptor limit; the context's ZMQ_MAX_SOCKETS is raised to hold them all.
 //   * A worker loop: zmq_poll with a timeout (at most 50 ms, and never past the next epoch),
 //     then drain up to 1024 messages, each [kind][payload]; malformed messages (wrong frame
 //     count, unknown kind, unparsable payload) are logged and dropped. Every

@@ -4,12 +4,15 @@
 // "Node config keys": node_id (required, non-empty str), tier ("memory"|"disk" or 0|1),
 // threads (int >= 1), ip (str), data_dir (str; required for disk), gossip_period_ms (int >= 1),
 // max_value_bytes (int >= 1), pin_threads (bool), log_level (str), handoff_retry_ms,
-// handoff_window_ms, fetch_timeout_ms, tombstone_ttl_ms (ints >= 1). Missing keys take the
+// handoff_window_ms, fetch_timeout_ms, tombstone_ttl_ms (ints >= 1), max_push_sockets (int in
+// [1, 1000000]: PUSH sockets each worker thread keeps open, least recently used closed
+// beyond; lowered at start when the process' descriptor limit cannot hold them). Missing keys take the
 // defaults below; null means "default". Unknown keys, wrong value types, nested values and
 // syntax errors throw std::invalid_argument naming the problem.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace anna {
@@ -29,7 +32,17 @@ struct NodeConfig {
   int handoff_window_ms = 5000;   // how long new owners fetch misses from previous owners
   int fetch_timeout_ms = 1000;    // how long a deferred GET waits for previous owners
   int tombstone_ttl_ms = 60000;   // how long a delete's tombstone outvotes older writes
+  std::size_t max_push_sockets = 1024;  // per worker thread (push_cache.hpp)
 };
+
+// Headroom over max_value_bytes for the largest frame a worker accepts: the key, the
+// lattice's metadata and a gossip or hand-off batch (split at 4 MiB, plus one value).
+constexpr std::size_t kFrameHeadroomBytes = 8u << 20;
+
+// The largest frame a node's sockets accept (ZMQ_MAXMSGSIZE): max_value_bytes + headroom.
+inline std::int64_t max_frame_bytes(const NodeConfig& c) {
+  return static_cast<std::int64_t>(c.max_value_bytes + kFrameHeadroomBytes);
+}
 
 NodeConfig parse_node_config(const std::string& json);
 

@@ -3,11 +3,56 @@
 
 #include <zmq.h>
 
+#include <cctype>
 #include <cerrno>
 
 #include "log.hpp"
 
 namespace anna {
+
+namespace {
+
+// Printable, truncated rendering of an untrusted address for log lines.
+std::string shown(const std::string& s) {
+  std::string out = "'";
+  for (std::size_t i = 0; i < s.size() && i < 80; ++i) {
+    char c = s[i];
+    out.push_back(c >= 0x20 && c < 0x7f ? c : '?');
+  }
+  if (s.size() > 80) out += "...";
+  return out + "'";
+}
+
+bool has_space(const std::string& s, std::size_t from) {
+  for (std::size_t i = from; i < s.size(); ++i)
+    if (std::isspace(static_cast<unsigned char>(s[i])) || s[i] == '\0') return true;
+  return false;
+}
+
+}  // namespace
+
+bool PushCache::valid_address(const std::string& a) {
+  if (a.size() > kMaxAddressBytes) return false;
+  auto starts = [&](const char* p) { return a.rfind(p, 0) == 0; };
+  if (starts("ipc://")) return a.size() > 6 && !has_space(a, 6);
+  if (starts("inproc://")) return a.size() > 9 && !has_space(a, 9);
+  if (!starts("tcp://")) return false;
+  std::size_t colon = a.rfind(':');
+  if (colon == std::string::npos || colon <= 6) return false;
+  for (std::size_t i = 6; i < colon; ++i) {
+    char c = a[i];
+    if (c == ':' || c == '/' || std::isspace(static_cast<unsigned char>(c)) || c == '\0')
+      return false;
+  }
+  std::size_t digits = a.size() - colon - 1;
+  if (digits < 1 || digits > 5) return false;
+  long port = 0;
+  for (std::size_t i = colon + 1; i < a.size(); ++i) {
+    if (!std::isdigit(static_cast<unsigned char>(a[i]))) return false;
+    port = port * 10 + (a[i] - '0');
+  }
+  return port >= 1 && port <= 65535;
+}
 
 PushCache::PushCache(void* zmq_context, std::unordered_map<std::string, std::string> rewrite,
                      std::size_t capacity)
@@ -17,22 +62,51 @@ PushCache::~PushCache() {
   for (auto& [address, e] : sockets_) zmq_close(e.socket);
 }
 
-void PushCache::evict_one() {
-  auto oldest = sockets_.begin();
-  for (auto it = sockets_.begin(); it != sockets_.end(); ++it)
-    if (it->second.last_use < oldest->second.last_use) oldest = it;
-  zmq_close(oldest->second.socket);
-  sockets_.erase(oldest);
+void PushCache::evict_one(Clock::time_point now) {
+  const std::string& address = lru_.front();
+  auto it = sockets_.find(address);
+  long age = std::chrono::duration_cast<std::chrono::milliseconds>(now - it->second.last_use).count();
+  int linger = age >= kEvictLingerMs ? 0 : static_cast<int>(kEvictLingerMs - age);
+  while (!lingering_.empty() && lingering_.front() <= now) lingering_.pop_front();
+  if (lingering_.size() >= capacity_) linger = 0;  // a flood: no more lingering sockets
+  if (linger > 0) lingering_.push_back(now + std::chrono::milliseconds(linger));
+  zmq_setsockopt(it->second.socket, ZMQ_LINGER, &linger, sizeof linger);
+  zmq_close(it->second.socket);
+  sockets_.erase(it);
+  lru_.pop_front();
+  ++evictions_;
+}
+
+void PushCache::warn_refused(const std::string& address, const std::string& why) {
+  ++refused_;
+  auto now = Clock::now();
+  if (now - warn_window_ >= std::chrono::seconds(1)) {
+    warn_window_ = now;
+    warnings_in_window_ = 0;
+  }
+  if (++warnings_in_window_ <= kMaxWarningsPerSecond)
+    log_warning("push cache: not sending to " + shown(address) + ": " + why + " (" +
+                std::to_string(refused_) + " refused so far)");
 }
 
 void* PushCache::socket_for(const std::string& address) {
+  auto now = Clock::now();
   auto it = sockets_.find(address);
   if (it != sockets_.end()) {
-    it->second.last_use = ++clock_;
+    it->second.last_use = now;
+    lru_.splice(lru_.end(), lru_, it->second.position);
     return it->second.socket;
   }
-  if (sockets_.size() >= capacity_) evict_one();
+  if (!valid_address(address)) {
+    warn_refused(address, "not a tcp://host:port, ipc:// or inproc:// address");
+    return nullptr;
+  }
+  while (sockets_.size() >= capacity_) evict_one(now);
   void* s = zmq_socket(ctx_, ZMQ_PUSH);
+  if (s == nullptr && !sockets_.empty()) {  // the context is out of sockets: make room
+    evict_one(now);
+    s = zmq_socket(ctx_, ZMQ_PUSH);
+  }
   if (s == nullptr) {
     log_error("zmq_socket(PUSH) failed: " + std::string(zmq_strerror(errno)));
     return nullptr;
@@ -43,11 +117,12 @@ void* PushCache::socket_for(const std::string& address) {
   auto rw = rewrite_.find(address);
   const std::string& endpoint = rw == rewrite_.end() ? address : rw->second;
   if (zmq_connect(s, endpoint.c_str()) != 0) {
-    log_warning("cannot connect to '" + address + "': " + zmq_strerror(errno));
+    warn_refused(address, std::string("cannot connect: ") + zmq_strerror(errno));
     zmq_close(s);
     return nullptr;
   }
-  sockets_.emplace(address, Entry{s, ++clock_});
+  lru_.push_back(address);
+  sockets_.emplace(address, Entry{s, std::prev(lru_.end()), now});
   return s;
 }
 

@@ -4,12 +4,26 @@
 // empty) without blocking (ZMQ_DONTWAIT) and returns false if the address cannot be connected
 // or the destination's queue is full (the caller logs). Addresses listed in the rewrite map
 // (this node's own workers' tcp addresses) are connected over their inproc endpoint instead.
-// At most `capacity` sockets stay open; the least recently used one is closed beyond that.
-// Sockets are created with a bounded send queue (kSendHwm messages) and a short linger.
-// Belongs to one thread (ZMQ sockets are not thread-safe); closes everything on destruction.
+// An address that is not "tcp://host:port" (port 1..65535), "ipc://path" or "inproc://name"
+// (at most kMaxAddressBytes) is refused before any socket is made: send returns false and a
+// warning names the address (at most kMaxWarningsPerSecond such warnings a second; the rest
+// are counted in refused()). A message can therefore never make the worker connect to an
+// arbitrary string.
+// At most `capacity` sockets stay open (the node config's max_push_sockets, see node.cpp);
+// beyond that the least recently used one is closed (O(1)). An evicted socket lingers only
+// for what is left of kEvictLingerMs since its last use, so a message queued just before the
+// eviction still leaves; at most `capacity` evicted sockets linger at once (beyond that an
+// evicted socket is closed at once), so a flood of distinct addresses keeps at most
+// 2 x capacity sockets.
+// Sockets are created with a bounded send queue (kSendHwm messages) and a short linger
+// (kLingerMs, on destruction). Belongs to one thread (ZMQ sockets are not thread-safe);
+// closes everything on destruction.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <deque>
+#include <list>
 #include <string>
 #include <unordered_map>
 
@@ -19,29 +33,47 @@ class PushCache {
  public:
   static constexpr int kSendHwm = 100000;
   static constexpr int kLingerMs = 200;
+  static constexpr int kEvictLingerMs = 100;
+  static constexpr std::size_t kDefaultCapacity = 1024;
+  static constexpr std::size_t kMaxAddressBytes = 1024;
+  static constexpr int kMaxWarningsPerSecond = 10;
 
   PushCache(void* zmq_context, std::unordered_map<std::string, std::string> rewrite,
-            std::size_t capacity = 4096);
+            std::size_t capacity = kDefaultCapacity);
   ~PushCache();
   PushCache(const PushCache&) = delete;
   PushCache& operator=(const PushCache&) = delete;
 
   bool send(const std::string& address, const std::string& kind, const std::string& payload);
   std::size_t size() const { return sockets_.size(); }
+  std::size_t capacity() const { return capacity_; }
+  std::uint64_t evictions() const { return evictions_; }
+  std::uint64_t refused() const { return refused_; }
+
+  // True if `address` is a form a PUSH socket may connect to (see the contract).
+  static bool valid_address(const std::string& address);
 
  private:
+  using Clock = std::chrono::steady_clock;
   struct Entry {
     void* socket = nullptr;
-    std::uint64_t last_use = 0;
+    std::list<std::string>::iterator position;  // in lru_, most recent at the back
+    Clock::time_point last_use;
   };
   void* socket_for(const std::string& address);
-  void evict_one();
+  void evict_one(Clock::time_point now);
+  void warn_refused(const std::string& address, const std::string& why);
 
   void* ctx_;
   std::unordered_map<std::string, std::string> rewrite_;
   std::size_t capacity_;
   std::unordered_map<std::string, Entry> sockets_;
-  std::uint64_t clock_ = 0;
+  std::list<std::string> lru_;
+  std::deque<Clock::time_point> lingering_;  // when each lingering evicted socket is gone
+  std::uint64_t evictions_ = 0;
+  std::uint64_t refused_ = 0;
+  Clock::time_point warn_window_{};
+  int warnings_in_window_ = 0;
 };
 
 }  // namespace anna

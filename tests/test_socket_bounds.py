@@ -1,0 +1,173 @@
+"""Every socket cache is bounded and every address is checked (issue 11, "Bounded everything").
+
+Unit tests of `runtime.sockets.PushCache`, then real processes: thousands of requests, each
+naming a different response address, to a KVS worker and to a scheduler leave their open
+descriptors bounded, and both still answer. Each test is bounded in time (well under 30 s).
+"""
+import logging
+import os
+import time
+import uuid
+
+import pytest
+import zmq
+
+import anna_core
+from hydro_proto import anna_pb2
+from hydro_proto import cloudburst_pb2 as pb
+from runtime.framing import encode
+from runtime.sockets import PushCache, bind_pull
+from waiting import poll_until
+
+# Valid addresses nobody listens on: our services bind 127.0.0.1 only, so 127.0.0.2 refuses.
+def nowhere(i):
+    return f"tcp://127.0.0.2:{20000 + i}"
+
+
+def open_fds(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+# ---- PushCache (unit) ----
+
+def test_push_cache_closes_the_least_recently_used_socket_beyond_its_maximum():
+    ctx = zmq.Context()
+    pull, address = bind_pull(ctx)
+    push = PushCache(ctx, linger_ms=0, max_sockets=4)
+    try:
+        for i in range(50):
+            push.send_frame(nowhere(i), b"x")
+            push.send_frame(address, b"keep")      # used every time: never the LRU
+        assert len(push) == 4
+        assert push.evictions == 47
+        got = [pull.recv() for _ in range(50)]
+        assert got == [b"keep"] * 50
+    finally:
+        push.close()
+        pull.close(0)
+        ctx.term()
+
+
+def test_caches_of_one_context_share_its_socket_budget():
+    ctx = zmq.Context()
+    ctx.set(zmq.MAX_SOCKETS, 160)            # before the first socket: a budget of 32
+    caches = [PushCache(ctx, linger_ms=0, max_sockets=1000) for _ in range(3)]
+    try:
+        for i in range(300):
+            assert caches[i % 3].send_frame(nowhere(i), b"x")
+        assert sum(len(c) for c in caches) <= 160 - 128
+    finally:
+        for c in caches:
+            c.close()
+        ctx.term()
+
+
+@pytest.mark.parametrize("address", ["garbage", "", "127.0.0.1:5", "tcp://host", "tcp://h:0",
+                                     "tcp://h:99999", "tcp://a b:1", "ipc://", "x" * 5000,
+                                     "tcp://127.0.0.1:5\n"])
+def test_a_malformed_address_is_refused_logged_and_never_raised(address, caplog):
+    ctx = zmq.Context()
+    push = PushCache(ctx, linger_ms=0)
+    try:
+        with caplog.at_level(logging.WARNING, logger="runtime.sockets"):
+            assert push.send(address, "reply", pb.Reply(request_id="r")) is False
+            assert push.send_kind(address, "request", anna_pb2.KeyRequest()) is False
+            assert push.send_frame(address, b"x") is False
+            assert push.send_frames(address, [b"x"]) is False
+            assert push.send_with_frames(address, "cache_reply", pb.CacheResponse(), [b"v"]) \
+                is False
+        assert len(push) == 0 and push.refused == 5
+        assert repr(address)[:40] in caplog.text
+    finally:
+        push.close()
+        ctx.term()
+
+
+# ---- real processes ----
+
+def _flood_kvs(worker, addresses, key):
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.PUSH)
+    s.setsockopt(zmq.LINGER, 2000)
+    s.connect(worker)
+    try:
+        for i, response in enumerate(addresses):
+            request = anna_pb2.KeyRequest(type=anna_pb2.GET, response_address=response,
+                                          request_id=f"flood-{i}")
+            request.tuples.add(key=key)
+            s.send_multipart([b"request", request.SerializeToString()])
+    finally:
+        s.close()
+        ctx.term()
+
+
+def test_a_kvs_worker_answering_thousands_of_response_addresses_keeps_its_descriptors():
+    with anna_core.LocalCluster(memory_threads=1, nodes=1) as cluster:
+        client = cluster.client(timeout=5.0)
+        client.put("k", b"v")
+        node = cluster.node_ids[0]
+        pid = cluster._node(node).pid
+        worker = cluster.worker_addresses(node)[0]
+        before = open_fds(pid)
+        start = time.monotonic()
+        _flood_kvs(worker, [nowhere(i) for i in range(3000)], "k")
+        # the flood is answered (the worker's stats count it) before we look at descriptors
+        poll_until(lambda: client.get("k") == b"v" and open_fds(pid) < before + 2 * 1024 + 64,
+                   20, "the worker answering with bounded descriptors")
+        assert time.monotonic() - start < 25
+        keys = [f"key-{i}" for i in range(50)]
+        for k in keys:
+            client.put(k, k.encode())
+        assert [client.get(k) for k in keys] == [k.encode() for k in keys]
+        assert open_fds(pid) < before + 2 * 1024 + 64
+        client.close()
+
+
+def test_a_kvs_worker_with_a_small_socket_maximum_stays_within_it():
+    with anna_core.LocalCluster(memory_threads=1, nodes=1, max_push_sockets=32) as cluster:
+        client = cluster.client(timeout=5.0)
+        client.put("k", b"v")
+        node = cluster.node_ids[0]
+        pid = cluster._node(node).pid
+        before = open_fds(pid)
+        _flood_kvs(cluster.worker_addresses(node)[0], [nowhere(i) for i in range(2000)], "k")
+        # the last request of the flood is answered once this get is (one worker, in order);
+        # at most 32 sockets open and 32 closed ones lingering (a descriptor or two each)
+        assert client.get("k") == b"v"
+        assert open_fds(pid) <= before + 4 * 32 + 16
+        poll_until(lambda: open_fds(pid) <= before + 2 * 32 + 16, 5,
+                   "the lingering sockets closing")
+        client.close()
+
+
+def test_a_scheduler_serving_thousands_of_short_lived_clients_still_serves_a_new_one():
+    import cloudburst
+    with cloudburst.LocalCluster(executor_nodes=1, executors_per_node=1) as cluster:
+        address = cluster.scheduler_addresses[0]
+        pid = cluster._schedulers[0].pid
+        first = cloudburst.Client(address, timeout=10)
+        first.register(lambda lib, x: x + 1, "inc")
+        assert first.call("inc", 1).get(timeout=10) == 2
+        before = open_fds(pid)
+        start = time.monotonic()
+        # what 3,000 short-lived clients look like to a scheduler: each asks once, from its
+        # own response address, and is gone
+        ctx = zmq.Context()
+        s = ctx.socket(zmq.PUSH)
+        s.setsockopt(zmq.LINGER, 2000)
+        s.connect(address)
+        for i in range(3000):
+            s.send(encode("list", pb.NameRequest(request_id=f"r{i}",
+                                                 response_address=nowhere(i))))
+        s.close()
+        ctx.term()
+        for _ in range(20):                       # and some real ones, opened and closed
+            c = cloudburst.Client(address, timeout=10)
+            assert "inc" in c.list().functions
+            c.close()
+        fresh = cloudburst.Client(address, timeout=10)
+        assert fresh.call("inc", 41).get(timeout=10) == 42
+        assert open_fds(pid) < before + 2 * 512 + 64
+        assert time.monotonic() - start < 30
+        fresh.close()
+        first.close()
