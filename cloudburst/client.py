@@ -1,10 +1,21 @@
 """The Cloudburst client SDK: register functions and DAGs, call them, store objects.
 
 Contract:
-- `Client(address)` connects to a scheduler (`tcp://host:port`) and asks it for the KVS
-  address (`Timeout` names the scheduler if it does not answer). Results, replies and
-  acknowledgements come back on one PULL socket of the client's own: the sink's result is
-  pushed straight to it; nothing polls the KVS.
+- `Client(address)` connects to a scheduler (`tcp://host:port`), or to several
+  (`Client([a, b])`, the first preferred), and asks one for the KVS address (`Timeout` names
+  the schedulers if none answers). Results, replies and acknowledgements come back on one
+  PULL socket of the client's own: the sink's result is pushed straight to it; nothing polls
+  the KVS.
+- Failover. A message goes to the current scheduler if its connection is up (ZeroMQ
+  `IMMEDIATE`: a message is never queued for a scheduler that is not connected), else to the
+  next one that is, which becomes current; with none connected within `failover_timeout`
+  the send raises `SchedulerUnavailable`. A registry request unanswered within
+  `failover_timeout` is sent again, same request id, to the next scheduler (the first answer
+  wins). A call is never re-sent (a function may have side effects): a `Future` that has
+  waited `failover_timeout` checks its scheduler; if that scheduler's connection dropped
+  since the call was sent, or it does not answer a `where` within `failover_timeout`, the
+  future fails with `SchedulerUnavailable` naming it (the call may or may not have run; a
+  result that arrives later is dropped).
 - Registry calls (`register`, `register_dag`, `delete_dag`, `list`) wait for the scheduler's
   answer and raise its typed error (`InvalidDag`, `DagNotFound`, ...).
 - `call` / `call_dag` return a `Future` at once; `Future.get(timeout)` returns the value or
@@ -25,12 +36,15 @@ Contract:
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
-from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import (Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple,
+                    Union)
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from hydro_proto import cloudburst_pb2 as pb
 
@@ -40,23 +54,16 @@ from runtime.sockets import bind_pull, check_address, ipc_dir_of
 from runtime.values import CAUSAL_LATTICES, dumps, dumps_function, encode_args, is_lattice, loads
 from .errors import CloudburstError, InvalidDag, ObjectNotFound, Timeout, error_from_status
 from .functions import RegisteredFunction, check_signature
-from .futures import Future, gather
+from .futures import Future, SchedulerUnavailable, gather
+from .options import _CONSISTENCY, _consistency_and_protocol, _time_limit
 from .status import ClusterStatus
 
 __all__ = ["Client", "Listing"]
 
-_CONSISTENCY = {"lww": pb.LWW, "causal": pb.CAUSAL}
-_PROTOCOLS = {"hb": pb.HB, "ct": pb.CT, "opt": pb.OPT, "con": pb.CON}
 _ANSWERS = {"reply": pb.Reply, "accepted": pb.Accepted, "result": pb.CallResult}
+_PREFER_CURRENT = 0.5     # seconds a send waits for the current scheduler before the others
 
-
-def _time_limit(seconds: Optional[float]) -> float:
-    """A time limit as sent (0: not set); ValueError unless a positive number."""
-    if seconds is None:
-        return 0.0
-    if not isinstance(seconds, (int, float)) or seconds <= 0:
-        raise ValueError(f"time_limit must be a positive number of seconds, got {seconds!r}")
-    return float(seconds)
+log = logging.getLogger("cloudburst.client")
 
 
 class _Slot:
@@ -73,42 +80,42 @@ class Listing(NamedTuple):
     dags: List[str]
 
 
-def _consistency_and_protocol(consistency: str, protocol: Optional[str]) -> Tuple[int, int]:
-    """The wire values of a call's consistency and protocol; ValueError when invalid."""
-    if consistency not in _CONSISTENCY:
-        raise ValueError(f"consistency {consistency!r} is not supported (supported: "
-                         f"{sorted(_CONSISTENCY)})")
-    if consistency == "lww":
-        if protocol is not None:
-            raise ValueError(f"protocol {protocol!r} needs consistency='causal' (got 'lww')")
-        return pb.LWW, pb.HB
-    name = "hb" if protocol is None else protocol
-    if not isinstance(name, str) or name.lower() not in _PROTOCOLS:
-        raise ValueError(f"protocol {protocol!r} is not an MTCC protocol (supported: "
-                         f"{sorted(_PROTOCOLS)})")
-    return pb.CAUSAL, _PROTOCOLS[name.lower()]
-
-
 class Client:
     """A connection to a Cloudburst cluster; see the module contract.
 
     Args:
-        address: a scheduler's address, e.g. `LocalCluster.address`.
+        address: a scheduler's address, e.g. `LocalCluster.address`, or a list of them (the
+            first preferred; `LocalCluster.client()` passes all).
         timeout: default seconds to wait for any answer (and a call's default deadline).
         ip: local address to bind the answer socket on (must be reachable by the cluster).
+        failover_timeout: seconds of silence from a scheduler before a request goes to the
+            next one, or before a call waiting on it checks that it is still there.
     """
 
-    def __init__(self, address: str, *, timeout: float = 30.0, ip: str = "127.0.0.1") -> None:
-        self.address = check_address(address, "a scheduler")
+    def __init__(self, address: Union[str, Sequence[str]], *, timeout: float = 30.0,
+                 ip: str = "127.0.0.1", failover_timeout: float = 3.0) -> None:
+        addresses = [address] if isinstance(address, str) else list(address)
+        if not addresses:
+            raise ValueError("a Client needs at least one scheduler address")
+        self.addresses = [check_address(a, "a scheduler") for a in addresses]
+        self._current = 0
         self.timeout = float(timeout)
+        self.failover_timeout = max(0.1, float(failover_timeout))
         self._context = zmq.Context()
         # a cluster reached over Unix sockets (LocalCluster(transport="ipc")) answers on one too
         self._pull, self.response_address = bind_pull(self._context, ip,
-                                                      ipc_dir=ipc_dir_of(address))
-        self._push = self._context.socket(zmq.PUSH)
-        self._push.setsockopt(zmq.LINGER, 500)
-        self._push.setsockopt(zmq.SNDHWM, 100000)
-        self._push.connect(address)
+                                                      ipc_dir=ipc_dir_of(self.addresses[0]))
+        self._pushes: Dict[str, zmq.Socket] = {}
+        self._monitors: Dict[str, zmq.Socket] = {}
+        self._dropped_at: Dict[str, float] = {}    # scheduler -> when its connection last dropped
+        for a in self.addresses:
+            push = self._context.socket(zmq.PUSH)
+            push.setsockopt(zmq.LINGER, 500)
+            push.setsockopt(zmq.SNDHWM, 100000)
+            push.setsockopt(zmq.IMMEDIATE, 1)     # never queue for a scheduler not connected
+            self._monitors[a] = push.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+            push.connect(a)
+            self._pushes[a] = push
         self._send_lock = threading.Lock()
         self._cond = threading.Condition()
         self._slots: Dict[str, _Slot] = {}
@@ -123,12 +130,18 @@ class Client:
         self._ip = ip
         self.closed = False
         try:
-            info = self._ask("info", pb.NameRequest(), "answer `info` (is a scheduler running there?)",
-                             min(self.timeout, 10.0))
+            info = self._ask("info", pb.NameRequest(),
+                             "answer `info` (is a scheduler running there?)",
+                             min(self.timeout, 10.0 * len(self.addresses)))
         except BaseException:
             self.close()
             raise
         self.kvs_address: str = info.kvs_address
+
+    @property
+    def address(self) -> str:
+        """The scheduler this client currently talks to."""
+        return self.addresses[self._current]
 
     # ---- registry ----
     def register(self, function: Any, name: str, *, time_limit: Optional[float] = None,
@@ -276,8 +289,9 @@ class Client:
             with self._cond:
                 finished, self._finished = self._finished, []
             call.finished.extend(finished)
-        self._send("call", call)
-        return Future(self, rid, what, wait)
+        sent_at = time.monotonic()
+        scheduler = self._send("call", call)
+        return Future(self, rid, what, wait, scheduler=scheduler, sent_at=sent_at)
 
     # ---- objects ----
     def put(self, key: str, value: Any, consistency: str = "lww") -> None:
@@ -370,7 +384,10 @@ class Client:
         self.closed = True
         if self._kvs is not None:
             self._kvs.close()
-        self._push.close(0)
+        for a, push in self._pushes.items():
+            push.disable_monitor()
+            self._monitors[a].close(0)
+            push.close(0)
         self._pull.close(0)
         self._context.term()
 
@@ -388,33 +405,108 @@ class Client:
             self._slots[rid] = _Slot()
         return rid
 
-    def _send(self, kind: str, message: Any) -> None:
+    def _send(self, kind: str, message: Any, to: Optional[str] = None) -> str:
+        """Send to scheduler `to` only, or by the failover rule (module contract); returns the
+        address it went to. `SchedulerUnavailable` when no scheduler took it in time."""
         if self.closed:
             raise CloudburstError("this Client is closed")
         with self._send_lock:
-            if not send(self._push, kind, message):
-                raise CloudburstError(f"the scheduler at {self.address} is not accepting messages")
+            if to is not None:
+                order = [to]
+            else:
+                order = self.addresses[self._current:] + self.addresses[:self._current]
+            start = time.monotonic()
+            deadline = start + self.failover_timeout
+            while True:
+                # the current scheduler first, alone for a moment (it may be reconnecting)
+                alone = len(order) > 1 and time.monotonic() < start + _PREFER_CURRENT
+                for a in order[:1] if alone else order:
+                    push = self._pushes[a]
+                    if push.poll(0, zmq.POLLOUT) and send(push, kind, message):
+                        if to is None and a != self.address:
+                            log.warning("scheduler %s is not reachable; using %s",
+                                        self.address, a)
+                            self._current = self.addresses.index(a)
+                        return a
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise SchedulerUnavailable(
+                        f"no scheduler accepted a {kind!r} message within "
+                        f"{self.failover_timeout:g} s (tried {', '.join(order)})")
+                poller = zmq.Poller()
+                for a in order[:1] if alone else order:
+                    poller.register(self._pushes[a], zmq.POLLOUT)
+                poller.poll(max(1, int(min(left, 0.05) * 1000)))
 
     def _ask(self, kind: str, message: Any, what: str, timeout: Optional[float] = None) -> pb.Reply:
         rid = self._new_slot()
         message.request_id = rid
         message.response_address = self.response_address
-        self._send(kind, message)
         wait = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + wait
+        asked: List[str] = []
         try:
-            slot = self._wait(rid, wait)
+            while True:
+                asked.append(self._send(kind, message))
+                left = deadline - time.monotonic()
+                # several schedulers: the next one is asked too after failover_timeout
+                slot = self._wait(rid, min(left, self.failover_timeout)
+                                  if len(self.addresses) > 1 else left)
+                if slot is not None or time.monotonic() >= deadline:
+                    break
+                log.warning("scheduler %s did not answer %r within %g s; asking the next",
+                            asked[-1], kind, self.failover_timeout)
+                self._current = (self.addresses.index(asked[-1]) + 1) % len(self.addresses)
         finally:
             self._forget(rid)
         if slot is None:
-            raise Timeout(f"the scheduler at {self.address} to {what}", wait)
+            who = ", ".join(dict.fromkeys(asked))
+            raise Timeout(f"the scheduler{'s' if len(set(asked)) > 1 else ''} at {who} to "
+                          f"{what}", wait)
         reply: pb.Reply = slot.answer
         if reply.status != pb.OK:
             raise error_from_status(reply.status, reply.message)
         return reply
 
-    def _cancel(self, rid: str) -> None:
+    def _cancel(self, rid: str, scheduler: Optional[str] = None) -> None:
         """Ask the scheduler to stop call `rid` wherever it runs (no answer is awaited)."""
-        self._send("cancel", pb.NameRequest(name=rid))
+        try:
+            self._send("cancel", pb.NameRequest(name=rid), to=scheduler)
+        except SchedulerUnavailable:
+            pass    # nothing runs for a scheduler that is gone but what it already placed
+
+    def _dropped_since(self, scheduler: str, since: float) -> bool:
+        """True if the connection to `scheduler` dropped at or after `since`."""
+        with self._send_lock:
+            monitor = self._monitors[scheduler]
+            while monitor.poll(0):
+                event = recv_monitor_message(monitor)
+                if event["event"] == zmq.EVENT_DISCONNECTED:
+                    self._dropped_at[scheduler] = time.monotonic()
+        return self._dropped_at.get(scheduler, -1.0) >= since
+
+    def _scheduler_lost(self, scheduler: str, since: float, rid: str) -> Optional[str]:
+        """Why call `rid`, sent to `scheduler` at `since`, has lost its scheduler; None if
+        the scheduler is still there (it answers a `where` within `failover_timeout`)."""
+        why = None
+        if self._dropped_since(scheduler, since):
+            why = f"the scheduler at {scheduler} stopped (its connection dropped)"
+        else:
+            qid = self._new_slot()
+            try:
+                self._send("where", pb.NameRequest(request_id=qid, name=rid,
+                                                   response_address=self.response_address),
+                           to=scheduler)
+                if self._wait(qid, self.failover_timeout) is None:
+                    why = (f"the scheduler at {scheduler} did not answer within "
+                           f"{self.failover_timeout:g} s")
+            except SchedulerUnavailable:
+                why = f"the scheduler at {scheduler} is not reachable"
+            finally:
+                self._forget(qid)
+        if why is not None and self.address == scheduler and len(self.addresses) > 1:
+            self._current = (self.addresses.index(scheduler) + 1) % len(self.addresses)
+        return why
 
     def _forget(self, rid: str) -> None:
         with self._cond:
@@ -435,20 +527,23 @@ class Client:
             slot = self._slots.get(rid)
             return slot.answer if slot is not None else None
 
-    def _where(self, rid: str, what: str) -> str:
+    def _where(self, rid: str, what: str, scheduler: Optional[str] = None) -> str:
         """Name the stage a call stalled at: ask the scheduler where it placed the call."""
+        scheduler = scheduler or self.address
         qid = self._new_slot()
         try:
             self._send("where", pb.NameRequest(request_id=qid, response_address=self.response_address,
-                                               name=rid))
+                                               name=rid), to=scheduler)
             slot = self._wait(qid, min(1.0, self.timeout))
+        except SchedulerUnavailable:
+            slot = None
         finally:
             self._forget(qid)
         if slot is None:
-            return f"the result of {what}; the scheduler at {self.address} does not answer either"
+            return f"the result of {what}; the scheduler at {scheduler} does not answer either"
         placement = slot.answer.placement
         if not placement:
-            return (f"the result of {what}; the scheduler at {self.address} has no record of it "
+            return (f"the result of {what}; the scheduler at {scheduler} has no record of it "
                     "in flight (not received, or finished and its result was lost)")
         where = ", ".join(f"{f} on {w}" for f, w in sorted(placement.items()))
         return f"the result of {what} (placed: {where})"

@@ -13,6 +13,9 @@ Contract:
 - `Future.logs()` is what the call's functions printed, bounded.
 - `Future.cancel()` stops the call where it runs; `get` then raises `Cancelled`. A call whose
   deadline passes while its caller waits in `get` is cancelled the same way.
+- A call whose scheduler stops (its connection drops) or stops answering while the caller
+  waits fails with `SchedulerUnavailable` naming the scheduler (checked every
+  `Client.failover_timeout` of waiting); it is not retried: it may have run.
 """
 from __future__ import annotations
 
@@ -24,15 +27,20 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence,
 
 from hydro_proto import cloudburst_pb2 as pb
 
-from runtime.errors import Cancelled, Timeout, error_from_status
+from runtime.errors import Cancelled, CloudburstError, Timeout, error_from_status
 from runtime.values import loads
 
 if TYPE_CHECKING:  # the client imports this module
     from .client import Client
 
-__all__ = ["CausalStats", "Future", "gather", "wait"]
+__all__ = ["CausalStats", "Future", "SchedulerUnavailable", "gather", "wait"]
 
 PROTOCOL_NAMES = {pb.HB: "hb", pb.CT: "ct", pb.OPT: "opt", pb.CON: "con"}
+
+
+class SchedulerUnavailable(CloudburstError):
+    """No scheduler took a request, or the scheduler of a call in flight stopped or stopped
+    answering (the message names it). A call that fails so may or may not have run."""
 
 
 @dataclass
@@ -62,13 +70,17 @@ class CausalStats:
 class Future:
     """The eventual result of one call; see the module contract."""
 
-    def __init__(self, client: "Client", request_id: str, what: str, timeout: float) -> None:
+    def __init__(self, client: "Client", request_id: str, what: str, timeout: float,
+                 scheduler: str = "", sent_at: Optional[float] = None) -> None:
         self._client = client
         self.request_id = request_id
         self.what = what
+        self.scheduler = scheduler or client.address    # where the call was sent
+        self._sent_at = time.monotonic() if sent_at is None else sent_at
         self._timeout = timeout
         self._deadline = time.monotonic() + timeout
         self._result: Optional[pb.CallResult] = None
+        self._lost: Optional[str] = None     # why its scheduler is gone (SchedulerUnavailable)
         self.causal: Optional[CausalStats] = None   # set by get() for causal calls
         self._cancelled = False
         self._finalizer = weakref.finalize(self, client._forget, request_id)
@@ -84,17 +96,31 @@ class Future:
             self._result = self._client._peek(self.request_id)
             if self._result is not None:
                 self._collected()
-        return self._result is not None
+        return self._result is not None or self._lost is not None
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Wait up to `timeout` seconds (the call's own deadline if None); True once done."""
-        if self._cancelled:
+        if self._cancelled or self._lost is not None:
             return True
         if self._result is None:
-            slot = self._client._wait(self.request_id,
-                                      self._timeout if timeout is None else max(0.0, timeout))
-            if slot is None:
-                return False
+            client = self._client
+            deadline = time.monotonic() + (self._timeout if timeout is None
+                                           else max(0.0, timeout))
+            while True:
+                left = deadline - time.monotonic()
+                slot = client._wait(self.request_id, max(0.0, min(left, client.failover_timeout)))
+                if slot is not None:
+                    break
+                if time.monotonic() >= deadline:
+                    return False
+                lost = client._scheduler_lost(self.scheduler, self._sent_at, self.request_id)
+                if self.done():                  # the result came meanwhile
+                    return True
+                if lost is not None:
+                    self._lost = f"{self.what}: {lost} while the call was in flight; it was " \
+                                 f"not retried (it may or may not have run)"
+                    self._finalizer()
+                    return True
             self._result = slot.answer
             self._collected()
         return True
@@ -107,7 +133,7 @@ class Future:
         if self.done():
             return False
         self._cancelled = True
-        self._client._cancel(self.request_id)
+        self._client._cancel(self.request_id, self.scheduler)
         return True
 
     def cancelled(self) -> bool:
@@ -121,13 +147,15 @@ class Future:
             raise Cancelled(f"{self.what} was cancelled")
         if not self.wait(timeout):
             wait = self._timeout if timeout is None else timeout
-            where = self._client._where(self.request_id, self.what)
+            where = self._client._where(self.request_id, self.what, self.scheduler)
             if not self.done():           # the result may have come while we asked where
                 if time.monotonic() >= self._deadline:
                     self.cancel()
                 raise Timeout(where, wait)
             if self._cancelled:
                 raise Cancelled(f"{self.what} was cancelled")
+        if self._lost is not None and self._result is None:
+            raise SchedulerUnavailable(self._lost)
         r = self._result
         if self.causal is None and r.HasField("causal"):
             self.causal = CausalStats.from_proto(r.causal)
@@ -144,7 +172,7 @@ class Future:
         has not finished within `timeout`."""
         if not self.wait(timeout):
             wait = self._timeout if timeout is None else timeout
-            raise Timeout(self._client._where(self.request_id, self.what), wait)
+            raise Timeout(self._client._where(self.request_id, self.what, self.scheduler), wait)
         return self._result.logs if self._result is not None else ""
 
     def __await__(self):

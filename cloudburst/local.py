@@ -5,31 +5,87 @@ manager. `start()` starts Anna (`anna_core.LocalCluster`: routing + KVS node), t
 schedulers (`python -m scheduler`), then the executor nodes (`python -m executor`, each
 starting its worker processes), and returns once every scheduler sees every worker live
 (`StartupError` with the failing process' log otherwise). `address` is the first scheduler's
-address; `client()` returns a connected `Client` (closed by `stop()`). `workers` lists
-`{worker_id, address, pid, node_id}`; `kill_worker(worker_id)` SIGKILLs one worker process
-(for fault tests). `stop()` closes clients and stops every process (SIGTERM, then SIGKILL).
+address; `client()` returns a connected `Client` that knows every scheduler (it fails over
+between them; closed by `stop()`). `workers` lists `{worker_id, address, pid, node_id}`;
+`kill_worker(worker_id)` SIGKILLs one worker process (for fault tests).
+Nothing stops with one process: with `supervise=True` (default) a thread of this process
+restarts a scheduler or an executor node that exits (`runtime.process.Supervisor`, with
+back-off). A scheduler comes back on the address it had (`SchedulerConfig.bind_address`), so
+clients and nodes reach it again; it relearns the workers from their next heartbeats and the
+registry from Anna. An executor node comes back with new workers (the old ones die with
+it), which join the schedulers by their first heartbeats; `workers` is updated when it is
+ready. `stop()` closes clients and stops every process (SIGTERM, then SIGKILL).
 Every process logs to `<log_dir>/<name>.log`: workers' logs hold what functions printed, each
 line tagged `call <call id> <function>:`. A `log_dir` given by the caller is kept after `stop()`.
 """
 from __future__ import annotations
 
 import os
+import logging
 import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 import weakref
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
-from runtime.process import ManagedProcess, StartupError, stop_all, wait_all_ready
+from runtime.process import (ManagedProcess, RestartPolicy, StartupError, Supervisor,
+                             stop_all, wait_all_ready)
 from .client import Client
 
 __all__ = ["LocalCluster", "StartupError"]
 
 
-def _emergency_stop(nodes: List[ManagedProcess], schedulers: List[ManagedProcess],
-                    log_dir: str) -> None:
+log = logging.getLogger("cloudburst.local")
+
+SUPERVISE_PERIOD = 0.1    # seconds between two looks at the cluster's processes
+
+
+class _Watchdog:
+    """A thread that restarts the cluster's schedulers and executor nodes when they exit
+    (`Supervisor.check` every `SUPERVISE_PERIOD`). It holds no reference to the cluster:
+    `on_ready` is called with each restarted process once it announced itself."""
+
+    def __init__(self, policy: RestartPolicy,
+                 on_ready: Callable[[ManagedProcess], None]) -> None:
+        self.supervisor = Supervisor(policy, on_ready=on_ready)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cluster-supervisor",
+                                        daemon=True)
+
+    def watch(self, processes: List[ManagedProcess]) -> None:
+        now = time.monotonic()
+        with self._lock:
+            for p in processes:
+                self.supervisor.watch(p, now)
+        if not self._thread.is_alive():
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(SUPERVISE_PERIOD):
+            with self._lock:
+                if self._stop.is_set():
+                    return
+                try:
+                    self.supervisor.check(time.monotonic())
+                except Exception:
+                    log.exception("supervising the cluster's processes failed")
+
+    def stop(self) -> None:
+        """Stop restarting (idempotent); returns once no restart can begin any more."""
+        self._stop.set()
+        with self._lock:
+            pass
+        if self._thread.is_alive():
+            self._thread.join(5.0)
+
+
+def _emergency_stop(watchdog: _Watchdog, nodes: List[ManagedProcess],
+                    schedulers: List[ManagedProcess], log_dir: str) -> None:
+    watchdog.stop()
     stop_all(nodes, timeout=2.0)
     stop_all(schedulers, timeout=2.0)
     shutil.rmtree(log_dir, ignore_errors=True)
@@ -65,6 +121,11 @@ class LocalCluster:
             (0: a free one; the others then use free ones); None (default): off.
         log_dir: where every process logs (`<name>.log`; the KVS's under `kvs/`); kept after
             `stop()`. Default: a temporary directory removed by `stop()`.
+        supervise: restart schedulers and executor nodes that exit (with back-off from
+            `restart_backoff` doubling up to 5 s); False leaves them gone.
+        unresponsive_timeout: seconds a worker whose process runs may go without heartbeating
+            before its node kills and restarts it (None: `function_time_limit` + 60 s); the
+            schedulers drop such a worker a little later if its node does not.
     """
 
     def __init__(self, executor_nodes: int = 1, executors_per_node: int = 3,
@@ -75,7 +136,9 @@ class LocalCluster:
                  max_causal_retries: int = 10, log_dir: Optional[str] = None,
                  port: int = 0, metrics_port: Optional[int] = None,
                  function_time_limit: float = 900.0, restart_workers: bool = True,
-                 kvs_nodes: int = 1, kvs_replication: Any = None) -> None:
+                 kvs_nodes: int = 1, kvs_replication: Any = None, supervise: bool = True,
+                 restart_backoff: float = 0.1,
+                 unresponsive_timeout: Optional[float] = None) -> None:
         if executor_nodes < 1 or executors_per_node < 1 or schedulers < 1:
             raise ValueError("a LocalCluster needs at least one executor node, one executor "
                              "per node and one scheduler")
@@ -99,6 +162,8 @@ class LocalCluster:
         self.metrics_port = metrics_port
         self.function_time_limit = function_time_limit
         self.restart_workers = restart_workers
+        self.supervise = supervise
+        self.unresponsive_timeout = unresponsive_timeout
         # private: Unix sockets, and the logs unless `log_dir` is given (short paths: a Unix
         # socket's path is limited to about 100 bytes)
         self._private_dir = tempfile.mkdtemp(prefix="cloudburst-local-")
@@ -112,12 +177,16 @@ class LocalCluster:
         self.scheduler_addresses: List[str] = []
         self.workers: List[Dict[str, Any]] = []
         self._schedulers: List[ManagedProcess] = []
+        self._scheduler_configs: List[Any] = []
         self._nodes: List[ManagedProcess] = []
         self._clients: List[Client] = []
         self.started = False
+        me = weakref.ref(self)
+        self._watchdog = _Watchdog(RestartPolicy(initial=restart_backoff, maximum=5.0),
+                                   lambda p: _restarted(me, p))
         # if the cluster is dropped (or the interpreter exits) without stop(): kill and clean up
-        self._finalizer = weakref.finalize(self, _emergency_stop, self._nodes, self._schedulers,
-                                           self._private_dir)
+        self._finalizer = weakref.finalize(self, _emergency_stop, self._watchdog, self._nodes,
+                                           self._schedulers, self._private_dir)
 
     @property
     def address(self) -> str:
@@ -152,12 +221,18 @@ class LocalCluster:
                                          max_causal_retries=self.max_causal_retries,
                                          port=self.port if i == 0 else 0,
                                          metrics_port=None if self.metrics_port is None
-                                         else self.metrics_port if i == 0 else 0)
+                                         else self.metrics_port if i == 0 else 0,
+                                         unresponsive_timeout=self._node_unresponsive()
+                                         + 2 * self.heartbeat_timeout)
+                self._scheduler_configs.append(config)
                 self._schedulers.append(ManagedProcess(
                     f"scheduler-{i}", [sys.executable, "-m", "scheduler", "--config",
                                        config.to_json()], self.log_dir).spawn())
             wait_all_ready(self._schedulers, self._left(deadline))
             self.scheduler_addresses = [p.info["address"] for p in self._schedulers]
+            for p, config in zip(self._schedulers, self._scheduler_configs):
+                config.bind_address = p.info["address"]      # a restart keeps the address
+                p.argv = [sys.executable, "-m", "scheduler", "--config", config.to_json()]
             for i in range(self.executor_nodes):
                 config = NodeConfig(node_id=f"node{i}", kvs_address=self.kvs.routing_address,
                                     scheduler_addresses=self.scheduler_addresses,
@@ -166,7 +241,8 @@ class LocalCluster:
                                     log_level=self.log_level, parent_pid=os.getpid(),
                                     log_dir=self.log_dir, ipc_dir=self.ipc_dir,
                                     function_time_limit=self.function_time_limit,
-                                    restart_workers=self.restart_workers)
+                                    restart_workers=self.restart_workers,
+                                    unresponsive_timeout=self.unresponsive_timeout)
                 self._nodes.append(ManagedProcess(
                     f"node{i}", [sys.executable, "-m", "executor", "--config", config.to_json()],
                     self.log_dir).spawn())
@@ -177,10 +253,27 @@ class LocalCluster:
             expected = {w["worker_id"] for w in self.workers}
             for address in self.scheduler_addresses:
                 self.wait_for_workers(expected, address, self._left(deadline))
+            if self.supervise:
+                self._watchdog.watch(self._schedulers + self._nodes)
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _node_unresponsive(self) -> float:
+        if self.unresponsive_timeout is not None:
+            return self.unresponsive_timeout
+        return self.function_time_limit + 60.0
+
+    def _on_restarted(self, p: ManagedProcess) -> None:
+        """A supervised process is back: an executor node's new workers replace its old."""
+        if "workers" not in p.info:
+            log.warning("%s restarted at %s", p.name, p.info.get("address"))
+            return
+        node_id = p.info["node_id"]
+        fresh = [dict(w, node_id=node_id) for w in p.info["workers"]]
+        self.workers[:] = [w for w in self.workers if w["node_id"] != node_id] + fresh
+        log.warning("%s restarted with workers %s", p.name, [w["worker_id"] for w in fresh])
 
     def _left(self, deadline: float) -> float:
         return max(0.1, deadline - time.monotonic())
@@ -204,10 +297,24 @@ class LocalCluster:
                 time.sleep(0.05)  # polling the scheduler's view, bounded by the deadline
 
     def client(self, scheduler: int = 0, **kwargs: Any) -> Client:
-        """A new `Client` connected to scheduler number `scheduler` (closed by `stop()`)."""
-        c = Client(self.scheduler_addresses[scheduler], **kwargs)
+        """A new `Client` that prefers scheduler number `scheduler` and fails over to the
+        others (closed by `stop()`)."""
+        n = len(self.scheduler_addresses)
+        c = Client([self.scheduler_addresses[(scheduler + i) % n] for i in range(n)], **kwargs)
         self._clients.append(c)
         return c
+
+    def kill_node(self, node: int = 0) -> int:
+        """SIGKILL executor node number `node` (its node cache); returns its pid."""
+        pid = self._nodes[node].pid
+        os.kill(pid, signal.SIGKILL)
+        return pid
+
+    def kill_scheduler(self, scheduler: int = 0) -> int:
+        """SIGKILL scheduler number `scheduler`; returns its pid."""
+        pid = self._schedulers[scheduler].pid
+        os.kill(pid, signal.SIGKILL)
+        return pid
 
     def kill_worker(self, worker_id: str) -> None:
         """SIGKILL one executor worker process."""
@@ -232,6 +339,7 @@ class LocalCluster:
             except Exception:
                 pass
         self._clients.clear()
+        self._watchdog.stop()
         stop_all(self._nodes, timeout=10.0)
         stop_all(self._schedulers, timeout=5.0)
         if self.kvs is not None:
@@ -246,3 +354,9 @@ class LocalCluster:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def _restarted(cluster: "weakref.ref[LocalCluster]", p: ManagedProcess) -> None:
+    c = cluster()
+    if c is not None:
+        c._on_restarted(p)

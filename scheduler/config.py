@@ -37,6 +37,9 @@ class SchedulerConfig:
         registration with INVALID_DAG naming the limit (`scheduler/dag.py`).
     max_frame_bytes: the largest frame the scheduler's sockets accept; ZeroMQ disconnects a
         peer that sends a larger one (`runtime.sockets.bind_pull`).
+    bind_address: when set, the request socket binds exactly this address (`tcp://ip:port`
+        or `ipc:///path`) instead of `port`/`ipc_dir`: a supervisor restarting a scheduler
+        passes the address it had, so clients and nodes reach it again without being told.
     metrics_port: when set, `GET /metrics` on this port (0: a free one) gives the scheduler's
         calls, errors, latency histograms and workers in the Prometheus text format.
     """
@@ -57,6 +60,7 @@ class SchedulerConfig:
     gc_period: float = 5.0
     port: int = 0                       # the request socket's TCP port; 0 picks a free one
     metrics_port: Optional[int] = None  # serve Prometheus metrics over HTTP here (None: off)
+    bind_address: Optional[str] = None  # bind the request socket exactly here (restarts)
     max_dag_functions: int = DEFAULT_MAX_DAG_FUNCTIONS
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
 

@@ -22,6 +22,9 @@ listed for schedulers in proto/cloudburst.proto, plus one for Anna's pushed regi
   its attempts' `done` and `causal_abort` reports and the node caches' `cache_reply`s to its
   `scheduler.causal.CausalCall` coordinator and carries out the actions it returns. LWW
   calls take the same path as before.
+- A scheduler that has not yet heard any worker holds the calls it gets (for at most
+  `heartbeat_timeout` after it started) rather than answering NO_RESOURCES: a scheduler
+  restarted under a running cluster relearns the workers from their next heartbeats.
 - `serve()` runs until `stop()` (e.g. from a SIGTERM handler) or until the parent exits.
 """
 from __future__ import annotations
@@ -35,6 +38,7 @@ import uuid
 from typing import Any, Dict, List, Optional
 
 import zmq
+from google.protobuf.message import DecodeError
 
 import anna_core
 from anna_core.wire import tuple_to_lattice
@@ -76,9 +80,17 @@ class Scheduler:
     def __init__(self, config: SchedulerConfig) -> None:
         self.config = config
         self._context = zmq.Context()
-        self._pull, self.address = bind_pull(self._context, config.ip, port=config.port,
-                                             ipc_dir=config.ipc_dir,
-                                             max_frame_bytes=config.max_frame_bytes)
+        if config.bind_address:        # a restarted scheduler keeps its address
+            self._pull = self._context.socket(zmq.PULL)
+            self._pull.setsockopt(zmq.LINGER, 0)
+            self._pull.setsockopt(zmq.RCVHWM, 100000)
+            self._pull.setsockopt(zmq.MAXMSGSIZE, config.max_frame_bytes)
+            self._pull.bind(config.bind_address)
+            self.address = config.bind_address
+        else:
+            self._pull, self.address = bind_pull(self._context, config.ip, port=config.port,
+                                                 ipc_dir=config.ipc_dir,
+                                                 max_frame_bytes=config.max_frame_bytes)
         self._updates, self.update_address = bind_pull(self._context, config.ip,
                                                        max_frame_bytes=config.max_frame_bytes)
         self._push = PushCache(self._context)
@@ -89,6 +101,10 @@ class Scheduler:
         self._rng = random.Random(config.seed)
         self._dags: Dict[str, Any] = {}   # name -> (version, Dag, concurrent_with, neighbours)
         self._stopping = False
+        # a scheduler (re)started after its workers holds the calls it gets before it has
+        # heard any worker, for up to one heartbeat timeout, instead of NO_RESOURCES
+        self._warming: Optional[float] = time.monotonic() + config.heartbeat_timeout
+        self._deferred: List[bytes] = []
         self._handlers = {
             "register_fn": self._register_fn, "register_dag": self._register_dag,
             "delete_dag": self._delete_dag, "delete_fn": self._delete_fn,
@@ -116,6 +132,13 @@ class Scheduler:
         self._gc = GcCoordinator(self._context, config.kvs_address, lambda: self._live_caches,
                                  config.gc_period, ip=config.ip).start() \
             if config.gc_period > 0 else None
+
+    def _end_warmup(self) -> None:
+        """Heard from a worker, or waited a heartbeat timeout: place the deferred calls."""
+        self._warming = None
+        deferred, self._deferred = self._deferred, []
+        for payload in deferred:
+            self._call(payload)
 
     # ---- loop ----
     def stop(self) -> None:
@@ -148,6 +171,8 @@ class Scheduler:
                                             if w.cache_address})
                 if self._causal:
                     self._causal_calls.tick(now)
+                if self._warming is not None and (self.table.live() or now >= self._warming):
+                    self._end_warmup()
                 if self.metrics is not None and now >= next_metrics:
                     next_metrics = now + METRICS_PERIOD
                     self._publish_metrics()
@@ -175,8 +200,8 @@ class Scheduler:
             if handler is None:
                 raise FrameError(f"kind {kind!r} is not for a scheduler")
             handler(payload)
-        except FrameError as e:
-            log.warning("dropped a malformed message: %s", e)
+        except (FrameError, DecodeError) as e:     # bad input is dropped, never an error
+            log.warning("dropped a malformed %r message: %s", kind, e)
         except Exception as e:
             log.exception("error while handling a %r message", kind)
             self._answer_failure(kind, payload, e)
@@ -282,6 +307,11 @@ class Scheduler:
                         pb.CallResult(request_id=call.request_id, status=status, message=message))
 
     def _call(self, payload: bytes) -> None:
+        if self._warming is not None:
+            if not self.table.live() and time.monotonic() < self._warming:
+                self._deferred.append(payload)   # a fresh scheduler: workers not heard yet
+                return
+            self._end_warmup()
         call = pb.Call.FromString(payload)
         for call_id in call.finished:
             if not (self._causal and self._causal_calls.done(call_id, time.monotonic())):
