@@ -22,10 +22,10 @@ from .functions import RegisteredFunction
 from .futures import CausalStats, Future, gather, wait
 from .errors import (Aborted, Cancelled, CloudburstError, DagNotFound, ExecutionError, FunctionNotFound,
                      InvalidDag, InvalidFunction, NoResources, ObjectNotFound,
-                     Timeout)
+                     SchedulerUnavailable, Timeout)
 from .local import LocalCluster
 
 __all__ = ["Client", "Future", "Listing", "CausalStats", "LocalCluster", "Reference", "errors",
            "RegisteredFunction", "gather", "wait", "InvalidFunction", "Cancelled",
            "CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "NoResources",
-           "ExecutionError", "Timeout", "ObjectNotFound", "Aborted"]
+           "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "SchedulerUnavailable"]

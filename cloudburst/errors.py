@@ -5,11 +5,11 @@ raise the same classes (a function's `lib.get` raises `ObjectNotFound` in the wo
 SDK raises it in the client), and this module names them for users.
 """
 from runtime.errors import (STATUS_OF, Aborted, Cancelled, CloudburstError, DagNotFound, ExecutionError,
-                            FunctionNotFound, InvalidDag, InvalidFunction, NoResources, ObjectNotFound, Timeout,
-                            error_from_status)
+                            FunctionNotFound, InvalidDag, InvalidFunction, NoResources, ObjectNotFound,
+                            SchedulerUnavailable, Timeout, error_from_status)
 from runtime.process import StartupError
 
 __all__ = ["CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "InvalidFunction",
            "NoResources",
-           "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "Cancelled", "StartupError", "STATUS_OF",
+           "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "Cancelled", "SchedulerUnavailable", "StartupError", "STATUS_OF",
            "error_from_status"]

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence,
 
 from hydro_proto import cloudburst_pb2 as pb
 
-from runtime.errors import Cancelled, CloudburstError, Timeout, error_from_status
+from runtime.errors import (Cancelled, SchedulerUnavailable, Timeout,
+                           error_from_status)
 from runtime.values import loads
 
 if TYPE_CHECKING:  # the client imports this module
@@ -36,11 +37,6 @@ if TYPE_CHECKING:  # the client imports this module
 __all__ = ["CausalStats", "Future", "SchedulerUnavailable", "gather", "wait"]
 
 PROTOCOL_NAMES = {pb.HB: "hb", pb.CT: "ct", pb.OPT: "opt", pb.CON: "con"}
-
-
-class SchedulerUnavailable(CloudburstError):
-    """No scheduler took a request, or the scheduler of a call in flight stopped or stopped
-    answering (the message names it). A call that fails so may or may not have run."""
 
 
 @dataclass

@@ -91,6 +91,12 @@ class Cancelled(CloudburstError):
     """The call was cancelled (`Future.cancel()`, or its caller stopped waiting)."""
 
 
+class SchedulerUnavailable(CloudburstError):
+    """No scheduler took a request, or the scheduler of a call in flight stopped or stopped
+    answering (the message names it). A call that fails so may or may not have run: calls
+    are never re-sent, because functions may have side effects."""
+
+
 # cloudburst.Status numbers (proto/cloudburst.proto); kept here so this module has no dependencies.
 STATUS_OF = {
     FunctionNotFound: 1, DagNotFound: 2, InvalidDag: 3, NoResources: 4, ExecutionError: 5,
