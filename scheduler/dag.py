@@ -4,13 +4,17 @@ Contract:
 - `Dag(name, functions, connections)`: `functions` is an ordered tuple of function names,
   `connections` an ordered tuple of `(src, dst)` pairs. The order of `connections` is the
   registration order, and it is what orders a fan-in function's upstream results.
-- `validate(dag, known)` raises `runtime.errors.InvalidDag` whose message names the
-  reason (empty DAG, duplicate function, function not registered, connection to a function
-  not in the DAG, duplicate connection, cycle (with the cycle), no sink or more than one
-  sink) and returns the DAG otherwise. `known` is the set of registered function names.
-- `upstreams(f)` lists `f`'s upstreams in connection order; `downstreams(f)` likewise;
-  `sources()` are the functions with no upstream (in `functions` order); `sink()` the one
-  function with no downstream.
+- `validate(dag, known, max_functions=DEFAULT_MAX_DAG_FUNCTIONS)` raises
+  `runtime.errors.InvalidDag` whose message names the reason (empty DAG, more functions than
+  `max_functions` (naming the limit), duplicate function, function not registered, connection
+  to a function not in the DAG, duplicate connection, cycle (with the cycle), no sink or more
+  than one sink) and returns the DAG otherwise. `known` is the set of registered function
+  names. The size check comes first, so an oversized DAG costs nothing more.
+- `upstreams(f)` lists `f`'s upstreams in connection order; `downstreams(f)` likewise (both
+  from adjacency lists built once); `sources()` are the functions with no upstream (in
+  `functions` order); `sink()` the one function with no downstream.
+- Every algorithm here (and in `policy.dag_relations`) is iterative: a long chain cannot
+  exhaust Python's recursion limit.
 No I/O, no clocks: tested directly and by properties.
 """
 from __future__ import annotations
@@ -20,7 +24,11 @@ from typing import Collection, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from runtime.errors import InvalidDag
 
-__all__ = ["Dag", "validate", "find_cycle"]
+__all__ = ["Dag", "validate", "check_size", "find_cycle", "DEFAULT_MAX_DAG_FUNCTIONS"]
+
+# Functions one DAG may have (SchedulerConfig.max_dag_functions). A call's schedules carry
+# every function's worker address, so the work per call grows with the square of the size.
+DEFAULT_MAX_DAG_FUNCTIONS = 256
 
 
 @dataclass(frozen=True)
@@ -42,13 +50,26 @@ class Dag:
             conns.append((str(c[0]), str(c[1])))
         return cls(str(name), tuple(str(f) for f in functions), tuple(conns))
 
+    def _adjacency(self) -> Tuple[Dict[str, List[str]], Dict[str, List[str]]]:
+        """(upstreams, downstreams) of every function, in connection order; built once."""
+        cached = self.__dict__.get("_adj")
+        if cached is None:
+            ups: Dict[str, List[str]] = {}
+            downs: Dict[str, List[str]] = {}
+            for s, d in self.connections:
+                downs.setdefault(s, []).append(d)
+                ups.setdefault(d, []).append(s)
+            cached = (ups, downs)
+            object.__setattr__(self, "_adj", cached)   # a cache on a frozen dataclass
+        return cached
+
     def upstreams(self, fn: str) -> List[str]:
         """Functions with a connection into `fn`, in connection (registration) order."""
-        return [s for s, d in self.connections if d == fn]
+        return list(self._adjacency()[0].get(fn, ()))
 
     def downstreams(self, fn: str) -> List[str]:
         """Functions `fn` connects to, in connection order."""
-        return [d for s, d in self.connections if s == fn]
+        return list(self._adjacency()[1].get(fn, ()))
 
     def sources(self) -> List[str]:
         """Functions with no upstream, in `functions` order."""
@@ -98,13 +119,27 @@ def find_cycle(functions: Sequence[str], connections: Sequence[Tuple[str, str]])
     return None
 
 
-def validate(dag: Dag, known: Collection[str]) -> Dag:
-    """Check `dag` against the registered function names `known`; raise InvalidDag or return it."""
-    where = f"DAG {dag.name!r}"
+def check_size(dag: Dag, max_functions: int = DEFAULT_MAX_DAG_FUNCTIONS) -> None:
+    """InvalidDag naming the limit when `dag` has more than `max_functions` functions."""
+    if len(dag.functions) > max_functions:
+        raise InvalidDag(f"DAG {dag.name[:200]!r} has {len(dag.functions)} functions; a DAG may "
+                         f"have at most {max_functions} (the scheduler's max_dag_functions)")
+
+
+def validate(dag: Dag, known: Collection[str],
+             max_functions: int = DEFAULT_MAX_DAG_FUNCTIONS) -> Dag:
+    """Check `dag` against the registered function names `known` and the size limit; raise
+    InvalidDag or return it."""
+    where = f"DAG {dag.name[:200]!r}"
     if not dag.name:
         raise InvalidDag("a DAG needs a non-empty name")
     if not dag.functions:
         raise InvalidDag(f"{where} has no functions")
+    check_size(dag, max_functions)
+    n = len(dag.functions)
+    if len(dag.connections) > n * n:     # more than distinct pairs: refused before any work
+        raise InvalidDag(f"{where} has {len(dag.connections)} connections; {n} functions "
+                         f"without duplicate connections or cycles have at most {n * (n - 1) // 2}")
     seen = set()
     for f in dag.functions:
         if f in seen:

@@ -55,20 +55,32 @@ def is_busy(w: WorkerView, outstanding: int, busy_outstanding: int, busy_utiliza
 
 def dag_relations(dag: Any) -> Tuple[Dict[str, Set[str]], Dict[str, Set[str]]]:
     """(concurrent_with, neighbours) of a DAG's functions: the functions neither upstream nor
-    downstream of each one (they may run at the same time), and its direct neighbours."""
+    downstream of each one (they may run at the same time), and its direct neighbours.
+    Iterative (reverse topological order), so a long chain needs no recursion."""
+    functions = list(dag.functions)
+    downs = {f: dag.downstreams(f) for f in functions}
+    ups = {f: dag.upstreams(f) for f in functions}
+    # Kahn's order from the sinks up: every function after all of its downstreams
+    left = {f: len(set(downs[f])) for f in functions}
+    ready = [f for f in functions if left[f] == 0]
     below: Dict[str, Set[str]] = {}
-
-    def reach(f: str) -> Set[str]:
-        if f not in below:
-            below[f] = set()
-            for d in dag.downstreams(f):
-                below[f] |= {d} | reach(d)
-        return below[f]
-
-    concurrent = {f: {g for g in dag.functions
-                      if g != f and g not in reach(f) and f not in reach(g)}
-                  for f in dag.functions}
-    neighbours = {f: set(dag.upstreams(f)) | set(dag.downstreams(f)) for f in dag.functions}
+    while ready:
+        f = ready.pop()
+        reach: Set[str] = set()
+        for d in downs[f]:
+            reach.add(d)
+            reach |= below.get(d, set())
+        below[f] = reach
+        for u in set(ups[f]):
+            left[u] -= 1
+            if left[u] == 0:
+                ready.append(u)
+    for f in functions:          # only a cyclic graph leaves some out; validated DAGs have none
+        below.setdefault(f, set())
+    concurrent = {f: {g for g in functions
+                      if g != f and g not in below[f] and f not in below[g]}
+                  for f in functions}
+    neighbours = {f: set(ups[f]) | set(downs[f]) for f in functions}
     return concurrent, neighbours
 
 

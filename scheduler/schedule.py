@@ -10,7 +10,11 @@ seconds from receipt, and the call's time limit per function (`call.time_limit`,
 function's own). A worker runs a source on receipt, which is how the scheduler triggers
 it. Downstream schedules travel with the data: a worker attaches its target's schedule (from
 `forward`) to the result it sends there, so each executor gets its schedule without a
-message (and a wake-up) of its own. `all_schedules` returns every function's schedule.
+message (and a wake-up) of its own. That costs the square of the DAG's size per hop (every
+schedule names every function's worker), so a DAG of more than `FORWARD_MAX_FUNCTIONS`
+functions instead gets one schedule per function, each sent to its worker at once (a worker
+holds a schedule until its upstream results arrive): linear per function, no `forward`.
+`all_schedules` returns every function's schedule.
 """
 from __future__ import annotations
 
@@ -20,7 +24,11 @@ from hydro_proto import cloudburst_pb2 as pb
 
 from .dag import Dag
 
-__all__ = ["build_schedules", "all_schedules", "references_by_function"]
+__all__ = ["build_schedules", "all_schedules", "references_by_function",
+           "FORWARD_MAX_FUNCTIONS"]
+
+# Largest DAG whose downstream schedules travel with the data (see the module contract).
+FORWARD_MAX_FUNCTIONS = 16
 
 
 def references_by_function(call: pb.Call) -> Dict[str, List[str]]:
@@ -32,9 +40,12 @@ def references_by_function(call: pb.Call) -> Dict[str, List[str]]:
 def build_schedules(call: pb.Call, dag: Dag, placement: Mapping[str, str],
                     addresses: Mapping[str, str], versions: Mapping[str, str],
                     scheduler_address: str, timeout: float) -> List[Tuple[str, pb.Schedule]]:
-    """One schedule per source, carrying the downstream schedules; see the module contract."""
+    """One schedule per source, carrying the downstream schedules (or, for a DAG of more than
+    FORWARD_MAX_FUNCTIONS functions, one per function); see the module contract."""
     everything = all_schedules(call, dag, placement, addresses, versions, scheduler_address,
                                timeout)
+    if len(dag.functions) > FORWARD_MAX_FUNCTIONS:
+        return everything
     downstream = [s for _, s in everything if s.upstreams]
     out = []
     for address, s in everything:
