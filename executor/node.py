@@ -403,6 +403,16 @@ class ExecutorNode:
             log.warning("could not subscribe to %r: %s", key, e)
             with self._lock:
                 self._subscribed.discard(key)
+            return
+        # A write between the read that led here and the subscription taking effect is
+        # never pushed: read the key once more and merge it.
+        try:
+            lattice = kvs.get_lattice(key)
+        except anna_core.AnnaError:
+            return
+        if lattice.lattice_type == anna_pb2.LWW:
+            with self._lock:
+                self.cache.merge(key, lattice)
 
     def _on_update(self, frame: bytes) -> None:
         try:

@@ -34,6 +34,7 @@ import traceback
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 import zmq
+from google.protobuf.message import DecodeError
 
 import anna_core
 from runtime.keys import function_key, worker_key
@@ -188,8 +189,11 @@ class Worker:
             handler = self._handlers.get(kind)
             if handler is None:
                 raise FrameError(f"kind {kind!r} is not for a worker")
-            message = {"schedule": pb.Schedule, "trigger": pb.Trigger, "abort": pb.CallDone,
-                       "msg": pb.UserMessage}[kind].FromString(payload)
+            try:
+                message = {"schedule": pb.Schedule, "trigger": pb.Trigger, "abort": pb.CallDone,
+                           "msg": pb.UserMessage}[kind].FromString(payload)
+            except DecodeError as e:
+                raise FrameError(f"{kind!r} payload does not parse ({e})") from None
             handler(message)
         except FrameError as e:
             log.warning("dropped a malformed message: %s", e)

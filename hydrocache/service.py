@@ -184,6 +184,8 @@ class HydroCacheService:
                 step = core.on_fetched(args[0], args[1], now, args[2])
             elif kind == "put":
                 step = core.on_put(args[0], now, args[1])
+            elif kind == "pushed":
+                step = core.on_pushed(args[0], args[1], now)
             else:
                 step = core.on_subscribe_failed(args[0], now)
             self._carry(step)
@@ -231,6 +233,17 @@ class HydroCacheService:
         except Exception as e:
             log.warning("could not subscribe to %r: %s", key, e)
             self._hand_back(("subscribe_failed", key))
+            return
+        # A version written between the fetch that led here and the subscription taking
+        # effect is never pushed: read the key once more and offer it as if pushed.
+        try:
+            lattice = self._kvs().get_lattice(key)
+        except anna_core.KeyNotFound:
+            return
+        except Exception as e:
+            log.warning("could not re-read %r after subscribing: %s", key, e)
+            return
+        self._hand_back(("pushed", key, lattice))
 
     def _put(self, token: int, versions: List[Any]) -> None:
         error = None
