@@ -170,6 +170,9 @@ class RoutingConfig:
     more than `heartbeat_timeout` seconds (default 3.0) is removed from the ring. A restarted
     routing collects heartbeats for `recovery_period` seconds (default None = 1.25 heartbeat
     periods: every node's heartbeat falls inside it, with slack) before its first broadcast.
+    Every `override_refresh_period` seconds (default 5; 0 = never) routing reads the
+    replication overrides stored in the KVS again and adopts those set through another
+    routing, so several routings converge on the same overrides.
     """
 
     ip: str = "127.0.0.1"
@@ -180,9 +183,13 @@ class RoutingConfig:
     heartbeat_period: float = DEFAULT_HEARTBEAT_PERIOD
     heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT
     recovery_period: Optional[float] = None
+    override_refresh_period: float = 5.0
 
     def __post_init__(self) -> None:
         self.default_replication = Replication.coerce(self.default_replication)
+        if not self.override_refresh_period >= 0:
+            raise ValueError(f"RoutingConfig.override_refresh_period must be >= 0, "
+                             f"got {self.override_refresh_period!r}")
         _check_liveness("RoutingConfig", self.heartbeat_period, self.heartbeat_timeout)
         if self.recovery_period is not None and not self.recovery_period >= 0:
             raise ValueError(f"RoutingConfig.recovery_period must be >= 0, "

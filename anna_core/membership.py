@@ -94,6 +94,7 @@ class ClusterMembership:
             default_replication=self.default_replication.as_tuple(), vnodes=vnodes)
         self.version = 0
         self.overrides: Dict[str, Replication] = {}
+        self._override_set_at: Dict[str, float] = {}   # key -> when this routing set it
         self.last_seen: Dict[str, float] = {}
         self.departed: Dict[str, float] = {}        # node id -> when it left
         self.reported = 0                           # highest version a heartbeat reported
@@ -164,7 +165,7 @@ class ClusterMembership:
             return self.heartbeat(message, self.now if now is None else now)
         if kind == "address":
             return self.address(message)
-        return self.replicate(message)
+        return self.replicate(message, now)
 
     def join(self, join: anna_pb2.NodeJoin, now: Optional[float] = None) -> Effects:
         """A node joins (or rejoins with new addresses): broadcast the new membership."""
@@ -286,8 +287,9 @@ class ClusterMembership:
         response = self.address_response(request.keys, request.all_tiers, request.request_id)
         return self._answer(Effects(), request.response_address, response)
 
-    def replicate(self, request: anna_pb2.SetReplication) -> Effects:
+    def replicate(self, request: anna_pb2.SetReplication, now: Optional[float] = None) -> Effects:
         """Set per-key replication: update workers, persist the overrides, answer addresses."""
+        self._clock(now)
         effects = Effects()
         update = anna_pb2.ReplicationUpdate()
         for kr in request.replications:
@@ -298,6 +300,7 @@ class ClusterMembership:
                 continue
             self.cluster_map.set_replication(kr.key, replication.as_tuple())
             self.overrides[kr.key] = replication
+            self._override_set_at[kr.key] = self.now
             update.overrides.add(key=kr.key, replication=kr.replication)
             effects.info(f"replication of {kr.key!r} set to {replication.as_tuple()}")
         if update.overrides:
@@ -325,6 +328,35 @@ class ClusterMembership:
             self.overrides[key] = replication
             update.overrides.add(key=key, replication=replication.to_proto())
         effects.info(f"{len(update.overrides)} replication overrides loaded from the KVS")
+        if update.overrides and not self.recovering:
+            effects.send.extend(Outgoing(a, "replication", update)
+                                for a in self.worker_addresses())
+        return effects
+
+    def overrides_refreshed(self, stored: Mapping[str, Replication], now: float,
+                            grace: float) -> Effects:
+        """The overrides stored in the KVS, read again periodically: the KVS holds the latest
+        override any routing persisted (last writer wins), so a routing that missed one (set
+        through another routing) adopts it. An override this routing set within `grace`
+        seconds is kept: its own write may not have reached the KVS yet."""
+        self._clock(now)
+        effects = Effects()
+        update = anna_pb2.ReplicationUpdate()
+        for key, value in stored.items():
+            try:
+                replication = Replication.coerce(value)
+            except (TypeError, ValueError) as e:
+                effects.warn(f"persisted override of {key!r} ignored: {e}")
+                continue
+            if self.overrides.get(key) == replication:
+                continue
+            if self.now - self._override_set_at.get(key, float("-inf")) < grace:
+                continue
+            self.cluster_map.set_replication(key, replication.as_tuple())
+            self.overrides[key] = replication
+            update.overrides.add(key=key, replication=replication.to_proto())
+            effects.info(f"replication of {key!r} is {replication.as_tuple()} in the KVS "
+                         f"(set through another routing); adopted")
         if update.overrides and not self.recovering:
             effects.send.extend(Outgoing(a, "replication", update)
                                 for a in self.worker_addresses())

@@ -86,6 +86,7 @@ class RoutingService:
         self.stopping = threading.Event()
         self._loaded: "queue.Queue" = queue.Queue()   # loader thread -> loop
         self._loader: Optional[threading.Thread] = None
+        self._next_refresh = time.monotonic() + (config.override_refresh_period or 0.0)
         self._load_again = False
 
     # ---- event loop -------------------------------------------------------------------
@@ -115,6 +116,11 @@ class RoutingService:
             if now >= next_tick:
                 next_tick = now + TICK_SECONDS
                 self.apply(self.state.tick(now))
+            refresh = self.config.override_refresh_period
+            if refresh and now >= self._next_refresh and not self.state.recovering \
+                    and self.state.worker_addresses():
+                self._next_refresh = now + refresh
+                self._start_loader(refresh=True)
             self._drain_loaded()
 
     def handle(self, frames: Sequence[bytes]) -> None:
@@ -156,19 +162,22 @@ class RoutingService:
 
     # ---- persisted overrides ---------------------------------------------------------
 
-    def _start_loader(self) -> None:
-        """Read the persisted overrides back in a background thread (one at a time)."""
+    def _start_loader(self, refresh: bool = False) -> None:
+        """Read the persisted overrides back in a background thread (one at a time): after a
+        restart (`refresh=False`), or periodically to adopt overrides set through another
+        routing (`refresh=True`)."""
         if self._loader is not None and self._loader.is_alive():
-            self._load_again = True
+            if not refresh:
+                self._load_again = True
             return
         self._load_again = False
-        self._loader = threading.Thread(target=self._load_overrides, name="override-loader",
-                                        daemon=True)
+        self._loader = threading.Thread(target=self._load_overrides, args=(refresh,),
+                                        name="override-loader", daemon=True)
         self._loader.start()
 
-    def _load_overrides(self) -> None:
+    def _load_overrides(self, refresh: bool = False) -> None:
         """Loader thread: the index, then each override, through a Client of this routing."""
-        for attempt in range(1, LOAD_ATTEMPTS + 1):
+        for attempt in range(1, (1 if refresh else LOAD_ATTEMPTS) + 1):
             if self.stopping.is_set():
                 return
             try:
@@ -188,9 +197,12 @@ class RoutingService:
                 overrides, problems = loaded_overrides(index, values)
                 for problem in problems:
                     log.warning("persisted overrides: %s", problem)
-                self._loaded.put(overrides)
+                self._loaded.put((refresh, overrides))
                 return
             except (AnnaError, AttributeError, TypeError, zmq.ZMQError) as e:
+                if refresh:
+                    log.info("refreshing the persisted overrides failed (next period): %s", e)
+                    return
                 log.warning("reading the persisted overrides failed (attempt %d of %d): %s",
                             attempt, LOAD_ATTEMPTS, e)
                 self.stopping.wait(LOAD_RETRY_SECONDS)
@@ -200,10 +212,14 @@ class RoutingService:
     def _drain_loaded(self) -> None:
         while True:
             try:
-                overrides = self._loaded.get_nowait()
+                refresh, overrides = self._loaded.get_nowait()
             except queue.Empty:
                 break
-            self.apply(self.state.overrides_loaded(overrides))
+            if refresh:
+                self.apply(self.state.overrides_refreshed(
+                    overrides, time.monotonic(), grace=self.config.override_refresh_period))
+            else:
+                self.apply(self.state.overrides_loaded(overrides))
         if self._load_again and (self._loader is None or not self._loader.is_alive()):
             self._start_loader()
 

@@ -294,3 +294,24 @@ def test_remove_node_raises_leave_failed_when_the_hand_off_cannot_finish():
             c.remove_node("memory-0", timeout=20.0)
         assert info.value.node_id == "memory-0"
         assert info.value.status in (4, 5), str(info.value)
+
+
+def test_an_override_set_through_one_routing_reaches_the_other():
+    with anna_core.LocalCluster(memory_threads=1, nodes=3, fault_tolerance=0, routers=2,
+                                **HEARTBEAT) as c:
+        only_first = anna_core.Client(c.routing_addresses[0], timeout=1.0)
+        only_second = anna_core.Client(c.routing_addresses[1], timeout=1.0)
+        try:
+            key = f"override-{uuid.uuid4().hex[:8]}"
+            assert len(only_first.set_replication(key, memory=3, disk=0)) == 3
+            # routing 1 never saw the request: it adopts the override from the KVS on its
+            # periodic refresh (RoutingConfig.override_refresh_period, 5 s by default)
+            poll_until(lambda: len(only_second.addresses(key, refresh=True)) == 3, 15.0,
+                       "routing 1 adopting the override set through routing 0")
+            # a membership change broadcast by either routing keeps it
+            c.add_node("memory")
+            assert len(only_second.addresses(key, refresh=True)) == 3
+            assert len(only_first.addresses(key, refresh=True)) == 3
+        finally:
+            only_first.close()
+            only_second.close()

@@ -553,3 +553,21 @@ def test_the_last_node_cannot_leave():
     (ack,) = effects.send
     assert ack.address == "tcp://a-ctl:1" and [n.node_id for n in ack.message.nodes] == ["a"]
     assert effects.log[0][0] == logging.WARNING and "last node" in effects.log[0][1]
+
+
+def test_a_periodic_refresh_adopts_overrides_set_through_another_routing():
+    core = ClusterMembership()
+    core.join(join_message("a", 0, ["tcp://a:0"]))
+    core.replicate(replicate_message({"mine": (2, 1, 0, 1)}), now=10.0)
+    stored = {"mine": Replication(1, 1, 0, 1), "theirs": Replication(3, 1, 0, 1)}
+    # within the grace period this routing's own write may not be in the KVS yet: kept
+    effects = core.overrides_refreshed(stored, now=12.0, grace=5.0)
+    assert core.overrides == {"mine": Replication(2, 1, 0, 1), "theirs": Replication(3, 1, 0, 1)}
+    (update,) = [o.message for o in effects.send if o.kind == "replication"]
+    assert [o.key for o in update.overrides] == ["theirs"]
+    assert core.cluster_map.replication("theirs") == (3, 1, 0, 1)
+    # later the KVS's value (the last writer across routings) wins
+    core.overrides_refreshed(stored, now=16.0, grace=5.0)
+    assert core.overrides["mine"] == Replication(1, 1, 0, 1)
+    # nothing new: nothing sent
+    assert core.overrides_refreshed(stored, now=30.0, grace=5.0).send == []
