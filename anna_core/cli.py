@@ -7,6 +7,8 @@ Contract:
   the cluster failed to start (the typed error is printed).
 - `anna demo` starts a small LocalCluster, shows puts/gets of several lattice types, a set
   merge and a causal merge, printing each step, stops the cluster and exits 0 (1 on error).
+- `anna keys DIR [--client NAME ...] [--force]` generates CURVE keys (`runtime.auth`); the
+  same command as `cloudburst keys`. Exit 1 when it would overwrite a secret key.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import sys
 import threading
 from typing import Optional, Sequence
 
+from runtime.auth import KEYS_DESCRIPTION, KEYS_HELP, add_keys_arguments, keys_command
 from runtime.cli import (HELP_FORMAT, add_common, non_negative_int, package_version,
                          positive_float, positive_int)
 
@@ -187,6 +190,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     demo.add_argument("--startup-timeout", type=positive_float, default=30.0,
                       help="seconds every process has to report ready")
     demo.set_defaults(func=_cmd_demo)
+
+    keys = sub.add_parser("keys", help=KEYS_HELP, description=KEYS_DESCRIPTION,
+                          formatter_class=HELP_FORMAT)
+    add_keys_arguments(keys)
+    keys.set_defaults(func=lambda a: keys_command(a, "anna keys"))
 
     args = p.parse_args(argv)
     return args.func(args)

@@ -13,6 +13,9 @@
         most recent last; only FUNCTION's output if given.
     cloudburst demo
         Start a local cluster, run the increment -> square example on it, stop.
+    cloudburst keys DIR [--client NAME ...] [--force]
+        Generate the cluster's CURVE key pair and client key pairs in DIR (secret files 0600;
+        existing secret keys are kept unless --force).
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ import sys
 import threading
 from typing import List, Optional
 
+from runtime.auth import KEYS_DESCRIPTION, KEYS_HELP, add_keys_arguments, keys_command
 from runtime.cli import (HELP_FORMAT, add_common, non_negative_int, package_version,
                          positive_float, positive_int)
 
@@ -168,6 +172,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                                        "local cluster", formatter_class=HELP_FORMAT)
     add_common(demo)
     demo.set_defaults(run=_demo)
+    keys = sub.add_parser("keys", help=KEYS_HELP, description=KEYS_DESCRIPTION,
+                          formatter_class=HELP_FORMAT)
+    add_keys_arguments(keys)
+    keys.set_defaults(run=lambda a: keys_command(a, "cloudburst keys"))
     args = parser.parse_args(argv)
     try:
         return args.run(args)

@@ -18,6 +18,13 @@ Contract:
   leaves; at most a quarter of `max_sockets` evicted sockets linger at once (beyond that one is
   closed at once), so a flood of distinct addresses keeps at most 1.25 x `max_sockets`.
   It is not thread-safe; each thread that sends keeps its own.
+- Authentication (opt-in, `runtime.auth`): `bind_pull(..., auth=credentials)` makes the socket
+  a CURVE server (its context needs a running `auth.Authenticator`) and returns its address
+  with the server's public key (`tcp://host:port#k=<hex key>`). `check_address` accepts such
+  an address. A `PushCache(..., auth=credentials)` connects to a keyed address as a CURVE
+  client of that key and refuses (logged at WARNING, send returns False) an address without a
+  key; a cache without credentials connects plainly to the endpoint (a CURVE server then
+  refuses it). Without credentials everything is as before.
 """
 from __future__ import annotations
 
@@ -33,6 +40,8 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import zmq
 
+from .auth import (Credentials, format_address, make_client, make_server, parse_address,
+                   strip_key)
 from .framing import encode, send, send_kind
 
 __all__ = ["bind_pull", "check_address", "endpoint_of", "ipc_dir_of", "PushCache",
@@ -63,18 +72,28 @@ _FLOOR = 8
 
 def bind_pull(context: zmq.Context, ip: str = "127.0.0.1", port: int = 0,
               ipc_dir: Optional[str] = None, rcvhwm: int = 100000,
-              max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Tuple[zmq.Socket, str]:
-    """A bound PULL socket and its connectable address (see the module contract)."""
+              max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+              auth: Optional[Credentials] = None) -> Tuple[zmq.Socket, str]:
+    """A bound PULL socket and its connectable address (see the module contract); with
+    `auth`, a CURVE server whose address carries its public key."""
     socket = context.socket(zmq.PULL)
-    socket.setsockopt(zmq.LINGER, 0)
-    socket.setsockopt(zmq.RCVHWM, rcvhwm)
-    if max_frame_bytes and max_frame_bytes > 0:
-        socket.setsockopt(zmq.MAXMSGSIZE, int(max_frame_bytes))
-    if ipc_dir:
-        socket.bind(f"ipc://{os.path.join(ipc_dir, uuid.uuid4().hex[:16])}")
-        return socket, socket.getsockopt_string(zmq.LAST_ENDPOINT)
-    socket.bind(f"tcp://{ip}:{port if port else '*'}")
-    return socket, endpoint_of(socket)
+    try:
+        socket.setsockopt(zmq.LINGER, 0)
+        socket.setsockopt(zmq.RCVHWM, rcvhwm)
+        if max_frame_bytes and max_frame_bytes > 0:
+            socket.setsockopt(zmq.MAXMSGSIZE, int(max_frame_bytes))
+        if auth is not None:
+            make_server(socket, auth)
+        if ipc_dir:
+            socket.bind(f"ipc://{os.path.join(ipc_dir, uuid.uuid4().hex[:16])}")
+            address = socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        else:
+            socket.bind(f"tcp://{ip}:{port if port else '*'}")
+            address = endpoint_of(socket)
+    except BaseException:
+        socket.close(0)
+        raise
+    return socket, (address if auth is None else format_address(address, auth.keypair.public))
 
 
 def endpoint_of(socket: zmq.Socket) -> str:
@@ -89,10 +108,17 @@ _INPROC = re.compile(r"^inproc://\S+$")
 
 
 def check_address(address: Any, what: str = "a service") -> str:
-    """`address` if it is a ZeroMQ address peers can connect to; ValueError saying which
-    form is expected otherwise (a bare `host:port` is the usual mistake)."""
-    if not isinstance(address, str) or not _ADDRESS.fullmatch(address) or len(address) > 1024 \
-            or (address.startswith("tcp://") and not 0 < int(address.rsplit(":", 1)[1]) < 65536):
+    """`address` if it is a ZeroMQ address peers can connect to, optionally carrying its
+    server's key (`#k=<hex>`); ValueError saying which form is expected otherwise (a bare
+    `host:port` is the usual mistake)."""
+    endpoint = address
+    if isinstance(address, str):
+        try:
+            endpoint = parse_address(address)[0]
+        except ValueError as e:
+            raise ValueError(f"{_shown(address)} is not the address of {what}: {e}") from None
+    if not isinstance(address, str) or not _ADDRESS.fullmatch(endpoint) or len(address) > 1024 \
+            or (endpoint.startswith("tcp://") and not 0 < int(endpoint.rsplit(":", 1)[1]) < 65536):
         hint = f" (did you mean 'tcp://{address}'?)" if isinstance(address, str) \
             and re.match(r"^[^\s:/]+:[0-9]{1,5}$", address) else ""
         raise ValueError(f"{_shown(address)} is not the address of {what}: expected "
@@ -108,6 +134,7 @@ def _shown(address: Any) -> str:
 
 def ipc_dir_of(address: str) -> Optional[str]:
     """The directory of an `ipc://` address (None for other transports)."""
+    address = strip_key(address)
     return os.path.dirname(address[len("ipc://"):]) if address.startswith("ipc://") else None
 
 
@@ -164,7 +191,8 @@ class PushCache:
 
     def __init__(self, context: zmq.Context, *, sndhwm: int = 100000, linger_ms: int = 500,
                  max_sockets: int = DEFAULT_MAX_SOCKETS,
-                 evict_linger_ms: int = DEFAULT_EVICT_LINGER_MS) -> None:
+                 evict_linger_ms: int = DEFAULT_EVICT_LINGER_MS,
+                 auth: Optional[Credentials] = None) -> None:
         if max_sockets < 1:
             raise ValueError(f"PushCache: max_sockets must be at least 1, not {max_sockets}")
         self._context = context
@@ -173,6 +201,7 @@ class PushCache:
         self._max = max_sockets
         self._evict_linger_ms = max(0, min(evict_linger_ms, linger_ms))
         self._budget = _budget_of(context)
+        self._auth = auth
         self._sockets: "collections.OrderedDict[str, _Entry]" = collections.OrderedDict()
         self._lingering: "collections.deque[float]" = collections.deque()   # until when
         self.evictions = 0      # sockets closed to stay within the bounds
@@ -192,6 +221,10 @@ class PushCache:
             return entry.socket
         if not (isinstance(address, str) and _INPROC.fullmatch(address) and len(address) <= 1024):
             check_address(address, "a peer")     # inproc: this process' own sockets
+        endpoint, server_key = parse_address(address)
+        if self._auth is not None and server_key is None and not endpoint.startswith("inproc://"):
+            raise ValueError(f"{_shown(address)} carries no server key; authentication is on, "
+                             f"so it is refused")
         while len(self._sockets) >= self._max:
             self._evict(now)
         while not self._budget.take(len(self._sockets)):
@@ -205,7 +238,9 @@ class PushCache:
             s.setsockopt(zmq.LINGER, self._linger_ms)
             s.setsockopt(zmq.SNDHWM, self._sndhwm)
             s.setsockopt(zmq.IMMEDIATE, 0)
-            s.connect(address)
+            if self._auth is not None and server_key is not None:
+                make_client(s, self._auth, server_key)
+            s.connect(endpoint)
         except BaseException:
             s.close(0)
             self._budget.give()

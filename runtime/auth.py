@@ -1,0 +1,450 @@
+"""Authentication and encryption of the platform's sockets: ZeroMQ CURVE with a ZAP handler.
+
+Contract:
+- **Opt-in.** Nothing here runs unless a process is given an `AuthConfig`; without one every
+  socket is plain, exactly as before.
+- **Keys.** A `KeyPair` is a CURVE key pair in Z85 (40 characters each). A key directory
+  (`write_keys`, the `cloudburst keys` / `anna keys` command) holds:
+    `cluster.key`, `cluster.key_secret`         the cluster's pair (every service uses it);
+    `clients/NAME.key`, `clients/NAME.key_secret` one pair per client;
+    `authorized/NAME.key`                        the public keys of the clients the cluster
+                                                 admits (the files are pyzmq's `zmq.auth`
+                                                 certificate format, so `load_certificate(s)`
+                                                 reads them).
+  Secret files are created mode 0600 and never overwritten unless asked (`force=True`).
+- **Config and credentials.** `AuthConfig(key_dir, identity)` says where the keys live and who
+  this process is (`"cluster"` or `"client:NAME"`); `AuthConfig.load()` returns `Credentials`:
+  the process' own key pair, its role, and the public keys it admits with each one's role
+  (a cluster process admits the cluster key as `"cluster"` and every authorized client key as
+  `"client:NAME"`; a client admits only the cluster key). A missing or unreadable key file
+  raises `KeyFileError` naming the file.
+- **Addresses carry their server's key.** A socket bound with credentials is a CURVE server;
+  peers connect to it with the address `format_address(endpoint, public)`, i.e.
+  `tcp://host:port#k=<public key as 64 hex digits>`. Hex, not Z85, because Z85 uses
+  `/ : $ & ! * ? < > ( ) [ ] { }`, which break `ipc://` paths and shell command lines; hex
+  survives any string field, log line and shell word. `parse_address` splits it back
+  (`(endpoint, z85 key or None)`); an address without the suffix is a plain one.
+- **ZAP.** `Authenticator(context, credentials)` answers the ZAP requests of every CURVE
+  server socket of `context` (one per context; start it before binding, stop it before
+  terminating the context): a client key in the
+  admitted set is accepted with its role as the ZAP User-Id, anything else is refused and
+  logged at WARNING with the peer's address and key (at most once per peer and key every
+  `log_every` seconds; the rest are counted in `refused`). Bound sockets also enforce the ZAP
+  domain, so a CURVE server whose context has no Authenticator refuses every peer rather than
+  admitting any key (fails closed).
+- `role_of(frame)` is the role of the peer that sent a frame received with `copy=False`
+  (None on a plain socket).
+"""
+from __future__ import annotations
+
+import binascii
+import logging
+import os
+import re
+import tempfile
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Mapping, Optional, Tuple
+
+import zmq
+import zmq.auth
+import zmq.utils.z85
+
+__all__ = ["KeyPair", "AuthConfig", "Credentials", "Authenticator", "KeyFileError",
+           "CLUSTER", "CLIENT_PREFIX", "ZAP_DOMAIN", "ADDRESS_KEY_MARK", "format_address",
+           "parse_address", "strip_key", "role_of", "write_keys", "check_client_name",
+           "make_server", "make_client"]
+
+log = logging.getLogger("runtime.auth")
+
+CLUSTER = "cluster"
+CLIENT_PREFIX = "client:"
+ZAP_DOMAIN = "cloudburst"
+ADDRESS_KEY_MARK = "#k="
+_ZAP_ENDPOINT = "inproc://zeromq.zap.01"
+_HEX_KEY = re.compile(r"^[0-9a-f]{64}$")
+_CLIENT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+
+
+class KeyFileError(ValueError):
+    """A key file is missing, unreadable or malformed; the message names the file."""
+
+
+def check_client_name(name: str) -> str:
+    """`name` if it can name a client key (letters, digits, `_ . -`, at most 64, not starting
+    with a dot); ValueError otherwise."""
+    if not isinstance(name, str) or not _CLIENT_NAME.fullmatch(name):
+        raise ValueError(f"{name!r} cannot name a client key: use 1-64 letters, digits, "
+                         f"'_', '.' or '-', not starting with '.' or '-'")
+    return name
+
+
+@dataclass(frozen=True)
+class KeyPair:
+    """A CURVE key pair, both keys Z85-encoded (40 bytes); `secret` is None for a public key
+    read on its own."""
+    public: bytes
+    secret: Optional[bytes] = field(default=None, repr=False)
+
+    @classmethod
+    def generate(cls) -> "KeyPair":
+        public, secret = zmq.curve_keypair()
+        return cls(public, secret)
+
+    @classmethod
+    def load(cls, path: str) -> "KeyPair":
+        """The pair in a certificate file (`X.key_secret`, or `X.key` for the public key only)."""
+        try:
+            public, secret = zmq.auth.load_certificate(path)
+        except (OSError, ValueError) as e:
+            raise KeyFileError(f"cannot read the key file {path!r}: {e}") from None
+        if len(public) != 40 or (secret is not None and len(secret) != 40):
+            raise KeyFileError(f"the key file {path!r} does not hold 40-character Z85 keys")
+        return cls(public, secret)
+
+    @property
+    def public_hex(self) -> str:
+        return binascii.hexlify(zmq.utils.z85.decode(self.public)).decode("ascii")
+
+    def save(self, directory: str, name: str, *, force: bool = False) -> Tuple[str, Optional[str]]:
+        """Write `directory/name.key` (public) and, with a secret, `name.key_secret` (mode
+        0600). FileExistsError if the secret file exists and not `force`; the paths written."""
+        os.makedirs(directory, mode=0o700 if self.secret is not None else 0o755, exist_ok=True)
+        secret_path = None
+        if self.secret is not None:
+            secret_path = os.path.join(directory, name + ".key_secret")
+            if os.path.exists(secret_path) and not force:
+                raise FileExistsError(f"{secret_path} exists (a secret key is never "
+                                      f"overwritten unless forced)")
+            _write_atomically(secret_path, _certificate(self.public, self.secret), 0o600)
+        public_path = os.path.join(directory, name + ".key")
+        _write_atomically(public_path, _certificate(self.public, None), 0o644)
+        return public_path, secret_path
+
+
+def _certificate(public: bytes, secret: Optional[bytes]) -> bytes:
+    """A key file in zmq.auth's (ZPL) certificate format."""
+    kind = "Secret" if secret else "Public"
+    lines = [f"#   ZeroMQ CURVE **{kind}** Certificate",
+             "#   DO NOT PROVIDE THIS FILE TO OTHER USERS nor change its permissions." if secret
+             else "#   Exchange securely, or use a secure mechanism to verify the contents.",
+             "", "metadata", "curve", f'    public-key = "{public.decode("ascii")}"']
+    if secret:
+        lines.append(f'    secret-key = "{secret.decode("ascii")}"')
+    return ("\n".join(lines) + "\n").encode("ascii")
+
+
+def _write_atomically(path: str, data: bytes, mode: int) -> None:
+    """Write `path` through a temporary file created with `mode`, so it is never readable by
+    others, even for a moment, and never half-written."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".tmp-")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_keys(key_dir: str, clients: Iterable[str] = (), *, force: bool = False) -> List[str]:
+    """Generate the cluster's pair and one pair per client name in `key_dir`, each client's
+    public key also in `authorized/`. Refuses (FileExistsError, nothing written) when any
+    secret key it would write exists, unless `force`. Returns the paths written."""
+    names = [check_client_name(n) for n in clients]
+    if len(set(names)) != len(names):
+        raise ValueError("a client name is given twice")
+    secrets = [os.path.join(key_dir, CLUSTER + ".key_secret")] + \
+              [os.path.join(key_dir, "clients", n + ".key_secret") for n in names]
+    existing = [p for p in secrets if os.path.exists(p)]
+    if existing and not force:
+        raise FileExistsError(f"{', '.join(existing)} exist(s); secret keys are never "
+                              f"overwritten unless forced (--force)")
+    written: List[str] = []
+    written += [p for p in KeyPair.generate().save(key_dir, CLUSTER, force=force) if p]
+    for name in names:
+        pair = KeyPair.generate()
+        written += [p for p in pair.save(os.path.join(key_dir, "clients"), name, force=force) if p]
+        written += [p for p in KeyPair(pair.public).save(os.path.join(key_dir, "authorized"),
+                                                         name) if p]
+    log.info("wrote %d key files in %s", len(written), key_dir)
+    return written
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """What a process needs to authenticate: its own pair, its role, and the public keys
+    (Z85) it admits with each one's role."""
+    keypair: KeyPair
+    role: str
+    allowed: Mapping[bytes, str]
+    domain: str = ZAP_DOMAIN
+
+
+@dataclass(frozen=True)
+class AuthConfig:
+    """Where the keys live and who this process is: `identity` is `"cluster"` (a service) or
+    `"client:NAME"` (a client holding `clients/NAME.key_secret`)."""
+    key_dir: str
+    identity: str = CLUSTER
+    domain: str = ZAP_DOMAIN
+
+    def __post_init__(self) -> None:
+        if self.identity != CLUSTER:
+            if not self.identity.startswith(CLIENT_PREFIX):
+                raise ValueError(f"identity {self.identity!r}: expected 'cluster' or "
+                                 f"'client:NAME'")
+            check_client_name(self.identity[len(CLIENT_PREFIX):])
+
+    def load(self) -> Credentials:
+        """Read the keys (KeyFileError naming a missing or malformed file)."""
+        cluster_public = KeyPair.load(os.path.join(self.key_dir, CLUSTER + ".key")).public
+        allowed: Dict[bytes, str] = {cluster_public: CLUSTER}
+        if self.identity == CLUSTER:
+            own = KeyPair.load(os.path.join(self.key_dir, CLUSTER + ".key_secret"))
+            authorized = os.path.join(self.key_dir, "authorized")
+            if os.path.isdir(authorized):
+                for entry in sorted(os.listdir(authorized)):
+                    if entry.endswith(".key") and _CLIENT_NAME.fullmatch(entry[:-4]):
+                        key = KeyPair.load(os.path.join(authorized, entry)).public
+                        allowed.setdefault(key, CLIENT_PREFIX + entry[:-4])
+        else:
+            name = self.identity[len(CLIENT_PREFIX):]
+            own = KeyPair.load(os.path.join(self.key_dir, "clients", name + ".key_secret"))
+        if own.secret is None:
+            raise KeyFileError(f"the key file of {self.identity!r} in {self.key_dir!r} has no "
+                               f"secret key")
+        return Credentials(own, self.identity, allowed, self.domain)
+
+
+# --- addresses -------------------------------------------------------------------------------
+
+def format_address(endpoint: str, public: bytes) -> str:
+    """`endpoint` with its server's public key (Z85) appended (see the module contract)."""
+    return endpoint + ADDRESS_KEY_MARK + KeyPair(public).public_hex
+
+
+def parse_address(address: str) -> Tuple[str, Optional[bytes]]:
+    """(endpoint, server key in Z85 or None). ValueError when the address has the key mark
+    but not a 64-hex-digit key after it."""
+    mark = address.rfind(ADDRESS_KEY_MARK)
+    if mark < 0:
+        return address, None
+    hex_key = address[mark + len(ADDRESS_KEY_MARK):]
+    if not _HEX_KEY.fullmatch(hex_key):
+        raise ValueError(f"the server key in {address[:120]!r} is not 64 lowercase hex digits")
+    return address[:mark], zmq.utils.z85.encode(binascii.unhexlify(hex_key))
+
+
+def strip_key(address: str) -> str:
+    """The endpoint of an address, without its key suffix (if any)."""
+    mark = address.rfind(ADDRESS_KEY_MARK)
+    return address if mark < 0 else address[:mark]
+
+
+# --- sockets -------------------------------------------------------------------------------
+
+def make_server(socket: zmq.Socket, credentials: Credentials) -> None:
+    """Make a socket (before it binds) a CURVE server that only admits peers its context's
+    Authenticator accepts; RuntimeError if the context has none."""
+    if not Authenticator.running_on(socket.context):
+        raise RuntimeError("a CURVE server socket needs an Authenticator running on its "
+                           "context (start it before binding)")
+    socket.setsockopt(zmq.CURVE_SERVER, 1)
+    socket.setsockopt(zmq.CURVE_SECRETKEY, credentials.keypair.secret)
+    socket.setsockopt(zmq.CURVE_PUBLICKEY, credentials.keypair.public)
+    socket.setsockopt_string(zmq.ZAP_DOMAIN, credentials.domain)
+    socket.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)
+
+
+def make_client(socket: zmq.Socket, credentials: Credentials, server_key: bytes) -> None:
+    """Make a socket (before it connects) a CURVE client of the server with `server_key`."""
+    socket.setsockopt(zmq.CURVE_SERVERKEY, server_key)
+    socket.setsockopt(zmq.CURVE_PUBLICKEY, credentials.keypair.public)
+    socket.setsockopt(zmq.CURVE_SECRETKEY, credentials.keypair.secret)
+
+
+def role_of(frame: zmq.Frame) -> Optional[str]:
+    """The role (ZAP User-Id) of the peer that sent `frame` (received with copy=False); None
+    for a frame from a socket without authentication."""
+    try:
+        user = frame.get("User-Id")
+    except (zmq.ZMQError, AttributeError, TypeError):
+        return None
+    return user or None
+
+
+# --- the ZAP handler -------------------------------------------------------------------------
+
+_running: "weakref.WeakKeyDictionary[zmq.Context, Authenticator]" = weakref.WeakKeyDictionary()
+_running_lock = threading.Lock()
+
+
+class Authenticator:
+    """The ZAP handler of one ZeroMQ context (see the module contract). A thread answers on
+    `inproc://zeromq.zap.01`; `start()`/`stop()` or a `with` block bound its life."""
+
+    def __init__(self, context: zmq.Context, credentials: Credentials, *,
+                 log_every: float = 10.0) -> None:
+        self.context = context
+        self.allowed: Dict[bytes, str] = dict(credentials.allowed)
+        self.domain = credentials.domain
+        self.log_every = log_every
+        self.accepted = 0
+        self.refused = 0
+        self._logged: Dict[Tuple[str, bytes], float] = {}
+        self._thread: Optional[threading.Thread] = None
+        self._stop_address = f"inproc://zap-stop-{id(self):x}"
+        self._stopper: Optional[zmq.Socket] = None
+
+    @staticmethod
+    def running_on(context: zmq.Context) -> bool:
+        with _running_lock:
+            return context in _running
+
+    def start(self) -> "Authenticator":
+        """Bind the ZAP endpoint and start answering; RuntimeError if the context already has
+        a ZAP handler."""
+        with _running_lock:
+            if self.context in _running:
+                raise RuntimeError("this ZeroMQ context already has an Authenticator")
+            zap = self.context.socket(zmq.REP)
+            zap.setsockopt(zmq.LINGER, 0)
+            try:
+                zap.bind(_ZAP_ENDPOINT)
+            except zmq.ZMQError as e:
+                zap.close(0)
+                raise RuntimeError(f"cannot bind the ZAP endpoint: {e}") from None
+            control = self.context.socket(zmq.PULL)
+            control.bind(self._stop_address)
+            self._stopper = self.context.socket(zmq.PUSH)
+            self._stopper.setsockopt(zmq.LINGER, 0)
+            self._stopper.connect(self._stop_address)
+            self._thread = threading.Thread(target=self._run, args=(zap, control),
+                                            name="zap-authenticator", daemon=True)
+            self._thread.start()
+            _running[self.context] = self
+        log.info("authenticator started: %d admitted key(s)", len(self.allowed))
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop answering (peers connecting afterwards are refused) and join the thread."""
+        if self._thread is None:
+            return
+        try:
+            self._stopper.send(b"", flags=zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass
+        self._thread.join(timeout)
+        self._stopper.close(0)
+        self._thread = None
+        with _running_lock:
+            if _running.get(self.context) is self:
+                del _running[self.context]
+
+    def __enter__(self) -> "Authenticator":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _run(self, zap: zmq.Socket, control: zmq.Socket) -> None:
+        poller = zmq.Poller()
+        poller.register(zap, zmq.POLLIN)
+        poller.register(control, zmq.POLLIN)
+        try:
+            while True:
+                events = dict(poller.poll())
+                if control in events:
+                    return
+                if zap in events:
+                    request = zap.recv_multipart()
+                    zap.send_multipart(self._answer(request))
+        except zmq.ContextTerminated:
+            pass
+        except Exception:                                    # never leave ZAP unanswered
+            log.exception("authenticator stopped on an error; new peers will be refused")
+        finally:
+            zap.close(0)
+            control.close(0)
+
+    def _answer(self, request: List[bytes]) -> List[bytes]:
+        """The ZAP reply to one request (RFC 27): 200 with the role as User-Id, or 400."""
+        if len(request) < 6:
+            return [b"1.0", request[1] if len(request) > 1 else b"", b"500",
+                    b"malformed ZAP request", b"", b""]
+        version, request_id, domain, address, _identity, mechanism = request[:6]
+        credentials = request[6:]
+        peer = address.decode("utf-8", "replace") or "(local)"
+        if version != b"1.0":
+            return [b"1.0", request_id, b"500", b"unsupported ZAP version", b"", b""]
+        if mechanism == b"CURVE" and len(credentials) == 1 and len(credentials[0]) == 32 \
+                and domain.decode("utf-8", "replace") == self.domain:
+            key = zmq.utils.z85.encode(credentials[0])
+            role = self.allowed.get(key)
+            if role is not None:
+                self.accepted += 1
+                log.debug("admitted %s from %s", role, peer)
+                return [version, request_id, b"200", b"OK", role.encode("utf-8"), b""]
+            self._refused(peer, key, "unknown public key")
+            return [version, request_id, b"400", b"unknown public key", b"", b""]
+        key = b""
+        self._refused(peer, key, f"mechanism {mechanism.decode('ascii', 'replace')} in domain "
+                                 f"{domain.decode('utf-8', 'replace')!r}")
+        return [version, request_id, b"400", b"not a CURVE peer of this domain", b"", b""]
+
+    def _refused(self, peer: str, key: bytes, why: str) -> None:
+        self.refused += 1
+        now = time.monotonic()
+        seen = self._logged.get((peer, key))
+        if seen is not None and now - seen < self.log_every:
+            return
+        if len(self._logged) >= 1024:
+            self._logged.clear()
+        self._logged[(peer, key)] = now
+        log.warning("refused a connection from %s: %s%s (%d refused so far)", peer, why,
+                    f" {key.decode('ascii')}" if key else "", self.refused)
+
+
+# --- the `keys` command (shared by `cloudburst keys` and `anna keys`) -----------------------
+
+KEYS_HELP = "generate the cluster's CURVE key pair and client key pairs in a directory"
+KEYS_DESCRIPTION = """Generate CURVE keys for an authenticated cluster in DIR:
+  DIR/cluster.key, DIR/cluster.key_secret        the cluster's pair (every service)
+  DIR/clients/NAME.key, .key_secret              one pair per --client NAME
+  DIR/authorized/NAME.key                        the client public keys the cluster admits
+Give services DIR without clients/; give a client DIR/cluster.key and its own
+clients/NAME.key_secret. Secret files are mode 0600; an existing secret key is never
+overwritten unless --force."""
+
+
+def add_keys_arguments(parser) -> None:
+    """The `keys` subcommand's arguments on an argparse parser; its handler is `keys_command`."""
+    parser.add_argument("dir", metavar="DIR", help="directory to write the keys in "
+                                                   "(created if missing)")
+    parser.add_argument("--client", action="append", default=[], metavar="NAME",  # noqa
+                        help="also generate a client key pair NAME and authorize it "
+                             "(repeatable)")
+    parser.add_argument("--force", action="store_true",
+                        help="overwrite existing secret keys")
+
+
+def keys_command(args, prog: str = "keys") -> int:
+    """Run `keys` with parsed arguments: 0 on success, 1 (message on stderr) on refusal."""
+    import sys
+    try:
+        written = write_keys(args.dir, args.client, force=args.force)
+    except (FileExistsError, ValueError, OSError) as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 1
+    for path in written:
+        print(path)
+    return 0
