@@ -155,21 +155,29 @@ def _write_atomically(path: str, data: bytes, mode: int) -> None:
         raise
 
 
-def write_keys(key_dir: str, clients: Iterable[str] = (), *, force: bool = False) -> List[str]:
+def write_keys(key_dir: str, clients: Iterable[str] = (), *, force: bool = False,
+               add_clients: bool = False) -> List[str]:
     """Generate the cluster's pair and one pair per client name in `key_dir`, each client's
-    public key also in `authorized/`. Refuses (FileExistsError, nothing written) when any
-    secret key it would write exists, unless `force`. Returns the paths written."""
+    public key also in `authorized/`. With `add_clients`, the cluster's existing pair is kept
+    (it must exist) and only the clients are added. Refuses (FileExistsError, nothing
+    written) when any secret key it would write exists, unless `force`. Returns the paths
+    written."""
     names = [check_client_name(n) for n in clients]
     if len(set(names)) != len(names):
         raise ValueError("a client name is given twice")
-    secrets = [os.path.join(key_dir, CLUSTER + ".key_secret")] + \
+    cluster_secret = os.path.join(key_dir, CLUSTER + ".key_secret")
+    if add_clients and not os.path.exists(cluster_secret):
+        raise FileNotFoundError(f"{cluster_secret} does not exist: create the cluster's keys "
+                                f"first (without --add-client)")
+    secrets = ([] if add_clients else [cluster_secret]) + \
               [os.path.join(key_dir, "clients", n + ".key_secret") for n in names]
     existing = [p for p in secrets if os.path.exists(p)]
     if existing and not force:
         raise FileExistsError(f"{', '.join(existing)} exist(s); secret keys are never "
                               f"overwritten unless forced (--force)")
     written: List[str] = []
-    written += [p for p in KeyPair.generate().save(key_dir, CLUSTER, force=force) if p]
+    if not add_clients:
+        written += [p for p in KeyPair.generate().save(key_dir, CLUSTER, force=force) if p]
     for name in names:
         pair = KeyPair.generate()
         written += [p for p in pair.save(os.path.join(key_dir, "clients"), name, force=force) if p]
@@ -433,6 +441,9 @@ def add_keys_arguments(parser) -> None:
     parser.add_argument("--client", action="append", default=[], metavar="NAME",  # noqa
                         help="also generate a client key pair NAME and authorize it "
                              "(repeatable)")
+    parser.add_argument("--add-client", action="store_true",
+                        help="keep the existing cluster keys in DIR and only add the --client "
+                             "key pairs (to authorize a new client of a running cluster)")
     parser.add_argument("--force", action="store_true",
                         help="overwrite existing secret keys")
 
@@ -441,7 +452,8 @@ def keys_command(args, prog: str = "keys") -> int:
     """Run `keys` with parsed arguments: 0 on success, 1 (message on stderr) on refusal."""
     import sys
     try:
-        written = write_keys(args.dir, args.client, force=args.force)
+        written = write_keys(args.dir, args.client, force=args.force,
+                             add_clients=args.add_client)
     except (FileExistsError, ValueError, OSError) as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 1

@@ -246,6 +246,22 @@ def test_keys_command_writes_keys_with_modes_and_refuses_to_overwrite(tmp_path, 
     assert help_exit.value.code == 0 and "--client" in capsys.readouterr().out
 
 
+def test_keys_add_client_keeps_the_cluster_keys(tmp_path, capsys):
+    from cloudburst.cli import main
+    key_dir = str(tmp_path / "k")
+    assert main(["keys", str(tmp_path / "none"), "--add-client", "--client", "x"]) == 1
+    assert "create the cluster's keys first" in capsys.readouterr().err
+    assert main(["keys", key_dir, "--client", "alice"]) == 0
+    cluster = open(os.path.join(key_dir, "cluster.key_secret")).read()
+    assert main(["keys", key_dir, "--add-client", "--client", "carol"]) == 0
+    assert open(os.path.join(key_dir, "cluster.key_secret")).read() == cluster
+    assert sorted(AuthConfig(key_dir).load().allowed.values()) == \
+        ["client:alice", "client:carol", "cluster"]
+    capsys.readouterr()
+    assert main(["keys", key_dir, "--add-client", "--client", "alice"]) == 1   # exists
+    assert "--force" in capsys.readouterr().err
+
+
 def test_config_names_a_missing_key_file(tmp_path):
     with pytest.raises(auth.KeyFileError, match="cluster.key"):
         AuthConfig(str(tmp_path)).load()
