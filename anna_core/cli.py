@@ -93,7 +93,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             kvs = cluster.client()
 
             kvs.put("greeting", b"hello, anna")
-            say(f"put greeting = b'hello, anna'   (bytes are last-writer-wins)")
+            say("put greeting = b'hello, anna'   (bytes are last-writer-wins)")
             say(f"get greeting -> {kvs.get('greeting')!r}")
             kvs.put("greeting", b"hello again")
             say(f"put greeting = b'hello again'; get -> {kvs.get('greeting')!r}")

@@ -37,7 +37,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import weakref
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -51,20 +50,10 @@ log = logging.getLogger("anna.cluster")
 
 
 def _stop_now(processes: Sequence[ManagedProcess], timeout: float) -> None:
-    """SIGINT every running node (stop without leaving), SIGKILL after `timeout`, reap."""
-    for p in processes:
-        p.signal(signal.SIGINT)
-    deadline = time.monotonic() + timeout
-    for p in processes:
-        if p.proc is None:
-            continue
-        try:
-            p.proc.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            log.warning("%s did not stop within %g s after SIGINT; killing it", p.name, timeout)
-            p.proc.kill()
-            p.proc.wait(5)
-        p.close_pipe()
+    """SIGINT every running node (stop without leaving; SIGTERM means "leave"), SIGKILL after
+    `timeout`, reap."""
+    stop_all(processes, timeout, signal.SIGINT)
+
 
 __all__ = ["LocalCluster"]
 

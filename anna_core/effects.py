@@ -6,7 +6,8 @@ Contract (anna_core/membership.py produces these, anna_core/routing.py carries t
   (worker addresses that are gone: close their sockets), `persist` (metadata to store in the
   KVS: `Persist` for one replication override, `PersistIndex` for keys to add to the override
   index), `load_overrides` (read the persisted overrides back from the KVS and hand them to
-  `ClusterMembership.overrides_loaded`) and `log` (level, text).
+  `ClusterMembership.overrides_loaded`), `refresh_overrides` (the same, periodically, handed
+  to `ClusterMembership.overrides_refreshed`) and `log` (level, text).
 - `metadata_put` turns a `Persist`/`PersistIndex` into the KVS PUT that stores it: an LWW
   lattice holding the serialized `anna.Replication`, or a SetLattice of override keys.
 - The metadata keys: `replication_metadata_key(key)` = `__anna__/replication/<key>` and
@@ -72,6 +73,7 @@ class Effects:
     forget: List[str] = field(default_factory=list)
     persist: List[Union[Persist, PersistIndex]] = field(default_factory=list)
     load_overrides: bool = False
+    refresh_overrides: bool = False
     log: List[Tuple[int, str]] = field(default_factory=list)
 
     def warn(self, text: str) -> "Effects":
@@ -95,6 +97,7 @@ class Effects:
         self.forget.extend(other.forget)
         self.persist.extend(other.persist)
         self.load_overrides = self.load_overrides or other.load_overrides
+        self.refresh_overrides = self.refresh_overrides or other.refresh_overrides
         self.log.extend(other.log)
         return self
 

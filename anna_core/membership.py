@@ -79,11 +79,14 @@ class ClusterMembership:
 
     def __init__(self, default_replication: Replication = Replication(), vnodes: int = 64, *,
                  heartbeat_period: float = 1.0, heartbeat_timeout: float = 3.0,
-                 recovery_period: Optional[float] = None) -> None:
+                 recovery_period: Optional[float] = None,
+                 override_refresh_period: float = 0.0) -> None:
         if isinstance(vnodes, bool) or not isinstance(vnodes, int) or not 1 <= vnodes <= MAX_VNODES:
             raise ValueError(f"vnodes must be an int in 1..{MAX_VNODES}, got {vnodes!r}")
         if not heartbeat_period > 0 or not heartbeat_timeout > 0:
             raise ValueError("heartbeat_period and heartbeat_timeout must be > 0")
+        if not override_refresh_period >= 0:
+            raise ValueError("override_refresh_period must be >= 0 (0: never)")
         self.default_replication = Replication.coerce(default_replication)
         self.vnodes = vnodes
         self.heartbeat_period = float(heartbeat_period)
@@ -95,6 +98,8 @@ class ClusterMembership:
         self.version = 0
         self.overrides: Dict[str, Replication] = {}
         self._override_set_at: Dict[str, float] = {}   # key -> when this routing set it
+        self.override_refresh_period = float(override_refresh_period)
+        self._next_refresh: Optional[float] = None     # set once there are nodes
         self.last_seen: Dict[str, float] = {}
         self.departed: Dict[str, float] = {}        # node id -> when it left
         self.reported = 0                           # highest version a heartbeat reported
@@ -280,6 +285,12 @@ class ClusterMembership:
         if removed:
             self._change(effects)
             effects.info(self._state())
+        if self.override_refresh_period and self.node_ids():
+            if self._next_refresh is None:
+                self._next_refresh = self.now + self.override_refresh_period
+            elif self.now >= self._next_refresh:
+                self._next_refresh = self.now + self.override_refresh_period
+                effects.refresh_overrides = True
         return effects
 
     def address(self, request: anna_pb2.KeyAddressRequest) -> Effects:
@@ -333,13 +344,14 @@ class ClusterMembership:
                                 for a in self.worker_addresses())
         return effects
 
-    def overrides_refreshed(self, stored: Mapping[str, Replication], now: float,
-                            grace: float) -> Effects:
-        """The overrides stored in the KVS, read again periodically: the KVS holds the latest
-        override any routing persisted (last writer wins), so a routing that missed one (set
-        through another routing) adopts it. An override this routing set within `grace`
-        seconds is kept: its own write may not have reached the KVS yet."""
+    def overrides_refreshed(self, stored: Mapping[str, Replication], now: float) -> Effects:
+        """The overrides stored in the KVS, read again every `override_refresh_period`
+        (`Effects.refresh_overrides` from `tick`): the KVS holds the latest override any
+        routing persisted (last writer wins), so a routing that missed one (set through
+        another routing) adopts it. An override this routing set within the last period is
+        kept: its own write may not have reached the KVS yet."""
         self._clock(now)
+        grace = self.override_refresh_period
         effects = Effects()
         update = anna_pb2.ReplicationUpdate()
         for key, value in stored.items():

@@ -33,6 +33,7 @@ from typing import List, Optional, Sequence
 
 import zmq
 
+from runtime.cli import positive_float
 from runtime.logs import configure_logging
 from runtime.process import announce_ready, parent_gone
 from runtime.sockets import bind_pull
@@ -48,13 +49,6 @@ __all__ = ["join_cluster", "main"]
 log = logging.getLogger("anna.node")
 
 
-def _positive(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """The node's command line."""
     p = argparse.ArgumentParser(prog="python -m anna_core.node", description="Anna KVS node")
@@ -65,16 +59,16 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         "separate addresses with commas when several routings serve the "
                         "cluster (every one gets the join, the heartbeats and the leave)")
     p.add_argument("--ready-file", help="also write the readiness JSON here")
-    p.add_argument("--join-timeout", type=_positive, default=20.0,
+    p.add_argument("--join-timeout", type=positive_float, default=20.0,
                    help="give up (exit 3) if no routing acknowledges the join in this many "
                         "seconds (default 20)")
-    p.add_argument("--join-retry", type=_positive, default=1.0,
+    p.add_argument("--join-retry", type=positive_float, default=1.0,
                    help="re-send the join (and, when leaving, the leave) this often (default 1 s)")
-    p.add_argument("--heartbeat-period", type=_positive, default=DEFAULT_HEARTBEAT_PERIOD,
+    p.add_argument("--heartbeat-period", type=positive_float, default=DEFAULT_HEARTBEAT_PERIOD,
                    help="seconds between heartbeats to every routing (default "
                         f"{DEFAULT_HEARTBEAT_PERIOD:g}); routing's --heartbeat-timeout must "
                         "be well above it")
-    p.add_argument("--leave-timeout", type=_positive, default=DEFAULT_LEAVE_TIMEOUT,
+    p.add_argument("--leave-timeout", type=positive_float, default=DEFAULT_LEAVE_TIMEOUT,
                    help="on SIGTERM, seconds allowed for the leave and the hand-off of every "
                         f"key (default {DEFAULT_LEAVE_TIMEOUT:g}); past it the node logs how "
                         "many keys are pending and exits with status 4")

@@ -42,6 +42,7 @@ from google.protobuf.message import DecodeError
 from hydro_proto import anna_pb2
 
 from runtime.framing import FrameError, split_frames
+from runtime.cli import positive_float
 from runtime.logs import configure_logging
 from runtime.process import announce_ready, parent_gone
 from runtime.sockets import PushCache, bind_pull
@@ -74,7 +75,8 @@ class RoutingService:
         self.state = ClusterMembership(config.default_replication, config.vnodes,
                                        heartbeat_period=config.heartbeat_period,
                                        heartbeat_timeout=config.heartbeat_timeout,
-                                       recovery_period=config.effective_recovery_period())
+                                       recovery_period=config.effective_recovery_period(),
+                                       override_refresh_period=config.override_refresh_period)
         # Routing's messages are small: a larger frame is a broken or hostile peer.
         self.socket, self.address = bind_pull(self.context, config.ip, config.port,
                                               max_frame_bytes=ROUTING_MAX_FRAME_BYTES)
@@ -86,7 +88,6 @@ class RoutingService:
         self.stopping = threading.Event()
         self._loaded: "queue.Queue" = queue.Queue()   # loader thread -> loop
         self._loader: Optional[threading.Thread] = None
-        self._next_refresh = time.monotonic() + (config.override_refresh_period or 0.0)
         self._load_again = False
 
     # ---- event loop -------------------------------------------------------------------
@@ -116,11 +117,6 @@ class RoutingService:
             if now >= next_tick:
                 next_tick = now + TICK_SECONDS
                 self.apply(self.state.tick(now))
-            refresh = self.config.override_refresh_period
-            if refresh and now >= self._next_refresh and not self.state.recovering \
-                    and self.state.worker_addresses():
-                self._next_refresh = now + refresh
-                self._start_loader(refresh=True)
             self._drain_loaded()
 
     def handle(self, frames: Sequence[bytes]) -> None:
@@ -159,6 +155,8 @@ class RoutingService:
                 self.push.send_kind(address, "request", request)
         if effects.load_overrides:
             self._start_loader()
+        elif effects.refresh_overrides:
+            self._start_loader(refresh=True)
 
     # ---- persisted overrides ---------------------------------------------------------
 
@@ -216,8 +214,7 @@ class RoutingService:
             except queue.Empty:
                 break
             if refresh:
-                self.apply(self.state.overrides_refreshed(
-                    overrides, time.monotonic(), grace=self.config.override_refresh_period))
+                self.apply(self.state.overrides_refreshed(overrides, time.monotonic()))
             else:
                 self.apply(self.state.overrides_loaded(overrides))
         if self._load_again and (self._loader is None or not self._loader.is_alive()):
@@ -289,10 +286,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                    help="default replication vector mg,ml,dg,dl (default 1,1,0,1)")
     p.add_argument("--vnodes", type=int, default=64,
                    help="virtual nodes per member on every hash ring (default 64)")
-    p.add_argument("--heartbeat-period", type=float, default=1.0,
+    p.add_argument("--heartbeat-period", type=positive_float, default=1.0,
                    help="seconds between a node's heartbeats (default 1.0); paces re-sends "
                         "and is the default recovery period")
-    p.add_argument("--heartbeat-timeout", type=float, default=3.0,
+    p.add_argument("--heartbeat-timeout", type=positive_float, default=3.0,
                    help="a node silent for longer is removed from the ring (default 3.0 s)")
     p.add_argument("--recovery-period", type=float, default=None,
                    help="after a restart, collect heartbeats this long before the first "

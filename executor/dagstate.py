@@ -21,7 +21,7 @@ Values are opaque to this module.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 __all__ = ["PendingCalls", "Ready", "Stalled"]
 

@@ -30,11 +30,12 @@ from hydro_proto import cloudburst_pb2 as pb
 __all__ = ["FunctionGuard", "Interrupted", "HARD_GRACE", "hard_limit"]
 
 HARD_GRACE = 1.0    # seconds past the limit before a function stuck in C code is killed
+_CPUS = max(1, os.cpu_count() or 1)
 
 
 def hard_limit(seconds: float) -> float:
     """CPU seconds after which a function that ignored its time limit kills its worker."""
-    return (seconds + HARD_GRACE) * max(1, os.cpu_count() or 1)
+    return (seconds + HARD_GRACE) * _CPUS
 
 
 class Interrupted(BaseException):

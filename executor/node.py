@@ -408,7 +408,10 @@ class ExecutorNode:
         # never pushed: read the key once more and merge it.
         try:
             lattice = kvs.get_lattice(key)
-        except anna_core.AnnaError:
+        except anna_core.KeyNotFound:
+            return
+        except anna_core.AnnaError as e:
+            log.warning("could not re-read %r after subscribing: %s", key, e)
             return
         if lattice.lattice_type == anna_pb2.LWW:
             with self._lock:

@@ -35,7 +35,7 @@ what each holder returns; the result equals the entry (anything newer would brea
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import (Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple)
+from typing import (Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple)
 
 from . import vclock
 from . import versionset as vs

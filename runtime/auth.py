@@ -410,16 +410,16 @@ class Authenticator:
         return [version, request_id, b"400", b"not a CURVE peer of this domain", b"", b""]
 
     def _refused(self, peer: str, key: bytes, why: str) -> None:
-        self.refused += 1
+        # counted after the log line: whoever sees the count can also see the line
         now = time.monotonic()
         seen = self._logged.get((peer, key))
-        if seen is not None and now - seen < self.log_every:
-            return
-        if len(self._logged) >= 1024:
-            self._logged.clear()
-        self._logged[(peer, key)] = now
-        log.warning("refused a connection from %s: %s%s (%d refused so far)", peer, why,
-                    f" {key.decode('ascii')}" if key else "", self.refused)
+        if seen is None or now - seen >= self.log_every:
+            if len(self._logged) >= 1024:
+                self._logged.clear()
+            self._logged[(peer, key)] = now
+            log.warning("refused a connection from %s: %s%s (%d refused so far)", peer, why,
+                        f" {key.decode('ascii')}" if key else "", self.refused + 1)
+        self.refused += 1
 
 
 # --- the `keys` command (shared by `cloudburst keys` and `anna keys`) -----------------------

@@ -12,8 +12,8 @@ Contract:
   which the launcher sees at once.
 - `wait_all_ready(processes, timeout)` returns when every process announced itself, or raises
   `StartupError` naming the first that exited or stayed silent, with the tail of its log.
-- `stop_all(processes, timeout)` sends SIGTERM, waits up to `timeout`, SIGKILLs the rest and
-  reaps every child.
+- `stop_all(processes, timeout, signum=SIGTERM)` sends the signal, waits up to `timeout`,
+  SIGKILLs the rest and reaps every child.
 - `Supervisor` restarts processes that exit, with exponential back-off (`RestartPolicy`, a
   pure function of the failure count), so a process that always crashes is retried ever more
   slowly instead of in a tight loop. A child learns which start it is from `START_ENV`.
@@ -228,10 +228,12 @@ def wait_all_ready(processes: Sequence[ManagedProcess], timeout: float) -> None:
         select.select(pending, [], [], left)
 
 
-def stop_all(processes: Sequence[ManagedProcess], timeout: float = 5.0) -> None:
-    """SIGTERM every running process, wait up to `timeout`, SIGKILL the rest, reap all."""
+def stop_all(processes: Sequence[ManagedProcess], timeout: float = 5.0,
+             signum: int = signal.SIGTERM) -> None:
+    """Send `signum` (SIGTERM) to every running process, wait up to `timeout`, SIGKILL the
+    rest, reap all."""
     for p in processes:
-        p.signal(signal.SIGTERM)
+        p.signal(signum)
     deadline = time.monotonic() + timeout
     for p in processes:
         if p.proc is None:
@@ -239,7 +241,8 @@ def stop_all(processes: Sequence[ManagedProcess], timeout: float = 5.0) -> None:
         try:
             p.proc.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            log.warning("%s did not stop within %g s after SIGTERM; killing it", p.name, timeout)
+            log.warning("%s did not stop within %g s after %s; killing it", p.name, timeout,
+                        signal.Signals(signum).name)
             p.proc.kill()
             p.proc.wait(5)
         p.close_pipe()

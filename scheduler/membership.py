@@ -34,7 +34,7 @@ so missing them is not death. A worker is dead when
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, List, Mapping, Optional, Set, Tuple
+from typing import Dict, FrozenSet, List, Mapping, Optional, Tuple
 
 from .policy import WorkerView
 

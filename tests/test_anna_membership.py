@@ -556,18 +556,21 @@ def test_the_last_node_cannot_leave():
 
 
 def test_a_periodic_refresh_adopts_overrides_set_through_another_routing():
-    core = ClusterMembership()
-    core.join(join_message("a", 0, ["tcp://a:0"]))
+    core = ClusterMembership(override_refresh_period=5.0, heartbeat_timeout=100.0)
+    core.join(join_message("a", 0, ["tcp://a:0"]), now=0.0)
+    assert not core.tick(0.0).refresh_overrides               # the first period starts now
+    assert not core.tick(4.9).refresh_overrides
+    assert core.tick(5.0).refresh_overrides and not core.tick(5.1).refresh_overrides
     core.replicate(replicate_message({"mine": (2, 1, 0, 1)}), now=10.0)
     stored = {"mine": Replication(1, 1, 0, 1), "theirs": Replication(3, 1, 0, 1)}
     # within the grace period this routing's own write may not be in the KVS yet: kept
-    effects = core.overrides_refreshed(stored, now=12.0, grace=5.0)
+    effects = core.overrides_refreshed(stored, now=12.0)
     assert core.overrides == {"mine": Replication(2, 1, 0, 1), "theirs": Replication(3, 1, 0, 1)}
     (update,) = [o.message for o in effects.send if o.kind == "replication"]
     assert [o.key for o in update.overrides] == ["theirs"]
     assert core.cluster_map.replication("theirs") == (3, 1, 0, 1)
     # later the KVS's value (the last writer across routings) wins
-    core.overrides_refreshed(stored, now=16.0, grace=5.0)
+    core.overrides_refreshed(stored, now=16.0)
     assert core.overrides["mine"] == Replication(1, 1, 0, 1)
     # nothing new: nothing sent
-    assert core.overrides_refreshed(stored, now=30.0, grace=5.0).send == []
+    assert core.overrides_refreshed(stored, now=30.0).send == []
