@@ -32,8 +32,18 @@ Contract:
   `log_every` seconds; the rest are counted in `refused`). Bound sockets also enforce the ZAP
   domain, so a CURVE server whose context has no Authenticator refuses every peer rather than
   admitting any key (fails closed).
+- **Audiences.** A server socket is bound for one of two audiences. `CLUSTER` sockets (a
+  worker's, a node cache's, a scheduler's update socket, a client's response socket...) use
+  the ZAP domain `ZAP_DOMAIN + ".cluster"` and admit only keys whose role is `"cluster"`: a
+  client key is refused at the handshake. Sockets open to clients too (routing, KVS workers,
+  schedulers) use `ZAP_DOMAIN` and admit every allowed key; their service then checks each
+  message's sender with `role_of(frame)` / `may_send(role, kind, client_kinds)`.
 - `role_of(frame)` is the role of the peer that sent a frame received with `copy=False`
-  (None on a plain socket).
+  (None on a plain socket). `may_send(role, kind, client_kinds)`: a message from a plain
+  socket (role None) or from the cluster may be of any kind; one from a client only of a
+  kind in `client_kinds`.
+- `Security` bundles what one process needs (credentials and its context's Authenticator):
+  `Security.start(context, auth_config)` (None when `auth_config` is None, i.e. plain).
 """
 from __future__ import annotations
 
@@ -46,7 +56,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import zmq
 import zmq.auth
@@ -55,13 +65,15 @@ import zmq.utils.z85
 __all__ = ["KeyPair", "AuthConfig", "Credentials", "Authenticator", "KeyFileError",
            "CLUSTER", "CLIENT_PREFIX", "ZAP_DOMAIN", "ADDRESS_KEY_MARK", "format_address",
            "parse_address", "strip_key", "role_of", "write_keys", "check_client_name",
-           "make_server", "make_client"]
+           "make_server", "make_client", "CLUSTER_DOMAIN", "may_send", "Security", "credentials_of"]
 
 log = logging.getLogger("runtime.auth")
 
 CLUSTER = "cluster"
 CLIENT_PREFIX = "client:"
 ZAP_DOMAIN = "cloudburst"
+# Sockets only cluster processes may reach (see "Audiences" in the contract).
+CLUSTER_DOMAIN = ZAP_DOMAIN + ".cluster"
 ADDRESS_KEY_MARK = "#k="
 _ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 _HEX_KEY = re.compile(r"^[0-9a-f]{64}$")
@@ -260,16 +272,20 @@ def strip_key(address: str) -> str:
 
 # --- sockets -------------------------------------------------------------------------------
 
-def make_server(socket: zmq.Socket, credentials: Credentials) -> None:
+def make_server(socket: zmq.Socket, credentials: Credentials, audience: str = "any") -> None:
     """Make a socket (before it binds) a CURVE server that only admits peers its context's
-    Authenticator accepts; RuntimeError if the context has none."""
+    Authenticator accepts: with `audience="cluster"` only cluster keys, with "any" cluster
+    and client keys; RuntimeError if the context has no Authenticator."""
+    if audience not in ("any", CLUSTER):
+        raise ValueError(f"audience must be 'any' or 'cluster', not {audience!r}")
     if not Authenticator.running_on(socket.context):
         raise RuntimeError("a CURVE server socket needs an Authenticator running on its "
                            "context (start it before binding)")
     socket.setsockopt(zmq.CURVE_SERVER, 1)
     socket.setsockopt(zmq.CURVE_SECRETKEY, credentials.keypair.secret)
     socket.setsockopt(zmq.CURVE_PUBLICKEY, credentials.keypair.public)
-    socket.setsockopt_string(zmq.ZAP_DOMAIN, credentials.domain)
+    domain = credentials.domain + ".cluster" if audience == CLUSTER else credentials.domain
+    socket.setsockopt_string(zmq.ZAP_DOMAIN, domain)
     socket.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)
 
 
@@ -288,6 +304,11 @@ def role_of(frame: zmq.Frame) -> Optional[str]:
     except (zmq.ZMQError, AttributeError, TypeError):
         return None
     return user or None
+
+
+def may_send(role: Optional[str], kind: Any, client_kinds: "frozenset") -> bool:
+    """Whether a peer of `role` may send a message of `kind` (see the module contract)."""
+    return role is None or role == CLUSTER or kind in client_kinds
 
 
 # --- the ZAP handler -------------------------------------------------------------------------
@@ -394,10 +415,14 @@ class Authenticator:
         peer = address.decode("utf-8", "replace") or "(local)"
         if version != b"1.0":
             return [b"1.0", request_id, b"500", b"unsupported ZAP version", b"", b""]
+        domain_text = domain.decode("utf-8", "replace")
         if mechanism == b"CURVE" and len(credentials) == 1 and len(credentials[0]) == 32 \
-                and domain.decode("utf-8", "replace") == self.domain:
+                and domain_text in (self.domain, self.domain + ".cluster"):
             key = zmq.utils.z85.encode(credentials[0])
             role = self.allowed.get(key)
+            if role is not None and role != CLUSTER and domain_text != self.domain:
+                self._refused(peer, key, f"a {role} key on a cluster-only socket")
+                return [version, request_id, b"400", b"cluster keys only", b"", b""]
             if role is not None:
                 self.accepted += 1
                 log.debug("admitted %s from %s", role, peer)
@@ -420,6 +445,35 @@ class Authenticator:
             log.warning("refused a connection from %s: %s%s (%d refused so far)", peer, why,
                         f" {key.decode('ascii')}" if key else "", self.refused + 1)
         self.refused += 1
+
+
+class Security:
+    """One process' authentication: its credentials and the Authenticator of its context.
+    `Security.start(context, config)` loads the keys (KeyFileError naming a bad file) and
+    starts the Authenticator; it returns None when `config` is None (authentication off)."""
+
+    def __init__(self, credentials: Credentials, authenticator: Authenticator) -> None:
+        self.credentials = credentials
+        self.authenticator = authenticator
+
+    @classmethod
+    def start(cls, context: zmq.Context, config: Optional["AuthConfig"]) -> Optional["Security"]:
+        if config is None:
+            return None
+        credentials = config.load()
+        return cls(credentials, Authenticator(context, credentials).start())
+
+    @property
+    def role(self) -> str:
+        return self.credentials.role
+
+    def stop(self) -> None:
+        self.authenticator.stop()
+
+
+def credentials_of(security: Optional[Security]) -> Optional[Credentials]:
+    """The credentials of `security`, or None when authentication is off."""
+    return None if security is None else security.credentials
 
 
 # --- the `keys` command (shared by `cloudburst keys` and `anna keys`) -----------------------

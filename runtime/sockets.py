@@ -20,7 +20,8 @@ Contract:
   It is not thread-safe; each thread that sends keeps its own.
 - Authentication (opt-in, `runtime.auth`): `bind_pull(..., auth=credentials)` makes the socket
   a CURVE server (its context needs a running `auth.Authenticator`) and returns its address
-  with the server's public key (`tcp://host:port#k=<hex key>`). `check_address` accepts such
+  with the server's public key (`tcp://host:port#k=<hex key>`). It admits only cluster keys
+  unless bound with `audience="any"` (sockets clients send to: routing, schedulers). `check_address` accepts such
   an address. A `PushCache(..., auth=credentials)` connects to a keyed address as a CURVE
   client of that key and refuses (logged at WARNING, send returns False) an address without a
   key; a cache without credentials connects plainly to the endpoint (a CURVE server then
@@ -73,9 +74,11 @@ _FLOOR = 8
 def bind_pull(context: zmq.Context, ip: str = "127.0.0.1", port: int = 0,
               ipc_dir: Optional[str] = None, rcvhwm: int = 100000,
               max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-              auth: Optional[Credentials] = None) -> Tuple[zmq.Socket, str]:
+              auth: Optional[Credentials] = None,
+              audience: str = "cluster") -> Tuple[zmq.Socket, str]:
     """A bound PULL socket and its connectable address (see the module contract); with
-    `auth`, a CURVE server whose address carries its public key."""
+    `auth`, a CURVE server whose address carries its public key, admitting only cluster keys
+    (`audience="cluster"`, the default) or client keys too (`audience="any"`)."""
     socket = context.socket(zmq.PULL)
     try:
         socket.setsockopt(zmq.LINGER, 0)
@@ -83,7 +86,7 @@ def bind_pull(context: zmq.Context, ip: str = "127.0.0.1", port: int = 0,
         if max_frame_bytes and max_frame_bytes > 0:
             socket.setsockopt(zmq.MAXMSGSIZE, int(max_frame_bytes))
         if auth is not None:
-            make_server(socket, auth)
+            make_server(socket, auth, audience)
         if ipc_dir:
             socket.bind(f"ipc://{os.path.join(ipc_dir, uuid.uuid4().hex[:16])}")
             address = socket.getsockopt_string(zmq.LAST_ENDPOINT)

@@ -30,11 +30,12 @@ def keys(tmp_path):
 class Side:
     """One party: a context, its Authenticator, a bound PULL and a PushCache."""
 
-    def __init__(self, credentials, bind=True):
+    def __init__(self, credentials, bind=True, audience="any"):
         self.context = zmq.Context()
         self.credentials = credentials
         self.authenticator = Authenticator(self.context, credentials).start()
-        self.pull, self.address = bind_pull(self.context, auth=credentials) if bind \
+        self.pull, self.address = bind_pull(self.context, auth=credentials,
+                                                     audience=audience) if bind \
             else (None, None)
         self.push = PushCache(self.context, linger_ms=0, auth=credentials)
 
@@ -50,8 +51,8 @@ class Side:
 def sides():
     made = []
 
-    def make(credentials, bind=True):
-        made.append(Side(credentials, bind))
+    def make(credentials, bind=True, audience="any"):
+        made.append(Side(credentials, bind, audience))
         return made[-1]
 
     yield make
@@ -93,6 +94,29 @@ def test_roles_come_through_as_the_zap_user_id(keys, sides):
         assert frame is not None
         roles[frame.bytes] = role_of(frame)
     assert roles == {b"from the cluster": "cluster", b"from alice": "client:alice"}
+
+
+def test_a_cluster_only_socket_refuses_client_keys_at_the_handshake(keys, sides, caplog):
+    caplog.set_level(logging.WARNING, logger="runtime.auth")
+    server = sides(AuthConfig(keys).load(), audience="cluster")
+    peer = sides(AuthConfig(keys).load(), bind=False)
+    alice = sides(AuthConfig(keys, "client:alice").load(), bind=False)
+    assert alice.push.send_frame(server.address, b"from alice")
+    poll_until(lambda: server.authenticator.refused, timeout=5, what="the ZAP refusal")
+    assert "client:alice key on a cluster-only socket" in caplog.text
+    assert peer.push.send_frame(server.address, b"from the cluster")
+    frame = received(server.pull)
+    assert frame is not None and frame.bytes == b"from the cluster"
+    assert role_of(frame) == "cluster"
+    assert received(server.pull, timeout_ms=200) is None
+
+
+def test_may_send_lets_clients_send_only_client_kinds():
+    client_kinds = frozenset({"request"})
+    assert auth.may_send(None, "gossip", client_kinds)            # authentication off
+    assert auth.may_send("cluster", "gossip", client_kinds)
+    assert auth.may_send("client:alice", "request", client_kinds)
+    assert not auth.may_send("client:alice", "gossip", client_kinds)
 
 
 def test_unknown_client_key_is_refused_and_logged_with_its_address(keys, sides, caplog):
