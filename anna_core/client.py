@@ -43,6 +43,7 @@ from google.protobuf.message import DecodeError
 
 from hydro_proto import anna_pb2
 
+from runtime.auth import AuthConfig, Security, check_client_auth, credentials_of
 from runtime.sockets import PushCache, bind_pull
 
 from . import _core
@@ -87,15 +88,21 @@ class Client:
             min(timeout, 1.0)).
         ip: the local address to bind the answer socket on (must be reachable by workers).
         context: a ZMQ context to use (default: a private one, closed by `close()`).
+        auth: this client's keys (`runtime.auth.AuthConfig(key_dir, "client:NAME")`, or the
+            "cluster" identity for the cluster's own processes). Required when the routing
+            address carries the cluster's key (`...#k=<hex>`): AuthenticationRequired
+            otherwise. None talks plain to a cluster without authentication.
     """
 
     def __init__(self, routing_address: Union[str, Sequence[str]], *, timeout: float = 5.0,
                  retries: int = 2, ip: str = "127.0.0.1", context: Optional[zmq.Context] = None,
                  attempt_timeout: Optional[float] = None,
-                 routing_timeout: Optional[float] = None) -> None:
+                 routing_timeout: Optional[float] = None,
+                 auth: Optional[AuthConfig] = None) -> None:
         if timeout <= 0:
             raise ValueError("timeout must be > 0")
         self.routing_addresses = routing_addresses(routing_address)
+        check_client_auth(self.routing_addresses, auth, "the Anna cluster")
         self.routing_address = self.routing_addresses[0]
         self.timeout = float(timeout)
         self.retries = max(0, int(retries))
@@ -110,8 +117,16 @@ class Client:
         self.ip = ip
         self._own_context = context is None
         self._context = context or zmq.Context()
-        self._pull, self.response_address = bind_pull(self._context, ip)
-        self._push = PushCache(self._context, sndhwm=10000, linger_ms=0)
+        self.auth = auth
+        self._security = Security.start(self._context, auth)
+        credentials = credentials_of(self._security)
+        try:
+            self._pull, self.response_address = bind_pull(self._context, ip, auth=credentials)
+        except BaseException:
+            if self._security is not None:
+                self._security.stop()
+            raise
+        self._push = PushCache(self._context, sndhwm=10000, linger_ms=0, auth=credentials)
         self._addresses: Dict[Tuple[str, bool], List[str]] = {}
         self._clock = MonotoneClock()
         self._id_prefix = uuid.uuid4().hex[:12]
@@ -199,7 +214,8 @@ class Client:
 
     def subscription(self, *keys: str) -> Subscription:
         """A new `Subscription` subscribed to `keys`; closing it unsubscribes."""
-        sub = Subscription(ip=self.ip, context=self._context, client=self, keys=keys)
+        sub = Subscription(ip=self.ip, context=self._context, client=self, keys=keys,
+                           auth=self.auth)
         self._subscriptions.append(sub)  # closed before the shared context in close()
         try:
             for key in keys:
@@ -248,6 +264,8 @@ class Client:
         self._subscriptions.clear()
         self._push.close()
         self._pull.close(0)
+        if self._security is not None:
+            self._security.stop()
         if self._own_context:
             self._context.term()
 

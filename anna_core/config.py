@@ -184,6 +184,8 @@ class RoutingConfig:
     heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT
     recovery_period: Optional[float] = None
     override_refresh_period: float = 5.0
+    # CURVE keys (runtime/auth.py): the cluster's key directory, None = authentication off.
+    key_dir: Optional[str] = None
 
     def __post_init__(self) -> None:
         self.default_replication = Replication.coerce(self.default_replication)
@@ -224,6 +226,13 @@ class ClusterConfig:
     together with `replication`). By default a cluster of two or more nodes per tier keeps
     two replicas (it survives one crash) and a single node keeps one. `max_push_sockets`
     bounds each KVS worker thread's open sockets (NodeConfig.max_push_sockets).
+
+    Authentication: with `auth` (the default) every socket is a CURVE server or client and
+    only holders of the cluster's key or an authorized client key get in; the keys are read
+    from `key_dir`, or written fresh into the cluster's own temporary directory (the cluster
+    key and a client named "local") when `key_dir` is None. `auth=False` runs every socket
+    plain, and the cluster warns that anyone who can reach its ports can read, write and
+    delete every key.
     """
 
     memory_threads: int = 1
@@ -245,8 +254,12 @@ class ClusterConfig:
     leave_timeout: float = DEFAULT_LEAVE_TIMEOUT
     fault_tolerance: Optional[int] = None
     max_push_sockets: int = 1024      # per KVS worker thread (NodeConfig.max_push_sockets)
+    auth: bool = False
+    key_dir: Optional[str] = None
 
     def __post_init__(self) -> None:
+        if self.key_dir is not None and not self.auth:
+            raise ValueError("ClusterConfig.key_dir is given but auth is off; drop one")
         if isinstance(self.routers, bool) or not isinstance(self.routers, int) \
                 or self.routers < 1:
             raise ValueError(f"ClusterConfig.routers must be an int >= 1, got {self.routers!r}")
