@@ -18,7 +18,7 @@ from .client import Client, Subscription, Update
 from .cluster import LocalCluster
 from .config import ClusterConfig, NodeConfig, Replication, RoutingConfig
 from .errors import (AnnaError, KeyNotFound, LatticeTypeMismatch, LeaveFailed, MalformedRequest,
-                     NoNodes, StartupError, StoreFailed, Timeout, UnknownLatticeType,
+                     NoNodes, NotPermitted, StartupError, StoreFailed, Timeout, UnknownLatticeType,
                      ValueTooLarge, WrongOwner)
 
 __all__ = [
@@ -27,6 +27,6 @@ __all__ = [
     "PriorityLattice", "SingleKeyCausalLattice", "MultiKeyCausalLattice", "deserialize",
     "compare_clocks", "merge_clocks",
     "AnnaError", "KeyNotFound", "LatticeTypeMismatch", "ValueTooLarge", "UnknownLatticeType",
-    "MalformedRequest", "NoNodes", "Timeout", "WrongOwner", "StoreFailed", "StartupError",
+    "MalformedRequest", "NoNodes", "Timeout", "WrongOwner", "StoreFailed", "NotPermitted", "StartupError",
     "LeaveFailed", "Replication", "NodeConfig", "RoutingConfig", "ClusterConfig",
 ]

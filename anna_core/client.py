@@ -43,13 +43,13 @@ from google.protobuf.message import DecodeError
 
 from hydro_proto import anna_pb2
 
-from runtime.auth import AuthConfig, Security, check_client_auth, credentials_of
+from runtime.auth import CLUSTER, AuthConfig, Security, check_client_auth, credentials_of
 from runtime.sockets import PushCache, bind_pull
 
 from . import _core
 from .config import Replication
-from .errors import (KeyNotFound, LatticeTypeMismatch, MalformedRequest, NoNodes, Timeout,
-                     error_from_code)
+from .errors import (KeyNotFound, LatticeTypeMismatch, MalformedRequest, NoNodes,
+                     NotPermitted, Timeout, error_from_code)
 from .subscription import Subscription, Update, Value, is_lattice as _is_lattice, \
     reveal_value as _reveal_value
 from .wire import MonotoneClock, lattice_to_tuple, tuple_to_lattice
@@ -233,6 +233,11 @@ class Client:
         `memory`/`disk` are replicas (nodes) per tier, `local` threads per node in both tiers
         unless `memory_local`/`disk_local` say otherwise.
         """
+        if self.auth is not None and self.auth.identity != CLUSTER:
+            # routing drops it from a client key: say so instead of timing out
+            raise NotPermitted(f"set_replication of {key!r}: changing placement is reserved to "
+                               f"the cluster's key (AuthConfig(key_dir, 'cluster')); this client "
+                               f"is {self.auth.identity!r}", key=key)
         replication = Replication(memory, local if memory_local is None else memory_local,
                                   disk, local if disk_local is None else disk_local)
         request = anna_pb2.SetReplication(response_address=self.response_address)
