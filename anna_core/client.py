@@ -47,9 +47,9 @@ from runtime.auth import CLUSTER, AuthConfig, Security, check_client_auth, crede
 from runtime.sockets import PushCache, bind_pull
 
 from . import _core
-from .config import Replication
+from .config import DEFAULT_MAX_VALUE_BYTES, Replication
 from .errors import (KeyNotFound, LatticeTypeMismatch, MalformedRequest, NoNodes,
-                     NotPermitted, Timeout, error_from_code)
+                     NotPermitted, Timeout, ValueTooLarge, error_from_code)
 from .subscription import Subscription, Update, Value, is_lattice as _is_lattice, \
     reveal_value as _reveal_value
 from .wire import MonotoneClock, lattice_to_tuple, tuple_to_lattice
@@ -98,7 +98,8 @@ class Client:
                  retries: int = 2, ip: str = "127.0.0.1", context: Optional[zmq.Context] = None,
                  attempt_timeout: Optional[float] = None,
                  routing_timeout: Optional[float] = None,
-                 auth: Optional[AuthConfig] = None) -> None:
+                 auth: Optional[AuthConfig] = None,
+                 max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> None:
         if timeout <= 0:
             raise ValueError("timeout must be > 0")
         self.routing_addresses = routing_addresses(routing_address)
@@ -110,6 +111,7 @@ class Client:
             else float(attempt_timeout)
         self.routing_timeout = min(self.timeout, 1.0) if routing_timeout is None \
             else float(routing_timeout)
+        self.max_value_bytes = int(max_value_bytes)
         if self.attempt_timeout <= 0 or self.routing_timeout <= 0:
             raise ValueError("attempt_timeout and routing_timeout must be > 0")
         self._routing_suspects: Dict[str, float] = {}
@@ -288,7 +290,12 @@ class Client:
         elif not _is_lattice(value):
             raise TypeError(f"put {key!r}: value must be bytes or an anna_core lattice, "
                             f"not {type(value).__name__}")
-        return lattice_to_tuple(key, value)
+        t = lattice_to_tuple(key, value)
+        if len(t.payload) > self.max_value_bytes:
+            raise ValueTooLarge(f"put {key!r}: the value is {len(t.payload):,} bytes, above the "
+                                f"cluster's limit of {self.max_value_bytes:,} (the nodes' "
+                                f"max_value_bytes; pass the same to Client)", key=key)
+        return t
 
     def _decode(self, t: Any, op: str, address: Optional[str] = None) -> Any:
         try:

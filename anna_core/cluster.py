@@ -196,6 +196,7 @@ class LocalCluster:
             raise RuntimeError("LocalCluster is not started; use `with LocalCluster(...)` "
                                "or call start()")
         kwargs.setdefault("auth", self.client_auth)
+        kwargs.setdefault("max_value_bytes", self.config.max_value_bytes)
         c = Client(self.routing_addresses, ip=self.config.ip, **kwargs)
         self._clients.append(c)
         return c
