@@ -356,7 +356,7 @@ class LocalCluster:
                             max_push_sockets=self.config.max_push_sockets,
                             pin_threads=self.config.effective_pin_threads(),
                             log_level=self.config.log_level,
-                            **({"key_dir": self.key_dir} if self.key_dir else {}))
+                            key_dir=self.key_dir)
         p = ManagedProcess(node_id, [sys.executable, "-m", "anna_core.node", "--config",
                                      config.to_json(),
                                      "--routing", ",".join(self.routing_addresses),

@@ -285,7 +285,7 @@ class ClusterConfig:
     leave_timeout: float = DEFAULT_LEAVE_TIMEOUT
     fault_tolerance: Optional[int] = None
     max_push_sockets: int = 1024      # per KVS worker thread (NodeConfig.max_push_sockets)
-    auth: bool = False
+    auth: bool = True
     key_dir: Optional[str] = None
 
     def __post_init__(self) -> None:

@@ -43,13 +43,7 @@ def log(message: str) -> None:
 
 def loadgen_credentials(cluster: "anna_core.LocalCluster") -> Dict[str, Any]:
     """The load generator's keyword arguments for a client identity of `cluster`."""
-    if cluster.client_auth is None:
-        return {}
-    credentials = cluster.client_auth.load()
-    return {"client_public_key": credentials.keypair.public.decode(),
-            "client_secret_key": credentials.keypair.secret.decode(),
-            "server_public_keys": [k.decode() for k, role in credentials.allowed.items()
-                                   if role == "cluster"]}
+    return {} if cluster.client_auth is None else {"auth": cluster.client_auth.load()}
 
 
 def kvs_round(auth: bool, args: argparse.Namespace, seed: int) -> Dict[str, Any]:

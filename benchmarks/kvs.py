@@ -179,14 +179,17 @@ def main(argv=None) -> int:
     log(f"redis-server {redis.version()} on port {redis.port}")
     try:
         with anna_core.LocalCluster(memory_threads=args.threads, nodes=1) as cluster:
-            owners = key_addresses(cluster.routing_address, args.keys)
+            owners = key_addresses(cluster.routing_address, args.keys, auth=cluster.client_auth)
             log(f"anna cluster up at {cluster.routing_address}; {len(set(owners))} workers own the keys")
+            # Authenticated, as every cluster is by default (benchmarks/auth_cost.py compares).
+            client_credentials = cluster.client_auth.load() if cluster.client_auth else None
             anna_runs, redis_runs = [], []
             for run in range(args.runs):
                 # Alternate sides so machine noise hits both alike.
                 redis_runs.append(_core.load_redis("127.0.0.1", redis.port, seed=run + 1, **workload))
                 log(f"run {run + 1}/{args.runs} redis: {fmt(redis_runs[-1])}")
-                anna_runs.append(_core.load_anna(owners, seed=run + 1, **workload))
+                anna_runs.append(_core.load_anna(owners, seed=run + 1, auth=client_credentials,
+                                                 **workload))
                 log(f"run {run + 1}/{args.runs} anna : {fmt(anna_runs[-1])}")
             for name, runs in (("anna", anna_runs), ("redis", redis_runs)):
                 results[f"capacity_{name}"] = {
