@@ -24,6 +24,8 @@ Contract:
   three sockets (schedules and triggers, node-cache replies, control) admit only cluster
   keys, and its pushes (results to callers, triggers, heartbeats, `done`) are CURVE clients.
   Its `anna_core.Client` is authenticated when the KVS is (`hydrocache.service.kvs_auth`).
+  `lib.send` goes only to directory entries that carry the cluster's key (a client key can
+  write the KVS; it cannot hold the cluster's secret).
 """
 from __future__ import annotations
 
@@ -42,7 +44,7 @@ from google.protobuf.message import DecodeError
 
 import anna_core
 from runtime.keys import function_key, worker_key
-from runtime.auth import AuthConfig, Security, credentials_of
+from runtime.auth import AuthConfig, Security, credentials_of, parse_address
 from runtime.framing import FrameError, encode, parse
 from runtime.sockets import PushCache, bind_pull
 from runtime.values import decode_arg, dumps, loads
@@ -528,12 +530,27 @@ class Worker:
                 address = self._kvs.get(worker_key(dest)).decode()
             except anna_core.KeyNotFound:
                 raise ValueError(f"lib.send: no executor worker has id {dest!r}") from None
+            self._check_peer(dest, address)
             self._peers[dest] = address
         message = pb.UserMessage(sender=self.worker_id, payload=data)
         if address == self.address:
             self._on_msg(message)
         else:
             self._push.send(address, "msg", message)
+
+    def _check_peer(self, dest: str, address: str) -> None:
+        """An authenticated worker sends user messages only to an address carrying the
+        cluster's key: the directory lives in the KVS, where a client key can write too, and
+        only a process holding the cluster's secret completes a handshake with that key."""
+        if self.credentials is None:
+            return
+        try:
+            key = parse_address(address)[1]
+        except ValueError:
+            key = None
+        if key != self.credentials.keypair.public:
+            raise ValueError(f"lib.send: the directory entry of worker {dest!r} is not a "
+                             f"cluster address ({address[:120]!r}); not sent")
 
     def receive_user_messages(self, timeout: float) -> List[Tuple[str, bytes]]:
         deadline = time.monotonic() + max(0.0, timeout)

@@ -46,11 +46,12 @@ __all__ = ["HydroCacheService", "StageTimeout", "NotCausal", "KVS_AUTH", "kvs_au
 
 log = logging.getLogger("hydrocache.service")
 
-# Whether the KVS (Anna) of a cluster whose services hold keys authenticates too. While it
-# runs plain, every Cloudburst socket is authenticated but `anna_core.Client`s and the sockets
-# Anna pushes to (subscriptions) stay plain. The one switch for the whole platform (the
-# scheduler, executor and SDK all ask `kvs_auth`).
-KVS_AUTH = False
+# Whether the KVS (Anna) of a cluster whose services hold keys authenticates with the same
+# keys (one key directory for the whole stack): its `anna_core.Client`s get the keys and the
+# sockets Anna pushes subscribed keys to are CURVE servers. The one switch for the whole
+# platform (the scheduler, executor, SDK and LocalCluster all ask `kvs_auth`); False runs the
+# KVS plain under an authenticated Cloudburst (what it did before Anna's kernel spoke CURVE).
+KVS_AUTH = True
 
 
 def kvs_auth(auth: Optional[AuthConfig]) -> Optional[AuthConfig]:

@@ -59,6 +59,7 @@ from anna_core.wire import tuple_to_lattice
 from runtime.auth import (CLUSTER, AuthConfig, Credentials, Security, credentials_of,
                           format_address, make_server, may_send, parse_address, role_of)
 from runtime.framing import FrameError, more, parse
+from runtime.keys import PREFIX
 from runtime.sockets import PushCache, bind_pull
 from runtime.errors import InvalidDag, NoResources
 from runtime.http import TextEndpoint
@@ -402,6 +403,10 @@ class Scheduler:
                 return
             self._end_warmup()
         call = pb.Call.FromString(payload)
+        if call.output_key.startswith(PREFIX):   # the registry and worker directory live there
+            return self._fail(call, pb.BAD_REQUEST, (
+                f"output_key {call.output_key[:120]!r}: keys starting with {PREFIX!r} are "
+                f"reserved for Cloudburst"))
         for call_id in call.finished:
             if not (self._causal and self._causal_calls.done(call_id, time.monotonic())):
                 self.table.finish_call(call_id)

@@ -17,12 +17,15 @@ import time
 
 import pytest
 
+import anna_core
 import cloudburst
 from hydro_proto import cloudburst_pb2 as pb
-from runtime.auth import AuthConfig, KeyFileError, parse_address, strip_key, write_keys
-from runtime.framing import encode
+from runtime.auth import (AuthConfig, AuthenticationRequired, KeyFileError, parse_address,
+                          strip_key, write_keys)
+from runtime.framing import encode, parse
+from runtime.keys import worker_key
 from runtime.sockets import PushCache
-from runtime.values import dumps, dumps_function
+from runtime.values import dumps, dumps_function, encode_args
 from scheduler.server import CLIENT_KINDS
 from scheduler.stats import CallStats, render_prometheus
 from peers import Peer, handshake
@@ -62,8 +65,16 @@ def test_the_default_cluster_authenticates_every_address(cluster):
     for address in [*cluster.scheduler_addresses, node["cache_address"],
                     *(w["address"] for w in cluster.workers)]:
         assert parse_address(address)[1] is not None, address
+    # the KVS shares the key directory: its addresses carry the key, a keyless client fails
+    assert cluster.kvs.key_dir == cluster.key_dir
+    for address in [cluster.kvs.routing_address, *cluster.kvs.worker_addresses()]:
+        assert parse_address(address)[1] is not None, address
+    with pytest.raises(AuthenticationRequired):
+        anna_core.Client(cluster.kvs.routing_address)
     client = cluster.client()
     assert parse_address(client.response_address)[1] is not None
+    client.put("auth-object", {"a": 1})                     # through the KVS, authenticated
+    assert client.get("auth-object") == {"a": 1}
     status = client.status()
     assert status.auth and "authentication on" in cloudburst.status.format_status(status)
     assert client.call("auth_inc", 1).get(timeout=10) == 2
@@ -184,6 +195,31 @@ def test_a_client_key_is_refused_by_every_cluster_only_socket(cluster):
     finally:
         mallory.close()
         member.close()
+
+
+def test_a_client_cannot_use_the_kvs_to_redirect_the_cluster(cluster):
+    """The worker directory lives in the KVS, which a client key may write: a worker sends
+    `lib.send` messages only to addresses carrying the cluster's key, and a call cannot make
+    its sink write into Cloudburst's own keys."""
+    client = cluster.client()
+    with Peer(cluster.client_auth) as mallory:
+        trap, trap_address = mallory.bind()        # a server of mallory's, with its own key
+        kvs = cluster.kvs.client()
+        kvs.put_all(worker_key("ghost"), trap_address.encode())
+        client.register(lambda lib, x: lib.send("ghost", b"secret") or x, "auth_sender")
+        with pytest.raises(cloudburst.ExecutionError, match="not a cluster address"):
+            client.call("auth_sender", 1).get(timeout=10)
+        assert not trap.poll(300), "a worker sent a user message to a client's server"
+        # a call whose sink would write the worker directory is refused by the scheduler
+        answers, here = mallory.bind()
+        call = pb.Call(request_id="evil-call", response_address=here, function="auth_inc",
+                       output_key=worker_key("victim"), timeout=5)
+        call.args["auth_inc"].CopyFrom(encode_args((1,)))
+        mallory.dial(cluster.address).send(encode("call", call))
+        assert answers.poll(10000), "no answer to the call"
+        result = pb.CallResult.FromString(parse(answers.recv())[1])
+        assert result.status == pb.BAD_REQUEST and "reserved" in result.message
+    assert client.call("auth_inc", 2).get(timeout=10) == 3
 
 
 def test_client_kinds_are_exactly_what_the_client_sends():
