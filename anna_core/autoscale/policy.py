@@ -6,7 +6,8 @@ Contract:
   asked for that have not joined (`pending_adds`), the nodes it asked to leave that are still
   members (`removing`), and the replication vectors it set (bounded LRU; they win over the
   summary's view, which may lag by a period, so a key's replication never steps back because
-  of stale statistics).
+  of stale statistics), and the bytes it moved into or out of the memory tier within the
+  last `replication_cooldown` (added to the summary's memory use, for the same reason).
 - `decide(summary, now) -> List[Action]` (anna_core/autoscale/actions.py) runs once per
   monitoring period on `summarize(...)`'s output. `now` is seconds on the caller's monotonic
   clock. It reads no clock, opens no socket, sleeps never and logs nothing: every decision
@@ -106,6 +107,9 @@ class PolicyEngine:
         self.members: Optional[Dict[str, FrozenSet[str]]] = None
         self._replication: "collections.OrderedDict[str, Tuple[Replication, float]]" = \
             collections.OrderedDict()
+        # (when, bytes) the engine moved into (+) or out of (-) the memory tier recently: the
+        # summary may not show them yet
+        self._moved: "collections.deque[Tuple[float, int]]" = collections.deque(maxlen=10_000)
 
     # ---- queries ----------------------------------------------------------------------
 
@@ -212,22 +216,26 @@ class PolicyEngine:
             return
         s, cfg = r.summary, self.config
         memory = s.memory
+        while self._moved and r.now - self._moved[0][0] >= cfg.replication_cooldown:
+            self._moved.popleft()
+        stored = max(0, memory.stored_bytes + sum(b for _, b in self._moved))
         target = (cfg.memory_target_occupancy * memory.capacity_bytes
                   if memory.capacity_bytes > 0 else None)
-        room = None if target is None else max(0.0, target - memory.stored_bytes)
+        room = None if target is None else max(0.0, target - stored)
         blocked = self._blocker(r.now)
         plan = plan_promotions(s.keys, self.replication_of, room, cfg, s.period, blocked,
                                self._key_room(r))
         for action in plan.promotions:
             self._set_key(r, action)
+        self._moved.append((r.now, plan.promoted_bytes))
         if target is None:
             return
-        excess = max(0.0, memory.stored_bytes + plan.promoted_bytes - target)
+        excess = max(0.0, stored + plan.promoted_bytes - target)
         if excess <= 0 and not plan.overflow:
             return
         upper = cfg.memory_storage_bounds[1]
         if plan.overflow and cfg.elasticity:
-            need = nodes_for_storage(memory.stored_bytes + plan.overflow_bytes,
+            need = nodes_for_storage(stored + plan.overflow_bytes,
                                      memory.node_capacity_bytes, upper)
             count = max(1, need - self.layout(s)[MEMORY])
             r.want_add(MEMORY, count, f"added {{n}} memory node(s): {len(plan.overflow)} hot "
@@ -247,19 +255,20 @@ class PolicyEngine:
                                 f"demoted: {disk_nodes} disk nodes < k + 1 = "
                                 f"{cfg.fault_tolerance + 1}"))
             return
-        why_full = (f"memory holds {amount(memory.stored_bytes)} of "
+        why_full = (f"memory holds {amount(stored)} of "
                     f"{amount(memory.capacity_bytes)}, target occupancy "
                     f"{cfg.memory_target_occupancy:g}")
         if excess > 0:
             # between the target and S_upper only keys colder than D go; above S_upper the
             # tier is full and the coldest keys go whatever their rate (LRU, 3.3.1)
-            full = memory.stored_bytes > upper * memory.capacity_bytes
-            demoted, _ = plan_demotions(s.keys, self.replication_of, excess, cfg, s.period,
-                                        blocked, self._key_room(r),
-                                        None if full else cfg.demote_rate(),
-                                        f"{why_full}; {held}")
+            full = stored > upper * memory.capacity_bytes
+            demoted, freed = plan_demotions(s.keys, self.replication_of, excess, cfg, s.period,
+                                            blocked, self._key_room(r),
+                                            None if full else cfg.demote_rate(),
+                                            f"{why_full}; {held}")
             for action in demoted:
                 self._set_key(r, action)
+            self._moved.append((r.now, -freed))
         if plan.overflow:
             coldest_waiting = min(k.accesses for k in plan.overflow) / s.period
             demoted, freed = plan_demotions(
@@ -273,6 +282,7 @@ class PolicyEngine:
                                           self._blocker(r.now), self._key_room(r))
                 for action in swapped.promotions:
                     self._set_key(r, action)
+                self._moved.append((r.now, swapped.promoted_bytes - freed))
 
     def _latency(self, r: _Round) -> None:
         """Alg. 5 lines 8-14: latency against the SLO, compute occupancy of memory nodes."""
