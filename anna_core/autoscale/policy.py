@@ -334,13 +334,16 @@ class PolicyEngine:
         nodes = self.active(s, MEMORY)
         threads = s.memory.threads_per_node or 1
         blocked = self._blocker(r.now)
+        why = (f" (mean {s.access_mean:.1f} + {cfg.hot_key_std_devs:g} x std "
+               f"{s.access_std:.1f})" if hot > cfg.hot_key_min_accesses else
+               " (the floor hot_key_min_accesses)")
         for key in candidates:
             if self._key_room(r) <= 0:
                 break
             if blocked(key.key):
                 continue
             decision = replicate(key, self.replication_of(key), observed, cfg, nodes, threads,
-                                 hot, cfg.latency_statistic)
+                                 hot, cfg.latency_statistic, why)
             if decision:
                 self._set_key(r, SetReplication(key.key, decision[0], decision[1]))
 

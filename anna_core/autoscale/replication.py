@@ -45,19 +45,19 @@ def _grow(current: int, ratio: float, cap: int) -> int:
 
 
 def replicate(key: KeySummary, r: Replication, latency: float, config: PolicyConfig,
-              memory_nodes: int, threads: int, hot: float, statistic: str
-              ) -> Optional[Tuple[Replication, str]]:
+              memory_nodes: int, threads: int, hot: float, statistic: str,
+              hot_why: str = "") -> Optional[Tuple[Replication, str]]:
     """Algorithm 2 lines 1-8 for one hot key (see the module contract).
 
-    `latency` is the tier's observed latency (the SLO statistic), `hot` the threshold H used,
-    `statistic` its name for the reason."""
+    `latency` is the tier's observed latency (the SLO statistic), `hot` the threshold H used
+    (`hot_why` how it was computed), `statistic` the latency's name, for the reason."""
     if r.memory_global <= 0:
         return None
     observed = key.latency if key.latency is not None else latency
     which = "its clients' mean latency" if key.latency is not None else f"{statistic} latency"
     raw = observed / config.latency_slo
     ratio = min(raw, config.max_latency_ratio)
-    because = (f"{key.accesses} accesses > H = {hot:.1f}; {which} {ms(observed)} / SLO "
+    because = (f"{key.accesses} accesses > H = {hot:.1f}{hot_why}; {which} {ms(observed)} / SLO "
                f"{ms(config.latency_slo)} = {raw:.2f}"
                + (f", capped at c = {config.max_latency_ratio:g}" if raw > ratio else ""))
     cap = memory_nodes
