@@ -303,6 +303,9 @@ def test_sizing_helpers():
     assert budget.affordable({"memory": 2, "disk": 2}, "memory", 5) == 2   # 10 + 2 x 4 <= 20
     assert budget.affordable({"memory": 2, "disk": 4}, "disk", 5) == 0     # 6 nodes already
     assert budget.over({"memory": 5, "disk": 1}) and not budget.over({"memory": 4, "disk": 2})
+    with_fixed = Budget(PolicyConfig(max_cost=20.0, fixed_cost=6.0))   # e.g. routing + monitor
+    assert with_fixed.affordable({"memory": 2, "disk": 2}, "memory", 5) == 1   # 6 + 10 + 4
+    assert with_fixed.over({"memory": 4, "disk": 0}) and not budget.over({"memory": 4, "disk": 0})
 
 
 def test_reduce_for_removal_keeps_k_plus_one_replicas():

@@ -48,8 +48,9 @@ class Budget:
         self.config = config
 
     def cost(self, layout: Mapping[str, int]) -> float:
-        """Cost units per hour of `layout` ({tier: nodes})."""
-        return sum(self.config.node_cost(t) * layout.get(t, 0) for t in TIERS)
+        """Cost units per hour of `layout` ({tier: nodes}), with the fixed cost."""
+        return self.config.fixed_cost + sum(self.config.node_cost(t) * layout.get(t, 0)
+                                            for t in TIERS)
 
     def affordable(self, layout: Mapping[str, int], tier: str, wanted: int) -> int:
         """How many of `wanted` more `tier` nodes fit the budget on top of `layout`."""

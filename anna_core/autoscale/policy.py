@@ -227,7 +227,8 @@ class PolicyEngine:
                                self._key_room(r))
         for action in plan.promotions:
             self._set_key(r, action)
-        self._moved.append((r.now, plan.promoted_bytes))
+        if plan.promoted_bytes:
+            self._moved.append((r.now, plan.promoted_bytes))
         if target is None:
             return
         excess = max(0.0, stored + plan.promoted_bytes - target)
@@ -243,9 +244,10 @@ class PolicyEngine:
                                       f"under the memory target occupancy "
                                       f"{cfg.memory_target_occupancy:g}")
         held = self._add_held(r, MEMORY)
-        if MEMORY in r.wants and r.wants[MEMORY].kind == "add" and held in ("", "wait"):
-            return   # nodes come (now or after the grace period): make no room by demotion
-        if held in ("", "wait"):
+        wanted = MEMORY in r.wants and r.wants[MEMORY].kind == "add"
+        if held == "wait" or (wanted and not held):
+            return   # memory nodes come (now, pending, or after the grace period)
+        if not held:
             held = f"below S_upper {upper:g} no node is added"
         if self.in_grace(r.now):
             return   # demotion waits out the grace period (3.3.3)
@@ -268,7 +270,8 @@ class PolicyEngine:
                                             f"{why_full}; {held}")
             for action in demoted:
                 self._set_key(r, action)
-            self._moved.append((r.now, -freed))
+            if freed:
+                self._moved.append((r.now, -freed))
         if plan.overflow:
             coldest_waiting = min(k.accesses for k in plan.overflow) / s.period
             demoted, freed = plan_demotions(

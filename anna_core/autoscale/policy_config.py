@@ -22,6 +22,7 @@ paper has the same table):
 | `max_cost` (B) | None | None | 3.3: set either a latency SLO or a budget |
 | `fault_tolerance` (k) | 2 | 0 | Table 3.2; local clusters keep one replica per key |
 | `memory_node_cost` / `disk_node_cost` | 4 / 1 | 4 / 1 | 3.3.3: a memory node serves 15x the requests at 4x the cost (r4.2xlarge $0.532/h vs r4.large $0.133/h) |
+| `fixed_cost` | 0 | 0 | 3.5: the paper's costs include routing and monitoring nodes; put theirs here |
 | `min_memory_nodes` | 1 | 1 | 3.3.3: one memory node for metadata |
 | `min_disk_nodes` | k + 1 = 3 | 0 | 3.3.3: k + 1 disk nodes; a local cluster may run without a disk tier |
 | `memory_storage_bounds` (S_lower, S_upper) | (0.3, 0.6) | (0.3, 0.6) | Table 3.2 |
@@ -76,6 +77,8 @@ class PolicyConfig:
         max_cost: B, the cost budget in cost units per hour (None: unlimited). Node costs
             are `memory_node_cost` / `disk_node_cost` per node-hour.
         max_nodes: a budget in nodes, over both tiers (None: unlimited). Both budgets hold.
+        fixed_cost: cost units per hour of what the policy does not scale (routing,
+            monitoring), counted against `max_cost`.
         fault_tolerance: k; every key keeps k + 1 replicas over both tiers (3.2.7).
     Tiers:
         min_memory_nodes, min_disk_nodes: node removal never goes below these (3.3.3).
@@ -117,6 +120,7 @@ class PolicyConfig:
     fault_tolerance: int = 0
     memory_node_cost: float = 4.0
     disk_node_cost: float = 1.0
+    fixed_cost: float = 0.0
     min_memory_nodes: int = 1
     min_disk_nodes: int = 0
     memory_storage_bounds: Tuple[float, float] = (0.3, 0.6)
@@ -158,7 +162,7 @@ class PolicyConfig:
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ValueError(f"PolicyConfig.{name} must be a finite number > 0, got {value!r}")
-        non_negative = ("memory_node_cost", "disk_node_cost", "grace_period",
+        non_negative = ("memory_node_cost", "disk_node_cost", "fixed_cost", "grace_period",
                         "replication_cooldown", "hot_key_std_devs", "cold_key_mean_fraction",
                         "promote_accesses", "demote_accesses")
         for name in non_negative:
