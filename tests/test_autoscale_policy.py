@@ -621,3 +621,54 @@ def test_actions_are_immutable_records():
     a = AddNodes("memory", 1, "why")
     with pytest.raises(dataclasses.FrozenInstanceError):
         a.count = 2
+
+
+# ---- events and a scenario ----------------------------------------------------------------
+
+def test_a_membership_change_reported_early_restarts_the_grace_period():
+    engine = PolicyEngine()
+    engine.nodes_changed({"memory": ["m0", "m1", "m2", "m3"]}, 0.0)
+    engine.nodes_changed({"memory": ["m0", "m1", "m2"]}, 5.0)          # m3 failed
+    assert engine.in_grace(16.9) and not engine.in_grace(17.0)
+    s = skewed(9 * MS, occupancies={"m0": 0.9, "m1": 0.01, "m2": 0.01})
+    actions = engine.decide(s, 10.0)
+    assert not of(actions, SetReplication)
+    assert any("hot keys not replicated: grace period" in n.reason for n in of(actions, Note))
+    assert of(engine.decide(s, 17.0), SetReplication)
+
+
+def test_summarize_refuses_a_bad_period():
+    with pytest.raises(ValueError, match="period"):
+        summarize([], period=0.0)
+
+
+def test_the_dissertations_skew_then_volume_experiment():
+    """3.5.4: 12 memory nodes, SLO 3.3 ms. A Zipf-2 hot set is replicated (no nodes added);
+    then a uniform load 4x larger keeps every node busy and four nodes are added; when the
+    load goes away nodes are removed, one per grace period."""
+    config = PolicyConfig.paper(latency_slo=3.3 * MS)
+    engine = PolicyEngine(config)
+    twelve = [f"m{i}" for i in range(12)]
+    period = config.monitoring_period
+    skew = summarize(workers({n: (0.9 if n == "m0" else 0.02) for n in twelve},
+                             keys=background() + [("zipf-top", 5000, 10, "m0")]),
+                     [ClientReport("c", 1000, 4 * 3.3 * MS, 20 * MS)], period=period)
+    actions = engine.decide(skew, 180.0)
+    assert not node_actions(actions)
+    (rep,) = of(actions, SetReplication)
+    assert rep.key == "zipf-top" and rep.replication.memory_global == 2   # ratio 4 capped at 1.5
+    uniform = summarize(workers({n: 0.35 for n in twelve}, keys=background(accesses=40)),
+                        [ClientReport("c", 4000, 4.4 * MS, 9 * MS)], period=period)
+    actions = engine.decide(uniform, 780.0)
+    (add,) = of(actions, AddNodes)
+    assert add.count == 4                                   # ceil(12 x 4.4 / 3.3) - 12
+    sixteen = twelve + [f"n{i}" for i in range(4)]
+    quiet = summarize(workers({n: 0.01 for n in sixteen}, keys=background(accesses=1)),
+                      [ClientReport("c", 100, 1.0 * MS, 2 * MS)], period=period)
+    removals = []
+    for step in range(0, 1200, 15):                         # 20 minutes of 15 s periods
+        removals += [(1080.0 + step, a) for a in engine.decide(quiet, 1080.0 + step)
+                     if isinstance(a, RemoveNode)]
+    gaps = [b[0] - a[0] for a, b in zip(removals, removals[1:])]
+    assert removals and all(g >= config.grace_period for g in gaps)
+    assert removals[0][0] >= 1080.0 + config.grace_period    # the joins restarted the grace
