@@ -147,6 +147,11 @@ def test_summary_drops_bad_reports_and_names_them():
     assert s.memory.node("m1").occupancy == 0.4 and s.memory.node("quiet") is None
     text = " ".join(s.problems)
     assert "tape" in text and "'gone', not a member" in text and "membership says memory" in text
+    odd = summarize([WorkerReport("m0", 0, accessed_keys=2, key_accesses=4,
+                                  access_square_sum="lots")],
+                    [ClientReport("c", 1, 0.001, 0.002, key_latencies=(("k", 0.001), ("bad",)))],
+                    period=T)
+    assert odd.access_mean == 2.0 and any("malformed" in p for p in odd.problems)
 
 
 def test_summary_is_bounded():

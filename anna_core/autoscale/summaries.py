@@ -202,6 +202,15 @@ def _fraction(value: object) -> float:
     return min(1.0, max(0.0, number))
 
 
+def _amount(value: object) -> float:
+    """A finite non-negative float from a reported number (garbage -> 0.0)."""
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return 0.0
+    return number if math.isfinite(number) and number > 0 else 0.0
+
+
 def _seconds(value: object) -> Optional[float]:
     try:
         number = float(value)  # type: ignore[arg-type]
@@ -356,8 +365,7 @@ def summarize(workers: Iterable[WorkerReport], clients: Iterable[ClientReport] =
         if _count(report.accessed_keys) > 0:
             samples += _count(report.accessed_keys)
             total += _count(report.key_accesses)
-            squares += max(0.0, float(report.access_square_sum)
-                           if math.isfinite(report.access_square_sum) else 0.0)
+            squares += _amount(report.access_square_sum)
         else:   # no moments reported: its listed keys are the samples
             counts = [c for c, _ in listed.values() if c > 0]
             samples += len(counts)
@@ -381,7 +389,12 @@ def summarize(workers: Iterable[WorkerReport], clients: Iterable[ClientReport] =
         requests += n
         means.append(m)
         p99s.append(p)
-        for key, value in tuple(client.key_latencies)[:max_keys_per_report]:
+        for item in tuple(client.key_latencies)[:max_keys_per_report]:
+            try:
+                key, value = item
+            except (TypeError, ValueError):
+                problems.add(f"latency report of {client.client_id!r} has a malformed key entry")
+                continue
             seconds = _seconds(value)
             if isinstance(key, str) and seconds is not None and (
                     key in key_latency_sum or len(key_latency_sum) < max_keys):
