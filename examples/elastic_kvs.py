@@ -8,7 +8,12 @@ replicas. Reads of a key with a live replica succeed throughout.
 
     python examples/elastic_kvs.py
 """
-import anna_core
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import anna_core  # noqa: E402
 
 KEYS = [f"order-{i}" for i in range(200)]
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import sys
 
+from runtime.auth import KeyFileError
 from runtime.logs import configure_logging
 from runtime.process import announce_ready
 
@@ -21,7 +23,11 @@ def main() -> None:
     parser.add_argument("--config", required=True, help="NodeConfig as JSON")
     config = NodeConfig.from_json(parser.parse_args().config)
     log = configure_logging(config.log_level, f"node {config.node_id}")
-    node = ExecutorNode(config)
+    try:
+        node = ExecutorNode(config)
+    except KeyFileError as e:          # a missing or malformed key file, named
+        log.error("cannot start: %s", e)
+        sys.exit(2)
     signal.signal(signal.SIGTERM, lambda *_: node.stop())
     signal.signal(signal.SIGINT, lambda *_: node.stop())
     try:

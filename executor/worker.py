@@ -44,7 +44,7 @@ from google.protobuf.message import DecodeError
 
 import anna_core
 from runtime.keys import function_key, worker_key
-from runtime.auth import AuthConfig, Security, credentials_of, parse_address
+from runtime.auth import AuthConfig, KeyFileError, Security, credentials_of, parse_address
 from runtime.framing import FrameError, encode, parse
 from runtime.sockets import PushCache, bind_pull
 from runtime.values import decode_arg, dumps, loads
@@ -591,9 +591,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m executor.worker")
     parser.add_argument("--config", required=True, help="WorkerConfig as JSON")
     config = WorkerConfig.from_json(parser.parse_args().config)
-    configure_logging(config.log_level, f"worker {config.worker_id}")
+    log_ = configure_logging(config.log_level, f"worker {config.worker_id}")
     die_with_parent(config.parent_pid)
-    worker = Worker(config)
+    try:
+        worker = Worker(config)
+    except KeyFileError as e:          # a missing or malformed key file, named
+        log_.error("cannot start: %s", e)
+        sys.exit(2)
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())
     signal.signal(signal.SIGINT, lambda *_: worker.stop())
     # what functions print goes to this worker's log, tagged by call, and to their callers

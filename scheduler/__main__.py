@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import argparse
 import signal
+import sys
 
+from runtime.auth import KeyFileError
 from runtime.logs import configure_logging
 from runtime.process import announce_ready
 
@@ -19,7 +21,11 @@ def main() -> None:
     parser.add_argument("--config", required=True, help="SchedulerConfig as JSON")
     config = SchedulerConfig.from_json(parser.parse_args().config)
     log = configure_logging(config.log_level, "scheduler")
-    scheduler = Scheduler(config)
+    try:
+        scheduler = Scheduler(config)
+    except KeyFileError as e:          # a missing or malformed key file, named
+        log.error("cannot start: %s", e)
+        sys.exit(2)
     signal.signal(signal.SIGTERM, lambda *_: scheduler.stop())
     signal.signal(signal.SIGINT, lambda *_: scheduler.stop())
     announce_ready({"address": scheduler.address, "pid": __import__("os").getpid()})

@@ -16,6 +16,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 import anna_core
 from hydro_proto import cloudburst_pb2 as pb
+from runtime.auth import Security, make_client, parse_address
 from runtime.errors import InvalidDag
 from runtime.framing import encode
 from scheduler.dag import DEFAULT_MAX_DAG_FUNCTIONS, Dag, validate
@@ -35,15 +36,20 @@ def rss_bytes(pid):
     raise AssertionError("no VmRSS")
 
 
-def send_and_wait_for_disconnect(address, frames, timeout=20.0):
-    """Send `frames` (not copied) to `address`; return once the peer has disconnected us."""
+def send_and_wait_for_disconnect(address, frames, timeout=20.0, auth=None):
+    """Send `frames` (not copied) to `address` (with `auth`'s keys); return once the peer
+    has disconnected us."""
     ctx = zmq.Context()
+    security = Security.start(ctx, auth)
     s = ctx.socket(zmq.PUSH)
     s.setsockopt(zmq.LINGER, 0)
     s.setsockopt(zmq.RECONNECT_IVL, 10000)       # no reconnect (and resend) meanwhile
     monitor = s.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+    endpoint, key = parse_address(address)
     try:
-        s.connect(address)
+        if security is not None and key is not None:
+            make_client(s, security.credentials, key)
+        s.connect(endpoint)
         s.send_multipart(frames, copy=False)
         assert monitor.poll(int(timeout * 1000)), \
             f"{address} did not disconnect the sender of an oversized frame"
@@ -52,6 +58,8 @@ def send_and_wait_for_disconnect(address, frames, timeout=20.0):
         s.disable_monitor()
         monitor.close(0)
         s.close(0)
+        if security is not None:
+            security.stop()
         ctx.term()
 
 
@@ -66,7 +74,8 @@ def test_a_512_mib_frame_to_a_kvs_worker_is_refused_and_costs_it_no_memory():
         big = mmap.mmap(-1, 512 * MiB)
         try:
             send_and_wait_for_disconnect(cluster.worker_addresses(node)[0],
-                                         [b"request", memoryview(big)])
+                                         [b"request", memoryview(big)],
+                                         auth=cluster.client_auth)
         finally:
             big.close()
         assert client.get("k") == b"v"

@@ -261,3 +261,22 @@ def test_a_cluster_without_auth_works_and_warns_loudly(caplog):
                 client.register(lambda lib, x: x * 2, "auth_double")
                 assert client.call("auth_double", 4).get(timeout=10) == 8
                 assert not client.status().auth
+
+
+@pytest.mark.parametrize("module,config", [
+    ("scheduler", {"kvs_address": "tcp://127.0.0.1:1"}),
+    ("executor", {"node_id": "n", "kvs_address": "tcp://127.0.0.1:1"}),
+    ("executor.worker", {"worker_id": "w", "node_id": "n", "kvs_address": "tcp://127.0.0.1:1",
+                         "cache_address": "tcp://127.0.0.1:2"}),
+])
+def test_a_service_with_a_bad_key_dir_exits_naming_the_file(module, config, tmp_path):
+    import json
+    import subprocess
+    import sys
+    config = dict(config, key_dir=str(tmp_path / "none"))
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    done = subprocess.run([sys.executable, "-m", module, "--config", json.dumps(config)],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "cannot start" in done.stderr and "cluster.key" in done.stderr
+    assert "Traceback" not in done.stderr

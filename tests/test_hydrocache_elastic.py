@@ -51,7 +51,7 @@ def test_subscriptions_follow_their_keys_on_join_leave_and_replication_change():
         kvs.remove_node(added)
         assert_cache_catches_up(client, 3, f"{added} left")
 
-        anna = kvs.client(timeout=2)
+        anna = kvs.client(timeout=2, auth=c.cluster_auth)   # placement: the cluster's key
         for key in KEYS:
             anna.set_replication(key, memory=2, disk=0)
         assert_cache_catches_up(client, 4, "a replication change")

@@ -87,20 +87,18 @@ def test_a_malformed_address_is_refused_logged_and_never_raised(address, caplog)
 
 # ---- real processes ----
 
-def _flood_kvs(worker, addresses, key):
-    ctx = zmq.Context()
-    s = ctx.socket(zmq.PUSH)
-    s.setsockopt(zmq.LINGER, 2000)
-    s.connect(worker)
-    try:
+def _flood_kvs(cluster, worker, addresses, key):
+    """GETs of `key` to `worker` as the cluster's client, each answered to one of
+    `addresses` (given a key: an authenticated worker refuses keyless ones unopened)."""
+    server_key = KeyPair.generate().public
+    with Peer(cluster.client_auth) as peer:
+        s = peer.dial(worker, linger_ms=2000)
         for i, response in enumerate(addresses):
-            request = anna_pb2.KeyRequest(type=anna_pb2.GET, response_address=response,
+            request = anna_pb2.KeyRequest(type=anna_pb2.GET,
+                                          response_address=format_address(response, server_key),
                                           request_id=f"flood-{i}")
             request.tuples.add(key=key)
             s.send_multipart([b"request", request.SerializeToString()])
-    finally:
-        s.close()
-        ctx.term()
 
 
 def test_a_kvs_worker_answering_thousands_of_response_addresses_keeps_its_descriptors():
@@ -112,7 +110,7 @@ def test_a_kvs_worker_answering_thousands_of_response_addresses_keeps_its_descri
         worker = cluster.worker_addresses(node)[0]
         before = open_fds(pid)
         start = time.monotonic()
-        _flood_kvs(worker, [nowhere(i) for i in range(3000)], "k")
+        _flood_kvs(cluster, worker, [nowhere(i) for i in range(3000)], "k")
         # the flood is answered (the worker's stats count it) before we look at descriptors
         poll_until(lambda: client.get("k") == b"v" and open_fds(pid) < before + 2 * 1024 + 64,
                    20, "the worker answering with bounded descriptors")
@@ -132,7 +130,8 @@ def test_a_kvs_worker_with_a_small_socket_maximum_stays_within_it():
         node = cluster.node_ids[0]
         pid = cluster._node(node).pid
         before = open_fds(pid)
-        _flood_kvs(cluster.worker_addresses(node)[0], [nowhere(i) for i in range(2000)], "k")
+        _flood_kvs(cluster, cluster.worker_addresses(node)[0], [nowhere(i) for i in range(2000)],
+                   "k")
         # the last request of the flood is answered once this get is (one worker, in order);
         # at most 32 sockets open and 32 closed ones lingering (a descriptor or two each)
         assert client.get("k") == b"v"
