@@ -43,7 +43,7 @@ from google.protobuf.message import DecodeError
 
 from hydro_proto import anna_pb2
 
-from runtime.auth import CLUSTER, AuthConfig, Security, check_client_auth, credentials_of
+from runtime.auth import ADDRESS_KEY_MARK, CLUSTER, AuthConfig, Security, check_client_auth, credentials_of
 from runtime.sockets import PushCache, bind_pull
 
 from . import _core
@@ -206,7 +206,14 @@ class Client:
         self._all(anna_pb2.PUT, key, self._tuple_for(key, value))
 
     def subscribe(self, key: str, address: str) -> None:
-        """Ask every replica of `key` to push UPDATEs to `address` when the key changes."""
+        """Ask every replica of `key` to push UPDATEs to `address` when the key changes.
+
+        With authentication the address must carry its listener's key (a `Subscription`
+        made with the same `auth`): the workers push only to authenticated listeners."""
+        if self.auth is not None and ADDRESS_KEY_MARK not in address:
+            raise ValueError(f"subscribe {key!r}: {address!r} carries no key, and this cluster "
+                             f"pushes updates only to authenticated listeners; use "
+                             f"Subscription(auth=...) or Client.subscription({key!r})")
         self._all(anna_pb2.SUBSCRIBE, key, anna_pb2.KeyTuple(key=key, subscriber_address=address))
 
     def unsubscribe(self, key: str, address: str) -> None:

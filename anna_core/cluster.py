@@ -202,6 +202,12 @@ class LocalCluster:
         return c
 
     @property
+    def cluster_auth(self) -> Optional[AuthConfig]:
+        """The cluster's own identity (None with auth off): for operators' clients, e.g. one
+        that changes replication (`client(auth=cluster.cluster_auth)`)."""
+        return AuthConfig(self.key_dir, CLUSTER) if self.key_dir else None
+
+    @property
     def node_ids(self) -> List[str]:
         """The ids of every node, memory tier first."""
         return list(self._nodes)

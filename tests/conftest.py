@@ -6,27 +6,39 @@ import zmq
 
 from anna_core import _core
 from hydro_proto import anna_pb2
+from runtime.auth import AuthConfig, Security
+from runtime.sockets import PushCache, bind_pull
 
 TIMEOUT_MS = 5000
 
 
 class Raw:
-    """Raw pyzmq access to a worker: [kind][payload] in, single-frame answers back."""
+    """Raw pyzmq access to a worker: [kind][payload] in, single-frame answers back.
+
+    Speaks plainly until `as_cluster(key_dir)` gives it the cluster's own identity (every
+    LocalCluster authenticates by default, and raw frames of every kind are the cluster's)."""
 
     def __init__(self):
         self.ctx = zmq.Context()
+        self.security = None
         self.pull = self.ctx.socket(zmq.PULL)
         self.pull.bind("tcp://127.0.0.1:*")
         self.address = self.pull.getsockopt_string(zmq.LAST_ENDPOINT)
-        self.pushes = {}
+        self.push = PushCache(self.ctx, linger_ms=0)
+
+    def as_cluster(self, key_dir):
+        """Use the cluster identity of `key_dir` (None: stay plain); returns self."""
+        if key_dir is None:
+            return self
+        self.push.close()
+        self.pull.close(0)
+        self.security = Security.start(self.ctx, AuthConfig(key_dir))
+        self.pull, self.address = bind_pull(self.ctx, auth=self.security.credentials)
+        self.push = PushCache(self.ctx, linger_ms=0, auth=self.security.credentials)
+        return self
 
     def send(self, address, frames):
-        if address not in self.pushes:
-            s = self.ctx.socket(zmq.PUSH)
-            s.setsockopt(zmq.LINGER, 0)
-            s.connect(address)
-            self.pushes[address] = s
-        self.pushes[address].send_multipart(frames)
+        assert self.push.send_frames(address, frames), f"could not send to {address}"
 
     def request(self, address, req_type, tuples):
         request = anna_pb2.KeyRequest(type=req_type, response_address=self.address,
@@ -52,9 +64,10 @@ class Raw:
         return _core.deserialize(t.lattice_type, t.payload)
 
     def close(self):
-        for s in self.pushes.values():
-            s.close(0)
+        self.push.close()
         self.pull.close(0)
+        if self.security is not None:
+            self.security.stop()
         self.ctx.term()
 
 

@@ -110,7 +110,8 @@ def test_value_too_large(kvs):
     assert kvs.get(key) == b"x" * 100
 
 
-def test_unknown_lattice_and_malformed_payload_get_error_answers(kvs, raw):
+def test_unknown_lattice_and_malformed_payload_get_error_answers(cluster, kvs, raw):
+    raw = raw.as_cluster(cluster.key_dir)
     key = fresh("raw")
     address = kvs.addresses(key)[0]
     bad_type = anna_pb2.KeyTuple(key=key, lattice_type=42, payload=b"")
@@ -124,6 +125,7 @@ def test_unknown_lattice_and_malformed_payload_get_error_answers(kvs, raw):
 
 
 def test_malformed_frames_do_not_crash_a_worker(cluster, kvs, raw):
+    raw = raw.as_cluster(cluster.key_dir)
     workers = cluster.worker_addresses()
     for address in workers:
         raw.send(address, [b"request"])                              # one frame
@@ -144,6 +146,7 @@ def test_malformed_frames_do_not_crash_a_worker(cluster, kvs, raw):
 
 
 def test_wrong_owner_answer_and_client_refresh(cluster, kvs, raw):
+    raw = raw.as_cluster(cluster.key_dir)
     workers = cluster.worker_addresses("memory-0")
     assert len(workers) == 2
     key = fresh("owner")
@@ -175,7 +178,9 @@ def test_subscription_receives_update(kvs):
 
 def test_subscribe_with_own_listener(kvs):
     key = fresh("sub2")
-    with anna_core.Subscription() as listener:
+    with anna_core.Subscription() as plain, pytest.raises(ValueError, match="authenticated"):
+        kvs.subscribe(key, plain.address)         # the workers would refuse to push there
+    with anna_core.Subscription(auth=kvs.auth) as listener:
         kvs.subscribe(key, listener.address)
         kvs.put(key, b"v1")
         update = listener.next(timeout=5.0)
@@ -186,9 +191,11 @@ def test_subscribe_with_own_listener(kvs):
         assert "UPDATE" in info.value.stage
 
 
-def test_set_replication_to_both_threads(kvs, raw):
+def test_set_replication_to_both_threads(cluster, kvs, raw):
+    raw = raw.as_cluster(cluster.key_dir)
     key = fresh("hot")
-    addresses = kvs.set_replication(key, memory=1, disk=0, local=2)
+    with cluster.client(auth=cluster.cluster_auth) as operator:    # placement: cluster key
+        addresses = operator.set_replication(key, memory=1, disk=0, local=2)
     assert len(addresses) == 2
     kvs.put_all(key, _core.SetLattice([b"everywhere"]))
     for address in addresses:

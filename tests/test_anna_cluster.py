@@ -29,6 +29,7 @@ def replicated():
 
 
 def test_concurrent_puts_on_different_replicas_converge(replicated, raw):
+    raw = raw.as_cluster(replicated.key_dir)
     kvs = replicated.client(timeout=3.0)
     key = fresh("converge")
     replicas = kvs.addresses(key)
@@ -43,6 +44,7 @@ def test_concurrent_puts_on_different_replicas_converge(replicated, raw):
 
 
 def test_get_all_merges_and_put_all_reaches_every_replica(replicated, raw):
+    raw = raw.as_cluster(replicated.key_dir)
     kvs = replicated.client(timeout=3.0)
     key = fresh("all")
     a, b = kvs.addresses(key, all_tiers=True)
@@ -168,7 +170,7 @@ def test_a_node_joining_later_takes_over_its_keys():
 def test_set_replication_moves_a_key_between_tiers():
     with anna_core.LocalCluster(memory_threads=1, disk_threads=1, replication=(1, 1, 0, 1),
                                 gossip_period_ms=50) as cluster:
-        kvs = cluster.client(timeout=2.0)
+        kvs = cluster.client(timeout=2.0, auth=cluster.cluster_auth)   # placement: cluster key
         memory, disk = cluster.worker_addresses("memory-0"), cluster.worker_addresses("disk-0")
         kvs.put("tiered", b"v")
         assert kvs.addresses("tiered") == memory

@@ -55,7 +55,8 @@ class Writers:
             t.join(30)
 
     def _run(self, index: int) -> None:
-        client = anna_core.Client(self.cluster.routing_addresses, **self.options)
+        client = anna_core.Client(self.cluster.routing_addresses, auth=self.cluster.client_auth,
+                                  **self.options)
         try:
             i = 0
             while not self.stop_event.is_set():
@@ -218,7 +219,7 @@ def test_join_and_leave_cycles_under_load_converge_and_lose_nothing():
 
 def test_a_restarted_routing_rebuilds_the_membership_and_reloads_the_overrides():
     with anna_core.LocalCluster(memory_threads=1, nodes=3, log_level="info", **HEARTBEAT) as c:
-        kvs = c.client(timeout=1.0, retries=3)
+        kvs = c.client(timeout=1.0, retries=3, auth=c.cluster_auth)  # placement: cluster key
         assert len(kvs.set_replication("hot", memory=3, disk=0)) == 3
         kvs.put_all("hot", b"h")
         keys = {f"r-{i}": b"%d" % i for i in range(30)}
@@ -262,7 +263,7 @@ def test_nodes_and_clients_fail_over_between_two_routings():
                        "writes acknowledged after memory-0 died")
             # Routing 0 comes back and recovers; then routing 1 goes.
             c.start_routing(0)
-            routing0 = anna_core.Client(c.routing_addresses[0], timeout=1.0)
+            routing0 = anna_core.Client(c.routing_addresses[0], timeout=1.0, auth=c.client_auth)
             alive = set(c.worker_addresses())
 
             def routing0_knows_the_live_nodes():
@@ -299,8 +300,8 @@ def test_remove_node_raises_leave_failed_when_the_hand_off_cannot_finish():
 def test_an_override_set_through_one_routing_reaches_the_other():
     with anna_core.LocalCluster(memory_threads=1, nodes=3, fault_tolerance=0, routers=2,
                                 **HEARTBEAT) as c:
-        only_first = anna_core.Client(c.routing_addresses[0], timeout=1.0)
-        only_second = anna_core.Client(c.routing_addresses[1], timeout=1.0)
+        only_first = anna_core.Client(c.routing_addresses[0], timeout=1.0, auth=c.cluster_auth)
+        only_second = anna_core.Client(c.routing_addresses[1], timeout=1.0, auth=c.client_auth)
         try:
             key = f"override-{uuid.uuid4().hex[:8]}"
             assert len(only_first.set_replication(key, memory=3, disk=0)) == 3

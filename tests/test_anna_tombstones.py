@@ -49,6 +49,7 @@ def applied_at(raw, writer, reader):
 
 
 def test_an_older_concurrent_write_does_not_resurrect_a_delete(slow_gossip, raw):
+    raw = raw.as_cluster(slow_gossip.key_dir)
     key = fresh("tomb")
     a, b = slow_gossip.client(timeout=3.0).addresses(key)
     assert raw.put(a, key, _core.SetLattice([b"first"])).error == anna_pb2.NO_ERROR
@@ -63,6 +64,7 @@ def test_an_older_concurrent_write_does_not_resurrect_a_delete(slow_gossip, raw)
 
 
 def test_a_write_after_the_delete_is_kept_on_every_replica(slow_gossip, raw):
+    raw = raw.as_cluster(slow_gossip.key_dir)
     key = fresh("after")
     a, b = slow_gossip.client(timeout=3.0).addresses(key)
     assert raw.put(a, key, _core.SetLattice([b"before"])).error == anna_pb2.NO_ERROR
