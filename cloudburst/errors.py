@@ -6,10 +6,10 @@ SDK raises it in the client), and this module names them for users.
 """
 from runtime.errors import (STATUS_OF, Aborted, Cancelled, CloudburstError, DagNotFound, ExecutionError,
                             FunctionNotFound, InvalidDag, InvalidFunction, NoResources, ObjectNotFound,
-                            SchedulerUnavailable, Timeout, error_from_status)
+                            SchedulerUnavailable, Timeout, UnsafeValue, error_from_status)
 from runtime.process import StartupError
 
 __all__ = ["CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "InvalidFunction",
            "NoResources",
-           "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "Cancelled", "SchedulerUnavailable", "StartupError", "STATUS_OF",
+           "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "Cancelled", "SchedulerUnavailable", "StartupError", "UnsafeValue", "STATUS_OF",
            "error_from_status"]
