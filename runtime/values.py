@@ -178,9 +178,11 @@ def loads(data: bytes, objects: bool = False, *, key: Optional[str] = None,
         return _PlainDataUnpickler(io.BytesIO(data)).load()
     except _Refused as refused:
         subject = what or (f"the value under key {key!r}" if key is not None else "a value")
+        by_value = " (which rebuilds a class or function pickled by value, e.g. one defined " \
+                   "in a script)" if refused.global_name.startswith("cloudpickle.") else ""
         raise UnsafeValue(
             f"{subject} is not plain data: it names the Python global "
-            f"{refused.global_name!r}. Values are read as plain data unless you ask for "
+            f"{refused.global_name!r}{by_value}. Values are read as plain data unless you ask for "
             f"Python objects, since unpickling an object runs code its writer chose; if you "
             f"trust whoever wrote it, read it with {opt_in}.",
             key=key, global_name=refused.global_name) from None

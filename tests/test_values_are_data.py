@@ -109,6 +109,14 @@ def test_the_allowlist_is_small_and_names_no_callable_that_reaches_code():
     assert {n for m, n in PLAIN_GLOBALS if m == "builtins"} == {"complex"}
 
 
+def test_unsafe_value_has_its_own_status():
+    from cloudburst.errors import STATUS_OF, error_from_status
+    from hydro_proto import cloudburst_pb2 as pb
+    assert STATUS_OF[UnsafeValue] == pb.UNSAFE_VALUE
+    assert isinstance(error_from_status(pb.UNSAFE_VALUE, "m"), UnsafeValue)
+    assert issubclass(UnsafeValue, cloudburst.CloudburstError)
+
+
 def test_a_reference_pickled_before_the_objects_field_reads_plain():
     old = Reference("k")
     object.__delattr__(old, "objects")      # as pickled before `objects` existed
