@@ -19,12 +19,13 @@ Contract:
 - Registry calls (`register`, `register_dag`, `delete_dag`, `list`) wait for the scheduler's
   answer and raise its typed error (`InvalidDag`, `DagNotFound`, ...).
 - `call` / `call_dag` return a `Future` at once; `Future.get(timeout)` returns the value (as
-  plain data unless the call, or `get`, says `objects=True`) or raises the typed error (`FunctionNotFound`, `DagNotFound`, `NoResources`, `ExecutionError`
-  with the remote traceback, `Timeout` naming the stage that stalled).
+  plain data unless the call, or `get`, says `objects=True`) or raises the typed error
+  (`FunctionNotFound`, `DagNotFound`, `NoResources`, `ExecutionError` with the remote
+  traceback, `Timeout` naming the stage that stalled, `UnsafeValue`).
 - `put` / `get` store and read objects (cloudpickled) in the KVS; `get` of a missing key
   raises `ObjectNotFound`. `get` reads plain data unless given `objects=True`: a value that
-  is more raises `UnsafeValue` and runs nothing (`runtime/values.py`, docs/SECURITY.md). Keys starting with `__cloudburst/` are reserved. With
-  `consistency="causal"` a put writes an `anna_core.MultiKeyCausalLattice` version (clock
+  is more raises `UnsafeValue` and runs nothing (`runtime/values.py`, docs/SECURITY.md).
+  Keys starting with `__cloudburst/` are reserved. With `consistency="causal"` a put writes an `anna_core.MultiKeyCausalLattice` version (clock
   `{client id: counter}`, counter monotone per Client, no dependencies) and a get reads one
   (the first of the sorted concurrent values, or all of them with `concurrent=True`).
 - Causal calls (`consistency="causal"`, HydroCache; hydrocache/DESIGN.md) take a `protocol`:

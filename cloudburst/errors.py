@@ -11,5 +11,6 @@ from runtime.process import StartupError
 
 __all__ = ["CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "InvalidFunction",
            "NoResources",
-           "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "Cancelled", "SchedulerUnavailable", "StartupError", "UnsafeValue", "STATUS_OF",
+           "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "Cancelled", "SchedulerUnavailable", "StartupError", "UnsafeValue",
+           "STATUS_OF",
            "error_from_status"]

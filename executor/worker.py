@@ -13,7 +13,8 @@ Contract:
   runs). The caller's own arguments and upstream results are unpickled fully: the caller may
   run code here anyway (it may register functions), and results come from functions that ran
   here (docs/SECURITY.md). Functions are fetched from the registry once per (name,
-  version), deserialized once, and cached; a stateful class is instantiated once per worker and its `run` called.
+  version), deserialized once, and cached; a stateful class is instantiated once per worker
+  and its `run` called.
 - On success the result goes as a `trigger` to each downstream worker (to itself without a
   socket hop), with that worker's schedule attached (from `Schedule.forward`); the sink writes
   it under `output_key` (through the node cache) when asked, pushes it to the caller as a

@@ -16,8 +16,8 @@ from typing import Optional
 
 __all__ = ["CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "InvalidFunction",
            "NoResources",
-           "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "Cancelled", "UnsafeValue", "STATUS_OF",
-           "error_from_status"]
+           "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "Cancelled", "UnsafeValue",
+           "STATUS_OF", "error_from_status"]
 
 
 class CloudburstError(Exception):

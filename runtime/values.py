@@ -30,8 +30,6 @@ Contract:
 """
 from __future__ import annotations
 
-import datetime
-import decimal
 import importlib
 import io
 import os
@@ -182,9 +180,9 @@ def loads(data: bytes, objects: bool = False, *, key: Optional[str] = None,
                    "in a script)" if refused.global_name.startswith("cloudpickle.") else ""
         raise UnsafeValue(
             f"{subject} is not plain data: it names the Python global "
-            f"{refused.global_name!r}{by_value}. Values are read as plain data unless you ask for "
-            f"Python objects, since unpickling an object runs code its writer chose; if you "
-            f"trust whoever wrote it, read it with {opt_in}.",
+            f"{refused.global_name!r}{by_value}. Values are read as plain data unless you ask "
+            f"for Python objects, since unpickling an object runs code its writer chose; if "
+            f"you trust whoever wrote it, read it with {opt_in}.",
             key=key, global_name=refused.global_name) from None
 
 

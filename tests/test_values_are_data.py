@@ -12,9 +12,7 @@ import decimal
 import fractions
 import os
 import pickle
-import subprocess
 import sys
-import textwrap
 import uuid
 
 import pytest
