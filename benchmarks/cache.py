@@ -43,16 +43,16 @@ class DirectReader:
         self.kvs = None
 
     def run(self, lib: Any, key: str, causal_key: str, mode: str) -> Dict[str, float]:
-        import pickle
         import time as _time
 
         import anna_core
+        from runtime.values import loads     # the decoding lib.get does (plain data)
         if self.kvs is None:
             self.kvs = anna_core.Client(self.kvs_address, timeout=10.0)
         out: Dict[str, float] = {}
         if mode == "lww":
             start = _time.perf_counter()
-            obj = pickle.loads(self.kvs.get(key))
+            obj = loads(self.kvs.get(key))
             out["anna"] = _time.perf_counter() - start
             start = _time.perf_counter()
             obj2 = lib.get(key)

@@ -9,11 +9,15 @@
   consistency through HydroCache (`hydrocache/DESIGN.md`); `Future.causal` is a
   `CausalStats` (protocol used, aborts, remote fetches, read set, writes).
 - `LocalCluster(executor_nodes=, executors_per_node=)`: the whole platform on loopback.
-- `Reference(key, concurrent=False)`: an argument resolved to the stored object on the
-  executor (with `concurrent=True`, the list of a causal key's concurrent values).
+- `Reference(key, concurrent=False, objects=False)`: an argument resolved to the stored
+  object on the executor (with `concurrent=True`, the list of a causal key's concurrent
+  values).
+- Values are data, not code: `get`, `lib.get`, a `Reference` and a call's result are read as
+  plain data unless `objects=True` is given; a value that is more raises `UnsafeValue` and
+  runs nothing. docs/SECURITY.md is the trust model.
 - `errors`: FunctionNotFound, DagNotFound, InvalidDag, InvalidFunction, NoResources,
-  ExecutionError, Timeout, ObjectNotFound, Aborted, AuthenticationError,
-  AuthenticationRequired.
+  ExecutionError, Timeout, ObjectNotFound, Aborted, Cancelled, SchedulerUnavailable,
+  UnsafeValue, AuthenticationError, AuthenticationRequired.
 - `AuthConfig(key_dir, "client:NAME")`: a client's keys for a cluster that authenticates
   (`Client(address, auth=...)`; `cloudburst keys` writes them; `LocalCluster` does so itself).
 """
@@ -27,11 +31,12 @@ from .futures import CausalStats, Future, gather, wait
 from .errors import (Aborted, AuthenticationError, AuthenticationRequired, Cancelled,
                      CloudburstError, DagNotFound, ExecutionError, FunctionNotFound,
                      InvalidDag, InvalidFunction, NoResources, ObjectNotFound,
-                     SchedulerUnavailable, Timeout)
+                     SchedulerUnavailable, Timeout, UnsafeValue)
 from .local import LocalCluster
 
 __all__ = ["Client", "Future", "Listing", "CausalStats", "LocalCluster", "Reference", "errors",
            "RegisteredFunction", "gather", "wait", "InvalidFunction", "Cancelled",
            "CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "NoResources",
            "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "SchedulerUnavailable",
-           "AuthConfig", "KeyFileError", "AuthenticationError", "AuthenticationRequired"]
+           "UnsafeValue", "AuthConfig", "KeyFileError", "AuthenticationError",
+           "AuthenticationRequired"]

@@ -18,12 +18,14 @@ Contract:
   result that arrives later is dropped).
 - Registry calls (`register`, `register_dag`, `delete_dag`, `list`) wait for the scheduler's
   answer and raise its typed error (`InvalidDag`, `DagNotFound`, ...).
-- `call` / `call_dag` return a `Future` at once; `Future.get(timeout)` returns the value or
-  raises the typed error (`FunctionNotFound`, `DagNotFound`, `NoResources`, `ExecutionError`
-  with the remote traceback, `Timeout` naming the stage that stalled).
+- `call` / `call_dag` return a `Future` at once; `Future.get(timeout)` returns the value (as
+  plain data unless the call, or `get`, says `objects=True`) or raises the typed error
+  (`FunctionNotFound`, `DagNotFound`, `NoResources`, `ExecutionError` with the remote
+  traceback, `Timeout` naming the stage that stalled, `UnsafeValue`).
 - `put` / `get` store and read objects (cloudpickled) in the KVS; `get` of a missing key
-  raises `ObjectNotFound`. Keys starting with `__cloudburst/` are reserved. With
-  `consistency="causal"` a put writes an `anna_core.MultiKeyCausalLattice` version (clock
+  raises `ObjectNotFound`. `get` reads plain data unless given `objects=True`: a value that
+  is more raises `UnsafeValue` and runs nothing (`runtime/values.py`, docs/SECURITY.md).
+  Keys starting with `__cloudburst/` are reserved. With `consistency="causal"` a put writes an `anna_core.MultiKeyCausalLattice` version (clock
   `{client id: counter}`, counter monotone per Client, no dependencies) and a get reads one
   (the first of the sorted concurrent values, or all of them with `concurrent=True`).
 - Causal calls (`consistency="causal"`, HydroCache; hydrocache/DESIGN.md) take a `protocol`:
@@ -279,15 +281,15 @@ class Client:
     # ---- calls ----
     def call(self, name: str, *args: Any, timeout: Optional[float] = None,
              consistency: str = "lww", protocol: Optional[str] = None,
-             time_limit: Optional[float] = None) -> Future:
+             time_limit: Optional[float] = None, objects: bool = False) -> Future:
         """Call registered function `name` with `args` (after `lib`); `consistency`,
-        `protocol`, `timeout` and `time_limit` as for `call_dag` (a single function is a
-        one-function DAG)."""
+        `protocol`, `timeout`, `time_limit` and `objects` as for `call_dag` (a single
+        function is a one-function DAG)."""
         level, proto = _consistency_and_protocol(consistency, protocol)
         call = pb.Call(function=name, consistency=level, protocol=proto,
                        time_limit=_time_limit(time_limit))
         call.args[name].CopyFrom(encode_args(args))
-        return self._submit(call, f"call of function {name!r}", timeout)
+        return self._submit(call, f"call of function {name!r}", timeout, objects)
 
     def map(self, name: str, *iterables: Iterable[Any], timeout: Optional[float] = None,
             **options: Any) -> List[Any]:
@@ -303,7 +305,7 @@ class Client:
     def call_dag(self, name: str, args: Optional[Mapping[str, Sequence[Any]]] = None,
                  consistency: str = "lww", output_key: Optional[str] = None,
                  timeout: Optional[float] = None, protocol: Optional[str] = None,
-                 time_limit: Optional[float] = None) -> Future:
+                 time_limit: Optional[float] = None, objects: bool = False) -> Future:
         """Call DAG `name`; `args` maps a function to its own arguments (a list or tuple).
 
         A function receives its own arguments first, then its upstreams' results in the
@@ -315,6 +317,12 @@ class Client:
         `timeout` (default: the client's) is the call's deadline: past it the caller gets
         `Timeout` and the call is cancelled, so nothing keeps running for a caller that gave
         up. `time_limit` overrides each function's own limit for this call.
+
+        The result is read as plain data, like `get`: a result that is more (an instance
+        of a class, a numpy array) makes `Future.get` raise `UnsafeValue` without running
+        anything, unless `objects=True` here (or on `Future.get`). The function that made
+        it is whatever was last registered under its name, by any client the cluster
+        authorizes, so ask for objects from functions whose registrants you trust.
         """
         level, proto = _consistency_and_protocol(consistency, protocol)
         call = pb.Call(dag=name, consistency=level, protocol=proto,
@@ -325,9 +333,10 @@ class Client:
                 raise TypeError(f"arguments for {fn!r} must be a list or tuple, got "
                                 f"{type(fn_args).__name__}")
             call.args[fn].CopyFrom(encode_args(fn_args))
-        return self._submit(call, f"call of DAG {name!r}", timeout)
+        return self._submit(call, f"call of DAG {name!r}", timeout, objects)
 
-    def _submit(self, call: pb.Call, what: str, timeout: Optional[float]) -> Future:
+    def _submit(self, call: pb.Call, what: str, timeout: Optional[float],
+                objects: bool) -> Future:
         wait = self.timeout if timeout is None else float(timeout)
         rid = self._new_slot()
         call.request_id = rid
@@ -339,7 +348,8 @@ class Client:
             call.finished.extend(finished)
         sent_at = time.monotonic()
         scheduler = self._send("call", call)
-        return Future(self, rid, what, wait, scheduler=scheduler, sent_at=sent_at)
+        return Future(self, rid, what, wait, scheduler=scheduler, sent_at=sent_at,
+                      objects=objects)
 
     # ---- objects ----
     def put(self, key: str, value: Any, consistency: str = "lww") -> None:
@@ -376,11 +386,19 @@ class Client:
             else:
                 self._kvs_client().put_all(key, data)
 
-    def get(self, key: str, consistency: str = "lww", concurrent: bool = False) -> Any:
-        """The object stored under `key`; raises `ObjectNotFound` if there is none. A causal
+    def get(self, key: str, consistency: str = "lww", concurrent: bool = False, *,
+            objects: bool = False) -> Any:
+        """The value stored under `key`; raises `ObjectNotFound` if there is none. A causal
         key (written with `consistency="causal"` or by a causal call) yields the first of its
         concurrent values (sorted by serialized bytes), or the list of all with
-        `concurrent=True`."""
+        `concurrent=True`. A lattice put with `put(key, lattice)` comes back as the lattice.
+
+        Values are data, not code: a value is read as plain data (numbers, strings, bytes,
+        lists, tuples, dicts, sets, dates, ...; `runtime.values`) and one that is more (an
+        instance of your class, a numpy array) raises `UnsafeValue` naming the Python global
+        it refers to, without running anything. `objects=True` unpickles it fully, which runs
+        whatever code its writer chose: use it for keys written by someone you trust
+        (docs/SECURITY.md)."""
         import anna_core
         check_user_key(key)
         if consistency not in _CONSISTENCY:
@@ -393,19 +411,23 @@ class Client:
                 raise ObjectNotFound(key) from None
             except anna_core.Timeout as e:
                 raise Timeout(f"the KVS to answer GET {key!r} ({e})") from None
+
+        def decode(value: bytes) -> Any:
+            return loads(value, objects, key=key,
+                         opt_in=f"Client.get({key!r}, objects=True)")
+
         if isinstance(data, (bytes, bytearray, memoryview)):
             if consistency == "causal":
                 raise CloudburstError(f"key {key!r} holds an LWW value, not a causal one")
-            return [loads(data)] if concurrent else loads(data)
+            return [decode(data)] if concurrent else decode(data)
         if data.lattice_type not in CAUSAL_LATTICES:
             return data          # a lattice put with `put(key, lattice)`: merged, as stored
-        values = [loads(v) for v in data.reveal()] if concurrent else None
-        if values is not None:
-            return values
         revealed = data.reveal()
+        if concurrent:
+            return [decode(v) for v in revealed]
         if not revealed:
             raise ObjectNotFound(key)
-        return loads(revealed[0])
+        return decode(revealed[0])
 
     def delete(self, key: str) -> None:
         """Delete the object stored under `key` (deleting a missing key is not an error).

@@ -8,7 +8,7 @@ here; `KeyFileError` (a missing or malformed key file, named) is `runtime.auth`'
 """
 from runtime.errors import (STATUS_OF, Aborted, Cancelled, CloudburstError, DagNotFound, ExecutionError,
                             FunctionNotFound, InvalidDag, InvalidFunction, NoResources, ObjectNotFound,
-                            SchedulerUnavailable, Timeout, error_from_status)
+                            SchedulerUnavailable, Timeout, UnsafeValue, error_from_status)
 from runtime.auth import AuthenticationRequired as _AuthenticationRequired, KeyFileError
 from runtime.process import StartupError
 
@@ -26,5 +26,6 @@ class AuthenticationRequired(AuthenticationError, _AuthenticationRequired):
 
 __all__ = ["CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "InvalidFunction",
            "NoResources",
-           "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "Cancelled", "SchedulerUnavailable", "StartupError", "STATUS_OF",
-           "error_from_status", "AuthenticationError", "AuthenticationRequired", "KeyFileError"]
+           "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "Cancelled",
+           "SchedulerUnavailable", "StartupError", "UnsafeValue", "STATUS_OF", "error_from_status",
+           "AuthenticationError", "AuthenticationRequired", "KeyFileError"]

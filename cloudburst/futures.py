@@ -3,6 +3,9 @@
 Contract:
 - `Future.get(timeout)` (or `result(timeout)`, the `concurrent.futures` name) returns the
   call's value or raises its typed error; `Timeout` names the stage the call stalled at.
+  The value is read as plain data unless the call was made with `objects=True` or `get` is
+  given `objects=True`; a value that is more raises `UnsafeValue` and runs nothing
+  (`runtime/values.py`). The result stays, so `get(objects=True)` may follow.
   `done()` never blocks. `wait(timeout)` waits without raising and says whether it is done.
 - `await future` works inside `asyncio`: the wait runs in the event loop's default
   executor, so the loop keeps running.
@@ -67,7 +70,8 @@ class Future:
     """The eventual result of one call; see the module contract."""
 
     def __init__(self, client: "Client", request_id: str, what: str, timeout: float,
-                 scheduler: str = "", sent_at: Optional[float] = None) -> None:
+                 scheduler: str = "", sent_at: Optional[float] = None,
+                 objects: bool = False) -> None:
         self._client = client
         self.request_id = request_id
         self.what = what
@@ -79,6 +83,7 @@ class Future:
         self._lost: Optional[str] = None     # why its scheduler is gone (SchedulerUnavailable)
         self.causal: Optional[CausalStats] = None   # set by get() for causal calls
         self._cancelled = False
+        self.objects = objects       # read the value as Python objects, not only plain data
         self._finalizer = weakref.finalize(self, client._forget, request_id)
 
     def __repr__(self) -> str:
@@ -135,10 +140,12 @@ class Future:
     def cancelled(self) -> bool:
         return self._cancelled
 
-    def get(self, timeout: Optional[float] = None) -> Any:
+    def get(self, timeout: Optional[float] = None, *, objects: Optional[bool] = None) -> Any:
         """The call's value; raises the call's typed error, or `Timeout` after `timeout` s.
         A `timeout` shorter than the call's deadline only stops this wait; once the call's
-        own deadline has passed, the call is cancelled (nothing runs for a caller that left)."""
+        own deadline has passed, the call is cancelled (nothing runs for a caller that left).
+        `objects` (default: as the call said) unpickles the value fully instead of as plain
+        data (`UnsafeValue` if it is more); see the module contract."""
         if self._cancelled:
             raise Cancelled(f"{self.what} was cancelled")
         if not self.wait(timeout):
@@ -156,7 +163,9 @@ class Future:
         if self.causal is None and r.HasField("causal"):
             self.causal = CausalStats.from_proto(r.causal)
         if r.status == pb.OK:
-            return loads(r.value)
+            return loads(r.value, self.objects if objects is None else objects,
+                         what=f"the result of {self.what}",
+                         opt_in="objects=True on the call or on Future.get")
         raise error_from_status(r.status, r.message, r.traceback, r.stage)
 
     result = get

@@ -3,7 +3,10 @@
 Contract:
 - `lib.get(key, default=...)` returns the object stored under `key` (read through the node
   cache); a list of keys returns `{key: object}`. A missing key raises
-  `runtime.errors.ObjectNotFound` unless `default` is given.
+  `runtime.errors.ObjectNotFound` unless `default` is given. Values are read as plain data
+  (`runtime/values.py`): one that is more raises `runtime.errors.UnsafeValue` naming the key
+  and the global it refers to, and runs nothing; `objects=True` unpickles fully, running
+  whatever code the value's writer chose (docs/SECURITY.md).
 - `lib.put(key, value)` stores `value` (through the node cache, written through to Anna):
   last writer wins. `lib.put(key, lattice)` with an `anna_core` lattice merges it with what
   the key holds, in Anna, so concurrent writers all count; `lib.get` then returns the merged
@@ -45,9 +48,10 @@ class UserLibrary:
         return self._worker.worker_id
 
     def get(self, key: Union[str, Sequence[str]], default: Any = _MISSING,
-            concurrent: bool = False) -> Any:
+            concurrent: bool = False, objects: bool = False) -> Any:
         """The object under `key`, or `{key: object}` for a list of keys. With
-        `concurrent=True` (causal calls) each key gives the list of its concurrent values."""
+        `concurrent=True` (causal calls) each key gives the list of its concurrent values.
+        Plain data only unless `objects=True` (`UnsafeValue` otherwise; module contract)."""
         single = isinstance(key, str)
         keys = [key] if single else list(key)
         for k in keys:
@@ -67,12 +71,12 @@ class UserLibrary:
                 if default is _MISSING:
                     raise ObjectNotFound(k)
                 out[k] = default
-            elif isinstance(data, list):
-                out[k] = [loads(d) for d in data]
             elif is_lattice(data):
                 out[k] = data                    # a key merged by `put(key, lattice)`
             else:
-                out[k] = loads(data)
+                opt_in = f"lib.get({k!r}, objects=True)"
+                out[k] = [loads(d, objects, key=k, opt_in=opt_in) for d in data] \
+                    if isinstance(data, list) else loads(data, objects, key=k, opt_in=opt_in)
         return out[key] if single else out
 
     def put(self, key: str, value: Any) -> None:

@@ -8,8 +8,13 @@ Contract:
   a long-running function does not look dead; it dies with its node (PR_SET_PDEATHSIG).
 - Readiness and argument order are `executor.dagstate.PendingCalls`'. A ready function runs
   with `lib` first, then its arguments; top-level `Reference`s are resolved through the node
-  cache first. Functions are fetched from the registry once per (name, version), deserialized
-  once, and cached; a stateful class is instantiated once per worker and its `run` called.
+  cache first, as plain data unless the `Reference` says `objects=True` (a value that is more
+  fails the call with UNSAFE_VALUE naming the key and the refused global, before the function
+  runs). The caller's own arguments and upstream results are unpickled fully: the caller may
+  run code here anyway (it may register functions), and results come from functions that ran
+  here (docs/SECURITY.md). Functions are fetched from the registry once per (name,
+  version), deserialized once, and cached; a stateful class is instantiated once per worker
+  and its `run` called.
 - On success the result goes as a `trigger` to each downstream worker (to itself without a
   socket hop), with that worker's schedule attached (from `Schedule.forward`); the sink writes
   it under `output_key` (through the node cache) when asked, pushes it to the caller as a
@@ -47,8 +52,8 @@ from runtime.keys import function_key, worker_key
 from runtime.auth import AuthConfig, KeyFileError, Security, credentials_of, parse_address
 from runtime.framing import FrameError, encode, parse
 from runtime.sockets import PushCache, bind_pull
-from runtime.values import decode_arg, dumps, loads
-from runtime.errors import ObjectNotFound, Timeout
+from runtime.values import decode_arg, dumps, is_lattice, loads
+from runtime.errors import ObjectNotFound, Timeout, UnsafeValue
 from runtime.values import Reference
 from hydro_proto import cloudburst_pb2 as pb
 
@@ -79,6 +84,11 @@ class _FunctionError(Exception):
     def __init__(self, message: str, tb: str = "") -> None:
         super().__init__(message)
         self.tb = tb
+
+
+class _ArgumentRefused(Exception):
+    """Internal: a `Reference` argument holds more than plain data and did not ask for
+    objects; the call fails with UNSAFE_VALUE before its function runs."""
 
 
 class Worker:
@@ -295,7 +305,7 @@ class Worker:
         if cached is not None and cached[0] == record.version:
             return cached[1]
         try:
-            obj = loads(record.body)
+            obj = loads(record.body, objects=True)     # a registration is code by design
         except ModuleNotFoundError as e:
             raise _FunctionError(
                 f"function {name!r} needs module {e.name!r}, which this executor cannot "
@@ -311,16 +321,19 @@ class Worker:
         return fn
 
     def _arguments(self, raw: List[Any]) -> List[Any]:
-        values = [loads(a) if isinstance(a, bytes) else decode_arg(a) for a in raw]
-        keys = sorted({v.key for v in values if isinstance(v, Reference)})
-        if not keys:
+        """The call's arguments (pb.Argument) and upstream results (bytes) as values, with
+        top-level `Reference`s resolved (see the module contract)."""
+        values = [loads(a, objects=True) if isinstance(a, bytes) else decode_arg(a) for a in raw]
+        refs = [v for v in values if isinstance(v, Reference)]
+        if not refs:
             return values
+        keys = sorted({r.key for r in refs})
         found = self.cache.get(keys)
         missing = [k for k in keys if found.get(k) is None]
         if missing:
             raise _FunctionError(f"referenced key(s) {missing} hold no object")
-        objects = {k: loads(found[k]) for k in keys}
-        return [objects[v.key] if isinstance(v, Reference) else v for v in values]
+        resolved = {r: _load_reference(r, found[r.key]) for r in refs}
+        return [resolved[v] if isinstance(v, Reference) else v for v in values]
 
     def _run(self, ready: Ready) -> None:
         s: pb.Schedule = ready.schedule
@@ -342,6 +355,8 @@ class Worker:
                 result = self._call_function(s, fn, args, ready.deadline)
             except _FunctionError as e:
                 raise _FunctionError(f"{what} on worker {self.worker_id}: {e}") from None
+            except _ArgumentRefused:
+                raise
             except Exception as e:
                 raise _FunctionError(f"{what} raised {type(e).__name__}: {e}",
                                      traceback.format_exc()) from None
@@ -358,6 +373,9 @@ class Worker:
                                          f"{s.output_key!r} failed: {e}") from None
         except _FunctionError as e:
             self._fail(s, pb.EXECUTION_ERROR, str(e), e.tb)
+            return
+        except _ArgumentRefused as e:
+            self._fail(s, pb.UNSAFE_VALUE, f"{what} on worker {self.worker_id}: {e}")
             return
         except Interrupted as e:
             self._stopped(s, what, e)
@@ -407,8 +425,9 @@ class Worker:
         try:
             try:
                 fn = self._function(s.function, s.version, start + s.timeout)
-                values = [loads(a) if isinstance(a, bytes) else decode_arg(a) for a in raw_args]
-                values += [loads(r) for r in results]
+                values = [loads(a, objects=True) if isinstance(a, bytes) else decode_arg(a)
+                          for a in raw_args]
+                values += [loads(r, objects=True) for r in results]
                 refs = [v.key for v in values if isinstance(v, Reference)]
                 reuse_key = (plan.call_id, s.function)
                 reuse = self._reuse.get(reuse_key) if plan.reuse_attempt else None
@@ -432,7 +451,7 @@ class Worker:
                 if s.sink:
                     extra = {s.output_key: value} if s.output_key else None
                     versions = inv.commit(self._writer, extra)
-            except (CausalAbortError, Timeout):
+            except (CausalAbortError, Timeout, _ArgumentRefused):
                 raise
             except _FunctionError as e:
                 raise _FunctionError(f"{what} on worker {self.worker_id}: {e}") from None
@@ -443,6 +462,9 @@ class Worker:
                                      traceback.format_exc()) from None
         except CausalAbortError as e:
             self._causal_abort(s, e)
+            return
+        except _ArgumentRefused as e:
+            self._fail(s, pb.UNSAFE_VALUE, f"{what} on worker {self.worker_id}: {e}")
             return
         except Timeout as e:     # a protocol stage (or the function's own wait) ran out of time
             stage = f"{e.stage} ({what}, worker {self.worker_id}, {pb.Protocol.Name(plan.protocol)})"
@@ -579,7 +601,22 @@ def _resolve(inv: CausalInvocation, ref: Reference) -> Any:
     data = inv.value(ref.key, getattr(ref, "concurrent", False))
     if data is None:
         raise _FunctionError(f"referenced key {ref.key!r} holds no object")
-    return [loads(d) for d in data] if isinstance(data, list) else loads(data)
+    return _load_reference(ref, data)
+
+
+def _load_reference(ref: Reference, data: Any) -> Any:
+    """The value(s) `ref` points at, from the bytes (or list of bytes) read for it: plain data
+    unless `ref.objects` (a pickled `Reference` from before that field reads as False)."""
+    if is_lattice(data):
+        return data                     # a key merged by `put(key, lattice)`, as lib.get gives
+    objects = getattr(ref, "objects", False)
+    opt_in = f"Reference({ref.key!r}, objects=True)"
+    try:
+        if isinstance(data, list):
+            return [loads(d, objects, key=ref.key, opt_in=opt_in) for d in data]
+        return loads(data, objects, key=ref.key, opt_in=opt_in)
+    except UnsafeValue as e:
+        raise _ArgumentRefused(str(e)) from None
 
 
 def main() -> None:

@@ -16,7 +16,8 @@ from typing import Optional
 
 __all__ = ["CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "InvalidFunction",
            "NoResources",
-           "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "Cancelled", "STATUS_OF", "error_from_status"]
+           "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "Cancelled", "UnsafeValue",
+           "STATUS_OF", "error_from_status"]
 
 
 class CloudburstError(Exception):
@@ -82,6 +83,20 @@ class ObjectNotFound(CloudburstError, KeyError):
         return self.message
 
 
+class UnsafeValue(CloudburstError):
+    """A value read as plain data (the default) names a Python global outside the plain-data
+    allowlist (`runtime.values`), so it was not unpickled: unpickling it could run code.
+    The message names the value (its key, when it has one), the refused global, and how to
+    opt in (`objects=True`) for a writer you trust. `key` and `global_name` are set when
+    raised in this process (None when the error came from a remote process)."""
+
+    def __init__(self, message: str, key: Optional[str] = None,
+                 global_name: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.key = key
+        self.global_name = global_name
+
+
 class Aborted(CloudburstError):
     """A causal call aborted more often than its retry budget allows (the message names the
     protocol's last abort reason). Retrying the call later may succeed."""
@@ -100,7 +115,7 @@ class SchedulerUnavailable(CloudburstError):
 # cloudburst.Status numbers (proto/cloudburst.proto); kept here so this module has no dependencies.
 STATUS_OF = {
     FunctionNotFound: 1, DagNotFound: 2, InvalidDag: 3, NoResources: 4, ExecutionError: 5,
-    Timeout: 6, ObjectNotFound: 7, Aborted: 10, Cancelled: 11,
+    Timeout: 6, ObjectNotFound: 7, Aborted: 10, Cancelled: 11, UnsafeValue: 12,
 }
 
 

@@ -1,52 +1,71 @@
 """How Python values cross the wire: stored objects, call arguments, and `Reference`.
 
 Contract:
-- `dumps`/`loads` serialize Python values (cloudpickle out, pickle in). `dumps_function`
+- Values are data, not code. `loads(data)` unpickles plain data only: None, bool, int,
+  float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset, the `datetime`
+  types, `decimal.Decimal`, `Reference` and the KVS's own lattices (`anna_core`), nested in
+  any way. A pickle naming any other Python global (a class, a function, `os.system`, ...)
+  is refused before that global is even imported: `UnsafeValue` names the value (its key
+  when known), the global, and how to opt in. `loads(data, objects=True)` is the full
+  unpickler, for a caller who asked for Python objects and trusts whoever wrote them
+  (unpickling runs whatever code the writer chose). docs/SECURITY.md is the trust model.
+- `dumps` serializes any Python value (cloudpickle, protocol 5). `dumps_function`
   serializes a function or `(class, init_args)` for registration, pickling the user's own
   modules (and any named in `modules`) by value so executors need nothing but the
-  registration.
+  registration. Registrations are code by design; only executors unpickle them.
 - `encode_args`/`decode_arg` move call arguments in and out of `cloudburst.Argument`: a
-  top-level `Reference` travels as a key (so schedulers see it) with its `concurrent` flag,
-  anything else as bytes. `references_of` lists the keys an argument list references.
-- `Reference(key, concurrent=False)` is an argument the executor replaces with the object
-  stored under `key`. Given as a top-level argument of a call (or returned by an upstream
-  function and so passed to a downstream one), it is resolved on the executor through its
+  top-level `Reference` travels as a key (so schedulers see it) with its `concurrent` and
+  `objects` flags, anything else as bytes, which the executor unpickles fully: they are the
+  caller's own arguments, and a caller may run code on executors anyway (it may register
+  functions). `references_of` lists the keys an argument list references.
+- `Reference(key, concurrent=False, objects=False)` is an argument the executor replaces with
+  the object stored under `key`. Given as a top-level argument of a call (or returned by an
+  upstream function and so passed to a downstream one), it is resolved on the executor through its
   node cache before the function runs. The scheduler sees the referenced keys of a call and
   uses them for data locality (and, for causal calls, as the DAG's read set). A key holding
-  no object makes the call fail with `ExecutionError`. With `concurrent=True` (causal calls)
-  the function receives the list of every concurrent value of the key (sorted by their
-  serialized bytes) instead of the first one.
+  no object makes the call fail with `ExecutionError`; a key holding more than plain data
+  makes it fail with `UnsafeValue` unless `objects=True`. With `concurrent=True` (causal
+  calls) the function receives the list of every concurrent value of the key (sorted by
+  their serialized bytes) instead of the first one.
 """
 from __future__ import annotations
 
+import importlib
+import io
 import os
 import pickle
 import sys
 import sysconfig
 from dataclasses import dataclass
-from typing import Any, Iterable, List
+from typing import Any, Iterable, List, Optional
 
 import cloudpickle
 
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
 
-__all__ = ["Reference", "is_lattice", "CAUSAL_LATTICES", "dumps", "dumps_function", "loads", "encode_args", "decode_arg",
-           "references_of"]
+from .errors import UnsafeValue
+
+__all__ = ["Reference", "is_lattice", "CAUSAL_LATTICES", "PLAIN_GLOBALS", "dumps", "dumps_function",
+           "loads", "encode_args", "decode_arg", "references_of"]
 
 
 @dataclass(frozen=True)
 class Reference:
-    """A pointer to the object stored under `key` in the KVS."""
+    """A pointer to the object stored under `key` in the KVS. The executor reads it as plain
+    data unless `objects=True` (see the module contract)."""
 
     key: str
     concurrent: bool = False
+    objects: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.key, str) or not self.key:
             raise TypeError(f"Reference key must be a non-empty str, got {self.key!r}")
         if not isinstance(self.concurrent, bool):
             raise TypeError(f"Reference concurrent must be a bool, got {self.concurrent!r}")
+        if not isinstance(self.objects, bool):
+            raise TypeError(f"Reference objects must be a bool, got {self.objects!r}")
 
 
 # The platform's own packages: executors import them, so they are pickled by reference.
@@ -104,9 +123,67 @@ def dumps_function(obj: Any, modules: Iterable[Any] = ()) -> bytes:
             cloudpickle.unregister_pickle_by_value(module)
 
 
-def loads(data: bytes) -> Any:
-    """Inverse of `dumps`."""
-    return pickle.loads(data)
+# The only globals a plain-data pickle may name. Protocol 5 has opcodes of its own for None,
+# bool, int, float, str, bytes, bytearray, list, tuple, dict, set and frozenset, so these
+# are the plain values that need a global; each is a constructor of an inert value from
+# numbers, strings or bytes, with no side effect and no way to reach other objects:
+PLAIN_GLOBALS = frozenset({
+    ("builtins", "complex"),        # complex numbers (no opcode of their own)
+    ("datetime", "date"),           # timestamps: rebuilt from a validated bytes state
+    ("datetime", "time"),
+    ("datetime", "datetime"),
+    ("datetime", "timedelta"),
+    ("datetime", "timezone"),       # the tzinfo of an aware datetime (a fixed offset)
+    ("decimal", "Decimal"),         # exact decimal numbers, rebuilt from a str
+    ("runtime.values", "Reference"),  # the platform's pointer to a key (a str and two bools)
+    # the KVS's own lattices: rebuilt by the C++ binding from their protobuf encoding
+    *(("anna_core._core", name) for name in (
+        "LWWLattice", "SetLattice", "OrderedSetLattice", "MaxLattice", "MapLattice",
+        "PriorityLattice", "SingleKeyCausalLattice", "MultiKeyCausalLattice")),
+})
+
+
+class _Refused(Exception):
+    def __init__(self, module: str, name: str) -> None:
+        super().__init__(f"{module}.{name}")
+        self.global_name = f"{module}.{name}"
+
+
+class _PlainDataUnpickler(pickle.Unpickler):
+    """An unpickler that resolves only `PLAIN_GLOBALS`. Every other global is refused here,
+    before its module is imported (importing a module runs its code), and every way a
+    pickle can reach a callable (GLOBAL, STACK_GLOBAL, the copyreg extension registry)
+    passes through `find_class`; persistent ids and out-of-band buffers are refused by
+    the base class, as no handler is given."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in PLAIN_GLOBALS:
+            raise _Refused(module, name)
+        return getattr(importlib.import_module(module), name)
+
+
+def loads(data: bytes, objects: bool = False, *, key: Optional[str] = None,
+          what: Optional[str] = None, opt_in: str = "objects=True") -> Any:
+    """Inverse of `dumps`. Plain data only unless `objects=True` (see the module contract).
+
+    Raises `UnsafeValue` when the pickle names a global outside `PLAIN_GLOBALS`; its
+    message names `what` (default: the value under `key`, when given) and `opt_in`, how the
+    reader asks for Python objects where it read the value (e.g. `lib.get(key, objects=True)`).
+    """
+    if objects:
+        return pickle.loads(data)
+    try:
+        return _PlainDataUnpickler(io.BytesIO(data)).load()
+    except _Refused as refused:
+        subject = what or (f"the value under key {key!r}" if key is not None else "a value")
+        by_value = " (which rebuilds a class or function pickled by value, e.g. one defined " \
+                   "in a script)" if refused.global_name.startswith("cloudpickle.") else ""
+        raise UnsafeValue(
+            f"{subject} is not plain data: it names the Python global "
+            f"{refused.global_name!r}{by_value}. Values are read as plain data unless you ask "
+            f"for Python objects, since unpickling an object runs code its writer chose; if "
+            f"you trust whoever wrote it, read it with {opt_in}.",
+            key=key, global_name=refused.global_name) from None
 
 
 def encode_args(args: Iterable[Any]) -> "pb.ArgumentList":
@@ -114,17 +191,18 @@ def encode_args(args: Iterable[Any]) -> "pb.ArgumentList":
     out = pb.ArgumentList()
     for a in args:
         if isinstance(a, Reference):
-            out.args.add(reference=a.key, concurrent=a.concurrent)
+            out.args.add(reference=a.key, concurrent=a.concurrent, objects=a.objects)
         else:
             out.args.add(value=dumps(a))
     return out
 
 
 def decode_arg(arg: "pb.Argument") -> Any:
-    """An `Argument` back as a value, or as a `Reference` (resolved later by the executor)."""
+    """An `Argument` back as a value, or as a `Reference` (resolved later by the executor).
+    A value is unpickled fully: it is the caller's own argument (see the module contract)."""
     if arg.WhichOneof("kind") == "reference":
-        return Reference(arg.reference, concurrent=arg.concurrent)
-    return loads(arg.value)
+        return Reference(arg.reference, concurrent=arg.concurrent, objects=arg.objects)
+    return loads(arg.value, objects=True)
 
 
 def references_of(arglist: "pb.ArgumentList") -> List[str]:
