@@ -162,10 +162,10 @@ def test_client_get_refuses_a_crafted_value(client, crafted):
     still_serving(client)
 
 
-def test_a_value_written_straight_to_the_kvs_is_refused_too(client, tmp_path):
-    """Bypassing the SDK: raw protocol-0 pickle bytes put with an Anna client."""
+def test_a_value_written_straight_to_the_kvs_is_refused_too(cluster, client, tmp_path):
+    """Bypassing the SDK: raw protocol-0 pickle bytes put with an (authorized) Anna client."""
     marker, key = tmp_path / "ran", unique("raw")
-    kvs = anna_core.Client(client.kvs_address, timeout=5.0)
+    kvs = anna_core.Client(client.kvs_address, timeout=5.0, auth=cluster.client_auth)
     try:
         kvs.put_all(key, f"cos\nsystem\n(S'touch {marker}'\ntR.".encode())
     finally:
