@@ -38,8 +38,9 @@ def summary(samples: List[float]) -> Dict[str, float]:
 class DirectReader:
     """A stateful function: reads `key` from Anna directly and through `lib`, timing both."""
 
-    def __init__(self, kvs_address: str) -> None:
+    def __init__(self, kvs_address: str, auth: Any = None) -> None:
         self.kvs_address = kvs_address
+        self.auth = auth          # the benchmark's client identity (the cluster authenticates)
         self.kvs = None
 
     def run(self, lib: Any, key: str, causal_key: str, mode: str) -> Dict[str, float]:
@@ -48,7 +49,7 @@ class DirectReader:
         import anna_core
         from runtime.values import loads     # the decoding lib.get does (plain data)
         if self.kvs is None:
-            self.kvs = anna_core.Client(self.kvs_address, timeout=10.0)
+            self.kvs = anna_core.Client(self.kvs_address, timeout=10.0, auth=self.auth)
         out: Dict[str, float] = {}
         if mode == "lww":
             start = _time.perf_counter()
@@ -78,7 +79,8 @@ def main() -> None:
     with cloudburst.LocalCluster(executor_nodes=1, executors_per_node=1,
                                  transport="ipc") as cluster:
         client = cluster.client()
-        client.register((DirectReader, (cluster.kvs.routing_address,)), "reader")
+        client.register((DirectReader, (cluster.kvs.routing_address, cluster.client_auth)),
+                        "reader")
         for mb in [float(x) for x in args.sizes.split(",")]:
             size = int(mb * 1024 * 1024)
             key, causal_key = f"bench/cache/{mb}", f"bench/cache/causal/{mb}"

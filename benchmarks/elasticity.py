@@ -68,10 +68,11 @@ def key_name(i: int) -> str:
 
 def generator(routing: str, index: int, start_at: float, seconds: float, rate: Rate,
               keys: int, zipf: float, value_size: int, timeout: float, attempt: float,
-              conn: Any) -> None:
+              conn: Any, auth: Any = None) -> None:
     """One load process: paced GET/PUT mix; sends back its records and last acked writes."""
     import anna_core
-    client = anna_core.Client(routing, timeout=timeout, retries=1, attempt_timeout=attempt)
+    client = anna_core.Client(routing, timeout=timeout, retries=1, attempt_timeout=attempt,
+                              auth=auth)
     rng = random.Random(1000 + index)
     cdf = zipf_cdf(keys, zipf)
     records: List[Tuple[float, float, bool]] = []      # (completion s, latency s, ok)
@@ -118,7 +119,7 @@ def generator(routing: str, index: int, start_at: float, seconds: float, rate: R
 
 
 def run_load(routing: str, generators: int, seconds: float, rate: Rate, args: Any,
-             events: Sequence[Tuple[float, str, Any]] = ()) -> Dict[str, Any]:
+             events: Sequence[Tuple[float, str, Any]] = (), auth: Any = None) -> Dict[str, Any]:
     """Run the generators for `seconds`, performing `events` (second, label, action) on
     schedule; returns the per-second series, the events' actual times and every acked write."""
     ctx = mp.get_context("spawn")
@@ -130,7 +131,7 @@ def run_load(routing: str, generators: int, seconds: float, rate: Rate, args: An
         p = ctx.Process(target=generator, args=(routing, i, start_at, seconds, per_gen,
                                                 args.keys, args.zipf, args.value_size,
                                                 args.client_timeout, args.attempt_timeout,
-                                                child), daemon=True)
+                                                child, auth), daemon=True)
         p.start()
         pipes.append(parent)
         procs.append(p)
@@ -191,9 +192,9 @@ def per_second(records: Sequence[Tuple[float, float, bool]], seconds: float) -> 
     return series
 
 
-def capacity(routing: str, args: Any) -> float:
+def capacity(routing: str, args: Any, auth: Any = None) -> float:
     """Closed-loop throughput of the generators against this cluster (ops/s, median second)."""
-    out = run_load(routing, args.generators, 6.0, [(0.0, 0.0)], args)
+    out = run_load(routing, args.generators, 6.0, [(0.0, 0.0)], args, auth=auth)
     ops = [s["ops"] for s in out["series"][2:]]
     return float(statistics.median(ops)) if ops else 0.0
 
@@ -241,7 +242,7 @@ def experiment_failure(args: Any) -> Dict[str, Any]:
         log(f"failure experiment, {name} run: {args.nodes} nodes, {args.replicas} replicas")
         with _cluster(args, args.nodes, args.replicas) as cluster:
             _prefill(cluster, args.keys)
-            peak = capacity(cluster.routing_address, args)
+            peak = capacity(cluster.routing_address, args, auth=cluster.client_auth)
             offered = args.load * peak
             log(f"capacity {peak:.0f} ops/s; offering {offered:.0f} ops/s")
             events = []
@@ -250,7 +251,7 @@ def experiment_failure(args: Any) -> Dict[str, Any]:
                 events = [(args.kill_at, f"kill -9 {victim}", lambda: cluster.kill_node(victim)),
                           (args.replace_at, "replacement joins", lambda: cluster.add_node())]
             out = run_load(cluster.routing_address, args.generators, args.seconds,
-                           [(0.0, offered)], args, events)
+                           [(0.0, offered)], args, events, auth=cluster.client_auth)
             out["check"] = check_acked(cluster, out.pop("acked"))
             out.update(capacity=peak, offered=offered)
             log(f"{name}: {summary_line(out, args)}")
@@ -264,7 +265,7 @@ def experiment_scale(args: Any) -> Dict[str, Any]:
         log(f"scale experiment, {name} run: {args.start_nodes} nodes, 1 replica")
         with _cluster(args, args.start_nodes, 1) as cluster:
             _prefill(cluster, args.keys)
-            peak = capacity(cluster.routing_address, args)
+            peak = capacity(cluster.routing_address, args, auth=cluster.client_auth)
             base = args.load * peak / 3
             rate = [(0.0, base), (args.spike_at, 3 * base), (args.drop_at, base)]
             log(f"capacity {peak:.0f} ops/s; offering {base:.0f}, then {3 * base:.0f}, "
@@ -288,7 +289,7 @@ def experiment_scale(args: Any) -> Dict[str, Any]:
                 for i in range(args.add):
                     events.append((args.drop_at + 3 + i * 4, f"node leaves ({i + 1})", remove))
             out = run_load(cluster.routing_address, args.generators, args.seconds, rate, args,
-                           events)
+                           events, auth=cluster.client_auth)
             out["check"] = check_acked(cluster, out.pop("acked"))
             out.update(capacity=peak, offered=rate)
             log(f"{name}: {summary_line(out, args)}")
