@@ -31,8 +31,12 @@ def test_a_killed_executor_node_is_restarted_and_calls_work_again():
         cluster.kill_node(0)
         poll_until(_serves(c), 20, "calls working again after the node was killed")
         assert time.monotonic() - start < 15
+        # new workers replaced the old (the new ones may serve a call a moment before the
+        # supervisor has read their node's readiness line)
+        poll_until(lambda: not {w["worker_id"] for w in cluster.workers} & set(old), 5,
+                   "the cluster listing the new workers")
         new = {w["worker_id"] for w in cluster.workers}
-        assert len(new) == 2 and not new & set(old)      # new workers replaced the old
+        assert len(new) == 2
         # the old workers died with their node: no orphans
         poll_until(lambda: all(not _alive(pid) for pid in old.values()), 5,
                    "the old workers exiting")
