@@ -264,9 +264,11 @@ class Scheduler:
             if now - self._handshake_logged < REFUSAL_LOG_PERIOD:
                 continue
             self._handshake_logged = now
+            value = event.get("value", 0)
             why = "it does not use CURVE (a client without keys?)" \
-                if event.get("value") == _MECHANISM_MISMATCH else \
-                f"handshake failed (protocol error {event.get('value', 0):#x})"
+                if value == _MECHANISM_MISMATCH else \
+                f"its handshake failed ({int(value):#x}; a peer without keys, or with " \
+                f"another cluster's key?)"
             log.warning("refused a connection to %s: %s; the cluster requires "
                         "authentication (%d refused so far)", self.address, why,
                         self.refused_handshakes)

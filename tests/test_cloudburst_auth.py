@@ -96,10 +96,12 @@ def test_clients_without_a_known_key_are_refused_and_the_cluster_keeps_serving(c
     with pytest.raises(cloudburst.AuthenticationError, match="refused this client's key"):
         cloudburst.Client(cluster.address, timeout=20, auth=unknown_key(cluster, tmp_path))
     assert time.monotonic() - start < 5.0
-    # the scheduler logged both refusals (the unknown key with the peer's address)
+    # the scheduler logged both refusals (the unknown key with the peer's address; the
+    # peer without CURVE is refused by ZeroMQ before any key is seen, and logged by the
+    # scheduler's monitor, which ZeroMQ 4.3 does not tell the peer's address)
     poll_until(lambda: "unknown public key" in read_logs(cluster, "scheduler")
-               and "does not use CURVE" in read_logs(cluster, "scheduler"), 10,
-               "the scheduler's log of the refusals")
+               and "the cluster requires authentication" in read_logs(cluster, "scheduler"),
+               10, "the scheduler's log of the refusals")
     assert re.search(r"refused a connection from 127\.0\.0\.1: unknown public key",
                      read_logs(cluster, "scheduler"))
     client = cluster.client()
