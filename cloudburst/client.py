@@ -443,9 +443,8 @@ class Client:
     def _kvs_client(self) -> Any:
         if self._kvs is None:
             import anna_core
-            from hydrocache.service import kvs_kwargs
             self._kvs = anna_core.Client(self.kvs_address, ip=self._ip, timeout=5.0,
-                                         **kvs_kwargs(self.auth))
+                                         auth=self.auth)
         return self._kvs
 
     # ---- lifecycle ----

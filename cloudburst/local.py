@@ -252,7 +252,6 @@ class LocalCluster:
     def start(self) -> "LocalCluster":
         import anna_core
         from executor.config import NodeConfig
-        from hydrocache.service import kvs_auth
         from scheduler.config import SchedulerConfig
 
         if self.started:
@@ -260,8 +259,8 @@ class LocalCluster:
         self.started = True
         deadline = time.monotonic() + self.startup_timeout
         try:
-            # Anna shares the key directory (once the KVS authenticates: hydrocache KVS_AUTH)
-            kvs_keys = kvs_auth(self.cluster_auth)
+            # Anna shares the key directory
+            kvs_keys = self.cluster_auth
             self.kvs = anna_core.LocalCluster(memory_threads=self.kvs_threads,
                                               nodes=self.kvs_nodes,
                                               replication=self.kvs_replication,

@@ -37,8 +37,7 @@ Contract:
   only cluster keys (a client key is refused at the handshake), every push (replies,
   heartbeats, vouching, key sets, cache-to-cache requests) is a CURVE client, and its workers
   get the key directory (not the keys) in their config. The socket Anna pushes updates to and
-  the node's `anna_core.Client`s are authenticated when the KVS is
-  (`hydrocache.service.kvs_auth`).
+  the node's `anna_core.Client`s use the same keys (the KVS shares the key directory).
 - `serve()` runs until `stop()`; then workers get SIGTERM (then SIGKILL) and are reaped.
 """
 from __future__ import annotations
@@ -65,7 +64,7 @@ from runtime.sockets import PushCache, bind_pull
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
 
-from hydrocache.service import HydroCacheService, kvs_auth, kvs_kwargs
+from hydrocache.service import HydroCacheService
 
 from .cache import LwwCache
 from hydrocache.copies import ValueTags
@@ -121,9 +120,9 @@ class ExecutorNode:
         creds = self._credentials = credentials_of(self._security)
         self._requests, self.cache_address = bind_pull(self._context, config.ip,
                                                        ipc_dir=config.ipc_dir, auth=creds)
-        # Anna pushes subscribed keys here: authenticated when the KVS is
+        # Anna pushes subscribed keys here
         self._updates, self.update_address = bind_pull(
-            self._context, config.ip, auth=creds if kvs_auth(self.auth) is not None else None)
+            self._context, config.ip, auth=creds)
         self._push = PushCache(self._context, auth=creds)
         self.cache = LwwCache()
         self._lock = threading.Lock()
@@ -140,7 +139,7 @@ class ExecutorNode:
                                         self._push, ip=config.ip,
                                         capacity_bytes=config.cache_bytes,
                                         ipc_dir=config.ipc_dir, auth=creds,
-                                        kvs_auth=kvs_auth(self.auth))
+                                        kvs_auth=self.auth)
         self.workers: List[ManagedProcess] = []
         self.worker_info: List[Dict[str, Any]] = []
         self.supervisor = Supervisor(RestartPolicy(initial=config.restart_backoff,
@@ -361,7 +360,7 @@ class ExecutorNode:
         state = self._local
         if not hasattr(state, "kvs"):
             state.kvs = anna_core.Client(self.config.kvs_address, timeout=5.0, ip=self.config.ip,
-                                         context=self._context, **kvs_kwargs(self.auth))
+                                         context=self._context, auth=self.auth)
             state.push = PushCache(self._context, auth=self._credentials)
             with self._lock:
                 self._clients.append(state.kvs)

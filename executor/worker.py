@@ -28,7 +28,7 @@ Contract:
 - Authentication (`config.key_dir`; `runtime.auth`): the worker reads the cluster's keys; its
   three sockets (schedules and triggers, node-cache replies, control) admit only cluster
   keys, and its pushes (results to callers, triggers, heartbeats, `done`) are CURVE clients.
-  Its `anna_core.Client` is authenticated when the KVS is (`hydrocache.service.kvs_auth`).
+  Its `anna_core.Client` holds the cluster's keys when the cluster authenticates.
   `lib.send` goes only to directory entries that carry the cluster's key (a client key can
   write the KVS; it cannot hold the cluster's secret).
 """
@@ -58,7 +58,6 @@ from runtime.values import Reference
 from hydro_proto import cloudburst_pb2 as pb
 
 from hydrocache import versionset as vs
-from hydrocache.service import kvs_kwargs
 from hydrocache.writer import ExecutorWriter
 
 from .cache_client import CacheClient
@@ -108,7 +107,7 @@ class Worker:
                                                  ipc_dir=config.ipc_dir, auth=creds)
         self._push = PushCache(self._context, auth=creds)
         self._kvs = anna_core.Client(config.kvs_address, timeout=5.0, ip=config.ip,
-                                     context=self._context, **kvs_kwargs(self.auth))
+                                     context=self._context, auth=self.auth)
         self.cache = CacheClient(self._push, config.cache_address, self._replies, reply_address,
                                  config.cache_timeout)
         self.pending = PendingCalls()

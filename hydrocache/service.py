@@ -20,7 +20,7 @@ Failures reach the requester as the core's typed answers (TIMEOUT naming the sta
 EXECUTION_ERROR naming this cache); an I/O error becomes the core's input, never a silent drop.
 Authentication (`runtime.auth`): with `auth` (the node's cluster credentials) the reply
 socket admits only cluster keys and the pool threads' pushes are CURVE clients; `kvs_auth` is
-what its `anna_core.Client`s are given (`kvs_auth()` below: None while the KVS runs plain).
+the identity its `anna_core.Client`s use (the KVS shares the cluster's key directory).
 """
 from __future__ import annotations
 
@@ -42,29 +42,9 @@ from runtime.sockets import PushCache, bind_pull
 from .actions import AskCache, FetchKey, PutVersions, Step, Subscribe
 from .node_cache import NodeCache, NotCausal, StageTimeout
 
-__all__ = ["HydroCacheService", "StageTimeout", "NotCausal", "KVS_AUTH", "kvs_auth", "kvs_kwargs"]
+__all__ = ["HydroCacheService", "StageTimeout", "NotCausal"]
 
 log = logging.getLogger("hydrocache.service")
-
-# Whether the KVS (Anna) of a cluster whose services hold keys authenticates with the same
-# keys (one key directory for the whole stack): its `anna_core.Client`s get the keys and the
-# sockets Anna pushes subscribed keys to are CURVE servers. The one switch for the whole
-# platform (the scheduler, executor, SDK and LocalCluster all ask `kvs_auth`); False runs the
-# KVS plain under an authenticated Cloudburst (what it did before Anna's kernel spoke CURVE).
-KVS_AUTH = True
-
-
-def kvs_auth(auth: Optional[AuthConfig]) -> Optional[AuthConfig]:
-    """The `AuthConfig` to give `anna_core.Client` (and whether the sockets Anna pushes to are
-    CURVE servers): `auth` when the KVS authenticates (`KVS_AUTH`), else None."""
-    return auth if KVS_AUTH else None
-
-
-def kvs_kwargs(auth: Optional[AuthConfig]) -> dict:
-    """Keyword arguments for `anna_core.Client` with `kvs_auth(auth)`: none when that is None
-    (so the call also works with an `anna_core` that has no `auth` parameter)."""
-    auth = kvs_auth(auth)
-    return {} if auth is None else {"auth": auth}
 
 _BATCH = 1000              # messages taken from one socket per readiness
 
@@ -228,7 +208,7 @@ class HydroCacheService:
         s = self._local
         if s.kvs is None:
             s.kvs = anna_core.Client(self.kvs_address, timeout=5.0, ip=self.ip,
-                                     context=self._context, **kvs_kwargs(self._kvs_auth))
+                                     context=self._context, auth=self._kvs_auth)
             with self._resources_lock:
                 self._resources.append(s.kvs)
         return s.kvs

@@ -29,7 +29,6 @@ from runtime.auth import AuthConfig, Credentials
 from runtime.rpc import cache_reply, collect_replies
 from runtime.sockets import PushCache, bind_pull
 from hydrocache.gc import frontier_from_reports
-from hydrocache.service import kvs_kwargs
 
 __all__ = ["GcCoordinator"]
 
@@ -70,7 +69,7 @@ class GcCoordinator:
         pull, address = bind_pull(self._context, self.ip, auth=self.auth)
         push = PushCache(self._context, auth=self.auth)
         kvs = anna_core.Client(self.kvs_address, timeout=self.timeout, ip=self.ip,
-                               context=self._context, **kvs_kwargs(self.kvs_auth))
+                               context=self._context, auth=self.kvs_auth)
         try:
             while not self._stop.wait(self.period):
                 try:

@@ -65,7 +65,6 @@ from runtime.errors import InvalidDag, NoResources
 from runtime.http import TextEndpoint
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
-from hydrocache.service import kvs_auth, kvs_kwargs
 
 from .config import SchedulerConfig
 from .gc import GcCoordinator
@@ -120,13 +119,13 @@ class Scheduler:
                                                  ipc_dir=config.ipc_dir,
                                                  max_frame_bytes=config.max_frame_bytes,
                                                  auth=creds, audience="any")
-        # Anna pushes registry updates here: authenticated when the KVS is
+        # Anna pushes registry updates here
         self._updates, self.update_address = bind_pull(
             self._context, config.ip, max_frame_bytes=config.max_frame_bytes,
-            auth=creds if kvs_auth(self.auth) is not None else None)
+            auth=creds)
         self._push = PushCache(self._context, auth=creds)
         self._kvs = anna_core.Client(config.kvs_address, timeout=2.0, ip=config.ip,
-                                     context=self._context, **kvs_kwargs(self.auth))
+                                     context=self._context, auth=self.auth)
         # what the authentication refused (see the module contract)
         self.dropped: Dict[Tuple[str, str], int] = {}      # (role, kind) -> messages dropped
         self._dropped_logged: Dict[Tuple[str, str], float] = {}
@@ -169,7 +168,7 @@ class Scheduler:
         self._live_caches: List[str] = []
         self._gc = GcCoordinator(self._context, config.kvs_address, lambda: self._live_caches,
                                  config.gc_period, ip=config.ip, auth=creds,
-                                 kvs_auth=kvs_auth(self.auth)).start() \
+                                 kvs_auth=self.auth).start() \
             if config.gc_period > 0 else None
 
     def _end_warmup(self) -> None:
