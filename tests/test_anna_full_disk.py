@@ -1,0 +1,165 @@
+"""The disk tier on a full disk, on real processes and a real (small) filesystem.
+
+A 32 MiB tmpfs is mounted for the disk node's data (root only; skipped otherwise, with the
+reason). Filled with puts, the store refuses writes with `DiskFull` naming the node, the
+worker and the directory; every acknowledged key reads back; deletes work and their space
+comes back, so puts succeed again. Killed and restarted while the filesystem is full (the
+rest filled by a file, as another program would), the node serves every acknowledged key;
+with not even room to open for writing it opens read-only and recovers once space is freed.
+
+Every loop is bounded and every wait has a deadline; the mount is removed in the fixture.
+"""
+import errno
+import os
+import subprocess
+import time
+
+import pytest
+
+import anna_core
+from waiting import poll_until
+
+FS_BYTES = 32 << 20
+VALUE_BYTES = 64 << 10
+MAX_PUTS = FS_BYTES // VALUE_BYTES + 64   # more than can fit: the loop must hit DiskFull
+NOISE = os.urandom(VALUE_BYTES)           # values must not compress (RocksDB uses Snappy)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 32 MiB tmpfs at tmp_path/disk, unmounted afterwards."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small filesystem for the full-disk test needs root")
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={FS_BYTES},mode=0755", "tmpfs",
+                           str(mount)], capture_output=True, text=True, timeout=30)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs for the full-disk test: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        if subprocess.run(["umount", str(mount)], capture_output=True, timeout=30).returncode:
+            subprocess.run(["umount", "-l", str(mount)], capture_output=True, timeout=30)
+
+
+def free_bytes(path):
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def fill_to(path, filler, leave):
+    """Append to `filler` until at most `leave` bytes are free on path's filesystem."""
+    with open(filler, "ab") as f:
+        for _ in range(FS_BYTES // 4096 + 16):          # bounded: the filesystem's pages
+            gap = free_bytes(path) - leave
+            if gap <= 0:
+                return
+            try:
+                f.write(b"\0" * min(gap, 1 << 20))
+                f.flush()
+            except OSError as e:
+                if e.errno != errno.ENOSPC:
+                    raise
+                return
+
+
+def value_of(key):
+    return key.encode() + NOISE[len(key):]
+
+
+def put_until_full(kvs, prefix):
+    """Put distinct keys until the store refuses; returns (acknowledged keys, the error)."""
+    acked = []
+    for i in range(MAX_PUTS):
+        key = f"{prefix}-{i}"
+        try:
+            kvs.put(key, value_of(key))
+        except anna_core.DiskFull as e:
+            return acked, e
+        acked.append(key)
+    raise AssertionError(f"{MAX_PUTS} puts of {VALUE_BYTES} bytes fit on a "
+                         f"{FS_BYTES}-byte filesystem without a DiskFull")
+
+
+def assert_all_read_back(kvs, keys):
+    wrong = [k for k in keys if kvs.get(k) != value_of(k)]
+    assert not wrong, f"{len(wrong)} acknowledged keys did not read back, e.g. {wrong[:3]}"
+
+
+def put_succeeds(kvs, key):
+    try:
+        kvs.put(key, value_of(key))
+        return True
+    except anna_core.DiskFull:
+        return False
+
+
+def test_full_disk_refuses_puts_keeps_reads_and_deletes_and_survives_restarts(small_disk):
+    data_dir = small_disk
+    store_dir = str(data_dir / "disk-0" / "0")
+    filler = data_dir / "filler"
+    with anna_core.LocalCluster(memory_threads=0, disk_threads=1, data_dir=str(data_dir),
+                                pin_threads=False) as cluster:
+        kvs = cluster.client(timeout=2.0)
+
+        # 1. Fill the store: puts are refused with a typed error naming what and where.
+        acked, error = put_until_full(kvs, "a")
+        assert len(acked) > 100, "the store refused writes long before the disk was full"
+        assert isinstance(error, anna_core.StoreFailed)
+        message = str(error)
+        assert "disk full" in message and "node disk-0 worker 0" in message, message
+        assert store_dir in message and cluster.worker_addresses("disk-0")[0] in message
+        assert free_bytes(data_dir) > 0   # refused before the filesystem itself ran out
+        assert_all_read_back(kvs, acked)
+
+        # 2. Deletes work on the full store, and their space comes back for new puts.
+        deleted, acked = acked[: len(acked) // 2], acked[len(acked) // 2:]
+        for key in deleted:
+            kvs.delete(key)
+        for key in deleted[:5]:
+            with pytest.raises(anna_core.KeyNotFound):
+                kvs.get(key)
+        poll_until(lambda: put_succeeds(kvs, "after-deletes"), 10.0,
+                   "a put succeeding after deleting half the keys")
+        acked.append("after-deletes")
+
+        # 3. Full again, and the rest of the filesystem taken by another file; kill -9 and
+        #    restart: the node opens (its reserve file gives it room) and serves every key.
+        more, _ = put_until_full(kvs, "b")
+        acked += more
+        fill_to(data_dir, filler, 0)
+        assert free_bytes(data_dir) < 64 << 10
+        cluster.restart_node("disk-0", kill=True)
+        kvs = cluster.client(timeout=2.0)
+        assert_all_read_back(kvs, acked)
+        # Whatever the restart freed (compaction scratch files of the killed process), take
+        # it but 2 MiB: the store is full for writes, not for its own deletes.
+        fill_to(data_dir, filler, 2 << 20)
+        with pytest.raises(anna_core.DiskFull) as info:
+            kvs.put("refused", value_of("refused"))
+        assert "node disk-0 worker 0" in str(info.value)
+        kvs.delete(acked.pop())
+        assert_all_read_back(kvs, acked)
+
+        # 4. Not a page left and no reserve: the node still starts (read-only) and serves
+        #    reads; writes, deletes included, say why they are refused.
+        cluster.stop_node("disk-0")     # a clean stop: no files left for the open to clear
+        fill_to(data_dir, filler, 0)
+        cluster.start_node("disk-0")
+        kvs = cluster.client(timeout=2.0)
+        assert_all_read_back(kvs, acked)
+        with pytest.raises(anna_core.DiskFull) as info:
+            kvs.put("refused", value_of("refused"))
+        with pytest.raises(anna_core.DiskFull) as info:
+            kvs.delete(acked[0])
+        assert "read-only" in str(info.value) and store_dir in str(info.value)
+
+        # 5. Space freed: the store reopens for writing by itself; puts and deletes work.
+        filler.unlink()
+        poll_until(lambda: put_succeeds(kvs, "after-freeing"), 10.0,
+                   "a put succeeding once the filler file was removed")
+        kvs.delete(acked.pop(0))
+        assert_all_read_back(kvs, acked + ["after-freeing"])
+        assert cluster.is_running("disk-0")
+        assert "Assertion" not in cluster.log_tail("disk-0", 200)
