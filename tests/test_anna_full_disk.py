@@ -1,7 +1,7 @@
 """The disk tier on a full disk, on real processes and a real (small) filesystem.
 
-A 32 MiB tmpfs is mounted for the disk node's data (root only; skipped otherwise, with the
-reason). Filled with puts, the store refuses writes with `DiskFull` naming the node, the
+A 32 MiB filesystem is mounted for the disk node's data: a tmpfs, and ext4 on a loop-mounted
+image (root only; skipped otherwise, with the reason). Filled with puts, the store refuses writes with `DiskFull` naming the node, the
 worker and the directory; every acknowledged key reads back; deletes work and their space
 comes back, so puts succeed again. Killed and restarted while the filesystem is full (the
 rest filled by a file, as another program would), the node serves every acknowledged key;
@@ -11,8 +11,8 @@ Every loop is bounded and every wait has a deadline; the mount is removed in the
 """
 import errno
 import os
+import shutil
 import subprocess
-import time
 
 import pytest
 
@@ -25,17 +25,32 @@ MAX_PUTS = FS_BYTES // VALUE_BYTES + 64   # more than can fit: the loop must hit
 NOISE = os.urandom(VALUE_BYTES)           # values must not compress (RocksDB uses Snappy)
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 32 MiB tmpfs at tmp_path/disk, unmounted afterwards."""
+def _mount(args, what):
+    done = subprocess.run(args, capture_output=True, text=True, timeout=30)
+    if done.returncode != 0:
+        pytest.skip(f"cannot {what} for the full-disk test: {done.stderr.strip()}")
+
+
+@pytest.fixture(params=["tmpfs", "ext4"])
+def small_disk(request, tmp_path):
+    """A 32 MiB filesystem at tmp_path/disk: a tmpfs, or ext4 on a loop-mounted image file
+    (a real disk filesystem: block allocation, a journal); unmounted afterwards."""
     if os.geteuid() != 0:
         pytest.skip("mounting a small filesystem for the full-disk test needs root")
     mount = tmp_path / "disk"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={FS_BYTES},mode=0755", "tmpfs",
-                           str(mount)], capture_output=True, text=True, timeout=30)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs for the full-disk test: {done.stderr.strip()}")
+    if request.param == "tmpfs":
+        _mount(["mount", "-t", "tmpfs", "-o", f"size={FS_BYTES},mode=0755", "tmpfs",
+                str(mount)], "mount a tmpfs")
+    else:
+        if shutil.which("mkfs.ext4") is None:
+            pytest.skip("mkfs.ext4 is not installed (e2fsprogs)")
+        image = tmp_path / "disk.img"
+        with open(image, "wb") as f:
+            f.truncate(FS_BYTES)
+        # -m 0: no blocks reserved for root (the test runs as root and would use them).
+        _mount(["mkfs.ext4", "-q", "-m", "0", "-F", str(image)], "make an ext4 image")
+        _mount(["mount", "-o", "loop", str(image), str(mount)], "loop-mount an ext4 image")
     try:
         yield mount
     finally:
@@ -49,19 +64,25 @@ def free_bytes(path):
 
 
 def fill_to(path, filler, leave):
-    """Append to `filler` until at most `leave` bytes are free on path's filesystem."""
-    with open(filler, "ab") as f:
-        for _ in range(FS_BYTES // 4096 + 16):          # bounded: the filesystem's pages
+    """Append to `filler` until at most `leave` bytes are free on path's filesystem, or
+    until not even 4 KiB can be written there."""
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        chunk = 1 << 20
+        for _ in range(FS_BYTES // 4096 + 64):          # bounded: the filesystem's pages
             gap = free_bytes(path) - leave
             if gap <= 0:
                 return
             try:
-                f.write(b"\0" * min(gap, 1 << 20))
-                f.flush()
+                os.write(fd, b"\0" * min(gap, chunk))
             except OSError as e:
-                if e.errno != errno.ENOSPC:
+                if e.errno != errno.ENOSPC or chunk == 4096:
+                    if e.errno == errno.ENOSPC:
+                        return
                     raise
-                return
+                chunk = 4096                             # ext4 keeps a little for itself
+    finally:
+        os.close(fd)
 
 
 def value_of(key):
@@ -129,7 +150,7 @@ def test_full_disk_refuses_puts_keeps_reads_and_deletes_and_survives_restarts(sm
         more, _ = put_until_full(kvs, "b")
         acked += more
         fill_to(data_dir, filler, 0)
-        assert free_bytes(data_dir) < 64 << 10
+        assert free_bytes(data_dir) < 256 << 10
         cluster.restart_node("disk-0", kill=True)
         kvs = cluster.client(timeout=2.0)
         assert_all_read_back(kvs, acked)

@@ -140,9 +140,11 @@ DiskLimits DiskLimits::for_filesystem(std::uint64_t fs_bytes) {
   l.level1 = clamp_bytes(l.write_floor / 4, 1 * kMiB, 256 * kMiB);
   l.max_compaction = clamp_bytes(l.write_floor / 4, 1 * kMiB, 1 * kGiB);
   l.manifest = clamp_bytes(l.write_floor / 16, 256 * kKiB, 64 * kMiB);
-  // Opening may flush the two memtables' worth of recovered WAL, and writes a MANIFEST, an
-  // OPTIONS file and a new WAL.
-  l.emergency = 2 * l.write_buffer + 1 * kMiB;
+  l.manifest_prealloc = clamp_bytes(l.write_floor / 64, 64 * kKiB, 4 * kMiB);
+  // Opening may flush the recovered WAL (up to two memtables, into preallocated SST files),
+  // and writes a new WAL (preallocated to 1.1 memtables), a new MANIFEST (preallocated), an
+  // OPTIONS file and CURRENT.
+  l.emergency = 3 * l.write_buffer + l.manifest_prealloc + 1 * kMiB;
   l.reserve = std::max(l.emergency, std::min(l.write_floor / 4, 256 * kMiB));
   return l;
 }
@@ -179,6 +181,7 @@ void DiskStore::open_db() {
   options.max_bytes_for_level_base = limits_.level1;
   options.max_compaction_bytes = limits_.max_compaction;
   options.max_manifest_file_size = limits_.manifest;
+  options.manifest_preallocation_size = limits_.manifest_prealloc;
   options.max_open_files = 256;
   options.info_log = logger_;
   options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;

@@ -38,7 +38,8 @@
 //   * The reserve: a preallocated file `<path>.reserve` of `reserve` bytes (write_floor/4,
 //     at least `emergency`), created at open and re-created once free space is at least
 //     write_floor + reserve. It is deleted ("released", with a WARNING) whenever free space
-//     is found below `emergency` (2 memtables + 1 MiB) - before opening, or at any write -
+//     is found below `emergency` (what an open may write: 3 memtables, a preallocated
+//     MANIFEST, 1 MiB more) - before opening, or at any write -
 //     so a disk filled by something else still lets this store open, delete and flush.
 //   * Reclaiming: once a write was refused, deletes make the helper thread flush the
 //     memtable and compact the whole store (after 200 ms, to batch them; one at a time),
@@ -113,6 +114,7 @@ struct DiskLimits {
   std::uint64_t level1 = 0;          // max_bytes_for_level_base
   std::uint64_t max_compaction = 0;  // max_compaction_bytes
   std::uint64_t manifest = 0;        // max_manifest_file_size
+  std::uint64_t manifest_prealloc = 0;  // manifest_preallocation_size (RocksDB: 4 MiB)
   static DiskLimits for_filesystem(std::uint64_t fs_bytes);
 };
 
