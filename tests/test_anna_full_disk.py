@@ -10,13 +10,17 @@ with not even room to open for writing it opens read-only and recovers once spac
 Every loop is bounded and every wait has a deadline; the mount is removed in the fixture.
 """
 import errno
+import gc
 import os
 import shutil
 import subprocess
+import time
 
 import pytest
 
 import anna_core
+from anna_core import _core
+from hydro_proto import anna_pb2
 from waiting import poll_until
 
 FS_BYTES = 32 << 20
@@ -116,12 +120,23 @@ def put_succeeds(kvs, key):
         return False
 
 
+def deletes(kvs, keys):
+    """Delete `keys`; False if the store refused (DiskFull: still read-only)."""
+    try:
+        for key in keys:
+            kvs.delete(key)
+        return True
+    except anna_core.DiskFull:
+        return False
+
+
 def test_full_disk_refuses_puts_keeps_reads_and_deletes_and_survives_restarts(small_disk):
     data_dir = small_disk
     store_dir = str(data_dir / "disk-0" / "0")
     filler = data_dir / "filler"
     with anna_core.LocalCluster(memory_threads=0, disk_threads=1, data_dir=str(data_dir),
-                                pin_threads=False) as cluster:
+                                pin_threads=False,
+                                log_dir=str(data_dir.parent / "logs")) as cluster:
         kvs = cluster.client(timeout=2.0)
 
         # 1. Fill the store: puts are refused with a typed error naming what and where.
@@ -176,11 +191,109 @@ def test_full_disk_refuses_puts_keeps_reads_and_deletes_and_survives_restarts(sm
             kvs.delete(acked[0])
         assert "read-only" in str(info.value) and store_dir in str(info.value)
 
-        # 5. Space freed: the store reopens for writing by itself; puts and deletes work.
+        # 5. The other file removed: the store reopens for writing by itself (deletes work),
+        #    but is as full as before the file came; deleting data makes room for puts.
         filler.unlink()
+        poll_until(lambda: deletes(kvs, acked[:1]), 10.0,
+                   "a delete succeeding once the filler file was removed")
+        acked.pop(0)
+        assert deletes(kvs, acked[: len(acked) // 2])
+        acked = acked[len(acked) // 2:]
         poll_until(lambda: put_succeeds(kvs, "after-freeing"), 10.0,
-                   "a put succeeding once the filler file was removed")
-        kvs.delete(acked.pop(0))
+                   "a put succeeding after removing the filler file and deleting data")
         assert_all_read_back(kvs, acked + ["after-freeing"])
         assert cluster.is_running("disk-0")
         assert "Assertion" not in cluster.log_tail("disk-0", 200)
+
+
+# ---- RocksDB itself running out of space (another program took it between two checks)
+
+def _request(req_type, tuples):
+    r = anna_pb2.KeyRequest(type=req_type, response_address="tcp://client:1", request_id="r")
+    r.tuples.extend(tuples)
+    return r.SerializeToString()
+
+
+def _answer(core, req_type, tuple_):
+    out = core.handle("request", _request(req_type, [tuple_]))
+    return anna_pb2.KeyResponse.FromString(out[0][2]).tuples[0]
+
+
+def test_rocksdb_out_of_space_anyway_loses_nothing_and_recovers(small_disk):
+    """The store checks free space at most every 50 ms when far from its floor; take all of it
+    inside that window and the next writes reach RocksDB with no room. They fail with
+    DISK_FULL (no abort), the store reopens itself, every acknowledged key survives, deletes
+    work, and writes resume once space is freed."""
+    m = anna_pb2.Membership(version=1, vnodes=64, default_replication=anna_pb2.Replication(
+        memory_global=0, memory_local=1, disk_global=1, disk_local=1))
+    m.nodes.add(node_id="d", tier=1, worker_addresses=["tcp://d:0"])
+    store = str(small_disk / "d" / "0")
+    filler = small_disk / "filler"
+    big = 1 << 20
+
+    def new_core():
+        return _core.WorkerCore("d", 1, 0, "tcp://d:0", store_path=store,
+                                membership=m.SerializeToString())
+
+    def put(core, key):
+        lattice = _core.LWWLattice(time.time_ns(), key.encode() * (big // len(key)))
+        return _answer(core, anna_pb2.PUT, anna_pb2.KeyTuple(
+            key=key, lattice_type=lattice.lattice_type, payload=lattice.serialize()))
+
+    def read(core, key):
+        t = _answer(core, anna_pb2.GET, anna_pb2.KeyTuple(key=key))
+        if t.error != anna_pb2.NO_ERROR:
+            return None
+        return _core.deserialize(t.lattice_type, t.payload).reveal()
+
+    core = new_core()
+    acked, hit = [], None
+    for attempt in range(5):
+        time.sleep(0.06)                       # the next put measures: plenty of room
+        key = f"warm-{attempt}"
+        assert put(core, key).error == anna_pb2.NO_ERROR
+        acked.append(key)
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.posix_fallocate(fd, 0, max(free_bytes(small_disk) - (64 << 10), 4096))
+        finally:
+            os.close(fd)
+        fill_to(small_disk, filler, 0)
+        for i in range(4):
+            key = f"k-{attempt}-{i}"
+            t = put(core, key)
+            if t.error == anna_pb2.NO_ERROR:
+                acked.append(key)
+                continue
+            assert t.error == anna_pb2.DISK_FULL, t
+            if "RocksDB" in t.error_detail:
+                hit = t.error_detail
+            break
+        if hit:
+            break
+        filler.unlink()                      # the store's own check won: free space, retry
+        poll_until(lambda: put(core, "probe").error == anna_pb2.NO_ERROR, 5.0,
+                   "puts accepted again after removing the filler")
+        acked.append("probe")
+    if not hit:
+        pytest.skip("could not take the space inside the store's 50 ms check window")
+    assert "node d worker 0: disk full: RocksDB" in hit and store in hit
+
+    def value_ok(key):
+        return read(core, key) == key.encode() * (big // len(key))
+
+    assert all(value_ok(k) for k in acked), "an acknowledged key was lost"
+    # Deletes work (the store reopens RocksDB first, at most once a second).
+    gone = acked.pop(0)
+    poll_until(lambda: _answer(core, anna_pb2.DELETE, anna_pb2.KeyTuple(key=gone)).error
+               in (anna_pb2.NO_ERROR, anna_pb2.KEY_DNE) and read(core, gone) is None,
+               5.0, "a delete succeeding after RocksDB ran out of space")
+    filler.unlink()
+    poll_until(lambda: put(core, "after").error == anna_pb2.NO_ERROR, 5.0,
+               "a put succeeding once space was freed")
+    acked.append("after")
+    del core
+    gc.collect()
+    core = new_core()                        # and all of it survives a reopen
+    assert all(value_ok(k) for k in acked), "an acknowledged key was lost across a reopen"
+    assert read(core, gone) is None

@@ -141,10 +141,11 @@ DiskLimits DiskLimits::for_filesystem(std::uint64_t fs_bytes) {
   l.max_compaction = clamp_bytes(l.write_floor / 4, 1 * kMiB, 1 * kGiB);
   l.manifest = clamp_bytes(l.write_floor / 16, 256 * kKiB, 64 * kMiB);
   l.manifest_prealloc = clamp_bytes(l.write_floor / 64, 64 * kKiB, 4 * kMiB);
-  // Opening may flush the recovered WAL (up to two memtables, into preallocated SST files),
-  // and writes a new WAL (preallocated to 1.1 memtables), a new MANIFEST (preallocated), an
-  // OPTIONS file and CURRENT.
-  l.emergency = 3 * l.write_buffer + l.manifest_prealloc + 1 * kMiB;
+  // Opening may flush the recovered WAL (the memtable and up to two immutable ones, each
+  // somewhat over write_buffer), and writes a new WAL (preallocated to 1.1 memtables), a new
+  // MANIFEST (preallocated), an OPTIONS file and CURRENT; the killed process's leftovers
+  // are deleted only at the end of the open. Twice that, to be safe.
+  l.emergency = 6 * l.write_buffer + l.manifest_prealloc + 1 * kMiB;
   l.reserve = std::max(l.emergency, std::min(l.write_floor / 4, 256 * kMiB));
   return l;
 }
@@ -186,7 +187,6 @@ void DiskStore::open_db() {
   options.info_log = logger_;
   options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
   options.avoid_flush_during_recovery = true;  // opening needs no room for the WAL's data
-  last_open_try_ = Clock::now();
   rocksdb::DB* db = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(options, path_, &db);
   if (s.ok()) {

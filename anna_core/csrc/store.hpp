@@ -38,8 +38,8 @@
 //   * The reserve: a preallocated file `<path>.reserve` of `reserve` bytes (write_floor/4,
 //     at least `emergency`), created at open and re-created once free space is at least
 //     write_floor + reserve. It is deleted ("released", with a WARNING) whenever free space
-//     is found below `emergency` (what an open may write: 3 memtables, a preallocated
-//     MANIFEST, 1 MiB more) - before opening, or at any write -
+//     is found below `emergency` (about twice what an open may write: 6 memtables, the
+//     MANIFEST's preallocation, 1 MiB) - before opening, or at any write -
 //     so a disk filled by something else still lets this store open, delete and flush.
 //   * Reclaiming: once a write was refused, deletes make the helper thread flush the
 //     memtable and compact the whole store (after 200 ms, to batch them; one at a time),
@@ -180,7 +180,7 @@ class DiskStore final : public Store {
   bool full_ = false;              // a write was refused and none admitted since
   std::uint64_t deletes_since_reclaim_ = 0;
   bool needs_reopen_ = false;      // RocksDB reported no space: reopen before writing
-  Clock::time_point last_open_try_{};
+  Clock::time_point last_open_try_{};  // of maybe_reopen (the first one runs at once)
   Clock::time_point last_reserve_try_{};
   Clock::time_point last_refusal_log_{};
 
