@@ -18,7 +18,7 @@ from .client import Client, Subscription, Update
 from .cluster import LocalCluster
 from .config import ClusterConfig, NodeConfig, Replication, RoutingConfig
 from .errors import (AnnaError, DiskFull, KeyNotFound, LatticeTypeMismatch, LeaveFailed,
-                     MalformedRequest, NoNodes, StartupError, StoreFailed, Timeout,
+                     MalformedRequest, NoNodes, NotPermitted, StartupError, StoreFailed, Timeout,
                      UnknownLatticeType, ValueTooLarge, WrongOwner)
 
 __all__ = [
@@ -28,5 +28,6 @@ __all__ = [
     "compare_clocks", "merge_clocks",
     "AnnaError", "KeyNotFound", "LatticeTypeMismatch", "ValueTooLarge", "UnknownLatticeType",
     "MalformedRequest", "NoNodes", "Timeout", "WrongOwner", "StoreFailed", "DiskFull",
-    "StartupError", "LeaveFailed", "Replication", "NodeConfig", "RoutingConfig", "ClusterConfig",
+    "NotPermitted", "StartupError", "LeaveFailed", "Replication", "NodeConfig", "RoutingConfig",
+    "ClusterConfig",
 ]

@@ -45,7 +45,8 @@ def _cmd_local(args: argparse.Namespace) -> int:
                                startup_timeout=args.startup_timeout,
                                fault_tolerance=args.fault_tolerance,
                                heartbeat_period=args.heartbeat_period,
-                               heartbeat_timeout=args.heartbeat_timeout)
+                               heartbeat_timeout=args.heartbeat_timeout,
+                               auth=not args.no_auth, key_dir=args.key_dir)
     except ValueError as e:
         print(f"anna local: error: {e}", file=sys.stderr)
         return 2
@@ -59,7 +60,16 @@ def _cmd_local(args: argparse.Namespace) -> int:
         print(f"replicas per key: {cluster.replication.memory_global or cluster.replication.disk_global}", flush=True)
         for node_id in cluster.node_ids:
             print(f"node {node_id}: {' '.join(cluster.worker_addresses(node_id))}", flush=True)
-        print("connect with anna_core.Client(routing address); Ctrl-C stops", flush=True)
+        if cluster.client_auth is not None:
+            print(f"keys: {cluster.key_dir} (clients connect as "
+                  f"{cluster.client_auth.identity!r})", flush=True)
+            print(f"connect with anna_core.Client(routing address, auth=runtime.auth.AuthConfig("
+                  f"{cluster.key_dir!r}, {cluster.client_auth.identity!r})); Ctrl-C stops",
+                  flush=True)
+        else:
+            print("WARNING: authentication is off; anyone who can reach these ports can read, "
+                  "write and delete every key", file=sys.stderr, flush=True)
+            print("connect with anna_core.Client(routing address); Ctrl-C stops", flush=True)
         while not stopping.wait(0.5):
             dead = [n for n in cluster.node_ids if not cluster.is_running(n)]
             if dead:
@@ -179,6 +189,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                        help="largest value a worker accepts")
     local.add_argument("--startup-timeout", type=positive_float, default=30.0,
                        help="seconds every process has to report ready")
+    local.add_argument("--key-dir", help="the cluster's CURVE keys (`anna keys DIR --client "
+                                         "NAME`); default: fresh keys in a temporary directory")
+    local.add_argument("--no-auth", action="store_true",
+                       help="run every socket unauthenticated and unencrypted (benchmarks "
+                            "only: anyone who can reach the ports controls the cluster)")
     add_common(local)
     local.set_defaults(func=_cmd_local)
 

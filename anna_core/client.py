@@ -43,12 +43,13 @@ from google.protobuf.message import DecodeError
 
 from hydro_proto import anna_pb2
 
+from runtime.auth import CLUSTER, AuthConfig, Security, check_client_auth, credentials_of
 from runtime.sockets import PushCache, bind_pull
 
 from . import _core
-from .config import Replication
-from .errors import (KeyNotFound, LatticeTypeMismatch, MalformedRequest, NoNodes, Timeout,
-                     error_from_code)
+from .config import DEFAULT_MAX_VALUE_BYTES, Replication
+from .errors import (KeyNotFound, LatticeTypeMismatch, MalformedRequest, NoNodes,
+                     NotPermitted, Timeout, ValueTooLarge, error_from_code)
 from .subscription import Subscription, Update, Value, is_lattice as _is_lattice, \
     reveal_value as _reveal_value
 from .wire import MonotoneClock, lattice_to_tuple, tuple_to_lattice
@@ -87,15 +88,22 @@ class Client:
             min(timeout, 1.0)).
         ip: the local address to bind the answer socket on (must be reachable by workers).
         context: a ZMQ context to use (default: a private one, closed by `close()`).
+        auth: this client's keys (`runtime.auth.AuthConfig(key_dir, "client:NAME")`, or the
+            "cluster" identity for the cluster's own processes). Required when the routing
+            address carries the cluster's key (`...#k=<hex>`): AuthenticationRequired
+            otherwise. None talks plain to a cluster without authentication.
     """
 
     def __init__(self, routing_address: Union[str, Sequence[str]], *, timeout: float = 5.0,
                  retries: int = 2, ip: str = "127.0.0.1", context: Optional[zmq.Context] = None,
                  attempt_timeout: Optional[float] = None,
-                 routing_timeout: Optional[float] = None) -> None:
+                 routing_timeout: Optional[float] = None,
+                 auth: Optional[AuthConfig] = None,
+                 max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> None:
         if timeout <= 0:
             raise ValueError("timeout must be > 0")
         self.routing_addresses = routing_addresses(routing_address)
+        check_client_auth(self.routing_addresses, auth, "the Anna cluster")
         self.routing_address = self.routing_addresses[0]
         self.timeout = float(timeout)
         self.retries = max(0, int(retries))
@@ -103,6 +111,7 @@ class Client:
             else float(attempt_timeout)
         self.routing_timeout = min(self.timeout, 1.0) if routing_timeout is None \
             else float(routing_timeout)
+        self.max_value_bytes = int(max_value_bytes)
         if self.attempt_timeout <= 0 or self.routing_timeout <= 0:
             raise ValueError("attempt_timeout and routing_timeout must be > 0")
         self._routing_suspects: Dict[str, float] = {}
@@ -110,8 +119,16 @@ class Client:
         self.ip = ip
         self._own_context = context is None
         self._context = context or zmq.Context()
-        self._pull, self.response_address = bind_pull(self._context, ip)
-        self._push = PushCache(self._context, sndhwm=10000, linger_ms=0)
+        self.auth = auth
+        self._security = Security.start(self._context, auth)
+        credentials = credentials_of(self._security)
+        try:
+            self._pull, self.response_address = bind_pull(self._context, ip, auth=credentials)
+        except BaseException:
+            if self._security is not None:
+                self._security.stop()
+            raise
+        self._push = PushCache(self._context, sndhwm=10000, linger_ms=0, auth=credentials)
         self._addresses: Dict[Tuple[str, bool], List[str]] = {}
         self._clock = MonotoneClock()
         self._id_prefix = uuid.uuid4().hex[:12]
@@ -200,7 +217,8 @@ class Client:
 
     def subscription(self, *keys: str) -> Subscription:
         """A new `Subscription` subscribed to `keys`; closing it unsubscribes."""
-        sub = Subscription(ip=self.ip, context=self._context, client=self, keys=keys)
+        sub = Subscription(ip=self.ip, context=self._context, client=self, keys=keys,
+                           auth=self.auth)
         self._subscriptions.append(sub)  # closed before the shared context in close()
         try:
             for key in keys:
@@ -218,6 +236,11 @@ class Client:
         `memory`/`disk` are replicas (nodes) per tier, `local` threads per node in both tiers
         unless `memory_local`/`disk_local` say otherwise.
         """
+        if self.auth is not None and self.auth.identity != CLUSTER:
+            # routing drops it from a client key: say so instead of timing out
+            raise NotPermitted(f"set_replication of {key!r}: changing placement is reserved to "
+                               f"the cluster's key (AuthConfig(key_dir, 'cluster')); this client "
+                               f"is {self.auth.identity!r}", key=key)
         replication = Replication(memory, local if memory_local is None else memory_local,
                                   disk, local if disk_local is None else disk_local)
         request = anna_pb2.SetReplication(response_address=self.response_address)
@@ -249,6 +272,8 @@ class Client:
         self._subscriptions.clear()
         self._push.close()
         self._pull.close(0)
+        if self._security is not None:
+            self._security.stop()
         if self._own_context:
             self._context.term()
 
@@ -266,7 +291,12 @@ class Client:
         elif not _is_lattice(value):
             raise TypeError(f"put {key!r}: value must be bytes or an anna_core lattice, "
                             f"not {type(value).__name__}")
-        return lattice_to_tuple(key, value)
+        t = lattice_to_tuple(key, value)
+        if len(t.payload) > self.max_value_bytes:
+            raise ValueTooLarge(f"put {key!r}: the value is {len(t.payload):,} bytes, above the "
+                                f"cluster's limit of {self.max_value_bytes:,} (the nodes' "
+                                f"max_value_bytes; pass the same to Client)", key=key)
+        return t
 
     def _decode(self, t: Any, op: str, address: Optional[str] = None) -> Any:
         try:

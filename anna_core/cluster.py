@@ -40,6 +40,7 @@ import tempfile
 import weakref
 from typing import Any, Dict, List, Optional, Sequence
 
+from runtime.auth import AuthConfig, CLIENT_PREFIX, CLUSTER, strip_key, write_keys
 from runtime.process import ManagedProcess, StartupError, stop_all, wait_all_ready
 
 from .client import Client
@@ -47,6 +48,23 @@ from .config import DISK, MEMORY, ClusterConfig, NodeConfig, Replication, Routin
 from .errors import LeaveFailed
 
 log = logging.getLogger("anna.cluster")
+
+# The client key a LocalCluster writes for its own `client()`s.
+LOCAL_CLIENT = "local"
+AUTH_OFF_WARNING = ("AUTHENTICATION IS OFF: this cluster's sockets are plain; anyone who can "
+                    "reach its ports can read, overwrite and delete every key and change its "
+                    "membership. Leave auth on (the default) outside a benchmark.")
+
+
+def default_client_auth(key_dir: str) -> AuthConfig:
+    """The identity a cluster's `client()` uses: the client "local" if its key is in
+    `key_dir`, else the first client key there, else the cluster's own identity."""
+    clients = os.path.join(key_dir, "clients")
+    names = sorted(e[:-len(".key_secret")] for e in os.listdir(clients)
+                   if e.endswith(".key_secret")) if os.path.isdir(clients) else []
+    if LOCAL_CLIENT in names:
+        return AuthConfig(key_dir, CLIENT_PREFIX + LOCAL_CLIENT)
+    return AuthConfig(key_dir, CLIENT_PREFIX + names[0]) if names else AuthConfig(key_dir, CLUSTER)
 
 
 def _stop_now(processes: Sequence[ManagedProcess], timeout: float) -> None:
@@ -99,6 +117,15 @@ class LocalCluster:
         self.log_dir = log_dir or os.path.join(self._tmp, "logs")   # kept after stop if given
         os.makedirs(self.log_dir, exist_ok=True)
         self.data_dir = self.config.data_dir or os.path.join(self._tmp, "data")
+        self.key_dir: Optional[str] = None
+        self.client_auth: Optional[AuthConfig] = None
+        if self.config.auth:
+            self.key_dir = self.config.key_dir or os.path.join(self._tmp, "keys")
+            if self.config.key_dir is None:
+                write_keys(self.key_dir, [LOCAL_CLIENT])
+            self.client_auth = default_client_auth(self.key_dir)
+        else:
+            log.warning(AUTH_OFF_WARNING)
         self.routing_address: Optional[str] = None
         self.routing_addresses: List[str] = []
         self._routers: List[ManagedProcess] = []
@@ -127,7 +154,8 @@ class LocalCluster:
                 self._spawn(p)
             wait_all_ready(self._routers, self.config.startup_timeout)
             self.routing_addresses = [p.info["address"] for p in self._routers]
-            self._routing_ports = [int(a.rsplit(":", 1)[1]) for a in self.routing_addresses]
+            self._routing_ports = [int(strip_key(a).rsplit(":", 1)[1])
+                                   for a in self.routing_addresses]
             self.routing_address = self.routing_addresses[0]
             new = []
             for i in range(self.config.memory_nodes):
@@ -167,6 +195,8 @@ class LocalCluster:
         if self.routing_address is None:
             raise RuntimeError("LocalCluster is not started; use `with LocalCluster(...)` "
                                "or call start()")
+        kwargs.setdefault("auth", self.client_auth)
+        kwargs.setdefault("max_value_bytes", self.config.max_value_bytes)
         c = Client(self.routing_addresses, ip=self.config.ip, **kwargs)
         self._clients.append(c)
         return c
@@ -325,7 +355,8 @@ class LocalCluster:
                             max_value_bytes=self.config.max_value_bytes,
                             max_push_sockets=self.config.max_push_sockets,
                             pin_threads=self.config.effective_pin_threads(),
-                            log_level=self.config.log_level)
+                            log_level=self.config.log_level,
+                            key_dir=self.key_dir)
         p = ManagedProcess(node_id, [sys.executable, "-m", "anna_core.node", "--config",
                                      config.to_json(),
                                      "--routing", ",".join(self.routing_addresses),
@@ -341,7 +372,8 @@ class LocalCluster:
                                default_replication=self.replication, vnodes=self.config.vnodes,
                                log_level=self.config.log_level,
                                heartbeat_period=self.config.heartbeat_period,
-                               heartbeat_timeout=self.config.heartbeat_timeout)
+                               heartbeat_timeout=self.config.heartbeat_timeout,
+                               key_dir=self.key_dir)
         name = "routing" if index == 0 else f"routing-{index}"
         return ManagedProcess(name, [sys.executable, "-m", "anna_core.routing", "--config",
                                      json.dumps(config.to_dict()),

@@ -3,8 +3,15 @@
 Contract:
 - `Replication` is a key's replication vector (dissertation 3.2.3): nodes per tier
   (`memory_global`, `disk_global`) and threads per node (`memory_local`, `disk_local`).
-- `NodeConfig` holds exactly the keys of the kernel's `_core.Node(config_json)`
-  (DESIGN.md "Node config keys"); `to_json()` produces that JSON.
+- `NodeConfig` holds the keys of the kernel's `_core.Node(config_json)` (DESIGN.md "Node
+  config keys") and `key_dir`, the directory of the cluster's CURVE keys (None:
+  authentication off). `to_json()` is the node process' configuration (`--config`): the
+  kernel's keys, plus `key_dir` when set; it never holds a key. `kernel_json(credentials)`
+  is what `_core.Node` takes: the kernel's keys, plus, with credentials
+  (`runtime.auth.Credentials`, loaded from `key_dir` inside the node process), the node's
+  CURVE key pair and the keys it admits with their roles (`curve_public_key`,
+  `curve_secret_key`, `curve_admitted`). Secret keys therefore never travel on a command
+  line; `from_json` refuses key material.
 - `RoutingConfig` configures one routing process; `port=0` binds a free port; failure
   detection knobs (`heartbeat_period` 1.0 s, `heartbeat_timeout` 3.0 s, `recovery_period`).
 - `ClusterConfig` describes a `LocalCluster` (nodes and threads per tier, routers, heartbeat
@@ -114,6 +121,9 @@ class NodeConfig:
     # addresses, peers); the least recently used is closed beyond it. Lowered by the kernel
     # when the process' descriptor limit cannot hold every thread's (anna_core/csrc/node.cpp).
     max_push_sockets: int = 1024
+    # The cluster's CURVE key directory (runtime.auth, `anna keys DIR`); None: no
+    # authentication. Read by the node process, never sent to the kernel as a path.
+    key_dir: Optional[str] = None
 
     def __post_init__(self) -> None:
         self.tier = tier_name(self.tier)
@@ -128,20 +138,41 @@ class NodeConfig:
             raise ValueError(f"disk node {self.node_id!r} needs a data_dir")
 
     def to_dict(self) -> dict:
-        """The node's configuration as a plain dict (the kernel's config keys)."""
+        """The node's configuration as a plain dict: the kernel's config keys, and `key_dir`
+        when authentication is on."""
         d = dataclasses.asdict(self)
         if d["data_dir"] is None:
             d["data_dir"] = ""
+        if d["key_dir"] is None:
+            del d["key_dir"]
         return d
 
     def to_json(self) -> str:
-        """The JSON string `_core.Node(config_json)` takes."""
+        """The node process' configuration (`python -m anna_core.node --config`); without
+        `key_dir` it is also exactly what `_core.Node(config_json)` takes."""
         return json.dumps(self.to_dict())
+
+    def kernel_json(self, credentials: Any = None) -> str:
+        """The JSON `_core.Node(config_json)` takes: without `key_dir`, and with the CURVE
+        keys of `credentials` (a `runtime.auth.Credentials`; None: authentication off)."""
+        d = self.to_dict()
+        d.pop("key_dir", None)
+        if credentials is not None:
+            d["curve_public_key"] = credentials.keypair.public.decode("ascii")
+            d["curve_secret_key"] = credentials.keypair.secret.decode("ascii")
+            d["curve_admitted"] = {key.decode("ascii"): role
+                                   for key, role in credentials.allowed.items()}
+        return json.dumps(d)
 
     @classmethod
     def from_json(cls, text: str) -> "NodeConfig":
-        """Inverse of `to_json()`; unknown keys are rejected."""
+        """Inverse of `to_json()`; unknown keys are rejected, and so is key material (a
+        node is given `key_dir`, never keys: they would show on its command line)."""
         d = json.loads(text)
+        keys = sorted(k for k in d if k.startswith("curve_"))
+        if keys:
+            raise ValueError(f"NodeConfig takes key_dir, not keys ({', '.join(keys)}): keys on "
+                             f"a command line can be read by every user of the host")
         if d.get("data_dir") == "":
             d["data_dir"] = None
         return cls(**d)
@@ -184,6 +215,8 @@ class RoutingConfig:
     heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT
     recovery_period: Optional[float] = None
     override_refresh_period: float = 5.0
+    # CURVE keys (runtime/auth.py): the cluster's key directory, None = authentication off.
+    key_dir: Optional[str] = None
 
     def __post_init__(self) -> None:
         self.default_replication = Replication.coerce(self.default_replication)
@@ -224,6 +257,13 @@ class ClusterConfig:
     together with `replication`). By default a cluster of two or more nodes per tier keeps
     two replicas (it survives one crash) and a single node keeps one. `max_push_sockets`
     bounds each KVS worker thread's open sockets (NodeConfig.max_push_sockets).
+
+    Authentication: with `auth` (the default) every socket is a CURVE server or client and
+    only holders of the cluster's key or an authorized client key get in; the keys are read
+    from `key_dir`, or written fresh into the cluster's own temporary directory (the cluster
+    key and a client named "local") when `key_dir` is None. `auth=False` runs every socket
+    plain, and the cluster warns that anyone who can reach its ports can read, write and
+    delete every key.
     """
 
     memory_threads: int = 1
@@ -245,8 +285,12 @@ class ClusterConfig:
     leave_timeout: float = DEFAULT_LEAVE_TIMEOUT
     fault_tolerance: Optional[int] = None
     max_push_sockets: int = 1024      # per KVS worker thread (NodeConfig.max_push_sockets)
+    auth: bool = True
+    key_dir: Optional[str] = None
 
     def __post_init__(self) -> None:
+        if self.key_dir is not None and not self.auth:
+            raise ValueError("ClusterConfig.key_dir is given but auth is off; drop one")
         if isinstance(self.routers, bool) or not isinstance(self.routers, int) \
                 or self.routers < 1:
             raise ValueError(f"ClusterConfig.routers must be an int >= 1, got {self.routers!r}")

@@ -15,7 +15,7 @@ import runtime.process as _runtime_process
 __all__ = [
     "AnnaError", "KeyNotFound", "LatticeTypeMismatch", "ValueTooLarge", "UnknownLatticeType",
     "MalformedRequest", "NoNodes", "Timeout", "WrongOwner", "StoreFailed", "DiskFull",
-    "StartupError", "LeaveFailed", "error_from_code",
+    "StartupError", "LeaveFailed", "NotPermitted", "error_from_code",
 ]
 
 
@@ -83,6 +83,11 @@ class WrongOwner(AnnaError):
                  address: Optional[str] = None, addresses: Sequence[str] = ()) -> None:
         super().__init__(message, key=key, address=address)
         self.addresses = list(addresses)
+
+
+class NotPermitted(AnnaError):
+    """The operation is reserved to the cluster's own key (e.g. changing a key's replication);
+    this client holds a client key."""
 
 
 class StoreFailed(AnnaError):

@@ -19,6 +19,13 @@ Contract (DESIGN.md "Processes", "Routing and membership"):
    5 when no routing acknowledged the leave.
    SIGINT, or the parent's exit with `--parent-pid`: stop at once without leaving (the
    cluster's failure detector removes the node); exit 0. SIGKILL skips everything.
+5. Authentication (`NodeConfig.key_dir` set; DESIGN.md "Authentication"): the process loads
+   the cluster's keys from `key_dir` (`runtime.auth.AuthConfig(key_dir)`; a missing or bad
+   key file exits 2 naming it) and hands the key material to the kernel in-process
+   (`NodeConfig.kernel_json(credentials)`), so no key is ever on a command line. Its own
+   sockets use the same credentials: the control socket and the leave's ack sockets are CURVE
+   servers admitting only cluster keys, and the pushes to routing are CURVE clients, so every
+   `--routing` address must carry its server key (`#k=<hex>`; exit 2 otherwise).
 
 Run: `python -m anna_core.node --config '<NodeConfig JSON>' --routing tcp://... [--routing ...]`.
 """
@@ -33,6 +40,7 @@ from typing import List, Optional, Sequence
 
 import zmq
 
+from runtime.auth import AuthConfig, KeyFileError, Security, credentials_of, parse_address
 from runtime.cli import positive_float
 from runtime.logs import configure_logging
 from runtime.process import announce_ready, parent_gone
@@ -98,14 +106,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
-    try:
-        node = _core.Node(config.to_json())
-        node.start()
-    except (ValueError, RuntimeError) as e:
-        print(f"node {config.node_id}: cannot start: {e}", file=sys.stderr, flush=True)
-        return 2
     context = zmq.Context()
-    control, control_address = bind_pull(context, config.ip)
+    security: Optional[Security] = None
+    try:
+        if config.key_dir is not None:
+            security = Security.start(context, AuthConfig(config.key_dir))
+        auth = credentials_of(security)
+        unkeyed = [r for r in routing if auth is not None and parse_address(r)[1] is None]
+        if unkeyed:
+            raise ValueError(f"authentication is on (key_dir) but the routing address(es) "
+                             f"{', '.join(unkeyed)} carry no server key (#k=...)")
+        node = _core.Node(config.kernel_json(auth))
+        node.start()
+    except (ValueError, RuntimeError, KeyFileError) as e:
+        print(f"node {config.node_id}: cannot start: {e}", file=sys.stderr, flush=True)
+        if security is not None:
+            security.stop()
+        context.term()
+        return 2
+    control, control_address = bind_pull(context, config.ip, auth=auth)
     heartbeater: Optional[Heartbeater] = None
     try:
         addresses = list(node.worker_addresses())
@@ -113,13 +132,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         try:
             membership = join_cluster(context, config, addresses, routing, control,
                                       control_address, timeout=args.join_timeout,
-                                      retry=args.join_retry)
+                                      retry=args.join_retry, auth=auth)
         except Timeout as e:
             log.error("node %s: %s", config.node_id, e)
             print(f"node {config.node_id}: {e}", file=sys.stderr, flush=True)
             return 3
         heartbeater = Heartbeater(context, config, addresses, routing, control_address,
-                                  node.stats, period=args.heartbeat_period).start()
+                                  node.stats, period=args.heartbeat_period, auth=auth).start()
         announce_ready({"node_id": config.node_id, "tier": config.tier,
                         "worker_addresses": addresses, "control_address": control_address,
                         "membership_version": membership.version}, args.ready_file)
@@ -133,7 +152,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if how["leave"]:
             outcome = leave_cluster(context, config, routing, node.stats,
                                     timeout=args.leave_timeout, retry=min(args.join_retry, 0.5),
-                                    ack_grace=args.heartbeat_period)
+                                    ack_grace=args.heartbeat_period, auth=auth)
             if outcome.ok:
                 log.info("%s", outcome.message)
             else:
@@ -146,6 +165,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             heartbeater.stop()
         node.stop()
         control.close(0)
+        if security is not None:
+            security.stop()
         context.term()
         log.info("node %s stopped", config.node_id)
 

@@ -20,6 +20,11 @@ one cluster, and each runs the same membership core.
   a slow or silent cluster.
 - `worker_progress` tolerates a kernel whose stats lack `membership_version` /
   `handoff_pending` (`supported` is then False and both read 0: unknown).
+- Authentication: every function takes `auth` (the node's `runtime.auth.Credentials`, None
+  when off). The pushes to routing then are CURVE clients of each routing's keyed address
+  (`runtime.sockets.PushCache(auth=...)`), and the leave's acknowledgement sockets are CURVE
+  servers admitting only cluster keys; the `control` socket given to `join_cluster` is bound
+  the same way by the caller.
 """
 from __future__ import annotations
 
@@ -33,8 +38,8 @@ from google.protobuf.message import DecodeError
 
 from hydro_proto import anna_pb2
 
-from runtime.framing import send_kind
-from runtime.sockets import bind_pull
+from runtime.auth import Credentials
+from runtime.sockets import PushCache, bind_pull
 
 from .config import NodeConfig, tier_number
 from .errors import Timeout
@@ -69,30 +74,26 @@ def node_info(config: NodeConfig, worker_addresses: Sequence[str]) -> anna_pb2.N
                              worker_addresses=list(worker_addresses))
 
 
-def _pushes(context: zmq.Context, addresses: Sequence[str]) -> Dict[str, zmq.Socket]:
-    out = {}
-    for address in addresses:
-        s = context.socket(zmq.PUSH)
-        s.setsockopt(zmq.LINGER, 0)
-        s.setsockopt(zmq.SNDHWM, 100)
-        s.connect(address)
-        out[address] = s
-    return out
+def _pushes(context: zmq.Context, auth: Optional[Credentials]) -> PushCache:
+    """Pushes to the routings: a short queue (stale control messages are worth nothing) and
+    no linger (a stopping node must not wait on a dead routing)."""
+    return PushCache(context, sndhwm=100, linger_ms=0, auth=auth)
 
 
 def join_cluster(context: zmq.Context, config: NodeConfig, worker_addresses: Sequence[str],
                  routing_addresses: Sequence[str], control: zmq.Socket, control_address: str,
-                 *, timeout: float = 20.0, retry: float = 1.0) -> anna_pb2.Membership:
+                 *, timeout: float = 20.0, retry: float = 1.0,
+                 auth: Optional[Credentials] = None) -> anna_pb2.Membership:
     """Send NodeJoin to every routing until one acknowledges with a Membership naming this
     node; the acks are read on `control`. Raises `Timeout` after `timeout` s."""
-    pushes = _pushes(context, routing_addresses)
+    pushes = _pushes(context, auth)
     join = anna_pb2.NodeJoin(node=node_info(config, worker_addresses),
                              control_address=control_address)
     deadline = time.monotonic() + timeout
     try:
         while True:
-            for push in pushes.values():
-                send_kind(push, "join", join)
+            for address in routing_addresses:
+                pushes.send_kind(address, "join", join)
             resend_at = min(deadline, time.monotonic() + retry)
             while (remaining := resend_at - time.monotonic()) > 0:
                 if not control.poll(int(remaining * 1000) + 1):
@@ -109,8 +110,7 @@ def join_cluster(context: zmq.Context, config: NodeConfig, worker_addresses: Seq
                 raise Timeout(f"join ack from routing {where}", address=where, seconds=timeout)
             log.info("no join ack yet from %s; re-sending", ", ".join(routing_addresses))
     finally:
-        for push in pushes.values():
-            push.close(0)
+        pushes.close()
 
 
 class Heartbeater:
@@ -122,8 +122,10 @@ class Heartbeater:
 
     def __init__(self, context: zmq.Context, config: NodeConfig,
                  worker_addresses: Sequence[str], routing_addresses: Sequence[str],
-                 control_address: str, stats, period: float = 1.0) -> None:
+                 control_address: str, stats, period: float = 1.0,
+                 auth: Optional[Credentials] = None) -> None:
         self._context = context
+        self._auth = auth
         self._info = node_info(config, worker_addresses)
         self._routing = list(routing_addresses)
         self._control_address = control_address
@@ -145,7 +147,7 @@ class Heartbeater:
             self._thread.join(timeout=5.0 + self.period)
 
     def _run(self) -> None:
-        pushes = _pushes(self._context, self._routing)
+        pushes = _pushes(self._context, self._auth)
         try:
             while not self._stop.is_set():
                 try:
@@ -157,14 +159,13 @@ class Heartbeater:
                     node=self._info, control_address=self._control_address,
                     membership_version=progress.membership_version,
                     handoff_pending=progress.handoff_pending)
-                for address, push in pushes.items():
-                    if not send_kind(push, "heartbeat", heartbeat):
+                for address in self._routing:
+                    if not pushes.send_kind(address, "heartbeat", heartbeat):
                         log.warning("heartbeat to routing %s dropped (not accepting)", address)
                 self.sent += 1
                 self._stop.wait(self.period)
         finally:
-            for push in pushes.values():
-                push.close(0)
+            pushes.close()
 
 
 class LeaveOutcome(NamedTuple):
@@ -182,19 +183,20 @@ LEAVE_TIMED_OUT = 4     # exit status: hand-off not acknowledged before the dead
 
 def leave_cluster(context: zmq.Context, config: NodeConfig, routing_addresses: Sequence[str],
                   stats, *, timeout: float = 30.0, retry: float = 0.5,
-                  ack_grace: float = 1.0, poll: float = 0.05) -> LeaveOutcome:
+                  ack_grace: float = 1.0, poll: float = 0.05,
+                  auth: Optional[Credentials] = None) -> LeaveOutcome:
     """The graceful leave described in the module contract; `timeout` bounds all of it."""
     started = time.monotonic()
     deadline = started + timeout
     node_id = config.node_id
     sockets: List[zmq.Socket] = []
-    pushes = _pushes(context, routing_addresses)
+    pushes = _pushes(context, auth)
     acked: Dict[str, int] = {}
     refused: set = set()
     try:
         leaves = {}
         for address in routing_addresses:
-            socket, ack_address = bind_pull(context, config.ip)
+            socket, ack_address = bind_pull(context, config.ip, auth=auth)
             sockets.append(socket)
             leaves[address] = (socket, anna_pb2.NodeLeave(node_id=node_id,
                                                           control_address=ack_address))
@@ -210,7 +212,7 @@ def leave_cluster(context: zmq.Context, config: NodeConfig, routing_addresses: S
             if now >= resend_at:
                 for address, (_, leave) in leaves.items():
                     if address not in acked:
-                        send_kind(pushes[address], "leave", leave)
+                        pushes.send_kind(address, "leave", leave)
                 resend_at = now + retry
             poller = zmq.Poller()
             for socket, _ in leaves.values():
@@ -248,8 +250,7 @@ def leave_cluster(context: zmq.Context, config: NodeConfig, routing_addresses: S
     finally:
         for s in sockets:
             s.close(0)
-        for p in pushes.values():
-            p.close(0)
+        pushes.close()
     return _await_handoff(node_id, version, stats, deadline, timeout, poll)
 
 

@@ -19,6 +19,10 @@ Contract (DESIGN.md, proto/anna.proto, dissertation 3.2.5-3.2.7):
   index and the overrides back through an `anna_core.Client` of this very routing (it follows
   the workers' WRONG_OWNER redirects while the ring is partial), retrying a few times, and the
   loop hands them to `overrides_loaded`. The core is only ever touched by the loop thread.
+- With a key directory (`--key-dir`, RoutingConfig.key_dir) every socket is CURVE
+  (runtime/auth.py): the request socket admits cluster and client keys, and a client may only
+  send "address" lookups; any other kind from a client key is logged and dropped (counted in
+  `dropped_for_role`).
 - Wrong frame counts, unknown kinds and unparsable payloads are logged and dropped; the loop
   never dies on input. Routing state is soft: rebuilt from joins and heartbeats.
 
@@ -41,6 +45,7 @@ from google.protobuf.message import DecodeError
 
 from hydro_proto import anna_pb2
 
+from runtime.auth import AuthConfig, Security, credentials_of, may_send, role_of
 from runtime.framing import FrameError, split_frames
 from runtime.cli import positive_float
 from runtime.logs import configure_logging
@@ -63,6 +68,9 @@ TICK_SECONDS = 0.05          # the loop calls tick(now) at least this often (wel
 LOAD_ATTEMPTS = 5            # tries to read the persisted overrides back, ...
 LOAD_RETRY_SECONDS = 1.0     # ... this far apart
 ROUTING_MAX_FRAME_BYTES = 16 << 20   # largest frame routing's request socket accepts
+# What a client key may send routing: lookups. Joins, leaves, heartbeats and replication
+# changes come from the cluster only (a forged join or replication change would misroute).
+ROUTING_CLIENT_KINDS = frozenset({"address"})
 
 
 class RoutingService:
@@ -72,17 +80,26 @@ class RoutingService:
         self.config = config
         self._own_context = context is None
         self.context = context or zmq.Context()
+        # Authentication (runtime/auth.py): started before any socket binds.
+        self.security = Security.start(self.context, AuthConfig(config.key_dir)
+                                       if config.key_dir else None)
+        credentials = credentials_of(self.security)
+        self.dropped_for_role = 0      # cluster-only messages a client key sent (dropped)
+        self._role_warned = 0.0
         self.state = ClusterMembership(config.default_replication, config.vnodes,
                                        heartbeat_period=config.heartbeat_period,
                                        heartbeat_timeout=config.heartbeat_timeout,
                                        recovery_period=config.effective_recovery_period(),
                                        override_refresh_period=config.override_refresh_period)
         # Routing's messages are small: a larger frame is a broken or hostile peer.
+        # Clients ask routing where keys live, so its socket admits client keys; what each
+        # role may send is checked per message (`handle`).
         self.socket, self.address = bind_pull(self.context, config.ip, config.port,
-                                              max_frame_bytes=ROUTING_MAX_FRAME_BYTES)
+                                              max_frame_bytes=ROUTING_MAX_FRAME_BYTES,
+                                              auth=credentials, audience="any")
         # Answers of the KVS to routing's own metadata PUTs (single frames) land here.
-        self.answers, self.answer_address = bind_pull(self.context, config.ip)
-        self.push = PushCache(self.context, sndhwm=10000, linger_ms=0)
+        self.answers, self.answer_address = bind_pull(self.context, config.ip, auth=credentials)
+        self.push = PushCache(self.context, sndhwm=10000, linger_ms=0, auth=credentials)
         self.clock = MonotoneClock()
         self._request_seq = 0
         self.stopping = threading.Event()
@@ -107,10 +124,10 @@ class RoutingService:
             if self.socket in events:
                 for _ in range(1000):
                     try:
-                        frames = self.socket.recv_multipart(zmq.NOBLOCK)
+                        frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
                     except zmq.Again:
                         break
-                    self.handle(frames)
+                    self.handle([f.bytes for f in frames], role_of(frames[0]))
             if self.answers in events:
                 self._drain_answers()
             now = time.monotonic()
@@ -119,12 +136,21 @@ class RoutingService:
                 self.apply(self.state.tick(now))
             self._drain_loaded()
 
-    def handle(self, frames: Sequence[bytes]) -> None:
-        """Dispatch one received message; malformed input is logged and dropped."""
+    def handle(self, frames: Sequence[bytes], role: Optional[str] = None) -> None:
+        """Dispatch one received message from a peer of `role` (None: authentication off);
+        malformed input, and a cluster-only kind from a client, are logged and dropped."""
         try:
             kind, payload = split_frames(frames)
         except FrameError as e:
             log.warning("dropped message: %s", e)
+            return
+        if not may_send(role, kind, ROUTING_CLIENT_KINDS):
+            self.dropped_for_role += 1
+            now = time.monotonic()
+            if now - self._role_warned >= 1.0:
+                self._role_warned = now
+                log.warning("dropped a %r message from %s: only the cluster may send it "
+                            "(%d dropped so far)", kind, role, self.dropped_for_role)
             return
         try:
             effects = self.state.handle(kind, payload, time.monotonic())
@@ -179,7 +205,8 @@ class RoutingService:
             if self.stopping.is_set():
                 return
             try:
-                with Client(self.address, ip=self.config.ip, timeout=1.0, retries=1) as client:
+                with Client(self.address, ip=self.config.ip, timeout=1.0, retries=1,
+                            auth=self._auth_config()) as client:
                     try:
                         index = sorted(k.decode(errors="replace") for k in
                                        client.get(REPLICATION_INDEX_KEY).reveal())
@@ -237,6 +264,10 @@ class RoutingService:
         """Replication overrides set through routing, by key."""
         return self.state.overrides
 
+    def _auth_config(self) -> Optional[AuthConfig]:
+        """The cluster identity for this process' own KVS clients (None: plain)."""
+        return AuthConfig(self.config.key_dir) if self.config.key_dir else None
+
     def membership(self) -> "anna_pb2.Membership":
         """The full current membership, as broadcast to workers."""
         return self.state.membership()
@@ -266,6 +297,8 @@ class RoutingService:
         self.push.close()
         self.socket.close(0)
         self.answers.close(0)
+        if self.security is not None:
+            self.security.stop()
         if self._own_context:
             self.context.term()
 
@@ -294,6 +327,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--recovery-period", type=float, default=None,
                    help="after a restart, collect heartbeats this long before the first "
                         "broadcast (default: 1.25 heartbeat periods)")
+    p.add_argument("--key-dir", help="the cluster's CURVE key directory (`anna keys`); "
+                                      "without it routing's sockets are unauthenticated")
     p.add_argument("--log-level", default="warning", help="debug, info, warning (default)")
     p.add_argument("--ready-file", help="also write the bound address here, as JSON")
     p.add_argument("--parent-pid", type=int, help="exit when this parent process is gone")
@@ -306,7 +341,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                vnodes=args.vnodes, log_level=args.log_level,
                                heartbeat_period=args.heartbeat_period,
                                heartbeat_timeout=args.heartbeat_timeout,
-                               recovery_period=args.recovery_period)
+                               recovery_period=args.recovery_period, key_dir=args.key_dir)
     configure_logging(config.log_level, "routing", family="anna")
     service = RoutingService(config)
 

@@ -16,6 +16,7 @@ from google.protobuf.message import DecodeError
 
 from hydro_proto import anna_pb2
 
+from runtime.auth import AuthConfig, Security, credentials_of
 from runtime.sockets import bind_pull
 
 from .errors import AnnaError, Timeout
@@ -63,10 +64,14 @@ class Subscription:
     """
 
     def __init__(self, *, ip: str = "127.0.0.1", context: Optional[zmq.Context] = None,
-                 client: Optional["Client"] = None, keys: Tuple[str, ...] = ()) -> None:
+                 client: Optional["Client"] = None, keys: Tuple[str, ...] = (),
+                 auth: Optional[AuthConfig] = None) -> None:
         self._own_context = context is None
         self._context = context or zmq.Context()
-        self._socket, self.address = bind_pull(self._context, ip)
+        # Updates come from KVS workers only: a CURVE server admitting cluster keys.
+        self._security = Security.start(self._context, auth)
+        self._socket, self.address = bind_pull(self._context, ip,
+                                               auth=credentials_of(self._security))
         self._client = client
         self._keys = list(keys)
         self._pending: List[Update] = []
@@ -130,6 +135,8 @@ class Subscription:
         if self._socket.closed:
             return
         self._socket.close(0)
+        if self._security is not None:
+            self._security.stop()
         if self._own_context:
             self._context.term()
 

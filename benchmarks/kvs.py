@@ -88,21 +88,23 @@ class RedisServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def key_addresses(routing_address: str, keys: int, timeout_s: float = 10.0) -> list[str]:
-    """Ask routing (in batches) which worker owns each key 'k<i>'."""
-    ctx = zmq.Context.instance()
-    pull = ctx.socket(zmq.PULL)
-    pull.bind("tcp://127.0.0.1:*")
-    push = ctx.socket(zmq.PUSH)
-    push.connect(routing_address)
-    response_address = pull.getsockopt_string(zmq.LAST_ENDPOINT)
+def key_addresses(routing_address: str, keys: int, timeout_s: float = 10.0,
+                  auth=None) -> list[str]:
+    """Ask routing (in batches) which worker owns each key 'k<i>' (with `auth`, an
+    `AuthConfig`, over CURVE as that identity)."""
+    from runtime.auth import Security, credentials_of
+    from runtime.sockets import PushCache, bind_pull
+    ctx = zmq.Context()
+    security = Security.start(ctx, auth)
+    pull, response_address = bind_pull(ctx, auth=credentials_of(security))
+    push = PushCache(ctx, linger_ms=0, auth=credentials_of(security))
     owners: list[str] = []
     try:
         for start in range(0, keys, 2000):
             request = anna_pb2.KeyAddressRequest(
                 keys=[f"k{i}" for i in range(start, min(keys, start + 2000))],
                 response_address=response_address, request_id=uuid.uuid4().hex)
-            push.send_multipart([b"address", request.SerializeToString()])
+            push.send_kind(routing_address, "address", request)
             if not pull.poll(int(timeout_s * 1000)):
                 raise TimeoutError("routing did not answer an address lookup")
             response = anna_pb2.KeyAddressResponse.FromString(pull.recv())
@@ -113,8 +115,11 @@ def key_addresses(routing_address: str, keys: int, timeout_s: float = 10.0) -> l
                     raise RuntimeError(f"routing returned no address for k{i}")
                 owners.append(addresses[0])
     finally:
+        push.close()
         pull.close(0)
-        push.close(0)
+        if security is not None:
+            security.stop()
+        ctx.term()
     return owners
 
 
@@ -174,14 +179,17 @@ def main(argv=None) -> int:
     log(f"redis-server {redis.version()} on port {redis.port}")
     try:
         with anna_core.LocalCluster(memory_threads=args.threads, nodes=1) as cluster:
-            owners = key_addresses(cluster.routing_address, args.keys)
+            owners = key_addresses(cluster.routing_address, args.keys, auth=cluster.client_auth)
             log(f"anna cluster up at {cluster.routing_address}; {len(set(owners))} workers own the keys")
+            # Authenticated, as every cluster is by default (benchmarks/auth_cost.py compares).
+            client_credentials = cluster.client_auth.load() if cluster.client_auth else None
             anna_runs, redis_runs = [], []
             for run in range(args.runs):
                 # Alternate sides so machine noise hits both alike.
                 redis_runs.append(_core.load_redis("127.0.0.1", redis.port, seed=run + 1, **workload))
                 log(f"run {run + 1}/{args.runs} redis: {fmt(redis_runs[-1])}")
-                anna_runs.append(_core.load_anna(owners, seed=run + 1, **workload))
+                anna_runs.append(_core.load_anna(owners, seed=run + 1, auth=client_credentials,
+                                                 **workload))
                 log(f"run {run + 1}/{args.runs} anna : {fmt(anna_runs[-1])}")
             for name, runs in (("anna", anna_runs), ("redis", redis_runs)):
                 results[f"capacity_{name}"] = {

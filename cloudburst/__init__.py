@@ -12,15 +12,20 @@
 - `Reference(key, concurrent=False)`: an argument resolved to the stored object on the
   executor (with `concurrent=True`, the list of a causal key's concurrent values).
 - `errors`: FunctionNotFound, DagNotFound, InvalidDag, InvalidFunction, NoResources,
-  ExecutionError, Timeout, ObjectNotFound, Aborted.
+  ExecutionError, Timeout, ObjectNotFound, Aborted, AuthenticationError,
+  AuthenticationRequired.
+- `AuthConfig(key_dir, "client:NAME")`: a client's keys for a cluster that authenticates
+  (`Client(address, auth=...)`; `cloudburst keys` writes them; `LocalCluster` does so itself).
 """
+from runtime.auth import AuthConfig, KeyFileError
 from runtime.values import Reference
 
 from . import errors
 from .client import Client, Listing
 from .functions import RegisteredFunction
 from .futures import CausalStats, Future, gather, wait
-from .errors import (Aborted, Cancelled, CloudburstError, DagNotFound, ExecutionError, FunctionNotFound,
+from .errors import (Aborted, AuthenticationError, AuthenticationRequired, Cancelled,
+                     CloudburstError, DagNotFound, ExecutionError, FunctionNotFound,
                      InvalidDag, InvalidFunction, NoResources, ObjectNotFound,
                      SchedulerUnavailable, Timeout)
 from .local import LocalCluster
@@ -28,4 +33,5 @@ from .local import LocalCluster
 __all__ = ["Client", "Future", "Listing", "CausalStats", "LocalCluster", "Reference", "errors",
            "RegisteredFunction", "gather", "wait", "InvalidFunction", "Cancelled",
            "CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "NoResources",
-           "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "SchedulerUnavailable"]
+           "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "SchedulerUnavailable",
+           "AuthConfig", "KeyFileError", "AuthenticationError", "AuthenticationRequired"]

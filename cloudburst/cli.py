@@ -2,12 +2,17 @@
 
     cloudburst local [--executor-nodes N] [--executors-per-node M] [--schedulers S]
         Run a local cluster (Anna, schedulers, executor nodes) in the foreground; print the
-        address for `cloudburst.Client(address)`; stop cleanly on Ctrl-C or SIGTERM.
+        address and keys for `cloudburst.Client(address, auth=...)`; stop cleanly on Ctrl-C
+        or SIGTERM. Authenticated by default, with fresh keys in a temporary directory.
+    cloudburst local --key-dir DIR ...
+        The same with the keys in DIR (`cloudburst keys DIR --client NAME`).
+    cloudburst local --no-auth ...
+        The same without authentication (warns: anyone who can reach the ports controls it).
     cloudburst local --log-dir DIR ...
         The same, keeping every process' log in DIR after it stops.
-    cloudburst status ADDRESS
+    cloudburst status ADDRESS [--key-dir DIR --client NAME]
         A scheduler's view: live workers (busy, calls, restarts) and, per function, calls,
-        errors and p50/p99 latency.
+        errors and p50/p99 latency; what its authentication refused.
     cloudburst logs [FUNCTION] --log-dir DIR [--lines N]
         What functions printed, as the workers logged it (each line tagged with its call),
         most recent last; only FUNCTION's output if given.
@@ -26,23 +31,40 @@ import sys
 import threading
 from typing import List, Optional
 
-from runtime.auth import KEYS_DESCRIPTION, KEYS_HELP, add_keys_arguments, keys_command
+from runtime.auth import (CLIENT_PREFIX, KEYS_DESCRIPTION, KEYS_HELP, AuthConfig, KeyFileError,
+                          add_keys_arguments, keys_command)
 from runtime.cli import (HELP_FORMAT, add_common, non_negative_int, package_version,
                          positive_float, positive_int)
 
 from .errors import CloudburstError, StartupError
-from .local import LocalCluster
+from .local import AUTH_OFF_WARNING, LocalCluster
+
+
+def add_client_auth_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--key-dir` and `--client` for a command that connects to a cluster as a client."""
+    parser.add_argument("--key-dir", default=None,
+                        help="a key directory with the cluster's public key (cluster.key) and "
+                             "this client's pair (clients/NAME.key_secret), for a cluster that "
+                             "authenticates (`cloudburst local` prints it)")
+    parser.add_argument("--client", default="local", metavar="NAME",
+                        help="the client key pair to use from --key-dir")
 
 
 def _local(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    if args.no_auth and args.key_dir:
+        print("cloudburst local: --key-dir and --no-auth exclude each other", file=sys.stderr)
+        return 2
+    if args.no_auth:
+        print(f"WARNING: {AUTH_OFF_WARNING}", file=sys.stderr, flush=True)
     with LocalCluster(executor_nodes=args.executor_nodes,
                       executors_per_node=args.executors_per_node,
                       schedulers=args.schedulers, log_level=args.log_level,
                       log_dir=args.log_dir, port=args.port,
-                      metrics_port=args.metrics_port) as cluster:
+                      metrics_port=args.metrics_port, auth=not args.no_auth,
+                      key_dir=args.key_dir) as cluster:
         print(f"cloudburst local cluster ready: {args.executor_nodes} executor node(s) x "
               f"{args.executors_per_node} worker(s), {args.schedulers} scheduler(s)")
         for i, address in enumerate(cluster.scheduler_addresses):
@@ -51,11 +73,36 @@ def _local(args: argparse.Namespace) -> int:
         print(f"logs: {cluster.log_dir}")
         if args.metrics_port is not None:
             print(f"metrics: {cluster.client().status().metrics_address}/metrics")
-        print(f"connect with: cloudburst.Client({cluster.address!r})   (Ctrl-C stops)", flush=True)
+        print(connect_hint(cluster) + "   (Ctrl-C stops)", flush=True)
         while not stop.wait(0.5):
             pass
     print("stopped")
     return 0
+
+
+def connect_hint(cluster: LocalCluster) -> str:
+    """How a client connects to `cluster`: its key directory and identity, and the call."""
+    if not cluster.auth:
+        return (f"authentication is OFF\nconnect with: cloudburst.Client({cluster.address!r})")
+    if cluster.client_auth is None:
+        return (f"keys: {cluster.key_dir} (no client key pair in it: add one with `cloudburst "
+                f"keys {cluster.key_dir} --add-client --client NAME` and restart)\n"
+                f"connect with: cloudburst.Client({cluster.address!r}, "
+                f"auth=cloudburst.AuthConfig({cluster.key_dir!r}, 'client:NAME'))")
+    identity = cluster.client_auth.identity
+    return (f"keys: {cluster.key_dir} (a client needs cluster.key and "
+            f"clients/{identity.split(':', 1)[1]}.key_secret from it; identity {identity!r})\n"
+            f"connect with: cloudburst.Client({cluster.address!r}, "
+            f"auth=cloudburst.AuthConfig({cluster.key_dir!r}, {identity!r}))\n"
+            f"status with:  cloudburst status {cluster.address!r} --key-dir {cluster.key_dir} "
+            f"--client {identity.split(':', 1)[1]}")
+
+
+def client_auth(args: argparse.Namespace) -> Optional[AuthConfig]:
+    """The AuthConfig of `--key-dir` / `--client` (None without --key-dir)."""
+    if not args.key_dir:
+        return None
+    return AuthConfig(args.key_dir, CLIENT_PREFIX + args.client)
 
 
 def function_output(log_dir: str, function: Optional[str] = None,
@@ -93,7 +140,12 @@ def _logs(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from .client import Client
     from .status import format_status
-    with Client(args.address, timeout=args.timeout) as client:
+    try:
+        auth = client_auth(args)
+    except ValueError as e:            # a malformed client name
+        print(f"cloudburst status: {e}", file=sys.stderr)
+        return 2
+    with Client(args.address, timeout=args.timeout, auth=auth) as client:
         print(format_status(client.status()))
     return 0
 
@@ -149,6 +201,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     local.add_argument("--log-dir", default=None,
                        help="keep every process' log here after the cluster stops "
                             "(default: a temporary directory, removed)")
+    local.add_argument("--key-dir", default=None,
+                       help="the cluster's CURVE keys, made by `cloudburst keys DIR --client "
+                            "NAME` (default: fresh keys in a temporary directory, with a "
+                            "client named 'local')")
+    local.add_argument("--no-auth", action="store_true",
+                       help="run every socket without authentication or encryption: anyone "
+                            "who can reach the ports can run code on the cluster and read "
+                            "and change its data (a trusted machine only)")
     add_common(local)
     local.set_defaults(run=_local)
     local.add_argument("--metrics-port", type=non_negative_int, default=None,
@@ -159,6 +219,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     status.add_argument("address", help="a scheduler's address (tcp://host:port)")
     status.add_argument("--timeout", type=positive_float, default=10.0,
                         help="seconds to wait for the scheduler")
+    add_client_auth_arguments(status)
     status.set_defaults(run=_status)
     logs = sub.add_parser("logs", help="show what functions printed (from a --log-dir)",
                           formatter_class=HELP_FORMAT)
@@ -179,7 +240,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.run(args)
-    except (CloudburstError, StartupError) as e:
+    except (CloudburstError, StartupError, KeyFileError) as e:
         print(f"cloudburst {args.command}: {e}", file=sys.stderr)
         return 1
 

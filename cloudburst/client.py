@@ -33,6 +33,16 @@ Contract:
   for a request whose result already arrived is ignored (HB may produce two).
 - A Client may be shared by threads: sends are serialized by a lock, and whichever thread is
   waiting reads the socket and hands each answer to the thread waiting for it.
+- Authentication (`runtime.auth`). With `auth=AuthConfig(key_dir, "client:NAME")` the client
+  reads `key_dir/cluster.key` and `key_dir/clients/NAME.key_secret`; its answer socket is a
+  CURVE server admitting only the cluster's key, and it connects to each scheduler as a CURVE
+  client of the key in the scheduler's address (`tcp://host:port#k=<hex>`), or of the
+  cluster's key when the address has none. An address with a key and no `auth` raises
+  `AuthenticationRequired` at once. A handshake the cluster refuses (an unknown key, keys
+  given to a cluster that has none, a client without keys given a bare address) fails the
+  request with `AuthenticationError` naming the scheduler and the reason, as soon as the
+  refusal is seen (nothing was sent). Without `auth` and with plain addresses, everything is
+  plain, as before.
 """
 from __future__ import annotations
 
@@ -48,11 +58,14 @@ from zmq.utils.monitor import recv_monitor_message
 
 from hydro_proto import cloudburst_pb2 as pb
 
+from runtime.auth import (CLUSTER, AuthConfig, Security, credentials_of, make_client,
+                          parse_address)
 from runtime.keys import check_user_key
 from runtime.framing import more, parse, send
 from runtime.sockets import bind_pull, check_address, ipc_dir_of
 from runtime.values import CAUSAL_LATTICES, dumps, dumps_function, encode_args, is_lattice, loads
-from .errors import CloudburstError, InvalidDag, ObjectNotFound, Timeout, error_from_status
+from .errors import (AuthenticationError, AuthenticationRequired, CloudburstError, InvalidDag,
+                     ObjectNotFound, Timeout, error_from_status)
 from .functions import RegisteredFunction, check_signature
 from .futures import Future, SchedulerUnavailable, gather
 from .options import _CONSISTENCY, _consistency_and_protocol, _time_limit
@@ -62,6 +75,16 @@ __all__ = ["Client", "Listing"]
 
 _ANSWERS = {"reply": pb.Reply, "accepted": pb.Accepted, "result": pb.CallResult}
 _PREFER_CURRENT = 0.5     # seconds a send waits for the current scheduler before the others
+# what the scheduler connections' monitors report: drops and handshake outcomes
+_MONITORED = (zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED
+              | zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+              | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+_MECHANISM_MISMATCH = 0x11000002      # ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
+_HOW_TO_AUTHENTICATE = (
+    "pass auth=cloudburst.AuthConfig(KEY_DIR, 'client:NAME'), where KEY_DIR holds the "
+    "cluster's public key (cluster.key) and your key pair (clients/NAME.key_secret), as "
+    "written by `cloudburst keys KEY_DIR --client NAME` (or use LocalCluster.client(); "
+    "`cloudburst local` prints its key directory and client name)")
 
 log = logging.getLogger("cloudburst.client")
 
@@ -90,31 +113,56 @@ class Client:
         ip: local address to bind the answer socket on (must be reachable by the cluster).
         failover_timeout: seconds of silence from a scheduler before a request goes to the
             next one, or before a call waiting on it checks that it is still there.
+        auth: this client's identity and key directory, `AuthConfig(key_dir, "client:NAME")`,
+            for a cluster that authenticates (see the module contract); None: plain.
     """
 
     def __init__(self, address: Union[str, Sequence[str]], *, timeout: float = 30.0,
-                 ip: str = "127.0.0.1", failover_timeout: float = 3.0) -> None:
+                 ip: str = "127.0.0.1", failover_timeout: float = 3.0,
+                 auth: Optional[AuthConfig] = None) -> None:
         addresses = [address] if isinstance(address, str) else list(address)
         if not addresses:
             raise ValueError("a Client needs at least one scheduler address")
         self.addresses = [check_address(a, "a scheduler") for a in addresses]
+        if auth is not None and not isinstance(auth, AuthConfig):
+            raise TypeError(f"auth must be a cloudburst.AuthConfig, not {type(auth).__name__}")
+        keyed = [a for a in self.addresses if parse_address(a)[1] is not None]
+        if auth is None and keyed:
+            raise AuthenticationRequired(
+                f"the cluster at {keyed[0]} requires authentication (its address carries the "
+                f"scheduler's key) and this client has no keys: {_HOW_TO_AUTHENTICATE}")
+        self.auth = auth
         self._current = 0
         self.timeout = float(timeout)
         self.failover_timeout = max(0.1, float(failover_timeout))
         self._context = zmq.Context()
+        try:
+            self._security = Security.start(self._context, auth)  # KeyFileError naming a file
+        except BaseException:
+            self._context.term()
+            raise
+        creds = credentials_of(self._security)
         # a cluster reached over Unix sockets (LocalCluster(transport="ipc")) answers on one too
         self._pull, self.response_address = bind_pull(self._context, ip,
-                                                      ipc_dir=ipc_dir_of(self.addresses[0]))
+                                                      ipc_dir=ipc_dir_of(self.addresses[0]),
+                                                      auth=creds)
         self._pushes: Dict[str, zmq.Socket] = {}
         self._monitors: Dict[str, zmq.Socket] = {}
         self._dropped_at: Dict[str, float] = {}    # scheduler -> when its connection last dropped
+        # scheduler -> (for want of keys?, why in words) when its last handshake failed
+        self._refused: Dict[str, Tuple[bool, str]] = {}
+        cluster_key = None if creds is None else \
+            next(k for k, role in creds.allowed.items() if role == CLUSTER)
         for a in self.addresses:
+            endpoint, server_key = parse_address(a)
             push = self._context.socket(zmq.PUSH)
             push.setsockopt(zmq.LINGER, 500)
             push.setsockopt(zmq.SNDHWM, 100000)
             push.setsockopt(zmq.IMMEDIATE, 1)     # never queue for a scheduler not connected
-            self._monitors[a] = push.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-            push.connect(a)
+            if creds is not None:                 # the address's key, else the cluster's
+                make_client(push, creds, server_key or cluster_key)
+            self._monitors[a] = push.get_monitor_socket(_MONITORED)
+            push.connect(endpoint)
             self._pushes[a] = push
         self._send_lock = threading.Lock()
         self._cond = threading.Condition()
@@ -373,7 +421,9 @@ class Client:
     def _kvs_client(self) -> Any:
         if self._kvs is None:
             import anna_core
-            self._kvs = anna_core.Client(self.kvs_address, ip=self._ip, timeout=5.0)
+            from hydrocache.service import kvs_kwargs
+            self._kvs = anna_core.Client(self.kvs_address, ip=self._ip, timeout=5.0,
+                                         **kvs_kwargs(self.auth))
         return self._kvs
 
     # ---- lifecycle ----
@@ -389,6 +439,8 @@ class Client:
             self._monitors[a].close(0)
             push.close(0)
         self._pull.close(0)
+        if self._security is not None:
+            self._security.stop()
         self._context.term()
 
     def __enter__(self) -> "Client":
@@ -429,6 +481,13 @@ class Client:
                             self._current = self.addresses.index(a)
                         return a
                 left = deadline - time.monotonic()
+                refused = self._refusals(order[:1] if alone else order)
+                if refused and (left <= 0 or len(refused) == len(order)):
+                    # a client without keys told so gets AuthenticationRequired
+                    required = all(r for r, _ in refused.values())
+                    raise (AuthenticationRequired if required else AuthenticationError)(
+                        f"no {kind!r} message was sent: " + "; ".join(
+                            f"the scheduler at {a} {why}" for a, (_, why) in refused.items()))
                 if left <= 0:
                     raise SchedulerUnavailable(
                         f"no scheduler accepted a {kind!r} message within "
@@ -461,6 +520,12 @@ class Client:
             self._forget(rid)
         if slot is None:
             who = ", ".join(dict.fromkeys(asked))
+            if self._security is not None and self._security.authenticator.refused:
+                raise AuthenticationError(
+                    f"the scheduler{'s' if len(set(asked)) > 1 else ''} at {who} did not "
+                    f"answer {what!r} within {wait:g} s, and this client refused "
+                    f"{self._security.authenticator.refused} connection(s) to its answer "
+                    f"socket: is {self.auth.key_dir}/cluster.key the cluster's key?")
             raise Timeout(f"the scheduler{'s' if len(set(asked)) > 1 else ''} at {who} to "
                           f"{what}", wait)
         reply: pb.Reply = slot.answer
@@ -472,17 +537,61 @@ class Client:
         """Ask the scheduler to stop call `rid` wherever it runs (no answer is awaited)."""
         try:
             self._send("cancel", pb.NameRequest(name=rid), to=scheduler)
-        except SchedulerUnavailable:
+        except (SchedulerUnavailable, AuthenticationError):
             pass    # nothing runs for a scheduler that is gone but what it already placed
+
+    def _read_monitor(self, scheduler: str) -> None:
+        """Take in what the connection to `scheduler` reported (caller holds the send lock):
+        when it dropped, and whether its last handshake failed and why."""
+        monitor = self._monitors[scheduler]
+        while monitor.poll(0):
+            event = recv_monitor_message(monitor)
+            what = event["event"]
+            if what == zmq.EVENT_DISCONNECTED:
+                self._dropped_at[scheduler] = time.monotonic()
+            elif what == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self._refused.pop(scheduler, None)
+            elif what in (zmq.EVENT_HANDSHAKE_FAILED_AUTH, zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL,
+                          zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL):
+                self._refused[scheduler] = self._refusal(what, event.get("value"))
+
+    def _refusal(self, event: int, value: Any) -> Tuple[bool, str]:
+        """Why a handshake failed, in words, with what to do; True first when it is for
+        want of keys (a plain client meets a failed handshake only with a CURVE server, which
+        drops it for its mechanism; it may see that as the connection closing first)."""
+        if self.auth is None:
+            return True, f"requires authentication and this client has no keys: " \
+                         f"{_HOW_TO_AUTHENTICATE}"
+        return False, self._keyed_refusal(event, value)
+
+    def _keyed_refusal(self, event: int, value: Any) -> str:
+        auth = self.auth
+        if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+            return (f"refused this client's key ({auth.identity} from {auth.key_dir}): the "
+                    f"cluster does not know it. Use a client key the cluster authorized, or "
+                    f"authorize this one (`cloudburst keys KEY_DIR --add-client --client "
+                    f"NAME` in the cluster's key directory, then restart the cluster)")
+        if value == _MECHANISM_MISMATCH:
+            return ("does not use authentication, but this client has keys (auth=...): "
+                    "connect without auth, or start the cluster with keys")
+        return (f"failed the authentication handshake ({value!r}): is the server key in its "
+                f"address, or {auth.key_dir}/cluster.key, the cluster's? (or the cluster does "
+                f"not use authentication)")
+
+    def _refusals(self, schedulers: Sequence[str]) -> Dict[str, Tuple[bool, str]]:
+        """The schedulers among `schedulers` whose last handshake failed, with why (caller
+        holds the send lock)."""
+        out = {}
+        for a in schedulers:
+            self._read_monitor(a)
+            if a in self._refused:
+                out[a] = self._refused[a]
+        return out
 
     def _dropped_since(self, scheduler: str, since: float) -> bool:
         """True if the connection to `scheduler` dropped at or after `since`."""
         with self._send_lock:
-            monitor = self._monitors[scheduler]
-            while monitor.poll(0):
-                event = recv_monitor_message(monitor)
-                if event["event"] == zmq.EVENT_DISCONNECTED:
-                    self._dropped_at[scheduler] = time.monotonic()
+            self._read_monitor(scheduler)
         return self._dropped_at.get(scheduler, -1.0) >= since
 
     def _scheduler_lost(self, scheduler: str, since: float, rid: str) -> Optional[str]:
@@ -502,6 +611,8 @@ class Client:
                            f"{self.failover_timeout:g} s")
             except SchedulerUnavailable:
                 why = f"the scheduler at {scheduler} is not reachable"
+            except AuthenticationError as e:
+                why = f"the scheduler at {scheduler} refused this client ({e})"
             finally:
                 self._forget(qid)
         if why is not None and self.address == scheduler and len(self.addresses) > 1:
@@ -535,7 +646,7 @@ class Client:
             self._send("where", pb.NameRequest(request_id=qid, response_address=self.response_address,
                                                name=rid), to=scheduler)
             slot = self._wait(qid, min(1.0, self.timeout))
-        except SchedulerUnavailable:
+        except (SchedulerUnavailable, AuthenticationError):
             slot = None
         finally:
             self._forget(qid)

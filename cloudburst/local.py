@@ -17,6 +17,13 @@ it), which join the schedulers by their first heartbeats; `workers` is updated w
 ready. `stop()` closes clients and stops every process (SIGTERM, then SIGKILL).
 Every process logs to `<log_dir>/<name>.log`: workers' logs hold what functions printed, each
 line tagged `call <call id> <function>:`. A `log_dir` given by the caller is kept after `stop()`.
+Authentication is on by default (`runtime.auth`): the cluster's key pair and one client key
+pair (`LOCAL_CLIENT`, "local") are written in a private key directory (or `key_dir` is
+used: it must hold the cluster's pair; its clients are the ones admitted), every service is
+given the directory (never a key) and authenticates every socket, Anna shares the keys, and
+`client()` connects as a client (`client_auth`). `key_dir`, `client_auth` and
+`cluster_auth` (the services' identity, for tools and tests that act as the cluster) say
+how. `auth=False` runs everything plain and logs a loud WARNING (`AUTH_OFF_WARNING`).
 """
 from __future__ import annotations
 
@@ -31,14 +38,21 @@ import time
 import weakref
 from typing import Any, Callable, Dict, List, Optional
 
+from runtime.auth import CLIENT_PREFIX, AuthConfig, KeyFileError, write_keys
 from runtime.process import (ManagedProcess, RestartPolicy, StartupError, Supervisor,
                              stop_all, wait_all_ready)
 from .client import Client
 
-__all__ = ["LocalCluster", "StartupError"]
+__all__ = ["LocalCluster", "StartupError", "LOCAL_CLIENT", "AUTH_OFF_WARNING"]
 
 
 log = logging.getLogger("cloudburst.local")
+
+LOCAL_CLIENT = "local"     # the client key pair a LocalCluster writes (and prefers in key_dir)
+AUTH_OFF_WARNING = (
+    "authentication is OFF: anyone who can reach these ports can register and run code on "
+    "this cluster, read and overwrite its data, and pose as its schedulers and workers. "
+    "Turn it off only on a machine and network you trust.")
 
 SUPERVISE_PERIOD = 0.1    # seconds between two looks at the cluster's processes
 
@@ -126,6 +140,12 @@ class LocalCluster:
         unresponsive_timeout: seconds a worker whose process runs may go without heartbeating
             before its node kills and restarts it (None: `function_time_limit` + 60 s); the
             schedulers drop such a worker a little later if its node does not.
+        auth: authenticate every socket with CURVE keys (default); False runs the whole
+            cluster plain and logs a loud warning.
+        key_dir: a key directory made by `cloudburst keys DIR --client NAME` to use instead of
+            fresh keys: the cluster's pair (`cluster.key_secret`) and the clients it admits
+            (`authorized/`); `client()` connects as client "local" if it has that pair, else
+            as the first of `clients/`.
     """
 
     def __init__(self, executor_nodes: int = 1, executors_per_node: int = 3,
@@ -138,7 +158,8 @@ class LocalCluster:
                  function_time_limit: float = 900.0, restart_workers: bool = True,
                  kvs_nodes: int = 1, kvs_replication: Any = None, supervise: bool = True,
                  restart_backoff: float = 0.1,
-                 unresponsive_timeout: Optional[float] = None) -> None:
+                 unresponsive_timeout: Optional[float] = None, auth: bool = True,
+                 key_dir: Optional[str] = None) -> None:
         if executor_nodes < 1 or executors_per_node < 1 or schedulers < 1:
             raise ValueError("a LocalCluster needs at least one executor node, one executor "
                              "per node and one scheduler")
@@ -173,6 +194,22 @@ class LocalCluster:
         if transport == "ipc":
             self.ipc_dir = os.path.join(self._private_dir, "ipc")
             os.makedirs(self.ipc_dir)
+        # authentication: the key directory every process is given, and who a client is
+        self.auth = bool(auth)
+        self.key_dir: Optional[str] = None
+        self.cluster_auth: Optional[AuthConfig] = None
+        self.client_auth: Optional[AuthConfig] = None
+        if not self.auth:
+            if key_dir is not None:
+                shutil.rmtree(self._private_dir, ignore_errors=True)
+                raise ValueError("LocalCluster: key_dir is given but auth=False")
+            log.warning(AUTH_OFF_WARNING)
+        else:
+            try:
+                self._set_keys(key_dir)
+            except BaseException:
+                shutil.rmtree(self._private_dir, ignore_errors=True)
+                raise
         self.kvs: Any = None
         self.scheduler_addresses: List[str] = []
         self.workers: List[Dict[str, Any]] = []
@@ -188,6 +225,23 @@ class LocalCluster:
         self._finalizer = weakref.finalize(self, _emergency_stop, self._watchdog, self._nodes,
                                            self._schedulers, self._private_dir)
 
+    def _set_keys(self, key_dir: Optional[str]) -> None:
+        """Fresh keys in the private directory, or check `key_dir` (KeyFileError naming the
+        missing file) and pick its client."""
+        if key_dir is None:
+            self.key_dir = os.path.join(self._private_dir, "keys")
+            write_keys(self.key_dir, [LOCAL_CLIENT])
+        else:
+            self.key_dir = os.path.abspath(key_dir)
+        self.cluster_auth = AuthConfig(self.key_dir)
+        self.cluster_auth.load()                  # fails now, naming the file, if unusable
+        clients = os.path.join(self.key_dir, "clients")
+        names = sorted(f[:-len(".key_secret")] for f in os.listdir(clients)
+                       if f.endswith(".key_secret")) if os.path.isdir(clients) else []
+        name = LOCAL_CLIENT if LOCAL_CLIENT in names else (names[0] if names else None)
+        if name is not None:
+            self.client_auth = AuthConfig(self.key_dir, CLIENT_PREFIX + name)
+
     @property
     def address(self) -> str:
         """The first scheduler's address (what `Client(address)` takes)."""
@@ -198,6 +252,7 @@ class LocalCluster:
     def start(self) -> "LocalCluster":
         import anna_core
         from executor.config import NodeConfig
+        from hydrocache.service import kvs_auth
         from scheduler.config import SchedulerConfig
 
         if self.started:
@@ -205,11 +260,15 @@ class LocalCluster:
         self.started = True
         deadline = time.monotonic() + self.startup_timeout
         try:
+            # Anna shares the key directory (once the KVS authenticates: hydrocache KVS_AUTH)
+            kvs_keys = kvs_auth(self.cluster_auth)
             self.kvs = anna_core.LocalCluster(memory_threads=self.kvs_threads,
                                               nodes=self.kvs_nodes,
                                               replication=self.kvs_replication,
                                               log_dir=os.path.join(self.log_dir, "kvs"),
-                                              log_level=self.log_level)
+                                              log_level=self.log_level,
+                                              auth=kvs_keys is not None,
+                                              key_dir=self.key_dir if kvs_keys else None)
             self.kvs.start()
             for i in range(self.scheduler_count):
                 config = SchedulerConfig(kvs_address=self.kvs.routing_address,
@@ -223,7 +282,8 @@ class LocalCluster:
                                          metrics_port=None if self.metrics_port is None
                                          else self.metrics_port if i == 0 else 0,
                                          unresponsive_timeout=self._node_unresponsive()
-                                         + 2 * self.heartbeat_timeout)
+                                         + 2 * self.heartbeat_timeout,
+                                         key_dir=self.key_dir)
                 self._scheduler_configs.append(config)
                 self._schedulers.append(ManagedProcess(
                     f"scheduler-{i}", [sys.executable, "-m", "scheduler", "--config",
@@ -242,7 +302,8 @@ class LocalCluster:
                                     log_dir=self.log_dir, ipc_dir=self.ipc_dir,
                                     function_time_limit=self.function_time_limit,
                                     restart_workers=self.restart_workers,
-                                    unresponsive_timeout=self.unresponsive_timeout)
+                                    unresponsive_timeout=self.unresponsive_timeout,
+                                    key_dir=self.key_dir)
                 self._nodes.append(ManagedProcess(
                     f"node{i}", [sys.executable, "-m", "executor", "--config", config.to_json()],
                     self.log_dir).spawn())
@@ -284,7 +345,8 @@ class LocalCluster:
         (or, with present=False, none of them); `StartupError`/`TimeoutError` otherwise."""
         expected = set(expected)
         deadline = time.monotonic() + timeout
-        with Client(address or self.address, timeout=max(1.0, timeout)) as c:
+        with Client(address or self.address, timeout=max(1.0, timeout),
+                    auth=self.client_auth or self.cluster_auth) as c:
             while True:
                 live = set(c.executors())
                 if (expected <= live) if present else not (expected & live):
@@ -298,8 +360,15 @@ class LocalCluster:
 
     def client(self, scheduler: int = 0, **kwargs: Any) -> Client:
         """A new `Client` that prefers scheduler number `scheduler` and fails over to the
-        others (closed by `stop()`)."""
+        others (closed by `stop()`), authenticated as `client_auth` unless `auth=` is given."""
         n = len(self.scheduler_addresses)
+        if self.auth and kwargs.get("auth") is None:
+            if self.client_auth is None:
+                raise KeyFileError(f"the key directory {self.key_dir} has no client key pair "
+                                   f"(clients/NAME.key_secret): add one with `cloudburst keys "
+                                   f"{self.key_dir} --add-client --client NAME` (and restart "
+                                   f"the cluster), or pass auth=")
+            kwargs["auth"] = self.client_auth
         c = Client([self.scheduler_addresses[(scheduler + i) % n] for i in range(n)], **kwargs)
         self._clients.append(c)
         return c

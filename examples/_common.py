@@ -15,9 +15,15 @@ def connect(description: str, executors_per_node: int = 3, executor_nodes: int =
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--address", help="a running cluster's scheduler address "
                         "(e.g. from `cloudburst local`); default: start a LocalCluster")
+    parser.add_argument("--key-dir", help="with --address: the key directory `cloudburst "
+                        "local` prints (the cluster's public key and your client key pair)")
+    parser.add_argument("--client", default="local", metavar="NAME",
+                        help="with --key-dir: the client key pair to use (default: local)")
     args = parser.parse_args()
     if args.address:
-        with cloudburst.Client(args.address) as client:
+        auth = cloudburst.AuthConfig(args.key_dir, f"client:{args.client}") \
+            if args.key_dir else None
+        with cloudburst.Client(args.address, auth=auth) as client:
             yield client
     else:
         with cloudburst.LocalCluster(executor_nodes=executor_nodes,

@@ -1,12 +1,13 @@
 """The everyday API: a decorator, map, asyncio, output, time limits, cancelling, status.
 
-    python examples/api_tour.py [--address tcp://127.0.0.1:PORT]
+    python examples/api_tour.py [--address ADDRESS [--key-dir DIR] [--client NAME]]
 """
 import asyncio
 import time
 
-import cloudburst
-from _common import connect
+from _common import connect  # first: it puts the repository on the path
+
+import cloudburst  # noqa: E402
 
 with connect(__doc__, executors_per_node=2) as client:
     @client.function

@@ -1,6 +1,6 @@
 """The dissertation's motivating anomaly (chapter 4), prevented by HydroCache.
 
-    python examples/causal_timeline.py [--address tcp://127.0.0.1:PORT]
+    python examples/causal_timeline.py [--address ADDRESS [--key-dir DIR] [--client NAME]]
 
 Alice bans Bob from her pictures, then posts a picture making fun of him: the post depends on
 the new permissions (one causal DAG writes both, atomically). Bob's timeline is a DAG of two

@@ -4,13 +4,14 @@ A plain value is last-writer-wins: two calls that read 5 both write 6. A lattice
 `lib.put(key, lattice)` is merged in the KVS instead, so every increment counts. Here each
 increment adds its own entry to a `MapLattice` (a grow-only counter); the count is the sum.
 
-    python examples/counter.py [--address tcp://127.0.0.1:PORT]
+    python examples/counter.py [--address ADDRESS [--key-dir DIR] [--client NAME]]
 """
 import threading
 import uuid
 
-import anna_core
-from _common import connect
+from _common import connect  # first: it puts the repository on the path
+
+import anna_core  # noqa: E402
 
 
 def increment_plain(lib, key):

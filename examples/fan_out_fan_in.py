@@ -3,7 +3,7 @@
 The sink receives its own arguments first, then its upstreams' results in the order the
 connections were registered ("stats" before "scaled" here).
 
-    python examples/fan_out_fan_in.py [--address tcp://127.0.0.1:PORT]
+    python examples/fan_out_fan_in.py [--address ADDRESS [--key-dir DIR] [--client NAME]]
 """
 from _common import connect
 

@@ -1,6 +1,6 @@
 """The `increment -> square` composition: a 2-function DAG; results flow worker to worker.
 
-    python examples/increment_square.py [--address tcp://127.0.0.1:PORT]
+    python examples/increment_square.py [--address ADDRESS [--key-dir DIR] [--client NAME]]
 """
 from _common import connect
 

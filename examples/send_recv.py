@@ -1,6 +1,6 @@
 """Two running functions talking: the receiver publishes its id, the sender sends it bytes.
 
-    python examples/send_recv.py [--address tcp://127.0.0.1:PORT]
+    python examples/send_recv.py [--address ADDRESS [--key-dir DIR] [--client NAME]]
 """
 import time
 

@@ -1,6 +1,6 @@
 """A stateful class: one instance per executor worker lives across calls; `run` is the entry.
 
-    python examples/stateful_class.py [--address tcp://127.0.0.1:PORT]
+    python examples/stateful_class.py [--address ADDRESS [--key-dir DIR] [--client NAME]]
 """
 from _common import connect
 

@@ -21,6 +21,10 @@ class NodeConfig:
     unresponsive_timeout: seconds a worker whose process runs may go without heartbeating to
         its node before the node kills and restarts it (None: `function_time_limit` + 60 s;
         a function stuck in C code is normally killed at its time limit by its own guard).
+    key_dir: the cluster's key directory (`cloudburst keys`): the node and its workers
+        authenticate every socket with the cluster's key pair, and admit only cluster keys
+        (no client reaches a node cache or a worker). None: plain sockets. Each process reads
+        the keys itself: no key is ever on a command line.
     """
 
     node_id: str
@@ -41,6 +45,7 @@ class NodeConfig:
     restart_backoff_max: float = 10.0
     function_time_limit: float = 900.0
     unresponsive_timeout: Optional[float] = None
+    key_dir: Optional[str] = None       # authenticate with the cluster's keys here (None: plain)
 
     def worker_unresponsive_timeout(self) -> float:
         """`unresponsive_timeout`, or its default."""
@@ -73,6 +78,7 @@ class WorkerConfig:
     ipc_dir: Optional[str] = None
     output_limit: int = 64 * 1024   # characters of a call's printed output kept for its caller
     function_time_limit: float = 900.0   # seconds a function may run unless it sets its own
+    key_dir: Optional[str] = None   # the cluster's keys (NodeConfig.key_dir); None: plain
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -5,7 +5,8 @@ Contract:
   every `heartbeat_period` it sends a `WorkerStatus` (id, node, address, utilization over
   the last period, queue length, node cache and control addresses, restarts) to every
   scheduler and to its own node cache (the node kills a worker that stays silent for its
-  `unresponsive_timeout`), and it reads the control socket (cancels) in between. While the
+  `unresponsive_timeout`), and it reads the control socket (cancels) in between. Its pushes
+  use the worker's credentials (CURVE clients when the cluster authenticates). While the
   main thread holds the interpreter in one long C call this thread cannot run; the worker's
   node vouches for its process meanwhile (`executor/node.py`, `scheduler/membership.py`).
 - `die_with_parent(parent_pid)` asks Linux to SIGKILL this process when the process that
@@ -51,7 +52,7 @@ def die_with_parent(parent_pid: Optional[int]) -> None:
 
 def heartbeat_loop(worker: "Worker") -> None:
     """See the module contract."""
-    push = PushCache(worker._context)
+    push = PushCache(worker._context, auth=worker.credentials)
     config = worker.config
     period = config.heartbeat_period
     targets = list(config.scheduler_addresses) + [config.cache_address]

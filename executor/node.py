@@ -32,6 +32,13 @@ Contract:
   not heartbeaten for `unresponsive_timeout` is killed (SIGKILL) and restarted like any
   worker that exits. Workers die with their node (`executor/worker.py`: PR_SET_PDEATHSIG), so
   a node that is restarted starts new workers and leaves no orphans.
+- Authentication (`config.key_dir`; `runtime.auth`): the node reads the cluster's keys, its
+  request socket (workers, schedulers, other node caches) and HydroCache's reply socket admit
+  only cluster keys (a client key is refused at the handshake), every push (replies,
+  heartbeats, vouching, key sets, cache-to-cache requests) is a CURVE client, and its workers
+  get the key directory (not the keys) in their config. The socket Anna pushes updates to and
+  the node's `anna_core.Client`s are authenticated when the KVS is
+  (`hydrocache.service.kvs_auth`).
 - `serve()` runs until `stop()`; then workers get SIGTERM (then SIGKILL) and are reaped.
 """
 from __future__ import annotations
@@ -52,12 +59,13 @@ import anna_core
 from anna_core.wire import MonotoneClock, tuple_to_lattice
 from runtime.process import ManagedProcess, RestartPolicy, Supervisor, stop_all, wait_all_ready
 from runtime.values import CAUSAL_LATTICES
+from runtime.auth import AuthConfig, Security, credentials_of
 from runtime.framing import FrameError, more, parse
 from runtime.sockets import PushCache, bind_pull
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
 
-from hydrocache.service import HydroCacheService
+from hydrocache.service import HydroCacheService, kvs_auth, kvs_kwargs
 
 from .cache import LwwCache
 from hydrocache.copies import ValueTags
@@ -107,10 +115,16 @@ class ExecutorNode:
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
         self._context = zmq.Context()
+        # authentication: the keys are read here, and the ZAP handler runs before any bind
+        self.auth = AuthConfig(config.key_dir) if config.key_dir else None
+        self._security = Security.start(self._context, self.auth)
+        creds = self._credentials = credentials_of(self._security)
         self._requests, self.cache_address = bind_pull(self._context, config.ip,
-                                                       ipc_dir=config.ipc_dir)
-        self._updates, self.update_address = bind_pull(self._context, config.ip)
-        self._push = PushCache(self._context)
+                                                       ipc_dir=config.ipc_dir, auth=creds)
+        # Anna pushes subscribed keys here: authenticated when the KVS is
+        self._updates, self.update_address = bind_pull(
+            self._context, config.ip, auth=creds if kvs_auth(self.auth) is not None else None)
+        self._push = PushCache(self._context, auth=creds)
         self.cache = LwwCache()
         self._lock = threading.Lock()
         self._subscribed: set = set()
@@ -125,7 +139,8 @@ class ExecutorNode:
                                         config.kvs_address, self._context, self._pool.submit,
                                         self._push, ip=config.ip,
                                         capacity_bytes=config.cache_bytes,
-                                        ipc_dir=config.ipc_dir)
+                                        ipc_dir=config.ipc_dir, auth=creds,
+                                        kvs_auth=kvs_auth(self.auth))
         self.workers: List[ManagedProcess] = []
         self.worker_info: List[Dict[str, Any]] = []
         self.supervisor = Supervisor(RestartPolicy(initial=config.restart_backoff,
@@ -148,7 +163,8 @@ class ExecutorNode:
                               ip=self.config.ip, heartbeat_period=self.config.heartbeat_period,
                               log_level=self.config.log_level, parent_pid=os.getpid(),
                               ipc_dir=self.config.ipc_dir,
-                              function_time_limit=self.config.function_time_limit)
+                              function_time_limit=self.config.function_time_limit,
+                              key_dir=self.config.key_dir)
             p = ManagedProcess(f"worker-{wid}", [sys.executable, "-m", "executor.worker",
                                                  "--config", wc.to_json()], log_dir)
             self._worker_ids[p.name] = wid
@@ -216,6 +232,8 @@ class ExecutorNode:
         self._push.close()
         self._requests.close(0)
         self._updates.close(0)
+        if self._security is not None:
+            self._security.stop()
         self._context.term()
 
     def _check_workers(self, now: float) -> None:
@@ -343,8 +361,8 @@ class ExecutorNode:
         state = self._local
         if not hasattr(state, "kvs"):
             state.kvs = anna_core.Client(self.config.kvs_address, timeout=5.0, ip=self.config.ip,
-                                         context=self._context)
-            state.push = PushCache(self._context)
+                                         context=self._context, **kvs_kwargs(self.auth))
+            state.push = PushCache(self._context, auth=self._credentials)
             with self._lock:
                 self._clients.append(state.kvs)
         return state

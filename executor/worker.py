@@ -20,6 +20,12 @@ Contract:
 - What a function prints (stdout and stderr) is captured per call (`executor/output.py`): it
   goes to the worker's log, each line tagged with the call id and function, and travels with
   the call (`Trigger.logs`, then `CallResult.logs`) to the caller, bounded by `output_limit`.
+- Authentication (`config.key_dir`; `runtime.auth`): the worker reads the cluster's keys; its
+  three sockets (schedules and triggers, node-cache replies, control) admit only cluster
+  keys, and its pushes (results to callers, triggers, heartbeats, `done`) are CURVE clients.
+  Its `anna_core.Client` is authenticated when the KVS is (`hydrocache.service.kvs_auth`).
+  `lib.send` goes only to directory entries that carry the cluster's key (a client key can
+  write the KVS; it cannot hold the cluster's secret).
 """
 from __future__ import annotations
 
@@ -38,6 +44,7 @@ from google.protobuf.message import DecodeError
 
 import anna_core
 from runtime.keys import function_key, worker_key
+from runtime.auth import AuthConfig, Security, credentials_of, parse_address
 from runtime.framing import FrameError, encode, parse
 from runtime.sockets import PushCache, bind_pull
 from runtime.values import decode_arg, dumps, loads
@@ -46,6 +53,7 @@ from runtime.values import Reference
 from hydro_proto import cloudburst_pb2 as pb
 
 from hydrocache import versionset as vs
+from hydrocache.service import kvs_kwargs
 from hydrocache.writer import ExecutorWriter
 
 from .cache_client import CacheClient
@@ -80,11 +88,17 @@ class Worker:
         self.config = config
         self.worker_id = config.worker_id
         self._context = zmq.Context()
-        self._pull, self.address = bind_pull(self._context, config.ip, ipc_dir=config.ipc_dir)
-        self._replies, reply_address = bind_pull(self._context, config.ip, ipc_dir=config.ipc_dir)
-        self._push = PushCache(self._context)
+        # authentication: the keys are read here, and the ZAP handler runs before any bind
+        self.auth = AuthConfig(config.key_dir) if config.key_dir else None
+        self._security = Security.start(self._context, self.auth)
+        creds = self.credentials = credentials_of(self._security)
+        self._pull, self.address = bind_pull(self._context, config.ip, ipc_dir=config.ipc_dir,
+                                             auth=creds)
+        self._replies, reply_address = bind_pull(self._context, config.ip,
+                                                 ipc_dir=config.ipc_dir, auth=creds)
+        self._push = PushCache(self._context, auth=creds)
         self._kvs = anna_core.Client(config.kvs_address, timeout=5.0, ip=config.ip,
-                                     context=self._context)
+                                     context=self._context, **kvs_kwargs(self.auth))
         self.cache = CacheClient(self._push, config.cache_address, self._replies, reply_address,
                                  config.cache_timeout)
         self.pending = PendingCalls()
@@ -93,7 +107,7 @@ class Worker:
         self._time_limits: Dict[str, float] = {}     # function -> its registered limit (0: none)
         # cancels reach a running function through this socket, read by the heartbeat thread
         self._control, self.control_address = bind_pull(self._context, config.ip,
-                                                        ipc_dir=config.ipc_dir)
+                                                        ipc_dir=config.ipc_dir, auth=creds)
         self.guard = FunctionGuard()
         self._peers: Dict[str, str] = {}
         self._local: Deque[Tuple[str, Any]] = collections.deque()
@@ -180,6 +194,8 @@ class Worker:
         self._pull.close(0)
         self._replies.close(0)
         self._control.close(0)      # the heartbeat thread that reads it has ended (serve)
+        if self._security is not None:
+            self._security.stop()
         self._context.term()
 
     # ---- messages ----
@@ -514,12 +530,27 @@ class Worker:
                 address = self._kvs.get(worker_key(dest)).decode()
             except anna_core.KeyNotFound:
                 raise ValueError(f"lib.send: no executor worker has id {dest!r}") from None
+            self._check_peer(dest, address)
             self._peers[dest] = address
         message = pb.UserMessage(sender=self.worker_id, payload=data)
         if address == self.address:
             self._on_msg(message)
         else:
             self._push.send(address, "msg", message)
+
+    def _check_peer(self, dest: str, address: str) -> None:
+        """An authenticated worker sends user messages only to an address carrying the
+        cluster's key: the directory lives in the KVS, where a client key can write too, and
+        only a process holding the cluster's secret completes a handshake with that key."""
+        if self.credentials is None:
+            return
+        try:
+            key = parse_address(address)[1]
+        except ValueError:
+            key = None
+        if key != self.credentials.keypair.public:
+            raise ValueError(f"lib.send: the directory entry of worker {dest!r} is not a "
+                             f"cluster address ({address[:120]!r}); not sent")
 
     def receive_user_messages(self, timeout: float) -> List[Tuple[str, bytes]]:
         deadline = time.monotonic() + max(0.0, timeout)

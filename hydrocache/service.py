@@ -18,6 +18,9 @@ the loop thread, so the core needs no lock:
   the core. An operation that needs no I/O never leaves the loop thread.
 Failures reach the requester as the core's typed answers (TIMEOUT naming the stage, or
 EXECUTION_ERROR naming this cache); an I/O error becomes the core's input, never a silent drop.
+Authentication (`runtime.auth`): with `auth` (the node's cluster credentials) the reply
+socket admits only cluster keys and the pool threads' pushes are CURVE clients; `kvs_auth` is
+what its `anna_core.Client`s are given (`kvs_auth()` below: None while the KVS runs plain).
 """
 from __future__ import annotations
 
@@ -32,15 +35,36 @@ import zmq
 
 import anna_core
 from hydro_proto import cloudburst_pb2 as pb
+from runtime.auth import AuthConfig, Credentials
 from runtime.rpc import cache_reply
 from runtime.sockets import PushCache, bind_pull
 
 from .actions import AskCache, FetchKey, PutVersions, Step, Subscribe
 from .node_cache import NodeCache, NotCausal, StageTimeout
 
-__all__ = ["HydroCacheService", "StageTimeout", "NotCausal"]
+__all__ = ["HydroCacheService", "StageTimeout", "NotCausal", "KVS_AUTH", "kvs_auth", "kvs_kwargs"]
 
 log = logging.getLogger("hydrocache.service")
+
+# Whether the KVS (Anna) of a cluster whose services hold keys authenticates with the same
+# keys (one key directory for the whole stack): its `anna_core.Client`s get the keys and the
+# sockets Anna pushes subscribed keys to are CURVE servers. The one switch for the whole
+# platform (the scheduler, executor, SDK and LocalCluster all ask `kvs_auth`); False runs the
+# KVS plain under an authenticated Cloudburst (what it did before Anna's kernel spoke CURVE).
+KVS_AUTH = True
+
+
+def kvs_auth(auth: Optional[AuthConfig]) -> Optional[AuthConfig]:
+    """The `AuthConfig` to give `anna_core.Client` (and whether the sockets Anna pushes to are
+    CURVE servers): `auth` when the KVS authenticates (`KVS_AUTH`), else None."""
+    return auth if KVS_AUTH else None
+
+
+def kvs_kwargs(auth: Optional[AuthConfig]) -> dict:
+    """Keyword arguments for `anna_core.Client` with `kvs_auth(auth)`: none when that is None
+    (so the call also works with an `anna_core` that has no `auth` parameter)."""
+    auth = kvs_auth(auth)
+    return {} if auth is None else {"auth": auth}
 
 _BATCH = 1000              # messages taken from one socket per readiness
 
@@ -56,7 +80,8 @@ class HydroCacheService:
     def __init__(self, node_id: str, address: str, update_address: str, kvs_address: str,
                  context: zmq.Context, submit: Callable[..., Any], push: PushCache,
                  ip: str = "127.0.0.1", capacity_bytes: int = 2 << 30,
-                 ipc_dir: Optional[str] = None) -> None:
+                 ipc_dir: Optional[str] = None, auth: Optional[Credentials] = None,
+                 kvs_auth: Optional[AuthConfig] = None) -> None:
         self.node_id = node_id
         self.address = address
         self.update_address = update_address
@@ -66,7 +91,9 @@ class HydroCacheService:
         self._context = context
         self._submit = submit
         self._push = push                     # the loop thread's
-        self._replies, self.reply_address = bind_pull(context, ip, ipc_dir=ipc_dir)
+        self._auth = auth
+        self._kvs_auth = kvs_auth
+        self._replies, self.reply_address = bind_pull(context, ip, ipc_dir=ipc_dir, auth=auth)
         self._wake = context.socket(zmq.PULL)
         self._wake.setsockopt(zmq.LINGER, 0)
         self.wake_address = f"inproc://hydrocache-{uuid.uuid4().hex}"
@@ -201,7 +228,7 @@ class HydroCacheService:
         s = self._local
         if s.kvs is None:
             s.kvs = anna_core.Client(self.kvs_address, timeout=5.0, ip=self.ip,
-                                     context=self._context)
+                                     context=self._context, **kvs_kwargs(self._kvs_auth))
             with self._resources_lock:
                 self._resources.append(s.kvs)
         return s.kvs
@@ -212,7 +239,7 @@ class HydroCacheService:
         self._results.append(item)
         s = self._local
         if s.push is None:
-            s.push = PushCache(self._context)
+            s.push = PushCache(self._context, auth=self._auth)
             with self._resources_lock:
                 self._resources.append(s.push)
         s.push.send_frame(self.wake_address, b"")

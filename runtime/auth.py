@@ -65,7 +65,8 @@ import zmq.utils.z85
 __all__ = ["KeyPair", "AuthConfig", "Credentials", "Authenticator", "KeyFileError",
            "CLUSTER", "CLIENT_PREFIX", "ZAP_DOMAIN", "ADDRESS_KEY_MARK", "format_address",
            "parse_address", "strip_key", "role_of", "write_keys", "check_client_name",
-           "make_server", "make_client", "CLUSTER_DOMAIN", "may_send", "Security", "credentials_of"]
+           "make_server", "make_client", "CLUSTER_DOMAIN", "may_send", "Security", "credentials_of",
+           "AuthenticationRequired", "check_client_auth"]
 
 log = logging.getLogger("runtime.auth")
 
@@ -82,6 +83,24 @@ _CLIENT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 
 class KeyFileError(ValueError):
     """A key file is missing, unreadable or malformed; the message names the file."""
+
+
+class AuthenticationRequired(ValueError):
+    """A client was given the address of an authenticated cluster (it carries the server's
+    key) but no keys of its own; the message says how to pass them."""
+
+
+def check_client_auth(addresses: Iterable[str], config: Optional["AuthConfig"],
+                      what: str) -> None:
+    """Raise AuthenticationRequired when any of `addresses` carries a server key and `config`
+    is None: such a cluster would refuse the client, and it would only see timeouts."""
+    if config is None:
+        keyed = [a for a in addresses if isinstance(a, str) and ADDRESS_KEY_MARK in a]
+        if keyed:
+            raise AuthenticationRequired(
+                f"{what} at {strip_key(keyed[0])} requires authentication: pass "
+                f"auth=AuthConfig(KEY_DIR, 'client:NAME') with a client key the cluster admits "
+                f"(`cloudburst keys KEY_DIR --client NAME`; a LocalCluster's `client_auth`)")
 
 
 def check_client_name(name: str) -> str:
@@ -450,17 +469,25 @@ class Authenticator:
 class Security:
     """One process' authentication: its credentials and the Authenticator of its context.
     `Security.start(context, config)` loads the keys (KeyFileError naming a bad file) and
-    starts the Authenticator; it returns None when `config` is None (authentication off)."""
+    starts the context's Authenticator, or shares the one already running there (a client
+    built on a service's context); it returns None when `config` is None (authentication
+    off). `stop()` stops the Authenticator only if this Security started it."""
 
-    def __init__(self, credentials: Credentials, authenticator: Authenticator) -> None:
+    def __init__(self, credentials: Credentials, authenticator: Authenticator,
+                 owned: bool = True) -> None:
         self.credentials = credentials
         self.authenticator = authenticator
+        self.owned = owned
 
     @classmethod
     def start(cls, context: zmq.Context, config: Optional["AuthConfig"]) -> Optional["Security"]:
         if config is None:
             return None
         credentials = config.load()
+        with _running_lock:
+            running = _running.get(context)
+        if running is not None:
+            return cls(credentials, running, owned=False)
         return cls(credentials, Authenticator(context, credentials).start())
 
     @property
@@ -468,7 +495,8 @@ class Security:
         return self.credentials.role
 
     def stop(self) -> None:
-        self.authenticator.stop()
+        if self.owned:
+            self.authenticator.stop()
 
 
 def credentials_of(security: Optional[Security]) -> Optional[Credentials]:

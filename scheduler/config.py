@@ -42,6 +42,12 @@ class SchedulerConfig:
         passes the address it had, so clients and nodes reach it again without being told.
     metrics_port: when set, `GET /metrics` on this port (0: a free one) gives the scheduler's
         calls, errors, latency histograms and workers in the Prometheus text format.
+    key_dir: the cluster's key directory (`cloudburst keys`): the scheduler authenticates
+        every socket with the cluster's key pair (identity "cluster"), admits the clients
+        whose public keys are in `key_dir/authorized/` on its request socket only, and takes
+        from them only the kinds clients send (`scheduler.server.CLIENT_KINDS`). None: plain
+        sockets, anyone who can reach them is trusted. The process reads the keys itself: no
+        key is ever on a command line.
     """
 
     kvs_address: str
@@ -63,6 +69,7 @@ class SchedulerConfig:
     bind_address: Optional[str] = None  # bind the request socket exactly here (restarts)
     max_dag_functions: int = DEFAULT_MAX_DAG_FUNCTIONS
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    key_dir: Optional[str] = None       # authenticate with the cluster's keys here (None: plain)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -9,6 +9,8 @@ GC report (CAUSAL_GC_REPORT), reads each reported dependency key from every Anna
 that does not answer within `timeout` makes the round end without a frontier (consensus
 needs everyone); so does any error, which is logged. At most `max_keys` keys per round.
 `rounds`, `applied_keys` and `last_error` describe what happened (for tests and `info`).
+With `auth` (the scheduler's cluster credentials) its reply socket admits only cluster keys
+and its pushes are CURVE clients; `kvs_auth` goes to its `anna_core.Client`.
 """
 from __future__ import annotations
 
@@ -23,9 +25,11 @@ import zmq
 import anna_core
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
+from runtime.auth import AuthConfig, Credentials
 from runtime.rpc import cache_reply, collect_replies
 from runtime.sockets import PushCache, bind_pull
 from hydrocache.gc import frontier_from_reports
+from hydrocache.service import kvs_kwargs
 
 __all__ = ["GcCoordinator"]
 
@@ -37,8 +41,11 @@ class GcCoordinator:
 
     def __init__(self, context: zmq.Context, kvs_address: str, caches: Callable[[], List[str]],
                  period: float, ip: str = "127.0.0.1", timeout: float = 2.0,
-                 max_keys: int = 2000) -> None:
+                 max_keys: int = 2000, auth: Optional[Credentials] = None,
+                 kvs_auth: Optional[AuthConfig] = None) -> None:
         self._context = context
+        self.auth = auth
+        self.kvs_auth = kvs_auth
         self.kvs_address = kvs_address
         self.caches = caches
         self.period = period
@@ -60,10 +67,10 @@ class GcCoordinator:
         self._thread.join(self.timeout + 5)
 
     def _run(self) -> None:
-        pull, address = bind_pull(self._context, self.ip)
-        push = PushCache(self._context)
+        pull, address = bind_pull(self._context, self.ip, auth=self.auth)
+        push = PushCache(self._context, auth=self.auth)
         kvs = anna_core.Client(self.kvs_address, timeout=self.timeout, ip=self.ip,
-                               context=self._context)
+                               context=self._context, **kvs_kwargs(self.kvs_auth))
         try:
             while not self._stop.wait(self.period):
                 try:

@@ -26,28 +26,46 @@ listed for schedulers in proto/cloudburst.proto, plus one for Anna's pushed regi
   `heartbeat_timeout` after it started) rather than answering NO_RESOURCES: a scheduler
   restarted under a running cluster relearns the workers from their next heartbeats.
 - `serve()` runs until `stop()` (e.g. from a SIGTERM handler) or until the parent exits.
+- Authentication (`config.key_dir`; `runtime.auth`). The request socket is a CURVE server
+  open to cluster and client keys (audience "any"); the registry-update and GC sockets admit
+  cluster keys only; every push is a CURVE client; the scheduler reads the keys itself. A
+  message's sender role is its connection's ZAP User-Id: a client may send only
+  `CLIENT_KINDS` (what `cloudburst.Client` sends); any other kind from a client (a forged
+  `heartbeat`, `result`, `done`, `schedule`...) is dropped, counted per (role, kind) and
+  logged at WARNING at most once per `REFUSAL_LOG_PERIOD` per (role, kind). Connections the
+  handshake refuses are counted too: by the ZAP authenticator (unknown keys, logged with the
+  peer's address) and by a monitor of the request socket (peers that do not speak CURVE,
+  e.g. a client without keys). `status` reports both in its reply's `message` as JSON
+  (`{"auth": true, "refused_connections": N, "dropped": [{"role", "kind", "count"}]}`), and
+  `/metrics` as counters. Without `key_dir` every socket is plain and every kind is taken
+  from anyone, as before.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
 import signal
 import time
 import uuid
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import zmq
 from google.protobuf.message import DecodeError
 
 import anna_core
 from anna_core.wire import tuple_to_lattice
+from runtime.auth import (CLUSTER, AuthConfig, Credentials, Security, credentials_of,
+                          format_address, make_server, may_send, parse_address, role_of)
 from runtime.framing import FrameError, more, parse
+from runtime.keys import PREFIX
 from runtime.sockets import PushCache, bind_pull
 from runtime.errors import InvalidDag, NoResources
 from runtime.http import TextEndpoint
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
+from hydrocache.service import kvs_auth, kvs_kwargs
 
 from .config import SchedulerConfig
 from .gc import GcCoordinator
@@ -60,7 +78,7 @@ from .registry import Registry
 from .schedule import build_schedules, references_by_function
 from .stats import CallStats, WorkerGauge, render_prometheus
 
-__all__ = ["Scheduler"]
+__all__ = ["Scheduler", "CLIENT_KINDS"]
 
 log = logging.getLogger("cloudburst.scheduler")
 
@@ -73,6 +91,16 @@ def dag_from_record(record: pb.DagRecord) -> Dag:
 METRICS_PERIOD = 1.0      # seconds between refreshes of the /metrics text
 STATS_HORIZON = 3600.0    # a call unfinished this long is dropped from the statistics
 STALL_CREDIT = 0.1        # a handler longer than this is forgiven to every worker's liveness
+REFUSAL_LOG_PERIOD = 10.0  # seconds between two warnings about one (role, kind) dropped
+
+# What a client may send a scheduler: exactly the kinds `cloudburst.Client` sends (registry
+# requests, calls, and the `where` / `cancel` of a call in flight). Everything else comes from
+# the cluster's own processes (heartbeat, keyset, done, causal_abort, cache_reply) or is not
+# for a scheduler at all (schedule, result, ...).
+CLIENT_KINDS = frozenset({"register_fn", "register_dag", "delete_dag", "delete_fn", "list",
+                          "info", "status", "call", "where", "cancel"})
+_HANDSHAKE_FAILURES = zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+_MECHANISM_MISMATCH = 0x11000002      # ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
 
 class Scheduler:
     """One scheduler process' state and loop; see the module contract."""
@@ -80,22 +108,32 @@ class Scheduler:
     def __init__(self, config: SchedulerConfig) -> None:
         self.config = config
         self._context = zmq.Context()
+        # authentication: the keys are read here, and the ZAP handler runs before any bind
+        self.auth = AuthConfig(config.key_dir) if config.key_dir else None
+        self._security = Security.start(self._context, self.auth)
+        creds = credentials_of(self._security)
         if config.bind_address:        # a restarted scheduler keeps its address
-            self._pull = self._context.socket(zmq.PULL)
-            self._pull.setsockopt(zmq.LINGER, 0)
-            self._pull.setsockopt(zmq.RCVHWM, 100000)
-            self._pull.setsockopt(zmq.MAXMSGSIZE, config.max_frame_bytes)
-            self._pull.bind(config.bind_address)
-            self.address = config.bind_address
+            self._pull, self.address = _bind_exactly(self._context, config.bind_address,
+                                                     config.max_frame_bytes, creds)
         else:
             self._pull, self.address = bind_pull(self._context, config.ip, port=config.port,
                                                  ipc_dir=config.ipc_dir,
-                                                 max_frame_bytes=config.max_frame_bytes)
-        self._updates, self.update_address = bind_pull(self._context, config.ip,
-                                                       max_frame_bytes=config.max_frame_bytes)
-        self._push = PushCache(self._context)
+                                                 max_frame_bytes=config.max_frame_bytes,
+                                                 auth=creds, audience="any")
+        # Anna pushes registry updates here: authenticated when the KVS is
+        self._updates, self.update_address = bind_pull(
+            self._context, config.ip, max_frame_bytes=config.max_frame_bytes,
+            auth=creds if kvs_auth(self.auth) is not None else None)
+        self._push = PushCache(self._context, auth=creds)
         self._kvs = anna_core.Client(config.kvs_address, timeout=2.0, ip=config.ip,
-                                     context=self._context)
+                                     context=self._context, **kvs_kwargs(self.auth))
+        # what the authentication refused (see the module contract)
+        self.dropped: Dict[Tuple[str, str], int] = {}      # (role, kind) -> messages dropped
+        self._dropped_logged: Dict[Tuple[str, str], float] = {}
+        self.refused_handshakes = 0                          # peers that do not speak CURVE
+        self._handshake_logged = float("-inf")
+        self._handshakes = self._pull.get_monitor_socket(_HANDSHAKE_FAILURES) \
+            if creds is not None else None
         self.registry = Registry(self._kvs, self.update_address)
         self.table = ExecutorTable(config.heartbeat_timeout, config.unresponsive_timeout)
         self._rng = random.Random(config.seed)
@@ -130,7 +168,8 @@ class Scheduler:
         # dependency GC: the live caches, republished by the loop every tick for the GC thread
         self._live_caches: List[str] = []
         self._gc = GcCoordinator(self._context, config.kvs_address, lambda: self._live_caches,
-                                 config.gc_period, ip=config.ip).start() \
+                                 config.gc_period, ip=config.ip, auth=creds,
+                                 kvs_auth=kvs_auth(self.auth)).start() \
             if config.gc_period > 0 else None
 
     def _end_warmup(self) -> None:
@@ -150,9 +189,11 @@ class Scheduler:
         self._pull.setsockopt(zmq.RCVTIMEO, int(tick * 1000))
         next_tick = time.monotonic() + tick
         next_metrics = next_tick
+        # authenticated: a frame (not bytes) carries its sender's role
+        copy = self._security is None
         while not self._stopping:
             try:
-                frame = self._pull.recv(copy=True)
+                frame = self._pull.recv(copy=copy)
             except zmq.Again:
                 frame = None
             if frame is not None:
@@ -166,6 +207,8 @@ class Scheduler:
                 next_tick = now + tick
                 while more(self._updates):
                     self._on_registry_update(self._updates.recv())
+                if self._handshakes is not None:
+                    self._check_handshakes(now)
                 self._expire(now)
                 self._live_caches = sorted({w.cache_address for w in self.table.live()
                                             if w.cache_address})
@@ -188,14 +231,61 @@ class Scheduler:
             self._gc.stop()
         self._kvs.close()
         self._push.close()
+        if self._handshakes is not None:
+            self._pull.disable_monitor()
+            self._handshakes.close(0)
         self._pull.close(0)
         self._updates.close(0)
+        if self._security is not None:
+            self._security.stop()
         self._context.term()
+
+    # ---- authentication ----
+    def _drop(self, role: Optional[str], kind: str) -> None:
+        """A message of a kind its sender may not send: dropped, counted, logged (rate-limited)."""
+        who = (role or "(no role)", kind)
+        count = self.dropped[who] = self.dropped.get(who, 0) + 1
+        now = time.monotonic()
+        if now - self._dropped_logged.get(who, float("-inf")) >= REFUSAL_LOG_PERIOD:
+            self._dropped_logged[who] = now
+            log.warning("dropped a %r message from %s: a client may only send %s (%d such "
+                        "message(s) dropped)", kind, who[0], ", ".join(sorted(CLIENT_KINDS)),
+                        count)
+
+    def _check_handshakes(self, now: float) -> None:
+        """Count (and log, rate-limited) the connections the CURVE handshake refused."""
+        from zmq.utils.monitor import recv_monitor_message
+        while self._handshakes.poll(0):
+            try:
+                event = recv_monitor_message(self._handshakes)
+            except (zmq.ZMQError, ValueError):
+                return
+            self.refused_handshakes += 1
+            if now - self._handshake_logged < REFUSAL_LOG_PERIOD:
+                continue
+            self._handshake_logged = now
+            why = "it does not use CURVE (a client without keys?)" \
+                if event.get("value") == _MECHANISM_MISMATCH else \
+                f"handshake failed (protocol error {event.get('value', 0):#x})"
+            log.warning("refused a connection to %s: %s; the cluster requires "
+                        "authentication (%d refused so far)", self.address, why,
+                        self.refused_handshakes)
+
+    def refused_connections(self) -> int:
+        """Connections refused at the handshake: unknown keys, client keys on cluster-only
+        sockets (the ZAP authenticator), and peers that do not speak CURVE."""
+        if self._security is None:
+            return 0
+        return self._security.authenticator.refused + self.refused_handshakes
 
     def _dispatch(self, frame: Any) -> None:
         kind = "?"
         try:
             kind, payload = parse(frame)
+            if self._security is not None and kind not in CLIENT_KINDS:
+                role = role_of(frame)
+                if role != CLUSTER and not may_send(role or "", kind, CLIENT_KINDS):
+                    return self._drop(role, kind)
             handler = self._handlers.get(kind)
             if handler is None:
                 raise FrameError(f"kind {kind!r} is not for a scheduler")
@@ -313,6 +403,10 @@ class Scheduler:
                 return
             self._end_warmup()
         call = pb.Call.FromString(payload)
+        if call.output_key.startswith(PREFIX):   # the registry and worker directory live there
+            return self._fail(call, pb.BAD_REQUEST, (
+                f"output_key {call.output_key[:120]!r}: keys starting with {PREFIX!r} are "
+                f"reserved for Cloudburst"))
         for call_id in call.finished:
             if not (self._causal and self._causal_calls.done(call_id, time.monotonic())):
                 self.table.finish_call(call_id)
@@ -409,12 +503,19 @@ class Scheduler:
         for s in self.stats.summaries():
             reply.function_stats.add(name=s.name, calls=s.calls, errors=s.errors,
                                      p50=s.p50 or 0.0, p99=s.p99 or 0.0, in_flight=s.in_flight)
+        reply.message = json.dumps({
+            "auth": self._security is not None,
+            "refused_connections": self.refused_connections(),
+            "dropped": [{"role": role, "kind": kind, "count": n}
+                        for (role, kind), n in sorted(self.dropped.items())]})
         self._reply(req.response_address, reply)
 
     def _publish_metrics(self) -> None:
         gauges = [WorkerGauge(w.worker_id, w.node_id, w.utilization, w.outstanding)
                   for w in self.table.live()]
-        self._metrics_text = render_prometheus(self.stats, gauges, self.address)
+        self._metrics_text = render_prometheus(
+            self.stats, gauges, self.address, dropped=self.dropped,
+            refused_connections=self.refused_connections() if self._security else None)
 
     def _finish_one(self, call_id: str) -> None:
         if not (self._causal and self._causal_calls.done(call_id, time.monotonic())):
@@ -524,3 +625,28 @@ class Scheduler:
 
     def _cache_reply(self, payload: bytes) -> None:
         self._causal_calls.cache_reply(pb.CacheResponse.FromString(payload), time.monotonic())
+
+
+def _bind_exactly(context: zmq.Context, address: str, max_frame_bytes: int,
+                  creds: Optional[Credentials]) -> "tuple[zmq.Socket, str]":
+    """The request socket bound on exactly `address` (a restarted scheduler's, with or without
+    its key suffix); with `creds` a CURVE server open to clients, whose address carries this
+    scheduler's key (the same as before unless the cluster's keys changed)."""
+    endpoint, old_key = parse_address(address)
+    socket = context.socket(zmq.PULL)
+    try:
+        socket.setsockopt(zmq.LINGER, 0)
+        socket.setsockopt(zmq.RCVHWM, 100000)
+        socket.setsockopt(zmq.MAXMSGSIZE, max_frame_bytes)
+        if creds is not None:
+            make_server(socket, creds, "any")
+        socket.bind(endpoint)
+    except BaseException:
+        socket.close(0)
+        raise
+    if creds is None:
+        return socket, endpoint
+    if old_key is not None and old_key != creds.keypair.public:
+        log.warning("the cluster's key changed since %s was bound; clients need the new "
+                    "address", endpoint)
+    return socket, format_address(endpoint, creds.keypair.public)

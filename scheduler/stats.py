@@ -11,14 +11,16 @@ Contract:
   latencies. `expire(now, horizon)` forgets calls in flight for longer than `horizon`.
 - `summaries()` gives, per name: calls finished, errors, p50 and p99 of the recent latencies,
   calls in flight. `render_prometheus(...)` writes everything in the Prometheus text format
-  (version 0.0.4): counters, a latency histogram per name, and gauges for workers.
+  (version 0.0.4): counters, a latency histogram per name, gauges for workers, and, when the
+  scheduler authenticates, the connections refused at the handshake and the messages dropped
+  per (sender role, kind).
 No clocks are read here: every method takes `now`.
 """
 from __future__ import annotations
 
 import collections
 from dataclasses import dataclass, field
-from typing import Deque, Dict, Iterable, List, NamedTuple, Optional, Tuple
+from typing import Deque, Dict, Iterable, List, Mapping, NamedTuple, Optional, Tuple
 
 __all__ = ["CallStats", "NameStats", "Summary", "WorkerGauge", "BUCKETS", "render_prometheus"]
 
@@ -123,7 +125,8 @@ def _label(value: str) -> str:
 
 
 def render_prometheus(stats: CallStats, workers: Iterable[WorkerGauge],
-                      scheduler: str) -> str:
+                      scheduler: str, dropped: Mapping[Tuple[str, str], int] = {},
+                      refused_connections: Optional[int] = None) -> str:
     """The Prometheus text exposition of `stats` and `workers` (see the module contract)."""
     sched = f'scheduler="{_label(scheduler)}"'
     lines = [
@@ -166,4 +169,15 @@ def render_prometheus(stats: CallStats, workers: Iterable[WorkerGauge],
         lines.append(f'cloudburst_worker_outstanding_calls{{{sched},'
                      f'worker="{_label(w.worker_id)}",node="{_label(w.node_id)}"}} '
                      f'{w.outstanding}')
+    if refused_connections is not None:
+        lines += ["# HELP cloudburst_refused_connections_total Connections the authentication "
+                  "refused at the handshake.",
+                  "# TYPE cloudburst_refused_connections_total counter",
+                  f"cloudburst_refused_connections_total{{{sched}}} {refused_connections}"]
+        lines += ["# HELP cloudburst_dropped_messages_total Messages dropped because their "
+                  "sender's role may not send their kind.",
+                  "# TYPE cloudburst_dropped_messages_total counter"]
+        for (role, kind), n in sorted(dropped.items()):
+            lines.append(f'cloudburst_dropped_messages_total{{{sched},role="{_label(role)}",'
+                         f'kind="{_label(kind)}"}} {n}')
     return "\n".join(lines) + "\n"

@@ -32,6 +32,16 @@ fi
 PYTHON="${PYTHON:-python3}"
 echo "==> installing pinned Python dependencies"
 "$PYTHON" -m pip install -q -r requirements.txt
+# pyzmq's wheel bundles its own libsodium, which makes CURVE (every socket is authenticated
+# and encrypted by default) about 20x slower than Debian's; build pyzmq against Debian's
+# libzmq instead (benchmarks/README.md, "What authentication costs").
+want_zmq="$(pkg-config --modversion libzmq)"
+have_zmq="$("$PYTHON" -c 'import zmq; print(zmq.zmq_version())' 2>/dev/null || true)"
+if [[ "$have_zmq" != "$want_zmq" ]]; then
+  echo "==> building pyzmq against Debian's libzmq $want_zmq (was: ${have_zmq:-none})"
+  "$PYTHON" -m pip install -q --force-reinstall --no-deps --no-binary pyzmq \
+    "$(grep -E '^pyzmq==' requirements.txt | cut -d' ' -f1)"
+fi
 echo "==> building the Anna kernel and installing the platform (editable)"
 "$PYTHON" -m pip install -q --no-build-isolation -e .
 echo "==> installed"

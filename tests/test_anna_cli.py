@@ -5,7 +5,10 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 import anna_core
+from runtime.auth import AuthConfig, AuthenticationRequired
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
@@ -27,7 +30,18 @@ def test_anna_local_serves_until_interrupted():
     try:
         line = proc.stdout.readline()  # blocks until the cluster is up (or the command died)
         assert line.startswith("routing: tcp://"), line + proc.stderr.read()
-        with anna_core.Client(line.split()[1], timeout=3.0) as kvs:
+        routing = line.split()[1]
+        # authenticated by default: the command says where its keys are and who to be
+        for _ in range(20):
+            keys = proc.stdout.readline()
+            if keys.startswith("keys: ") or not keys:
+                break
+        assert keys.startswith("keys: "), keys
+        key_dir, identity = keys.split()[1], keys.split("'")[1]
+        with pytest.raises(AuthenticationRequired):
+            anna_core.Client(routing, timeout=3.0)       # no keys: refused at once
+        with anna_core.Client(routing, timeout=3.0,
+                              auth=AuthConfig(key_dir, identity)) as kvs:
             kvs.put("k", b"v")
             assert kvs.get("k") == b"v"
         proc.send_signal(signal.SIGINT)

@@ -99,7 +99,13 @@ def test_value_too_large(kvs):
     key = fresh("big")
     with pytest.raises(anna_core.ValueTooLarge) as info:
         kvs.put(key, b"x" * (MAX_VALUE * 2))
-    assert key in str(info.value)
+    assert key in str(info.value) and "limit" in str(info.value)   # refused before sending
+    # a client that believes the limit is higher: the worker refuses it with the same error
+    with anna_core.Client(kvs.routing_addresses, auth=kvs.auth,
+                          max_value_bytes=MAX_VALUE * 4) as optimist:
+        with pytest.raises(anna_core.ValueTooLarge) as info:
+            optimist.put(key, b"x" * (MAX_VALUE * 2))
+        assert key in str(info.value) and info.value.address
     kvs.put(key, b"x" * 100)  # a small value still goes through
     assert kvs.get(key) == b"x" * 100
 

@@ -21,6 +21,7 @@ from runtime.framing import encode
 from scheduler.dag import DEFAULT_MAX_DAG_FUNCTIONS, Dag, validate
 from scheduler.policy import dag_relations
 from scheduler.schedule import build_schedules
+from peers import Peer
 from waiting import poll_until
 
 MiB = 1 << 20
@@ -130,7 +131,7 @@ def cluster():
 @pytest.fixture(scope="module")
 def client(cluster):
     import cloudburst
-    c = cloudburst.Client(cluster.scheduler_addresses[0], timeout=30)
+    c = cloudburst.Client(cluster.scheduler_addresses[0], timeout=30, auth=cluster.client_auth)
     c.register(lambda lib, x: x + 1, "inc")
     yield c
     c.close()
@@ -139,10 +140,8 @@ def client(cluster):
 def test_a_garbage_response_address_does_not_kill_the_node_cache(cluster, client):
     node = cluster._nodes[0]
     cache_address = node.info["cache_address"]
-    ctx = zmq.Context()
-    s = ctx.socket(zmq.PUSH)
-    s.setsockopt(zmq.LINGER, 1000)
-    s.connect(cache_address)
+    peer = Peer(cluster.cluster_auth)       # a cluster-only socket: sent with the cluster's key
+    s = peer.dial(cache_address, linger_ms=1000)
     # a GET of no keys is a hit, answered on the node's loop thread (the reproduction);
     # a miss and a PUT are answered from the fetch threads
     for op, keys in ((pb.CACHE_GET, []), (pb.CACHE_GET, ["some-key"]), (pb.CACHE_PUT, ["k"])):
@@ -151,8 +150,7 @@ def test_a_garbage_response_address_does_not_kill_the_node_cache(cluster, client
         if op == pb.CACHE_PUT:
             request.values.append(b"v")
         s.send(encode("cache", request))
-    s.close()
-    ctx.term()
+    peer.close()
     for i in range(5):
         assert client.call("inc", i).get(timeout=10) == i + 1
     assert node.running()

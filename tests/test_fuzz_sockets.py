@@ -1,24 +1,35 @@
 """Fuzzing every listening socket of a small real cluster (issue 11, "Bad input never kills
-a service").
+a service"), with authentication on (the default).
 
 One LocalCluster (Anna routing and one KVS worker, a scheduler, an executor node with its
 node cache and one worker). Every socket gets, for every message kind (`runtime.framing`
 KIND_ORDER for Cloudburst sockets, ANNA_KINDS for Anna's): a valid kind with a garbage
 payload, a valid protobuf of the kind's type with random field values (garbage and huge
 ids, malformed and unreachable addresses), wrong frame counts, empty frames and unknown
-kinds. Kinds that a peer could use to change the cluster legitimately (membership, joins,
-heartbeats: authentication is a separate part of the issue) get only malformed payloads.
-Then: a KVS put/get, a function call and a DAG call succeed, and no process died or was
-restarted. Fixed seeds, bounded count; about 20 s in all.
+kinds. The fuzzer holds the cluster's own key, so every message reaches its handler: that is
+the strongest test of the handlers, and the same code serves a plain cluster (which is why
+there is no plain run as well). Kinds that a cluster process could use to change the cluster
+legitimately (membership, joins, heartbeats) get only malformed payloads from it.
+Then the peers the cluster does not trust fuzz it too: a peer without keys and one with an
+unknown key are refused at the handshake by every authenticated socket (nothing they send
+is delivered); an authorized client's key is refused by the cluster-only sockets (worker,
+node cache), and the scheduler drops every kind a client may not send, valid heartbeats
+included, counting them. Then: a KVS put/get, a function call and a DAG call succeed, no
+process died or was restarted, and no fake worker joined. Fixed seeds, bounded count; a few
+seconds in all.
 """
 import random
+
+import shutil
 
 import pytest
 import zmq
 
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
+from runtime.auth import AuthConfig, parse_address, write_keys
 from runtime.framing import ANNA_KINDS, KIND_ORDER, encode
+from peers import Peer, handshake
 from waiting import poll_until
 
 import os
@@ -120,14 +131,14 @@ def mutate(rng, data):
     return bytes(data)
 
 
-def cloudburst_messages(rng):
+def cloudburst_messages(rng, no_valid=NO_VALID):
     """(description, frames) for every Cloudburst kind and variant."""
     for code, kind in enumerate(KIND_ORDER, start=1):
         head = bytes([code])
         for _ in range(PER_KIND):
             yield kind, [head + rng.randbytes(rng.randrange(0, 200))]
             yield kind, [head]
-            if kind not in NO_VALID:
+            if kind not in no_valid:
                 valid = fill(rng, CLOUDBURST_TYPES[kind]()).SerializeToString()
                 yield kind, [head + valid]
                 yield kind, [head + mutate(rng, valid)]
@@ -187,15 +198,34 @@ def healthy(cluster, client, kvs):
     assert client.call_dag("fuzz_chain", {"fuzz_inc": [1]}).get(timeout=15) == 4
 
 
-def test_fuzzing_every_socket_leaves_every_service_serving(cluster):
+def fuzz(peer, address, messages, seeds=SEEDS, sentinel=None, answers=None, name=""):
+    """Send every message of `messages(rng)` for each seed to `address` from `peer`; then the
+    sentinel, and wait (bounded) for its answer: everything sent before was handled."""
+    s = peer.dial(address, linger_ms=5000, SNDHWM=100000)
+    sent = 0
+    for seed in seeds:
+        rng = random.Random(f"{name}-{seed}")
+        for _, frames in messages(rng):
+            s.send_multipart(frames)
+            sent += 1
+    if sentinel is not None:
+        s.send_multipart(sentinel)
+        assert answers.poll(20000), f"the {name} did not answer after the fuzzing"
+        answers.recv_multipart()
+    return sent
+
+
+def test_fuzzing_every_socket_leaves_every_service_serving(cluster, tmp_path):
     import cloudburst
-    client = cloudburst.Client(cluster.scheduler_addresses[0], timeout=20)
+    client = cloudburst.Client(cluster.scheduler_addresses[0], timeout=20,
+                               auth=cluster.client_auth)
     client.register(lambda lib, x: x + 1, "fuzz_inc")
     client.register(lambda lib, x: x * 2, "fuzz_double")
     client.register_dag("fuzz_chain", ["fuzz_inc", "fuzz_double"], [("fuzz_inc", "fuzz_double")])
     kvs = cluster.kvs.client(timeout=5.0)
     healthy(cluster, client, kvs)
     before = processes(cluster)
+    workers_before = set(client.executors())
     node_info = cluster._nodes[0].info
     targets = {
         "routing": (cluster.kvs.routing_address, anna_messages),
@@ -204,50 +234,83 @@ def test_fuzzing_every_socket_leaves_every_service_serving(cluster):
         "node cache": (node_info["cache_address"], cloudburst_messages),
         "worker": (cluster.workers[0]["address"], cloudburst_messages),
     }
-    ctx = zmq.Context()
-    answers = ctx.socket(zmq.PULL)
-    answers.setsockopt(zmq.LINGER, 0)
-    answers.bind("tcp://127.0.0.1:*")
-    here = answers.getsockopt_string(zmq.LAST_ENDPOINT)
-    # a last message each socket answers: once it is, everything sent before was handled
-    sentinels = {
-        "routing": [b"address", anna_pb2.KeyAddressRequest(
-            response_address=here, request_id="sentinel", keys=["k"]).SerializeToString()],
-        "kvs worker": [b"request", anna_pb2.KeyRequest(
-            type=anna_pb2.GET, response_address=here, request_id="sentinel",
-            tuples=[anna_pb2.KeyTuple(key="fuzz-health")]).SerializeToString()],
-        "scheduler": [encode("list", pb.NameRequest(request_id="sentinel",
-                                                    response_address=here))],
-        "node cache": [encode("cache", pb.CacheRequest(request_id="sentinel", op=pb.CACHE_GET,
-                                                       response_address=here))],
-    }
+    member = Peer(cluster.cluster_auth)       # the cluster's key: every message is handled
+    plain = Peer(context=member.ctx)          # answers from services that run plain (Anna,
+    keyed_answers, keyed_here = member.bind()  # until the KVS authenticates)
+    plain_answers, plain_here = plain.bind()
+
+    def answer_socket(address):
+        keyed = parse_address(address)[1] is not None
+        return (keyed_answers, keyed_here) if keyed else (plain_answers, plain_here)
+
+    def sentinel(name, address):
+        """A last message the socket answers: once it is, everything sent before was handled."""
+        here = answer_socket(address)[1]
+        return {
+            "routing": [b"address", anna_pb2.KeyAddressRequest(
+                response_address=here, request_id="sentinel", keys=["k"]).SerializeToString()],
+            "kvs worker": [b"request", anna_pb2.KeyRequest(
+                type=anna_pb2.GET, response_address=here, request_id="sentinel",
+                tuples=[anna_pb2.KeyTuple(key="fuzz-health")]).SerializeToString()],
+            "scheduler": [encode("list", pb.NameRequest(request_id="sentinel",
+                                                        response_address=here))],
+            "node cache": [encode("cache", pb.CacheRequest(request_id="sentinel",
+                                                           op=pb.CACHE_GET,
+                                                           response_address=here))],
+        }.get(name)
+
     sent = 0
     try:
         for name, (address, messages) in targets.items():
-            s = ctx.socket(zmq.PUSH)
-            s.setsockopt(zmq.LINGER, 5000)
-            s.setsockopt(zmq.SNDHWM, 100000)
-            s.connect(address)
-            for seed in SEEDS:
-                rng = random.Random(f"{name}-{seed}")
-                for _, frames in messages(rng):
-                    s.send_multipart(frames)
-                    sent += 1
-            if name in sentinels:
-                s.send_multipart(sentinels[name])
-                assert answers.poll(20000), f"the {name} did not answer after the fuzzing"
-                answers.recv_multipart()
-            s.close()           # lingers until everything is delivered
+            sent += fuzz(member, address, messages, sentinel=sentinel(name, address),
+                         answers=answer_socket(address)[0], name=name)
     finally:
-        answers.close(0)
-        ctx.term()
+        plain.close()
+        member.close()
     assert sent > 2000
+    healthy(cluster, client, kvs)
+
+    # peers the cluster does not trust: refused at the handshake by every keyed socket
+    stranger_dir = str(tmp_path / "stranger")
+    write_keys(stranger_dir, ["stranger"])
+    shutil.copy(f"{cluster.key_dir}/cluster.key", f"{stranger_dir}/cluster.key")
+    keyed = {n: a for n, (a, _) in targets.items() if parse_address(a)[1] is not None}
+    assert {"scheduler", "node cache", "worker"} <= set(keyed)
+    for auth, refusal in ((None, "protocol"),
+                          (AuthConfig(stranger_dir, "client:stranger"), "refused")):
+        with Peer(auth) as outsider:
+            for name, address in keyed.items():
+                s, monitor = outsider.dial_monitored(
+                    address if auth else parse_address(address)[0])
+                rng = random.Random(f"outsider-{name}")
+                for _, frames in cloudburst_messages(rng, no_valid=()):
+                    try:        # queued until the handshake fails, then nowhere to go
+                        s.send_multipart(frames, flags=zmq.NOBLOCK)
+                    except zmq.Again:
+                        pass
+                assert handshake(monitor) == refusal, (name, auth)
+    # an authorized client: cluster-only sockets refuse it; the scheduler drops what a
+    # client may not send (valid heartbeats, results, schedules...) and counts it
+    with Peer(cluster.client_auth) as mallory:
+        for name in ("node cache", "worker"):
+            s, monitor = mallory.dial_monitored(keyed[name])
+            assert handshake(monitor) == "refused", name
+        answers, here = mallory.bind()
+        sent = fuzz(mallory, keyed["scheduler"], lambda rng: cloudburst_messages(rng, ()),
+                    seeds=SEEDS[:1], name="scheduler-as-client", answers=answers,
+                    sentinel=[encode("list", pb.NameRequest(request_id="sentinel",
+                                                            response_address=here))])
+        assert sent > 300
+    dropped = {(d.role, d.kind) for d in client.status().dropped}
+    assert {("client:local", k) for k in ("heartbeat", "done", "schedule", "result")} <= dropped
     healthy(cluster, client, kvs)
     dead = [(n, pid) for n, pid in before if not alive(pid)]
     assert not dead, f"processes died under fuzzing: {dead}"
     assert processes(cluster) == before, "a process was restarted under fuzzing"
-    # and still healthy a heartbeat timeout later (nothing was declared dead meanwhile)
+    # and still healthy a heartbeat timeout later (nothing was declared dead meanwhile), with
+    # no worker but the real ones
     poll_until(lambda: client.call("fuzz_inc", 2).get(timeout=15) == 3, 15,
                "a call after the fuzzing")
+    assert set(client.executors()) == workers_before
     kvs.close()
     client.close()

@@ -9,6 +9,7 @@ import zmq
 
 import anna_core
 import cloudburst
+from runtime.auth import credentials_of
 from runtime.sockets import PushCache, bind_pull
 from hydro_proto import cloudburst_pb2 as pb
 from hydrocache.cut import StrictCausalCut
@@ -39,8 +40,8 @@ def test_cut_collect_drops_superseded_dependencies_and_stays_a_cut():
 
 def test_a_gc_round_over_real_caches_shrinks_their_metadata():
     with cloudburst.LocalCluster(executor_nodes=2, executors_per_node=1) as cluster:
-        kvs = anna_core.Client(cluster.kvs.routing_address)
-        d = Driver()
+        kvs = cluster.kvs.client()
+        d = Driver(cluster.cluster_auth)
         caches = [p.info["cache_address"] for p in cluster._nodes]
         p = uuid.uuid4().hex[:6]
         a, b = f"{p}a", f"{p}b"
@@ -58,10 +59,12 @@ def test_a_gc_round_over_real_caches_shrinks_their_metadata():
         put_version(kvs, a, {"w1": 2}, value=b"a2")
         put_version(kvs, b, {"w2": 2}, {a: {"w1": 2}}, value=b"b2")
         assert deps_of_b(caches[1], f"{p}#new") == {a: {"w1": 2}}
-        ctx = zmq.Context()
-        pull, address = bind_pull(ctx)
-        push = PushCache(ctx)
-        gc = GcCoordinator(ctx, cluster.kvs.routing_address, lambda: caches, period=60)
+        ctx = d.ctx                       # the driver's: it holds the cluster's keys
+        creds = credentials_of(d.security)
+        pull, address = bind_pull(ctx, auth=creds)
+        push = PushCache(ctx, auth=creds)
+        gc = GcCoordinator(ctx, cluster.kvs.routing_address, lambda: caches, period=60,
+                           auth=creds)
         try:
             # cache 0's call in flight read a1: the frontier of a stays at a1, so b2 keeps
             # its dependency on a2 (dropping it would let a reader pair b2 with a1)
@@ -82,6 +85,5 @@ def test_a_gc_round_over_real_caches_shrinks_their_metadata():
         finally:
             push.close()
             pull.close(0)
-            ctx.term()
             d.close()
             kvs.close()

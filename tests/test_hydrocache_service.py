@@ -15,6 +15,7 @@ import zmq
 
 import anna_core
 import cloudburst
+from runtime.auth import Security, credentials_of
 from runtime.framing import parse
 from runtime.sockets import PushCache, bind_pull
 from hydro_proto import anna_pb2
@@ -26,14 +27,19 @@ from hydrocache.version import Version
 class Driver:
     """Sends CacheRequests to node caches and waits (bounded) for the matching reply."""
 
-    def __init__(self) -> None:
+    def __init__(self, auth=None) -> None:
         self.ctx = zmq.Context()
-        self.pull, self.address = bind_pull(self.ctx)
-        self.push = PushCache(self.ctx)
+        # node caches admit only the cluster's key: the driver plays a worker and a scheduler
+        self.security = Security.start(self.ctx, auth)
+        creds = credentials_of(self.security)
+        self.pull, self.address = bind_pull(self.ctx, auth=creds)
+        self.push = PushCache(self.ctx, auth=creds)
 
     def close(self) -> None:
         self.push.close()
         self.pull.close(0)
+        if self.security is not None:
+            self.security.stop()
         self.ctx.term()
 
     def ask(self, cache: str, req: pb.CacheRequest, timeout: float = 10.0
@@ -58,8 +64,8 @@ class Driver:
 @pytest.fixture(scope="module")
 def world():
     with cloudburst.LocalCluster(executor_nodes=2, executors_per_node=1) as cluster:
-        kvs = anna_core.Client(cluster.kvs.routing_address)
-        driver = Driver()
+        kvs = cluster.kvs.client()
+        driver = Driver(cluster.cluster_auth)
         caches = [p.info["cache_address"] for p in cluster._nodes]
         try:
             yield kvs, driver, caches

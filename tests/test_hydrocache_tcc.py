@@ -120,7 +120,7 @@ def test_a_dependency_that_never_arrives_times_out_naming_the_stage(cluster, pro
     import anna_core
     from hydrocache.version import Version
     p = uuid.uuid4().hex[:6]
-    kvs = anna_core.Client(cluster.kvs.routing_address)
+    kvs = cluster.kvs.client()
     try:
         from runtime.values import dumps
         kvs.put(f"{p}b", Version.new(f"{p}b", {"w": 1}, {f"{p}a": {"w": 7}}, [dumps(1)]).lattice)

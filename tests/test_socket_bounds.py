@@ -15,8 +15,10 @@ import zmq
 import anna_core
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
+from runtime.auth import KeyPair, format_address
 from runtime.framing import encode
 from runtime.sockets import PushCache, bind_pull
+from peers import Peer
 from waiting import poll_until
 
 # Valid addresses nobody listens on: our services bind 127.0.0.1 only, so 127.0.0.2 refuses.
@@ -144,28 +146,28 @@ def test_a_scheduler_serving_thousands_of_short_lived_clients_still_serves_a_new
     import cloudburst
     with cloudburst.LocalCluster(executor_nodes=1, executors_per_node=1) as cluster:
         address = cluster.scheduler_addresses[0]
+        auth = cluster.client_auth
         pid = cluster._schedulers[0].pid
-        first = cloudburst.Client(address, timeout=10)
+        first = cloudburst.Client(address, timeout=10, auth=auth)
         first.register(lambda lib, x: x + 1, "inc")
         assert first.call("inc", 1).get(timeout=10) == 2
         before = open_fds(pid)
         start = time.monotonic()
         # what 3,000 short-lived clients look like to a scheduler: each asks once, from its
-        # own response address, and is gone
-        ctx = zmq.Context()
-        s = ctx.socket(zmq.PUSH)
-        s.setsockopt(zmq.LINGER, 2000)
-        s.connect(address)
-        for i in range(3000):
-            s.send(encode("list", pb.NameRequest(request_id=f"r{i}",
-                                                 response_address=nowhere(i))))
-        s.close()
-        ctx.term()
+        # own response address (with a key: an authenticated scheduler refuses keyless ones
+        # without opening a socket), and is gone
+        key = KeyPair.generate().public
+        with Peer(auth) as peer:
+            s = peer.dial(address, linger_ms=2000)
+            for i in range(3000):
+                s.send(encode("list", pb.NameRequest(request_id=f"r{i}",
+                                                     response_address=format_address(
+                                                         nowhere(i), key))))
         for _ in range(20):                       # and some real ones, opened and closed
-            c = cloudburst.Client(address, timeout=10)
+            c = cloudburst.Client(address, timeout=10, auth=auth)
             assert "inc" in c.list().functions
             c.close()
-        fresh = cloudburst.Client(address, timeout=10)
+        fresh = cloudburst.Client(address, timeout=10, auth=auth)
         assert fresh.call("inc", 41).get(timeout=10) == 42
         assert open_fds(pid) < before + 2 * 512 + 64
         assert time.monotonic() - start < 30

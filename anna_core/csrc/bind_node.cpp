@@ -3,8 +3,12 @@
 // Contract (anna_core/DESIGN.md, "Node"): Node(config) takes the config as a JSON string (or,
 // for convenience, a dict, which is JSON-encoded); bad config raises ValueError. start() and
 // stop() release the GIL while they wait; start() raises RuntimeError if a worker cannot
-// bind or open its store. worker_addresses() -> list[str] by thread id. stats() -> list of
-// per-worker counter dicts as of each worker's last epoch. A Node is a context manager.
+// bind or open its store. worker_addresses() -> list[str] by thread id (with the server key
+// when authentication is on). stats() -> list of per-worker counter dicts as of each worker's
+// last epoch: the core's (bind_stats.hpp) plus auth_dropped, push_refused, auth_refused and
+// auth_accepted (node.hpp). `auth` says whether authentication is on. A Node is a context
+// manager.
+// parse_node_config never returns the secret key: only whether one is set (`curve`).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -20,6 +24,15 @@ std::string config_text(const py::object& config) {
   if (py::isinstance<py::str>(config)) return config.cast<std::string>();
   if (py::isinstance<py::dict>(config)) return py::module_::import("json").attr("dumps")(config).cast<std::string>();
   throw py::type_error("Node config must be a JSON str or a dict");
+}
+
+py::dict node_worker_stats_dict(const NodeWorkerStats& s) {
+  py::dict d = worker_stats_dict(s.core);
+  d["auth_dropped"] = s.auth_dropped;
+  d["push_refused"] = s.push_refused;
+  d["auth_refused"] = s.auth_refused;
+  d["auth_accepted"] = s.auth_accepted;
+  return d;
 }
 
 
@@ -40,13 +53,14 @@ void bind_node(py::module_& m) {
       .def("stats",
            [](const Node& n) {
              py::list out;
-             for (const auto& s : n.stats()) out.append(worker_stats_dict(s));
+             for (const auto& s : n.stats()) out.append(node_worker_stats_dict(s));
              return out;
            })
       .def_property_readonly("node_id", [](const Node& n) { return n.config().node_id; })
       .def_property_readonly("tier", [](const Node& n) { return n.config().tier; })
       .def_property_readonly("threads", [](const Node& n) { return n.config().threads; })
       .def_property_readonly("running", &Node::running)
+      .def_property_readonly("auth", [](const Node& n) { return n.config().curve.enabled(); })
       .def("__enter__",
            [](Node& n) -> Node& {
              {
@@ -80,6 +94,9 @@ void bind_node(py::module_& m) {
         d["fetch_timeout_ms"] = c.fetch_timeout_ms;
         d["tombstone_ttl_ms"] = c.tombstone_ttl_ms;
         d["max_push_sockets"] = c.max_push_sockets;
+        d["curve"] = c.curve.enabled();
+        d["curve_public_key"] = c.curve.public_key;
+        d["curve_admitted"] = c.curve.admitted;
         return d;
       },
       py::arg("config_json"), "The kernel's reading of a node config (for checks and tests).");

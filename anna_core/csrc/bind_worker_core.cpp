@@ -19,7 +19,8 @@
 //   * end_epoch() ends the gossip epoch and returns its gossip and subscription UPDATEs, then
 //     runs the timers (hand-off resends, fetch timeouts), in the same form.
 //   * value(key) -> the stored lattice (as _core.deserialize builds it) or None; keys() ->
-//     sorted stored keys; stats() -> the counters dict Node.stats() reports per worker.
+//     sorted stored keys; stats() -> the core's counters (Node.stats() reports them per
+//     worker, with the shell's: auth_dropped, push_refused, auth_refused, auth_accepted).
 //   * A WorkerCore is not thread-safe; every call holds the GIL.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>

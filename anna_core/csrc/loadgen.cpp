@@ -8,6 +8,12 @@
 // requests for at most `drain_s`. They return throughput and latency percentiles in
 // microseconds. Every wait is bounded; an unreachable server yields an error, never a hang.
 // Both run in one thread on purpose: the generator's own cost is then the same on both sides.
+// Authentication (Anna only, optional): given a client's credentials (runtime.auth.Credentials:
+// its key pair and the cluster key it admits), load_anna's response socket is a CURVE server
+// of domain "cloudburst.cluster" with its own ZAP handler (zap.hpp) admitting only cluster
+// keys, its response address carries its key, and it pushes to keyed worker addresses
+// ("#k=<hex>") as a CURVE client. An address whose authentication does not match (a keyed
+// one without credentials, a keyless one with them) is an error before any load is sent.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -31,6 +37,8 @@
 #include <pybind11/stl.h>
 
 #include "anna.pb.h"
+#include "curve.hpp"
+#include "zap.hpp"
 #include "zipf.hpp"
 
 namespace py = pybind11;
@@ -125,33 +133,22 @@ class Recorder {
 
 class AnnaLoad {
  public:
-  AnnaLoad(const Workload& w, const std::vector<std::string>& key_addresses)
+  AnnaLoad(const Workload& w, const std::vector<std::string>& key_addresses, CurveKeys keys)
       : w_(w), key_addresses_(key_addresses), zipf_(w.keys, w.zipf, w.seed), recorder_(w),
-        value_(w.value_size, 'x') {
+        value_(w.value_size, 'x'), keys_(std::move(keys)) {
     if (key_addresses_.size() != w.keys)
       throw std::invalid_argument("load_anna: key_addresses must have one address per key");
+    for (const auto& address : key_addresses_) check_address(address);
     ctx_ = zmq_ctx_new();
-    pull_ = zmq_socket(ctx_, ZMQ_PULL);
-    int hwm = 0;
-    zmq_setsockopt(pull_, ZMQ_RCVHWM, &hwm, sizeof hwm);
-    if (zmq_bind(pull_, "tcp://127.0.0.1:*") != 0)
-      throw std::runtime_error(std::string("load_anna: bind failed: ") + zmq_strerror(errno));
-    char endpoint[256];
-    size_t len = sizeof endpoint;
-    zmq_getsockopt(pull_, ZMQ_LAST_ENDPOINT, endpoint, &len);
-    response_address_ = endpoint;
+    try {
+      open_response_socket();
+    } catch (...) {
+      close_all();
+      throw;
+    }
   }
 
-  ~AnnaLoad() {
-    int linger = 0;
-    for (auto& [addr, sock] : pushes_) {
-      zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
-      zmq_close(sock);
-    }
-    zmq_setsockopt(pull_, ZMQ_LINGER, &linger, sizeof linger);
-    zmq_close(pull_);
-    zmq_ctx_term(ctx_);
-  }
+  ~AnnaLoad() { close_all(); }
 
   LoadResult run() {
     prefill();
@@ -234,14 +231,74 @@ class AnnaLoad {
     zmq_send(sock, payload.data(), payload.size(), 0);
   }
 
+  // An address's authentication must match ours (see the contract at the top).
+  void check_address(const std::string& address) const {
+    std::string endpoint, key;
+    if (!split_keyed_address(address, &endpoint, &key))
+      throw std::invalid_argument("load_anna: malformed server key in " + address);
+    if (!key.empty() && !keys_.enabled())
+      throw std::invalid_argument("load_anna: " + address + " is a CURVE server; pass auth=" +
+                                  "a client's credentials");
+    if (key.empty() && keys_.enabled())
+      throw std::invalid_argument("load_anna: " + address + " carries no server key but auth " +
+                                  "is given");
+  }
+
+  void open_response_socket() {
+    if (keys_.enabled()) {
+      // Started before the socket binds: a CURVE server without a handler refuses everyone.
+      zap_ = std::make_unique<ZapHandler>(ctx_, keys_.admitted, "load_anna");
+      zap_->start();
+    }
+    pull_ = zmq_socket(ctx_, ZMQ_PULL);
+    int hwm = 0;
+    zmq_setsockopt(pull_, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    std::string why;
+    if (keys_.enabled() && !make_curve_server(pull_, keys_, kClusterDomain, &why))
+      throw std::runtime_error("load_anna: " + why);
+    if (zmq_bind(pull_, "tcp://127.0.0.1:*") != 0)
+      throw std::runtime_error(std::string("load_anna: bind failed: ") + zmq_strerror(errno));
+    char endpoint[256];
+    size_t len = sizeof endpoint;
+    zmq_getsockopt(pull_, ZMQ_LAST_ENDPOINT, endpoint, &len);
+    response_address_ = endpoint;
+    if (keys_.enabled()) response_address_ = keyed_address(response_address_, keys_.public_key);
+  }
+
+  void close_all() {
+    int linger = 0;
+    for (auto& [addr, sock] : pushes_) {
+      zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
+      zmq_close(sock);
+    }
+    pushes_.clear();
+    if (pull_ != nullptr) {
+      zmq_setsockopt(pull_, ZMQ_LINGER, &linger, sizeof linger);
+      zmq_close(pull_);
+      pull_ = nullptr;
+    }
+    if (zap_) zap_->stop();  // before the context ends: its sockets must be closed
+    zap_.reset();
+    if (ctx_ != nullptr) zmq_ctx_term(ctx_);
+    ctx_ = nullptr;
+  }
+
   void* push_for(const std::string& address) {
     auto it = pushes_.find(address);
     if (it != pushes_.end()) return it->second;
+    std::string endpoint, key, why;
+    split_keyed_address(address, &endpoint, &key);  // checked in the constructor
     void* sock = zmq_socket(ctx_, ZMQ_PUSH);
     int hwm = 0;
     zmq_setsockopt(sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
-    if (zmq_connect(sock, address.c_str()) != 0)
+    if (!key.empty() && !make_curve_client(sock, keys_, key, &why)) {
+      zmq_close(sock);
+      throw std::runtime_error("load_anna: " + why);
+    }
+    if (zmq_connect(sock, endpoint.c_str()) != 0) {
+      zmq_close(sock);
       throw std::runtime_error("load_anna: cannot connect to " + address);
+    }
     pushes_.emplace(address, sock);
     return sock;
   }
@@ -272,7 +329,9 @@ class AnnaLoad {
   ZipfSampler zipf_;
   Recorder recorder_;
   std::string value_;
+  CurveKeys keys_;
   void* ctx_ = nullptr;
+  std::unique_ptr<ZapHandler> zap_;
   void* pull_ = nullptr;
   std::string response_address_;
   std::unordered_map<std::string, void*> pushes_;
@@ -473,6 +532,27 @@ Workload make_workload(int clients, double duration_s, double warmup_s, std::siz
   return w;
 }
 
+// The key material of a runtime.auth.Credentials (None: authentication off).
+CurveKeys curve_keys_of(const py::object& auth) {
+  CurveKeys keys;
+  if (auth.is_none()) return keys;
+  auto text = [](const py::handle& h) {
+    return py::isinstance<py::bytes>(h) ? h.cast<std::string>() : py::str(h).cast<std::string>();
+  };
+  py::object pair = auth.attr("keypair");
+  keys.public_key = text(pair.attr("public"));
+  keys.secret_key = text(pair.attr("secret"));
+  for (const auto& item : auth.attr("allowed").cast<py::dict>())
+    keys.admitted[text(item.first)] = text(item.second);
+  try {
+    check_curve_keys(keys);
+  } catch (const std::invalid_argument& e) {
+    // The check speaks of node config keys; these came from the credentials.
+    throw std::invalid_argument(std::string("load_anna: bad credentials (") + e.what() + ")");
+  }
+  return keys;
+}
+
 }  // namespace
 
 void bind_loadgen(py::module_& m) {
@@ -480,21 +560,25 @@ void bind_loadgen(py::module_& m) {
       "load_anna",
       [](const std::vector<std::string>& key_addresses, int clients, double duration_s,
          double warmup_s, std::size_t keys, double zipf, double read_ratio,
-         std::size_t value_size, std::uint64_t seed) {
+         std::size_t value_size, std::uint64_t seed, const py::object& auth) {
         Workload w = make_workload(clients, duration_s, warmup_s, keys, zipf, read_ratio,
                                    value_size, seed);
+        CurveKeys curve = curve_keys_of(auth);
         LoadResult result;
         {
           py::gil_scoped_release release;
-          AnnaLoad load(w, key_addresses);
+          AnnaLoad load(w, key_addresses, std::move(curve));
           result = load.run();
         }
         return result.to_dict();
       },
-      "Closed-loop native load against Anna workers; key_addresses[i] owns key 'k<i>'.",
+      "Closed-loop native load against Anna workers; key_addresses[i] owns key 'k<i>'. "
+      "auth: a client's runtime.auth.Credentials when the cluster authenticates (keyed "
+      "addresses), else None.",
       py::arg("key_addresses"), py::arg("clients") = 50, py::arg("duration_s") = 5.0,
       py::arg("warmup_s") = 1.0, py::arg("keys") = 100000, py::arg("zipf") = 1.0,
-      py::arg("read_ratio") = 0.5, py::arg("value_size") = 256, py::arg("seed") = 1);
+      py::arg("read_ratio") = 0.5, py::arg("value_size") = 256, py::arg("seed") = 1,
+      py::arg("auth") = py::none());
   m.def(
       "load_redis",
       [](const std::string& host, int port, int clients, double duration_s, double warmup_s,

@@ -13,9 +13,11 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "curve.hpp"
 #include "log.hpp"
 #include "push_cache.hpp"
 #include "store.hpp"
+#include "zap.hpp"
 
 namespace anna {
 
@@ -31,8 +33,9 @@ struct Node::Shared {
   std::vector<std::string> addresses;
   std::unordered_map<std::string, std::string> rewrite;  // tcp -> inproc, this node's workers
   std::size_t push_sockets = PushCache::kDefaultCapacity;  // per worker, after the fd check
+  std::unique_ptr<ZapHandler> zap;  // with authentication; started before any worker binds
   mutable std::mutex stats_mu;                          // per-epoch publication only
-  std::vector<WorkerStats> stats;
+  std::vector<NodeWorkerStats> stats;
 };
 
 bool pin_current_thread(int core, std::string* why) {
@@ -51,6 +54,11 @@ namespace {
 
 std::string inproc_address(const std::string& node_id, int tid) {
   return "inproc://anna-" + node_id + "-" + std::to_string(tid);
+}
+
+// Where a worker's socket reports failed handshakes to the node's ZAP handler.
+std::string monitor_address(const std::string& node_id, int tid) {
+  return "inproc://anna-monitor-" + node_id + "-" + std::to_string(tid);
 }
 
 // Printable, truncated rendering of an untrusted frame for log lines.
@@ -136,6 +144,15 @@ class WorkerThread {
       // A peer sending a larger frame is disconnected before the frame is buffered.
       std::int64_t max_frame = max_frame_bytes(cfg);
       zmq_setsockopt(pull_, ZMQ_MAXMSGSIZE, &max_frame, sizeof max_frame);
+      if (cfg.curve.enabled()) {
+        // Clients and the cluster both complete the handshake ("cloudburst"); what a client
+        // may send is checked per message (process()).
+        std::string why;
+        if (!make_curve_server(pull_, cfg.curve, kZapDomain, &why)) throw std::runtime_error(why);
+        std::string monitor = monitor_address(cfg.node_id, tid_);
+        if (zmq_socket_monitor(pull_, monitor.c_str(), ZapHandler::kMonitorEvents) != 0)
+          throw std::runtime_error("monitor " + monitor + ": " + zmq_strerror(errno));
+      }
       std::string endpoint = "tcp://" + cfg.ip + ":*";
       if (zmq_bind(pull_, endpoint.c_str()) != 0)
         throw std::runtime_error("bind " + endpoint + ": " + zmq_strerror(errno));
@@ -144,6 +161,8 @@ class WorkerThread {
       if (zmq_getsockopt(pull_, ZMQ_LAST_ENDPOINT, buf, &len) != 0)
         throw std::runtime_error(std::string("ZMQ_LAST_ENDPOINT: ") + zmq_strerror(errno));
       tcp.assign(buf, strnlen(buf, len));
+      if (cfg.curve.enabled()) tcp = keyed_address(tcp, cfg.curve.public_key);
+      // This node's own workers reach the socket here; ZeroMQ runs no handshake over inproc.
       std::string inproc = inproc_address(cfg.node_id, tid_);
       if (zmq_bind(pull_, inproc.c_str()) != 0)
         throw std::runtime_error("bind " + inproc + ": " + zmq_strerror(errno));
@@ -165,7 +184,7 @@ class WorkerThread {
       id.fetch_timeout_ms = static_cast<std::uint64_t>(cfg.fetch_timeout_ms);
       id.tombstone_ttl_ms = static_cast<std::uint64_t>(cfg.tombstone_ttl_ms);
       core_ = std::make_unique<WorkerCore>(std::move(id), std::move(store));
-      pushes_ = std::make_unique<PushCache>(sh_->ctx, sh_->rewrite, sh_->push_sockets);
+      pushes_ = std::make_unique<PushCache>(sh_->ctx, sh_->rewrite, sh_->push_sockets, cfg.curve);
       serve();
       core_.reset();  // closes the store
       pushes_.reset();
@@ -220,6 +239,14 @@ class WorkerThread {
     }
     std::string_view kind(static_cast<const char*>(zmq_msg_data(&parts[0])), zmq_msg_size(&parts[0]));
     std::string_view payload(static_cast<const char*>(zmq_msg_data(&parts[1])), zmq_msg_size(&parts[1]));
+    if (auth_ && !client_may_send(kind)) {
+      // No User-Id: inproc, i.e. this node's own workers (see node.hpp).
+      const char* role = sender_role(&parts[0]);
+      if (role != nullptr && std::strcmp(role, kClusterRole) != 0) {
+        drop_from_client(kind, role, zmq_msg_gets(&parts[0], "Peer-Address"));
+        return;
+      }
+    }
     try {
       std::string why;
       if (!core_->handle(kind, payload, &out_, &why))
@@ -228,6 +255,20 @@ class WorkerThread {
       log_error(where() + "error handling a '" + printable(kind) + "' message: " + e.what());
     }
     flush();
+  }
+
+  void drop_from_client(std::string_view kind, const char* role, const char* peer) {
+    ++auth_dropped_;
+    auto now = SteadyClock::now();
+    if (now - auth_warn_window_ >= std::chrono::seconds(1)) {
+      auth_warn_window_ = now;
+      auth_warnings_in_window_ = 0;
+    }
+    if (++auth_warnings_in_window_ > Node::kMaxAuthWarningsPerSecond) return;
+    log_warning(where() + "dropped a '" + printable(kind) + "' message from " + printable(role) +
+                " at " + printable(peer != nullptr ? peer : "(unknown address)") +
+                ": only the cluster may send it (" + std::to_string(auth_dropped_) +
+                " dropped so far)");
   }
 
   void epoch() {
@@ -243,8 +284,13 @@ class WorkerThread {
                   " outgoing messages could not be sent this epoch (bad address or full queue)");
       send_failures_ = 0;
     }
+    NodeWorkerStats published;
+    published.core = core_->stats();
+    published.core.dropped += dropped_;  // messages the shell dropped before the core
+    published.auth_dropped = auth_dropped_;
+    published.push_refused = pushes_->refused();
     std::lock_guard<std::mutex> lock(sh_->stats_mu);  // once per epoch, off the request path
-    sh_->stats[tid_] = core_->stats();
+    sh_->stats[tid_] = published;
   }
 
   void flush() {
@@ -265,6 +311,10 @@ class WorkerThread {
   std::vector<OutMessage> out_;
   std::uint64_t dropped_ = 0;
   std::uint64_t send_failures_ = 0;
+  bool auth_ = sh_->config.curve.enabled();
+  std::uint64_t auth_dropped_ = 0;
+  SteadyClock::time_point auth_warn_window_{};
+  int auth_warnings_in_window_ = 0;
 };
 
 }  // namespace
@@ -291,7 +341,20 @@ void Node::start() {
   int socket_limit = zmq_ctx_get(sh->ctx, ZMQ_SOCKET_LIMIT);
   if (socket_limit > 0 && wanted_sockets > socket_limit) wanted_sockets = socket_limit;
   if (wanted_sockets > 1023) zmq_ctx_set(sh->ctx, ZMQ_MAX_SOCKETS, static_cast<int>(wanted_sockets));
-  sh->stats.assign(config_.threads, WorkerStats{});
+  sh->stats.assign(config_.threads, NodeWorkerStats{});
+  if (config_.curve.enabled()) {
+    // Before any worker binds: a CURVE server that finds no handler refuses everyone.
+    sh->zap = std::make_unique<ZapHandler>(sh->ctx, config_.curve.admitted, "node " + config_.node_id);
+    for (int tid = 0; tid < config_.threads; ++tid) sh->zap->watch(monitor_address(config_.node_id, tid));
+    try {
+      sh->zap->start();
+    } catch (const std::exception& e) {
+      sh->zap.reset();
+      zmq_ctx_term(sh->ctx);
+      stopped_ = true;
+      throw std::runtime_error(std::string("Node.start: ") + e.what());
+    }
+  }
 
   std::vector<std::future<std::string>> bound;
   for (int tid = 0; tid < config_.threads; ++tid) {
@@ -321,6 +384,7 @@ void Node::start() {
     sh->go.set_value();
     for (auto& t : threads_) t.join();
     threads_.clear();
+    if (sh->zap) sh->zap->stop();
     zmq_ctx_term(sh->ctx);
     stopped_ = true;
     throw std::runtime_error("Node.start: " + error);
@@ -348,6 +412,7 @@ void Node::stop_locked() {
   shared_->stopping.store(true);
   for (auto& t : threads_) t.join();
   threads_.clear();
+  if (shared_->zap) shared_->zap->stop();  // its sockets must close before the context ends
   zmq_ctx_term(shared_->ctx);
   shared_->ctx = nullptr;
   stopped_ = true;
@@ -364,15 +429,26 @@ std::vector<std::string> Node::worker_addresses() const {
   return addresses_;
 }
 
-std::vector<WorkerStats> Node::stats() const {
+std::vector<NodeWorkerStats> Node::stats() const {
   std::shared_ptr<Shared> sh;
   {
     std::lock_guard<std::mutex> lock(mu_);
     sh = shared_;
   }
   if (!sh) return {};
-  std::lock_guard<std::mutex> lock(sh->stats_mu);
-  return sh->stats;
+  std::vector<NodeWorkerStats> out;
+  {
+    std::lock_guard<std::mutex> lock(sh->stats_mu);
+    out = sh->stats;
+  }
+  // Read live: the handler outlives the workers' last epoch, and refusals are node-wide.
+  std::uint64_t refused = sh->zap ? sh->zap->refused() : 0;
+  std::uint64_t accepted = sh->zap ? sh->zap->accepted() : 0;
+  for (auto& s : out) {
+    s.auth_refused = refused;
+    s.auth_accepted = accepted;
+  }
+  return out;
 }
 
 }  // namespace anna

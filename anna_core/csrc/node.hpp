@@ -25,9 +25,23 @@
 //     destructor calls it.
 //   * stats() returns each worker's counters as of its last epoch (published off the request
 //     path under a mutex).
+//   * Authentication (config.curve enabled; DESIGN.md "Authentication"): start() first starts
+//     the node's ZAP handler (zap.hpp) on the node's context, admitting config.curve.admitted,
+//     then every worker's PULL socket is bound as a CURVE server of domain "cloudburst"
+//     (cluster and client keys complete the handshake, counted in auth_accepted; anything else
+//     is refused there, logged and counted in auth_refused). worker_addresses() then carry the server key
+//     ("tcp://ip:port#k=<hex>"), and so does each worker's own address in its core. Each
+//     message's sender role is its ZAP User-Id: a client key ("client:NAME") may send only
+//     kind "request"; any other kind from a client is dropped before the core sees it, logged
+//     (at most kMaxAuthWarningsPerSecond lines a second per worker) and counted in
+//     auth_dropped. A message without a User-Id came over inproc from this node's own workers
+//     (ZeroMQ runs no handshake there, and no other process can reach the context's inproc
+//     endpoints): it is the cluster's. Outgoing pushes are CURVE clients (push_cache.hpp).
+//     stop() stops the ZAP handler after the workers and before terminating the context.
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -39,8 +53,20 @@
 
 namespace anna {
 
+// What Node::stats() reports for one worker: its core's counters and the shell's.
+struct NodeWorkerStats {
+  WorkerStats core;
+  std::uint64_t auth_dropped = 0;  // cluster-only kinds from client keys, dropped unprocessed
+  std::uint64_t push_refused = 0;  // outgoing messages refused for their address (malformed,
+                                   // or without a server key while authentication is on)
+  std::uint64_t auth_refused = 0;   // node-wide: handshakes refused (the same in every worker)
+  std::uint64_t auth_accepted = 0;  // node-wide: handshakes admitted (the same in every worker)
+};
+
 class Node {
  public:
+  static constexpr int kMaxAuthWarningsPerSecond = 10;
+
   explicit Node(NodeConfig config);
   ~Node();
   Node(const Node&) = delete;
@@ -49,7 +75,7 @@ class Node {
   void start();
   void stop();
   std::vector<std::string> worker_addresses() const;
-  std::vector<WorkerStats> stats() const;
+  std::vector<NodeWorkerStats> stats() const;
   const NodeConfig& config() const { return config_; }
   bool running() const;
 

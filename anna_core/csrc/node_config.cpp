@@ -5,17 +5,20 @@
 #include <cmath>
 #include <cstdlib>
 #include <stdexcept>
+#include <utility>
+#include <vector>
 
 namespace anna {
 namespace {
 
 struct JsonValue {
-  enum Type { kNull, kBool, kNumber, kString } type = kNull;
+  enum Type { kNull, kBool, kNumber, kString, kObject } type = kNull;
   bool boolean = false;
   double number = 0;
   bool integral = false;
   long long integer = 0;
   std::string text;
+  std::vector<std::pair<std::string, std::string>> members;  // kObject: string values only
 };
 
 class FlatJsonReader {
@@ -141,6 +144,8 @@ class FlatJsonReader {
     if (c == '"') {
       v.type = JsonValue::kString;
       v.text = read_string();
+    } else if (c == '{') {
+      read_string_object(key, &v);
     } else if (consume("true")) {
       v.type = JsonValue::kBool;
       v.boolean = true;
@@ -169,6 +174,30 @@ class FlatJsonReader {
       fail("value of \"" + key + "\" must be a string, number, boolean or null");
     }
     return v;
+  }
+
+  // One level of nesting: an object whose values are all strings.
+  void read_string_object(const std::string& key, JsonValue* v) {
+    v->type = JsonValue::kObject;
+    expect('{');
+    skip_ws();
+    if (peek() == '}') {
+      ++i_;
+      return;
+    }
+    while (true) {
+      skip_ws();
+      std::string name = read_string();
+      skip_ws();
+      expect(':');
+      skip_ws();
+      if (peek() != '"') fail("the values inside \"" + key + "\" must be strings");
+      v->members.emplace_back(std::move(name), read_string());
+      skip_ws();
+      if (peek() == ',') { ++i_; continue; }
+      expect('}');
+      return;
+    }
   }
 
   const std::string& s_;
@@ -237,6 +266,14 @@ NodeConfig parse_node_config(const std::string& json) {
       c.max_push_sockets = static_cast<std::size_t>(want_int(key, v, 1, 1000000));
     } else if (key == "tombstone_ttl_ms") {
       c.tombstone_ttl_ms = static_cast<int>(want_int(key, v, 1, 24 * 3600 * 1000));
+    } else if (key == "curve_public_key") {
+      c.curve.public_key = want_string(key, v);
+    } else if (key == "curve_secret_key") {
+      c.curve.secret_key = want_string(key, v);
+    } else if (key == "curve_admitted") {
+      if (v.type != JsonValue::kObject)
+        throw std::invalid_argument("node config: curve_admitted must be an object {public key: role}");
+      for (const auto& [k, role] : v.members) c.curve.admitted[k] = role;
     } else {
       throw std::invalid_argument("node config: unknown key \"" + key + "\"");
     }
@@ -245,6 +282,7 @@ NodeConfig parse_node_config(const std::string& json) {
   if (c.tier == 1 && c.data_dir.empty())
     throw std::invalid_argument("node config: a disk node needs data_dir");
   if (c.ip.empty()) throw std::invalid_argument("node config: ip must not be empty");
+  check_curve_keys(c.curve);
   return c;
 }
 

@@ -6,14 +6,20 @@
 // max_value_bytes (int >= 1), pin_threads (bool), log_level (str), handoff_retry_ms,
 // handoff_window_ms, fetch_timeout_ms, tombstone_ttl_ms (ints >= 1), max_push_sockets (int in
 // [1, 1000000]: PUSH sockets each worker thread keeps open, least recently used closed
-// beyond; lowered at start when the process' descriptor limit cannot hold them). Missing keys take the
-// defaults below; null means "default". Unknown keys, wrong value types, nested values and
-// syntax errors throw std::invalid_argument naming the problem.
+// beyond; lowered at start when the process' descriptor limit cannot hold them), and
+// authentication (curve.hpp): curve_secret_key and curve_public_key (Z85 strings) and
+// curve_admitted (an object: Z85 public key -> role, the one nested value allowed); all three
+// absent or empty means authentication off. Missing keys take the defaults below; null means
+// "default". Unknown keys, wrong value types, other nested values, inconsistent keys
+// (check_curve_keys) and syntax errors throw std::invalid_argument naming the problem (never
+// quoting a secret key).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
+
+#include "curve.hpp"
 
 namespace anna {
 
@@ -33,6 +39,8 @@ struct NodeConfig {
   int fetch_timeout_ms = 1000;    // how long a deferred GET waits for previous owners
   int tombstone_ttl_ms = 60000;   // how long a delete's tombstone outvotes older writes
   std::size_t max_push_sockets = 1024;  // per worker thread (push_cache.hpp)
+  // CURVE authentication of the workers' sockets (DESIGN.md "Authentication"); off when empty.
+  CurveKeys curve;
 };
 
 // Headroom over max_value_bytes for the largest frame a worker accepts: the key, the

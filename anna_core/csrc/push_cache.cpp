@@ -31,8 +31,10 @@ bool has_space(const std::string& s, std::size_t from) {
 
 }  // namespace
 
-bool PushCache::valid_address(const std::string& a) {
-  if (a.size() > kMaxAddressBytes) return false;
+bool PushCache::valid_address(const std::string& address) {
+  if (address.size() > kMaxAddressBytes) return false;
+  std::string a, key;
+  if (!split_keyed_address(address, &a, &key)) return false;
   auto starts = [&](const char* p) { return a.rfind(p, 0) == 0; };
   if (starts("ipc://")) return a.size() > 6 && !has_space(a, 6);
   if (starts("inproc://")) return a.size() > 9 && !has_space(a, 9);
@@ -55,8 +57,9 @@ bool PushCache::valid_address(const std::string& a) {
 }
 
 PushCache::PushCache(void* zmq_context, std::unordered_map<std::string, std::string> rewrite,
-                     std::size_t capacity)
-    : ctx_(zmq_context), rewrite_(std::move(rewrite)), capacity_(capacity < 1 ? 1 : capacity) {}
+                     std::size_t capacity, CurveKeys keys)
+    : ctx_(zmq_context), rewrite_(std::move(rewrite)), keys_(std::move(keys)),
+      capacity_(capacity < 1 ? 1 : capacity) {}
 
 PushCache::~PushCache() {
   for (auto& [address, e] : sockets_) zmq_close(e.socket);
@@ -101,6 +104,19 @@ void* PushCache::socket_for(const std::string& address) {
     warn_refused(address, "not a tcp://host:port, ipc:// or inproc:// address");
     return nullptr;
   }
+  auto rw = rewrite_.find(address);
+  std::string endpoint, server_key;
+  if (rw != rewrite_.end()) {
+    endpoint = rw->second;  // one of this node's workers, over inproc
+  } else {
+    split_keyed_address(address, &endpoint, &server_key);  // valid_address checked the form
+    if (endpoint.rfind("inproc://", 0) == 0) server_key.clear();
+    if (keys_.enabled() && server_key.empty() && endpoint.rfind("inproc://", 0) != 0) {
+      warn_refused(address, "it carries no server key and authentication is on");
+      return nullptr;
+    }
+    if (!keys_.enabled()) server_key.clear();
+  }
   while (sockets_.size() >= capacity_) evict_one(now);
   void* s = zmq_socket(ctx_, ZMQ_PUSH);
   if (s == nullptr && !sockets_.empty()) {  // the context is out of sockets: make room
@@ -114,8 +130,12 @@ void* PushCache::socket_for(const std::string& address) {
   int hwm = kSendHwm, linger = kLingerMs;
   zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm);
   zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
-  auto rw = rewrite_.find(address);
-  const std::string& endpoint = rw == rewrite_.end() ? address : rw->second;
+  std::string why;
+  if (!server_key.empty() && !make_curve_client(s, keys_, server_key, &why)) {
+    warn_refused(address, why);
+    zmq_close(s);
+    return nullptr;
+  }
   if (zmq_connect(s, endpoint.c_str()) != 0) {
     warn_refused(address, std::string("cannot connect: ") + zmq_strerror(errno));
     zmq_close(s);

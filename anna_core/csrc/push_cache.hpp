@@ -27,6 +27,8 @@
 #include <string>
 #include <unordered_map>
 
+#include "curve.hpp"
+
 namespace anna {
 
 class PushCache {
@@ -39,7 +41,7 @@ class PushCache {
   static constexpr int kMaxWarningsPerSecond = 10;
 
   PushCache(void* zmq_context, std::unordered_map<std::string, std::string> rewrite,
-            std::size_t capacity = kDefaultCapacity);
+            std::size_t capacity = kDefaultCapacity, CurveKeys keys = {});
   ~PushCache();
   PushCache(const PushCache&) = delete;
   PushCache& operator=(const PushCache&) = delete;
@@ -66,6 +68,7 @@ class PushCache {
 
   void* ctx_;
   std::unordered_map<std::string, std::string> rewrite_;
+  CurveKeys keys_;
   std::size_t capacity_;
   std::unordered_map<std::string, Entry> sockets_;
   std::list<std::string> lru_;
