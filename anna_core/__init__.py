@@ -17,9 +17,9 @@ from ._core import (LWWLattice, MapLattice, MaxLattice, MultiKeyCausalLattice,
 from .client import Client, Subscription, Update
 from .cluster import LocalCluster
 from .config import ClusterConfig, NodeConfig, Replication, RoutingConfig
-from .errors import (AnnaError, KeyNotFound, LatticeTypeMismatch, LeaveFailed, MalformedRequest,
-                     NoNodes, NotPermitted, StartupError, StoreFailed, Timeout, UnknownLatticeType,
-                     ValueTooLarge, WrongOwner)
+from .errors import (AnnaError, DiskFull, KeyNotFound, LatticeTypeMismatch, LeaveFailed,
+                     MalformedRequest, NoNodes, NotPermitted, StartupError, StoreFailed, Timeout,
+                     UnknownLatticeType, ValueTooLarge, WrongOwner)
 
 __all__ = [
     "Client", "Subscription", "Update", "LocalCluster",
@@ -27,6 +27,7 @@ __all__ = [
     "PriorityLattice", "SingleKeyCausalLattice", "MultiKeyCausalLattice", "deserialize",
     "compare_clocks", "merge_clocks",
     "AnnaError", "KeyNotFound", "LatticeTypeMismatch", "ValueTooLarge", "UnknownLatticeType",
-    "MalformedRequest", "NoNodes", "Timeout", "WrongOwner", "StoreFailed", "NotPermitted", "StartupError",
-    "LeaveFailed", "Replication", "NodeConfig", "RoutingConfig", "ClusterConfig",
+    "MalformedRequest", "NoNodes", "Timeout", "WrongOwner", "StoreFailed", "DiskFull",
+    "NotPermitted", "StartupError", "LeaveFailed", "Replication", "NodeConfig", "RoutingConfig",
+    "ClusterConfig",
 ]

@@ -157,7 +157,8 @@ class Client:
         """Merge `value` into `key` on one replica (gossip spreads it to the others).
 
         `value` is bytes (stored as LWWLattice with this client's next timestamp) or any
-        lattice. Raises LatticeTypeMismatch, ValueTooLarge, Timeout, ... on failure.
+        lattice. Raises LatticeTypeMismatch, ValueTooLarge, DiskFull (a disk-tier replica's
+        disk is full: nothing was stored), Timeout, ... on failure.
         """
         self._single(anna_pb2.PUT, key, self._tuple_for(key, value))
 
@@ -485,7 +486,7 @@ class Client:
                 continue
             if t.error != anna_pb2.NO_ERROR:
                 raise error_from_code(t.error, key=key, address=response.responder or address,
-                                      operation=op)
+                                      operation=op, detail=t.error_detail)
             return t
 
     def _all(self, req_type: int, key: str, key_tuple: Any) -> List[Tuple[str, Any]]:
@@ -518,7 +519,8 @@ class Client:
                     results[address] = t
                     continue
                 if t.error != anna_pb2.NO_ERROR:
-                    raise error_from_code(t.error, key=key, address=address, operation=op)
+                    raise error_from_code(t.error, key=key, address=address, operation=op,
+                                          detail=t.error_detail)
                 results[address] = t
             missing = [a for a in addresses if a not in results]
             if not missing and not redirected:

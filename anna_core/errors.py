@@ -14,8 +14,8 @@ import runtime.process as _runtime_process
 
 __all__ = [
     "AnnaError", "KeyNotFound", "LatticeTypeMismatch", "ValueTooLarge", "UnknownLatticeType",
-    "MalformedRequest", "NoNodes", "Timeout", "WrongOwner", "StoreFailed", "StartupError",
-    "LeaveFailed", "NotPermitted", "error_from_code",
+    "MalformedRequest", "NoNodes", "Timeout", "WrongOwner", "StoreFailed", "DiskFull",
+    "StartupError", "LeaveFailed", "NotPermitted", "error_from_code",
 ]
 
 
@@ -91,7 +91,23 @@ class NotPermitted(AnnaError):
 
 
 class StoreFailed(AnnaError):
-    """The worker's storage (RocksDB on the disk tier) failed to read or write."""
+    """The worker's storage (RocksDB on the disk tier) failed to read or write.
+
+    `detail` is the worker's own account ("node disk-0 worker 0: RocksDB put in ... failed:
+    ..."), also part of the message; empty if the worker sent none.
+    """
+
+    def __init__(self, message: str, *, key: Optional[str] = None,
+                 address: Optional[str] = None, detail: str = "") -> None:
+        super().__init__(message, key=key, address=address)
+        self.detail = detail
+
+
+class DiskFull(StoreFailed):
+    """A disk-tier worker refused a write because its disk is (nearly) full: nothing was
+    stored. Reads and deletes still work there; deleting data (or freeing space on that
+    filesystem) makes writes succeed again. `detail` names the node, the worker, the data
+    directory and its free space (server code DISK_FULL)."""
 
 
 class LeaveFailed(AnnaError):
@@ -114,15 +130,17 @@ StartupError = _runtime_process.StartupError
 _CODE_NAMES = {
     0: "NO_ERROR", 1: "KEY_DNE", 2: "WRONG_OWNER", 3: "LATTICE_MISMATCH", 4: "TIMEOUT",
     5: "VALUE_TOO_LARGE", 6: "UNKNOWN_LATTICE", 7: "MALFORMED", 8: "NO_NODES",
-    9: "STORE_FAILED",
+    9: "STORE_FAILED", 10: "DISK_FULL",
 }
 
 
 def error_from_code(code: int, *, key: Optional[str] = None, address: Optional[str] = None,
-                    operation: str = "request", addresses: Sequence[str] = ()) -> AnnaError:
+                    operation: str = "request", addresses: Sequence[str] = (),
+                    detail: str = "") -> AnnaError:
     """Build the typed error for a server error code found in a response.
 
-    `operation` is a short verb phrase such as "GET" or "PUT" used in the message.
+    `operation` is a short verb phrase such as "GET" or "PUT" used in the message; `detail`
+    is the tuple's `error_detail` (STORE_FAILED, DISK_FULL), appended to the message.
     """
     where = f" at {address}" if address else ""
     what = f"{operation} {key!r}" if key is not None else operation
@@ -148,8 +166,12 @@ def error_from_code(code: int, *, key: Optional[str] = None, address: Optional[s
     if code == 8:
         return NoNodes(f"{what}: no KVS node is up for the key's tier(s){where}",
                        key=key, address=address)
+    more = f" ({detail})" if detail else ""
     if code == 9:
-        return StoreFailed(f"{what}: the worker's storage failed{where}", key=key,
-                           address=address)
+        return StoreFailed(f"{what}: the worker's storage failed{where}{more}", key=key,
+                           address=address, detail=detail)
+    if code == 10:
+        return DiskFull(f"{what}: disk full{where}, write refused{more}", key=key,
+                        address=address, detail=detail)
     name = _CODE_NAMES.get(code, f"code {code}")
     return AnnaError(f"{what}: server error {name}{where}", key=key, address=address)

@@ -17,7 +17,8 @@ def test_error_codes_map_to_typed_errors():
              anna_pb2.VALUE_TOO_LARGE: errors.ValueTooLarge,
              anna_pb2.UNKNOWN_LATTICE: errors.UnknownLatticeType,
              anna_pb2.MALFORMED: errors.MalformedRequest, anna_pb2.NO_NODES: errors.NoNodes,
-             anna_pb2.TIMEOUT: errors.Timeout, 9: errors.StoreFailed}
+             anna_pb2.TIMEOUT: errors.Timeout, anna_pb2.STORE_FAILED: errors.StoreFailed,
+             anna_pb2.DISK_FULL: errors.DiskFull}
     for code, cls in cases.items():
         e = errors.error_from_code(code, key="k1", address="tcp://w:1", operation="PUT")
         assert type(e) is cls and isinstance(e, anna_core.AnnaError)
@@ -26,6 +27,10 @@ def test_error_codes_map_to_typed_errors():
     assert isinstance(errors.error_from_code(anna_pb2.KEY_DNE), KeyError)
     assert str(errors.KeyNotFound("GET 'x': key not found", key="x")) == "GET 'x': key not found"
     assert "code 99" in str(errors.error_from_code(99))
+    full = errors.error_from_code(anna_pb2.DISK_FULL, key="k", address="tcp://w:1",
+                                  operation="PUT", detail="node disk-0 worker 0: disk full: ...")
+    assert isinstance(full, errors.StoreFailed) and full.detail.startswith("node disk-0")
+    assert "disk full" in str(full) and "node disk-0 worker 0" in str(full)
 
 
 def test_timeout_names_its_stage():

@@ -292,7 +292,7 @@ void WorkerCore::handle_handoff(const KeyRequest& handoff, std::vector<OutMessag
       AnyLattice value;
       AnnaError err = decode_lattice(t.lattice_type(), t.payload(), &value);
       if (err == NO_ERROR) err = store_->merge(key, value);
-      if (err == STORE_FAILED) {
+      if (err == STORE_FAILED || err == DISK_FULL) {
         failed.insert(key);  // transient: no ack, the sender sends it again
       } else if (err != NO_ERROR) {
         // Permanent (undecodable, another lattice type here): acked so the sender stops.

@@ -52,6 +52,14 @@ void emit(RequestType type, std::unordered_map<std::string, Batch>* batches,
   batches->clear();
 }
 
+// A tuple's error; a storage failure also says what failed and where (the client shows it).
+void set_tuple_error(const WorkerIdentity& id, const Store& store, AnnaError err, KeyTuple* out) {
+  out->set_error(err);
+  if (err == STORE_FAILED || err == DISK_FULL)
+    out->set_error_detail("node " + id.node_id + " worker " + std::to_string(id.thread_id) +
+                          ": " + store.error_detail());
+}
+
 }  // namespace
 
 WorkerCore::WorkerCore(WorkerIdentity id, std::unique_ptr<Store> store)
@@ -181,7 +189,7 @@ void WorkerCore::handle_tuple(RequestType type, const KeyTuple& in, KeyTuple* ou
       int lattice_type = 0;
       AnnaError err = store_->get_encoded(key, &lattice_type, out->mutable_payload());
       if (err == NO_ERROR) out->set_lattice_type(static_cast<LatticeType>(lattice_type));
-      else out->set_error(err);
+      else set_tuple_error(id_, *store_, err, out);
       return;
     }
     case PUT: {
@@ -198,7 +206,7 @@ void WorkerCore::handle_tuple(RequestType type, const KeyTuple& in, KeyTuple* ou
       out->set_lattice_type(in.lattice_type());
       err = store_->merge(key, value);
       if (err != NO_ERROR) {
-        out->set_error(err);
+        set_tuple_error(id_, *store_, err, out);
         return;
       }
       const std::uint64_t accepted = accept_put(key);
@@ -217,7 +225,7 @@ void WorkerCore::handle_tuple(RequestType type, const KeyTuple& in, KeyTuple* ou
       AnnaError err = apply_delete(key, ts);
       auto [d, inserted] = deleted_.try_emplace(key, ts);
       if (!inserted) d->second = std::max(d->second, ts);
-      if (err != NO_ERROR) out->set_error(err);
+      if (err != NO_ERROR) set_tuple_error(id_, *store_, err, out);
       return;
     }
     case SUBSCRIBE: {

@@ -13,7 +13,9 @@
 //     error: WRONG_OWNER (+ the owners' addresses; none before the first Membership),
 //     KEY_DNE (GET of a missing key; DELETE/UNSUBSCRIBE of a missing key/subscription),
 //     LATTICE_MISMATCH, VALUE_TOO_LARGE (payload > max_value_bytes), UNKNOWN_LATTICE,
-//     MALFORMED (payload does not parse; SUBSCRIBE without subscriber_address), STORE_FAILED.
+//     MALFORMED (payload does not parse; SUBSCRIBE without subscriber_address), STORE_FAILED,
+//     DISK_FULL (the disk store refused the write: store.hpp); with these two the tuple's
+//     error_detail names the node, the worker and the store's own account of the failure.
 //     An unknown request type answers KeyResponse.error = MALFORMED.
 //   * PUT merges into the store and into the epoch changeset (merge-at-sender). end_epoch()
 //     sends each changed key's merged delta once to each of the key's other replicas, in all
