@@ -22,7 +22,9 @@ Contract:
   the node hands its keys off and exits 0; `LeaveFailed` otherwise), `kill_node` (SIGKILL:
   routing's failure detector removes it after `heartbeat_timeout`), `stop_node` (stop at
   once without leaving), `start_node` / `restart_node` (same id, config and data_dir: a disk
-  node finds its data and joins again with its new worker addresses).
+  node finds its data and joins again with its new worker addresses). `spawn_node` starts a
+  new node without waiting and `node_ready` says, without blocking, whether it has joined
+  (what a non-blocking cluster manager builds on; `add_node` is the two with a wait).
 - Routing: `routing_addresses` (all), `routing_address` (the first); `stop_routing(i)`,
   `start_routing(i)` (same port), `restart_routing(i)`; a started routing recovers the
   membership from the nodes' heartbeats and the overrides from the KVS.
@@ -328,15 +330,35 @@ class LocalCluster:
 
     def add_node(self, tier: str = MEMORY, threads: Optional[int] = None) -> str:
         """Start one more node in `tier`; returns its id once it has joined."""
+        node_id = self.spawn_node(tier, threads)
+        wait_all_ready([self._nodes[node_id]], self.config.startup_timeout)
+        return node_id
+
+    def spawn_node(self, tier: str = MEMORY, threads: Optional[int] = None,
+                   node_id: Optional[str] = None) -> str:
+        """Start one more node in `tier` without waiting for it; returns its id at once.
+        `node_ready(node_id)` tells when it has joined. `node_id` (default "<tier>-<i>", the
+        next free index) must not name a node this cluster already has."""
         if not self.started:
             raise RuntimeError("LocalCluster is not started")
-        index = sum(1 for p in self._nodes.values() if self._node_configs[p.name].tier == tier)
+        if node_id is None:
+            index = sum(1 for p in self._nodes.values()
+                        if self._node_configs[p.name].tier == tier)
+            while f"{tier}-{index}" in self._nodes:
+                index += 1
+            node_id = f"{tier}-{index}"
+        elif node_id in self._nodes:
+            raise ValueError(f"node id {node_id!r} is already used in this cluster")
         if threads is None:
             threads = self.config.memory_threads if tier == MEMORY else self.config.disk_threads
-        p = self._make_node(tier, index, max(1, threads))
+        p = self._make_node(tier, 0, max(1, threads), node_id=node_id)
         self._spawn(p)
-        wait_all_ready([p], self.config.startup_timeout)
         return p.name
+
+    def node_ready(self, node_id: str) -> Optional[bool]:
+        """Without blocking: True once the node announced it joined, False if it exited
+        before that (`log_tail(node_id)` says why), None while it is starting."""
+        return self._node(node_id).read_ready()
 
     # ---- internals ----------------------------------------------------------------------
 
@@ -346,8 +368,9 @@ class LocalCluster:
         except KeyError:
             raise KeyError(f"no node {node_id!r} in this cluster; nodes: {self.node_ids}") from None
 
-    def _make_node(self, tier: str, index: int, threads: int) -> ManagedProcess:
-        node_id = f"{tier}-{index}"
+    def _make_node(self, tier: str, index: int, threads: int,
+                   node_id: Optional[str] = None) -> ManagedProcess:
+        node_id = node_id or f"{tier}-{index}"
         # The kernel keeps a disk worker's RocksDB at <data_dir>/<node_id>/<thread_id>.
         data_dir = self.data_dir if tier == DISK else None
         if data_dir:
