@@ -11,6 +11,8 @@ cluster manager (nodes). Nothing in this package opens a socket, reads a clock o
 - `policy.PolicyEngine`: Algorithm 5 over `tiering` (Alg. 1), `replication` (Alg. 2) and
   `elasticity` (Alg. 3, 4 and the budget).
 - `actions`: `AddNodes`, `RemoveNode`, `SetReplication` (`Promote`, `Demote`), `Note`.
+- `manager` (not imported here: it is not pure): `ClusterManager`, the interface the actions
+  are carried out through, `LocalClusterManager`, and `apply(actions, manager, kvs)`.
 See DESIGN.md in this folder.
 """
 from .actions import (NODE_ACTIONS, Action, AddNodes, Demote, Note, Promote, RemoveNode,
