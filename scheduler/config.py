@@ -45,7 +45,7 @@ class SchedulerConfig:
     key_dir: the cluster's key directory (`cloudburst keys`): the scheduler authenticates
         every socket with the cluster's key pair (identity "cluster"), admits the clients
         whose public keys are in `key_dir/authorized/` on its request socket only, and takes
-        from them only the kinds clients send (`scheduler.server.CLIENT_KINDS`). None: plain
+        from them only the kinds clients send (`scheduler.admission.CLIENT_KINDS`). None: plain
         sockets, anyone who can reach them is trusted. The process reads the keys itself: no
         key is ever on a command line.
     """

@@ -35,7 +35,7 @@ listed for schedulers in proto/cloudburst.proto, plus one for Anna's pushed regi
   logged at WARNING at most once per `REFUSAL_LOG_PERIOD` per (role, kind). Connections the
   handshake refuses are counted too: by the ZAP authenticator (unknown keys, logged with the
   peer's address) and by a monitor of the request socket (peers that do not speak CURVE,
-  e.g. a client without keys). `status` reports both in its reply's `message` as JSON
+  e.g. a client without keys). The checks and counts are `scheduler/admission.py`. `status` reports both in its reply's `message` as JSON
   (`{"auth": true, "refused_connections": N, "dropped": [{"role", "kind", "count"}]}`), and
   `/metrics` as counters. Without `key_dir` every socket is plain and every kind is taken
   from anyone, as before.
@@ -49,15 +49,15 @@ import random
 import signal
 import time
 import uuid
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 import zmq
 from google.protobuf.message import DecodeError
 
 import anna_core
 from anna_core.wire import tuple_to_lattice
-from runtime.auth import (CLUSTER, AuthConfig, Credentials, Security, credentials_of,
-                          format_address, make_server, may_send, parse_address, role_of)
+from runtime.auth import (AuthConfig, Credentials, Security, credentials_of, format_address,
+                          make_server, parse_address)
 from runtime.framing import FrameError, more, parse
 from runtime.keys import PREFIX
 from runtime.sockets import PushCache, bind_pull
@@ -66,6 +66,7 @@ from runtime.http import TextEndpoint
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
 
+from .admission import CLIENT_KINDS, Admission
 from .config import SchedulerConfig
 from .gc import GcCoordinator
 from .dag import Dag, check_size, validate
@@ -90,16 +91,6 @@ def dag_from_record(record: pb.DagRecord) -> Dag:
 METRICS_PERIOD = 1.0      # seconds between refreshes of the /metrics text
 STATS_HORIZON = 3600.0    # a call unfinished this long is dropped from the statistics
 STALL_CREDIT = 0.1        # a handler longer than this is forgiven to every worker's liveness
-REFUSAL_LOG_PERIOD = 10.0  # seconds between two warnings about one (role, kind) dropped
-
-# What a client may send a scheduler: exactly the kinds `cloudburst.Client` sends (registry
-# requests, calls, and the `where` / `cancel` of a call in flight). Everything else comes from
-# the cluster's own processes (heartbeat, keyset, done, causal_abort, cache_reply) or is not
-# for a scheduler at all (schedule, result, ...).
-CLIENT_KINDS = frozenset({"register_fn", "register_dag", "delete_dag", "delete_fn", "list",
-                          "info", "status", "call", "where", "cancel"})
-_HANDSHAKE_FAILURES = zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
-_MECHANISM_MISMATCH = 0x11000002      # ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
 
 class Scheduler:
     """One scheduler process' state and loop; see the module contract."""
@@ -126,13 +117,8 @@ class Scheduler:
         self._push = PushCache(self._context, auth=creds)
         self._kvs = anna_core.Client(config.kvs_address, timeout=2.0, ip=config.ip,
                                      context=self._context, auth=self.auth)
-        # what the authentication refused (see the module contract)
-        self.dropped: Dict[Tuple[str, str], int] = {}      # (role, kind) -> messages dropped
-        self._dropped_logged: Dict[Tuple[str, str], float] = {}
-        self.refused_handshakes = 0                          # peers that do not speak CURVE
-        self._handshake_logged = float("-inf")
-        self._handshakes = self._pull.get_monitor_socket(_HANDSHAKE_FAILURES) \
-            if creds is not None else None
+        # who may send what, and what the authentication refused (scheduler/admission.py)
+        self.admission = Admission(self.address, self._security, self._pull)
         self.registry = Registry(self._kvs, self.update_address)
         self.table = ExecutorTable(config.heartbeat_timeout, config.unresponsive_timeout)
         self._rng = random.Random(config.seed)
@@ -206,8 +192,7 @@ class Scheduler:
                 next_tick = now + tick
                 while more(self._updates):
                     self._on_registry_update(self._updates.recv())
-                if self._handshakes is not None:
-                    self._check_handshakes(now)
+                self.admission.check_handshakes(now)
                 self._expire(now)
                 self._live_caches = sorted({w.cache_address for w in self.table.live()
                                             if w.cache_address})
@@ -230,63 +215,19 @@ class Scheduler:
             self._gc.stop()
         self._kvs.close()
         self._push.close()
-        if self._handshakes is not None:
-            self._pull.disable_monitor()
-            self._handshakes.close(0)
+        self.admission.close()
         self._pull.close(0)
         self._updates.close(0)
         if self._security is not None:
             self._security.stop()
         self._context.term()
 
-    # ---- authentication ----
-    def _drop(self, role: Optional[str], kind: str) -> None:
-        """A message of a kind its sender may not send: dropped, counted, logged (rate-limited)."""
-        who = (role or "(no role)", kind)
-        count = self.dropped[who] = self.dropped.get(who, 0) + 1
-        now = time.monotonic()
-        if now - self._dropped_logged.get(who, float("-inf")) >= REFUSAL_LOG_PERIOD:
-            self._dropped_logged[who] = now
-            log.warning("dropped a %r message from %s: a client may only send %s (%d such "
-                        "message(s) dropped)", kind, who[0], ", ".join(sorted(CLIENT_KINDS)),
-                        count)
-
-    def _check_handshakes(self, now: float) -> None:
-        """Count (and log, rate-limited) the connections the CURVE handshake refused."""
-        from zmq.utils.monitor import recv_monitor_message
-        while self._handshakes.poll(0):
-            try:
-                event = recv_monitor_message(self._handshakes)
-            except (zmq.ZMQError, ValueError):
-                return
-            self.refused_handshakes += 1
-            if now - self._handshake_logged < REFUSAL_LOG_PERIOD:
-                continue
-            self._handshake_logged = now
-            value = event.get("value", 0)
-            why = "it does not use CURVE (a client without keys?)" \
-                if value == _MECHANISM_MISMATCH else \
-                f"its handshake failed ({int(value):#x}; a peer without keys, or with " \
-                f"another cluster's key?)"
-            log.warning("refused a connection to %s: %s; the cluster requires "
-                        "authentication (%d refused so far)", self.address, why,
-                        self.refused_handshakes)
-
-    def refused_connections(self) -> int:
-        """Connections refused at the handshake: unknown keys, client keys on cluster-only
-        sockets (the ZAP authenticator), and peers that do not speak CURVE."""
-        if self._security is None:
-            return 0
-        return self._security.authenticator.refused + self.refused_handshakes
-
     def _dispatch(self, frame: Any) -> None:
         kind = "?"
         try:
             kind, payload = parse(frame)
-            if self._security is not None and kind not in CLIENT_KINDS:
-                role = role_of(frame)
-                if role != CLUSTER and not may_send(role or "", kind, CLIENT_KINDS):
-                    return self._drop(role, kind)
+            if not self.admission.admits(frame, kind):
+                return
             handler = self._handlers.get(kind)
             if handler is None:
                 raise FrameError(f"kind {kind!r} is not for a scheduler")
@@ -506,17 +447,17 @@ class Scheduler:
                                      p50=s.p50 or 0.0, p99=s.p99 or 0.0, in_flight=s.in_flight)
         reply.message = json.dumps({
             "auth": self._security is not None,
-            "refused_connections": self.refused_connections(),
+            "refused_connections": self.admission.refused_connections(),
             "dropped": [{"role": role, "kind": kind, "count": n}
-                        for (role, kind), n in sorted(self.dropped.items())]})
+                        for (role, kind), n in sorted(self.admission.dropped.items())]})
         self._reply(req.response_address, reply)
 
     def _publish_metrics(self) -> None:
         gauges = [WorkerGauge(w.worker_id, w.node_id, w.utilization, w.outstanding)
                   for w in self.table.live()]
         self._metrics_text = render_prometheus(
-            self.stats, gauges, self.address, dropped=self.dropped,
-            refused_connections=self.refused_connections() if self._security else None)
+            self.stats, gauges, self.address, dropped=self.admission.dropped,
+            refused_connections=self.admission.refused_connections() if self._security else None)
 
     def _finish_one(self, call_id: str) -> None:
         if not (self._causal and self._causal_calls.done(call_id, time.monotonic())):

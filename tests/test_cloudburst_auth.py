@@ -26,7 +26,7 @@ from runtime.framing import encode, parse
 from runtime.keys import worker_key
 from runtime.sockets import PushCache
 from runtime.values import dumps, dumps_function, encode_args
-from scheduler.server import CLIENT_KINDS
+from scheduler.admission import CLIENT_KINDS
 from scheduler.stats import CallStats, render_prometheus
 from peers import Peer, handshake
 from waiting import poll_until
