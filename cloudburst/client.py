@@ -56,12 +56,10 @@ from typing import (Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Se
                     Union)
 
 import zmq
-from zmq.utils.monitor import recv_monitor_message
 
 from hydro_proto import cloudburst_pb2 as pb
 
-from runtime.auth import (CLUSTER, AuthConfig, Security, credentials_of, make_client,
-                          parse_address)
+from runtime.auth import AuthConfig, Security, credentials_of, parse_address
 from runtime.keys import check_user_key
 from runtime.framing import more, parse, send
 from runtime.sockets import bind_pull, check_address, ipc_dir_of
@@ -70,6 +68,7 @@ from .errors import (AuthenticationError, AuthenticationRequired, CloudburstErro
                      ObjectNotFound, Timeout, error_from_status)
 from .functions import RegisteredFunction, check_signature
 from .futures import Future, SchedulerUnavailable, gather
+from .connections import HOW_TO_AUTHENTICATE, SchedulerConnections
 from .options import _CONSISTENCY, _consistency_and_protocol, _time_limit
 from .status import ClusterStatus
 
@@ -77,17 +76,6 @@ __all__ = ["Client", "Listing"]
 
 _ANSWERS = {"reply": pb.Reply, "accepted": pb.Accepted, "result": pb.CallResult}
 _PREFER_CURRENT = 0.5     # seconds a send waits for the current scheduler before the others
-# what the scheduler connections' monitors report: drops and handshake outcomes
-_MONITORED = (zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED
-              | zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-              | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
-_MECHANISM_MISMATCH = 0x11000002      # ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
-_HOW_TO_AUTHENTICATE = (
-    "pass auth=cloudburst.AuthConfig(KEY_DIR, 'client:NAME'), where KEY_DIR holds the "
-    "cluster's public key (cluster.key) and your key pair (clients/NAME.key_secret), as "
-    "written by `cloudburst keys KEY_DIR --client NAME` (or use LocalCluster.client(); "
-    "`cloudburst local` prints its key directory and client name)")
-
 log = logging.getLogger("cloudburst.client")
 
 
@@ -132,7 +120,7 @@ class Client:
         if auth is None and keyed:
             raise AuthenticationRequired(
                 f"the cluster at {keyed[0]} requires authentication (its address carries the "
-                f"scheduler's key) and this client has no keys: {_HOW_TO_AUTHENTICATE}")
+                f"scheduler's key) and this client has no keys: {HOW_TO_AUTHENTICATE}")
         self.auth = auth
         self._current = 0
         self.timeout = float(timeout)
@@ -148,24 +136,7 @@ class Client:
         self._pull, self.response_address = bind_pull(self._context, ip,
                                                       ipc_dir=ipc_dir_of(self.addresses[0]),
                                                       auth=creds)
-        self._pushes: Dict[str, zmq.Socket] = {}
-        self._monitors: Dict[str, zmq.Socket] = {}
-        self._dropped_at: Dict[str, float] = {}    # scheduler -> when its connection last dropped
-        # scheduler -> (for want of keys?, why in words) when its last handshake failed
-        self._refused: Dict[str, Tuple[bool, str]] = {}
-        cluster_key = None if creds is None else \
-            next(k for k, role in creds.allowed.items() if role == CLUSTER)
-        for a in self.addresses:
-            endpoint, server_key = parse_address(a)
-            push = self._context.socket(zmq.PUSH)
-            push.setsockopt(zmq.LINGER, 500)
-            push.setsockopt(zmq.SNDHWM, 100000)
-            push.setsockopt(zmq.IMMEDIATE, 1)     # never queue for a scheduler not connected
-            if creds is not None:                 # the address's key, else the cluster's
-                make_client(push, creds, server_key or cluster_key)
-            self._monitors[a] = push.get_monitor_socket(_MONITORED)
-            push.connect(endpoint)
-            self._pushes[a] = push
+        self._connections = SchedulerConnections(self._context, self.addresses, creds, auth)
         self._send_lock = threading.Lock()
         self._cond = threading.Condition()
         self._slots: Dict[str, _Slot] = {}
@@ -455,10 +426,7 @@ class Client:
         self.closed = True
         if self._kvs is not None:
             self._kvs.close()
-        for a, push in self._pushes.items():
-            push.disable_monitor()
-            self._monitors[a].close(0)
-            push.close(0)
+        self._connections.close()
         self._pull.close(0)
         if self._security is not None:
             self._security.stop()
@@ -494,7 +462,7 @@ class Client:
                 # the current scheduler first, alone for a moment (it may be reconnecting)
                 alone = len(order) > 1 and time.monotonic() < start + _PREFER_CURRENT
                 for a in order[:1] if alone else order:
-                    push = self._pushes[a]
+                    push = self._connections.socket(a)
                     if push.poll(0, zmq.POLLOUT) and send(push, kind, message):
                         if to is None and a != self.address:
                             log.warning("scheduler %s is not reachable; using %s",
@@ -502,7 +470,7 @@ class Client:
                             self._current = self.addresses.index(a)
                         return a
                 left = deadline - time.monotonic()
-                refused = self._refusals(order[:1] if alone else order)
+                refused = self._connections.refusals(order[:1] if alone else order)
                 if refused and (left <= 0 or len(refused) == len(order)):
                     # a client without keys told so gets AuthenticationRequired
                     required = all(r for r, _ in refused.values())
@@ -515,7 +483,7 @@ class Client:
                         f"{self.failover_timeout:g} s (tried {', '.join(order)})")
                 poller = zmq.Poller()
                 for a in order[:1] if alone else order:
-                    poller.register(self._pushes[a], zmq.POLLOUT)
+                    poller.register(self._connections.socket(a), zmq.POLLOUT)
                 poller.poll(max(1, int(min(left, 0.05) * 1000)))
 
     def _ask(self, kind: str, message: Any, what: str, timeout: Optional[float] = None) -> pb.Reply:
@@ -561,59 +529,10 @@ class Client:
         except (SchedulerUnavailable, AuthenticationError):
             pass    # nothing runs for a scheduler that is gone but what it already placed
 
-    def _read_monitor(self, scheduler: str) -> None:
-        """Take in what the connection to `scheduler` reported (caller holds the send lock):
-        when it dropped, and whether its last handshake failed and why."""
-        monitor = self._monitors[scheduler]
-        while monitor.poll(0):
-            event = recv_monitor_message(monitor)
-            what = event["event"]
-            if what == zmq.EVENT_DISCONNECTED:
-                self._dropped_at[scheduler] = time.monotonic()
-            elif what == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                self._refused.pop(scheduler, None)
-            elif what in (zmq.EVENT_HANDSHAKE_FAILED_AUTH, zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL,
-                          zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL):
-                self._refused[scheduler] = self._refusal(what, event.get("value"))
-
-    def _refusal(self, event: int, value: Any) -> Tuple[bool, str]:
-        """Why a handshake failed, in words, with what to do; True first when it is for
-        want of keys (a plain client meets a failed handshake only with a CURVE server, which
-        drops it for its mechanism; it may see that as the connection closing first)."""
-        if self.auth is None:
-            return True, f"requires authentication and this client has no keys: " \
-                         f"{_HOW_TO_AUTHENTICATE}"
-        return False, self._keyed_refusal(event, value)
-
-    def _keyed_refusal(self, event: int, value: Any) -> str:
-        auth = self.auth
-        if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
-            return (f"refused this client's key ({auth.identity} from {auth.key_dir}): the "
-                    f"cluster does not know it. Use a client key the cluster authorized, or "
-                    f"authorize this one (`cloudburst keys KEY_DIR --add-client --client "
-                    f"NAME` in the cluster's key directory, then restart the cluster)")
-        if value == _MECHANISM_MISMATCH:
-            return ("does not use authentication, but this client has keys (auth=...): "
-                    "connect without auth, or start the cluster with keys")
-        return (f"failed the authentication handshake ({value!r}): is the server key in its "
-                f"address, or {auth.key_dir}/cluster.key, the cluster's? (or the cluster does "
-                f"not use authentication)")
-
-    def _refusals(self, schedulers: Sequence[str]) -> Dict[str, Tuple[bool, str]]:
-        """The schedulers among `schedulers` whose last handshake failed, with why (caller
-        holds the send lock)."""
-        out = {}
-        for a in schedulers:
-            self._read_monitor(a)
-            if a in self._refused:
-                out[a] = self._refused[a]
-        return out
-
     def _dropped_since(self, scheduler: str, since: float) -> bool:
         """True if the connection to `scheduler` dropped at or after `since`."""
         with self._send_lock:
-            self._read_monitor(scheduler)
-        return self._dropped_at.get(scheduler, -1.0) >= since
+            return self._connections.dropped_since(scheduler, since)
 
     def _scheduler_lost(self, scheduler: str, since: float, rid: str) -> Optional[str]:
         """Why call `rid`, sent to `scheduler` at `since`, has lost its scheduler; None if
