@@ -63,13 +63,14 @@ from runtime.auth import AuthConfig, Security, credentials_of, parse_address
 from runtime.keys import check_user_key
 from runtime.framing import more, parse, send
 from runtime.sockets import bind_pull, check_address, ipc_dir_of
-from runtime.values import CAUSAL_LATTICES, dumps, dumps_function, encode_args, is_lattice, loads
+from runtime.values import dumps_function, encode_args
 from .errors import (AuthenticationError, AuthenticationRequired, CloudburstError, InvalidDag,
-                     ObjectNotFound, Timeout, error_from_status)
+                     Timeout, error_from_status)
 from .functions import RegisteredFunction, check_signature
 from .futures import Future, SchedulerUnavailable, gather
 from .connections import HOW_TO_AUTHENTICATE, SchedulerConnections
-from .options import _CONSISTENCY, _consistency_and_protocol, _time_limit
+from .objects import ObjectStore
+from .options import _consistency_and_protocol, _time_limit
 from .status import ClusterStatus
 
 __all__ = ["Client", "Listing"]
@@ -144,11 +145,8 @@ class Client:
         self._finished: List[str] = []   # results received, to tell the scheduler with the next call
         self._prefix = uuid.uuid4().hex[:10]
         self.client_id = f"client-{self._prefix}"   # this client's vector clock entry
-        self._causal_counter = 0
         self._seq = 0
-        self._kvs: Any = None
-        self._kvs_lock = threading.Lock()
-        self._ip = ip
+        self._objects: Optional[ObjectStore] = None
         self.closed = False
         try:
             info = self._ask("info", pb.NameRequest(),
@@ -158,6 +156,7 @@ class Client:
             self.close()
             raise
         self.kvs_address: str = info.kvs_address
+        self._objects = ObjectStore(self.kvs_address, ip, auth, self.client_id)
 
     @property
     def address(self) -> str:
@@ -322,101 +321,22 @@ class Client:
         return Future(self, rid, what, wait, scheduler=scheduler, sent_at=sent_at,
                       objects=objects)
 
-    # ---- objects ----
+    # ---- objects (cloudburst/objects.py) ----
     def put(self, key: str, value: Any, consistency: str = "lww") -> None:
-        """Store `value` (any picklable object) under `key`.
-
-        A plain value is last-writer-wins: of two concurrent puts one is kept. An
-        `anna_core` lattice (`SetLattice`, `MaxLattice`, `MapLattice`, ...) is merged with
-        what the key holds, on the server, so concurrent puts all count. With
-        `consistency="causal"` the value is written as a causal version
-        (`MultiKeyCausalLattice`, clock `{this client's id: next counter}`, no dependencies)
-        that causal calls read.
-
-        Returns once every replica of the key in the KVS has the value, so a call made
-        afterwards reads it whichever replica its executor asks."""
-        check_user_key(key)
-        if consistency not in _CONSISTENCY:
-            raise ValueError(f"consistency {consistency!r} is not supported (supported: "
-                             f"{sorted(_CONSISTENCY)})")
-        if is_lattice(value):
-            if consistency == "causal":
-                raise ValueError("a lattice is merged as it is; consistency='causal' applies "
-                                 "to plain values")
-            with self._kvs_lock:
-                self._kvs_client().put_all(key, value)
-            return
-        data = dumps(value)
-        with self._kvs_lock:
-            if consistency == "causal":
-                import anna_core
-                self._causal_counter += 1
-                lattice = anna_core.MultiKeyCausalLattice(
-                    {self.client_id: self._causal_counter}, {}, [data])
-                self._kvs_client().put_all(key, lattice)
-            else:
-                self._kvs_client().put_all(key, data)
+        """Store `value` under `key`; see `ObjectStore.put` (LWW, a merged lattice, or a
+        causal version). Returns once every replica of the key has it."""
+        self._objects.put(key, value, consistency)
 
     def get(self, key: str, consistency: str = "lww", concurrent: bool = False, *,
             objects: bool = False) -> Any:
-        """The value stored under `key`; raises `ObjectNotFound` if there is none. A causal
-        key (written with `consistency="causal"` or by a causal call) yields the first of its
-        concurrent values (sorted by serialized bytes), or the list of all with
-        `concurrent=True`. A lattice put with `put(key, lattice)` comes back as the lattice.
-
-        Values are data, not code: a value is read as plain data (numbers, strings, bytes,
-        lists, tuples, dicts, sets, dates, ...; `runtime.values`) and one that is more (an
-        instance of your class, a numpy array) raises `UnsafeValue` naming the Python global
-        it refers to, without running anything. `objects=True` unpickles it fully, which runs
-        whatever code its writer chose: use it for keys written by someone you trust
-        (docs/SECURITY.md)."""
-        import anna_core
-        check_user_key(key)
-        if consistency not in _CONSISTENCY:
-            raise ValueError(f"consistency {consistency!r} is not supported (supported: "
-                             f"{sorted(_CONSISTENCY)})")
-        with self._kvs_lock:
-            try:
-                data = self._kvs_client().get(key)
-            except anna_core.KeyNotFound:
-                raise ObjectNotFound(key) from None
-            except anna_core.Timeout as e:
-                raise Timeout(f"the KVS to answer GET {key!r} ({e})") from None
-
-        def decode(value: bytes) -> Any:
-            return loads(value, objects, key=key,
-                         opt_in=f"Client.get({key!r}, objects=True)")
-
-        if isinstance(data, (bytes, bytearray, memoryview)):
-            if consistency == "causal":
-                raise CloudburstError(f"key {key!r} holds an LWW value, not a causal one")
-            return [decode(data)] if concurrent else decode(data)
-        if data.lattice_type not in CAUSAL_LATTICES:
-            return data          # a lattice put with `put(key, lattice)`: merged, as stored
-        revealed = data.reveal()
-        if concurrent:
-            return [decode(v) for v in revealed]
-        if not revealed:
-            raise ObjectNotFound(key)
-        return decode(revealed[0])
+        """The value stored under `key` (`ObjectNotFound` if none); see `ObjectStore.get`.
+        Values are data: one that is more than plain data raises `UnsafeValue` unless
+        `objects=True` (docs/SECURITY.md)."""
+        return self._objects.get(key, consistency, concurrent, objects=objects)
 
     def delete(self, key: str) -> None:
-        """Delete the object stored under `key` (deleting a missing key is not an error).
-        Node caches holding it drop it when Anna tells them."""
-        import anna_core
-        check_user_key(key)
-        with self._kvs_lock:
-            try:
-                self._kvs_client().delete(key)
-            except anna_core.Timeout as e:
-                raise Timeout(f"the KVS to answer DELETE {key!r} ({e})") from None
-
-    def _kvs_client(self) -> Any:
-        if self._kvs is None:
-            import anna_core
-            self._kvs = anna_core.Client(self.kvs_address, ip=self._ip, timeout=5.0,
-                                         auth=self.auth)
-        return self._kvs
+        """Delete the object stored under `key` (a missing key is not an error)."""
+        self._objects.delete(key)
 
     # ---- lifecycle ----
     def close(self) -> None:
@@ -424,8 +344,8 @@ class Client:
         if self.closed:
             return
         self.closed = True
-        if self._kvs is not None:
-            self._kvs.close()
+        if self._objects is not None:
+            self._objects.close()
         self._connections.close()
         self._pull.close(0)
         if self._security is not None:
