@@ -52,8 +52,8 @@ from runtime.keys import function_key, worker_key
 from runtime.auth import AuthConfig, KeyFileError, Security, credentials_of, parse_address
 from runtime.framing import FrameError, encode, parse
 from runtime.sockets import PushCache, bind_pull
-from runtime.values import decode_arg, dumps, is_lattice, loads
-from runtime.errors import ObjectNotFound, Timeout, UnsafeValue
+from runtime.values import decode_arg, dumps, loads
+from runtime.errors import ObjectNotFound, Timeout
 from runtime.values import Reference
 from hydro_proto import cloudburst_pb2 as pb
 
@@ -68,6 +68,7 @@ from .guard import FunctionGuard, Interrupted
 from .library import UserLibrary
 from .liveness import die_with_parent, heartbeat_loop
 from .output import CallOutput, Capture, UpstreamLogs, join_logs, section
+from .references import ArgumentRefused, FunctionError, load_reference, resolve
 
 __all__ = ["Worker"]
 
@@ -75,19 +76,6 @@ log = logging.getLogger("cloudburst.worker")
 _INBOX_LIMIT = 10000
 DONE_BATCH_SECONDS = 0.005
 _MSG_CODE = encode("msg", pb.UserMessage())[:1]
-
-
-class _FunctionError(Exception):
-    """Internal: a function could not be prepared or run; carries status and traceback."""
-
-    def __init__(self, message: str, tb: str = "") -> None:
-        super().__init__(message)
-        self.tb = tb
-
-
-class _ArgumentRefused(Exception):
-    """Internal: a `Reference` argument holds more than plain data and did not ask for
-    objects; the call fails with UNSAFE_VALUE before its function runs."""
 
 
 class Worker:
@@ -300,13 +288,13 @@ class Worker:
         except anna_core.KeyNotFound:
             record = None
         if record is None or record.deleted:
-            raise _FunctionError(f"function {name!r} is not in the registry")
+            raise FunctionError(f"function {name!r} is not in the registry")
         if cached is not None and cached[0] == record.version:
             return cached[1]
         try:
             obj = loads(record.body, objects=True)     # a registration is code by design
         except ModuleNotFoundError as e:
-            raise _FunctionError(
+            raise FunctionError(
                 f"function {name!r} needs module {e.name!r}, which this executor cannot "
                 f"import: install it on the executors, or register the function with "
                 f"modules=[{e.name}] to ship the module with it") from None
@@ -330,8 +318,8 @@ class Worker:
         found = self.cache.get(keys)
         missing = [k for k in keys if found.get(k) is None]
         if missing:
-            raise _FunctionError(f"referenced key(s) {missing} hold no object")
-        resolved = {r: _load_reference(r, found[r.key]) for r in refs}
+            raise FunctionError(f"referenced key(s) {missing} hold no object")
+        resolved = {r: load_reference(r, found[r.key]) for r in refs}
         return [resolved[v] if isinstance(v, Reference) else v for v in values]
 
     def _run(self, ready: Ready) -> None:
@@ -352,28 +340,28 @@ class Worker:
                 fn = self._function(s.function, s.version, start + s.timeout)
                 args = self._arguments(ready.args)
                 result = self._call_function(s, fn, args, ready.deadline)
-            except _FunctionError as e:
-                raise _FunctionError(f"{what} on worker {self.worker_id}: {e}") from None
-            except _ArgumentRefused:
+            except FunctionError as e:
+                raise FunctionError(f"{what} on worker {self.worker_id}: {e}") from None
+            except ArgumentRefused:
                 raise
             except Exception as e:
-                raise _FunctionError(f"{what} raised {type(e).__name__}: {e}",
+                raise FunctionError(f"{what} raised {type(e).__name__}: {e}",
                                      traceback.format_exc()) from None
             try:
                 value = dumps(result)
             except Exception as e:
-                raise _FunctionError(f"the result of {what} could not be serialized: {e}",
+                raise FunctionError(f"the result of {what} could not be serialized: {e}",
                                      traceback.format_exc()) from None
             if s.sink and s.output_key:
                 try:
                     self.cache.put(s.output_key, value)
                 except Exception as e:
-                    raise _FunctionError(f"storing the result of {what} under "
+                    raise FunctionError(f"storing the result of {what} under "
                                          f"{s.output_key!r} failed: {e}") from None
-        except _FunctionError as e:
+        except FunctionError as e:
             self._fail(s, pb.EXECUTION_ERROR, str(e), e.tb)
             return
-        except _ArgumentRefused as e:
+        except ArgumentRefused as e:
             self._fail(s, pb.UNSAFE_VALUE, f"{what} on worker {self.worker_id}: {e}")
             return
         except Interrupted as e:
@@ -436,7 +424,7 @@ class Worker:
                         and reuse.inputs_digest == digest:
                     value = reuse.value         # HB: same read versions, same inputs (4.3.5)
                 else:
-                    args = [_resolve(inv, v) if isinstance(v, Reference) else v for v in values]
+                    args = [resolve(inv, v) if isinstance(v, Reference) else v for v in values]
                     self.invocation = inv
                     try:
                         result = self._call_function(s, fn, args, ready.deadline)
@@ -450,26 +438,26 @@ class Worker:
                 if s.sink:
                     extra = {s.output_key: value} if s.output_key else None
                     versions = inv.commit(self._writer, extra)
-            except (CausalAbortError, Timeout, _ArgumentRefused):
+            except (CausalAbortError, Timeout, ArgumentRefused):
                 raise
-            except _FunctionError as e:
-                raise _FunctionError(f"{what} on worker {self.worker_id}: {e}") from None
+            except FunctionError as e:
+                raise FunctionError(f"{what} on worker {self.worker_id}: {e}") from None
             except ObjectNotFound as e:
-                raise _FunctionError(f"{what} on worker {self.worker_id}: {e}") from None
+                raise FunctionError(f"{what} on worker {self.worker_id}: {e}") from None
             except Exception as e:
-                raise _FunctionError(f"{what} raised {type(e).__name__}: {e}",
+                raise FunctionError(f"{what} raised {type(e).__name__}: {e}",
                                      traceback.format_exc()) from None
         except CausalAbortError as e:
             self._causal_abort(s, e)
             return
-        except _ArgumentRefused as e:
+        except ArgumentRefused as e:
             self._fail(s, pb.UNSAFE_VALUE, f"{what} on worker {self.worker_id}: {e}")
             return
         except Timeout as e:     # a protocol stage (or the function's own wait) ran out of time
             stage = f"{e.stage} ({what}, worker {self.worker_id}, {pb.Protocol.Name(plan.protocol)})"
             self._fail(s, pb.TIMEOUT, f"timed out waiting for {stage}", stage=stage)
             return
-        except _FunctionError as e:
+        except FunctionError as e:
             self._fail(s, pb.EXECUTION_ERROR, str(e), e.tb)
             return
         except Interrupted as e:
@@ -594,28 +582,6 @@ class Worker:
         out = list(self._inbox)
         self._inbox.clear()
         return out
-
-
-def _resolve(inv: CausalInvocation, ref: Reference) -> Any:
-    data = inv.value(ref.key, getattr(ref, "concurrent", False))
-    if data is None:
-        raise _FunctionError(f"referenced key {ref.key!r} holds no object")
-    return _load_reference(ref, data)
-
-
-def _load_reference(ref: Reference, data: Any) -> Any:
-    """The value(s) `ref` points at, from the bytes (or list of bytes) read for it: plain data
-    unless `ref.objects` (a pickled `Reference` from before that field reads as False)."""
-    if is_lattice(data):
-        return data                     # a key merged by `put(key, lattice)`, as lib.get gives
-    objects = getattr(ref, "objects", False)
-    opt_in = f"Reference({ref.key!r}, objects=True)"
-    try:
-        if isinstance(data, list):
-            return [loads(d, objects, key=ref.key, opt_in=opt_in) for d in data]
-        return loads(data, objects, key=ref.key, opt_in=opt_in)
-    except UnsafeValue as e:
-        raise _ArgumentRefused(str(e)) from None
 
 
 def main() -> None:
