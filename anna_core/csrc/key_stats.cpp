@@ -80,9 +80,8 @@ void KeyStats::record(const std::string& key) {
   if (entries_.size() < capacity_) {
     const auto slot = static_cast<std::uint32_t>(entries_.size());
     const auto pos = static_cast<std::uint32_t>(heap_.size());
-    entries_.push_back(Entry{key, 1, 0, pos});
+    entries_.push_back(Entry{key, 1, 0, pos, index_.emplace(key, slot).first});
     heap_.push_back(slot);
-    index_.emplace(key, slot);
     sift_up(pos);
     return;
   }
@@ -90,9 +89,9 @@ void KeyStats::record(const std::string& key) {
   const std::uint32_t slot = heap_[0];
   Entry& min = entries_[slot];
   // Re-key the map node in place (no allocation when the key fits the old one's buffer).
-  auto node = index_.extract(min.key);
+  auto node = index_.extract(min.it);
   node.key() = key;
-  index_.insert(std::move(node));
+  min.it = index_.insert(std::move(node)).position;
   min.key = key;
   min.error = min.count;
   min.count += 1;

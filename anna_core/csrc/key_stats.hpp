@@ -48,11 +48,13 @@ class KeyStats {
   static constexpr int kHllBits = 10;  // 1024 registers
 
  private:
+  using Index = std::unordered_map<std::string, std::uint32_t>;  // key -> slot
   struct Entry {
     std::string key;
     std::uint64_t count = 0;
     std::uint64_t error = 0;
     std::uint32_t pos = 0;  // position in heap_
+    Index::iterator it;     // its node in index_ (stable: index_ never rehashes, reserve())
   };
   void sift_down(std::uint32_t i);
   void sift_up(std::uint32_t i);
@@ -67,7 +69,7 @@ class KeyStats {
   std::size_t capacity_;
   std::vector<Entry> entries_;                            // slots; a slot never moves
   std::vector<std::uint32_t> heap_;                       // min-heap of slots by count
-  std::unordered_map<std::string, std::uint32_t> index_;  // key -> slot
+  Index index_;
   std::uint64_t total_ = 0;
   std::uint64_t evicted_ = 0;
   double square_sum_ = 0;
