@@ -121,6 +121,9 @@ class NodeConfig:
     # addresses, peers); the least recently used is closed beyond it. Lowered by the kernel
     # when the process' descriptor limit cannot hold every thread's (anna_core/csrc/node.cpp).
     max_push_sockets: int = 1024
+    # Keys each KVS worker thread's access statistics track per report period (a Space-Saving
+    # top-k; anna_core/DESIGN.md "Statistics").
+    stats_top_k: int = 1000
     # The cluster's CURVE key directory (runtime.auth, `anna keys DIR`); None: no
     # authentication. Read by the node process, never sent to the kernel as a path.
     key_dir: Optional[str] = None
@@ -130,7 +133,7 @@ class NodeConfig:
         if self.threads < 1:
             raise ValueError(f"NodeConfig.threads must be >= 1, got {self.threads}")
         for knob in ("handoff_retry_ms", "handoff_window_ms", "fetch_timeout_ms",
-                     "tombstone_ttl_ms", "max_push_sockets"):
+                     "tombstone_ttl_ms", "max_push_sockets", "stats_top_k"):
             value = getattr(self, knob)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"NodeConfig.{knob} must be a positive int, got {value!r}")

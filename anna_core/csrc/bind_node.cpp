@@ -6,7 +6,10 @@
 // bind or open its store. worker_addresses() -> list[str] by thread id (with the server key
 // when authentication is on). stats() -> list of per-worker counter dicts as of each worker's
 // last epoch: the core's (bind_stats.hpp) plus auth_dropped, push_refused, auth_refused and
-// auth_accepted (node.hpp). `auth` says whether authentication is on. A Node is a context
+// auth_accepted (node.hpp). take_report(timeout_ms=5000) closes every worker's report period
+// (node.hpp; GIL released while waiting) and returns one dict per worker (report_dict below;
+// DESIGN.md "Statistics"); RuntimeError when the node is not running or a worker does not
+// answer in time. `auth` says whether authentication is on. A Node is a context
 // manager.
 // parse_node_config never returns the secret key: only whether one is set (`curve`).
 #include <pybind11/pybind11.h>
@@ -35,6 +38,44 @@ py::dict node_worker_stats_dict(const NodeWorkerStats& s) {
   return d;
 }
 
+py::list key_counts(const std::vector<KeyCount>& v) {
+  py::list out;
+  for (const auto& k : v) {
+    py::dict d;
+    d["key"] = k.key;
+    d["accesses"] = k.accesses;
+    d["size"] = k.size;
+    out.append(d);
+  }
+  return out;
+}
+
+// Field names as anna_core/autoscale/summaries.py WorkerReport / KeyCount where shared.
+py::dict report_dict(const Node& n, int tid, const NodeWorkerReport& r) {
+  py::dict d;
+  d["node_id"] = n.config().node_id;
+  d["tier"] = n.config().tier == 0 ? "memory" : "disk";
+  d["thread"] = tid;
+  d["requests"] = r.core.requests;
+  d["gets"] = r.core.gets;
+  d["puts"] = r.core.puts;
+  d["deletes"] = r.core.deletes;
+  d["occupancy"] = r.occupancy;
+  d["busy_ns"] = r.busy_ns;
+  d["period_ns"] = r.period_ns;
+  d["stored_bytes"] = r.core.stored_bytes;
+  d["stored_keys"] = r.core.stored_keys;
+  d["key_accesses"] = r.core.key_accesses;
+  d["accessed_keys"] = r.core.accessed_keys;
+  d["access_square_sum"] = r.core.access_square_sum;
+  d["access_mean"] = r.core.access_mean;
+  d["exact"] = r.core.exact;
+  d["top_k"] = n.config().stats_top_k;
+  d["hottest"] = key_counts(r.core.hottest);
+  d["coldest"] = key_counts(r.core.coldest);
+  d["tracked"] = key_counts(r.core.tracked);
+  return d;
+}
 
 }  // namespace
 
@@ -56,6 +97,20 @@ void bind_node(py::module_& m) {
              for (const auto& s : n.stats()) out.append(node_worker_stats_dict(s));
              return out;
            })
+      .def("take_report",
+           [](Node& n, int timeout_ms) {
+             std::vector<NodeWorkerReport> reports;
+             {
+               py::gil_scoped_release release;
+               reports = n.take_report(timeout_ms);
+             }
+             py::list out;
+             for (std::size_t t = 0; t < reports.size(); ++t)
+               out.append(report_dict(n, static_cast<int>(t), reports[t]));
+             return out;
+           },
+           py::arg("timeout_ms") = 5000,
+           "Close every worker's report period; one statistics dict per worker (DESIGN.md).")
       .def_property_readonly("node_id", [](const Node& n) { return n.config().node_id; })
       .def_property_readonly("tier", [](const Node& n) { return n.config().tier; })
       .def_property_readonly("threads", [](const Node& n) { return n.config().threads; })
@@ -94,6 +149,7 @@ void bind_node(py::module_& m) {
         d["fetch_timeout_ms"] = c.fetch_timeout_ms;
         d["tombstone_ttl_ms"] = c.tombstone_ttl_ms;
         d["max_push_sockets"] = c.max_push_sockets;
+        d["stats_top_k"] = c.stats_top_k;
         d["curve"] = c.curve.enabled();
         d["curve_public_key"] = c.curve.public_key;
         d["curve_admitted"] = c.curve.admitted;

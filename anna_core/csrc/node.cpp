@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 #include <zmq.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -36,6 +37,11 @@ struct Node::Shared {
   std::unique_ptr<ZapHandler> zap;  // with authentication; started before any worker binds
   mutable std::mutex stats_mu;                          // per-epoch publication only
   std::vector<NodeWorkerStats> stats;
+  // take_report(): the generation asked for, and each worker's last report (under stats_mu).
+  std::atomic<std::uint64_t> report_wanted{0};
+  std::condition_variable report_cv;
+  std::vector<NodeWorkerReport> reports;
+  std::vector<std::uint64_t> report_gen;
 };
 
 bool pin_current_thread(int core, std::string* why) {
@@ -183,6 +189,7 @@ class WorkerThread {
       id.handoff_window_ms = static_cast<std::uint64_t>(cfg.handoff_window_ms);
       id.fetch_timeout_ms = static_cast<std::uint64_t>(cfg.fetch_timeout_ms);
       id.tombstone_ttl_ms = static_cast<std::uint64_t>(cfg.tombstone_ttl_ms);
+      id.stats_top_k = cfg.stats_top_k;
       core_ = std::make_unique<WorkerCore>(std::move(id), std::move(store));
       pushes_ = std::make_unique<PushCache>(sh_->ctx, sh_->rewrite, sh_->push_sockets, cfg.curve);
       serve();
@@ -199,7 +206,9 @@ class WorkerThread {
     zmq_msg_t parts[2];
     zmq_msg_init(&parts[0]);
     zmq_msg_init(&parts[1]);
+    period_start_ = SteadyClock::now();
     while (!sh_->stopping.load(std::memory_order_relaxed)) {
+      if (sh_->report_wanted.load(std::memory_order_relaxed) != report_gen_) report();
       auto now = SteadyClock::now();
       long wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(next_epoch - now).count();
       wait_ms = std::max(0L, std::min(wait_ms, 50L));
@@ -210,6 +219,7 @@ class WorkerThread {
         if (errno != EINTR) log_error("zmq_poll: " + std::string(zmq_strerror(errno)));
         continue;
       }
+      auto busy_from = SteadyClock::now();
       if (rc > 0) {
         core_->set_now(wall_now_ns());  // once per batch: tombstones and timers need no finer
         for (int i = 0; i < 1024; ++i) {
@@ -222,8 +232,11 @@ class WorkerThread {
       now = SteadyClock::now();
       if (now >= next_epoch) {
         epoch();
-        next_epoch = now + period;
+        auto after = SteadyClock::now();
+        next_epoch = after + period;
+        now = after;
       }
+      busy_ += now - busy_from;  // the poll's wait is not busy time
     }
     epoch();  // flush the last changeset
     zmq_msg_close(&parts[0]);
@@ -293,6 +306,32 @@ class WorkerThread {
     sh_->stats[tid_] = published;
   }
 
+  // Closes the report period for take_report() (once per request, off the request path).
+  void report() {
+    report_gen_ = sh_->report_wanted.load();
+    auto now = SteadyClock::now();
+    NodeWorkerReport r;
+    try {
+      r.core = core_->take_report();
+    } catch (const std::exception& e) {
+      log_error(where() + "error closing the report period: " + e.what());
+    }
+    r.period_ns = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(now - period_start_).count());
+    r.busy_ns = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(busy_).count());
+    r.occupancy = r.period_ns == 0 ? 0.0
+                                   : std::min(1.0, static_cast<double>(r.busy_ns) / r.period_ns);
+    period_start_ = now;
+    busy_ = SteadyClock::duration::zero();
+    {
+      std::lock_guard<std::mutex> lock(sh_->stats_mu);
+      sh_->reports[tid_] = std::move(r);
+      sh_->report_gen[tid_] = report_gen_;
+    }
+    sh_->report_cv.notify_all();
+  }
+
   void flush() {
     for (const auto& m : out_)
       if (!pushes_->send(m.address, m.kind, m.payload)) ++send_failures_;
@@ -311,6 +350,9 @@ class WorkerThread {
   std::vector<OutMessage> out_;
   std::uint64_t dropped_ = 0;
   std::uint64_t send_failures_ = 0;
+  std::uint64_t report_gen_ = 0;  // the last report generation served
+  SteadyClock::time_point period_start_{};
+  SteadyClock::duration busy_{};
   bool auth_ = sh_->config.curve.enabled();
   std::uint64_t auth_dropped_ = 0;
   SteadyClock::time_point auth_warn_window_{};
@@ -342,6 +384,8 @@ void Node::start() {
   if (socket_limit > 0 && wanted_sockets > socket_limit) wanted_sockets = socket_limit;
   if (wanted_sockets > 1023) zmq_ctx_set(sh->ctx, ZMQ_MAX_SOCKETS, static_cast<int>(wanted_sockets));
   sh->stats.assign(config_.threads, NodeWorkerStats{});
+  sh->reports.assign(config_.threads, NodeWorkerReport{});
+  sh->report_gen.assign(config_.threads, 0);
   if (config_.curve.enabled()) {
     // Before any worker binds: a CURVE server that finds no handler refuses everyone.
     sh->zap = std::make_unique<ZapHandler>(sh->ctx, config_.curve.admitted, "node " + config_.node_id);
@@ -449,6 +493,26 @@ std::vector<NodeWorkerStats> Node::stats() const {
     s.auth_accepted = accepted;
   }
   return out;
+}
+
+std::vector<NodeWorkerReport> Node::take_report(int timeout_ms) {
+  std::shared_ptr<Shared> sh;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!started_ || stopped_) throw std::runtime_error("Node.take_report: the node is not running");
+    sh = shared_;
+  }
+  const std::uint64_t gen = sh->report_wanted.fetch_add(1) + 1;
+  std::unique_lock<std::mutex> lock(sh->stats_mu);
+  auto all_done = [&] {
+    for (std::uint64_t g : sh->report_gen)
+      if (g < gen) return false;
+    return true;
+  };
+  if (!sh->report_cv.wait_for(lock, std::chrono::milliseconds(std::max(timeout_ms, 0)), all_done))
+    throw std::runtime_error("Node.take_report: a worker did not report within " +
+                             std::to_string(timeout_ms) + " ms");
+  return sh->reports;
 }
 
 }  // namespace anna

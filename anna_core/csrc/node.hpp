@@ -25,6 +25,13 @@
 //     destructor calls it.
 //   * stats() returns each worker's counters as of its last epoch (published off the request
 //     path under a mutex).
+//   * take_report(timeout_ms) closes every worker's report period (DESIGN.md "Statistics"): it
+//     asks the workers (an atomic generation counter each worker reads once per loop turn, so
+//     within ~a poll timeout), waits until each has published its WorkerCore::take_report()
+//     plus its busy time and the period's wall time (steady_clock; busy = time spent handling
+//     message batches and epochs), and returns them by thread id. It throws
+//     std::runtime_error if the node is not running or a worker does not answer in time.
+//     One reader at a time: concurrent callers may receive the same period's reports.
 //   * Authentication (config.curve enabled; DESIGN.md "Authentication"): start() first starts
 //     the node's ZAP handler (zap.hpp) on the node's context, admitting config.curve.admitted,
 //     then every worker's PULL socket is bound as a CURVE server of domain "cloudburst"
@@ -41,6 +48,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -63,6 +71,14 @@ struct NodeWorkerStats {
   std::uint64_t auth_accepted = 0;  // node-wide: handshakes admitted (the same in every worker)
 };
 
+// What Node::take_report() returns for one worker: its core's period and the shell's timing.
+struct NodeWorkerReport {
+  PeriodReport core;
+  std::uint64_t busy_ns = 0;    // time spent processing messages and epochs this period
+  std::uint64_t period_ns = 0;  // wall time of the period (steady_clock)
+  double occupancy = 0;         // busy_ns / period_ns, clamped to [0, 1]
+};
+
 class Node {
  public:
   static constexpr int kMaxAuthWarningsPerSecond = 10;
@@ -76,6 +92,7 @@ class Node {
   void stop();
   std::vector<std::string> worker_addresses() const;
   std::vector<NodeWorkerStats> stats() const;
+  std::vector<NodeWorkerReport> take_report(int timeout_ms = 5000);
   const NodeConfig& config() const { return config_; }
   bool running() const;
 

@@ -264,6 +264,8 @@ NodeConfig parse_node_config(const std::string& json) {
       c.fetch_timeout_ms = static_cast<int>(want_int(key, v, 1, 3600 * 1000));
     } else if (key == "max_push_sockets") {
       c.max_push_sockets = static_cast<std::size_t>(want_int(key, v, 1, 1000000));
+    } else if (key == "stats_top_k") {
+      c.stats_top_k = static_cast<std::size_t>(want_int(key, v, 1, 1000000));
     } else if (key == "tombstone_ttl_ms") {
       c.tombstone_ttl_ms = static_cast<int>(want_int(key, v, 1, 24 * 3600 * 1000));
     } else if (key == "curve_public_key") {

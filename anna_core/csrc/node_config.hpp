@@ -6,7 +6,9 @@
 // max_value_bytes (int >= 1), pin_threads (bool), log_level (str), handoff_retry_ms,
 // handoff_window_ms, fetch_timeout_ms, tombstone_ttl_ms (ints >= 1), max_push_sockets (int in
 // [1, 1000000]: PUSH sockets each worker thread keeps open, least recently used closed
-// beyond; lowered at start when the process' descriptor limit cannot hold them), and
+// beyond; lowered at start when the process' descriptor limit cannot hold them), stats_top_k
+// (int in [1, 1000000]: keys each worker's access statistics track per report period,
+// key_stats.hpp), and
 // authentication (curve.hpp): curve_secret_key and curve_public_key (Z85 strings) and
 // curve_admitted (an object: Z85 public key -> role, the one nested value allowed); all three
 // absent or empty means authentication off. Missing keys take the defaults below; null means
@@ -39,6 +41,7 @@ struct NodeConfig {
   int fetch_timeout_ms = 1000;    // how long a deferred GET waits for previous owners
   int tombstone_ttl_ms = 60000;   // how long a delete's tombstone outvotes older writes
   std::size_t max_push_sockets = 1024;  // per worker thread (push_cache.hpp)
+  std::size_t stats_top_k = 1000;       // keys tracked per worker per report period (key_stats.hpp)
   // CURVE authentication of the workers' sockets (DESIGN.md "Authentication"); off when empty.
   CurveKeys curve;
 };

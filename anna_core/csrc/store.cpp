@@ -16,6 +16,8 @@
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
+#include <type_traits>
+#include <variant>
 
 #include "log.hpp"
 
@@ -23,13 +25,29 @@ namespace anna {
 
 // ---------------------------------------------------------------- memory
 
+std::uint64_t value_bytes(const AnyLattice& value) {
+  return std::visit(
+      [&value](const auto& l) -> std::uint64_t {
+        using T = std::decay_t<decltype(l)>;
+        if constexpr (std::is_same_v<T, LWWLattice>) return l.value.size() + 8;
+        else if constexpr (std::is_same_v<T, PriorityLattice>) return l.value.size() + 8;
+        else if constexpr (std::is_same_v<T, MaxLattice>) return 8;
+        else return encode_lattice(value).size();
+      },
+      value);
+}
+
 AnnaError MemoryStore::merge(const std::string& key, const AnyLattice& value) {
   auto it = map_.find(key);
   if (it == map_.end()) {
+    bytes_ += key.size() + value_bytes(value);
     map_.emplace(key, value);
     return NO_ERROR;
   }
-  return merge_any(&it->second, value) ? NO_ERROR : LATTICE_MISMATCH;
+  const std::uint64_t before = value_bytes(it->second);
+  if (!merge_any(&it->second, value)) return LATTICE_MISMATCH;
+  bytes_ = bytes_ - before + value_bytes(it->second);
+  return NO_ERROR;
 }
 
 AnnaError MemoryStore::get_encoded(const std::string& key, int* type, std::string* payload) {
@@ -48,7 +66,11 @@ AnnaError MemoryStore::get(const std::string& key, AnyLattice* out) {
 }
 
 AnnaError MemoryStore::remove(const std::string& key) {
-  return map_.erase(key) > 0 ? NO_ERROR : KEY_DNE;
+  auto it = map_.find(key);
+  if (it == map_.end()) return KEY_DNE;
+  bytes_ -= key.size() + value_bytes(it->second);
+  map_.erase(it);
+  return NO_ERROR;
 }
 
 void MemoryStore::for_each(
@@ -211,6 +233,15 @@ void DiskStore::open_db() {
   }
   uint64_t keys = 0;
   approximate_size_ = db_->GetIntProperty("rocksdb.estimate-num-keys", &keys) ? keys : 0;
+}
+
+std::uint64_t DiskStore::stored_bytes() const {
+  if (!db_) return 0;
+  // Live data in SST files plus what is still in the memtables (not yet flushed).
+  std::uint64_t live = 0, mem = 0;
+  if (!db_->GetIntProperty("rocksdb.estimate-live-data-size", &live)) live = 0;
+  if (!db_->GetIntProperty("rocksdb.cur-size-all-mem-tables", &mem)) mem = 0;
+  return live + mem;
 }
 
 void DiskStore::close_db() {

@@ -84,9 +84,16 @@ class Store {
   virtual AnnaError remove(const std::string& key) = 0;
   virtual void for_each(const std::function<void(const std::string&, const AnyLattice&)>& fn) = 0;
   virtual std::size_t size() const = 0;
+  // Payload bytes held (keys + values), an estimate: MemoryStore tracks it on every write
+  // (value_bytes() below); DiskStore reads RocksDB's rocksdb.estimate-live-data-size.
+  virtual std::uint64_t stored_bytes() const = 0;
   // What the last STORE_FAILED or DISK_FULL was about ("" if none).
   virtual const std::string& error_detail() const = 0;
 };
+
+// An estimate of a value's size in bytes: exact payload sizes for LWW, priority and max
+// values (O(1)); the encoded size for the collection lattices.
+std::uint64_t value_bytes(const AnyLattice& value);
 
 class MemoryStore final : public Store {
  public:
@@ -96,10 +103,12 @@ class MemoryStore final : public Store {
   AnnaError remove(const std::string& key) override;
   void for_each(const std::function<void(const std::string&, const AnyLattice&)>& fn) override;
   std::size_t size() const override { return map_.size(); }
+  std::uint64_t stored_bytes() const override { return bytes_; }
   const std::string& error_detail() const override { return detail_; }
 
  private:
   std::unordered_map<std::string, AnyLattice> map_;
+  std::uint64_t bytes_ = 0;
   std::string detail_;
 };
 
@@ -133,6 +142,7 @@ class DiskStore final : public Store {
   AnnaError remove(const std::string& key) override;
   void for_each(const std::function<void(const std::string&, const AnyLattice&)>& fn) override;
   std::size_t size() const override { return approximate_size_; }
+  std::uint64_t stored_bytes() const override;
   const std::string& error_detail() const override { return detail_; }
 
   const DiskLimits& limits() const { return limits_; }

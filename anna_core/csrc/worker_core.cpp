@@ -64,7 +64,35 @@ void set_tuple_error(const WorkerIdentity& id, const Store& store, AnnaError err
 
 WorkerCore::WorkerCore(WorkerIdentity id, std::unique_ptr<Store> store)
     : id_(std::move(id)), store_(std::move(store)),
-      tombstones_(id_.tombstone_ttl_ms * 1000000ull) {}
+      tombstones_(id_.tombstone_ttl_ms * 1000000ull),
+      key_stats_(id_.stats_top_k) {}
+
+PeriodReport WorkerCore::take_report() {
+  PeriodReport r;
+  r.gets = period_gets_;
+  r.puts = period_puts_;
+  r.deletes = period_deletes_;
+  r.requests = r.gets + r.puts + r.deletes;
+  r.key_accesses = key_stats_.total();
+  r.accessed_keys = key_stats_.distinct();
+  r.access_square_sum = key_stats_.square_sum();
+  r.access_mean = r.accessed_keys == 0 ? 0.0
+                                       : static_cast<double>(r.key_accesses) / r.accessed_keys;
+  r.exact = key_stats_.evicted() == 0;
+  r.stored_bytes = store_->stored_bytes();
+  r.stored_keys = store_->size();
+  for (auto& [k, c] : key_stats_.hottest(kReportKeys)) r.hottest.push_back(KeyCount{k, c, 0});
+  for (auto& [k, c] : key_stats_.coldest(kReportKeys)) r.coldest.push_back(KeyCount{k, c, 0});
+  const ReplicationVector& def = map_.default_replication();
+  for (const auto& [key, rep] : map_.overrides()) {
+    if (r.tracked.size() >= key_stats_.capacity()) break;
+    if (rep == def || !owns(key)) continue;
+    r.tracked.push_back(KeyCount{key, key_stats_.count(key), 0});
+  }
+  key_stats_.reset();
+  period_gets_ = period_puts_ = period_deletes_ = 0;
+  return r;
+}
 
 WorkerStats WorkerCore::stats() const {
   WorkerStats s = stats_;
@@ -183,6 +211,12 @@ void WorkerCore::handle_tuple(RequestType type, const KeyTuple& in, KeyTuple* ou
   if (!owns(key)) {
     wrong_owner(key, out);
     return;
+  }
+  if (type == GET || type == PUT || type == DELETE) {
+    key_stats_.record(key);
+    if (type == GET) ++period_gets_;
+    else if (type == PUT) ++period_puts_;
+    else ++period_deletes_;
   }
   switch (type) {
     case GET: {

@@ -34,6 +34,11 @@
 //   * Time: the worker reads no clock. set_now(ns since the Unix epoch) sets it; the node shell
 //     calls it before each batch of messages and each epoch. Timers (hand-off retries, the
 //     fetch window, fetch timeouts, tombstone expiry) advance only in end_epoch().
+//   * Statistics (DESIGN.md "Statistics"; dissertation 3.2.4): every GET, PUT and DELETE tuple
+//     this worker owns counts one access of its key in a bounded KeyStats (key_stats.hpp) of
+//     identity.stats_top_k keys, and in the period's gets/puts/deletes. take_report() returns
+//     the period's PeriodReport and starts a new period (resets those counters; the
+//     cumulative WorkerStats are untouched). Gossip, hand-off and fetches are not accesses.
 //   * Not thread-safe: one WorkerCore per thread; no locks or atomics.
 #pragma once
 
@@ -49,6 +54,7 @@
 
 #include "anna.pb.h"
 #include "hash_ring.hpp"
+#include "key_stats.hpp"
 #include "lattice_codec.hpp"
 #include "store.hpp"
 #include "tombstones.hpp"
@@ -73,6 +79,7 @@ struct WorkerIdentity {
   std::uint64_t handoff_window_ms = 5000;
   std::uint64_t fetch_timeout_ms = 1000;
   std::uint64_t tombstone_ttl_ms = 60000;
+  std::size_t stats_top_k = 1000;  // keys tracked per report period (KeyStats capacity)
 };
 
 struct WorkerStats {
@@ -90,6 +97,30 @@ struct WorkerStats {
   std::uint64_t fetches_out = 0;     // "fetch" messages sent for deferred GETs
   std::uint64_t deferred = 0;        // GETs waiting for previous owners now
   std::uint64_t tombstones = 0;      // delete tombstones kept now
+};
+
+// A key's accesses in one period and its value's size (0: unknown).
+struct KeyCount {
+  std::string key;
+  std::uint64_t accesses = 0;
+  std::uint64_t size = 0;
+};
+
+// One worker's statistics for one report period (field names as anna_core/autoscale/
+// summaries.py WorkerReport where they share a meaning).
+struct PeriodReport {
+  std::uint64_t gets = 0, puts = 0, deletes = 0;  // tuples this worker owns
+  std::uint64_t requests = 0;           // gets + puts + deletes
+  std::uint64_t key_accesses = 0;       // = requests
+  std::uint64_t accessed_keys = 0;      // distinct keys accessed (KeyStats::distinct)
+  double access_square_sum = 0;         // sum over keys of accesses^2 (KeyStats::square_sum)
+  double access_mean = 0;               // key_accesses / accessed_keys (0 when none)
+  bool exact = true;                    // no key was evicted from the top-k this period
+  std::uint64_t stored_bytes = 0;       // Store::stored_bytes() at the report
+  std::uint64_t stored_keys = 0;        // Store::size() at the report
+  std::vector<KeyCount> hottest;        // at most kReportKeys, most accessed first
+  std::vector<KeyCount> coldest;        // at most kReportKeys tracked keys, least accessed first
+  std::vector<KeyCount> tracked;        // owned keys with a non-default replication (<= K)
 };
 
 class WorkerCore {
@@ -118,6 +149,9 @@ class WorkerCore {
   const ClusterMap& cluster_map() const { return map_; }
   const WorkerIdentity& identity() const { return id_; }
   WorkerStats stats() const;
+  // Closes the report period: its statistics, then resets them (see the contract).
+  PeriodReport take_report();
+  static constexpr std::size_t kReportKeys = 100;  // hottest / coldest keys per report
   Store& store() { return *store_; }
   std::size_t changeset_size() const { return changeset_.size(); }
 
@@ -215,6 +249,9 @@ class WorkerCore {
   KeyTuple discard_;
   std::string scratch_payload_;
   WorkerStats stats_;
+  // The report period (take_report).
+  KeyStats key_stats_;
+  std::uint64_t period_gets_ = 0, period_puts_ = 0, period_deletes_ = 0;
 };
 
 // Serialises a message into a fresh string (for OutMessage payloads).

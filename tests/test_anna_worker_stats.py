@@ -1,0 +1,271 @@
+"""Per-worker statistics in the kernel (anna_core/DESIGN.md "Statistics"): `Node.take_report()`.
+
+A real `_core.Node` runs in this process, authenticated with the cluster's keys; the test talks
+to its worker over loopback from its own ZeroMQ context with the cluster key (as routing or a
+client would), batching many tuples per KeyRequest. Every wait has a deadline.
+"""
+import time
+
+import pytest
+import zmq
+
+from anna_core import _core
+from anna_core.autoscale.summaries import KeyCount, WorkerReport, summarize
+from anna_core.config import NodeConfig
+from hydro_proto import anna_pb2
+from runtime.auth import AuthConfig, write_keys
+from runtime.sockets import PushCache, bind_pull
+from waiting import poll_until
+
+DEADLINE = 10.0
+GOSSIP_MS = 20
+REPORT_FIELDS = {"node_id", "tier", "thread", "requests", "gets", "puts", "deletes",
+                 "occupancy", "busy_ns", "period_ns", "stored_bytes", "stored_keys",
+                 "key_accesses", "accessed_keys", "access_square_sum", "access_mean", "exact",
+                 "top_k", "hottest", "coldest", "tracked"}
+
+
+@pytest.fixture(scope="module")
+def cluster_keys(tmp_path_factory):
+    key_dir = str(tmp_path_factory.mktemp("keys"))
+    write_keys(key_dir, ["alice"])
+    return AuthConfig(key_dir).load()
+
+
+class Sender:
+    """The cluster's identity on its own context: pushes requests, reads the answers."""
+
+    def __init__(self, credentials):
+        from runtime.auth import Authenticator
+        self.context = zmq.Context()
+        self.authenticator = Authenticator(self.context, credentials).start()
+        self.pull, self.address = bind_pull(self.context, auth=credentials)
+        self.push = PushCache(self.context, linger_ms=0, auth=credentials)
+        self.sequence = 0
+
+    def send(self, worker, kind, message):
+        assert self.push.send_kind(worker, kind, message)
+
+    def submit(self, worker, rtype, keys, value=b"v"):
+        """Send one KeyRequest with a tuple per key; returns its request id."""
+        self.sequence += 1
+        rid = f"r{self.sequence}"
+        req = anna_pb2.KeyRequest(type=rtype, request_id=rid, response_address=self.address)
+        for key in keys:
+            t = req.tuples.add(key=key, lattice_type=anna_pb2.LWW)
+            if rtype == anna_pb2.PUT:
+                t.payload = _core.LWWLattice(time.time_ns(), value).serialize()
+        self.send(worker, "request", req)
+        return rid
+
+    def collect(self, ids, timeout=DEADLINE):
+        """Wait for the answers to every request id in `ids`; returns them by id."""
+        pending, got = set(ids), {}
+        deadline = time.monotonic() + timeout
+        while pending:
+            left = deadline - time.monotonic()
+            assert left > 0, f"{len(pending)} requests unanswered within {timeout:g} s"
+            if self.pull.poll(int(left * 1000) + 1):
+                response = anna_pb2.KeyResponse.FromString(self.pull.recv())
+                if response.request_id in pending:
+                    pending.discard(response.request_id)
+                    got[response.request_id] = response
+        return got
+
+    def request(self, worker, rtype, keys, value=b"v"):
+        response = self.collect([self.submit(worker, rtype, keys, value)])
+        (answer,) = response.values()
+        for t in answer.tuples:
+            assert t.error in (anna_pb2.NO_ERROR, anna_pb2.KEY_DNE), t
+        return answer
+
+    def close(self):
+        self.push.close()
+        self.pull.close(0)
+        self.authenticator.stop()
+        self.context.term()
+
+
+def start(credentials, tmp_path=None, **kw):
+    config = NodeConfig(node_id="stats-n1", threads=1, pin_threads=False,
+                        gossip_period_ms=GOSSIP_MS, **kw)
+    node = _core.Node(config.kernel_json(credentials))
+    node.start()
+    return node
+
+
+def deliver_membership(node, sender):
+    membership = anna_pb2.Membership(
+        version=1, vnodes=64,
+        nodes=[anna_pb2.NodeInfo(node_id=node.node_id, tier=node.tier,
+                                 worker_addresses=list(node.worker_addresses()))],
+        default_replication=anna_pb2.Replication(
+            memory_global=1 if node.tier == 0 else 0, memory_local=1,
+            disk_global=1 if node.tier == 1 else 0, disk_local=1))
+    for address in node.worker_addresses():
+        sender.send(address, "membership", membership)
+    poll_until(lambda: all(s["membership_version"] >= 1 for s in node.stats()), DEADLINE,
+               "membership applied by every worker")
+
+
+@pytest.fixture
+def sender(cluster_keys):
+    s = Sender(cluster_keys)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def running(cluster_keys, sender):
+    made = []
+
+    def make(**kw):
+        node = start(cluster_keys, **kw)
+        made.append(node)
+        deliver_membership(node, sender)
+        node.take_report(timeout_ms=int(DEADLINE * 1000))  # a clean period
+        return node, node.worker_addresses()[0]
+
+    yield make
+    for node in made:
+        node.stop()
+
+
+def report(node):
+    (r,) = node.take_report(timeout_ms=int(DEADLINE * 1000))
+    return r
+
+
+def test_a_skewed_workload_puts_the_hot_key_on_top_with_its_count(running, sender):
+    node, worker = running()
+    sender.request(worker, anna_pb2.PUT, ["hot"] * 30 + [f"cold-{i}" for i in range(20)])
+    sender.request(worker, anna_pb2.GET, ["hot"] * 20 + ["cold-0"])
+    sender.request(worker, anna_pb2.DELETE, ["cold-1"])
+    r = report(node)
+    assert set(r) == REPORT_FIELDS
+    assert (r["node_id"], r["tier"], r["thread"]) == ("stats-n1", "memory", 0)
+    assert r["hottest"][0] == {"key": "hot", "accesses": 50, "size": 0}
+    assert r["hottest"][1] == {"key": "cold-0", "accesses": 2, "size": 0}
+    assert (r["puts"], r["gets"], r["deletes"]) == (50, 21, 1)
+    assert r["requests"] == r["key_accesses"] == 72
+    assert r["accessed_keys"] == 21 and r["exact"] is True
+    assert r["access_square_sum"] == 50 ** 2 + 2 ** 2 + 2 ** 2 + 18
+    assert r["access_mean"] == pytest.approx(72 / 21)
+    assert len(r["coldest"]) == 21 and r["coldest"][0]["accesses"] == 1
+    assert r["stored_keys"] == 20  # 21 put, one deleted
+
+
+def test_the_top_k_stays_bounded_under_many_distinct_keys(running, sender):
+    node, worker = running(stats_top_k=50)
+    keys = []
+    for i in range(2000):
+        keys.append(f"k-{i}")
+        if i % 5 == 0:
+            keys.append("hot")  # 400 accesses, spread over the stream
+    ids = [sender.submit(worker, anna_pb2.GET, keys[j:j + 200]) for j in range(0, len(keys), 200)]
+    sender.collect(ids)
+    r = report(node)
+    assert r["top_k"] == 50 and r["exact"] is False
+    assert len(r["hottest"]) <= 50 and len(r["coldest"]) <= 50
+    assert r["hottest"][0]["key"] == "hot"
+    assert 400 <= r["hottest"][0]["accesses"] <= 400 + 2400 // 50  # Space-Saving's bound
+    assert r["key_accesses"] == 2400
+    assert 2001 * 0.85 <= r["accessed_keys"] <= 2001 * 1.15  # HyperLogLog estimate
+
+
+def test_occupancy_is_a_fraction_and_higher_under_load(running, sender):
+    node, worker = running()
+    time.sleep(0.3)
+    idle = report(node)
+    deadline = time.monotonic() + 0.6
+    ids = []
+    while time.monotonic() < deadline:
+        ids.append(sender.submit(worker, anna_pb2.PUT, [f"load-{len(ids) % 50}-{i}" for i in range(100)],
+                                 value=b"x" * 100))
+        if len(ids) % 20 == 0:
+            sender.collect(ids)
+            ids = []
+    sender.collect(ids)
+    loaded = report(node)
+    for r in (idle, loaded):
+        assert 0.0 <= r["occupancy"] <= 1.0
+        assert r["period_ns"] > 0 and 0 <= r["busy_ns"] <= r["period_ns"]
+    assert idle["period_ns"] >= 0.25e9
+    assert loaded["occupancy"] > idle["occupancy"]
+    assert loaded["puts"] > 0 and idle["puts"] == 0
+
+
+def test_stored_bytes_grow_with_puts_and_shrink_with_deletes(running, sender):
+    node, worker = running()
+    before = report(node)["stored_bytes"]
+    sender.request(worker, anna_pb2.PUT, [f"big-{i}" for i in range(100)], value=b"b" * 1000)
+    grown = report(node)["stored_bytes"]
+    assert grown - before >= 100 * 1000
+    sender.request(worker, anna_pb2.DELETE, [f"big-{i}" for i in range(50)])
+    assert report(node)["stored_bytes"] <= grown - 50 * 1000
+
+
+def test_disk_store_reports_bytes(cluster_keys, sender, tmp_path):
+    node = start(cluster_keys, tier="disk", data_dir=str(tmp_path / "data"))
+    try:
+        deliver_membership(node, sender)
+        worker = node.worker_addresses()[0]
+        sender.request(worker, anna_pb2.PUT, [f"d-{i}" for i in range(100)], value=b"d" * 1000)
+        r = report(node)
+        assert r["tier"] == "disk" and r["puts"] == 100
+        assert r["stored_bytes"] > 0
+    finally:
+        node.stop()
+
+
+def test_a_replication_override_is_tracked(running, sender):
+    node, worker = running()
+    sender.request(worker, anna_pb2.PUT, ["replicated"])
+    # Another tier's replication differs from the default; the memory placement is unchanged.
+    update = anna_pb2.ReplicationUpdate(overrides=[anna_pb2.KeyReplication(
+        key="replicated", replication=anna_pb2.Replication(
+            memory_global=1, memory_local=1, disk_global=1, disk_local=1))])
+    sender.send(worker, "replication", update)
+    sender.request(worker, anna_pb2.GET, ["replicated"] * 3)
+
+    def tracked():
+        r = report(node)
+        return [k for k in r["tracked"] if k["key"] == "replicated"]
+
+    (entry,) = poll_until(tracked, DEADLINE, "the override in the report's tracked list")
+    assert entry["accesses"] >= 0
+
+
+def test_a_report_resets_the_period(running, sender):
+    node, worker = running()
+    sender.request(worker, anna_pb2.PUT, ["a", "b", "a"])
+    first = report(node)
+    assert first["key_accesses"] == 3
+    second = report(node)
+    assert (second["requests"], second["key_accesses"], second["accessed_keys"]) == (0, 0, 0)
+    assert second["hottest"] == [] and second["coldest"] == []
+    assert second["access_square_sum"] == 0 and second["puts"] == 0
+    assert second["stored_bytes"] == first["stored_bytes"]  # state, not a period counter
+    # The cumulative counters (published each epoch) are untouched by reports.
+    poll_until(lambda: sum(s["tuples"] for s in node.stats()) >= 3, DEADLINE,
+               "the cumulative tuple counter published")
+
+
+def test_the_monitor_core_reads_the_report(running, sender):
+    node, worker = running()
+    sender.request(worker, anna_pb2.PUT, ["hot"] * 10 + ["warm"] * 3 + ["cool"])
+    r = report(node)
+    fields = {f: r[f] for f in WorkerReport.__dataclass_fields__ if f not in
+              ("hottest", "coldest", "tracked", "capacity_bytes")}
+    lists = {f: tuple(KeyCount(**k) for k in r[f]) for f in ("hottest", "coldest", "tracked")}
+    summary = summarize([WorkerReport(**fields, **lists)], period=1.0,
+                        members={"memory": ["stats-n1"]})
+    assert summary.keys[0].key == "hot" and summary.keys[0].accesses == 10
+    assert summary.memory.requests == 14
+
+
+def test_take_report_needs_a_running_node(cluster_keys):
+    node = start(cluster_keys)
+    node.stop()
+    with pytest.raises(RuntimeError):
+        node.take_report(timeout_ms=100)
