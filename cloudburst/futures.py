@@ -152,9 +152,10 @@ class Future:
             wait = self._timeout if timeout is None else timeout
             where = self._client._where(self.request_id, self.what, self.scheduler)
             if not self.done():           # the result may have come while we asked where
-                if time.monotonic() >= self._deadline:
-                    self.cancel()
-                raise Timeout(where, wait)
+                past_deadline = time.monotonic() >= self._deadline
+                # cancelling fails when the result arrives just now: then report the result
+                if not (past_deadline and not self.cancel() and self.done()):
+                    raise Timeout(where, wait)
             if self._cancelled:
                 raise Cancelled(f"{self.what} was cancelled")
         if self._lost is not None and self._result is None:
