@@ -5,18 +5,9 @@
 #include <cmath>
 #include <functional>
 
-namespace anna {
+#include "hash_ring.hpp"  // mix64
 
-namespace {
-std::uint64_t mix(std::uint64_t x) {  // splitmix64 finaliser
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
-}
-}  // namespace
+namespace anna {
 
 KeyStats::KeyStats(std::size_t capacity)
     : capacity_(capacity == 0 ? 1 : capacity), hll_(std::size_t{1} << kHllBits, 0) {
@@ -57,7 +48,7 @@ void KeyStats::sift_up(std::uint32_t i) {
 }
 
 void KeyStats::hll_add(const std::string& key) {
-  std::uint64_t h = mix(std::hash<std::string>{}(key));
+  std::uint64_t h = mix64(std::hash<std::string>{}(key));
   std::size_t reg = h >> (64 - kHllBits);
   std::uint64_t rest = h << kHllBits;
   std::uint8_t rank = rest == 0 ? static_cast<std::uint8_t>(64 - kHllBits + 1)
