@@ -20,7 +20,8 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from runtime.auth import CLUSTER, AuthConfig, Credentials, make_client, parse_address
+from runtime.auth import (CLUSTER, MECHANISM_MISMATCH, AuthConfig, Credentials, make_client,
+                          parse_address)
 
 __all__ = ["SchedulerConnections", "HOW_TO_AUTHENTICATE"]
 
@@ -28,7 +29,6 @@ __all__ = ["SchedulerConnections", "HOW_TO_AUTHENTICATE"]
 _MONITORED = (zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED
               | zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
               | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
-_MECHANISM_MISMATCH = 0x11000002      # ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
 HOW_TO_AUTHENTICATE = (
     "pass auth=cloudburst.AuthConfig(KEY_DIR, 'client:NAME'), where KEY_DIR holds the "
     "cluster's public key (cluster.key) and your key pair (clients/NAME.key_secret), as "
@@ -115,7 +115,7 @@ class SchedulerConnections:
                     f"cluster does not know it. Use a client key the cluster authorized, or "
                     f"authorize this one (`cloudburst keys KEY_DIR --add-client --client "
                     f"NAME` in the cluster's key directory, then restart the cluster)")
-        if value == _MECHANISM_MISMATCH:
+        if value == MECHANISM_MISMATCH:
             return ("does not use authentication, but this client has keys (auth=...): "
                     "connect without auth, or start the cluster with keys")
         return (f"failed the authentication handshake ({value!r}): is the server key in its "

@@ -66,7 +66,7 @@ __all__ = ["KeyPair", "AuthConfig", "Credentials", "Authenticator", "KeyFileErro
            "CLUSTER", "CLIENT_PREFIX", "ZAP_DOMAIN", "ADDRESS_KEY_MARK", "format_address",
            "parse_address", "strip_key", "role_of", "write_keys", "check_client_name",
            "make_server", "make_client", "CLUSTER_DOMAIN", "may_send", "Security", "credentials_of",
-           "AuthenticationRequired", "check_client_auth"]
+           "AuthenticationRequired", "check_client_auth", "MECHANISM_MISMATCH"]
 
 log = logging.getLogger("runtime.auth")
 
@@ -75,6 +75,9 @@ CLIENT_PREFIX = "client:"
 ZAP_DOMAIN = "cloudburst"
 # Sockets only cluster processes may reach (see "Audiences" in the contract).
 CLUSTER_DOMAIN = ZAP_DOMAIN + ".cluster"
+# A socket monitor's handshake-failure value when the peer speaks no CURVE at all (libzmq's
+# ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH): a plain peer meeting a CURVE server.
+MECHANISM_MISMATCH = 0x11000002
 ADDRESS_KEY_MARK = "#k="
 _ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 _HEX_KEY = re.compile(r"^[0-9a-f]{64}$")

@@ -23,7 +23,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import zmq
 
-from runtime.auth import CLUSTER, Security, may_send, role_of
+from runtime.auth import CLUSTER, MECHANISM_MISMATCH, Security, may_send, role_of
 
 __all__ = ["CLIENT_KINDS", "REFUSAL_LOG_PERIOD", "Admission"]
 
@@ -34,7 +34,6 @@ CLIENT_KINDS = frozenset({"register_fn", "register_dag", "delete_dag", "delete_f
 REFUSAL_LOG_PERIOD = 10.0  # seconds between two warnings about one (role, kind) dropped
 
 _HANDSHAKE_FAILURES = zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
-_MECHANISM_MISMATCH = 0x11000002      # ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
 
 
 class Admission:
@@ -88,7 +87,7 @@ class Admission:
             self._handshake_logged = now
             value = event.get("value", 0)
             why = "it does not use CURVE (a client without keys?)" \
-                if value == _MECHANISM_MISMATCH else \
+                if value == MECHANISM_MISMATCH else \
                 f"its handshake failed ({int(value):#x}; a peer without keys, or with " \
                 f"another cluster's key?)"
             log.warning("refused a connection to %s: %s; the cluster requires "
