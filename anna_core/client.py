@@ -50,6 +50,7 @@ from . import _core
 from .config import DEFAULT_MAX_VALUE_BYTES, Replication
 from .errors import (KeyNotFound, LatticeTypeMismatch, MalformedRequest, NoNodes,
                      NotPermitted, Timeout, ValueTooLarge, error_from_code)
+from .reporting import ClientLatencyReports
 from .subscription import Subscription, Update, Value, is_lattice as _is_lattice, \
     reveal_value as _reveal_value
 from .wire import MonotoneClock, lattice_to_tuple, tuple_to_lattice
@@ -99,7 +100,9 @@ class Client:
                  attempt_timeout: Optional[float] = None,
                  routing_timeout: Optional[float] = None,
                  auth: Optional[AuthConfig] = None,
-                 max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> None:
+                 max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
+                 report_period: Optional[float] = None,
+                 client_id: Optional[str] = None) -> None:
         if timeout <= 0:
             raise ValueError("timeout must be > 0")
         self.routing_addresses = routing_addresses(routing_address)
@@ -137,6 +140,10 @@ class Client:
         # Workers that recently timed out, until when: avoided while another replica exists.
         self._suspects: Dict[str, float] = {}
         self._subscriptions: List[Subscription] = []
+        self.latency_reports: Optional[ClientLatencyReports] = None
+        if report_period is not None:
+            self.latency_reports = ClientLatencyReports(client_id or self._id_prefix,
+                                                        report_period)
         self.closed = False
 
     # ---- public API ---------------------------------------------------------------------
@@ -437,6 +444,15 @@ class Client:
 
     def _single(self, req_type: int, key: str, key_tuple: Any) -> Any:
         """Send one request to one replica of `key`, handling redirects and timeouts."""
+        if self.latency_reports is None:
+            return self._single_request(req_type, key, key_tuple)
+        started = time.perf_counter()
+        try:
+            return self._single_request(req_type, key, key_tuple)
+        finally:   # a failed request's time is latency the application saw too
+            self.latency_reports.record(self, key, time.perf_counter() - started)
+
+    def _single_request(self, req_type: int, key: str, key_tuple: Any) -> Any:
         op = _OP_NAMES[req_type]
         deadline = time.monotonic() + self.timeout * (self.retries + 1)
         timed_out: List[str] = []

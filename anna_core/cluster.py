@@ -103,7 +103,10 @@ class LocalCluster:
         fault_tolerance: k, for k+1 replicas of every key in each tier that has nodes
             (needs `nodes` >= k+1; not together with `replication`).
         Further keyword arguments are `ClusterConfig` fields (leave_timeout, max_value_bytes,
-        ip, pin_threads, startup_timeout, stop_timeout, vnodes, log_level).
+        ip, pin_threads, startup_timeout, stop_timeout, vnodes, log_level, and autoscaling:
+            autoscale (True or an `anna_core.autoscale.PolicyConfig`), monitor (report and
+            summarise without acting), provisioning_delay). With either on, `monitor` is the
+            running `anna_core.monitor.Monitor` and `manager` its cluster manager.
     """
 
     def __init__(self, memory_threads: int = 1, disk_threads: int = 0, nodes: int = 1,
@@ -137,6 +140,9 @@ class LocalCluster:
         self._node_configs: Dict[str, NodeConfig] = {}
         self._processes: List[ManagedProcess] = []
         self._finalizer = weakref.finalize(self, _kill_all, self._processes, self._tmp)
+        self.policy = self._policy()
+        self.monitor: Optional[Any] = None          # anna_core.monitor.Monitor when on
+        self.manager: Optional[Any] = None          # its LocalClusterManager when autoscaling
         self.started = False
         self.stopped = False
 
@@ -167,6 +173,8 @@ class LocalCluster:
             for p in new:
                 self._spawn(p)
             wait_all_ready(new, self.config.startup_timeout)
+            if self.policy is not None:
+                self._start_monitor()
         except BaseException:
             self.stop()
             raise
@@ -174,6 +182,13 @@ class LocalCluster:
 
     def stop(self) -> None:
         """Close handed-out clients, stop every process (SIGTERM, then SIGKILL). Idempotent."""
+        if self.monitor is not None:
+            self.monitor.stop()
+            self.monitor.kvs.close()
+            self.monitor = None
+        if self.manager is not None:
+            self.manager.close()
+            self.manager = None
         for c in self._clients:
             c.close()
         self._clients.clear()
@@ -362,6 +377,36 @@ class LocalCluster:
 
     # ---- internals ----------------------------------------------------------------------
 
+    def _policy(self) -> Optional[Any]:
+        """The monitor's PolicyConfig (None: no monitor)."""
+        from .autoscale.policy_config import PolicyConfig
+        chosen = self.config.autoscale
+        if isinstance(chosen, PolicyConfig):
+            return chosen
+        if chosen is True or self.config.monitor:
+            r = self.replication
+            k = max(r.memory_global, r.disk_global) - 1
+            return PolicyConfig(fault_tolerance=max(0, k),
+                                min_memory_nodes=max(1, r.memory_global)
+                                if self.config.memory_nodes else 0,
+                                min_disk_nodes=r.disk_global if self.config.disk_nodes else 0)
+        if chosen not in (False, None):
+            raise ValueError(f"autoscale must be True, False or an "
+                             f"anna_core.autoscale.PolicyConfig, got {chosen!r}")
+        return None
+
+    def _start_monitor(self) -> None:
+        from .autoscale.manager import LocalClusterManager
+        from .monitor import Monitor
+        autoscaling = self.config.autoscale not in (False, None)
+        if autoscaling:
+            self.manager = LocalClusterManager(self, self.config.provisioning_delay)
+        kvs = Client(self.routing_addresses, ip=self.config.ip, auth=self.cluster_auth,
+                     timeout=2.0, retries=1, max_value_bytes=self.config.max_value_bytes)
+        self.monitor = Monitor(kvs, policy=self.policy, manager=self.manager,
+                               autoscale=autoscaling,
+                               default_replication=self.replication).start()
+
     def _node(self, node_id: str) -> ManagedProcess:
         try:
             return self._nodes[node_id]
@@ -391,7 +436,9 @@ class LocalCluster:
                                      "--routing", ",".join(self.routing_addresses),
                                      "--heartbeat-period", repr(self.config.heartbeat_period),
                                      "--leave-timeout", repr(self.config.leave_timeout),
-                                     "--parent-pid", str(os.getpid())], self.log_dir)
+                                     "--parent-pid", str(os.getpid())]
+                           + (["--report-period", repr(self.policy.monitoring_period)]
+                              if self.policy is not None else []), self.log_dir)
         self._nodes[node_id] = p
         self._node_configs[node_id] = config
         return p

@@ -290,8 +290,19 @@ class ClusterConfig:
     max_push_sockets: int = 1024      # per KVS worker thread (NodeConfig.max_push_sockets)
     auth: bool = True
     key_dir: Optional[str] = None
+    # Autoscaling: False (off), True (the local defaults of autoscale.PolicyConfig, with this
+    # cluster's fault tolerance) or a PolicyConfig. On, the nodes report their statistics
+    # every monitoring period and the cluster runs a monitor that acts through a local
+    # cluster manager, which starts a requested node `provisioning_delay` seconds late (a
+    # stand-in for a VM or pod boot). `monitor=True` reports and summarises without acting.
+    autoscale: Any = False
+    monitor: bool = False
+    provisioning_delay: float = 0.0
 
     def __post_init__(self) -> None:
+        if not (self.provisioning_delay >= 0):
+            raise ValueError(f"ClusterConfig.provisioning_delay must be >= 0, got "
+                             f"{self.provisioning_delay!r}")
         if self.key_dir is not None and not self.auth:
             raise ValueError("ClusterConfig.key_dir is given but auth is off; drop one")
         if isinstance(self.routers, bool) or not isinstance(self.routers, int) \

@@ -17,6 +17,8 @@ Contract (DESIGN.md "Processes", "Routing and membership"):
    to its new owners, bounded by `--leave-timeout`; then stop the node. Exit 0 when the
    hand-off completed, 4 when it timed out (an ERROR says how many keys were pending),
    5 when no routing acknowledged the leave.
+   With `--report-period T`, a reporter thread adds the workers' statistics to the KVS once
+   per period (reporting.NodeReporter) from readiness until the leave starts.
    SIGINT, or the parent's exit with `--parent-pid`: stop at once without leaving (the
    cluster's failure detector removes the node); exit 0. SIGKILL skips everything.
 5. Authentication (`NodeConfig.key_dir` set; DESIGN.md "Authentication"): the process loads
@@ -51,6 +53,7 @@ from .client import routing_addresses
 from .config import DEFAULT_HEARTBEAT_PERIOD, DEFAULT_LEAVE_TIMEOUT, NodeConfig
 from .errors import Timeout
 from .node_control import Heartbeater, join_cluster, leave_cluster
+from .reporting import NodeReporter
 
 __all__ = ["join_cluster", "main"]
 
@@ -80,6 +83,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                    help="on SIGTERM, seconds allowed for the leave and the hand-off of every "
                         f"key (default {DEFAULT_LEAVE_TIMEOUT:g}); past it the node logs how "
                         "many keys are pending and exits with status 4")
+    p.add_argument("--report-period", type=positive_float, default=None,
+                   help="report the workers' statistics into the KVS every this many seconds "
+                        "(the autoscaling monitor's period; default: no reports)")
     p.add_argument("--parent-pid", type=int, help="stop when this parent process is gone")
     return p.parse_args(argv)
 
@@ -126,6 +132,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     control, control_address = bind_pull(context, config.ip, auth=auth)
     heartbeater: Optional[Heartbeater] = None
+    reporter: Optional[NodeReporter] = None
     try:
         addresses = list(node.worker_addresses())
         log.info("node %s started %d workers: %s", config.node_id, len(addresses), addresses)
@@ -142,6 +149,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         announce_ready({"node_id": config.node_id, "tier": config.tier,
                         "worker_addresses": addresses, "control_address": control_address,
                         "membership_version": membership.version}, args.ready_file)
+        if args.report_period is not None:
+            reporter = NodeReporter(node, config.node_id, config.tier, routing,
+                                    args.report_period, ip=config.ip,
+                                    auth=AuthConfig(config.key_dir) if config.key_dir else None
+                                    ).start()
         while not stopping.wait(0.2):
             while control.poll(0):
                 control.recv()   # late join acks and heartbeat admissions: nothing to do
@@ -149,6 +161,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 log.warning("parent process exited; node %s stops", config.node_id)
                 break
         heartbeater.stop()
+        if reporter is not None:
+            reporter.stop()   # its report PUTs would race the hand-off
         if how["leave"]:
             outcome = leave_cluster(context, config, routing, node.stats,
                                     timeout=args.leave_timeout, retry=min(args.join_retry, 0.5),
@@ -163,6 +177,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     finally:
         if heartbeater is not None:
             heartbeater.stop()
+        if reporter is not None:
+            reporter.stop()
         node.stop()
         control.close(0)
         if security is not None:

@@ -1,0 +1,288 @@
+"""The monitor: reads the reports every period, summarises, decides, acts, publishes its status.
+
+Contract (dissertation 3.2.4 and 3.3; the decisions are `autoscale/`'s pure cores):
+- `Monitor(kvs, policy=PolicyConfig(...), manager=None, default_replication=...)`. `kvs`
+  is an `anna_core.Client` holding the cluster's key (`auth=cluster.cluster_auth`): it reads
+  every report, deletes read buckets and (when autoscaling) changes replication.
+- `tick(wall, now)` is one period: read the nodes' and clients' reports of the current and
+  the previous bucket (`autoscale/reports.py`; each report counts once), `summarize` them
+  with the members the cluster manager lists (running plus leaving nodes; without a manager,
+  the nodes that reported), and, with a manager, hand the manager's events to the log, run
+  `PolicyEngine.decide(summary, now)` and carry the actions out with `autoscale.apply` (each
+  logged at INFO with its reason; failures at WARNING). Then delete buckets older than the
+  previous one, and PUT the status (`autoscale/status.py`) under `STATUS_KEY` for `anna
+  status`. It returns the status. A period whose reads fail still publishes a status
+  naming the failure; nothing here raises on the cluster's contents.
+- `start()` runs `tick` on a thread three quarters of the way into every wall-clock bucket
+  (reporters write a quarter of the way in); `stop()` ends it within a tick. `history` keeps
+  the last `history_limit` statuses (benchmarks plot them); `latest` is the newest.
+- Replication overrides: read once at start from routing's persisted index, then kept up to
+  date with the ones this monitor sets (the engine also remembers them).
+- Without a manager (or with `autoscale=False`) the monitor only observes: summaries and
+  status, no actions.
+
+Run standalone (observe only): `python -m anna_core.monitor --routing ADDR [--key-dir D]
+[--period T]`; `anna local --autoscale` runs one in-process with a local cluster manager.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+
+from runtime.logs import configure_logging
+from runtime.cli import positive_float
+
+from .autoscale.manager import ClusterManager, apply
+from .autoscale.policy import PolicyEngine
+from .autoscale.policy_config import PolicyConfig
+from .autoscale.reports import (STATUS_KEY, bucket_of, client_reports_key,
+                                decode_client_reports, decode_node_reports, expired_buckets,
+                                worker_reports_key)
+from .autoscale.status import build_status
+from .autoscale.summaries import ClientReport, WorkerReport, summarize
+from .config import DISK, MEMORY, Replication
+from .errors import AnnaError, KeyNotFound
+from .membership import REPLICATION_INDEX_KEY, loaded_overrides, replication_metadata_key
+
+__all__ = ["Monitor", "MONITOR_PHASE", "main"]
+
+log = logging.getLogger("anna.monitor")
+
+MONITOR_PHASE = 0.75          # how far into a bucket the monitor reads (reporters write at 0.25)
+MAX_LOADED_OVERRIDES = 1000   # persisted overrides read at start
+
+
+def _elements(kvs: Any, key: str) -> List[bytes]:
+    try:
+        return sorted(kvs.get(key).reveal())
+    except KeyNotFound:
+        return []
+
+
+class Monitor:
+    """The autoscaling monitor service (see the module contract)."""
+
+    def __init__(self, kvs: Any, *, policy: Optional[PolicyConfig] = None,
+                 manager: Optional[ClusterManager] = None, autoscale: bool = True,
+                 default_replication: Replication = Replication(),
+                 history_limit: int = 10_000, logger: logging.Logger = log) -> None:
+        self.kvs = kvs
+        self.policy = policy if policy is not None else PolicyConfig()
+        self.period = self.policy.monitoring_period
+        self.manager = manager
+        self.autoscaling = autoscale and manager is not None
+        self.engine = PolicyEngine(self.policy)
+        self.default_replication = default_replication
+        self.overrides: Dict[str, Replication] = {}
+        self.history: Deque[Dict[str, Any]] = collections.deque(maxlen=history_limit)
+        self.latest: Optional[Dict[str, Any]] = None
+        self.ticks = 0
+        self.log = logger
+        self._recent: Deque[Dict[str, Any]] = collections.deque(maxlen=20)
+        self._seen: Dict[int, Set[Tuple[str, str, int]]] = {}
+        self._last_deleted: Optional[int] = None
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._overrides_loaded = False
+
+    # ---- one period ---------------------------------------------------------------------
+
+    def tick(self, wall: float, now: float) -> Dict[str, Any]:
+        """Run one monitoring period (see the module contract) and return its status."""
+        self.ticks += 1
+        bucket = bucket_of(wall, self.period)
+        problems: List[str] = []
+        if not self._overrides_loaded:
+            self._load_overrides(problems)
+        workers, clients, raw = self._read_reports(bucket, problems)
+        members = self._members()
+        summary = summarize(workers, clients, period=self.period, members=members,
+                            overrides=self.overrides,
+                            default_replication=self.default_replication)
+        reasons: List[str] = []
+        if self.autoscaling:
+            reasons = self._act(summary, now, problems)
+        self._expire(bucket, problems)
+        for reason in reasons:
+            self._recent.append({"time": wall, "action": reason})
+        grace = self.engine.grace_until()
+        status = build_status(
+            summary, wall=wall, bucket=bucket, slo=self.policy.latency_slo,
+            statistic=self.policy.latency_statistic, raw_workers=raw, actions=reasons,
+            recent=list(self._recent)[:-len(reasons) or None],
+            pending=self._listing("pending"), leaving=self._listing("leaving"),
+            grace_until=max(0.0, grace - now) if grace is not None else None,
+            autoscaling=self.autoscaling, problems=problems)
+        try:
+            self.kvs.put(STATUS_KEY, json.dumps(status).encode())
+        except AnnaError as e:
+            self.log.warning("publishing the monitor status failed: %s", e)
+        self.latest = status
+        self.history.append(status)
+        return status
+
+    def _read_reports(self, bucket: int, problems: List[str]
+                      ) -> Tuple[List[WorkerReport], List[ClientReport], List[Dict[str, Any]]]:
+        for old in [b for b in self._seen if b < bucket - 2]:
+            del self._seen[old]
+        workers: List[WorkerReport] = []
+        clients: List[ClientReport] = []
+        raw: List[Dict[str, Any]] = []
+        for b in (bucket - 1, bucket):
+            seen = self._seen.setdefault(b, set())
+            try:
+                w, r, p = decode_node_reports(_elements(self.kvs, worker_reports_key(b)), seen)
+                c, q = decode_client_reports(_elements(self.kvs, client_reports_key(b)), seen)
+            except AnnaError as e:
+                problems.append(f"reading the reports of bucket {b} failed: {e}")
+                continue
+            workers += w
+            raw += r
+            clients += c
+            problems += p + q
+        return workers, clients, raw
+
+    def _members(self) -> Optional[Dict[str, List[str]]]:
+        if self.manager is None:
+            return None
+        return {t: self.manager.nodes(t) + self.manager.leaving(t) for t in (MEMORY, DISK)}
+
+    def _listing(self, which: str) -> Dict[str, List[str]]:
+        if self.manager is None:
+            return {}
+        return {t: list(getattr(self.manager, which)(t)) for t in (MEMORY, DISK)}
+
+    def _act(self, summary: Any, now: float, problems: List[str]) -> List[str]:
+        assert self.manager is not None
+        for event in self.manager.poll(now):
+            if event.error is not None:
+                self.log.warning("%s node %s: %s: %s", event.tier, event.node_id, event.kind,
+                                 event.error)
+                problems.append(f"{event.tier} node {event.node_id}: {event.kind}: "
+                                f"{event.error}")
+            else:
+                self.log.info("%s node %s: %s", event.tier, event.node_id, event.kind)
+        actions = self.engine.decide(summary, now)
+        outcomes = apply(actions, self.manager, self.kvs, self.log)
+        reasons = []
+        for outcome in outcomes:
+            action = outcome.action
+            what = _describe(action)
+            if outcome.ok:
+                replication = getattr(action, "replication", None)
+                if replication is not None:
+                    self.overrides[action.key] = replication
+            else:
+                what += f" (failed: {outcome.error})" if outcome.error else " (skipped)"
+            reasons.append(what)
+        return reasons
+
+    def _expire(self, bucket: int, problems: List[str]) -> None:
+        for b in expired_buckets(bucket, self._last_deleted):
+            try:
+                self.kvs.delete(worker_reports_key(b))
+                self.kvs.delete(client_reports_key(b))
+            except AnnaError as e:
+                problems.append(f"deleting the reports of bucket {b} failed: {e}")
+                return
+            self._last_deleted = b
+
+    def _load_overrides(self, problems: List[str]) -> None:
+        try:
+            index = sorted(k.decode(errors="replace")
+                           for k in _elements(self.kvs, REPLICATION_INDEX_KEY))
+            values: Dict[str, bytes] = {}
+            for key in index[:MAX_LOADED_OVERRIDES]:
+                try:
+                    values[replication_metadata_key(key)] = self.kvs.get(
+                        replication_metadata_key(key))
+                except KeyNotFound:
+                    pass
+        except AnnaError as e:
+            problems.append(f"reading the replication overrides failed (next period): {e}")
+            return
+        overrides, bad = loaded_overrides(index[:MAX_LOADED_OVERRIDES], values)
+        self.overrides.update(overrides)
+        problems.extend(bad)
+        self._overrides_loaded = True
+
+    # ---- the thread ---------------------------------------------------------------------
+
+    def start(self) -> "Monitor":
+        """Run `tick` every period on a thread (see the module contract)."""
+        self._thread = threading.Thread(target=self._run, name="anna-monitor", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop the thread (waits for the current tick, at most `timeout` seconds)."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            wall = time.time()
+            due = (bucket_of(wall, self.period) + MONITOR_PHASE) * self.period
+            if due < wall:
+                due += self.period
+            if self._stop.wait(due - wall):
+                return
+            try:
+                self.tick(time.time(), time.monotonic())
+            except Exception:   # noqa: BLE001 - the monitor keeps monitoring
+                self.log.exception("monitor period failed; next period continues")
+
+
+def _describe(action: Any) -> str:
+    name = type(action).__name__
+    reason = getattr(action, "reason", "")
+    if name == "AddNodes":
+        return f"add {action.count} {action.tier} node(s): {reason}"
+    if name == "RemoveNode":
+        return f"remove {action.tier} node {action.node_id}: {reason}"
+    if hasattr(action, "key"):
+        return f"{name.lower()} {action.key!r} to {list(action.replication.as_tuple())}: " \
+               f"{reason}"
+    return reason
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """`python -m anna_core.monitor`: an observing monitor for any Anna cluster."""
+    from runtime.auth import AuthConfig
+    from .client import Client
+    p = argparse.ArgumentParser(prog="python -m anna_core.monitor",
+                                description="Anna monitor: summarises the cluster's reports "
+                                            "every period and publishes them for `anna status` "
+                                            "(observes only; nodes must run with "
+                                            "--report-period)")
+    p.add_argument("--routing", required=True, action="append", help="routing address(es)")
+    p.add_argument("--key-dir", help="the cluster's key directory (the monitor uses the "
+                                     "cluster key)")
+    p.add_argument("--period", type=positive_float, default=PolicyConfig().monitoring_period,
+                   help="monitoring period T in seconds (the nodes' --report-period)")
+    p.add_argument("--log-level", default="info", help="debug, info, warning or error")
+    args = p.parse_args(argv)
+    configure_logging(args.log_level, "monitor", family="anna")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    policy = PolicyConfig(monitoring_period=args.period)
+    with Client(args.routing, auth=AuthConfig(args.key_dir) if args.key_dir else None,
+                timeout=2.0, retries=1) as kvs:
+        monitor = Monitor(kvs, policy=policy).start()
+        while not stop.wait(1.0):
+            pass
+        monitor.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
