@@ -9,6 +9,11 @@ Contract:
   merge and a causal merge, printing each step, stops the cluster and exits 0 (1 on error).
 - `anna keys DIR [--client NAME ...] [--force]` generates CURVE keys (`runtime.auth`); the
   same command as `cloudburst keys`. Exit 1 when it would overwrite a secret key.
+- `anna local --autoscale [--slo MS --max-nodes N --provisioning-delay S ...]` adds the
+  monitor and the policy engine (`anna_core.monitor`); `--monitor` only observes. Each
+  decision is logged with its reason.
+- `anna status --routing ADDR [--key-dir D] [--watch S] [--json]` prints the monitor's latest
+  status (`autoscale/status.py`); exit 1 when no monitor has published one.
 """
 from __future__ import annotations
 
@@ -16,8 +21,9 @@ import argparse
 import signal
 import sys
 import threading
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
+from runtime.logs import configure_logging
 from runtime.auth import KEYS_DESCRIPTION, KEYS_HELP, add_keys_arguments, keys_command
 from runtime.cli import (HELP_FORMAT, add_common, non_negative_int, package_version,
                          positive_float, positive_int)
@@ -37,6 +43,9 @@ def _cmd_local(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    if args.autoscale or args.monitor:
+        # the monitor runs in this process: its decisions, with their reasons, go to stderr
+        configure_logging("info", "anna local", family="anna")
     try:
         cluster = LocalCluster(memory_threads=args.memory_threads,
                                disk_threads=args.disk_threads, nodes=args.nodes,
@@ -46,7 +55,10 @@ def _cmd_local(args: argparse.Namespace) -> int:
                                fault_tolerance=args.fault_tolerance,
                                heartbeat_period=args.heartbeat_period,
                                heartbeat_timeout=args.heartbeat_timeout,
-                               auth=not args.no_auth, key_dir=args.key_dir)
+                               auth=not args.no_auth, key_dir=args.key_dir,
+                               autoscale=_policy(args) if args.autoscale else False,
+                               monitor=args.monitor,
+                               provisioning_delay=args.provisioning_delay)
     except ValueError as e:
         print(f"anna local: error: {e}", file=sys.stderr)
         return 2
@@ -60,6 +72,11 @@ def _cmd_local(args: argparse.Namespace) -> int:
         print(f"replicas per key: {cluster.replication.memory_global or cluster.replication.disk_global}", flush=True)
         for node_id in cluster.node_ids:
             print(f"node {node_id}: {' '.join(cluster.worker_addresses(node_id))}", flush=True)
+        if cluster.monitor is not None:
+            auth = f" --key-dir {cluster.key_dir}" if cluster.key_dir else ""
+            print(f"monitor: every {cluster.policy.monitoring_period:g} s, autoscaling "
+                  f"{'on' if cluster.manager else 'off'}; watch it with: anna status --routing "
+                  f"'{cluster.routing_address}'{auth} --watch 2", flush=True)
         if cluster.client_auth is not None:
             print(f"keys: {cluster.key_dir} (clients connect as "
                   f"{cluster.client_auth.identity!r})", flush=True)
@@ -71,7 +88,8 @@ def _cmd_local(args: argparse.Namespace) -> int:
                   "write and delete every key", file=sys.stderr, flush=True)
             print("connect with anna_core.Client(routing address); Ctrl-C stops", flush=True)
         while not stopping.wait(0.5):
-            dead = [n for n in cluster.node_ids if not cluster.is_running(n)]
+            dead = [n for n in cluster.node_ids if not cluster.is_running(n)
+                    and (cluster.manager is None or not cluster.manager.owns(n))]
             if dead:
                 print(f"anna local: node(s) {', '.join(dead)} exited; stopping",
                       file=sys.stderr, flush=True)
@@ -85,6 +103,50 @@ def _cmd_local(args: argparse.Namespace) -> int:
         cluster.stop()
         print("stopped", flush=True)
     return 0
+
+
+def _policy(args: argparse.Namespace) -> Any:
+    from .autoscale.policy_config import PolicyConfig
+    k = args.fault_tolerance if args.fault_tolerance is not None else \
+        (1 if args.nodes >= 2 else 0)
+    return PolicyConfig(latency_slo=args.slo / 1000.0, max_nodes=args.max_nodes,
+                        monitoring_period=args.period, grace_period=args.grace,
+                        fault_tolerance=k,
+                        min_memory_nodes=max(1, k + 1),
+                        min_disk_nodes=k + 1 if args.disk_threads else 0)
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    import json
+    import time
+    from runtime.auth import AuthConfig
+    from .autoscale.reports import STATUS_KEY
+    from .autoscale.status import format_status
+    from .client import Client
+    from .errors import KeyNotFound
+    auth = None
+    if args.key_dir:
+        auth = AuthConfig(args.key_dir, f"client:{args.client}" if args.client else "cluster")
+    try:
+        with Client(args.routing, auth=auth, timeout=args.timeout, retries=0) as kvs:
+            while True:
+                try:
+                    status = json.loads(kvs.get(STATUS_KEY))
+                except KeyNotFound:
+                    print("anna status: no monitor has published a status (run the cluster "
+                          "with --autoscale or --monitor)", file=sys.stderr)
+                    return 1
+                print(json.dumps(status, indent=1) if args.json else format_status(status),
+                      flush=True)
+                if not args.watch:
+                    return 0
+                print(flush=True)
+                time.sleep(args.watch)   # the refresh interval of a live view
+    except KeyboardInterrupt:
+        return 0
+    except (AnnaError, ValueError) as e:
+        print(f"anna status: {e}", file=sys.stderr)
+        return 1
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -194,8 +256,43 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     local.add_argument("--no-auth", action="store_true",
                        help="run every socket unauthenticated and unencrypted (benchmarks "
                             "only: anyone who can reach the ports controls the cluster)")
+    scaling = local.add_argument_group("monitoring and autoscaling")
+    scaling.add_argument("--autoscale", action="store_true",
+                         help="run the monitor and the policy engine: nodes are added and "
+                              "removed, keys replicated and moved between tiers by themselves")
+    scaling.add_argument("--monitor", action="store_true",
+                         help="report and summarise statistics (for `anna status`) without "
+                              "acting on them")
+    scaling.add_argument("--slo", type=positive_float, default=2.5, metavar="MS",
+                         help="latency objective in milliseconds (the clients' mean latency)")
+    scaling.add_argument("--max-nodes", type=positive_int, default=None,
+                         help="never run more nodes than this (default: no bound)")
+    scaling.add_argument("--period", type=positive_float, default=1.5,
+                         help="monitoring period T in seconds (the paper: 15)")
+    scaling.add_argument("--grace", type=positive_float, default=12.0,
+                         help="seconds after a node change before the next (the original "
+                              "monitor: 120)")
+    scaling.add_argument("--provisioning-delay", type=float, default=0.0, metavar="S",
+                         help="start an added node this many seconds late (stands in for a VM "
+                              "or pod boot)")
     add_common(local)
     local.set_defaults(func=_cmd_local)
+
+    status = sub.add_parser("status", help="show the monitor's view of a cluster: tiers, "
+                                           "occupancy, latency, hot keys, decisions",
+                            formatter_class=HELP_FORMAT)
+    status.add_argument("--routing", required=True, action="append",
+                        help="routing address (as `anna local` prints it, with its #k= key)")
+    status.add_argument("--key-dir", help="the cluster's key directory")
+    status.add_argument("--client", default="local", metavar="NAME",
+                        help="the client key pair to use from --key-dir (empty: the cluster "
+                             "key)")
+    status.add_argument("--watch", type=positive_float, default=None, metavar="S",
+                        help="print the status again every S seconds until Ctrl-C")
+    status.add_argument("--json", action="store_true", help="print the raw JSON")
+    status.add_argument("--timeout", type=positive_float, default=5.0,
+                        help="seconds to wait for the KVS")
+    status.set_defaults(func=_cmd_status)
 
     demo = sub.add_parser("demo", help="start a local cluster and show a few operations",
                           formatter_class=HELP_FORMAT)

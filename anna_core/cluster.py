@@ -214,6 +214,8 @@ class LocalCluster:
                                "or call start()")
         kwargs.setdefault("auth", self.client_auth)
         kwargs.setdefault("max_value_bytes", self.config.max_value_bytes)
+        if self.policy is not None:   # the monitor compares the clients' latency with the SLO
+            kwargs.setdefault("report_period", self.policy.monitoring_period)
         c = Client(self.routing_addresses, ip=self.config.ip, **kwargs)
         self._clients.append(c)
         return c
@@ -387,8 +389,7 @@ class LocalCluster:
             r = self.replication
             k = max(r.memory_global, r.disk_global) - 1
             return PolicyConfig(fault_tolerance=max(0, k),
-                                min_memory_nodes=max(1, r.memory_global)
-                                if self.config.memory_nodes else 0,
+                                min_memory_nodes=max(1, r.memory_global),
                                 min_disk_nodes=r.disk_global if self.config.disk_nodes else 0)
         if chosen not in (False, None):
             raise ValueError(f"autoscale must be True, False or an "

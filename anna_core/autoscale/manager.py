@@ -167,6 +167,7 @@ class LocalClusterManager(ClusterManager):
         self._lock = threading.Lock()
         self._threads: List[threading.Thread] = []
         self._reserved: set = set()                        # every id this manager handed out
+        self._removed: set = set()                         # every node it asked to leave
 
     # -- queries --
 
@@ -183,6 +184,11 @@ class LocalClusterManager(ClusterManager):
     def leaving(self, tier: str) -> List[str]:
         _check_tier(tier)
         return [n for n, t in self._leaving.items() if t == tier]
+
+    def owns(self, node_id: str) -> bool:
+        """Whether this manager started `node_id` or asked it to leave: the node's exit is
+        then the manager's to report (as an Event), not a crash of the cluster."""
+        return node_id in self._reserved or node_id in self._removed
 
     # -- changes --
 
@@ -222,6 +228,7 @@ class LocalClusterManager(ClusterManager):
             raise LastNode(f"cannot remove node {node_id}: it is the {tier} tier's last running "
                            f"node", node_id=node_id, tier=tier)
         self._leaving[node_id] = tier
+        self._removed.add(node_id)
         thread = threading.Thread(target=self._leave, args=(tier, node_id),
                                   name=f"leave-{node_id}", daemon=True)
         self._threads.append(thread)
