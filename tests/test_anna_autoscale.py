@@ -76,3 +76,20 @@ def test_a_hot_key_is_replicated_and_then_de_replicated():
             return r is not None and r.memory_global == 1 and r.memory_local == 1
         poll_until(cooled, 30, "the cooled key's de-replication")
         assert kvs.get("hot") == b"x" * 64
+
+
+def test_garbage_in_the_report_keys_is_named_and_the_monitor_keeps_going():
+    from anna_core import SetLattice
+    from anna_core.autoscale.reports import bucket_of, client_reports_key
+    with LocalCluster(nodes=1, monitor=True) as cluster:
+        kvs = cluster.client()
+        period = cluster.policy.monitoring_period
+
+        def garbage_named():
+            kvs.put(client_reports_key(bucket_of(time.time(), period)),
+                    SetLattice([b"\x00 not a report"]))
+            latest = cluster.monitor.latest
+            return latest and any("not JSON" in p for p in latest["problems"])
+        poll_until(garbage_named, 15, "the monitor naming the bad report", interval=0.2)
+        ticks = cluster.monitor.ticks
+        poll_until(lambda: cluster.monitor.ticks >= ticks + 2, 10, "two more monitor periods")
