@@ -298,6 +298,12 @@ class ClusterConfig:
     autoscale: Any = False
     monitor: bool = False
     provisioning_delay: float = 0.0
+    # Capacity emulation (NodeConfig.service_rate: requests/s per worker thread, 0 = off) and
+    # each node's storage capacity per tier (NodeConfig.capacity_bytes, 0 = unknown), for
+    # showing on one small machine what the autoscaling policy does on many.
+    service_rate: float = 0.0
+    memory_capacity_bytes: int = 0
+    disk_capacity_bytes: int = 0
 
     def __post_init__(self) -> None:
         if not (self.provisioning_delay >= 0):
