@@ -81,13 +81,37 @@ PeriodReport WorkerCore::take_report() {
   r.exact = key_stats_.evicted() == 0;
   r.stored_bytes = store_->stored_bytes();
   r.stored_keys = store_->size();
-  for (auto& [k, c] : key_stats_.hottest(kReportKeys)) r.hottest.push_back(KeyCount{k, c, 0});
-  for (auto& [k, c] : key_stats_.coldest(kReportKeys)) r.coldest.push_back(KeyCount{k, c, 0});
+  // Sizes: memory lookups are hash lookups; a disk lookup is a RocksDB point read, so at
+  // most kMaxDiskSizeLookups of them per report (beyond: size 0, unknown).
+  const bool disk = id_.tier == DISK;
+  std::size_t lookups = 0;
+  auto size_of = [&](const std::string& key) -> std::uint64_t {
+    if (disk && lookups >= kMaxDiskSizeLookups) return 0;
+    ++lookups;
+    return store_->value_size(key);
+  };
+  for (auto& [k, c] : key_stats_.hottest(kReportKeys)) {
+    std::uint64_t size = size_of(k);
+    r.hottest.push_back(KeyCount{std::move(k), c, size});
+  }
+  // Coldest: first stored keys this worker owns with no access this period (not in the
+  // top-k), sampled from a rotating scan of the store, then the least counted tracked keys.
+  if (has_membership_) {
+    store_->scan_keys(kColdScanKeys, [&](const std::string& key, std::uint64_t size) {
+      if (r.coldest.size() >= kReportKeys || key_stats_.count(key) != 0 || !owns(key)) return;
+      r.coldest.push_back(KeyCount{key, 0, size});
+    });
+  }
+  for (auto& [k, c] : key_stats_.coldest(kReportKeys)) {
+    if (r.coldest.size() >= kReportKeys) break;
+    std::uint64_t size = size_of(k);
+    r.coldest.push_back(KeyCount{std::move(k), c, size});
+  }
   const ReplicationVector& def = map_.default_replication();
   for (const auto& [key, rep] : map_.overrides()) {
     if (r.tracked.size() >= key_stats_.capacity()) break;
     if (rep == def || !owns(key)) continue;
-    r.tracked.push_back(KeyCount{key, key_stats_.count(key), 0});
+    r.tracked.push_back(KeyCount{key, key_stats_.count(key), size_of(key)});
   }
   key_stats_.reset();
   period_gets_ = period_puts_ = period_deletes_ = 0;
