@@ -332,6 +332,13 @@ class ClusterConfig:
     disk_capacity_bytes: int = 0
 
     def __post_init__(self) -> None:
+        if not (self.service_rate >= 0) or isinstance(self.service_rate, bool):
+            raise ValueError(f"ClusterConfig.service_rate must be >= 0 (0: no emulation), got "
+                             f"{self.service_rate!r}")
+        for knob in ("memory_capacity_bytes", "disk_capacity_bytes"):
+            value = getattr(self, knob)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"ClusterConfig.{knob} must be an int >= 0, got {value!r}")
         if not (self.provisioning_delay >= 0):
             raise ValueError(f"ClusterConfig.provisioning_delay must be >= 0, got "
                              f"{self.provisioning_delay!r}")
