@@ -279,13 +279,15 @@ class WorkerThread {
     }
     std::string_view kind(static_cast<const char*>(zmq_msg_data(&parts[0])), zmq_msg_size(&parts[0]));
     std::string_view payload(static_cast<const char*>(zmq_msg_data(&parts[1])), zmq_msg_size(&parts[1]));
-    if (auth_ && !client_may_send(kind)) {
+    if (auth_) {
       // No User-Id: inproc, i.e. this node's own workers (see node.hpp).
       const char* role = sender_role(&parts[0]);
-      if (role != nullptr && std::strcmp(role, kClusterRole) != 0) {
+      const bool client = role != nullptr && std::strcmp(role, kClusterRole) != 0;
+      if (client && !client_may_send(kind)) {
         drop_from_client(kind, role, zmq_msg_gets(&parts[0], "Peer-Address"));
         return;
       }
+      core_->set_sender_is_client(client);
     }
     try {
       std::string why;

@@ -229,9 +229,25 @@ void WorkerCore::handle_request(const KeyRequest& request, std::vector<OutMessag
   if (respond) out->push_back(OutMessage{request.response_address(), "", serialize_message(response)});
 }
 
+// Keys under "__anna__/" are the cluster's bookkeeping (persisted replication, statistics,
+// the monitor's status): clients may read them, and write only their own latency reports.
+static bool reserved_for_cluster(const std::string& key) {
+  static const std::string kMetadata = "__anna__/";
+  static const std::string kClientReports = "__anna__/stats/clients/";
+  return key.compare(0, kMetadata.size(), kMetadata) == 0 &&
+         key.compare(0, kClientReports.size(), kClientReports) != 0;
+}
+
 void WorkerCore::handle_tuple(RequestType type, const KeyTuple& in, KeyTuple* out) {
   const std::string& key = in.key();
   out->set_key(key);
+  if (from_client_ && (type == PUT || type == DELETE) && reserved_for_cluster(key)) {
+    ++stats_.dropped;
+    out->set_error(NOT_PERMITTED);
+    out->set_error_detail("keys under __anna__/ are the cluster's own; a client key may only "
+                          "write __anna__/stats/clients/");
+    return;
+  }
   if (!owns(key)) {
     wrong_owner(key, out);
     return;

@@ -150,6 +150,9 @@ class WorkerCore {
 
   // The worker's clock: ns since the Unix epoch, as the node shell last set it.
   void set_now(std::uint64_t now_ns) { now_ = now_ns; }
+  // Whether the message being handled came from a client key (authentication on): such a
+  // sender may not write keys reserved to the cluster (reserved_for_cluster below).
+  void set_sender_is_client(bool client) { from_client_ = client; }
   std::uint64_t now() const { return now_; }
 
   bool has_membership() const { return has_membership_; }
@@ -221,6 +224,7 @@ class WorkerCore {
   std::uint64_t membership_version_ = 0;
 
   std::uint64_t now_ = 0;  // ns since the Unix epoch (set_now)
+  bool from_client_ = false;  // set_sender_is_client
 
   // An epoch's merged delta of one key, and the latest acceptance time among its writes.
   struct Delta {
