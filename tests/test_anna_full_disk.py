@@ -137,7 +137,7 @@ def test_full_disk_refuses_puts_keeps_reads_and_deletes_and_survives_restarts(sm
     with anna_core.LocalCluster(memory_threads=0, disk_threads=1, data_dir=str(data_dir),
                                 pin_threads=False,
                                 log_dir=str(data_dir.parent / "logs")) as cluster:
-        kvs = cluster.client(timeout=2.0)
+        kvs = cluster.client(timeout=5.0)   # a full disk under a loaded machine is slow
 
         # 1. Fill the store: puts are refused with a typed error naming what and where.
         acked, error = put_until_full(kvs, "a")
@@ -167,7 +167,7 @@ def test_full_disk_refuses_puts_keeps_reads_and_deletes_and_survives_restarts(sm
         fill_to(data_dir, filler, 0)
         assert free_bytes(data_dir) < 256 << 10
         cluster.restart_node("disk-0", kill=True)
-        kvs = cluster.client(timeout=2.0)
+        kvs = cluster.client(timeout=5.0)   # a full disk under a loaded machine is slow
         assert_all_read_back(kvs, acked)
         # Whatever the restart freed (compaction scratch files of the killed process), take
         # it but 2 MiB: the store is full for writes, not for its own deletes.
@@ -183,7 +183,7 @@ def test_full_disk_refuses_puts_keeps_reads_and_deletes_and_survives_restarts(sm
         cluster.stop_node("disk-0")     # a clean stop: no files left for the open to clear
         fill_to(data_dir, filler, 0)
         cluster.start_node("disk-0")
-        kvs = cluster.client(timeout=2.0)
+        kvs = cluster.client(timeout=5.0)   # a full disk under a loaded machine is slow
         assert_all_read_back(kvs, acked)
         with pytest.raises(anna_core.DiskFull) as info:
             kvs.put("refused", value_of("refused"))
