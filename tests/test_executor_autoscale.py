@@ -1,0 +1,237 @@
+"""Executor autoscaling around the pure policy: the schedulers' drain state, the merged sample,
+and real clusters (a spike adds a node; scale-in drains it with every call completing; a call
+placed before a drain keeps its node up until it finishes)."""
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from cloudburst import LocalCluster
+from cloudburst.autoscaler import SchedulerLink, build_sample
+from cloudburst.cli import main as cli_main
+from cloudburst.executor_manager import REMOVED, LastNode, LocalExecutorManager, UnknownNode
+from cloudburst.status import ClusterStatus, ExecutorNodeStatus, format_status
+from scheduler.executor_policy import (AddNodes, Drain, ExecutorAutoscaler, ExecutorPolicyConfig,
+                                       Remove)
+from scheduler.membership import CallRecord, ExecutorTable
+from scheduler.stats import CallStats, render_prometheus
+from waiting import poll_until
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ---- the scheduler's drain state (pure) ------------------------------------------------------
+
+def _table():
+    t = ExecutorTable(heartbeat_timeout=5.0)
+    for wid, node in (("a", "n0"), ("b", "n1")):
+        t.heartbeat(wid, node, f"tcp://{wid}", 0.0, now=0.0)
+    return t
+
+
+def test_a_draining_node_is_not_placeable_and_the_newest_epoch_wins():
+    t = _table()
+    assert [w.worker_id for w in t.placeable()] == ["a", "b"]
+    assert t.set_drain("n1", True, epoch=5)
+    assert [w.worker_id for w in t.placeable()] == ["a"]
+    # the node's own report of an older state (it had not heard the drain yet) changes nothing
+    assert not t.node_report("n1", False, 3, running=1, queued=0)
+    assert t.draining("n1")
+    assert t.node_report("n1", False, 7, running=0, queued=0)      # undrained, newer
+    assert [w.worker_id for w in t.placeable()] == ["a", "b"]
+    assert not t.set_drain("n1", True, epoch=6)                       # late drain: ignored
+    assert not t.draining("n1")
+
+
+def test_nodes_count_each_call_once_per_node_until_it_finishes():
+    t = _table()
+    t.heartbeat("c", "n1", "tcp://c", 0.5, now=0.0)
+    t.start_call(CallRecord("call1", "dag", {"f": "b", "g": "c"}, "tcp://caller", 100.0))
+    t.start_call(CallRecord("call2", "dag", {"f": "a", "g": "b"}, "tcp://caller", 100.0))
+    t.set_drain("n1", True, 1)
+    views = {n.node_id: n for n in t.nodes()}
+    assert (views["n0"].outstanding, views["n1"].outstanding) == (1, 2)
+    assert views["n1"].draining and views["n1"].workers == 2
+    assert views["n1"].utilization == pytest.approx(0.25)
+    t.finish_call("call1")
+    t.finish_call("call2")
+    assert [n.outstanding for n in t.nodes()] == [0, 0]
+
+
+# ---- the merged sample and the no-lost-call rule (pure) --------------------------------------
+
+def _status(*nodes, backlog=0):
+    return ClusterStatus("s", "kvs", [], [], "", nodes=list(nodes), backlog=backlog)
+
+
+def _node(node_id, draining=False, outstanding=0, running=0, queued=0, utilization=0.0):
+    return ExecutorNodeStatus(node_id, 2, utilization, draining, 1 if draining else 0, outstanding,
+                              running, queued, draining)
+
+
+def test_a_node_counts_as_draining_only_when_every_scheduler_says_so():
+    both = build_sample([_status(_node("n0"), _node("n1", True)),
+                         _status(_node("n0"), _node("n1", True))])
+    assert [n.draining for n in both.nodes] == [False, True]
+    one = build_sample([_status(_node("n1", True)), _status(_node("n1", False))])
+    assert not one.nodes[0].draining
+    missing = build_sample([_status(_node("n1", True)), None])   # a scheduler did not answer
+    assert not missing.nodes[0].draining
+    unknown = build_sample([_status(_node("n1", True)), _status()])  # not heard of it yet
+    assert not unknown.nodes[0].draining
+
+
+def test_calls_placed_by_any_scheduler_keep_a_drained_node_from_removal():
+    sample = build_sample([_status(_node("n1", True, outstanding=0)),
+                           _status(_node("n1", True, outstanding=2, running=1), backlog=3)])
+    n = sample.nodes[0]
+    assert (n.in_flight, n.queued, sample.backlog) == (1, 1, 3)
+
+    # the policy drains the idle node, and removes it only once no scheduler has a call there
+    policy = ExecutorAutoscaler(ExecutorPolicyConfig(stable_window=2.0, panic_window=0.5,
+                                                     tick=0.5))
+    idle = [_node("n0"), _node("n1")]
+    actions = policy.decide(build_sample([_status(*idle)]), 0.0)
+    drained = [a.node_id for a in actions if isinstance(a, Drain)]
+    assert drained == ["n0"]
+    busy = [_node("n0", True), _node("n1")]
+    on_wire = [_node("n0", True, outstanding=1), _node("n1")]  # placed before the drain
+    for now, views in ((1.0, [busy, on_wire]), (1.5, [busy, on_wire])):
+        actions = policy.decide(build_sample([_status(*v) for v in views]), now)
+        assert not [a for a in actions if isinstance(a, Remove)], actions
+    actions = policy.decide(build_sample([_status(*busy), _status(*busy)]), 2.0)
+    assert [a.node_id for a in actions if isinstance(a, Remove)] == ["n0"]
+
+
+def test_status_and_metrics_show_draining_nodes():
+    status = _status(_node("n0"), _node("n1", True, outstanding=1), backlog=2)
+    text = format_status(status)
+    assert "2 executor node(s), 1 draining, 2 call(s) waiting for a worker" in text
+    assert "draining" in text.splitlines()[-3]
+    t = _table()
+    t.set_drain("n1", True, 1)
+    metrics = render_prometheus(CallStats(), [], "s", nodes=t.nodes())
+    assert 'cloudburst_executor_nodes{scheduler="s"} 2' in metrics
+    assert 'cloudburst_executor_nodes_draining{scheduler="s"} 1' in metrics
+    assert 'cloudburst_executor_node_draining{scheduler="s",node="n1"} 1' in metrics
+
+
+def test_cli_rejects_autoscaling_options_without_autoscale(capsys):
+    assert cli_main(["local", "--max-executors", "3"]) == 2
+    assert "need --autoscale" in capsys.readouterr().err
+    assert cli_main(["local", "--autoscale", "--executor-nodes", "4", "--max-executors",
+                     "2"]) == 2
+    assert "within --min-executors and --max-executors" in capsys.readouterr().err
+
+
+def test_benchmark_documents_every_option():
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "autoscaling",
+                                                       "executors.py"), "--help"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    for option in ("--provisioning-delay", "--spike-rate", "--base-rate", "--out"):
+        assert option in out.stdout
+
+
+# ---- real processes --------------------------------------------------------------------------
+
+def _sleep(lib, seconds, value):
+    import time
+    time.sleep(seconds)
+    return value
+
+
+def _views(link):
+    return [{n.node_id: n for n in s.nodes} for s in link.statuses()]
+
+
+def test_a_call_placed_before_the_drain_runs_and_keeps_its_node_up():
+    with LocalCluster(executor_nodes=2, executors_per_node=1, schedulers=1,
+                      colocate_chains=False) as cluster:
+        client = cluster.client()
+        client.register(_sleep, "sleep")
+        link = SchedulerLink(cluster.scheduler_addresses, cluster.cluster_auth)
+        manager = LocalExecutorManager(cluster)
+        try:
+            first = client.call("sleep", 1.5, "first")
+            placed = poll_until(lambda: [n for n, v in _views(link)[0].items()
+                                         if v.outstanding], 10, "the first call placed")
+            busy, = placed
+            idle, = set(cluster.executor_node_ids()) - {busy}
+            # drain the idle node: a new call must not land there even though it is idle
+            link.drain(idle, True)
+            poll_until(lambda: _views(link)[0][idle].draining, 10, f"{idle} draining")
+            second = client.call("sleep", 1.0, "second")
+            views = poll_until(lambda: (lambda v: v if v[busy].outstanding == 2 else None)(
+                _views(link)[0]), 10, "the second call placed")
+            assert views[idle].outstanding == 0
+            # undrain it and drain the busy node while a call runs there
+            link.drain(idle, False)
+            link.drain(busy, True)
+            poll_until(lambda: (lambda v: v[busy].draining and not v[idle].draining)(
+                _views(link)[0]), 10, f"{busy} draining and {idle} taking calls")
+            sample = build_sample(link.statuses())
+            node = {n.node_id: n for n in sample.nodes}[busy]
+            assert node.draining and node.in_flight + node.queued >= 1, sample
+            third = client.call("sleep", 0.2, "third")
+            assert third.get(timeout=20) == "third"
+            assert first.get(timeout=20) == "first" and second.get(timeout=20) == "second"
+            # nothing is left there: the sample now allows its removal
+            node = poll_until(lambda: (lambda n: n if n.in_flight + n.queued == 0 else None)(
+                {n.node_id: n for n in build_sample(link.statuses()).nodes}[busy]), 10,
+                f"{busy} empty")
+            assert node.draining
+            with pytest.raises(UnknownNode):
+                manager.remove_node("node9")
+            manager.remove_node(busy)
+            events = poll_until(lambda: manager.poll(), 20, f"{busy} removed")
+            assert [(e.kind, e.node_id) for e in events] == [(REMOVED, busy)]
+            assert cluster.executor_node_ids() == [idle]
+            with pytest.raises(LastNode):
+                manager.remove_node(idle)
+            assert client.call("sleep", 0.0, "after").get(timeout=20) == "after"
+        finally:
+            link.close()
+
+
+def test_a_spike_adds_a_node_and_scale_in_drains_it_with_every_call_completing():
+    config = ExecutorPolicyConfig(stable_window=3.0, panic_window=0.75, tick=0.25,
+                                  max_nodes=2, drain_retry=2.0)
+    with LocalCluster(executor_nodes=1, executors_per_node=2, schedulers=2,
+                      autoscale=config) as cluster:
+        clients = [cluster.client(0), cluster.client(1)]
+        clients[0].register(_sleep, "sleep")
+        futures = []
+        stop = threading.Event()
+
+        def trickle():      # calls keep coming while the cluster scales in (light load)
+            i = 0
+            while not stop.wait(0.1):       # pacing the load, not synchronisation
+                f = clients[i % 2].call("sleep", 0.02, f"t{i}")
+                futures.append((f, f"t{i}"))
+                f.get(timeout=30)
+                i += 1
+
+        spike = [(clients[i % 2].call("sleep", 0.3, f"s{i}"), f"s{i}") for i in range(24)]
+        poll_until(lambda: len(cluster.executor_node_ids()) == 2, 20, "a second executor node")
+        added = [a for a in cluster.autoscaler.history if isinstance(a.action, AddNodes)]
+        assert added and "panic" in added[0].action.reason
+        thread = threading.Thread(target=trickle, daemon=True)
+        thread.start()
+        try:
+            poll_until(lambda: any(isinstance(a.action, Remove)
+                                   for a in cluster.autoscaler.history), 40, "a node removed")
+            poll_until(lambda: len(cluster.executor_node_ids()) == 1, 20, "one node left")
+        finally:
+            stop.set()
+            thread.join(timeout=30)
+        assert not thread.is_alive()
+        for future, value in spike + futures:
+            assert future.get(timeout=30) == value
+        assert len(futures) > 5           # calls arrived throughout the scale-in
+        kinds = [type(a.action).__name__ for a in cluster.autoscaler.history]
+        assert kinds.index("Drain") < kinds.index("Remove")
+        assert all(a.ok for a in cluster.autoscaler.history)
