@@ -461,7 +461,8 @@ class LocalCluster:
             return
         node_id = p.info["node_id"]
         fresh = [dict(w, node_id=node_id) for w in p.info["workers"]]
-        self.workers[:] = [w for w in self.workers if w["node_id"] != node_id] + fresh
+        with self._nodes_lock:        # the autoscaler's thread changes `workers` too
+            self.workers[:] = [w for w in self.workers if w["node_id"] != node_id] + fresh
         log.warning("%s restarted with workers %s", p.name, [w["worker_id"] for w in fresh])
 
     def _left(self, deadline: float) -> float:

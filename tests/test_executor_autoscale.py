@@ -2,6 +2,7 @@
 and real clusters (a spike adds a node; scale-in drains it with every call completing; a call
 placed before a drain keeps its node up until it finishes)."""
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -10,6 +11,7 @@ import time
 import pytest
 
 from cloudburst import LocalCluster
+from hydro_proto import cloudburst_pb2 as pb
 from cloudburst.autoscaler import SchedulerLink, build_sample
 from cloudburst.cli import main as cli_main
 from cloudburst.executor_manager import REMOVED, LastNode, LocalExecutorManager, UnknownNode
@@ -149,34 +151,42 @@ def _views(link):
 
 
 def test_a_call_placed_before_the_drain_runs_and_keeps_its_node_up():
-    with LocalCluster(executor_nodes=2, executors_per_node=1, schedulers=1,
+    with LocalCluster(executor_nodes=2, executors_per_node=1, schedulers=2,
                       colocate_chains=False) as cluster:
-        client = cluster.client()
-        client.register(_sleep, "sleep")
+        clients = [cluster.client(0), cluster.client(1)]
+        clients[0].register(_sleep, "sleep")
         link = SchedulerLink(cluster.scheduler_addresses, cluster.cluster_auth)
         manager = LocalExecutorManager(cluster)
         try:
-            first = client.call("sleep", 1.5, "first")
+            first = clients[0].call("sleep", 1.5, "first")
             placed = poll_until(lambda: [n for n, v in _views(link)[0].items()
                                          if v.outstanding], 10, "the first call placed")
             busy, = placed
             idle, = set(cluster.executor_node_ids()) - {busy}
-            # drain the idle node: a new call must not land there even though it is idle
+            # a client key may not drain a node: the scheduler drops the message
+            clients[0]._send("drain", pb.DrainRequest(node_id=busy, draining=True,
+                                                      epoch=time.time_ns()))
+            poll_until(lambda: any(d.kind == "drain" for d in clients[0].status().dropped),
+                       10, "the client's drain dropped")
+            assert not any(v[busy].draining for v in _views(link))
+            # drain the idle node: every scheduler stops placing there although it is idle
             link.drain(idle, True)
-            poll_until(lambda: _views(link)[0][idle].draining, 10, f"{idle} draining")
-            second = client.call("sleep", 1.0, "second")
-            views = poll_until(lambda: (lambda v: v if v[busy].outstanding == 2 else None)(
-                _views(link)[0]), 10, "the second call placed")
+            poll_until(lambda: all(v[idle].draining for v in _views(link)), 10,
+                       f"{idle} draining at both schedulers")
+            second = clients[1].call("sleep", 1.0, "second")
+            views = poll_until(lambda: (lambda v: v if v[busy].outstanding == 1 else None)(
+                _views(link)[1]), 10, "the second call placed through scheduler 1")
             assert views[idle].outstanding == 0
-            # undrain it and drain the busy node while a call runs there
+            # undrain it and drain the busy node while calls run there
             link.drain(idle, False)
             link.drain(busy, True)
-            poll_until(lambda: (lambda v: v[busy].draining and not v[idle].draining)(
-                _views(link)[0]), 10, f"{busy} draining and {idle} taking calls")
+            poll_until(lambda: all(v[busy].draining and not v[idle].draining
+                                   for v in _views(link)), 10,
+                       f"{busy} draining and {idle} taking calls at both schedulers")
             sample = build_sample(link.statuses())
             node = {n.node_id: n for n in sample.nodes}[busy]
             assert node.draining and node.in_flight + node.queued >= 1, sample
-            third = client.call("sleep", 0.2, "third")
+            third = clients[0].call("sleep", 0.2, "third")     # only the idle node takes it
             assert third.get(timeout=20) == "third"
             assert first.get(timeout=20) == "first" and second.get(timeout=20) == "second"
             # nothing is left there: the sample now allows its removal
@@ -192,9 +202,33 @@ def test_a_call_placed_before_the_drain_runs_and_keeps_its_node_up():
             assert cluster.executor_node_ids() == [idle]
             with pytest.raises(LastNode):
                 manager.remove_node(idle)
-            assert client.call("sleep", 0.0, "after").get(timeout=20) == "after"
+            assert clients[1].call("sleep", 0.0, "after").get(timeout=20) == "after"
         finally:
             link.close()
+
+
+def test_cloudburst_local_autoscale_starts_and_stops():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    proc = subprocess.Popen([sys.executable, "-m", "cloudburst.cli", "local", "--autoscale",
+                             "--max-executors", "2", "--executors-per-node", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env)
+    try:
+        lines = []
+        deadline = time.monotonic() + 60
+        while not any("Ctrl-C stops" in line for line in lines):
+            assert time.monotonic() < deadline, lines
+            line = proc.stdout.readline()
+            assert line, f"cloudburst local exited: {lines}"
+            lines.append(line)
+        assert any("executor autoscaling on: 1..2 node(s)" in line for line in lines), lines
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
 
 
 def test_a_spike_adds_a_node_and_scale_in_drains_it_with_every_call_completing():

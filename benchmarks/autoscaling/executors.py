@@ -20,8 +20,8 @@ send time. Every call must complete: `lost` counts calls that failed or never an
 restored within 10 s; nothing lost during scale-in.
 
 Writes `<out>/autoscaling_executors.json` (default `--out benchmarks/results`) and
-`<figures>/autoscaling_executors.png` (default `--figures benchmarks/figures`), and prints
-progress while it runs.
+`<figures>/autoscaling_executors.png` (default `--figures benchmarks/figures`; the last
+round), `..._delay<S>` with a provisioning delay, and prints progress while it runs.
 """
 from __future__ import annotations
 
@@ -255,10 +255,11 @@ def plot(rounds: List[Dict[str, Any]], args: argparse.Namespace, path: str) -> N
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    auto, control = rounds[-1]["autoscaled"], rounds[-1]["control"]
+    auto = rounds[-1]["autoscaled"]
+    runs = [(auto, "-")] + ([(rounds[-1]["control"], "--")] if "control" in rounds[-1] else [])
     fig, axes = plt.subplots(3, 1, figsize=(9, 9), sharex=True)
     ax = axes[0]
-    for r, style in ((auto, "-"), (control, "--")):
+    for r, style in runs:
         ax.plot([s["t"] for s in r["samples"]], [s["nodes"] for s in r["samples"]], style,
                 label=f"executor nodes ({r['run']})")
     ax.set_ylabel("executor nodes")
@@ -268,7 +269,7 @@ def plot(rounds: List[Dict[str, Any]], args: argparse.Namespace, path: str) -> N
     rate.set_ylabel("calls/s sent")
     ax.legend(loc="upper left")
     ax = axes[1]
-    for r, style in ((auto, "-"), (control, "--")):
+    for r, style in runs:
         ts = [s["t"] + 0.5 for s in r["seconds"] if s["p99"] is not None]
         ax.plot(ts, [s["p50"] for s in r["seconds"] if s["p99"] is not None], style,
                 label=f"p50 {r['run']}")
@@ -279,7 +280,7 @@ def plot(rounds: List[Dict[str, Any]], args: argparse.Namespace, path: str) -> N
     ax.set_ylabel("latency (s), by send time")
     ax.legend(fontsize=7)
     ax = axes[2]
-    for r, style in ((auto, "-"), (control, "--")):
+    for r, style in runs:
         ax.plot([s["t"] for s in r["samples"]], [s["queued"] for s in r["samples"]], style,
                 label=f"calls queued ({r['run']})")
     ax.set_ylabel("calls queued on nodes")
@@ -377,15 +378,17 @@ def main(argv: Optional[List[str]] = None) -> int:
         log(f"goal {goal}: {'met' if met else 'MISSED'}")
     os.makedirs(args.out, exist_ok=True)
     os.makedirs(args.figures, exist_ok=True)
-    path = os.path.join(args.out, "autoscaling_executors.json")
+    # a run with a provisioning delay does not overwrite the figures of one without
+    name = "autoscaling_executors" + (f"_delay{args.provisioning_delay:g}"
+                                      if args.provisioning_delay else "")
+    path = os.path.join(args.out, f"{name}.json")
     with open(path, "w") as f:
         json.dump({"args": vars(args), "summary": summary, "goals": goals, "rounds": rounds},
                   f, indent=1)
     log(f"wrote {path}")
-    if not args.no_control:
-        png = os.path.join(args.figures, "autoscaling_executors.png")
-        plot(rounds, args, png)
-        log(f"wrote {png}")
+    png = os.path.join(args.figures, f"{name}.png")
+    plot(rounds, args, png)
+    log(f"wrote {png}")
     return 0
 
 
