@@ -248,7 +248,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                        help="add executor nodes when they are busy, drain and remove idle "
                             "ones (--executor-nodes is the starting size); every decision is "
                             "logged with its reason")
-    local.add_argument("--min-executors", type=non_negative_int, default=1, metavar="N",
+    local.add_argument("--min-executors", type=positive_int, default=1, metavar="N",
                        help="with --autoscale: never fewer executor nodes than this")
     local.add_argument("--max-executors", type=positive_int, default=None, metavar="N",
                        help="with --autoscale: never more executor nodes than this "

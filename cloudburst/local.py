@@ -162,7 +162,8 @@ class LocalCluster:
             as the first of `clients/`.
         autoscale: scale the executor nodes with the load (`cloudburst.autoscaler`): True
             for the default `ExecutorPolicyConfig()` (at least 1 node, no upper bound), or a
-            config (its `workers_per_node` is set to `executors_per_node`); None/False: off.
+            config (its `workers_per_node` is set to `executors_per_node`; `min_nodes` must be
+            at least 1: the cluster is never scaled to zero); None/False: off.
             `executor_nodes` is the starting size.
         provisioning_delay: seconds between the autoscaler asking for a node and its process
             starting (stands in for a VM or pod boot).
@@ -214,6 +215,9 @@ class LocalCluster:
         if autoscale not in (None, False) and not isinstance(autoscale, ExecutorPolicyConfig):
             raise TypeError(f"autoscale must be None, a bool or an ExecutorPolicyConfig, not "
                             f"{type(autoscale).__name__}")
+        if autoscale and autoscale.min_nodes < 1:
+            raise ValueError("LocalCluster: autoscale.min_nodes must be at least 1 (a call needs "
+                             "an executor node; the cluster is never scaled to zero)")
         self.autoscale: Optional[ExecutorPolicyConfig] = (
             dataclasses.replace(autoscale, workers_per_node=executors_per_node)
             if autoscale else None)

@@ -129,6 +129,13 @@ def test_cli_rejects_autoscaling_options_without_autoscale(capsys):
     assert "within --min-executors and --max-executors" in capsys.readouterr().err
 
 
+def test_local_cluster_refuses_to_scale_to_zero():
+    with pytest.raises(ValueError, match="min_nodes must be at least 1"):
+        LocalCluster(autoscale=ExecutorPolicyConfig(min_nodes=0))
+    with pytest.raises(TypeError):
+        LocalCluster(autoscale="yes")
+
+
 def test_benchmark_documents_every_option():
     out = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "autoscaling",
                                                        "executors.py"), "--help"],
