@@ -1,6 +1,7 @@
 """Executor autoscaling around the pure policy: the schedulers' drain state, the merged sample,
 and real clusters (a spike adds a node; scale-in drains it with every call completing; a call
 placed before a drain keeps its node up until it finishes)."""
+import logging
 import os
 import signal
 import subprocess
@@ -12,9 +13,10 @@ import pytest
 
 from cloudburst import LocalCluster
 from hydro_proto import cloudburst_pb2 as pb
-from cloudburst.autoscaler import SchedulerLink, build_sample
+from cloudburst.autoscaler import ExecutorAutoscalerService, SchedulerLink, build_sample
 from cloudburst.cli import main as cli_main
-from cloudburst.executor_manager import REMOVED, LastNode, LocalExecutorManager, UnknownNode
+from cloudburst.executor_manager import (REMOVED, ExecutorManager, LastNode,
+                                         LocalExecutorManager, UnknownNode)
 from cloudburst.status import ClusterStatus, ExecutorNodeStatus, format_status
 from scheduler.executor_policy import (AddNodes, Drain, ExecutorAutoscaler, ExecutorPolicyConfig,
                                        Remove)
@@ -106,6 +108,83 @@ def test_calls_placed_by_any_scheduler_keep_a_drained_node_from_removal():
         assert not [a for a in actions if isinstance(a, Remove)], actions
     actions = policy.decide(build_sample([_status(*busy), _status(*busy)]), 2.0)
     assert [a.node_id for a in actions if isinstance(a, Remove)] == ["n0"]
+
+
+class _Manager(ExecutorManager):
+    """Nodes appear when added; removals of node 'stuck' are refused."""
+
+    def __init__(self, nodes):
+        self.up, self.removed, self.added = list(nodes), [], 0
+
+    def add_nodes(self, count):
+        ids = [f"new{self.added + i}" for i in range(count)]
+        self.added += count
+        self.up += ids
+        return ids
+
+    def remove_node(self, node_id):
+        if node_id == "stuck":
+            raise UnknownNode("stuck is not running", node_id=node_id)
+        self.up.remove(node_id)
+        self.removed.append(node_id)
+
+    def nodes(self):
+        return list(self.up)
+
+    def pending(self):
+        return []
+
+    def leaving(self):
+        return []
+
+    def poll(self, now=None):
+        return []
+
+
+class _Link:
+    def __init__(self):
+        self.views, self.drains = [], []
+
+    def statuses(self):
+        return [_status(*self.views)]
+
+    def drain(self, node_id, draining):
+        self.drains.append((node_id, draining))
+        return 1
+
+    def close(self):
+        pass
+
+
+def test_the_service_carries_out_and_logs_every_action_with_its_reason(caplog):
+    manager, link = _Manager(["n0"]), _Link()
+    service = ExecutorAutoscalerService(
+        ExecutorAutoscaler(ExecutorPolicyConfig(stable_window=2.0, panic_window=0.5, tick=0.5,
+                                                max_nodes=3)), manager, link)
+    caplog.set_level(logging.INFO, logger="cloudburst.autoscale")
+    link.views = [_node("n0", outstanding=8, running=2)]          # a spike on one node
+    actions = service.step(0.0)
+    added = [a for a in actions if isinstance(a, AddNodes)]
+    assert added and manager.nodes() == ["n0", "new0", "new1"]
+    assert any("panic" in r.message and "new0" in r.message for r in caplog.records)
+    # idle again: after the panic, the idle nodes are drained, then removed once drained
+    link.views = [_node(n) for n in manager.nodes()]
+    now = 0.5
+    while not manager.removed and now < 30:
+        link.views = [_node(n, draining=(n, True) in link.drains and (n, False) not in
+                            link.drains) for n in manager.nodes()]
+        service.step(now)
+        now += 0.5
+    assert manager.removed, list(service.history)
+    assert link.drains[0][1] is True and link.drains[0][0] in manager.removed + manager.up
+    logged = [r.message for r in caplog.records]
+    assert any(m.startswith("drained executor node") for m in logged)
+    assert any(m.startswith("removed executor node") for m in logged)
+    # a removal the manager refuses is logged and recorded, not raised
+    failed = service._apply(Remove("stuck", "test"), now)
+    assert not failed.ok and "UnknownNode" in failed.error
+    assert any("could not carry out" in r.message for r in caplog.records
+               if r.levelno == logging.WARNING)
 
 
 def test_status_and_metrics_show_draining_nodes():
