@@ -8,7 +8,9 @@
 - `call_dag(..., consistency="causal", protocol="hb"|"ct"|"opt"|"con")`: transactional causal
   consistency through HydroCache (`hydrocache/DESIGN.md`); `Future.causal` is a
   `CausalStats` (protocol used, aborts, remote fetches, read set, writes).
-- `LocalCluster(executor_nodes=, executors_per_node=)`: the whole platform on loopback.
+- `LocalCluster(executor_nodes=, executors_per_node=)`: the whole platform on loopback;
+  `autoscale=True` or `autoscale=ExecutorPolicyConfig(min_nodes=, max_nodes=, ...)` adds and
+  drains executor nodes with the load.
 - `Reference(key, concurrent=False, objects=False)`: an argument resolved to the stored
   object on the executor (with `concurrent=True`, the list of a causal key's concurrent
   values).
@@ -33,10 +35,11 @@ from .errors import (Aborted, AuthenticationError, AuthenticationRequired, Cance
                      InvalidDag, InvalidFunction, NoResources, ObjectNotFound,
                      SchedulerUnavailable, Timeout, UnsafeValue)
 from .local import LocalCluster
+from scheduler.executor_policy import ExecutorPolicyConfig
 
 __all__ = ["Client", "Future", "Listing", "CausalStats", "LocalCluster", "Reference", "errors",
            "RegisteredFunction", "gather", "wait", "InvalidFunction", "Cancelled",
            "CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "NoResources",
            "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "SchedulerUnavailable",
            "UnsafeValue", "AuthConfig", "KeyFileError", "AuthenticationError",
-           "AuthenticationRequired"]
+           "AuthenticationRequired", "ExecutorPolicyConfig"]

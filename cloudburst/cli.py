@@ -10,6 +10,10 @@
         The same without authentication (warns: anyone who can reach the ports controls it).
     cloudburst local --log-dir DIR ...
         The same, keeping every process' log in DIR after it stops.
+    cloudburst local --autoscale [--min-executors N] [--max-executors N]
+                     [--provisioning-delay S] ...
+        The same, with executor nodes added under load and drained and removed when idle
+        (every decision logged with its reason; `--executor-nodes` is the starting size).
     cloudburst status ADDRESS [--key-dir DIR --client NAME]
         A scheduler's view: live workers (busy, calls, restarts) and, per function, calls,
         errors and p50/p99 latency; what its authentication refused.
@@ -25,6 +29,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
@@ -33,8 +38,10 @@ from typing import List, Optional
 
 from runtime.auth import (CLIENT_PREFIX, KEYS_DESCRIPTION, KEYS_HELP, AuthConfig, KeyFileError,
                           add_keys_arguments, keys_command)
-from runtime.cli import (HELP_FORMAT, add_common, non_negative_int, package_version,
-                         positive_float, positive_int)
+from runtime.cli import (HELP_FORMAT, add_common, non_negative_float, non_negative_int,
+                         package_version, positive_float, positive_int)
+
+from scheduler.executor_policy import ExecutorPolicyConfig
 
 from .errors import CloudburstError, StartupError
 from .local import AUTH_OFF_WARNING, LocalCluster
@@ -59,18 +66,44 @@ def _local(args: argparse.Namespace) -> int:
         return 2
     if args.no_auth:
         print(f"WARNING: {AUTH_OFF_WARNING}", file=sys.stderr, flush=True)
+    autoscale = None
+    if args.autoscale:
+        try:
+            autoscale = ExecutorPolicyConfig(min_nodes=args.min_executors,
+                                             max_nodes=args.max_executors)
+        except ValueError as e:
+            print(f"cloudburst local: {e}", file=sys.stderr)
+            return 2
+        if not args.min_executors <= args.executor_nodes <= (args.max_executors or
+                                                             args.executor_nodes):
+            print("cloudburst local: --executor-nodes must be within --min-executors and "
+                  "--max-executors", file=sys.stderr)
+            return 2
+        logging.getLogger("cloudburst.autoscale").setLevel(logging.INFO)
+        if not logging.getLogger().handlers:
+            logging.basicConfig(format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    elif args.min_executors != 1 or args.max_executors is not None \
+            or args.provisioning_delay != 0:
+        print("cloudburst local: --min-executors, --max-executors and --provisioning-delay "
+              "need --autoscale", file=sys.stderr)
+        return 2
     with LocalCluster(executor_nodes=args.executor_nodes,
                       executors_per_node=args.executors_per_node,
                       schedulers=args.schedulers, log_level=args.log_level,
                       log_dir=args.log_dir, port=args.port,
                       metrics_port=args.metrics_port, auth=not args.no_auth,
-                      key_dir=args.key_dir) as cluster:
+                      key_dir=args.key_dir, autoscale=autoscale,
+                      provisioning_delay=args.provisioning_delay) as cluster:
         print(f"cloudburst local cluster ready: {args.executor_nodes} executor node(s) x "
               f"{args.executors_per_node} worker(s), {args.schedulers} scheduler(s)")
         for i, address in enumerate(cluster.scheduler_addresses):
             print(f"scheduler {i}: {address}")
         print(f"KVS (Anna routing): {cluster.kvs.routing_address}")
         print(f"logs: {cluster.log_dir}")
+        if autoscale is not None:
+            print(f"executor autoscaling on: {args.min_executors}.."
+                  f"{args.max_executors or 'unbounded'} node(s), provisioning delay "
+                  f"{args.provisioning_delay:g} s (decisions are logged here)")
         if args.metrics_port is not None:
             print(f"metrics: {cluster.client().status().metrics_address}/metrics")
         print(connect_hint(cluster) + "   (Ctrl-C stops)", flush=True)
@@ -211,6 +244,19 @@ def main(argv: Optional[List[str]] = None) -> int:
                             "and change its data (a trusted machine only)")
     add_common(local)
     local.set_defaults(run=_local)
+    local.add_argument("--autoscale", action="store_true",
+                       help="add executor nodes when they are busy, drain and remove idle "
+                            "ones (--executor-nodes is the starting size); every decision is "
+                            "logged with its reason")
+    local.add_argument("--min-executors", type=positive_int, default=1, metavar="N",
+                       help="with --autoscale: never fewer executor nodes than this")
+    local.add_argument("--max-executors", type=positive_int, default=None, metavar="N",
+                       help="with --autoscale: never more executor nodes than this "
+                            "(default: no bound)")
+    local.add_argument("--provisioning-delay", type=non_negative_float, default=0.0,
+                       metavar="S",
+                       help="with --autoscale: seconds between asking for a node and its "
+                            "process starting (stands in for a VM or pod boot)")
     local.add_argument("--metrics-port", type=non_negative_int, default=None,
                        help="serve Prometheus metrics from the first scheduler on this HTTP "
                             "port (0: a free one; default: off)")

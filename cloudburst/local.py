@@ -17,6 +17,12 @@ it), which join the schedulers by their first heartbeats; `workers` is updated w
 ready. `stop()` closes clients and stops every process (SIGTERM, then SIGKILL).
 Every process logs to `<log_dir>/<name>.log`: workers' logs hold what functions printed, each
 line tagged `call <call id> <function>:`. A `log_dir` given by the caller is kept after `stop()`.
+Executor autoscaling: with `autoscale=True` (or an `ExecutorPolicyConfig`) a thread of this
+process runs `cloudburst.autoscaler.ExecutorAutoscalerService` every tick: it adds executor
+nodes (after `provisioning_delay`), drains idle ones and removes them once drained
+(`autoscaler` is the service; its `history` the actions). The executor nodes can also be
+changed by hand: `add_executor_node()`, `remove_executor_node(node_id)` (drain it first:
+removal does not wait for calls), `executor_node_ids()`.
 Authentication is on by default (`runtime.auth`): the cluster's key pair and one client key
 pair (`LOCAL_CLIENT`, "local") are written in a private key directory (or `key_dir` is
 used: it must hold the cluster's pair; its clients are the ones admitted), every service is
@@ -27,6 +33,7 @@ how. `auth=False` runs everything plain and logs a loud WARNING (`AUTH_OFF_WARNI
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import logging
 import shutil
@@ -36,11 +43,13 @@ import tempfile
 import threading
 import time
 import weakref
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Union
 
 from runtime.auth import CLIENT_PREFIX, AuthConfig, KeyFileError, write_keys
 from runtime.process import (ManagedProcess, RestartPolicy, StartupError, Supervisor,
                              stop_all, wait_all_ready)
+from scheduler.executor_policy import ExecutorPolicyConfig
+
 from .client import Client
 
 __all__ = ["LocalCluster", "StartupError", "LOCAL_CLIENT", "AUTH_OFF_WARNING"]
@@ -77,6 +86,11 @@ class _Watchdog:
                 self.supervisor.watch(p, now)
         if not self._thread.is_alive():
             self._thread.start()
+
+    def forget(self, name: str) -> None:
+        """Stop restarting process `name` (it is being removed on purpose)."""
+        with self._lock:
+            self.supervisor.forget(name)
 
     def _run(self) -> None:
         while not self._stop.wait(SUPERVISE_PERIOD):
@@ -146,6 +160,13 @@ class LocalCluster:
             fresh keys: the cluster's pair (`cluster.key_secret`) and the clients it admits
             (`authorized/`); `client()` connects as client "local" if it has that pair, else
             as the first of `clients/`.
+        autoscale: scale the executor nodes with the load (`cloudburst.autoscaler`): True
+            for the default `ExecutorPolicyConfig()` (at least 1 node, no upper bound), or a
+            config (its `workers_per_node` is set to `executors_per_node`; `min_nodes` must be
+            at least 1: the cluster is never scaled to zero); None/False: off.
+            `executor_nodes` is the starting size.
+        provisioning_delay: seconds between the autoscaler asking for a node and its process
+            starting (stands in for a VM or pod boot).
     """
 
     def __init__(self, executor_nodes: int = 1, executors_per_node: int = 3,
@@ -159,7 +180,9 @@ class LocalCluster:
                  kvs_nodes: int = 1, kvs_replication: Any = None, supervise: bool = True,
                  restart_backoff: float = 0.1,
                  unresponsive_timeout: Optional[float] = None, auth: bool = True,
-                 key_dir: Optional[str] = None) -> None:
+                 key_dir: Optional[str] = None,
+                 autoscale: Union[None, bool, ExecutorPolicyConfig] = None,
+                 provisioning_delay: float = 0.0) -> None:
         if executor_nodes < 1 or executors_per_node < 1 or schedulers < 1:
             raise ValueError("a LocalCluster needs at least one executor node, one executor "
                              "per node and one scheduler")
@@ -185,6 +208,24 @@ class LocalCluster:
         self.restart_workers = restart_workers
         self.supervise = supervise
         self.unresponsive_timeout = unresponsive_timeout
+        if provisioning_delay < 0:
+            raise ValueError(f"provisioning_delay must be >= 0, got {provisioning_delay!r}")
+        if autoscale is True:
+            autoscale = ExecutorPolicyConfig()
+        if autoscale not in (None, False) and not isinstance(autoscale, ExecutorPolicyConfig):
+            raise TypeError(f"autoscale must be None, a bool or an ExecutorPolicyConfig, not "
+                            f"{type(autoscale).__name__}")
+        if autoscale and autoscale.min_nodes < 1:
+            raise ValueError("LocalCluster: autoscale.min_nodes must be at least 1 (a call needs "
+                             "an executor node; the cluster is never scaled to zero)")
+        self.autoscale: Optional[ExecutorPolicyConfig] = (
+            dataclasses.replace(autoscale, workers_per_node=executors_per_node)
+            if autoscale else None)
+        self.provisioning_delay = float(provisioning_delay)
+        self.autoscaler: Any = None          # cloudburst.autoscaler.ExecutorAutoscalerService
+        self._node_seq = 0                   # the next executor node is node<_node_seq>
+        self._nodes_lock = threading.Lock()
+        self._ready_nodes: set = set()       # node ids whose workers are in `workers`
         # private: Unix sockets, and the logs unless `log_dir` is given (short paths: a Unix
         # socket's path is limited to about 100 bytes)
         self._private_dir = tempfile.mkdtemp(prefix="cloudburst-local-")
@@ -251,7 +292,6 @@ class LocalCluster:
 
     def start(self) -> "LocalCluster":
         import anna_core
-        from executor.config import NodeConfig
         from scheduler.config import SchedulerConfig
 
         if self.started:
@@ -292,22 +332,11 @@ class LocalCluster:
             for p, config in zip(self._schedulers, self._scheduler_configs):
                 config.bind_address = p.info["address"]      # a restart keeps the address
                 p.argv = [sys.executable, "-m", "scheduler", "--config", config.to_json()]
-            for i in range(self.executor_nodes):
-                config = NodeConfig(node_id=f"node{i}", kvs_address=self.kvs.routing_address,
-                                    scheduler_addresses=self.scheduler_addresses,
-                                    workers=self.executors_per_node,
-                                    heartbeat_period=self.heartbeat_period,
-                                    log_level=self.log_level, parent_pid=os.getpid(),
-                                    log_dir=self.log_dir, ipc_dir=self.ipc_dir,
-                                    function_time_limit=self.function_time_limit,
-                                    restart_workers=self.restart_workers,
-                                    unresponsive_timeout=self.unresponsive_timeout,
-                                    key_dir=self.key_dir)
-                self._nodes.append(ManagedProcess(
-                    f"node{i}", [sys.executable, "-m", "executor", "--config", config.to_json()],
-                    self.log_dir).spawn())
+            for _ in range(self.executor_nodes):
+                self._nodes.append(self._node_process(self.reserve_executor_node_id()).spawn())
             wait_all_ready(self._nodes, self._left(deadline))
             for p in self._nodes:
+                self._ready_nodes.add(p.info["node_id"])
                 for w in p.info["workers"]:
                     self.workers.append(dict(w, node_id=p.info["node_id"]))
             expected = {w["worker_id"] for w in self.workers}
@@ -315,10 +344,114 @@ class LocalCluster:
                 self.wait_for_workers(expected, address, self._left(deadline))
             if self.supervise:
                 self._watchdog.watch(self._schedulers + self._nodes)
+            if self.autoscale is not None:
+                self._start_autoscaler()
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _start_autoscaler(self) -> None:
+        from scheduler.executor_policy import ExecutorAutoscaler
+        from .autoscaler import ExecutorAutoscalerService, SchedulerLink
+        from .executor_manager import LocalExecutorManager
+        assert self.autoscale is not None
+        self.autoscaler = ExecutorAutoscalerService(
+            ExecutorAutoscaler(self.autoscale),
+            LocalExecutorManager(self, self.provisioning_delay),
+            SchedulerLink(self.scheduler_addresses, self.cluster_auth)).start()
+        log.info("executor autoscaling on: %s", self.autoscale)
+
+    # ---- executor nodes (the autoscaler's LocalExecutorManager uses these) ----
+    def _node_process(self, node_id: str) -> ManagedProcess:
+        from executor.config import NodeConfig
+        config = NodeConfig(node_id=node_id, kvs_address=self.kvs.routing_address,
+                            scheduler_addresses=self.scheduler_addresses,
+                            workers=self.executors_per_node,
+                            heartbeat_period=self.heartbeat_period,
+                            log_level=self.log_level, parent_pid=os.getpid(),
+                            log_dir=self.log_dir, ipc_dir=self.ipc_dir,
+                            function_time_limit=self.function_time_limit,
+                            restart_workers=self.restart_workers,
+                            unresponsive_timeout=self.unresponsive_timeout,
+                            key_dir=self.key_dir)
+        return ManagedProcess(node_id, [sys.executable, "-m", "executor", "--config",
+                                        config.to_json()], self.log_dir)
+
+    def reserve_executor_node_id(self) -> str:
+        """A fresh executor node id (never reused in this cluster)."""
+        with self._nodes_lock:
+            node_id = f"node{self._node_seq}"
+            self._node_seq += 1
+        return node_id
+
+    def executor_node_ids(self) -> List[str]:
+        """Executor nodes whose process runs (started or starting)."""
+        with self._nodes_lock:
+            return [p.name for p in self._nodes if p.running()]
+
+    def spawn_executor_node(self, node_id: Optional[str] = None) -> str:
+        """Start an executor node process without waiting for it (see
+        `executor_node_ready`); returns its id."""
+        if not self.started or self.kvs is None:
+            raise RuntimeError("LocalCluster is not started")
+        node_id = node_id or self.reserve_executor_node_id()
+        p = self._node_process(node_id)
+        with self._nodes_lock:
+            if any(q.name == node_id for q in self._nodes):
+                raise ValueError(f"executor node {node_id} already exists")
+            self._nodes.append(p)
+        p.spawn()
+        return node_id
+
+    def _node(self, node_id: str) -> ManagedProcess:
+        with self._nodes_lock:
+            for p in self._nodes:
+                if p.name == node_id:
+                    return p
+        raise KeyError(f"no executor node {node_id!r} in this cluster")
+
+    def executor_node_ready(self, node_id: str) -> Optional[bool]:
+        """True once the node's workers are up (they are then in `workers` and the node is
+        supervised), False if it exited first, None while it starts."""
+        p = self._node(node_id)
+        state = p.read_ready()
+        if state and node_id not in self._ready_nodes:
+            with self._nodes_lock:
+                self._ready_nodes.add(node_id)
+                self.workers.extend(dict(w, node_id=node_id) for w in p.info["workers"])
+            if self.supervise:
+                self._watchdog.watch([p])
+        return state
+
+    def add_executor_node(self, timeout: Optional[float] = None) -> str:
+        """Start an executor node and wait until every scheduler sees its workers;
+        returns its id (`StartupError` naming it otherwise)."""
+        timeout = self.startup_timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        node_id = self.spawn_executor_node()
+        p = self._node(node_id)
+        wait_all_ready([p], self._left(deadline))
+        self.executor_node_ready(node_id)
+        for address in self.scheduler_addresses:
+            self.wait_for_workers({w["worker_id"] for w in p.info["workers"]}, address,
+                                  self._left(deadline))
+        return node_id
+
+    def discard_executor_node(self, node_id: str) -> None:
+        """Kill a node that failed to start and forget it."""
+        self.remove_executor_node(node_id, timeout=2.0)
+
+    def remove_executor_node(self, node_id: str, timeout: float = 15.0) -> None:
+        """Stop executor node `node_id` (SIGTERM, then SIGKILL after `timeout`) and forget
+        it; it is not restarted. Calls running on it fail: drain it first."""
+        p = self._node(node_id)
+        self._watchdog.forget(p.name)
+        p.stop(timeout)
+        with self._nodes_lock:
+            self._nodes[:] = [q for q in self._nodes if q is not p]
+            self.workers[:] = [w for w in self.workers if w["node_id"] != node_id]
+            self._ready_nodes.discard(node_id)
 
     def _node_unresponsive(self) -> float:
         if self.unresponsive_timeout is not None:
@@ -332,7 +465,8 @@ class LocalCluster:
             return
         node_id = p.info["node_id"]
         fresh = [dict(w, node_id=node_id) for w in p.info["workers"]]
-        self.workers[:] = [w for w in self.workers if w["node_id"] != node_id] + fresh
+        with self._nodes_lock:        # the autoscaler's thread changes `workers` too
+            self.workers[:] = [w for w in self.workers if w["node_id"] != node_id] + fresh
         log.warning("%s restarted with workers %s", p.name, [w["worker_id"] for w in fresh])
 
     def _left(self, deadline: float) -> float:
@@ -407,6 +541,9 @@ class LocalCluster:
             except Exception:
                 pass
         self._clients.clear()
+        if self.autoscaler is not None:
+            self.autoscaler.stop()
+            self.autoscaler = None
         self._watchdog.stop()
         stop_all(self._nodes, timeout=10.0)
         stop_all(self._schedulers, timeout=5.0)

@@ -7,7 +7,10 @@ scheduler saw them), in flight. `format_status` renders it as the text `cloudbur
 prints. Statistics are per scheduler: with several, ask each. `auth` says whether the
 scheduler authenticates; `refused_connections` counts the connections its authentication
 refused at the handshake, and `dropped` the messages of kinds their sender's role may not
-send (a client posing as a worker), per (role, kind).
+send (a client posing as a worker), per (role, kind). `nodes` lists the executor nodes
+(`ExecutorNodeStatus`: workers, busy fraction, whether this scheduler treats the node as
+draining and places nothing new there, calls it placed there unfinished, and what the node
+itself last reported); `backlog` counts calls held because no worker was known yet.
 """
 from __future__ import annotations
 
@@ -16,7 +19,8 @@ from typing import List, NamedTuple, Optional
 
 from hydro_proto import cloudburst_pb2 as pb
 
-__all__ = ["ClusterStatus", "WorkerStatus", "FunctionStatus", "Dropped", "format_status"]
+__all__ = ["ClusterStatus", "WorkerStatus", "FunctionStatus", "Dropped", "ExecutorNodeStatus",
+           "format_status"]
 
 
 class WorkerStatus(NamedTuple):
@@ -43,6 +47,19 @@ class Dropped(NamedTuple):
     count: int
 
 
+class ExecutorNodeStatus(NamedTuple):
+    """One executor node as a scheduler sees it (executor autoscaling reads this)."""
+    node_id: str
+    workers: int
+    utilization: float
+    draining: bool          # this scheduler places no new call on it
+    drain_epoch: int
+    outstanding: int        # calls this scheduler placed on it, unfinished
+    running: int            # the node's last report: functions running
+    queued: int             # the node's last report: invocations waiting
+    node_draining: bool     # the node's last report: draining
+
+
 class ClusterStatus(NamedTuple):
     scheduler: str
     kvs_address: str
@@ -52,6 +69,8 @@ class ClusterStatus(NamedTuple):
     auth: bool = False
     refused_connections: int = 0
     dropped: List[Dropped] = []
+    nodes: List[ExecutorNodeStatus] = []
+    backlog: int = 0
 
     @classmethod
     def from_reply(cls, scheduler: str, reply: "pb.Reply") -> "ClusterStatus":
@@ -68,7 +87,11 @@ class ClusterStatus(NamedTuple):
                                    f.p99 if f.calls else None, f.in_flight)
                     for f in reply.function_stats],
                    reply.metrics_address, bool(security.get("auth", False)),
-                   int(security.get("refused_connections", 0)), dropped)
+                   int(security.get("refused_connections", 0)), dropped,
+                   [ExecutorNodeStatus(n.node_id, n.workers, n.utilization, n.draining,
+                                       n.drain_epoch, n.outstanding, n.running, n.queued,
+                                       n.node_draining) for n in reply.executor_nodes],
+                   reply.backlog)
 
 
 def _ms(seconds: Optional[float]) -> str:
@@ -93,6 +116,16 @@ def format_status(status: ClusterStatus) -> str:
         for w in status.workers:
             lines.append(f"  {w.worker_id:<28} {w.node_id:<10} {w.utilization:>6.0%} "
                          f"{w.outstanding:>6} {w.restarts:>9}")
+    draining = [n for n in status.nodes if n.draining]
+    lines.append(f"\n{len(status.nodes)} executor node(s), {len(draining)} draining"
+                 + (f", {status.backlog} call(s) waiting for a worker" if status.backlog else ""))
+    if status.nodes:
+        lines.append(f"  {'node':<10} {'workers':>7} {'busy':>6} {'calls':>6} {'running':>8} "
+                     f"{'queued':>7}  state")
+        for n in status.nodes:
+            state = "draining" if n.draining else "active"
+            lines.append(f"  {n.node_id:<10} {n.workers:>7} {n.utilization:>6.0%} "
+                         f"{n.outstanding:>6} {n.running:>8} {n.queued:>7}  {state}")
     lines.append(f"\ncalls through this scheduler ({len(status.functions)} function(s)/DAG(s))")
     if status.functions:
         lines.append(f"  {'name':<28} {'calls':>7} {'errors':>7} {'p50 ms':>8} {'p99 ms':>8} "

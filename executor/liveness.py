@@ -3,7 +3,8 @@
 Contract:
 - `heartbeat_loop(worker)` runs on the worker's heartbeat thread until the worker stops:
   every `heartbeat_period` it sends a `WorkerStatus` (id, node, address, utilization over
-  the last period, queue length, node cache and control addresses, restarts) to every
+  the last period, queue length, whether a function runs now, node cache and control
+  addresses, restarts) to every
   scheduler and to its own node cache (the node kills a worker that stays silent for its
   `unresponsive_timeout`), and it reads the control socket (cancels) in between. Its pushes
   use the worker's credentials (CURVE clients when the cluster authenticates). While the
@@ -67,6 +68,7 @@ def heartbeat_loop(worker: "Worker") -> None:
             status = pb.WorkerStatus(worker_id=worker.worker_id, node_id=config.node_id,
                                      address=worker.address, utilization=utilization,
                                      queued=len(worker.pending),
+                                     running=1 if worker._busy_since is not None else 0,
                                      cache_address=config.cache_address,
                                      control_address=worker.control_address,
                                      restarts=process_start() - 1)

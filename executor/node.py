@@ -38,6 +38,14 @@ Contract:
   heartbeats, vouching, key sets, cache-to-cache requests) is a CURVE client, and its workers
   get the key directory (not the keys) in their config. The socket Anna pushes updates to and
   the node's `anna_core.Client`s use the same keys (the KVS shares the key directory).
+- Draining (executor autoscaling, `cloudburst/autoscaler.py`). A `drain` message
+  (`DrainRequest`, from a scheduler, cluster keys only) sets the node's drain state; the
+  state of the highest epoch wins. Every `heartbeat_period`, and at once when the state
+  changes, the node sends every scheduler one `node_status` snapshot: draining, its epoch,
+  workers running, and the functions running and invocations queued on them (from the
+  workers' last heartbeats). Schedulers stop placing calls on a draining node; the node
+  itself still runs every call that reaches it (one placed before the drain was known), so a
+  drain never loses a call. A restarted scheduler relearns the drain from these snapshots.
 - `serve()` runs until `stop()`; then workers get SIGTERM (then SIGKILL) and are reaped.
 """
 from __future__ import annotations
@@ -148,6 +156,9 @@ class ExecutorNode:
                                      restart=config.restart_workers)
         self._worker_ids: Dict[str, str] = {}     # process name -> worker id
         self._heard: Dict[str, float] = {}        # worker id -> its last heartbeat to the node
+        self._load: Dict[str, "tuple[int, int]"] = {}   # worker id -> (running, queued)
+        self.draining = False                     # schedulers place no new call here
+        self.drain_epoch = 0                      # of `draining` (highest seen wins)
         self._stopping = False
 
     # ---- workers ----
@@ -217,6 +228,7 @@ class ExecutorNode:
                     self._report_keys()
                 self._check_workers(now)
                 self._vouch(now)
+                self._report_status()
                 if self.config.parent_pid and os.getppid() != self.config.parent_pid:
                     log.warning("parent process exited; stopping")
                     break
@@ -267,6 +279,40 @@ class ExecutorNode:
         status = pb.WorkerStatus.FromString(payload)
         if status.worker_id in self._worker_ids.values():
             self._heard[status.worker_id] = time.monotonic()
+            self._load[status.worker_id] = (min(1, status.running), status.queued)
+
+    def _on_drain(self, payload: bytes) -> None:
+        """A scheduler forwards a drain (or undrain); the highest epoch wins."""
+        req = pb.DrainRequest.FromString(payload)
+        if req.node_id != self.config.node_id or req.epoch < self.drain_epoch:
+            return
+        changed = req.draining != self.draining
+        self.draining, self.drain_epoch = req.draining, req.epoch
+        if changed:
+            log.info("node %s %s (epoch %d)", self.config.node_id,
+                     "is draining: schedulers place no new call here" if req.draining
+                     else "takes calls again", req.epoch)
+        self._report_status()
+
+    def status(self) -> pb.NodeStatus:
+        """One snapshot: the drain state with the load of the running workers."""
+        running = queued = workers = 0
+        for p in self.workers:
+            wid = self._worker_ids[p.name]
+            if not p.running():
+                continue
+            workers += 1
+            r, q = self._load.get(wid, (0, 0))
+            running += r
+            queued += q
+        return pb.NodeStatus(node_id=self.config.node_id, draining=self.draining,
+                             drain_epoch=self.drain_epoch, workers=workers, running=running,
+                             queued=queued)
+
+    def _report_status(self) -> None:
+        status = self.status()
+        for address in self.config.scheduler_addresses:
+            self._push.send(address, "node_status", status)
 
     def _worker_ready(self, p: ManagedProcess) -> None:
         log.info("%s is back (restart %d)", p.name, self.supervisor.restarts[p.name])
@@ -288,6 +334,8 @@ class ExecutorNode:
             kind, payload = parse(frame)
             if kind == "heartbeat":
                 return self._on_worker_heartbeat(payload)
+            if kind == "drain":
+                return self._on_drain(payload)
             if kind != "cache":
                 raise FrameError(f"kind {kind!r} is not for a node cache")
             req = pb.CacheRequest.FromString(payload)

@@ -13,7 +13,7 @@ from importlib import metadata
 
 from .logs import LEVELS
 
-__all__ = ["HELP_FORMAT", "positive_int", "non_negative_int", "positive_float", "log_level",
+__all__ = ["HELP_FORMAT", "positive_int", "non_negative_int", "positive_float", "non_negative_float", "log_level",
            "package_version", "add_common"]
 
 DISTRIBUTION = "cloudburst-hydro"
@@ -45,6 +45,13 @@ def positive_float(text: str) -> float:
     value = _number(text, float, 0.0, "a number above 0")
     if value == 0:
         raise argparse.ArgumentTypeError(f"expected a number above 0, got {text!r}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = _number(text, float, 0.0, "a number of at least 0")
+    if value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number of at least 0, got {text!r}")
     return value
 
 

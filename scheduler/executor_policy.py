@@ -31,6 +31,10 @@ Contract:
   Removed nodes count until they vanish from the samples (or `pending_node_timeout`).
   A node must report `draining` and its calls in one snapshot: draining with nothing in
   flight or queued then means nothing runs there and nothing new will start.
+- Where the samples come from and where the actions go: `cloudburst/autoscaler.py` (every
+  scheduler's `status` merged by `build_sample`: a node is `draining` only when every
+  scheduler places nothing new on it, and its calls in flight and queued include every
+  call a scheduler placed there and has not seen finish; see `cloudburst/DESIGN.md`).
 - Where it lives: the schedulers observe executor load (heartbeats with utilisation, calls
   they placed) and are the ones that must stop placing calls on a draining node; `anna_core`
   sits a layer below and knows nothing of executors.

@@ -29,7 +29,17 @@ so missing them is not death. A worker is dead when
 
 - `start_call(...)` / `finish_call(call_id)` track outstanding calls per worker; a worker's
   load is the number of unfinished calls placed on it.
-- `live()` lists `WorkerView`s for `scheduler.policy.choose_executors`.
+- `live()` lists `WorkerView`s; `placeable()` those not on a draining node, for
+  `scheduler.policy.choose_executors`.
+
+Draining (executor autoscaling). `set_drain(node_id, draining, epoch)` records a drain
+request (from the autoscaler through this scheduler) and `node_report(...)` a node's own
+snapshot (`NodeStatus`: its drain state, functions running and invocations queued); of the
+two drain states the one of the higher epoch wins, so a late message never undoes a newer
+one. A draining node's workers are not `placeable()`. `nodes()` lists one `NodeView` per
+node with live workers: its drain state as this scheduler applies it, the calls this
+scheduler placed there and has not seen finish (`outstanding`: each call counted once per
+node), and the node's last report. A node without live workers is forgotten.
 """
 from __future__ import annotations
 
@@ -38,7 +48,7 @@ from typing import Dict, FrozenSet, List, Mapping, Optional, Tuple
 
 from .policy import WorkerView
 
-__all__ = ["ExecutorTable", "CallRecord", "Expired"]
+__all__ = ["ExecutorTable", "CallRecord", "Expired", "NodeView"]
 
 
 @dataclass
@@ -73,6 +83,29 @@ class Expired:
     reasons: Dict[str, str] = field(default_factory=dict)   # dead worker -> why, for callers
 
 
+@dataclass(frozen=True)
+class NodeView:
+    """One executor node as this scheduler sees it (see "Draining")."""
+
+    node_id: str
+    workers: int
+    utilization: float        # mean busy fraction its live workers last reported
+    draining: bool            # this scheduler places no new call on it
+    drain_epoch: int
+    outstanding: int          # calls this scheduler placed on it, unfinished
+    running: int = 0          # from the node's last report
+    queued: int = 0
+    node_draining: bool = False   # the node's own last report
+
+
+@dataclass
+class _NodeReport:
+    draining: bool
+    drain_epoch: int
+    running: int
+    queued: int
+
+
 class ExecutorTable:
     """Live executor workers, node key sets and calls in flight; see the module contract."""
 
@@ -82,6 +115,56 @@ class ExecutorTable:
         self._workers: Dict[str, _Worker] = {}
         self._node_keys: Dict[str, FrozenSet[str]] = {}
         self._calls: Dict[str, CallRecord] = {}
+        self._drains: Dict[str, Tuple[bool, int]] = {}     # node id -> (draining, epoch)
+        self._reports: Dict[str, _NodeReport] = {}
+
+    # ---- draining ----
+    def set_drain(self, node_id: str, draining: bool, epoch: int) -> bool:
+        """Apply a drain state unless a newer one (higher epoch) is known; True if the node's
+        draining flag changed."""
+        old = self._drains.get(node_id, (False, 0))
+        if epoch < old[1] or (epoch == old[1] and draining == old[0]):
+            return False
+        self._drains[node_id] = (draining, epoch)
+        return draining != old[0]
+
+    def node_report(self, node_id: str, draining: bool, epoch: int, running: int,
+                    queued: int) -> bool:
+        """Record a node's own snapshot; True if its drain state changed this scheduler's."""
+        self._reports[node_id] = _NodeReport(draining, epoch, running, queued)
+        return self.set_drain(node_id, draining, epoch)
+
+    def draining(self, node_id: str) -> bool:
+        """Whether this scheduler places no new call on `node_id`."""
+        return self._drains.get(node_id, (False, 0))[0]
+
+    def placeable(self) -> List[WorkerView]:
+        """Live workers of nodes that are not draining, sorted by id."""
+        if not any(d for d, _ in self._drains.values()):
+            return self.live()
+        return [w for w in self.live() if not self.draining(w.node_id)]
+
+    def nodes(self) -> List[NodeView]:
+        """One view per node with live workers, sorted by node id (see "Draining")."""
+        workers: Dict[str, List[_Worker]] = {}
+        for w in self._workers.values():
+            workers.setdefault(w.node_id, []).append(w)
+        node_of = {wid: w.node_id for wid, w in self._workers.items()}
+        outstanding: Dict[str, int] = {}
+        for record in self._calls.values():
+            for node in {node_of.get(wid) for wid in record.placement.values()} - {None}:
+                outstanding[node] = outstanding.get(node, 0) + 1   # type: ignore[index]
+        out = []
+        for node_id in sorted(workers):
+            ws = workers[node_id]
+            draining, epoch = self._drains.get(node_id, (False, 0))
+            report = self._reports.get(node_id)
+            out.append(NodeView(node_id, len(ws), sum(w.utilization for w in ws) / len(ws),
+                                draining, epoch, outstanding.get(node_id, 0),
+                                report.running if report else 0,
+                                report.queued if report else 0,
+                                report.draining if report else False))
+        return out
 
     # ---- executors ----
     def heartbeat(self, worker_id: str, node_id: str, address: str, utilization: float,
@@ -227,7 +310,8 @@ class ExecutorTable:
                 out.overdue_calls.append(self.finish_call(cid))
         if dead:
             live_nodes = {w.node_id for w in self._workers.values()}
-            for node in list(self._node_keys):
-                if node not in live_nodes:
-                    del self._node_keys[node]
+            for table in (self._node_keys, self._drains, self._reports):
+                for node in list(table):
+                    if node not in live_nodes:
+                        del table[node]
         return out

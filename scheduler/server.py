@@ -25,6 +25,12 @@ listed for schedulers in proto/cloudburst.proto, plus one for Anna's pushed regi
 - A scheduler that has not yet heard any worker holds the calls it gets (for at most
   `heartbeat_timeout` after it started) rather than answering NO_RESOURCES: a scheduler
   restarted under a running cluster relearns the workers from their next heartbeats.
+- Draining (executor autoscaling): a `drain` (cluster keys only) marks a node draining, or
+  not, at once (the state of the highest epoch wins) and is forwarded to the node, which
+  reports it back in every `node_status`, so every scheduler (a restarted one too) learns
+  it. Calls are placed only on workers of nodes that are not draining. `status` lists every
+  executor node (`NodeState`: drain state, calls this scheduler placed there and has not
+  seen finish, the node's own running/queued) and `/metrics` has them as gauges.
 - `serve()` runs until `stop()` (e.g. from a SIGTERM handler) or until the parent exits.
 - Authentication (`config.key_dir`; `runtime.auth`). The request socket is a CURVE server
   open to cluster and client keys (audience "any"); the registry-update and GC sockets admit
@@ -56,8 +62,7 @@ from google.protobuf.message import DecodeError
 
 import anna_core
 from anna_core.wire import tuple_to_lattice
-from runtime.auth import (AuthConfig, Credentials, Security, credentials_of, format_address,
-                          make_server, parse_address)
+from runtime.auth import AuthConfig, Security, credentials_of
 from runtime.framing import FrameError, more, parse
 from runtime.keys import PREFIX
 from runtime.sockets import PushCache, bind_pull
@@ -67,6 +72,7 @@ from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
 
 from .admission import CLIENT_KINDS, Admission
+from .binding import bind_exactly as _bind_exactly
 from .config import SchedulerConfig
 from .gc import GcCoordinator
 from .dag import Dag, check_size, validate
@@ -136,6 +142,7 @@ class Scheduler:
             "done": self._done, "where": self._where, "cancel": self._cancel,
             "status": self._status,
             "causal_abort": self._causal_abort, "cache_reply": self._cache_reply,
+            "drain": self._drain, "node_status": self._node_status,
         }
         # causal calls in flight; `_causal` (caller's id -> record) is their one table, and
         # empty whenever none is in flight: the LWW path tests it before anything else
@@ -442,6 +449,13 @@ class Scheduler:
             reply.workers.add(worker_id=w.worker_id, node_id=w.node_id,
                               utilization=w.utilization, outstanding=w.outstanding,
                               restarts=self.table.restarts(w.worker_id))
+        for n in self.table.nodes():
+            reply.executor_nodes.add(node_id=n.node_id, workers=n.workers,
+                                     utilization=n.utilization, draining=n.draining,
+                                     drain_epoch=n.drain_epoch, outstanding=n.outstanding,
+                                     running=n.running, queued=n.queued,
+                                     node_draining=n.node_draining)
+        reply.backlog = len(self._deferred)
         for s in self.stats.summaries():
             reply.function_stats.add(name=s.name, calls=s.calls, errors=s.errors,
                                      p50=s.p50 or 0.0, p99=s.p99 or 0.0, in_flight=s.in_flight)
@@ -456,7 +470,8 @@ class Scheduler:
         gauges = [WorkerGauge(w.worker_id, w.node_id, w.utilization, w.outstanding)
                   for w in self.table.live()]
         self._metrics_text = render_prometheus(
-            self.stats, gauges, self.address, dropped=self.admission.dropped,
+            self.stats, gauges, self.address, nodes=self.table.nodes(),
+            dropped=self.admission.dropped,
             refused_connections=self.admission.refused_connections() if self._security else None)
 
     def _finish_one(self, call_id: str) -> None:
@@ -489,6 +504,24 @@ class Scheduler:
                                 time.monotonic(), s.cache_address, s.control_address,
                                 s.restarts):
             log.info("worker %s of node %s joined at %s", s.worker_id, s.node_id, s.address)
+
+    def _drain(self, payload: bytes) -> None:
+        """Stop (or resume) placing calls on a node now, and tell the node."""
+        req = pb.DrainRequest.FromString(payload)
+        if self.table.set_drain(req.node_id, req.draining, req.epoch):
+            log.info("executor node %s %s (epoch %d)", req.node_id,
+                     "is draining: no new calls placed on it" if req.draining
+                     else "takes calls again", req.epoch)
+        node = next((w.cache_address for w in self.table.live()
+                     if w.node_id == req.node_id and w.cache_address), None)
+        if node:
+            self._push.send(node, "drain", req)
+
+    def _node_status(self, payload: bytes) -> None:
+        s = pb.NodeStatus.FromString(payload)
+        if self.table.node_report(s.node_id, s.draining, s.drain_epoch, s.running, s.queued):
+            log.info("executor node %s reports it %s (epoch %d)", s.node_id,
+                     "is draining" if s.draining else "takes calls", s.drain_epoch)
 
     def _keyset(self, payload: bytes) -> None:
         k = pb.CacheKeySet.FromString(payload)
@@ -530,7 +563,7 @@ class Scheduler:
         NO_RESOURCES) when no worker can take the call."""
         colocate = self.config.colocate_chains
         try:
-            return place(dag.functions, references_by_function(call), self.table.live(),
+            return place(dag.functions, references_by_function(call), self.table.placeable(),
                          self.table.node_keys(), self._rng,
                          busy_outstanding=self.config.busy_outstanding,
                          busy_utilization=self.config.busy_utilization,
@@ -567,28 +600,3 @@ class Scheduler:
 
     def _cache_reply(self, payload: bytes) -> None:
         self._causal_calls.cache_reply(pb.CacheResponse.FromString(payload), time.monotonic())
-
-
-def _bind_exactly(context: zmq.Context, address: str, max_frame_bytes: int,
-                  creds: Optional[Credentials]) -> "tuple[zmq.Socket, str]":
-    """The request socket bound on exactly `address` (a restarted scheduler's, with or without
-    its key suffix); with `creds` a CURVE server open to clients, whose address carries this
-    scheduler's key (the same as before unless the cluster's keys changed)."""
-    endpoint, old_key = parse_address(address)
-    socket = context.socket(zmq.PULL)
-    try:
-        socket.setsockopt(zmq.LINGER, 0)
-        socket.setsockopt(zmq.RCVHWM, 100000)
-        socket.setsockopt(zmq.MAXMSGSIZE, max_frame_bytes)
-        if creds is not None:
-            make_server(socket, creds, "any")
-        socket.bind(endpoint)
-    except BaseException:
-        socket.close(0)
-        raise
-    if creds is None:
-        return socket, endpoint
-    if old_key is not None and old_key != creds.keypair.public:
-        log.warning("the cluster's key changed since %s was bound; clients need the new "
-                    "address", endpoint)
-    return socket, format_address(endpoint, creds.keypair.public)

@@ -11,7 +11,8 @@ Contract:
   latencies. `expire(now, horizon)` forgets calls in flight for longer than `horizon`.
 - `summaries()` gives, per name: calls finished, errors, p50 and p99 of the recent latencies,
   calls in flight. `render_prometheus(...)` writes everything in the Prometheus text format
-  (version 0.0.4): counters, a latency histogram per name, gauges for workers, and, when the
+  (version 0.0.4): counters, a latency histogram per name, gauges for workers and executor
+  nodes (how many, which are draining, calls outstanding on each), and, when the
   scheduler authenticates, the connections refused at the handshake and the messages dropped
   per (sender role, kind).
 No clocks are read here: every method takes `now`.
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass, field
-from typing import Deque, Dict, Iterable, List, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Deque, Dict, Iterable, List, Mapping, NamedTuple, Optional, Tuple
 
 __all__ = ["CallStats", "NameStats", "Summary", "WorkerGauge", "BUCKETS", "render_prometheus"]
 
@@ -126,7 +127,8 @@ def _label(value: str) -> str:
 
 def render_prometheus(stats: CallStats, workers: Iterable[WorkerGauge],
                       scheduler: str, dropped: Mapping[Tuple[str, str], int] = {},
-                      refused_connections: Optional[int] = None) -> str:
+                      refused_connections: Optional[int] = None,
+                      nodes: Iterable[Any] = ()) -> str:
     """The Prometheus text exposition of `stats` and `workers` (see the module contract)."""
     sched = f'scheduler="{_label(scheduler)}"'
     lines = [
@@ -169,6 +171,26 @@ def render_prometheus(stats: CallStats, workers: Iterable[WorkerGauge],
         lines.append(f'cloudburst_worker_outstanding_calls{{{sched},'
                      f'worker="{_label(w.worker_id)}",node="{_label(w.node_id)}"}} '
                      f'{w.outstanding}')
+    nodes = list(nodes)      # scheduler.membership.NodeView
+    lines += ["# HELP cloudburst_executor_nodes Executor nodes with live workers.",
+              "# TYPE cloudburst_executor_nodes gauge",
+              f"cloudburst_executor_nodes{{{sched}}} {len(nodes)}",
+              "# HELP cloudburst_executor_nodes_draining Executor nodes this scheduler places "
+              "no new call on.",
+              "# TYPE cloudburst_executor_nodes_draining gauge",
+              f"cloudburst_executor_nodes_draining{{{sched}}} "
+              f"{sum(1 for n in nodes if n.draining)}",
+              "# HELP cloudburst_executor_node_draining 1 if the node is draining.",
+              "# TYPE cloudburst_executor_node_draining gauge"]
+    for n in nodes:
+        lines.append(f'cloudburst_executor_node_draining{{{sched},node="{_label(n.node_id)}"}} '
+                     f'{int(n.draining)}')
+    lines += ["# HELP cloudburst_executor_node_outstanding_calls Calls this scheduler placed on "
+              "the node, unfinished.",
+              "# TYPE cloudburst_executor_node_outstanding_calls gauge"]
+    for n in nodes:
+        lines.append(f'cloudburst_executor_node_outstanding_calls{{{sched},'
+                     f'node="{_label(n.node_id)}"}} {n.outstanding}')
     if refused_connections is not None:
         lines += ["# HELP cloudburst_refused_connections_total Connections the authentication "
                   "refused at the handshake.",
