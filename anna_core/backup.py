@@ -15,8 +15,10 @@ Contract (README "Backups" says it for users; the layout is `backup_format`'s):
   before and after; a change is logged at WARNING). Writes concurrent with the backup may or
   may not be in it. A replicated key appears once per replica; restoring merges them.
 - `restore(routing, url, auth=...)` reads and checks the manifest, verifies every object's
-  SHA-256 and size before writing anything (`verify="first"`; `"each"` checks each object
-  just before writing its keys, downloading once), then merges every key into the cluster:
+  SHA-256 and size before writing anything (`verify="first"`, streaming each object through
+  the hash; `"each"` checks each object just before writing its keys, downloading once),
+  then merges every key into the cluster, one object in memory at a time (a part, at most
+  `part_bytes` plus one record):
   batched PUTs straight to one replica per key (routing lookups of a whole batch), a key
   that is redirected or unanswered retried through `Client.put`. Metadata (replication
   overrides) is written first; routing adopts restored overrides within its
@@ -129,18 +131,34 @@ class S3Objects:
         except Exception as e:
             raise self._error(e, f"downloading {name}", name) from None
 
+    def check(self, entry: ObjectEntry) -> None:
+        """Streams the object through SHA-256 (1 MiB at a time) and compares it with its
+        manifest entry: ChecksumMismatch when they differ."""
+        digest, size = hashlib.sha256(), 0
+        try:
+            answer = self.s3.get_object(Bucket=self.location.bucket,
+                                        Key=self.location.key(entry.name))
+            for chunk in answer["Body"].iter_chunks(1 << 20):
+                digest.update(chunk)
+                size += len(chunk)
+        except Exception as e:
+            raise self._error(e, f"downloading {entry.name}", entry.name) from None
+        self._compare(entry, digest.hexdigest(), size)
+
     def verified(self, entry: ObjectEntry) -> bytes:
         """The object's bytes, checked against its manifest entry (ChecksumMismatch)."""
         body = self.get(entry.name)
-        digest = hashlib.sha256(body).hexdigest()
-        if digest != entry.sha256 or len(body) != entry.bytes:
+        self._compare(entry, hashlib.sha256(body).hexdigest(), len(body))
+        return body
+
+    def _compare(self, entry: ObjectEntry, digest: str, size: int) -> None:
+        if digest != entry.sha256 or size != entry.bytes:
             where = f"s3://{self.location.bucket}/{self.location.key(entry.name)}"
             raise ChecksumMismatch(
-                f"{where} is corrupted: SHA-256 {digest[:16]}... and {len(body):,} bytes, but "
+                f"{where} is corrupted: SHA-256 {digest[:16]}... and {size:,} bytes, but "
                 f"the manifest recorded {entry.sha256[:16]}... and {entry.bytes:,} bytes",
                 bucket=self.location.bucket, object=entry.name, expected=entry.sha256,
                 actual=digest)
-        return body
 
 
 @dataclass
@@ -437,7 +455,7 @@ def restore(routing: Union[str, Sequence[str]], url: str, *, auth: Optional[Auth
     objects = manifest.ordered()
     if verify == "first":
         for i, entry in enumerate(objects):
-            store.verified(entry)
+            store.check(entry)
             if i + 1 == len(objects) or (i + 1) % 50 == 0:
                 say(f"  verified {i + 1}/{len(objects)} object(s)")
     kvs = _cluster_client(routing, auth, timeout)
