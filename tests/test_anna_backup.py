@@ -377,3 +377,32 @@ def test_cli_backup_and_restore(s3, source):
     help_text = subprocess.run(base + ["backup", "--help"], env=env, capture_output=True,
                                text=True, timeout=60).stdout
     assert "--routing" in help_text and "AWS_ENDPOINT_URL" in help_text
+
+
+def test_the_monitor_runs_scheduled_backups(s3, source):
+    from anna_core.autoscale.policy_config import PolicyConfig
+    from anna_core.backup_schedule import BackupSchedule
+    from anna_core.monitor import Monitor
+    with pytest.raises(ValueError, match="at least"):
+        BackupSchedule(f"s3://{BUCKET}/x", 0.1, source.routing_addresses, source.cluster_auth)
+    with pytest.raises(BadBackupURL):
+        BackupSchedule("bucket/x", 60, source.routing_addresses, source.cluster_auth)
+    schedule = BackupSchedule(f"s3://{BUCKET}/scheduled", 3600, source.routing_addresses,
+                              source.cluster_auth)
+    with source.client(auth=source.cluster_auth) as kvs:
+        monitor = Monitor(kvs, policy=PolicyConfig(monitoring_period=1.0), backups=schedule)
+        first = monitor.tick(time.time(), time.monotonic())["backups"]
+        assert first["running"].startswith(f"s3://{BUCKET}/scheduled/20")
+        assert schedule.join(60), "the scheduled backup finished"
+        later = monitor.tick(time.time(), time.monotonic())["backups"]
+        assert later["running"] is None, "not due again for an hour"
+        assert later["completed"] == 1 and later["last"]["ok"], later
+        assert later["last"]["keys"] >= len(source.expected)
+        prefix = later["last"]["location"][len(f"s3://{BUCKET}/"):]
+        s3.head_object(Bucket=BUCKET, Key=f"{prefix}/{MANIFEST_NAME}")
+        monitor.stop()
+    failing = BackupSchedule("s3://no-such-bucket/x", 60, source.routing_addresses,
+                             source.cluster_auth)
+    assert failing.maybe_start() is not None and failing.join(60)
+    status = failing.status()
+    assert status["failed"] == 1 and "BucketNotFound" in status["last"]["error"]
