@@ -22,7 +22,8 @@ Contract (README "Backups" says it for users; the layout is `backup_format`'s):
   batched PUTs straight to one replica per key (routing lookups of a whole batch), a key
   that is redirected or unanswered retried through `Client.put`. Metadata (replication
   overrides) is written first; routing adopts restored overrides within its
-  override_refresh_period (5 s by default). Lattice merges make a restore idempotent.
+  override_refresh_period (5 s by default); an override naming no tier the target has is
+  left out (`backup_format.fit_overrides`, logged). Lattice merges make a restore idempotent.
 - Credentials, region and endpoint come from the standard AWS configuration (environment,
   `~/.aws/config` and credentials, `AWS_ENDPOINT_URL` / `AWS_ENDPOINT_URL_S3`); `profile`
   and `endpoint_url` override them. Failures raise the `BackupError` family
@@ -45,8 +46,8 @@ from hydro_proto import anna_pb2
 from runtime.auth import CLUSTER, AuthConfig
 
 from .backup_format import (MANIFEST_NAME, DEFAULT_PART_BYTES, Location, Manifest, ObjectEntry,
-                            Part, PartWriter, backed_up, is_metadata, parse_location,
-                            parse_manifest, read_records)
+                            Part, PartWriter, backed_up, fit_overrides, is_metadata,
+                            parse_location, parse_manifest, read_records)
 from .client import Client
 from .errors import (AnnaError, BackupError, BackupExists, BackupObjectMissing,
                      BackupStorageError, BucketNotFound, ChecksumMismatch, ManifestError,
@@ -176,11 +177,12 @@ class BackupResult:
 class RestoreResult:
     """What `restore` merged."""
     location: str
-    keys: int
+    keys: int              # records read from the backup (merged, or overrides left out)
     bytes: int
     objects: int
     seconds: float
     retried: int           # keys that needed Client.put (redirected or unanswered)
+    skipped_overrides: List[str]   # keys whose override names no tier of the target
 
 
 def _cluster_client(routing: Union[str, Sequence[str]], auth: Optional[AuthConfig],
@@ -463,16 +465,37 @@ def restore(routing: Union[str, Sequence[str]], url: str, *, auth: Optional[Auth
     keys = size = 0
     last_report = time.monotonic()
     try:
-        for i, entry in enumerate(objects):
+        tiers = {n.tier for n in _members(kvs, timeout * 3).nodes}
+
+        def records_of(entry: ObjectEntry) -> List[Any]:
             body = store.verified(entry)   # checked again: it may have changed since
             try:
-                for t in read_records(body):
-                    writer.add(t, entry.name)
-                    keys += 1
+                return list(read_records(body))
             except ValueError as e:   # the checksum matched, so the backup itself is bad
                 raise ManifestError(f"s3://{location.bucket}/{location.key(entry.name)}: "
                                     f"does not decode ({e})", bucket=location.bucket,
                                     object=entry.name) from None
+
+        # The overrides (small: routing holds them all in memory too) go first, as a whole,
+        # so an override the target cannot honour leaves the index as well.
+        metadata = [e for e in objects if e.kind == "metadata"]
+        kept, left_out = fit_overrides([t for e in metadata for t in records_of(e)], tiers)
+        skipped = sorted(set(left_out))
+        for key in skipped:
+            log.warning("replication override of %r left out: it names no tier this cluster "
+                        "has (the key gets the default replication)", key)
+        for t in kept:
+            writer.add(t, metadata[0].name)
+            keys += 1
+        keys += len(left_out)
+        writer.flush()
+        for i, entry in enumerate(objects):
+            if entry.kind == "metadata":
+                size += entry.bytes
+                continue
+            for t in records_of(entry):
+                writer.add(t, entry.name)
+                keys += 1
             writer.flush()
             size += entry.bytes
             if time.monotonic() - last_report >= 1.0 or i + 1 == len(objects):
@@ -482,5 +505,8 @@ def restore(routing: Union[str, Sequence[str]], url: str, *, auth: Optional[Auth
         kvs.close()
     seconds = time.monotonic() - started
     say(f"restore done: {keys:,} keys merged in {seconds:.1f} s"
-        + (f" ({writer.retried} retried through the client)" if writer.retried else ""))
-    return RestoreResult(str(location), keys, size, len(objects), seconds, writer.retried)
+        + (f" ({writer.retried} retried through the client)" if writer.retried else "")
+        + (f"; {len(skipped)} replication override(s) left out (no such tier here)"
+           if skipped else ""))
+    return RestoreResult(str(location), keys, size, len(objects), seconds, writer.retried,
+                         skipped)

@@ -16,6 +16,10 @@ Contract:
   (`__anna__/replication/...` and `__anna__/replication-index`); not the statistics or the
   monitor's status, which describe the old cluster. `is_metadata(key)` tells the overrides
   apart: they go in the metadata parts, restored before the data.
+- `fit_overrides(tuples, tiers)`: the metadata tuples a target cluster with nodes in `tiers`
+  can honour. An override whose vector has replicas in no tier of the target (e.g. disk
+  only, restored into a memory-only cluster) would leave its key with no replica, so it is
+  left out, and dropped from the index.
 - The manifest (JSON, `FORMAT`, version `VERSION`) lists every object with its SHA-256,
   size and key count, plus the cluster seen at backup time, the start and end times and the
   totals; `parse_manifest` checks it strictly and raises `ManifestError`.
@@ -27,17 +31,18 @@ import json
 import re
 import struct
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 from hydro_proto import anna_pb2
 
+from . import _core
 from .effects import REPLICATION_INDEX_KEY, REPLICATION_PREFIX
 from .errors import BadBackupURL, ManifestError
 
 __all__ = ["FORMAT", "VERSION", "PART_MAGIC", "MANIFEST_NAME", "DEFAULT_PART_BYTES",
            "Location", "parse_location", "part_name", "metadata_part_name", "backed_up",
            "is_metadata", "PartWriter", "Part", "read_records", "ObjectEntry", "Manifest",
-           "parse_manifest"]
+           "parse_manifest", "fit_overrides"]
 
 FORMAT = "anna-backup"
 VERSION = 1
@@ -251,3 +256,36 @@ def parse_manifest(raw: bytes, *, bucket: Optional[str] = None,
     if totals is not None and totals != manifest.totals:
         raise bad(f"totals {totals} do not match its objects {manifest.totals}")
     return manifest
+
+
+def fit_overrides(tuples: List[Any], tiers: Set[int]) -> Tuple[List[Any], List[str]]:
+    """(tuples to restore, keys whose override is left out); see the module contract.
+    `tiers` holds `anna.Tier` numbers. Tuples that do not decode are kept as they are (the
+    routing that reads them reports them)."""
+    skipped: List[str] = []
+    kept: List[Any] = []
+    index: List[Any] = []
+    for t in tuples:
+        if t.key == REPLICATION_INDEX_KEY:
+            index.append(t)
+            continue
+        if t.key.startswith(REPLICATION_PREFIX) and t.lattice_type == anna_pb2.LWW:
+            try:
+                r = anna_pb2.Replication.FromString(
+                    _core.deserialize(anna_pb2.LWW, bytes(t.payload)).reveal())
+            except Exception:   # noqa: BLE001 - undecodable: keep, routing reports it
+                kept.append(t)
+                continue
+            if not ((r.memory_global > 0 and anna_pb2.MEMORY in tiers)
+                    or (r.disk_global > 0 and anna_pb2.DISK in tiers)):
+                skipped.append(t.key[len(REPLICATION_PREFIX):])
+                continue
+        kept.append(t)
+    drop = {k.encode() for k in skipped}
+    for t in index:
+        if drop and t.lattice_type == anna_pb2.SET:
+            values = _core.deserialize(anna_pb2.SET, bytes(t.payload)).reveal() - drop
+            t = anna_pb2.KeyTuple(key=t.key, lattice_type=t.lattice_type,
+                                  payload=_core.SetLattice(sorted(values)).serialize())
+        kept.append(t)
+    return kept, skipped

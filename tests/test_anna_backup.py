@@ -406,3 +406,35 @@ def test_the_monitor_runs_scheduled_backups(s3, source):
     assert failing.maybe_start() is not None and failing.join(60)
     status = failing.status()
     assert status["failed"] == 1 and "BucketNotFound" in status["last"]["error"]
+
+
+def test_disk_tier_keys_and_an_override_the_target_cannot_hold(s3):
+    """A memory + disk cluster: the disk workers are scanned too; restored into a memory-only
+    cluster, a disk-only override is left out (its key would have no replica there)."""
+    with LocalCluster(nodes=1, memory_threads=1, disk_threads=1) as source:
+        with source.client(auth=source.cluster_auth) as admin:
+            admin.put("warm", b"in both tiers")
+            admin.put("cold", SetLattice([b"on disk"]))
+            admin.set_replication("cold", memory=0, disk=1)
+            admin.set_replication("warm", memory=1, disk=1)
+            def on_disk():
+                try:   # KeyNotFound while the key is being handed to the disk tier
+                    return admin.get_lattice("cold") == SetLattice([b"on disk"])
+                except KeyNotFound:
+                    return False
+            poll_until(on_disk, 10, "the disk-only key being readable from the disk tier")
+        result = backup(source.routing_addresses, f"s3://{BUCKET}/tiers",
+                        auth=source.cluster_auth)
+    disk_nodes = {n["node_id"] for n in result.manifest.cluster["nodes"] if n["tier"] == "disk"}
+    assert disk_nodes and any(o.node_id in disk_nodes and o.keys > 0
+                              for o in result.manifest.objects)
+    with LocalCluster(nodes=1, memory_threads=1) as target:
+        restored = restore(target.routing_addresses, f"s3://{BUCKET}/tiers",
+                           auth=target.cluster_auth)
+        assert restored.skipped_overrides == ["cold"]
+        with target.client(auth=target.cluster_auth) as kvs:
+            assert kvs.get("cold").reveal() == {b"on disk"}
+            assert kvs.get("warm") == b"in both tiers"
+            assert kvs.get("__anna__/replication-index").reveal() == {b"warm"}
+            with pytest.raises(KeyNotFound):
+                kvs.get("__anna__/replication/cold")
