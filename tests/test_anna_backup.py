@@ -87,6 +87,22 @@ def test_manifest_round_trips_and_corruption_is_a_manifest_error():
             parse_manifest(broken, bucket="b", object="p/manifest.json")
 
 
+def test_routing_answers_members_with_its_membership():
+    from anna_core.membership import ClusterMembership
+    state = ClusterMembership()
+    join = anna_pb2.NodeJoin(control_address="tcp://ctl:1")
+    join.node.node_id, join.node.tier = "memory-0", anna_pb2.MEMORY
+    join.node.worker_addresses.extend(["tcp://w:1", "tcp://w:2"])
+    state.handle("join", join.SerializeToString(), 1.0)
+    request = anna_pb2.MembersRequest(response_address="tcp://tool:1", request_id="q")
+    effects = state.handle("members", request.SerializeToString(), 1.1)
+    [out] = effects.send
+    assert out.address == "tcp://tool:1" and out.kind is None
+    assert out.message.request_id == "q" and out.message.membership == state.membership()
+    assert [list(n.worker_addresses) for n in out.message.membership.nodes] == [
+        ["tcp://w:1", "tcp://w:2"]]
+
+
 # ---- the kernel's scan -----------------------------------------------------------------------
 
 def _scan_all(core, max_keys):
@@ -345,7 +361,9 @@ def test_backups_need_the_cluster_key_and_workers_drop_a_clients_scan(s3, source
         worker = source.worker_addresses(source.node_ids[0])[0]
         request = anna_pb2.ScanRequest(response_address=address, request_id="c")
         assert push.send_frames(worker, [b"scan", request.SerializeToString()])
-        assert not pull.poll(1000), "a client key's scan must not be answered"
+        members = anna_pb2.MembersRequest(response_address=address, request_id="m")
+        assert push.send_frames(source.routing_address, [b"members", members.SerializeToString()])
+        assert not pull.poll(1000), "a client key's scan and member listing are not answered"
     finally:
         push.close()
         pull.close(0)
