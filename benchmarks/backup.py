@@ -92,11 +92,14 @@ def main() -> None:
     p.add_argument("--nodes", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--part-mb", type=float, default=16.0)
+    p.add_argument("--verify", choices=("first", "each"), default="first",
+                   help="the restore's verification (see `anna restore --help`)")
     args = p.parse_args()
     moto = start_moto()
     result: Dict[str, Any] = {"keys": args.keys, "value_size": args.value_size,
                               "source": f"{args.nodes} nodes x {args.threads} threads",
                               "target": "1 node x 2 threads", "part_mb": args.part_mb,
+                              "verify": args.verify,
                               "machine": f"{platform.machine()}, {os.cpu_count()} cores"}
     url = f"s3://{BUCKET}/bench-{int(time.time())}"
     try:
@@ -113,7 +116,8 @@ def main() -> None:
                             "mb_per_s": round(totals["bytes"] / 1e6 / b.seconds, 1)}
         with LocalCluster(nodes=1, memory_threads=2) as target:
             log("restoring into 1 node x 2 threads")
-            r = restore(target.routing_addresses, url, auth=target.cluster_auth, progress=log)
+            r = restore(target.routing_addresses, url, auth=target.cluster_auth,
+                        verify=args.verify, progress=log)
             with target.client() as kvs:
                 assert kvs.get(f"key/{args.keys - 1:08d}") == b"x" * args.value_size
         result["restore"] = {"seconds": round(r.seconds, 2), "keys_merged": r.keys,
