@@ -14,6 +14,11 @@ Contract:
   decision is logged with its reason.
 - `anna status --routing ADDR [--key-dir D] [--watch S] [--json]` prints the monitor's latest
   status (`autoscale/status.py`); exit 1 when no monitor has published one.
+- `anna backup s3://bucket/prefix --routing ADDR [--key-dir D]` and `anna restore ...` copy
+  the cluster's keys to S3 and merge them back (`anna_core.backup`), printing progress;
+  exit 0 when done, 1 with the typed error printed (a bad location, a missing bucket, a
+  corrupted object, ...). AWS credentials and the endpoint come from the standard AWS
+  configuration.
 """
 from __future__ import annotations
 
@@ -147,6 +152,64 @@ def _cmd_status(args: argparse.Namespace) -> int:
     except (AnnaError, ValueError) as e:
         print(f"anna status: {e}", file=sys.stderr)
         return 1
+
+
+def _cmd_backup_or_restore(args: argparse.Namespace) -> int:
+    from runtime.auth import AuthConfig
+    from . import backup as backups
+    configure_logging(args.log_level, f"anna {args.command}", family="anna")
+    auth = AuthConfig(args.key_dir) if args.key_dir else None
+
+    def say(text: str) -> None:
+        print(text, flush=True)
+
+    try:
+        if args.command == "backup":
+            backups.backup(args.routing, args.location, auth=auth,
+                           part_bytes=int(args.part_mb * (1 << 20)), timeout=args.timeout,
+                           profile=args.profile, endpoint_url=args.endpoint_url, progress=say)
+        else:
+            backups.restore(args.routing, args.location, auth=auth, verify=args.verify,
+                            timeout=args.timeout, profile=args.profile,
+                            endpoint_url=args.endpoint_url, progress=say)
+    except KeyboardInterrupt:
+        print(f"anna {args.command}: interrupted", file=sys.stderr)
+        return 1
+    except (AnnaError, ValueError, OSError) as e:
+        print(f"anna {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _add_backup_parser(sub: Any, name: str, help_text: str) -> None:
+    p = sub.add_parser(name, help=help_text, description=help_text + ". AWS credentials, "
+                       "region and endpoint come from the standard AWS configuration "
+                       "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL_S3 or "
+                       "AWS_ENDPOINT_URL, ~/.aws/config, AWS_PROFILE).",
+                       formatter_class=HELP_FORMAT)
+    p.add_argument("location", metavar="s3://BUCKET/PREFIX",
+                   help="where the backup is (the bucket must exist)")
+    p.add_argument("--routing", required=True, action="append",
+                   help="routing address (as `anna local` prints it, with its #k= key); "
+                        "repeat for several routings")
+    p.add_argument("--key-dir", help="the cluster's key directory: backups use the cluster "
+                                     "key (default: no authentication)")
+    p.add_argument("--timeout", type=positive_float, default=5.0,
+                   help="seconds to wait for one answer from a worker or routing")
+    p.add_argument("--profile", default=None,
+                   help="AWS profile to use (default: AWS_PROFILE or the default profile)")
+    p.add_argument("--endpoint-url", default=None,
+                   help="S3 endpoint (default: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL or AWS)")
+    if name == "backup":
+        p.add_argument("--part-mb", type=positive_float, default=16.0,
+                       help="size at which a worker's keys go on in a new object (MiB)")
+    else:
+        p.add_argument("--verify", choices=("first", "each"), default="first",
+                       help="'first': check every object's checksum before writing any key; "
+                            "'each': check each object just before writing its keys "
+                            "(downloads once)")
+    add_common(p)
+    p.set_defaults(func=_cmd_backup_or_restore)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -295,6 +358,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     status.add_argument("--timeout", type=positive_float, default=5.0,
                         help="seconds to wait for the KVS")
     status.set_defaults(func=_cmd_status)
+
+    _add_backup_parser(sub, "backup", "copy every key of a running cluster to S3")
+    _add_backup_parser(sub, "restore", "merge a backup from S3 into a running cluster")
 
     demo = sub.add_parser("demo", help="start a local cluster and show a few operations",
                           formatter_class=HELP_FORMAT)

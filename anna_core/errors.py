@@ -16,6 +16,9 @@ __all__ = [
     "AnnaError", "KeyNotFound", "LatticeTypeMismatch", "ValueTooLarge", "UnknownLatticeType",
     "MalformedRequest", "NoNodes", "Timeout", "WrongOwner", "StoreFailed", "DiskFull",
     "StartupError", "LeaveFailed", "NotPermitted", "error_from_code",
+    "BackupError", "BadBackupURL", "BucketNotFound", "BackupExists", "ManifestError",
+    "BackupObjectMissing", "ChecksumMismatch", "BackupStorageError", "ScanFailed",
+    "RestoreFailed",
 ]
 
 
@@ -119,6 +122,61 @@ class LeaveFailed(AnnaError):
         super().__init__(message, address=node_id)
         self.node_id = node_id
         self.status = status
+
+
+class BackupError(AnnaError):
+    """A backup or restore (`anna_core.backup`) failed. `bucket` and `object` name the S3
+    bucket and the object involved (None when not about one); `address` a worker or routing."""
+
+    def __init__(self, message: str, *, bucket: Optional[str] = None,
+                 object: Optional[str] = None, address: Optional[str] = None,
+                 key: Optional[str] = None) -> None:
+        super().__init__(message, key=key, address=address)
+        self.bucket = bucket
+        self.object = object
+
+
+class BadBackupURL(BackupError, ValueError):
+    """The backup location is not `s3://bucket/prefix` (with a valid bucket name)."""
+
+
+class BucketNotFound(BackupError):
+    """The S3 bucket does not exist (or this account cannot see it)."""
+
+
+class BackupExists(BackupError):
+    """A backup (its manifest) is already at that prefix: backups never overwrite."""
+
+
+class ManifestError(BackupError):
+    """The backup's manifest is missing, does not parse, or does not describe a backup."""
+
+
+class BackupObjectMissing(BackupError):
+    """An object the manifest lists is not in the bucket."""
+
+
+class ChecksumMismatch(BackupError):
+    """An object's SHA-256 or size differs from what the manifest recorded (`expected`,
+    `actual`: hex digests): the object was corrupted or replaced after the backup."""
+
+    def __init__(self, message: str, *, bucket: str, object: str, expected: str,
+                 actual: str) -> None:
+        super().__init__(message, bucket=bucket, object=object)
+        self.expected = expected
+        self.actual = actual
+
+
+class BackupStorageError(BackupError):
+    """S3 refused or failed a request (credentials, permissions, endpoint unreachable)."""
+
+
+class ScanFailed(BackupError):
+    """A worker did not answer a scan page in time, or its store failed to enumerate."""
+
+
+class RestoreFailed(BackupError):
+    """Keys could not be written back into the cluster (`key` is one of them)."""
 
 
 # A local process (routing or a KVS node) failed to start or to become ready: the runtime

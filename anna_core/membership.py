@@ -30,6 +30,8 @@ Contract (DESIGN.md "Routing and membership", proto/anna.proto, dissertation 3.2
   * `overrides_loaded(mapping)`: overrides read back from the KVS; keys without an override
     set since this routing started take them, and workers get a `ReplicationUpdate` (during
     recovery they ride on the recovery broadcast instead).
+  * `members(MembersRequest)`: the current Membership, for tools that must reach every
+    worker (backups); answered at once (cluster key only: routing drops it from clients).
   * `handle(kind, payload, now)` parses a routing message and dispatches it.
 - Broadcast: every membership change sends the full `Membership` (kind "membership") to every
   worker of every node, with version = max(own version, highest version any heartbeat
@@ -155,7 +157,7 @@ class ClusterMembership:
         """Parse and apply one routing message; bad input is logged, never raised."""
         handlers = {"join": anna_pb2.NodeJoin, "address": anna_pb2.KeyAddressRequest,
                     "replicate": anna_pb2.SetReplication, "heartbeat": anna_pb2.NodeHeartbeat,
-                    "leave": anna_pb2.NodeLeave}
+                    "leave": anna_pb2.NodeLeave, "members": anna_pb2.MembersRequest}
         if kind not in handlers:
             return Effects().warn(f"dropped message of kind {kind!r}: routing does not handle it")
         try:
@@ -170,6 +172,8 @@ class ClusterMembership:
             return self.heartbeat(message, self.now if now is None else now)
         if kind == "address":
             return self.address(message)
+        if kind == "members":
+            return self.members(message)
         return self.replicate(message, now)
 
     def join(self, join: anna_pb2.NodeJoin, now: Optional[float] = None) -> Effects:
@@ -296,6 +300,12 @@ class ClusterMembership:
     def address(self, request: anna_pb2.KeyAddressRequest) -> Effects:
         """Answer where keys live."""
         response = self.address_response(request.keys, request.all_tiers, request.request_id)
+        return self._answer(Effects(), request.response_address, response)
+
+    def members(self, request: anna_pb2.MembersRequest) -> Effects:
+        """Answer with the current Membership (nodes, workers, default and overrides)."""
+        response = anna_pb2.MembersResponse(request_id=request.request_id,
+                                            membership=self.membership())
         return self._answer(Effects(), request.response_address, response)
 
     def replicate(self, request: anna_pb2.SetReplication, now: Optional[float] = None) -> Effects:

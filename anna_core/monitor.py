@@ -20,9 +20,13 @@ Contract (dissertation 3.2.4 and 3.3; the decisions are `autoscale/`'s pure core
   date with the ones this monitor sets (the engine also remembers them).
 - Without a manager (or with `autoscale=False`) the monitor only observes: summaries and
   status, no actions.
+- Scheduled backups (optional, `backups=BackupSchedule(...)`, `backup_schedule.py`): each
+  period calls `maybe_start`, so a due backup starts on its own thread (never holding the
+  period up), and the status carries `"backups"`: the schedule and the last backup's result.
+  `stop()` waits for a running backup.
 
 Run standalone (observe only): `python -m anna_core.monitor --routing ADDR [--key-dir D]
-[--period T]`; `anna local --autoscale` runs one in-process with a local cluster manager.
+[--period T] [--backup-to s3://bucket/prefix --backup-every S]`; `anna local --autoscale` runs one in-process with a local cluster manager.
 """
 from __future__ import annotations
 
@@ -73,8 +77,10 @@ class Monitor:
     def __init__(self, kvs: Any, *, policy: Optional[PolicyConfig] = None,
                  manager: Optional[ClusterManager] = None, autoscale: bool = True,
                  default_replication: Replication = Replication(),
-                 history_limit: int = 10_000, logger: logging.Logger = log) -> None:
+                 history_limit: int = 10_000, logger: logging.Logger = log,
+                 backups: Optional[Any] = None) -> None:
         self.kvs = kvs
+        self.backups = backups
         self.policy = policy if policy is not None else PolicyConfig()
         self.period = self.policy.monitoring_period
         self.manager = manager
@@ -124,6 +130,9 @@ class Monitor:
             pending=self._listing("pending"), leaving=self._listing("leaving"),
             grace_until=max(0.0, grace - now) if grace is not None else None,
             autoscaling=self.autoscaling, problems=problems, notes=self._notes)
+        if self.backups is not None:
+            self.backups.maybe_start(now)
+            status["backups"] = self.backups.status()
         try:
             self.kvs.put(STATUS_KEY, json.dumps(status).encode())
         except AnnaError as e:
@@ -245,6 +254,8 @@ class Monitor:
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
+        if self.backups is not None and not self.backups.stop(timeout):
+            self.log.warning("a scheduled backup was still running after %.0f s", timeout)
 
     def _run(self) -> None:
         while True:
@@ -284,6 +295,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                      "cluster key)")
     p.add_argument("--period", type=positive_float, default=PolicyConfig().monitoring_period,
                    help="monitoring period T in seconds (the nodes' --report-period)")
+    p.add_argument("--backup-to", metavar="s3://BUCKET/PREFIX", default=None,
+                   help="back the cluster up under this prefix (a dated prefix per backup; "
+                        "AWS settings from the standard AWS configuration)")
+    p.add_argument("--backup-every", type=positive_float, default=24 * 3600.0, metavar="S",
+                   help="seconds between scheduled backups (with --backup-to)")
     p.add_argument("--log-level", default="info", help="debug, info, warning or error")
     args = p.parse_args(argv)
     configure_logging(args.log_level, "monitor", family="anna")
@@ -291,9 +307,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     policy = PolicyConfig(monitoring_period=args.period)
-    with Client(args.routing, auth=AuthConfig(args.key_dir) if args.key_dir else None,
-                timeout=2.0, retries=1) as kvs:
-        monitor = Monitor(kvs, policy=policy).start()
+    auth = AuthConfig(args.key_dir) if args.key_dir else None
+    backups = None
+    if args.backup_to:
+        from .backup_schedule import BackupSchedule
+        try:
+            backups = BackupSchedule(args.backup_to, args.backup_every, args.routing, auth)
+        except (AnnaError, ValueError) as e:
+            print(f"monitor: {e}", file=sys.stderr)
+            return 2
+    with Client(args.routing, auth=auth, timeout=2.0, retries=1) as kvs:
+        monitor = Monitor(kvs, policy=policy, backups=backups).start()
         while not stop.wait(1.0):
             pass
         monitor.stop()

@@ -8,7 +8,8 @@ Contract (DESIGN.md, proto/anna.proto, dissertation 3.2.5-3.2.7):
 - One PULL socket bound on tcp://ip:port (port 0 = free port). Its address is reported as an
   `READY {"address": ...}` line on stdout and, with `--ready-file`, in that file.
 - Messages are [kind][payload]: "join" (NodeJoin), "leave" (NodeLeave), "heartbeat"
-  (NodeHeartbeat), "address" (KeyAddressRequest), "replicate" (SetReplication). What each
+  (NodeHeartbeat), "address" (KeyAddressRequest), "replicate" (SetReplication), "members"
+  (MembersRequest: the membership, for backups). What each
   does is `membership.ClusterMembership`'s contract; this loop stamps each with
   `time.monotonic()` and calls `tick(now)` at least every 100 ms (failure detection, end of
   the recovery phase).

@@ -35,7 +35,7 @@ _KIND_OF = {i + 1: k for i, k in enumerate(KIND_ORDER)}
 
 ANNA_KINDS = frozenset({b"request", b"gossip", b"membership", b"replication", b"address",
                         b"join", b"replicate", b"heartbeat", b"leave", b"handoff",
-                        b"handoff_ack", b"fetch", b"fetched"})
+                        b"handoff_ack", b"fetch", b"fetched", b"scan", b"members"})
 
 
 class FrameError(ValueError):

@@ -181,6 +181,7 @@ py::dict worker_stats_dict(const WorkerStats& s) {
   d["fetches_out"] = s.fetches_out;
   d["deferred"] = s.deferred;
   d["tombstones"] = s.tombstones;
+  d["scans"] = s.scans;
   return d;
 }
 

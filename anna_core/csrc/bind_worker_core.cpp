@@ -11,7 +11,7 @@
 //     `membership` (a serialized anna.Membership) is handled at once, its outputs discarded.
 //     tier must be 0 (memory) or 1 (disk); a store that cannot be opened raises RuntimeError.
 //   * handle(kind, payload) feeds one received [kind][payload] message ("request", "gossip",
-//     "membership", "replication", "handoff", "handoff_ack", "fetch", "fetched") and returns
+//     "membership", "replication", "handoff", "handoff_ack", "fetch", "fetched", "scan") and returns
 //     the messages to send, in order, as a list of (address, kind, payload: bytes) tuples;
 //     kind is "" for single-frame answers (KeyResponse and UPDATE pushes). A message the worker drops (unknown kind, unparsable payload) raises
 //     ValueError with the worker's reason; the worker's state is unchanged apart from

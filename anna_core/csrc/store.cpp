@@ -103,6 +103,41 @@ std::size_t MemoryStore::scan_keys(
 }
 
 
+// Memory cursor: "m<bucket count>:<next bucket>" (the bucket count detects a rehash).
+ScanPage MemoryStore::scan_page(const std::string& cursor, std::size_t max_keys,
+                                std::size_t max_bytes, const ScanVisitor& fn) {
+  ScanPage page;
+  const std::size_t buckets = map_.bucket_count();
+  std::size_t b = 0;
+  if (!cursor.empty()) {
+    unsigned long long count = 0, next = 0;
+    char tail = 0;
+    if (cursor[0] == 'm' &&
+        std::sscanf(cursor.c_str() + 1, "%llu:%llu%c", &count, &next, &tail) == 2 &&
+        count == buckets && next <= buckets) {
+      b = static_cast<std::size_t>(next);
+    } else {
+      page.restarted = true;  // a rehash (or a foreign cursor): start over
+    }
+  }
+  std::size_t keys = 0, bytes = 0;
+  std::string payload;
+  while (b < buckets && keys < max_keys && bytes < max_bytes) {
+    for (auto it = map_.cbegin(b); it != map_.cend(b); ++it) {
+      payload.clear();
+      encode_lattice(it->second, &payload);
+      ++keys;
+      bytes += it->first.size() + payload.size();
+      fn(it->first, lattice_type_of(it->second), std::move(payload));
+    }
+    ++b;
+  }
+  page.done = b >= buckets;
+  if (!page.done) page.next_cursor = "m" + std::to_string(buckets) + ":" + std::to_string(b);
+  return page;
+}
+
+
 // ---------------------------------------------------------------- disk
 
 namespace {
@@ -570,6 +605,48 @@ std::size_t DiskStore::scan_keys(
     log_warning("DiskStore key scan in " + path_ + ": " + it->status().ToString());
   if (visited == 0) scan_after_.clear();
   return visited;
+}
+
+// Disk cursor: "d" + the last key visited.
+ScanPage DiskStore::scan_page(const std::string& cursor, std::size_t max_keys,
+                              std::size_t max_bytes, const ScanVisitor& fn) {
+  ScanPage page;
+  if (!db_) {
+    page.error = STORE_FAILED;
+    detail_ = "store " + path_ + ": not open";
+    return page;
+  }
+  std::string after;
+  if (!cursor.empty()) {
+    if (cursor[0] == 'd') after = cursor.substr(1);
+    else page.restarted = true;
+  }
+  rocksdb::ReadOptions options;
+  options.fill_cache = false;  // a backup must not evict the serving path's blocks
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(options));
+  if (after.empty()) it->SeekToFirst();
+  else {
+    it->Seek(after);
+    if (it->Valid() && it->key() == rocksdb::Slice(after)) it->Next();
+  }
+  std::size_t keys = 0, bytes = 0;
+  std::string last;
+  for (; it->Valid() && keys < max_keys && bytes < max_bytes; it->Next()) {
+    rocksdb::Slice record = it->value();
+    if (record.size() == 0) continue;
+    last = it->key().ToString();
+    ++keys;
+    bytes += last.size() + record.size() - 1;
+    fn(last, static_cast<unsigned char>(record[0]), std::string(record.data() + 1, record.size() - 1));
+  }
+  if (!it->status().ok()) {
+    page.error = STORE_FAILED;
+    detail_ = "store " + path_ + ": scan: " + it->status().ToString();
+    return page;
+  }
+  page.done = !it->Valid();
+  if (!page.done) page.next_cursor = "d" + last;
+  return page;
 }
 
 // ---- reclaiming space after deletes on a full disk (the helper thread)

@@ -23,6 +23,14 @@
 //     continuing after where the previous call stopped and wrapping around at the end, so
 //     repeated calls rotate over every key of an unchanging store; fn(key, value_size). It
 //     returns how many keys it visited.
+//   * scan_page(cursor, max_keys, max_bytes, fn) is the backup's enumeration (kind "scan"):
+//     fn(key, lattice type, payload) for the stored keys of one page, resuming after `cursor`
+//     ("" = from the start; else a previous page's next_cursor). A page ends after the key
+//     that reaches max_keys or max_bytes of payload. MemoryStore pages are whole hash buckets
+//     and its cursor names the bucket count: if the table grew (rehashed) since, the scan
+//     starts over (restarted = true), so a key stored throughout is visited at least once.
+//     DiskStore pages follow RocksDB's key order after the last key visited (a key stored
+//     throughout is visited exactly once). STORE_FAILED when RocksDB's iterator fails.
 //   * DiskStore record = one lattice-type byte + payload. Writes go through RocksDB's WAL
 //     (not fsync'ed per write): an acknowledged write survives a clean restart and a kill -9
 //     of the process (not a machine crash). Opening fails (std::runtime_error) if the
@@ -84,6 +92,15 @@ class Logger;
 
 namespace anna {
 
+// One page of Store::scan_page (see the contract).
+struct ScanPage {
+  std::string next_cursor;
+  bool done = false;
+  bool restarted = false;
+  AnnaError error = NO_ERROR;
+};
+using ScanVisitor = std::function<void(const std::string& key, int type, std::string&& payload)>;
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -96,6 +113,8 @@ class Store {
   virtual std::uint64_t value_size(const std::string& key) = 0;
   virtual std::size_t scan_keys(std::size_t max_keys,
                                 const std::function<void(const std::string&, std::uint64_t)>& fn) = 0;
+  virtual ScanPage scan_page(const std::string& cursor, std::size_t max_keys,
+                             std::size_t max_bytes, const ScanVisitor& fn) = 0;
   // Payload bytes held (keys + values), an estimate: MemoryStore tracks it on every write
   // (value_bytes() below); DiskStore reads RocksDB's rocksdb.estimate-live-data-size.
   virtual std::uint64_t stored_bytes() const = 0;
@@ -118,6 +137,8 @@ class MemoryStore final : public Store {
   std::uint64_t value_size(const std::string& key) override;
   std::size_t scan_keys(std::size_t max_keys,
                         const std::function<void(const std::string&, std::uint64_t)>& fn) override;
+  ScanPage scan_page(const std::string& cursor, std::size_t max_keys, std::size_t max_bytes,
+                     const ScanVisitor& fn) override;
   std::uint64_t stored_bytes() const override { return bytes_; }
   const std::string& error_detail() const override { return detail_; }
 
@@ -161,6 +182,8 @@ class DiskStore final : public Store {
   std::uint64_t value_size(const std::string& key) override;
   std::size_t scan_keys(std::size_t max_keys,
                         const std::function<void(const std::string&, std::uint64_t)>& fn) override;
+  ScanPage scan_page(const std::string& cursor, std::size_t max_keys, std::size_t max_bytes,
+                     const ScanVisitor& fn) override;
   std::uint64_t stored_bytes() const override;
   const std::string& error_detail() const override { return detail_; }
 

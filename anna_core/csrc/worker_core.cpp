@@ -180,6 +180,19 @@ bool WorkerCore::handle(std::string_view kind, std::string_view payload,
     }
     if (kind == "handoff") handle_handoff(request, out);
     else handle_fetch(request, out);
+  } else if (kind == "scan") {
+    ScanRequest scan;
+    if (!parse_payload(payload, &scan)) {
+      ++stats_.dropped;
+      *why = "unparsable ScanRequest payload";
+      return false;
+    }
+    if (scan.response_address().empty()) {
+      ++stats_.dropped;
+      *why = "scan without a response_address";
+      return false;
+    }
+    handle_scan(scan, out);
   } else if (kind == "handoff_ack" || kind == "fetched") {
     KeyResponse response;
     if (!parse_payload(payload, &response)) {
@@ -195,6 +208,40 @@ bool WorkerCore::handle(std::string_view kind, std::string_view payload,
     return false;
   }
   return true;
+}
+
+// ---------------------------------------------------------------- backups
+
+void WorkerCore::handle_scan(const ScanRequest& scan, std::vector<OutMessage>* out) {
+  ScanResponse response;
+  response.set_request_id(scan.request_id());
+  response.set_responder(id_.address);
+  response.set_node_id(id_.node_id);
+  response.set_thread_id(static_cast<std::uint32_t>(id_.thread_id));
+  const std::size_t max_keys = scan.max_keys() == 0 ? kScanPageKeys
+                               : std::min<std::size_t>(scan.max_keys(), kMaxScanPageKeys);
+  const std::size_t max_bytes = scan.max_bytes() == 0 ? kScanPageBytes
+                                : std::min<std::size_t>(scan.max_bytes(), kMaxScanPageBytes);
+  ScanPage page = store_->scan_page(
+      scan.cursor(), max_keys, max_bytes, [&](const std::string& key, int type, std::string&& payload) {
+        KeyTuple* t = response.add_tuples();
+        t->set_key(key);
+        t->set_lattice_type(static_cast<LatticeType>(type));
+        t->set_payload(std::move(payload));
+      });
+  if (page.error != NO_ERROR) {
+    response.clear_tuples();
+    response.set_error(page.error);
+    response.set_error_detail("node " + id_.node_id + " worker " + std::to_string(id_.thread_id) +
+                              ": " + store_->error_detail());
+  } else {
+    response.set_next_cursor(page.next_cursor);
+    response.set_done(page.done);
+    response.set_restarted(page.restarted);
+  }
+  response.set_stored_keys(store_->size());
+  ++stats_.scans;
+  out->push_back(OutMessage{scan.response_address(), "", serialize_message(response)});
 }
 
 // ---------------------------------------------------------------- requests

@@ -41,6 +41,10 @@
 //     cumulative WorkerStats are untouched). Gossip, hand-off and fetches are not accesses.
 //     The report's key lists carry the stored values' sizes, and `coldest` begins with owned
 //     stored keys never accessed this period (PeriodReport).
+//   * "scan" (ScanRequest, cluster key only: the node shell drops it from client keys) answers
+//     one page of the store (Store::scan_page) as a ScanResponse to response_address: every
+//     stored key, owned or held for a hand-off, with its current value. No state is kept
+//     between pages (the cursor carries it). Scans are not accesses.
 //   * Not thread-safe: one WorkerCore per thread; no locks or atomics.
 #pragma once
 
@@ -99,6 +103,7 @@ struct WorkerStats {
   std::uint64_t fetches_out = 0;     // "fetch" messages sent for deferred GETs
   std::uint64_t deferred = 0;        // GETs waiting for previous owners now
   std::uint64_t tombstones = 0;      // delete tombstones kept now
+  std::uint64_t scans = 0;           // "scan" pages answered (backups)
 };
 
 // A key's accesses in one period and its value's size (0: unknown).
@@ -144,6 +149,8 @@ class WorkerCore {
   void handle_handoff_ack(const KeyResponse& ack);
   void handle_fetch(const KeyRequest& fetch, std::vector<OutMessage>* out);
   void handle_fetched(const KeyResponse& fetched, std::vector<OutMessage>* out);
+  // A "scan" (backups): one page of the store (Store::scan_page) as a ScanResponse.
+  void handle_scan(const ScanRequest& scan, std::vector<OutMessage>* out);
   // Gossip, subscription UPDATEs, then the timers: hand-off resends, fetch timeouts, the end
   // of the fetch window, tombstone expiry.
   void end_epoch(std::vector<OutMessage>* out);
@@ -172,6 +179,11 @@ class WorkerCore {
   Store& store() { return *store_; }
   std::size_t changeset_size() const { return changeset_.size(); }
 
+  // Scan pages (backups): the defaults and the most a ScanRequest may ask for.
+  static constexpr std::size_t kScanPageKeys = 1000;
+  static constexpr std::size_t kMaxScanPageKeys = 100000;
+  static constexpr std::size_t kScanPageBytes = 4u << 20;
+  static constexpr std::size_t kMaxScanPageBytes = 64u << 20;
   // Largest gossip message payload before a batch is split.
   static constexpr std::size_t kMaxGossipBytes = 4u << 20;
   // Largest accepted Membership.vnodes (larger ones are dropped as malformed).
