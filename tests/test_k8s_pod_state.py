@@ -254,3 +254,107 @@ def test_pod_view_reads_ready_terminating_and_exit_codes():
     assert v == PodView("x", ready=True, terminating=True, phase="Running", exit_code=4,
                         reason="container node exited with 4 (Error)")
     assert pod_view(client.V1Pod(metadata=client.V1ObjectMeta(name="y"))) == PodView("y")
+
+
+# ---- the manager's watch loop and deadlines, with fakes instead of an apiserver -----------
+
+class _Obj:
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+class _FakeApps:
+    def __init__(self):
+        self.replicas = 1
+
+    def read_namespaced_deployment_scale(self, name, ns, _request_timeout=None):
+        return _Obj(spec=_Obj(replicas=self.replicas), status=_Obj(selector="tier=memory"))
+
+
+class _FakeCore:
+    def __init__(self, listings):
+        self.listings = listings        # successive (V1Pods, resourceVersion)
+
+    def list_namespaced_pod(self, ns, label_selector=None, _request_timeout=None, **kw):
+        items, version = self.listings.pop(0) if len(self.listings) > 1 else self.listings[0]
+        return _Obj(items=items, metadata=_Obj(resource_version=version))
+
+
+def _v1pod(name, ready=True):
+    from kubernetes import client
+    return client.V1Pod(metadata=client.V1ObjectMeta(name=name), status=client.V1PodStatus(
+        phase="Running", conditions=[client.V1PodCondition(type="Ready",
+                                                           status=str(ready))]))
+
+
+class _FakeWatch:
+    """First stream: 410 Gone. Second: b turns Ready. Later ones: nothing until stopped."""
+    calls = []
+    stopped = None
+
+    def __init__(self):
+        self.resource_version = None
+
+    def stop(self):
+        type(self).stopped.set()
+
+    def stream(self, func, *args, **kwargs):
+        from kubernetes.client.exceptions import ApiException
+        type(self).calls.append(kwargs["resource_version"])
+        if len(type(self).calls) == 1:
+            raise ApiException(status=410, reason="Gone")
+        if len(type(self).calls) == 2:
+            self.resource_version = "9"
+            yield {"type": "MODIFIED", "object": _v1pod("b")}
+            return
+        type(self).stopped.wait(5)
+        return
+        yield
+
+
+def test_the_watch_lists_again_after_410_gone_and_resumes_from_its_version():
+    import threading
+    from anna_core.autoscale.kubernetes_manager import KubernetesClusterManager
+
+    _FakeWatch.calls, _FakeWatch.stopped = [], threading.Event()
+    core = _FakeCore([([_v1pod("a")], "2"), ([_v1pod("a"), _v1pod("b", ready=False)], "7")])
+
+    class Manager(KubernetesClusterManager):
+        def _apis(self, api_client):
+            return _FakeApps(), core
+
+        def _new_watch(self):
+            return _FakeWatch()
+
+    m = Manager(None, "anna", {"memory": "anna-memory"})
+    try:
+        assert m.nodes("memory") == ["a"]
+        seen = []
+        while not any(e.kind == READY for e in seen):
+            assert m.wait(5), "no news from the watch thread within 5 s"
+            seen += m.poll()
+        assert [(e.kind, e.node_id) for e in seen] == [(READY, "b")]
+        assert m.stats["relists"] == 1
+        assert _FakeWatch.calls[:3] == ["2", "7", "9"]    # listed, relisted, resumed after b
+    finally:
+        m.close()
+
+
+def test_an_api_that_does_not_answer_ends_at_the_request_deadline():
+    import socket
+    import time
+    from kubernetes import client
+    from anna_core.autoscale.kubernetes_manager import ApiTimeout, KubernetesClusterManager
+
+    with socket.socket() as silent:        # accepts connections, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        cfg = client.Configuration()
+        cfg.host = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        cfg.retries = 0
+        start = time.monotonic()
+        with pytest.raises(ApiTimeout) as info:
+            KubernetesClusterManager(client.ApiClient(cfg), "anna", {"memory": "anna-memory"},
+                                     request_timeout=0.5)
+        assert time.monotonic() - start < 3
+    assert "get deployments/scale anna/anna-memory: no answer in time" in str(info.value)

@@ -49,7 +49,7 @@ import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from ..errors import AnnaError
-from .manager import TIERS, ClusterManager, Event, FAILED, _check_tier
+from .manager import ClusterManager, Event, FAILED, _check_tier
 from .pod_state import PodView, TierBusy, TierPods, Withdraw
 
 __all__ = ["KubernetesClusterManager", "KubernetesError", "PermissionDenied", "ObjectNotFound",
@@ -207,7 +207,6 @@ class KubernetesClusterManager(ClusterManager):
                  startup_timeout: float = 120.0, leave_timeout: float = 150.0,
                  request_timeout: float = 10.0, watch_timeout: int = 60,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        from kubernetes import client
         for tier in deployments:
             _check_tier(tier)
         if not deployments:
@@ -217,13 +216,13 @@ class KubernetesClusterManager(ClusterManager):
         self.request_timeout = float(request_timeout)
         self.watch_timeout = int(watch_timeout)
         self.clock = clock
-        self.apps = client.AppsV1Api(api_client)
-        self.core = client.CoreV1Api(api_client)
+        self.apps, self.core = self._apis(api_client)
         self.stats = {"watches": 0, "resumes": 0, "relists": 0, "errors": 0}
         self.last_error: Optional[KubernetesError] = None
         self._states = {t: TierPods(t, startup_timeout, leave_timeout) for t in deployments}
         self._selectors: Dict[str, str] = {}
         self._queue: "queue.Queue[Tuple[Any, ...]]" = queue.Queue()
+        self._held: List[Tuple[Any, ...]] = []        # taken off the queue by wait()
         self._stop = threading.Event()
         self._threads: List[threading.Thread] = []
         self._watches: Dict[str, Any] = {}
@@ -312,10 +311,13 @@ class KubernetesClusterManager(ClusterManager):
         now = self.clock() if now is None else now
         events: List[Event] = []
         while True:
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                break
+            if self._held:
+                item = self._held.pop(0)
+            else:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
             kind, tier = item[0], item[1]
             if kind == "event":
                 events += self._states[tier].observe(item[2], item[3], now)
@@ -331,6 +333,17 @@ class KubernetesClusterManager(ClusterManager):
         for e in events:
             (log.warning if e.kind == FAILED else log.info)("%s", e.detail)
         return events
+
+    def wait(self, timeout: float) -> bool:
+        """Block up to `timeout` seconds until the watches have news for `poll()`; whether
+        they have. For callers with nothing else to do between polls (tests, scripts)."""
+        if self._held:
+            return True
+        try:
+            self._held.append(self._queue.get(timeout=max(0.0, timeout)))
+        except queue.Empty:
+            return False
+        return True
 
     def close(self, timeout: float = 2.0) -> None:
         """Stop the watches (waiting up to `timeout` for their threads); pods keep running."""
@@ -358,6 +371,16 @@ class KubernetesClusterManager(ClusterManager):
         self.close()
 
     # -- the API --
+
+    def _apis(self, api_client: Any) -> Tuple[Any, Any]:
+        """The AppsV1Api and CoreV1Api to call (tests substitute fakes)."""
+        from kubernetes import client
+        return client.AppsV1Api(api_client), client.CoreV1Api(api_client)
+
+    def _new_watch(self) -> Any:
+        """A `kubernetes.watch.Watch` (tests substitute fakes)."""
+        from kubernetes import watch
+        return watch.Watch()
 
     def _state(self, tier: str) -> TierPods:
         _check_tier(tier)
@@ -427,11 +450,10 @@ class KubernetesClusterManager(ClusterManager):
 
     def _watch_loop(self, tier: str, version: str) -> None:
         """One tier's watch: events into the queue; resume, relist on 410, back off on errors."""
-        from kubernetes import watch
         from kubernetes.client.exceptions import ApiException
         backoff = 0.2
         while not self._stop.is_set():
-            w = watch.Watch()
+            w = self._new_watch()
             self._watches[tier] = w
             self.stats["watches"] += 1
             try:
