@@ -349,7 +349,8 @@ class ControlPlane:
             f"--service-account-private-key-file={self.dir / 'sa.key'}",
             f"--root-ca-file={self.ca_file}", "--use-service-account-credentials=false",
             "--controllers=deployment-controller,replicaset-controller,"
-            "garbage-collector-controller,namespace-controller,serviceaccount-controller",
+            "garbage-collector-controller,namespace-controller,serviceaccount-controller,"
+            "resourcequota-controller,node-lifecycle-controller",
             "--concurrent-deployment-syncs=2", "--concurrent-replicaset-syncs=2", "--v=1"])
         self._spawn("kube-scheduler", [
             f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
@@ -358,7 +359,7 @@ class ControlPlane:
         stages = self.bin_dir.parent / "stages" / "kwok.yaml"
         self._spawn("kwok", [
             f"--kubeconfig={kubeconfig}", "--manage-all-nodes=true",
-            f"--config={stages}", "--server-address=", "--v=WARN"])
+            f"--config={stages}", "--v=WARN"])
         from kubernetes import client
         core = client.CoreV1Api(self.api_client())
         capacity = {"cpu": "64", "memory": "256Gi", "pods": "250"}
@@ -371,10 +372,13 @@ class ControlPlane:
 
         def node_ready() -> bool:
             node = core.read_node(NODE_NAME, _request_timeout=5)
-            return any(c.type == "Ready" and c.status == "True"
-                       for c in (node.status.conditions or []))
-        _wait(f"node {NODE_NAME} Ready (kwok manages it)", node_ready, deadline, interval=0.2,
-              alive=self._dead)
+            ready = any(c.type == "Ready" and c.status == "True"
+                        for c in (node.status.conditions or []))
+            tainted = any(t.key.startswith("node.kubernetes.io/")
+                          for t in (node.spec.taints or []))
+            return ready and not tainted
+        _wait(f"node {NODE_NAME} Ready (kwok) and untainted (node-lifecycle controller)",
+              node_ready, deadline, interval=0.2, alive=self._dead)
 
 
 @atexit.register
