@@ -236,6 +236,9 @@ def test_api_errors_are_typed_and_name_the_call():
     err = api_error(urllib3.exceptions.MaxRetryError(None, "/x", OSError("refused")), "get",
                     "pods", "p", "anna")
     assert isinstance(err, ApiUnavailable) and err.address == "anna/p"
+    refused = urllib3.exceptions.NewConnectionError(None, "refused")
+    assert isinstance(api_error(urllib3.exceptions.MaxRetryError(None, "/x", refused), "watch",
+                                "pods", "", "anna"), ApiUnavailable)
 
 
 def test_pod_view_reads_ready_terminating_and_exit_codes():

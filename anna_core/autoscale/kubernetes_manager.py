@@ -136,7 +136,10 @@ def api_error(e: BaseException, verb: str, resource: str, name: str,
         return KubernetesError(f"{what}: HTTP {status}: {message}", status=status,
                                reason=message, **kw)
     timeouts = (urllib3.exceptions.TimeoutError, TimeoutError)
+    refused = urllib3.exceptions.NewConnectionError   # a ConnectTimeoutError subclass in urllib3
     reason = getattr(e, "reason", None)
+    if isinstance(e, refused) or isinstance(reason, refused):
+        return ApiUnavailable(f"{what}: the API could not be reached: {e}", reason=str(e), **kw)
     if isinstance(e, timeouts) or isinstance(reason, timeouts):
         return ApiTimeout(f"{what}: no answer in time: {e}", reason=str(e), **kw)
     return ApiUnavailable(f"{what}: the API could not be reached: {e}", reason=str(e), **kw)
