@@ -247,3 +247,22 @@ def test_a_request_without_a_pod_fails_at_its_deadline_and_is_withdrawn(cp, ns):
         assert [(e.kind, e.node_id) for e in events] == [(FAILED, ids[0])]
         assert f"no pod was created for request {ids[0]} within 3 s" in events[0].detail
         assert replicas(cp, ns, "anna-memory") == 1 and m.pending("memory") == []
+
+
+def test_the_policy_engines_actions_reach_kubernetes_through_apply(cp, ns):
+    from anna_core.autoscale.actions import AddNodes, RemoveNode
+    from anna_core.autoscale.manager import apply
+    deployment(cp, ns, "anna-memory", "memory", 2)
+    with manager_for(apply_rbac(cp, ns), ns, "anna-memory") as m:
+        poll_until(m, lambda ev: len(m.nodes("memory")) == 2)
+        oldest = [p.metadata.name for p in pods(cp, ns, "anna-memory")][0]
+        outcomes = apply([AddNodes("memory", 1, "latency over the SLO")], m)
+        assert outcomes[0].ok and outcomes[0].result == ["memory+1"]
+        poll_until(m, lambda ev: any(e.kind == READY for e in ev))
+        outcomes = apply([RemoveNode("memory", oldest, "idle"),
+                          RemoveNode("memory", "no-such-pod", "idle")], m)
+        assert [o.ok for o in outcomes] == [True, False]
+        assert "does not exist" in str(outcomes[1].error)
+        events = poll_until(m, lambda ev: any(e.kind == REMOVED for e in ev))
+        assert [e.node_id for e in events if e.kind == REMOVED] == [oldest]
+        assert replicas(cp, ns, "anna-memory") == 2

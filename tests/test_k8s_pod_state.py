@@ -361,3 +361,36 @@ def test_an_api_that_does_not_answer_ends_at_the_request_deadline():
                                      request_timeout=0.5)
         assert time.monotonic() - start < 3
     assert "get deployments/scale anna/anna-memory: no answer in time" in str(info.value)
+
+
+def test_scaling_retries_when_another_scaler_got_there_first():
+    from kubernetes.client.exceptions import ApiException
+    from anna_core.autoscale.kubernetes_manager import KubernetesClusterManager
+
+    class Apps(_FakeApps):
+        patches = []
+
+        def patch_namespaced_deployment_scale(self, name, ns, body, **kw):
+            type(self).patches.append(body)
+            if len(type(self).patches) == 1:          # someone scaled to 4 meanwhile
+                self.replicas = 4
+                raise ApiException(status=422, reason="Invalid")
+            self.replicas = body[-1]["value"]
+
+    apps = Apps()
+
+    class Manager(KubernetesClusterManager):
+        def _apis(self, api_client):
+            return apps, _FakeCore([([_v1pod("a")], "1")])
+
+        def _new_watch(self):
+            return _FakeWatch()
+
+    _FakeWatch.calls, _FakeWatch.stopped = [None], __import__("threading").Event()
+    m = Manager(None, "anna", {"memory": "anna-memory"})
+    try:
+        m.add_nodes("memory", 2)
+        assert apps.replicas == 6
+        assert [p[0]["value"] for p in Apps.patches] == [1, 4]      # tested 1, then 4
+    finally:
+        m.close()

@@ -406,12 +406,19 @@ class KubernetesClusterManager(ClusterManager):
         return [pod_view(p) for p in pods.items], pods.metadata.resource_version
 
     def _scale(self, tier: str, delta: int, attempts: int = 5) -> int:
-        """Change the tier's replicas by `delta` with a read-test-write; the new count."""
+        """Change the tier's replicas by `delta` with a read-test-write; the new count.
+
+        The JSON patch tests the count it read; the server answers 422 when that test fails
+        (another scaler got there first), and the change is retried from a fresh read. A 422
+        with the count unchanged is a genuine refusal and is raised."""
         name = self.deployments[tier]
+        refused: Optional[Tuple[int, KubernetesError]] = None
         for _ in range(attempts):
             scale = self._call("get", "deployments/scale", name,
                                self.apps.read_namespaced_deployment_scale, name, self.namespace)
             current = scale.spec.replicas or 0
+            if refused is not None and refused[0] == current:
+                raise refused[1]
             target = current + delta
             if target < 0:
                 raise ValueError(f"deployment {self.namespace}/{name} has {current} replicas; "
@@ -424,11 +431,11 @@ class KubernetesClusterManager(ClusterManager):
                            patch, _content_type="application/json-patch+json")
                 return target
             except KubernetesError as e:
-                if e.status in (409, 422) or (e.status == 500 and "test" in e.reason):
-                    log.info("deployment %s/%s changed while scaling (%s); retrying",
-                             self.namespace, name, e.reason)
-                    continue
-                raise
+                if e.status not in (409, 422):
+                    raise
+                log.info("deployment %s/%s: replicas no longer %d (%s); retrying",
+                         self.namespace, name, current, e.reason)
+                refused = (current, e)
         raise ApiConflict(f"patch deployments/scale {self.namespace}/{name}: replicas changed "
                           f"under every one of {attempts} attempts", verb="patch",
                           resource="deployments/scale", name=name, namespace=self.namespace)
