@@ -20,8 +20,9 @@ authorization is RBAC. TLS serving certificates are the apiserver's own self-sig
 (`--cert-dir`), which clients trust as the CA. Every wait has a deadline and raises
 `ControlPlaneError` with the component's log tail; `stop()` (also on exit from `with`, and at
 interpreter exit) stops the components apiserver-before-etcd and removes the directory.
-Children get SIGKILL if this process dies (PR_SET_PDEATHSIG), so a killed test run does not
-leave etcd behind.
+Children get SIGKILL if the thread that started them dies (PR_SET_PDEATHSIG; start control
+planes from the main thread), so a killed test run does not leave etcd behind; the directory
+such a run leaves is removed by the next `ControlPlane`.
 """
 from __future__ import annotations
 
@@ -90,6 +91,20 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _sweep_stale(base_dir: Optional[str]) -> None:
+    """Remove directories left by control planes whose process was killed (SIGKILL skips
+    `stop()`; their children died with them through PR_SET_PDEATHSIG)."""
+    for d in Path(base_dir or tempfile.gettempdir()).glob("cb-k8s-*"):
+        try:
+            pid = int((d / "owner.pid").read_text())
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            log.info("removing %s, left by process %d which is gone", d, pid)
+            shutil.rmtree(d, ignore_errors=True)
+        except (OSError, ValueError):
+            continue
+
+
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
@@ -137,7 +152,9 @@ class ControlPlane:
         self.bin_dir = Path(bin_dir)
         self.startup_timeout = float(startup_timeout)
         self.controllers = controllers
+        _sweep_stale(base_dir)
         self.dir = Path(tempfile.mkdtemp(prefix="cb-k8s-", dir=base_dir))
+        (self.dir / "owner.pid").write_text(str(os.getpid()))
         self.token = secrets.token_hex(16)
         self.procs: Dict[str, subprocess.Popen] = {}
         self.etcd_port = _free_port()
