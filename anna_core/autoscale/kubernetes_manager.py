@@ -26,8 +26,10 @@ How it maps the interface (`anna_core/autoscale/manager.py`):
   are not Ready before it reads deletion costs, a removal while some pod of the tier is not
   Ready raises `TierBusy` (a `ClusterManagerError`; the monitor retries next period).
 - Pods are followed by one watch per tier (the Deployment's selector, read from the scale
-  subresource), each on a thread that feeds a queue; `poll()` only drains the queue, so it
-  never waits on the API. A watch ends every `watch_timeout` seconds and resumes from the
+  subresource; the tiers' selectors must not overlap), each on a thread that feeds a queue;
+  `poll()` drains the queue and does not wait for pods (it calls the API only to withdraw a
+  start that timed out: two requests, each within `request_timeout`). `wait(timeout)` blocks
+  until there is news, for callers with nothing else to do. A watch ends every `watch_timeout` seconds and resumes from the
   last resourceVersion; when that is too old (410 Gone) the thread lists the pods again.
 - The decisions (which pod is pending, ready, leaving, what timed out) are in the pure
   `pod_state.TierPods`; this module only speaks to the API.
