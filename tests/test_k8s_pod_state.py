@@ -215,6 +215,8 @@ def test_lists_stay_disjoint_and_events_follow_the_state(script):
             if e.kind == FAILED and isinstance(e.error, StartupError):
                 assert e.node_id not in pending
                 outcome[e.node_id] = outcome.get(e.node_id, 0) + 1
+                if "+" in e.node_id:                 # a request fails at most once
+                    assert outcome[e.node_id] == 1 and e.node_id in asked
 
 
 # ---- the API layer's pure parts -----------------------------------------------------------
