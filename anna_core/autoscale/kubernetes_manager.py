@@ -200,7 +200,9 @@ class KubernetesClusterManager(ClusterManager):
             request withdrawn).
         leave_timeout: seconds from `remove_node` until the pod must be gone; longer than the
             pods' terminationGracePeriodSeconds.
-        request_timeout: seconds for every API request.
+        request_timeout: seconds for every API request. The client's own retries
+            (`Configuration.retries`, urllib3's 3 by default) repeat a request that timed out
+            or was refused; set `retries = 0` for one attempt per call.
         watch_timeout: seconds a watch runs before it is resumed (server-side timeout).
         clock: the monotonic clock (tests may pass another).
 
