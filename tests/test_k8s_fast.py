@@ -20,7 +20,7 @@ from kubernetes.client.exceptions import ApiException  # noqa: E402
 
 RBAC = Path(__file__).resolve().parent.parent / "k8s" / "rbac" / "cluster-manager.yaml"
 REASON = ("the Kubernetes control plane is not built; run scripts/test_k8s.sh (builds it with "
-          "scripts/k8s/build.sh, ~10 min the first time, cached after) to run this tier")
+          "scripts/k8s/build.sh, 10-20 min the first time on 2 cores, cached after) to run this tier")
 
 pytestmark = pytest.mark.timeout(180)
 

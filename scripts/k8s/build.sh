@@ -7,12 +7,12 @@
 #       stages/kwok.yaml      kwok's node and pod stages (from its module)
 #       BUILT                 written last: the build finished
 #
-#   scripts/k8s/build.sh             build what is missing (seconds when cached)
+#   scripts/k8s/build.sh             build what is missing (~0.01 s when cached)
 #   scripts/k8s/build.sh --print-dir print the cache directory and exit
 #   scripts/k8s/build.sh --with-kubelet  also build the kubelet (the slow tier needs it)
 #
 # No release binaries are downloaded (kubernetes.io downloads are not reachable in CI
-# sandboxes); everything is `go build` from the module proxy. A cold build takes ~10 minutes on
+# sandboxes); everything is `go build` from the module proxy. A cold build takes 10-20 minutes on
 # 2 cores and ~2 GB of RAM; it runs under `nice -n 19`. Needs Go >= 1.25 (GO=... to choose).
 set -euo pipefail
 
