@@ -45,10 +45,10 @@ need=()
 for c in "${components[@]}"; do [[ -x "$BIN/$c" ]] || need+=("$c"); done
 
 if ((${#need[@]})); then
-  log "kubernetes $K8S_VERSION: building ${need[*]} (cold: ~8 minutes)"
+  log "kubernetes $K8S_VERSION: building ${need[*]} (cold caches: 8-16 minutes)"
   src="$DIR/src/kubernetes"
   mkdir -p "$src"
-  if [[ ! -f "$src/go.sum" ]]; then
+  if [[ ! -f "$src/.tidy-done" ]]; then
     log "fetching k8s.io/kubernetes@$K8S_VERSION's go.mod for its staging modules"
     gomod="$(cd "$src" && "$GO" mod download -json "k8s.io/kubernetes@$K8S_VERSION" \
              | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')"
@@ -79,7 +79,7 @@ import (
 )
 EOF
     log "go mod tidy (downloads ~1 GB of modules on a cold cache)"
-    (cd "$src" && "${NICE[@]}" "$GO" mod tidy)
+    (cd "$src" && "${NICE[@]}" "$GO" mod tidy && touch .tidy-done)
   fi
   ldflags=""
   for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
@@ -112,9 +112,10 @@ import (
 
 func main() { etcdmain.Main(os.Args) }
 EOF
-  if [[ ! -f "$src/go.mod" ]]; then
-    (cd "$src" && "$GO" mod init cloudburst.local/etcdbuild >/dev/null 2>&1 \
-      && "$GO" get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" && "${NICE[@]}" "$GO" mod tidy)
+  [[ -f "$src/go.mod" ]] || (cd "$src" && "$GO" mod init cloudburst.local/etcdbuild 2>/dev/null)
+  if [[ ! -f "$src/.tidy-done" ]]; then
+    (cd "$src" && "$GO" get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" \
+      && "${NICE[@]}" "$GO" mod tidy && touch .tidy-done)
   fi
   t0=$SECONDS
   (cd "$src" && "${NICE[@]}" "$GO" build -trimpath -ldflags "-s -w" -o "$BIN/etcd" .)
