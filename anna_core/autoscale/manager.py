@@ -32,7 +32,7 @@ Contract:
   `READY` once it announced it joined; one that exits first or stays silent past the
   cluster's `startup_timeout` is `FAILED` (`StartupError`, killed). Removal is
   `LocalCluster.remove_node` (SIGTERM, hand-off, exit 0) on a worker thread.
-  A Kubernetes manager implements the same interface (next issue).
+  `kubernetes_manager.KubernetesClusterManager` implements the same interface over pods.
 """
 from __future__ import annotations
 

@@ -1,0 +1,268 @@
+"""The Kubernetes cluster manager against a real kube-apiserver (fast tier: kwok makes pods
+Ready, no kubelet). Skipped unless the control plane is built: `scripts/test_k8s.sh` builds it
+(cached outside the checkout) and runs this file. The manager runs with the ServiceAccount and
+Role of k8s/rbac/cluster-manager.yaml (least privilege); the admin client only sets up."""
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from anna_core.autoscale.kubernetes_manager import DELETION_COST, KubernetesClusterManager, \
+    ObjectNotFound, PermissionDenied, TierBusy
+from anna_core.autoscale.manager import FAILED, READY, REMOVED, LastNode
+from anna_core.errors import StartupError
+
+k8s_controlplane = pytest.importorskip("k8s.controlplane")
+from kubernetes import client  # noqa: E402
+from kubernetes.client.exceptions import ApiException  # noqa: E402
+
+RBAC = Path(__file__).resolve().parent.parent / "k8s" / "rbac" / "cluster-manager.yaml"
+REASON = ("the Kubernetes control plane is not built; run scripts/test_k8s.sh (builds it with "
+          "scripts/k8s/build.sh, 10-20 min the first time on 2 cores, cached after) to run this tier")
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture(scope="module")
+def cp():
+    bin_dir = k8s_controlplane.find_binaries()
+    if bin_dir is None:
+        if os.environ.get("CLOUDBURST_K8S_REQUIRED"):
+            pytest.fail(REASON)
+        pytest.skip(REASON)
+    plane = k8s_controlplane.ControlPlane(bin_dir)
+    plane.start()
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
+@pytest.fixture
+def ns(cp):
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    cp.create_namespace(name)
+    yield name
+    client.CoreV1Api(cp.api_client()).delete_namespace(name, _request_timeout=10)
+
+
+def apply_rbac(cp, ns, docs=None):
+    """Create the ServiceAccount, Role and RoleBinding of `docs` (default: the repository's
+    least-privilege YAML) in `ns`; the ServiceAccount's ApiClient."""
+    docs = docs if docs is not None else list(yaml.safe_load_all(RBAC.read_text()))
+    rbac = client.RbacAuthorizationV1Api(cp.api_client())
+    account = None
+    for doc in docs:
+        if doc["kind"] == "ServiceAccount":
+            account = doc["metadata"]["name"]
+        elif doc["kind"] == "Role":
+            rbac.create_namespaced_role(ns, doc, _request_timeout=10)
+        elif doc["kind"] == "RoleBinding":
+            doc = dict(doc, subjects=[dict(s, namespace=ns) for s in doc["subjects"]])
+            rbac.create_namespaced_role_binding(ns, doc, _request_timeout=10)
+    return cp.api_client(cp.service_account_token(ns, account))
+
+
+def role(name, rules):
+    return [{"kind": "ServiceAccount", "metadata": {"name": name}},
+            {"kind": "Role", "apiVersion": "rbac.authorization.k8s.io/v1",
+             "metadata": {"name": name}, "rules": rules},
+            {"kind": "RoleBinding", "apiVersion": "rbac.authorization.k8s.io/v1",
+             "metadata": {"name": name},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+             "subjects": [{"kind": "ServiceAccount", "name": name}]}]
+
+
+def deployment(cp, ns, name, tier, replicas, node_selector=None):
+    labels = {"app": "anna", "tier": tier, "deployment": name}
+    body = client.V1Deployment(
+        metadata=client.V1ObjectMeta(name=name),
+        spec=client.V1DeploymentSpec(
+            replicas=replicas, selector=client.V1LabelSelector(match_labels=labels),
+            template=client.V1PodTemplateSpec(
+                metadata=client.V1ObjectMeta(labels=labels),
+                spec=client.V1PodSpec(
+                    termination_grace_period_seconds=30, node_selector=node_selector,
+                    automount_service_account_token=False,
+                    containers=[client.V1Container(name="node", image="anna:test",
+                                                   image_pull_policy="Never")]))))
+    client.AppsV1Api(cp.api_client()).create_namespaced_deployment(ns, body, _request_timeout=10)
+
+
+def replicas(cp, ns, name):
+    return client.AppsV1Api(cp.api_client()).read_namespaced_deployment_scale(
+        name, ns, _request_timeout=10).spec.replicas or 0
+
+
+def pods(cp, ns, name):
+    items = client.CoreV1Api(cp.api_client()).list_namespaced_pod(
+        ns, label_selector=f"deployment={name}", _request_timeout=10).items
+    return sorted((p for p in items if p.metadata.deletion_timestamp is None),
+                  key=lambda p: (p.metadata.creation_timestamp, p.metadata.name))
+
+
+def poll_until(manager, done, timeout=60.0):
+    """Poll until `done(events so far)`; every event seen. Fails at the deadline."""
+    import time
+    deadline = time.monotonic() + timeout
+    events = []
+    while True:
+        events += manager.poll()
+        if done(events):
+            return events
+        remaining = deadline - time.monotonic()
+        assert remaining > 0, f"not done within {timeout} s; events: {events}"
+        manager.wait(min(remaining, 0.5))
+
+
+def manager_for(api, ns, name, **kw):
+    return KubernetesClusterManager(api, ns, {"memory": name}, request_timeout=10, **kw)
+
+
+def test_scale_up_makes_ready_pods_reported_as_ready_events(cp, ns):
+    deployment(cp, ns, "anna-memory", "memory", 1)
+    api = apply_rbac(cp, ns)
+    with manager_for(api, ns, "anna-memory") as m:
+        poll_until(m, lambda ev: len(m.nodes("memory")) == 1)
+        ids = m.add_nodes("memory", 2)
+        assert ids == ["memory+1", "memory+2"] and m.pending("memory") == ids
+        assert replicas(cp, ns, "anna-memory") == 3
+        events = poll_until(m, lambda ev: sum(e.kind == READY for e in ev) == 2)
+        ready = sorted(e.node_id for e in events if e.kind == READY)
+        assert ready == sorted(m.bound_to("memory", i) for i in ids)
+        assert sorted(m.nodes("memory")) == sorted(p.metadata.name
+                                                   for p in pods(cp, ns, "anna-memory"))
+        assert m.pending("memory") == [] and len(m.nodes("memory")) == 3
+
+
+def test_remove_node_deletes_exactly_the_named_pod(cp, ns):
+    deployment(cp, ns, "anna-memory", "memory", 3)
+    api = apply_rbac(cp, ns)
+    with manager_for(api, ns, "anna-memory") as m:
+        poll_until(m, lambda ev: len(m.nodes("memory")) == 3)
+        # The oldest pod: without a deletion cost the ReplicaSet would delete a newer one.
+        names = [p.metadata.name for p in pods(cp, ns, "anna-memory")]
+        victim = names[0]
+        m.remove_node("memory", victim)
+        assert m.leaving("memory") == [victim] and victim not in m.nodes("memory")
+        try:
+            annotations = client.CoreV1Api(cp.api_client()).read_namespaced_pod(
+                victim, ns, _request_timeout=10).metadata.annotations or {}
+        except ApiException as e:          # kwok may have deleted it already
+            assert e.status == 404
+        else:
+            assert annotations.get(DELETION_COST) == str(-2147483648)
+        events = poll_until(m, lambda ev: any(e.kind == REMOVED for e in ev))
+        assert [(e.kind, e.node_id) for e in events if e.kind != READY] == [(REMOVED, victim)]
+        assert replicas(cp, ns, "anna-memory") == 2
+        assert sorted(m.nodes("memory")) == sorted(names[1:])
+        assert [p.metadata.name for p in pods(cp, ns, "anna-memory")] == names[1:]
+        m.remove_node("memory", names[1])
+        poll_until(m, lambda ev: any(e.kind == REMOVED for e in ev))
+        with pytest.raises(LastNode, match=names[2]):
+            m.remove_node("memory", names[2])
+
+
+def test_removal_waits_while_a_pod_is_not_ready(cp, ns):
+    deployment(cp, ns, "anna-memory", "memory", 2)
+    api = apply_rbac(cp, ns)
+    with manager_for(api, ns, "anna-memory") as m:
+        poll_until(m, lambda ev: len(m.nodes("memory")) == 2)
+        first = m.nodes("memory")[0]
+        m.add_nodes("memory", 1)
+        with pytest.raises(TierBusy, match="not created yet|not Ready yet"):
+            m.remove_node("memory", first)
+        assert replicas(cp, ns, "anna-memory") == 3 and m.leaving("memory") == []
+
+
+def test_rbac_denials_are_typed_and_name_verb_and_resource(cp, ns):
+    deployment(cp, ns, "anna-memory", "memory", 2)
+    only_get_pods = apply_rbac(cp, ns, role("reader", [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]))
+    with pytest.raises(PermissionDenied) as info:
+        manager_for(only_get_pods, ns, "anna-memory")
+    err = info.value
+    assert (err.verb, err.resource, err.name, err.status) == (
+        "get", "deployments/scale", "anna-memory", 403)
+    assert f"get deployments/scale {ns}/anna-memory: forbidden" in str(err)
+    # The least-privilege Role without `patch pods`: a removal is refused, and undone.
+    docs = list(yaml.safe_load_all(RBAC.read_text()))
+    docs[0]["metadata"]["name"] = docs[2]["subjects"][0]["name"] = "no-patch"
+    docs[1]["metadata"]["name"] = docs[2]["metadata"]["name"] = docs[2]["roleRef"]["name"] = \
+        "no-patch"
+    docs[1]["rules"][0]["verbs"] = ["get", "list", "watch"]
+    with manager_for(apply_rbac(cp, ns, docs), ns, "anna-memory") as m:
+        poll_until(m, lambda ev: len(m.nodes("memory")) == 2)
+        pod = m.nodes("memory")[0]
+        with pytest.raises(PermissionDenied, match=f"patch pods {ns}/{pod}: forbidden"):
+            m.remove_node("memory", pod)
+        assert pod in m.nodes("memory") and m.leaving("memory") == []
+        assert replicas(cp, ns, "anna-memory") == 2
+
+
+def test_a_missing_deployment_is_named(cp, ns):
+    with pytest.raises(ObjectNotFound) as info:
+        manager_for(apply_rbac(cp, ns), ns, "no-such-deployment")
+    assert info.value.status == 404
+    assert f"get deployments/scale {ns}/no-such-deployment: not found" in str(info.value)
+
+
+def test_watches_resume_after_timeouts_and_an_apiserver_restart(cp, ns):
+    deployment(cp, ns, "anna-memory", "memory", 1)
+    api = apply_rbac(cp, ns)
+    with manager_for(api, ns, "anna-memory", watch_timeout=1) as m:
+        poll_until(m, lambda ev: len(m.nodes("memory")) == 1)
+        poll_until(m, lambda ev: m.stats["resumes"] >= 2, timeout=15)   # server-side ends
+        cp.restart_apiserver()
+        m.add_nodes("memory", 1)
+        poll_until(m, lambda ev: any(e.kind == READY for e in ev))
+        assert len(m.nodes("memory")) == 2
+        assert m.stats["watches"] >= 3
+
+
+def test_a_pod_that_cannot_become_ready_fails_at_its_deadline_and_is_withdrawn(cp, ns):
+    deployment(cp, ns, "anna-stuck", "memory", 0, node_selector={"no-such": "node"})
+    with manager_for(apply_rbac(cp, ns), ns, "anna-stuck", startup_timeout=3) as m:
+        ids = m.add_nodes("memory", 1)
+        assert replicas(cp, ns, "anna-stuck") == 1
+        events = poll_until(m, lambda ev: any(e.kind == FAILED for e in ev), timeout=30)
+        pod = m.bound_to("memory", ids[0])
+        assert [(e.kind, e.node_id) for e in events] == [(FAILED, pod)]
+        assert isinstance(events[0].error, StartupError)
+        assert f"pod {pod} was not Ready within 3 s" in events[0].detail
+        assert "node" in events[0].detail                    # the scheduler's reason
+        assert replicas(cp, ns, "anna-stuck") == 0 and m.pending("memory") == []
+
+
+def test_a_request_without_a_pod_fails_at_its_deadline_and_is_withdrawn(cp, ns):
+    client.CoreV1Api(cp.api_client()).create_namespaced_resource_quota(ns, {
+        "metadata": {"name": "one-pod"}, "spec": {"hard": {"pods": "1"}}}, _request_timeout=10)
+    deployment(cp, ns, "anna-memory", "memory", 1)
+    with manager_for(apply_rbac(cp, ns), ns, "anna-memory", startup_timeout=3) as m:
+        poll_until(m, lambda ev: len(m.nodes("memory")) == 1)
+        ids = m.add_nodes("memory", 1)
+        events = poll_until(m, lambda ev: any(e.kind == FAILED for e in ev), timeout=30)
+        assert [(e.kind, e.node_id) for e in events] == [(FAILED, ids[0])]
+        assert f"no pod was created for request {ids[0]} within 3 s" in events[0].detail
+        assert replicas(cp, ns, "anna-memory") == 1 and m.pending("memory") == []
+
+
+def test_the_policy_engines_actions_reach_kubernetes_through_apply(cp, ns):
+    from anna_core.autoscale.actions import AddNodes, RemoveNode
+    from anna_core.autoscale.manager import apply
+    deployment(cp, ns, "anna-memory", "memory", 2)
+    with manager_for(apply_rbac(cp, ns), ns, "anna-memory") as m:
+        poll_until(m, lambda ev: len(m.nodes("memory")) == 2)
+        oldest = [p.metadata.name for p in pods(cp, ns, "anna-memory")][0]
+        outcomes = apply([AddNodes("memory", 1, "latency over the SLO")], m)
+        assert outcomes[0].ok and outcomes[0].result == ["memory+1"]
+        poll_until(m, lambda ev: any(e.kind == READY for e in ev))
+        outcomes = apply([RemoveNode("memory", oldest, "idle"),
+                          RemoveNode("memory", "no-such-pod", "idle")], m)
+        assert [o.ok for o in outcomes] == [True, False]
+        assert "does not exist" in str(outcomes[1].error)
+        events = poll_until(m, lambda ev: any(e.kind == REMOVED for e in ev))
+        assert [e.node_id for e in events if e.kind == REMOVED] == [oldest]
+        assert replicas(cp, ns, "anna-memory") == 2
