@@ -1,7 +1,7 @@
 """`python -m executor --config JSON`: run one executor node (node cache + workers) until SIGTERM.
 
 Prints one `READY {"node_id", "cache_address", "workers": [...]}` line once every
-worker is ready.
+worker is ready (and, with `--ready-file`, writes it to that file).
 """
 from __future__ import annotations
 
@@ -21,7 +21,10 @@ from .node import ExecutorNode
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m executor", description=__doc__)
     parser.add_argument("--config", required=True, help="NodeConfig as JSON")
-    config = NodeConfig.from_json(parser.parse_args().config)
+    parser.add_argument("--ready-file", help="also write the readiness JSON here (a probe "
+                        "for Kubernetes: written once every worker is ready)")
+    args = parser.parse_args()
+    config = NodeConfig.from_json(args.config)
     log = configure_logging(config.log_level, f"node {config.node_id}")
     try:
         node = ExecutorNode(config)
@@ -36,7 +39,7 @@ def main() -> None:
         node.close()
         raise
     announce_ready({"node_id": config.node_id, "cache_address": node.cache_address,
-                    "pid": os.getpid(), "workers": workers})
+                    "pid": os.getpid(), "workers": workers}, args.ready_file)
     log.info("node %s ready with %d workers", config.node_id, len(workers))
     node.serve()
     log.info("node %s stopped", config.node_id)

@@ -1,6 +1,7 @@
 """`python -m scheduler --config JSON`: run one scheduler until SIGTERM.
 
-Prints one `READY {"address": ...}` line on stdout once bound.
+Prints one `READY {"address": ...}` line on stdout once bound
+(and, with `--ready-file`, writes it to that file).
 """
 from __future__ import annotations
 
@@ -19,7 +20,10 @@ from .server import Scheduler
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m scheduler", description=__doc__)
     parser.add_argument("--config", required=True, help="SchedulerConfig as JSON")
-    config = SchedulerConfig.from_json(parser.parse_args().config)
+    parser.add_argument("--ready-file", help="also write the readiness JSON here (a probe "
+                        "for Kubernetes: written once the scheduler is bound)")
+    args = parser.parse_args()
+    config = SchedulerConfig.from_json(args.config)
     log = configure_logging(config.log_level, "scheduler")
     try:
         scheduler = Scheduler(config)
@@ -28,7 +32,8 @@ def main() -> None:
         sys.exit(2)
     signal.signal(signal.SIGTERM, lambda *_: scheduler.stop())
     signal.signal(signal.SIGINT, lambda *_: scheduler.stop())
-    announce_ready({"address": scheduler.address, "pid": __import__("os").getpid()})
+    announce_ready({"address": scheduler.address, "pid": __import__("os").getpid()},
+                   args.ready_file)
     log.info("scheduler listening on %s", scheduler.address)
     scheduler.serve()
     log.info("scheduler stopped")
