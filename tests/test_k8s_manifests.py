@@ -1,0 +1,207 @@
+"""The manifests in k8s/ (`kubectl apply -k k8s/`) and the pods' entrypoint (k8s.entrypoint).
+
+Always run: every Deployment starts `k8s.entrypoint` with a real role, has the probes and
+resources it should, and the command the entrypoint builds from the ConfigMap parses with the
+processes' own configuration classes. With the local control plane built
+(scripts/k8s/build.sh), the rendered objects are created in a real kube-apiserver (which
+validates them) and every Deployment becomes Available (kwok makes pods Ready; no process
+runs). With kubectl present, `kubectl kustomize k8s` must render the same objects.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from k8s import entrypoint
+
+ROOT = Path(__file__).resolve().parent.parent
+K8S = ROOT / "k8s"
+REASON = ("the Kubernetes control plane is not built; run scripts/k8s/build.sh (10-20 min the "
+          "first time on 2 cores, cached after) to validate the manifests against it")
+
+
+def render(directory: Path = K8S, namespace=None):
+    """The objects `kubectl kustomize directory` gives for this repository's layout (resources
+    that are files or directories with a kustomization.yaml, and `namespace`)."""
+    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    namespace = namespace or kustomization.get("namespace")
+    objects = []
+    for resource in kustomization.get("resources", []):
+        path = directory / resource
+        if path.is_dir():
+            objects += render(path, namespace)
+        else:
+            objects += [d for d in yaml.safe_load_all(path.read_text()) if d]
+    if namespace:
+        for obj in objects:
+            if obj["kind"] == "Namespace":
+                obj["metadata"]["name"] = namespace
+            else:
+                obj["metadata"]["namespace"] = namespace
+            if obj["kind"] == "RoleBinding":
+                for subject in obj["subjects"]:
+                    if subject["kind"] == "ServiceAccount":
+                        subject["namespace"] = namespace
+    return objects
+
+
+def deployments():
+    return {o["metadata"]["name"]: o for o in render() if o["kind"] == "Deployment"}
+
+
+def configmap():
+    (cm,) = [o for o in render() if o["kind"] == "ConfigMap"]
+    return cm["data"]
+
+
+def test_every_role_has_a_deployment_with_probes_resources_and_keys():
+    roles = {}
+    for name, d in deployments().items():
+        spec = d["spec"]["template"]["spec"]
+        (c,) = spec["containers"]
+        assert c["command"][:3] == ["python", "-m", "k8s.entrypoint"], name
+        roles[name] = c["command"][3]
+        assert c["command"][3] in entrypoint.ROLES
+        assert c["resources"]["requests"]["cpu"] and c["resources"]["requests"]["memory"]
+        if roles[name] != "monitor":
+            assert "readinessProbe" in c and "livenessProbe" in c, name
+        mounts = {m["mountPath"] for m in c["volumeMounts"]}
+        assert {"/keys", "/keys/authorized"} <= mounts, name
+        assert spec["securityContext"]["runAsNonRoot"] is True
+    assert sorted(roles.values()) == sorted(["routing", "node", "node", "monitor", "scheduler",
+                                             "executor"])
+    # the Anna tiers' selectors must not overlap (KubernetesClusterManager)
+    sel = [deployments()[n]["spec"]["selector"]["matchLabels"] for n in ("anna-memory", "anna-disk")]
+    assert sel[0] != sel[1]
+
+
+def test_anna_grace_period_covers_the_leave_timeout():
+    leave = float(configmap()["LEAVE_TIMEOUT"])
+    for name in ("anna-memory", "anna-disk"):
+        grace = deployments()[name]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+        assert grace > leave + 5, name
+
+
+def test_monitor_runs_as_the_cluster_manager_service_account():
+    spec = deployments()["anna-monitor"]["spec"]["template"]["spec"]
+    kinds = {(o["kind"], o["metadata"]["name"]) for o in render()}
+    assert spec["serviceAccountName"] == "anna-cluster-manager"
+    assert {("ServiceAccount", "anna-cluster-manager"), ("Role", "anna-cluster-manager"),
+            ("RoleBinding", "anna-cluster-manager")} <= kinds
+
+
+def pod_env(deployment, tmp_keys):
+    """The environment k8s.entrypoint sees in one of `deployment`'s pods."""
+    (c,) = deployments()[deployment]["spec"]["template"]["spec"]["containers"]
+    env = dict(configmap())
+    env.update(POD_NAME=f"{deployment}-abc12", POD_IP="10.0.0.7", KEY_DIR=str(tmp_keys))
+    for item in c.get("env", []):
+        if "value" in item:
+            env[item["name"]] = item["value"]
+        elif "configMapKeyRef" in item.get("valueFrom", {}):
+            env[item["name"]] = configmap()[item["valueFrom"]["configMapKeyRef"]["key"]]
+    return c["command"][3], env
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("keys")
+    subprocess.run([sys.executable, "-m", "cloudburst.cli", "keys", str(directory), "--client",
+                    "alice"], check=True, capture_output=True, cwd=ROOT)
+    return directory
+
+
+def test_the_entrypoint_builds_configurations_the_processes_accept(keys):
+    from anna_core.config import NodeConfig as AnnaNodeConfig
+    from executor.config import NodeConfig as ExecutorNodeConfig
+    from scheduler.config import SchedulerConfig
+    parsers = {"anna_core.node": AnnaNodeConfig.from_json, "scheduler": SchedulerConfig.from_json,
+               "executor": ExecutorNodeConfig.from_json}
+    for name in deployments():
+        role, env = pod_env(name, keys)
+        argv = entrypoint.command(role, env, [])
+        module = argv[argv.index("-m") + 1]
+        if "--config" in argv:
+            config = parsers[module](argv[argv.index("--config") + 1])
+            assert config.key_dir == str(keys)
+        text = " ".join(argv)
+        if role != "routing":
+            assert "tcp://anna-routing:6450#k=" in text, name   # the cluster key is appended
+        # the flags are real: the process' own parser accepts them
+        out = subprocess.run(argv[:3] + ["--help"], capture_output=True, text=True, cwd=ROOT,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+        for flag in (a for a in argv[3:] if a.startswith("--")):
+            assert flag in out.stdout, (name, flag)
+
+
+def test_the_entrypoint_names_what_is_missing():
+    with pytest.raises(entrypoint.EntrypointError, match="POD_IP"):
+        entrypoint.command("routing", {"ROUTING_PORT": "1"}, [])
+    with pytest.raises(entrypoint.EntrypointError, match="unknown role"):
+        entrypoint.command("nope", {}, [])
+    with pytest.raises(entrypoint.EntrypointError, match="NODE_CONFIG is not valid JSON"):
+        entrypoint.command("node", {"ANNA_TIER": "memory", "POD_NAME": "p", "POD_IP": "1.2.3.4",
+                                    "ANNA_ROUTING": "tcp://r:1", "NODE_CONFIG": "{"}, [])
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+def test_kubectl_kustomize_renders_the_same_objects():
+    out = subprocess.run(["kubectl", "kustomize", str(K8S)], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    theirs = {(o["kind"], o["metadata"]["name"], o["metadata"].get("namespace"))
+              for o in yaml.safe_load_all(out.stdout) if o}
+    ours = {(o["kind"], o["metadata"]["name"], o["metadata"].get("namespace")) for o in render()}
+    assert theirs == ours
+
+
+@pytest.mark.timeout(180)
+def test_the_manifests_apply_to_a_real_apiserver_and_become_available(keys):
+    k8s_controlplane = pytest.importorskip("k8s.controlplane")
+    bin_dir = k8s_controlplane.find_binaries()
+    if bin_dir is None:
+        if os.environ.get("CLOUDBURST_K8S_REQUIRED"):
+            pytest.fail(REASON)
+        pytest.skip(REASON)
+    from kubernetes import client, utils
+    with k8s_controlplane.ControlPlane(bin_dir) as cp:
+        api = cp.api_client()
+        objects = render()
+        ns = [o for o in objects if o["kind"] == "Namespace"]
+        for obj in ns + [o for o in objects if o["kind"] != "Namespace"]:
+            utils.create_from_dict(api, obj)   # the apiserver validates every object
+        # the Secrets, as k8s/README.md tells users to create them
+        core = client.CoreV1Api(api)
+        namespace = ns[0]["metadata"]["name"]
+
+        def secret(name, files):
+            import base64
+            data = {f.name: base64.b64encode(f.read_bytes()).decode() for f in files}
+            core.create_namespaced_secret(namespace, client.V1Secret(
+                metadata=client.V1ObjectMeta(name=name), data=data), _request_timeout=10)
+        secret("cloudburst-cluster-key", [keys / "cluster.key", keys / "cluster.key_secret"])
+        secret("cloudburst-authorized-keys", sorted((keys / "authorized").iterdir()))
+        apps = client.AppsV1Api(api)
+        wanted = {n: d["spec"]["replicas"] for n, d in deployments().items()}
+        deadline = time.monotonic() + 90
+        while True:
+            have = {d.metadata.name: d.status.available_replicas or 0
+                    for d in apps.list_namespaced_deployment(namespace, _request_timeout=10).items}
+            if have == wanted:
+                break
+            assert time.monotonic() < deadline, f"Deployments not Available: {have} != {wanted}"
+            time.sleep(0.5)   # polling the API, with the deadline above
+        # each Service selects Ready pods (the control plane runs no endpoint controllers)
+        for service in ("anna-routing", "cloudburst-scheduler"):
+            selector = core.read_namespaced_service(service, namespace,
+                                                    _request_timeout=10).spec.selector
+            pods = core.list_namespaced_pod(namespace, label_selector=",".join(
+                f"{k}={v}" for k, v in selector.items()), _request_timeout=10).items
+            assert pods and all(any(c.type == "Ready" and c.status == "True"
+                                    for c in p.status.conditions) for p in pods), service
