@@ -103,7 +103,8 @@ def run(args: argparse.Namespace, autoscaled: bool, phases: Sequence[Phase]) -> 
                 log(f"    policy: {action}")
         out = run_load(cluster.routing_addresses, cluster.client_auth, spec, phases,
                        args.processes, args.threads, progress)
-        history = monitor_series(list(cluster.monitor.history), out["start_wall"], total)
+        history = monitor_series(list(cluster.monitor.history), out["start_wall"], total,
+                                 args.period)
     series = out["series"]
     met, seconds = slo_seconds(series, args.slo_ms, skip=args.warmup)
     node_seconds = _node_seconds(history, total, args.start_nodes, args.period)

@@ -370,11 +370,14 @@ def write_outputs(result: Dict[str, Any], name: str, results_dir: str, figures_d
     log(f"wrote {path}" + (f" and {png}" if drawn else " (no matplotlib: no PNG)"))
 
 
-def monitor_series(history: Sequence[Dict[str, Any]], start_wall: float,
-                   seconds: float) -> List[Dict[str, Any]]:
-    """The monitor's statuses of the measured window, compact: t (seconds into the load),
-    memory / disk nodes (members, pending, leaving), the clients' mean latency (ms) the
-    policy saw, the share of GETs served by memory, and the actions taken."""
+def monitor_series(history: Sequence[Dict[str, Any]], start_wall: float, seconds: float,
+                   period: float) -> List[Dict[str, Any]]:
+    """The monitor's statuses of the measured window, compact: t (seconds into the load at
+    the monitor's tick), memory / disk nodes then (members, pending, leaving), and from the
+    period's reports: the clients' mean latency (ms) the policy saw and the share of GETs
+    served by memory, with `window` = the seconds those reports cover. (Reporters write a
+    quarter into each period and the monitor reads three quarters in, so a status at t
+    covers about [t - 1.5 T, t - 0.5 T]; see anna_core/reporting.py.) Also the actions."""
     out = []
     for s in history:
         t = s["time"] - start_wall
@@ -384,6 +387,7 @@ def monitor_series(history: Sequence[Dict[str, Any]], start_wall: float,
         lat = s.get("latency") or {}
         out.append({
             "t": round(t, 2),
+            "window": [round(t - 1.5 * period, 2), round(t - 0.5 * period, 2)],
             "memory_nodes": len(tiers["memory"]["node_ids"]),
             "memory_pending": len(tiers["memory"]["pending"]),
             "memory_leaving": len(tiers["memory"]["leaving"]),
