@@ -4,8 +4,10 @@ A *schedule* is a list of `Phase`s (length, offered ops/s, Zipf exponent, which 
 `run_load` starts `processes` generator processes of `threads` threads each; every thread is
 an `anna_core.Client` created with `report_period=T`, so it publishes its request latencies
 to the cluster's monitor exactly as an application's client does, and the policy compares
-them with the SLO. Each thread offers its share of the phase's rate open-loop (a thread that
-falls behind catches up at most one second's worth; it has one request in flight at a time,
+them with the SLO. Each thread offers its share of the phase's rate open-loop, as a Poisson process
+(exponential gaps from a random start: threads paced in step would arrive in bursts that
+queue at a rate-limited worker; a thread that falls behind catches up at most one second's
+worth; it has one request in flight at a time,
 so under overload the generator behaves like `processes x threads` closed-loop clients, as
 the paper's 320 single-threaded clients did).
 
@@ -69,6 +71,7 @@ class LoadSpec:
     refresh_keys: int = 10
     refresh_period: float = 1.5
     client_timeout: float = 2.0
+    attempt_timeout: float = 0.2
     report_period: Optional[float] = 1.5
 
 
@@ -125,6 +128,7 @@ def _thread(routing: Sequence[str], auth: Any, spec: LoadSpec, schedule: Sequenc
             stop: threading.Event) -> None:
     import anna_core
     client = anna_core.Client(list(routing), auth=auth, timeout=spec.client_timeout, retries=1,
+                              attempt_timeout=spec.attempt_timeout,
                               report_period=spec.report_period)
     rng = random.Random(seed)
     keys = _Keys(spec.keys)
@@ -134,6 +138,8 @@ def _thread(routing: Sequence[str], auth: Any, spec: LoadSpec, schedule: Sequenc
     refresh_at = start_at
     current = -1
     try:
+        while time.time() < start_at and not stop.is_set():   # all threads start together
+            stop.wait(min(0.05, max(0.0, start_at - time.time())))
         while not stop.is_set():
             now = time.time()
             elapsed = now - start_at
@@ -142,9 +148,10 @@ def _thread(routing: Sequence[str], auth: Any, spec: LoadSpec, schedule: Sequenc
             index, phase = phase_at(schedule, elapsed)
             if phase is None:
                 break
-            if index != current:
-                current, next_at, refresh_at = index, now, now
             rate = phase.rate * share
+            if index != current:   # a random first gap: threads must not fire in step
+                current, refresh_at = index, now
+                next_at = now + (rng.expovariate(rate) if rate > 0 else 0.0)
             if rate <= 0:
                 stop.wait(0.05)
                 continue
@@ -152,7 +159,7 @@ def _thread(routing: Sequence[str], auth: Any, spec: LoadSpec, schedule: Sequenc
                 stop.wait(min(next_at - now, 0.5))
                 if time.time() < next_at:
                     continue
-            next_at = max(next_at, time.time() - 1.0) + 1.0 / rate
+            next_at = max(next_at, time.time() - 1.0) + rng.expovariate(rate)
             if spec.refresh_keys and time.time() >= refresh_at:
                 refresh_at = time.time() + spec.refresh_period
                 for r in range(min(spec.refresh_keys, spec.keys)):
