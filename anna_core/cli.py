@@ -28,6 +28,7 @@ from runtime.auth import KEYS_DESCRIPTION, KEYS_HELP, add_keys_arguments, keys_c
 from runtime.cli import (HELP_FORMAT, add_common, non_negative_int, package_version,
                          positive_float, positive_int)
 
+from .autoscale.policy_config import PolicyConfig
 from .config import DEFAULT_MAX_VALUE_BYTES
 from .errors import AnnaError, StartupError
 
@@ -106,7 +107,6 @@ def _cmd_local(args: argparse.Namespace) -> int:
 
 
 def _policy(args: argparse.Namespace) -> Any:
-    from .autoscale.policy_config import PolicyConfig
     k = args.fault_tolerance if args.fault_tolerance is not None else \
         (1 if args.nodes >= 2 else 0)
     return PolicyConfig(latency_slo=args.slo / 1000.0, max_nodes=args.max_nodes,
@@ -263,13 +263,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     scaling.add_argument("--monitor", action="store_true",
                          help="report and summarise statistics (for `anna status`) without "
                               "acting on them")
-    scaling.add_argument("--slo", type=positive_float, default=2.5, metavar="MS",
+    defaults = PolicyConfig()
+    scaling.add_argument("--slo", type=positive_float, default=defaults.latency_slo * 1000,
+                         metavar="MS",
                          help="latency objective in milliseconds (the clients' mean latency)")
     scaling.add_argument("--max-nodes", type=positive_int, default=None,
                          help="never run more nodes than this (default: no bound)")
-    scaling.add_argument("--period", type=positive_float, default=1.5,
+    scaling.add_argument("--period", type=positive_float, default=defaults.monitoring_period,
                          help="monitoring period T in seconds (the paper: 15)")
-    scaling.add_argument("--grace", type=positive_float, default=12.0,
+    scaling.add_argument("--grace", type=positive_float, default=defaults.grace_period,
                          help="seconds after a node change before the next (the original "
                               "monitor: 120)")
     scaling.add_argument("--provisioning-delay", type=float, default=0.0, metavar="S",

@@ -431,7 +431,10 @@ class LocalCluster:
                             max_push_sockets=self.config.max_push_sockets,
                             pin_threads=self.config.effective_pin_threads(),
                             log_level=self.config.log_level,
-                            key_dir=self.key_dir)
+                            key_dir=self.key_dir,
+                            service_rate=self.config.service_rate,
+                            capacity_bytes=(self.config.memory_capacity_bytes if tier == MEMORY
+                                            else self.config.disk_capacity_bytes))
         p = ManagedProcess(node_id, [sys.executable, "-m", "anna_core.node", "--config",
                                      config.to_json(),
                                      "--routing", ",".join(self.routing_addresses),

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence, Tuple, Union
 
@@ -32,6 +33,9 @@ MEMORY = "memory"
 DISK = "disk"
 _TIERS = {MEMORY: 0, DISK: 1}
 DEFAULT_MAX_VALUE_BYTES = 64 * 1024 * 1024
+# Bounds of a non-zero NodeConfig.service_rate (the kernel checks the same: node_config.hpp).
+_MIN_SERVICE_RATE = 0.001
+_MAX_SERVICE_RATE = 1e9
 
 
 def tier_number(tier: Union[str, int]) -> int:
@@ -124,6 +128,18 @@ class NodeConfig:
     # Keys each KVS worker thread's access statistics track per report period (a Space-Saving
     # top-k; anna_core/DESIGN.md "Statistics").
     stats_top_k: int = 1000
+    # Capacity emulation, off by default (anna_core/DESIGN.md "Capacity emulation"): each
+    # worker thread serves at most `service_rate` client GET/PUT/DELETE requests (owned key
+    # tuples) per second, the time of each counting as busy, so that on a small machine a
+    # node behaves like a slower one: load beyond nodes x threads x rate queues and latency
+    # rises, and adding a node adds capacity. 0 = unlimited. An emulation for experiments,
+    # not a production rate limiter (it limits nothing per client and drops nothing).
+    service_rate: float = 0.0
+    # The node's storage capacity in bytes, which the autoscaling policy compares stored
+    # bytes against; each worker's report carries capacity_bytes / threads. 0 = unknown (the
+    # default for both tiers: nodes sharing one machine share its memory and disks, so no
+    # per-node figure would be honest without being told).
+    capacity_bytes: int = 0
     # The cluster's CURVE key directory (runtime.auth, `anna keys DIR`); None: no
     # authentication. Read by the node process, never sent to the kernel as a path.
     key_dir: Optional[str] = None
@@ -137,6 +153,16 @@ class NodeConfig:
             value = getattr(self, knob)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"NodeConfig.{knob} must be a positive int, got {value!r}")
+        rate = self.service_rate
+        if (isinstance(rate, bool) or not isinstance(rate, (int, float)) or not math.isfinite(rate)
+                or not (rate == 0 or _MIN_SERVICE_RATE <= rate <= _MAX_SERVICE_RATE)):
+            raise ValueError(f"NodeConfig.service_rate must be 0 (no limit) or a number of "
+                             f"requests/s in [{_MIN_SERVICE_RATE:g}, {_MAX_SERVICE_RATE:g}], "
+                             f"got {rate!r}")
+        cap = self.capacity_bytes
+        if isinstance(cap, bool) or not isinstance(cap, int) or not 0 <= cap <= 1 << 62:
+            raise ValueError(f"NodeConfig.capacity_bytes must be an int in [0, 2**62] "
+                             f"(0: unknown), got {cap!r}")
         if self.tier == DISK and not self.data_dir:
             raise ValueError(f"disk node {self.node_id!r} needs a data_dir")
 
@@ -298,8 +324,21 @@ class ClusterConfig:
     autoscale: Any = False
     monitor: bool = False
     provisioning_delay: float = 0.0
+    # Capacity emulation (NodeConfig.service_rate: requests/s per worker thread, 0 = off) and
+    # each node's storage capacity per tier (NodeConfig.capacity_bytes, 0 = unknown), for
+    # showing on one small machine what the autoscaling policy does on many.
+    service_rate: float = 0.0
+    memory_capacity_bytes: int = 0
+    disk_capacity_bytes: int = 0
 
     def __post_init__(self) -> None:
+        if not (self.service_rate >= 0) or isinstance(self.service_rate, bool):
+            raise ValueError(f"ClusterConfig.service_rate must be >= 0 (0: no emulation), got "
+                             f"{self.service_rate!r}")
+        for knob in ("memory_capacity_bytes", "disk_capacity_bytes"):
+            value = getattr(self, knob)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"ClusterConfig.{knob} must be an int >= 0, got {value!r}")
         if not (self.provisioning_delay >= 0):
             raise ValueError(f"ClusterConfig.provisioning_delay must be >= 0, got "
                              f"{self.provisioning_delay!r}")

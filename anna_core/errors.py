@@ -130,7 +130,7 @@ StartupError = _runtime_process.StartupError
 _CODE_NAMES = {
     0: "NO_ERROR", 1: "KEY_DNE", 2: "WRONG_OWNER", 3: "LATTICE_MISMATCH", 4: "TIMEOUT",
     5: "VALUE_TOO_LARGE", 6: "UNKNOWN_LATTICE", 7: "MALFORMED", 8: "NO_NODES",
-    9: "STORE_FAILED", 10: "DISK_FULL",
+    9: "STORE_FAILED", 10: "DISK_FULL", 11: "NOT_PERMITTED",
 }
 
 
@@ -173,5 +173,7 @@ def error_from_code(code: int, *, key: Optional[str] = None, address: Optional[s
     if code == 10:
         return DiskFull(f"{what}: disk full{where}, write refused{more}", key=key,
                         address=address, detail=detail)
+    if code == 11:
+        return NotPermitted(f"{what}: not permitted{where}{more}", key=key, address=address)
     name = _CODE_NAMES.get(code, f"code {code}")
     return AnnaError(f"{what}: server error {name}{where}", key=key, address=address)

@@ -39,6 +39,7 @@ from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Set, Tup
 from runtime.logs import configure_logging
 from runtime.cli import positive_float
 
+from .autoscale.actions import Note
 from .autoscale.manager import ClusterManager, apply
 from .autoscale.policy import PolicyEngine
 from .autoscale.policy_config import PolicyConfig
@@ -91,6 +92,8 @@ class Monitor:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._overrides_loaded = False
+        self._notes: List[str] = []
+        self._note_kinds: Set[str] = set()
 
     # ---- one period ---------------------------------------------------------------------
 
@@ -107,6 +110,7 @@ class Monitor:
                             overrides=self.overrides,
                             default_replication=self.default_replication)
         reasons: List[str] = []
+        self._notes = []
         if self.autoscaling:
             reasons = self._act(summary, now, problems)
         self._expire(bucket, problems)
@@ -119,7 +123,7 @@ class Monitor:
             recent=list(self._recent)[:-len(reasons) or None],
             pending=self._listing("pending"), leaving=self._listing("leaving"),
             grace_until=max(0.0, grace - now) if grace is not None else None,
-            autoscaling=self.autoscaling, problems=problems)
+            autoscaling=self.autoscaling, problems=problems, notes=self._notes)
         try:
             self.kvs.put(STATUS_KEY, json.dumps(status).encode())
         except AnnaError as e:
@@ -170,7 +174,10 @@ class Monitor:
             else:
                 self.log.info("%s node %s: %s", event.tier, event.node_id, event.kind)
         actions = self.engine.decide(summary, now)
-        outcomes = apply(actions, self.manager, self.kvs, self.log)
+        notes = [a for a in actions if isinstance(a, Note)]
+        self._log_notes(notes)
+        outcomes = apply([a for a in actions if not isinstance(a, Note)], self.manager,
+                         self.kvs, self.log)
         reasons = []
         for outcome in outcomes:
             action = outcome.action
@@ -182,7 +189,19 @@ class Monitor:
             else:
                 what += f" (failed: {outcome.error})" if outcome.error else " (skipped)"
             reasons.append(what)
+        self._notes = [n.reason for n in notes]
         return reasons
+
+    def _log_notes(self, notes: Sequence[Note]) -> None:
+        """Why the engine held back: at INFO when the kind of note is new this period (the
+        same hold repeats every period of a grace period), else at DEBUG."""
+        kinds = set()
+        for note in notes:
+            kind = note.reason.split(":")[0]
+            kinds.add(kind)
+            level = logging.DEBUG if kind in self._note_kinds else logging.INFO
+            self.log.log(level, "held back: %s", note.reason)
+        self._note_kinds = kinds
 
     def _expire(self, bucket: int, problems: List[str]) -> None:
         for b in expired_buckets(bucket, self._last_deleted):
@@ -242,15 +261,12 @@ class Monitor:
 
 
 def _describe(action: Any) -> str:
-    name = type(action).__name__
-    reason = getattr(action, "reason", "")
-    if name == "AddNodes":
-        return f"add {action.count} {action.tier} node(s): {reason}"
-    if name == "RemoveNode":
-        return f"remove {action.tier} node {action.node_id}: {reason}"
-    if hasattr(action, "key"):
-        return f"{name.lower()} {action.key!r} to {list(action.replication.as_tuple())}: " \
-               f"{reason}"
+    """An action as one line: the engine's reason (it names what was done and why), and the
+    new vector of a replication change."""
+    reason = getattr(action, "reason", repr(action))
+    replication = getattr(action, "replication", None)
+    if replication is not None:
+        return f"{reason} [replication {action.key!r} -> {list(replication.as_tuple())}]"
     return reason
 
 

@@ -169,3 +169,22 @@ def test_auth_off_is_said_loudly(caplog):
             kvs.put("plain", b"1")
             assert kvs.get("plain") == b"1"
     assert "AUTHENTICATION IS OFF" in caplog.text
+
+
+def test_a_client_key_may_not_write_the_clusters_metadata_keys(cluster):
+    """Keys under __anna__/ (persisted replication, statistics, the monitor's status) are the
+    cluster's: a client key may read them and write only its own latency reports."""
+    from anna_core.membership import replication_metadata_key
+    forged_override = replication_metadata_key(KEYS[2])
+    with cluster.client() as kvs:
+        for key in (forged_override, "__anna__/status", "__anna__/stats/workers/1"):
+            with pytest.raises(anna_core.NotPermitted, match="__anna__/"):
+                kvs.put(key, b"forged")
+            with pytest.raises(anna_core.NotPermitted):
+                kvs.delete(key)
+        kvs.put("__anna__/stats/clients/1", anna_core.SetLattice([b"a report"]))
+        assert kvs.get("__anna__/stats/clients/1").reveal() == {b"a report"}
+    with cluster.client(auth=AuthConfig(cluster.key_dir, "cluster")) as admin:
+        admin.put("__anna__/status", b"{}")
+        assert admin.get("__anna__/status") == b"{}"
+        admin.delete("__anna__/status")

@@ -52,3 +52,47 @@ def test_anna_local_serves_until_interrupted():
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_anna_local_autoscale_and_anna_status():
+    proc = subprocess.Popen([sys.executable, "-m", "anna_core.cli", "local", "--autoscale",
+                             "--period", "0.5", "--slo", "5"],
+                            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        for _ in range(20):
+            lines.append(proc.stdout.readline())
+            if lines[-1].startswith("keys: ") or not lines[-1]:
+                break
+        routing = lines[0].split()[1]
+        monitor = [ln for ln in lines if ln.startswith("monitor: ")]
+        assert monitor and "autoscaling on" in monitor[0], lines
+        key_dir = lines[-1].split()[1]
+        command = [sys.executable, "-m", "anna_core.cli", "status", "--routing", routing,
+                   "--key-dir", key_dir]
+        from tests.waiting import poll_until
+        out = poll_until(lambda: (lambda r: r if r.returncode == 0 else None)(
+            subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=30)),
+            30, "a status from `anna status`", interval=0.5)
+        assert "Anna monitor status" in out.stdout and "memory tier: 1 node(s)" in out.stdout
+        assert "SLO 5.0 ms" in out.stdout
+        as_json = subprocess.run(command + ["--json"], env=ENV, capture_output=True, text=True,
+                                 timeout=30)
+        import json
+        assert json.loads(as_json.stdout)["autoscaling"] is True
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_anna_status_without_a_monitor_says_so():
+    with anna_core.LocalCluster() as cluster:
+        out = subprocess.run([sys.executable, "-m", "anna_core.cli", "status", "--routing",
+                              cluster.routing_address, "--key-dir", cluster.key_dir],
+                             env=ENV, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 1
+    assert "no monitor has published a status" in out.stderr

@@ -22,7 +22,8 @@ GOSSIP_MS = 20
 REPORT_FIELDS = {"node_id", "tier", "thread", "requests", "gets", "puts", "deletes",
                  "occupancy", "busy_ns", "period_ns", "stored_bytes", "stored_keys",
                  "key_accesses", "accessed_keys", "access_square_sum", "access_mean", "exact",
-                 "top_k", "hottest", "coldest", "tracked"}
+                 "top_k", "hottest", "coldest", "tracked", "capacity_bytes"}
+LWW_OVERHEAD = 8  # a memory worker's LWW value size: payload + the 8-byte timestamp
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +88,8 @@ class Sender:
 
 
 def start(credentials, tmp_path=None, **kw):
-    config = NodeConfig(node_id="stats-n1", threads=1, pin_threads=False,
-                        gossip_period_ms=GOSSIP_MS, **kw)
+    kw.setdefault("threads", 1)
+    config = NodeConfig(node_id="stats-n1", pin_threads=False, gossip_period_ms=GOSSIP_MS, **kw)
     node = _core.Node(config.kernel_json(credentials))
     node.start()
     return node
@@ -144,14 +145,16 @@ def test_a_skewed_workload_puts_the_hot_key_on_top_with_its_count(running, sende
     r = report(node)
     assert set(r) == REPORT_FIELDS
     assert (r["node_id"], r["tier"], r["thread"]) == ("stats-n1", "memory", 0)
-    assert r["hottest"][0] == {"key": "hot", "accesses": 50, "size": 0}
-    assert r["hottest"][1] == {"key": "cold-0", "accesses": 2, "size": 0}
+    assert r["hottest"][0] == {"key": "hot", "accesses": 50, "size": 1 + LWW_OVERHEAD}
+    assert r["hottest"][1] == {"key": "cold-0", "accesses": 2, "size": 1 + LWW_OVERHEAD}
     assert (r["puts"], r["gets"], r["deletes"]) == (50, 21, 1)
     assert r["requests"] == r["key_accesses"] == 72
     assert r["accessed_keys"] == 21 and r["exact"] is True
     assert r["access_square_sum"] == 50 ** 2 + 2 ** 2 + 2 ** 2 + 18
     assert r["access_mean"] == pytest.approx(72 / 21)
+    # Every stored key was accessed: no 0-count keys; the deleted key is not stored (size 0).
     assert len(r["coldest"]) == 21 and r["coldest"][0]["accesses"] == 1
+    assert {k["key"]: k["size"] for k in r["coldest"]}["cold-1"] == 0
     assert r["stored_keys"] == 20  # 21 put, one deleted
 
 
@@ -243,7 +246,11 @@ def test_a_report_resets_the_period(running, sender):
     assert first["key_accesses"] == 3
     second = report(node)
     assert (second["requests"], second["key_accesses"], second["accessed_keys"]) == (0, 0, 0)
-    assert second["hottest"] == [] and second["coldest"] == []
+    assert second["hottest"] == []
+    # Stored and not accessed this period: the coldest of all, with count 0.
+    assert sorted(second["coldest"], key=lambda k: k["key"]) == [
+        {"key": "a", "accesses": 0, "size": 1 + LWW_OVERHEAD},
+        {"key": "b", "accesses": 0, "size": 1 + LWW_OVERHEAD}]
     assert second["access_square_sum"] == 0 and second["puts"] == 0
     assert second["stored_bytes"] == first["stored_bytes"]  # state, not a period counter
     # The cumulative counters (published each epoch) are untouched by reports.
@@ -256,7 +263,7 @@ def test_the_monitor_core_reads_the_report(running, sender):
     sender.request(worker, anna_pb2.PUT, ["hot"] * 10 + ["warm"] * 3 + ["cool"])
     r = report(node)
     fields = {f: r[f] for f in WorkerReport.__dataclass_fields__ if f not in
-              ("hottest", "coldest", "tracked", "capacity_bytes")}
+              ("hottest", "coldest", "tracked")}
     lists = {f: tuple(KeyCount(**k) for k in r[f]) for f in ("hottest", "coldest", "tracked")}
     summary = summarize([WorkerReport(**fields, **lists)], period=1.0,
                         members={"memory": ["stats-n1"]})
@@ -269,3 +276,139 @@ def test_take_report_needs_a_running_node(cluster_keys):
     node.stop()
     with pytest.raises(RuntimeError):
         node.take_report(timeout_ms=100)
+
+
+# ---- capacity emulation, capacity_bytes, key sizes, never-accessed keys
+
+def _send_singles(sender, worker, n):
+    """n one-tuple GETs sent back to back, then every answer; returns the elapsed seconds."""
+    began = time.monotonic()
+    ids = [sender.submit(worker, anna_pb2.GET, [f"paced-{i}"]) for i in range(n)]
+    sender.collect(ids, timeout=DEADLINE + 2 * n / RATE)
+    return time.monotonic() - began
+
+
+RATE = 200.0
+
+
+def test_service_rate_paces_requests_and_counts_as_busy(running, sender):
+    n = 200
+    bound = (n - 1) / RATE  # the first request is served at once, each next 1/RATE later
+    node, worker = running(service_rate=RATE)
+    elapsed = _send_singles(sender, worker, n)
+    r = report(node)
+    assert r["requests"] == n
+    assert elapsed >= 0.95 * bound, f"{n} requests at {RATE:g}/s took {elapsed:.3f} s < {bound:.3f} s"
+    assert r["period_ns"] >= 0.95 * bound * 1e9
+    assert r["occupancy"] > 0.8, r["occupancy"]  # the emulated service time is busy time
+    # The worker never serves faster than the rate over the period.
+    assert r["requests"] <= RATE * r["period_ns"] / 1e9 + 1
+
+
+def test_service_rate_zero_does_not_pace(running, sender):
+    n = 200
+    node, worker = running()  # service_rate 0: unlimited
+    elapsed = _send_singles(sender, worker, n)
+    assert report(node)["requests"] == n
+    assert elapsed < 0.5 * (n - 1) / RATE, elapsed  # well under the paced run's lower bound
+
+
+def test_a_paced_worker_still_runs_epochs_and_stops_promptly(cluster_keys, sender):
+    node = start(cluster_keys, service_rate=0.5)  # 2 s per request
+    try:
+        deliver_membership(node, sender)
+        worker = node.worker_addresses()[0]
+        sender.request(worker, anna_pb2.PUT, ["slow"])  # served at once; the worker is busy 2 s
+        began = time.monotonic()
+        (r,) = node.take_report(timeout_ms=int(DEADLINE * 1000))
+        assert time.monotonic() - began < 1.0  # reports are not held up by the emulated time
+        assert r["puts"] == 1
+        began = time.monotonic()
+        node.stop()
+        assert time.monotonic() - began < 1.0  # stop does not wait out the emulated time
+    finally:
+        node.stop()
+
+
+def test_capacity_bytes_is_split_over_the_threads(running, sender):
+    node, _ = running(threads=2, capacity_bytes=1001)
+    reports = node.take_report(timeout_ms=int(DEADLINE * 1000))
+    assert [r["capacity_bytes"] for r in reports] == [501, 500]
+    assert sum(r["capacity_bytes"] for r in reports) == 1001
+    assert _core.parse_node_config(NodeConfig(node_id="m", capacity_bytes=7).to_json())[
+        "capacity_bytes"] == 7
+    node2, _ = running()
+    assert report(node2)["capacity_bytes"] == 0  # default: unknown
+
+
+def test_key_sizes_are_the_stored_value_sizes(running, sender):
+    node, worker = running()
+    sizes = {f"sz-{n}": n for n in (1, 10, 1000, 5000)}
+    for key, n in sizes.items():
+        sender.request(worker, anna_pb2.PUT, [key], value=b"s" * n)
+    sender.request(worker, anna_pb2.GET, ["missing"])  # accessed, not stored
+    r = report(node)
+    hottest = {k["key"]: k["size"] for k in r["hottest"]}
+    assert hottest == {**{k: n + LWW_OVERHEAD for k, n in sizes.items()}, "missing": 0}
+    assert {k["key"]: k["size"] for k in r["coldest"]} == hottest
+
+
+def test_a_stored_key_never_accessed_is_coldest_with_count_0(running, sender):
+    node, worker = running()
+    sender.request(worker, anna_pb2.PUT, ["idle", "busy"], value=b"i" * 50)
+    report(node)  # a new period: nothing accessed yet
+    sender.request(worker, anna_pb2.GET, ["busy"] * 3)
+    r = report(node)
+    assert r["coldest"] == [{"key": "idle", "accesses": 0, "size": 50 + LWW_OVERHEAD},
+                            {"key": "busy", "accesses": 3, "size": 50 + LWW_OVERHEAD}]
+    assert r["hottest"] == [{"key": "busy", "accesses": 3, "size": 50 + LWW_OVERHEAD}]
+
+
+def test_the_never_accessed_sample_is_bounded_and_rotates(running, sender):
+    node, worker = running()
+    keys = [f"many-{i}" for i in range(1000)]
+    sender.collect([sender.submit(worker, anna_pb2.PUT, keys[j:j + 200])
+                    for j in range(0, len(keys), 200)])
+    report(node)
+    seen = set()
+    for _ in range(12):
+        r = report(node)
+        assert len(r["coldest"]) == 100  # kReportKeys
+        assert all(k["accesses"] == 0 and k["size"] == 1 + LWW_OVERHEAD for k in r["coldest"])
+        seen.update(k["key"] for k in r["coldest"])
+    assert len(seen) > 300, len(seen)  # a rotating cursor, not the same first keys each time
+
+
+def test_disk_store_reports_sizes_and_never_accessed_keys(cluster_keys, sender, tmp_path):
+    node = start(cluster_keys, tier="disk", data_dir=str(tmp_path / "data"))
+    try:
+        deliver_membership(node, sender)
+        worker = node.worker_addresses()[0]
+        sender.request(worker, anna_pb2.PUT, ["d-hot", "d-idle"], value=b"d" * 1000)
+        report(node)
+        sender.request(worker, anna_pb2.GET, ["d-hot"])
+        r = report(node)
+        (hot,) = r["hottest"]
+        assert hot["key"] == "d-hot" and 1000 <= hot["size"] < 1100  # the encoded record
+        assert [(k["key"], k["accesses"]) for k in r["coldest"]] == [("d-idle", 0), ("d-hot", 1)]
+        assert r["coldest"][0]["size"] == hot["size"]
+    finally:
+        node.stop()
+
+
+@pytest.mark.parametrize("knob,bad", [("service_rate", -1), ("service_rate", float("nan")),
+                                      ("service_rate", float("inf")), ("service_rate", "fast"),
+                                      ("service_rate", True), ("service_rate", 1e-6),
+                                      ("capacity_bytes", -1), ("capacity_bytes", 1.5),
+                                      ("capacity_bytes", True), ("capacity_bytes", 1 << 63)])
+def test_bad_capacity_knobs_are_refused(knob, bad):
+    with pytest.raises(ValueError, match=knob):
+        NodeConfig(node_id="m", **{knob: bad})
+
+
+@pytest.mark.parametrize("knob,bad", [("service_rate", -1), ("service_rate", "1"),
+                                      ("service_rate", 1e-6), ("capacity_bytes", -1),
+                                      ("capacity_bytes", 1.5)])
+def test_the_kernel_refuses_bad_capacity_knobs(knob, bad):
+    with pytest.raises(ValueError, match=knob):
+        _core.Node({"node_id": "m", knob: bad})

@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import math
 import random
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from .summaries import ClientReport, KeyCount, WorkerReport
 
@@ -114,6 +114,21 @@ def _load(element: bytes, kind: str, problems: List[str]) -> Optional[Dict[str, 
     return value
 
 
+def _new_reports(elements: Iterable[bytes], kind: str, seen: Optional[set],
+                 problems: List[str]) -> Iterator[Dict[str, Any]]:
+    """The parsed elements of `kind` not yet in `seen` (by reporter and sequence number)."""
+    for element in elements:
+        value = _load(element, kind, problems)
+        if value is None:
+            continue
+        ident = (kind, value["reporter"], value["seq"])
+        if seen is not None:
+            if ident in seen:
+                continue
+            seen.add(ident)
+        yield value
+
+
 def _key_counts(entries: Any) -> Tuple[KeyCount, ...]:
     out: List[KeyCount] = []
     if not isinstance(entries, list):
@@ -156,15 +171,7 @@ def decode_node_reports(elements: Iterable[bytes], seen: Optional[set] = None
     reports: List[WorkerReport] = []
     raw: List[Dict[str, Any]] = []
     problems: List[str] = []
-    for element in elements:
-        value = _load(element, "node", problems)
-        if value is None:
-            continue
-        ident = ("node", value["reporter"], value["seq"])
-        if seen is not None:
-            if ident in seen:
-                continue
-            seen.add(ident)
+    for value in _new_reports(elements, "node", seen, problems):
         tier = value.get("tier")
         workers = value.get("workers")
         if tier not in ("memory", "disk") or not isinstance(workers, list):
@@ -183,15 +190,7 @@ def decode_client_reports(elements: Iterable[bytes], seen: Optional[set] = None
     """Client reports from report elements (see `decode_node_reports` for `seen`)."""
     reports: List[ClientReport] = []
     problems: List[str] = []
-    for element in elements:
-        value = _load(element, "client", problems)
-        if value is None:
-            continue
-        ident = ("client", value["reporter"], value["seq"])
-        if seen is not None:
-            if ident in seen:
-                continue
-            seen.add(ident)
+    for value in _new_reports(elements, "client", seen, problems):
         try:
             keys = tuple((str(k), float(v)) for k, v in value.get("keys", [])[:MAX_KEYS_PER_LIST]
                          if not is_metadata_key(str(k)))

@@ -6,8 +6,8 @@ Contract:
   average/least/largest occupancy, memory use against capacity, nodes pending and leaving;
   the clients' latency against the SLO; the share of GETs served by the memory tier; the
   hottest keys with their replication; this period's actions with their reasons and the most
-  recent earlier ones; the report problems. Bounded: at most `max_keys` keys and
-  `max_decisions` decisions.
+  recent earlier ones; why the policy held back (notes); the report problems. Bounded: at
+  most `max_keys` keys and `max_decisions` decisions.
 - `format_status(status, now_wall)` renders it for a terminal (`anna status`), saying how old
   it is.
 """
@@ -54,7 +54,7 @@ def build_status(summary: Summary, *, wall: float, bucket: int, slo: float, stat
                  pending: Optional[Mapping[str, Sequence[str]]] = None,
                  leaving: Optional[Mapping[str, Sequence[str]]] = None,
                  grace_until: Optional[float] = None, autoscaling: bool = False,
-                 problems: Sequence[str] = (), max_keys: int = 10,
+                 problems: Sequence[str] = (), notes: Sequence[str] = (), max_keys: int = 10,
                  max_decisions: int = 20) -> Dict[str, Any]:
     """One period's status (see the module contract); `actions` are this period's reasons,
     `recent` earlier {"time", "action"} entries, `grace_until` seconds from now."""
@@ -78,6 +78,7 @@ def build_status(summary: Summary, *, wall: float, bucket: int, slo: float, stat
                       "replication": list(k.replication.as_tuple())} for k in hot],
         "replicated": len(summary.replicated),
         "actions": list(actions)[:max_decisions],
+        "notes": list(notes)[:max_decisions],
         "recent": list(recent)[-max_decisions:],
         "grace_remaining": grace_until,
         "problems": list(problems)[:max_decisions] + list(summary.problems)[:max_decisions],
@@ -129,6 +130,8 @@ def format_status(status: Mapping[str, Any], now_wall: Optional[float] = None) -
         lines.append(f"grace period: {status['grace_remaining']:.1f} s left")
     for a in status.get("actions", []):
         lines.append(f"decided now: {a}")
+    for n in status.get("notes", [])[:5]:
+        lines.append(f"held back: {n}")
     for r in reversed(status.get("recent", [])[-5:]):
         lines.append(f"earlier ({now_wall - r['time']:.0f} s ago): {r['action']}")
     for p in status.get("problems", [])[:5]:

@@ -65,6 +65,11 @@ py::dict report_dict(const Node& n, int tid, const NodeWorkerReport& r) {
   d["period_ns"] = r.period_ns;
   d["stored_bytes"] = r.core.stored_bytes;
   d["stored_keys"] = r.core.stored_keys;
+  // The node's capacity split over its threads (summing the threads' reports gives the node's).
+  // (The remainder goes to the first threads, one byte each, so the sum is exact.)
+  const std::uint64_t threads = static_cast<std::uint64_t>(n.config().threads);
+  d["capacity_bytes"] = n.config().capacity_bytes / threads +
+                        (static_cast<std::uint64_t>(tid) < n.config().capacity_bytes % threads ? 1 : 0);
   d["key_accesses"] = r.core.key_accesses;
   d["accessed_keys"] = r.core.accessed_keys;
   d["access_square_sum"] = r.core.access_square_sum;
@@ -150,6 +155,8 @@ void bind_node(py::module_& m) {
         d["tombstone_ttl_ms"] = c.tombstone_ttl_ms;
         d["max_push_sockets"] = c.max_push_sockets;
         d["stats_top_k"] = c.stats_top_k;
+        d["service_rate"] = c.service_rate;
+        d["capacity_bytes"] = c.capacity_bytes;
         d["curve"] = c.curve.enabled();
         d["curve_public_key"] = c.curve.public_key;
         d["curve_admitted"] = c.curve.admitted;

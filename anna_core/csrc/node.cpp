@@ -210,6 +210,21 @@ class WorkerThread {
     while (!sh_->stopping.load(std::memory_order_relaxed)) {
       if (sh_->report_wanted.load(std::memory_order_relaxed) != report_gen_) report();
       auto now = SteadyClock::now();
+      if (pacing_ && now < next_free_) {
+        // Capacity emulation: the last request's emulated service time is not over. Wait
+        // for it without reading the socket (requests queue there), at most until the next
+        // epoch or 50 ms, so epochs, reports and stop stay on time. Busy time.
+        auto until = std::min({next_free_, next_epoch, now + std::chrono::milliseconds(50)});
+        std::this_thread::sleep_until(until);
+        auto after = SteadyClock::now();
+        if (after >= next_epoch) {
+          epoch();
+          after = SteadyClock::now();
+          next_epoch = after + period;
+        }
+        busy_ += after - now;
+        continue;
+      }
       long wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(next_epoch - now).count();
       wait_ms = std::max(0L, std::min(wait_ms, 50L));
       zmq_pollitem_t item{pull_, 0, ZMQ_POLLIN, 0};
@@ -226,7 +241,19 @@ class WorkerThread {
           int frames = recv_message(pull_, parts);
           if (frames == 0) break;
           if (frames < 0) return;
+          if (!pacing_) {
+            process(parts, frames);
+            continue;
+          }
+          auto start = SteadyClock::now();
+          std::uint64_t before = core_->period_requests();
           process(parts, frames);
+          std::uint64_t served = core_->period_requests() - before;
+          if (served == 0) continue;  // not a client GET/PUT/DELETE this worker serves
+          // Each served tuple takes service_interval_ of the worker's time, from when it
+          // started (or from when the previous one's time ends, if later).
+          next_free_ = std::max(next_free_, start) + service_interval_ * served;
+          if (SteadyClock::now() < next_free_) break;  // wait at the loop's top
         }
       }
       now = SteadyClock::now();
@@ -252,13 +279,15 @@ class WorkerThread {
     }
     std::string_view kind(static_cast<const char*>(zmq_msg_data(&parts[0])), zmq_msg_size(&parts[0]));
     std::string_view payload(static_cast<const char*>(zmq_msg_data(&parts[1])), zmq_msg_size(&parts[1]));
-    if (auth_ && !client_may_send(kind)) {
+    if (auth_) {
       // No User-Id: inproc, i.e. this node's own workers (see node.hpp).
       const char* role = sender_role(&parts[0]);
-      if (role != nullptr && std::strcmp(role, kClusterRole) != 0) {
+      const bool client = role != nullptr && std::strcmp(role, kClusterRole) != 0;
+      if (client && !client_may_send(kind)) {
         drop_from_client(kind, role, zmq_msg_gets(&parts[0], "Peer-Address"));
         return;
       }
+      core_->set_sender_is_client(client);
     }
     try {
       std::string why;
@@ -354,6 +383,12 @@ class WorkerThread {
   SteadyClock::time_point period_start_{};
   SteadyClock::duration busy_{};
   bool auth_ = sh_->config.curve.enabled();
+  // Capacity emulation (service_rate > 0): the time the worker's emulated service of the
+  // requests it has taken ends.
+  bool pacing_ = sh_->config.service_rate > 0;
+  SteadyClock::duration service_interval_ = std::chrono::duration_cast<SteadyClock::duration>(
+      std::chrono::duration<double>(pacing_ ? 1.0 / sh_->config.service_rate : 0.0));
+  SteadyClock::time_point next_free_{};
   std::uint64_t auth_dropped_ = 0;
   SteadyClock::time_point auth_warn_window_{};
   int auth_warnings_in_window_ = 0;

@@ -19,6 +19,15 @@
 //     gossip_period_ms the WorkerCore's end_epoch() runs (gossip + subscription UPDATEs).
 //     Outgoing messages go through the thread's own PushCache; same-node peers over inproc.
 //     No locks or atomics on the request path: a stop flag is read once per loop turn.
+//   * Capacity emulation (config.service_rate > 0; DESIGN.md "Capacity emulation"): each
+//     owned client GET/PUT/DELETE tuple a worker serves (WorkerCore::period_requests(); not
+//     gossip, membership, hand-off, fetches or WRONG_OWNER answers) takes at least
+//     1/service_rate s of its time: after serving one, the worker does not read its socket
+//     again until its running "next free" time (max(next free, the message's start) + tuples /
+//     rate), sleeping until then in steps that end at the next epoch, after 50 ms at most, and
+//     re-checking the stop flag and report requests in between. That time counts as busy.
+//     Requests queue in the PULL socket meanwhile. service_rate 0: none of this (one branch
+//     per message on a constant flag).
 //   * worker_addresses() returns the tcp addresses by thread id (empty before start()).
 //   * stop() flushes each worker's last epoch, stops and joins the threads, closes stores and
 //     the ZMQ context; returns within ~a poll timeout plus store close time. Idempotent; the

@@ -266,6 +266,15 @@ NodeConfig parse_node_config(const std::string& json) {
       c.max_push_sockets = static_cast<std::size_t>(want_int(key, v, 1, 1000000));
     } else if (key == "stats_top_k") {
       c.stats_top_k = static_cast<std::size_t>(want_int(key, v, 1, 1000000));
+    } else if (key == "service_rate") {
+      if (v.type != JsonValue::kNumber)
+        throw std::invalid_argument("node config: service_rate must be a number");
+      if (!(v.number == 0 || (v.number >= kMinServiceRate && v.number <= kMaxServiceRate)))
+        throw std::invalid_argument(
+            "node config: service_rate must be 0 (no limit) or in [0.001, 1e9] requests/s");
+      c.service_rate = v.number;
+    } else if (key == "capacity_bytes") {
+      c.capacity_bytes = static_cast<std::uint64_t>(want_int(key, v, 0, 1LL << 62));
     } else if (key == "tombstone_ttl_ms") {
       c.tombstone_ttl_ms = static_cast<int>(want_int(key, v, 1, 24 * 3600 * 1000));
     } else if (key == "curve_public_key") {

@@ -8,7 +8,9 @@
 // [1, 1000000]: PUSH sockets each worker thread keeps open, least recently used closed
 // beyond; lowered at start when the process' descriptor limit cannot hold them), stats_top_k
 // (int in [1, 1000000]: keys each worker's access statistics track per report period,
-// key_stats.hpp), and
+// key_stats.hpp), service_rate (a number: 0, or in [0.001, 1e9]: capacity emulation, node.hpp),
+// capacity_bytes (int in [0, 2^62]: the node's storage capacity for the autoscaling policy,
+// 0 unknown), and
 // authentication (curve.hpp): curve_secret_key and curve_public_key (Z85 strings) and
 // curve_admitted (an object: Z85 public key -> role, the one nested value allowed); all three
 // absent or empty means authentication off. Missing keys take the defaults below; null means
@@ -42,9 +44,19 @@ struct NodeConfig {
   int tombstone_ttl_ms = 60000;   // how long a delete's tombstone outvotes older writes
   std::size_t max_push_sockets = 1024;  // per worker thread (push_cache.hpp)
   std::size_t stats_top_k = 1000;       // keys tracked per worker per report period (key_stats.hpp)
+  // Capacity emulation (DESIGN.md "Capacity emulation"; not a production rate limiter): each
+  // worker thread serves at most this many owned GET/PUT/DELETE tuples a second (0: no limit).
+  double service_rate = 0;
+  // The node's storage capacity in bytes for the autoscaling policy (0: unknown); each
+  // worker's report carries capacity_bytes / threads.
+  std::uint64_t capacity_bytes = 0;
   // CURVE authentication of the workers' sockets (DESIGN.md "Authentication"); off when empty.
   CurveKeys curve;
 };
+
+// Bounds of a non-zero service_rate (requests per second per worker thread).
+constexpr double kMinServiceRate = 0.001;
+constexpr double kMaxServiceRate = 1e9;
 
 // Headroom over max_value_bytes for the largest frame a worker accepts: the key, the
 // lattice's metadata and a gossip or hand-off batch (split at 4 MiB, plus one value).

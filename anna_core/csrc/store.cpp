@@ -78,6 +78,30 @@ void MemoryStore::for_each(
   for (const auto& [k, v] : map_) fn(k, v);
 }
 
+std::uint64_t MemoryStore::value_size(const std::string& key) {
+  auto it = map_.find(key);
+  return it == map_.end() ? 0 : value_bytes(it->second);
+}
+
+std::size_t MemoryStore::scan_keys(
+    std::size_t max_keys, const std::function<void(const std::string&, std::uint64_t)>& fn) {
+  const std::size_t buckets = map_.bucket_count();
+  if (map_.empty() || buckets == 0 || max_keys == 0) return 0;
+  // Bounded work even when a shrunken map keeps many empty buckets.
+  const std::size_t max_buckets = std::min(buckets, 16 * max_keys + 64);
+  std::size_t visited = 0;
+  std::size_t b = scan_bucket_ % buckets;
+  for (std::size_t n = 0; n < max_buckets && visited < max_keys; ++n) {
+    for (auto it = map_.cbegin(b); it != map_.cend(b); ++it) {
+      fn(it->first, value_bytes(it->second));
+      ++visited;
+    }
+    b = (b + 1) % buckets;
+  }
+  scan_bucket_ = b;
+  return visited;
+}
+
 
 // ---------------------------------------------------------------- disk
 
@@ -500,6 +524,52 @@ void DiskStore::for_each(const std::function<void(const std::string&, const AnyL
   }
   if (!it->status().ok())
     log_warning("DiskStore scan in " + path_ + ": " + it->status().ToString());
+}
+
+std::uint64_t DiskStore::value_size(const std::string& key) {
+  if (!db_) return 0;
+  rocksdb::ReadOptions options;
+  options.fill_cache = false;  // statistics must not evict the serving path's blocks
+  rocksdb::PinnableSlice record;
+  rocksdb::Status s = db_->Get(options, db_->DefaultColumnFamily(), key, &record);
+  if (!s.ok() || record.size() == 0) return 0;
+  return record.size() - 1;  // less the lattice-type byte
+}
+
+std::size_t DiskStore::scan_keys(
+    std::size_t max_keys, const std::function<void(const std::string&, std::uint64_t)>& fn) {
+  if (!db_ || max_keys == 0) return 0;
+  rocksdb::ReadOptions options;
+  options.fill_cache = false;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(options));
+  const std::string start = scan_after_;
+  std::size_t visited = 0;
+  bool wrapped = start.empty();
+  if (start.empty()) it->SeekToFirst();
+  else {
+    it->Seek(start);
+    if (it->Valid() && it->key() == rocksdb::Slice(start)) it->Next();
+  }
+  while (visited < max_keys) {
+    if (!it->Valid()) {
+      if (wrapped || !it->status().ok()) break;
+      wrapped = true;  // once around: from the first key up to where this call began
+      it->SeekToFirst();
+      continue;
+    }
+    if (wrapped && !start.empty() && it->key().compare(rocksdb::Slice(start)) > 0) break;
+    std::string key = it->key().ToString();
+    const std::size_t size = it->value().size();
+    fn(key, size == 0 ? 0 : size - 1);
+    scan_after_ = std::move(key);
+    ++visited;
+    if (wrapped && !start.empty() && scan_after_ == start) break;
+    it->Next();
+  }
+  if (!it->status().ok())
+    log_warning("DiskStore key scan in " + path_ + ": " + it->status().ToString());
+  if (visited == 0) scan_after_.clear();
+  return visited;
 }
 
 // ---- reclaiming space after deletes on a full disk (the helper thread)

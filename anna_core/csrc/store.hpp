@@ -14,6 +14,15 @@
 //     payload (DiskStore returns the stored bytes without decoding), KEY_DNE, or STORE_FAILED.
 //   * remove(key) returns NO_ERROR, KEY_DNE, STORE_FAILED or (DiskStore) DISK_FULL.
 //     for_each visits every decodable (key, lattice).
+//   * For the statistics (DESIGN.md "Statistics"), off the request path: value_size(key) is
+//     the stored value's size in bytes, 0 when the key is not stored (or cannot be read):
+//     MemoryStore value_bytes() of the value (a hash lookup); DiskStore the stored record's
+//     size less its type byte (one RocksDB point read, not decoded, not cached).
+//     scan_keys(max_keys, fn) visits about max_keys stored keys (MemoryStore: whole hash
+//     buckets, at most 16 * max_keys + 64 buckets per call; DiskStore: at most max_keys keys),
+//     continuing after where the previous call stopped and wrapping around at the end, so
+//     repeated calls rotate over every key of an unchanging store; fn(key, value_size). It
+//     returns how many keys it visited.
 //   * DiskStore record = one lattice-type byte + payload. Writes go through RocksDB's WAL
 //     (not fsync'ed per write): an acknowledged write survives a clean restart and a kill -9
 //     of the process (not a machine crash). Opening fails (std::runtime_error) if the
@@ -84,6 +93,9 @@ class Store {
   virtual AnnaError remove(const std::string& key) = 0;
   virtual void for_each(const std::function<void(const std::string&, const AnyLattice&)>& fn) = 0;
   virtual std::size_t size() const = 0;
+  virtual std::uint64_t value_size(const std::string& key) = 0;
+  virtual std::size_t scan_keys(std::size_t max_keys,
+                                const std::function<void(const std::string&, std::uint64_t)>& fn) = 0;
   // Payload bytes held (keys + values), an estimate: MemoryStore tracks it on every write
   // (value_bytes() below); DiskStore reads RocksDB's rocksdb.estimate-live-data-size.
   virtual std::uint64_t stored_bytes() const = 0;
@@ -103,12 +115,16 @@ class MemoryStore final : public Store {
   AnnaError remove(const std::string& key) override;
   void for_each(const std::function<void(const std::string&, const AnyLattice&)>& fn) override;
   std::size_t size() const override { return map_.size(); }
+  std::uint64_t value_size(const std::string& key) override;
+  std::size_t scan_keys(std::size_t max_keys,
+                        const std::function<void(const std::string&, std::uint64_t)>& fn) override;
   std::uint64_t stored_bytes() const override { return bytes_; }
   const std::string& error_detail() const override { return detail_; }
 
  private:
   std::unordered_map<std::string, AnyLattice> map_;
   std::uint64_t bytes_ = 0;
+  std::size_t scan_bucket_ = 0;  // scan_keys' cursor: the next bucket to visit
   std::string detail_;
 };
 
@@ -142,6 +158,9 @@ class DiskStore final : public Store {
   AnnaError remove(const std::string& key) override;
   void for_each(const std::function<void(const std::string&, const AnyLattice&)>& fn) override;
   std::size_t size() const override { return approximate_size_; }
+  std::uint64_t value_size(const std::string& key) override;
+  std::size_t scan_keys(std::size_t max_keys,
+                        const std::function<void(const std::string&, std::uint64_t)>& fn) override;
   std::uint64_t stored_bytes() const override;
   const std::string& error_detail() const override { return detail_; }
 
@@ -178,6 +197,7 @@ class DiskStore final : public Store {
   bool read_only_ = false;
   std::string read_only_why_;
   std::size_t approximate_size_ = 0;
+  std::string scan_after_;  // scan_keys' cursor: the last key visited ("" = from the start)
   std::string scratch_;
   std::string detail_;
 

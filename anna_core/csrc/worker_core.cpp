@@ -81,13 +81,37 @@ PeriodReport WorkerCore::take_report() {
   r.exact = key_stats_.evicted() == 0;
   r.stored_bytes = store_->stored_bytes();
   r.stored_keys = store_->size();
-  for (auto& [k, c] : key_stats_.hottest(kReportKeys)) r.hottest.push_back(KeyCount{k, c, 0});
-  for (auto& [k, c] : key_stats_.coldest(kReportKeys)) r.coldest.push_back(KeyCount{k, c, 0});
+  // Sizes: memory lookups are hash lookups; a disk lookup is a RocksDB point read, so at
+  // most kMaxDiskSizeLookups of them per report (beyond: size 0, unknown).
+  const bool disk = id_.tier == DISK;
+  std::size_t lookups = 0;
+  auto size_of = [&](const std::string& key) -> std::uint64_t {
+    if (disk && lookups >= kMaxDiskSizeLookups) return 0;
+    ++lookups;
+    return store_->value_size(key);
+  };
+  for (auto& [k, c] : key_stats_.hottest(kReportKeys)) {
+    std::uint64_t size = size_of(k);
+    r.hottest.push_back(KeyCount{std::move(k), c, size});
+  }
+  // Coldest: first stored keys this worker owns with no access this period (not in the
+  // top-k), sampled from a rotating scan of the store, then the least counted tracked keys.
+  if (has_membership_) {
+    store_->scan_keys(kColdScanKeys, [&](const std::string& key, std::uint64_t size) {
+      if (r.coldest.size() >= kReportKeys || key_stats_.count(key) != 0 || !owns(key)) return;
+      r.coldest.push_back(KeyCount{key, 0, size});
+    });
+  }
+  for (auto& [k, c] : key_stats_.coldest(kReportKeys)) {
+    if (r.coldest.size() >= kReportKeys) break;
+    std::uint64_t size = size_of(k);
+    r.coldest.push_back(KeyCount{std::move(k), c, size});
+  }
   const ReplicationVector& def = map_.default_replication();
   for (const auto& [key, rep] : map_.overrides()) {
     if (r.tracked.size() >= key_stats_.capacity()) break;
     if (rep == def || !owns(key)) continue;
-    r.tracked.push_back(KeyCount{key, key_stats_.count(key), 0});
+    r.tracked.push_back(KeyCount{key, key_stats_.count(key), size_of(key)});
   }
   key_stats_.reset();
   period_gets_ = period_puts_ = period_deletes_ = 0;
@@ -205,9 +229,25 @@ void WorkerCore::handle_request(const KeyRequest& request, std::vector<OutMessag
   if (respond) out->push_back(OutMessage{request.response_address(), "", serialize_message(response)});
 }
 
+// Keys under "__anna__/" are the cluster's bookkeeping (persisted replication, statistics,
+// the monitor's status): clients may read them, and write only their own latency reports.
+static bool reserved_for_cluster(const std::string& key) {
+  static const std::string kMetadata = "__anna__/";
+  static const std::string kClientReports = "__anna__/stats/clients/";
+  return key.compare(0, kMetadata.size(), kMetadata) == 0 &&
+         key.compare(0, kClientReports.size(), kClientReports) != 0;
+}
+
 void WorkerCore::handle_tuple(RequestType type, const KeyTuple& in, KeyTuple* out) {
   const std::string& key = in.key();
   out->set_key(key);
+  if (from_client_ && (type == PUT || type == DELETE) && reserved_for_cluster(key)) {
+    ++stats_.dropped;
+    out->set_error(NOT_PERMITTED);
+    out->set_error_detail("keys under __anna__/ are the cluster's own; a client key may only "
+                          "write __anna__/stats/clients/");
+    return;
+  }
   if (!owns(key)) {
     wrong_owner(key, out);
     return;

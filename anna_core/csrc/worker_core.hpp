@@ -39,6 +39,8 @@
 //     identity.stats_top_k keys, and in the period's gets/puts/deletes. take_report() returns
 //     the period's PeriodReport and starts a new period (resets those counters; the
 //     cumulative WorkerStats are untouched). Gossip, hand-off and fetches are not accesses.
+//     The report's key lists carry the stored values' sizes, and `coldest` begins with owned
+//     stored keys never accessed this period (PeriodReport).
 //   * Not thread-safe: one WorkerCore per thread; no locks or atomics.
 #pragma once
 
@@ -118,8 +120,13 @@ struct PeriodReport {
   bool exact = true;                    // no key was evicted from the top-k this period
   std::uint64_t stored_bytes = 0;       // Store::stored_bytes() at the report
   std::uint64_t stored_keys = 0;        // Store::size() at the report
+  // Each KeyCount's size is the stored value's size here (Store::value_size; 0: not stored
+  // here, or a disk worker past kMaxDiskSizeLookups).
   std::vector<KeyCount> hottest;        // at most kReportKeys, most accessed first
-  std::vector<KeyCount> coldest;        // at most kReportKeys tracked keys, least accessed first
+  std::vector<KeyCount> coldest;        // at most kReportKeys: owned stored keys not in the
+                                        // top-k (accesses 0, sampled by Store::scan_keys over at
+                                        // most kColdScanKeys keys), then tracked keys, least
+                                        // accessed first
   std::vector<KeyCount> tracked;        // owned keys with a non-default replication (<= K)
 };
 
@@ -143,6 +150,9 @@ class WorkerCore {
 
   // The worker's clock: ns since the Unix epoch, as the node shell last set it.
   void set_now(std::uint64_t now_ns) { now_ = now_ns; }
+  // Whether the message being handled came from a client key (authentication on): such a
+  // sender may not write keys reserved to the cluster (reserved_for_cluster below).
+  void set_sender_is_client(bool client) { from_client_ = client; }
   std::uint64_t now() const { return now_; }
 
   bool has_membership() const { return has_membership_; }
@@ -152,6 +162,13 @@ class WorkerCore {
   // Closes the report period: its statistics, then resets them (see the contract).
   PeriodReport take_report();
   static constexpr std::size_t kReportKeys = 100;  // hottest / coldest keys per report
+  // Stored keys a report scans for never-accessed keys (the coldest), per report.
+  static constexpr std::size_t kColdScanKeys = 4 * kReportKeys;
+  // Value sizes a disk worker's report reads (RocksDB point reads), per report.
+  static constexpr std::size_t kMaxDiskSizeLookups = 512;
+  // Owned GET/PUT/DELETE tuples handled so far this period (the node shell's capacity
+  // emulation paces on it; reset by take_report).
+  std::uint64_t period_requests() const { return period_gets_ + period_puts_ + period_deletes_; }
   Store& store() { return *store_; }
   std::size_t changeset_size() const { return changeset_.size(); }
 
@@ -207,6 +224,7 @@ class WorkerCore {
   std::uint64_t membership_version_ = 0;
 
   std::uint64_t now_ = 0;  // ns since the Unix epoch (set_now)
+  bool from_client_ = false;  // set_sender_is_client
 
   // An epoch's merged delta of one key, and the latest acceptance time among its writes.
   struct Delta {
