@@ -73,6 +73,7 @@ class LoadSpec:
     client_timeout: float = 2.0
     attempt_timeout: float = 0.2
     report_period: Optional[float] = 1.5
+    warm: bool = True
 
 
 def key_name(spec: LoadSpec, index: int) -> str:
@@ -123,8 +124,18 @@ def hot_keys(spec: LoadSpec, phase: Phase, count: int) -> List[str]:
     return [key_name(spec, keys.index(r, phase.hotspot)) for r in range(min(count, spec.keys))]
 
 
+class _Start:
+    """The start signal a generator process's threads wait for, and their warm-up count."""
+
+    def __init__(self, threads: int) -> None:
+        self.at = 0.0
+        self.go = threading.Event()
+        self.warm = threading.Semaphore(0)
+        self.threads = threads
+
+
 def _thread(routing: Sequence[str], auth: Any, spec: LoadSpec, schedule: Sequence[Phase],
-            start_at: float, share: float, seed: int, out: List[Tuple[float, float, bool]],
+            start: _Start, share: float, seed: int, out: List[Tuple[float, float, bool]],
             stop: threading.Event) -> None:
     import anna_core
     client = anna_core.Client(list(routing), auth=auth, timeout=spec.client_timeout, retries=1,
@@ -134,10 +145,20 @@ def _thread(routing: Sequence[str], auth: Any, spec: LoadSpec, schedule: Sequenc
     keys = _Keys(spec.keys)
     value = b"v" * spec.value_size
     total = sum(p.seconds for p in schedule)
-    next_at = start_at
-    refresh_at = start_at
     current = -1
     try:
+        # Warm the address cache (an application's client is long-lived): no first-touch
+        # routing lookups inside the measured window. Lookups are not recorded latency.
+        for k in range(spec.keys if spec.warm else 0):
+            if stop.is_set():
+                break
+            client.addresses(key_name(spec, k))
+        start.warm.release()
+        while not start.go.wait(0.1):
+            if stop.is_set():
+                return
+        start_at = start.at
+        next_at = refresh_at = start_at
         while time.time() < start_at and not stop.is_set():   # all threads start together
             stop.wait(min(0.05, max(0.0, start_at - time.time())))
         while not stop.is_set():
@@ -187,20 +208,33 @@ def _thread(routing: Sequence[str], auth: Any, spec: LoadSpec, schedule: Sequenc
 
 
 def _process(routing: Sequence[str], auth: Any, spec: LoadSpec, schedule: Sequence[Phase],
-             start_at: float, threads: int, share: float, seed: int, conn: Any) -> None:
-    """One generator process: `threads` paced client threads; sends back its records."""
+             threads: int, share: float, seed: int, conn: Any, warm_deadline: float) -> None:
+    """One generator process: `threads` paced client threads. Says "ready" once every thread
+    has warmed its client, receives the start time, runs, and sends back its records."""
     stop = threading.Event()
+    start = _Start(threads)
     outs: List[List[Tuple[float, float, bool]]] = [[] for _ in range(threads)]
-    workers = [threading.Thread(target=_thread, args=(routing, auth, spec, schedule, start_at,
+    workers = [threading.Thread(target=_thread, args=(routing, auth, spec, schedule, start,
                                                       share, seed * 1000 + i, outs[i], stop),
                                 daemon=True) for i in range(threads)]
     for w in workers:
         w.start()
-    total = sum(p.seconds for p in schedule)
-    deadline = start_at + total + spec.client_timeout * 4 + 10
-    for w in workers:
-        w.join(max(0.1, deadline - time.time()))
-    stop.set()
+    try:
+        give_up = time.monotonic() + warm_deadline
+        for _ in range(threads):
+            if not start.warm.acquire(timeout=max(0.1, give_up - time.monotonic())):
+                raise RuntimeError(f"generator threads not warm within {warm_deadline:g} s")
+        conn.send("ready")
+        if not conn.poll(warm_deadline + 30):
+            raise RuntimeError("no start time from the benchmark")
+        start.at = float(conn.recv())
+        start.go.set()
+        total = sum(p.seconds for p in schedule)
+        deadline = start.at + total + spec.client_timeout * 4 + 10
+        for w in workers:
+            w.join(max(0.1, deadline - time.time()))
+    finally:
+        stop.set()
     records = [r for o in outs for r in o]
     conn.send(records)
     conn.close()
@@ -231,28 +265,36 @@ def _per_second(records: Sequence[Tuple[float, float, bool]], schedule: Sequence
 def run_load(routing: Sequence[str], auth: Any, spec: LoadSpec, schedule: Sequence[Phase],
              processes: int = 2, threads: int = 8,
              progress: Optional[Callable[[float], None]] = None,
-             progress_every: float = 5.0) -> Dict[str, Any]:
+             progress_every: float = 5.0, warm_deadline: float = 90.0) -> Dict[str, Any]:
     """Run `schedule` against the cluster at `routing`; returns {"series": per second,
     "start_wall": when second 0 began (time.time()), "schedule": the phases}.
 
-    `progress(elapsed)` is called about every `progress_every` seconds while the load runs.
+    Every client first looks up the addresses of every key (`spec.warm`), within
+    `warm_deadline` seconds; second 0 starts once all are warm. `progress(elapsed)` is
+    called about every `progress_every` seconds while the load runs.
     Every generator process is stopped (terminated if it overstays its deadline) before
     this returns or raises."""
     ctx = mp.get_context("spawn")
-    start_at = time.time() + 3.0 + 0.5 * processes       # time for the processes to start
     total = sum(p.seconds for p in schedule)
     share = 1.0 / (processes * threads)
     pipes, procs = [], []
     try:
         for i in range(processes):
-            parent, child = ctx.Pipe(duplex=False)
+            parent, child = ctx.Pipe(duplex=True)
             p = ctx.Process(target=_process, args=(list(routing), auth, spec, list(schedule),
-                                                   start_at, threads, share, i + 1, child),
+                                                   threads, share, i + 1, child, warm_deadline),
                             daemon=True)
             p.start()
             child.close()
             pipes.append(parent)
             procs.append(p)
+        for conn, p in zip(pipes, procs):   # every client warm before anyone starts
+            if not conn.poll(warm_deadline + 30) or conn.recv() != "ready":
+                raise RuntimeError(f"load generator {p.pid} was not ready within "
+                                   f"{warm_deadline + 30:g} s")
+        start_at = time.time() + 0.5
+        for conn in pipes:
+            conn.send(start_at)
         shown = -progress_every
         while time.time() < start_at + total:
             elapsed = time.time() - start_at
