@@ -209,7 +209,7 @@ def parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--rate", type=float, default=300.0, help="offered ops/s")
     p.add_argument("--put-fraction", type=float, default=0.1, help="share of PUTs")
     p.add_argument("--hotspots", type=int, default=3, help="hotspots (moves + 1)")
-    p.add_argument("--phase-seconds", type=float, default=60.0, help="seconds per hotspot")
+    p.add_argument("--phase-seconds", type=float, default=60.0, help="seconds per hotspot (the paper: 5 minutes)")
     p.add_argument("--reach", type=float, default=0.9,
                    help="report the seconds until the memory share first reaches this")
     p.add_argument("--period", type=float, default=1.5,
