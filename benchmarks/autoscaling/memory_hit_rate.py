@@ -114,7 +114,13 @@ def run(args: argparse.Namespace, zipf: float, tiering: bool) -> Dict[str, Any]:
                        args.processes, args.threads, progress)
         history = monitor_series(list(cluster.monitor.history), out["start_wall"], total,
                                  args.period)
+    resident = args.keys - demoted
+    weights = [1.0 / (i + 1) ** zipf for i in range(args.keys)]
+    ideal = sum(weights[:resident]) / sum(weights)
+    log(f"  {label}: {resident} keys fit in memory; holding the {resident} hottest would serve "
+        f"{100 * ideal:.0f} % of GETs from memory")
     result = {"zipf": zipf, "tiering": tiering, "fit_seconds": round(fit, 1),
+              "resident_keys": resident, "ideal_share": round(ideal, 4),
               "demoted_before_load": demoted, "series": out["series"], "monitor": history,
               "errors": sum(s["errors"] for s in out["series"]),
               "phases": analyse(history, phases, args.reach)}
@@ -126,8 +132,10 @@ def run(args: argparse.Namespace, zipf: float, tiering: bool) -> Dict[str, Any]:
 def analyse(history: Sequence[Dict[str, Any]], phases: Sequence[Phase],
             reach: float) -> List[Dict[str, Any]]:
     """Per hotspot, over the monitoring periods whose reports cover only that hotspot: when
-    the memory share first reached `reach` (seconds from the move to the end of the first
-    period that did), the median share over the phase's second half, and the largest."""
+    the memory share first reached `reach`, and 90 % of the phase's level (seconds from the
+    move to the end of the first period that did; the first period wholly after a move ends
+    2.25-3.75 s after it, so nothing shorter can be seen), the median share over the phase's
+    second half (its level), and the largest."""
     out = []
     start = 0.0
     for p in phases:
@@ -136,11 +144,15 @@ def analyse(history: Sequence[Dict[str, Any]], phases: Sequence[Phase],
                   if h["window"][0] >= start - 0.01 and h["window"][1] <= end + 0.01
                   and h["memory_get_share"] is not None]
         second_half = [s for t, s in points if t >= p.seconds / 2]
+        median = statistics.median(second_half) if second_half else None
         first = next((t for t, s in points if s >= reach), None)
+        stable = None if median is None else \
+            next((t for t, s in points if s >= 0.9 * median), None)
         out.append({"phase": p.name, "start": start,
                     "seconds_to_reach": round(first, 1) if first is not None else None,
-                    "median_second_half": round(statistics.median(second_half), 4)
-                    if second_half else None,
+                    "seconds_to_90pct_of_median": round(stable, 1) if stable is not None
+                    else None,
+                    "median_second_half": round(median, 4) if median is not None else None,
                     "max": round(max((s for _, s in points), default=0.0), 4),
                     "first_period": round(points[0][1], 4) if points else None})
         start = end
@@ -151,8 +163,11 @@ def _phase_line(p: Dict[str, Any], reach: float) -> str:
     reached = (f"reached {100 * reach:.0f} % after {p['seconds_to_reach']:.1f} s"
                if p["seconds_to_reach"] is not None else f"never reached {100 * reach:.0f} %")
     median = p["median_second_half"]
+    stable = p.get("seconds_to_90pct_of_median")
     return (f"{reached}; median over the second half "
-            f"{'-' if median is None else f'{100 * median:.0f} %'}, max {100 * p['max']:.0f} %")
+            f"{'-' if median is None else f'{100 * median:.0f} %'}"
+            + (f" (90 % of it after {stable:.1f} s)" if stable is not None else "")
+            + f", max {100 * p['max']:.0f} %")
 
 
 def plot(result: Dict[str, Any], path: str) -> bool:
@@ -246,7 +261,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               "wall_seconds": round(time.time() - started, 1)}
     for r in runs:
         log(f"Zipf {r['zipf']:g}, tiering {'on ' if r['tiering'] else 'off'}: "
-            f"initial demotion {r['fit_seconds']:.0f} s; {r['errors']} failed requests")
+            f"initial demotion {r['fit_seconds']:.0f} s; {r['resident_keys']} keys fit in "
+            f"memory (the best placement serves {100 * r['ideal_share']:.0f} % of GETs); "
+            f"{r['errors']} failed requests")
         for p in r["phases"]:
             log(f"    {p['phase']}: {_phase_line(p, args.reach)}")
     write_outputs(result, NAME + ("_quick" if args.quick else ""), args.results,
