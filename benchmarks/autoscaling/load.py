@@ -23,7 +23,10 @@ flag for this). Standing in for that, every thread re-asks routing for the addre
 phase's `refresh_keys` hottest keys every `refresh_period` seconds (0 keys: never).
 
 Every request's completion time, latency and outcome are recorded; `run_load` returns them
-per second (ops, errors, mean / p50 / p99 latency, the phase). `slo_seconds` and
+per second (ops, errors, mean / p50 / p99 latency, the phase). With `memory_addresses` (the
+memory-tier workers' addresses), each GET also records whether a memory worker answered it
+(the client's cached addresses for the key after the GET, which a redirect updates), giving a
+per-second memory hit rate of the workload's own GETs. `slo_seconds` and
 `violations` turn that series into the SLO figures the scripts report.
 """
 from __future__ import annotations
@@ -74,6 +77,7 @@ class LoadSpec:
     attempt_timeout: float = 0.2
     report_period: Optional[float] = 1.5
     warm: bool = True
+    memory_addresses: Tuple[str, ...] = ()
 
 
 def key_name(spec: LoadSpec, index: int) -> str:
@@ -138,6 +142,7 @@ def _thread(routing: Sequence[str], auth: Any, spec: LoadSpec, schedule: Sequenc
             start: _Start, share: float, seed: int, out: List[Tuple[float, float, bool]],
             stop: threading.Event) -> None:
     import anna_core
+    memory = frozenset(spec.memory_addresses)
     client = anna_core.Client(list(routing), auth=auth, timeout=spec.client_timeout, retries=1,
                               attempt_timeout=spec.attempt_timeout,
                               report_period=spec.report_period)
@@ -192,17 +197,20 @@ def _thread(routing: Sequence[str], auth: Any, spec: LoadSpec, schedule: Sequenc
             key = key_name(spec, keys.draw(rng, phase.zipf, phase.hotspot))
             begin = time.time()
             ok = True
+            tier = -1         # 1: a GET served by a memory worker, 0: by another, -1: not a GET
             try:
                 if rng.random() < spec.put_fraction:
                     client.put(key, value)
                 else:
                     client.get(key)
+                    if memory:   # the addresses that answered (a redirect updates them)
+                        tier = int(all(a in memory for a in client.addresses(key)))
             except anna_core.KeyNotFound:
                 pass
             except anna_core.AnnaError:
                 ok = False
             end = time.time()
-            out.append((end - start_at, end - begin, ok))
+            out.append((end - start_at, end - begin, ok, tier))
     finally:
         client.close()
 
@@ -213,7 +221,7 @@ def _process(routing: Sequence[str], auth: Any, spec: LoadSpec, schedule: Sequen
     has warmed its client, receives the start time, runs, and sends back its records."""
     stop = threading.Event()
     start = _Start(threads)
-    outs: List[List[Tuple[float, float, bool]]] = [[] for _ in range(threads)]
+    outs: List[List[Tuple[float, float, bool, int]]] = [[] for _ in range(threads)]
     workers = [threading.Thread(target=_thread, args=(routing, auth, spec, schedule, start,
                                                       share, seed * 1000 + i, outs[i], stop),
                                 daemon=True) for i in range(threads)]
@@ -240,23 +248,26 @@ def _process(routing: Sequence[str], auth: Any, spec: LoadSpec, schedule: Sequen
     conn.close()
 
 
-def _per_second(records: Sequence[Tuple[float, float, bool]], schedule: Sequence[Phase]
+def _per_second(records: Sequence[Tuple[float, float, bool, int]], schedule: Sequence[Phase]
                 ) -> List[Dict[str, Any]]:
     seconds = int(math.ceil(sum(p.seconds for p in schedule)))
-    buckets: List[List[Tuple[float, bool]]] = [[] for _ in range(seconds)]
-    for done, latency, ok in records:
+    buckets: List[List[Tuple[float, bool, int]]] = [[] for _ in range(seconds)]
+    for done, latency, ok, tier in records:
         if 0 <= done < seconds:
-            buckets[int(done)].append((latency, ok))
+            buckets[int(done)].append((latency, ok, tier))
     series = []
     for t, bucket in enumerate(buckets):
-        lat = sorted(l for l, ok in bucket if ok)
+        lat = sorted(l for l, ok, _ in bucket if ok)
+        gets = sum(1 for _, _, tier in bucket if tier >= 0)
+        memory_gets = sum(1 for _, _, tier in bucket if tier == 1)
         _, phase = phase_at(schedule, t + 0.5)
 
         def q(x: float) -> Optional[float]:
             return round(lat[min(len(lat) - 1, int(x * len(lat)))] * 1e3, 3) if lat else None
         series.append({"t": t, "phase": phase.name if phase else None,
                        "offered": phase.rate if phase else 0.0, "ops": len(lat),
-                       "errors": sum(1 for _, ok in bucket if not ok),
+                       "errors": sum(1 for _, ok, _ in bucket if not ok),
+                       "memory_get_share": round(memory_gets / gets, 4) if gets else None,
                        "mean_ms": round(statistics.fmean(lat) * 1e3, 3) if lat else None,
                        "p50_ms": q(0.5), "p99_ms": q(0.99)})
     return series
@@ -302,7 +313,7 @@ def run_load(routing: Sequence[str], auth: Any, spec: LoadSpec, schedule: Sequen
                 shown = elapsed
                 progress(elapsed)
             time.sleep(0.25)
-        records: List[Tuple[float, float, bool]] = []
+        records: List[Tuple[float, float, bool, int]] = []
         for conn, p in zip(pipes, procs):
             if not conn.poll(spec.client_timeout * 4 + 30):
                 raise RuntimeError(f"load generator {p.pid} sent no results within its deadline")

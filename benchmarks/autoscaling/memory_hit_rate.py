@@ -21,14 +21,16 @@ by demoting colder memory keys to make room.
 Runs, in one invocation: for each Zipf exponent of `--zipfs` (default 2, highly skewed, and 1,
 moderately skewed), tiering on and a control with tiering switched off right after the same
 initial demotion (the memory tier keeps whatever that left: a static placement). The y-axis
-is the share of GETs served by memory-tier workers in each monitoring period, from the
-workers' own reports (`memory_get_share` of the monitor status; the monitor's own few
-metadata GETs per period are counted too). Writes `benchmarks/results/memory_hit_rate.json`
+is the share of the workload's GETs that memory-tier workers answered, per second, as the
+generator's clients see it (the address that answered each GET). The workers' own count
+(the monitor status's `memory_get_share`, per monitoring period) is in the JSON too
+(`phases_workers`); it also counts the cluster's metadata GETs on the memory tier. Writes `benchmarks/results/memory_hit_rate.json`
 and `benchmarks/figures/memory_hit_rate.png`.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import sys
@@ -98,6 +100,9 @@ def run(args: argparse.Namespace, zipf: float, tiering: bool) -> Dict[str, Any]:
         log(f"  {label}: memory under its target after {fit:.1f} s ({demoted} keys demoted)")
         if not tiering:   # from here on a static placement: nothing promoted or demoted
             cluster.monitor.engine.config = config.with_(tiering=False)
+        spec = dataclasses.replace(spec, memory_addresses=tuple(
+            a for n in cluster.node_ids if cluster.tier_of(n) == "memory"
+            for a in cluster.worker_addresses(n)))
         total = sum(p.seconds for p in phases)
 
         def progress(elapsed: float) -> None:
@@ -123,15 +128,45 @@ def run(args: argparse.Namespace, zipf: float, tiering: bool) -> Dict[str, Any]:
               "resident_keys": resident, "ideal_share": round(ideal, 4),
               "demoted_before_load": demoted, "series": out["series"], "monitor": history,
               "errors": sum(s["errors"] for s in out["series"]),
-              "phases": analyse(history, phases, args.reach)}
+              "phases": analyse(out["series"], phases, args.reach),
+              "phases_workers": analyse_workers(history, phases, args.reach)}
     for p in result["phases"]:
         log(f"  {label} {p['phase']}: {_phase_line(p, args.reach)}")
     return result
 
 
-def analyse(history: Sequence[Dict[str, Any]], phases: Sequence[Phase],
+def analyse(series: Sequence[Dict[str, Any]], phases: Sequence[Phase],
             reach: float) -> List[Dict[str, Any]]:
-    """Per hotspot, over the monitoring periods whose reports cover only that hotspot: when
+    """Per hotspot, from the workload's own GETs second by second: when the memory share
+    first reached `reach`, and 90 % of the phase's level (seconds from the move to the end
+    of the first second that did), the median share over the phase's second half (its
+    level), and the largest."""
+    out = []
+    start = 0.0
+    for p in phases:
+        points = [(s["t"] + 1 - start, s["memory_get_share"]) for s in series
+                  if start <= s["t"] < start + p.seconds and s["memory_get_share"] is not None]
+        second_half = [v for t, v in points if t > p.seconds / 2]
+        median = statistics.median(second_half) if second_half else None
+        first = next((t for t, v in points if v >= reach), None)
+        stable = None if median is None else next((t for t, v in points if v >= 0.9 * median),
+                                                  None)
+        out.append({"phase": p.name, "start": start,
+                    "seconds_to_reach": first,
+                    "seconds_to_90pct_of_median": stable,
+                    "median_second_half": round(median, 4) if median is not None else None,
+                    "max": round(max((v for _, v in points), default=0.0), 4),
+                    "first_second": points[0][1] if points else None})
+        start += p.seconds
+    return out
+
+
+def analyse_workers(history: Sequence[Dict[str, Any]], phases: Sequence[Phase],
+            reach: float) -> List[Dict[str, Any]]:
+    """As `analyse`, from the workers' reports (the monitor's `memory_get_share`, which also
+    counts the cluster's own metadata GETs on the memory tier: the monitor's reads, and
+    bursts of reads of the replication overrides every few periods, which make it swing
+    between periods). Per hotspot, over the monitoring periods whose reports cover only that hotspot: when
     the memory share first reached `reach`, and 90 % of the phase's level (seconds from the
     move to the end of the first period that did; the first period wholly after a move ends
     2.25-3.75 s after it, so nothing shorter can be seen), the median share over the phase's
@@ -181,12 +216,11 @@ def plot(result: Dict[str, Any], path: str) -> bool:
     colors = {2.0: "tab:green", 1.0: "tab:blue"}
     fig, ax = plt.subplots(figsize=(10, 4.8))
     for r in result["runs"]:
-        h = r["monitor"]
+        series = r["series"]
         color = colors.get(r["zipf"], None)
-        ax.plot([(x["window"][0] + x["window"][1]) / 2 for x in h],
+        ax.plot([x["t"] + 0.5 for x in series],
                 [100 * x["memory_get_share"] if x["memory_get_share"] is not None else None
-                 for x in h], color=color, linestyle="-" if r["tiering"] else ":",
-                marker="." if r["tiering"] else None,
+                 for x in series], color=color, linestyle="-" if r["tiering"] else ":",
                 label=f"Zipf {r['zipf']:g}, " + ("tiering" if r["tiering"]
                                                  else "static placement (control)"))
     start = 0.0
@@ -195,7 +229,7 @@ def plot(result: Dict[str, Any], path: str) -> bool:
         ax.text(start + 1, 3, f"hotspot {i + 1}", fontsize=8)
         start += result["args"]["phase_seconds"]
     ax.set_ylim(0, 105)
-    ax.set_xlabel("seconds (each point: one monitoring period's reports, at its middle)")
+    ax.set_xlabel("seconds (the workload's GETs, per second)")
     ax.set_ylabel("GETs served by the memory tier (%)")
     ax.set_title("Memory-tier hit rate with a moving hotspot (cf. dissertation Fig. 3.7)")
     ax.legend(fontsize=8, loc="center right")
