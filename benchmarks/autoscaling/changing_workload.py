@@ -248,7 +248,7 @@ def parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                         "Under the Zipf 2 hotspot the nodes without the hottest key still serve "
                         "the next keys at 0.2-0.4, and while the first extra replica drains the "
                         "backlog every node briefly reads ~0.55: C_upper 0.6 reads both as skew "
-                        "(replicate), where 0.3 and 0.5 added nodes in trial runs. Light load "
+                        "(replicate), where 0.3 and 0.5 added nodes in trial runs (hotspot 0.55). Light load "
                         "spread over the spike's nodes runs at ~0.1 (C_lower 0.15 lets nodes go)")
     p.add_argument("--min-nodes", type=int, default=0,
                    help="the policy's min_memory_nodes (0: --start-nodes, so scale-in stops at "
@@ -258,8 +258,8 @@ def parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                    help="c: caps observed/SLO when sizing additions (paper and local default "
                         "1.5). The generator's clients are closed-loop under overload, so their "
                         "latency saturates near clients / throughput and observed/SLO "
-                        "understates an overload: in trial runs c = 2 met the spike in two "
-                        "additions a grace period apart (35 s over the SLO), c = 3 in one")
+                        "understates an overload: in a trial run c = 2 met the spike in two "
+                        "additions a grace period apart (about 35 s over the SLO), c = 3 in one")
     p.add_argument("--hot-key-min-accesses", type=int, default=30,
                    help="a key with fewer accesses in a period is never hot (local default 10). "
                         "At 900 ops/s the Zipf 0.5 spike's top keys get ~15 accesses a period "
