@@ -59,12 +59,15 @@ def wait_for_fit(cluster: Any, target: float, deadline: float, label: str) -> fl
     """Wait (at most `deadline` s) until the monitor reports the memory tier at or under
     `target` of its capacity; returns the seconds it took."""
     began = time.monotonic()
+    # only statuses whose reports were all written after this call (the data loaded):
+    # reporters write a quarter into a period, the monitor reads three quarters in
+    fresh_after = time.time() + 1.5 * cluster.monitor.period
     shown = began
     last = None
     while time.monotonic() - began < deadline:
         status = cluster.monitor.latest or {}
         fraction = status.get("tiers", {}).get("memory", {}).get("storage_fraction")
-        if fraction is not None and status.get("time", 0) > time.time() - 5:
+        if fraction is not None and status.get("time", 0) > fresh_after:
             last = fraction
             if fraction <= target:
                 return time.monotonic() - began
