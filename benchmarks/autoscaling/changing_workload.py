@@ -1,6 +1,6 @@
 """Anna's response to a changing workload (dissertation 3.5.4, Fig. 3.6), autoscaled vs static.
 
-    python benchmarks/autoscaling/changing_workload.py            # ~10 minutes
+    python benchmarks/autoscaling/changing_workload.py            # ~11 minutes
     python benchmarks/autoscaling/changing_workload.py --quick    # smoke run, under a minute
 
 A memory-tier cluster of `--start-nodes` nodes (one worker thread each, one replica per key)

@@ -1,7 +1,7 @@
 """Memory-tier hit rate under a moving hotspot (dissertation 3.5.5, Fig. 3.7), tiering vs static.
 
-    python benchmarks/autoscaling/memory_hit_rate.py            # ~15 minutes
-    python benchmarks/autoscaling/memory_hit_rate.py --quick    # smoke run, about a minute
+    python benchmarks/autoscaling/memory_hit_rate.py            # ~14 minutes
+    python benchmarks/autoscaling/memory_hit_rate.py --quick    # smoke run, under a minute
 
 A memory tier too small for the data set over a disk tier: one memory node of
 `--memory-capacity` bytes and one disk node, `--keys` keys of `--value-size` bytes (several
