@@ -412,3 +412,12 @@ def test_bad_capacity_knobs_are_refused(knob, bad):
 def test_the_kernel_refuses_bad_capacity_knobs(knob, bad):
     with pytest.raises(ValueError, match=knob):
         _core.Node({"node_id": "m", knob: bad})
+
+
+def test_the_clusters_metadata_keys_are_not_counted_as_workload(running, sender):
+    node, worker = running()
+    sender.request(worker, anna_pb2.PUT, ["__anna__/status"] * 5 + ["user"])
+    sender.request(worker, anna_pb2.GET, ["__anna__/stats/workers/1", "user"])
+    r = report(node)
+    assert (r["puts"], r["gets"], r["requests"]) == (1, 1, 2)
+    assert [k["key"] for k in r["hottest"]] == ["user"]

@@ -278,11 +278,14 @@ void WorkerCore::handle_request(const KeyRequest& request, std::vector<OutMessag
 
 // Keys under "__anna__/" are the cluster's bookkeeping (persisted replication, statistics,
 // the monitor's status): clients may read them, and write only their own latency reports.
-static bool reserved_for_cluster(const std::string& key) {
+static bool is_metadata(const std::string& key) {
   static const std::string kMetadata = "__anna__/";
+  return key.compare(0, kMetadata.size(), kMetadata) == 0;
+}
+
+static bool reserved_for_cluster(const std::string& key) {
   static const std::string kClientReports = "__anna__/stats/clients/";
-  return key.compare(0, kMetadata.size(), kMetadata) == 0 &&
-         key.compare(0, kClientReports.size(), kClientReports) != 0;
+  return is_metadata(key) && key.compare(0, kClientReports.size(), kClientReports) != 0;
 }
 
 void WorkerCore::handle_tuple(RequestType type, const KeyTuple& in, KeyTuple* out) {
@@ -299,7 +302,10 @@ void WorkerCore::handle_tuple(RequestType type, const KeyTuple& in, KeyTuple* ou
     wrong_owner(key, out);
     return;
   }
-  if (type == GET || type == PUT || type == DELETE) {
+  // The cluster's own bookkeeping (__anna__/: statistics, the monitor's status, persisted
+  // replication read back by routing) is not workload: it is neither counted in the
+  // statistics the autoscaling policy reads nor paced by capacity emulation.
+  if ((type == GET || type == PUT || type == DELETE) && !is_metadata(key)) {
     key_stats_.record(key);
     if (type == GET) ++period_gets_;
     else if (type == PUT) ++period_puts_;
