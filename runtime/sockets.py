@@ -17,6 +17,8 @@ Contract:
   lingers only for the rest of that time), so a message sent just before its eviction still
   leaves; at most a quarter of `max_sockets` evicted sockets linger at once (beyond that one is
   closed at once), so a flood of distinct addresses keeps at most 1.25 x `max_sockets`.
+  A new socket refused with EMFILE (closed sockets not yet reaped by ZeroMQ's reaper thread)
+  is retried for at most `REAPER_WAIT` (0.5 s) before the send is dropped.
   It is not thread-safe; each thread that sends keeps its own.
 - Authentication (opt-in, `runtime.auth`): `bind_pull(..., auth=credentials)` makes the socket
   a CURVE server (its context needs a running `auth.Authenticator`) and returns its address
@@ -30,6 +32,7 @@ Contract:
 from __future__ import annotations
 
 import collections
+import errno
 import logging
 import os
 import re
@@ -66,6 +69,9 @@ DEFAULT_EVICT_LINGER_MS = 100
 # Sockets of a context left to everything that is not a PushCache (bound sockets, clients,
 # sockets closed but still lingering).
 CONTEXT_RESERVE = 128
+# A new socket refused with EMFILE is retried this long while the context's reaper thread
+# frees the slots of sockets closed just before (zmq_close is asynchronous).
+REAPER_WAIT = 0.5
 # A cache holding fewer sockets than this may always open one more (it is never starved by
 # the other caches of its context; the reserve absorbs it).
 _FLOOR = 8
@@ -233,7 +239,7 @@ class PushCache:
         while not self._budget.take(len(self._sockets)):
             self._evict(now)
         try:
-            s = self._context.socket(zmq.PUSH)
+            s = self._new_push_socket()
         except BaseException:
             self._budget.give()
             raise
@@ -250,6 +256,22 @@ class PushCache:
             raise
         self._sockets[address] = _Entry(s, now)
         return s
+
+    def _new_push_socket(self) -> zmq.Socket:
+        """A new PUSH socket. zmq_close is asynchronous: a closed socket keeps its slot in
+        the context until the context's reaper thread gets to it, which on a loaded machine
+        can lag behind a burst of evictions. EMFILE is therefore retried for at most
+        `REAPER_WAIT` seconds (bounded back-off while that thread frees slots), then raised."""
+        deadline = time.monotonic() + REAPER_WAIT
+        pause = 0.001
+        while True:
+            try:
+                return self._context.socket(zmq.PUSH)
+            except zmq.ZMQError as e:
+                if e.errno != errno.EMFILE or time.monotonic() >= deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.02)
 
     def _evict(self, now: float) -> None:
         """Close the least recently used socket; it lingers only for what is left of
