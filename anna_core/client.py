@@ -57,6 +57,8 @@ from .wire import MonotoneClock, lattice_to_tuple, tuple_to_lattice
 
 __all__ = ["Client", "Subscription", "Update"]
 
+MAX_REFRESH_HINTS = 10_000   # keys whose replica-count hint the client remembers
+
 
 # A routing that did not answer in time is asked last for this long.
 ROUTING_SUSPECT_SECONDS = 5.0
@@ -141,6 +143,7 @@ class Client:
         self._suspects: Dict[str, float] = {}
         self._subscriptions: List[Subscription] = []
         self.latency_reports: Optional[ClientLatencyReports] = None
+        self._refreshed_for: Dict[str, int] = {}   # key -> replica count last refreshed for
         if report_period is not None:
             self.latency_reports = ClientLatencyReports(client_id or self._id_prefix,
                                                         report_period)
@@ -503,6 +506,14 @@ class Client:
             if t.error != anna_pb2.NO_ERROR:
                 raise error_from_code(t.error, key=key, address=response.responder or address,
                                       operation=op, detail=t.error_detail)
+            if t.replicas > len(addresses) and self._refreshed_for.get(key) != t.replicas:
+                # the key gained replicas since its addresses were cached: ask routing again
+                # next time, so requests spread over them (once per replica count: routing
+                # may list fewer when the tier has fewer nodes than the vector asks for)
+                if len(self._refreshed_for) >= MAX_REFRESH_HINTS:
+                    self._refreshed_for.clear()
+                self._refreshed_for[key] = t.replicas
+                self._addresses.pop((key, False), None)
             return t
 
     def _all(self, req_type: int, key: str, key_tuple: Any) -> List[Tuple[str, Any]]:

@@ -311,6 +311,14 @@ void WorkerCore::handle_tuple(RequestType type, const KeyTuple& in, KeyTuple* ou
     else if (type == PUT) ++period_puts_;
     else ++period_deletes_;
   }
+  // A key with a replication override tells the client how many workers of this tier hold
+  // it: a client that cached fewer addresses (the key was replicated since) asks routing
+  // again and spreads its requests over the new replicas.
+  if (!map_.overrides().empty()) {
+    auto override_it = map_.overrides().find(key);
+    if (override_it != map_.overrides().end())
+      out->set_replicas(override_it->second.global(id_.tier) * override_it->second.local(id_.tier));
+  }
   switch (type) {
     case GET: {
       int lattice_type = 0;
