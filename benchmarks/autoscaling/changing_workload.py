@@ -272,7 +272,7 @@ def parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                    help="client threads per generator process (each one request in flight)")
     p.add_argument("--refresh-keys", type=int, default=10,
                    help="hottest keys whose addresses each client re-asks routing every period "
-                        "(stands in for the missing cache invalidation; see load.py)")
+                        "(what the figures used before clients learned of new replicas; see load.py)")
     p.add_argument("--attempt-timeout", type=float, default=0.2,
                    help="seconds a client waits for a replica before asking routing again "
                         "(a request sent to a node that is leaving is lost)")

@@ -17,10 +17,11 @@ hot keys of two hotspots are different keys (largely non-overlapping, as in 3.5.
 spread over the hash ring. `put_fraction` of the operations are PUTs of `value_size` bytes,
 the rest GETs.
 
-Clients in this tree cache a key's addresses until a worker redirects them; a key that gains
-replicas keeps being sent to its old replica (the original Anna clients got an "invalidate"
-flag for this). Standing in for that, every thread re-asks routing for the addresses of its
-phase's `refresh_keys` hottest keys every `refresh_period` seconds (0 keys: never).
+Clients re-ask routing for a key when a worker's answer says the key has more replicas than
+they cached (`KeyTuple.replicas`). The figures in benchmarks/README.md were measured before
+that existed; then, every thread re-asked routing for the addresses of its phase's
+`refresh_keys` hottest keys every `refresh_period` seconds (0 keys: never), which is kept as an
+option.
 
 Every request's completion time, latency and outcome are recorded; `run_load` returns them
 per second (ops, errors, mean / p50 / p99 latency, the phase). With `memory_addresses` (the
