@@ -36,17 +36,13 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
 from runtime.errors import CloudburstError
+from runtime.node_events import FAILED, READY, REMOVED, NodeEvent
 from runtime.process import StartupError
 
 __all__ = ["ExecutorManager", "LocalExecutorManager", "Event", "READY", "REMOVED", "FAILED",
            "ExecutorManagerError", "UnknownNode", "NodeLeaving", "LastNode"]
 
 log = logging.getLogger("cloudburst.autoscale.manager")
-
-READY = "ready"        # a requested node is up
-REMOVED = "removed"    # a node being removed has exited
-FAILED = "failed"      # a requested node did not start, or a removal did not finish
-
 
 class ExecutorManagerError(CloudburstError):
     """A request the manager refused; `node_id` names the node it was about."""
@@ -68,15 +64,8 @@ class LastNode(ExecutorManagerError):
     """The node is the only running executor node."""
 
 
-@dataclass(frozen=True)
-class Event:
-    """What `poll()` noticed: `kind` is READY, REMOVED or FAILED; `error` says why a FAILED
-    happened; `detail` is a sentence."""
-
-    kind: str
-    node_id: str
-    detail: str = ""
-    error: Optional[BaseException] = None
+# What poll() returns: one definition for every node manager (runtime/node_events.py).
+Event = NodeEvent
 
 
 class ExecutorManager(ABC):
@@ -181,9 +170,9 @@ class LocalExecutorManager(ExecutorManager):
     def _remove(self, node_id: str) -> None:
         try:
             self.cluster.remove_executor_node(node_id)
-            event = Event(REMOVED, node_id, f"executor node {node_id} stopped")
+            event = NodeEvent(REMOVED, node_id, f"executor node {node_id} stopped")
         except Exception as e:        # reported by poll(), never lost
-            event = Event(FAILED, node_id, f"executor node {node_id} did not stop: {e}", e)
+            event = NodeEvent(FAILED, node_id, f"executor node {node_id} did not stop: {e}", e)
         with self._lock:
             self._finished.append(event)
 
@@ -198,14 +187,14 @@ class LocalExecutorManager(ExecutorManager):
                     self.cluster.spawn_executor_node(node_id)
                 except (OSError, ValueError, RuntimeError) as e:
                     del self._pending[node_id]
-                    events.append(Event(FAILED, node_id, f"executor node {node_id} did not "
+                    events.append(NodeEvent(FAILED, node_id, f"executor node {node_id} did not "
                                         f"start: {e}", e))
                     continue
                 p.spawned_at = now
             state = self.cluster.executor_node_ready(node_id)
             if state:
                 del self._pending[node_id]
-                events.append(Event(READY, node_id, f"executor node {node_id} is up "
+                events.append(NodeEvent(READY, node_id, f"executor node {node_id} is up "
                                     f"{now - p.spawned_at:.1f} s after its process started"))
             elif state is False or now - p.spawned_at > self.cluster.startup_timeout:
                 del self._pending[node_id]
@@ -214,7 +203,7 @@ class LocalExecutorManager(ExecutorManager):
                                      f"within {now - p.spawned_at:.1f} s",
                                      name=node_id)
                 self.cluster.discard_executor_node(node_id)
-                events.append(Event(FAILED, node_id, str(error), error))
+                events.append(NodeEvent(FAILED, node_id, str(error), error))
         with self._lock:
             finished, self._finished = self._finished, []
         for event in finished:

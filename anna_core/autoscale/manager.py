@@ -43,6 +43,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+from runtime.node_events import FAILED, READY, REMOVED, NodeEvent
+
 from ..config import DISK, MEMORY
 from ..errors import AnnaError, LeaveFailed, StartupError
 from .actions import AddNodes, Note, RemoveNode, SetReplication
@@ -53,10 +55,6 @@ __all__ = ["ClusterManager", "LocalClusterManager", "Event", "READY", "REMOVED",
 log = logging.getLogger("anna.autoscale.manager")
 
 TIERS = (MEMORY, DISK)
-READY = "ready"        # a requested node joined
-REMOVED = "removed"    # a node asked to leave has left (keys handed off)
-FAILED = "failed"      # a requested node did not start, or a leave did not finish
-
 # ---- errors -------------------------------------------------------------------------------
 
 
@@ -81,16 +79,8 @@ class LastNode(ClusterManagerError):
     """The node is its tier's only running node."""
 
 
-@dataclass(frozen=True)
-class Event:
-    """What `poll()` noticed: `kind` is READY, REMOVED or FAILED; `error` says why a FAILED
-    happened (`StartupError` for a start, `LeaveFailed` for a leave); `detail` is a sentence."""
-
-    kind: str
-    tier: str
-    node_id: str
-    detail: str = ""
-    error: Optional[BaseException] = None
+# What poll() returns: one definition for every node manager (runtime/node_events.py).
+Event = NodeEvent
 
 
 def _check_tier(tier: str) -> None:
@@ -246,16 +236,16 @@ class LocalClusterManager(ClusterManager):
                     self.cluster.spawn_node(p.tier, node_id=node_id)
                 except (OSError, ValueError, RuntimeError, StartupError) as e:
                     del self._pending[node_id]
-                    events.append(Event(FAILED, p.tier, node_id, f"node {node_id} did not "
-                                        f"start: {e}", e))
+                    events.append(NodeEvent(FAILED, node_id, f"node {node_id} did not "
+                                        f"start: {e}", e, tier=p.tier))
                     continue
                 p.spawned_at = now
             state = self.cluster.node_ready(node_id)
             timeout = self.cluster.config.startup_timeout
             if state:
                 del self._pending[node_id]
-                events.append(Event(READY, p.tier, node_id, f"node {node_id} joined the "
-                                    f"{p.tier} tier"))
+                events.append(NodeEvent(READY, node_id, f"node {node_id} joined the "
+                                    f"{p.tier} tier", tier=p.tier))
             elif state is False or now - p.spawned_at > timeout:
                 del self._pending[node_id]
                 how = ("exited before it was ready" if state is False
@@ -264,7 +254,7 @@ class LocalClusterManager(ClusterManager):
                     self.cluster.kill_node(node_id)
                 error = StartupError(f"node {node_id} {how}; its log ends:\n"
                                      f"{self.cluster.log_tail(node_id)}", node_id)
-                events.append(Event(FAILED, p.tier, node_id, f"node {node_id} {how}", error))
+                events.append(NodeEvent(FAILED, node_id, f"node {node_id} {how}", error, tier=p.tier))
         with self._lock:
             events.extend(self._finished)
             self._finished.clear()
@@ -295,14 +285,14 @@ class LocalClusterManager(ClusterManager):
     def _leave(self, tier: str, node_id: str) -> None:
         try:
             self.cluster.remove_node(node_id)
-            event = Event(REMOVED, tier, node_id, f"node {node_id} left the {tier} tier")
+            event = NodeEvent(REMOVED, node_id, f"node {node_id} left the {tier} tier", tier=tier)
         except LeaveFailed as e:
-            event = Event(FAILED, tier, node_id, f"node {node_id} did not leave cleanly: "
-                          f"{e.message.splitlines()[0]}", e)
+            event = NodeEvent(FAILED, node_id, f"node {node_id} did not leave cleanly: "
+                          f"{e.message.splitlines()[0]}", e, tier=tier)
         except Exception as e:  # noqa: BLE001 - reported, never lost on a thread
             error = LeaveFailed(f"removing node {node_id} failed: {e}", node_id=node_id,
                                 status=None)
-            event = Event(FAILED, tier, node_id, str(error), error)
+            event = NodeEvent(FAILED, node_id, str(error), error, tier=tier)
         with self._lock:
             self._finished.append(event)
 

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from ..errors import LeaveFailed, StartupError
+from runtime.node_events import NodeEvent
+
 from .manager import FAILED, READY, REMOVED, ClusterManagerError, Event, LastNode, NodeLeaving, \
     UnknownNode
 
@@ -217,8 +219,8 @@ class TierPods:
             if view.ready and not view.terminating:
                 self._ignored.discard(name)
                 self._nodes.append(name)
-                return [Event(READY, self.tier, name, f"pod {name} became Ready late; it joined "
-                              f"the {self.tier} tier")]
+                return [NodeEvent(READY, name, f"pod {name} became Ready late; it joined "
+                              f"the {self.tier} tier", tier=self.tier)]
             return []
         if view.terminating or view.phase in ("Failed", "Succeeded"):
             return self._stopped(view)
@@ -234,8 +236,8 @@ class TierPods:
             self._nodes.append(name)
             how = (f" (requested as {start.placeholder})" if start.placeholder
                    else " (not requested by this manager)")
-            return [Event(READY, self.tier, name, f"pod {name} is Ready; it joined the "
-                          f"{self.tier} tier{how}")]
+            return [NodeEvent(READY, name, f"pod {name} is Ready; it joined the "
+                          f"{self.tier} tier{how}", tier=self.tier)]
         return []
 
     def tick(self, now: float) -> Tuple[List[Event], List[Withdraw]]:
@@ -266,7 +268,7 @@ class TierPods:
                 error = LeaveFailed(f"pod {name} ({self.tier}) was still there "
                                     f"{self.leave_timeout:g} s after it was asked to leave",
                                     node_id=name, status=None)
-                events.append(Event(FAILED, self.tier, name, str(error), error))
+                events.append(NodeEvent(FAILED, name, str(error), error, tier=self.tier))
         return events, withdrawals
 
     # -- internals --
@@ -283,8 +285,8 @@ class TierPods:
 
     def _start_failed(self, node_id: str, why: str) -> Event:
         error = StartupError(f"{self.tier} node {node_id} did not start: {why}")
-        return Event(FAILED, self.tier, node_id, f"{self.tier} node {node_id} did not start: "
-                     f"{why}", error)
+        return NodeEvent(FAILED, node_id, f"{self.tier} node {node_id} did not start: "
+                     f"{why}", error, tier=self.tier)
 
     def _stopped(self, view: PodView) -> List[Event]:
         """A pod terminating or finished that nobody asked to leave."""
@@ -312,8 +314,8 @@ class TierPods:
                 error = LeaveFailed(f"pod {name} ({self.tier}) exited with status {last} while "
                                     f"leaving (4: keys not all handed off, 5: no routing "
                                     f"acknowledged the leave)", node_id=name, status=last)
-                return [Event(FAILED, self.tier, name, str(error), error)]
-            return [Event(REMOVED, self.tier, name, f"pod {name} left the {self.tier} tier")]
+                return [NodeEvent(FAILED, name, str(error), error, tier=self.tier)]
+            return [NodeEvent(REMOVED, name, f"pod {name} left the {self.tier} tier", tier=self.tier)]
         events = self._stopped(view) if (name in self._nodes or name in self._starting) else []
         self._ignored.discard(name)
         return events
