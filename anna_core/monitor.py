@@ -120,13 +120,13 @@ class Monitor:
         if self.autoscaling:
             reasons = self._act(summary, now, problems)
         self._expire(bucket, problems)
-        for reason in reasons:
-            self._recent.append({"time": wall, "action": reason})
+        earlier = list(self._recent)
+        self._recent.extend({"time": wall, "action": reason} for reason in reasons)
         grace = self.engine.grace_until()
         status = build_status(
             summary, wall=wall, bucket=bucket, slo=self.policy.latency_slo,
             statistic=self.policy.latency_statistic, raw_workers=raw, actions=reasons,
-            recent=list(self._recent)[:-len(reasons) or None],
+            recent=earlier,
             pending=self._listing("pending"), leaving=self._listing("leaving"),
             grace_until=max(0.0, grace - now) if grace is not None else None,
             autoscaling=self.autoscaling, problems=problems, notes=self._notes)
