@@ -26,7 +26,7 @@ import argparse
 import signal
 import sys
 import threading
-from typing import Any, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 from runtime.logs import configure_logging
 from runtime.auth import KEYS_DESCRIPTION, KEYS_HELP, add_keys_arguments, keys_command
@@ -111,14 +111,11 @@ def _cmd_local(args: argparse.Namespace) -> int:
     return 0
 
 
-def _policy(args: argparse.Namespace) -> Any:
-    k = args.fault_tolerance if args.fault_tolerance is not None else \
-        (1 if args.nodes >= 2 else 0)
-    return PolicyConfig(latency_slo=args.slo / 1000.0, max_nodes=args.max_nodes,
-                        monitoring_period=args.period, grace_period=args.grace,
-                        fault_tolerance=k,
-                        min_memory_nodes=max(1, k + 1),
-                        min_disk_nodes=k + 1 if args.disk_threads else 0)
+def _policy(args: argparse.Namespace) -> Dict[str, Any]:
+    """The knobs given on the command line; LocalCluster derives fault tolerance and the
+    minimum node counts from the cluster itself."""
+    return {"latency_slo": args.slo / 1000.0, "max_nodes": args.max_nodes,
+            "monitoring_period": args.period, "grace_period": args.grace}
 
 
 def _cmd_status(args: argparse.Namespace) -> int:

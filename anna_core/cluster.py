@@ -104,7 +104,8 @@ class LocalCluster:
             (needs `nodes` >= k+1; not together with `replication`).
         Further keyword arguments are `ClusterConfig` fields (leave_timeout, max_value_bytes,
         ip, pin_threads, startup_timeout, stop_timeout, vnodes, log_level, and autoscaling:
-            autoscale (True or an `anna_core.autoscale.PolicyConfig`), monitor (report and
+            autoscale (True, an `anna_core.autoscale.PolicyConfig`, or a dict of its knobs with the
+            rest derived from this cluster), monitor (report and
             summarise without acting), provisioning_delay). With either on, `monitor` is the
             running `anna_core.monitor.Monitor` and `manager` its cluster manager.
     """
@@ -385,15 +386,19 @@ class LocalCluster:
         chosen = self.config.autoscale
         if isinstance(chosen, PolicyConfig):
             return chosen
-        if chosen is True or self.config.monitor:
+        if chosen is True or isinstance(chosen, dict) or self.config.monitor:
+            # fault tolerance and the minimums follow this cluster's replication
             r = self.replication
             k = max(r.memory_global, r.disk_global) - 1
-            return PolicyConfig(fault_tolerance=max(0, k),
-                                min_memory_nodes=max(1, r.memory_global),
-                                min_disk_nodes=r.disk_global if self.config.disk_nodes else 0)
+            return PolicyConfig(**{"fault_tolerance": max(0, k),
+                                   "min_memory_nodes": max(1, r.memory_global),
+                                   "min_disk_nodes": r.disk_global if self.config.disk_nodes
+                                   else 0,
+                                   **(chosen if isinstance(chosen, dict) else {})})
         if chosen not in (False, None):
-            raise ValueError(f"autoscale must be True, False or an "
-                             f"anna_core.autoscale.PolicyConfig, got {chosen!r}")
+            raise ValueError(f"autoscale must be True, False, an "
+                             f"anna_core.autoscale.PolicyConfig or a dict of its knobs, got "
+                             f"{chosen!r}")
         return None
 
     def _start_monitor(self) -> None:

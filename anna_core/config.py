@@ -317,7 +317,8 @@ class ClusterConfig:
     auth: bool = True
     key_dir: Optional[str] = None
     # Autoscaling: False (off), True (the local defaults of autoscale.PolicyConfig, with this
-    # cluster's fault tolerance) or a PolicyConfig. On, the nodes report their statistics
+    # cluster's fault tolerance and minimums), a dict of PolicyConfig knobs (the same, with
+    # those knobs set) or a PolicyConfig. On, the nodes report their statistics
     # every monitoring period and the cluster runs a monitor that acts through a local
     # cluster manager, which starts a requested node `provisioning_delay` seconds late (a
     # stand-in for a VM or pod boot). `monitor=True` reports and summarises without acting.
