@@ -145,13 +145,17 @@ class ControlPlane:
         startup_timeout: seconds for everything to be up.
         controllers: also run controller-manager, scheduler and kwok with one fake node
             (False: etcd + apiserver only, enough for API-only tests).
+        kwok: with controllers, also run kwok and its fake node (False: no node is made;
+            a real kubelet registers its own, as in `scripts/k8s/real_cluster.py`).
     """
 
     def __init__(self, bin_dir: Path, base_dir: Optional[str] = None,
-                 startup_timeout: float = 60.0, controllers: bool = True) -> None:
+                 startup_timeout: float = 60.0, controllers: bool = True,
+                 kwok: bool = True) -> None:
         self.bin_dir = Path(bin_dir)
         self.startup_timeout = float(startup_timeout)
         self.controllers = controllers
+        self.kwok = kwok
         _sweep_stale(base_dir)
         self.dir = Path(tempfile.mkdtemp(prefix="cb-k8s-", dir=base_dir))
         (self.dir / "owner.pid").write_text(str(os.getpid()))
@@ -351,6 +355,8 @@ class ControlPlane:
             f"--service-account-key-file={self.dir / 'sa.pub'}",
             f"--service-account-signing-key-file={self.dir / 'sa.key'}",
             "--service-cluster-ip-range=10.0.0.0/24", "--enable-priority-and-fairness=false",
+            # a real kubelet's node name does not resolve; reach it (logs) by its address
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
             "--profiling=false", "--v=1"])
 
         def ready() -> bool:
@@ -377,6 +383,8 @@ class ControlPlane:
             f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
             f"--authorization-kubeconfig={kubeconfig}", "--leader-elect=false",
             "--secure-port=0", "--v=1"])
+        if not self.kwok:
+            return
         stages = self.bin_dir.parent / "stages" / "kwok.yaml"
         self._spawn("kwok", [
             f"--kubeconfig={kubeconfig}", "--manage-all-nodes=true",

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The real-cluster test tier: a real kubelet + containerd + runc on this machine, with the
+# control plane of k8s/controlplane.py (no kwok), runs the project's image as real pods:
+#   1. a hostNetwork pod `anna demo` (restartPolicy Never) must reach phase Succeeded and its
+#      log (read through the apiserver, else from the kubelet's log files) contain "demo done";
+#   2. with --deployment: a 1-replica Deployment; its pod is deleted and must be replaced by a
+#      new Running pod.
+#
+#   scripts/k8s/test_real.sh [--deployment]
+#
+# Needs root, the binaries of scripts/k8s/build.sh (incl. kubelet), the image archive of
+# scripts/k8s/image.sh ($CLOUDBURST_IMAGE_TAR, default ~/.cache/cloudburst-image/
+# cloudburst-image.oci.tar), Debian packages containerd runc containernetworking-plugins
+# iptables conntrack socat, and gcc + umoci for the pause image (built once, cached).
+# Everything it starts is stopped on exit, failure or Ctrl-C (see scripts/k8s/real_cluster.py).
+# Not part of the default test suite.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+START=$SECONDS
+say() { echo "[$(date +%H:%M:%S) +$(( SECONDS - START ))s] $*"; }
+die() { echo "test_real.sh: $*" >&2; exit 1; }
+
+[[ $(id -u) -eq 0 ]] || die "needs root (containerd, kubelet)"
+for t in containerd runc ctr kubectl gcc umoci; do
+  command -v "$t" >/dev/null || die "$t missing: apt-get install -y containerd runc containernetworking-plugins iptables conntrack socat gcc umoci"
+done
+[[ -x /usr/lib/cni/loopback ]] || die "CNI plugins missing: apt-get install -y containernetworking-plugins"
+IMAGE_TAR="${CLOUDBURST_IMAGE_TAR:-$HOME/.cache/cloudburst-image/cloudburst-image.oci.tar}"
+[[ -f "$IMAGE_TAR" ]] || die "no image archive $IMAGE_TAR: run scripts/k8s/image.sh"
+
+# The pause image: Kubernetes' own pause.c (from the Go module cache), static, as an OCI image.
+PAUSE_CACHE="$HOME/.cache/cloudburst-k8s/pause-3.10"
+PAUSE_TAR="$PAUSE_CACHE/pause.oci.tar"
+if [[ ! -f "$PAUSE_TAR" ]]; then
+  say "building the pause image"
+  SRC=$(ls -d "${GOMODCACHE:-$HOME/go/pkg/mod}"/k8s.io/kubernetes@v1.36.3/build/pause/linux/pause.c 2>/dev/null | head -1)
+  [[ -n "$SRC" ]] || die "pause.c not found in the Go module cache (run scripts/k8s/build.sh)"
+  rm -rf "$PAUSE_CACHE" && mkdir -p "$PAUSE_CACHE"
+  gcc -O2 -static -DVERSION=3.10 -o "$PAUSE_CACHE/pause" "$SRC"
+  ( cd "$PAUSE_CACHE"
+    umoci init --layout layout
+    umoci new --image layout:3.10
+    umoci unpack --rootless --image layout:3.10 bundle >/dev/null
+    install -m 0755 pause bundle/rootfs/pause
+    umoci repack --image layout:3.10 bundle
+    umoci config --image layout:3.10 --config.entrypoint /pause --config.user 65535:65535
+    tar -C layout -cf pause.oci.tar . )
+fi
+
+say "running scripts/k8s/real_cluster.py"
+PY_PID=""
+cleanup() { [[ -n "$PY_PID" ]] && kill -TERM "$PY_PID" 2>/dev/null && wait "$PY_PID" 2>/dev/null; true; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+python3 scripts/k8s/real_cluster.py --image-tar "$IMAGE_TAR" --pause-tar "$PAUSE_TAR" "$@" &
+PY_PID=$!
+set +e; wait "$PY_PID"; rc=$?; set -e
+PY_PID=""
+say "exit status $rc"
+exit $rc
