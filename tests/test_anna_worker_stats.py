@@ -421,3 +421,17 @@ def test_the_clusters_metadata_keys_are_not_counted_as_workload(running, sender)
     r = report(node)
     assert (r["puts"], r["gets"], r["requests"]) == (1, 1, 2)
     assert [k["key"] for k in r["hottest"]] == ["user"]
+
+
+def test_the_clusters_metadata_bytes_are_not_counted_as_stored_workload(running, sender):
+    """Reports, statuses and persisted replication live in the memory tier; sizing the tier
+    for them would make the policy demote workload keys to make room for bookkeeping."""
+    node, worker = running()
+    sender.request(worker, anna_pb2.PUT, ["user"], value=b"u" * 1000)
+    alone = report(node)["stored_bytes"]
+    assert 1000 <= alone < 1100
+    sender.request(worker, anna_pb2.PUT, [f"__anna__/stats/workers/{i}" for i in range(20)],
+                   value=b"m" * 5000)
+    assert report(node)["stored_bytes"] == alone
+    sender.request(worker, anna_pb2.PUT, ["user-2"], value=b"v" * 1000)
+    assert report(node)["stored_bytes"] > alone

@@ -250,6 +250,9 @@ class PolicyEngine:
         if not held:
             held = f"below S_upper {upper:g} no node is added"
         if self.in_grace(r.now):
+            if plan.overflow:
+                r.notes.append(Note(f"{len(plan.overflow)} hot disk keys wait for memory: "
+                                    f"demotion is held until the grace period ends"))
             return   # demotion waits out the grace period (3.3.3)
         disk_nodes = self.active(s, DISK)
         if disk_nodes < cfg.fault_tolerance + 1:
@@ -286,6 +289,9 @@ class PolicyEngine:
                 for action in swapped.promotions:
                     self._set_key(r, action)
                 self._moved.append((r.now, swapped.promoted_bytes - freed))
+            else:
+                r.notes.append(Note(f"{len(plan.overflow)} hot disk keys wait for memory: "
+                                    f"{why_full}, and no memory key is colder; {held}"))
 
     def _latency(self, r: _Round) -> None:
         """Alg. 5 lines 8-14: latency against the SLO, compute occupancy of memory nodes."""

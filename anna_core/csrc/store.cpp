@@ -37,16 +37,23 @@ std::uint64_t value_bytes(const AnyLattice& value) {
       value);
 }
 
+void MemoryStore::account(const std::string& key, std::int64_t delta) {
+  bytes_ = static_cast<std::uint64_t>(static_cast<std::int64_t>(bytes_) + delta);
+  if (is_metadata_key(key))
+    metadata_bytes_ = static_cast<std::uint64_t>(static_cast<std::int64_t>(metadata_bytes_) + delta);
+}
+
 AnnaError MemoryStore::merge(const std::string& key, const AnyLattice& value) {
   auto it = map_.find(key);
   if (it == map_.end()) {
-    bytes_ += key.size() + value_bytes(value);
+    account(key, static_cast<std::int64_t>(key.size() + value_bytes(value)));
     map_.emplace(key, value);
     return NO_ERROR;
   }
   const std::uint64_t before = value_bytes(it->second);
   if (!merge_any(&it->second, value)) return LATTICE_MISMATCH;
-  bytes_ = bytes_ - before + value_bytes(it->second);
+  account(key, static_cast<std::int64_t>(value_bytes(it->second)) -
+                   static_cast<std::int64_t>(before));
   return NO_ERROR;
 }
 
@@ -68,7 +75,7 @@ AnnaError MemoryStore::get(const std::string& key, AnyLattice* out) {
 AnnaError MemoryStore::remove(const std::string& key) {
   auto it = map_.find(key);
   if (it == map_.end()) return KEY_DNE;
-  bytes_ -= key.size() + value_bytes(it->second);
+  account(key, -static_cast<std::int64_t>(key.size() + value_bytes(it->second)));
   map_.erase(it);
   return NO_ERROR;
 }

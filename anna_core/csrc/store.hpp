@@ -118,9 +118,20 @@ class Store {
   // Payload bytes held (keys + values), an estimate: MemoryStore tracks it on every write
   // (value_bytes() below); DiskStore reads RocksDB's rocksdb.estimate-live-data-size.
   virtual std::uint64_t stored_bytes() const = 0;
+  // The part of stored_bytes() that is the cluster's bookkeeping (keys under "__anna__/":
+  // statistics, persisted replication, the monitor's status). Reports leave it out, so that
+  // the autoscaling policy sizes tiers for the workload alone. MemoryStore tracks it exactly;
+  // DiskStore answers 0 (its stored_bytes() is a RocksDB estimate that cannot be split).
+  virtual std::uint64_t metadata_bytes() const { return 0; }
   // What the last STORE_FAILED or DISK_FULL was about ("" if none).
   virtual const std::string& error_detail() const = 0;
 };
+
+// Whether `key` is the cluster's own bookkeeping ("__anna__/..."), not workload.
+inline bool is_metadata_key(const std::string& key) {
+  static const std::string kMetadata = "__anna__/";
+  return key.compare(0, kMetadata.size(), kMetadata) == 0;
+}
 
 // An estimate of a value's size in bytes: exact payload sizes for LWW, priority and max
 // values (O(1)); the encoded size for the collection lattices.
@@ -140,11 +151,16 @@ class MemoryStore final : public Store {
   ScanPage scan_page(const std::string& cursor, std::size_t max_keys, std::size_t max_bytes,
                      const ScanVisitor& fn) override;
   std::uint64_t stored_bytes() const override { return bytes_; }
+  std::uint64_t metadata_bytes() const override { return metadata_bytes_; }
   const std::string& error_detail() const override { return detail_; }
 
  private:
+  void account(const std::string& key, std::int64_t delta);
+
   std::unordered_map<std::string, AnyLattice> map_;
   std::uint64_t bytes_ = 0;
+  std::uint64_t metadata_bytes_ = 0;   // the part of bytes_ under "__anna__/"
+
   std::size_t scan_bucket_ = 0;  // scan_keys' cursor: the next bucket to visit
   std::string detail_;
 };

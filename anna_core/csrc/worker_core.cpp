@@ -79,7 +79,9 @@ PeriodReport WorkerCore::take_report() {
   r.access_mean = r.accessed_keys == 0 ? 0.0
                                        : static_cast<double>(r.key_accesses) / r.accessed_keys;
   r.exact = key_stats_.evicted() == 0;
-  r.stored_bytes = store_->stored_bytes();
+  // Workload bytes only: the bookkeeping under __anna__/ is not what the tiers are sized for.
+  const std::uint64_t stored = store_->stored_bytes();
+  r.stored_bytes = stored - std::min(stored, store_->metadata_bytes());
   r.stored_keys = store_->size();
   // Sizes: memory lookups are hash lookups; a disk lookup is a RocksDB point read, so at
   // most kMaxDiskSizeLookups of them per report (beyond: size 0, unknown).
@@ -278,10 +280,7 @@ void WorkerCore::handle_request(const KeyRequest& request, std::vector<OutMessag
 
 // Keys under "__anna__/" are the cluster's bookkeeping (persisted replication, statistics,
 // the monitor's status): clients may read them, and write only their own latency reports.
-static bool is_metadata(const std::string& key) {
-  static const std::string kMetadata = "__anna__/";
-  return key.compare(0, kMetadata.size(), kMetadata) == 0;
-}
+static bool is_metadata(const std::string& key) { return is_metadata_key(key); }
 
 static bool reserved_for_cluster(const std::string& key) {
   static const std::string kClientReports = "__anna__/stats/clients/";

@@ -123,7 +123,7 @@ struct PeriodReport {
   double access_square_sum = 0;         // sum over keys of accesses^2 (KeyStats::square_sum)
   double access_mean = 0;               // key_accesses / accessed_keys (0 when none)
   bool exact = true;                    // no key was evicted from the top-k this period
-  std::uint64_t stored_bytes = 0;       // Store::stored_bytes() at the report
+  std::uint64_t stored_bytes = 0;       // workload bytes at the report (no __anna__/ keys)
   std::uint64_t stored_keys = 0;        // Store::size() at the report
   // Each KeyCount's size is the stored value's size here (Store::value_size; 0: not stored
   // here, or a disk worker past kMaxDiskSizeLookups).
