@@ -2,6 +2,10 @@
 # Installs everything this platform needs on a fresh Debian 12 machine and builds it.
 #   scripts/install.sh            system packages, pinned Python deps, build (editable install)
 #   scripts/install.sh --no-apt   skip system packages (they are already there)
+#   scripts/install.sh --k8s      also the packages the real-Kubernetes test tier needs
+#                                 (containerd, runc, CNI plugins, buildah, ...) and a Go
+#                                 toolchain >= 1.25 (scripts/k8s/go.sh); scripts/test_slow.sh
+#                                 runs this itself
 # Safe to run again: every step is idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +18,26 @@ SYSTEM_PACKAGES=(
   redis-server redis-tools           # the peer the KVS benchmark runs against
 )
 
-if [[ "${1:-}" != "--no-apt" ]]; then
+# The real-Kubernetes test tier: a kubelet with containerd and runc, a bridge CNI, and the
+# image built without a daemon (debootstrap + buildah, umoci for the pause image).
+K8S_PACKAGES=(
+  containerd runc containernetworking-plugins iptables conntrack socat
+  gcc umoci debootstrap buildah curl unzip
+)
+
+APT=1
+K8S=0
+for arg in "$@"; do
+  case "$arg" in
+    --no-apt) APT=0 ;;
+    --k8s) K8S=1 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    *) echo "install.sh: unknown argument $arg (see --help)" >&2; exit 2 ;;
+  esac
+done
+((K8S)) && SYSTEM_PACKAGES+=("${K8S_PACKAGES[@]}")
+
+if ((APT)); then
   missing=()
   for pkg in "${SYSTEM_PACKAGES[@]}"; do
     dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
@@ -44,4 +67,7 @@ if [[ "$have_zmq" != "$want_zmq" ]]; then
 fi
 echo "==> building the Anna kernel and installing the platform (editable)"
 "$PYTHON" -m pip install -q --no-build-isolation -e .
+if ((K8S)); then
+  echo "==> Go toolchain for the Kubernetes tiers: $(scripts/k8s/go.sh)"
+fi
 echo "==> installed"
