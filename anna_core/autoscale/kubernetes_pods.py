@@ -46,7 +46,7 @@ from ..errors import AnnaError
 from .manager import Event, FAILED
 from .pod_state import PodView, TierBusy, TierPods, Withdraw
 
-__all__ = ["DeploymentPods", "KubernetesError", "PermissionDenied", "ObjectNotFound",
+__all__ = ["DeploymentPods", "api_client_from", "KubernetesConfigError", "KubernetesError", "PermissionDenied", "ObjectNotFound",
            "ApiTimeout", "ApiUnavailable", "ApiConflict", "TierBusy", "pod_view",
            "DELETION_COST", "LOWEST_COST"]
 
@@ -143,6 +143,32 @@ def _client_errors() -> Tuple[type, ...]:
     import urllib3
     from kubernetes.client.exceptions import ApiException
     return (ApiException, urllib3.exceptions.HTTPError, OSError)
+
+
+class KubernetesConfigError(KubernetesError):
+    """No usable API configuration: the kubeconfig file is missing or malformed, or the
+    process is not in a pod (no in-cluster ServiceAccount token)."""
+
+
+def api_client_from(kubeconfig: Optional[str] = None) -> Any:
+    """A `kubernetes.client.ApiClient`: from the kubeconfig file `kubeconfig` when given
+    (running outside the cluster), else from the pod's ServiceAccount (in-cluster:
+    `load_incluster_config`). Raises `KubernetesConfigError` naming the source."""
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+    source = f"kubeconfig {kubeconfig}" if kubeconfig else "the in-cluster configuration"
+    try:
+        if kubeconfig:
+            return config.new_client_from_config(config_file=kubeconfig)
+        configuration = client.Configuration()
+        config.load_incluster_config(client_configuration=configuration)
+        return client.ApiClient(configuration)
+    except (ConfigException, OSError, ValueError, TypeError) as e:
+        hint = ("" if kubeconfig else " (not running in a pod? pass a kubeconfig file)")
+        raise KubernetesConfigError(f"cannot configure the Kubernetes client from {source}: "
+                                    f"{e}{hint}", verb="configure", resource="client",
+                                    name=kubeconfig or "", namespace="",
+                                    reason=str(e)) from None
 
 
 # ---- pods as the state core sees them -----------------------------------------------------
