@@ -203,10 +203,19 @@ def test_rbac_denials_are_typed_and_name_verb_and_resource(cp, ns):
 
 
 def test_a_missing_deployment_is_named(cp, ns):
+    # anna-disk is one of the Role's Deployments, and this namespace has none
     with pytest.raises(ObjectNotFound) as info:
-        manager_for(apply_rbac(cp, ns), ns, "no-such-deployment")
+        manager_for(apply_rbac(cp, ns), ns, "anna-disk")
     assert info.value.status == 404
-    assert f"get deployments/scale {ns}/no-such-deployment: not found" in str(info.value)
+    assert f"get deployments/scale {ns}/anna-disk: not found" in str(info.value)
+
+
+def test_the_role_scales_only_the_deployments_it_names(cp, ns):
+    deployment(cp, ns, "other-app", "memory", 1)
+    with pytest.raises(PermissionDenied) as info:
+        manager_for(apply_rbac(cp, ns), ns, "other-app")
+    assert (info.value.verb, info.value.name, info.value.status) == ("get", "other-app", 403)
+    assert f"get deployments/scale {ns}/other-app: forbidden" in str(info.value)
 
 
 def test_watches_resume_after_timeouts_and_an_apiserver_restart(cp, ns):
@@ -223,17 +232,17 @@ def test_watches_resume_after_timeouts_and_an_apiserver_restart(cp, ns):
 
 
 def test_a_pod_that_cannot_become_ready_fails_at_its_deadline_and_is_withdrawn(cp, ns):
-    deployment(cp, ns, "anna-stuck", "memory", 0, node_selector={"no-such": "node"})
-    with manager_for(apply_rbac(cp, ns), ns, "anna-stuck", startup_timeout=3) as m:
+    deployment(cp, ns, "anna-memory", "memory", 0, node_selector={"no-such": "node"})
+    with manager_for(apply_rbac(cp, ns), ns, "anna-memory", startup_timeout=3) as m:
         ids = m.add_nodes("memory", 1)
-        assert replicas(cp, ns, "anna-stuck") == 1
+        assert replicas(cp, ns, "anna-memory") == 1
         events = poll_until(m, lambda ev: any(e.kind == FAILED for e in ev), timeout=30)
         pod = m.bound_to("memory", ids[0])
         assert [(e.kind, e.node_id) for e in events] == [(FAILED, pod)]
         assert isinstance(events[0].error, StartupError)
         assert f"pod {pod} was not Ready within 3 s" in events[0].detail
         assert "node" in events[0].detail                    # the scheduler's reason
-        assert replicas(cp, ns, "anna-stuck") == 0 and m.pending("memory") == []
+        assert replicas(cp, ns, "anna-memory") == 0 and m.pending("memory") == []
 
 
 def test_a_request_without_a_pod_fails_at_its_deadline_and_is_withdrawn(cp, ns):
