@@ -309,7 +309,12 @@ def executor_policy_of(text: str) -> ExecutorPolicyConfig:
     if unknown:
         raise ValueError(f"--policy-config: unknown ExecutorPolicyConfig knob(s) {unknown}; "
                          f"known: {sorted(known)}")
-    return ExecutorPolicyConfig(**knobs)   # type: ignore[arg-type]
+    config = ExecutorPolicyConfig(**knobs)   # type: ignore[arg-type]
+    if config.min_nodes < 1:
+        # the manager never removes the last node (LastNode), and a call needs a node
+        raise ValueError("--policy-config: min_nodes must be at least 1 (a call needs an "
+                         "executor node to run on; scale-to-zero is not supported)")
+    return config
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
