@@ -272,3 +272,63 @@ def test_the_monitor_from_its_command_line_adds_a_memory_pod_and_removes_the_idl
         assert replicas(cp, ns, "anna-memory") == 1
     finally:
         manager.close()
+
+
+# ---- the processes the pods run ---------------------------------------------------------------
+
+def _start(argv):
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.Popen([sys.executable, "-m"] + argv, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env, cwd=root)
+
+
+def _wait_for_line(proc, text, timeout=60):
+    lines = []
+    deadline = time.monotonic() + timeout
+    while not any(text in line for line in lines):
+        assert time.monotonic() < deadline, f"{text!r} not logged within {timeout} s: {lines}"
+        line = proc.stdout.readline()          # the process logs a line per tick at least
+        assert line, f"exited {proc.wait(10)} before logging {text!r}: {lines}"
+        lines.append(line)
+    return lines
+
+
+def test_the_autoscaler_processes_start_from_a_kubeconfig_and_stop_on_sigterm(cp, ns, tmp_path):
+    import signal
+    import socket
+    deployment(cp, ns, EXECUTORS, "executor", 1)
+    deployment(cp, ns, "anna-memory", "memory", 1)
+    kubeconfig = str(write_kubeconfig(cp, apply_rbac(cp, ns), tmp_path / "sa.kubeconfig"))
+    with socket.socket() as s:                      # an address nothing answers on
+        s.bind(("127.0.0.1", 0))
+        nobody = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    procs = {
+        "executors": _start(["cloudburst.autoscaler", "--scheduler", nobody,
+                             "--kubernetes-namespace", ns, "--kubeconfig", kubeconfig,
+                             "--log-level", "info"]),
+        "monitor": _start(["anna_core.monitor", "--routing", nobody, "--autoscale",
+                           "--kubernetes-namespace", ns, "--disk-deployment", "",
+                           "--kubeconfig", kubeconfig, "--log-level", "info"]),
+        "denied": _start(["cloudburst.autoscaler", "--scheduler", nobody,
+                          "--kubernetes-namespace", ns, "--executor-deployment", "other",
+                          "--kubeconfig", kubeconfig]),
+    }
+    try:
+        _wait_for_line(procs["executors"], "executor autoscaling on: deployment "
+                                           f"{ns}/{EXECUTORS}")
+        _wait_for_line(procs["monitor"], "autoscaling on: memory anna-memory")
+        out, _ = procs["denied"].communicate(timeout=60)
+        assert procs["denied"].returncode == 1
+        assert f"get deployments/scale {ns}/other: forbidden" in out
+        for name in ("executors", "monitor"):
+            procs[name].send_signal(signal.SIGTERM)
+            assert procs[name].wait(timeout=30) == 0, name
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
