@@ -29,8 +29,9 @@ How it maps the interface (`anna_core/autoscale/manager.py`):
   subresource; the tiers' selectors must not overlap), each on a thread that feeds a queue;
   `poll()` drains the queue and does not wait for pods (it calls the API only to withdraw a
   start that timed out: two requests, each within `request_timeout`). `wait(timeout)` blocks
-  until there is news, for callers with nothing else to do. A watch ends every `watch_timeout` seconds and resumes from the
-  last resourceVersion; when that is too old (410 Gone) the thread lists the pods again.
+  until there is news, for callers with nothing else to do. A watch ends every
+  `watch_timeout` seconds and resumes from the last resourceVersion; when that is too old
+  (410 Gone) the thread lists the pods again.
 - The decisions (which pod is pending, ready, leaving, what timed out) are in the pure
   `pod_state.TierPods`; the API machinery (scale, deletion cost, watches, typed errors) is
   `kubernetes_pods.DeploymentPods`, shared with Cloudburst's executor manager. This module
@@ -45,7 +46,7 @@ deployments/scale get/patch on the tiers' Deployments, in its namespace.
 
 In the cluster, `python -m anna_core.monitor --autoscale --kubernetes-namespace NS ...` (the
 `anna-monitor` pod, `AUTOSCALE=true` in the ConfigMap) builds one from the pod's
-ServiceAccount and runs the policy with it; see `anna_core/monitor_k8s.py`.
+ServiceAccount and runs the policy with it (`anna_core.monitor.kubernetes_manager`).
 """
 from __future__ import annotations
 

@@ -46,9 +46,9 @@ from ..errors import AnnaError
 from .manager import Event, FAILED
 from .pod_state import PodView, TierBusy, TierPods, Withdraw
 
-__all__ = ["DeploymentPods", "api_client_from", "KubernetesConfigError", "KubernetesError", "PermissionDenied", "ObjectNotFound",
-           "ApiTimeout", "ApiUnavailable", "ApiConflict", "TierBusy", "pod_view",
-           "DELETION_COST", "LOWEST_COST"]
+__all__ = ["DeploymentPods", "api_client_from", "KubernetesConfigError", "KubernetesError",
+           "PermissionDenied", "ObjectNotFound", "ApiTimeout", "ApiUnavailable", "ApiConflict",
+           "TierBusy", "pod_view", "api_error", "DELETION_COST", "LOWEST_COST"]
 
 log = logging.getLogger("anna.autoscale.kubernetes")
 
@@ -203,7 +203,7 @@ def pod_view(pod: Any) -> PodView:
                    exit_code=exit_code, reason=reason)
 
 
-# ---- the pods of Deployments --------------------------------------------------------------------------
+# ---- the pods of Deployments --------------------------------------------------------------
 
 
 class DeploymentPods:
