@@ -78,14 +78,15 @@ def raw():
     r.close()
 
 
-# ---- the Kubernetes fast tier: one control plane for every tests/test_k8s_*.py module ----
+# ---- the Kubernetes fast tier: a control plane per tests/test_k8s_*.py module --------------
+# (per module, not per session: in a whole-suite run it stops once its module is done)
 
 K8S_REASON = ("the Kubernetes control plane is not built; run scripts/test_k8s.sh (builds it "
               "with scripts/k8s/build.sh, 10-20 min the first time on 2 cores, cached after) "
               "to run this tier")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def cp():
     """A started local control plane (k8s/controlplane.py: kube-apiserver with RBAC, kwok)."""
     import os
