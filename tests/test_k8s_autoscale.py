@@ -14,7 +14,8 @@ import yaml
 from anna_core.autoscale.kubernetes_pods import DELETION_COST, LOWEST_COST, PermissionDenied
 from anna_core.errors import StartupError
 from cloudburst.autoscaler import ExecutorAutoscalerService
-from cloudburst.executor_manager import FAILED, READY, REMOVED, LastNode, UnknownNode
+from cloudburst.executor_manager import FAILED, READY, REMOVED, LastNode, NodeLeaving, \
+    UnknownNode
 from cloudburst.kubernetes_executor_manager import (ExecutorApiError, KubernetesExecutorManager,
                                                     NodesNotReady)
 from cloudburst.status import ClusterStatus, ExecutorNodeStatus
@@ -73,6 +74,8 @@ def test_executor_pods_scale_up_and_the_drained_pod_is_the_one_removed(cp, ns):
         m.remove_node(victim)
         assert m.leaving() == [victim] and victim not in m.nodes()
         assert deletion_cost(cp, ns, victim) in (str(LOWEST_COST), "gone")
+        with pytest.raises(NodeLeaving, match=victim):
+            m.remove_node(victim)
         events = poll_until(m, lambda ev: any(e.kind == REMOVED for e in ev))
         assert [(e.kind, e.node_id) for e in events] == [(REMOVED, victim)]
         assert replicas(cp, ns, EXECUTORS) == 2
