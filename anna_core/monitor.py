@@ -25,13 +25,21 @@ Contract (dissertation 3.2.4 and 3.3; the decisions are `autoscale/`'s pure core
   period up), and the status carries `"backups"`: the schedule and the last backup's result.
   `stop()` waits for a running backup.
 
-Run standalone (observe only): `python -m anna_core.monitor --routing ADDR [--key-dir D]
-[--period T] [--backup-to s3://bucket/prefix --backup-every S]`; `anna local --autoscale` runs one in-process with a local cluster manager.
+Run standalone: `python -m anna_core.monitor --routing ADDR [--key-dir D] [--period T]
+[--backup-to s3://bucket/prefix --backup-every S]` observes. With `--autoscale
+--kubernetes-namespace NS [--memory-deployment D] [--disk-deployment D] [--policy-config
+JSON] [--kubeconfig PATH]` it autoscales a cluster on Kubernetes: it builds a
+`KubernetesClusterManager` (autoscale/kubernetes_manager.py) from the pod's ServiceAccount
+(or the kubeconfig) and carries the policy out through it; the `anna-monitor` pod runs it so
+when the ConfigMap says `AUTOSCALE: "true"` (k8s/entrypoint.py). Node ids are pod names (each
+node is named after its pod), so a RemoveNode names the pod to delete. `anna local
+--autoscale` runs one in-process with a local cluster manager.
 """
 from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import json
 import logging
 import signal
@@ -56,7 +64,7 @@ from .config import DISK, MEMORY, Replication
 from .errors import AnnaError, KeyNotFound
 from .membership import REPLICATION_INDEX_KEY, loaded_overrides, replication_metadata_key
 
-__all__ = ["Monitor", "MONITOR_PHASE", "main"]
+__all__ = ["Monitor", "MONITOR_PHASE", "main", "parse_args", "policy_of", "kubernetes_manager"]
 
 log = logging.getLogger("anna.monitor")
 
@@ -281,15 +289,16 @@ def _describe(action: Any) -> str:
     return reason
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """`python -m anna_core.monitor`: an observing monitor for any Anna cluster."""
-    from runtime.auth import AuthConfig
-    from .client import Client
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """The command line of `python -m anna_core.monitor` (see `--help`)."""
     p = argparse.ArgumentParser(prog="python -m anna_core.monitor",
                                 description="Anna monitor: summarises the cluster's reports "
                                             "every period and publishes them for `anna status` "
-                                            "(observes only; nodes must run with "
-                                            "--report-period)")
+                                            "(nodes must run with --report-period). With "
+                                            "--autoscale and --kubernetes-namespace it also "
+                                            "acts: nodes are the pods of one Deployment per "
+                                            "tier, added and removed through the Kubernetes "
+                                            "API (KubernetesClusterManager).")
     p.add_argument("--routing", required=True, action="append", help="routing address(es)")
     p.add_argument("--key-dir", help="the cluster's key directory (the monitor uses the "
                                      "cluster key)")
@@ -300,13 +309,110 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         "AWS settings from the standard AWS configuration)")
     p.add_argument("--backup-every", type=positive_float, default=24 * 3600.0, metavar="S",
                    help="seconds between scheduled backups (with --backup-to)")
+    k = p.add_argument_group("autoscaling on Kubernetes")
+    k.add_argument("--autoscale", action="store_true",
+                   help="carry the policy's decisions out (replication through routing, nodes "
+                        "through Kubernetes); needs --kubernetes-namespace. Without it the "
+                        "monitor only observes")
+    k.add_argument("--kubernetes-namespace", metavar="NS", default=None,
+                   help="the namespace of the Anna Deployments (with --autoscale)")
+    k.add_argument("--kubeconfig", metavar="PATH", default=None,
+                   help="a kubeconfig file, to run outside the cluster; default: the pod's "
+                        "ServiceAccount (in-cluster configuration)")
+    k.add_argument("--memory-deployment", default="anna-memory", metavar="NAME",
+                   help="the memory tier's Deployment")
+    k.add_argument("--disk-deployment", default="anna-disk", metavar="NAME",
+                   help="the disk tier's Deployment ('' : no disk tier is managed)")
+    k.add_argument("--policy-config", metavar="JSON", default="",
+                   help="a JSON object of PolicyConfig knobs (anna_core/autoscale/"
+                        "policy_config.py), e.g. '{\"grace_period\": 60, \"max_nodes\": 6}'; "
+                        "the monitoring period is --period (an observing monitor uses the "
+                        "latency SLO for its status)")
+    k.add_argument("--pod-startup-timeout", type=positive_float, default=120.0, metavar="S",
+                   help="seconds from a scale-up to a Ready pod before the start fails and is "
+                        "withdrawn")
+    k.add_argument("--pod-leave-timeout", type=positive_float, default=150.0, metavar="S",
+                   help="seconds from a removal until the pod must be gone (above the Anna "
+                        "pods' terminationGracePeriodSeconds)")
+    k.add_argument("--request-timeout", type=positive_float, default=10.0, metavar="S",
+                   help="seconds for every Kubernetes API request")
     p.add_argument("--log-level", default="info", help="debug, info, warning or error")
     args = p.parse_args(argv)
+    if args.autoscale and not args.kubernetes_namespace:
+        p.error("--autoscale needs a cluster manager: pass --kubernetes-namespace (the monitor "
+                "process manages Kubernetes Deployments; `anna local --autoscale` runs a "
+                "local cluster's monitor)")
+    if args.kubernetes_namespace and not args.autoscale:
+        p.error("--kubernetes-namespace is for --autoscale (an observing monitor does not "
+                "call the Kubernetes API)")
+    if args.kubeconfig and not args.autoscale:
+        p.error("--kubeconfig needs --autoscale")
+    if args.autoscale and not args.memory_deployment:
+        p.error("--memory-deployment must name the memory tier's Deployment")
+    return args
+
+
+def policy_of(args: argparse.Namespace) -> PolicyConfig:
+    """PolicyConfig from --period and --policy-config (ValueError naming a bad knob)."""
+    knobs: Dict[str, Any] = {}
+    text = (getattr(args, "policy_config", "") or "").strip()
+    if text:
+        try:
+            knobs = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"--policy-config is not valid JSON: {e}") from None
+        if not isinstance(knobs, dict):
+            raise ValueError(f"--policy-config must be a JSON object, got "
+                             f"{type(knobs).__name__}")
+        if "monitoring_period" in knobs and knobs["monitoring_period"] != args.period:
+            raise ValueError("--policy-config may not set monitoring_period: it is --period, "
+                             "which must equal the nodes' --report-period")
+    known = {f.name for f in dataclasses.fields(PolicyConfig)}
+    unknown = sorted(set(knobs) - known)
+    if unknown:
+        raise ValueError(f"--policy-config: unknown PolicyConfig knob(s) {unknown}; known: "
+                         f"{sorted(known)}")
+    for name in ("memory_storage_bounds", "disk_storage_bounds", "latency_bounds",
+                 "compute_bounds"):
+        if isinstance(knobs.get(name), list):
+            knobs[name] = tuple(knobs[name])
+    return PolicyConfig(**{**knobs, "monitoring_period": args.period})
+
+
+def kubernetes_manager(args: argparse.Namespace) -> Optional[ClusterManager]:
+    """The KubernetesClusterManager --autoscale asks for (None without it): the API client
+    from --kubeconfig or the pod's ServiceAccount, one Deployment per tier. Node ids are pod
+    names, and k8s/entrypoint.py names each Anna node after its pod (POD_NAME), so the ids in
+    the nodes' reports are the ids the manager lists and removes. Raises `KubernetesError`
+    naming the call that failed (RBAC, a missing Deployment, an unreachable API)."""
+    if not args.autoscale:
+        return None
+    from .autoscale.kubernetes_manager import KubernetesClusterManager
+    from .autoscale.kubernetes_pods import api_client_from
+    deployments = {MEMORY: args.memory_deployment}
+    if args.disk_deployment:
+        deployments[DISK] = args.disk_deployment
+    return KubernetesClusterManager(api_client_from(args.kubeconfig), args.kubernetes_namespace,
+                                    deployments, startup_timeout=args.pod_startup_timeout,
+                                    leave_timeout=args.pod_leave_timeout,
+                                    request_timeout=args.request_timeout)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """`python -m anna_core.monitor`: a monitor for any Anna cluster; with --autoscale and
+    --kubernetes-namespace, the autoscaler of a cluster on Kubernetes."""
+    from runtime.auth import AuthConfig
+    from .client import Client
+    args = parse_args(argv)
     configure_logging(args.log_level, "monitor", family="anna")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    policy = PolicyConfig(monitoring_period=args.period)
+    try:
+        policy = policy_of(args)
+    except ValueError as e:
+        print(f"monitor: {e}", file=sys.stderr)
+        return 2
     auth = AuthConfig(args.key_dir) if args.key_dir else None
     backups = None
     if args.backup_to:
@@ -316,11 +422,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except (AnnaError, ValueError) as e:
             print(f"monitor: {e}", file=sys.stderr)
             return 2
-    with Client(args.routing, auth=auth, timeout=2.0, retries=1) as kvs:
-        monitor = Monitor(kvs, policy=policy, backups=backups).start()
-        while not stop.wait(1.0):
-            pass
-        monitor.stop()
+    try:
+        manager = kubernetes_manager(args)
+    except AnnaError as e:
+        print(f"monitor: cannot manage the cluster's nodes: {e}", file=sys.stderr)
+        return 1
+    if manager is not None:
+        log.info("autoscaling on: %s", ", ".join(
+            f"{t} {manager.deployments[t]}" for t in manager.deployments))   # type: ignore
+    try:
+        with Client(args.routing, auth=auth, timeout=2.0, retries=1) as kvs:
+            monitor = Monitor(kvs, policy=policy, manager=manager, autoscale=args.autoscale,
+                              backups=backups).start()
+            while not stop.wait(1.0):
+                pass
+            monitor.stop()
+    finally:
+        if manager is not None:
+            manager.close()
     return 0
 
 

@@ -37,6 +37,7 @@ Contract:
 """
 from __future__ import annotations
 
+import argparse
 import collections
 import logging
 import re
@@ -52,13 +53,15 @@ from runtime.auth import AuthConfig, Security, credentials_of
 from runtime.errors import CloudburstError
 from runtime.sockets import PushCache
 from scheduler.executor_policy import (Action, AddNodes, Drain, ExecutorAutoscaler,
+                                       ExecutorPolicyConfig,
                                        ExecutorNodeStats, ExecutorSample, Note, Remove, Undrain)
 
 from .client import Client
 from .executor_manager import FAILED, ExecutorManager, ExecutorManagerError
 from .status import ClusterStatus
 
-__all__ = ["ExecutorAutoscalerService", "SchedulerLink", "Applied", "build_sample"]
+__all__ = ["ExecutorAutoscalerService", "SchedulerLink", "Applied", "build_sample", "main",
+           "parse_args", "executor_policy_of"]
 
 log = logging.getLogger("cloudburst.autoscale")
 
@@ -241,3 +244,118 @@ class ExecutorAutoscalerService:
     def node_count(self) -> int:
         """Executor nodes up and not being removed, per the manager."""
         return len(self.manager.nodes())
+
+
+# ---- the process: `python -m cloudburst.autoscaler` (executor autoscaling on Kubernetes) ------
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """The command line of `python -m cloudburst.autoscaler` (see `--help`)."""
+    from runtime.cli import add_common, positive_float
+    p = argparse.ArgumentParser(
+        prog="python -m cloudburst.autoscaler",
+        description="Executor autoscaling on Kubernetes: samples every scheduler's status, "
+                    "decides with the executor policy (scheduler/executor_policy.py), drains "
+                    "executor nodes through the schedulers and adds or removes them as pods "
+                    "of the executor Deployment (KubernetesExecutorManager). Runs in the "
+                    "cloudburst-autoscaler pod (k8s/base/autoscaler.yaml), or outside the "
+                    "cluster with --kubeconfig.")
+    p.add_argument("--scheduler", action="append", required=True, metavar="ADDR",
+                   help="a scheduler's address (repeat for each; with --key-dir, the address "
+                        "carries the cluster's public key: tcp://host:port#k=...)")
+    p.add_argument("--key-dir", default=None,
+                   help="the cluster's key directory: the autoscaler speaks to the schedulers "
+                        "as the cluster (drains are refused from client keys)")
+    p.add_argument("--kubernetes-namespace", required=True, metavar="NS",
+                   help="the executor Deployment's namespace")
+    p.add_argument("--executor-deployment", default="cloudburst-executor", metavar="NAME",
+                   help="the executor nodes' Deployment")
+    p.add_argument("--kubeconfig", default=None, metavar="PATH",
+                   help="a kubeconfig file, to run outside the cluster; default: the pod's "
+                        "ServiceAccount (in-cluster configuration)")
+    p.add_argument("--policy-config", default="", metavar="JSON",
+                   help="a JSON object of ExecutorPolicyConfig knobs (scheduler/"
+                        "executor_policy.py), e.g. '{\"min_nodes\": 1, \"max_nodes\": 4, "
+                        "\"workers_per_node\": 3}'")
+    p.add_argument("--pod-startup-timeout", type=positive_float, default=120.0, metavar="S",
+                   help="seconds from a scale-up to a Ready executor pod before the start "
+                        "fails and is withdrawn")
+    p.add_argument("--pod-leave-timeout", type=positive_float, default=60.0, metavar="S",
+                   help="seconds from a removal until the pod must be gone (above the "
+                        "executor pods' terminationGracePeriodSeconds)")
+    p.add_argument("--request-timeout", type=positive_float, default=10.0, metavar="S",
+                   help="seconds for every Kubernetes API request")
+    p.add_argument("--status-timeout", type=positive_float, default=2.0, metavar="S",
+                   help="seconds to wait for a scheduler's status answer")
+    add_common(p, log_default="info")
+    return p.parse_args(argv)
+
+
+def executor_policy_of(text: str) -> ExecutorPolicyConfig:
+    """ExecutorPolicyConfig from a JSON object of its knobs ('' : the defaults); ValueError
+    naming a bad one."""
+    import dataclasses
+    import json
+    knobs: Dict[str, object] = {}
+    if text.strip():
+        try:
+            knobs = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"--policy-config is not valid JSON: {e}") from None
+        if not isinstance(knobs, dict):
+            raise ValueError(f"--policy-config must be a JSON object, got "
+                             f"{type(knobs).__name__}")
+    known = {f.name for f in dataclasses.fields(ExecutorPolicyConfig)}
+    unknown = sorted(set(knobs) - known)
+    if unknown:
+        raise ValueError(f"--policy-config: unknown ExecutorPolicyConfig knob(s) {unknown}; "
+                         f"known: {sorted(known)}")
+    config = ExecutorPolicyConfig(**knobs)   # type: ignore[arg-type]
+    if config.min_nodes < 1:
+        # the manager never removes the last node (LastNode), and a call needs a node
+        raise ValueError("--policy-config: min_nodes must be at least 1 (a call needs an "
+                         "executor node to run on; scale-to-zero is not supported)")
+    return config
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """`python -m cloudburst.autoscaler`: the executor autoscaler of a cluster on Kubernetes."""
+    import signal
+    import sys
+    from anna_core.autoscale.kubernetes_pods import api_client_from, KubernetesError
+    from runtime.logs import configure_logging
+    from .kubernetes_executor_manager import KubernetesExecutorManager
+    args = parse_args(argv)
+    configure_logging(args.log_level, "autoscaler", family="cloudburst")
+    try:
+        config = executor_policy_of(args.policy_config)
+    except ValueError as e:
+        print(f"cloudburst.autoscaler: {e}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        manager = KubernetesExecutorManager(
+            api_client_from(args.kubeconfig), args.kubernetes_namespace,
+            args.executor_deployment, startup_timeout=args.pod_startup_timeout,
+            leave_timeout=args.pod_leave_timeout, request_timeout=args.request_timeout)
+    except (KubernetesError, ExecutorManagerError) as e:
+        print(f"cloudburst.autoscaler: cannot manage the executor nodes: {e}", file=sys.stderr)
+        return 1
+    auth = AuthConfig(args.key_dir) if args.key_dir else None
+    link = SchedulerLink(args.scheduler, auth, timeout=args.status_timeout)
+    service = ExecutorAutoscalerService(ExecutorAutoscaler(config), manager, link).start()
+    log.info("executor autoscaling on: deployment %s/%s, %d..%s node(s), %d scheduler(s)",
+             args.kubernetes_namespace, args.executor_deployment, config.min_nodes,
+             config.max_nodes if config.max_nodes is not None else "any", len(args.scheduler))
+    try:
+        while not stop.wait(1.0):
+            pass
+    finally:
+        service.stop()        # closes the manager (its watch) and the link
+    return 0
+
+
+if __name__ == "__main__":
+    import sys as _sys
+    _sys.exit(main())

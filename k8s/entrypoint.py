@@ -12,9 +12,22 @@ Roles and what they read from the environment (k8s/base/configmap.yaml sets most
 |-------------|------------------------|-------------|
 | `routing`   | `anna_core.routing`    | POD_IP, ROUTING_PORT |
 | `node`      | `anna_core.node`       | POD_NAME, POD_IP, ANNA_ROUTING, ANNA_TIER, NODE_CONFIG, LEAVE_TIMEOUT, REPORT_PERIOD |
-| `monitor`   | `anna_core.monitor`    | ANNA_ROUTING, REPORT_PERIOD |
+| `monitor`   | `anna_core.monitor`    | ANNA_ROUTING, REPORT_PERIOD, POLICY_CONFIG; with AUTOSCALE=true also POD_NAMESPACE, MEMORY_DEPLOYMENT, DISK_DEPLOYMENT, POD_STARTUP_TIMEOUT, POD_LEAVE_TIMEOUT |
 | `scheduler` | `scheduler`            | POD_IP, ANNA_ROUTING, SCHEDULER_PORT, METRICS_PORT, SCHEDULER_CONFIG |
 | `executor`  | `executor`             | POD_NAME, POD_IP, ANNA_ROUTING, SCHEDULERS, EXECUTOR_CONFIG |
+| `executor-autoscaler` | `cloudburst.autoscaler` | SCHEDULERS, POD_NAMESPACE, EXECUTOR_DEPLOYMENT, EXECUTOR_POLICY_CONFIG, EXECUTOR_CONFIG, POD_STARTUP_TIMEOUT, POD_LEAVE_TIMEOUT |
+
+Autoscaling: with AUTOSCALE=true the monitor acts on its policy's decisions: it adds and
+removes Anna nodes as pods of MEMORY_DEPLOYMENT and DISK_DEPLOYMENT (default `anna-memory`,
+`anna-disk`; DISK_DEPLOYMENT="" leaves the disk tier alone) in POD_NAMESPACE, through the
+Kubernetes API as the pod's ServiceAccount, with POLICY_CONFIG's PolicyConfig knobs (its
+monitoring period is REPORT_PERIOD). Otherwise (unset, "false") it only observes. Anna nodes
+are named after their pods (node_id = POD_NAME), so the node ids the monitor decides on are
+the pod names it removes. The `executor-autoscaler` role always acts: it scales
+EXECUTOR_DEPLOYMENT (default `cloudburst-executor`) with EXECUTOR_POLICY_CONFIG's
+ExecutorPolicyConfig knobs; `workers_per_node` defaults to EXECUTOR_CONFIG's `workers` (the
+executor's node id is POD_NAME as well). Its Deployment's replica count (0 or 1) turns it
+off or on.
 
 Every role takes KEY_DIR (the cluster's key directory, mounted from a Secret; unset or empty:
 no authentication) and LOG_LEVEL; with KEY_DIR, the cluster's public key is appended to
@@ -33,7 +46,8 @@ import os
 import sys
 from typing import Dict, List, Mapping
 
-ROLES = ("routing", "node", "monitor", "scheduler", "executor")
+ROLES = ("routing", "node", "monitor", "scheduler", "executor", "executor-autoscaler")
+TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off", "")
 DEFAULT_READY_FILE = "/tmp/ready.json"
 
 
@@ -59,6 +73,34 @@ def _json_object(env: Mapping[str, str], name: str) -> Dict:
     if not isinstance(value, dict):
         raise EntrypointError(f"{name} must be a JSON object, got {type(value).__name__}")
     return value
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    """A boolean setting: true/1/yes/on or false/0/no/off (unset: false)."""
+    value = env.get(name, "").strip().lower()
+    if value in TRUE:
+        return True
+    if value in FALSE:
+        return False
+    raise EntrypointError(f"{name} must be true or false, got {env[name]!r}")
+
+
+def _seconds(env: Mapping[str, str], name: str, flag: str) -> List[str]:
+    """`[flag, value]` for a positive number of seconds in `name`, [] when unset."""
+    value = env.get(name, "").strip()
+    if not value:
+        return []
+    try:
+        ok = float(value) > 0
+    except ValueError:
+        ok = False
+    if not ok:
+        raise EntrypointError(f"{name} must be a positive number of seconds, got {value!r}")
+    return [flag, value]
+
+
+def _schedulers(env: Mapping[str, str]) -> List[str]:
+    return [_keyed(s.strip(), env) for s in _need(env, "SCHEDULERS").split(",") if s.strip()]
 
 
 def _keyed(address: str, env: Mapping[str, str]) -> str:
@@ -114,6 +156,15 @@ def command(role: str, env: Mapping[str, str], extra: List[str]) -> List[str]:
             argv += ["--period", env["REPORT_PERIOD"]]
         if key_dir:
             argv += ["--key-dir", key_dir]
+        policy = _json_object(env, "POLICY_CONFIG")
+        if policy:
+            argv += ["--policy-config", json.dumps(policy)]
+        if _flag(env, "AUTOSCALE"):
+            argv += ["--autoscale", "--kubernetes-namespace", _need(env, "POD_NAMESPACE"),
+                     "--memory-deployment", env.get("MEMORY_DEPLOYMENT") or "anna-memory",
+                     "--disk-deployment", env.get("DISK_DEPLOYMENT", "anna-disk")]
+            argv += _seconds(env, "POD_STARTUP_TIMEOUT", "--pod-startup-timeout")
+            argv += _seconds(env, "POD_LEAVE_TIMEOUT", "--pod-leave-timeout")
     elif role == "scheduler":
         config = {"kvs_address": _keyed(_need(env, "ANNA_ROUTING"), env), "ip": _need(env, "POD_IP"),
                   "port": int(_need(env, "SCHEDULER_PORT")), "log_level": log_level}
@@ -123,13 +174,30 @@ def command(role: str, env: Mapping[str, str], extra: List[str]) -> List[str]:
         config.update(_key_dir(env))
         argv = py + ["scheduler", "--config", json.dumps(config), "--ready-file", ready]
     elif role == "executor":
-        schedulers = [_keyed(s.strip(), env) for s in _need(env, "SCHEDULERS").split(",") if s.strip()]
+        schedulers = _schedulers(env)
         config = {"node_id": _need(env, "POD_NAME"), "kvs_address": _keyed(_need(env, "ANNA_ROUTING"), env),
                   "scheduler_addresses": schedulers, "ip": _need(env, "POD_IP"),
                   "log_level": log_level}
         config.update(_json_object(env, "EXECUTOR_CONFIG"))
         config.update(_key_dir(env))
         argv = py + ["executor", "--config", json.dumps(config), "--ready-file", ready]
+    elif role == "executor-autoscaler":
+        policy = _json_object(env, "EXECUTOR_POLICY_CONFIG")
+        workers = _json_object(env, "EXECUTOR_CONFIG").get("workers")
+        if "workers_per_node" not in policy and isinstance(workers, int) and workers > 0:
+            policy["workers_per_node"] = workers     # sizing from zero nodes needs it
+        argv = py + ["cloudburst.autoscaler", "--kubernetes-namespace",
+                     _need(env, "POD_NAMESPACE"), "--executor-deployment",
+                     env.get("EXECUTOR_DEPLOYMENT") or "cloudburst-executor",
+                     "--log-level", log_level]
+        for address in _schedulers(env):
+            argv += ["--scheduler", address]
+        if policy:
+            argv += ["--policy-config", json.dumps(policy)]
+        if key_dir:
+            argv += ["--key-dir", key_dir]
+        argv += _seconds(env, "POD_STARTUP_TIMEOUT", "--pod-startup-timeout")
+        argv += _seconds(env, "POD_LEAVE_TIMEOUT", "--pod-leave-timeout")
     else:
         raise EntrypointError(f"unknown role {role!r}; one of: {', '.join(ROLES)}")
     return argv + list(extra)

@@ -9,4 +9,5 @@ cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 scripts/k8s/build.sh
 export CLOUDBURST_K8S_REQUIRED=1
-exec "$PYTHON" -m pytest -q "$@" tests/test_k8s_fast.py tests/test_k8s_pod_state.py
+exec "$PYTHON" -m pytest -q "$@" tests/test_k8s_fast.py tests/test_k8s_autoscale.py \
+    tests/test_k8s_pod_state.py

@@ -76,3 +76,40 @@ def raw():
     r = Raw()
     yield r
     r.close()
+
+
+# ---- the Kubernetes fast tier: a control plane per tests/test_k8s_*.py module --------------
+# (per module, not per session: in a whole-suite run it stops once its module is done)
+
+K8S_REASON = ("the Kubernetes control plane is not built; run scripts/test_k8s.sh (builds it "
+              "with scripts/k8s/build.sh, 10-20 min the first time on 2 cores, cached after) "
+              "to run this tier")
+
+
+@pytest.fixture(scope="module")
+def cp():
+    """A started local control plane (k8s/controlplane.py: kube-apiserver with RBAC, kwok)."""
+    import os
+    k8s_controlplane = pytest.importorskip("k8s.controlplane")
+    bin_dir = k8s_controlplane.find_binaries()
+    if bin_dir is None:
+        if os.environ.get("CLOUDBURST_K8S_REQUIRED"):
+            pytest.fail(K8S_REASON)
+        pytest.skip(K8S_REASON)
+    plane = k8s_controlplane.ControlPlane(bin_dir)
+    plane.start()
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
+@pytest.fixture
+def ns(cp):
+    """A fresh namespace, deleted afterwards."""
+    import uuid
+    from kubernetes import client
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    cp.create_namespace(name)
+    yield name
+    client.CoreV1Api(cp.api_client()).delete_namespace(name, _request_timeout=10)

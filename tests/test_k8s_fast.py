@@ -2,10 +2,6 @@
 Ready, no kubelet). Skipped unless the control plane is built: `scripts/test_k8s.sh` builds it
 (cached outside the checkout) and runs this file. The manager runs with the ServiceAccount and
 Role of k8s/rbac/cluster-manager.yaml (least privilege); the admin client only sets up."""
-import os
-import uuid
-from pathlib import Path
-
 import pytest
 import yaml
 
@@ -14,107 +10,13 @@ from anna_core.autoscale.kubernetes_manager import DELETION_COST, KubernetesClus
 from anna_core.autoscale.manager import FAILED, READY, REMOVED, LastNode
 from anna_core.errors import StartupError
 
-k8s_controlplane = pytest.importorskip("k8s.controlplane")
+pytest.importorskip("k8s.controlplane")
 from kubernetes import client  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
 
-RBAC = Path(__file__).resolve().parent.parent / "k8s" / "rbac" / "cluster-manager.yaml"
-REASON = ("the Kubernetes control plane is not built; run scripts/test_k8s.sh (builds it with "
-          "scripts/k8s/build.sh, 10-20 min the first time on 2 cores, cached after) to run this tier")
+from k8s_helpers import RBAC, apply_rbac, deployment, pods, poll_until, replicas, role  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture(scope="module")
-def cp():
-    bin_dir = k8s_controlplane.find_binaries()
-    if bin_dir is None:
-        if os.environ.get("CLOUDBURST_K8S_REQUIRED"):
-            pytest.fail(REASON)
-        pytest.skip(REASON)
-    plane = k8s_controlplane.ControlPlane(bin_dir)
-    plane.start()
-    try:
-        yield plane
-    finally:
-        plane.stop()
-
-
-@pytest.fixture
-def ns(cp):
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    cp.create_namespace(name)
-    yield name
-    client.CoreV1Api(cp.api_client()).delete_namespace(name, _request_timeout=10)
-
-
-def apply_rbac(cp, ns, docs=None):
-    """Create the ServiceAccount, Role and RoleBinding of `docs` (default: the repository's
-    least-privilege YAML) in `ns`; the ServiceAccount's ApiClient."""
-    docs = docs if docs is not None else list(yaml.safe_load_all(RBAC.read_text()))
-    rbac = client.RbacAuthorizationV1Api(cp.api_client())
-    account = None
-    for doc in docs:
-        if doc["kind"] == "ServiceAccount":
-            account = doc["metadata"]["name"]
-        elif doc["kind"] == "Role":
-            rbac.create_namespaced_role(ns, doc, _request_timeout=10)
-        elif doc["kind"] == "RoleBinding":
-            doc = dict(doc, subjects=[dict(s, namespace=ns) for s in doc["subjects"]])
-            rbac.create_namespaced_role_binding(ns, doc, _request_timeout=10)
-    return cp.api_client(cp.service_account_token(ns, account))
-
-
-def role(name, rules):
-    return [{"kind": "ServiceAccount", "metadata": {"name": name}},
-            {"kind": "Role", "apiVersion": "rbac.authorization.k8s.io/v1",
-             "metadata": {"name": name}, "rules": rules},
-            {"kind": "RoleBinding", "apiVersion": "rbac.authorization.k8s.io/v1",
-             "metadata": {"name": name},
-             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-             "subjects": [{"kind": "ServiceAccount", "name": name}]}]
-
-
-def deployment(cp, ns, name, tier, replicas, node_selector=None):
-    labels = {"app": "anna", "tier": tier, "deployment": name}
-    body = client.V1Deployment(
-        metadata=client.V1ObjectMeta(name=name),
-        spec=client.V1DeploymentSpec(
-            replicas=replicas, selector=client.V1LabelSelector(match_labels=labels),
-            template=client.V1PodTemplateSpec(
-                metadata=client.V1ObjectMeta(labels=labels),
-                spec=client.V1PodSpec(
-                    termination_grace_period_seconds=30, node_selector=node_selector,
-                    automount_service_account_token=False,
-                    containers=[client.V1Container(name="node", image="anna:test",
-                                                   image_pull_policy="Never")]))))
-    client.AppsV1Api(cp.api_client()).create_namespaced_deployment(ns, body, _request_timeout=10)
-
-
-def replicas(cp, ns, name):
-    return client.AppsV1Api(cp.api_client()).read_namespaced_deployment_scale(
-        name, ns, _request_timeout=10).spec.replicas or 0
-
-
-def pods(cp, ns, name):
-    items = client.CoreV1Api(cp.api_client()).list_namespaced_pod(
-        ns, label_selector=f"deployment={name}", _request_timeout=10).items
-    return sorted((p for p in items if p.metadata.deletion_timestamp is None),
-                  key=lambda p: (p.metadata.creation_timestamp, p.metadata.name))
-
-
-def poll_until(manager, done, timeout=60.0):
-    """Poll until `done(events so far)`; every event seen. Fails at the deadline."""
-    import time
-    deadline = time.monotonic() + timeout
-    events = []
-    while True:
-        events += manager.poll()
-        if done(events):
-            return events
-        remaining = deadline - time.monotonic()
-        assert remaining > 0, f"not done within {timeout} s; events: {events}"
-        manager.wait(min(remaining, 0.5))
 
 
 def manager_for(api, ns, name, **kw):
@@ -203,10 +105,19 @@ def test_rbac_denials_are_typed_and_name_verb_and_resource(cp, ns):
 
 
 def test_a_missing_deployment_is_named(cp, ns):
+    # anna-disk is one of the Role's Deployments, and this namespace has none
     with pytest.raises(ObjectNotFound) as info:
-        manager_for(apply_rbac(cp, ns), ns, "no-such-deployment")
+        manager_for(apply_rbac(cp, ns), ns, "anna-disk")
     assert info.value.status == 404
-    assert f"get deployments/scale {ns}/no-such-deployment: not found" in str(info.value)
+    assert f"get deployments/scale {ns}/anna-disk: not found" in str(info.value)
+
+
+def test_the_role_scales_only_the_deployments_it_names(cp, ns):
+    deployment(cp, ns, "other-app", "memory", 1)
+    with pytest.raises(PermissionDenied) as info:
+        manager_for(apply_rbac(cp, ns), ns, "other-app")
+    assert (info.value.verb, info.value.name, info.value.status) == ("get", "other-app", 403)
+    assert f"get deployments/scale {ns}/other-app: forbidden" in str(info.value)
 
 
 def test_watches_resume_after_timeouts_and_an_apiserver_restart(cp, ns):
@@ -223,17 +134,17 @@ def test_watches_resume_after_timeouts_and_an_apiserver_restart(cp, ns):
 
 
 def test_a_pod_that_cannot_become_ready_fails_at_its_deadline_and_is_withdrawn(cp, ns):
-    deployment(cp, ns, "anna-stuck", "memory", 0, node_selector={"no-such": "node"})
-    with manager_for(apply_rbac(cp, ns), ns, "anna-stuck", startup_timeout=3) as m:
+    deployment(cp, ns, "anna-memory", "memory", 0, node_selector={"no-such": "node"})
+    with manager_for(apply_rbac(cp, ns), ns, "anna-memory", startup_timeout=3) as m:
         ids = m.add_nodes("memory", 1)
-        assert replicas(cp, ns, "anna-stuck") == 1
+        assert replicas(cp, ns, "anna-memory") == 1
         events = poll_until(m, lambda ev: any(e.kind == FAILED for e in ev), timeout=30)
         pod = m.bound_to("memory", ids[0])
         assert [(e.kind, e.node_id) for e in events] == [(FAILED, pod)]
         assert isinstance(events[0].error, StartupError)
         assert f"pod {pod} was not Ready within 3 s" in events[0].detail
         assert "node" in events[0].detail                    # the scheduler's reason
-        assert replicas(cp, ns, "anna-stuck") == 0 and m.pending("memory") == []
+        assert replicas(cp, ns, "anna-memory") == 0 and m.pending("memory") == []
 
 
 def test_a_request_without_a_pod_fails_at_its_deadline_and_is_withdrawn(cp, ns):

@@ -69,13 +69,13 @@ def test_every_role_has_a_deployment_with_probes_resources_and_keys():
         roles[name] = c["command"][3]
         assert c["command"][3] in entrypoint.ROLES
         assert c["resources"]["requests"]["cpu"] and c["resources"]["requests"]["memory"]
-        if roles[name] != "monitor":
+        if roles[name] not in ("monitor", "executor-autoscaler"):    # nothing connects to them
             assert "readinessProbe" in c and "livenessProbe" in c, name
         mounts = {m["mountPath"] for m in c["volumeMounts"]}
         assert {"/keys", "/keys/authorized"} <= mounts, name
         assert spec["securityContext"]["runAsNonRoot"] is True
     assert sorted(roles.values()) == sorted(["routing", "node", "node", "monitor", "scheduler",
-                                             "executor"])
+                                             "executor", "executor-autoscaler"])
     # the Anna tiers' selectors must not overlap (KubernetesClusterManager)
     sel = [deployments()[n]["spec"]["selector"]["matchLabels"] for n in ("anna-memory", "anna-disk")]
     assert sel[0] != sel[1]
@@ -100,7 +100,8 @@ def pod_env(deployment, tmp_keys):
     """The environment k8s.entrypoint sees in one of `deployment`'s pods."""
     (c,) = deployments()[deployment]["spec"]["template"]["spec"]["containers"]
     env = dict(configmap())
-    env.update(POD_NAME=f"{deployment}-abc12", POD_IP="10.0.0.7", KEY_DIR=str(tmp_keys))
+    env.update(POD_NAME=f"{deployment}-abc12", POD_IP="10.0.0.7", POD_NAMESPACE="cloudburst",
+               KEY_DIR=str(tmp_keys))
     for item in c.get("env", []):
         if "value" in item:
             env[item["name"]] = item["value"]
@@ -117,7 +118,8 @@ def keys(tmp_path_factory):
     return directory
 
 
-def test_the_entrypoint_builds_configurations_the_processes_accept(keys):
+@pytest.mark.parametrize("autoscale", ["false", "true"])
+def test_the_entrypoint_builds_configurations_the_processes_accept(keys, autoscale):
     from anna_core.config import NodeConfig as AnnaNodeConfig
     from executor.config import NodeConfig as ExecutorNodeConfig
     from scheduler.config import SchedulerConfig
@@ -125,19 +127,141 @@ def test_the_entrypoint_builds_configurations_the_processes_accept(keys):
                "executor": ExecutorNodeConfig.from_json}
     for name in deployments():
         role, env = pod_env(name, keys)
+        env["AUTOSCALE"] = autoscale
+        if autoscale == "false" and role not in ("monitor", "executor-autoscaler"):
+            continue              # the same command either way
         argv = entrypoint.command(role, env, [])
         module = argv[argv.index("-m") + 1]
         if "--config" in argv:
             config = parsers[module](argv[argv.index("--config") + 1])
             assert config.key_dir == str(keys)
         text = " ".join(argv)
-        if role != "routing":
+        if role == "executor-autoscaler":
+            assert "tcp://cloudburst-scheduler:6500#k=" in text, name
+        elif role != "routing":
             assert "tcp://anna-routing:6450#k=" in text, name   # the cluster key is appended
         # the flags are real: the process' own parser accepts them
         out = subprocess.run(argv[:3] + ["--help"], capture_output=True, text=True, cwd=ROOT,
                              env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
         for flag in (a for a in argv[3:] if a.startswith("--")):
             assert flag in out.stdout, (name, flag)
+
+
+def test_the_autoscalers_run_as_the_cluster_manager_one_at_a_time():
+    for name in ("anna-monitor", "cloudburst-autoscaler"):
+        d = deployments()[name]
+        spec = d["spec"]["template"]["spec"]
+        assert spec["serviceAccountName"] == "anna-cluster-manager", name
+        assert d["spec"]["replicas"] in (0, 1), name
+        assert d["spec"]["strategy"] == {"type": "Recreate"}, name   # never two acting
+        (c,) = spec["containers"]
+        env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+               for e in c["env"]}
+        assert env["POD_NAMESPACE"] == "metadata.namespace", name
+    # executor autoscaling is off until the Deployment is scaled to 1; Anna's until AUTOSCALE
+    assert deployments()["cloudburst-autoscaler"]["spec"]["replicas"] == 0
+    assert configmap()["AUTOSCALE"] == "false"
+    # the pods that scale nothing get no API credentials
+    for name, d in deployments().items():
+        if name not in ("anna-monitor", "cloudburst-autoscaler"):
+            assert d["spec"]["template"]["spec"]["automountServiceAccountToken"] is False, name
+
+
+def test_the_role_allows_scaling_exactly_the_configured_deployments():
+    (role,) = [o for o in render() if o["kind"] == "Role"]
+    rules = {tuple(r["resources"]): r for r in role["rules"]}
+    assert set(rules) == {("pods",), ("deployments/scale",)}
+    assert sorted(rules[("pods",)]["verbs"]) == ["get", "list", "patch", "watch"]
+    assert "resourceNames" not in rules[("pods",)]      # the ReplicaSet names pods
+    scale = rules[("deployments/scale",)]
+    assert sorted(scale["verbs"]) == ["get", "patch"]
+    cm = configmap()
+    wanted = {cm["MEMORY_DEPLOYMENT"], cm["DISK_DEPLOYMENT"], cm["EXECUTOR_DEPLOYMENT"]}
+    assert set(scale["resourceNames"]) == wanted
+    assert wanted <= set(deployments())
+
+
+def test_pods_are_given_up_on_only_after_their_grace_period():
+    leave = float(configmap()["POD_LEAVE_TIMEOUT"])
+    for name in ("anna-memory", "anna-disk", "cloudburst-executor"):
+        grace = deployments()[name]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+        assert leave > grace, name
+
+
+def test_the_entrypoint_maps_autoscale_settings_onto_the_monitor():
+    from anna_core.monitor import kubernetes_manager, parse_args, policy_of
+    env = dict(configmap(), POD_NAMESPACE="cb", KEY_DIR="")
+    observe = entrypoint.command("monitor", env, [])
+    assert "--autoscale" not in observe and "--kubernetes-namespace" not in observe
+    args = parse_args(observe[3:])
+    assert kubernetes_manager(args) is None            # observing: no API client at all
+    on = entrypoint.command("monitor", dict(env, AUTOSCALE="True"), [])
+    args = parse_args(on[3:])
+    assert args.autoscale and args.kubernetes_namespace == "cb"
+    assert (args.memory_deployment, args.disk_deployment) == ("anna-memory", "anna-disk")
+    assert (args.pod_startup_timeout, args.pod_leave_timeout) == (120.0, 60.0)
+    policy = policy_of(args)
+    knobs = json.loads(configmap()["POLICY_CONFIG"])
+    assert all(getattr(policy, k) == v for k, v in knobs.items())
+    assert policy.monitoring_period == float(configmap()["REPORT_PERIOD"])
+    no_disk = parse_args(entrypoint.command("monitor", dict(env, AUTOSCALE="1",
+                                                            DISK_DEPLOYMENT=""), [])[3:])
+    assert no_disk.disk_deployment == ""
+    for bad, message in ((dict(AUTOSCALE="maybe"), "AUTOSCALE must be true or false"),
+                         (dict(AUTOSCALE="true", POD_NAMESPACE=""), "POD_NAMESPACE"),
+                         (dict(POLICY_CONFIG="[1]"), "POLICY_CONFIG must be a JSON object"),
+                         (dict(AUTOSCALE="true", POD_LEAVE_TIMEOUT="-3"),
+                          "POD_LEAVE_TIMEOUT must be a positive number")):
+        with pytest.raises(entrypoint.EntrypointError, match=message):
+            entrypoint.command("monitor", dict(env, **bad), [])
+    # knobs the policy does not have, or a second monitoring period, are refused by name
+    with pytest.raises(ValueError, match="unknown PolicyConfig knob"):
+        policy_of(parse_args(entrypoint.command(
+            "monitor", dict(env, POLICY_CONFIG='{"grace": 1}'), [])[3:]))
+    with pytest.raises(ValueError, match="monitoring_period"):
+        policy_of(parse_args(entrypoint.command(
+            "monitor", dict(env, POLICY_CONFIG='{"monitoring_period": 3}'), [])[3:]))
+
+
+def test_the_monitor_refuses_kubernetes_options_that_cannot_work(capsys):
+    from anna_core.monitor import parse_args
+    for argv, message in ((["--autoscale"], "--autoscale needs a cluster manager"),
+                          (["--kubernetes-namespace", "x"], "is for --autoscale"),
+                          (["--kubeconfig", "k"], "--kubeconfig needs --autoscale")):
+        with pytest.raises(SystemExit) as info:
+            parse_args(["--routing", "tcp://r:1"] + argv)
+        assert info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_the_monitor_without_a_cluster_says_where_it_looked(tmp_path):
+    from anna_core.autoscale.kubernetes_pods import KubernetesConfigError, api_client_from
+    with pytest.raises(KubernetesConfigError, match="in-cluster configuration"):
+        api_client_from(None)                    # not in a pod: no ServiceAccount token
+    with pytest.raises(KubernetesConfigError, match=str(tmp_path / "missing")):
+        api_client_from(str(tmp_path / "missing"))
+
+
+def test_the_entrypoint_maps_settings_onto_the_executor_autoscaler():
+    from cloudburst.autoscaler import executor_policy_of, parse_args
+    env = dict(configmap(), POD_NAMESPACE="cb", KEY_DIR="",
+               SCHEDULERS="tcp://s0:6500, tcp://s1:6500")
+    args = parse_args(entrypoint.command("executor-autoscaler", env, [])[3:])
+    assert args.scheduler == ["tcp://s0:6500", "tcp://s1:6500"]
+    assert (args.kubernetes_namespace, args.executor_deployment) == ("cb", "cloudburst-executor")
+    assert (args.pod_startup_timeout, args.pod_leave_timeout) == (120.0, 60.0)
+    config = executor_policy_of(args.policy_config)
+    knobs = json.loads(configmap()["EXECUTOR_POLICY_CONFIG"])
+    assert all(getattr(config, k) == v for k, v in knobs.items())
+    assert config.workers_per_node == json.loads(configmap()["EXECUTOR_CONFIG"])["workers"]
+    explicit = dict(env, EXECUTOR_POLICY_CONFIG='{"workers_per_node": 7}')
+    args = parse_args(entrypoint.command("executor-autoscaler", explicit, [])[3:])
+    assert executor_policy_of(args.policy_config).workers_per_node == 7
+    with pytest.raises(entrypoint.EntrypointError, match="SCHEDULERS"):
+        entrypoint.command("executor-autoscaler", dict(env, SCHEDULERS=""), [])
+    with pytest.raises(ValueError, match="unknown ExecutorPolicyConfig knob"):
+        executor_policy_of('{"max_executors": 3}')
+    with pytest.raises(ValueError, match="min_nodes must be at least 1"):
+        executor_policy_of('{"min_nodes": 0}')
 
 
 def test_the_entrypoint_names_what_is_missing():
