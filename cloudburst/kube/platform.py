@@ -69,6 +69,7 @@ def connect(kubeconfig: Optional[str] = None, context: Optional[str] = None) -> 
     ~/.kube/config; in a pod without one, its ServiceAccount). KubeconfigError on a missing
     or malformed file or an unknown context."""
     from kubernetes import client, config
+    import yaml
     from kubernetes.config.config_exception import ConfigException
     cfg = client.Configuration()
     default = os.path.expanduser(os.environ.get("KUBECONFIG", "~/.kube/config").split(":")[0])
@@ -85,11 +86,13 @@ def connect(kubeconfig: Optional[str] = None, context: Optional[str] = None) -> 
                                     client_configuration=cfg, persist_config=False)
     except KubeconfigError:
         raise
-    except (ConfigException, OSError, ValueError, TypeError, KeyError, AttributeError) as e:
+    except (ConfigException, yaml.YAMLError, OSError, ValueError, TypeError, KeyError,
+            AttributeError) as e:
         where = kubeconfig or default
         raise KubeconfigError(f"kubeconfig {where}"
                               + (f" (context {context!r})" if context else "")
-                              + f": cannot be used: {e}", where, context) from None
+                              + f": cannot be used: {' '.join(str(e).split())}", where,
+                              context) from None
     cfg.retries = 1     # fail fast on an unreachable server; the caller's deadline decides
     return client.ApiClient(cfg)
 
@@ -151,13 +154,15 @@ class Platform:
                             self.namespace if namespace is None else namespace) from e
 
     def _raw(self, method: str, path: str, query: List[Tuple[str, Any]],
-             body: Optional[Any] = None, content_type: str = "application/json") -> Any:
+             body: Optional[Any] = None, content_type: str = "application/json",
+             _request_timeout: Optional[float] = None) -> Any:
         """One request outside the typed APIs (discovery, server-side apply); the JSON answer."""
         params = self.api.param_serialize(
             method, path, query_params=query,
             header_params={"Accept": "application/json", "Content-Type": content_type},
             body=body, auth_settings=["BearerToken"])
-        response = self.api.call_api(*params, _request_timeout=self.request_timeout)
+        response = self.api.call_api(*params, _request_timeout=_request_timeout
+                                     or self.request_timeout)
         response.read()
         if not 200 <= response.status <= 299:
             self.api.response_deserialize(response, {})     # raises ApiException
