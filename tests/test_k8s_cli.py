@@ -16,7 +16,7 @@ import pytest
 from cloudburst.cli import main
 from cloudburst.kube.manifests import render
 from cloudburst.kube.platform import CREATED_BY, SECRETS
-from runtime.auth import KeyPair
+from runtime.auth import KeyPair, write_keys
 
 k8s_controlplane = pytest.importorskip("k8s.controlplane")
 from kubernetes import client  # noqa: E402
@@ -140,6 +140,17 @@ def test_deploy_status_scale_redeploy_delete(cp, kubeconfig, tmp_path, capsys):
     assert again["anna-memory"].spec.replicas == 2
     assert again["cloudburst-executor"].spec.replicas == 3
     assert again["anna-routing"].metadata.generation == deps["anna-routing"].metadata.generation
+
+    # a new client: re-deploy updates the Secret and restarts the pods (keys are read at start)
+    write_keys(str(keys), ["bob"], add_clients=True)
+    code, out, err = k8s(capsys, "deploy", *common, "--image", IMAGE, "--key-dir", str(keys),
+                         "--wait", "60")
+    assert code == 0, err
+    authorized = core.read_namespaced_secret(SECRETS[1], ns, _request_timeout=10)
+    assert set(authorized.data) == {"alice.key", "bob.key"}
+    rolled = deployments(cp, ns)
+    assert rolled["anna-routing"].metadata.generation == deps["anna-routing"].metadata.generation + 1
+    assert all(d.status.updated_replicas == d.spec.replicas for d in rolled.values())
 
     # delete: everything, and the namespace deploy created
     code, out, err = k8s(capsys, "delete", *common, "--wait", "60")
