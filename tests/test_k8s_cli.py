@@ -23,8 +23,9 @@ from kubernetes import client  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-REASON = ("the Kubernetes control plane is not built; run scripts/test_k8s.sh (builds it with "
-          "scripts/k8s/build.sh, 10-20 min the first time on 2 cores, cached after) to run this tier")
+REASON = ("the Kubernetes control plane is not built; run scripts/test_k8s.sh (builds it "
+          "with scripts/k8s/build.sh, 10-20 min the first time on 2 cores, cached after) to run "
+          "this tier")
 IMAGE = "registry.example.com/cloudburst:1.2"
 
 pytestmark = pytest.mark.timeout(180)
@@ -96,13 +97,18 @@ def test_deploy_status_scale_redeploy_delete(cp, kubeconfig, tmp_path, capsys):
         assert {c.image for c in d.spec.template.spec.containers} == {IMAGE}, d.metadata.name
         assert d.status.available_replicas == d.spec.replicas, d.metadata.name
     assert deps["cloudburst-executor"].spec.replicas == 3
-    for o in wanted:
-        if o["kind"] in ("Service", "ConfigMap", "ServiceAccount"):
-            read = getattr(core, f"read_namespaced_{ {'Service': 'service', 'ConfigMap': 'config_map', 'ServiceAccount': 'service_account'}[o['kind']]}")
-            assert read(o["metadata"]["name"], ns, _request_timeout=10).metadata.name
     rbac = client.RbacAuthorizationV1Api(api)
-    assert rbac.read_namespaced_role_binding("anna-cluster-manager", ns,
-                                             _request_timeout=10).subjects[0].namespace == ns
+    read = {"Namespace": lambda name, _: core.read_namespace(name, _request_timeout=10),
+            "Service": core.read_namespaced_service,
+            "ConfigMap": core.read_namespaced_config_map,
+            "ServiceAccount": core.read_namespaced_service_account,
+            "Role": rbac.read_namespaced_role, "RoleBinding": rbac.read_namespaced_role_binding,
+            "Deployment": client.AppsV1Api(api).read_namespaced_deployment}
+    for o in wanted:                 # every object of the manifests, whatever they list
+        live = read[o["kind"]](o["metadata"]["name"], ns)
+        assert live.metadata.labels["app.kubernetes.io/managed-by"] == "cloudburst-k8s"
+    assert rbac.read_namespaced_role_binding("anna-cluster-manager", ns).subjects[0].namespace \
+        == ns
 
     # status: text and JSON agree with the API
     code, out, err = k8s(capsys, "status", *common)
@@ -149,7 +155,8 @@ def test_deploy_status_scale_redeploy_delete(cp, kubeconfig, tmp_path, capsys):
     authorized = core.read_namespaced_secret(SECRETS[1], ns, _request_timeout=10)
     assert set(authorized.data) == {"alice.key", "bob.key"}
     rolled = deployments(cp, ns)
-    assert rolled["anna-routing"].metadata.generation == deps["anna-routing"].metadata.generation + 1
+    generation = deps["anna-routing"].metadata.generation
+    assert rolled["anna-routing"].metadata.generation == generation + 1
     assert all(d.status.updated_replicas == d.spec.replicas for d in rolled.values())
 
     # delete: everything, and the namespace deploy created

@@ -11,6 +11,8 @@ from kubernetes import client
 
 from cloudburst.cli import main
 from cloudburst.kube.manifests import MANAGED_BY, ManifestError, apply_order, image_name, render
+from cloudburst.kube.errors import RoleRefused
+from cloudburst.kube.platform import replica_counts
 from cloudburst.kube.state import format_status, summarize
 
 K8S = Path(__file__).resolve().parent.parent / "k8s"
@@ -52,7 +54,8 @@ def test_render_reads_the_packaged_kustomization_with_overrides():
                 ["reg.example:5000/cb:7"]
         if o["kind"] == "RoleBinding":
             assert all(s["namespace"] == "elsewhere" for s in o["subjects"])
-    disk = [o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "anna-disk"]
+    disk = [o for o in objects
+            if o["kind"] == "Deployment" and o["metadata"]["name"] == "anna-disk"]
     assert disk[0]["spec"]["replicas"] == 4
     order = [o["kind"] for o in apply_order(objects)]
     assert order[0] == "Namespace" and order.index("ServiceAccount") < order.index("Deployment")
@@ -70,8 +73,9 @@ def test_render_follows_whatever_files_a_kustomization_lists(tmp_path):
     (tmp_path / "sub" / "d.yaml").write_text(
         "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec:\n  template:\n"
         "    spec: {containers: [{name: c, image: 'img/a:1'}, {name: s, image: 'other:1'}]}\n")
-    (tmp_path / "extra.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n"
-                                         "---\napiVersion: v1\nkind: Service\nmetadata: {name: s}\n")
+    (tmp_path / "extra.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n"
+        "---\napiVersion: v1\nkind: Service\nmetadata: {name: s}\n")
     objects = render(tmp_path)
     assert [(o["kind"], o["metadata"]["name"], o["metadata"]["namespace"]) for o in objects] == \
         [("Deployment", "d", "ns1"), ("ConfigMap", "c", "ns1"), ("Service", "s", "ns1")]
@@ -164,3 +168,12 @@ def test_bad_arguments_are_refused_before_any_cluster_is_contacted(capsys, tmp_p
     assert info.value.code == 2
     assert main(["k8s", "status", "--kubeconfig", str(tmp_path / "none")]) == 1
     assert f"kubeconfig {tmp_path / 'none'}: no such file" in capsys.readouterr().err
+
+
+def test_replica_counts_keep_what_scale_set_unless_asked():
+    existing = {"cloudburst-executor": 5, "anna-memory": 2, "cloudburst-scheduler": 1}
+    assert replica_counts({"memory": 3}, existing) == {"anna-memory": 3,
+                                                       "cloudburst-executor": 5}
+    assert replica_counts({}, {}) == {}
+    with pytest.raises(RoleRefused, match="cannot set the replicas of role 'scheduler'"):
+        replica_counts({"scheduler": 2}, existing)

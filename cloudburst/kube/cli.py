@@ -7,7 +7,8 @@
     cloudburst k8s scale ROLE N [--wait SECONDS]          ROLE: executor, memory, disk
     cloudburst k8s delete [--keep-namespace] [--wait SECONDS]
 
-Every subcommand takes --kubeconfig, --context, --namespace and --request-timeout. A failure
+Every subcommand takes --kubeconfig, --context, --namespace, --request-timeout and
+--log-level. A failure
 prints one line naming the object and the reason (`cloudburst k8s deploy: apply deployments
 cloudburst/anna-memory: forbidden (403): ...`) and exits 1; no traceback.
 """
@@ -15,20 +16,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 from typing import Any, Callable
 
 from runtime.auth import KeyFileError
-from runtime.cli import HELP_FORMAT, non_negative_float, non_negative_int, positive_float
+from runtime.cli import HELP_FORMAT, log_level, non_negative_float, non_negative_int, \
+    positive_float
+from runtime.logs import LEVELS, configure_logging
 
 from .errors import KubeconfigError, KubernetesError, RoleRefused, WaitTimeout
 from .manifests import ManifestError
 from .platform import REFUSED, SCALABLE, Platform, connect
 
 __all__ = ["add_k8s_parser"]
-
-log = logging.getLogger("cloudburst.kube")
 
 class _Help(HELP_FORMAT):
     """HELP_FORMAT without `(default: None)`: those options say what happens without them."""
@@ -53,9 +53,13 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="the namespace the platform lives in")
     p.add_argument("--request-timeout", type=positive_float, default=10.0, metavar="SECONDS",
                    help="seconds to wait for each answer of the API server")
+    p.add_argument("--log-level", type=log_level, default="warning",
+                   help=f"log level on stderr ({', '.join(LEVELS)}; debug shows every API "
+                        f"request)")
 
 
 def _platform(args: argparse.Namespace) -> Platform:
+    configure_logging(args.log_level, "k8s")
     say = (lambda line: None) if getattr(args, "json", False) else \
         (lambda line: print(line, flush=True))
     return Platform(connect(args.kubeconfig, args.context), args.namespace,
@@ -102,6 +106,10 @@ def _guarded(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Nam
         except ERRORS as e:
             print(f"cloudburst k8s {args.k8s_command}: {e}".replace("\n", " "), file=sys.stderr)
             return 1
+        except KeyboardInterrupt:
+            # what was applied stays applied; re-running the command continues from there
+            print(f"cloudburst k8s {args.k8s_command}: interrupted", file=sys.stderr)
+            return 130
     return wrapped
 
 

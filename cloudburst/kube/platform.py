@@ -41,7 +41,7 @@ from .manifests import MANAGED_BY, apply_order, render
 from .state import PlatformStatus, summarize
 
 __all__ = ["connect", "Platform", "SCALABLE", "REFUSED", "CREATED_BY", "SECRETS",
-           "ConnectInfo"]
+           "ConnectInfo", "replica_counts"]
 
 log = logging.getLogger("cloudburst.kube")
 
@@ -95,6 +95,23 @@ def connect(kubeconfig: Optional[str] = None, context: Optional[str] = None) -> 
                               context) from None
     cfg.retries = 1     # fail fast on an unreachable server; the caller's deadline decides
     return client.ApiClient(cfg)
+
+
+def replica_counts(requested: Mapping[str, int],
+                   existing: Mapping[str, Optional[int]]) -> Dict[str, int]:
+    """Deployment name -> replicas for a deploy: the roles `requested` (role -> count), and
+    for the other scalable roles whose Deployment exists, its current count (what `scale` or
+    an autoscaler set); the rest keep the manifests'. RoleRefused for a role not in
+    SCALABLE."""
+    for role in requested:
+        if role not in SCALABLE:
+            raise RoleRefused(f"cannot set the replicas of role {role!r}: "
+                              + REFUSED.get(role, f"roles are {', '.join(sorted(SCALABLE))}"))
+    counts = {SCALABLE[r]: int(n) for r, n in requested.items()}
+    for name in SCALABLE.values():
+        if name not in counts and existing.get(name) is not None:
+            counts[name] = int(existing[name])      # type: ignore[arg-type]
+    return counts
 
 
 class ConnectInfo:
@@ -157,6 +174,7 @@ class Platform:
              body: Optional[Any] = None, content_type: str = "application/json",
              _request_timeout: Optional[float] = None) -> Any:
         """One request outside the typed APIs (discovery, server-side apply); the JSON answer."""
+        log.debug("%s %s %s", method, path, query)
         params = self.api.param_serialize(
             method, path, query_params=query,
             header_params={"Accept": "application/json", "Content-Type": content_type},
@@ -277,21 +295,22 @@ class Platform:
                 (a new Deployment gets the manifests').
             wait: seconds to wait for every Deployment to be Available (0: do not wait).
             manifests: another kustomization directory (tests); default the package's."""
-        for role in replicas or {}:
-            if role not in SCALABLE:
-                raise RoleRefused(f"cannot set the replicas of role {role!r}: "
-                                  + REFUSED.get(role, f"roles are {sorted(SCALABLE)}"))
-        counts = {SCALABLE[r]: n for r, n in (replicas or {}).items()}
-        render(manifests, namespace=self.namespace, image=image)   # bad input fails before I/O
+        replica_counts(replicas or {}, {})           # bad input fails before any I/O
+        render(manifests, namespace=self.namespace, image=image)
         keys = self._keys(key_dir, client_name)
+        namespace = self.read_namespace()
+        if namespace is not None and namespace.status is not None and \
+                namespace.status.phase == "Terminating":
+            raise KubernetesError(f"namespace {self.namespace} is being deleted; wait until it "
+                                  f"is gone (`cloudburst k8s delete --wait`) and deploy again",
+                                  verb="apply", resource="namespaces", name=self.namespace,
+                                  namespace="")
         existing = {d.metadata.name: d.spec.replicas for d in self._call(
             "list", "deployments", "", self.apps.list_namespaced_deployment,
-            self.namespace).items} if self.read_namespace() is not None else {}
-        for name in SCALABLE.values():
-            if name not in counts and existing.get(name) is not None:
-                counts[name] = existing[name]    # keep what scale or an autoscaler set
+            self.namespace).items} if namespace is not None else {}
+        counts = replica_counts(replicas or {}, existing)
         objects = render(manifests, namespace=self.namespace, image=image, replicas=counts)
-        self._namespace(objects)
+        self._namespace(objects, exists=namespace is not None)
         digest = self._secrets(keys)
         for obj in apply_order(o for o in objects if o["kind"] != "Namespace"):
             if obj["kind"] == "Deployment":
@@ -323,8 +342,8 @@ class Platform:
                              for n in (CLUSTER + ".key", CLUSTER + ".key_secret")},
                 SECRETS[1]: {n: read(os.path.join(authorized, n)) for n in names}}
 
-    def _namespace(self, objects: List[Dict[str, Any]]) -> None:
-        if self.read_namespace() is not None:
+    def _namespace(self, objects: List[Dict[str, Any]], exists: bool) -> None:
+        if exists:
             self.say(f"namespace {self.namespace}: exists")
             return
         ns = next((o for o in objects if o["kind"] == "Namespace"),
