@@ -1,8 +1,11 @@
 """The pure parts of `cloudburst k8s`: rendering the packaged manifests (checked against
 `kubectl kustomize` when kubectl is installed) and reading Deployments and pods
 (`cloudburst.kube.state`). No cluster needed."""
+import json
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -177,3 +180,21 @@ def test_replica_counts_keep_what_scale_set_unless_asked():
     assert replica_counts({}, {}) == {}
     with pytest.raises(RoleRefused, match="cannot set the replicas of role 'scheduler'"):
         replica_counts({"scheduler": 2}, existing)
+
+
+def test_the_manifests_ship_with_the_package(tmp_path):
+    """`setup.py build_py` (what a wheel holds) copies every file the kustomizations use, and
+    the renderer finds them in the built package, not in the checkout."""
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib",
+                          str(tmp_path)], cwd=root, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    probe = ("import cloudburst.kube.manifests as m, json; "
+             "print(json.dumps([str(m.package_root())] + "
+             "[[o['kind'], o['metadata']['name']] for o in m.render()]))")
+    built = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(tmp_path)))
+    assert built.returncode == 0, built.stderr
+    where, *objects = json.loads(built.stdout)
+    assert where == str(tmp_path / "k8s")
+    assert objects == [[o["kind"], o["metadata"]["name"]] for o in render()]
