@@ -130,6 +130,9 @@ def test_deploy_status_scale_redeploy_delete(cp, kubeconfig, tmp_path, capsys):
     memory = deployments(cp, ns)["anna-memory"]
     assert memory.spec.replicas == 2 and memory.status.available_replicas == 2
     assert "anna-memory: 2/2 ready" in out
+    code, _, err = k8s(capsys, "scale", *common, "memory", "0")
+    assert code == 1 and f"refusing to scale memory ({ns}/anna-memory) from 2 to 0" in err
+    assert deployments(cp, ns)["anna-memory"].spec.replicas == 2
     code, _, err = k8s(capsys, "scale", *common, "scheduler", "2")
     assert code == 1 and "refusing to scale scheduler" in err and "StatefulSet" in err
     assert deployments(cp, ns)["cloudburst-scheduler"].spec.replicas == 1

@@ -15,7 +15,7 @@ from kubernetes import client
 from cloudburst.cli import main
 from cloudburst.kube.manifests import MANAGED_BY, ManifestError, apply_order, image_name, render
 from cloudburst.kube.errors import RoleRefused
-from cloudburst.kube.platform import replica_counts
+from cloudburst.kube.platform import check_scale, replica_counts
 from cloudburst.kube.state import format_status, summarize
 
 K8S = Path(__file__).resolve().parent.parent / "k8s"
@@ -198,3 +198,11 @@ def test_the_manifests_ship_with_the_package(tmp_path):
     where, *objects = json.loads(built.stdout)
     assert where == str(tmp_path / "k8s")
     assert objects == [[o["kind"], o["metadata"]["name"]] for o in render()]
+
+
+def test_check_scale_lets_anna_tiers_shrink_one_node_at_a_time_and_never_empty():
+    assert check_scale("memory", 3, 10) is None and check_scale("disk", 3, 2) is None
+    assert "one node at a time" in check_scale("memory", 3, 1)
+    assert "never emptied" in check_scale("disk", 1, 0)
+    assert check_scale("executor", 5, 0) is None
+    assert "at least 0" in check_scale("executor", 1, -1)

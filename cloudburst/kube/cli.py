@@ -162,8 +162,10 @@ def add_k8s_parser(sub: Any) -> argparse.ArgumentParser:
     scale = ksub.add_parser(
         "scale", formatter_class=_Help,
         help="set the number of executor nodes or Anna memory/disk nodes",
-        description="Set a role's replicas through its Deployment's scale subresource. "
-                    "Refused: " + "; ".join(f"{r} ({why})" for r, why in REFUSED.items()))
+        description="Set a role's replicas through its Deployment's scale subresource. An "
+                    "Anna tier (memory, disk) shrinks one node per command and is never "
+                    "emptied. Refused roles: "
+                    + "; ".join(f"{r} ({why})" for r, why in REFUSED.items()))
     _common(scale)
     scale.add_argument("role", metavar="ROLE",
                        help=f"one of {', '.join(sorted(SCALABLE))}")

@@ -18,7 +18,8 @@ Contract:
   templates carry the keys' hash, so a re-deploy after adding a client restarts the pods
   (they read keys at start). Then it waits until every Deployment is done (`state`).
 - `scale(role, n)`: the scale subresource of a scalable role's Deployment (`SCALABLE`);
-  other roles raise `RoleRefused` saying why.
+  other roles, and unsafe changes of Anna's tiers (`check_scale`: one node less at a time,
+  never empty), raise `RoleRefused` saying why.
 - `delete()`: deletes the manifests' namespaced objects and the two Secrets (foreground, so
   a Deployment is gone only once its pods are), and the namespace only if deploy created it
   (the annotation) unless `keep_namespace`; a namespace that existed before is never deleted.
@@ -33,7 +34,8 @@ import os
 import time
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
-from anna_core.autoscale.kubernetes_manager import KubernetesError, ObjectNotFound, api_error
+from anna_core.autoscale.kubernetes_manager import ApiConflict, KubernetesError, ObjectNotFound, \
+    api_error
 from runtime.auth import CLUSTER, AuthConfig, KeyPair, format_address, write_keys
 
 from .errors import KubeconfigError, RoleRefused, WaitTimeout
@@ -41,7 +43,7 @@ from .manifests import MANAGED_BY, apply_order, render
 from .state import PlatformStatus, summarize
 
 __all__ = ["connect", "Platform", "SCALABLE", "REFUSED", "CREATED_BY", "SECRETS",
-           "ConnectInfo", "replica_counts"]
+           "ConnectInfo", "replica_counts", "check_scale"]
 
 log = logging.getLogger("cloudburst.kube")
 
@@ -112,6 +114,24 @@ def replica_counts(requested: Mapping[str, int],
         if name not in counts and existing.get(name) is not None:
             counts[name] = int(existing[name])      # type: ignore[arg-type]
     return counts
+
+
+def check_scale(role: str, current: int, target: int) -> Optional[str]:
+    """Why changing `role` from `current` to `target` replicas is unsafe, or None.
+
+    Anna's tiers lose nodes by graceful leaves (each hands its keys off on SIGTERM): they go
+    down one node per command, so that no two leaves overlap, and a tier holding data is
+    never emptied. Executor nodes hold no data and may take any count."""
+    if target < 0:
+        return f"replicas must be at least 0, got {target}"
+    if role in ("memory", "disk") and target < current:
+        if target == 0:
+            return ("a tier holding data is never emptied (its keys would have nowhere to "
+                    "go)")
+        if current - target > 1:
+            return (f"an Anna tier shrinks one node at a time (each leaving node hands its "
+                    f"keys off first): scale to {current - 1}, let it finish, and repeat")
+    return None
 
 
 class ConnectInfo:
@@ -384,21 +404,37 @@ class Platform:
 
     def scale(self, role: str, replicas: int, wait: float = 120.0) -> PlatformStatus:
         """Set a scalable role's replicas through the scale subresource and wait (if `wait`)
-        until its Deployment is done; RoleRefused for other roles."""
+        until its Deployment is done; RoleRefused for other roles and unsafe changes
+        (`check_scale`). The patch tests the count it read, so a concurrent change (an
+        autoscaler) makes it fail with ApiConflict rather than be overwritten unseen."""
         if role not in SCALABLE:
             if role in REFUSED:
                 raise RoleRefused(f"refusing to scale {role}: {REFUSED[role]}")
             raise RoleRefused(f"unknown role {role!r}; scalable roles are "
                               f"{', '.join(sorted(SCALABLE))}")
-        if replicas < 0:
-            raise ValueError(f"replicas must be at least 0, got {replicas}")
         name = SCALABLE[role]
         before = self._call("get", "deployments/scale", name,
                             self.apps.read_namespaced_deployment_scale, name,
-                            self.namespace).spec.replicas
-        self._call("patch", "deployments/scale", name,
-                   self.apps.patch_namespaced_deployment_scale, name, self.namespace,
-                   {"spec": {"replicas": replicas}})
+                            self.namespace).spec.replicas or 0
+        refusal = check_scale(role, before, replicas)
+        if refusal:
+            raise RoleRefused(f"refusing to scale {role} ({self.namespace}/{name}) from {before} "
+                              f"to {replicas}: {refusal}")
+        patch = [{"op": "test", "path": "/spec/replicas", "value": before},
+                 {"op": "replace", "path": "/spec/replicas", "value": replicas}]
+        try:
+            self._call("patch", "deployments/scale", name,
+                       self.apps.patch_namespaced_deployment_scale, name, self.namespace,
+                       patch if before else patch[1:],
+                       _content_type="application/json-patch+json")
+        except KubernetesError as e:
+            if e.status != 422:
+                raise
+            raise ApiConflict(f"patch deployments/scale {self.namespace}/{name}: its replicas "
+                              f"changed from {before} while scaling (an autoscaler?); run the "
+                              f"command again", verb="patch", resource="deployments/scale",
+                              name=name, namespace=self.namespace, status=422,
+                              reason=e.reason) from e
         self.say(f"Deployment {self.namespace}/{name}: replicas {before} -> {replicas}")
         if wait > 0:
             return self.wait_ready(wait, [name])
