@@ -180,6 +180,9 @@ def test_replica_counts_keep_what_scale_set_unless_asked():
     assert replica_counts({}, {}) == {}
     with pytest.raises(RoleRefused, match="cannot set the replicas of role 'scheduler'"):
         replica_counts({"scheduler": 2}, existing)
+    with pytest.raises(RoleRefused, match="from 5 to 1 replicas: .* one node at a time"):
+        replica_counts({"disk": 1}, {"anna-disk": 5})
+    assert replica_counts({"disk": 1}, {}) == {"anna-disk": 1}     # a new deployment
 
 
 def test_the_manifests_ship_with_the_package(tmp_path):

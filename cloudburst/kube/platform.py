@@ -104,11 +104,16 @@ def replica_counts(requested: Mapping[str, int],
     """Deployment name -> replicas for a deploy: the roles `requested` (role -> count), and
     for the other scalable roles whose Deployment exists, its current count (what `scale` or
     an autoscaler set); the rest keep the manifests'. RoleRefused for a role not in
-    SCALABLE."""
-    for role in requested:
+    SCALABLE, or a change `check_scale` refuses."""
+    for role, n in requested.items():
         if role not in SCALABLE:
             raise RoleRefused(f"cannot set the replicas of role {role!r}: "
                               + REFUSED.get(role, f"roles are {', '.join(sorted(SCALABLE))}"))
+        current = existing.get(SCALABLE[role])
+        refusal = check_scale(role, current if current is not None else n, n)
+        if refusal:
+            raise RoleRefused(f"refusing to change {role} from {current} to {n} replicas: "
+                              f"{refusal}")
     counts = {SCALABLE[r]: int(n) for r, n in requested.items()}
     for name in SCALABLE.values():
         if name not in counts and existing.get(name) is not None:
