@@ -17,6 +17,7 @@ from cloudburst.cli import main
 from cloudburst.kube.manifests import render
 from cloudburst.kube.platform import CREATED_BY, SECRETS
 from runtime.auth import KeyPair, write_keys
+from waiting import poll_until
 
 k8s_controlplane = pytest.importorskip("k8s.controlplane")
 from kubernetes import client  # noqa: E402
@@ -199,6 +200,17 @@ def test_delete_keeps_a_namespace_that_existed_and_a_timeout_names_the_condition
     assert not core.list_namespaced_pod(ns, _request_timeout=10).items
 
 
+def allowed(call):
+    """True if `call()` is not refused with 403 (RBAC changes take effect asynchronously)."""
+    try:
+        call()
+    except ApiException as e:
+        if e.status != 403:
+            raise
+        return False
+    return True
+
+
 def test_rbac_denials_name_the_object(cp, tmp_path, capsys):
     ns = fresh_ns()
     cp.create_namespace(ns)
@@ -218,12 +230,33 @@ def test_rbac_denials_name_the_object(cp, tmp_path, capsys):
     token = cp.service_account_token(ns, "viewer")
     kubeconfig = str(cp.write_kubeconfig(tmp_path / "viewer.kubeconfig", token))
     common = ["--kubeconfig", kubeconfig, "--namespace", ns]
+    apps = client.AppsV1Api(cp.api_client(token))
+    poll_until(lambda: allowed(lambda: apps.list_namespaced_deployment(ns, _request_timeout=10)),
+               timeout=10, what="the RoleBinding to take effect")
     code, out, err = k8s(capsys, "status", *common)          # allowed: reading
     assert code == 3 and f"namespace {ns}: no Deployments" in out, err
     code, _, err = k8s(capsys, "deploy", *common, "--key-dir", str(tmp_path / "keys"))
     assert code == 1 and err.count("\n") == 1
-    assert f"get namespaces /{ns}: forbidden (403)" in err or \
-        f"get namespaces {ns}: forbidden (403)" in err
+    assert f"get namespaces /{ns}: forbidden (403)" in err
+    # allowed to read namespaces, but not to write in this one: the first write is named
+    rbac.create_cluster_role({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": f"{ns}-ns-reader"},
+        "rules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"]}]},
+        _request_timeout=10)
+    rbac.create_cluster_role_binding({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": f"{ns}-ns-reader"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": f"{ns}-ns-reader"},
+        "subjects": [{"kind": "ServiceAccount", "name": "viewer", "namespace": ns}]},
+        _request_timeout=10)
+    viewer = client.CoreV1Api(cp.api_client(token))
+    poll_until(lambda: allowed(lambda: viewer.read_namespace(ns, _request_timeout=10)),
+               timeout=10, what="the ClusterRoleBinding to take effect")
+    code, _, err = k8s(capsys, "deploy", *common, "--key-dir", str(tmp_path / "keys"))
+    assert code == 1 and err.count("\n") == 1
+    assert f"apply secrets {ns}/cloudburst-cluster-key: forbidden (403)" in err
     client.AppsV1Api(cp.api_client()).create_namespaced_deployment(
         ns, next(o for o in render(namespace=ns, replicas={"cloudburst-executor": 0})
                  if o["metadata"]["name"] == "cloudburst-executor" and o["kind"] == "Deployment"),
