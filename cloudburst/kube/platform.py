@@ -149,13 +149,15 @@ class ConnectInfo:
         self.clients = clients
 
     def text(self) -> str:
-        identity = f"client:{self.clients[0]}" if self.clients else "client:NAME"
+        """What deploy prints: the address and the `cloudburst.Client` call for it."""
+        name = self.clients[0] if self.clients else "NAME"
         return (f"scheduler address (inside the cluster): {self.address}\n"
-                f"connect with: cloudburst.Client({self.address!r}, "
-                f"auth=cloudburst.AuthConfig({self.key_dir!r}, {identity!r}))\n"
-                f"clients in {self.key_dir}: {', '.join(self.clients) or 'none'} (a client "
-                f"needs cluster.key and clients/NAME.key_secret; executors connect back to "
-                f"it, so run it where pods can reach it, e.g. in a pod of the cluster)")
+                f"connect from a pod of the cluster (executors connect back to the client, "
+                f"so it binds an address they reach: its pod IP):\n"
+                f"  cloudburst.Client({self.address!r}, ip=POD_IP,\n"
+                f"                    auth=cloudburst.AuthConfig(KEY_DIR, 'client:{name}'))\n"
+                f"  with KEY_DIR holding cluster.key and clients/{name}.key_secret from "
+                f"{self.key_dir} (clients there: {', '.join(self.clients) or 'none'})")
 
 
 class Platform:
