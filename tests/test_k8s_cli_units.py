@@ -209,3 +209,11 @@ def test_check_scale_lets_anna_tiers_shrink_one_node_at_a_time_and_never_empty()
     assert "never emptied" in check_scale("disk", 1, 0)
     assert check_scale("executor", 5, 0) is None
     assert "at least 0" in check_scale("executor", 1, -1)
+
+
+def test_pods_waiting_for_the_same_reason_are_named_together():
+    pods = [pod(f"e-{i}", "e", False, waiting="ImagePullBackOff") for i in range(5)]
+    pods.append(pod("e-x", "e", False, waiting="CrashLoopBackOff"))
+    (d,) = summarize("ns", [deployment("e", 6, 0, available_status="False")], pods).deployments
+    assert d.why[1:] == ["pods e-0, e-1, e-2 and 2 more: container c waiting: ImagePullBackOff",
+                         "pod e-x: container c waiting: CrashLoopBackOff"]

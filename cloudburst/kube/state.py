@@ -117,9 +117,15 @@ def deployment_state(d: Any, pods: Iterable[PodState] = ()) -> DeploymentState:
                        + (f": {c.message}" if c.message else ""))
     if spec_replicas and "Available" not in conditions and not why:
         why.append("no Available condition yet")
+    # pods that wait for the same reason are named together, so that a hundred executor
+    # pods failing to pull one image make one line, not a hundred
+    by_reason: Dict[str, List[str]] = {}
     for p in pods:
         if not p.ready and not p.terminating:
-            why.append(f"pod {p.name}: {p.reason or p.phase}")
+            by_reason.setdefault(p.reason or p.phase, []).append(p.name)
+    for reason, names in by_reason.items():
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        why.append(f"{'pod' if len(names) == 1 else 'pods'} {shown}: {reason}")
     done = (observed >= (d.metadata.generation or 0) and updated == spec_replicas
             and ready == spec_replicas and available == spec_replicas and total == spec_replicas
             and (spec_replicas == 0 or (conditions.get("Available") is not None
