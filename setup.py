@@ -111,6 +111,8 @@ setup(
     packages=find_packages(include=["anna_core*", "hydro_proto*", "hydrocache*", "runtime*",
                                     "scheduler*",
                                     "executor*", "cloudburst*", "k8s*"]),
+    # The Kubernetes manifests: `cloudburst k8s deploy` applies them from the installed package.
+    package_data={"k8s": ["kustomization.yaml", "base/*.yaml", "rbac/*.yaml"]},
     ext_modules=ext_modules,
     cmdclass={"build_ext": build_ext},
     python_requires=">=3.10",

@@ -25,6 +25,9 @@
     cloudburst keys DIR [--client NAME ...] [--force]
         Generate the cluster's CURVE key pair and client key pairs in DIR (secret files 0600;
         existing secret keys are kept unless --force).
+    cloudburst k8s deploy|status|scale|delete ...
+        Deploy the platform on a Kubernetes cluster from a kubeconfig, show its Deployments
+        and pods, scale executor nodes and Anna tiers, remove it (`cloudburst k8s --help`).
 """
 from __future__ import annotations
 
@@ -283,6 +286,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                           formatter_class=HELP_FORMAT)
     add_keys_arguments(keys)
     keys.set_defaults(run=lambda a: keys_command(a, "cloudburst keys"))
+    from .kube.cli import add_k8s_parser
+    add_k8s_parser(sub)
     args = parser.parse_args(argv)
     try:
         return args.run(args)

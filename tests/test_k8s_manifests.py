@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cloudburst.kube.manifests import render as _render
 from k8s import entrypoint
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,28 +28,10 @@ REASON = ("the Kubernetes control plane is not built; run scripts/k8s/build.sh (
 
 
 def render(directory: Path = K8S, namespace=None):
-    """The objects `kubectl kustomize directory` gives for this repository's layout (resources
-    that are files or directories with a kustomization.yaml, and `namespace`)."""
-    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
-    namespace = namespace or kustomization.get("namespace")
-    objects = []
-    for resource in kustomization.get("resources", []):
-        path = directory / resource
-        if path.is_dir():
-            objects += render(path, namespace)
-        else:
-            objects += [d for d in yaml.safe_load_all(path.read_text()) if d]
-    if namespace:
-        for obj in objects:
-            if obj["kind"] == "Namespace":
-                obj["metadata"]["name"] = namespace
-            else:
-                obj["metadata"]["namespace"] = namespace
-            if obj["kind"] == "RoleBinding":
-                for subject in obj["subjects"]:
-                    if subject["kind"] == "ServiceAccount":
-                        subject["namespace"] = namespace
-    return objects
+    """The objects of `kubectl kustomize directory`, as `cloudburst k8s deploy` renders them
+    (cloudburst.kube.manifests; test_kubectl_kustomize_renders_the_same_objects checks the
+    two agree)."""
+    return _render(directory, namespace=namespace)
 
 
 def deployments():
