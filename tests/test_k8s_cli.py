@@ -96,7 +96,7 @@ def test_deploy_status_scale_redeploy_delete(cp, kubeconfig, tmp_path, capsys):
     assert set(deps) == {o["metadata"]["name"] for o in wanted if o["kind"] == "Deployment"}
     for d in deps.values():
         assert {c.image for c in d.spec.template.spec.containers} == {IMAGE}, d.metadata.name
-        assert d.status.available_replicas == d.spec.replicas, d.metadata.name
+        assert (d.status.available_replicas or 0) == d.spec.replicas, d.metadata.name
     assert deps["cloudburst-executor"].spec.replicas == 3
     rbac = client.RbacAuthorizationV1Api(api)
     read = {"Namespace": lambda name, _: core.read_namespace(name, _request_timeout=10),

@@ -139,7 +139,9 @@ def api_error(e: BaseException, verb: str, resource: str, name: str,
     return ApiUnavailable(f"{what}: the API could not be reached: {e}", reason=str(e), **kw)
 
 
-def _client_errors() -> Tuple[type, ...]:
+def client_errors() -> Tuple[type, ...]:
+    """The exceptions a kubernetes client call raises (imported lazily: the client is optional
+    outside Kubernetes)."""
     import urllib3
     from kubernetes.client.exceptions import ApiException
     return (ApiException, urllib3.exceptions.HTTPError, OSError)
@@ -424,7 +426,7 @@ class DeploymentPods:
         kwargs.setdefault("_request_timeout", self.request_timeout)
         try:
             return fn(*args, **kwargs)
-        except _client_errors() as e:
+        except client_errors() as e:
             raise api_error(e, verb, resource, name, self.namespace) from e
 
     def _list(self, group: str) -> Tuple[List[PodView], str]:
@@ -526,7 +528,7 @@ class DeploymentPods:
                 self._report(group, api_error(e, "watch", "pods", "", self.namespace))
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
-            except _client_errors() as e:
+            except client_errors() as e:
                 if self._stop.is_set():
                     return
                 self._report(group, api_error(e, "watch", "pods", "", self.namespace))

@@ -189,11 +189,11 @@ class Platform:
 
     def _call(self, verb: str, resource: str, name: str, fn: Callable[..., Any], *args: Any,
               namespace: Optional[str] = None, **kwargs: Any) -> Any:
-        from anna_core.autoscale.kubernetes_manager import _client_errors
+        from anna_core.autoscale.kubernetes_pods import client_errors
         kwargs.setdefault("_request_timeout", self.request_timeout)
         try:
             return fn(*args, **kwargs)
-        except _client_errors() as e:
+        except client_errors() as e:
             raise api_error(e, verb, resource, name,
                             self.namespace if namespace is None else namespace) from e
 
