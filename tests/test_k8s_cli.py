@@ -161,7 +161,7 @@ def test_deploy_status_scale_redeploy_delete(cp, kubeconfig, tmp_path, capsys):
     rolled = deployments(cp, ns)
     generation = deps["anna-routing"].metadata.generation
     assert rolled["anna-routing"].metadata.generation == generation + 1
-    assert all(d.status.updated_replicas == d.spec.replicas for d in rolled.values())
+    assert all((d.status.updated_replicas or 0) == d.spec.replicas for d in rolled.values())
 
     # delete: everything, and the namespace deploy created
     code, out, err = k8s(capsys, "delete", *common, "--wait", "60")
