@@ -40,43 +40,16 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from k8s.controlplane import ControlPlane, _free_port, find_binaries  # noqa: E402
-from real_network import (COREDNS_RBAC, NetSettings, PodNetwork, corefile,  # noqa: E402
-                          kube_proxy_config, leftover_report, write_cni_config)
+from real_network import (COREDNS_RBAC, T0, NetSettings, PodNetwork, corefile,  # noqa: E402
+                          kube_proxy_config, leftover_report, run, say, wait,
+                          write_cni_config)
 
 NODE = "cb-real-node"
 NS = "default"
-T0 = time.monotonic()
 # controllers real pods need besides the fast tier's: Services' endpoints (kube-proxy,
 # CoreDNS) and the kube-root-ca.crt ConfigMap that mounted ServiceAccount tokens use
 EXTRA_CONTROLLERS = ("endpointslice-controller", "endpoints-controller",
                      "root-ca-certificate-publisher-controller")
-
-
-def say(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')} +{time.monotonic() - T0:6.1f}s] {msg}", flush=True)
-
-
-def run(cmd, timeout=120, check=True, **kw):
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=check,
-                          **kw)
-
-
-def wait(what, check, timeout, interval=0.5):
-    deadline = time.monotonic() + timeout
-    t = time.monotonic()
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            r = check()
-            if r:
-                say(f"{what}: ok after {time.monotonic() - t:.1f} s")
-                return r
-        except subprocess.CalledProcessError as e:
-            last = f"{e.cmd[-4:]}: {(e.stderr or '').strip()[-300:]}"
-        except Exception as e:  # noqa: BLE001
-            last = e
-        time.sleep(interval)
-    raise RuntimeError(f"{what}: not done within {timeout} s (last error: {last})")
 
 
 class Cluster:
@@ -280,7 +253,7 @@ class Cluster:
         shutil.rmtree(self.dir, ignore_errors=True)
         if not self.var_lib_kubelet_existed:
             shutil.rmtree("/var/lib/kubelet", ignore_errors=True)
-        left = leftover_report(self.net_settings)
+        left = leftover_report(self.net)
         if left:
             say(f"cleanup: LEFT BEHIND: {left}")
         say(f"cleanup: done (sysctls restored: {self.sysctls})")

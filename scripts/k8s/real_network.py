@@ -27,11 +27,41 @@ import json
 import logging
 import os
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 log = logging.getLogger("real_network")
+REPO = Path(__file__).resolve().parents[2]
+T0 = time.monotonic()
+
+
+def say(msg: str) -> None:
+    """A progress line with the wall clock and the seconds since the tier started."""
+    print(f"[{time.strftime('%H:%M:%S')} +{time.monotonic() - T0:6.1f}s] {msg}", flush=True)
+
+
+def wait(what: str, check: Callable[[], Any], timeout: float, interval: float = 0.5) -> Any:
+    """Poll `check` until it returns something true (returned); RuntimeError naming `what`
+    and the last error after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    t = time.monotonic()
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            r = check()
+            if r:
+                say(f"{what}: ok after {time.monotonic() - t:.1f} s")
+                return r
+        except subprocess.CalledProcessError as e:
+            last = f"{e.cmd[-4:]}: {(e.stderr or '').strip()[-300:]}"
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except Exception as e:  # noqa: BLE001 - a failed probe is "not yet"
+            last = e
+        time.sleep(interval)
+    raise RuntimeError(f"{what}: not done within {timeout} s (last error: {last})")
 
 # Sysctls the kubelet, kube-proxy or this module may change; restored on cleanup.
 SYSCTLS = ("vm.overcommit_memory", "kernel.panic", "kernel.panic_on_oops",
@@ -70,8 +100,11 @@ class NetSettings:
         return str(next(ipaddress.ip_network(self.service_cidr).hosts()))
 
 
-def run(cmd: List[str], timeout: float = 30, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=check)
+def run(cmd: List[str], timeout: float = 120, check: bool = True,
+        **kw: Any) -> subprocess.CompletedProcess:
+    """Run `cmd`, capturing its output; CalledProcessError (with stderr) on failure."""
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=check,
+                          **kw)
 
 
 def sysctl_path(name: str) -> Path:
@@ -97,6 +130,13 @@ def chains(prefixes: Tuple[str, ...] = CHAIN_PREFIXES) -> Dict[Tuple[str, str], 
         out[(tool, table)] = {ln.split()[1] for ln in r.stdout.splitlines()
                               if ln.startswith("-N ") and ln.split()[1].startswith(prefixes)}
     return out
+
+
+def rules() -> Set[Tuple[str, str, str]]:
+    """Every iptables/ip6tables rule and chain of the tables we touch, as (tool, table, line)
+    (for checking that cleanup left them as they were)."""
+    return {(tool, table, ln) for tool, table in IPT
+            for ln in run([tool, "-t", table, "-S"], check=False).stdout.splitlines()}
 
 
 def remove_new_chains(before: Dict[Tuple[str, str], Set[str]]) -> List[str]:
@@ -215,6 +255,7 @@ class PodNetwork:
         self.s = settings
         self.sysctls = read_sysctls()
         self.chains_before = chains()
+        self.rules_before = rules()
         self.netns_before = set(os.listdir(NETNS_DIR)) if NETNS_DIR.is_dir() else set()
         self._made_bridge = False
         self._made_route = False
@@ -319,11 +360,14 @@ def conntrack_available() -> bool:
                for d in os.environ.get("PATH", "/usr/sbin:/sbin").split(":"))
 
 
-def leftover_report(s: NetSettings) -> Optional[str]:
-    """What of the network is still there (None: nothing), for a post-cleanup check."""
+def leftover_report(net: PodNetwork) -> Optional[str]:
+    """What differs from before `setup()` after `cleanup()` (None: nothing): the bridge, and
+    iptables rules added or removed (a rule whose counters differ does not count: -S has
+    none)."""
     left = []
-    if Path(f"/sys/class/net/{s.bridge}").exists():
-        left.append(f"bridge {s.bridge}")
-    if run(["iptables", "-S", FORWARD_CHAIN], check=False).returncode == 0:
-        left.append(f"chain {FORWARD_CHAIN}")
-    return ", ".join(left) or None
+    if Path(f"/sys/class/net/{net.s.bridge}").exists():
+        left.append(f"bridge {net.s.bridge}")
+    now = rules()
+    left += [f"added {t}/{tb}: {ln}" for t, tb, ln in sorted(now - net.rules_before)]
+    left += [f"removed {t}/{tb}: {ln}" for t, tb, ln in sorted(net.rules_before - now)]
+    return "; ".join(left) or None
