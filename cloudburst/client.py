@@ -106,11 +106,15 @@ class Client:
             next one, or before a call waiting on it checks that it is still there.
         auth: this client's identity and key directory, `AuthConfig(key_dir, "client:NAME")`,
             for a cluster that authenticates (see the module contract); None: plain.
+        kvs_address: the KVS routing address for `put`/`get` (None: the one the scheduler
+            reports, which is the cluster's own, e.g. a Kubernetes Service name that only
+            resolves inside the cluster; a client outside passes one it reaches).
     """
 
     def __init__(self, address: Union[str, Sequence[str]], *, timeout: float = 30.0,
                  ip: str = "127.0.0.1", failover_timeout: float = 3.0,
-                 auth: Optional[AuthConfig] = None) -> None:
+                 auth: Optional[AuthConfig] = None,
+                 kvs_address: Optional[str] = None) -> None:
         addresses = [address] if isinstance(address, str) else list(address)
         if not addresses:
             raise ValueError("a Client needs at least one scheduler address")
@@ -155,7 +159,7 @@ class Client:
         except BaseException:
             self.close()
             raise
-        self.kvs_address: str = info.kvs_address
+        self.kvs_address: str = kvs_address or info.kvs_address
         self._objects = ObjectStore(self.kvs_address, ip, auth, self.client_id)
 
     @property

@@ -219,7 +219,9 @@ def e2e(c) -> None:
                   f"the scheduler's key {logged} is not the cluster key of the Secret")
             facts["scheduler"] = f"log {logged}; client uses the Service {sched_addr}"
 
-        client = Client(sched_addr, ip=gateway, timeout=60,
+        # the scheduler reports the KVS as the cluster sees it (tcp://anna-routing:6450, a
+        # name only cluster DNS resolves): from this machine, the routing Service's ClusterIP
+        client = Client(sched_addr, ip=gateway, timeout=60, kvs_address=routing_addr,
                         auth=AuthConfig(str(key_dir), CLIENT_PREFIX + CLIENT))
         closers.append(client)
 

@@ -26,6 +26,7 @@ import ipaddress
 import json
 import logging
 import os
+import shlex
 import subprocess
 import time
 from dataclasses import dataclass
@@ -148,7 +149,7 @@ def remove_new_chains(before: Dict[Tuple[str, str], Set[str]]) -> List[str]:
         if not new:
             continue
         for ln in run([tool, "-t", table, "-S"], check=False).stdout.splitlines():
-            parts = ln.split()
+            parts = shlex.split(ln)     # comments are quoted and hold spaces
             if parts and parts[0] == "-A" and "-j" in parts and \
                     parts[parts.index("-j") + 1] in new and parts[1] not in new:
                 run([tool, "-t", table, "-D", *parts[1:]], check=False)
@@ -323,6 +324,7 @@ class PodNetwork:
                 run(["iptables", "-X", FORWARD_CHAIN], check=False)
                 done.append(f"chain {FORWARD_CHAIN}")
             done += remove_new_chains(self.chains_before)
+            done += remove_new_rules(self.rules_before)
             if NETNS_DIR.is_dir():
                 for ns in sorted(set(os.listdir(NETNS_DIR)) - self.netns_before):
                     if ns.startswith("cni-"):
@@ -358,6 +360,22 @@ def restore_sysctls(values: Dict[str, str]) -> None:
 def conntrack_available() -> bool:
     return any(os.access(Path(d) / "conntrack", os.X_OK)
                for d in os.environ.get("PATH", "/usr/sbin:/sbin").split(":"))
+
+
+def remove_new_rules(before: Set[Tuple[str, str, str]]) -> List[str]:
+    """Delete rules added since `before` in chains named with CHAIN_PREFIXES, or jumping to
+    one (kube-proxy fills KUBE-* chains that may have existed already, e.g. left by an
+    earlier cluster); other rules are left alone (other programs may be adding theirs)."""
+    removed = []
+    for tool, table, ln in sorted(rules() - before):
+        parts = shlex.split(ln)
+        if not parts or parts[0] != "-A":
+            continue
+        target = parts[parts.index("-j") + 1] if "-j" in parts else ""
+        if parts[1].startswith(CHAIN_PREFIXES) or target.startswith(CHAIN_PREFIXES):
+            if run([tool, "-t", table, "-D", *parts[1:]], check=False).returncode == 0:
+                removed.append(f"rule {tool}/{table}/{parts[1]}")
+    return removed
 
 
 def leftover_report(net: PodNetwork) -> Optional[str]:
