@@ -248,6 +248,37 @@ COREDNS_RBAC = {
     ]}
 
 
+def find_clash(s: NetSettings, routes: List[str], addrs: List[str]) -> Optional[str]:
+    """Why the pod subnet or service range cannot be used here (None: they can), given the
+    lines of `ip -4 -o route show table all` and `ip -4 -o addr show`. Loopback and the
+    default route do not count."""
+    mine = [ipaddress.ip_network(s.pod_cidr), ipaddress.ip_network(s.service_cidr)]
+    for ln in routes:
+        words = ln.split()
+        if not words:
+            continue
+        dst = words[1] if words[0] in ("local", "broadcast", "unreachable", "blackhole",
+                                       "prohibit", "multicast") and len(words) > 1 else words[0]
+        if dst == "default":
+            continue
+        try:
+            net = ipaddress.ip_network(dst, strict=False)
+        except ValueError:
+            continue
+        for m in mine:
+            if net.overlaps(m) and not net.is_loopback:
+                return f"{m} overlaps this machine's route {ln.strip()!r}"
+    for ln in addrs:
+        words = ln.split()
+        if len(words) < 4 or words[2] != "inet":
+            continue
+        net = ipaddress.ip_interface(words[3]).network
+        for m in mine:
+            if net.overlaps(m) and not net.is_loopback:
+                return f"{m} overlaps this machine's address {words[3]} on {words[1]}"
+    return None
+
+
 class PodNetwork:
     """The bridge, route, FORWARD chain and sysctls of the test cluster (see the module
     contract). `sysctls` holds the values before `setup()`, restored by `cleanup()`."""
@@ -267,27 +298,11 @@ class PodNetwork:
         if Path(f"/sys/class/net/{self.s.bridge}").exists():
             raise NetworkError(f"interface {self.s.bridge} already exists (another run still "
                                f"up, or left over: `ip link del {self.s.bridge}`)")
-        mine = [ipaddress.ip_network(self.s.pod_cidr), ipaddress.ip_network(self.s.service_cidr)]
         routes = run(["ip", "-4", "-o", "route", "show", "table", "all"]).stdout.splitlines()
         addrs = run(["ip", "-4", "-o", "addr", "show"]).stdout.splitlines()
-        for ln in routes:
-            dst = ln.split()[0] if not ln.split()[0] in ("local", "broadcast", "unreachable") \
-                else ln.split()[1]
-            if dst == "default":
-                continue
-            try:
-                net = ipaddress.ip_network(dst, strict=False)
-            except ValueError:
-                continue
-            for m in mine:
-                if net.overlaps(m) and not net.is_loopback:
-                    raise NetworkError(f"{m} overlaps this machine's route {ln.strip()!r}")
-        for ln in addrs:
-            net = ipaddress.ip_interface(ln.split()[3]).network
-            for m in mine:
-                if net.overlaps(m):
-                    raise NetworkError(f"{m} overlaps this machine's address {ln.split()[3]} "
-                                       f"on {ln.split()[1]}")
+        clash = find_clash(self.s, routes, addrs)
+        if clash:
+            raise NetworkError(clash)
 
     def setup(self) -> None:
         s = self.s
