@@ -43,7 +43,7 @@ from real_network import REPO, run, say, wait
 NS = "cloudburst"
 OVERLAY = Path(__file__).resolve().parent / "e2e"
 CLIENT = "e2e"
-DAG_CALLS = 5
+DAG_CALLS = 20
 DEPLOY_TIMEOUT = 300
 
 
@@ -338,9 +338,12 @@ def e2e(c) -> None:
                 x.close()
             except Exception:  # noqa: BLE001 - closing is best effort
                 pass
-        print("==== e2e timings ====")
+        print("==== e2e timings (s) ====")
         for k, v in timings.items():
-            print(f"  {k:45s} {v:7.1f} s")
+            print(f"  {k:45s} {v:8.3f}")
+        print("==== e2e observations ====")
         for k, v in facts.items():
             print(f"  {k:12s} {v}")
-    say("E2E PASSED")
+    say(f"E2E PASSED: deploy to Available {timings['deploy to Available']:.1f} s; DAG "
+        f"{facts['dag']}; causal DAG {facts['causal'].split(',')[0]}; crash detected "
+        f"{facts['detected']}; replacement {facts['replaced']}")
