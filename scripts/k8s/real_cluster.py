@@ -400,6 +400,10 @@ def main():
             e2e(c)
         say(f"REAL-CLUSTER TEST PASSED in {time.monotonic() - T0:.1f} s")
     finally:
+        # a second Ctrl-C, or test_real.sh's SIGTERM after the first, must not cut the
+        # cleanup short (every step of it has its own timeout)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         c.cleanup()
 
 
