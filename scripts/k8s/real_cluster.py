@@ -125,7 +125,9 @@ class Cluster:
             "address": ip, "port": port, "healthzBindAddress": "127.0.0.1",
             "healthzPort": hport, "readOnlyPort": 0,
             "containerRuntimeEndpoint": f"unix://{self.sock}",
-            # bound to the machine's own address only; the apiserver reaches it for logs without a client cert
+            # a test shortcut: anonymous and AlwaysAllow, so the apiserver reaches it (logs,
+            # exec) without a client certificate; it listens on the bridge address only,
+            # which pods reach too (they could read it; acceptable for a test cluster)
             "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
             "authorization": {"mode": "AlwaysAllow"},
             "imageGCHighThresholdPercent": 99, "imageGCLowThresholdPercent": 98,

@@ -12,7 +12,7 @@
 #   ServiceAccount token used against the `kubernetes` Service, a DAG and a causal DAG from
 #   this machine through the scheduler Service, Anna puts/gets through the routing Service,
 #   then the anna-memory pod's process is killed: routing drops it, a new pod joins, and what
-#   survives is checked. Prints each step's time and a summary. ~3-4 minutes when cached.
+#   survives is checked. Prints each step's time and a summary. ~70-85 s when cached.
 # --quick: a pod `anna demo` (restartPolicy Never) must reach Succeeded and its log (through
 #   the apiserver) contain "demo done"; with --deployment a 1-replica Deployment's pod is
 #   deleted and must be replaced by a new Running pod. ~45 s.
