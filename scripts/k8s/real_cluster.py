@@ -127,7 +127,7 @@ class Cluster:
             "containerRuntimeEndpoint": f"unix://{self.sock}",
             # a test shortcut: anonymous and AlwaysAllow, so the apiserver reaches it (logs,
             # exec) without a client certificate; it listens on the bridge address only,
-            # which pods reach too (they could read it; acceptable for a test cluster)
+            # and an INPUT rule refuses pods' connections to its port
             "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
             "authorization": {"mode": "AlwaysAllow"},
             "imageGCHighThresholdPercent": 99, "imageGCLowThresholdPercent": 98,
@@ -144,6 +144,8 @@ class Cluster:
             f"--kubeconfig={self.cp.kubeconfig}", f"--root-dir={root}",
             f"--hostname-override={NODE}", f"--node-ip={ip}", "--v=1"])
         self.kubelet_hport = hport
+        self.kubelet_port = port
+        self.net.deny_from_pods(port, "the kubelet API")
 
     # -- kube-proxy and CoreDNS (host processes, each with its own ServiceAccount) --
     def start_kube_proxy_and_dns(self):

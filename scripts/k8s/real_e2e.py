@@ -203,6 +203,14 @@ def e2e(c) -> None:
             n = int(out.stdout.strip().splitlines()[-1])
             check(n >= 6, f"pod {mon} listed {n} pods in {NS} through the kubernetes Service")
             facts["sa-token"] = f"{mon} listed {n} pods via https://kubernetes.default.svc"
+            # the kubelet's API (anonymous in this test cluster) is closed to pods
+            probe = ("import socket\ntry:\n socket.create_connection(('%s', %d), 3)\n"
+                     " print('open')\nexcept OSError as e:\n print('closed', e)"
+                     % (gateway, c.kubelet_port))
+            out = c.kubectl("-n", NS, "exec", mon, "--", "python", "-c", probe,
+                            timeout=60).stdout.strip()
+            check(out.startswith("closed"), f"pod {mon} reached the kubelet's port "
+                  f"{gateway}:{c.kubelet_port}: {out}")
 
         svc = {s["metadata"]["name"]: s["spec"]["clusterIP"]
                for s in kjson(c, "-n", NS, "get", "services")["items"]}

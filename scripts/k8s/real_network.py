@@ -10,12 +10,13 @@ Contract:
   nothing listens on the machine's external address), routes the service range onto the
   bridge (ClusterIP traffic never leaves the machine, even without kube-proxy's rules), turns
   on IPv4 forwarding and adds a FORWARD chain that keeps traffic to and from the bridge on it
-  (pods cannot reach other networks; nothing outside reaches pods).
+  (pods cannot reach other networks; nothing outside reaches pods), and an INPUT chain
+  for pods' traffic to this machine where `deny_from_pods(port)` closes ports (the kubelet's).
 - `write_cni_config()` writes a bridge + host-local (+ portmap) conflist into a directory of
   our own; containerd adds the loopback interface itself (its `loopback` plugin from
   /usr/lib/cni). host-local keeps its leases under the work directory.
 - `kube_proxy_config()` / `corefile()` are plain functions of the settings.
-- `PodNetwork.cleanup()` (idempotent, never raises) removes the FORWARD chain, the route,
+- `PodNetwork.cleanup()` (idempotent, never raises) removes our chains, the route,
   the bridge, network namespaces created since `setup()`, the KUBE-*/CNI-* iptables chains
   that appeared since `setup()` (kube-proxy's and portmap's, with the rules jumping to them:
   kube-proxy's MASQUERADE rules live in its KUBE-POSTROUTING chain) and restores sysctls.
@@ -75,6 +76,7 @@ IPT = (("iptables", "filter"), ("iptables", "nat"), ("iptables", "mangle"),
        ("ip6tables", "filter"), ("ip6tables", "nat"), ("ip6tables", "mangle"))
 CHAIN_PREFIXES = ("KUBE-", "CNI-")
 FORWARD_CHAIN = "CB-POD-FORWARD"
+INPUT_CHAIN = "CB-POD-INPUT"     # ports of this machine that pods must not reach
 NETNS_DIR = Path("/var/run/netns")
 
 
@@ -325,8 +327,17 @@ class PodNetwork:
         run(["iptables", "-A", FORWARD_CHAIN, "-i", s.bridge, "-j", "DROP"])
         run(["iptables", "-A", FORWARD_CHAIN, "-o", s.bridge, "-j", "DROP"])
         run(["iptables", "-I", "FORWARD", "1", "-j", FORWARD_CHAIN])
+        run(["iptables", "-N", INPUT_CHAIN])
+        run(["iptables", "-I", "INPUT", "1", "-i", s.bridge, "-j", INPUT_CHAIN])
         log.info("bridge %s %s/%d up; services %s routed onto it", s.bridge, s.gateway, prefix,
                  s.service_cidr)
+
+    def deny_from_pods(self, port: int, what: str) -> None:
+        """Refuse TCP connections from pods to `port` on the bridge address (e.g. the
+        kubelet's API, which this test cluster serves without authentication)."""
+        run(["iptables", "-A", INPUT_CHAIN, "-p", "tcp", "--dport", str(port), "-m", "comment",
+             "--comment", f"cloudburst test: pods may not reach {what}", "-j", "REJECT",
+             "--reject-with", "tcp-reset"])
 
     def cleanup(self) -> List[str]:
         """Remove what setup() and the cluster's network made; returns a list of what was
@@ -338,6 +349,11 @@ class PodNetwork:
                 run(["iptables", "-F", FORWARD_CHAIN], check=False)
                 run(["iptables", "-X", FORWARD_CHAIN], check=False)
                 done.append(f"chain {FORWARD_CHAIN}")
+                run(["iptables", "-D", "INPUT", "-i", self.s.bridge, "-j", INPUT_CHAIN],
+                    check=False)
+                run(["iptables", "-F", INPUT_CHAIN], check=False)
+                run(["iptables", "-X", INPUT_CHAIN], check=False)
+                done.append(f"chain {INPUT_CHAIN}")
             done += remove_new_chains(self.chains_before)
             done += remove_new_rules(self.rules_before)
             if NETNS_DIR.is_dir():
@@ -395,8 +411,8 @@ def remove_new_rules(before: Set[Tuple[str, str, str]]) -> List[str]:
 
 def leftover_report(net: PodNetwork) -> Optional[str]:
     """What differs from before `setup()` after `cleanup()` (None: nothing): the bridge, and
-    iptables rules added or removed (a rule whose counters differ does not count: -S has
-    none)."""
+    iptables rules added or removed. Informational: other programs on the machine may have
+    changed rules meanwhile."""
     left = []
     if Path(f"/sys/class/net/{net.s.bridge}").exists():
         left.append(f"bridge {net.s.bridge}")
