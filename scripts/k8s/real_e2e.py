@@ -8,7 +8,7 @@ Steps (each timed; the first failure raises E2EFailure naming the step and the o
     overlay); every Deployment must become Available.
  2. the monitor pod's mounted ServiceAccount token lists the namespace's pods through
     https://kubernetes.default.svc (cluster DNS, the `kubernetes` Service via kube-proxy,
-    RBAC of k8s/rbac/cluster-manager.yaml);
+    RBAC of k8s/rbac/cluster-manager.yaml); the kubelet's port is closed to that pod;
  3. the scheduler's log names the cluster key of the Secret; a Cloudburst client on this
     machine (answer socket on the bridge gateway) reaches the scheduler's ClusterIP and runs
     the DAG increment -> square (3 -> 16) several times, then the causal DAG increment ->
@@ -211,6 +211,7 @@ def e2e(c) -> None:
                             timeout=60).stdout.strip()
             check(out.startswith("closed"), f"pod {mon} reached the kubelet's port "
                   f"{gateway}:{c.kubelet_port}: {out}")
+            facts["kubelet"] = f"from {mon} to {gateway}:{c.kubelet_port}: {out}"
 
         svc = {s["metadata"]["name"]: s["spec"]["clusterIP"]
                for s in kjson(c, "-n", NS, "get", "services")["items"]}
