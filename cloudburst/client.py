@@ -4,9 +4,9 @@ Contract:
 - `Client(address)` connects to a scheduler (`tcp://host:port`), or to several
   (`Client([a, b])`, the first preferred), and asks one for the KVS address (`Timeout` names
   the schedulers if none answers); `kvs_address=` replaces that address for the client's
-  own `put`/`get` (a client outside the cluster's network). Results, replies and acknowledgements come back on one
-  PULL socket of the client's own: the sink's result is pushed straight to it; nothing polls
-  the KVS.
+  own `put`/`get` (a client outside the cluster's network). Results, replies and
+  acknowledgements come back on one PULL socket of the client's own: the sink's result is
+  pushed straight to it; nothing polls the KVS.
 - Failover. A message goes to the current scheduler if its connection is up (ZeroMQ
   `IMMEDIATE`: a message is never queued for a scheduler that is not connected), else to the
   next one that is, which becomes current; with none connected within `failover_timeout`
