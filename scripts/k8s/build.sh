@@ -33,7 +33,7 @@ for arg in "$@"; do
   case "$arg" in
     --print-dir) echo "$DIR"; exit 0 ;;
     --with-kubelet) WITH_KUBELET=1 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "unknown argument: $arg" >&2; exit 2 ;;
   esac
 done

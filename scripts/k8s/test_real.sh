@@ -25,6 +25,7 @@
 # is undone on exit, failure or Ctrl-C (see scripts/k8s/real_cluster.py). Not part of the
 # default test suite.
 set -euo pipefail
+case "${1:-}" in -h|--help) sed -n '2,26p' "$0"; exit 0 ;; esac
 cd "$(dirname "$0")/../.."
 START=$SECONDS
 say() { echo "[$(date +%H:%M:%S) +$(( SECONDS - START ))s] $*"; }
