@@ -336,6 +336,14 @@ def e2e(c) -> None:
             check(kvs.get("e2e/plain") == b"put again", "e2e/plain re-put not read back")
 
         with step("DAG after recovery", timings):
+            # observed, not asserted: whether the DAG still runs before its functions are
+            # registered again (their registrations were memory-only keys; executors may
+            # still hold them)
+            try:
+                v = client.call_dag("increment_square", {"increment": [5]}).get(timeout=20)
+                facts["dag-as-is"] = f"before re-registering: {v!r}"
+            except Exception as e:  # noqa: BLE001 - recorded as an observation
+                facts["dag-as-is"] = f"before re-registering: {type(e).__name__}: {e}"[:300]
             register_dag()
             t = time.monotonic()
             v = client.call_dag("increment_square", {"increment": [6]}).get(timeout=60)
