@@ -3,9 +3,10 @@
 Contract:
 - `Client(address)` connects to a scheduler (`tcp://host:port`), or to several
   (`Client([a, b])`, the first preferred), and asks one for the KVS address (`Timeout` names
-  the schedulers if none answers). Results, replies and acknowledgements come back on one
-  PULL socket of the client's own: the sink's result is pushed straight to it; nothing polls
-  the KVS.
+  the schedulers if none answers); `kvs_address=` replaces that address for the client's
+  own `put`/`get` (a client outside the cluster's network). Results, replies and
+  acknowledgements come back on one PULL socket of the client's own: the sink's result is
+  pushed straight to it; nothing polls the KVS.
 - Failover. A message goes to the current scheduler if its connection is up (ZeroMQ
   `IMMEDIATE`: a message is never queued for a scheduler that is not connected), else to the
   next one that is, which becomes current; with none connected within `failover_timeout`
@@ -106,11 +107,15 @@ class Client:
             next one, or before a call waiting on it checks that it is still there.
         auth: this client's identity and key directory, `AuthConfig(key_dir, "client:NAME")`,
             for a cluster that authenticates (see the module contract); None: plain.
+        kvs_address: the KVS routing address for `put`/`get` (None: the one the scheduler
+            reports, which is the cluster's own, e.g. a Kubernetes Service name that only
+            resolves inside the cluster; a client outside passes one it reaches).
     """
 
     def __init__(self, address: Union[str, Sequence[str]], *, timeout: float = 30.0,
                  ip: str = "127.0.0.1", failover_timeout: float = 3.0,
-                 auth: Optional[AuthConfig] = None) -> None:
+                 auth: Optional[AuthConfig] = None,
+                 kvs_address: Optional[str] = None) -> None:
         addresses = [address] if isinstance(address, str) else list(address)
         if not addresses:
             raise ValueError("a Client needs at least one scheduler address")
@@ -155,7 +160,7 @@ class Client:
         except BaseException:
             self.close()
             raise
-        self.kvs_address: str = info.kvs_address
+        self.kvs_address: str = kvs_address or info.kvs_address
         self._objects = ObjectStore(self.kvs_address, ip, auth, self.client_id)
 
     @property

@@ -42,7 +42,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 __all__ = ["ControlPlane", "ControlPlaneError", "find_binaries", "BUILD_COMMAND"]
 
@@ -147,15 +147,30 @@ class ControlPlane:
             (False: etcd + apiserver only, enough for API-only tests).
         kwok: with controllers, also run kwok and its fake node (False: no node is made;
             a real kubelet registers its own, as in `scripts/k8s/real_cluster.py`).
+        address: the address kube-apiserver binds and advertises (the `kubernetes`
+            Service's endpoint). The default, loopback, serves only this machine's processes;
+            pods in their own network namespaces need an address they reach, such as a
+            bridge's gateway (`scripts/k8s/real_cluster.py`).
+        service_cidr: the Services' ClusterIP range; its first address is the `kubernetes`
+            Service, which the self-signed serving certificate names.
+        extra_controllers: controller-manager controllers to run besides the ones the
+            fake-node tests need (real pods need e.g. `endpointslice-controller` for
+            Services and `root-ca-certificate-publisher-controller` for mounted
+            ServiceAccount tokens).
     """
 
     def __init__(self, bin_dir: Path, base_dir: Optional[str] = None,
                  startup_timeout: float = 60.0, controllers: bool = True,
-                 kwok: bool = True) -> None:
+                 kwok: bool = True, address: str = "127.0.0.1",
+                 service_cidr: str = "10.0.0.0/24",
+                 extra_controllers: Sequence[str] = ()) -> None:
         self.bin_dir = Path(bin_dir)
         self.startup_timeout = float(startup_timeout)
         self.controllers = controllers
         self.kwok = kwok
+        self.address = address
+        self.service_cidr = service_cidr
+        self.extra_controllers = tuple(extra_controllers)
         _sweep_stale(base_dir)
         self.dir = Path(tempfile.mkdtemp(prefix="cb-k8s-", dir=base_dir))
         (self.dir / "owner.pid").write_text(str(os.getpid()))
@@ -164,7 +179,7 @@ class ControlPlane:
         self.etcd_port = _free_port()
         self.peer_port = _free_port()
         self.port = _free_port()
-        self.server = f"https://127.0.0.1:{self.port}"
+        self.server = f"https://{address}:{self.port}"
         self.ca_file = self.dir / "certs" / "apiserver.crt"
         self.kubeconfig = self.dir / "admin.kubeconfig"
         self._clients: List[Any] = []
@@ -348,13 +363,14 @@ class ControlPlane:
     def _start_apiserver(self, deadline: float) -> None:
         self._spawn("kube-apiserver", [
             f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            f"--bind-address={self.address}", f"--advertise-address={self.address}",
             f"--secure-port={self.port}", f"--cert-dir={self.dir / 'certs'}",
             f"--token-auth-file={self.dir / 'tokens.csv'}", "--authorization-mode=RBAC",
             "--service-account-issuer=https://kubernetes.default.svc",
             f"--service-account-key-file={self.dir / 'sa.pub'}",
             f"--service-account-signing-key-file={self.dir / 'sa.key'}",
-            "--service-cluster-ip-range=10.0.0.0/24", "--enable-priority-and-fairness=false",
+            f"--service-cluster-ip-range={self.service_cidr}",
+            "--enable-priority-and-fairness=false",
             # a real kubelet's node name does not resolve; reach it (logs) by its address
             "--kubelet-preferred-address-types=InternalIP,Hostname",
             "--profiling=false", "--v=1"])
@@ -377,7 +393,8 @@ class ControlPlane:
             f"--root-ca-file={self.ca_file}", "--use-service-account-credentials=false",
             "--controllers=deployment-controller,replicaset-controller,"
             "garbage-collector-controller,namespace-controller,serviceaccount-controller,"
-            "resourcequota-controller,node-lifecycle-controller",
+            "resourcequota-controller,node-lifecycle-controller"
+            + "".join("," + c for c in self.extra_controllers),
             "--concurrent-deployment-syncs=2", "--concurrent-replicaset-syncs=2", "--v=1"])
         self._spawn("kube-scheduler", [
             f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",

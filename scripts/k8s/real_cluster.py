@@ -1,13 +1,27 @@
 """The real-cluster test tier: a control plane (k8s/controlplane.py, without kwok), containerd
-+ runc and a real kubelet on this machine, then real pods from the project's image.
++ runc and a real kubelet on this machine, pod networking (a bridge CNI, kube-proxy in
+iptables mode, CoreDNS; scripts/k8s/real_network.py), then real pods from the project's image.
 
 Run through `scripts/k8s/test_real.sh` (root, Debian packages containerd runc
-containernetworking-plugins; it builds the pause image). Everything started here is stopped in
-`finally` (and on SIGTERM/SIGINT): pods' containers, kubelet, containerd, control plane,
-mounts under the work directory, cgroups the kubelet made, the sysctls the kubelet changes.
+containernetworking-plugins iptables conntrack; it builds the pause image). Modes:
+- `--e2e` (scripts/k8s/real_e2e.py): the platform deployed with `kubectl apply -k` through the
+  test overlay scripts/k8s/e2e/, used from this machine through its Services, and a KVS node
+  crash (see that module);
+- `--quick`: one pod `anna demo` to Succeeded (+ `--deployment`: a Deployment's pod replaced).
+
+Addresses (NetSettings): pods 10.244.0.0/24 on bridge cb-br0 whose address 10.244.0.1 is the
+pods' gateway and where kube-apiserver, the kubelet and CoreDNS listen (nothing listens on
+the machine's external address); Services 10.96.0.0/24, routed onto the bridge. Pods with a
+mounted ServiceAccount token reach the API through the `kubernetes` Service (10.96.0.1).
+
+Everything started here is stopped in `finally` (and on SIGTERM/SIGINT): pods' containers and
+shims, kubelet, kube-proxy, CoreDNS, containerd, control plane, the bridge, the pods' network
+namespaces, the KUBE-*/CNI-* iptables chains made meanwhile (kube-proxy's MASQUERADE rules
+are in them) and our FORWARD chain, mounts under the work directory, the cgroups the kubelet
+made, and the sysctls the kubelet and kube-proxy change.
 
     python3 scripts/k8s/real_cluster.py --image localhost/cloudburst:dev \
-        --image-tar FILE --pause-tar FILE [--deployment]
+        --image-tar FILE --pause-tar FILE [--e2e | --quick [--deployment]]
 """
 from __future__ import annotations
 
@@ -24,39 +38,18 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from k8s.controlplane import ControlPlane, _free_port, find_binaries  # noqa: E402
+from real_network import (COREDNS_RBAC, T0, NetSettings, PodNetwork, corefile,  # noqa: E402
+                          kube_proxy_config, leftover_report, run, say, wait,
+                          write_cni_config)
 
 NODE = "cb-real-node"
 NS = "default"
-SYSCTLS = ("vm.overcommit_memory", "kernel.panic", "kernel.panic_on_oops")
-T0 = time.monotonic()
-
-
-def say(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')} +{time.monotonic() - T0:6.1f}s] {msg}", flush=True)
-
-
-def run(cmd, timeout=120, check=True, **kw):
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=check,
-                          **kw)
-
-
-def wait(what, check, timeout, interval=0.5):
-    deadline = time.monotonic() + timeout
-    t = time.monotonic()
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            r = check()
-            if r:
-                say(f"{what}: ok after {time.monotonic() - t:.1f} s")
-                return r
-        except subprocess.CalledProcessError as e:
-            last = f"{e.cmd[-4:]}: {(e.stderr or '').strip()[-300:]}"
-        except Exception as e:  # noqa: BLE001
-            last = e
-        time.sleep(interval)
-    raise RuntimeError(f"{what}: not done within {timeout} s (last error: {last})")
+# controllers real pods need besides the fast tier's: Services' endpoints (kube-proxy,
+# CoreDNS) and the kube-root-ca.crt ConfigMap that mounted ServiceAccount tokens use
+EXTRA_CONTROLLERS = ("endpointslice-controller", "endpoints-controller",
+                     "root-ca-certificate-publisher-controller")
 
 
 class Cluster:
@@ -65,21 +58,23 @@ class Cluster:
         self.dir = Path(tempfile.mkdtemp(prefix="cbreal-"))
         self.sock = self.dir / "containerd.sock"
         self.procs = {}
-        self.sysctls = {k: Path("/proc/sys/" + k.replace(".", "/")).read_text().strip()
-                        for k in SYSCTLS}
+        self.net_settings = NetSettings()
+        self.net = PodNetwork(self.net_settings)   # records sysctls and iptables chains
+        self.sysctls = self.net.sysctls
         self.var_lib_kubelet_existed = Path("/var/lib/kubelet").exists()
         self.cp = None
-        self.chains = kube_chains()
+
+    # -- network --
+    def start_network(self):
+        self.net.check()
+        self.net.setup()
+        write_cni_config(self.dir / "cni", self.net_settings, self.dir / "cni-ipam")
 
     # -- containerd --
     def start_containerd(self):
         cfg = run(["containerd", "config", "default"]).stdout
         cdir = self.dir / "containerd"
-        (self.dir / "cni").mkdir()
-        # CRI reports the node's network NotReady without any CNI config; pods here use
-        # hostNetwork, so a loopback-only network (no bridge, no addresses) is enough
-        (self.dir / "cni" / "10-loopback.conflist").write_text(json.dumps({
-            "cniVersion": "0.4.0", "name": "cb-loopback", "plugins": [{"type": "loopback"}]}))
+        # the CNI config (bridge + host-local + portmap) is in self.dir/cni (start_network)
         repl = {
             'root = "/var/lib/containerd"': f'root = "{cdir}/root"',
             'state = "/run/containerd"': f'state = "{cdir}/state"',
@@ -120,8 +115,9 @@ class Cluster:
         root = self.dir / "kubelet"
         root.mkdir()
         port, hport = _free_port(), _free_port()
-        # the kubelet refuses a loopback node IP: use the machine's own first address
-        ip = run(["hostname", "-I"]).stdout.split()[0]
+        # the kubelet refuses a loopback node IP; the bridge's address keeps it (and its
+        # anonymous read access) off the machine's external network
+        ip = self.net_settings.gateway
         self.node_ip = ip
         cfg = {
             "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
@@ -129,7 +125,9 @@ class Cluster:
             "address": ip, "port": port, "healthzBindAddress": "127.0.0.1",
             "healthzPort": hport, "readOnlyPort": 0,
             "containerRuntimeEndpoint": f"unix://{self.sock}",
-            # bound to the machine's own address only; the apiserver reaches it for logs without a client cert
+            # a test shortcut: anonymous and AlwaysAllow, so the apiserver reaches it (logs,
+            # exec) without a client certificate; it listens on the bridge address only,
+            # and an INPUT rule refuses pods' connections to its port
             "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
             "authorization": {"mode": "AlwaysAllow"},
             "imageGCHighThresholdPercent": 99, "imageGCLowThresholdPercent": 98,
@@ -137,6 +135,8 @@ class Cluster:
                              "imagefs.available": "1%", "nodefs.inodesFree": "1%"},
             "registerNode": True, "serializeImagePulls": False,
             "resolvConf": "/etc/resolv.conf", "podPidsLimit": -1,
+            "clusterDNS": [self.net_settings.gateway],
+            "clusterDomain": self.net_settings.cluster_domain,
         }
         (self.dir / "kubelet.json").write_text(json.dumps(cfg, indent=1))
         self._spawn("kubelet", [
@@ -144,6 +144,49 @@ class Cluster:
             f"--kubeconfig={self.cp.kubeconfig}", f"--root-dir={root}",
             f"--hostname-override={NODE}", f"--node-ip={ip}", "--v=1"])
         self.kubelet_hport = hport
+        self.kubelet_port = port
+        self.net.deny_from_pods(port, "the kubelet API")
+
+    # -- kube-proxy and CoreDNS (host processes, each with its own ServiceAccount) --
+    def start_kube_proxy_and_dns(self):
+        (self.dir / "rbac.json").write_text(json.dumps(COREDNS_RBAC))
+        self.kubectl("apply", "-f", str(self.dir / "rbac.json"))
+        s = self.net_settings
+        proxy_kc = self.cp.write_kubeconfig(
+            self.dir / "kube-proxy.kubeconfig",
+            self.cp.service_account_token("kube-system", "kube-proxy", 7200))
+        self.proxy_healthz = _free_port()
+        (self.dir / "kube-proxy.json").write_text(json.dumps(kube_proxy_config(
+            s, proxy_kc, NODE, self.proxy_healthz, _free_port()), indent=1))
+        self._spawn("kube-proxy", [str(self.cp.bin_dir / "kube-proxy"),
+                                   f"--config={self.dir / 'kube-proxy.json'}", "--v=1"])
+        dns_kc = self.cp.write_kubeconfig(
+            self.dir / "coredns.kubeconfig",
+            self.cp.service_account_token("kube-system", "coredns", 7200))
+        self.dns_ready = _free_port()
+        (self.dir / "Corefile").write_text(corefile(s, dns_kc, _free_port(), self.dns_ready))
+        self._spawn("coredns", [str(self.cp.bin_dir / "coredns"),
+                                f"-conf={self.dir / 'Corefile'}"])
+
+    def wait_kube_proxy_and_dns(self):
+        import urllib.request
+
+        def ok(name, url):
+            def check():
+                if self.procs[name].poll() is not None:
+                    raise SystemExit(f"{name} exited:\n" + self.tail(name))
+                with urllib.request.urlopen(url, timeout=2) as r:
+                    return r.status == 200
+            return check
+        try:
+            wait("kube-proxy /healthz", ok("kube-proxy",
+                 f"http://127.0.0.1:{self.proxy_healthz}/healthz"), 60)
+            wait("CoreDNS /ready (synced with the apiserver)", ok("coredns",
+                 f"http://127.0.0.1:{self.dns_ready}/ready"), 60)
+        except Exception:
+            print("kube-proxy log tail:\n" + self.tail("kube-proxy", 30))
+            print("coredns log tail:\n" + self.tail("coredns", 30))
+            raise
 
     def _spawn(self, name, cmd):
         log = open(self.dir / f"{name}.log", "ab")
@@ -190,10 +233,13 @@ class Cluster:
                     os.kill(int(pid), signal.SIGKILL)
         if "containerd" in self.procs:
             self._stop("containerd")
+        for name in ("kube-proxy", "coredns"):
+            if name in self.procs:
+                self._stop(name)
         if self.cp is not None:
             self.cp.stop()
-        for k, v in self.sysctls.items():
-            Path("/proc/sys/" + k.replace(".", "/")).write_text(v)
+        # bridge, netns, chains (ours, kube-proxy's KUBE-*, portmap's CNI-*), sysctls
+        say(f"cleanup: network: {', '.join(self.net.cleanup()) or 'nothing made'}")
         mounts = [ln.split()[1] for ln in Path("/proc/self/mounts").read_text().splitlines()]
         mine = [m for m in mounts if m.startswith(str(self.dir))
                 or (not self.var_lib_kubelet_existed and m.startswith("/var/lib/kubelet"))]
@@ -208,10 +254,12 @@ class Cluster:
                         d.rmdir()
                     except OSError:
                         pass
-        remove_new_chains(self.chains)
         shutil.rmtree(self.dir, ignore_errors=True)
         if not self.var_lib_kubelet_existed:
             shutil.rmtree("/var/lib/kubelet", ignore_errors=True)
+        left = leftover_report(self.net)
+        if left:
+            say(f"cleanup: LEFT BEHIND: {left}")
         say(f"cleanup: done (sysctls restored: {self.sysctls})")
 
     def _stop(self, name):
@@ -225,43 +273,10 @@ class Cluster:
                 p.wait(5)
 
 
-IPT = (("iptables", "filter"), ("iptables", "nat"), ("iptables", "mangle"),
-       ("ip6tables", "filter"), ("ip6tables", "nat"), ("ip6tables", "mangle"))
-
-
-def kube_chains():
-    """{(tool, table): set of KUBE-* chains} (the kubelet creates a few)."""
-    out = {}
-    for tool, table in IPT:
-        r = run([tool, "-t", table, "-S"], check=False)
-        out[(tool, table)] = {ln.split()[1] for ln in r.stdout.splitlines()
-                              if ln.startswith("-N KUBE-")}
-    return out
-
-
-def remove_new_chains(before):
-    """Delete the KUBE-* chains that were not there before, and the rules jumping to them."""
-    for (tool, table), chains in kube_chains().items():
-        new = chains - before.get((tool, table), set())
-        if not new:
-            continue
-        rules = run([tool, "-t", table, "-S"], check=False).stdout.splitlines()
-        for ln in rules:
-            parts = ln.split()
-            if parts and parts[0] == "-A" and "-j" in parts and \
-                    parts[parts.index("-j") + 1] in new and parts[1] not in new:
-                run([tool, "-t", table, "-D", *parts[1:]], check=False)
-        for ch in new:
-            run([tool, "-t", table, "-F", ch], check=False)
-        for ch in new:
-            run([tool, "-t", table, "-X", ch], check=False)
-
-
 def pod_test(c: Cluster):
     manifest = {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "anna-demo"},
-        "spec": {"hostNetwork": True, "restartPolicy": "Never",
-                 "automountServiceAccountToken": False,
+        "spec": {"restartPolicy": "Never",
                  "containers": [{"name": "demo", "image": c.args.image,
                                  "imagePullPolicy": "Never", "command": ["anna", "demo"]}]}}
     (c.dir / "pod.json").write_text(json.dumps(manifest))
@@ -300,7 +315,6 @@ def deployment_test(c: Cluster):
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "anna-idle"},
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "anna-idle"}},
                  "template": {"metadata": {"labels": {"app": "anna-idle"}}, "spec": {
-                     "hostNetwork": True, "automountServiceAccountToken": False,
                      "terminationGracePeriodSeconds": 2,
                      "containers": [{"name": "idle", "image": c.args.image,
                                      "imagePullPolicy": "Never",
@@ -325,15 +339,25 @@ def deployment_test(c: Cluster):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--image", default="localhost/cloudburst:dev")
-    ap.add_argument("--image-tar", required=True)
-    ap.add_argument("--pause-tar", required=True)
-    ap.add_argument("--deployment", action="store_true")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--image", default="localhost/cloudburst:dev",
+                    help="the image name inside the archive (manifests use it)")
+    ap.add_argument("--image-tar", required=True, help="OCI archive of scripts/k8s/image.sh")
+    ap.add_argument("--pause-tar", required=True, help="OCI archive of the pause image")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--e2e", action="store_true",
+                      help="deploy the platform and run the end-to-end scenario (default)")
+    mode.add_argument("--quick", action="store_true",
+                      help="only a pod `anna demo` to Succeeded (quick checks)")
+    ap.add_argument("--deployment", action="store_true",
+                    help="with --quick: also a Deployment whose pod is deleted and replaced")
     args = ap.parse_args()
+    if args.deployment and not args.quick:
+        ap.error("--deployment goes with --quick")
     bins = find_binaries()
-    if bins is None or not os.access(bins / "kubelet", os.X_OK):
-        raise SystemExit("binaries not built: scripts/k8s/build.sh")
+    if bins is None or not all(os.access(bins / b, os.X_OK)
+                               for b in ("kubelet", "kube-proxy", "coredns")):
+        raise SystemExit("binaries not built: scripts/k8s/build.sh --with-kubelet")
     c = Cluster(args)
 
     def on_signal(signum, frame):
@@ -342,13 +366,17 @@ def main():
     signal.signal(signal.SIGINT, on_signal)
     say(f"work dir {c.dir}; sysctls before: {c.sysctls}")
     try:
+        c.start_network()
         c.start_containerd()
         c.import_images()
         t = time.monotonic()
-        c.cp = ControlPlane(bins, controllers=True, kwok=False).start()
+        c.cp = ControlPlane(bins, controllers=True, kwok=False, address=c.net_settings.gateway,
+                            service_cidr=c.net_settings.service_cidr,
+                            extra_controllers=EXTRA_CONTROLLERS).start()
         say(f"control plane up at {c.cp.server} in {time.monotonic() - t:.1f} s")
         t = time.monotonic()
         c.start_kubelet()
+        c.start_kube_proxy_and_dns()
 
         def node_ready():
             if c.procs["kubelet"].poll() is not None:
@@ -365,12 +393,21 @@ def main():
             print("kubelet log tail:\n" + c.tail("kubelet", 40))
             raise
         say(f"NODE Ready {time.monotonic() - t:.1f} s after kubelet start")
+        c.wait_kube_proxy_and_dns()
         print(c.kubectl("get", "nodes", "-o", "wide").stdout)
-        pod_test(c)
-        if args.deployment:
-            deployment_test(c)
+        if args.quick:
+            pod_test(c)
+            if args.deployment:
+                deployment_test(c)
+        else:
+            from real_e2e import e2e
+            e2e(c)
         say(f"REAL-CLUSTER TEST PASSED in {time.monotonic() - T0:.1f} s")
     finally:
+        # a second Ctrl-C, or test_real.sh's SIGTERM after the first, must not cut the
+        # cleanup short (every step of it has its own timeout)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         c.cleanup()
 
 

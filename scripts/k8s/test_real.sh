@@ -1,30 +1,43 @@
 #!/usr/bin/env bash
 # The real-cluster test tier: a real kubelet + containerd + runc on this machine, with the
-# control plane of k8s/controlplane.py (no kwok), runs the project's image as real pods:
-#   1. a hostNetwork pod `anna demo` (restartPolicy Never) must reach phase Succeeded and its
-#      log (read through the apiserver, else from the kubelet's log files) contain "demo done";
-#   2. with --deployment: a 1-replica Deployment; its pod is deleted and must be replaced by a
-#      new Running pod.
+# control plane of k8s/controlplane.py (no kwok) and pod networking (bridge CNI on cb-br0 with
+# pods in 10.244.0.0/24, kube-proxy in iptables mode for Services in 10.96.0.0/24, CoreDNS for
+# cluster.local on the bridge address 10.244.0.1), runs the project's image as real pods.
 #
-#   scripts/k8s/test_real.sh [--deployment]
+#   scripts/k8s/test_real.sh [--e2e]            the default: the platform end to end
+#   scripts/k8s/test_real.sh --quick [--deployment]   the quick checks
 #
-# Needs root, the binaries of scripts/k8s/build.sh (incl. kubelet), the image archive of
-# scripts/k8s/image.sh ($CLOUDBURST_IMAGE_TAR, default ~/.cache/cloudburst-image/
-# cloudburst-image.oci.tar), Debian packages containerd runc containernetworking-plugins
-# iptables conntrack socat, and gcc + umoci for the pause image (built once, cached).
-# Everything it starts is stopped on exit, failure or Ctrl-C (see scripts/k8s/real_cluster.py).
-# Not part of the default test suite.
+# --e2e (scripts/k8s/real_e2e.py): Secrets from `cloudburst keys`, `kubectl apply -k
+#   scripts/k8s/e2e` (k8s/ with a test overlay), every Deployment Available, a pod's mounted
+#   ServiceAccount token used against the `kubernetes` Service, a DAG and a causal DAG from
+#   this machine through the scheduler Service, Anna puts/gets through the routing Service,
+#   then the anna-memory pod's process is killed: routing drops it, a new pod joins, and what
+#   survives is checked. Prints each step's time and a summary. ~70-85 s when cached.
+# --quick: a pod `anna demo` (restartPolicy Never) must reach Succeeded and its log (through
+#   the apiserver) contain "demo done"; with --deployment a 1-replica Deployment's pod is
+#   deleted and must be replaced by a new Running pod. ~45 s.
+#
+# Needs root, the binaries of `scripts/k8s/build.sh --with-kubelet` (kubelet, kube-proxy,
+# CoreDNS), the image archive of scripts/k8s/image.sh ($CLOUDBURST_IMAGE_TAR, default
+# ~/.cache/cloudburst-image/cloudburst-image.oci.tar; rebuild it after changing code that runs
+# in pods), Debian packages containerd runc containernetworking-plugins iptables conntrack,
+# and gcc + umoci for the pause image (built once, cached). Everything it starts or changes
+# is undone on exit, failure or Ctrl-C (see scripts/k8s/real_cluster.py). Not part of the
+# default test suite.
 set -euo pipefail
+case "${1:-}" in -h|--help) sed -n '2,26p' "$0"; exit 0 ;; esac
 cd "$(dirname "$0")/../.."
 START=$SECONDS
 say() { echo "[$(date +%H:%M:%S) +$(( SECONDS - START ))s] $*"; }
 die() { echo "test_real.sh: $*" >&2; exit 1; }
 
 [[ $(id -u) -eq 0 ]] || die "needs root (containerd, kubelet)"
-for t in containerd runc ctr kubectl gcc umoci; do
+for t in containerd runc ctr kubectl gcc umoci iptables ip; do
   command -v "$t" >/dev/null || die "$t missing: apt-get install -y containerd runc containernetworking-plugins iptables conntrack socat gcc umoci"
 done
-[[ -x /usr/lib/cni/loopback ]] || die "CNI plugins missing: apt-get install -y containernetworking-plugins"
+for p in loopback bridge host-local portmap; do
+  [[ -x /usr/lib/cni/$p ]] || die "CNI plugin $p missing: apt-get install -y containernetworking-plugins"
+done
 IMAGE_TAR="${CLOUDBURST_IMAGE_TAR:-$HOME/.cache/cloudburst-image/cloudburst-image.oci.tar}"
 [[ -f "$IMAGE_TAR" ]] || die "no image archive $IMAGE_TAR: run scripts/k8s/image.sh"
 
@@ -52,6 +65,7 @@ PY_PID=""
 cleanup() { [[ -n "$PY_PID" ]] && kill -TERM "$PY_PID" 2>/dev/null && wait "$PY_PID" 2>/dev/null; true; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+[[ $# -eq 0 ]] && set -- --e2e
 python3 scripts/k8s/real_cluster.py --image-tar "$IMAGE_TAR" --pause-tar "$PAUSE_TAR" "$@" &
 PY_PID=$!
 set +e; wait "$PY_PID"; rc=$?; set -e
