@@ -25,6 +25,9 @@ Steps (each timed; the first failure raises E2EFailure naming the step and the o
     memory-only key is gone (KeyNotFound: its only replica lived in the killed process'
     memory), and can be put again and read back; the DAG runs again after re-registering
     its functions (registrations are KVS keys of the default, memory-only, replication).
+ 6. autoscaling, both autoscalers in their pods acting through the API: a memory node added
+    and removed by the Anna monitor, an executor node added and removed by the executor
+    autoscaler, losing no data and no call (scripts/k8s/real_autoscale.py).
 """
 from __future__ import annotations
 
@@ -190,6 +193,14 @@ def e2e(c) -> None:
                                  f"{probe.pending} ({e})") from None
             print(c.kubectl("-n", NS, "get", "pods", "-o", "wide").stdout)
 
+        with step("cloudburst k8s status", timings):
+            out = run([sys.executable, "-c", "import sys; from cloudburst.cli import main; "
+                       "sys.exit(main(sys.argv[1:]))", "k8s", "status", "--kubeconfig",
+                       str(c.cp.kubeconfig), "--namespace", NS, "--json"], env=env, timeout=60)
+            status = json.loads(out.stdout)
+            facts["k8s-status"] = out.stdout.strip()[:200]
+            check("deployments" in status, f"cloudburst k8s status --json: {out.stdout[:300]}")
+
         with step("ServiceAccount token from a pod", timings):
             mon = pods(c, "anna-monitor")[0]["metadata"]["name"]
             code = ("import json,ssl,urllib.request as u;"
@@ -349,6 +360,15 @@ def e2e(c) -> None:
             v = client.call_dag("increment_square", {"increment": [6]}).get(timeout=60)
             check(v == 49, f"increment_square(6) after recovery returned {v!r}")
             facts["dag-after"] = f"{(time.monotonic() - t) * 1e3:.0f} ms"
+
+        from real_autoscale import anna_autoscaling, executor_autoscaling
+        helpers = dict(check=check, pods=pods, is_ready=is_ready, members=members)
+        reporting = AnnaClient(routing_addr, ip=gateway, timeout=5, report_period=2,
+                               client_id="e2e", auth=AuthConfig(str(key_dir),
+                                                               CLIENT_PREFIX + CLIENT))
+        closers.append(reporting)
+        anna_autoscaling(c, reporting, admin, helpers, step, timings, facts)
+        executor_autoscaling(c, client, helpers, step, timings, facts)
     finally:
         for x in closers:
             try:
