@@ -12,7 +12,7 @@ Roles and what they read from the environment (k8s/base/configmap.yaml sets most
 |-------------|------------------------|-------------|
 | `routing`   | `anna_core.routing`    | POD_IP, ROUTING_PORT |
 | `node`      | `anna_core.node`       | POD_NAME, POD_IP, ANNA_ROUTING, ANNA_TIER, NODE_CONFIG, LEAVE_TIMEOUT, REPORT_PERIOD |
-| `monitor`   | `anna_core.monitor`    | ANNA_ROUTING, REPORT_PERIOD, POLICY_CONFIG; with AUTOSCALE=true also POD_NAMESPACE, MEMORY_DEPLOYMENT, DISK_DEPLOYMENT, POD_STARTUP_TIMEOUT, POD_LEAVE_TIMEOUT |
+| `monitor`   | `anna_core.monitor`    | ANNA_ROUTING, REPORT_PERIOD, POLICY_CONFIG; with AUTOSCALE=true also POD_NAMESPACE, MEMORY_DEPLOYMENT, DISK_DEPLOYMENT, POD_STARTUP_TIMEOUT, POD_LEAVE_TIMEOUT; with BACKUP_TO (an s3:// prefix) scheduled backups every BACKUP_EVERY seconds |
 | `scheduler` | `scheduler`            | POD_IP, ANNA_ROUTING, SCHEDULER_PORT, METRICS_PORT, SCHEDULER_CONFIG |
 | `executor`  | `executor`             | POD_NAME, POD_IP, ANNA_ROUTING, SCHEDULERS, EXECUTOR_CONFIG |
 | `executor-autoscaler` | `cloudburst.autoscaler` | SCHEDULERS, POD_NAMESPACE, EXECUTOR_DEPLOYMENT, EXECUTOR_POLICY_CONFIG, EXECUTOR_CONFIG, POD_STARTUP_TIMEOUT, POD_LEAVE_TIMEOUT |
@@ -165,6 +165,15 @@ def command(role: str, env: Mapping[str, str], extra: List[str]) -> List[str]:
                      "--disk-deployment", env.get("DISK_DEPLOYMENT", "anna-disk")]
             argv += _seconds(env, "POD_STARTUP_TIMEOUT", "--pod-startup-timeout")
             argv += _seconds(env, "POD_LEAVE_TIMEOUT", "--pod-leave-timeout")
+        backup_to = env.get("BACKUP_TO", "").strip()
+        if backup_to:
+            # scheduled backups to S3; credentials and endpoint come from the standard AWS
+            # variables (the optional Secret cloudburst-aws in monitor.yaml)
+            every = _seconds(env, "BACKUP_EVERY", "--backup-every")
+            if not every:
+                raise EntrypointError("BACKUP_TO is set but BACKUP_EVERY (seconds between "
+                                      "backups) is not")
+            argv += ["--backup-to", backup_to] + every
     elif role == "scheduler":
         config = {"kvs_address": _keyed(_need(env, "ANNA_ROUTING"), env), "ip": _need(env, "POD_IP"),
                   "port": int(_need(env, "SCHEDULER_PORT")), "log_level": log_level}

@@ -312,3 +312,17 @@ def test_the_manifests_apply_to_a_real_apiserver_and_become_available(keys):
                 f"{k}={v}" for k, v in selector.items()), _request_timeout=10).items
             assert pods and all(any(c.type == "Ready" and c.status == "True"
                                     for c in p.status.conditions) for p in pods), service
+
+
+def test_the_entrypoint_maps_scheduled_backups_onto_the_monitor():
+    from anna_core.monitor import parse_args
+    env = dict(configmap(), POD_NAMESPACE="cb", KEY_DIR="")
+    assert "--backup-to" not in entrypoint.command("monitor", env, [])   # off by default
+    on = entrypoint.command("monitor", dict(env, BACKUP_TO="s3://b/anna", BACKUP_EVERY="3600"),
+                            [])
+    args = parse_args(on[3:])
+    assert (args.backup_to, args.backup_every) == ("s3://b/anna", 3600.0)
+    with pytest.raises(entrypoint.EntrypointError, match="BACKUP_EVERY"):
+        entrypoint.command("monitor", dict(env, BACKUP_TO="s3://b/anna", BACKUP_EVERY=""), [])
+    monitor = deployments()["anna-monitor"]["spec"]["template"]["spec"]["containers"][0]
+    assert {"secretRef": {"name": "cloudburst-aws", "optional": True}} in monitor["envFrom"]
