@@ -28,6 +28,8 @@ Contract (README "Backups" says it for users; the layout is `backup_format`'s):
   `~/.aws/config` and credentials, `AWS_ENDPOINT_URL` / `AWS_ENDPOINT_URL_S3`); `profile`
   and `endpoint_url` override them. Failures raise the `BackupError` family
   (`anna_core.errors`) naming the bucket and object, worker or key.
+- `ip` is the address the client's reply sockets bind and give to routing and workers: it
+  must be reachable from them (127.0.0.1 for a local cluster; the pod's address in a pod).
 """
 from __future__ import annotations
 
@@ -186,12 +188,12 @@ class RestoreResult:
 
 
 def _cluster_client(routing: Union[str, Sequence[str]], auth: Optional[AuthConfig],
-                    timeout: float) -> Client:
+                    timeout: float, ip: str = "127.0.0.1") -> Client:
     if auth is not None and auth.identity != CLUSTER:
         raise NotPermitted(f"backups and restores read and write every key and the cluster's "
                            f"metadata: they need the cluster's key (AuthConfig(key_dir) or "
                            f"--key-dir), not {auth.identity!r}")
-    return Client(routing, auth=auth, timeout=timeout, retries=2)
+    return Client(routing, auth=auth, timeout=timeout, retries=2, ip=ip)
 
 
 def _members(kvs: Client, deadline_s: float) -> anna_pb2.Membership:
@@ -267,7 +269,8 @@ class _Uploader:
 def backup(routing: Union[str, Sequence[str]], url: str, *, auth: Optional[AuthConfig] = None,
            part_bytes: int = DEFAULT_PART_BYTES, timeout: float = 5.0,
            profile: Optional[str] = None, endpoint_url: Optional[str] = None,
-           progress: Optional[Progress] = None, s3_client: Any = None) -> BackupResult:
+           progress: Optional[Progress] = None, s3_client: Any = None,
+           ip: str = "127.0.0.1") -> BackupResult:
     """Back the cluster at `routing` up to `url` (s3://bucket/prefix); see the contract."""
     location = parse_location(url)
     say = progress or (lambda text: log.info("%s", text))
@@ -279,7 +282,7 @@ def backup(routing: Union[str, Sequence[str]], url: str, *, auth: Optional[AuthC
                            bucket=location.bucket, object=MANIFEST_NAME)
     started = time.monotonic()
     started_at = _now()
-    kvs = _cluster_client(routing, auth, timeout)
+    kvs = _cluster_client(routing, auth, timeout, ip)
     uploader = _Uploader(store)
     try:
         before = _members(kvs, timeout * 3)
@@ -441,7 +444,7 @@ class _Writer:
 def restore(routing: Union[str, Sequence[str]], url: str, *, auth: Optional[AuthConfig] = None,
             verify: str = "first", timeout: float = 5.0, profile: Optional[str] = None,
             endpoint_url: Optional[str] = None, progress: Optional[Progress] = None,
-            s3_client: Any = None) -> RestoreResult:
+            s3_client: Any = None, ip: str = "127.0.0.1") -> RestoreResult:
     """Merge the backup at `url` into the cluster at `routing`; see the contract."""
     if verify not in ("first", "each"):
         raise ValueError(f"verify must be 'first' or 'each', not {verify!r}")
@@ -460,7 +463,7 @@ def restore(routing: Union[str, Sequence[str]], url: str, *, auth: Optional[Auth
             store.check(entry)
             if i + 1 == len(objects) or (i + 1) % 50 == 0:
                 say(f"  verified {i + 1}/{len(objects)} object(s)")
-    kvs = _cluster_client(routing, auth, timeout)
+    kvs = _cluster_client(routing, auth, timeout, ip)
     writer = _Writer(kvs, location)
     keys = size = 0
     last_report = time.monotonic()

@@ -164,11 +164,12 @@ def _cmd_backup_or_restore(args: argparse.Namespace) -> int:
         if args.command == "backup":
             backups.backup(args.routing, args.location, auth=auth,
                            part_bytes=int(args.part_mb * (1 << 20)), timeout=args.timeout,
-                           profile=args.profile, endpoint_url=args.endpoint_url, progress=say)
+                           profile=args.profile, endpoint_url=args.endpoint_url, progress=say,
+                           ip=args.ip)
         else:
             backups.restore(args.routing, args.location, auth=auth, verify=args.verify,
                             timeout=args.timeout, profile=args.profile,
-                            endpoint_url=args.endpoint_url, progress=say)
+                            endpoint_url=args.endpoint_url, progress=say, ip=args.ip)
     except KeyboardInterrupt:
         print(f"anna {args.command}: interrupted", file=sys.stderr)
         return 1
@@ -193,6 +194,10 @@ def _add_backup_parser(sub: Any, name: str, help_text: str) -> None:
                                      "key (default: no authentication)")
     p.add_argument("--timeout", type=positive_float, default=5.0,
                    help="seconds to wait for one answer from a worker or routing")
+    p.add_argument("--ip", default="127.0.0.1",
+                   help="the address this command's reply sockets bind and give to the "
+                        "cluster; its nodes must reach it (this machine's address on the "
+                        "cluster's network, or a pod's address)")
     p.add_argument("--profile", default=None,
                    help="AWS profile to use (default: AWS_PROFILE or the default profile)")
     p.add_argument("--endpoint-url", default=None,

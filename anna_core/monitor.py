@@ -336,6 +336,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         "pods' terminationGracePeriodSeconds)")
     k.add_argument("--request-timeout", type=positive_float, default=10.0, metavar="S",
                    help="seconds for every Kubernetes API request")
+    p.add_argument("--ip", default="127.0.0.1",
+                   help="the address this process' reply sockets bind and give to routing and "
+                        "the nodes; they must reach it (a pod's own address in Kubernetes)")
     p.add_argument("--log-level", default="info", help="debug, info, warning or error")
     args = p.parse_args(argv)
     if args.autoscale and not args.kubernetes_namespace:
@@ -418,7 +421,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.backup_to:
         from .backup_schedule import BackupSchedule
         try:
-            backups = BackupSchedule(args.backup_to, args.backup_every, args.routing, auth)
+            backups = BackupSchedule(args.backup_to, args.backup_every, args.routing, auth,
+                                     ip=args.ip)
         except (AnnaError, ValueError) as e:
             print(f"monitor: {e}", file=sys.stderr)
             return 2
@@ -431,7 +435,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         log.info("autoscaling on: %s", ", ".join(
             f"{t} {manager.deployments[t]}" for t in manager.deployments))   # type: ignore
     try:
-        with Client(args.routing, auth=auth, timeout=2.0, retries=1) as kvs:
+        with Client(args.routing, auth=auth, timeout=2.0, retries=1, ip=args.ip) as kvs:
             monitor = Monitor(kvs, policy=policy, manager=manager, autoscale=args.autoscale,
                               backups=backups).start()
             while not stop.wait(1.0):

@@ -12,7 +12,7 @@ Roles and what they read from the environment (k8s/base/configmap.yaml sets most
 |-------------|------------------------|-------------|
 | `routing`   | `anna_core.routing`    | POD_IP, ROUTING_PORT |
 | `node`      | `anna_core.node`       | POD_NAME, POD_IP, ANNA_ROUTING, ANNA_TIER, NODE_CONFIG, LEAVE_TIMEOUT, REPORT_PERIOD |
-| `monitor`   | `anna_core.monitor`    | ANNA_ROUTING, REPORT_PERIOD, POLICY_CONFIG; with AUTOSCALE=true also POD_NAMESPACE, MEMORY_DEPLOYMENT, DISK_DEPLOYMENT, POD_STARTUP_TIMEOUT, POD_LEAVE_TIMEOUT; with BACKUP_TO (an s3:// prefix) scheduled backups every BACKUP_EVERY seconds |
+| `monitor`   | `anna_core.monitor`    | POD_IP, ANNA_ROUTING, REPORT_PERIOD, POLICY_CONFIG; with AUTOSCALE=true also POD_NAMESPACE, MEMORY_DEPLOYMENT, DISK_DEPLOYMENT, POD_STARTUP_TIMEOUT, POD_LEAVE_TIMEOUT; with BACKUP_TO (an s3:// prefix) scheduled backups every BACKUP_EVERY seconds |
 | `scheduler` | `scheduler`            | POD_IP, ANNA_ROUTING, SCHEDULER_PORT, METRICS_PORT, SCHEDULER_CONFIG |
 | `executor`  | `executor`             | POD_NAME, POD_IP, ANNA_ROUTING, SCHEDULERS, EXECUTOR_CONFIG |
 | `executor-autoscaler` | `cloudburst.autoscaler` | SCHEDULERS, POD_NAMESPACE, EXECUTOR_DEPLOYMENT, EXECUTOR_POLICY_CONFIG, EXECUTOR_CONFIG, POD_STARTUP_TIMEOUT, POD_LEAVE_TIMEOUT |
@@ -151,7 +151,7 @@ def command(role: str, env: Mapping[str, str], extra: List[str]) -> List[str]:
             argv += ["--report-period", env["REPORT_PERIOD"]]
     elif role == "monitor":
         argv = py + ["anna_core.monitor", "--routing", _keyed(_need(env, "ANNA_ROUTING"), env),
-                     "--log-level", log_level]
+                     "--ip", _need(env, "POD_IP"), "--log-level", log_level]
         if env.get("REPORT_PERIOD"):
             argv += ["--period", env["REPORT_PERIOD"]]
         if key_dir:

@@ -173,11 +173,12 @@ def test_pods_are_given_up_on_only_after_their_grace_period():
 
 def test_the_entrypoint_maps_autoscale_settings_onto_the_monitor():
     from anna_core.monitor import kubernetes_manager, parse_args, policy_of
-    env = dict(configmap(), POD_NAMESPACE="cb", KEY_DIR="")
+    env = dict(configmap(), POD_NAMESPACE="cb", POD_IP="10.1.2.3", KEY_DIR="")
     observe = entrypoint.command("monitor", env, [])
     assert "--autoscale" not in observe and "--kubernetes-namespace" not in observe
     args = parse_args(observe[3:])
     assert kubernetes_manager(args) is None            # observing: no API client at all
+    assert args.ip == "10.1.2.3"      # routing and the nodes answer the pod's own address
     on = entrypoint.command("monitor", dict(env, AUTOSCALE="True"), [])
     args = parse_args(on[3:])
     assert args.autoscale and args.kubernetes_namespace == "cb"
@@ -316,7 +317,7 @@ def test_the_manifests_apply_to_a_real_apiserver_and_become_available(keys):
 
 def test_the_entrypoint_maps_scheduled_backups_onto_the_monitor():
     from anna_core.monitor import parse_args
-    env = dict(configmap(), POD_NAMESPACE="cb", KEY_DIR="")
+    env = dict(configmap(), POD_NAMESPACE="cb", POD_IP="10.1.2.3", KEY_DIR="")
     assert "--backup-to" not in entrypoint.command("monitor", env, [])   # off by default
     on = entrypoint.command("monitor", dict(env, BACKUP_TO="s3://b/anna", BACKUP_EVERY="3600"),
                             [])

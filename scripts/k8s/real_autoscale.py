@@ -49,6 +49,23 @@ def _monitor_actions(admin) -> List[str]:
     return recent + list(status.get("actions", []))
 
 
+def _diagnose(c, admin, deployment: str) -> str:
+    """What the autoscaler saw and said: its status (Anna's monitor) and its log's tail."""
+    from anna_core.autoscale.reports import STATUS_KEY
+    parts = []
+    if deployment == "anna-monitor":
+        try:
+            status = json.loads(admin.get(STATUS_KEY))
+            parts.append("monitor status: " + json.dumps(
+                {k: status.get(k) for k in ("tiers", "latency", "actions", "notes",
+                                            "problems", "recent", "autoscaling")})[:3000])
+        except Exception as e:  # noqa: BLE001 - diagnostics only
+            parts.append(f"monitor status unreadable: {type(e).__name__}: {e}")
+    log = c.kubectl("-n", NS, "logs", f"deploy/{deployment}", "--tail=40", check=False)
+    parts.append(f"{deployment} log:\n{log.stdout}{log.stderr}")
+    return "\n".join(parts)
+
+
 def anna_autoscaling(c, kvs, admin, helpers: Dict[str, Callable[..., Any]],
                      step, timings: Dict[str, float], facts: Dict[str, str]) -> None:
     """Steps 1 and 2 (see the module contract). `helpers` holds real_e2e's check, pods,
@@ -80,8 +97,7 @@ def anna_autoscaling(c, kvs, admin, helpers: Dict[str, Callable[..., Any]],
             added = wait("a new anna-memory pod Ready and a MEMORY member", grown,
                          SCALE_TIMEOUT, interval=1)[0]
         except RuntimeError as e:
-            raise AssertionError(f"{e}; monitor decisions: {_monitor_actions(admin)}") \
-                from None
+            raise AssertionError(f"{e}\n{_diagnose(c, admin, 'anna-monitor')}") from None
         check(_replicas(c, "anna-memory") == 2, "anna-memory's replicas are not 2 after "
               "the scale-out")
         facts["memory-added"] = (f"{added} joined {time.monotonic() - t0:.1f} s after the "
@@ -110,8 +126,7 @@ def anna_autoscaling(c, kvs, admin, helpers: Dict[str, Callable[..., Any]],
             gone = wait("one anna-memory pod removed and out of the membership", shrunk,
                         SCALE_TIMEOUT, interval=1)
         except RuntimeError as e:
-            raise AssertionError(f"{e}; monitor decisions: {_monitor_actions(admin)}") \
-                from None
+            raise AssertionError(f"{e}\n{_diagnose(c, admin, 'anna-monitor')}") from None
         for k, v in kept.items():
             got = kvs.get(k)
             check(got == v, f"{k} after the memory node left: {got!r:.40} instead of its "
@@ -150,10 +165,14 @@ def executor_autoscaling(c, client, helpers: Dict[str, Callable[..., Any]], step
     with step("a burst of calls adds an executor node", timings):
         t0 = time.monotonic()
         futures = [client.call("slow", i, timeout=SCALE_TIMEOUT) for i in range(SLOW_CALLS)]
-        added = wait("a second executor pod Ready",
-                     lambda: [p["metadata"]["name"] for p in pods(c, "cloudburst-executor")
-                              if p["metadata"]["name"] not in before and is_ready(p)],
-                     SCALE_TIMEOUT, interval=1)
+        try:
+            added = wait("a second executor pod Ready",
+                         lambda: [p["metadata"]["name"] for p in pods(c, "cloudburst-executor")
+                                  if p["metadata"]["name"] not in before and is_ready(p)],
+                         SCALE_TIMEOUT, interval=1)
+        except RuntimeError as e:
+            raise AssertionError(f"{e}\n{_diagnose(c, None, 'cloudburst-autoscaler')}") \
+                from None
         t_added = time.monotonic() - t0
         results = gather(futures, SCALE_TIMEOUT)
         check(results == list(range(SLOW_CALLS)), f"the burst's results are wrong: "
@@ -164,9 +183,13 @@ def executor_autoscaling(c, client, helpers: Dict[str, Callable[..., Any]], step
 
     with step("idle: one executor node drained and removed", timings):
         t0 = time.monotonic()
-        wait("the executor Deployment back to 1 replica with one pod",
-             lambda: _replicas(c, "cloudburst-executor") == 1
-             and len(pods(c, "cloudburst-executor")) == 1, SCALE_TIMEOUT, interval=1)
+        try:
+            wait("the executor Deployment back to 1 replica with one pod",
+                 lambda: _replicas(c, "cloudburst-executor") == 1
+                 and len(pods(c, "cloudburst-executor")) == 1, SCALE_TIMEOUT, interval=1)
+        except RuntimeError as e:
+            raise AssertionError(f"{e}\n{_diagnose(c, None, 'cloudburst-autoscaler')}") \
+                from None
         v = client.call("slow", 7, timeout=60).get(timeout=60)
         check(v == 7, f"a call after the scale-in returned {v!r}")
         facts["executor-removed"] = (f"back to one executor pod "
