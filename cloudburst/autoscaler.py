@@ -95,11 +95,14 @@ class SchedulerLink:
         addresses: every scheduler's address.
         auth: the cluster's identity (`LocalCluster.cluster_auth`); None for a plain cluster.
         timeout: seconds to wait for a scheduler's `status` answer.
+        ip: the address the answer sockets bind; the schedulers must reach it (a pod's own
+            address in Kubernetes).
     """
 
     def __init__(self, addresses: Sequence[str], auth: Optional[AuthConfig],
-                 timeout: float = 2.0) -> None:
+                 timeout: float = 2.0, ip: str = "127.0.0.1") -> None:
         self.addresses = list(addresses)
+        self.ip = ip
         self.auth = auth
         self.timeout = timeout
         self._clients: Dict[str, Client] = {}
@@ -116,7 +119,7 @@ class SchedulerLink:
                 if client is None:
                     client = self._clients[address] = Client(
                         address, timeout=self.timeout, failover_timeout=self.timeout,
-                        auth=self.auth)
+                        auth=self.auth, ip=self.ip)
                 out.append(client.status())
             except CloudburstError as e:
                 log.warning("scheduler %s did not answer status (%s); no node is removed "
@@ -262,6 +265,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--scheduler", action="append", required=True, metavar="ADDR",
                    help="a scheduler's address (repeat for each; with --key-dir, the address "
                         "carries the cluster's public key: tcp://host:port#k=...)")
+    p.add_argument("--ip", default="127.0.0.1",
+                   help="the address this process' answer sockets bind; the schedulers must "
+                        "reach it (a pod's own address in Kubernetes)")
     p.add_argument("--key-dir", default=None,
                    help="the cluster's key directory: the autoscaler speaks to the schedulers "
                         "as the cluster (drains are refused from client keys)")
@@ -343,7 +349,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"cloudburst.autoscaler: cannot manage the executor nodes: {e}", file=sys.stderr)
         return 1
     auth = AuthConfig(args.key_dir) if args.key_dir else None
-    link = SchedulerLink(args.scheduler, auth, timeout=args.status_timeout)
+    link = SchedulerLink(args.scheduler, auth, timeout=args.status_timeout, ip=args.ip)
     service = ExecutorAutoscalerService(ExecutorAutoscaler(config), manager, link).start()
     log.info("executor autoscaling on: deployment %s/%s, %d..%s node(s), %d scheduler(s)",
              args.kubernetes_namespace, args.executor_deployment, config.min_nodes,

@@ -15,7 +15,7 @@ Roles and what they read from the environment (k8s/base/configmap.yaml sets most
 | `monitor`   | `anna_core.monitor`    | POD_IP, ANNA_ROUTING, REPORT_PERIOD, POLICY_CONFIG; with AUTOSCALE=true also POD_NAMESPACE, MEMORY_DEPLOYMENT, DISK_DEPLOYMENT, POD_STARTUP_TIMEOUT, POD_LEAVE_TIMEOUT; with BACKUP_TO (an s3:// prefix) scheduled backups every BACKUP_EVERY seconds |
 | `scheduler` | `scheduler`            | POD_IP, ANNA_ROUTING, SCHEDULER_PORT, METRICS_PORT, SCHEDULER_CONFIG |
 | `executor`  | `executor`             | POD_NAME, POD_IP, ANNA_ROUTING, SCHEDULERS, EXECUTOR_CONFIG |
-| `executor-autoscaler` | `cloudburst.autoscaler` | SCHEDULERS, POD_NAMESPACE, EXECUTOR_DEPLOYMENT, EXECUTOR_POLICY_CONFIG, EXECUTOR_CONFIG, POD_STARTUP_TIMEOUT, POD_LEAVE_TIMEOUT |
+| `executor-autoscaler` | `cloudburst.autoscaler` | POD_IP, SCHEDULERS, POD_NAMESPACE, EXECUTOR_DEPLOYMENT, EXECUTOR_POLICY_CONFIG, EXECUTOR_CONFIG, POD_STARTUP_TIMEOUT, POD_LEAVE_TIMEOUT |
 
 Autoscaling: with AUTOSCALE=true the monitor acts on its policy's decisions: it adds and
 removes Anna nodes as pods of MEMORY_DEPLOYMENT and DISK_DEPLOYMENT (default `anna-memory`,
@@ -198,7 +198,7 @@ def command(role: str, env: Mapping[str, str], extra: List[str]) -> List[str]:
         argv = py + ["cloudburst.autoscaler", "--kubernetes-namespace",
                      _need(env, "POD_NAMESPACE"), "--executor-deployment",
                      env.get("EXECUTOR_DEPLOYMENT") or "cloudburst-executor",
-                     "--log-level", log_level]
+                     "--ip", _need(env, "POD_IP"), "--log-level", log_level]
         for address in _schedulers(env):
             argv += ["--scheduler", address]
         if policy:

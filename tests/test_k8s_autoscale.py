@@ -241,7 +241,7 @@ def test_the_monitor_from_its_command_line_adds_a_memory_pod_and_removes_the_idl
     # the monitor's command line as the entrypoint builds it from the ConfigMap (AUTOSCALE)
     argv = command("monitor", {
         "ANNA_ROUTING": "tcp://anna-routing:6450", "REPORT_PERIOD": "1", "AUTOSCALE": "true",
-        "POD_NAMESPACE": ns, "DISK_DEPLOYMENT": "", "POD_STARTUP_TIMEOUT": "30",
+        "POD_NAMESPACE": ns, "POD_IP": "10.1.2.3", "DISK_DEPLOYMENT": "", "POD_STARTUP_TIMEOUT": "30",
         "POLICY_CONFIG": json.dumps({"grace_period": 0, "max_nodes": 2})}, [])
     args = parse_args(argv[3:] + ["--kubeconfig", str(kubeconfig)])
     manager = kubernetes_manager(args)

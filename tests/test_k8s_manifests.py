@@ -227,10 +227,11 @@ def test_the_monitor_without_a_cluster_says_where_it_looked(tmp_path):
 
 def test_the_entrypoint_maps_settings_onto_the_executor_autoscaler():
     from cloudburst.autoscaler import executor_policy_of, parse_args
-    env = dict(configmap(), POD_NAMESPACE="cb", KEY_DIR="",
+    env = dict(configmap(), POD_NAMESPACE="cb", POD_IP="10.1.2.4", KEY_DIR="",
                SCHEDULERS="tcp://s0:6500, tcp://s1:6500")
     args = parse_args(entrypoint.command("executor-autoscaler", env, [])[3:])
     assert args.scheduler == ["tcp://s0:6500", "tcp://s1:6500"]
+    assert args.ip == "10.1.2.4"      # the schedulers answer the pod's own address
     assert (args.kubernetes_namespace, args.executor_deployment) == ("cb", "cloudburst-executor")
     assert (args.pod_startup_timeout, args.pod_leave_timeout) == (120.0, 60.0)
     config = executor_policy_of(args.policy_config)
