@@ -46,12 +46,13 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Deque, Dict, List, Optional, Sequence, Set, Tuple
 
 from runtime.logs import configure_logging
 from runtime.cli import positive_float
 
 from .autoscale.actions import Note
+from .autoscale.kubernetes_pods import add_api_arguments
 from .autoscale.manager import ClusterManager, apply
 from .autoscale.policy import PolicyEngine
 from .autoscale.policy_config import PolicyConfig
@@ -316,9 +317,6 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         "monitor only observes")
     k.add_argument("--kubernetes-namespace", metavar="NS", default=None,
                    help="the namespace of the Anna Deployments (with --autoscale)")
-    k.add_argument("--kubeconfig", metavar="PATH", default=None,
-                   help="a kubeconfig file, to run outside the cluster; default: the pod's "
-                        "ServiceAccount (in-cluster configuration)")
     k.add_argument("--memory-deployment", default="anna-memory", metavar="NAME",
                    help="the memory tier's Deployment")
     k.add_argument("--disk-deployment", default="anna-disk", metavar="NAME",
@@ -328,14 +326,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         "policy_config.py), e.g. '{\"grace_period\": 60, \"max_nodes\": 6}'; "
                         "the monitoring period is --period (an observing monitor uses the "
                         "latency SLO for its status)")
-    k.add_argument("--pod-startup-timeout", type=positive_float, default=120.0, metavar="S",
-                   help="seconds from a scale-up to a Ready pod before the start fails and is "
-                        "withdrawn")
-    k.add_argument("--pod-leave-timeout", type=positive_float, default=150.0, metavar="S",
-                   help="seconds from a removal until the pod must be gone (above the Anna "
-                        "pods' terminationGracePeriodSeconds)")
-    k.add_argument("--request-timeout", type=positive_float, default=10.0, metavar="S",
-                   help="seconds for every Kubernetes API request")
+    add_api_arguments(k, pods="Anna", leave_default=150.0)
     p.add_argument("--ip", default="127.0.0.1",
                    help="the address this process' reply sockets bind and give to routing and "
                         "the nodes; they must reach it (a pod's own address in Kubernetes)")

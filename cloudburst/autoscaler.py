@@ -48,6 +48,7 @@ from typing import Callable, Deque, Dict, List, Optional, Sequence
 
 import zmq
 
+from anna_core.autoscale.kubernetes_pods import add_api_arguments
 from hydro_proto import cloudburst_pb2 as pb
 from runtime.auth import AuthConfig, Security, credentials_of
 from runtime.errors import CloudburstError
@@ -275,21 +276,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                    help="the executor Deployment's namespace")
     p.add_argument("--executor-deployment", default="cloudburst-executor", metavar="NAME",
                    help="the executor nodes' Deployment")
-    p.add_argument("--kubeconfig", default=None, metavar="PATH",
-                   help="a kubeconfig file, to run outside the cluster; default: the pod's "
-                        "ServiceAccount (in-cluster configuration)")
     p.add_argument("--policy-config", default="", metavar="JSON",
                    help="a JSON object of ExecutorPolicyConfig knobs (scheduler/"
                         "executor_policy.py), e.g. '{\"min_nodes\": 1, \"max_nodes\": 4, "
                         "\"workers_per_node\": 3}'")
-    p.add_argument("--pod-startup-timeout", type=positive_float, default=120.0, metavar="S",
-                   help="seconds from a scale-up to a Ready executor pod before the start "
-                        "fails and is withdrawn")
-    p.add_argument("--pod-leave-timeout", type=positive_float, default=60.0, metavar="S",
-                   help="seconds from a removal until the pod must be gone (above the "
-                        "executor pods' terminationGracePeriodSeconds)")
-    p.add_argument("--request-timeout", type=positive_float, default=10.0, metavar="S",
-                   help="seconds for every Kubernetes API request")
+    add_api_arguments(p, pods="executor", leave_default=60.0)
     p.add_argument("--status-timeout", type=positive_float, default=2.0, metavar="S",
                    help="seconds to wait for a scheduler's status answer")
     add_common(p, log_default="info")

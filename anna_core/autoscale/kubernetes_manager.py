@@ -67,23 +67,9 @@ __all__ = ["KubernetesClusterManager", "KubernetesError", "PermissionDenied", "O
 class KubernetesClusterManager(DeploymentPods, ClusterManager):
     """Anna's nodes as the pods of one Deployment per tier; see the module docstring.
 
-    Args:
-        api_client: a `kubernetes.client.ApiClient` (e.g. `config.new_client_from_config()`).
-        namespace: where the Deployments are.
-        deployments: tier -> Deployment name, e.g. {"memory": "anna-memory"}; tiers left out
-            are not managed (their `nodes()` are empty, changes raise ValueError).
-        startup_timeout: seconds from `add_nodes` to a Ready pod before FAILED (and the
-            request withdrawn).
-        leave_timeout: seconds from `remove_node` until the pod must be gone; longer than the
-            pods' terminationGracePeriodSeconds.
-        request_timeout: seconds for every API request. The client's own retries
-            (`Configuration.retries`, urllib3's 3 by default) repeat a request that timed out
-            or was refused; set `retries = 0` for one attempt per call.
-        watch_timeout: seconds a watch runs before it is resumed (server-side timeout).
-        clock: the monotonic clock (tests may pass another).
-
-    Raises (constructing): `PermissionDenied`, `ObjectNotFound` (a missing Deployment or
-    namespace), `ApiTimeout`, `ApiUnavailable`, naming the call.
+    Args and errors: as `DeploymentPods`, with the tiers ("memory", "disk") as its groups:
+    `deployments` maps a tier to its Deployment's name, e.g. {"memory": "anna-memory"}; a
+    tier left out is not managed.
     """
 
     def __init__(self, api_client: Any, namespace: str, deployments: Mapping[str, str], *,

@@ -42,11 +42,13 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
+from runtime.cli import positive_float
+
 from ..errors import AnnaError
 from .manager import Event, FAILED
 from .pod_state import PodView, TierBusy, TierPods, Withdraw
 
-__all__ = ["DeploymentPods", "api_client_from", "KubernetesConfigError", "KubernetesError",
+__all__ = ["DeploymentPods", "api_client_from", "add_api_arguments", "KubernetesConfigError", "KubernetesError",
            "PermissionDenied", "ObjectNotFound", "ApiTimeout", "ApiUnavailable", "ApiConflict",
            "TierBusy", "pod_view", "api_error", "DELETION_COST", "LOWEST_COST"]
 
@@ -150,6 +152,24 @@ def client_errors() -> Tuple[type, ...]:
 class KubernetesConfigError(KubernetesError):
     """No usable API configuration: the kubeconfig file is missing or malformed, or the
     process is not in a pod (no in-cluster ServiceAccount token)."""
+
+
+def add_api_arguments(parser: Any, *, pods: str, leave_default: float) -> None:
+    """The command-line options of a process that scales Deployments through DeploymentPods:
+    --kubeconfig, --pod-startup-timeout, --pod-leave-timeout (default `leave_default`, above
+    the grace period of the `pods` it removes) and --request-timeout."""
+    parser.add_argument("--kubeconfig", metavar="PATH", default=None,
+                        help="a kubeconfig file, to run outside the cluster; default: the "
+                             "pod's ServiceAccount (in-cluster configuration)")
+    parser.add_argument("--pod-startup-timeout", type=positive_float, default=120.0,
+                        metavar="S", help=f"seconds from a scale-up to a Ready {pods} pod "
+                                          f"before the start fails and is withdrawn")
+    parser.add_argument("--pod-leave-timeout", type=positive_float, default=leave_default,
+                        metavar="S", help=f"seconds from a removal until the pod must be gone "
+                                          f"(above the {pods} pods' "
+                                          f"terminationGracePeriodSeconds)")
+    parser.add_argument("--request-timeout", type=positive_float, default=10.0, metavar="S",
+                        help="seconds for every Kubernetes API request")
 
 
 def api_client_from(kubeconfig: Optional[str] = None) -> Any:
