@@ -24,27 +24,12 @@ from kubernetes import client  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-REASON = ("the Kubernetes control plane is not built; run scripts/test_k8s.sh (builds it "
-          "with scripts/k8s/build.sh, 10-20 min the first time on 2 cores, cached after) to run "
-          "this tier")
 IMAGE = "registry.example.com/cloudburst:1.2"
 
 pytestmark = pytest.mark.timeout(180)
 
 
-@pytest.fixture(scope="module")
-def cp():
-    bin_dir = k8s_controlplane.find_binaries()
-    if bin_dir is None:
-        if os.environ.get("CLOUDBURST_K8S_REQUIRED"):
-            pytest.fail(REASON)
-        pytest.skip(REASON)
-    plane = k8s_controlplane.ControlPlane(bin_dir)
-    plane.start()
-    try:
-        yield plane
-    finally:
-        plane.stop()
+# `cp` (a started control plane, one per module) is tests/conftest.py's.
 
 
 @pytest.fixture
