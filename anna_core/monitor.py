@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import dataclasses
 import json
 import logging
 import signal
@@ -49,7 +48,7 @@ import time
 from typing import Any, Deque, Dict, List, Optional, Sequence, Set, Tuple
 
 from runtime.logs import configure_logging
-from runtime.cli import positive_float
+from runtime.cli import knobs_from_json, positive_float
 
 from .autoscale.actions import Note
 from .autoscale.kubernetes_pods import add_api_arguments
@@ -348,24 +347,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 def policy_of(args: argparse.Namespace) -> PolicyConfig:
     """PolicyConfig from --period and --policy-config (ValueError naming a bad knob)."""
-    knobs: Dict[str, Any] = {}
-    text = (getattr(args, "policy_config", "") or "").strip()
-    if text:
-        try:
-            knobs = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"--policy-config is not valid JSON: {e}") from None
-        if not isinstance(knobs, dict):
-            raise ValueError(f"--policy-config must be a JSON object, got "
-                             f"{type(knobs).__name__}")
-        if "monitoring_period" in knobs and knobs["monitoring_period"] != args.period:
-            raise ValueError("--policy-config may not set monitoring_period: it is --period, "
-                             "which must equal the nodes' --report-period")
-    known = {f.name for f in dataclasses.fields(PolicyConfig)}
-    unknown = sorted(set(knobs) - known)
-    if unknown:
-        raise ValueError(f"--policy-config: unknown PolicyConfig knob(s) {unknown}; known: "
-                         f"{sorted(known)}")
+    knobs = knobs_from_json(getattr(args, "policy_config", "") or "", PolicyConfig,
+                            "--policy-config")
+    if "monitoring_period" in knobs and knobs["monitoring_period"] != args.period:
+        raise ValueError("--policy-config may not set monitoring_period: it is --period, "
+                         "which must equal the nodes' --report-period")
     for name in ("memory_storage_bounds", "disk_storage_bounds", "latency_bounds",
                  "compute_bounds"):
         if isinstance(knobs.get(name), list):

@@ -51,6 +51,7 @@ import zmq
 from anna_core.autoscale.kubernetes_pods import add_api_arguments
 from hydro_proto import cloudburst_pb2 as pb
 from runtime.auth import AuthConfig, Security, credentials_of
+from runtime.cli import knobs_from_json
 from runtime.errors import CloudburstError
 from runtime.sockets import PushCache
 from scheduler.executor_policy import (Action, AddNodes, Drain, ExecutorAutoscaler,
@@ -290,22 +291,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 def executor_policy_of(text: str) -> ExecutorPolicyConfig:
     """ExecutorPolicyConfig from a JSON object of its knobs ('' : the defaults); ValueError
     naming a bad one."""
-    import dataclasses
-    import json
-    knobs: Dict[str, object] = {}
-    if text.strip():
-        try:
-            knobs = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"--policy-config is not valid JSON: {e}") from None
-        if not isinstance(knobs, dict):
-            raise ValueError(f"--policy-config must be a JSON object, got "
-                             f"{type(knobs).__name__}")
-    known = {f.name for f in dataclasses.fields(ExecutorPolicyConfig)}
-    unknown = sorted(set(knobs) - known)
-    if unknown:
-        raise ValueError(f"--policy-config: unknown ExecutorPolicyConfig knob(s) {unknown}; "
-                         f"known: {sorted(known)}")
+    knobs = knobs_from_json(text, ExecutorPolicyConfig, "--policy-config")
     config = ExecutorPolicyConfig(**knobs)   # type: ignore[arg-type]
     if config.min_nodes < 1:
         # the manager never removes the last node (LastNode), and a call needs a node

@@ -4,12 +4,17 @@
 Contract: the types raise `argparse.ArgumentTypeError`, so a bad value (`--nodes 0`,
 `--log-level loud`) ends with argparse's one-line usage error, never a traceback.
 `add_common(parser)` adds `--log-level` (one of `runtime.logs.LEVELS`) and `--version`.
+`knobs_from_json(text, cls, option)` reads a JSON object of a configuration dataclass' fields
+(`--policy-config`), raising ValueError naming the option and any unknown field.
 Help texts show defaults when the parser uses `HELP_FORMAT`.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 from importlib import metadata
+from typing import Any, Dict
 
 from .logs import LEVELS
 
@@ -46,6 +51,25 @@ def positive_float(text: str) -> float:
     if value == 0:
         raise argparse.ArgumentTypeError(f"expected a number above 0, got {text!r}")
     return value
+
+
+def knobs_from_json(text: str, cls: type, option: str) -> Dict[str, Any]:
+    """The fields of dataclass `cls` that `text` (a JSON object, "" for none) sets; ValueError
+    naming `option` when it is not a JSON object or names a field `cls` does not have."""
+    if not text.strip():
+        return {}
+    try:
+        knobs = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{option} is not valid JSON: {e}") from None
+    if not isinstance(knobs, dict):
+        raise ValueError(f"{option} must be a JSON object, got {type(knobs).__name__}")
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(knobs) - known)
+    if unknown:
+        raise ValueError(f"{option}: unknown {cls.__name__} knob(s) {unknown}; known: "
+                         f"{sorted(known)}")
+    return knobs
 
 
 def non_negative_float(text: str) -> float:

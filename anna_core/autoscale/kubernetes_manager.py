@@ -25,17 +25,11 @@ How it maps the interface (`anna_core/autoscale/manager.py`):
   the hand-off, and `leave_timeout` must exceed it. Because the ReplicaSet deletes pods that
   are not Ready before it reads deletion costs, a removal while some pod of the tier is not
   Ready raises `TierBusy` (a `ClusterManagerError`; the monitor retries next period).
-- Pods are followed by one watch per tier (the Deployment's selector, read from the scale
-  subresource; the tiers' selectors must not overlap), each on a thread that feeds a queue;
-  `poll()` drains the queue and does not wait for pods (it calls the API only to withdraw a
-  start that timed out: two requests, each within `request_timeout`). `wait(timeout)` blocks
-  until there is news, for callers with nothing else to do. A watch ends every
-  `watch_timeout` seconds and resumes from the last resourceVersion; when that is too old
-  (410 Gone) the thread lists the pods again.
-- The decisions (which pod is pending, ready, leaving, what timed out) are in the pure
-  `pod_state.TierPods`; the API machinery (scale, deletion cost, watches, typed errors) is
-  `kubernetes_pods.DeploymentPods`, shared with Cloudburst's executor manager. This module
-  only adapts it to the cluster-manager interface (tiers).
+- Following pods (one watch per tier, resumed and relisted), scaling, deletion costs and the
+  typed errors are `kubernetes_pods.DeploymentPods`' (its contract says how), shared with
+  Cloudburst's executor manager; the decisions (which pod is pending, ready, leaving, what
+  timed out) are in the pure `pod_state.TierPods`. This module only adapts them to the
+  cluster-manager interface (tiers).
 - Every API call has `request_timeout`; a failure raises a `KubernetesError` naming the verb,
   the resource, the object and the server's reason: `PermissionDenied` (RBAC), `ObjectNotFound`,
   `ApiTimeout`, `ApiUnavailable`, `ApiConflict`. They are `AnnaError`s, so `apply()` records

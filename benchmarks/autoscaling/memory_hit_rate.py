@@ -252,9 +252,7 @@ def parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                    help="Zipf exponents, one tiered and one control run each")
     p.add_argument("--keys", type=int, default=500, help="distinct keys")
     p.add_argument("--value-size", type=int, default=8192,
-                   help="bytes per value (large enough that the memory tier's own metadata, "
-                        "a few hundred bytes per demoted key plus the monitor's reports, "
-                        "stays a small part of its capacity)")
+                   help="bytes per value")
     p.add_argument("--memory-capacity", type=int, default=1024 * 1024,
                    help="the memory node's capacity in bytes (the data set is --keys x "
                         "--value-size)")
