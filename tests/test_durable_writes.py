@@ -6,8 +6,19 @@ The trigger is deterministic: Anna's gossip period is ten minutes, so a write re
 the replicas the writer itself sent it to; right after the acknowledgement every replica but
 one is killed (SIGKILL), keeping one that lacks a write if there is such a replica. A node
 cache that acknowledged after one replica (write quorum "one") fails this every time.
+
+The write quorum itself (`anna_core.Client.put(quorum=...)`, `NodeConfig.write_quorum`): with
+a dead replica still in the placement, "all" fails within the deadline with a Timeout naming
+the key and the dead replica, a quorum the live replicas meet succeeds, and "all" succeeds
+again once routing has removed the dead node.
 """
+import time
+
+import pytest
+
+import anna_core
 import cloudburst
+from executor.config import NodeConfig
 from hydrocache import vclock
 from hydrocache.version import Version
 
@@ -100,3 +111,47 @@ def test_acknowledged_writes_survive_the_crash_of_every_replica_but_one():
         assert client.get(CAUSAL_KEYS[0], consistency="causal") == 7
         # and the promise itself: each write was on every replica when it was acknowledged
         assert all(holders[k] == set(nodes) for k in checked), holders
+
+
+def test_write_quorum_with_a_dead_replica_fails_fast_naming_it_then_succeeds_once_removed():
+    # routing's failure detector is slow here, so the dead node stays in the placement first
+    with anna_core.LocalCluster(nodes=2, replication=(2, 1, 0, 1), heartbeat_period=0.25,
+                                heartbeat_timeout=4.0) as kvs:
+        dead = kvs.node_ids[1]
+        dead_address = kvs.worker_addresses(dead)[0]
+        kvs.kill_node(dead)
+        quick = kvs.client(timeout=0.3, retries=1)
+        started = time.monotonic()
+        with pytest.raises(anna_core.Timeout) as failed:
+            quick.put("quorum-k", b"v1", quorum="all")
+        assert time.monotonic() - started < 3.0          # the deadline, not a hang
+        assert failed.value.key == "quorum-k" and failed.value.address == dead_address
+        assert "quorum-k" in str(failed.value) and dead_address in str(failed.value)
+        # a quorum the live replica meets is acknowledged at once
+        quick.put("quorum-k", b"v2", quorum=1)
+        assert quick.get("quorum-k") == b"v2"
+        # once routing has removed the dead node, "all" re-resolves the placement and succeeds
+        patient = kvs.client(timeout=1.0, retries=9)
+        patient.put("quorum-k", b"v3", quorum="all")
+        assert patient.get_all("quorum-k") == b"v3"
+
+
+@pytest.mark.parametrize("good, expected", [("one", "one"), ("all", "all"), (2, 2), ("3", 3)])
+def test_write_quorum_knob_accepts(good, expected):
+    assert anna_core.check_write_quorum(good) == expected
+    assert NodeConfig(node_id="n", kvs_address="tcp://x:1", write_quorum=good).write_quorum \
+        == expected
+
+
+@pytest.mark.parametrize("bad", ["most", 0, -1, True, 1.5, None])
+def test_write_quorum_knob_refuses(bad):
+    with pytest.raises(ValueError, match="write quorum"):
+        NodeConfig(node_id="n", kvs_address="tcp://x:1", write_quorum=bad)
+    with pytest.raises(ValueError, match="write quorum"):
+        cloudburst.LocalCluster(write_quorum=bad)
+
+
+def test_default_is_every_replica_and_kvs_options_cannot_override_the_clusters_own():
+    assert NodeConfig(node_id="n", kvs_address="tcp://x:1").write_quorum == "all"
+    with pytest.raises(ValueError, match="replication"):
+        cloudburst.LocalCluster(kvs_options={"replication": (2, 1, 0, 1)})
