@@ -2,11 +2,14 @@
 
     python benchmarks/mtcc.py [--quick] [--calls 100] [--clients 6] [--keys 1000]
         [--zipfs 1.0,1.25,1.5] [--modes lww,ct,opt,con,hb] [--topologies linear,v]
-        [--nodes 3] [--executors 2] [--warmup 10] [--json PATH] [--png PATH]
+        [--nodes 3] [--executors 2] [--warmup 10] [--kvs-nodes 1] [--write-quorum all]
+        [--json PATH] [--png PATH]
     python benchmarks/mtcc.py --report benchmarks/results/mtcc.json   # README tables of a run
 
-One LocalCluster (Anna, one scheduler, `--nodes` executor nodes x `--executors` workers, Unix
-sockets, `colocate_chains=False` so a DAG's functions spread over the nodes). Two DAGs of three
+One LocalCluster (Anna with `--kvs-nodes` nodes, two replicas per key from two nodes on, node
+caches acknowledging a write once `--write-quorum` replicas hold it; one scheduler, `--nodes`
+executor nodes x `--executors` workers, Unix sockets, `colocate_chains=False` so a DAG's
+functions spread over the nodes). Two DAGs of three
 functions: linear `r1 -> r2 -> w` and V-shaped `(r1, r2) -> w`, where `r1`/`r2` are
 `hydrocache.history.read_step` and the sink `w` is `hydrocache.history.write_step` (it writes
 one of the keys it read, chosen by an int seed argument). Every function gets two `Reference`
@@ -449,6 +452,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                    help="OPT attempts the scheduler retries before Aborted")
     p.add_argument("--call-timeout", type=float, default=20.0)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--kvs-nodes", type=int, default=1,
+                   help="Anna nodes (two or more keep two replicas of every key)")
+    p.add_argument("--write-quorum", default="all",
+                   help="replicas that hold a node cache's write (causal commit, lib.put) "
+                        "before it is acknowledged: all (default), one, or a number")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: zipf 1.0 only, 20 calls, 3 warm-up calls, 200 keys")
     p.add_argument("--json", help="also write the summary here")
@@ -459,6 +467,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     args.zipfs = [float(z) for z in args.zipfs.split(",") if z]
     args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     args.topologies = [t.strip() for t in args.topologies.split(",") if t.strip()]
+    from anna_core.config import check_write_quorum
+    try:
+        args.write_quorum = check_write_quorum(args.write_quorum)
+    except ValueError as e:
+        p.error(str(e))
     if args.quick:
         args.zipfs, args.calls, args.warmup = args.zipfs[:1], 20, 3
         args.keys = min(args.keys, 200)
@@ -483,17 +496,21 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
                     "loadavg_start": [round(x, 2) for x in os.getloadavg()]},
         "config": {k: getattr(args, k) for k in ("nodes", "executors", "keys", "zipfs", "modes",
                                                  "topologies", "clients", "calls", "warmup",
-                                                 "max_retries", "seed", "quick")},
+                                                 "max_retries", "seed", "quick",
+                                                 "kvs_nodes", "write_quorum")},
         "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
     cells: Dict[str, Dict[str, Dict[str, Any]]] = {}
     total = len(args.topologies) * len(args.zipfs) * len(args.modes)
     t_start = time.perf_counter()
     print(f"MTCC benchmark: {args.nodes} nodes x {args.executors} executors, {args.clients} "
           f"clients x {args.calls} calls (+{args.warmup} warm-up), {args.keys} keys, zipfs "
-          f"{args.zipfs}, modes {args.modes}, topologies {args.topologies}", flush=True)
+          f"{args.zipfs}, modes {args.modes}, topologies {args.topologies}, {args.kvs_nodes} "
+          f"Anna node(s), write quorum {args.write_quorum}", flush=True)
     with cloudburst.LocalCluster(executor_nodes=args.nodes, executors_per_node=args.executors,
                                  transport="ipc", colocate_chains=False,
-                                 max_causal_retries=args.max_retries) as cluster:
+                                 max_causal_retries=args.max_retries,
+                                 kvs_nodes=args.kvs_nodes,
+                                 write_quorum=args.write_quorum) as cluster:
         clients = [cluster.client(timeout=args.call_timeout) for _ in range(args.clients)]
         setup_functions(clients[0])
         with ThreadPoolExecutor(max_workers=max(args.clients,
