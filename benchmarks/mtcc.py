@@ -22,7 +22,9 @@ ratio compares runs minutes apart) on a fresh keyspace of its own (`--keys` keys
 `hydrocache.history.initial_value`; fresh per cell because the workload's application clocks
 grow with every write to a key), pre-warmed into every node's cache, then `--clients` threads,
 each with its own Client, issue `--warmup` unmeasured calls and `--calls` measured sequential
-calls (client-side latency, perf_counter).
+calls (client-side latency, perf_counter). `--put-probe N` first times N puts of a causal
+version straight to Anna with write quorum "one" and "all" (alternating blocks): the cost of
+the quorum per written key, without the rest of a call around it.
 
 Per cell: p50/p99 latency of the calls that succeeded; errors by type (a call that raises is
 counted, with sampled messages); the protocol each result came from (HB: OPT with metadata
@@ -286,6 +288,26 @@ def run_calls(client: Any, cid: int, topology: str, mode: str, keys: Sequence[st
     return records, results
 
 
+def put_cost(kvs: Any, n: int, keys: int = 50, block: int = 50) -> Dict[str, Any]:
+    """What the write quorum costs one written key: latency of `n` puts of a one-version causal
+    lattice (what a commit writes) per quorum, "one" and "all" in alternating blocks over the
+    same `keys` keys (their placements cached by a first, unmeasured pass)."""
+    import anna_core
+    samples: Dict[str, List[float]] = {"one": [], "all": []}
+    for q in samples:
+        for i in range(keys):
+            kvs.put(f"mtcc/put/{i}", anna_core.MultiKeyCausalLattice({"p": 1}, {}, [b"w"]),
+                    quorum=q)
+    for start in range(0, n, block):
+        for q, out in samples.items():
+            for i in range(start, min(n, start + block)):
+                lattice = anna_core.MultiKeyCausalLattice({"p": i + 2}, {}, [b"w" * 64])
+                t = time.perf_counter()
+                kvs.put(f"mtcc/put/{i % keys}", lattice, quorum=q)
+                out.append(time.perf_counter() - t)
+    return {q: summary(out) for q, out in samples.items()}
+
+
 def run_cell(clients: Sequence[Any], pool: ThreadPoolExecutor, topology: str, zipf_s: float,
              mode: str, args: argparse.Namespace) -> Dict[str, Any]:
     keys = cell_keys(mode, topology, zipf_s, args.keys)
@@ -454,6 +476,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--kvs-nodes", type=int, default=1,
                    help="Anna nodes (two or more keep two replicas of every key)")
+    p.add_argument("--put-probe", type=int, default=0, metavar="N",
+                   help="first time N puts of a causal version with write quorum one and all")
     p.add_argument("--write-quorum", default="all",
                    help="replicas that hold a node cache's write (causal commit, lib.put) "
                         "before it is acknowledged: all (default), one, or a number")
@@ -497,7 +521,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         "config": {k: getattr(args, k) for k in ("nodes", "executors", "keys", "zipfs", "modes",
                                                  "topologies", "clients", "calls", "warmup",
                                                  "max_retries", "seed", "quick",
-                                                 "kvs_nodes", "write_quorum")},
+                                                 "kvs_nodes", "write_quorum", "put_probe")},
         "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
     cells: Dict[str, Dict[str, Dict[str, Any]]] = {}
     total = len(args.topologies) * len(args.zipfs) * len(args.modes)
@@ -513,6 +537,11 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
                                  write_quorum=args.write_quorum) as cluster:
         clients = [cluster.client(timeout=args.call_timeout) for _ in range(args.clients)]
         setup_functions(clients[0])
+        if args.put_probe:
+            results["put_cost"] = put_cost(cluster.kvs.client(auth=cluster.cluster_auth),
+                                           args.put_probe)
+            print(f"one causal-version put, by write quorum ({args.put_probe} each): "
+                  f"{json.dumps(results['put_cost'])}", flush=True)
         with ThreadPoolExecutor(max_workers=max(args.clients,
                                                 args.nodes * args.executors)) as pool:
             n = 0
