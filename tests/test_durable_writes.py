@@ -27,7 +27,7 @@ LWW_KEY = "durable-plain"
 KVS_NODES = 3
 KVS_OPTIONS = {"gossip_period_ms": 600_000,  # no gossip during the test
                "handoff_window_ms": 1,       # a replica missing a key does not read through
-               "heartbeat_period": 0.25, "heartbeat_timeout": 1.0}
+               "heartbeat_period": 0.5, "heartbeat_timeout": 2.0}
 
 
 def write_both(lib, value):
