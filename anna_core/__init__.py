@@ -9,14 +9,15 @@ What users import:
   `SingleKeyCausalLattice`, `MultiKeyCausalLattice`, and `deserialize`; the vector-clock
   order and merge `compare_clocks` (0 equal, 1 before, 2 after, 3 concurrent) and `merge_clocks`.
 - Typed errors: `AnnaError` and its subclasses.
-- Configuration objects: `Replication`, `NodeConfig`, `RoutingConfig`, `ClusterConfig`.
+- Configuration objects: `Replication`, `NodeConfig`, `RoutingConfig`, `ClusterConfig`;
+  `check_write_quorum` (a put's write quorum: "one", "all" or n replicas).
 """
 from ._core import (LWWLattice, MapLattice, MaxLattice, MultiKeyCausalLattice,
                     OrderedSetLattice, PriorityLattice, SetLattice, SingleKeyCausalLattice,
                     compare_clocks, deserialize, merge_clocks)
 from .client import Client, Subscription, Update
 from .cluster import LocalCluster
-from .config import ClusterConfig, NodeConfig, Replication, RoutingConfig
+from .config import ClusterConfig, NodeConfig, Replication, RoutingConfig, check_write_quorum
 from .errors import (AnnaError, DiskFull, KeyNotFound, LatticeTypeMismatch, LeaveFailed,
                      MalformedRequest, NoNodes, NotPermitted, StartupError, StoreFailed, Timeout,
                      UnknownLatticeType, ValueTooLarge, WrongOwner)
@@ -29,5 +30,5 @@ __all__ = [
     "AnnaError", "KeyNotFound", "LatticeTypeMismatch", "ValueTooLarge", "UnknownLatticeType",
     "MalformedRequest", "NoNodes", "Timeout", "WrongOwner", "StoreFailed", "DiskFull",
     "NotPermitted", "StartupError", "LeaveFailed", "Replication", "NodeConfig", "RoutingConfig",
-    "ClusterConfig",
+    "ClusterConfig", "check_write_quorum",
 ]

@@ -24,7 +24,12 @@ Contract (DESIGN.md "Processes", dissertation 3.2.5):
   every replica of the key's current placement acknowledged: a replica that stays silent
   makes it ask routing again until the deadline, so after a node died it succeeds once
   routing has removed the node (the acknowledging replicas then hold the value, and the
-  kernel copies it to the replacement replicas).
+  kernel copies it to the replacement replicas). At the deadline `Timeout` names the key
+  and the replicas that did not acknowledge.
+- `put(key, value, quorum=...)` chooses when a put is acknowledged (`config.check_write_quorum`):
+  "one" (default: one replica, as above), "all" (`put_all`), or n: sent to every replica,
+  returned once n of the key's current replicas acknowledged (all of them when it has
+  fewer), with `put_all`'s retries and deadline.
 - DELETE carries the client's timestamp (`KeyTuple.timestamp`, from its MonotoneClock): the
   kernel keeps it as the key's tombstone.
 - Plain bytes are stored as `LWWLattice(timestamp, value)` with a timestamp strictly
@@ -47,7 +52,8 @@ from runtime.auth import ADDRESS_KEY_MARK, CLUSTER, AuthConfig, Security, check_
 from runtime.sockets import PushCache, bind_pull
 
 from . import _core
-from .config import DEFAULT_MAX_VALUE_BYTES, Replication
+from .config import ALL, DEFAULT_MAX_VALUE_BYTES, ONE, Replication, WriteQuorum, \
+    check_write_quorum
 from .errors import (KeyNotFound, LatticeTypeMismatch, MalformedRequest, NoNodes,
                      NotPermitted, Timeout, ValueTooLarge, error_from_code)
 from .reporting import ClientLatencyReports
@@ -163,14 +169,24 @@ class Client:
         t = self._single(anna_pb2.GET, key, anna_pb2.KeyTuple(key=key))
         return self._decode(t, "GET")
 
-    def put(self, key: str, value: Value) -> None:
-        """Merge `value` into `key` on one replica (gossip spreads it to the others).
+    def put(self, key: str, value: Value, *, quorum: WriteQuorum = ONE) -> None:
+        """Merge `value` into `key`; returns once `quorum` replicas acknowledged.
 
         `value` is bytes (stored as LWWLattice with this client's next timestamp) or any
-        lattice. Raises LatticeTypeMismatch, ValueTooLarge, DiskFull (a disk-tier replica's
-        disk is full: nothing was stored), Timeout, ... on failure.
+        lattice. `quorum`: "one" (default: one replica; gossip spreads the write to the
+        others within an epoch, so it is lost if that replica dies first), "all" (every
+        replica of the key's current placement in every tier, as `put_all`), or an int n
+        (sent to every replica; n of them, or all when the key has fewer). Raises
+        LatticeTypeMismatch, ValueTooLarge, DiskFull (a disk-tier replica's disk is full:
+        nothing was stored), Timeout (naming the key and the replicas that did not
+        acknowledge), ... on failure.
         """
-        self._single(anna_pb2.PUT, key, self._tuple_for(key, value))
+        quorum = check_write_quorum(quorum)
+        if quorum == ONE:
+            self._single(anna_pb2.PUT, key, self._tuple_for(key, value))
+        else:
+            self._all(anna_pb2.PUT, key, self._tuple_for(key, value),
+                      quorum=None if quorum == ALL else int(quorum))
 
     def delete(self, key: str) -> None:
         """Delete `key` (on one replica; forwarded to the others). Deleting a missing key is
@@ -213,7 +229,8 @@ class Client:
                 if t.error != anna_pb2.KEY_DNE]
 
     def put_all(self, key: str, value: Value) -> None:
-        """Merge `value` into every replica of `key` in every tier; returns when all acked."""
+        """Merge `value` into every replica of `key` in every tier; returns when all acked
+        (`put(key, value, quorum="all")`)."""
         self._all(anna_pb2.PUT, key, self._tuple_for(key, value))
 
     def subscribe(self, key: str, address: str) -> None:
@@ -335,13 +352,16 @@ class Client:
         return request_id
 
     def _collect(self, pending: Dict[str, str], deadline: float,
-                 message_type: Type = anna_pb2.KeyResponse) -> Dict[str, Any]:
-        """Wait until every request id in `pending` is answered or the deadline passes.
+                 message_type: Type = anna_pb2.KeyResponse,
+                 enough: Optional[int] = None) -> Dict[str, Any]:
+        """Wait until every request id in `pending` (or `enough` of them) is answered or the
+        deadline passes.
 
         Returns {request_id: parsed answer}; unknown ids (stale answers) are discarded.
         """
         answers: Dict[str, Any] = {}
-        while len(answers) < len(pending):
+        wanted = len(pending) if enough is None else min(enough, len(pending))
+        while len(answers) < wanted:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
@@ -516,13 +536,15 @@ class Client:
                 self._addresses.pop((key, False), None)
             return t
 
-    def _all(self, req_type: int, key: str, key_tuple: Any) -> List[Tuple[str, Any]]:
-        """Send one request to every replica of `key` in every tier; all must answer.
+    def _all(self, req_type: int, key: str, key_tuple: Any,
+             quorum: Optional[int] = None) -> List[Tuple[str, Any]]:
+        """Send one request to every replica of `key` in every tier; all must answer (or,
+        with `quorum`, that many of the current replicas, all when there are fewer).
 
         A replica that stays silent makes the client ask routing again (a dead node is
         removed within routing's heartbeat timeout) until the deadline. Returns
-        [(address, KeyTuple)] for the current replicas; KEY_DNE tuples are returned, other
-        errors raised.
+        [(address, KeyTuple)] for the current replicas that answered; KEY_DNE tuples are
+        returned, other errors raised.
         """
         op = _OP_NAMES[req_type] + ("_ALL" if req_type in (anna_pb2.GET, anna_pb2.PUT) else "")
         deadline = time.monotonic() + self.timeout * (self.retries + 1)
@@ -530,25 +552,37 @@ class Client:
         results: Dict[str, Any] = {}
         while True:
             addresses = self._lookup(key, True)
+            need = len(addresses) if quorum is None else min(quorum, len(addresses))
+            if quorum is not None and sum(1 for a in addresses if a in results) >= need:
+                return [(a, results[a]) for a in addresses if a in results]
             missing = [a for a in addresses if a not in results]
             pending = {self._send_key_request(a, req_type, key_tuple): a for a in missing}
             wait_until = min(deadline, time.monotonic() + self.timeout)
             redirected = False
-            for request_id, response in self._collect(pending, wait_until).items():
-                address = pending[request_id]
-                self._suspects.pop(address, None)
-                t = self._tuple_of(response, key)
-                if t.error == anna_pb2.WRONG_OWNER:
-                    redirected = True
-                    continue
-                if t.error == anna_pb2.KEY_DNE and req_type in (
-                        anna_pb2.GET, anna_pb2.DELETE, anna_pb2.UNSUBSCRIBE):
+            while pending:
+                acked = sum(1 for a in addresses if a in results)
+                answers = self._collect(pending, wait_until,
+                                        enough=None if quorum is None else need - acked)
+                if not answers:
+                    break
+                for request_id, response in answers.items():
+                    address = pending.pop(request_id)
+                    self._suspects.pop(address, None)
+                    t = self._tuple_of(response, key)
+                    if t.error == anna_pb2.WRONG_OWNER:
+                        redirected = True
+                        continue
+                    if t.error == anna_pb2.KEY_DNE and req_type in (
+                            anna_pb2.GET, anna_pb2.DELETE, anna_pb2.UNSUBSCRIBE):
+                        results[address] = t
+                        continue
+                    if t.error != anna_pb2.NO_ERROR:
+                        raise error_from_code(t.error, key=key, address=address, operation=op,
+                                              detail=t.error_detail)
                     results[address] = t
-                    continue
-                if t.error != anna_pb2.NO_ERROR:
-                    raise error_from_code(t.error, key=key, address=address, operation=op,
-                                          detail=t.error_detail)
-                results[address] = t
+                if quorum is not None and sum(1 for a in addresses if a in results) >= need:
+                    # the quorum holds it; the other replicas were sent it too
+                    return [(a, results[a]) for a in addresses if a in results]
             missing = [a for a in addresses if a not in results]
             if not missing and not redirected:
                 return [(a, results[a]) for a in addresses]

@@ -103,7 +103,8 @@ class LocalCluster:
         fault_tolerance: k, for k+1 replicas of every key in each tier that has nodes
             (needs `nodes` >= k+1; not together with `replication`).
         Further keyword arguments are `ClusterConfig` fields (leave_timeout, max_value_bytes,
-        ip, pin_threads, startup_timeout, stop_timeout, vnodes, log_level, and autoscaling:
+        handoff_window_ms, ip, pin_threads, startup_timeout, stop_timeout, vnodes, log_level,
+        and autoscaling:
             autoscale (True, an `anna_core.autoscale.PolicyConfig`, or a dict of its knobs with the
             rest derived from this cluster), monitor (report and
             summarise without acting), provisioning_delay). With either on, `monitor` is the
@@ -434,6 +435,7 @@ class LocalCluster:
                             data_dir=data_dir, gossip_period_ms=self.config.gossip_period_ms,
                             max_value_bytes=self.config.max_value_bytes,
                             max_push_sockets=self.config.max_push_sockets,
+                            handoff_window_ms=self.config.handoff_window_ms,
                             pin_threads=self.config.effective_pin_threads(),
                             log_level=self.config.log_level,
                             key_dir=self.key_dir,

@@ -16,6 +16,9 @@ Contract:
   detection knobs (`heartbeat_period` 1.0 s, `heartbeat_timeout` 3.0 s, `recovery_period`).
 - `ClusterConfig` describes a `LocalCluster` (nodes and threads per tier, routers, heartbeat
   and leave knobs, fault tolerance).
+- A write quorum (`check_write_quorum`) says when a client's put is acknowledged: `"one"`
+  (one replica; gossip spreads the write), `"all"` (every replica of the key's current
+  placement, in every tier) or an int n >= 1 (n of them; all when the key has fewer).
 """
 from __future__ import annotations
 
@@ -27,7 +30,8 @@ from typing import Any, Mapping, Optional, Sequence, Tuple, Union
 
 __all__ = ["Replication", "NodeConfig", "RoutingConfig", "ClusterConfig", "MEMORY", "DISK",
            "tier_number", "tier_name", "DEFAULT_MAX_VALUE_BYTES", "DEFAULT_HEARTBEAT_PERIOD",
-           "DEFAULT_HEARTBEAT_TIMEOUT", "DEFAULT_LEAVE_TIMEOUT"]
+           "DEFAULT_HEARTBEAT_TIMEOUT", "DEFAULT_LEAVE_TIMEOUT", "WriteQuorum", "ONE", "ALL",
+           "check_write_quorum"]
 
 MEMORY = "memory"
 DISK = "disk"
@@ -36,6 +40,23 @@ DEFAULT_MAX_VALUE_BYTES = 64 * 1024 * 1024
 # Bounds of a non-zero NodeConfig.service_rate (the kernel checks the same: node_config.hpp).
 _MIN_SERVICE_RATE = 0.001
 _MAX_SERVICE_RATE = 1e9
+
+
+ONE = "one"      # write quorum: one replica acknowledges (gossip spreads the write)
+ALL = "all"      # write quorum: every replica of the key's current placement acknowledges
+WriteQuorum = Union[str, int]
+
+
+def check_write_quorum(value: Any) -> WriteQuorum:
+    """`value` as a write quorum: "one", "all" or an int >= 1 (a numeric string is read as
+    the int). Raises ValueError naming the value otherwise."""
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, str) and value in (ONE, ALL):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    raise ValueError(f"write quorum must be {ONE!r}, {ALL!r} or an int >= 1, got {value!r}")
 
 
 def tier_number(tier: Union[str, int]) -> int:
@@ -314,6 +335,7 @@ class ClusterConfig:
     leave_timeout: float = DEFAULT_LEAVE_TIMEOUT
     fault_tolerance: Optional[int] = None
     max_push_sockets: int = 1024      # per KVS worker thread (NodeConfig.max_push_sockets)
+    handoff_window_ms: int = 5000     # NodeConfig.handoff_window_ms: new owners read through
     auth: bool = True
     key_dir: Optional[str] = None
     # Autoscaling: False (off), True (the local defaults of autoscale.PolicyConfig, with this
@@ -340,6 +362,10 @@ class ClusterConfig:
             value = getattr(self, knob)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"ClusterConfig.{knob} must be an int >= 0, got {value!r}")
+        value = self.handoff_window_ms
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"ClusterConfig.handoff_window_ms must be a positive int, got "
+                             f"{value!r}")
         if not (self.provisioning_delay >= 0):
             raise ValueError(f"ClusterConfig.provisioning_delay must be >= 0, got "
                              f"{self.provisioning_delay!r}")

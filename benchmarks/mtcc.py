@@ -2,11 +2,14 @@
 
     python benchmarks/mtcc.py [--quick] [--calls 100] [--clients 6] [--keys 1000]
         [--zipfs 1.0,1.25,1.5] [--modes lww,ct,opt,con,hb] [--topologies linear,v]
-        [--nodes 3] [--executors 2] [--warmup 10] [--json PATH] [--png PATH]
+        [--nodes 3] [--executors 2] [--warmup 10] [--kvs-nodes 1] [--write-quorum all]
+        [--json PATH] [--png PATH]
     python benchmarks/mtcc.py --report benchmarks/results/mtcc.json   # README tables of a run
 
-One LocalCluster (Anna, one scheduler, `--nodes` executor nodes x `--executors` workers, Unix
-sockets, `colocate_chains=False` so a DAG's functions spread over the nodes). Two DAGs of three
+One LocalCluster (Anna with `--kvs-nodes` nodes, two replicas per key from two nodes on, node
+caches acknowledging a write once `--write-quorum` replicas hold it; one scheduler, `--nodes`
+executor nodes x `--executors` workers, Unix sockets, `colocate_chains=False` so a DAG's
+functions spread over the nodes). Two DAGs of three
 functions: linear `r1 -> r2 -> w` and V-shaped `(r1, r2) -> w`, where `r1`/`r2` are
 `hydrocache.history.read_step` and the sink `w` is `hydrocache.history.write_step` (it writes
 one of the keys it read, chosen by an int seed argument). Every function gets two `Reference`
@@ -19,7 +22,9 @@ ratio compares runs minutes apart) on a fresh keyspace of its own (`--keys` keys
 `hydrocache.history.initial_value`; fresh per cell because the workload's application clocks
 grow with every write to a key), pre-warmed into every node's cache, then `--clients` threads,
 each with its own Client, issue `--warmup` unmeasured calls and `--calls` measured sequential
-calls (client-side latency, perf_counter).
+calls (client-side latency, perf_counter). `--put-probe N` first times N puts of a causal
+version straight to Anna with write quorum "one" and "all" (alternating blocks): the cost of
+the quorum per written key, without the rest of a call around it.
 
 Per cell: p50/p99 latency of the calls that succeeded; errors by type (a call that raises is
 counted, with sampled messages); the protocol each result came from (HB: OPT with metadata
@@ -283,6 +288,26 @@ def run_calls(client: Any, cid: int, topology: str, mode: str, keys: Sequence[st
     return records, results
 
 
+def put_cost(kvs: Any, n: int, keys: int = 50, block: int = 50) -> Dict[str, Any]:
+    """What the write quorum costs one written key: latency of `n` puts of a one-version causal
+    lattice (what a commit writes) per quorum, "one" and "all" in alternating blocks over the
+    same `keys` keys (their placements cached by a first, unmeasured pass)."""
+    import anna_core
+    samples: Dict[str, List[float]] = {"one": [], "all": []}
+    for q in samples:
+        for i in range(keys):
+            kvs.put(f"mtcc/put/{i}", anna_core.MultiKeyCausalLattice({"p": 1}, {}, [b"w"]),
+                    quorum=q)
+    for start in range(0, n, block):
+        for q, out in samples.items():
+            for i in range(start, min(n, start + block)):
+                lattice = anna_core.MultiKeyCausalLattice({"p": i + 2}, {}, [b"w" * 64])
+                t = time.perf_counter()
+                kvs.put(f"mtcc/put/{i % keys}", lattice, quorum=q)
+                out.append(time.perf_counter() - t)
+    return {q: summary(out) for q, out in samples.items()}
+
+
 def run_cell(clients: Sequence[Any], pool: ThreadPoolExecutor, topology: str, zipf_s: float,
              mode: str, args: argparse.Namespace) -> Dict[str, Any]:
     keys = cell_keys(mode, topology, zipf_s, args.keys)
@@ -449,6 +474,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                    help="OPT attempts the scheduler retries before Aborted")
     p.add_argument("--call-timeout", type=float, default=20.0)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--kvs-nodes", type=int, default=1,
+                   help="Anna nodes (two or more keep two replicas of every key)")
+    p.add_argument("--put-probe", type=int, default=0, metavar="N",
+                   help="first time N puts of a causal version with write quorum one and all")
+    p.add_argument("--write-quorum", default="all",
+                   help="replicas that hold a node cache's write (causal commit, lib.put) "
+                        "before it is acknowledged: all (default), one, or a number")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: zipf 1.0 only, 20 calls, 3 warm-up calls, 200 keys")
     p.add_argument("--json", help="also write the summary here")
@@ -459,6 +491,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     args.zipfs = [float(z) for z in args.zipfs.split(",") if z]
     args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     args.topologies = [t.strip() for t in args.topologies.split(",") if t.strip()]
+    from anna_core.config import check_write_quorum
+    try:
+        args.write_quorum = check_write_quorum(args.write_quorum)
+    except ValueError as e:
+        p.error(str(e))
     if args.quick:
         args.zipfs, args.calls, args.warmup = args.zipfs[:1], 20, 3
         args.keys = min(args.keys, 200)
@@ -483,19 +520,28 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
                     "loadavg_start": [round(x, 2) for x in os.getloadavg()]},
         "config": {k: getattr(args, k) for k in ("nodes", "executors", "keys", "zipfs", "modes",
                                                  "topologies", "clients", "calls", "warmup",
-                                                 "max_retries", "seed", "quick")},
+                                                 "max_retries", "seed", "quick",
+                                                 "kvs_nodes", "write_quorum", "put_probe")},
         "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
     cells: Dict[str, Dict[str, Dict[str, Any]]] = {}
     total = len(args.topologies) * len(args.zipfs) * len(args.modes)
     t_start = time.perf_counter()
     print(f"MTCC benchmark: {args.nodes} nodes x {args.executors} executors, {args.clients} "
           f"clients x {args.calls} calls (+{args.warmup} warm-up), {args.keys} keys, zipfs "
-          f"{args.zipfs}, modes {args.modes}, topologies {args.topologies}", flush=True)
+          f"{args.zipfs}, modes {args.modes}, topologies {args.topologies}, {args.kvs_nodes} "
+          f"Anna node(s), write quorum {args.write_quorum}", flush=True)
     with cloudburst.LocalCluster(executor_nodes=args.nodes, executors_per_node=args.executors,
                                  transport="ipc", colocate_chains=False,
-                                 max_causal_retries=args.max_retries) as cluster:
+                                 max_causal_retries=args.max_retries,
+                                 kvs_nodes=args.kvs_nodes,
+                                 write_quorum=args.write_quorum) as cluster:
         clients = [cluster.client(timeout=args.call_timeout) for _ in range(args.clients)]
         setup_functions(clients[0])
+        if args.put_probe:
+            results["put_cost"] = put_cost(cluster.kvs.client(auth=cluster.cluster_auth),
+                                           args.put_probe)
+            print(f"one causal-version put, by write quorum ({args.put_probe} each): "
+                  f"{json.dumps(results['put_cost'])}", flush=True)
         with ThreadPoolExecutor(max_workers=max(args.clients,
                                                 args.nodes * args.executors)) as pool:
             n = 0

@@ -63,6 +63,10 @@ AUTH_OFF_WARNING = (
     "this cluster, read and overwrite its data, and pose as its schedulers and workers. "
     "Turn it off only on a machine and network you trust.")
 
+# anna_core.LocalCluster arguments LocalCluster sets itself (not through kvs_options)
+_KVS_FIXED = {"memory_threads", "nodes", "replication", "log_dir", "log_level", "auth",
+              "key_dir"}
+
 SUPERVISE_PERIOD = 0.1    # seconds between two looks at the cluster's processes
 
 
@@ -131,6 +135,12 @@ class LocalCluster:
             test can add, remove or kill its nodes).
         kvs_replication: Anna's default replication vector (`anna_core.Replication`, a
             4-tuple or a dict); None: one replica.
+        kvs_options: further keyword arguments of `anna_core.LocalCluster` (e.g.
+            `gossip_period_ms`, `heartbeat_timeout`); the ones set above are refused here.
+        write_quorum: replicas of a key that hold a write made by a node cache (a causal
+            call's commit, a function's `lib.put`) before it is acknowledged: "all"
+            (default: it survives the crash of any replica), an int n, or "one"
+            (`executor.config.NodeConfig.write_quorum`).
         heartbeat_period / heartbeat_timeout: worker liveness reporting and detection (s).
         log_level: level of every process' log (files under `log_dir`).
         startup_timeout: seconds to wait for the whole cluster to be ready.
@@ -177,7 +187,9 @@ class LocalCluster:
                  max_causal_retries: int = 10, log_dir: Optional[str] = None,
                  port: int = 0, metrics_port: Optional[int] = None,
                  function_time_limit: float = 900.0, restart_workers: bool = True,
-                 kvs_nodes: int = 1, kvs_replication: Any = None, supervise: bool = True,
+                 kvs_nodes: int = 1, kvs_replication: Any = None,
+                 kvs_options: Optional[Dict[str, Any]] = None,
+                 write_quorum: Union[str, int] = "all", supervise: bool = True,
                  restart_backoff: float = 0.1,
                  unresponsive_timeout: Optional[float] = None, auth: bool = True,
                  key_dir: Optional[str] = None,
@@ -192,6 +204,13 @@ class LocalCluster:
         self.kvs_threads = kvs_threads
         self.kvs_nodes = kvs_nodes
         self.kvs_replication = kvs_replication
+        self.kvs_options = dict(kvs_options or {})
+        fixed = sorted(set(self.kvs_options) & _KVS_FIXED)
+        if fixed:
+            raise ValueError(f"LocalCluster: kvs_options may not set {fixed} (set by "
+                             f"LocalCluster itself or by its own arguments)")
+        from anna_core.config import check_write_quorum
+        self.write_quorum = check_write_quorum(write_quorum)
         self.heartbeat_period = heartbeat_period
         self.heartbeat_timeout = heartbeat_timeout
         self.log_level = log_level
@@ -307,7 +326,8 @@ class LocalCluster:
                                               log_dir=os.path.join(self.log_dir, "kvs"),
                                               log_level=self.log_level,
                                               auth=kvs_keys is not None,
-                                              key_dir=self.key_dir if kvs_keys else None)
+                                              key_dir=self.key_dir if kvs_keys else None,
+                                              **self.kvs_options)
             self.kvs.start()
             for i in range(self.scheduler_count):
                 config = SchedulerConfig(kvs_address=self.kvs.routing_address,
@@ -374,7 +394,7 @@ class LocalCluster:
                             function_time_limit=self.function_time_limit,
                             restart_workers=self.restart_workers,
                             unresponsive_timeout=self.unresponsive_timeout,
-                            key_dir=self.key_dir)
+                            key_dir=self.key_dir, write_quorum=self.write_quorum)
         return ManagedProcess(node_id, [sys.executable, "-m", "executor", "--config",
                                         config.to_json()], self.log_dir)
 

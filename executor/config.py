@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import List, Optional
+from typing import List, Optional, Union
+
+from anna_core.config import check_write_quorum
 
 __all__ = ["NodeConfig", "WorkerConfig"]
 
@@ -21,6 +23,11 @@ class NodeConfig:
     unresponsive_timeout: seconds a worker whose process runs may go without heartbeating to
         its node before the node kills and restarts it (None: `function_time_limit` + 60 s;
         a function stuck in C code is normally killed at its time limit by its own guard).
+    write_quorum: when the node cache acknowledges a write it makes for a function (a causal
+        call's commit, and `lib.put`): "all" (default) once every replica of each written key
+        holds it, so an acknowledged write survives the crash of any replica; an int n once
+        n replicas do; "one" once one replica does (faster; a replica that dies before
+        gossip spreads the write takes it along). `anna_core.check_write_quorum`.
     key_dir: the cluster's key directory (`cloudburst keys`): the node and its workers
         authenticate every socket with the cluster's key pair, and admit only cluster keys
         (no client reaches a node cache or a worker). None: plain sockets. Each process reads
@@ -46,6 +53,10 @@ class NodeConfig:
     function_time_limit: float = 900.0
     unresponsive_timeout: Optional[float] = None
     key_dir: Optional[str] = None       # authenticate with the cluster's keys here (None: plain)
+    write_quorum: Union[str, int] = "all"   # replicas that hold a write before it is acked
+
+    def __post_init__(self) -> None:
+        self.write_quorum = check_write_quorum(self.write_quorum)
 
     def worker_unresponsive_timeout(self) -> float:
         """`unresponsive_timeout`, or its default."""

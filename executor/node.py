@@ -7,7 +7,9 @@ Contract:
 - The node cache is the one place where the node's reads and writes pass: a GET hit is
   answered from memory at once; a miss is fetched from Anna by a fetch thread, cached, and the
   key subscribed so that Anna's pushes keep it fresh; a PUT is written through to Anna (as an
-  LWW lattice with this node's timestamp) and merged into the cache before it is acknowledged.
+  LWW lattice with this node's timestamp) and merged into the cache before it is acknowledged;
+  a write to Anna (a PUT, a causal commit) is acknowledged once `config.write_quorum`
+  replicas hold it (every replica by default).
   A reply carries each value as its own ZeroMQ frame after the response (no protobuf copy).
   The missing keys of one GET are fetched in parallel (one fetch-thread task per key).
   Anna errors reach the worker as a failed `CacheResponse` naming the key; an LWW read of a
@@ -147,7 +149,7 @@ class ExecutorNode:
                                         self._push, ip=config.ip,
                                         capacity_bytes=config.cache_bytes,
                                         ipc_dir=config.ipc_dir, auth=creds,
-                                        kvs_auth=self.auth)
+                                        kvs_auth=self.auth, write_quorum=config.write_quorum)
         self.workers: List[ManagedProcess] = []
         self.worker_info: List[Dict[str, Any]] = []
         self.supervisor = Supervisor(RestartPolicy(initial=config.restart_backoff,
@@ -423,12 +425,13 @@ class ExecutorNode:
                 raise ValueError(f"PUT of {len(req.keys)} keys with {len(req.values)} values")
             for key, value in zip(req.keys, req.values):
                 if req.lattice_type:          # merged in Anna; not cached here (see _fetch)
-                    state.kvs.put(key, anna_core.deserialize(req.lattice_type, value))
+                    state.kvs.put(key, anna_core.deserialize(req.lattice_type, value),
+                                  quorum=self.config.write_quorum)
                     response.entries.add(key=key, found=True)
                     continue
                 with self._lock:
                     lattice = anna_core.LWWLattice(self._clock.next(), value)
-                state.kvs.put(key, lattice)
+                state.kvs.put(key, lattice, quorum=self.config.write_quorum)
                 with self._lock:
                     self.cache.merge(key, lattice)
                 self._subscribe(state.kvs, key)

@@ -10,7 +10,8 @@ The service carries out both lists, in order, and feeds every I/O result back in
   the read failed.
 - `Subscribe(key)`: subscribe the node's update address to `key`; on failure feed
   `on_subscribe_failed(key, now)` (the core will subscribe again on its next fetch).
-- `PutVersions(token, versions)`: write each version's lattice to Anna, in order; feed
+- `PutVersions(token, versions)`: write each version's lattice to Anna, in order, each
+  acknowledged by the node's write quorum (every replica by default); feed
   `on_put(token, now)` when all are written or `on_put(token, now, error)` at the first failure.
 - `AskCache(address, request)`: send `request` (a CAUSAL_TEMP_GET carrying its `request_id`) to
   the node cache at `address`, with `response_address` set to where the service receives

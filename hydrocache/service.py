@@ -18,6 +18,13 @@ the loop thread, so the core needs no lock:
   the core. An operation that needs no I/O never leaves the loop thread.
 Failures reach the requester as the core's typed answers (TIMEOUT naming the stage, or
 EXECUTION_ERROR naming this cache); an I/O error becomes the core's input, never a silent drop.
+Durability: a commit's versions are written with the node's write quorum
+(`NodeConfig.write_quorum`, "all" by default: every replica of each key's current placement,
+in every tier, acknowledged it), so an acknowledged commit survives the crash of any replica.
+A replica that stays silent makes the write ask routing again (a dead node is removed within
+Anna's heartbeat timeout) and retry until the client's deadline; then `anna_core.Timeout`
+names the key and the replicas, and the core fails the commit with it (or with TIMEOUT
+naming the stage, when the request's own deadline comes first).
 Authentication (`runtime.auth`): with `auth` (the node's cluster credentials) the reply
 socket admits only cluster keys and the pool threads' pushes are CURVE clients; `kvs_auth` is
 the identity its `anna_core.Client`s use (the KVS shares the cluster's key directory).
@@ -61,8 +68,10 @@ class HydroCacheService:
                  context: zmq.Context, submit: Callable[..., Any], push: PushCache,
                  ip: str = "127.0.0.1", capacity_bytes: int = 2 << 30,
                  ipc_dir: Optional[str] = None, auth: Optional[Credentials] = None,
-                 kvs_auth: Optional[AuthConfig] = None) -> None:
+                 kvs_auth: Optional[AuthConfig] = None,
+                 write_quorum: anna_core.config.WriteQuorum = anna_core.config.ALL) -> None:
         self.node_id = node_id
+        self.write_quorum = anna_core.check_write_quorum(write_quorum)
         self.address = address
         self.update_address = update_address
         self.kvs_address = kvs_address
@@ -257,7 +266,7 @@ class HydroCacheService:
         try:
             kvs = self._kvs()
             for v in versions:
-                kvs.put(v.key, v.lattice)
+                kvs.put(v.key, v.lattice, quorum=self.write_quorum)
         except Exception as e:
             error = e
         self._hand_back(("put", token, error))
