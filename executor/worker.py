@@ -60,7 +60,7 @@ from hydro_proto import cloudburst_pb2 as pb
 from hydrocache import versionset as vs
 from hydrocache.writer import ExecutorWriter
 
-from .cache_client import CacheClient
+from .cache_client import CacheClient, Fenced
 from .causal import CausalAbortError, CausalInvocation, Reusable, inputs_digest
 from .config import WorkerConfig
 from .dagstate import PendingCalls, Ready
@@ -438,7 +438,7 @@ class Worker:
                 if s.sink:
                     extra = {s.output_key: value} if s.output_key else None
                     versions = inv.commit(self._writer, extra)
-            except (CausalAbortError, Timeout, ArgumentRefused):
+            except (CausalAbortError, Timeout, ArgumentRefused, Fenced):
                 raise
             except FunctionError as e:
                 raise FunctionError(f"{what} on worker {self.worker_id}: {e}") from None
@@ -449,6 +449,12 @@ class Worker:
                                      traceback.format_exc()) from None
         except CausalAbortError as e:
             self._causal_abort(s, e)
+            return
+        except Fenced as e:
+            # the scheduler released or failed this attempt, or granted the call's commit to
+            # another: it owns the call's outcome, so the caller hears nothing from here
+            log.info("%s: attempt %s fenced: %s", what, s.call_id, e)
+            self._causal_abort(s, CausalAbortError(f"fenced: {e}"))
             return
         except ArgumentRefused as e:
             self._fail(s, pb.UNSAFE_VALUE, f"{what} on worker {self.worker_id}: {e}")
