@@ -126,3 +126,103 @@ def test_every_acknowledged_write_survives_any_interleaving(rnd, steps):
     problems = world.check()
     assert problems == [], problems
     assert all(len(c.commits) <= 1 for c in world.calls.values())
+
+
+# ---- the rule's parts, directly ----
+def _commit_request(net, attempt: str, grant: bool = False) -> pb.CacheRequest:
+    from hydro_proto import anna_pb2
+    from hydrocache.version import Version
+    v = Version.new("k0", {"e9": 1}, {}, [b"x"])
+    req = pb.CacheRequest(op=pb.CAUSAL_COMMIT, attempt_id=attempt, keys=["k0"],
+                          grant_address="scheduler" if grant else "")
+    req.writes.append(anna_pb2.KeyTuple(key="k0", lattice_type=anna_pb2.MULTI_CAUSAL,
+                                        payload=v.serialize()).SerializeToString())
+    return req
+
+
+def test_release_fences_reads_and_commits_of_the_attempt():
+    from hydrocache_sim import Net
+    net = Net(1, auto=True)
+    net.put("k0", {"a": 1})
+    read = pb.CacheRequest(op=pb.CAUSAL_READ, attempt_id="c#0", keys=["k0"], dag_keys=["k0"],
+                           dag_keys_known=True)
+    first, _ = net.ask("cache0", read)                 # CT's first read builds the snapshot
+    assert first.status == pb.OK and first.entries[0].found
+    net.ask("cache0", pb.CacheRequest(op=pb.CAUSAL_RELEASE, attempt_id="c#0", timeout=5))
+    net.put("k0", {"a": 2})
+    again = pb.CacheRequest()
+    again.CopyFrom(read)
+    again.request_id = ""
+    refused, _ = net.ask("cache0", again)
+    assert refused.fenced and "c#0" in refused.message and "n0" in refused.message
+    committed, _ = net.ask("cache0", _commit_request(net, "c#0"))
+    assert committed.fenced and "c#0" in committed.message
+    assert net.anna["k0"].vc == {"a": 2}                # nothing of the fenced attempt
+    net.tick(5 + 30 + 1)
+    net.sweep()                                         # the fence ends with its time
+    assert not net.cores["cache0"].temp.fenced("c#0")
+
+
+def test_commit_rebind_never_builds_a_new_snapshot():
+    from hydrocache_sim import Net
+    net = Net(1, auto=True)
+    net.put("k0", {"a": 1})
+    req = pb.CacheRequest(op=pb.CAUSAL_READ, attempt_id="c#0", keys=["k0"], dag_keys=["k0"],
+                          dag_keys_known=True, snapshot_required=True)
+    response, _ = net.ask("cache0", req)
+    assert response.fenced and "snapshot is gone" in response.message
+    assert "c#0" not in net.cores["cache0"].temp
+
+
+def test_commit_waits_for_the_grant_and_writes_nothing_without_it():
+    from hydrocache_sim import Net
+    net = Net(1, auto=True)
+    answers = []
+    net.scheduler = lambda r: (answers.append(r.attempt_id), pb.CacheResponse(
+        request_id=r.request_id, status=pb.ABORTED, fenced=True, message="not yours"))[1]
+    response, _ = net.ask("cache0", _commit_request(net, "c#1", grant=True))
+    assert answers == ["c#1"]
+    assert response.fenced and "not yours" in response.message and "k0" not in net.anna
+    net.scheduler = None                                # a scheduler that never answers
+    rid = net.send("cache0", _commit_request(net, "c#2", grant=True), timeout=1.0)
+    net.tick(1.5)
+    response, _ = net.answers[rid]
+    assert response.status == pb.TIMEOUT and "commit grant of attempt c#2" in response.stage
+    assert "k0" not in net.anna
+
+
+def test_scheduler_grants_one_commit_per_call():
+    from scheduler.causal import CausalCall
+    from scheduler.causal_records import AbortAttempt, CacheSend
+    from hydrocache_fencing_sim import ScriptedEngine
+    call = CausalCall("c", pb.HB, ["rd", "wr"], {"wr": ["rd"]}, {"rd": ["k"], "wr": ["k"]},
+                      {"rd": "n0", "wr": "n0"}, "sched", 0.0, 10.0,
+                      engine=ScriptedEngine(False))
+    call.start(0.0)
+    opt = call.current()
+    granted, _, actions = call.grant(opt, 0.1)
+    assert granted and call.granted == opt
+    again, reason, _ = call.grant(opt, 0.2)
+    assert not again and "already granted" in reason
+    other, reason, _ = call.grant("c#7", 0.2)
+    assert not other and opt in reason
+    # a failure after the grant says the commit may still be applied
+    (fail,) = [a for a in call.fail(pb.EXECUTION_ERROR, "worker died") if hasattr(a, "status")]
+    assert "may still be applied" in fail.message
+    assert not call.grant(opt, 0.3)[0]
+
+
+def test_grant_stops_and_fences_the_other_running_attempts():
+    from scheduler.causal import CausalCall
+    from scheduler.causal_records import AbortAttempt, CacheSend
+    call = CausalCall("c", pb.CT, ["f"], {}, {"f": ["k"]}, {"f": "n0"}, "sched", 0.0, 10.0)
+    call.start(0.0)
+    first = call.current()
+    call.attempts["c#9"] = type(call.attempts[first])(pb.CT)     # a second one running
+    granted, _, actions = call.grant(first, 0.1)
+    assert granted
+    assert AbortAttempt("c#9") in actions
+    assert any(isinstance(a, CacheSend) and a.request.op == pb.CAUSAL_RELEASE
+               and a.request.attempt_id == "c#9" for a in actions)
+    assert call.start_attempt("c#10", pb.CT, 0.2) == []            # nothing starts after it
+    assert not call.grant("c#9", 0.2)[0]
