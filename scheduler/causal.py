@@ -39,7 +39,7 @@ Placement (function -> worker, and so function -> node cache) is fixed for the w
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Set
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from hydro_proto import cloudburst_pb2 as pb
 
@@ -250,7 +250,7 @@ class CausalCall:
                         "writes may still be applied)")
         return self._stop_running() + [Fail(status, message, stage)] + self._finish()
 
-    def grant(self, attempt_id: str, now: float) -> "tuple[bool, str, List[Action]]":
+    def grant(self, attempt_id: str, now: float) -> Tuple[bool, str, List[Action]]:
         """May `attempt_id` commit? Granted once per call, to a running attempt of a call in
         flight; granting stops and releases every other running attempt."""
         if self.finished:
