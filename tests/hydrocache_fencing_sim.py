@@ -243,7 +243,7 @@ class FencingWorld:
             call.result = (ok, what)
 
     # ---- driving ----
-    def events(self, max_calls: int = 4) -> List[Callable[[], None]]:
+    def events(self, max_calls: int = 4, fail_odds: int = 12) -> List[Callable[[], None]]:
         net = self.net
         out: List[Callable[[], None]] = []
         if len(self.calls) < max_calls:
@@ -252,7 +252,7 @@ class FencingWorld:
         out += [lambda i=i: net.complete(i) for i in range(len(net.io))]
         out += [lambda i=i: self.deliver_to_scheduler(i) for i in range(len(net.to_scheduler))]
         live = [c for c in self.calls.values() if not c.coordinator.finished]
-        if live:            # one event, so failures stay rarer than deliveries
+        if live and self.choose(fail_odds) == 0:    # failures rarer than deliveries
             out.append(lambda: self.fail(self.pick(live)))
         out.append(lambda: self.tick(0.001 * (1 + self.choose(10))))
         return out

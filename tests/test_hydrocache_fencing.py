@@ -118,7 +118,7 @@ def test_hb_double_commit_is_refused():
     assert len(hb.commits) == 1, hb.commits
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.randoms(use_true_random=False), st.integers(20, 120))
 def test_every_acknowledged_write_survives_any_interleaving(rnd, steps):
     world = FencingWorld(lambda n: rnd.randrange(n))
