@@ -226,3 +226,16 @@ def test_grant_stops_and_fences_the_other_running_attempts():
                and a.request.attempt_id == "c#9" for a in actions)
     assert call.start_attempt("c#10", pb.CT, 0.2) == []            # nothing starts after it
     assert not call.grant("c#9", 0.2)[0]
+
+
+def test_a_refused_commit_leaves_no_trace_in_the_writer():
+    """Versions built for a commit that was refused are not the executor's latest writes: a
+    later commit does not carry their values (they were never written)."""
+    from hydrocache.writer import ExecutorWriter
+    w = ExecutorWriter("e")
+    refused = w.commit({"k": b"refused"}, {}, record=False)
+    assert w.latest("k") is None
+    later = w.commit({"k": b"later"}, {})
+    assert list(later[0].values) == [b"later"] and later[0].vc["e"] > refused[0].vc["e"]
+    w.record(refused)                       # older than what is recorded: ignored
+    assert list(w.latest("k").values) == [b"later"]
