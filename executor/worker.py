@@ -22,6 +22,11 @@ Contract:
 - On an exception the caller gets EXECUTION_ERROR with the traceback, the call's other workers
   get `abort`, the scheduler gets `done`. An invocation still missing upstream results at its
   deadline makes the caller get TIMEOUT naming the function, worker and missing upstreams.
+- A causal call's sink commits through the node cache once the scheduler grants the call's
+  one commit (`executor/causal.py`); a commit (or read) refused because its attempt is fenced
+  (`Fenced`: released, failed, or another attempt holds the commit) is reported to the
+  scheduler as a `causal_abort` and nothing goes to the caller: the scheduler owns that
+  call's outcome (hydrocache/DESIGN.md, "Fencing").
 - What a function prints (stdout and stderr) is captured per call (`executor/output.py`): it
   goes to the worker's log, each line tagged with the call id and function, and travels with
   the call (`Trigger.logs`, then `CallResult.logs`) to the caller, bounded by `output_limit`.
