@@ -4,7 +4,8 @@ Contract: `CacheClient.get(keys)` returns `{key: buffer or None}` (None: no such
 KVS; a buffer is the value's bytes as received, not copied); `put(key, value)` returns once the node cache has written the value through to Anna.
 Each request waits on the worker's own reply socket for the answer with the same request id
 (older answers are dropped) until `timeout`; then `Timeout` names the node
-cache and the keys. A failed answer raises `CloudburstError` with the node cache's reason.
+cache and the keys. A failed answer raises `CloudburstError` with the node cache's reason
+(`Fenced` when the cache refused a causal attempt that is fenced).
 """
 from __future__ import annotations
 
@@ -21,7 +22,13 @@ from runtime.errors import CloudburstError, Timeout
 from runtime.rpc import await_reply, cache_reply
 from runtime.sockets import PushCache
 
-__all__ = ["CacheClient", "CausalRead"]
+__all__ = ["CacheClient", "CausalRead", "Fenced"]
+
+
+class Fenced(CloudburstError):
+    """The node cache refused a causal request because its attempt is fenced: the scheduler
+    released or failed the attempt, its snapshot is gone, or its commit was not granted.
+    Nothing the attempt writes is accepted (hydrocache/DESIGN.md, "Fencing")."""
 
 
 class CausalRead(NamedTuple):
@@ -126,6 +133,8 @@ class CacheClient:
         if response.status == pb.TIMEOUT:
             raise Timeout(response.stage or f"the node cache at {self.cache_address}: {what}",
                           timeout)
+        if response.fenced:
+            raise Fenced(response.message or f"node cache refused {what}: the attempt is fenced")
         if response.status != pb.OK:
             raise CloudburstError(response.message or f"node cache failed {what}")
         return response, frames

@@ -16,7 +16,11 @@ function's reads through the node cache and remembers them:
 - `put(key, bytes)` buffers the write; buffered writes travel downstream in
   `CausalContext.writes` and are committed at the sink (`commit`, 4.2.2): the worker's
   `hydrocache.writer.ExecutorWriter` makes them mutually dependent and dependent on the
-  whole read set, and the node cache writes them to Anna before the result is sent.
+  whole read set, and the node cache writes them to Anna before the result is sent, once
+  the call's scheduler granted the commit (one per call). The sink re-binds the written keys
+  read upstream on the call's own snapshot only (`snapshot_required`): a snapshot gone by then
+  (the attempt was released) fails the commit with `Fenced`, like a commit not granted;
+  the writer then forgets the versions it built (nothing was written).
 - `context()` is what goes downstream (`Trigger.causal`): S_new, R_new, writes, fetch count.
 Parallel upstream contexts of a function that reads nothing are validated here with
 `hydrocache.protocols.parallel_flow` (pure), saving a cache round trip.
@@ -33,7 +37,7 @@ from hydrocache import versionset as vs
 from hydrocache.protocols import parallel_flow, parallel_stale
 from hydrocache.writer import ExecutorWriter
 
-from .cache_client import CausalRead
+from .cache_client import CausalRead, Fenced
 
 __all__ = ["CausalInvocation", "CausalAbortError"]
 
@@ -134,10 +138,11 @@ class CausalInvocation:
         for k in keys:
             self.bound[k] = found.get(k)
 
-    def _read(self, keys: Sequence[str]) -> None:
+    def _read(self, keys: Sequence[str], snapshot_required: bool = False) -> None:
         req = pb.CacheRequest(op=pb.CAUSAL_READ, attempt_id=self.plan.snapshot_attempt
                               or self.schedule.call_id, keys=keys,
-                              explore=self.plan.protocol == pb.CT)
+                              explore=self.plan.protocol == pb.CT,
+                              snapshot_required=snapshot_required)
         self._dag_keys(req, keys)
         response, found = self.cache.causal(req, timeout=self.timeout)
         if response.abort:
@@ -184,16 +189,29 @@ class CausalInvocation:
         if not writes:
             return []
         # a new version of a key inherits the dependencies of the version read (transitive
-        # causality, hydrocache/writer.py); keys read upstream are bound here to learn them
-        self.bind([k for k in writes if k in self.read_set and k not in self.bound])
+        # causality, hydrocache/writer.py); keys read upstream are bound here to learn them,
+        # on the call's own snapshot (never a newer one: its clock would become the base)
+        unbound = [k for k in writes if k in self.read_set and k not in self.bound]
+        if unbound and self.plan.protocol != pb.OPT:
+            self._read(unbound, snapshot_required=True)
+        elif unbound:
+            self.bind(unbound)
         read_deps = {k: self.bound[k].deps for k in writes if self.bound.get(k) is not None}
-        versions = writer.commit(writes, self.read_set, read_deps)
+        versions = writer.commit(writes, self.read_set, read_deps, record=False)
         req = pb.CacheRequest(op=pb.CAUSAL_COMMIT, attempt_id=self.schedule.call_id,
-                              keys=[v.key for v in versions])
+                              keys=[v.key for v in versions],
+                              grant_address=self.schedule.scheduler_address)
         for v in versions:
             req.writes.append(anna_pb2.KeyTuple(key=v.key, lattice_type=anna_pb2.MULTI_CAUSAL,
                                                 payload=v.serialize()).SerializeToString())
-        self.cache.causal(req, timeout=self.timeout)
+        try:
+            self.cache.causal(req, timeout=self.timeout)
+        except Fenced:
+            raise                       # refused before anything was written
+        except BaseException:
+            writer.record(versions)     # outcome unknown: a later write must not drop these
+            raise
+        writer.record(versions)
         return versions
 
 

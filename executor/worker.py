@@ -22,6 +22,11 @@ Contract:
 - On an exception the caller gets EXECUTION_ERROR with the traceback, the call's other workers
   get `abort`, the scheduler gets `done`. An invocation still missing upstream results at its
   deadline makes the caller get TIMEOUT naming the function, worker and missing upstreams.
+- A causal call's sink commits through the node cache once the scheduler grants the call's
+  one commit (`executor/causal.py`); a commit (or read) refused because its attempt is fenced
+  (`Fenced`: released, failed, or another attempt holds the commit) is reported to the
+  scheduler as a `causal_abort` and nothing goes to the caller: the scheduler owns that
+  call's outcome (hydrocache/DESIGN.md, "Fencing").
 - What a function prints (stdout and stderr) is captured per call (`executor/output.py`): it
   goes to the worker's log, each line tagged with the call id and function, and travels with
   the call (`Trigger.logs`, then `CallResult.logs`) to the caller, bounded by `output_limit`.
@@ -60,7 +65,7 @@ from hydro_proto import cloudburst_pb2 as pb
 from hydrocache import versionset as vs
 from hydrocache.writer import ExecutorWriter
 
-from .cache_client import CacheClient
+from .cache_client import CacheClient, Fenced
 from .causal import CausalAbortError, CausalInvocation, Reusable, inputs_digest
 from .config import WorkerConfig
 from .dagstate import PendingCalls, Ready
@@ -438,7 +443,7 @@ class Worker:
                 if s.sink:
                     extra = {s.output_key: value} if s.output_key else None
                     versions = inv.commit(self._writer, extra)
-            except (CausalAbortError, Timeout, ArgumentRefused):
+            except (CausalAbortError, Timeout, ArgumentRefused, Fenced):
                 raise
             except FunctionError as e:
                 raise FunctionError(f"{what} on worker {self.worker_id}: {e}") from None
@@ -449,6 +454,12 @@ class Worker:
                                      traceback.format_exc()) from None
         except CausalAbortError as e:
             self._causal_abort(s, e)
+            return
+        except Fenced as e:
+            # the scheduler released or failed this attempt, or granted the call's commit to
+            # another: it owns the call's outcome, so the caller hears nothing from here
+            log.info("%s: attempt %s fenced: %s", what, s.call_id, e)
+            self._causal_abort(s, CausalAbortError(f"fenced: {e}"))
             return
         except ArgumentRefused as e:
             self._fail(s, pb.UNSAFE_VALUE, f"{what} on worker {self.worker_id}: {e}")

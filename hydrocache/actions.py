@@ -20,7 +20,9 @@ The service carries out both lists, in order, and feeds every I/O result back in
 
 Errors: `StageTimeout(stage)` (a wait passed its deadline; the stage says what was awaited),
 `NotCausal` (a key read causally holds another lattice type), `RemoteUnavailable` (versions
-an attempt needs could not be fetched from the caches holding them).
+an attempt needs could not be fetched from the caches holding them), `Fenced` (the attempt was
+released or failed, its snapshot is gone, or its commit was not granted: nothing it reads or
+writes is accepted any more).
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, List, NamedTuple, Sequence
 
 __all__ = ["Step", "Reply", "FetchKey", "Subscribe", "PutVersions", "AskCache", "StageTimeout",
-           "NotCausal", "RemoteUnavailable", "DEFAULT_TIMEOUT", "TEMP_SLACK"]
+           "NotCausal", "RemoteUnavailable", "Fenced", "DEFAULT_TIMEOUT", "TEMP_SLACK"]
 
 DEFAULT_TIMEOUT = 10.0     # seconds a request may take when it names no timeout
 TEMP_SLACK = 30.0          # seconds temporary versions outlive their requester's deadline
@@ -84,3 +86,16 @@ class NotCausal(Exception):
 
 class RemoteUnavailable(RuntimeError):
     """Versions named in an upstream snapshot could not be fetched from their holders."""
+
+
+class Fenced(Exception):
+    """Attempt `attempt` may no longer read or write at node cache `cache`: the scheduler
+    released or failed it, its snapshot is gone, or the scheduler did not grant its commit
+    (`why` says which)."""
+
+    def __init__(self, attempt: str, cache: str, why: str) -> None:
+        where = f" at node cache {cache}" if cache else ""
+        super().__init__(f"attempt {attempt} is fenced{where}: {why}")
+        self.attempt = attempt
+        self.cache = cache
+        self.why = why

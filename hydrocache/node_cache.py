@@ -36,6 +36,8 @@ The operations (dissertation 4.3; `hydrocache/protocols.py` holds their decision
   `abort` with the reason and the stale keys.
 - CAUSAL_READ (CT, CON): reads the attempt's snapshot; when the attempt has none (CT's first
   read) it is built from the cut for every key of R~_DAG after a local cut update (4.3.1).
+  A read with `snapshot_required` (a sink re-binding the keys it writes before its commit)
+  never builds one: a snapshot gone by then fails the read with `Fenced`.
   Only keys this cache was asked to bind are served. Under CT (`explore`) a key outside the
   snapshot is admitted if the linear flow check against the snapshot admits the cut's version
   without remote versions; otherwise (and always under CON) the reply aborts with `new_keys`.
@@ -44,6 +46,13 @@ The operations (dissertation 4.3; `hydrocache/protocols.py` holds their decision
   CAUSAL_TEMP_GET (cache to cache), CAUSAL_RELEASE, CAUSAL_COMMIT (the versions are written to
   Anna, then offered to the cut and subscribed, then acknowledged), CAUSAL_GC_REPORT (the
   dependency keys and every clock held: cut, pending and temporary versions) / APPLY.
+- Fencing (hydrocache/DESIGN.md, "Fencing"): CAUSAL_RELEASE fences the attempt until its
+  deadline plus `TEMP_SLACK` (the release's `timeout` is the call's time left); a fenced
+  attempt's BIND, READ, SNAPSHOT, FETCH and COMMIT are refused with `Fenced` (reply
+  `fenced`, naming the attempt and this cache). A COMMIT naming `grant_address` first asks
+  that scheduler for the grant (CAUSAL_GRANT, one per call) and writes nothing unless it is
+  granted; a refusal is `Fenced` with the scheduler's reason, no answer in time a
+  `StageTimeout` naming the grant.
 - Temporary versions (`hydrocache.temp`) live until CAUSAL_RELEASE or `TEMP_SLACK` seconds
   after their request's deadline. Large values carry a tag, and one the requester already
   holds is not resent (`hydrocache/copies.py`).
@@ -60,7 +69,7 @@ from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
 
 from . import versionset as vs
-from .actions import (DEFAULT_TIMEOUT, TEMP_SLACK, AskCache, NotCausal, PutVersions,
+from .actions import (DEFAULT_TIMEOUT, TEMP_SLACK, AskCache, Fenced, NotCausal, PutVersions,
                       RemoteUnavailable, Reply, StageTimeout, Step)
 from .copies import ValueTags
 from .keeper import CutKeeper
@@ -70,7 +79,7 @@ from .protocols import (LinearPlan, create_snapshot, finish_linear, parallel_flo
 from .temp import TempStore
 from .version import Version, merge_versions
 
-__all__ = ["NodeCache", "Step", "StageTimeout", "NotCausal", "RemoteUnavailable"]
+__all__ = ["NodeCache", "Step", "StageTimeout", "NotCausal", "RemoteUnavailable", "Fenced"]
 
 log = logging.getLogger("hydrocache.node_cache")
 
@@ -129,11 +138,14 @@ class NodeCache:
         try:
             body = self._bodies.get(req.op)
             if body is not None:
+                if self.temp.fenced(req.attempt_id):
+                    raise self._fenced(req.attempt_id, "it was released (the call ended, "
+                                       "failed or the attempt aborted)")
                 self._ops.start(req, body(req), now)
             elif req.op == pb.CAUSAL_TEMP_GET:
                 self._temp_get(req)
             elif req.op == pb.CAUSAL_RELEASE:
-                self.temp.release(req.attempt_id)
+                self.temp.release(req.attempt_id, self._deadline(req) + TEMP_SLACK)
                 self._answer(req, pb.CacheResponse())
             elif req.op == pb.CAUSAL_GC_REPORT:
                 self._gc_report(req)
@@ -215,10 +227,14 @@ class NodeCache:
             response.stage = f"{error.stage} (node cache {self.node_id})"
         else:
             response.status = pb.EXECUTION_ERROR
-            if not isinstance(error, (NotCausal, RemoteUnavailable, AnnaError)):
+            response.fenced = isinstance(error, Fenced)
+            if not isinstance(error, (NotCausal, RemoteUnavailable, AnnaError, Fenced)):
                 log.warning("%s of attempt %s failed", what, req.attempt_id, exc_info=error)
         response.message = f"node cache {self.node_id}: {what} failed: {error}"
         self._answer(req, response)
+
+    def _fenced(self, attempt: str, why: str) -> Fenced:
+        return Fenced(attempt, self.node_id, why)
 
     def _deadline(self, req: pb.CacheRequest) -> float:
         return self._now + (req.timeout if req.timeout > 0 else DEFAULT_TIMEOUT)
@@ -408,6 +424,11 @@ class NodeCache:
         attempt = req.attempt_id
         expires = deadline + TEMP_SLACK
         temp = self.temp
+        if attempt not in temp and req.snapshot_required:
+            # a commit binds on the snapshot its call read; a new cut here would give the
+            # commit a newer base than what the call saw, dominating writes it never read
+            raise self._fenced(attempt, "its snapshot is gone (released or expired), and a "
+                               "commit never binds on a new one")
         if attempt not in temp:
             # CT (4.3.1): one snapshot of the local cut for the DAG's whole read set
             wanted = sorted(set(req.dag_keys) | set(req.keys))
@@ -499,8 +520,33 @@ class NodeCache:
         return pb.CacheResponse(), []
 
     # ---- the sink: CAUSAL_COMMIT ----
+    def _grant(self, req: pb.CacheRequest, deadline: float) -> Generator:
+        """Ask the call's scheduler whether this attempt may commit (the call's one commit)."""
+        rid = f"{self._rid_prefix}-{next(self._ids)}"
+        scheduler = req.grant_address
+        w = RepliesWait(self._awaiting, deadline)
+        w.expect(rid, scheduler, list(req.keys),
+                 stage=f"the commit grant of attempt {req.attempt_id} from the scheduler at "
+                       f"{scheduler}")
+        self._io.append(AskCache(scheduler, pb.CacheRequest(
+            request_id=rid, op=pb.CAUSAL_GRANT, attempt_id=req.attempt_id,
+            timeout=max(deadline - self._now, 0.001))))
+        yield from self._ops.wait(w)
+        answer = w.answers[rid]
+        if answer.status != pb.OK or answer.fenced:
+            raise self._fenced(req.attempt_id, "the scheduler at "
+                               f"{scheduler} did not grant its commit: "
+                               f"{answer.message or pb.Status.Name(answer.status)}")
+
     def _commit(self, req: pb.CacheRequest) -> Generator:
         keeper = self.keeper
+        if req.grant_address:
+            yield from self._grant(req, self._deadline(req))
+            if self.temp.fenced(req.attempt_id):
+                # released while the grant travelled: the scheduler granted first, then failed
+                # the call (its caller hears the commit's outcome is unknown); it still counts
+                log.info("attempt %s commits after its release: granted before it",
+                         req.attempt_id)
         versions = []
         for raw in req.writes:
             t = anna_pb2.KeyTuple.FromString(raw)

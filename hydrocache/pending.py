@@ -46,10 +46,13 @@ class RepliesWait:
         self.deadline = deadline
         self.asked: Dict[str, Tuple[str, List[str]]] = {}     # request id -> holder, keys
         self.answers: Dict[str, pb.CacheResponse] = {}
+        self._stages: Dict[str, str] = {}                     # request id -> its own stage
 
-    def expect(self, rid: str, holder: str, keys: List[str]) -> None:
+    def expect(self, rid: str, holder: str, keys: List[str], stage: str = "") -> None:
         self.asked[rid] = (holder, keys)
         self.registry[rid] = self
+        if stage:
+            self._stages[rid] = stage
 
     def answer(self, response: pb.CacheResponse) -> None:
         self.registry.pop(response.request_id, None)
@@ -63,7 +66,7 @@ class RepliesWait:
     def stage(self) -> str:
         for rid, (holder, keys) in self.asked.items():
             if rid not in self.answers:
-                return f"fetching {keys[:5]} from the cache at {holder}"
+                return self._stages.get(rid) or f"fetching {keys[:5]} from the cache at {holder}"
         return "fetching versions from other caches"
 
     def close(self) -> None:

@@ -11,17 +11,25 @@ Algorithm 9 line 6, and what CAUSAL_FETCH brought in).
   a versionset, because that entry is the merge of the holders' contributions.
 - `view(attempt, key)` is the merge of every kept version of `key` (what a CT/CON function
   reads: every kept version lies below the snapshot's entry and one of them equals it).
-- `release(attempt)` drops an attempt when the call ends (4.3.6, "Versioning").
+- `release(attempt, now, until)` drops an attempt when the call ends (4.3.6, "Versioning")
+  and fences it until `until`: `fenced(attempt)` is then true, and the node cache refuses
+  the attempt's reads, binds and commits (a released snapshot is never rebuilt from a newer
+  cut). An attempt dropped by `expire(now)` is fenced for `FENCE_AFTER_EXPIRY` seconds more.
+  Fences are dropped by `expire` once their time passed, so the store stays bounded by the
+  calls of the last deadline-plus-slack period. `open` of a fenced attempt is refused.
 Not thread-safe: the service guards it with its lock.
 """
 from __future__ import annotations
 
 from typing import Dict, Iterable, List, Mapping, Optional
 
+from .actions import Fenced
 from .vclock import supersedes
 from .version import Version, merge_versions
 
-__all__ = ["TempStore"]
+__all__ = ["TempStore", "FENCE_AFTER_EXPIRY"]
+
+FENCE_AFTER_EXPIRY = 30.0   # seconds an expired attempt stays fenced (its worker gave up long ago)
 
 
 class TempStore:
@@ -31,6 +39,7 @@ class TempStore:
         self._attempts: Dict[str, Dict[str, List[Version]]] = {}
         self._expires: Dict[str, float] = {}
         self._requested: Dict[str, set] = {}   # keys this cache was asked to snapshot
+        self._fenced: Dict[str, float] = {}    # released attempt -> fenced until
 
     def __contains__(self, attempt: str) -> bool:
         return attempt in self._attempts
@@ -38,7 +47,15 @@ class TempStore:
     def __len__(self) -> int:
         return len(self._attempts)
 
+    def fenced(self, attempt: str) -> bool:
+        return attempt in self._fenced
+
+    def fences(self) -> int:
+        return len(self._fenced)
+
     def open(self, attempt: str, expires: float) -> None:
+        if attempt in self._fenced:
+            raise Fenced(attempt, "", "it was released (the call ended or the attempt aborted)")
         self._attempts.setdefault(attempt, {})
         self._expires[attempt] = max(expires, self._expires.get(attempt, expires))
 
@@ -74,13 +91,20 @@ class TempStore:
     def all_versions(self) -> List[Version]:
         return [v for keys in self._attempts.values() for kept in keys.values() for v in kept]
 
-    def release(self, attempt: str) -> bool:
-        self._expires.pop(attempt, None)
+    def release(self, attempt: str, until: Optional[float] = None) -> bool:
+        """Drop the attempt's versions; with `until`, fence it until then (or until its own
+        expiry, whichever is later)."""
+        expires = self._expires.pop(attempt, None)
+        if until is not None:
+            until = max(until, expires if expires is not None else until)
+            self._fenced[attempt] = max(until, self._fenced.get(attempt, until))
         self._requested.pop(attempt, None)
         return self._attempts.pop(attempt, None) is not None
 
     def expire(self, now: float) -> List[str]:
         gone = [a for a, t in self._expires.items() if now > t]
         for a in gone:
-            self.release(a)
+            self.release(a, now + FENCE_AFTER_EXPIRY)
+        for a in [a for a, t in self._fenced.items() if now > t]:
+            del self._fenced[a]
         return gone

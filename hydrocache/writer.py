@@ -13,6 +13,11 @@ Contract: ``ExecutorWriter(executor_id).commit(writes, read_set, read_deps=None)
   ``vc[executor_id] = clock``. Hence a later commit's version of a key is strictly after
   (``Order.AFTER``) the executor's earlier one, read or blind.
 
+Commits that may be refused: ``commit(..., record=False)`` builds the versions without
+remembering them as the executor's latest writes; ``record(versions)`` does so once the commit
+was accepted or its outcome is unknown. A commit refused for sure (fenced, hydrocache/DESIGN.md)
+is not recorded, so a later write does not carry its values. The clock advances either way.
+
 Reading: "e inspects its dependency set to see whether this write depends on a_latest" is
 Definition 4 on the base: the write depends on ``a_latest`` when the version it read of
 that key supersedes ``a_latest``.
@@ -64,7 +69,8 @@ class ExecutorWriter:
         return self._latest.get(key)
 
     def commit(self, writes: Mapping[str, bytes], read_set: Mapping[str, Entry],
-               read_deps: Optional[Mapping[str, Mapping[str, VC]]] = None) -> List[Version]:
+               read_deps: Optional[Mapping[str, Mapping[str, VC]]] = None,
+               record: bool = True) -> List[Version]:
         if not writes:
             return []
         keys = sorted(writes)
@@ -91,10 +97,19 @@ class ExecutorWriter:
             deps = base_deps[k]
             _merge_deps(deps, {m: e.vc for m, e in read_set.items() if m != k})
             _merge_deps(deps, {j: final[j] for j in keys if j != k})
-            v = Version.new(k, final[k], deps, values[k])
-            out.append(v)
-            self._latest[k] = v
-            self._latest.move_to_end(k)
+            out.append(Version.new(k, final[k], deps, values[k]))
+        if record:
+            self.record(out)
+        return out
+
+    def record(self, versions: List[Version]) -> None:
+        """Remember `versions` as this executor's latest writes of their keys (a later
+        version of a key this executor wrote replaces it; an older one is ignored)."""
+        for v in versions:
+            old = self._latest.get(v.key)
+            if old is not None and not vclock.supersedes(v.vc, old.vc):
+                continue
+            self._latest[v.key] = v
+            self._latest.move_to_end(v.key)
         while len(self._latest) > self.capacity:
             self._latest.popitem(last=False)
-        return out

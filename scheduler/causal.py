@@ -20,7 +20,14 @@ waits), `give_up` (an attempt aborted: stop it, release it, count it against the
   caller gets TIMEOUT whose stage names the protocol stage and the cache that did not answer.
   A cache answering with an error fails the call with its status (TIMEOUT keeps its stage).
 - Whenever the call finishes or fails, CAUSAL_RELEASE goes to every cache of the call for
-  every attempt id used (and HB's "#s").
+  every attempt id used (and HB's "#s"); a release fences the attempt at the cache until
+  the call's deadline plus slack (hydrocache/DESIGN.md, "Fencing").
+- One commit per call (`grant(attempt_id, now) -> (granted, reason, actions)`): a sink's node
+  cache asks before it writes anything. The grant goes to a running attempt of a call not
+  finished, once per call; the other running attempts are stopped and released at that
+  moment, outstanding rounds are cancelled, and no attempt starts or is granted after it
+  (`granted`). Everything else is refused with the reason. A call failed after its grant
+  tells the caller that the granted commit may still be applied.
 
 Ids: attempt n of call c is `f"{c}#{n}"` (attempt n follows n aborted attempts, so
 `CausalPlan.attempt` is also the abort count); HB's snapshot lives under `f"{c}#s"`; cache
@@ -32,7 +39,7 @@ Placement (function -> worker, and so function -> node cache) is fixed for the w
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Set
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from hydro_proto import cloudburst_pb2 as pb
 
@@ -118,7 +125,8 @@ class CausalCall:
     __slots__ = ("call_id", "name", "requested", "functions", "upstreams", "order", "keys",
                  "dag_keys", "caches", "refresh_keys", "reply_address", "timeout", "deadline",
                  "coord_deadline", "max_retries", "engine", "flow", "attempts", "aborts",
-                 "last_reason", "finished", "_next", "_seq", "_rounds", "_released")
+                 "last_reason", "finished", "granted", "_next", "_seq", "_rounds",
+                 "_released")
 
     def __init__(self, call_id: str, requested: int, functions: Sequence[str],
                  upstreams: Mapping[str, Sequence[str]], keys: Mapping[str, Sequence[str]],
@@ -149,6 +157,7 @@ class CausalCall:
         self.aborts = 0
         self.last_reason = ""
         self.finished = False
+        self.granted = ""               # the attempt holding the call's one commit
         self._next = 0
         self._seq = 0
         self._rounds: List[Round] = []
@@ -201,8 +210,10 @@ class CausalCall:
         if self.finished:
             return []
         att = self.attempts.get(abort.attempt_id)
-        if att is None or att.state is not RUNNING:
-            return []     # a duplicate (parallel branches) or an attempt already given up
+        if att is None or att.state is not RUNNING or self.granted:
+            # a duplicate (parallel branches), an attempt already given up, or a report after
+            # the commit was granted (nothing may start any more)
+            return []
         self._learn(abort)
         out = self.give_up(abort.attempt_id, (
             f"{abort.reason} (function {abort.function}, attempt {abort.attempt_id})"
@@ -234,7 +245,32 @@ class CausalCall:
         """Fail the call at its caller (releasing everything)."""
         if self.finished:
             return []
+        if self.granted:
+            message += (f" (attempt {self.granted} was granted the call's commit before: its "
+                        "writes may still be applied)")
         return self._stop_running() + [Fail(status, message, stage)] + self._finish()
+
+    def grant(self, attempt_id: str, now: float) -> Tuple[bool, str, List[Action]]:
+        """May `attempt_id` commit? Granted once per call, to a running attempt of a call in
+        flight; granting stops and releases every other running attempt."""
+        if self.finished:
+            return False, f"{self.name}: the call already finished or failed", []
+        if self.granted:
+            return False, (f"{self.name}: attempt {self.granted} holds the call's one commit"
+                           if self.granted != attempt_id else
+                           f"{self.name}: attempt {attempt_id} was already granted its commit"), []
+        att = self.attempts.get(attempt_id)
+        if att is None or att.state is not RUNNING:
+            return False, f"{self.name}: attempt {attempt_id} is not running (aborted)", []
+        self.granted = attempt_id
+        self._rounds = []
+        out: List[Action] = []
+        for aid, other in self.attempts.items():
+            if aid != attempt_id and other.state is RUNNING:
+                other.state = ABORTED
+                out.append(AbortAttempt(aid))
+                out += self._release([aid], now)
+        return True, "", out
 
     # ---- steps offered to the flows (scheduler.mtcc) ----
     def new_attempt(self) -> str:
@@ -244,6 +280,8 @@ class CausalCall:
 
     def start_attempt(self, aid: str, protocol: int, now: float, snapshot_attempt: str = "",
                       reuse: str = "") -> List[Action]:
+        if self.granted or self.finished:   # the call's one commit is taken: start nothing
+            return []
         self.attempts[aid] = Attempt(protocol)
         plan = pb.CausalPlan(protocol=protocol, requested=self.requested, call_id=self.call_id,
                              attempt=int(aid.rsplit("#", 1)[1]), dag_keys=self.dag_keys,
@@ -294,7 +332,7 @@ class CausalCall:
         self.aborts += 1
         self.last_reason = reason
         out: List[Action] = [AbortAttempt(attempt_id)]
-        out += self._release([attempt_id])
+        out += self._release([attempt_id], None)
         if self.aborts > self.max_retries:
             out += self.fail(pb.ABORTED, (
                 f"{self.name}: causal call aborted {self.aborts} times (more than "
@@ -370,13 +408,17 @@ class CausalCall:
     def _all_caches(self) -> List[str]:
         return sorted(set(self.caches.values()))
 
-    def _release(self, attempt_ids: Sequence[str]) -> List[Action]:
+    def _release(self, attempt_ids: Sequence[str], now: Optional[float]) -> List[Action]:
+        """CAUSAL_RELEASE (which also fences) of `attempt_ids` on every cache of the call;
+        `timeout` is the call's time left (the cache fences until then plus slack)."""
         fresh = [a for a in attempt_ids if a not in self._released]
         self._released.update(fresh)
-        return [CacheSend(c, pb.CacheRequest(op=pb.CAUSAL_RELEASE, attempt_id=a))
+        left = self.timeout if now is None else max(self.deadline - now, 0.001)
+        return [CacheSend(c, pb.CacheRequest(op=pb.CAUSAL_RELEASE, attempt_id=a, timeout=left))
                 for a in fresh for c in self._all_caches()]
 
     def _finish(self) -> List[Action]:
         self.finished = True
         self._rounds = []
-        return self._release(list(self.attempts) + self.flow.held_snapshots()) + [Finished()]
+        return self._release(list(self.attempts) + self.flow.held_snapshots(),
+                             None) + [Finished()]

@@ -14,7 +14,11 @@ Contract: `CausalCalls(push, table, address, max_retries)` is the I/O side of
 - `done(call_id, now)` (a sink's `done`, or a caller reporting the result),
   `abort(CausalAbort, now)`, `cache_reply(CacheResponse, now)`,
   `worker_died(record, message, now)` (a table record of the call lost a worker) and
-  `tick(now)` feed the coordinator. Its actions: `StartAttempt` sends one `schedule` per
+  `tick(now)` feed the coordinator.
+- `grant(CacheRequest, now)`: a node cache's CAUSAL_GRANT for a sink's commit; answered at
+  once on the request's `response_address` (a `cache_reply`: OK when granted, otherwise
+  `fenced` with the reason). An attempt of no call in flight here is refused: a call this
+  scheduler failed, finished or forgot can never commit. Its actions: `StartAttempt` sends one `schedule` per
   source worker (the plan in every function's schedule) and tracks the attempt's load;
   `CacheSend` sends a `cache` request; `AbortAttempt` drops the attempt's load and sends
   `abort` to its workers; `Fail` sends the caller a `result` with the status and
@@ -109,6 +113,26 @@ class CausalCalls:
         if rec is None:
             return   # a call that finished or failed
         self._apply(rec, rec.coordinator.on_cache_reply(resp, now), now)
+
+    def grant(self, req: pb.CacheRequest, now: float) -> None:
+        rec = self.owner(req.attempt_id)
+        if rec is None:
+            granted, reason, actions = False, (
+                f"no causal call in flight owns attempt {req.attempt_id} (it finished, "
+                f"failed or was forgotten)"), []
+        else:
+            granted, reason, actions = rec.coordinator.grant(req.attempt_id, now)
+        if not granted:
+            log.info("refused the commit of attempt %s: %s", req.attempt_id, reason)
+        response = pb.CacheResponse(request_id=req.request_id, responder=self._address,
+                                    status=pb.OK if granted else pb.ABORTED,
+                                    fenced=not granted,
+                                    message=f"scheduler {self._address}: {reason}" if reason
+                                    else "")
+        if req.response_address:
+            self._push.send(req.response_address, "cache_reply", response)
+        if rec is not None and actions:
+            self._apply(rec, actions, now)
 
     def worker_died(self, rec: InFlight, message: str, now: float) -> None:
         self._apply(rec, rec.coordinator.fail(pb.EXECUTION_ERROR, message), now)

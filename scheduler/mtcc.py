@@ -155,8 +155,9 @@ class HbFlow(ConFlow):
       results whose read versions and inputs match.
     An OPT attempt that aborts by itself waits for the snapshot, then runs CON the same way.
     An abort naming new keys (or an abort of HB's CON attempt) drops the "#s" snapshot and
-    runs CON from a fresh snapshot that covers them. The first attempt whose `done` arrives
-    finishes the call."""
+    runs CON from a fresh snapshot that covers them. Only the attempt the coordinator grants
+    the call's commit to writes and answers (`CausalCall.grant`): OPT and CON never both
+    commit."""
 
     protocol = pb.HB
 

@@ -20,8 +20,9 @@ listed for schedulers in proto/cloudburst.proto, plus one for Anna's pushed regi
   DAG on one node with `policy.choose_one_node`; every worker needs a node cache) and then
   handed to `scheduler.causal_calls.CausalCalls`, which keeps one record per call, routes
   its attempts' `done` and `causal_abort` reports and the node caches' `cache_reply`s to its
-  `scheduler.causal.CausalCall` coordinator and carries out the actions it returns. LWW
-  calls take the same path as before.
+  `scheduler.causal.CausalCall` coordinator and carries out the actions it returns. A node
+  cache's `cache` request (CAUSAL_GRANT: may this attempt commit?) is answered at once: the
+  coordinator grants one commit per call. LWW calls take the same path as before.
 - A scheduler that has not yet heard any worker holds the calls it gets (for at most
   `heartbeat_timeout` after it started) rather than answering NO_RESOURCES: a scheduler
   restarted under a running cluster relearns the workers from their next heartbeats.
@@ -142,6 +143,7 @@ class Scheduler:
             "done": self._done, "where": self._where, "cancel": self._cancel,
             "status": self._status,
             "causal_abort": self._causal_abort, "cache_reply": self._cache_reply,
+            "cache": self._cache_request,
             "drain": self._drain, "node_status": self._node_status,
         }
         # causal calls in flight; `_causal` (caller's id -> record) is their one table, and
@@ -600,3 +602,12 @@ class Scheduler:
 
     def _cache_reply(self, payload: bytes) -> None:
         self._causal_calls.cache_reply(pb.CacheResponse.FromString(payload), time.monotonic())
+
+    def _cache_request(self, payload: bytes) -> None:
+        """A node cache's request to the scheduler: only CAUSAL_GRANT (a sink's commit)."""
+        req = pb.CacheRequest.FromString(payload)
+        if req.op != pb.CAUSAL_GRANT:
+            log.warning("dropped a cache request with op %s (a scheduler answers only "
+                        "CAUSAL_GRANT)", req.op)
+            return
+        self._causal_calls.grant(req, time.monotonic())

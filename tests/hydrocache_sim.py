@@ -7,7 +7,11 @@ answered from Anna's state *now*, a subscription, a write, a request to another 
 cache's answer travelling back), ``push(address, key)`` is Anna pushing a key's current
 version, ``tick(dt)`` moves the clock and ticks every core. With ``auto=True`` every I/O is
 carried out as soon as it is asked for (in order). Answers to the test's own requests land in
-``answers`` by request id.
+``answers`` by request id. ``post(address, req, reply_to)`` queues a request as I/O instead of
+handing it over at once (a stopped node's queue: it is delivered when the test completes it).
+A scheduler can join: requests a core sends to ``SCHEDULER`` (CAUSAL_GRANT) are answered by
+``scheduler(req) -> CacheResponse`` and the answer travels back as I/O; answers cores send to
+``SCHEDULER`` land in ``to_scheduler``.
 
 ``Call`` is one simulated causal DAG call of two functions (f1 -> f2, f2 the sink), driven the
 way workers and the scheduler drive the caches: OPT (CAUSAL_BIND with the upstream context),
@@ -39,6 +43,7 @@ from hydrocache.version import Version, merge_versions
 from hydrocache.writer import ExecutorWriter
 
 CLIENT = "client"
+SCHEDULER = "scheduler"
 
 
 class Net:
@@ -55,6 +60,8 @@ class Net:
         self.fail_fetch: Dict[str, Exception] = {}      # key -> error Anna reads raise
         self.fail_put: Optional[Exception] = None
         self.on_write: Optional[Callable[[Version], None]] = None
+        self.scheduler: Optional[Callable[[pb.CacheRequest], pb.CacheResponse]] = None
+        self.to_scheduler: List[pb.CacheResponse] = []
         self.steps = 0
 
     # ---- Anna ----
@@ -77,6 +84,16 @@ class Net:
         self.carry(address, self.cores[address].handle(req, self.now))
         return req.request_id
 
+    def post(self, address: str, req: pb.CacheRequest, reply_to: str = CLIENT,
+             timeout: float = 5.0) -> str:
+        """Queue `req` for the core at `address` (delivered when that I/O is completed)."""
+        req.request_id = req.request_id or uuid.uuid4().hex[:12]
+        req.response_address = reply_to
+        if not req.timeout:
+            req.timeout = timeout
+        self.io.append((address, ("request", req)))
+        return req.request_id
+
     def ask(self, address: str, req: pb.CacheRequest, timeout: float = 5.0
             ) -> Optional[Tuple[pb.CacheResponse, List[bytes]]]:
         """Send and return the answer if it came (with `auto`, after all I/O ran)."""
@@ -89,6 +106,8 @@ class Net:
         for r in step.replies:
             if r.address == CLIENT:
                 self.answers[r.response.request_id] = (r.response, list(r.frames))
+            elif r.address == SCHEDULER:
+                self.to_scheduler.append(r.response)
             else:                                      # "peer:<address>": another cache
                 self.io.append((r.address[len("peer:"):], ("reply", r.response)))
         for action in step.io:
@@ -120,6 +139,12 @@ class Net:
                 for v in action.versions:
                     self.write(v)
             step = core.on_put(action.token, self.now, self.fail_put)
+        elif isinstance(action, AskCache) and action.address == SCHEDULER:
+            if self.scheduler is None:                  # no scheduler: it never answers
+                return
+            response = self.scheduler(action.request)
+            self.io.append((address, ("reply", response)))
+            return
         elif isinstance(action, AskCache):
             req = pb.CacheRequest()
             req.CopyFrom(action.request)
@@ -128,6 +153,8 @@ class Net:
                 return
             step = self.cores[action.address].handle(req, self.now)
             address = action.address
+        elif action[0] == "request":                     # a posted request arrives
+            step = core.handle(action[1], self.now)
         else:                                            # ("reply", response) from a peer
             step = core.on_cache_reply(action[1], self.now)
         self.carry(address, step)
