@@ -20,7 +20,7 @@ class NodeConfig:
     function_time_limit: seconds a function may run when neither it nor its call sets a limit.
     unresponsive_timeout: seconds a worker whose process runs may go without heartbeating to
         its node before the node kills and restarts it (None: `function_time_limit` + 60 s;
-        a function stuck in C code is normally killed at its time limit by its own guard).
+        a function stuck in C code is killed one second past its time limit by its own guard).
     key_dir: the cluster's key directory (`cloudburst keys`): the node and its workers
         authenticate every socket with the cluster's key pair, and admit only cluster keys
         (no client reaches a node cache or a worker). None: plain sockets. Each process reads
