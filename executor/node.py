@@ -9,7 +9,10 @@ Contract:
   key subscribed so that Anna's pushes keep it fresh; a PUT is written through to Anna (as an
   LWW lattice with this node's timestamp) and merged into the cache before it is acknowledged.
   A reply carries each value as its own ZeroMQ frame after the response (no protobuf copy).
-  The missing keys of one GET are fetched in parallel (one fetch-thread task per key).
+  The missing keys of one GET are fetched in parallel, in bounded pieces (at most
+  `MISS_PIECE` keys each) on the fetch threads, which take turns between requests
+  (`runtime.fairpool`): a GET of many missing keys never holds up another request's miss by
+  more than one piece per fetch thread.
   Anna errors reach the worker as a failed `CacheResponse` naming the key; an LWW read of a
   causal key is an error saying so. A large value a worker already holds (same tag) is not
   resent (`hydrocache/copies.py`).
@@ -57,7 +60,6 @@ import sys
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, NamedTuple, Optional
 
 import zmq
@@ -67,6 +69,7 @@ from anna_core.wire import MonotoneClock, tuple_to_lattice
 from runtime.process import ManagedProcess, RestartPolicy, Supervisor, stop_all, wait_all_ready
 from runtime.values import CAUSAL_LATTICES
 from runtime.auth import AuthConfig, Security, credentials_of
+from runtime.fairpool import FairPool, pieces
 from runtime.framing import FrameError, more, parse
 from runtime.sockets import PushCache, bind_pull
 from hydro_proto import anna_pb2
@@ -78,9 +81,11 @@ from .cache import LwwCache
 from hydrocache.copies import ValueTags
 from .config import NodeConfig, WorkerConfig
 
-__all__ = ["ExecutorNode"]
+__all__ = ["ExecutorNode", "MISS_PIECE"]
 
 log = logging.getLogger("cloudburst.node")
+
+MISS_PIECE = 32     # keys of a GET's misses fetched by one fetch-thread turn
 
 
 def _send_reply(push: PushCache, address: str, response: pb.CacheResponse,
@@ -138,8 +143,7 @@ class ExecutorNode:
         self._clock = MonotoneClock()
         self._local = threading.local()
         self._clients: List[Any] = []
-        self._pool = ThreadPoolExecutor(max(1, config.fetch_threads),
-                                        thread_name_prefix="cache-fetch")
+        self._pool = FairPool(max(1, config.fetch_threads), "cache-fetch")
         self._tags = ValueTags()
         self._tags_lock = threading.Lock()
         self.causal = HydroCacheService(config.node_id, self.cache_address, self.update_address,
@@ -236,7 +240,7 @@ class ExecutorNode:
 
     def close(self) -> None:
         stop_all(self.workers, timeout=5.0)
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._pool.shutdown(wait=True)
         self.causal.close()
         for c in self._clients:
             c.close()
@@ -351,21 +355,26 @@ class ExecutorNode:
                 response, frames = self._answer_get(req, dict(zip(req.keys, values)))
                 _send_reply(self._push, req.response_address, response, frames)
                 return
-            # misses are fetched in parallel, one pool task per key; the last one answers
+            # misses are fetched in parallel in bounded pieces, this request taking turns
+            # with every other on the fetch threads; the last piece to finish answers
             gather = _Gather(req, dict(zip(req.keys, values)))
-            for key in gather.missing:
-                self._pool.submit(self._fetch_for, gather, key)
+            for piece in pieces(gather.missing, self.config.fetch_threads, MISS_PIECE):
+                self._pool.submit(gather, self._fetch_for, gather, piece)
             return
-        self._pool.submit(self._put_in_thread, req)
+        self._pool.submit(object(), self._put_in_thread, req)     # its own turn
 
-    def _fetch_for(self, gather: "_Gather", key: str) -> None:
+    def _fetch_for(self, gather: "_Gather", keys: List[str]) -> None:
         state = self._thread_state()
-        try:
-            value, error = self._fetch(state.kvs, key), None
-        except Exception as e:
-            value, error = None, e
-        if not gather.record(key, value, error):
-            return
+        for key in keys:
+            try:
+                value, error = self._fetch(state.kvs, key), None
+            except Exception as e:
+                value, error = None, e
+            if gather.record(key, value, error):
+                self._answer_gathered(state, gather)
+
+    def _answer_gathered(self, state: Any, gather: "_Gather") -> None:
+        """Every miss of `gather` is fetched: answer its GET."""
         req = gather.request
         if gather.error is not None:
             log.warning("cache request %s failed: %s", req.request_id, gather.error)
