@@ -4,7 +4,8 @@ Contract: `CacheClient.get(keys)` returns `{key: buffer or None}` (None: no such
 KVS; a buffer is the value's bytes as received, not copied); `put(key, value)` returns once the node cache has written the value through to Anna.
 Each request waits on the worker's own reply socket for the answer with the same request id
 (older answers are dropped) until `timeout`; then `Timeout` names the node
-cache and the keys. A failed answer raises `CloudburstError` with the node cache's reason.
+cache and the keys. A failed answer raises `CloudburstError` with the node cache's reason; a
+lattice value that does not decode raises `MalformedValue` naming its key.
 """
 from __future__ import annotations
 
@@ -17,11 +18,21 @@ import zmq
 import anna_core
 from hydro_proto import cloudburst_pb2 as pb
 from hydrocache.copies import LocalCopies
-from runtime.errors import CloudburstError, Timeout
+from runtime.errors import CloudburstError, MalformedValue, Timeout
 from runtime.rpc import await_reply, cache_reply
 from runtime.sockets import PushCache
 
 __all__ = ["CacheClient", "CausalRead"]
+
+
+def _lattice(key: str, lattice_type: int, payload: Any) -> Any:
+    """A lattice value from the node cache, by the kernel's codec; `MalformedValue` naming the
+    key if it does not decode."""
+    try:
+        return anna_core.deserialize(lattice_type, bytes(payload))
+    except (ValueError, TypeError) as e:
+        raise MalformedValue(f"the value under key {key!r} does not decode: {e}",
+                             key=key) from None
 
 
 class CausalRead(NamedTuple):
@@ -56,7 +67,7 @@ class CacheClient:
         response, frames = self._request(pb.CACHE_GET, keys, [], req)
         values = self._values(response, frames)
         return {e.key: (None if not e.found else
-                        anna_core.deserialize(e.lattice_type, bytes(values[e.key][0]))
+                        _lattice(e.key, e.lattice_type, values[e.key][0])
                         if e.lattice_type else values[e.key][0])
                 for e in response.entries}
 
