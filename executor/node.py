@@ -33,7 +33,12 @@ Contract:
   misses its own heartbeats is not declared dead (`scheduler/membership.py`, "Liveness").
   Workers also send their heartbeats to the node; a worker whose process runs but that has
   not heartbeaten for `unresponsive_timeout` is killed (SIGKILL) and restarted like any
-  worker that exits. Workers die with their node (`executor/worker.py`: PR_SET_PDEATHSIG), so
+  worker that exits. A worker also tells its node when a function starts (with the moment its
+  time limit passes) and ends; a function still running two heartbeat periods past its
+  limit, on a worker not heard from since the limit (stuck in C code, deaf to its time-limit
+  signal), is reported to every scheduler at once (`WorkerStatus.overran`), which fails its
+  call with `Timeout` then; the worker's guard kills it a grace period later
+  (`executor/guard.py`) and the node restarts it. Workers die with their node (`executor/worker.py`: PR_SET_PDEATHSIG), so
   a node that is restarted starts new workers and leaves no orphans.
 - Authentication (`config.key_dir`; `runtime.auth`): the node reads the cluster's keys, its
   request socket (workers, schedulers, other node caches) and HydroCache's reply socket admit
@@ -78,6 +83,7 @@ from hydro_proto import cloudburst_pb2 as pb
 from hydrocache.service import HydroCacheService
 
 from .cache import LwwCache
+from .liveness import RunningCalls
 from hydrocache.copies import ValueTags
 from .config import NodeConfig, WorkerConfig
 
@@ -160,6 +166,7 @@ class ExecutorNode:
                                      restart=config.restart_workers)
         self._worker_ids: Dict[str, str] = {}     # process name -> worker id
         self._heard: Dict[str, float] = {}        # worker id -> its last heartbeat to the node
+        self._calls = RunningCalls()              # what each worker runs, until when
         self._load: Dict[str, "tuple[int, int]"] = {}   # worker id -> (running, queued)
         self.draining = False                     # schedulers place no new call here
         self.drain_epoch = 0                      # of `draining` (highest seen wins)
@@ -232,6 +239,7 @@ class ExecutorNode:
                     self._report_keys()
                 self._check_workers(now)
                 self._vouch(now)
+                self._report_overruns(now)
                 self._report_status()
                 if self.config.parent_pid and os.getppid() != self.config.parent_pid:
                     log.warning("parent process exited; stopping")
@@ -251,9 +259,21 @@ class ExecutorNode:
             self._security.stop()
         self._context.term()
 
+    def _report_overruns(self, now: float) -> None:
+        """Tell the schedulers of every function stuck past its time limit (module contract)."""
+        for wid, call_id in self._calls.overran(now, 2 * self.config.heartbeat_period):
+            log.warning("worker %s: call %s is past its time limit and the worker is silent "
+                        "(stuck in C code); failing the call, the worker will be killed",
+                        wid, call_id)
+            status = pb.WorkerStatus(worker_id=wid, node_id=self.config.node_id,
+                                     call_id=call_id, overran=True)
+            for address in self.config.scheduler_addresses:
+                self._push.send(address, "heartbeat", status)
+
     def _check_workers(self, now: float) -> None:
         """Restart exited workers (with back-off) and tell the schedulers at once."""
         for exit in self.supervisor.check(now):
+            self._calls.forget(self._worker_ids[exit.process.name])
             status = pb.WorkerStatus(worker_id=self._worker_ids[exit.process.name],
                                      node_id=self.config.node_id, exited=True,
                                      exit_code=exit.code if exit.code is not None else -1)
@@ -282,7 +302,14 @@ class ExecutorNode:
     def _on_worker_heartbeat(self, payload: bytes) -> None:
         status = pb.WorkerStatus.FromString(payload)
         if status.worker_id in self._worker_ids.values():
-            self._heard[status.worker_id] = time.monotonic()
+            now = self._heard[status.worker_id] = time.monotonic()
+            self._calls.heard(status.worker_id, now)
+            if status.call_id:             # a function's start or end, from the main thread
+                if status.running:
+                    self._calls.started(status.worker_id, status.call_id, status.deadline)
+                else:
+                    self._calls.ended(status.worker_id, status.call_id)
+                return
             self._load[status.worker_id] = (min(1, status.running), status.queued)
 
     def _on_drain(self, payload: bytes) -> None:
