@@ -14,8 +14,10 @@ sees the signal, and no Python thread of the worker runs meanwhile. For that cas
 arms a kernel timer on the monotonic clock (a POSIX per-process timer, `timer_create`) that
 sends SIGPROF, left at its default action (terminate the process), at `hard_limit(seconds)`:
 the time limit plus `HARD_GRACE` seconds of wall-clock time, whatever the number of CPUs or
-threads. The worker dies by SIGPROF, its executor node restarts it, and the scheduler fails
-the call with `Timeout` (exit by SIGPROF means exactly this). Where the kernel has no such
+threads. The worker dies by SIGPROF and its executor node restarts it. The call has already
+failed with `Timeout` at the limit (its node saw the limit pass with the worker silent:
+`executor/liveness.py`); otherwise the scheduler fails it now (exit by SIGPROF means exactly
+this). Where the kernel has no such
 timer (not Linux), a CPU-time timer (`ITIMER_PROF`) at the limit plus the grace, times the
 CPUs the process may use, stands in. Arming and clearing cost one system call each.
 """
