@@ -172,7 +172,7 @@ PAYLOADS = st.tuples(st.integers(-2, 10),
                          [l.serialize() for l in samples()])))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(JUNK)
 def test_plain_reads_of_any_bytes_give_a_value_or_a_typed_error(data):
     try:
