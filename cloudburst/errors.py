@@ -7,8 +7,9 @@ errors only a client meets (`AuthenticationError`, `AuthenticationRequired`) are
 here; `KeyFileError` (a missing or malformed key file, named) is `runtime.auth`'s.
 """
 from runtime.errors import (STATUS_OF, Aborted, Cancelled, CloudburstError, DagNotFound, ExecutionError,
-                            FunctionNotFound, InvalidDag, InvalidFunction, NoResources, ObjectNotFound,
-                            SchedulerUnavailable, Timeout, UnsafeValue, error_from_status)
+                            FunctionNotFound, InvalidDag, InvalidFunction, MalformedValue,
+                            NoResources, ObjectNotFound, SchedulerUnavailable, Timeout,
+                            UnsafeValue, error_from_status)
 from runtime.auth import AuthenticationRequired as _AuthenticationRequired, KeyFileError
 from runtime.process import StartupError
 
@@ -27,5 +28,5 @@ class AuthenticationRequired(AuthenticationError, _AuthenticationRequired):
 __all__ = ["CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "InvalidFunction",
            "NoResources",
            "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "Cancelled",
-           "SchedulerUnavailable", "StartupError", "UnsafeValue", "STATUS_OF", "error_from_status",
+           "SchedulerUnavailable", "StartupError", "UnsafeValue", "MalformedValue", "STATUS_OF", "error_from_status",
            "AuthenticationError", "AuthenticationRequired", "KeyFileError"]

@@ -5,7 +5,8 @@ KVS; a buffer is the value's bytes as received, not copied); `put(key, value)` r
 Each request waits on the worker's own reply socket for the answer with the same request id
 (older answers are dropped) until `timeout`; then `Timeout` names the node
 cache and the keys. A failed answer raises `CloudburstError` with the node cache's reason
-(`Fenced` when the cache refused a causal attempt that is fenced).
+(`Fenced` when the cache refused a causal attempt that is fenced); a lattice value that does
+not decode raises `MalformedValue` naming its key.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import zmq
 import anna_core
 from hydro_proto import cloudburst_pb2 as pb
 from hydrocache.copies import LocalCopies
-from runtime.errors import CloudburstError, Timeout
+from runtime.errors import CloudburstError, MalformedValue, Timeout
 from runtime.rpc import await_reply, cache_reply
 from runtime.sockets import PushCache
 
@@ -29,6 +30,16 @@ class Fenced(CloudburstError):
     """The node cache refused a causal request because its attempt is fenced: the scheduler
     released or failed the attempt, its snapshot is gone, or its commit was not granted.
     Nothing the attempt writes is accepted (hydrocache/DESIGN.md, "Fencing")."""
+
+
+def _lattice(key: str, lattice_type: int, payload: Any) -> Any:
+    """A lattice value from the node cache, by the kernel's codec; `MalformedValue` naming the
+    key if it does not decode."""
+    try:
+        return anna_core.deserialize(lattice_type, bytes(payload))
+    except (ValueError, TypeError) as e:
+        raise MalformedValue(f"the value under key {key!r} does not decode: {e}",
+                             key=key) from None
 
 
 class CausalRead(NamedTuple):
@@ -63,7 +74,7 @@ class CacheClient:
         response, frames = self._request(pb.CACHE_GET, keys, [], req)
         values = self._values(response, frames)
         return {e.key: (None if not e.found else
-                        anna_core.deserialize(e.lattice_type, bytes(values[e.key][0]))
+                        _lattice(e.key, e.lattice_type, values[e.key][0])
                         if e.lattice_type else values[e.key][0])
                 for e in response.entries}
 

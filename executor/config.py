@@ -22,7 +22,7 @@ class NodeConfig:
     function_time_limit: seconds a function may run when neither it nor its call sets a limit.
     unresponsive_timeout: seconds a worker whose process runs may go without heartbeating to
         its node before the node kills and restarts it (None: `function_time_limit` + 60 s;
-        a function stuck in C code is normally killed at its time limit by its own guard).
+        a function stuck in C code is killed one second past its time limit by its own guard).
     write_quorum: when the node cache acknowledges a write it makes for a function (a causal
         call's commit, and `lib.put`): "all" (default) once every replica of each written key
         holds it, so an acknowledged write survives the crash of any replica; an int n once

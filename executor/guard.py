@@ -10,16 +10,22 @@ it. Outside `run` the handlers do nothing: a late signal never hits the worker's
 `install()` must run on the main thread (Python delivers signals there).
 
 A function stuck in C code that holds the interpreter (for example `sum(range(10**12))`) never
-sees the signal. For that case `run` also arms a CPU-time timer (`ITIMER_PROF`, left at its
-default action, which terminates the process) at `hard_limit(seconds)` CPU seconds: the worker
-is killed by SIGPROF, its executor node restarts it, and the scheduler fails the call with
-`Timeout` (exit by SIGPROF means exactly this). The budget is the time limit plus
-`HARD_GRACE` seconds, times the CPUs the process may use, so a function that computes on
-several threads is never killed before its wall-clock limit; one spinning thread is killed
-after at most that many seconds of CPU. Both timers cost one system call each to arm and clear.
+sees the signal, and no Python thread of the worker runs meanwhile. For that case `run` also
+arms a kernel timer on the monotonic clock (a POSIX per-process timer, `timer_create`) that
+sends SIGPROF, left at its default action (terminate the process), at `hard_limit(seconds)`:
+the time limit plus `HARD_GRACE` seconds of wall-clock time, whatever the number of CPUs or
+threads. The worker dies by SIGPROF and its executor node restarts it. The call has already
+failed with `Timeout` at the limit (its node saw the limit pass with the worker silent:
+`executor/liveness.py`); otherwise the scheduler fails it now (exit by SIGPROF means exactly
+this). Where the kernel has no such
+timer (not Linux), a CPU-time timer (`ITIMER_PROF`) at the limit plus the grace, times the
+CPUs the process may use, stands in. Arming and clearing cost one system call each.
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import logging
 import os
 import signal
 import threading
@@ -29,13 +35,66 @@ from hydro_proto import cloudburst_pb2 as pb
 
 __all__ = ["FunctionGuard", "Interrupted", "HARD_GRACE", "hard_limit"]
 
+log = logging.getLogger("cloudburst.worker")
+
 HARD_GRACE = 1.0    # seconds past the limit before a function stuck in C code is killed
 _CPUS = max(1, os.cpu_count() or 1)
 
 
 def hard_limit(seconds: float) -> float:
-    """CPU seconds after which a function that ignored its time limit kills its worker."""
-    return (seconds + HARD_GRACE) * _CPUS
+    """Seconds (wall clock) after which a function that ignored its time limit kills its
+    worker."""
+    return seconds + HARD_GRACE
+
+
+class _SigEvent(ctypes.Structure):
+    """Linux's `struct sigevent` (64 bytes): value, signal number, notify, padding."""
+    _fields_ = [("sigev_value", ctypes.c_void_p), ("sigev_signo", ctypes.c_int),
+                ("sigev_notify", ctypes.c_int), ("_pad", ctypes.c_int * 12)]
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+class _ITimerspec(ctypes.Structure):
+    _fields_ = [("it_interval", _Timespec), ("it_value", _Timespec)]
+
+
+_CLOCK_MONOTONIC = 1
+_SIGEV_SIGNAL = 0
+
+
+class KillTimer:
+    """A one-shot wall-clock (monotonic) timer that sends SIGPROF to this process; it needs
+    no Python thread, so it fires while the main thread holds the interpreter. `arm(seconds)`
+    (0 disarms). Falls back to a CPU-time `ITIMER_PROF` budget of seconds times the CPUs
+    where POSIX timers are unavailable."""
+
+    def __init__(self) -> None:
+        self._timer = ctypes.c_void_p()
+        self._settime = None
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            if not hasattr(libc, "timer_create"):          # glibc before 2.34: in librt
+                libc = ctypes.CDLL(ctypes.util.find_library("rt"), use_errno=True)
+            event = _SigEvent(sigev_signo=signal.SIGPROF, sigev_notify=_SIGEV_SIGNAL)
+            if libc.timer_create(_CLOCK_MONOTONIC, ctypes.byref(event),
+                                 ctypes.byref(self._timer)) != 0:
+                raise OSError(ctypes.get_errno(), "timer_create failed")
+            self._settime = libc.timer_settime
+        except (OSError, AttributeError, TypeError) as e:
+            log.warning("no POSIX timer (%s): a function stuck in C code is stopped by a "
+                        "CPU-time budget instead", e)
+
+    def arm(self, seconds: float) -> None:
+        if self._settime is None:
+            signal.setitimer(signal.ITIMER_PROF, seconds * _CPUS)
+            return
+        whole = int(seconds)
+        spec = _ITimerspec(it_value=_Timespec(whole, int((seconds - whole) * 1e9)))
+        if self._settime(self._timer, 0, ctypes.byref(spec), None) != 0:
+            raise OSError(ctypes.get_errno(), "timer_settime failed")
 
 
 class Interrupted(BaseException):
@@ -55,8 +114,10 @@ class FunctionGuard:
         self._running: Optional[str] = None          # the call id of the function running now
         self._cancel_target: Optional[str] = None    # a call asked to stop while running
         self._reason = ""
+        self._kill_timer: Optional[KillTimer] = None
 
     def install(self) -> None:
+        self._kill_timer = KillTimer()
         signal.signal(signal.SIGALRM, self._time_up)
         signal.signal(signal.SIGUSR1, self._cancelled)
         signal.signal(signal.SIGPROF, signal.SIG_DFL)    # terminate: see the module contract
@@ -65,14 +126,17 @@ class FunctionGuard:
         self._reason = reason
         self._running = call_id
         seconds = max(0.001, seconds)
-        signal.setitimer(signal.ITIMER_PROF, hard_limit(seconds))
+        kill_timer = self._kill_timer
+        if kill_timer is not None:
+            kill_timer.arm(hard_limit(seconds))
         signal.setitimer(signal.ITIMER_REAL, seconds)
         try:
             return fn()
         finally:
             self._running = None
             signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.setitimer(signal.ITIMER_PROF, 0)
+            if kill_timer is not None:
+                kill_timer.arm(0)
 
     def cancel(self, call_id: str) -> None:
         """Stop the running function if it belongs to `call_id` (any thread)."""

@@ -10,6 +10,13 @@ Contract:
   use the worker's credentials (CURVE clients when the cluster authenticates). While the
   main thread holds the interpreter in one long C call this thread cannot run; the worker's
   node vouches for its process meanwhile (`executor/node.py`, `scheduler/membership.py`).
+- `RunningCalls` is the node's pure record of what its workers run (no clocks: `now` is
+  passed in): `started(worker, call_id, deadline)` and `ended(worker, call_id)` from the
+  worker's own messages at a function's start and end, `heard(worker, now)` for every
+  message of the worker. `overran(now, slack)` returns, once each, the (worker, call id) of
+  every function still running `slack` seconds past its deadline whose worker has not been
+  heard from since the deadline: it holds the interpreter in C code, where its time-limit
+  signal cannot stop it (a worker that is heard from runs Python, so the signal works).
 - `die_with_parent(parent_pid)` asks Linux to SIGKILL this process when the process that
   started it (its executor node) dies, and exits now if that already happened: the workers
   of a node that died cannot reach their node cache, and its replacement starts new ones.
@@ -21,7 +28,7 @@ import logging
 import os
 import signal
 import time
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from hydro_proto import cloudburst_pb2 as pb
 from runtime.process import process_start
@@ -30,10 +37,45 @@ from runtime.sockets import PushCache
 if TYPE_CHECKING:
     from .worker import Worker
 
-__all__ = ["heartbeat_loop", "die_with_parent"]
+__all__ = ["heartbeat_loop", "die_with_parent", "RunningCalls"]
 
 log = logging.getLogger("cloudburst.worker")
 _PR_SET_PDEATHSIG = 1
+
+
+class RunningCalls:
+    """See the module contract."""
+
+    def __init__(self) -> None:
+        self._running: Dict[str, Tuple[str, float]] = {}   # worker -> (call id, deadline)
+        self._heard: Dict[str, float] = {}
+        self._reported: Dict[str, str] = {}                 # worker -> call id reported
+
+    def started(self, worker: str, call_id: str, deadline: float) -> None:
+        self._running[worker] = (call_id, deadline)
+
+    def ended(self, worker: str, call_id: str) -> None:
+        if self._running.get(worker, ("",))[0] == call_id:
+            del self._running[worker]
+
+    def heard(self, worker: str, now: float) -> None:
+        self._heard[worker] = now
+
+    def forget(self, worker: str) -> None:
+        """The worker's process is gone (it restarts with nothing running)."""
+        self._running.pop(worker, None)
+        self._heard.pop(worker, None)
+        self._reported.pop(worker, None)
+
+    def overran(self, now: float, slack: float) -> List[Tuple[str, str]]:
+        out = []
+        for worker, (call_id, deadline) in self._running.items():
+            if now < deadline + slack or self._heard.get(worker, 0.0) >= deadline:
+                continue
+            if self._reported.get(worker) != call_id:
+                self._reported[worker] = call_id
+                out.append((worker, call_id))
+        return out
 
 
 def die_with_parent(parent_pid: Optional[int]) -> None:

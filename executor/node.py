@@ -11,7 +11,10 @@ Contract:
   a write to Anna (a PUT, a causal commit) is acknowledged once `config.write_quorum`
   replicas hold it (every replica by default).
   A reply carries each value as its own ZeroMQ frame after the response (no protobuf copy).
-  The missing keys of one GET are fetched in parallel (one fetch-thread task per key).
+  The missing keys of one GET are fetched in parallel, in bounded pieces (at most
+  `MISS_PIECE` keys each) on the fetch threads, which take turns between requests
+  (`runtime.fairpool`): a GET of many missing keys never holds up another request's miss by
+  more than one piece per fetch thread.
   Anna errors reach the worker as a failed `CacheResponse` naming the key; an LWW read of a
   causal key is an error saying so. A large value a worker already holds (same tag) is not
   resent (`hydrocache/copies.py`).
@@ -32,7 +35,12 @@ Contract:
   misses its own heartbeats is not declared dead (`scheduler/membership.py`, "Liveness").
   Workers also send their heartbeats to the node; a worker whose process runs but that has
   not heartbeaten for `unresponsive_timeout` is killed (SIGKILL) and restarted like any
-  worker that exits. Workers die with their node (`executor/worker.py`: PR_SET_PDEATHSIG), so
+  worker that exits. A worker also tells its node when a function starts (with the moment its
+  time limit passes) and ends; a function still running two heartbeat periods past its
+  limit, on a worker not heard from since the limit (stuck in C code, deaf to its time-limit
+  signal), is reported to every scheduler at once (`WorkerStatus.overran`), which fails its
+  call with `Timeout` then; the worker's guard kills it a grace period later
+  (`executor/guard.py`) and the node restarts it. Workers die with their node (`executor/worker.py`: PR_SET_PDEATHSIG), so
   a node that is restarted starts new workers and leaves no orphans.
 - Authentication (`config.key_dir`; `runtime.auth`): the node reads the cluster's keys, its
   request socket (workers, schedulers, other node caches) and HydroCache's reply socket admit
@@ -59,7 +67,6 @@ import sys
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, NamedTuple, Optional
 
 import zmq
@@ -69,6 +76,7 @@ from anna_core.wire import MonotoneClock, tuple_to_lattice
 from runtime.process import ManagedProcess, RestartPolicy, Supervisor, stop_all, wait_all_ready
 from runtime.values import CAUSAL_LATTICES
 from runtime.auth import AuthConfig, Security, credentials_of
+from runtime.fairpool import FairPool, pieces
 from runtime.framing import FrameError, more, parse
 from runtime.sockets import PushCache, bind_pull
 from hydro_proto import anna_pb2
@@ -77,12 +85,15 @@ from hydro_proto import cloudburst_pb2 as pb
 from hydrocache.service import HydroCacheService
 
 from .cache import LwwCache
+from .liveness import RunningCalls
 from hydrocache.copies import ValueTags
 from .config import NodeConfig, WorkerConfig
 
-__all__ = ["ExecutorNode"]
+__all__ = ["ExecutorNode", "MISS_PIECE"]
 
 log = logging.getLogger("cloudburst.node")
+
+MISS_PIECE = 32     # keys of a GET's misses fetched by one fetch-thread turn
 
 
 def _send_reply(push: PushCache, address: str, response: pb.CacheResponse,
@@ -140,8 +151,7 @@ class ExecutorNode:
         self._clock = MonotoneClock()
         self._local = threading.local()
         self._clients: List[Any] = []
-        self._pool = ThreadPoolExecutor(max(1, config.fetch_threads),
-                                        thread_name_prefix="cache-fetch")
+        self._pool = FairPool(max(1, config.fetch_threads), "cache-fetch")
         self._tags = ValueTags()
         self._tags_lock = threading.Lock()
         self.causal = HydroCacheService(config.node_id, self.cache_address, self.update_address,
@@ -158,6 +168,7 @@ class ExecutorNode:
                                      restart=config.restart_workers)
         self._worker_ids: Dict[str, str] = {}     # process name -> worker id
         self._heard: Dict[str, float] = {}        # worker id -> its last heartbeat to the node
+        self._calls = RunningCalls()              # what each worker runs, until when
         self._load: Dict[str, "tuple[int, int]"] = {}   # worker id -> (running, queued)
         self.draining = False                     # schedulers place no new call here
         self.drain_epoch = 0                      # of `draining` (highest seen wins)
@@ -230,6 +241,7 @@ class ExecutorNode:
                     self._report_keys()
                 self._check_workers(now)
                 self._vouch(now)
+                self._report_overruns(now)
                 self._report_status()
                 if self.config.parent_pid and os.getppid() != self.config.parent_pid:
                     log.warning("parent process exited; stopping")
@@ -238,7 +250,7 @@ class ExecutorNode:
 
     def close(self) -> None:
         stop_all(self.workers, timeout=5.0)
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._pool.shutdown(wait=True)
         self.causal.close()
         for c in self._clients:
             c.close()
@@ -249,9 +261,21 @@ class ExecutorNode:
             self._security.stop()
         self._context.term()
 
+    def _report_overruns(self, now: float) -> None:
+        """Tell the schedulers of every function stuck past its time limit (module contract)."""
+        for wid, call_id in self._calls.overran(now, 2 * self.config.heartbeat_period):
+            log.warning("worker %s: call %s is past its time limit and the worker is silent "
+                        "(stuck in C code); failing the call, the worker will be killed",
+                        wid, call_id)
+            status = pb.WorkerStatus(worker_id=wid, node_id=self.config.node_id,
+                                     call_id=call_id, overran=True)
+            for address in self.config.scheduler_addresses:
+                self._push.send(address, "heartbeat", status)
+
     def _check_workers(self, now: float) -> None:
         """Restart exited workers (with back-off) and tell the schedulers at once."""
         for exit in self.supervisor.check(now):
+            self._calls.forget(self._worker_ids[exit.process.name])
             status = pb.WorkerStatus(worker_id=self._worker_ids[exit.process.name],
                                      node_id=self.config.node_id, exited=True,
                                      exit_code=exit.code if exit.code is not None else -1)
@@ -280,7 +304,14 @@ class ExecutorNode:
     def _on_worker_heartbeat(self, payload: bytes) -> None:
         status = pb.WorkerStatus.FromString(payload)
         if status.worker_id in self._worker_ids.values():
-            self._heard[status.worker_id] = time.monotonic()
+            now = self._heard[status.worker_id] = time.monotonic()
+            self._calls.heard(status.worker_id, now)
+            if status.call_id:             # a function's start or end, from the main thread
+                if status.running:
+                    self._calls.started(status.worker_id, status.call_id, status.deadline)
+                else:
+                    self._calls.ended(status.worker_id, status.call_id)
+                return
             self._load[status.worker_id] = (min(1, status.running), status.queued)
 
     def _on_drain(self, payload: bytes) -> None:
@@ -353,21 +384,26 @@ class ExecutorNode:
                 response, frames = self._answer_get(req, dict(zip(req.keys, values)))
                 _send_reply(self._push, req.response_address, response, frames)
                 return
-            # misses are fetched in parallel, one pool task per key; the last one answers
+            # misses are fetched in parallel in bounded pieces, this request taking turns
+            # with every other on the fetch threads; the last piece to finish answers
             gather = _Gather(req, dict(zip(req.keys, values)))
-            for key in gather.missing:
-                self._pool.submit(self._fetch_for, gather, key)
+            for piece in pieces(gather.missing, self.config.fetch_threads, MISS_PIECE):
+                self._pool.submit(gather, self._fetch_for, gather, piece)
             return
-        self._pool.submit(self._put_in_thread, req)
+        self._pool.submit(object(), self._put_in_thread, req)     # its own turn
 
-    def _fetch_for(self, gather: "_Gather", key: str) -> None:
+    def _fetch_for(self, gather: "_Gather", keys: List[str]) -> None:
         state = self._thread_state()
-        try:
-            value, error = self._fetch(state.kvs, key), None
-        except Exception as e:
-            value, error = None, e
-        if not gather.record(key, value, error):
-            return
+        for key in keys:
+            try:
+                value, error = self._fetch(state.kvs, key), None
+            except Exception as e:
+                value, error = None, e
+            if gather.record(key, value, error):
+                self._answer_gathered(state, gather)
+
+    def _answer_gathered(self, state: Any, gather: "_Gather") -> None:
+        """Every miss of `gather` is fetched: answer its GET."""
         req = gather.request
         if gather.error is not None:
             log.warning("cache request %s failed: %s", req.request_id, gather.error)

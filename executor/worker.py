@@ -254,12 +254,21 @@ class Worker:
         left = deadline - time.monotonic()
         reason = f"its time limit of {limit:g} s" if limit <= left else \
             f"the call's deadline ({s.timeout:g} s after it was scheduled)"
+        seconds = min(limit, left)
         self.output.begin(s.call_id, s.function)
+        # the node learns when this function's limit passes, so a function stuck in C code
+        # (deaf to the guard's signal) fails its call at the limit (executor/liveness.py)
+        self._tell_node(pb.WorkerStatus(running=1, call_id=s.call_id,
+                                        deadline=time.monotonic() + seconds))
         try:
-            return self.guard.run(s.call_id, min(limit, left), reason,
-                                  lambda: fn(self.lib, *args))
+            return self.guard.run(s.call_id, seconds, reason, lambda: fn(self.lib, *args))
         finally:
             self._printed = self.output.end()
+            self._tell_node(pb.WorkerStatus(running=0, call_id=s.call_id))
+
+    def _tell_node(self, status: pb.WorkerStatus) -> None:
+        status.worker_id, status.node_id = self.worker_id, self.config.node_id
+        self._push.send(self.config.cache_address, "heartbeat", status)
 
     def _on_control(self) -> None:
         """Cancels (heartbeat thread): stop the running function if it belongs to the call."""

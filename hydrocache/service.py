@@ -13,9 +13,13 @@ the loop thread, so the core needs no lock:
   to this service's own reply socket; answers are fed to the core as they arrive (a request
   that cannot be sent is answered at once with an error naming the peer).
 - Anna's client is blocking, so reads, writes and subscriptions run on the node's fetch pool
-  (`submit`), one `anna_core.Client` per pool thread. A pool thread does the I/O only: it
-  appends the result to a queue and wakes the loop through an inproc socket; the loop feeds
-  the core. An operation that needs no I/O never leaves the loop thread.
+  (`submit(owner, fn, *args)`, a `runtime.fairpool.FairPool` that takes turns between
+  owners), one `anna_core.Client` per pool thread. The I/O of one core step is one owner, and
+  its reads and subscriptions go in bounded pieces (`PIECE` keys), so a step that misses many
+  keys holds up another step's I/O by at most one piece per pool thread. A pool thread does
+  the I/O only: it appends the results to a queue and wakes the loop through an inproc
+  socket; the loop feeds the core. An operation that needs no I/O never leaves the loop
+  thread.
 Failures reach the requester as the core's typed answers (TIMEOUT naming the stage, or
 EXECUTION_ERROR naming this cache); an I/O error becomes the core's input, never a silent drop.
 Durability: a commit's versions are written with the node's write quorum
@@ -43,6 +47,7 @@ import zmq
 import anna_core
 from hydro_proto import cloudburst_pb2 as pb
 from runtime.auth import AuthConfig, Credentials
+from runtime.fairpool import pieces
 from runtime.rpc import cache_reply
 from runtime.sockets import PushCache, bind_pull
 
@@ -54,6 +59,7 @@ __all__ = ["HydroCacheService", "StageTimeout", "NotCausal"]
 log = logging.getLogger("hydrocache.service")
 
 _BATCH = 1000              # messages taken from one socket per readiness
+PIECE = 32                 # keys read (or subscribed) from Anna in one pool turn
 
 
 class _ThreadState(threading.local):
@@ -151,18 +157,25 @@ class HydroCacheService:
         push = self._push
         for r in step.replies:
             push.send_with_frames(r.address, "cache_reply", r.response, r.frames)
+        owner = object()                  # this step's I/O takes one turn at a time
+        fetches: List[str] = []
+        subscribes: List[str] = []
         for action in step.io:
             kind = type(action)
             if kind is FetchKey:
-                self._spawn(self._fetch, action.key)
+                fetches.append(action.key)
             elif kind is Subscribe:
-                self._spawn(self._subscribe, action.key)
+                subscribes.append(action.key)
             elif kind is PutVersions:
-                self._spawn(self._put, action.token, action.versions)
+                self._spawn(owner, self._put, action.token, action.versions)
             elif kind is AskCache:
                 self._ask(action)
             else:
                 raise TypeError(f"unknown HydroCache action {action!r}")
+        for piece in pieces(fetches, 1, PIECE):
+            self._spawn(owner, self._fetch, piece)
+        for piece in pieces(subscribes, 1, PIECE):
+            self._spawn(owner, self._subscribe, piece)
 
     def _ask(self, action: AskCache) -> None:
         request = action.request
@@ -206,9 +219,9 @@ class HydroCacheService:
                 step = core.on_subscribe_failed(args[0], now)
             self._carry(step)
 
-    def _spawn(self, fn: Callable[..., None], *args: Any) -> None:
+    def _spawn(self, owner: Any, fn: Callable[..., None], *args: Any) -> None:
         try:
-            self._submit(fn, *args)
+            self._submit(owner, fn, *args)
         except RuntimeError:          # the pool is shutting down with the node
             log.debug("dropped %s%r: the fetch pool has stopped", fn.__name__, args)
 
@@ -222,10 +235,10 @@ class HydroCacheService:
                 self._resources.append(s.kvs)
         return s.kvs
 
-    def _hand_back(self, item: Tuple[Any, ...]) -> None:
-        """Queue a result for the loop thread and wake it (every pool task ends here, so the
+    def _hand_back(self, *items: Tuple[Any, ...]) -> None:
+        """Queue results for the loop thread and wake it (every pool task ends here, so the
         core never waits for an answer that cannot come)."""
-        self._results.append(item)
+        self._results.extend(items)
         s = self._local
         if s.push is None:
             s.push = PushCache(self._context, auth=self._auth)
@@ -233,33 +246,44 @@ class HydroCacheService:
                 self._resources.append(s.push)
         s.push.send_frame(self.wake_address, b"")
 
-    def _fetch(self, key: str) -> None:
-        lattice, error = None, None
-        try:
-            lattice = self._kvs().get_lattice(key)
-        except anna_core.KeyNotFound:
-            pass
-        except Exception as e:
-            error = e
-        self._hand_back(("fetched", key, lattice, error))
+    def _fetch(self, keys: List[str]) -> None:
+        results = []
+        for key in keys:
+            lattice, error = None, None
+            try:
+                lattice = self._kvs().get_lattice(key)
+            except anna_core.KeyNotFound:
+                pass
+            except Exception as e:
+                error = e
+            results.append(("fetched", key, lattice, error))
+        self._hand_back(*results)
 
-    def _subscribe(self, key: str) -> None:
+    def _subscribe(self, keys: List[str]) -> None:
+        results = []
+        for key in keys:
+            result = self._subscribe_one(key)
+            if result is not None:
+                results.append(result)
+        if results:
+            self._hand_back(*results)
+
+    def _subscribe_one(self, key: str) -> Optional[Tuple[Any, ...]]:
         try:
             self._kvs().subscribe(key, self.update_address)
         except Exception as e:
             log.warning("could not subscribe to %r: %s", key, e)
-            self._hand_back(("subscribe_failed", key))
-            return
+            return ("subscribe_failed", key)
         # A version written between the fetch that led here and the subscription taking
         # effect is never pushed: read the key once more and offer it as if pushed.
         try:
             lattice = self._kvs().get_lattice(key)
         except anna_core.KeyNotFound:
-            return
+            return None
         except Exception as e:
             log.warning("could not re-read %r after subscribing: %s", key, e)
-            return
-        self._hand_back(("pushed", key, lattice))
+            return None
+        return ("pushed", key, lattice)
 
     def _put(self, token: int, versions: List[Any]) -> None:
         error = None

@@ -62,7 +62,11 @@ class Version:
     @classmethod
     def deserialize(cls, key: str, payload: bytes) -> "Version":
         from hydro_proto import anna_pb2
-        return cls.from_lattice(key, anna_core.deserialize(anna_pb2.MULTI_CAUSAL, payload))
+        try:
+            lattice = anna_core.deserialize(anna_pb2.MULTI_CAUSAL, payload)
+        except ValueError as e:
+            raise ValueError(f"{key}: the causal value does not decode ({e})") from None
+        return cls.from_lattice(key, lattice)
 
     def serialize(self) -> bytes:
         return self.lattice.serialize()

@@ -17,7 +17,7 @@ from typing import Optional
 __all__ = ["CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "InvalidFunction",
            "NoResources",
            "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "Cancelled", "UnsafeValue",
-           "STATUS_OF", "error_from_status"]
+           "MalformedValue", "STATUS_OF", "error_from_status"]
 
 
 class CloudburstError(Exception):
@@ -95,6 +95,16 @@ class UnsafeValue(CloudburstError):
         super().__init__(message)
         self.key = key
         self.global_name = global_name
+
+
+class MalformedValue(UnsafeValue, ValueError):
+    """A stored value's bytes do not decode: a truncated or corrupt pickle, or a lattice whose
+    payload the KVS's lattice codec rejects. The message names the value (its key, when it has
+    one) and what is wrong; nothing in it was run. Also an `UnsafeValue` (it travels between
+    processes with that status) and a `ValueError`."""
+
+    def __init__(self, message: str, key: Optional[str] = None) -> None:
+        super().__init__(message, key=key)
 
 
 class Aborted(CloudburstError):

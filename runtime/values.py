@@ -6,7 +6,13 @@ Contract:
   types, `decimal.Decimal`, `Reference` and the KVS's own lattices (`anna_core`), nested in
   any way. A pickle naming any other Python global (a class, a function, `os.system`, ...)
   is refused before that global is even imported: `UnsafeValue` names the value (its key
-  when known), the global, and how to opt in. `loads(data, objects=True)` is the full
+  when known), the global, and how to opt in. A lattice is rebuilt only by the kernel's
+  lattice codec (lattices pickle as `anna_core.wire.lattice_from_payload(lattice_type,
+  payload)`, which this reader runs as `anna_core._core.deserialize`), never by its class,
+  so no pickle can make a lattice object without a valid value.
+  Bytes that do not decode (truncated, corrupt, a payload the codec rejects) raise
+  `MalformedValue` (an `UnsafeValue`) naming the value; no other exception escapes a plain
+  read. `loads(data, objects=True)` is the full
   unpickler, for a caller who asked for Python objects and trusts whoever wrote them
   (unpickling runs whatever code the writer chose). docs/SECURITY.md is the trust model.
 - `dumps` serializes any Python value (cloudpickle, protocol 5). `dumps_function`
@@ -44,7 +50,7 @@ import cloudpickle
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
 
-from .errors import UnsafeValue
+from .errors import MalformedValue, UnsafeValue
 
 __all__ = ["Reference", "is_lattice", "CAUSAL_LATTICES", "PLAIN_GLOBALS", "dumps", "dumps_function",
            "loads", "encode_args", "decode_arg", "references_of"]
@@ -136,11 +142,30 @@ PLAIN_GLOBALS = frozenset({
     ("datetime", "timezone"),       # the tzinfo of an aware datetime (a fixed offset)
     ("decimal", "Decimal"),         # exact decimal numbers, rebuilt from a str
     ("runtime.values", "Reference"),  # the platform's pointer to a key (a str and two bools)
-    # the KVS's own lattices: rebuilt by the C++ binding from their protobuf encoding
-    *(("anna_core._core", name) for name in (
-        "LWWLattice", "SetLattice", "OrderedSetLattice", "MaxLattice", "MapLattice",
-        "PriorityLattice", "SingleKeyCausalLattice", "MultiKeyCausalLattice")),
+    # the KVS's own lattices, as they pickle: lattice_from_payload(lattice_type: int,
+    # payload: bytes), read here as the kernel's lattice codec. Lattice classes are not
+    # listed: a pickle may not build a lattice through its class (NEWOBJ, REDUCE).
+    ("anna_core.wire", "lattice_from_payload"),
 })
+
+
+def _lattice_from_codec(lattice_type: Any, payload: Any) -> Any:
+    """`anna_core.wire.lattice_from_payload` as a plain-data pickle calls it: an int type and a
+    bytes payload, decoded by the kernel's codec; anything else is `_Malformed`."""
+    if type(lattice_type) is not int or type(payload) is not bytes:
+        raise _Malformed(f"a lattice must be pickled as lattice_from_payload(int, bytes), got "
+                         f"lattice_from_payload({type(lattice_type).__name__}, "
+                         f"{type(payload).__name__})")
+    # the KVS's module (a layer above this one), imported only when a value holds a lattice
+    codec = importlib.import_module("anna_core._core").deserialize
+    try:
+        return codec(lattice_type, payload)
+    except ValueError as e:
+        raise _Malformed(f"its lattice does not decode ({e})") from None
+
+
+class _Malformed(Exception):
+    """Raised inside the plain-data unpickler for a lattice record the codec rejects."""
 
 
 class _Refused(Exception):
@@ -159,6 +184,8 @@ class _PlainDataUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) not in PLAIN_GLOBALS:
             raise _Refused(module, name)
+        if (module, name) == ("anna_core.wire", "lattice_from_payload"):
+            return _lattice_from_codec
         return getattr(importlib.import_module(module), name)
 
 
@@ -169,13 +196,22 @@ def loads(data: bytes, objects: bool = False, *, key: Optional[str] = None,
     Raises `UnsafeValue` when the pickle names a global outside `PLAIN_GLOBALS`; its
     message names `what` (default: the value under `key`, when given) and `opt_in`, how the
     reader asks for Python objects where it read the value (e.g. `lib.get(key, objects=True)`).
+    Raises `MalformedValue` (an `UnsafeValue`) when the bytes do not decode; with
+    `objects=True` only for a pickle that does not parse (a trusted writer's classes may
+    raise their own errors).
     """
+    subject = what or (f"the value under key {key!r}" if key is not None else "a value")
     if objects:
-        return pickle.loads(data)
+        try:
+            return pickle.loads(data)
+        except (pickle.UnpicklingError, EOFError) as e:
+            raise MalformedValue(f"{subject} does not decode: {type(e).__name__}: {e}",
+                                 key=key) from None
     try:
         return _PlainDataUnpickler(io.BytesIO(data)).load()
+    except _Malformed as e:
+        raise MalformedValue(f"{subject} does not decode: {e}", key=key) from None
     except _Refused as refused:
-        subject = what or (f"the value under key {key!r}" if key is not None else "a value")
         by_value = " (which rebuilds a class or function pickled by value, e.g. one defined " \
                    "in a script)" if refused.global_name.startswith("cloudpickle.") else ""
         raise UnsafeValue(
@@ -184,6 +220,11 @@ def loads(data: bytes, objects: bool = False, *, key: Optional[str] = None,
             f"for Python objects, since unpickling an object runs code its writer chose; if "
             f"you trust whoever wrote it, read it with {opt_in}.",
             key=key, global_name=refused.global_name) from None
+    except RecursionError:
+        raise MalformedValue(f"{subject} does not decode: it nests too deeply", key=key) from None
+    except Exception as e:        # any other way the bytes fail to parse as a plain pickle
+        raise MalformedValue(f"{subject} does not decode: {type(e).__name__}: {e}",
+                             key=key) from None
 
 
 def encode_args(args: Iterable[Any]) -> "pb.ArgumentList":

@@ -483,6 +483,18 @@ class Scheduler:
     # ---- executors ----
     def _heartbeat(self, payload: bytes) -> None:
         s = pb.WorkerStatus.FromString(payload)
+        if s.overran:
+            # executor/node.py: a function is past its time limit, stuck in C code, and its
+            # worker kills itself a grace period later (executor/guard.py): the call fails
+            # now, and the worker is dropped until it comes back (restarted, it heartbeats)
+            how = ("ran a function past its time limit that did not return to the "
+                   "interpreter (stuck in C code); the worker is being killed and restarted")
+            log.warning("worker %s of node %s %s", s.worker_id, s.node_id, how)
+            for record in self.table.drop_worker(s.worker_id):
+                self._orphaned(record, s.worker_id, f"executor worker {s.worker_id} {how}",
+                               time.monotonic(),
+                               pb.TIMEOUT if record.call_id == s.call_id else pb.EXECUTION_ERROR)
+            return
         if s.exited:
             status = pb.EXECUTION_ERROR
             if s.exit_code >= 0:

@@ -48,3 +48,38 @@ def test_cancel_stops_only_the_call_it_names(guard):
     assert info.value.status == pb.CANCELLED and 0.3 < time.monotonic() - start < 2
     guard.cancel("c1")                    # nothing runs now: harmless
     assert guard.run("c2", 10, "limit", lambda: "ok") == "ok"
+
+
+STUCK = """
+import signal, sys, time
+from executor.guard import FunctionGuard
+g = FunctionGuard()
+g.install()
+print(time.monotonic(), flush=True)
+g.run("c1", float(sys.argv[1]), "limit", lambda: sum(range(10 ** 13)))
+"""
+
+
+def test_a_function_stuck_in_c_code_is_killed_at_its_limit_plus_the_grace():
+    """Wall-clock, whatever the CPU count: a budget of CPU seconds times the CPUs killed one
+    spinning thread only after (limit + grace) x CPUs seconds (6 s for 2 s on 2 cores)."""
+    import signal
+    import subprocess
+    import sys
+    from executor.guard import hard_limit
+    limit = 0.5
+    proc = subprocess.Popen([sys.executable, "-c", STUCK, str(limit)], stdout=subprocess.PIPE,
+                            text=True)
+    started = float(proc.stdout.readline())
+    try:
+        proc.wait(timeout=hard_limit(limit) * 4 + 10)
+    finally:
+        proc.kill()
+    elapsed = time.monotonic() - started
+    assert proc.returncode == -signal.SIGPROF
+    assert hard_limit(limit) - 0.05 < elapsed < hard_limit(limit) + 0.9, elapsed
+
+
+def test_the_kill_timer_is_disarmed_after_a_call(guard):
+    assert guard.run("c1", 0.05, "limit", lambda: 1) == 1
+    time.sleep(1.3)               # past limit + grace: a live kill timer would end pytest here

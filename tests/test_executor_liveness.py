@@ -78,3 +78,30 @@ def test_real_workers_survive_long_c_calls_and_a_200_mb_argument():
         assert c.call("size", b"x" * (200 << 20)).get(timeout=60) == 200 << 20
         (worker,) = c.status().workers
         assert worker.restarts == 0
+
+
+# ---- the node's record of running functions (pure) ----
+def test_a_silent_worker_past_its_functions_limit_is_reported_once():
+    from executor.liveness import RunningCalls
+    calls = RunningCalls()
+    calls.heard("w1", 10.0)
+    calls.started("w1", "c1", deadline=12.0)
+    assert calls.overran(12.3, slack=0.4) == []           # within the slack
+    assert calls.overran(12.5, slack=0.4) == [("w1", "c1")]
+    assert calls.overran(13.0, slack=0.4) == []           # once
+    calls.forget("w1")                                     # its process exited
+    assert calls.overran(20.0, slack=0.4) == []
+
+
+def test_a_worker_heard_after_the_limit_or_a_function_that_ended_is_not_reported():
+    from executor.liveness import RunningCalls
+    calls = RunningCalls()
+    calls.started("w1", "c1", deadline=12.0)
+    calls.heard("w1", 12.1)             # its heartbeat thread runs: the signal will work
+    calls.started("w2", "c2", deadline=12.0)
+    calls.ended("w2", "c2")
+    calls.started("w3", "c3", deadline=12.0)
+    calls.ended("w3", "c-older")        # a stale end of another call changes nothing
+    assert calls.overran(13.0, slack=0.4) == [("w3", "c3")]
+    calls.started("w3", "c4", deadline=14.0)                # the next call on it
+    assert calls.overran(14.5, slack=0.4) == [("w3", "c4")]

@@ -54,15 +54,17 @@ def test_a_per_call_time_limit_overrides_the_function_s(client):
 
 def test_a_function_stuck_in_c_code_past_its_limit_is_killed_and_its_worker_replaced(client):
     # sum over a range runs in C and never checks for signals: the time-limit signal cannot
-    # stop it, so the CPU-time backstop kills the worker (executor/guard.py)
+    # stop it. Its node sees the limit pass with the worker silent and the scheduler fails the
+    # call with Timeout then, before the wall-clock kill timer ends the worker at the limit
+    # plus the grace (executor/guard.py), whatever the CPU count.
+    from executor.guard import hard_limit
     client.register(lambda lib: sum(range(10 ** 13)), "spin-in-c", time_limit=0.5)
-    # Holding the interpreter, the worker also stops heartbeating: depending on which comes
-    # first, the scheduler reports the missed heartbeats or the kill at the time limit.
     start = time.monotonic()
-    with pytest.raises((cloudburst.Timeout, cloudburst.ExecutionError),
-                       match=r"killed at its function's time limit|no heartbeat"):
+    with pytest.raises(cloudburst.Timeout, match=r"past its time limit .*stuck in C code"):
         client.call("spin-in-c").get(timeout=30)
-    assert time.monotonic() - start < 20
+    elapsed = time.monotonic() - start
+    # a CPU budget of (limit + grace) x CPUs took 3 s here on 2 cores, longer under load
+    assert elapsed < hard_limit(0.5) + 1.2, elapsed
     # the worker is killed (it would otherwise spin forever) and its node restarts it
 
     def echoed():

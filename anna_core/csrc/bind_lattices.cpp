@@ -6,12 +6,23 @@
 // Values cross the boundary as `bytes` only: a str (or anything else) where bytes are expected
 // raises TypeError; vector-clock node ids are str, counts non-negative ints. deserialize(type,
 // payload) returns the lattice or raises ValueError (unknown type or malformed payload).
+//
+// Pickling goes through the codec: __reduce__ is (anna_core.wire.lattice_from_payload,
+// (lattice_type, payload)), a Python function (pickled by name, where pybind11's functions
+// pickle through builtins.eval) calling deserialize; so a pickle never rebuilds a lattice
+// through its class (NEWOBJ/REDUCE of the class). An instance
+// can never be observed without a C++ value: __new__ (which pickle's NEWOBJ and
+// copyreg.__newobj__ call, with no __init__ or __setstate__ after it) makes the default
+// (bottom) lattice, where pybind11 alone would leave raw, unconstructed memory behind the
+// object and the first method call would read it (segfault, std::bad_alloc).
 #include <Python.h>
 #include <pybind11/operators.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <cmath>
+#include <memory>
+#include <new>
 #include <string>
 
 #include "lattice_codec.hpp"
@@ -103,10 +114,91 @@ std::string list_repr(const std::set<std::string>& values) {
   return out + "]";
 }
 
+// tp_new of every lattice class: pybind11's allocation, then a default-constructed value owned
+// by a constructed holder (not registered: pybind11 ignores __init__/__setstate__ on a
+// registered instance). A constructor (__init__, or __setstate__ of an old pickle) then finds
+// a value with its holder, destroys it through the holder and constructs its own, as it does
+// after an earlier overload candidate; an instance nothing constructed keeps the bottom
+// lattice and is destroyed through its holder like any other.
+template <class L>
+PyObject* lattice_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+  using Holder = typename py::class_<L>::holder_type;
+  PyObject* self = py::detail::pybind11_object_new(type, args, kwargs);
+  if (self == nullptr) return nullptr;
+  auto* inst = reinterpret_cast<py::detail::instance*>(self);
+  auto v_h = inst->get_value_and_holder(py::detail::get_type_info(typeid(L)));
+  try {
+    v_h.value_ptr() = new L();
+  } catch (const std::bad_alloc&) {
+    Py_DECREF(self);
+    return PyErr_NoMemory();
+  }
+  new (std::addressof(v_h.holder<Holder>())) Holder(v_h.value_ptr<L>());
+  v_h.set_holder_constructed();
+  return self;
+}
+
+// After a constructor that failed (pybind11 destroys the value before it tries a new-style
+// constructor), give the instance its bottom lattice back, as lattice_new does.
+template <class L>
+void restore_value(const py::handle& self, PyTypeObject* type) {
+  using Holder = typename py::class_<L>::holder_type;
+  if (!PyObject_TypeCheck(self.ptr(), type)) return;
+  auto* inst = reinterpret_cast<py::detail::instance*>(self.ptr());
+  auto v_h = inst->get_value_and_holder(py::detail::get_type_info(typeid(L)));
+  if (v_h.value_ptr() != nullptr) return;
+  v_h.value_ptr() = new L();
+  new (std::addressof(v_h.holder<Holder>())) Holder(v_h.value_ptr<L>());
+  v_h.set_holder_constructed();
+}
+
+// __init__ and __setstate__ (of old pickles), called on an instance __new__ made, leave it
+// with a value whether they succeed or raise. The wrappers are plain methods (a function
+// named __init__ or __setstate__ is a constructor to pybind11); the errors are the
+// constructors' own.
+template <class L>
+void guard_constructors(py::module_& m, const char* name) {
+  py::object cls = m.attr(name);
+  auto* type = reinterpret_cast<PyTypeObject*>(cls.ptr());
+  for (const char* method : {"__init__", "__setstate__"}) {
+    py::object original = cls.attr(method);
+    cls.attr(method) = py::cpp_function(
+        [original, type](const py::handle& self, const py::args& args,
+                         const py::kwargs& kwargs) -> py::object {
+          try {
+            return original(self, *args, **kwargs);
+          } catch (...) {
+            restore_value<L>(self, type);
+            throw;
+          }
+        },
+        py::is_method(cls), py::name(std::string(method) == "__init__" ? "init" : "setstate"),
+        py::doc(py::str(original.attr("__doc__")).cast<std::string>().c_str()));
+  }
+}
+
 // Everything every lattice class has: merge, ==, serialize, lattice_type, pickling.
 template <class L>
 py::class_<L> lattice_class(py::module_& m, const char* name, const char* doc) {
   py::class_<L> cls(m, name, doc);
+  auto* type = reinterpret_cast<PyTypeObject*>(cls.ptr());
+  // __new__ in the class's dict (what copyreg.__newobj__ and user code call) and the tp_new
+  // slot (what type calls and pickle's NEWOBJ use) both make a constructed instance.
+  cls.attr("__new__") = py::staticmethod(py::cpp_function(
+      [type](const py::handle& subtype, const py::args& args,
+             const py::kwargs& kwargs) -> py::object {
+        if (!PyType_Check(subtype.ptr()) ||
+            !PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(subtype.ptr()), type))
+          throw py::type_error(std::string(type->tp_name) + ".__new__(X): X must be a subtype of " +
+                               type->tp_name);
+        PyObject* out = lattice_new<L>(reinterpret_cast<PyTypeObject*>(subtype.ptr()),
+                                       args.ptr(), kwargs.ptr());
+        if (out == nullptr) throw py::error_already_set();
+        return py::reinterpret_steal<py::object>(out);
+      },
+      py::name("__new__")));
+  type->tp_new = &lattice_new<L>;
+  PyType_Modified(type);
   cls.def(
          "merge",
          [](const L& self, const L& other) {
@@ -119,6 +211,15 @@ py::class_<L> lattice_class(py::module_& m, const char* name, const char* doc) {
       .def("serialize", [](const L& self) { return pybytes(encode(self)); },
            "The anna.*Value protobuf payload of this lattice.")
       .def_property_readonly("lattice_type", [](const L&) { return static_cast<int>(L::kKind); })
+      .def("__reduce__",
+           [](const L& self) {
+             return py::make_tuple(py::module_::import("anna_core.wire").attr("lattice_from_payload"),
+                                   py::make_tuple(static_cast<int>(L::kKind),
+                                                  pybytes(encode(self))));
+           },
+           "Pickles as anna_core.wire.lattice_from_payload(lattice_type, payload): "
+           "unpickling runs the codec only.")
+      // __getstate__/__setstate__ read pickles written before __reduce__ (class + state)
       .def(py::pickle([](const L& self) { return py::make_tuple(pybytes(encode(self))); },
                       [](const py::tuple& t) {
                         if (t.size() != 1) throw py::value_error("bad lattice pickle state");
@@ -315,6 +416,15 @@ void bind_lattices(py::module_& m) {
                std::string(py::repr(deps)) + ", " + list_repr(l.values()) + ")";
       });
 
+  guard_constructors<LWWLattice>(m, "LWWLattice");
+  guard_constructors<SetLattice>(m, "SetLattice");
+  guard_constructors<OrderedSetLattice>(m, "OrderedSetLattice");
+  guard_constructors<MaxLattice>(m, "MaxLattice");
+  guard_constructors<MapLattice>(m, "MapLattice");
+  guard_constructors<PriorityLattice>(m, "PriorityLattice");
+  guard_constructors<SingleKeyCausalLattice>(m, "SingleKeyCausalLattice");
+  guard_constructors<MultiKeyCausalLattice>(m, "MultiKeyCausalLattice");
+
   m.def(
       "compare_clocks",
       [](const py::dict& a, const py::dict& b) {
@@ -343,6 +453,7 @@ void bind_lattices(py::module_& m) {
       [](const py::handle& lattice_type, const py::handle& payload) -> py::object {
         std::int64_t type = as_int64(lattice_type, "lattice_type");
         std::string bytes = as_bytes(payload, "payload");
+        if (type < 1 || type > 8) throw py::value_error("unknown lattice type " + std::to_string(type));
         AnyLattice l;
         AnnaError err = decode_lattice(static_cast<int>(type), bytes, &l);
         if (!known_lattice_type(static_cast<int>(type)) || err == UNKNOWN_LATTICE)
