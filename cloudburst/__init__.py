@@ -19,7 +19,7 @@
   runs nothing. docs/SECURITY.md is the trust model.
 - `errors`: FunctionNotFound, DagNotFound, InvalidDag, InvalidFunction, NoResources,
   ExecutionError, Timeout, ObjectNotFound, Aborted, Cancelled, SchedulerUnavailable,
-  UnsafeValue, AuthenticationError, AuthenticationRequired.
+  UnsafeValue, NotPermitted, CorruptRecord, AuthenticationError, AuthenticationRequired.
 - `AuthConfig(key_dir, "client:NAME")`: a client's keys for a cluster that authenticates
   (`Client(address, auth=...)`; `cloudburst keys` writes them; `LocalCluster` does so itself).
 """
@@ -33,7 +33,7 @@ from .futures import CausalStats, Future, gather, wait
 from .errors import (Aborted, AuthenticationError, AuthenticationRequired, Cancelled,
                      CloudburstError, DagNotFound, ExecutionError, FunctionNotFound,
                      InvalidDag, InvalidFunction, NoResources, ObjectNotFound,
-                     SchedulerUnavailable, Timeout, UnsafeValue)
+                     SchedulerUnavailable, Timeout, UnsafeValue, NotPermitted, CorruptRecord)
 from .local import LocalCluster
 from scheduler.executor_policy import ExecutorPolicyConfig
 
@@ -41,5 +41,5 @@ __all__ = ["Client", "Future", "Listing", "CausalStats", "LocalCluster", "Refere
            "RegisteredFunction", "gather", "wait", "InvalidFunction", "Cancelled",
            "CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "NoResources",
            "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "SchedulerUnavailable",
-           "UnsafeValue", "AuthConfig", "KeyFileError", "AuthenticationError",
+           "UnsafeValue", "NotPermitted", "CorruptRecord", "AuthConfig", "KeyFileError", "AuthenticationError",
            "AuthenticationRequired", "ExecutorPolicyConfig"]

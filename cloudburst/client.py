@@ -60,7 +60,7 @@ import zmq
 
 from hydro_proto import cloudburst_pb2 as pb
 
-from runtime.auth import AuthConfig, Security, credentials_of, parse_address
+from runtime.auth import FUNCTION, AuthConfig, Security, credentials_of, parse_address, role_of
 from runtime.keys import check_user_key
 from runtime.framing import more, parse, send
 from runtime.sockets import bind_pull, check_address, ipc_dir_of
@@ -139,9 +139,11 @@ class Client:
             raise
         creds = credentials_of(self._security)
         # a cluster reached over Unix sockets (LocalCluster(transport="ipc")) answers on one too
+        # answers come from schedulers (cluster key) and results from executor workers
+        # (function key), which may send only `result`
         self._pull, self.response_address = bind_pull(self._context, ip,
                                                       ipc_dir=ipc_dir_of(self.addresses[0]),
-                                                      auth=creds)
+                                                      auth=creds, audience=FUNCTION)
         self._connections = SchedulerConnections(self._context, self.addresses, creds, auth)
         self._send_lock = threading.Lock()
         self._cond = threading.Condition()
@@ -556,9 +558,11 @@ class Client:
         if self.closed or not self._pull.poll(int(timeout * 1000)):
             return out
         while True:
-            frame = self._pull.recv(copy=True)
+            frame = self._pull.recv(copy=False)
             try:
-                kind, payload = parse(frame)
+                kind, payload = parse(frame.bytes)
+                if kind != "result" and role_of(frame) == FUNCTION:
+                    raise ValueError("a function key may send a client only results")
                 cls = _ANSWERS[kind]
                 out.append((kind, cls.FromString(payload)))
             except Exception:  # malformed or not for a client: dropped

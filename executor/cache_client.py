@@ -4,7 +4,8 @@ Contract: `CacheClient.get(keys)` returns `{key: buffer or None}` (None: no such
 KVS; a buffer is the value's bytes as received, not copied); `put(key, value)` returns once the node cache has written the value through to Anna.
 Each request waits on the worker's own reply socket for the answer with the same request id
 (older answers are dropped) until `timeout`; then `Timeout` names the node
-cache and the keys. A failed answer raises `CloudburstError` with the node cache's reason.
+cache and the keys. A failed answer raises `CloudburstError` with the node cache's reason;
+a refused one (a write of a key only the cluster writes) raises `NotPermitted` naming it.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import zmq
 import anna_core
 from hydro_proto import cloudburst_pb2 as pb
 from hydrocache.copies import LocalCopies
-from runtime.errors import CloudburstError, Timeout
+from runtime.errors import CloudburstError, NotPermitted, Timeout
 from runtime.rpc import await_reply, cache_reply
 from runtime.sockets import PushCache
 
@@ -126,6 +127,9 @@ class CacheClient:
         if response.status == pb.TIMEOUT:
             raise Timeout(response.stage or f"the node cache at {self.cache_address}: {what}",
                           timeout)
+        if response.status == pb.NOT_PERMITTED:
+            raise NotPermitted(response.message or f"node cache refused {what}",
+                               keys[0] if len(keys) == 1 else None)
         if response.status != pb.OK:
             raise CloudburstError(response.message or f"node cache failed {what}")
         return response, frames

@@ -21,10 +21,12 @@ class NodeConfig:
     unresponsive_timeout: seconds a worker whose process runs may go without heartbeating to
         its node before the node kills and restarts it (None: `function_time_limit` + 60 s;
         a function stuck in C code is normally killed at its time limit by its own guard).
-    key_dir: the cluster's key directory (`cloudburst keys`): the node and its workers
-        authenticate every socket with the cluster's key pair, and admit only cluster keys
-        (no client reaches a node cache or a worker). None: plain sockets. Each process reads
-        the keys itself: no key is ever on a command line.
+    key_dir: the cluster's key directory (`cloudburst keys`): the node authenticates every
+        socket with the cluster's key pair; its workers get the function role's pair (over a
+        pipe, never the directory: `executor/privilege.py`). No client reaches a node cache
+        or a worker. None: plain sockets. No key is ever on a command line.
+    worker_user: the user (name or uid) workers run as when the node runs as root (None:
+        `nobody`; "": the node's own, not recommended); see `executor/privilege.py`.
     """
 
     node_id: str
@@ -46,6 +48,7 @@ class NodeConfig:
     function_time_limit: float = 900.0
     unresponsive_timeout: Optional[float] = None
     key_dir: Optional[str] = None       # authenticate with the cluster's keys here (None: plain)
+    worker_user: Optional[str] = None   # workers' user when the node is root (None: nobody)
 
     def worker_unresponsive_timeout(self) -> float:
         """`unresponsive_timeout`, or its default."""
@@ -63,7 +66,9 @@ class NodeConfig:
 
 @dataclass
 class WorkerConfig:
-    """One executor worker process; `worker_id` is unique (vector clocks will use it)."""
+    """One executor worker process; `worker_id` is unique (vector clocks will use it).
+    `auth`: the worker reads its function-role credentials from stdin (the node's hand-off,
+    `runtime.auth.decode_handoff`); it never gets the key directory."""
 
     worker_id: str
     node_id: str
@@ -78,7 +83,7 @@ class WorkerConfig:
     ipc_dir: Optional[str] = None
     output_limit: int = 64 * 1024   # characters of a call's printed output kept for its caller
     function_time_limit: float = 900.0   # seconds a function may run unless it sets its own
-    key_dir: Optional[str] = None   # the cluster's keys (NodeConfig.key_dir); None: plain
+    auth: bool = False              # credentials come on stdin (False: plain sockets)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -94,7 +94,11 @@ def bind_pull(context: zmq.Context, ip: str = "127.0.0.1", port: int = 0,
         if auth is not None:
             make_server(socket, auth, audience)
         if ipc_dir:
-            socket.bind(f"ipc://{os.path.join(ipc_dir, uuid.uuid4().hex[:16])}")
+            path = os.path.join(ipc_dir, uuid.uuid4().hex[:16])
+            socket.bind(f"ipc://{path}")
+            # as reachable as a loopback TCP port (executor workers run under another uid):
+            # the directory decides who can reach it, CURVE who is admitted
+            os.chmod(path, 0o666)
             address = socket.getsockopt_string(zmq.LAST_ENDPOINT)
         else:
             socket.bind(f"tcp://{ip}:{port if port else '*'}")

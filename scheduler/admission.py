@@ -5,6 +5,10 @@ Contract:
   `cloudburst.Client` sends (registry requests, calls, and the `where` / `cancel` of a call in
   flight). Everything else comes from the cluster's own processes (heartbeat, keyset, done,
   causal_abort, cache_reply) or is not for a scheduler at all (schedule, result, ...).
+- `FUNCTION_KINDS` is what a function key (an executor worker, running user code) may send:
+  exactly what workers send a scheduler (heartbeat, done, causal_abort); a function may not
+  register, call or list (it is not a client), nor send what nodes send (keyset,
+  node_status, cache_reply).
 - `Admission(address, security, monitored)`: `admits(frame, kind)` says whether the sender of
   `frame` (its connection's ZAP User-Id) may send `kind`; a refused message is counted per
   (role, kind) in `dropped` and logged at WARNING at most once per `REFUSAL_LOG_PERIOD` per
@@ -23,14 +27,15 @@ from typing import Any, Dict, Optional, Tuple
 
 import zmq
 
-from runtime.auth import CLUSTER, MECHANISM_MISMATCH, Security, may_send, role_of
+from runtime.auth import CLUSTER, FUNCTION, MECHANISM_MISMATCH, Security, may_send, role_of
 
-__all__ = ["CLIENT_KINDS", "REFUSAL_LOG_PERIOD", "Admission"]
+__all__ = ["CLIENT_KINDS", "FUNCTION_KINDS", "REFUSAL_LOG_PERIOD", "Admission"]
 
 log = logging.getLogger("scheduler")
 
 CLIENT_KINDS = frozenset({"register_fn", "register_dag", "delete_dag", "delete_fn", "list",
                           "info", "status", "call", "where", "cancel"})
+FUNCTION_KINDS = frozenset({"heartbeat", "done", "causal_abort"})
 REFUSAL_LOG_PERIOD = 10.0  # seconds between two warnings about one (role, kind) dropped
 
 _HANDSHAKE_FAILURES = zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
@@ -53,10 +58,10 @@ class Admission:
 
     def admits(self, frame: Any, kind: str) -> bool:
         """Whether the sender of `frame` may send `kind`; a refusal is counted and logged."""
-        if self.security is None or kind in CLIENT_KINDS:
+        if self.security is None:
             return True
         role = role_of(frame)
-        if role == CLUSTER or may_send(role or "", kind, CLIENT_KINDS):
+        if role == CLUSTER or may_send(role or "", kind, CLIENT_KINDS, FUNCTION_KINDS):
             return True
         self._drop(role, kind)
         return False
@@ -67,9 +72,11 @@ class Admission:
         now = time.monotonic()
         if now - self._dropped_logged.get(who, float("-inf")) >= REFUSAL_LOG_PERIOD:
             self._dropped_logged[who] = now
-            log.warning("dropped a %r message from %s: a client may only send %s (%d such "
-                        "message(s) dropped)", kind, who[0], ", ".join(sorted(CLIENT_KINDS)),
-                        count)
+            allowed = FUNCTION_KINDS if role == FUNCTION else CLIENT_KINDS
+            log.warning("dropped a %r message from %s: a %s may only send %s (%d such "
+                        "message(s) dropped)", kind, who[0],
+                        "function" if role == FUNCTION else "client",
+                        ", ".join(sorted(allowed)), count)
 
     def check_handshakes(self, now: float) -> None:
         """Count (and log, rate-limited) the connections the CURVE handshake refused."""
