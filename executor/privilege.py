@@ -12,7 +12,8 @@ Contract:
     node). The rule is an allow-list built around the hidden paths: every sibling of every
     directory on the way to them (as they are when the worker starts) stays readable; a
     file created later directly in one of those directories (say `/tmp` when the keys are
-    under `/tmp/x/keys`) cannot be read back by the worker.
+    under `/tmp/x/keys`) cannot be read back by the worker; so a worker points `TMPDIR`
+    (and `tempfile`) at a directory of its own, made before it restricts itself.
   - **another uid**: a node running as root starts its workers under
     `NodeConfig.worker_user` (a user name or a numeric uid; default `nobody`), with that
     user's gid and no supplementary groups, when that uid can reach the Python interpreter

@@ -38,11 +38,14 @@ Contract:
 """
 from __future__ import annotations
 
+import atexit
 import collections
 import logging
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -631,6 +634,11 @@ def main() -> None:
         credentials = None
         if config.auth:
             credentials, hide = decode_handoff(sys.stdin.buffer.read(4096))
+            # files a function makes with `tempfile` go to a directory of its own, made
+            # before the sandbox so that it stays readable (executor/privilege.py)
+            scratch = tempfile.mkdtemp(prefix=f"cloudburst-{config.worker_id}-")
+            atexit.register(shutil.rmtree, scratch, True)
+            os.environ["TMPDIR"] = tempfile.tempdir = scratch
             if hide and not hide_paths(hide):
                 log_.warning("this kernel has no Landlock: %s stays readable by this "
                              "worker's uid %d", ", ".join(hide), os.getuid())

@@ -198,6 +198,15 @@ def write_reserved(lib, key, raw):
     return ["written", ""]
 
 
+def use_a_temporary_file(lib):
+    import tempfile
+    with tempfile.NamedTemporaryFile("w+") as f:
+        f.write("scratch")
+        f.flush()
+        f.seek(0)
+        return f.read()
+
+
 @pytest.fixture(scope="module")
 def cluster():
     with cloudburst.LocalCluster(executor_nodes=1, executors_per_node=2) as c:
@@ -205,6 +214,7 @@ def cluster():
         client.register(hunt_for_the_cluster_key, "hunt")
         client.register(write_reserved, "write_reserved")
         client.register(lambda lib, x: x + 1, "lp_inc")
+        client.register(use_a_temporary_file, "lp_tmp")
         yield c
 
 
@@ -218,6 +228,10 @@ def test_a_function_finds_no_cluster_secret(cluster):
     assert not any(p.endswith("/mem") for p in found["read"]), sorted(found["read"])
     assert any(r.startswith("/proc/ppid/mem") for r in found["refused"])
     assert any("cluster.key_secret" in r for r in found["refused"]) or not found["key_dirs"]
+
+
+def test_a_function_still_uses_temporary_files(cluster):
+    assert cluster.client().call("lp_tmp").get(timeout=30) == "scratch"
 
 
 def test_a_function_cannot_write_the_clusters_keys(cluster):
