@@ -19,8 +19,11 @@ Contract:
     user's gid and no supplementary groups, when that uid can reach the Python interpreter
     and the platform's code (`reachable`); key files are mode 0600, owned by the node's
     user, and another uid can neither read them nor trace the node. When the interpreter is
-    out of its reach (Python installed under `/root`, mode 0700), workers keep the node's
-    uid and rely on Landlock, and the node says so at WARNING.
+    out of its reach (Python installed under `/root`, mode 0700), workers keep uid 0 but
+    drop every capability (`drop_capabilities`: the bounding set too, so no exec regains
+    them) before any user code runs: without CAP_SYS_PTRACE they cannot read the node's
+    memory or `/proc/<node>/environ`, without CAP_DAC_OVERRIDE no file another user owns
+    and keeps to itself; the node says so at WARNING.
   Without Landlock and without another uid (a node that is not root, on an old kernel) the
   workers could read the key directory: the node logs a WARNING saying so at start, once
   (it does not refuse: a developer's machine runs so). On Kubernetes the worker runs in a
@@ -44,7 +47,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, List, Optional, Union
 
 __all__ = ["WorkerIdentity", "resolve_identity", "worker_ipc_dir", "DEFAULT_WORKER_USER",
-           "isolation_warning", "reachable", "landlock_abi", "hide_paths", "worker_identity"]
+           "isolation_warning", "reachable", "landlock_abi", "hide_paths", "worker_identity",
+           "drop_capabilities"]
 
 log = logging.getLogger("cloudburst.node")
 
@@ -130,10 +134,10 @@ def isolation_warning(identity: WorkerIdentity, key_dir: Optional[str], euid: in
                 f"NodeConfig.worker_user, default {DEFAULT_WORKER_USER!r}) or give workers a "
                 f"container without the keys (k8s/README.md)")
     if euid == 0:
-        return (f"executor workers keep uid 0: only Landlock keeps the functions they run "
-                f"from the key directory {key_dir} and the node's memory (a uid-0 process "
-                f"can still write files root owns); install Python where "
-                f"NodeConfig.worker_user (default {DEFAULT_WORKER_USER!r}) can run it")
+        return (f"executor workers keep uid 0 without capabilities: Landlock keeps the "
+                f"functions they run from the key directory {key_dir}, but they can still "
+                f"write files root owns; install Python where NodeConfig.worker_user "
+                f"(default {DEFAULT_WORKER_USER!r}) can run it")
     return None
 
 
@@ -174,6 +178,35 @@ class _PathBeneath(ctypes.Structure):
 
 def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
+
+
+_PR_CAPBSET_DROP = 24
+_CAP_VERSION_3 = 0x20080522
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+
+
+def drop_capabilities() -> None:
+    """Drop every capability of this process for good: the bounding set (so an exec does
+    not regain them, even as uid 0), then the effective, permitted and inheritable sets.
+    OSError if the kernel refuses."""
+    libc = _libc()
+    for cap in range(64):
+        if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            if ctypes.get_errno() == 22:        # EINVAL: past the last capability
+                break
+            raise OSError(ctypes.get_errno(), f"prctl(PR_CAPBSET_DROP, {cap}) failed")
+    header = _CapHeader(_CAP_VERSION_3, 0)
+    data = (_CapData * 2)()
+    if libc.capset(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), "capset failed")
 
 
 def landlock_abi() -> int:

@@ -75,7 +75,7 @@ from .guard import FunctionGuard, Interrupted
 from .library import UserLibrary
 from .liveness import die_with_parent, heartbeat_loop
 from .output import CallOutput, Capture, UpstreamLogs, join_logs, section
-from .privilege import hide_paths
+from .privilege import drop_capabilities, hide_paths
 from .references import ArgumentRefused, FunctionError, load_reference, resolve
 
 __all__ = ["Worker", "FUNCTION_KINDS"]
@@ -642,6 +642,8 @@ def main() -> None:
             if hide and not hide_paths(hide):
                 log_.warning("this kernel has no Landlock: %s stays readable by this "
                              "worker's uid %d", ", ".join(hide), os.getuid())
+        if os.geteuid() == 0:          # the node could not give it another uid
+            drop_capabilities()
         worker = Worker(config, credentials)
     except (KeyFileError, OSError) as e:  # missing or malformed keys, or no sandbox: named
         log_.error("cannot start: %s", e)

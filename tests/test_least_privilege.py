@@ -224,8 +224,10 @@ def test_a_function_finds_no_cluster_secret(cluster):
     everything = repr(found)
     assert secret not in everything, "a function read the cluster's secret key"
     assert not any(p.endswith("cluster.key_secret") for p in found["read"]), found["read"]
-    # the node's memory is out of reach (another uid, or Landlock's scope)
+    # the node's memory and environment are out of reach (another uid, or no capabilities)
     assert not any(p.endswith("/mem") for p in found["read"]), sorted(found["read"])
+    assert not any(p.endswith("/environ") and "/proc/self/" not in p
+                   for p in found["read"]), sorted(found["read"])
     assert any(r.startswith("/proc/ppid/mem") for r in found["refused"])
     assert any("cluster.key_secret" in r for r in found["refused"]) or not found["key_dirs"]
 
