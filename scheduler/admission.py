@@ -8,7 +8,9 @@ Contract:
 - `FUNCTION_KINDS` is what a function key (an executor worker, running user code) may send:
   exactly what workers send a scheduler (heartbeat, done, causal_abort); a function may not
   register, call or list (it is not a client), nor send what nodes send (keyset,
-  node_status, cache_reply).
+  node_status, cache_reply), nor a heartbeat of the kinds only nodes send (a worker's exit,
+  or a node vouching for a worker without its address): `admits(frame, kind, payload)`
+  reads the heartbeat to tell.
 - `Admission(address, security, monitored)`: `admits(frame, kind)` says whether the sender of
   `frame` (its connection's ZAP User-Id) may send `kind`; a refused message is counted per
   (role, kind) in `dropped` and logged at WARNING at most once per `REFUSAL_LOG_PERIOD` per
@@ -27,6 +29,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import zmq
 
+from hydro_proto.cloudburst_pb2 import WorkerStatus
 from runtime.auth import CLUSTER, FUNCTION, MECHANISM_MISMATCH, Security, may_send, role_of
 
 __all__ = ["CLIENT_KINDS", "FUNCTION_KINDS", "REFUSAL_LOG_PERIOD", "Admission"]
@@ -56,11 +59,20 @@ class Admission:
         self._handshakes = self._monitored.get_monitor_socket(_HANDSHAKE_FAILURES) \
             if self._monitored is not None else None
 
-    def admits(self, frame: Any, kind: str) -> bool:
-        """Whether the sender of `frame` may send `kind`; a refusal is counted and logged."""
+    def admits(self, frame: Any, kind: str, payload: Any = None) -> bool:
+        """Whether the sender of `frame` may send `kind` (and, for a function's heartbeat,
+        `payload`); a refusal is counted and logged."""
         if self.security is None:
             return True
         role = role_of(frame)
+        if role == FUNCTION and kind == "heartbeat" and payload is not None:
+            try:
+                status = WorkerStatus.FromString(payload)
+            except Exception:           # the handler drops it as malformed
+                return True
+            if status.exited or not status.address:     # what only a node sends
+                self._drop(role, "heartbeat (a node's)")
+                return False
         if role == CLUSTER or may_send(role or "", kind, CLIENT_KINDS, FUNCTION_KINDS):
             return True
         self._drop(role, kind)

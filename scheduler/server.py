@@ -234,7 +234,7 @@ class Scheduler:
         kind = "?"
         try:
             kind, payload = parse(frame)
-            if not self.admission.admits(frame, kind):
+            if not self.admission.admits(frame, kind, payload):
                 return
             handler = self._handlers.get(kind)
             if handler is None:

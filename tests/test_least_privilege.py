@@ -129,6 +129,33 @@ def test_audiences_admit_a_function_key_only_where_workers_send(tmp_path):
     assert not _handshake("any", function_pair, str(tmp_path))      # the KVS and routing
 
 
+class _Frame:
+    """A received frame as `runtime.auth.role_of` reads it: its sender's role."""
+
+    def __init__(self, role):
+        self.role = role
+
+    def get(self, prop):
+        return self.role
+
+
+def test_a_scheduler_takes_from_a_function_only_what_workers_send():
+    from scheduler.admission import Admission
+    admission = Admission("s", security=object())
+    beat = pb.WorkerStatus(worker_id="w", address="tcp://127.0.0.1:1").SerializeToString()
+    fn = _Frame(FUNCTION)
+    assert admission.admits(fn, "heartbeat", beat)
+    assert admission.admits(fn, "done") and admission.admits(fn, "causal_abort")
+    for forged in (pb.WorkerStatus(worker_id="w", exited=True),     # a node's: a worker died
+                   pb.WorkerStatus(worker_id="w")):                  # a node's: vouching
+        assert not admission.admits(fn, "heartbeat", forged.SerializeToString())
+    for kind in ("register_fn", "call", "list", "keyset", "node_status", "drain", "schedule"):
+        assert not admission.admits(fn, kind), kind
+    assert not admission.admits(_Frame("client:c"), "heartbeat", beat)
+    assert admission.admits(_Frame(CLUSTER), "keyset")
+    assert admission.dropped[(FUNCTION, "heartbeat (a node's)")] == 2
+
+
 # ---- real processes ------------------------------------------------------------------------
 
 def hunt_for_the_cluster_key(lib):
