@@ -72,6 +72,39 @@ def test_who_workers_run_as():
         resolve_identity("ghost", 0, lookup, by_uid)
 
 
+@pytest.fixture
+def searchable_dir():
+    """A fresh directory every user may search (pytest's own are mode 0700)."""
+    import pathlib
+    import shutil
+    import tempfile
+    path = tempfile.mkdtemp(prefix="lp-")
+    try:
+        yield pathlib.Path(path)
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def test_workers_switch_uid_only_where_they_can_run(searchable_dir):
+    from executor.privilege import reachable, worker_ipc_dir
+    tmp_path = searchable_dir
+    closed, open_ = tmp_path / "closed", tmp_path / "open"
+    (closed / "bin").mkdir(parents=True)
+    (open_ / "bin").mkdir(parents=True)
+    os.chmod(tmp_path, 0o711)
+    os.chmod(closed, 0o700)
+    os.chmod(open_, 0o755)
+    assert reachable([str(open_ / "bin")], 65534, 65534) is None
+    assert reachable([str(closed / "bin")], 65534, 65534) == str(closed)
+    assert reachable([str(closed / "bin")], os.stat(closed).st_uid, 0) is None   # its owner
+    if os.geteuid() == 0:           # a node's workers get a socket directory of their own
+        own = worker_ipc_dir(str(open_), "n0", WorkerIdentity(65534, 65534))
+        assert os.stat(own).st_uid == 65534 and os.stat(own).st_mode & 0o777 == 0o700
+        with pytest.raises(ValueError, match="cannot reach"):
+            worker_ipc_dir(str(closed), "n0", WorkerIdentity(65534, 65534))
+    assert worker_ipc_dir(str(closed), "n0", WorkerIdentity()) == str(closed)
+
+
 def test_the_function_keys_handed_over_hold_no_cluster_secret(tmp_path):
     write_keys(str(tmp_path), ["c"])
     auth = AuthConfig(str(tmp_path))
