@@ -258,6 +258,18 @@ def write_reserved(lib, key, raw):
     return ["written", ""]
 
 
+def forge_a_drain(lib):
+    """What only the cluster may send: drain this node, at its cache and at the schedulers."""
+    import time as time_
+    from hydro_proto import cloudburst_pb2 as pb_
+    worker = lib._worker
+    drain = pb_.DrainRequest(node_id=worker.config.node_id, draining=True,
+                             epoch=time_.time_ns())
+    for address in [worker.config.cache_address, *worker.config.scheduler_addresses]:
+        worker._push.send(address, "drain", drain)
+    return worker.config.node_id
+
+
 def use_a_temporary_file(lib):
     import tempfile
     with tempfile.NamedTemporaryFile("w+") as f:
@@ -275,6 +287,7 @@ def cluster():
         client.register(write_reserved, "write_reserved")
         client.register(lambda lib, x: x + 1, "lp_inc")
         client.register(use_a_temporary_file, "lp_tmp")
+        client.register(forge_a_drain, "lp_drain")
         yield c
 
 
@@ -311,6 +324,19 @@ def test_a_function_cannot_write_the_clusters_keys(cluster):
     finally:
         admin.close()
     assert client.call("lp_inc", 1).get(timeout=10) == 2
+
+
+def test_a_function_cannot_send_what_only_the_cluster_sends(cluster):
+    client = cluster.client()
+    node = client.call("lp_drain").get(timeout=30)
+    deadline = time.monotonic() + 1.5      # long past a heartbeat period (0.2 s)
+    while time.monotonic() < deadline:     # whatever arrived was handled by now
+        status = client.status()
+        assert not any(n.draining or n.node_draining for n in status.nodes
+                       if n.node_id == node), status.nodes
+    assert any(d.role == "function" and d.kind == "drain" for d in status.dropped), \
+        status.dropped
+    assert client.call("lp_inc", 3).get(timeout=10) == 4
 
 
 def test_a_client_cannot_write_the_registry(cluster):
