@@ -8,8 +8,8 @@ Contract:
   - **Landlock** (Linux 5.13+), always when the kernel has it: before any user code runs,
     the worker restricts itself (`hide_paths`) so that no file beneath the key directory
     can be opened for reading, whatever its uid; a Landlock-restricted process also cannot
-    trace or read the memory or `/proc/<pid>/environ` of processes outside its domain (its
-    node). The rule is an allow-list built around the hidden paths: every sibling of every
+    trace or read the memory of processes outside its domain (its node, other workers),
+    and from Landlock ABI 6 (Linux 6.12) it cannot signal them either. The rule is an allow-list built around the hidden paths: every sibling of every
     directory on the way to them (as they are when the worker starts) stays readable; a
     file created later directly in one of those directories (say `/tmp` when the keys are
     under `/tmp/x/keys`) cannot be read back by the worker; so a worker points `TMPDIR`
@@ -167,8 +167,17 @@ _READ_FILE = 1 << 2
 _PR_SET_NO_NEW_PRIVS = 38
 
 
+_SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0
+_SCOPE_SIGNAL = 1 << 1
+
+
 class _RulesetAttr(ctypes.Structure):
     _fields_ = [("handled_access_fs", ctypes.c_uint64)]
+
+
+class _RulesetAttrScoped(ctypes.Structure):         # Landlock ABI 6 and later
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
 
 
 class _PathBeneath(ctypes.Structure):
@@ -249,10 +258,14 @@ def hide_paths(paths: Iterable[str]) -> bool:
     opened for reading (module contract). True if in force; False if the kernel has no
     Landlock. Irreversible; sets no_new_privs."""
     hidden = sorted({os.path.realpath(p) for p in paths if p})
-    if not hidden or landlock_abi() <= 0:
+    abi = landlock_abi()
+    if not hidden or abi <= 0:
         return False
     libc = _libc()
-    attr = _RulesetAttr(_READ_FILE)
+    # ABI 6: no signals to processes outside the domain (the node, any other process of
+    # the same uid), no abstract Unix sockets outside it
+    attr = _RulesetAttrScoped(_READ_FILE, 0, _SCOPE_SIGNAL | _SCOPE_ABSTRACT_UNIX_SOCKET) \
+        if abi >= 6 else _RulesetAttr(_READ_FILE)
     ruleset = libc.syscall(_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(
         ctypes.sizeof(attr)), ctypes.c_uint32(0))
     if ruleset < 0:
