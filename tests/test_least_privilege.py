@@ -29,7 +29,7 @@ from runtime.auth import (CLUSTER, FUNCTION, AuthConfig, Authenticator, KeyFileE
                           make_server, write_keys)
 from runtime.keys import FUNCTIONS_INDEX, function_key
 from executor.permissions import refusal
-from executor.privilege import WorkerIdentity, resolve_identity
+from executor.privilege import WorkerIdentity, landlock_abi, resolve_identity
 from waiting import poll_until
 
 
@@ -232,6 +232,11 @@ def hunt_for_the_cluster_key(lib):
                 found["read"][f"/proc/{parent}/mem"] = f.read(end - start).decode("latin-1")
     except OSError as e:
         found["refused"].append(f"/proc/ppid/mem: {e.__class__.__name__}")
+    try:
+        os_.kill(os_.getppid(), 0)        # could it stop its node?
+        found["signal_node"] = True
+    except OSError:
+        found["signal_node"] = False
     for name, value in os_.environ.items():
         found["read"]["env:" + name] = value
     for d in key_dirs:
@@ -303,6 +308,8 @@ def test_a_function_finds_no_cluster_secret(cluster):
                    for p in found["read"]), sorted(found["read"])
     assert any(r.startswith("/proc/ppid/mem") for r in found["refused"])
     assert any("cluster.key_secret" in r for r in found["refused"]) or not found["key_dirs"]
+    if found["uid"] != os.geteuid() or landlock_abi() >= 6:
+        assert not found["signal_node"]
 
 
 def test_a_function_still_uses_temporary_files(cluster):
