@@ -296,6 +296,17 @@ def cluster():
         yield c
 
 
+def test_a_client_without_the_function_key_is_told_at_once(cluster, tmp_path):
+    import shutil
+    key_dir = tmp_path / "keys"
+    (key_dir / "clients").mkdir(parents=True)
+    shutil.copy(os.path.join(cluster.key_dir, "cluster.key"), key_dir)
+    for name in ("local.key", "local.key_secret"):
+        shutil.copy(os.path.join(cluster.key_dir, "clients", name), key_dir / "clients")
+    with pytest.raises(KeyFileError, match="function.key"):
+        cloudburst.Client(cluster.address, auth=AuthConfig(str(key_dir), "client:local"))
+
+
 def test_a_function_finds_no_cluster_secret(cluster):
     secret = AuthConfig(cluster.key_dir).load().keypair.secret.decode()
     found = cluster.client().call("hunt").get(timeout=30)

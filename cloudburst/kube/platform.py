@@ -156,7 +156,8 @@ class ConnectInfo:
                 f"so it binds an address they reach: its pod IP):\n"
                 f"  cloudburst.Client({self.address!r}, ip=POD_IP,\n"
                 f"                    auth=cloudburst.AuthConfig(KEY_DIR, 'client:{name}'))\n"
-                f"  with KEY_DIR holding cluster.key and clients/{name}.key_secret from "
+                f"  with KEY_DIR holding cluster.key, function.key and "
+                f"clients/{name}.key_secret from "
                 f"{self.key_dir} (clients there: {', '.join(self.clients) or 'none'})")
 
 
