@@ -3,7 +3,8 @@
 Contract:
 - `bind_pull(context, ip, port=0, ipc_dir=None, max_frame_bytes=DEFAULT_MAX_FRAME_BYTES)`
   binds a PULL socket on `tcp://ip:port` (0 picks a free port) or, with `ipc_dir`, on a fresh
-  Unix socket in that directory (cheaper when every process is on one host), and returns it
+  Unix socket in that directory (cheaper when every process is on one host; mode 0666, as
+  reachable as a loopback port to whoever may search the directory), and returns it
   with the address peers connect to. A peer that sends a frame larger than `max_frame_bytes`
   is disconnected by ZeroMQ before the frame is buffered (`zmq.MAXMSGSIZE`); the socket keeps
   serving everyone else.
