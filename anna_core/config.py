@@ -210,8 +210,11 @@ class NodeConfig:
         if credentials is not None:
             d["curve_public_key"] = credentials.keypair.public.decode("ascii")
             d["curve_secret_key"] = credentials.keypair.secret.decode("ascii")
+            # the KVS admits the cluster and clients; user code (the function role) reaches
+            # it only through its executor node, which acts for it with a client's rights
             d["curve_admitted"] = {key.decode("ascii"): role
-                                   for key, role in credentials.allowed.items()}
+                                   for key, role in credentials.allowed.items()
+                                   if role != "function"}
         return json.dumps(d)
 
     @classmethod

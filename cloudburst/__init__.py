@@ -19,8 +19,8 @@
   runs nothing. docs/SECURITY.md is the trust model.
 - `errors`: FunctionNotFound, DagNotFound, InvalidDag, InvalidFunction, NoResources,
   ExecutionError, Timeout, ObjectNotFound, Aborted, Cancelled, SchedulerUnavailable,
-  UnsafeValue (MalformedValue: stored bytes that do not decode), AuthenticationError,
-  AuthenticationRequired.
+  UnsafeValue (MalformedValue: stored bytes that do not decode), NotPermitted, CorruptRecord,
+  AuthenticationError, AuthenticationRequired.
 - `AuthConfig(key_dir, "client:NAME")`: a client's keys for a cluster that authenticates
   (`Client(address, auth=...)`; `cloudburst keys` writes them; `LocalCluster` does so itself).
 """
@@ -34,7 +34,8 @@ from .futures import CausalStats, Future, gather, wait
 from .errors import (Aborted, AuthenticationError, AuthenticationRequired, Cancelled,
                      CloudburstError, DagNotFound, ExecutionError, FunctionNotFound,
                      InvalidDag, InvalidFunction, MalformedValue, NoResources,
-                     ObjectNotFound, SchedulerUnavailable, Timeout, UnsafeValue)
+                     ObjectNotFound, SchedulerUnavailable, Timeout, UnsafeValue, NotPermitted,
+                     CorruptRecord)
 from .local import LocalCluster
 from scheduler.executor_policy import ExecutorPolicyConfig
 
@@ -42,5 +43,6 @@ __all__ = ["Client", "Future", "Listing", "CausalStats", "LocalCluster", "Refere
            "RegisteredFunction", "gather", "wait", "InvalidFunction", "Cancelled",
            "CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "NoResources",
            "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "SchedulerUnavailable",
-           "UnsafeValue", "MalformedValue", "AuthConfig", "KeyFileError", "AuthenticationError",
+           "UnsafeValue", "MalformedValue", "NotPermitted", "CorruptRecord", "AuthConfig",
+           "KeyFileError", "AuthenticationError",
            "AuthenticationRequired", "ExecutorPolicyConfig"]

@@ -126,7 +126,7 @@ def connect_hint(cluster: LocalCluster) -> str:
                 f"connect with: cloudburst.Client({cluster.address!r}, "
                 f"auth=cloudburst.AuthConfig({cluster.key_dir!r}, 'client:NAME'))")
     identity = cluster.client_auth.identity
-    return (f"keys: {cluster.key_dir} (a client needs cluster.key and "
+    return (f"keys: {cluster.key_dir} (a client needs cluster.key, function.key and "
             f"clients/{identity.split(':', 1)[1]}.key_secret from it; identity {identity!r})\n"
             f"connect with: cloudburst.Client({cluster.address!r}, "
             f"auth=cloudburst.AuthConfig({cluster.key_dir!r}, {identity!r}))\n"

@@ -37,8 +37,10 @@ Contract:
 - A Client may be shared by threads: sends are serialized by a lock, and whichever thread is
   waiting reads the socket and hands each answer to the thread waiting for it.
 - Authentication (`runtime.auth`). With `auth=AuthConfig(key_dir, "client:NAME")` the client
-  reads `key_dir/cluster.key` and `key_dir/clients/NAME.key_secret`; its answer socket is a
-  CURVE server admitting only the cluster's key, and it connects to each scheduler as a CURVE
+  reads `key_dir/cluster.key`, `key_dir/function.key` (KeyFileError naming it when missing)
+  and `key_dir/clients/NAME.key_secret`; its answer socket is a CURVE server admitting the
+  cluster's key and the function key (executor workers, which may send it only results),
+  and it connects to each scheduler as a CURVE
   client of the key in the scheduler's address (`tcp://host:port#k=<hex>`), or of the
   cluster's key when the address has none. An address with a key and no `auth` raises
   `AuthenticationRequired` at once. A handshake the cluster refuses (an unknown key, keys
@@ -60,7 +62,8 @@ import zmq
 
 from hydro_proto import cloudburst_pb2 as pb
 
-from runtime.auth import AuthConfig, Security, credentials_of, parse_address
+from runtime.auth import (FUNCTION, AuthConfig, KeyFileError, Security, credentials_of,
+                          parse_address, role_of)
 from runtime.keys import check_user_key
 from runtime.framing import more, parse, send
 from runtime.sockets import bind_pull, check_address, ipc_dir_of
@@ -138,10 +141,18 @@ class Client:
             self._context.term()
             raise
         creds = credentials_of(self._security)
+        if creds is not None and FUNCTION not in creds.allowed.values():
+            self._security.stop()
+            self._context.term()
+            raise KeyFileError(f"{auth.key_dir} has no function.key, the public key of the "
+                               f"workers that send this client its results: copy it from the "
+                               f"cluster's key directory")
         # a cluster reached over Unix sockets (LocalCluster(transport="ipc")) answers on one too
+        # answers come from schedulers (cluster key) and results from executor workers
+        # (function key), which may send only `result`
         self._pull, self.response_address = bind_pull(self._context, ip,
                                                       ipc_dir=ipc_dir_of(self.addresses[0]),
-                                                      auth=creds)
+                                                      auth=creds, audience=FUNCTION)
         self._connections = SchedulerConnections(self._context, self.addresses, creds, auth)
         self._send_lock = threading.Lock()
         self._cond = threading.Condition()
@@ -556,9 +567,11 @@ class Client:
         if self.closed or not self._pull.poll(int(timeout * 1000)):
             return out
         while True:
-            frame = self._pull.recv(copy=True)
+            frame = self._pull.recv(copy=False)
             try:
-                kind, payload = parse(frame)
+                kind, payload = parse(frame.bytes)
+                if kind != "result" and role_of(frame) == FUNCTION:
+                    raise ValueError("a function key may send a client only results")
                 cls = _ANSWERS[kind]
                 out.append((kind, cls.FromString(payload)))
             except Exception:  # malformed or not for a client: dropped

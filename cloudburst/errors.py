@@ -9,7 +9,7 @@ here; `KeyFileError` (a missing or malformed key file, named) is `runtime.auth`'
 from runtime.errors import (STATUS_OF, Aborted, Cancelled, CloudburstError, DagNotFound, ExecutionError,
                             FunctionNotFound, InvalidDag, InvalidFunction, MalformedValue,
                             NoResources, ObjectNotFound, SchedulerUnavailable, Timeout,
-                            UnsafeValue, error_from_status)
+                            UnsafeValue, NotPermitted, CorruptRecord, error_from_status)
 from runtime.auth import AuthenticationRequired as _AuthenticationRequired, KeyFileError
 from runtime.process import StartupError
 
@@ -28,5 +28,6 @@ class AuthenticationRequired(AuthenticationError, _AuthenticationRequired):
 __all__ = ["CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "InvalidFunction",
            "NoResources",
            "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "Cancelled",
-           "SchedulerUnavailable", "StartupError", "UnsafeValue", "MalformedValue", "STATUS_OF", "error_from_status",
+           "SchedulerUnavailable", "StartupError", "UnsafeValue", "MalformedValue", "NotPermitted",
+           "CorruptRecord", "STATUS_OF", "error_from_status",
            "AuthenticationError", "AuthenticationRequired", "KeyFileError"]

@@ -256,6 +256,11 @@ class LocalCluster:
         if transport == "ipc":
             self.ipc_dir = os.path.join(self._private_dir, "ipc")
             os.makedirs(self.ipc_dir)
+            if os.geteuid() == 0:
+                # executor workers run under another uid (executor/privilege.py) and must
+                # reach the sockets: searchable, not listable; the keys stay mode 0700
+                os.chmod(self._private_dir, 0o711)
+                os.chmod(self.ipc_dir, 0o711)
         # authentication: the key directory every process is given, and who a client is
         self.auth = bool(auth)
         self.key_dir: Optional[str] = None

@@ -5,7 +5,8 @@ KVS; a buffer is the value's bytes as received, not copied); `put(key, value)` r
 Each request waits on the worker's own reply socket for the answer with the same request id
 (older answers are dropped) until `timeout`; then `Timeout` names the node
 cache and the keys. A failed answer raises `CloudburstError` with the node cache's reason
-(`Fenced` when the cache refused a causal attempt that is fenced); a lattice value that does
+(`Fenced` when the cache refused a causal attempt that is fenced); a refused one (a write of
+a key only the cluster writes) raises `NotPermitted` naming it; a lattice value that does
 not decode raises `MalformedValue` naming its key.
 """
 from __future__ import annotations
@@ -19,7 +20,7 @@ import zmq
 import anna_core
 from hydro_proto import cloudburst_pb2 as pb
 from hydrocache.copies import LocalCopies
-from runtime.errors import CloudburstError, MalformedValue, Timeout
+from runtime.errors import CloudburstError, MalformedValue, NotPermitted, Timeout
 from runtime.rpc import await_reply, cache_reply
 from runtime.sockets import PushCache
 
@@ -146,6 +147,9 @@ class CacheClient:
                           timeout)
         if response.fenced:
             raise Fenced(response.message or f"node cache refused {what}: the attempt is fenced")
+        if response.status == pb.NOT_PERMITTED:
+            raise NotPermitted(response.message or f"node cache refused {what}",
+                               keys[0] if len(keys) == 1 else None)
         if response.status != pb.OK:
             raise CloudburstError(response.message or f"node cache failed {what}")
         return response, frames

@@ -28,10 +28,12 @@ class NodeConfig:
         holds it, so an acknowledged write survives the crash of any replica; an int n once
         n replicas do; "one" once one replica does (faster; a replica that dies before
         gossip spreads the write takes it along). `anna_core.check_write_quorum`.
-    key_dir: the cluster's key directory (`cloudburst keys`): the node and its workers
-        authenticate every socket with the cluster's key pair, and admit only cluster keys
-        (no client reaches a node cache or a worker). None: plain sockets. Each process reads
-        the keys itself: no key is ever on a command line.
+    key_dir: the cluster's key directory (`cloudburst keys`): the node authenticates every
+        socket with the cluster's key pair; its workers get the function role's pair (over a
+        pipe, never the directory: `executor/privilege.py`). No client reaches a node cache
+        or a worker. None: plain sockets. No key is ever on a command line.
+    worker_user: the user (name or uid) workers run as when the node runs as root (None:
+        `nobody`; "": the node's own, not recommended); see `executor/privilege.py`.
     """
 
     node_id: str
@@ -54,6 +56,7 @@ class NodeConfig:
     unresponsive_timeout: Optional[float] = None
     key_dir: Optional[str] = None       # authenticate with the cluster's keys here (None: plain)
     write_quorum: Union[str, int] = "all"   # replicas that hold a write before it is acked
+    worker_user: Optional[str] = None   # workers' user when the node is root (None: nobody)
 
     def __post_init__(self) -> None:
         self.write_quorum = check_write_quorum(self.write_quorum)
@@ -74,7 +77,9 @@ class NodeConfig:
 
 @dataclass
 class WorkerConfig:
-    """One executor worker process; `worker_id` is unique (vector clocks will use it)."""
+    """One executor worker process; `worker_id` is unique (vector clocks will use it).
+    `auth`: the worker reads its function-role credentials from stdin (the node's hand-off,
+    `runtime.auth.decode_handoff`); it never gets the key directory."""
 
     worker_id: str
     node_id: str
@@ -89,7 +94,7 @@ class WorkerConfig:
     ipc_dir: Optional[str] = None
     output_limit: int = 64 * 1024   # characters of a call's printed output kept for its caller
     function_time_limit: float = 900.0   # seconds a function may run unless it sets its own
-    key_dir: Optional[str] = None   # the cluster's keys (NodeConfig.key_dir); None: plain
+    auth: bool = False              # credentials come on stdin (False: plain sockets)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -42,12 +42,22 @@ Contract:
   call with `Timeout` then; the worker's guard kills it a grace period later
   (`executor/guard.py`) and the node restarts it. Workers die with their node (`executor/worker.py`: PR_SET_PDEATHSIG), so
   a node that is restarted starts new workers and leaves no orphans.
-- Authentication (`config.key_dir`; `runtime.auth`): the node reads the cluster's keys, its
-  request socket (workers, schedulers, other node caches) and HydroCache's reply socket admit
-  only cluster keys (a client key is refused at the handshake), every push (replies,
-  heartbeats, vouching, key sets, cache-to-cache requests) is a CURVE client, and its workers
-  get the key directory (not the keys) in their config. The socket Anna pushes updates to and
-  the node's `anna_core.Client`s use the same keys (the KVS shares the key directory).
+- Authentication (`config.key_dir`; `runtime.auth`): the node reads the cluster's keys; its
+  request socket (workers, schedulers, other node caches) admits cluster and function keys,
+  HydroCache's reply socket only cluster keys (a client key is refused at the handshake);
+  every push (replies, heartbeats, vouching, key sets, cache-to-cache requests) is a CURVE
+  client. The socket Anna pushes updates to and the node's `anna_core.Client`s use the same
+  keys (the KVS shares the key directory).
+- Least privilege (`executor/privilege.py`, `executor/permissions.py`): workers run user
+  code, so they get no cluster secret: the node hands each the function role's key pair on
+  its stdin (a pipe) and, when the node is root, starts it under `config.worker_user`. The
+  node acts for its workers with a client's rights: from a function key it takes only
+  `heartbeat` and the cache operations workers send, and a write of a key under `__anna__/`
+  or `__cloudburst/` is answered NOT_PERMITTED naming the key (the worker raises
+  `NotPermitted`). What a worker wrote as the cluster before, its directory entry
+  (`__cloudburst/worker/<id>` -> its address, for `lib.send`), the node writes when the
+  worker is ready. Registry keys (`__cloudburst/`) read through the cache are read from
+  Anna every time, never cached (a worker fetching a newly registered function sees it).
 - Draining (executor autoscaling, `cloudburst/autoscaler.py`). A `drain` message
   (`DrainRequest`, from a scheduler, cluster keys only) sets the node's drain state; the
   state of the highest epoch wins. Every `heartbeat_period`, and at once when the state
@@ -75,9 +85,11 @@ import anna_core
 from anna_core.wire import MonotoneClock, tuple_to_lattice
 from runtime.process import ManagedProcess, RestartPolicy, Supervisor, stop_all, wait_all_ready
 from runtime.values import CAUSAL_LATTICES
-from runtime.auth import AuthConfig, Security, credentials_of
+from runtime.auth import (FUNCTION, AuthConfig, Security, credentials_of, encode_handoff,
+                          function_credentials, role_of)
 from runtime.fairpool import FairPool, pieces
 from runtime.framing import FrameError, more, parse
+from runtime.keys import PREFIX as REGISTRY_PREFIX, worker_key
 from runtime.sockets import PushCache, bind_pull
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
@@ -88,6 +100,8 @@ from .cache import LwwCache
 from .liveness import RunningCalls
 from hydrocache.copies import ValueTags
 from .config import NodeConfig, WorkerConfig
+from .permissions import refusal
+from .privilege import isolation_warning, landlock_abi, worker_identity, worker_ipc_dir
 
 __all__ = ["ExecutorNode", "MISS_PIECE"]
 
@@ -139,8 +153,19 @@ class ExecutorNode:
         self.auth = AuthConfig(config.key_dir) if config.key_dir else None
         self._security = Security.start(self._context, self.auth)
         creds = self._credentials = credentials_of(self._security)
+        # what its workers run with: the function pair (handed over a pipe), another uid
+        self._handoff = None if creds is None else encode_handoff(function_credentials(
+            creds.keypair.public, self.auth.function_keypair(), creds.domain),
+            hide=[os.path.abspath(config.key_dir)])
+        self._identity = worker_identity(config)
+        warning = isolation_warning(self._identity, config.key_dir, os.geteuid(),
+                                    landlock_abi())
+        if warning:
+            log.warning("%s", warning)
+        self._worker_ipc_dir = worker_ipc_dir(config.ipc_dir, config.node_id, self._identity)
         self._requests, self.cache_address = bind_pull(self._context, config.ip,
-                                                       ipc_dir=config.ipc_dir, auth=creds)
+                                                       ipc_dir=config.ipc_dir, auth=creds,
+                                                       audience=FUNCTION)
         # Anna pushes subscribed keys here
         self._updates, self.update_address = bind_pull(
             self._context, config.ip, auth=creds)
@@ -185,15 +210,19 @@ class ExecutorNode:
                               scheduler_addresses=list(self.config.scheduler_addresses),
                               ip=self.config.ip, heartbeat_period=self.config.heartbeat_period,
                               log_level=self.config.log_level, parent_pid=os.getpid(),
-                              ipc_dir=self.config.ipc_dir,
+                              ipc_dir=self._worker_ipc_dir,
                               function_time_limit=self.config.function_time_limit,
-                              key_dir=self.config.key_dir)
+                              auth=self._handoff is not None)
             p = ManagedProcess(f"worker-{wid}", [sys.executable, "-m", "executor.worker",
-                                                 "--config", wc.to_json()], log_dir)
+                                                 "--config", wc.to_json()], log_dir,
+                               stdin_data=self._handoff, user=self._identity.uid,
+                               group=self._identity.gid)
             self._worker_ids[p.name] = wid
             self.workers.append(p.spawn())
         wait_all_ready(self.workers, self.config.worker_start_timeout)
         self.worker_info = [dict(p.info, pid=p.pid) for p in self.workers]
+        for info in self.worker_info:
+            self._publish(info["worker_id"], info["address"])
         now = time.monotonic()
         for p in self.workers:
             self.supervisor.watch(p, now)
@@ -221,9 +250,13 @@ class ExecutorNode:
             wait = max(0.0, due - time.monotonic())
             for sock, _ in poller.poll(int(wait * 1000) + 1):
                 if sock is self._requests or sock is self._updates:
-                    handle = self._on_request if sock is self._requests else self._on_update
+                    requests = sock is self._requests
                     for _ in range(1000):
-                        handle(sock.recv())
+                        if requests:                # copy=False: the sender's role
+                            frame = sock.recv(copy=False)
+                            self._on_request(frame.bytes, role_of(frame))
+                        else:
+                            self._on_update(sock.recv())
                         if not more(sock):
                             break
                 else:
@@ -352,6 +385,15 @@ class ExecutorNode:
         for info in self.worker_info:
             if info["worker_id"] == self._worker_ids[p.name]:
                 info.update(p.info, pid=p.pid)
+                if "address" in p.info:
+                    self._pool.submit(self._publish, info["worker_id"], p.info["address"])
+
+    def _publish(self, worker_id: str, address: str) -> None:
+        """The worker's directory entry (for `lib.send`), written with the cluster key."""
+        try:
+            self._thread_state().kvs.put_all(worker_key(worker_id), address.encode())
+        except Exception as e:        # lib.send to it fails naming the id; the node serves on
+            log.error("could not publish the address of worker %s: %s", worker_id, e)
 
     def _report_keys(self) -> None:
         with self._lock:
@@ -362,9 +404,11 @@ class ExecutorNode:
             self._push.send(address, "keyset", message)
 
     # ---- cache requests ----
-    def _on_request(self, frame: Any) -> None:
+    def _on_request(self, frame: Any, role: Optional[str] = None) -> None:
         try:
             kind, payload = parse(frame)
+            if role == FUNCTION and kind not in ("heartbeat", "cache"):
+                raise FrameError(f"kind {kind!r} is not for a function key to send")
             if kind == "heartbeat":
                 return self._on_worker_heartbeat(payload)
             if kind == "drain":
@@ -375,6 +419,14 @@ class ExecutorNode:
         except Exception as e:
             log.warning("dropped a malformed message: %s", e)
             return
+        if role == FUNCTION:
+            refused = refusal(req)
+            if refused is not None:       # the function gets it as NotPermitted naming the key
+                log.warning("refused a function's %s: %s", pb.CacheOp.Name(req.op)
+                            if req.op in pb.CacheOp.values() else req.op, refused)
+                return _send_reply(self._push, req.response_address, pb.CacheResponse(
+                    request_id=req.request_id, status=pb.NOT_PERMITTED,
+                    message=f"node cache {self.config.node_id}: {refused}"), [])
         if req.op not in (pb.CACHE_GET, pb.CACHE_PUT):
             return self.causal.handle(req)
         if req.op == pb.CACHE_GET:
@@ -483,6 +535,8 @@ class ExecutorNode:
             lattice = kvs.get_lattice(key)
         except anna_core.KeyNotFound:
             return None
+        if key.startswith(REGISTRY_PREFIX) and lattice.lattice_type == anna_pb2.LWW:
+            return lattice.reveal()     # the registry: read from Anna every time, never cached
         if lattice.lattice_type in CAUSAL_LATTICES:
             raise TypeError(f"key {key!r} holds a causal value: read it in a causal call "
                             f"(consistency='causal')")

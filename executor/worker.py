@@ -1,9 +1,9 @@
 """An executor worker process: runs the functions scheduled on it and passes results on.
 
 Contract:
-- `Worker(config)` binds a PULL socket (`address`) for `schedule`, `trigger`, `abort` and
-  `msg`, and one for node-cache replies; it publishes `address` under its id in the KVS (for
-  `lib.send`) and sends a `heartbeat` (id, node, address, utilization) to every scheduler and
+- `Worker(config, credentials)` binds a PULL socket (`address`) for `schedule`, `trigger`,
+  `abort` and `msg`, and one for node-cache replies; its node publishes `address` under the
+  worker's id in the KVS (for `lib.send`). It sends a `heartbeat` (id, node, address, utilization) to every scheduler and
   to its node every `heartbeat_period` from a background thread (`executor/liveness.py`), so
   a long-running function does not look dead; it dies with its node (PR_SET_PDEATHSIG).
 - Readiness and argument order are `executor.dagstate.PendingCalls`'. A ready function runs
@@ -12,8 +12,8 @@ Contract:
   fails the call with UNSAFE_VALUE naming the key and the refused global, before the function
   runs). The caller's own arguments and upstream results are unpickled fully: the caller may
   run code here anyway (it may register functions), and results come from functions that ran
-  here (docs/SECURITY.md). Functions are fetched from the registry once per (name,
-  version), deserialized once, and cached; a stateful class is instantiated once per worker
+  here (docs/SECURITY.md). Functions are fetched from the registry (through the node cache,
+  which never caches registry keys) once per (name, version), deserialized once, and cached; a stateful class is instantiated once per worker
   and its `run` called.
 - On success the result goes as a `trigger` to each downstream worker (to itself without a
   socket hop), with that worker's schedule attached (from `Schedule.forward`); the sink writes
@@ -30,20 +30,27 @@ Contract:
 - What a function prints (stdout and stderr) is captured per call (`executor/output.py`): it
   goes to the worker's log, each line tagged with the call id and function, and travels with
   the call (`Trigger.logs`, then `CallResult.logs`) to the caller, bounded by `output_limit`.
-- Authentication (`config.key_dir`; `runtime.auth`): the worker reads the cluster's keys; its
-  three sockets (schedules and triggers, node-cache replies, control) admit only cluster
-  keys, and its pushes (results to callers, triggers, heartbeats, `done`) are CURVE clients.
-  Its `anna_core.Client` holds the cluster's keys when the cluster authenticates.
-  `lib.send` goes only to directory entries that carry the cluster's key (a client key can
-  write the KVS; it cannot hold the cluster's secret).
+- Least privilege (`config.auth`; `runtime.auth`, `executor/privilege.py`): a worker runs
+  user code, so it holds no cluster secret. Its node hands it the function role's key pair
+  on stdin (`main` reads it before any user code runs); it has no key directory, no
+  `anna_core.Client` and no cluster key. Every read and write goes through its node cache,
+  which acts for it with a client's rights (`NotPermitted` for keys under `__anna__/` and
+  `__cloudburst/`). Its schedule-and-trigger socket admits cluster and function keys and
+  takes from a function key only `trigger`, `abort` and `msg` (`FUNCTION_KINDS`), never a
+  `schedule`; its node-cache reply and control sockets admit only cluster keys. Its pushes
+  (results to callers, triggers, heartbeats, `done`) are CURVE clients with the function
+  key. `lib.send` goes only to directory entries that carry the function key.
 """
 from __future__ import annotations
 
+import atexit
 import collections
 import logging
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -52,13 +59,13 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 import zmq
 from google.protobuf.message import DecodeError
 
-import anna_core
 from runtime.keys import function_key, worker_key
-from runtime.auth import AuthConfig, KeyFileError, Security, credentials_of, parse_address
+from runtime.auth import (FUNCTION, Credentials, KeyFileError, Security, credentials_of,
+                          decode_handoff, parse_address, role_of)
 from runtime.framing import FrameError, encode, parse
 from runtime.sockets import PushCache, bind_pull
 from runtime.values import decode_arg, dumps, loads
-from runtime.errors import ObjectNotFound, Timeout
+from runtime.errors import CorruptRecord, ObjectNotFound, Timeout
 from runtime.values import Reference
 from hydro_proto import cloudburst_pb2 as pb
 
@@ -73,11 +80,14 @@ from .guard import FunctionGuard, Interrupted
 from .library import UserLibrary
 from .liveness import die_with_parent, heartbeat_loop
 from .output import CallOutput, Capture, UpstreamLogs, join_logs, section
+from .privilege import drop_capabilities, hide_paths
 from .references import ArgumentRefused, FunctionError, load_reference, resolve
 
-__all__ = ["Worker"]
+__all__ = ["Worker", "FUNCTION_KINDS"]
 
 log = logging.getLogger("cloudburst.worker")
+# what another worker (a function key) may send a worker; schedules come from the cluster only
+FUNCTION_KINDS = frozenset({"trigger", "abort", "msg"})
 _INBOX_LIMIT = 10000
 DONE_BATCH_SECONDS = 0.005
 _MSG_CODE = encode("msg", pb.UserMessage())[:1]
@@ -86,21 +96,22 @@ _MSG_CODE = encode("msg", pb.UserMessage())[:1]
 class Worker:
     """One executor worker; see the module contract."""
 
-    def __init__(self, config: WorkerConfig) -> None:
+    def __init__(self, config: WorkerConfig, credentials: Optional[Credentials] = None) -> None:
         self.config = config
         self.worker_id = config.worker_id
         self._context = zmq.Context()
-        # authentication: the keys are read here, and the ZAP handler runs before any bind
-        self.auth = AuthConfig(config.key_dir) if config.key_dir else None
-        self._security = Security.start(self._context, self.auth)
+        if config.auth and credentials is None:
+            raise KeyFileError(f"worker {config.worker_id} was started with authentication "
+                               f"but no function keys were handed to it")
+        # the ZAP handler runs before any bind
+        self._security = None if credentials is None else \
+            Security.of_credentials(self._context, credentials)
         creds = self.credentials = credentials_of(self._security)
         self._pull, self.address = bind_pull(self._context, config.ip, ipc_dir=config.ipc_dir,
-                                             auth=creds)
+                                             auth=creds, audience=FUNCTION)
         self._replies, reply_address = bind_pull(self._context, config.ip,
                                                  ipc_dir=config.ipc_dir, auth=creds)
         self._push = PushCache(self._context, auth=creds)
-        self._kvs = anna_core.Client(config.kvs_address, timeout=5.0, ip=config.ip,
-                                     context=self._context, auth=self.auth)
         self.cache = CacheClient(self._push, config.cache_address, self._replies, reply_address,
                                  config.cache_timeout)
         self.pending = PendingCalls()
@@ -131,10 +142,6 @@ class Worker:
                           "abort": self._on_abort, "msg": self._on_msg}
 
     # ---- lifecycle ----
-    def publish(self) -> None:
-        """Make this worker reachable by id (for `lib.send`)."""
-        self._kvs.put_all(worker_key(self.worker_id), self.address.encode())
-
     def stop(self) -> None:
         self._stopping.set()
 
@@ -161,7 +168,7 @@ class Worker:
                 else:
                     self._dispatch(self._backlog.popleft())
             try:
-                frame = self._pull.recv(copy=True)
+                frame = self._admitted(self._pull.recv(copy=False))
             except zmq.Again:
                 frame = None
             if frame is not None:
@@ -191,7 +198,6 @@ class Worker:
             self._pull.setsockopt(zmq.RCVTIMEO, 100)
 
     def close(self) -> None:
-        self._kvs.close()
         self._push.close()
         self._pull.close(0)
         self._replies.close(0)
@@ -201,6 +207,20 @@ class Worker:
         self._context.term()
 
     # ---- messages ----
+    def _admitted(self, frame: zmq.Frame) -> Optional[bytes]:
+        """The frame's bytes if its sender may send its kind (module contract), else None."""
+        data = frame.bytes
+        if self.credentials is not None and data and role_of(frame) == FUNCTION:
+            try:
+                kind = parse(data)[0]
+            except FrameError:
+                kind = None
+            if kind not in FUNCTION_KINDS:
+                log.warning("dropped a %r message from a function key: a worker takes only "
+                            "%s from one", kind, ", ".join(sorted(FUNCTION_KINDS)))
+                return None
+        return data
+
     def _dispatch(self, frame: Any) -> None:
         try:
             kind, payload = parse(frame)
@@ -297,10 +317,13 @@ class Worker:
         cached = self._functions.get(name)
         if cached is not None and cached[0] == version:
             return cached[1]
+        key = function_key(name)
+        data = self.cache.get([key]).get(key)
         try:
-            record = pb.FunctionRecord.FromString(self._kvs.get(function_key(name)))
-        except anna_core.KeyNotFound:
-            record = None
+            record = None if data is None else pb.FunctionRecord.FromString(bytes(data))
+        except (DecodeError, TypeError) as e:
+            raise CorruptRecord(f"the registry record {key!r} of function {name!r} does not "
+                                f"parse ({type(e).__name__})", key) from None
         if record is None or record.deleted:
             raise FunctionError(f"function {name!r} is not in the registry")
         if cached is not None and cached[0] == record.version:
@@ -356,7 +379,7 @@ class Worker:
                 result = self._call_function(s, fn, args, ready.deadline)
             except FunctionError as e:
                 raise FunctionError(f"{what} on worker {self.worker_id}: {e}") from None
-            except ArgumentRefused:
+            except (ArgumentRefused, CorruptRecord):
                 raise
             except Exception as e:
                 raise FunctionError(f"{what} raised {type(e).__name__}: {e}",
@@ -377,6 +400,9 @@ class Worker:
             return
         except ArgumentRefused as e:
             self._fail(s, pb.UNSAFE_VALUE, f"{what} on worker {self.worker_id}: {e}")
+            return
+        except CorruptRecord as e:
+            self._fail(s, pb.CORRUPT_RECORD, f"{what} on worker {self.worker_id}: {e}")
             return
         except Interrupted as e:
             self._stopped(s, what, e)
@@ -452,7 +478,7 @@ class Worker:
                 if s.sink:
                     extra = {s.output_key: value} if s.output_key else None
                     versions = inv.commit(self._writer, extra)
-            except (CausalAbortError, Timeout, ArgumentRefused, Fenced):
+            except (CausalAbortError, Timeout, ArgumentRefused, Fenced, CorruptRecord):
                 raise
             except FunctionError as e:
                 raise FunctionError(f"{what} on worker {self.worker_id}: {e}") from None
@@ -472,6 +498,9 @@ class Worker:
             return
         except ArgumentRefused as e:
             self._fail(s, pb.UNSAFE_VALUE, f"{what} on worker {self.worker_id}: {e}")
+            return
+        except CorruptRecord as e:
+            self._fail(s, pb.CORRUPT_RECORD, f"{what} on worker {self.worker_id}: {e}")
             return
         except Timeout as e:     # a protocol stage (or the function's own wait) ran out of time
             stage = f"{e.stage} ({what}, worker {self.worker_id}, {pb.Protocol.Name(plan.protocol)})"
@@ -555,10 +584,12 @@ class Worker:
     def send_user_message(self, dest: str, data: bytes) -> None:
         address = self._peers.get(dest)
         if address is None:
-            try:
-                address = self._kvs.get(worker_key(dest)).decode()
-            except anna_core.KeyNotFound:
-                raise ValueError(f"lib.send: no executor worker has id {dest!r}") from None
+            key = worker_key(dest)
+            entry = self.cache.get([key]).get(key)
+            if entry is None or not isinstance(entry, memoryview) and \
+                    not isinstance(entry, bytes):
+                raise ValueError(f"lib.send: no executor worker has id {dest!r}")
+            address = bytes(entry).decode("utf-8", "replace")
             self._check_peer(dest, address)
             self._peers[dest] = address
         message = pb.UserMessage(sender=self.worker_id, payload=data)
@@ -569,8 +600,8 @@ class Worker:
 
     def _check_peer(self, dest: str, address: str) -> None:
         """An authenticated worker sends user messages only to an address carrying the
-        cluster's key: the directory lives in the KVS, where a client key can write too, and
-        only a process holding the cluster's secret completes a handshake with that key."""
+        function key (its own): only its node (the cluster) writes the directory, and only a
+        process holding the function secret completes a handshake with that key."""
         if self.credentials is None:
             return
         try:
@@ -591,7 +622,9 @@ class Worker:
                 return []
             if not self._pull.poll(int(remaining * 1000) + 1):
                 continue
-            frame = self._pull.recv(copy=True)
+            frame = self._admitted(self._pull.recv(copy=False))
+            if frame is None:
+                continue
             if frame[:1] == _MSG_CODE:
                 try:
                     self._on_msg(pb.UserMessage.FromString(frame[1:]))
@@ -616,17 +649,33 @@ def main() -> None:
     log_ = configure_logging(config.log_level, f"worker {config.worker_id}")
     die_with_parent(config.parent_pid)
     try:
-        worker = Worker(config)
-    except KeyFileError as e:          # a missing or malformed key file, named
+        # the function keys come on stdin, never on the command line or in the environment;
+        # the key directory is hidden from this process before any user code runs
+        credentials = None
+        if config.auth:
+            credentials, hide = decode_handoff(sys.stdin.buffer.read(4096))
+            # files a function makes with `tempfile` go to a directory of its own, made
+            # before the sandbox so that it stays readable (executor/privilege.py)
+            scratch = tempfile.mkdtemp(prefix=f"cloudburst-{config.worker_id}-")
+            atexit.register(shutil.rmtree, scratch, True)
+            os.environ["TMPDIR"] = tempfile.tempdir = scratch
+            if hide and not hide_paths(hide):
+                log_.warning("this kernel has no Landlock: %s stays readable by this "
+                             "worker's uid %d", ", ".join(hide), os.getuid())
+        if os.geteuid() == 0:          # the node could not give it another uid
+            drop_capabilities()
+        worker = Worker(config, credentials)
+    except (KeyFileError, OSError) as e:  # missing or malformed keys, or no sandbox: named
         log_.error("cannot start: %s", e)
         sys.exit(2)
+    finally:
+        sys.stdin.close()
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())
     signal.signal(signal.SIGINT, lambda *_: worker.stop())
     # what functions print goes to this worker's log, tagged by call, and to their callers
     sys.stdout = CallOutput(sys.__stdout__, worker.output)
     sys.stderr = CallOutput(sys.__stderr__, worker.output)
     worker.guard.install()
-    worker.publish()
     announce_ready({"worker_id": worker.worker_id, "address": worker.address,
                     "pid": os.getpid()})
     worker.serve()

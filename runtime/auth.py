@@ -6,18 +6,29 @@ Contract:
 - **Keys.** A `KeyPair` is a CURVE key pair in Z85 (40 characters each). A key directory
   (`write_keys`, the `cloudburst keys` / `anna keys` command) holds:
     `cluster.key`, `cluster.key_secret`         the cluster's pair (every service uses it);
+    `function.key`, `function.key_secret`       the pair user code runs with (executor workers;
+                                                 see "Roles");
     `clients/NAME.key`, `clients/NAME.key_secret` one pair per client;
     `authorized/NAME.key`                        the public keys of the clients the cluster
                                                  admits (the files are pyzmq's `zmq.auth`
                                                  certificate format, so `load_certificate(s)`
                                                  reads them).
   Secret files are created mode 0600 and never overwritten unless asked (`force=True`).
+- **Roles.** `"cluster"` (the cluster's processes), `"client:NAME"` (a client), and
+  `"function"` (`FUNCTION`: the processes that run user code, executor workers). A function
+  holds no cluster secret: its executor node reads `function.key_secret` and hands the pair
+  to its workers over a pipe (`encode_handoff` / `decode_handoff`), never on a command line,
+  in the environment or in a file they can read.
 - **Config and credentials.** `AuthConfig(key_dir, identity)` says where the keys live and who
   this process is (`"cluster"` or `"client:NAME"`); `AuthConfig.load()` returns `Credentials`:
   the process' own key pair, its role, and the public keys it admits with each one's role
-  (a cluster process admits the cluster key as `"cluster"` and every authorized client key as
-  `"client:NAME"`; a client admits only the cluster key). A missing or unreadable key file
-  raises `KeyFileError` naming the file.
+  (a cluster process admits the cluster key as `"cluster"`, the function key as `"function"`
+  and every authorized client key as `"client:NAME"`; a client admits the cluster key and
+  the function key, whose holders send it results). A missing or unreadable key file
+  raises `KeyFileError` naming the file; `AuthConfig.function_keypair()` reads the function
+  pair (KeyFileError naming `function.key_secret` and how to create it when missing).
+  `function_credentials(cluster_public, pair)` are a worker's credentials: the function pair,
+  admitting the cluster key and the function key.
 - **Addresses carry their server's key.** A socket bound with credentials is a CURVE server;
   peers connect to it with the address `format_address(endpoint, public)`, i.e.
   `tcp://host:port#k=<public key as 64 hex digits>`. Hex, not Z85, because Z85 uses
@@ -32,22 +43,28 @@ Contract:
   `log_every` seconds; the rest are counted in `refused`). Bound sockets also enforce the ZAP
   domain, so a CURVE server whose context has no Authenticator refuses every peer rather than
   admitting any key (fails closed).
-- **Audiences.** A server socket is bound for one of two audiences. `CLUSTER` sockets (a
-  worker's, a node cache's, a scheduler's update socket, a client's response socket...) use
-  the ZAP domain `ZAP_DOMAIN + ".cluster"` and admit only keys whose role is `"cluster"`: a
-  client key is refused at the handshake. Sockets open to clients too (routing, KVS workers,
-  schedulers) use `ZAP_DOMAIN` and admit every allowed key; their service then checks each
-  message's sender with `role_of(frame)` / `may_send(role, kind, client_kinds)`.
+- **Audiences.** A server socket is bound for one audience, which its ZAP domain names:
+    `"cluster"` (`ZAP_DOMAIN + ".cluster"`): cluster keys only (a scheduler's update socket,
+        node control sockets, HydroCache's replies);
+    `"function"` (`ZAP_DOMAIN + ".function"`): cluster and function keys (what workers send
+        to: node caches, other workers, a client's response socket);
+    `"any"` (`ZAP_DOMAIN`): cluster and client keys (routing, KVS workers);
+    `"all"` (`ZAP_DOMAIN + ".all"`): cluster, function and client keys (schedulers).
+  Any other key is refused at the handshake. A socket open to several roles checks each
+  message's sender with `role_of(frame)` / `may_send(role, kind, client_kinds,
+  function_kinds)`.
 - `role_of(frame)` is the role of the peer that sent a frame received with `copy=False`
-  (None on a plain socket). `may_send(role, kind, client_kinds)`: a message from a plain
-  socket (role None) or from the cluster may be of any kind; one from a client only of a
-  kind in `client_kinds`.
+  (None on a plain socket). `may_send(role, kind, client_kinds, function_kinds)`: a message
+  from a plain socket (role None) or from the cluster may be of any kind; one from a client
+  only of a kind in `client_kinds`; one from a function only of a kind in `function_kinds`.
 - `Security` bundles what one process needs (credentials and its context's Authenticator):
-  `Security.start(context, auth_config)` (None when `auth_config` is None, i.e. plain).
+  `Security.start(context, auth_config)` (None when `auth_config` is None, i.e. plain), or
+  `Security.of_credentials(context, credentials)` for credentials handed over.
 """
 from __future__ import annotations
 
 import binascii
+import json
 import logging
 import os
 import re
@@ -63,7 +80,8 @@ import zmq.auth
 import zmq.utils.z85
 
 __all__ = ["KeyPair", "AuthConfig", "Credentials", "Authenticator", "KeyFileError",
-           "CLUSTER", "CLIENT_PREFIX", "ZAP_DOMAIN", "ADDRESS_KEY_MARK", "format_address",
+           "CLUSTER", "CLIENT_PREFIX", "FUNCTION", "FUNCTION_DOMAIN", "ALL_DOMAIN",
+           "function_credentials", "encode_handoff", "decode_handoff", "ZAP_DOMAIN", "ADDRESS_KEY_MARK", "format_address",
            "parse_address", "strip_key", "role_of", "write_keys", "check_client_name",
            "make_server", "make_client", "CLUSTER_DOMAIN", "may_send", "Security", "credentials_of",
            "AuthenticationRequired", "check_client_auth", "MECHANISM_MISMATCH"]
@@ -72,9 +90,16 @@ log = logging.getLogger("runtime.auth")
 
 CLUSTER = "cluster"
 CLIENT_PREFIX = "client:"
+FUNCTION = "function"
 ZAP_DOMAIN = "cloudburst"
-# Sockets only cluster processes may reach (see "Audiences" in the contract).
+# The ZAP domain of each audience (see "Audiences" in the contract), and the roles it admits
+# (a role ending with ":" admits every role with that prefix).
 CLUSTER_DOMAIN = ZAP_DOMAIN + ".cluster"
+FUNCTION_DOMAIN = ZAP_DOMAIN + ".function"
+ALL_DOMAIN = ZAP_DOMAIN + ".all"
+_AUDIENCES = {CLUSTER: ".cluster", FUNCTION: ".function", "any": "", "all": ".all"}
+_ADMITS = {".cluster": (CLUSTER,), ".function": (CLUSTER, FUNCTION),
+           "": (CLUSTER, CLIENT_PREFIX), ".all": (CLUSTER, FUNCTION, CLIENT_PREFIX)}
 # A socket monitor's handshake-failure value when the peer speaks no CURVE at all (libzmq's
 # ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH): a plain peer meeting a CURVE server.
 MECHANISM_MISMATCH = 0x11000002
@@ -200,10 +225,11 @@ def write_keys(key_dir: str, clients: Iterable[str] = (), *, force: bool = False
     if len(set(names)) != len(names):
         raise ValueError("a client name is given twice")
     cluster_secret = os.path.join(key_dir, CLUSTER + ".key_secret")
+    function_secret = os.path.join(key_dir, FUNCTION + ".key_secret")
     if add_clients and not os.path.exists(cluster_secret):
         raise FileNotFoundError(f"{cluster_secret} does not exist: create the cluster's keys "
                                 f"first (without --add-client)")
-    secrets = ([] if add_clients else [cluster_secret]) + \
+    secrets = ([] if add_clients else [cluster_secret, function_secret]) + \
               [os.path.join(key_dir, "clients", n + ".key_secret") for n in names]
     existing = [p for p in secrets if os.path.exists(p)]
     if existing and not force:
@@ -212,6 +238,10 @@ def write_keys(key_dir: str, clients: Iterable[str] = (), *, force: bool = False
     written: List[str] = []
     if not add_clients:
         written += [p for p in KeyPair.generate().save(key_dir, CLUSTER, force=force) if p]
+    if not add_clients or not os.path.exists(function_secret):
+        # the pair user code runs with (a key directory made before it existed gets one
+        # with --add-client)
+        written += [p for p in KeyPair.generate().save(key_dir, FUNCTION, force=force) if p]
     for name in names:
         pair = KeyPair.generate()
         written += [p for p in pair.save(os.path.join(key_dir, "clients"), name, force=force) if p]
@@ -250,6 +280,9 @@ class AuthConfig:
         """Read the keys (KeyFileError naming a missing or malformed file)."""
         cluster_public = KeyPair.load(os.path.join(self.key_dir, CLUSTER + ".key")).public
         allowed: Dict[bytes, str] = {cluster_public: CLUSTER}
+        function_public = os.path.join(self.key_dir, FUNCTION + ".key")
+        if os.path.exists(function_public):
+            allowed.setdefault(KeyPair.load(function_public).public, FUNCTION)
         if self.identity == CLUSTER:
             own = KeyPair.load(os.path.join(self.key_dir, CLUSTER + ".key_secret"))
             authorized = os.path.join(self.key_dir, "authorized")
@@ -265,6 +298,55 @@ class AuthConfig:
             raise KeyFileError(f"the key file of {self.identity!r} in {self.key_dir!r} has no "
                                f"secret key")
         return Credentials(own, self.identity, allowed, self.domain)
+
+    def function_keypair(self) -> KeyPair:
+        """The pair user code runs with (`function.key_secret`); KeyFileError naming the file,
+        and how to create it, when it is missing."""
+        path = os.path.join(self.key_dir, FUNCTION + ".key_secret")
+        if not os.path.exists(path):
+            raise KeyFileError(f"the key directory {self.key_dir!r} has no function key pair "
+                               f"({path}), which executor workers run with: create it with "
+                               f"`cloudburst keys {self.key_dir} --add-client --client NAME`")
+        pair = KeyPair.load(path)
+        if pair.secret is None:
+            raise KeyFileError(f"the key file {path!r} has no secret key")
+        return pair
+
+
+def function_credentials(cluster_public: bytes, pair: KeyPair,
+                         domain: str = ZAP_DOMAIN) -> Credentials:
+    """The credentials of a process running user code: the function pair, admitting the
+    cluster key (schedules, cache replies) and the function key (other workers)."""
+    return Credentials(pair, FUNCTION, {cluster_public: CLUSTER, pair.public: FUNCTION}, domain)
+
+
+def encode_handoff(credentials: Credentials, hide: Iterable[str] = ()) -> bytes:
+    """A function's credentials as bytes for a pipe to the process that will run user code
+    (`decode_handoff` reads them back), with the paths it must hide from itself before it
+    runs any (the key directory). Only function credentials are handed over."""
+    if credentials.role != FUNCTION:
+        raise ValueError(f"only function credentials are handed over, not {credentials.role!r}")
+    cluster = next(k for k, r in credentials.allowed.items() if r == CLUSTER)
+    return json.dumps({"public": credentials.keypair.public.decode("ascii"),
+                       "secret": credentials.keypair.secret.decode("ascii"),
+                       "cluster": cluster.decode("ascii"),
+                       "domain": credentials.domain, "hide": list(hide)}).encode("utf-8")
+
+
+def decode_handoff(data: bytes) -> Tuple[Credentials, List[str]]:
+    """Inverse of `encode_handoff`: (credentials, paths to hide); KeyFileError when `data`
+    is not such a hand-off."""
+    try:
+        d = json.loads(data)
+        pair = KeyPair(d["public"].encode("ascii"), d["secret"].encode("ascii"))
+        cluster = d["cluster"].encode("ascii")
+        domain = d["domain"]
+        hide = [str(p) for p in d.get("hide", [])]
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise KeyFileError(f"the function keys handed over are malformed ({e})") from None
+    if len(pair.public) != 40 or len(pair.secret) != 40 or len(cluster) != 40:
+        raise KeyFileError("the function keys handed over are not 40-character Z85 keys")
+    return function_credentials(cluster, pair, domain), hide
 
 
 # --- addresses -------------------------------------------------------------------------------
@@ -296,18 +378,17 @@ def strip_key(address: str) -> str:
 
 def make_server(socket: zmq.Socket, credentials: Credentials, audience: str = "any") -> None:
     """Make a socket (before it binds) a CURVE server that only admits peers its context's
-    Authenticator accepts: with `audience="cluster"` only cluster keys, with "any" cluster
-    and client keys; RuntimeError if the context has no Authenticator."""
-    if audience not in ("any", CLUSTER):
-        raise ValueError(f"audience must be 'any' or 'cluster', not {audience!r}")
+    Authenticator accepts for `audience` (module contract: "cluster", "function", "any",
+    "all"); RuntimeError if the context has no Authenticator."""
+    if audience not in _AUDIENCES:
+        raise ValueError(f"audience must be one of {sorted(_AUDIENCES)}, not {audience!r}")
     if not Authenticator.running_on(socket.context):
         raise RuntimeError("a CURVE server socket needs an Authenticator running on its "
                            "context (start it before binding)")
     socket.setsockopt(zmq.CURVE_SERVER, 1)
     socket.setsockopt(zmq.CURVE_SECRETKEY, credentials.keypair.secret)
     socket.setsockopt(zmq.CURVE_PUBLICKEY, credentials.keypair.public)
-    domain = credentials.domain + ".cluster" if audience == CLUSTER else credentials.domain
-    socket.setsockopt_string(zmq.ZAP_DOMAIN, domain)
+    socket.setsockopt_string(zmq.ZAP_DOMAIN, credentials.domain + _AUDIENCES[audience])
     socket.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)
 
 
@@ -328,9 +409,14 @@ def role_of(frame: zmq.Frame) -> Optional[str]:
     return user or None
 
 
-def may_send(role: Optional[str], kind: Any, client_kinds: "frozenset") -> bool:
+def may_send(role: Optional[str], kind: Any, client_kinds: "frozenset",
+             function_kinds: "frozenset" = frozenset()) -> bool:
     """Whether a peer of `role` may send a message of `kind` (see the module contract)."""
-    return role is None or role == CLUSTER or kind in client_kinds
+    if role is None or role == CLUSTER:
+        return True
+    if role == FUNCTION:
+        return kind in function_kinds
+    return role.startswith(CLIENT_PREFIX) and kind in client_kinds
 
 
 # --- the ZAP handler -------------------------------------------------------------------------
@@ -438,13 +524,18 @@ class Authenticator:
         if version != b"1.0":
             return [b"1.0", request_id, b"500", b"unsupported ZAP version", b"", b""]
         domain_text = domain.decode("utf-8", "replace")
+        suffix = domain_text[len(self.domain):] if domain_text.startswith(self.domain) else None
         if mechanism == b"CURVE" and len(credentials) == 1 and len(credentials[0]) == 32 \
-                and domain_text in (self.domain, self.domain + ".cluster"):
+                and suffix in _ADMITS:
             key = zmq.utils.z85.encode(credentials[0])
             role = self.allowed.get(key)
-            if role is not None and role != CLUSTER and domain_text != self.domain:
-                self._refused(peer, key, f"a {role} key on a cluster-only socket")
-                return [version, request_id, b"400", b"cluster keys only", b"", b""]
+            if role is not None and not any(role == r or (r.endswith(":") and
+                                                          role.startswith(r))
+                                            for r in _ADMITS[suffix]):
+                where = "a cluster-only socket" if suffix == ".cluster" else \
+                    f"a socket for {' and '.join(r.rstrip(':') for r in _ADMITS[suffix])} keys"
+                self._refused(peer, key, f"a {role} key on {where}")
+                return [version, request_id, b"400", b"key not admitted here", b"", b""]
             if role is not None:
                 self.accepted += 1
                 log.debug("admitted %s from %s", role, peer)
@@ -487,6 +578,16 @@ class Security:
         if config is None:
             return None
         credentials = config.load()
+        with _running_lock:
+            running = _running.get(context)
+        if running is not None:
+            return cls(credentials, running, owned=False)
+        return cls(credentials, Authenticator(context, credentials).start())
+
+    @classmethod
+    def of_credentials(cls, context: zmq.Context, credentials: Credentials) -> "Security":
+        """Like `start`, with credentials already in hand (a worker's, handed over by its
+        node) instead of a key directory."""
         with _running_lock:
             running = _running.get(context)
         if running is not None:

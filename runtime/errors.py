@@ -17,7 +17,7 @@ from typing import Optional
 __all__ = ["CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "InvalidFunction",
            "NoResources",
            "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "Cancelled", "UnsafeValue",
-           "MalformedValue", "STATUS_OF", "error_from_status"]
+           "MalformedValue", "NotPermitted", "CorruptRecord", "STATUS_OF", "error_from_status"]
 
 
 class CloudburstError(Exception):
@@ -107,6 +107,27 @@ class MalformedValue(UnsafeValue, ValueError):
         super().__init__(message, key=key)
 
 
+class NotPermitted(CloudburstError, PermissionError):
+    """The sender's role may not do what it asked: a function (or a client) writing a key
+    under `__anna__/` (the KVS's metadata) or `__cloudburst/` (the registry and the worker
+    directory), which belong to the cluster. The message names the key; `key` is set when
+    it is known here."""
+
+    def __init__(self, message: str, key: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class CorruptRecord(CloudburstError):
+    """A registry record (a function, a DAG or an index under `__cloudburst/`) does not
+    parse: it was written by something other than a scheduler (or damaged). The message
+    names the key; the record stays as it is until it is registered (or deleted) again."""
+
+    def __init__(self, message: str, key: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+
 class Aborted(CloudburstError):
     """A causal call aborted more often than its retry budget allows (the message names the
     protocol's last abort reason). Retrying the call later may succeed."""
@@ -126,6 +147,7 @@ class SchedulerUnavailable(CloudburstError):
 STATUS_OF = {
     FunctionNotFound: 1, DagNotFound: 2, InvalidDag: 3, NoResources: 4, ExecutionError: 5,
     Timeout: 6, ObjectNotFound: 7, Aborted: 10, Cancelled: 11, UnsafeValue: 12,
+    NotPermitted: 13, CorruptRecord: 14,
 }
 
 

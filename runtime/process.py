@@ -7,7 +7,11 @@ Contract:
   was started by `ManagedProcess`, the JSON on the launcher's ready pipe.
 - `ManagedProcess(name, argv, log_dir)` spawns `argv` with this checkout on PYTHONPATH, in
   its own session, with stdout and stderr appended to `<log_dir>/<name>.log`, and a pipe whose
-  write end the child finds in the environment variable `READY_FD_ENV`. Readiness is an
+  write end the child finds in the environment variable `READY_FD_ENV`. With `stdin_data`
+  the child's stdin is a pipe holding exactly those bytes (then end of file): how a secret
+  reaches a child without its command line, environment or a file. With `user` (and
+  `group`) the child runs under that uid and gid with no supplementary groups (the parent
+  must be root). Readiness is an
   event, not a poll: the launcher selects on the pipes; a child that exits closes its end,
   which the launcher sees at once.
 - `wait_all_ready(processes, timeout)` returns when every process announced itself, or raises
@@ -93,9 +97,14 @@ def parent_gone(parent_pid: Optional[int]) -> bool:
 class ManagedProcess:
     """One child process, its log and its ready info; see the module contract."""
 
-    def __init__(self, name: str, argv: Sequence[str], log_dir: str) -> None:
+    def __init__(self, name: str, argv: Sequence[str], log_dir: str, *,
+                 stdin_data: Optional[bytes] = None, user: Optional[int] = None,
+                 group: Optional[int] = None) -> None:
         self.name = name
         self.argv = list(argv)
+        self.stdin_data = stdin_data
+        self.user = user
+        self.group = group
         self.log_path = os.path.join(log_dir, f"{name}.log")
         self.proc: Optional[subprocess.Popen] = None
         self.info: Dict[str, Any] = {}
@@ -115,16 +124,30 @@ class ManagedProcess:
         env.setdefault("PYTHONUNBUFFERED", "1")
         env[READY_FD_ENV] = str(write_fd)
         env[START_ENV] = str(self.starts)
+        stdin: Any = subprocess.DEVNULL
+        if self.stdin_data is not None:
+            if len(self.stdin_data) > 4096:      # must fit a pipe's buffer (never blocks)
+                raise ValueError(f"{self.name}: stdin_data is limited to 4096 bytes")
+            stdin, stdin_w = os.pipe()
+            os.write(stdin_w, self.stdin_data)
+            os.close(stdin_w)
+        drop: Dict[str, Any] = {}
+        if self.user is not None:
+            drop = {"user": self.user, "group": self.group if self.group is not None
+                    else self.user, "extra_groups": []}
         try:
             with open(self.log_path, "ab") as out:
                 self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT,
-                                             stdin=subprocess.DEVNULL, env=env,
-                                             pass_fds=(write_fd,), start_new_session=True)
+                                             stdin=stdin, env=env,
+                                             pass_fds=(write_fd,), start_new_session=True,
+                                             **drop)
         except BaseException:
             os.close(read_fd)
             raise
         finally:
             os.close(write_fd)
+            if self.stdin_data is not None:
+                os.close(stdin)            # the child holds its own copy
         self._ready_fd = read_fd
         return self
 

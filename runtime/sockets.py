@@ -3,7 +3,8 @@
 Contract:
 - `bind_pull(context, ip, port=0, ipc_dir=None, max_frame_bytes=DEFAULT_MAX_FRAME_BYTES)`
   binds a PULL socket on `tcp://ip:port` (0 picks a free port) or, with `ipc_dir`, on a fresh
-  Unix socket in that directory (cheaper when every process is on one host), and returns it
+  Unix socket in that directory (cheaper when every process is on one host; mode 0666, as
+  reachable as a loopback port to whoever may search the directory), and returns it
   with the address peers connect to. A peer that sends a frame larger than `max_frame_bytes`
   is disconnected by ZeroMQ before the frame is buffered (`zmq.MAXMSGSIZE`); the socket keeps
   serving everyone else.
@@ -94,7 +95,11 @@ def bind_pull(context: zmq.Context, ip: str = "127.0.0.1", port: int = 0,
         if auth is not None:
             make_server(socket, auth, audience)
         if ipc_dir:
-            socket.bind(f"ipc://{os.path.join(ipc_dir, uuid.uuid4().hex[:16])}")
+            path = os.path.join(ipc_dir, uuid.uuid4().hex[:16])
+            socket.bind(f"ipc://{path}")
+            # as reachable as a loopback TCP port (executor workers run under another uid):
+            # the directory decides who can reach it, CURVE who is admitted
+            os.chmod(path, 0o666)
             address = socket.getsockopt_string(zmq.LAST_ENDPOINT)
         else:
             socket.bind(f"tcp://{ip}:{port if port else '*'}")

@@ -5,6 +5,12 @@ Contract:
   `cloudburst.Client` sends (registry requests, calls, and the `where` / `cancel` of a call in
   flight). Everything else comes from the cluster's own processes (heartbeat, keyset, done,
   causal_abort, cache_reply) or is not for a scheduler at all (schedule, result, ...).
+- `FUNCTION_KINDS` is what a function key (an executor worker, running user code) may send:
+  exactly what workers send a scheduler (heartbeat, done, causal_abort); a function may not
+  register, call or list (it is not a client), nor send what nodes send (keyset,
+  node_status, cache_reply), nor a heartbeat of the kinds only nodes send (a worker's exit,
+  or a node vouching for a worker without its address): `admits(frame, kind, payload)`
+  reads the heartbeat to tell.
 - `Admission(address, security, monitored)`: `admits(frame, kind)` says whether the sender of
   `frame` (its connection's ZAP User-Id) may send `kind`; a refused message is counted per
   (role, kind) in `dropped` and logged at WARNING at most once per `REFUSAL_LOG_PERIOD` per
@@ -23,14 +29,16 @@ from typing import Any, Dict, Optional, Tuple
 
 import zmq
 
-from runtime.auth import CLUSTER, MECHANISM_MISMATCH, Security, may_send, role_of
+from hydro_proto.cloudburst_pb2 import WorkerStatus
+from runtime.auth import CLUSTER, FUNCTION, MECHANISM_MISMATCH, Security, may_send, role_of
 
-__all__ = ["CLIENT_KINDS", "REFUSAL_LOG_PERIOD", "Admission"]
+__all__ = ["CLIENT_KINDS", "FUNCTION_KINDS", "REFUSAL_LOG_PERIOD", "Admission"]
 
 log = logging.getLogger("scheduler")
 
 CLIENT_KINDS = frozenset({"register_fn", "register_dag", "delete_dag", "delete_fn", "list",
                           "info", "status", "call", "where", "cancel"})
+FUNCTION_KINDS = frozenset({"heartbeat", "done", "causal_abort"})
 REFUSAL_LOG_PERIOD = 10.0  # seconds between two warnings about one (role, kind) dropped
 
 _HANDSHAKE_FAILURES = zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
@@ -51,12 +59,21 @@ class Admission:
         self._handshakes = self._monitored.get_monitor_socket(_HANDSHAKE_FAILURES) \
             if self._monitored is not None else None
 
-    def admits(self, frame: Any, kind: str) -> bool:
-        """Whether the sender of `frame` may send `kind`; a refusal is counted and logged."""
-        if self.security is None or kind in CLIENT_KINDS:
+    def admits(self, frame: Any, kind: str, payload: Any = None) -> bool:
+        """Whether the sender of `frame` may send `kind` (and, for a function's heartbeat,
+        `payload`); a refusal is counted and logged."""
+        if self.security is None:
             return True
         role = role_of(frame)
-        if role == CLUSTER or may_send(role or "", kind, CLIENT_KINDS):
+        if role == FUNCTION and kind == "heartbeat" and payload is not None:
+            try:
+                status = WorkerStatus.FromString(payload)
+            except Exception:           # the handler drops it as malformed
+                return True
+            if status.exited or not status.address:     # what only a node sends
+                self._drop(role, "heartbeat (a node's)")
+                return False
+        if role == CLUSTER or may_send(role or "", kind, CLIENT_KINDS, FUNCTION_KINDS):
             return True
         self._drop(role, kind)
         return False
@@ -67,9 +84,11 @@ class Admission:
         now = time.monotonic()
         if now - self._dropped_logged.get(who, float("-inf")) >= REFUSAL_LOG_PERIOD:
             self._dropped_logged[who] = now
-            log.warning("dropped a %r message from %s: a client may only send %s (%d such "
-                        "message(s) dropped)", kind, who[0], ", ".join(sorted(CLIENT_KINDS)),
-                        count)
+            allowed = FUNCTION_KINDS if role == FUNCTION else CLIENT_KINDS
+            log.warning("dropped a %r message from %s: a %s may only send %s (%d such "
+                        "message(s) dropped)", kind, who[0],
+                        "function" if role == FUNCTION else "client",
+                        ", ".join(sorted(allowed)), count)
 
     def check_handshakes(self, now: float) -> None:
         """Count (and log, rate-limited) the connections the CURVE handshake refused."""

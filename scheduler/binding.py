@@ -16,7 +16,7 @@ log = logging.getLogger("cloudburst.scheduler")
 def bind_exactly(context: zmq.Context, address: str, max_frame_bytes: int,
                   creds: Optional[Credentials]) -> "tuple[zmq.Socket, str]":
     """The request socket bound on exactly `address` (a restarted scheduler's, with or without
-    its key suffix); with `creds` a CURVE server open to clients, whose address carries this
+    its key suffix); with `creds` a CURVE server open to clients and functions, whose address carries this
     scheduler's key (the same as before unless the cluster's keys changed)."""
     endpoint, old_key = parse_address(address)
     socket = context.socket(zmq.PULL)
@@ -25,7 +25,7 @@ def bind_exactly(context: zmq.Context, address: str, max_frame_bytes: int,
         socket.setsockopt(zmq.RCVHWM, 100000)
         socket.setsockopt(zmq.MAXMSGSIZE, max_frame_bytes)
         if creds is not None:
-            make_server(socket, creds, "any")
+            make_server(socket, creds, "all")
         socket.bind(endpoint)
     except BaseException:
         socket.close(0)

@@ -34,11 +34,12 @@ listed for schedulers in proto/cloudburst.proto, plus one for Anna's pushed regi
   seen finish, the node's own running/queued) and `/metrics` has them as gauges.
 - `serve()` runs until `stop()` (e.g. from a SIGTERM handler) or until the parent exits.
 - Authentication (`config.key_dir`; `runtime.auth`). The request socket is a CURVE server
-  open to cluster and client keys (audience "any"); the registry-update and GC sockets admit
-  cluster keys only; every push is a CURVE client; the scheduler reads the keys itself. A
-  message's sender role is its connection's ZAP User-Id: a client may send only
-  `CLIENT_KINDS` (what `cloudburst.Client` sends); any other kind from a client (a forged
-  `heartbeat`, `result`, `done`, `schedule`...) is dropped, counted per (role, kind) and
+  open to cluster, function and client keys (audience "all"); the registry-update and GC
+  sockets admit cluster keys only; every push is a CURVE client; the scheduler reads the
+  keys itself. A message's sender role is its connection's ZAP User-Id: a client may send
+  only `CLIENT_KINDS` (what `cloudburst.Client` sends), a function key (an executor worker)
+  only `FUNCTION_KINDS` (heartbeat, done, causal_abort); any other kind from them (a forged
+  `keyset`, `result`, `schedule`...) is dropped, counted per (role, kind) and
   logged at WARNING at most once per `REFUSAL_LOG_PERIOD` per (role, kind). Connections the
   handshake refuses are counted too: by the ZAP authenticator (unknown keys, logged with the
   peer's address) and by a monitor of the request socket (peers that do not speak CURVE,
@@ -67,7 +68,7 @@ from runtime.auth import AuthConfig, Security, credentials_of
 from runtime.framing import FrameError, more, parse
 from runtime.keys import PREFIX
 from runtime.sockets import PushCache, bind_pull
-from runtime.errors import InvalidDag, NoResources
+from runtime.errors import CorruptRecord, InvalidDag, NoResources
 from runtime.http import TextEndpoint
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
@@ -116,7 +117,7 @@ class Scheduler:
             self._pull, self.address = bind_pull(self._context, config.ip, port=config.port,
                                                  ipc_dir=config.ipc_dir,
                                                  max_frame_bytes=config.max_frame_bytes,
-                                                 auth=creds, audience="any")
+                                                 auth=creds, audience="all")
         # Anna pushes registry updates here
         self._updates, self.update_address = bind_pull(
             self._context, config.ip, max_frame_bytes=config.max_frame_bytes,
@@ -235,12 +236,15 @@ class Scheduler:
         kind = "?"
         try:
             kind, payload = parse(frame)
-            if not self.admission.admits(frame, kind):
+            if not self.admission.admits(frame, kind, payload):
                 return
             handler = self._handlers.get(kind)
             if handler is None:
                 raise FrameError(f"kind {kind!r} is not for a scheduler")
             handler(payload)
+        except CorruptRecord as e:       # a damaged registry record: the caller learns which
+            log.error("%r failed: %s", kind, e)
+            self._answer_failure(kind, payload, e)
         except (FrameError, DecodeError) as e:     # bad input is dropped, never an error
             log.warning("dropped a malformed %r message: %s", kind, e)
         except Exception as e:
@@ -253,16 +257,20 @@ class Scheduler:
                  "where": pb.NameRequest}
 
     def _answer_failure(self, kind: str, payload: Any, error: Exception) -> None:
-        """Never fail silently: a request that raised gets an INTERNAL answer with the reason."""
+        """Never fail silently: a request that raised gets an answer with the reason:
+        CORRUPT_RECORD naming the key for a damaged registry record, INTERNAL otherwise."""
         message = f"scheduler {self.address} failed handling {kind!r}: {type(error).__name__}: {error}"
+        status = pb.INTERNAL
+        if isinstance(error, CorruptRecord):
+            status, message = pb.CORRUPT_RECORD, str(error)
         try:
             if kind == "call":
                 call = pb.Call.FromString(payload)
-                self._fail(call, pb.INTERNAL, message)
+                self._fail(call, status, message)
             elif kind in self._REQUESTS:
                 req = self._REQUESTS[kind].FromString(payload)
                 self._reply(req.response_address, pb.Reply(request_id=req.request_id,
-                                                           status=pb.INTERNAL, message=message))
+                                                           status=status, message=message))
         except Exception:
             log.exception("could not report the failure to the caller")
 

@@ -196,10 +196,12 @@ def test_a_client_key_is_refused_by_every_cluster_only_socket(cluster):
             assert handshake(monitor) == "refused", name
             # the same socket admits the cluster's key
             assert handshake(member.dial_monitored(address)[1]) == "ok", name
-        poll_until(lambda: "client:local key on a cluster-only socket" in read_logs(cluster,
-                                                                                   "worker-"),
+        # workers and node caches admit the cluster and functions (executor workers); a
+        # worker knows no client key at all
+        poll_until(lambda: "unknown public key" in read_logs(cluster, "worker-"),
                    10, "the worker's log of the refusal")
-        assert "client:local key on a cluster-only socket" in read_logs(cluster, "node0")
+        assert "client:local key on a socket for cluster and function keys" in \
+            read_logs(cluster, "node0")
         assert client.call("auth_inc", 5).get(timeout=10) == 6
     finally:
         mallory.close()
@@ -207,14 +209,21 @@ def test_a_client_key_is_refused_by_every_cluster_only_socket(cluster):
 
 
 def test_a_client_cannot_use_the_kvs_to_redirect_the_cluster(cluster):
-    """The worker directory lives in the KVS, which a client key may write: a worker sends
-    `lib.send` messages only to addresses carrying the cluster's key, and a call cannot make
-    its sink write into Cloudburst's own keys."""
+    """The worker directory lives in the KVS, which refuses a client key's writes there; a
+    worker sends `lib.send` messages only to addresses carrying the function key (even an
+    entry written with the cluster's key, say by mistake), and a call cannot make its sink
+    write into Cloudburst's own keys."""
     client = cluster.client()
     with Peer(cluster.client_auth) as mallory:
         trap, trap_address = mallory.bind()        # a server of mallory's, with its own key
         kvs = cluster.kvs.client()
-        kvs.put_all(worker_key("ghost"), trap_address.encode())
+        with pytest.raises(anna_core.NotPermitted, match="__cloudburst/"):
+            kvs.put_all(worker_key("ghost"), trap_address.encode())
+        admin = anna_core.Client(cluster.kvs.routing_address, auth=cluster.cluster_auth)
+        try:
+            admin.put_all(worker_key("ghost"), trap_address.encode())
+        finally:
+            admin.close()
         client.register(lambda lib, x: lib.send("ghost", b"secret") or x, "auth_sender")
         with pytest.raises(cloudburst.ExecutionError, match="not a cluster address"):
             client.call("auth_sender", 1).get(timeout=10)
@@ -275,8 +284,6 @@ def test_a_cluster_without_auth_works_and_warns_loudly(caplog):
 @pytest.mark.parametrize("module,config", [
     ("scheduler", {"kvs_address": "tcp://127.0.0.1:1"}),
     ("executor", {"node_id": "n", "kvs_address": "tcp://127.0.0.1:1"}),
-    ("executor.worker", {"worker_id": "w", "node_id": "n", "kvs_address": "tcp://127.0.0.1:1",
-                         "cache_address": "tcp://127.0.0.1:2"}),
 ])
 def test_a_service_with_a_bad_key_dir_exits_naming_the_file(module, config, tmp_path):
     import json
@@ -288,4 +295,20 @@ def test_a_service_with_a_bad_key_dir_exits_naming_the_file(module, config, tmp_
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
     assert done.returncode == 2, done.stderr[-2000:]
     assert "cannot start" in done.stderr and "cluster.key" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_worker_without_its_function_keys_exits_saying_so():
+    """A worker reads its keys from its node over stdin (never a key directory)."""
+    import json
+    import subprocess
+    import sys
+    config = {"worker_id": "w", "node_id": "n", "kvs_address": "tcp://127.0.0.1:1",
+              "cache_address": "tcp://127.0.0.1:2", "auth": True}
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    done = subprocess.run([sys.executable, "-m", "executor.worker", "--config",
+                           json.dumps(config)], input="{not keys", capture_output=True,
+                          text=True, env=env, cwd=ROOT, timeout=60)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "cannot start" in done.stderr and "function keys" in done.stderr
     assert "Traceback" not in done.stderr

@@ -73,6 +73,8 @@ def test_deploy_status_scale_redeploy_delete(cp, kubeconfig, tmp_path, capsys):
     secret = core.read_namespaced_secret(SECRETS[0], ns, _request_timeout=10)
     assert base64.b64decode(secret.data["cluster.key_secret"]) == \
         (keys / "cluster.key_secret").read_bytes()
+    assert base64.b64decode(secret.data["function.key_secret"]) == \
+        (keys / "function.key_secret").read_bytes()      # what executor nodes hand workers
     authorized = core.read_namespaced_secret(SECRETS[1], ns, _request_timeout=10)
     assert set(authorized.data) == {"alice.key"}
     # every object of the manifests exists, with the image override and the replica count

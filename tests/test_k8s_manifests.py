@@ -294,7 +294,8 @@ def test_the_manifests_apply_to_a_real_apiserver_and_become_available(keys):
             data = {f.name: base64.b64encode(f.read_bytes()).decode() for f in files}
             core.create_namespaced_secret(namespace, client.V1Secret(
                 metadata=client.V1ObjectMeta(name=name), data=data), _request_timeout=10)
-        secret("cloudburst-cluster-key", [keys / "cluster.key", keys / "cluster.key_secret"])
+        secret("cloudburst-cluster-key", [keys / "cluster.key", keys / "cluster.key_secret",
+                                          keys / "function.key", keys / "function.key_secret"])
         secret("cloudburst-authorized-keys", sorted((keys / "authorized").iterdir()))
         apps = client.AppsV1Api(api)
         wanted = {n: d["spec"]["replicas"] for n, d in deployments().items()}

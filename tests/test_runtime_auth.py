@@ -247,7 +247,8 @@ def test_keys_command_writes_keys_with_modes_and_refuses_to_overwrite(tmp_path, 
         from anna_core.cli import main
     key_dir = str(tmp_path / "k")
     assert main(["keys", key_dir, "--client", "alice", "--client", "bob"]) == 0
-    for secret in ("cluster.key_secret", "clients/alice.key_secret", "clients/bob.key_secret"):
+    for secret in ("cluster.key_secret", "function.key_secret", "clients/alice.key_secret",
+                   "clients/bob.key_secret"):
         assert _mode(os.path.join(key_dir, secret)) == 0o600
     assert _mode(os.path.join(key_dir, "cluster.key")) == 0o644
     public, secret = zmq.auth.load_certificate(os.path.join(key_dir, "cluster.key_secret"))
@@ -255,7 +256,8 @@ def test_keys_command_writes_keys_with_modes_and_refuses_to_overwrite(tmp_path, 
     assert set(zmq.auth.load_certificates(os.path.join(key_dir, "authorized"))) == {
         KeyPair.load(os.path.join(key_dir, "clients", n + ".key")).public for n in ("alice", "bob")}
     credentials = AuthConfig(key_dir).load()
-    assert sorted(credentials.allowed.values()) == ["client:alice", "client:bob", "cluster"]
+    assert sorted(credentials.allowed.values()) == ["client:alice", "client:bob", "cluster",
+                                                    "function"]
 
     before = open(os.path.join(key_dir, "cluster.key_secret")).read()
     capsys.readouterr()
@@ -280,7 +282,7 @@ def test_keys_add_client_keeps_the_cluster_keys(tmp_path, capsys):
     assert main(["keys", key_dir, "--add-client", "--client", "carol"]) == 0
     assert open(os.path.join(key_dir, "cluster.key_secret")).read() == cluster
     assert sorted(AuthConfig(key_dir).load().allowed.values()) == \
-        ["client:alice", "client:carol", "cluster"]
+        ["client:alice", "client:carol", "cluster", "function"]
     capsys.readouterr()
     assert main(["keys", key_dir, "--add-client", "--client", "alice"]) == 1   # exists
     assert "--force" in capsys.readouterr().err

@@ -280,10 +280,14 @@ void WorkerCore::handle_request(const KeyRequest& request, std::vector<OutMessag
 
 // Keys under "__anna__/" are the cluster's bookkeeping (persisted replication, statistics,
 // the monitor's status): clients may read them, and write only their own latency reports.
+// Keys under "__cloudburst/" are the FaaS layer's registry and worker directory: written
+// by the schedulers and executor nodes (cluster key) only, read by anyone.
 static bool is_metadata(const std::string& key) { return is_metadata_key(key); }
 
 static bool reserved_for_cluster(const std::string& key) {
   static const std::string kClientReports = "__anna__/stats/clients/";
+  static const std::string kRegistry = "__cloudburst/";
+  if (key.compare(0, kRegistry.size(), kRegistry) == 0) return true;
   return is_metadata(key) && key.compare(0, kClientReports.size(), kClientReports) != 0;
 }
 
@@ -293,8 +297,8 @@ void WorkerCore::handle_tuple(RequestType type, const KeyTuple& in, KeyTuple* ou
   if (from_client_ && (type == PUT || type == DELETE) && reserved_for_cluster(key)) {
     ++stats_.dropped;
     out->set_error(NOT_PERMITTED);
-    out->set_error_detail("keys under __anna__/ are the cluster's own; a client key may only "
-                          "write __anna__/stats/clients/");
+    out->set_error_detail("keys under __anna__/ and __cloudburst/ are the cluster's own; a "
+                          "client key may only write __anna__/stats/clients/");
     return;
   }
   if (!owns(key)) {

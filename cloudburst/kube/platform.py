@@ -36,7 +36,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from anna_core.autoscale.kubernetes_manager import ApiConflict, KubernetesError, ObjectNotFound, \
     api_error
-from runtime.auth import CLUSTER, AuthConfig, KeyPair, format_address, write_keys
+from runtime.auth import CLUSTER, FUNCTION, AuthConfig, KeyPair, format_address, write_keys
 
 from .errors import KubeconfigError, RoleRefused, WaitTimeout
 from .manifests import MANAGED_BY, apply_order, render
@@ -156,7 +156,8 @@ class ConnectInfo:
                 f"so it binds an address they reach: its pod IP):\n"
                 f"  cloudburst.Client({self.address!r}, ip=POD_IP,\n"
                 f"                    auth=cloudburst.AuthConfig(KEY_DIR, 'client:{name}'))\n"
-                f"  with KEY_DIR holding cluster.key and clients/{name}.key_secret from "
+                f"  with KEY_DIR holding cluster.key, function.key and "
+                f"clients/{name}.key_secret from "
                 f"{self.key_dir} (clients there: {', '.join(self.clients) or 'none'})")
 
 
@@ -358,6 +359,7 @@ class Platform:
             written = write_keys(key_dir, [client_name])
             self.say(f"made keys in {key_dir} ({len(written)} files; client {client_name!r})")
         AuthConfig(key_dir).load()      # KeyFileError naming a missing or malformed file
+        AuthConfig(key_dir).function_keypair()   # the pair executor workers run with
 
         def read(path: str) -> bytes:
             with open(path, "rb") as f:
@@ -366,7 +368,8 @@ class Platform:
         names = sorted(n for n in (os.listdir(authorized) if os.path.isdir(authorized) else [])
                        if n.endswith(".key"))
         return {SECRETS[0]: {n: read(os.path.join(key_dir, n))
-                             for n in (CLUSTER + ".key", CLUSTER + ".key_secret")},
+                             for n in (CLUSTER + ".key", CLUSTER + ".key_secret",
+                                       FUNCTION + ".key", FUNCTION + ".key_secret")},
                 SECRETS[1]: {n: read(os.path.join(authorized, n)) for n in names}}
 
     def _namespace(self, objects: List[Dict[str, Any]], exists: bool) -> None:
