@@ -7,7 +7,8 @@ starting its worker processes), and returns once every scheduler sees every work
 (`StartupError` with the failing process' log otherwise). `address` is the first scheduler's
 address; `client()` returns a connected `Client` that knows every scheduler (it fails over
 between them; closed by `stop()`). `workers` lists `{worker_id, address, pid, node_id}`;
-`kill_worker(worker_id)` SIGKILLs one worker process (for fault tests).
+`kill_worker(worker_id)` SIGKILLs one worker process and `signal_executor_node(node_id,
+signum)` signals one executor node's process (SIGSTOP/SIGCONT, SIGKILL; for fault tests).
 Nothing stops with one process: with `supervise=True` (default) a thread of this process
 restarts a scheduler or an executor node that exits (`runtime.process.Supervisor`, with
 back-off). A scheduler comes back on the address it had (`SchedulerConfig.bind_address`), so
@@ -511,6 +512,18 @@ class LocalCluster:
         pid = self._nodes[node].pid
         os.kill(pid, signal.SIGKILL)
         return pid
+
+    def signal_executor_node(self, node_id: str, signum: int) -> int:
+        """Send signal `signum` to executor node `node_id`'s process (its node cache, not its
+        workers) and return its pid: SIGSTOP then SIGCONT stalls it (past
+        `heartbeat_timeout` the schedulers fail the calls placed on it), SIGKILL crashes it
+        (the supervisor restarts it, with new workers). `KeyError` names an unknown node,
+        `ProcessLookupError` one whose process is not running."""
+        p = self._node(node_id)
+        if not p.running():
+            raise ProcessLookupError(f"executor node {node_id!r} is not running")
+        os.kill(p.pid, signum)
+        return p.pid
 
     def kill_scheduler(self, scheduler: int = 0) -> int:
         """SIGKILL scheduler number `scheduler`; returns its pid."""

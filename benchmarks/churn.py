@@ -1,0 +1,690 @@
+"""Causal DAGs under churn: no TCC violation and no acknowledged write lost, or how many.
+
+    python benchmarks/churn.py [--dags 10000] [--modes lww,ct,opt,con,hb] [--quick]
+        [--faults stall,kill-kvs,...] [--clients 6] [--keys 30] [--json PATH] ...
+    python benchmarks/churn.py --help          # every option
+
+One `cloudburst.LocalCluster` (3 KVS nodes with 2 replicas of every key, one scheduler, 3
+executor nodes x 2 workers, Unix sockets, `colocate_chains=False`), reused by every mode in
+turn. Per mode, `--clients` threads (each its own Client) issue sequential DAG calls
+`churn_r -> churn_w` of `benchmarks/tcc_workload.py` (`read_step`, then the sink
+`write_step`, which writes one of the keys it read with a fresh application clock entry),
+each function given two `Reference(key, concurrent=True)` drawn from a Zipf over the current
+keyspace segment (`--keys` keys, a new segment every `--segment-dags` DAGs, so application
+clocks stay small and the checker runs per segment; during a stall every DAG stays on the
+stalled writers' segment). Modes: "ct", "opt", "con", "hb"
+(causal calls with that protocol) and "lww" (the control: the same workload as plain LWW
+calls over LWW keys; it must show violations and lost writes).
+
+Faults, at evenly spread points of the mode's progress (`--faults`, in order; the writers run
+until every fault was applied and `--dags` DAGs were issued):
+- `stall`: one slow DAG per worker (`churn_r -> churn_slow_w` on the segment's two hottest
+  keys; the sink sleeps `--slow` s after reading, then writes); once they run, the executor
+  node reporting the most running functions is stopped (SIGSTOP) for `--stall` s, longer
+  than the heartbeat timeout, so the scheduler fails its calls while the other writers go on
+  writing those keys; then SIGCONT.
+- `kill-executor`: SIGKILL of an executor node process (the cluster's supervisor restarts
+  it with new workers; the fault waits until every worker is live again).
+- `kill-kvs`: SIGKILL of a KVS node (routing drops it after its heartbeat timeout).
+- `join-kvs`: a KVS node joins (`add_node`, returns once it has joined).
+- `leave-kvs`: a KVS node leaves gracefully (hands its keys off first).
+A KVS fault that would leave fewer running KVS nodes than replicas is skipped (recorded).
+When `--abandon-after` calls on one segment time out (a read waiting for a dependency that
+never reaches Anna), the writers move on to the next segment (`segments_abandoned`).
+After each mode the KVS is brought back to `--kvs-nodes` nodes.
+
+Checks, per mode, after its writers stopped and the cluster settled:
+- **TCC**: `hydrocache.checker.check` over every acknowledged DAG's recorded transaction
+  (`tcc_workload.transaction`), per keyspace segment (`benchmarks/churn_check.py`).
+- **Lost writes**: every key written is read from every KVS replica (`get_replicas`; polled
+  until the replicas agree, or `--settle` s); an acknowledged write is lost when no stored
+  version of its key includes it by the application's clocks (`churn_check.lost_writes`:
+  present, or superseded by a version whose writer read it). Writes some replica lacks are
+  counted too (`not_on_every_replica`). Lost writes are attributed to the fault whose window
+  (its start - 1 s to its end + 5 s) holds their acknowledgement, if any.
+
+Output: progress lines on stderr; the JSON summary on stdout (and `--json PATH`): per mode
+DAGs issued and acknowledged, errors by type, acknowledged writes, lost, violations by kind,
+aborts and gave-up (OPT/HB: `Aborted` after the retry budget), faults with their times
+(seconds since the mode started) and outcomes, throughput (acknowledged DAGs/s) and latency;
+then a verdict per mode (causal: 0 violations, 0 lost, every fault applied, no segment
+abandoned, within `--mode-timeout`; LWW: some violations). The exit
+status is 1 when a verdict fails. Every wait has a deadline (`--call-timeout`,
+`--mode-timeout`, `--settle`, the cluster's own).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+MODES = ["lww", "ct", "opt", "con", "hb"]
+FAULTS = ["stall", "kill-kvs", "kill-executor", "join-kvs", "leave-kvs"]
+DEFAULT_FAULTS = "stall,kill-kvs,join-kvs,kill-executor,stall,leave-kvs,join-kvs"
+READ, WRITE, SLOW_WRITE = "churn_r", "churn_w", "churn_slow_w"
+DAG, SLOW_DAG = "churn_rw", "churn_slow"
+FAULT_WINDOW = (1.0, 5.0)      # seconds before a fault's start / after its end it is blamed for
+
+
+def slow_write_step(lib: Any, *args: Any) -> Dict[str, Any]:
+    """`write_step` after sleeping (the float argument, in seconds) between its reads and its
+    write: a writer that works a while on what it read."""
+    from benchmarks.tcc_workload import write_step
+    delay = next((a for a in args if isinstance(a, float)), 0.0)
+    time.sleep(delay)      # the workload itself: the function is busy after reading
+    return write_step(lib, *[a for a in args if not isinstance(a, float)])
+
+
+def log(message: str) -> None:
+    print(time.strftime("%H:%M:%S ") + message, file=sys.stderr, flush=True)
+
+
+# ---- one mode's run ----
+class Run:
+    """One mode's state: the keyspace segments, the DAG counter, what was recorded."""
+
+    def __init__(self, mode: str, args: argparse.Namespace, run_id: str, dags: int) -> None:
+        self.mode, self.args, self.dags = mode, args, dags
+        self.causal = mode != "lww"
+        self.call_kw = {"consistency": "causal", "protocol": mode} if self.causal else {}
+        self.run_id = run_id
+        self.first_segments = max(1, -(-dags // args.segment_dags))   # written before the run
+        self.written = 0          # segments 0..written-1 hold their keys' first versions
+        self._grow = threading.Lock()
+        self.start = time.monotonic()
+        self.deadline = self.start + args.mode_timeout
+        self.issued = 0           # DAGs issued
+        self.offset = 0           # segment index = DAGs issued + offset (abandoned segments)
+        self.timeouts: Dict[int, int] = {}    # segment -> calls that timed out
+        self.abandoned: List[int] = []
+        self.cond = threading.Condition()
+        self.completed = 0
+        self.faults_done = threading.Event()
+        self.records: List[Dict[str, Any]] = []       # one per call (incl. slow DAGs)
+        self.results: List[Tuple[str, Any, float]] = []   # acknowledged: (txid, result, t)
+        self.faults: List[Dict[str, Any]] = []
+        self.truncated = False
+        self.pinned: Optional[int] = None   # the segment DAGs use during a stall ...
+        self.pin_left = 0                    # ... for at most this many more DAGs
+        self.run_s = 0.0          # seconds the writers ran
+        self.keyspace_s = 0.0     # seconds writing the keyspace's first versions
+
+    def now(self) -> float:
+        return round(time.monotonic() - self.start, 3)
+
+    def next_index(self) -> Optional[int]:
+        """The next DAG's index (which picks its segment), or None when the writers should
+        stop: `dags` DAGs issued and every fault applied, or the mode's time is up."""
+        if time.monotonic() > self.deadline:
+            self.truncated = True
+            return None
+        with self.cond:
+            if self.issued >= self.dags and self.faults_done.is_set():
+                return None
+            self.issued += 1
+            return self.issued - 1 + self.offset
+
+    def keys(self, segment: int) -> List[str]:
+        return [f"churn/{self.run_id}/{self.mode}/{segment}/{i}" for i in range(self.args.keys)]
+
+    def segment(self, i: int) -> int:
+        """DAG `i`'s keyspace segment: by its index, or during a stall the stalled writers'
+        one (for at most `--segment-dags` DAGs, which bounds the checker's work)."""
+        with self.cond:
+            if self.pinned is not None and self.pin_left > 0:
+                self.pin_left -= 1
+                return self.pinned
+        return i // self.args.segment_dags
+
+    def pin(self, segment: Optional[int]) -> None:
+        with self.cond:
+            self.pinned, self.pin_left = segment, self.args.segment_dags
+
+    def ready_segment(self, segment: int, client: Any) -> int:
+        """`segment` once its keys are written (DAGs issued past `--dags` while faults are
+        still due need new segments, written here by the first writer to reach one); the
+        last written segment if writing fails."""
+        if segment < self.written:
+            return segment
+        with self._grow:
+            while self.written <= segment:
+                try:
+                    write_segment(client, self, self.written)
+                except Exception as e:     # e.g. the KVS in a fault: use what exists
+                    log(f"[{self.mode}] writing keyspace segment {self.written} failed "
+                        f"({type(e).__name__}: {e}); DAGs stay on segment {self.written - 1}")
+                    return self.written - 1
+                self.written += 1
+        return segment
+
+    def record(self, record: Dict[str, Any], txid: str, value: Any) -> None:
+        with self.cond:
+            self.records.append(record)
+            seg = record.get("segment")
+            if record["error"] is not None and record["error"][0] == "Timeout" and seg is not None:
+                # reads that time out (e.g. a dependency that never reaches Anna) would stall
+                # every writer on this segment: after `--abandon-after`, move on to the next
+                self.timeouts[seg] = self.timeouts.get(seg, 0) + 1
+                current = (self.issued + self.offset) // self.args.segment_dags
+                if self.timeouts[seg] >= self.args.abandon_after and seg == current \
+                        and seg not in self.abandoned:
+                    self.abandoned.append(seg)
+                    self.offset += (seg + 1) * self.args.segment_dags - (self.issued + self.offset)
+                    log(f"[{self.mode}] segment {seg} abandoned after {self.timeouts[seg]} "
+                        f"timed-out calls")
+            if record["error"] is None:
+                self.results.append((txid, value, self.now()))
+            self.completed += 1
+            self.cond.notify_all()
+
+    def wait_progress(self, target: int) -> bool:
+        with self.cond:
+            return self.cond.wait_for(lambda: self.completed >= target,
+                                      max(0.0, self.deadline - time.monotonic()))
+
+
+def call_once(client: Any, run: Run, dag: str, args: Dict[str, List[Any]], txid: str,
+              timeout: float, segment: int) -> None:
+    from benchmarks.mtcc import error_of
+    record: Dict[str, Any] = {"error": None, "protocol": None, "aborts": 0, "dag": dag,
+                              "segment": segment}
+    start = time.perf_counter()
+    value = None
+    try:
+        fut = client.call_dag(dag, args, timeout=timeout, **run.call_kw)
+        value = fut.get(timeout=timeout + 5)
+        if fut.causal is not None:
+            record.update(protocol=fut.causal.protocol, aborts=fut.causal.aborts)
+    except Exception as e:    # counted by type, not fatal
+        record["error"] = error_of(e)
+    record["latency"] = time.perf_counter() - start
+    run.record(record, txid, value)
+
+
+def writer(client: Any, cid: int, run: Run) -> None:
+    from benchmarks.mtcc import Zipf
+    from cloudburst import Reference
+    rng = random.Random(f"{run.args.seed}/{run.mode}/{cid}")
+    zipf = Zipf(run.args.keys, run.args.zipf, rng)
+    n = 0
+    while True:
+        i = run.next_index()
+        if i is None:
+            return
+        seg = run.ready_segment(run.segment(i), client)
+        keys = run.keys(seg)
+        refs = lambda: [Reference(keys[zipf.sample()], concurrent=run.causal) for _ in range(2)]
+        args = {READ: refs(), WRITE: refs() + [rng.randrange(1 << 30)]}
+        call_once(client, run, DAG, args, f"{run.mode}/{seg}/{cid}/{n}", run.args.call_timeout,
+                  seg)
+        n += 1
+
+
+# ---- faults ----
+class Faults:
+    """Applies the fault schedule to the cluster; each fault returns what it did."""
+
+    def __init__(self, cluster: Any, client: Any, run: Run, pool: ThreadPoolExecutor) -> None:
+        self.cluster, self.client, self.run, self.pool = cluster, client, run, pool
+        self.args = run.args
+        self.kills = 0
+
+    def apply(self, name: str) -> Dict[str, Any]:
+        return {"stall": self.stall, "kill-executor": self.kill_executor,
+                "kill-kvs": self.kill_kvs, "join-kvs": self.join_kvs,
+                "leave-kvs": self.leave_kvs}[name]()
+
+    def _workers(self) -> int:
+        return self.args.nodes * self.args.executors
+
+    def stall(self) -> Dict[str, Any]:
+        from cloudburst import Reference
+        run = self.run
+        # the writers stay on the slow writers' keys until the stall is over
+        seg = min(run.segment(run.completed), run.written - 1)
+        run.pin(seg)
+        hot = run.keys(seg)[:2]
+        refs = lambda: [Reference(k, concurrent=run.causal) for k in hot]
+        futures = []
+        for j in range(self._workers()):
+            args = {READ: refs(), SLOW_WRITE: refs() + [random.randrange(1 << 30),
+                                                        float(self.args.slow)]}
+            futures.append(self.pool.submit(call_once, self.client, run, SLOW_DAG, args,
+                                            f"{run.mode}/{seg}/slow/{run.now()}/{j}",
+                                            self.args.call_timeout, seg))
+        # give the slow sinks time to be placed and to read (a fraction of their sleep)
+        time.sleep(min(0.5, self.args.slow / 3))
+        nodes = {n.node_id: n.running for n in self.client.status().nodes}
+        live = self.cluster.executor_node_ids()
+        target = max(live, key=lambda n: (nodes.get(n, 0), n))
+        pid = self.cluster.signal_executor_node(target, signal.SIGSTOP)
+        stopped = run.now()
+        try:
+            time.sleep(self.args.stall)       # the fault's length
+        finally:
+            self.cluster.signal_executor_node(target, signal.SIGCONT)
+        deadline = time.monotonic() + self.args.call_timeout + 10
+        try:
+            for f in futures:     # call_once never raises; its call has its own deadline
+                f.result(timeout=max(0.1, deadline - time.monotonic()))
+        finally:
+            run.pin(None)
+        with run.cond:
+            acked = sum(1 for r in run.records if r["dag"] == SLOW_DAG and r["error"] is None)
+        return {"node": target, "pid": pid, "running_on_node": nodes.get(target, 0),
+                "stopped_at": stopped, "stopped_s": self.args.stall,
+                "slow_dags": len(futures), "slow_dags_acknowledged_so_far": acked}
+
+    def kill_executor(self) -> Dict[str, Any]:
+        live = sorted(self.cluster.executor_node_ids())
+        target = live[self.kills % len(live)]
+        self.kills += 1
+        old = {w["worker_id"] for w in self.cluster.workers if w["node_id"] == target}
+        pid = self.cluster.signal_executor_node(target, signal.SIGKILL)
+        t0 = time.monotonic()
+        recovered = wait_for(lambda: self._full(old), self.args.recovery_timeout)
+        return {"node": target, "pid": pid, "recovered": recovered,
+                "recovery_s": round(time.monotonic() - t0, 2)}
+
+    def _full(self, gone: set) -> bool:
+        live = set(self.client.executors())
+        return len(live) >= self._workers() and not (gone & live)
+
+    def _running_kvs(self) -> List[str]:
+        kvs = self.cluster.kvs
+        return [n for n in kvs.node_ids if kvs.is_running(n)]
+
+    def kill_kvs(self) -> Dict[str, Any]:
+        running = self._running_kvs()
+        if len(running) - 1 < self.args.replicas:
+            return {"skipped": f"only {len(running)} KVS nodes run; {self.args.replicas} "
+                               f"replicas must stay"}
+        victim = running[0]
+        self.cluster.kvs.kill_node(victim)
+        return {"node": victim, "running_after": len(running) - 1}
+
+    def join_kvs(self) -> Dict[str, Any]:
+        t0 = time.monotonic()
+        node = self.cluster.kvs.add_node()
+        return {"node": node, "joined_s": round(time.monotonic() - t0, 2),
+                "running_after": len(self._running_kvs())}
+
+    def leave_kvs(self) -> Dict[str, Any]:
+        running = self._running_kvs()
+        if len(running) - 1 < self.args.replicas:
+            return {"skipped": f"only {len(running)} KVS nodes run; {self.args.replicas} "
+                               f"replicas must stay"}
+        victim = running[0]
+        t0 = time.monotonic()
+        self.cluster.kvs.remove_node(victim)
+        return {"node": victim, "left_s": round(time.monotonic() - t0, 2),
+                "running_after": len(running) - 1}
+
+
+def wait_for(condition: Any, timeout: float, interval: float = 0.1) -> bool:
+    """Poll `condition` (state of other processes) until true or `timeout`; never raises."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if condition():
+                return True
+        except Exception:
+            pass
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
+
+
+def run_faults(faults: Faults, names: Sequence[str]) -> None:
+    run = faults.run
+    try:
+        for j, name in enumerate(names):
+            at = int(run.dags * (j + 1) / (len(names) + 1))
+            if not run.wait_progress(at):
+                run.faults.append({"fault": name, "skipped": "the mode's time ran out"})
+                continue
+            entry: Dict[str, Any] = {"fault": name, "at_dags": run.completed, "t": run.now()}
+            log(f"[{run.mode}] fault {j + 1}/{len(names)}: {name} at {entry['t']:.1f} s "
+                f"({run.completed} DAGs done)")
+            try:
+                entry.update(faults.apply(name))
+            except Exception as e:
+                entry["error"] = f"{type(e).__name__}: {e}"[:400]
+                log(f"[{run.mode}] fault {name} failed: {entry['error']}")
+            entry["end"] = run.now()
+            run.faults.append(entry)
+    finally:
+        run.faults_done.set()
+
+
+# ---- reading back, judging ----
+def decode_versions(lattice: Any) -> List[Dict[str, Any]]:
+    """The records a replica's lattice holds (every concurrent version of a causal key)."""
+    from runtime.values import CAUSAL_LATTICES, loads
+    values = lattice.reveal() if lattice.lattice_type in CAUSAL_LATTICES else [lattice.reveal()]
+    return [loads(v) for v in values]
+
+
+def read_back(anna: Any, keys: Sequence[str], settle: float,
+              replicas: int) -> Dict[str, Any]:
+    """Every key's versions on every replica, polled until the replicas agree (or `settle` s):
+    {"final": {key: merged versions}, "replicas": {key: [versions per replica]}, ...}."""
+    final: Dict[str, List[Dict[str, Any]]] = {}
+    per_replica: Dict[str, List[List[Dict[str, Any]]]] = {}
+    errors: Dict[str, int] = {}
+    pending = set(keys)
+    start = time.monotonic()
+    deadline = start + settle
+    passes = 0
+    while pending:
+        passes += 1
+        for key in sorted(pending):
+            try:
+                answers = anna.get_replicas(key)
+            except Exception as e:     # counted; the key is read again next pass
+                errors[type(e).__name__] = errors.get(type(e).__name__, 0) + 1
+                continue
+            merged = None
+            copies = []
+            for _, lattice in answers:
+                copies.append(decode_versions(lattice))
+                merged = lattice if merged is None else merged.merge(lattice)
+            per_replica[key] = copies
+            final[key] = decode_versions(merged) if merged is not None else []
+            clocks = [sorted(json.dumps(v["vc"], sort_keys=True) for v in c) for c in copies]
+            if len(copies) >= replicas and all(c == clocks[0] for c in clocks):
+                pending.discard(key)
+        if not pending or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)    # replicas converge by gossip; polled within `settle`
+    return {"final": final, "replicas": per_replica,
+            "settle_s": round(time.monotonic() - start, 2), "passes": passes,
+            "keys": len(keys), "keys_unsettled": len(pending),
+            "keys_with_fewer_replicas": sum(1 for k in keys
+                                            if len(per_replica.get(k, ())) < replicas),
+            "read_errors": errors}
+
+
+def blame(lost_times: Sequence[float], faults: Sequence[Dict[str, Any]]) -> Dict[str, int]:
+    """Lost writes per fault whose window holds their acknowledgement time."""
+    out: Dict[str, int] = {}
+    for t in lost_times:
+        who = "no fault"
+        for j, f in enumerate(faults):
+            if "t" in f and f["t"] - FAULT_WINDOW[0] <= t <= f.get("end", f["t"]) + FAULT_WINDOW[1]:
+                who = f"{j + 1}:{f['fault']}"
+                break
+        out[who] = out.get(who, 0) + 1
+    return out
+
+
+def judge(run: Run, anna: Any) -> Dict[str, Any]:
+    from benchmarks.churn_check import check_by_segment, lost_writes, replica_gaps
+    from benchmarks.mtcc import summary
+    from benchmarks.tcc_workload import transaction
+    records = run.records
+    ok = [r for r in records if r["error"] is None]
+    errors: Dict[str, int] = {}
+    samples: Dict[str, List[str]] = {}
+    for r in records:
+        if r["error"] is not None:
+            kind, message = r["error"]
+            errors[kind] = errors.get(kind, 0) + 1
+            if len(samples.setdefault(kind, [])) < 3:
+                samples[kind].append(message[:300])
+    acked = [(txid, res["write"]) for txid, res, _ in run.results if res.get("write")]
+    when = {txid: t for txid, _, t in run.results}
+    t0 = time.perf_counter()
+    back = read_back(anna, sorted({w["key"] for _, w in acked}), run.args.settle,
+                     run.args.replicas)
+    lost = lost_writes(acked, back["final"])
+    lost["by_fault"] = blame([when[txid] for txid in lost.pop("lost_txids")], run.faults)
+    gaps = replica_gaps(acked, back["replicas"])
+    t1 = time.perf_counter()
+    violations = check_by_segment(transaction(res, txid) for txid, res, _ in run.results)
+    t2 = time.perf_counter()
+    protocols: Dict[str, int] = {}
+    for r in ok:
+        if r["protocol"]:
+            protocols[r["protocol"]] = protocols.get(r["protocol"], 0) + 1
+    run_s = max(1e-9, run.run_s)
+    return {
+        "dags": len(records), "acknowledged": len(ok),
+        "slow_dags": sum(1 for r in records if r["dag"] == SLOW_DAG),
+        "errors": errors, "error_samples": samples,
+        "acknowledged_writes": len(acked), "lost_writes": lost, "replicas": dict(
+            gaps, keys_unsettled=back["keys_unsettled"], settle_s=back["settle_s"],
+            keys_with_fewer_replicas=back["keys_with_fewer_replicas"],
+            read_errors=back["read_errors"]),
+        "violations": violations,
+        "aborts": {"total": sum(r["aborts"] for r in ok),
+                   "calls_aborted_at_least_once": sum(1 for r in ok if r["aborts"] > 0),
+                   "max_retries": max((r["aborts"] for r in ok), default=0)},
+        "gave_up": errors.get("Aborted", 0),
+        "result_protocols": protocols,
+        "faults": run.faults, "truncated": run.truncated,
+        "segments_abandoned": run.abandoned,
+        "run_s": round(run.run_s, 1), "throughput_dags_per_s": round(len(ok) / run_s, 1),
+        "latency": summary([r["latency"] for r in ok]),
+        "keyspace_s": round(run.keyspace_s, 1),
+        "read_back_s": round(t1 - t0, 1), "check_s": round(t2 - t1, 1)}
+
+
+def verdict(mode: str, m: Dict[str, Any]) -> str:
+    if mode == "lww":
+        return ("ok: the control shows violations" if m["violations"]["total"] > 0 else
+                "FAILED: the LWW control shows no violation (the checker saw nothing)")
+    bad = []
+    if m["violations"]["total"]:
+        bad.append(f"{m['violations']['total']} TCC violations")
+    if m["lost_writes"]["lost"]:
+        bad.append(f"{m['lost_writes']['lost']} of {m['acknowledged_writes']} acknowledged "
+                   f"writes lost")
+    if any("error" in f or "skipped" in f for f in m["faults"]):
+        bad.append("a fault was not applied")
+    if m["segments_abandoned"]:
+        bad.append(f"{len(m['segments_abandoned'])} keyspace segments abandoned after "
+                   f"timed-out calls")
+    if m["truncated"]:
+        bad.append("the mode ran out of time")
+    return "ok" if not bad else "FAILED: " + ", ".join(bad)
+
+
+# ---- the cluster side ----
+def setup_functions(client: Any) -> None:
+    from benchmarks.tcc_workload import read_step, write_step
+    client.register(read_step, READ)
+    client.register(write_step, WRITE)
+    client.register(slow_write_step, SLOW_WRITE)
+    client.register_dag(DAG, [READ, WRITE], [(READ, WRITE)])
+    client.register_dag(SLOW_DAG, [READ, SLOW_WRITE], [(READ, SLOW_WRITE)])
+
+
+def write_segment(client: Any, run: Run, segment: int) -> None:
+    """The first version of every key of one keyspace segment."""
+    from benchmarks.tcc_workload import initial_value
+    for k in run.keys(segment):
+        client.put(k, initial_value(k), consistency="causal" if run.causal else "lww")
+
+
+def write_keyspace(clients: Sequence[Any], pool: ThreadPoolExecutor, run: Run) -> None:
+    """The segments `--dags` DAGs need, written by every client in parallel."""
+    n = run.first_segments
+    jobs = [pool.submit(lambda j: [write_segment(clients[j], run, s)
+                                   for s in range(j, n, len(clients))], j)
+            for j in range(min(n, len(clients)))]
+    for f in jobs:
+        f.result(timeout=run.args.mode_timeout)
+    run.written = n
+
+
+def restore(cluster: Any, client: Any, args: argparse.Namespace) -> Dict[str, Any]:
+    """Bring the KVS back to `--kvs-nodes` running nodes and wait for every executor worker."""
+    kvs = cluster.kvs
+    added = []
+    while sum(1 for n in kvs.node_ids if kvs.is_running(n)) < args.kvs_nodes:
+        added.append(kvs.add_node())
+    full = wait_for(lambda: len(client.executors()) >= args.nodes * args.executors,
+                    args.recovery_timeout)
+    return {"kvs_added": added, "executors_full": full}
+
+
+def run_mode(cluster: Any, clients: Sequence[Any], admin: Any, anna: Any, mode: str,
+             args: argparse.Namespace, run_id: str) -> Dict[str, Any]:
+    dags = args.lww_dags if mode == "lww" else args.dags
+    run = Run(mode, args, run_id, dags)
+    workers = args.nodes * args.executors
+    with ThreadPoolExecutor(max_workers=len(clients) + workers + 2) as pool:
+        t0 = time.monotonic()
+        write_keyspace(clients, pool, run)
+        run.keyspace_s = time.monotonic() - t0
+        log(f"[{mode}] {run.written * args.keys} keys written in {run.keyspace_s:.1f} s; "
+            f"{dags} DAGs from {len(clients)} clients, faults {args.faults}")
+        run.start = time.monotonic()
+        run.deadline = run.start + args.mode_timeout
+        faulter = threading.Thread(target=run_faults,
+                                   args=(Faults(cluster, admin, run, pool), args.faults),
+                                   name="faults", daemon=True)
+        faulter.start()
+        futures = [pool.submit(writer, c, i, run) for i, c in enumerate(clients)]
+        last = 0
+        while not all(f.done() for f in futures):
+            time.sleep(args.progress)      # the progress period
+            done = run.completed
+            errs: Dict[str, int] = {}
+            with run.cond:
+                for r in run.records:
+                    if r["error"] is not None:
+                        errs[r["error"][0]] = errs.get(r["error"][0], 0) + 1
+            log(f"[{mode}] {done}/{dags} DAGs {(done - last) / args.progress:6.1f}/s "
+                f"errors {errs or 0} faults {len(run.faults)}/{len(args.faults)}")
+            last = done
+        for f in futures:
+            f.result()
+        run.run_s = time.monotonic() - run.start
+        faulter.join(max(1.0, args.call_timeout * 2 + args.stall + args.recovery_timeout))
+        if faulter.is_alive():
+            run.faults.append({"fault": "?", "error": "the fault thread did not finish"})
+    restored = restore(cluster, admin, args)
+    log(f"[{mode}] writers done in {run.run_s:.1f} s; reading back and checking")
+    out = judge(run, anna)
+    out["restored"] = restored
+    out["verdict"] = verdict(mode, out)
+    log(f"[{mode}] {out['acknowledged']}/{out['dags']} DAGs acknowledged, "
+        f"{out['throughput_dags_per_s']}/s; writes acknowledged {out['acknowledged_writes']}, "
+        f"lost {out['lost_writes']['lost']} {out['lost_writes']['by_fault'] or ''}; "
+        f"violations {out['violations']['total']} {out['violations']['by_kind'] or ''}; "
+        f"{out['verdict']}")
+    return out
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    a = p.add_argument
+    a("--dags", type=int, default=10000, help="DAG calls per causal protocol (default 10000)")
+    a("--lww-dags", type=int, help="DAG calls of the LWW control (default: --dags / 5)")
+    a("--modes", default=",".join(MODES), help="modes in order, of " + ",".join(MODES))
+    a("--faults", default=DEFAULT_FAULTS,
+      help=f"faults in order, spread evenly over each mode's DAGs, of {','.join(FAULTS)} "
+           f"('none': no fault; default {DEFAULT_FAULTS})")
+    a("--clients", type=int, default=6, help="client threads, each its own Client")
+    a("--keys", type=int, default=30, help="keys per keyspace segment")
+    a("--segment-dags", type=int, default=100,
+      help="DAGs per keyspace segment (the checker's cost grows fast with it)")
+    a("--zipf", type=float, default=1.0, help="Zipf exponent of the keys' popularity")
+    a("--nodes", type=int, default=3, help="executor nodes (each has a node cache)")
+    a("--executors", type=int, default=2, help="executor workers per node")
+    a("--kvs-nodes", type=int, default=3, help="KVS nodes at the start of every mode")
+    a("--replicas", type=int, default=2, help="KVS replicas of every key (at least 2 stay)")
+    a("--stall", type=float, default=3.0, help="seconds an executor node is stopped (SIGSTOP)")
+    a("--slow", type=float, default=1.0,
+      help="seconds a slow writer sleeps between its reads and its write")
+    a("--heartbeat-timeout", type=float, default=1.5,
+      help="seconds of silence before a scheduler declares a worker dead")
+    a("--max-retries", type=int, default=20, help="OPT/HB aborted attempts retried")
+    a("--call-timeout", type=float, default=20.0, help="deadline of one DAG call (s)")
+    a("--mode-timeout", type=float, default=600.0,
+      help="seconds one mode may issue DAGs; past it the mode stops and is marked truncated")
+    a("--abandon-after", type=int, default=3,
+      help="timed-out calls after which the writers leave a keyspace segment for the next")
+    a("--recovery-timeout", type=float, default=60.0,
+      help="seconds to wait for executor workers to be live again after a kill")
+    a("--settle", type=float, default=20.0,
+      help="seconds to poll the KVS replicas of every written key until they agree")
+    a("--progress", type=float, default=5.0, help="seconds between progress lines (stderr)")
+    a("--seed", type=int, default=1, help="the workload's random seed")
+    a("--log-dir", help="keep every process' log here (default: a temporary directory)")
+    a("--quick", action="store_true",
+      help="smoke run: 200 DAGs per mode (LWW too)")
+    a("--json", help="also write the JSON summary here")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.dags, args.lww_dags = min(args.dags, 200), min(args.lww_dags or 200, 200)
+    if args.lww_dags is None:
+        args.lww_dags = max(1, args.dags // 5)
+    args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    args.faults = [] if args.faults.strip() == "none" else [
+        f.strip() for f in args.faults.split(",") if f.strip()]
+    bad = [m for m in args.modes if m not in MODES] + [f for f in args.faults if f not in FAULTS]
+    if bad:
+        p.error(f"unknown modes/faults {bad} (modes: {MODES}, faults: {FAULTS})")
+    if args.replicas < 2 or args.kvs_nodes < args.replicas + 1:
+        p.error("--replicas must be >= 2 and --kvs-nodes >= replicas + 1 (a node is killed)")
+    if args.stall <= args.heartbeat_timeout:
+        p.error("--stall must exceed --heartbeat-timeout (the stall is a failure to detect)")
+    if min(args.dags, args.lww_dags, args.keys, args.segment_dags, args.clients) < 1:
+        p.error("--dags, --lww-dags, --keys, --segment-dags and --clients must be >= 1")
+    return args
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    import cloudburst
+    run_id = time.strftime("%H%M%S")
+    out: Dict[str, Any] = {
+        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0],
+                    "loadavg_start": [round(x, 2) for x in os.getloadavg()]},
+        "config": {k: v for k, v in vars(args).items() if k not in ("json",)},
+        "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "modes": {}}
+    t0 = time.monotonic()
+    with cloudburst.LocalCluster(executor_nodes=args.nodes, executors_per_node=args.executors,
+                                 transport="ipc", colocate_chains=False,
+                                 max_causal_retries=args.max_retries,
+                                 kvs_nodes=args.kvs_nodes,
+                                 kvs_replication=(args.replicas, 1, 0, 1),
+                                 heartbeat_timeout=args.heartbeat_timeout,
+                                 log_dir=args.log_dir) as cluster:
+        log(f"cluster up in {time.monotonic() - t0:.1f} s: {args.kvs_nodes} KVS nodes x "
+            f"{args.replicas} replicas, {args.nodes} executor nodes x {args.executors} workers")
+        clients = [cluster.client(timeout=args.call_timeout) for _ in range(args.clients)]
+        admin = cluster.client(timeout=args.call_timeout)
+        anna = cluster.kvs.client(timeout=5.0)
+        setup_functions(admin)
+        for mode in args.modes:
+            out["modes"][mode] = run_mode(cluster, clients, admin, anna, mode, args, run_id)
+    out["wall_s"] = round(time.monotonic() - t0, 1)
+    out["machine"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    out["verdicts"] = {m: r["verdict"] for m, r in out["modes"].items()}
+    text = json.dumps(out)
+    print(text)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=2)
+    failed = [m for m, v in out["verdicts"].items() if not v.startswith("ok")]
+    log(f"done in {out['wall_s']} s; verdicts {out['verdicts']}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
