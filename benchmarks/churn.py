@@ -62,7 +62,7 @@ import signal
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -559,7 +559,7 @@ def run_mode(cluster: Any, clients: Sequence[Any], admin: Any, anna: Any, mode: 
         futures = [pool.submit(writer, c, i, run) for i, c in enumerate(clients)]
         last = 0
         while not all(f.done() for f in futures):
-            time.sleep(args.progress)      # the progress period
+            wait(futures, timeout=args.progress)      # a progress line every period
             done = run.completed
             errs: Dict[str, int] = {}
             with run.cond:
