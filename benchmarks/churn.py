@@ -58,18 +58,18 @@ import argparse
 import json
 import os
 import random
-import signal
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from benchmarks.churn_faults import FAULTS, Faults, restore, run_faults  # noqa: E402
+
 MODES = ["lww", "ct", "opt", "con", "hb"]
-FAULTS = ["stall", "kill-kvs", "kill-executor", "join-kvs", "leave-kvs"]
 DEFAULT_FAULTS = "stall,kill-kvs,join-kvs,kill-executor,stall,leave-kvs,join-kvs"
 READ, WRITE, SLOW_WRITE = "churn_r", "churn_w", "churn_slow_w"
 DAG, SLOW_DAG = "churn_rw", "churn_slow"
@@ -194,7 +194,8 @@ class Run:
 
 
 def call_once(client: Any, run: Run, dag: str, args: Dict[str, List[Any]], txid: str,
-              timeout: float, segment: int) -> None:
+              timeout: float, segment: int) -> Dict[str, Any]:
+    """One DAG call, recorded in `run` (errors too); returns its record, never raises."""
     from benchmarks.mtcc import error_of
     record: Dict[str, Any] = {"error": None, "protocol": None, "aborts": 0, "dag": dag,
                               "segment": segment}
@@ -209,6 +210,7 @@ def call_once(client: Any, run: Run, dag: str, args: Dict[str, List[Any]], txid:
         record["error"] = error_of(e)
     record["latency"] = time.perf_counter() - start
     run.record(record, txid, value)
+    return record
 
 
 def writer(client: Any, cid: int, run: Run) -> None:
@@ -228,143 +230,6 @@ def writer(client: Any, cid: int, run: Run) -> None:
         call_once(client, run, DAG, args, f"{run.mode}/{seg}/{cid}/{n}", run.args.call_timeout,
                   seg)
         n += 1
-
-
-# ---- faults ----
-class Faults:
-    """Applies the fault schedule to the cluster; each fault returns what it did."""
-
-    def __init__(self, cluster: Any, client: Any, run: Run, pool: ThreadPoolExecutor) -> None:
-        self.cluster, self.client, self.run, self.pool = cluster, client, run, pool
-        self.args = run.args
-        self.kills = 0
-
-    def apply(self, name: str) -> Dict[str, Any]:
-        return {"stall": self.stall, "kill-executor": self.kill_executor,
-                "kill-kvs": self.kill_kvs, "join-kvs": self.join_kvs,
-                "leave-kvs": self.leave_kvs}[name]()
-
-    def _workers(self) -> int:
-        return self.args.nodes * self.args.executors
-
-    def stall(self) -> Dict[str, Any]:
-        from cloudburst import Reference
-        run = self.run
-        # the writers stay on the slow writers' keys until the stall is over
-        seg = min(run.segment(run.completed), run.written - 1)
-        run.pin(seg)
-        hot = run.keys(seg)[:2]
-        refs = lambda: [Reference(k, concurrent=run.causal) for k in hot]
-        futures = []
-        for j in range(self._workers()):
-            args = {READ: refs(), SLOW_WRITE: refs() + [random.randrange(1 << 30),
-                                                        float(self.args.slow)]}
-            futures.append(self.pool.submit(call_once, self.client, run, SLOW_DAG, args,
-                                            f"{run.mode}/{seg}/slow/{run.now()}/{j}",
-                                            self.args.call_timeout, seg))
-        # give the slow sinks time to be placed and to read (a fraction of their sleep)
-        time.sleep(min(0.5, self.args.slow / 3))
-        nodes = {n.node_id: n.running for n in self.client.status().nodes}
-        live = self.cluster.executor_node_ids()
-        target = max(live, key=lambda n: (nodes.get(n, 0), n))
-        pid = self.cluster.signal_executor_node(target, signal.SIGSTOP)
-        stopped = run.now()
-        try:
-            time.sleep(self.args.stall)       # the fault's length
-        finally:
-            self.cluster.signal_executor_node(target, signal.SIGCONT)
-        deadline = time.monotonic() + self.args.call_timeout + 10
-        try:
-            for f in futures:     # call_once never raises; its call has its own deadline
-                f.result(timeout=max(0.1, deadline - time.monotonic()))
-        finally:
-            run.pin(None)
-        with run.cond:
-            acked = sum(1 for r in run.records if r["dag"] == SLOW_DAG and r["error"] is None)
-        return {"node": target, "pid": pid, "running_on_node": nodes.get(target, 0),
-                "stopped_at": stopped, "stopped_s": self.args.stall,
-                "slow_dags": len(futures), "slow_dags_acknowledged_so_far": acked}
-
-    def kill_executor(self) -> Dict[str, Any]:
-        live = sorted(self.cluster.executor_node_ids())
-        target = live[self.kills % len(live)]
-        self.kills += 1
-        old = {w["worker_id"] for w in self.cluster.workers if w["node_id"] == target}
-        pid = self.cluster.signal_executor_node(target, signal.SIGKILL)
-        t0 = time.monotonic()
-        recovered = wait_for(lambda: self._full(old), self.args.recovery_timeout)
-        return {"node": target, "pid": pid, "recovered": recovered,
-                "recovery_s": round(time.monotonic() - t0, 2)}
-
-    def _full(self, gone: set) -> bool:
-        live = set(self.client.executors())
-        return len(live) >= self._workers() and not (gone & live)
-
-    def _running_kvs(self) -> List[str]:
-        kvs = self.cluster.kvs
-        return [n for n in kvs.node_ids if kvs.is_running(n)]
-
-    def kill_kvs(self) -> Dict[str, Any]:
-        running = self._running_kvs()
-        if len(running) - 1 < self.args.replicas:
-            return {"skipped": f"only {len(running)} KVS nodes run; {self.args.replicas} "
-                               f"replicas must stay"}
-        victim = running[0]
-        self.cluster.kvs.kill_node(victim)
-        return {"node": victim, "running_after": len(running) - 1}
-
-    def join_kvs(self) -> Dict[str, Any]:
-        t0 = time.monotonic()
-        node = self.cluster.kvs.add_node()
-        return {"node": node, "joined_s": round(time.monotonic() - t0, 2),
-                "running_after": len(self._running_kvs())}
-
-    def leave_kvs(self) -> Dict[str, Any]:
-        running = self._running_kvs()
-        if len(running) - 1 < self.args.replicas:
-            return {"skipped": f"only {len(running)} KVS nodes run; {self.args.replicas} "
-                               f"replicas must stay"}
-        victim = running[0]
-        t0 = time.monotonic()
-        self.cluster.kvs.remove_node(victim)
-        return {"node": victim, "left_s": round(time.monotonic() - t0, 2),
-                "running_after": len(running) - 1}
-
-
-def wait_for(condition: Any, timeout: float, interval: float = 0.1) -> bool:
-    """Poll `condition` (state of other processes) until true or `timeout`; never raises."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if condition():
-                return True
-        except Exception:
-            pass
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(interval)
-
-
-def run_faults(faults: Faults, names: Sequence[str]) -> None:
-    run = faults.run
-    try:
-        for j, name in enumerate(names):
-            at = int(run.dags * (j + 1) / (len(names) + 1))
-            if not run.wait_progress(at):
-                run.faults.append({"fault": name, "skipped": "the mode's time ran out"})
-                continue
-            entry: Dict[str, Any] = {"fault": name, "at_dags": run.completed, "t": run.now()}
-            log(f"[{run.mode}] fault {j + 1}/{len(names)}: {name} at {entry['t']:.1f} s "
-                f"({run.completed} DAGs done)")
-            try:
-                entry.update(faults.apply(name))
-            except Exception as e:
-                entry["error"] = f"{type(e).__name__}: {e}"[:400]
-                log(f"[{run.mode}] fault {name} failed: {entry['error']}")
-            entry["end"] = run.now()
-            run.faults.append(entry)
-    finally:
-        run.faults_done.set()
 
 
 # ---- reading back, judging ----
@@ -528,17 +393,6 @@ def write_keyspace(clients: Sequence[Any], pool: ThreadPoolExecutor, run: Run) -
     run.written = n
 
 
-def restore(cluster: Any, client: Any, args: argparse.Namespace) -> Dict[str, Any]:
-    """Bring the KVS back to `--kvs-nodes` running nodes and wait for every executor worker."""
-    kvs = cluster.kvs
-    added = []
-    while sum(1 for n in kvs.node_ids if kvs.is_running(n)) < args.kvs_nodes:
-        added.append(kvs.add_node())
-    full = wait_for(lambda: len(client.executors()) >= args.nodes * args.executors,
-                    args.recovery_timeout)
-    return {"kvs_added": added, "executors_full": full}
-
-
 def run_mode(cluster: Any, clients: Sequence[Any], admin: Any, anna: Any, mode: str,
              args: argparse.Namespace, run_id: str) -> Dict[str, Any]:
     dags = args.lww_dags if mode == "lww" else args.dags
@@ -552,8 +406,18 @@ def run_mode(cluster: Any, clients: Sequence[Any], admin: Any, anna: Any, mode: 
             f"{dags} DAGs from {len(clients)} clients, faults {args.faults}")
         run.start = time.monotonic()
         run.deadline = run.start + args.mode_timeout
+        def slow_dag(seg: int, j: int) -> "Future[Dict[str, Any]]":
+            """Slow writer `j` of a stall on segment `seg`'s two hottest keys."""
+            from cloudburst import Reference
+            refs = lambda: [Reference(k, concurrent=run.causal) for k in run.keys(seg)[:2]]
+            dag_args = {READ: refs(), SLOW_WRITE: refs() + [random.randrange(1 << 30),
+                                                            float(args.slow)]}
+            return pool.submit(call_once, admin, run, SLOW_DAG, dag_args,
+                               f"{mode}/{seg}/slow/{run.now()}/{j}", args.call_timeout, seg)
+
         faulter = threading.Thread(target=run_faults,
-                                   args=(Faults(cluster, admin, run, pool), args.faults),
+                                   args=(Faults(cluster, admin, run, slow_dag), args.faults,
+                                         log),
                                    name="faults", daemon=True)
         faulter.start()
         futures = [pool.submit(writer, c, i, run) for i, c in enumerate(clients)]
