@@ -3,6 +3,7 @@
     python benchmarks/churn.py [--dags 10000] [--modes lww,ct,opt,con,hb] [--quick]
         [--faults stall,kill-kvs,...] [--clients 6] [--keys 30] [--json PATH] ...
     python benchmarks/churn.py --help          # every option
+    python benchmarks/churn.py --report results.json   # the README table of a run
 
 One `cloudburst.LocalCluster` (3 KVS nodes with 2 replicas of every key, one scheduler, 3
 executor nodes x 2 workers, Unix sockets, `colocate_chains=False`), reused by every mode in
@@ -31,7 +32,8 @@ until every fault was applied and `--dags` DAGs were issued):
 A KVS fault that would leave fewer running KVS nodes than replicas is skipped (recorded).
 When `--abandon-after` calls on one segment time out (a read waiting for a dependency that
 never reaches Anna), the writers move on to the next segment (`segments_abandoned`).
-After each mode the KVS is brought back to `--kvs-nodes` nodes.
+After each mode the KVS is brought back to `--kvs-nodes` nodes and, once checked, the
+mode's keys are deleted.
 
 Checks, per mode, after its writers stopped and the cluster settled:
 - **TCC**: `hydrocache.checker.check` over every acknowledged DAG's recorded transaction
@@ -70,7 +72,7 @@ sys.path.insert(0, ROOT)
 from benchmarks.churn_faults import FAULTS, Faults, restore, run_faults  # noqa: E402
 
 MODES = ["lww", "ct", "opt", "con", "hb"]
-DEFAULT_FAULTS = "stall,kill-kvs,join-kvs,kill-executor,stall,leave-kvs,join-kvs"
+DEFAULT_FAULTS = "stall,kill-kvs,stall,join-kvs,kill-executor,stall,leave-kvs,join-kvs,stall"
 READ, WRITE, SLOW_WRITE = "churn_r", "churn_w", "churn_slow_w"
 DAG, SLOW_DAG = "churn_rw", "churn_slow"
 FAULT_WINDOW = (1.0, 5.0)      # seconds before a fault's start / after its end it is blamed for
@@ -275,6 +277,7 @@ def read_back(anna: Any, keys: Sequence[str], settle: float,
     return {"final": final, "replicas": per_replica,
             "settle_s": round(time.monotonic() - start, 2), "passes": passes,
             "keys": len(keys), "keys_unsettled": len(pending),
+            "keys_unread": sorted(set(keys) - set(final)),
             "keys_with_fewer_replicas": sum(1 for k in keys
                                             if len(per_replica.get(k, ())) < replicas),
             "read_errors": errors}
@@ -312,7 +315,9 @@ def judge(run: Run, anna: Any) -> Dict[str, Any]:
     t0 = time.perf_counter()
     back = read_back(anna, sorted({w["key"] for _, w in acked}), run.args.settle,
                      run.args.replicas)
-    lost = lost_writes(acked, back["final"])
+    unread = set(back["keys_unread"])      # never answered: not judged, but reported
+    lost = lost_writes([(t, w) for t, w in acked if w["key"] not in unread], back["final"])
+    lost["writes_unread"] = sum(1 for _, w in acked if w["key"] in unread)
     lost["by_fault"] = blame([when[txid] for txid in lost.pop("lost_txids")], run.faults)
     gaps = replica_gaps(acked, back["replicas"])
     t1 = time.perf_counter()
@@ -352,6 +357,9 @@ def verdict(mode: str, m: Dict[str, Any]) -> str:
     bad = []
     if m["violations"]["total"]:
         bad.append(f"{m['violations']['total']} TCC violations")
+    if m["lost_writes"]["writes_unread"]:
+        bad.append(f"{m['lost_writes']['writes_unread']} acknowledged writes not judged "
+                   f"(their keys could not be read back)")
     if m["lost_writes"]["lost"]:
         bad.append(f"{m['lost_writes']['lost']} of {m['acknowledged_writes']} acknowledged "
                    f"writes lost")
@@ -393,6 +401,43 @@ def write_keyspace(clients: Sequence[Any], pool: ThreadPoolExecutor, run: Run) -
     run.written = n
 
 
+def delete_keyspace(clients: Sequence[Any], run: Run) -> Dict[str, Any]:
+    """Delete the mode's keys, so the next mode's KVS joins and leaves hand off as much data
+    as this one's did (not every earlier mode's too)."""
+    keys = [k for seg in range(run.written) for k in run.keys(seg)]
+    t0 = time.monotonic()
+
+    def delete(j: int) -> int:
+        failed = 0
+        for k in keys[j::len(clients)]:
+            try:
+                clients[j].delete(k)
+            except Exception:       # counted: a key left behind only costs hand-off time
+                failed += 1
+        return failed
+    with ThreadPoolExecutor(max_workers=len(clients)) as pool:
+        failed = sum(pool.map(delete, range(len(clients))))
+    return {"keys_deleted": len(keys) - failed, "failed": failed,
+            "seconds": round(time.monotonic() - t0, 1)}
+
+
+def progress(run: Run, futures: Sequence[Any], dags: int) -> None:
+    """A progress line on stderr every `--progress` s until the writers are done."""
+    last = 0
+    period = run.args.progress
+    while not all(f.done() for f in futures):
+        wait(futures, timeout=period)
+        done = run.completed
+        errs: Dict[str, int] = {}
+        with run.cond:
+            for r in run.records:
+                if r["error"] is not None:
+                    errs[r["error"][0]] = errs.get(r["error"][0], 0) + 1
+        log(f"[{run.mode}] {done}/{dags} DAGs {(done - last) / period:6.1f}/s "
+            f"errors {errs or 0} faults {len(run.faults)}/{len(run.args.faults)}")
+        last = done
+
+
 def run_mode(cluster: Any, clients: Sequence[Any], admin: Any, anna: Any, mode: str,
              args: argparse.Namespace, run_id: str) -> Dict[str, Any]:
     dags = args.lww_dags if mode == "lww" else args.dags
@@ -406,6 +451,7 @@ def run_mode(cluster: Any, clients: Sequence[Any], admin: Any, anna: Any, mode: 
             f"{dags} DAGs from {len(clients)} clients, faults {args.faults}")
         run.start = time.monotonic()
         run.deadline = run.start + args.mode_timeout
+
         def slow_dag(seg: int, j: int) -> "Future[Dict[str, Any]]":
             """Slow writer `j` of a stall on segment `seg`'s two hottest keys."""
             from cloudburst import Reference
@@ -421,18 +467,11 @@ def run_mode(cluster: Any, clients: Sequence[Any], admin: Any, anna: Any, mode: 
                                    name="faults", daemon=True)
         faulter.start()
         futures = [pool.submit(writer, c, i, run) for i, c in enumerate(clients)]
-        last = 0
-        while not all(f.done() for f in futures):
-            wait(futures, timeout=args.progress)      # a progress line every period
-            done = run.completed
-            errs: Dict[str, int] = {}
-            with run.cond:
-                for r in run.records:
-                    if r["error"] is not None:
-                        errs[r["error"][0]] = errs.get(r["error"][0], 0) + 1
-            log(f"[{mode}] {done}/{dags} DAGs {(done - last) / args.progress:6.1f}/s "
-                f"errors {errs or 0} faults {len(run.faults)}/{len(args.faults)}")
-            last = done
+        try:
+            progress(run, futures, dags)
+        except BaseException:      # e.g. Ctrl-C: the writers finish their call and return
+            run.deadline = 0.0
+            raise
         for f in futures:
             f.result()
         run.run_s = time.monotonic() - run.start
@@ -443,6 +482,7 @@ def run_mode(cluster: Any, clients: Sequence[Any], admin: Any, anna: Any, mode: 
     log(f"[{mode}] writers done in {run.run_s:.1f} s; reading back and checking")
     out = judge(run, anna)
     out["restored"] = restored
+    out["cleanup"] = delete_keyspace(clients, run)
     out["verdict"] = verdict(mode, out)
     log(f"[{mode}] {out['acknowledged']}/{out['dags']} DAGs acknowledged, "
         f"{out['throughput_dags_per_s']}/s; writes acknowledged {out['acknowledged_writes']}, "
@@ -450,6 +490,26 @@ def run_mode(cluster: Any, clients: Sequence[Any], admin: Any, anna: Any, mode: 
         f"violations {out['violations']['total']} {out['violations']['by_kind'] or ''}; "
         f"{out['verdict']}")
     return out
+
+
+def markdown(summary: Dict[str, Any]) -> str:
+    """The README table of a run's JSON summary (`--report PATH`)."""
+    rows = ["| mode | DAGs (acknowledged) | writes acknowledged | lost (by fault) | "
+            "TCC violations (by kind) | aborts / gave up | DAGs/s | p50 / p99 ms | verdict |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    ms = lambda us: "-" if us is None else f"{us / 1000:.0f}"
+    for mode, m in summary["modes"].items():
+        lost, v = m["lost_writes"], m["violations"]
+        by_fault = ", ".join(f"{k} {n}" for k, n in lost.get("by_fault", {}).items())
+        kinds = ", ".join(f"{k} {n}" for k, n in v["by_kind"].items())
+        rows.append(
+            f"| {mode.upper()} | {m['dags']:,} ({m['acknowledged']:,}) | "
+            f"{m['acknowledged_writes']:,} | **{lost['lost']}**"
+            + (f" ({by_fault})" if by_fault else "") + f" | **{v['total']}**"
+            + (f" ({kinds})" if kinds else "") + f" | {m['aborts']['total']} / {m['gave_up']} | "
+            f"{m['throughput_dags_per_s']} | {ms(m['latency']['p50_us'])} / "
+            f"{ms(m['latency']['p99_us'])} | {m['verdict']} |")
+    return "\n".join(rows)
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -492,6 +552,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     a("--quick", action="store_true",
       help="smoke run: 200 DAGs per mode (LWW too)")
     a("--json", help="also write the JSON summary here")
+    a("--report", metavar="JSON",
+      help="print the README table of an earlier run's JSON summary and exit")
     args = p.parse_args(argv)
     if args.quick:
         args.dags, args.lww_dags = min(args.dags, 200), min(args.lww_dags or 200, 200)
@@ -514,6 +576,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
+    if args.report:
+        with open(args.report) as f:
+            print(markdown(json.load(f)))
+        return 0
     import cloudburst
     run_id = time.strftime("%H%M%S")
     out: Dict[str, Any] = {
@@ -543,6 +609,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     text = json.dumps(out)
     print(text)
     if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
             json.dump(out, f, indent=2)
     failed = [m for m, v in out["verdicts"].items() if not v.startswith("ok")]

@@ -100,3 +100,5 @@ def test_a_short_churn_run_reports_its_figures_and_the_lww_control_fails_tcc(tmp
     assert summary["verdicts"]["lww"].startswith("ok")
     assert summary["modes"]["ct"]["result_protocols"] == {
         "ct": summary["modes"]["ct"]["acknowledged"]}
+    table = churn.markdown(summary).splitlines()       # what `--report` prints
+    assert len(table) == 4 and table[2].startswith("| LWW | ") and table[3].startswith("| CT | ")
