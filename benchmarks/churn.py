@@ -75,7 +75,9 @@ MODES = ["lww", "ct", "opt", "con", "hb"]
 DEFAULT_FAULTS = "stall,kill-kvs,stall,join-kvs,kill-executor,stall,leave-kvs,join-kvs,stall"
 READ, WRITE, SLOW_WRITE = "churn_r", "churn_w", "churn_slow_w"
 DAG, SLOW_DAG = "churn_rw", "churn_slow"
-FAULT_WINDOW = (1.0, 5.0)      # seconds before a fault's start / after its end it is blamed for
+FAULT_WINDOW = (1.0, 5.0)     # seconds before a fault's start / after its end it is blamed for
+DELETE_BUDGET = 60.0          # seconds deleting a mode's keys may take; the rest stay
+READ_BUDGET = 120.0           # seconds past `--settle` reading back may take; the rest is unread
 
 
 def slow_write_step(lib: Any, *args: Any) -> Dict[str, Any]:
@@ -244,7 +246,8 @@ def decode_versions(lattice: Any) -> List[Dict[str, Any]]:
 
 def read_back(anna: Any, keys: Sequence[str], settle: float,
               replicas: int) -> Dict[str, Any]:
-    """Every key's versions on every replica, polled until the replicas agree (or `settle` s):
+    """Every key's versions on every replica, polled until the replicas agree (or `settle` s;
+    keys not read within `READ_BUDGET` s more are `keys_unread`):
     {"final": {key: merged versions}, "replicas": {key: [versions per replica]}, ...}."""
     final: Dict[str, List[Dict[str, Any]]] = {}
     per_replica: Dict[str, List[List[Dict[str, Any]]]] = {}
@@ -253,9 +256,12 @@ def read_back(anna: Any, keys: Sequence[str], settle: float,
     start = time.monotonic()
     deadline = start + settle
     passes = 0
+    hard = deadline + READ_BUDGET      # even a KVS node that answers nothing ends it
     while pending:
         passes += 1
         for key in sorted(pending):
+            if time.monotonic() >= hard:
+                break
             try:
                 answers = anna.get_replicas(key)
             except Exception as e:     # counted; the key is read again next pass
@@ -406,10 +412,14 @@ def delete_keyspace(clients: Sequence[Any], run: Run) -> Dict[str, Any]:
     as this one's did (not every earlier mode's too)."""
     keys = [k for seg in range(run.written) for k in run.keys(seg)]
     t0 = time.monotonic()
+    deadline = t0 + DELETE_BUDGET
 
     def delete(j: int) -> int:
         failed = 0
         for k in keys[j::len(clients)]:
+            if time.monotonic() >= deadline:
+                failed += 1
+                continue
             try:
                 clients[j].delete(k)
             except Exception:       # counted: a key left behind only costs hand-off time
