@@ -102,3 +102,22 @@ def test_a_short_churn_run_reports_its_figures_and_the_lww_control_fails_tcc(tmp
         "ct": summary["modes"]["ct"]["acknowledged"]}
     table = churn.markdown(summary).splitlines()       # what `--report` prints
     assert len(table) == 4 and table[2].startswith("| LWW | ") and table[3].startswith("| CT | ")
+
+
+def test_writers_leave_a_segment_whose_calls_time_out_and_stay_on_a_stalled_one():
+    args = churn.parse_args(["--dags", "1000", "--segment-dags", "100", "--abandon-after", "2",
+                             "--faults", "none"])
+    run = churn.Run("ct", args, "r", args.dags)
+    run.faults_done.set()
+    assert [run.segment(run.next_index()) for _ in range(150)][-1] == 1
+    timeout = lambda seg: {"error": ("Timeout", "t"), "segment": seg, "dag": churn.DAG}
+    run.record(timeout(1), "a", None)
+    assert run.segment(run.next_index()) == 1          # one timeout: stay
+    run.record(timeout(1), "b", None)
+    assert run.segment(run.next_index()) == 2 and run.abandoned == [1]
+    run.pin(1)                                           # a stall pins, for 100 DAGs at most
+    assert {run.segment(run.next_index()) for _ in range(100)} == {1}
+    assert run.segment(run.next_index()) == 3           # pinned DAGs count in the index
+    for _ in range(1000):
+        run.next_index()
+    assert run.next_index() is None                      # --dags issued, faults done
