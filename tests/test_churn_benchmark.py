@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from benchmarks import churn
+from benchmarks import churn, churn_judge
 from benchmarks.churn_check import check_by_segment, lost_writes, replica_gaps
 from benchmarks.tcc_workload import transaction
 
@@ -55,7 +55,7 @@ def test_the_checker_runs_per_segment_and_finds_a_non_repeatable_read():
 
 def test_lost_writes_are_blamed_on_the_fault_around_their_acknowledgement():
     faults = [{"fault": "stall", "t": 10.0, "end": 14.0}, {"fault": "kill-kvs", "t": 30.0}]
-    assert churn.blame([9.5, 18.0, 25.0, 31.0], faults) == {
+    assert churn_judge.blame([9.5, 18.0, 25.0, 31.0], faults) == {
         "1:stall": 2, "no fault": 1, "2:kill-kvs": 1}
 
 
@@ -100,7 +100,7 @@ def test_a_short_churn_run_reports_its_figures_and_the_lww_control_fails_tcc(tmp
     assert summary["verdicts"]["lww"].startswith("ok")
     assert summary["modes"]["ct"]["result_protocols"] == {
         "ct": summary["modes"]["ct"]["acknowledged"]}
-    table = churn.markdown(summary).splitlines()       # what `--report` prints
+    table = churn_judge.markdown(summary).splitlines()       # what `--report` prints
     assert len(table) == 4 and table[2].startswith("| LWW | ") and table[3].startswith("| CT | ")
 
 
