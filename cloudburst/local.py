@@ -8,8 +8,8 @@ starting its worker processes), and returns once every scheduler sees every work
 address; `client()` returns a connected `Client` that knows every scheduler (it fails over
 between them; closed by `stop()`). `workers` lists `{worker_id, address, pid, node_id}`;
 `kill_worker(worker_id)` SIGKILLs one worker process (for fault tests).
-`signal_node(node_id, sig)` sends `sig` to an executor node and its workers (SIGSTOP /
-SIGCONT: a stalled node, for fault tests).
+`signal_node(node_id, sig, workers=True)` sends `sig` to an executor node and its workers
+(SIGSTOP / SIGCONT: a stalled node; SIGKILL: a crashed one; for fault tests).
 Nothing stops with one process: with `supervise=True` (default) a thread of this process
 restarts a scheduler or an executor node that exits (`runtime.process.Supervisor`, with
 back-off). A scheduler comes back on the address it had (`SchedulerConfig.bind_address`), so
@@ -540,10 +540,15 @@ class LocalCluster:
         return pid
 
     def signal_node(self, node_id: str, sig: int, workers: bool = True) -> List[int]:
-        """Send `sig` to executor node `node_id` and (with `workers`) to its worker
-        processes, the node first; returns the pids signalled (e.g. SIGSTOP then SIGCONT:
-        a node that stalls past the heartbeat timeout)."""
-        pids = [self._node(node_id).pid]
+        """Send `sig` to executor node `node_id`'s process and (with `workers`) to its worker
+        processes, the node first; returns the pids signalled. SIGSTOP then SIGCONT stalls the
+        node (past `heartbeat_timeout` the schedulers fail the calls placed on it); SIGKILL
+        crashes it (the supervisor restarts it, with new workers). `KeyError` names an
+        unknown node, `ProcessLookupError` one whose process is not running."""
+        p = self._node(node_id)
+        if not p.running():
+            raise ProcessLookupError(f"executor node {node_id!r} is not running")
+        pids = [p.pid]
         if workers:
             pids += [w["pid"] for w in self.workers if w.get("node_id") == node_id]
         for pid in pids:
