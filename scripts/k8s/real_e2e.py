@@ -178,7 +178,9 @@ def e2e(c) -> None:
             c.kubectl("create", "namespace", NS)
             c.kubectl("-n", NS, "create", "secret", "generic", "cloudburst-cluster-key",
                       f"--from-file={key_dir / 'cluster.key'}",
-                      f"--from-file={key_dir / 'cluster.key_secret'}")
+                      f"--from-file={key_dir / 'cluster.key_secret'}",
+                      f"--from-file={key_dir / 'function.key'}",
+                      f"--from-file={key_dir / 'function.key_secret'}")
             c.kubectl("-n", NS, "create", "secret", "generic", "cloudburst-authorized-keys",
                       f"--from-file={key_dir / 'authorized'}/")
 
