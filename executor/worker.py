@@ -587,6 +587,7 @@ class Worker:
 def main() -> None:
     import argparse
 
+    from runtime.limits import raise_descriptor_limit
     from runtime.logs import configure_logging
     from runtime.process import announce_ready
 
@@ -594,6 +595,7 @@ def main() -> None:
     parser.add_argument("--config", required=True, help="WorkerConfig as JSON")
     config = WorkerConfig.from_json(parser.parse_args().config)
     log_ = configure_logging(config.log_level, f"worker {config.worker_id}")
+    raise_descriptor_limit()
     die_with_parent(config.parent_pid)
     try:
         worker = Worker(config)

@@ -7,20 +7,28 @@ Contract:
   message because every send call costs on small machines. `encode` builds one, `parse`
   checks one and returns `(kind, payload view)` or raises `FrameError`; `send` writes one
   without blocking and returns False when the peer is not accepting.
-- **Anna messages** (to KVS workers and routing) are two frames, `[kind][payload]`, with `kind`
-  one of `ANNA_KINDS`, because the C++ kernel reads them that way. `send_kind` writes one and
-  `split_frames` checks one, raising `FrameError` (never anything else). Answers to a
-  response address are one frame with no kind.
+- **Anna messages** (to KVS workers and routing) are `[kind][payload]`, with `kind` one of
+  `ANNA_KINDS`, because the C++ kernel reads them that way; a payload larger than
+  `MAX_FRAME_BYTES` travels as several frames (`parts`), which the receiver joins. `send_kind`
+  writes one and `split_frames` checks one, raising `FrameError` (never anything else).
+  Answers to a response address are the payload's frames with no kind (`join` reads them).
+- `MAX_FRAME_BYTES` (16 MiB) is the largest frame any of the platform's sockets accepts
+  (`runtime.sockets.bind_pull`): a peer, authenticated or not, cannot make a process buffer
+  a larger frame.
 - `more(socket)` says whether another message is waiting, without blocking.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence, Tuple
+from typing import Any, List, Sequence, Tuple
 
 import zmq
 
 __all__ = ["KIND_ORDER", "KINDS", "ANNA_KINDS", "FrameError", "encode", "parse", "send",
-           "send_kind", "split_frames", "more"]
+           "send_kind", "split_frames", "more", "MAX_FRAME_BYTES", "parts", "join"]
+
+# The largest frame a socket accepts and a sender writes (ZMQ_MAXMSGSIZE is per frame, and
+# ZeroMQ applies it from the handshake on); the C++ kernel's kMaxFrameBytes is the same.
+MAX_FRAME_BYTES = 16 << 20
 
 # The Cloudburst message kinds, in code order.
 KIND_ORDER = (
@@ -67,20 +75,35 @@ def send(socket: zmq.Socket, kind: str, message: Any) -> bool:
         return False
 
 
-def split_frames(frames: Sequence[bytes]) -> Tuple[str, bytes]:
-    """Check a received Anna `[kind][payload]` message and return (kind, payload)."""
-    if len(frames) != 2:
-        raise FrameError(f"expected 2 frames [kind][payload], got {len(frames)}")
-    kind, payload = bytes(frames[0]), bytes(frames[1])
+def parts(payload: Any) -> List[Any]:
+    """`payload` cut in frames of at most MAX_FRAME_BYTES (one frame, uncopied, if it fits)."""
+    view = memoryview(payload).cast("B")
+    if len(view) <= MAX_FRAME_BYTES:
+        return [payload]
+    return [view[i:i + MAX_FRAME_BYTES] for i in range(0, len(view), MAX_FRAME_BYTES)]
+
+
+def join(frames: Sequence[Any]) -> bytes:
+    """A payload received as `frames` (see `parts`)."""
+    if len(frames) == 1:
+        return bytes(frames[0])
+    return b"".join(bytes(f) if not isinstance(f, (bytes, memoryview)) else f for f in frames)
+
+
+def split_frames(frames: Sequence[Any]) -> Tuple[str, bytes]:
+    """Check a received Anna `[kind][payload...]` message and return (kind, payload)."""
+    if len(frames) < 2:
+        raise FrameError(f"expected [kind][payload] frames, got {len(frames)} frame(s)")
+    kind = bytes(frames[0])
     if kind not in ANNA_KINDS:
         raise FrameError(f"unknown message kind {kind[:32]!r}")
-    return kind.decode("ascii"), payload
+    return kind.decode("ascii"), join(frames[1:])
 
 
 def send_kind(socket: zmq.Socket, kind: str, message: Any, *, block: bool = False) -> bool:
     """Send an Anna `[kind][serialized message]`; False if it would block (message dropped)."""
     try:
-        socket.send_multipart([kind.encode("ascii"), message.SerializeToString()],
+        socket.send_multipart([kind.encode("ascii"), *parts(message.SerializeToString())],
                               flags=0 if block else zmq.NOBLOCK)
         return True
     except zmq.Again:
