@@ -67,7 +67,7 @@ from anna_core.wire import MonotoneClock, tuple_to_lattice
 from runtime.process import ManagedProcess, RestartPolicy, Supervisor, stop_all, wait_all_ready
 from runtime.values import CAUSAL_LATTICES
 from runtime.auth import AuthConfig, Security, credentials_of
-from runtime.framing import FrameError, more, parse
+from runtime.framing import FrameError, more, parse, recv_frame
 from runtime.sockets import PushCache, bind_pull
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
@@ -210,7 +210,7 @@ class ExecutorNode:
                 if sock is self._requests or sock is self._updates:
                     handle = self._on_request if sock is self._requests else self._on_update
                     for _ in range(1000):
-                        handle(sock.recv())
+                        handle(recv_frame(sock))
                         if not more(sock):
                             break
                 else:

@@ -50,7 +50,7 @@ from google.protobuf.message import DecodeError
 import anna_core
 from runtime.keys import function_key, worker_key
 from runtime.auth import AuthConfig, KeyFileError, Security, credentials_of, parse_address
-from runtime.framing import FrameError, encode, parse
+from runtime.framing import FrameError, encode, parse, recv_frame
 from runtime.sockets import PushCache, bind_pull
 from runtime.values import decode_arg, dumps, loads
 from runtime.errors import ObjectNotFound, Timeout
@@ -156,7 +156,7 @@ class Worker:
                 else:
                     self._dispatch(self._backlog.popleft())
             try:
-                frame = self._pull.recv(copy=True)
+                frame = recv_frame(self._pull)
             except zmq.Again:
                 frame = None
             if frame is not None:
@@ -260,7 +260,7 @@ class Worker:
         """Cancels (heartbeat thread): stop the running function if it belongs to the call."""
         while self._control.poll(0):
             try:
-                kind, payload = parse(self._control.recv())
+                kind, payload = parse(recv_frame(self._control))
                 if kind != "abort":
                     raise FrameError(f"kind {kind!r} is not a control message")
                 call_id = pb.CallDone.FromString(payload).call_id
@@ -571,7 +571,7 @@ class Worker:
                 return []
             if not self._pull.poll(int(remaining * 1000) + 1):
                 continue
-            frame = self._pull.recv(copy=True)
+            frame = recv_frame(self._pull)
             if frame[:1] == _MSG_CODE:
                 try:
                     self._on_msg(pb.UserMessage.FromString(frame[1:]))

@@ -50,7 +50,7 @@ import zmq
 
 from .auth import (Credentials, format_address, make_client, make_server, parse_address,
                    strip_key)
-from .framing import MAX_FRAME_BYTES, encode, parts, send, send_kind
+from .framing import MAX_FRAME_BYTES, encode, send, send_kind, split
 from .limits import descriptor_budget
 
 __all__ = ["bind_pull", "check_address", "endpoint_of", "ipc_dir_of", "PushCache",
@@ -354,7 +354,9 @@ class PushCache:
         s = self._socket_or_none(address, kind)
         if s is None:
             return False
-        out = [encode(kind, message), *frames]
+        out = split(encode(kind, message))
+        for f in frames:
+            out += split(f)             # each value: parts of at most MAX_FRAME_BYTES
         zero_copy = any(len(f) >= ZERO_COPY_BYTES for f in frames)
         try:
             s.send_multipart(out, flags=zmq.NOBLOCK, copy=not zero_copy)
@@ -370,12 +372,12 @@ class PushCache:
 
     def send_frame(self, address: str, payload: bytes) -> bool:
         """Send an answer to `address` without blocking (one frame, or several for a payload
-        above MAX_FRAME_BYTES: `framing.parts`); False if dropped."""
+        above MAX_FRAME_BYTES: `framing.split`); False if dropped."""
         s = self._socket_or_none(address, "")
         if s is None:
             return False
         try:
-            s.send_multipart(parts(payload), flags=zmq.NOBLOCK)
+            s.send_multipart(split(payload), flags=zmq.NOBLOCK)
             return True
         except zmq.Again:
             return False

@@ -175,10 +175,10 @@ bool PushCache::send(const std::string& address, const std::string& kind,
   }
   // Once the first frame of a multipart message is queued, the rest is queued too.
   std::size_t at = 0;
-  while (payload.size() - at > kMaxFrameBytes) {
-    if (zmq_send(s, payload.data() + at, kMaxFrameBytes, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
+  while (payload.size() - at > kFramePartBytes) {
+    if (zmq_send(s, payload.data() + at, kFramePartBytes, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
       return false;
-    at += kMaxFrameBytes;
+    at += kFramePartBytes;
   }
   return zmq_send(s, payload.data() + at, payload.size() - at, ZMQ_DONTWAIT) >= 0;
 }

@@ -1,7 +1,7 @@
 // A worker thread's cache of ZMQ PUSH sockets, one per destination address.
 //
 // Contract: send(address, kind, payload) sends [kind][payload] (or [payload] when kind is
-// empty), the payload split in frames of at most kMaxFrameBytes (the receiver joins them),
+// empty), the payload split in frames of at most kFramePartBytes (the receiver joins them),
 // without blocking (ZMQ_DONTWAIT) and returns false if the address cannot be connected
 // or the destination's queue is full (the caller logs). Addresses listed in the rewrite map
 // (this node's own workers' tcp addresses) are connected over their inproc endpoint instead.
@@ -36,9 +36,11 @@
 
 namespace anna {
 
-// The largest frame any of the kernel's sockets accepts (ZMQ_MAXMSGSIZE) and sends; a larger
-// payload is sent as several frames.
+// The largest frame any of the kernel's sockets accepts (ZMQ_MAXMSGSIZE); a larger payload is
+// sent as several frames of kFramePartBytes (and one shorter): under the limit by more than
+// what CURVE adds to a frame on the wire, which the receiver's limit also counts.
 constexpr std::size_t kMaxFrameBytes = 16u << 20;
+constexpr std::size_t kFramePartBytes = kMaxFrameBytes - (64u << 10);
 
 class PushCache {
  public:
