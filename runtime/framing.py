@@ -7,8 +7,9 @@ Contract:
   message because every send call costs on small machines. `encode` builds one, `parse`
   checks one and returns `(kind, payload view)` or raises `FrameError`; `send` writes one
   without blocking and returns False when the peer is not accepting.
-- A logical frame longer than `MAX_FRAME_BYTES` travels as several ZeroMQ frames (`split`):
-  parts of exactly `MAX_FRAME_BYTES`, then one shorter part (possibly empty) that ends it.
+- A logical frame of `PART_BYTES` or more travels as several ZeroMQ frames (`split`): parts
+  of exactly `PART_BYTES`, then one shorter part (possibly empty) that ends it. `PART_BYTES`
+  is below `MAX_FRAME_BYTES` by more than what CURVE adds to a frame on the wire.
   `unsplit` turns a received message's frames back into its logical frames; `recv_frame`
   receives a one-frame message that way (the result carries the first part's metadata, e.g.
   its sender's role, through `get`).
@@ -29,12 +30,15 @@ from typing import Any, List, Sequence, Tuple
 import zmq
 
 __all__ = ["KIND_ORDER", "KINDS", "ANNA_KINDS", "FrameError", "encode", "parse", "send",
-           "send_kind", "split_frames", "more", "MAX_FRAME_BYTES", "join", "split",
+           "send_kind", "split_frames", "more", "MAX_FRAME_BYTES", "PART_BYTES", "join", "split",
            "unsplit", "recv_frame", "Joined"]
 
-# The largest frame a socket accepts and a sender writes (ZMQ_MAXMSGSIZE is per frame, and
-# ZeroMQ applies it from the handshake on); the C++ kernel's kMaxFrameBytes is the same.
+# The largest frame a socket accepts (ZMQ_MAXMSGSIZE is per frame, and ZeroMQ applies it from
+# the handshake on); the C++ kernel's kMaxFrameBytes is the same.
 MAX_FRAME_BYTES = 16 << 20
+# The size of each part of a larger payload (the kernel's kFramePartBytes): a frame on the
+# wire also carries CURVE's box and nonce, which the receiver's limit counts.
+PART_BYTES = MAX_FRAME_BYTES - (64 << 10)
 
 # The Cloudburst message kinds, in code order.
 KIND_ORDER = (
@@ -76,7 +80,7 @@ def send(socket: zmq.Socket, kind: str, message: Any) -> bool:
     """Send one Cloudburst message without blocking; False if it was dropped (peer full)."""
     frame = encode(kind, message)
     try:
-        if len(frame) < MAX_FRAME_BYTES:
+        if len(frame) < PART_BYTES:
             socket.send(frame, flags=zmq.NOBLOCK, copy=True)
         else:
             socket.send_multipart(split(frame), flags=zmq.NOBLOCK, copy=False)
@@ -88,10 +92,10 @@ def send(socket: zmq.Socket, kind: str, message: Any) -> bool:
 def split(frame: Any) -> List[Any]:
     """A logical frame as the ZeroMQ frames that carry it (see the module contract)."""
     view = memoryview(frame).cast("B")
-    if len(view) < MAX_FRAME_BYTES:
+    if len(view) < PART_BYTES:
         return [frame]
-    out = [view[i:i + MAX_FRAME_BYTES] for i in range(0, len(view), MAX_FRAME_BYTES)]
-    if len(out[-1]) == MAX_FRAME_BYTES:
+    out = [view[i:i + PART_BYTES] for i in range(0, len(view), PART_BYTES)]
+    if len(out[-1]) == PART_BYTES:
         out.append(b"")                     # the part that says the frame ended
     return out
 
@@ -127,7 +131,7 @@ def unsplit(frames: Sequence[Any]) -> List[Any]:
     group: List[Any] = []
     for f in frames:
         group.append(f)
-        if _size(f) != MAX_FRAME_BYTES:
+        if _size(f) != PART_BYTES:
             out.append(_joined(group))
             group = []
     if group:                                 # a message cut short: keep what came

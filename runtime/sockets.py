@@ -356,7 +356,7 @@ class PushCache:
             return False
         out = split(encode(kind, message))
         for f in frames:
-            out += split(f)             # each value: parts of at most MAX_FRAME_BYTES
+            out += split(f)             # each value: parts under MAX_FRAME_BYTES
         zero_copy = any(len(f) >= ZERO_COPY_BYTES for f in frames)
         try:
             s.send_multipart(out, flags=zmq.NOBLOCK, copy=not zero_copy)

@@ -107,9 +107,22 @@ def test_the_frame_limit_is_16_mib():
     from runtime import framing, sockets
     from scheduler.config import SchedulerConfig
     assert framing.MAX_FRAME_BYTES == sockets.DEFAULT_MAX_FRAME_BYTES == MAX_FRAME_BYTES
-    assert SchedulerConfig().max_frame_bytes == MAX_FRAME_BYTES
+    kvs = "tcp://127.0.0.1:1"
+    assert SchedulerConfig(kvs_address=kvs).max_frame_bytes == MAX_FRAME_BYTES
     with pytest.raises(ValueError, match="max_frame_bytes"):
-        SchedulerConfig(max_frame_bytes=MAX_FRAME_BYTES + 1)
+        SchedulerConfig(kvs_address=kvs, max_frame_bytes=MAX_FRAME_BYTES + 1)
+
+
+@pytest.mark.parametrize("sizes", [[0], [5, 0], [1 << 20], ["P-1", "P", "P+1", 7],
+                                   ["2P", 0, "3P+5"]])
+def test_large_frames_travel_in_parts_under_the_limit_and_are_joined_again(sizes):
+    from runtime.framing import PART_BYTES, split, unsplit
+    n = {"P-1": PART_BYTES - 1, "P": PART_BYTES, "P+1": PART_BYTES + 1, "2P": 2 * PART_BYTES,
+         "3P+5": 3 * PART_BYTES + 5}
+    logical = [bytes([i + 1]) * n.get(size, size) for i, size in enumerate(sizes)]
+    wire = [part for frame in logical for part in split(frame)]
+    assert all(len(part) < MAX_FRAME_BYTES for part in wire)
+    assert [bytes(f) for f in unsplit(wire)] == logical
 
 
 def test_a_keyless_240_mib_frame_costs_a_scheduler_no_memory(cluster, client):
