@@ -73,8 +73,14 @@ void PushCache::evict_one(Clock::time_point now) {
   long age = std::chrono::duration_cast<std::chrono::milliseconds>(now - it->second.last_use).count();
   int linger = age >= kEvictLingerMs ? 0 : static_cast<int>(kEvictLingerMs - age);
   while (!lingering_.empty() && lingering_.front() <= now) lingering_.pop_front();
-  if (lingering_.size() >= max_lingering(capacity_)) linger = 0;  // a flood: close at once
-  if (linger > 0) lingering_.push_back(now + std::chrono::milliseconds(linger));
+  if (lingering_.size() >= max_lingering(capacity_)) {
+    // A flood: no more tracked lingering sockets. This one still gets a moment for what it
+    // queued (an answer to a new peer must not be dropped before its handshake completes);
+    // the context's socket limit, which counts it until it is gone, holds the descriptors.
+    linger = std::min(linger, kFloodLingerMs);
+  } else if (linger > 0) {
+    lingering_.push_back(now + std::chrono::milliseconds(linger));
+  }
   zmq_setsockopt(it->second.socket, ZMQ_LINGER, &linger, sizeof linger);
   zmq_close(it->second.socket);
   sockets_.erase(it);

@@ -14,9 +14,11 @@
 // beyond that the least recently used one is closed (O(1)). An evicted socket lingers only
 // for what is left of kEvictLingerMs since its last use, so a message queued just before the
 // eviction still leaves; at most max_lingering(capacity) (a quarter of capacity, at least 1)
-// evicted sockets linger at once (beyond that an evicted socket is closed at once), so a
-// flood of distinct addresses keeps at most capacity + max_lingering(capacity) sockets, and
-// descriptors_for(capacity) descriptors (kFdsPerSocket each: a mailbox and one connection).
+// evicted sockets linger at once for that long, and descriptors_for(capacity) covers them
+// (kFdsPerSocket each: a mailbox and one connection). Beyond that (a flood of distinct
+// addresses) an evicted socket lingers at most kFloodLingerMs, enough for a handshake on a
+// fast path, so an answer to a new peer is not dropped unsent; the node's context limit
+// (node.cpp), which counts such sockets until ZeroMQ has closed them, bounds their number.
 // When the context refuses a new socket (its ZMQ_MAX_SOCKETS is reached), the least recently
 // used one is closed and the socket asked for again, for at most kReaperWaitMs (the context
 // frees a closed socket's slot asynchronously); then the message is dropped (logged).
@@ -52,6 +54,7 @@ class PushCache {
   static constexpr int kMaxWarningsPerSecond = 10;
   static constexpr std::size_t kFdsPerSocket = 2;
   static constexpr int kReaperWaitMs = 200;
+  static constexpr int kFloodLingerMs = 20;
 
   // Evicted sockets that may linger at once, for a cache of `capacity`.
   static constexpr std::size_t max_lingering(std::size_t capacity) {
