@@ -13,7 +13,9 @@ Contract:
   the send returns False, nothing is raised. At most `max_sockets` sockets stay open. An
   evicted socket keeps what it queued within the last `evict_linger_ms` (it lingers only for
   the rest of that time), so a message sent just before its eviction still leaves; at most a
-  quarter of `max_sockets` evicted sockets linger at once (beyond that one is closed at once).
+  quarter of `max_sockets` evicted sockets linger at once (beyond that, in a flood, an evicted
+  socket lingers at most `FLOOD_LINGER_MS`, so an answer to a new peer is not dropped before
+  its handshake completes).
   Two budgets count every cache's sockets, open or lingering: the caches of one ZeroMQ context
   together stay below the context's MAX_SOCKETS (less `CONTEXT_RESERVE` for bound and client
   sockets), and all the caches of the process together stay within
@@ -71,6 +73,8 @@ DEFAULT_MAX_FRAME_BYTES = MAX_FRAME_BYTES
 DEFAULT_MAX_SOCKETS = 512
 # How long an evicted socket may keep trying to deliver what it queued (ms since its last use).
 DEFAULT_EVICT_LINGER_MS = 100
+# ... and at most this long when a quarter of the cache's maximum already lingers (a flood).
+FLOOD_LINGER_MS = 20
 # Sockets of a context left to everything that is not a PushCache (bound sockets, clients,
 # sockets closed but still lingering).
 CONTEXT_RESERVE = 128
@@ -318,12 +322,15 @@ class PushCache:
         linger = max(0, int(self._evict_linger_ms - (now - entry.last_use) * 1000))
         while self._lingering and self._lingering[0] <= now:
             self._lingering.popleft()
-        if not may_linger or len(self._lingering) >= max(1, self._max // 4):
-            linger = 0                 # a flood: no more lingering sockets
-        until = None
-        if linger:
-            until = now + linger / 1000
-            self._lingering.append(until)
+        if not may_linger:
+            linger = 0                 # out of budget: close at once
+        elif len(self._lingering) >= max(1, self._max // 4):
+            # a flood: still a moment for what it queued (an answer to a new peer must not be
+            # dropped before its handshake completes); the budgets count it until then
+            linger = min(linger, FLOOD_LINGER_MS)
+        elif linger:
+            self._lingering.append(now + linger / 1000)
+        until = now + linger / 1000 if linger else None
         entry.socket.close(linger)
         self._give(linger_until=until)
         self.evictions += 1

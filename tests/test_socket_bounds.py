@@ -177,9 +177,10 @@ def test_a_scheduler_serving_thousands_of_short_lived_clients_still_serves_a_new
 # ---- descriptor limits ----
 
 def test_the_socket_budget_leaves_the_reserve_and_what_is_open():
-    from hypothesis import given, strategies as st
+    from hypothesis import given, settings, strategies as st
     from runtime.limits import FDS_PER_SOCKET, MIN_SOCKETS, reserve, socket_budget
 
+    @settings(deadline=None)
     @given(st.integers(64, 1 << 20), st.integers(0, 1 << 20), st.integers(0, 1 << 20))
     def check(limit, in_use, claimed):
         n = socket_budget(limit, in_use, claimed)
@@ -191,10 +192,11 @@ def test_the_socket_budget_leaves_the_reserve_and_what_is_open():
 
 
 def test_the_kernel_sizes_its_socket_caches_to_fit_with_their_lingering_sockets():
-    from hypothesis import given, strategies as st
+    from hypothesis import given, settings, strategies as st
     import json
     from anna_core import _core
 
+    @settings(deadline=None)
     @given(st.integers(1, 8), st.integers(1, 4096), st.integers(256, 1 << 20),
            st.integers(0, 4096))
     def check(threads, wanted, limit, in_use):
@@ -225,7 +227,7 @@ def test_a_service_raises_its_soft_descriptor_limit_to_the_hard_one():
 def test_lingering_sockets_count_against_the_context_budget():
     ctx = zmq.Context()
     ctx.set(zmq.MAX_SOCKETS, 160)            # before the first socket: a budget of 32
-    cache = PushCache(ctx, linger_ms=500, evict_linger_ms=500, max_sockets=1000)
+    cache = PushCache(ctx, linger_ms=2000, evict_linger_ms=2000, max_sockets=1000)
     before = open_fds(os.getpid())
     peak = before
     try:
@@ -235,8 +237,9 @@ def test_lingering_sockets_count_against_the_context_budget():
             peak = max(peak, open_fds(os.getpid()))
         # never refused by the context (its limit counts lingering sockets too), so no send
         # waited for ZeroMQ's reaper; and the process holds about 32 sockets' descriptors
-        assert time.monotonic() - start < 5
-        assert peak <= before + 2 * 32 + 16
+        # (some slack: ZeroMQ closes a closed socket's descriptors asynchronously)
+        assert time.monotonic() - start < 3
+        assert peak <= before + 2 * 32 + 40
     finally:
         cache.close()
         ctx.term()
