@@ -161,3 +161,10 @@ def test_a_call_with_a_40_mib_argument_and_result_completes(client):
     client.register(lambda lib, data: data[::-1], "reverse")
     data = bytes(range(256)) * (40 * MiB // 256)
     assert client.call("reverse", data).get(timeout=60) == data[::-1]
+
+
+def test_a_function_reads_a_40_mib_value_through_its_node_cache(client):
+    data = bytes(range(256)) * (40 * MiB // 256)
+    client.put("big-object", data)
+    client.register(lambda lib, key: (len(lib.get(key)), lib.get(key)[-3:]), "measure")
+    assert client.call("measure", "big-object").get(timeout=60) == (len(data), data[-3:])
