@@ -5,8 +5,9 @@ Contract:
   binds a PULL socket on `tcp://ip:port` (0 picks a free port) or, with `ipc_dir`, on a fresh
   Unix socket in that directory (cheaper when every process is on one host), and returns it
   with the address peers connect to. A peer that sends a frame larger than `max_frame_bytes`
-  is disconnected by ZeroMQ before the frame is buffered (`zmq.MAXMSGSIZE`); the socket keeps
-  serving everyone else.
+  (16 MiB by default, `framing.MAX_FRAME_BYTES`) is disconnected by ZeroMQ before the frame is
+  buffered (`zmq.MAXMSGSIZE`, applied from the handshake on, so before authentication too);
+  the socket keeps serving everyone else.
 - `PushCache` keeps one connected PUSH socket per destination address, created on first use.
   Sends never block: a full or unreachable peer drops the message and the send returns False.
   A malformed address (see `check_address`) is refused: logged at WARNING with the address,
