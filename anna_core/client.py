@@ -49,6 +49,7 @@ from google.protobuf.message import DecodeError
 from hydro_proto import anna_pb2
 
 from runtime.auth import ADDRESS_KEY_MARK, CLUSTER, AuthConfig, Security, check_client_auth, credentials_of
+from runtime.framing import join
 from runtime.sockets import PushCache, bind_pull
 
 from . import _core
@@ -368,11 +369,11 @@ class Client:
             # A blocking recv bounded by RCVTIMEO is cheaper than poll() + recv().
             self._pull.setsockopt(zmq.RCVTIMEO, max(1, int(remaining * 1000)))
             try:
-                frame = self._pull.recv()
+                frames = self._pull.recv_multipart()
             except zmq.Again:
                 break
             try:
-                message = message_type.FromString(frame)
+                message = message_type.FromString(join(frames))
             except DecodeError:
                 continue
             if message.request_id in pending and message.request_id not in answers:

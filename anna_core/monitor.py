@@ -47,6 +47,7 @@ import threading
 import time
 from typing import Any, Deque, Dict, List, Optional, Sequence, Set, Tuple
 
+from runtime.limits import raise_descriptor_limit
 from runtime.logs import configure_logging
 from runtime.cli import knobs_from_json, positive_float
 
@@ -385,6 +386,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from .client import Client
     args = parse_args(argv)
     configure_logging(args.log_level, "monitor", family="anna")
+    raise_descriptor_limit()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

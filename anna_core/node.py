@@ -29,6 +29,10 @@ Contract (DESIGN.md "Processes", "Routing and membership"):
    servers admitting only cluster keys, and the pushes to routing are CURVE clients, so every
    `--routing` address must carry its server key (`#k=<hex>`; exit 2 otherwise).
 
+6. Descriptors: the process raises its soft descriptor limit to the hard one before anything
+   else (`runtime.limits`); the kernel sizes its workers' socket caches from what is left,
+   and the process' own socket caches share what the kernel does not claim.
+
 Run: `python -m anna_core.node --config '<NodeConfig JSON>' --routing tcp://... [--routing ...]`.
 """
 from __future__ import annotations
@@ -44,6 +48,7 @@ import zmq
 
 from runtime.auth import AuthConfig, KeyFileError, Security, credentials_of, parse_address
 from runtime.cli import positive_float
+from runtime.limits import claim_descriptors, raise_descriptor_limit
 from runtime.logs import configure_logging
 from runtime.process import announce_ready, parent_gone
 from runtime.sockets import bind_pull
@@ -100,6 +105,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             text = f.read()
     config = NodeConfig.from_json(text)
     configure_logging(config.log_level, f"node[{config.node_id}]", family="anna")
+    raise_descriptor_limit()
 
     stopping = threading.Event()
     how = {"leave": False}
@@ -124,6 +130,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                              f"{', '.join(unkeyed)} carry no server key (#k=...)")
         node = _core.Node(config.kernel_json(auth))
         node.start()
+        # the kernel's socket caches are sized to fit the descriptor limit; what they may
+        # hold is not the Python sockets' to use
+        claim_descriptors(node.cache_descriptors)
     except (ValueError, RuntimeError, KeyFileError) as e:
         print(f"node {config.node_id}: cannot start: {e}", file=sys.stderr, flush=True)
         if security is not None:

@@ -49,6 +49,7 @@ from hydro_proto import anna_pb2
 from runtime.auth import AuthConfig, Security, credentials_of, may_send, role_of
 from runtime.framing import FrameError, split_frames
 from runtime.cli import positive_float
+from runtime.limits import raise_descriptor_limit
 from runtime.logs import configure_logging
 from runtime.process import announce_ready, parent_gone
 from runtime.sockets import PushCache, bind_pull
@@ -344,6 +345,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                heartbeat_timeout=args.heartbeat_timeout,
                                recovery_period=args.recovery_period, key_dir=args.key_dir)
     configure_logging(config.log_level, "routing", family="anna")
+    raise_descriptor_limit()
     service = RoutingService(config)
 
     def on_signal(signum, _frame):

@@ -17,6 +17,7 @@ from google.protobuf.message import DecodeError
 from hydro_proto import anna_pb2
 
 from runtime.auth import AuthConfig, Security, credentials_of
+from runtime.framing import join
 from runtime.sockets import bind_pull
 
 from .errors import AnnaError, Timeout
@@ -83,7 +84,7 @@ class Subscription:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not self._socket.poll(max(1, int(remaining * 1000))):
                 return None
-            self._parse(self._socket.recv())
+            self._parse(join(self._socket.recv_multipart()))
         return self._pending.pop(0)
 
     def next(self, timeout: float) -> Update:

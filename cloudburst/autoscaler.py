@@ -305,10 +305,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import signal
     import sys
     from anna_core.autoscale.kubernetes_pods import api_client_from, KubernetesError
+    from runtime.limits import raise_descriptor_limit
     from runtime.logs import configure_logging
     from .kubernetes_executor_manager import KubernetesExecutorManager
     args = parse_args(argv)
     configure_logging(args.log_level, "autoscaler", family="cloudburst")
+    raise_descriptor_limit()
     try:
         config = executor_policy_of(args.policy_config)
     except ValueError as e:

@@ -65,7 +65,7 @@ from hydro_proto import cloudburst_pb2 as pb
 from runtime.auth import (FUNCTION, AuthConfig, KeyFileError, Security, credentials_of,
                           parse_address, role_of)
 from runtime.keys import check_user_key
-from runtime.framing import more, parse, send
+from runtime.framing import more, parse, recv_frame, send
 from runtime.sockets import bind_pull, check_address, ipc_dir_of
 from runtime.values import dumps_function, encode_args
 from .errors import (AuthenticationError, AuthenticationRequired, CloudburstError, InvalidDag,
@@ -567,7 +567,7 @@ class Client:
         if self.closed or not self._pull.poll(int(timeout * 1000)):
             return out
         while True:
-            frame = self._pull.recv(copy=False)
+            frame = recv_frame(self._pull, copy=False)   # copy=False: the sender's role
             try:
                 kind, payload = parse(frame.bytes)
                 if kind != "result" and role_of(frame) == FUNCTION:

@@ -11,6 +11,7 @@ import signal
 import sys
 
 from runtime.auth import KeyFileError
+from runtime.limits import raise_descriptor_limit
 from runtime.logs import configure_logging
 from runtime.process import announce_ready
 
@@ -26,6 +27,7 @@ def main() -> None:
     args = parser.parse_args()
     config = NodeConfig.from_json(args.config)
     log = configure_logging(config.log_level, f"node {config.node_id}")
+    raise_descriptor_limit()
     try:
         node = ExecutorNode(config)
     except KeyFileError as e:          # a missing or malformed key file, named

@@ -88,7 +88,7 @@ from runtime.values import CAUSAL_LATTICES
 from runtime.auth import (FUNCTION, AuthConfig, Security, credentials_of, encode_handoff,
                           function_credentials, role_of)
 from runtime.fairpool import FairPool, pieces
-from runtime.framing import FrameError, more, parse
+from runtime.framing import FrameError, more, parse, recv_frame
 from runtime.keys import PREFIX as REGISTRY_PREFIX, worker_key
 from runtime.sockets import PushCache, bind_pull
 from hydro_proto import anna_pb2
@@ -253,10 +253,10 @@ class ExecutorNode:
                     requests = sock is self._requests
                     for _ in range(1000):
                         if requests:                # copy=False: the sender's role
-                            frame = sock.recv(copy=False)
+                            frame = recv_frame(sock, copy=False)
                             self._on_request(frame.bytes, role_of(frame))
                         else:
-                            self._on_update(sock.recv())
+                            self._on_update(recv_frame(sock))
                         if not more(sock):
                             break
                 else:

@@ -62,7 +62,7 @@ from google.protobuf.message import DecodeError
 from runtime.keys import function_key, worker_key
 from runtime.auth import (FUNCTION, Credentials, KeyFileError, Security, credentials_of,
                           decode_handoff, parse_address, role_of)
-from runtime.framing import FrameError, encode, parse
+from runtime.framing import FrameError, encode, parse, recv_frame
 from runtime.sockets import PushCache, bind_pull
 from runtime.values import decode_arg, dumps, loads
 from runtime.errors import CorruptRecord, ObjectNotFound, Timeout
@@ -168,7 +168,7 @@ class Worker:
                 else:
                     self._dispatch(self._backlog.popleft())
             try:
-                frame = self._admitted(self._pull.recv(copy=False))
+                frame = self._admitted(recv_frame(self._pull, copy=False))
             except zmq.Again:
                 frame = None
             if frame is not None:
@@ -294,7 +294,7 @@ class Worker:
         """Cancels (heartbeat thread): stop the running function if it belongs to the call."""
         while self._control.poll(0):
             try:
-                kind, payload = parse(self._control.recv())
+                kind, payload = parse(recv_frame(self._control))
                 if kind != "abort":
                     raise FrameError(f"kind {kind!r} is not a control message")
                 call_id = pb.CallDone.FromString(payload).call_id
@@ -622,7 +622,7 @@ class Worker:
                 return []
             if not self._pull.poll(int(remaining * 1000) + 1):
                 continue
-            frame = self._admitted(self._pull.recv(copy=False))
+            frame = self._admitted(recv_frame(self._pull, copy=False))
             if frame is None:
                 continue
             if frame[:1] == _MSG_CODE:
@@ -640,6 +640,7 @@ class Worker:
 def main() -> None:
     import argparse
 
+    from runtime.limits import raise_descriptor_limit
     from runtime.logs import configure_logging
     from runtime.process import announce_ready
 
@@ -647,6 +648,7 @@ def main() -> None:
     parser.add_argument("--config", required=True, help="WorkerConfig as JSON")
     config = WorkerConfig.from_json(parser.parse_args().config)
     log_ = configure_logging(config.log_level, f"worker {config.worker_id}")
+    raise_descriptor_limit()
     die_with_parent(config.parent_pid)
     try:
         # the function keys come on stdin, never on the command line or in the environment;

@@ -12,6 +12,8 @@ generated wire schema `hydro_proto`), so nothing here can form an import cycle.
 - `process`: launching service processes, their ready announcement, supervising and
   stopping them.
 - `logs`: logging set-up for a service process.
+- `limits`: a service's descriptor limit (raised to the hard limit at start) and the share
+  of it its socket caches may use.
 - `values`: how call arguments and stored Python values are serialized; `Reference`.
 - `keys`: the KVS key names of the platform's own records.
 - `errors`: the typed errors of the FaaS layer (re-exported by `cloudburst.errors`).

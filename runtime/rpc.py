@@ -11,13 +11,13 @@ case and returns None on timeout. `cache_reply` decodes the node cache's answers
 from __future__ import annotations
 
 import time
-from typing import Callable, Collection, Dict, List, Optional, Tuple, TypeVar
+from typing import Any, Callable, Collection, Dict, List, Optional, Tuple, TypeVar
 
 import zmq
 
 from hydro_proto import cloudburst_pb2 as pb
 
-from .framing import parse
+from .framing import parse, unsplit
 
 __all__ = ["collect_replies", "await_reply", "cache_reply", "CacheReply"]
 
@@ -53,8 +53,14 @@ def await_reply(socket: zmq.Socket, request_id: str, deadline: float,
     return collect_replies(socket, (request_id,), deadline, decode).get(request_id)
 
 
-def cache_reply(frames: List[zmq.Frame]) -> Tuple[str, CacheReply]:
-    """A node cache's answer: (request id, (CacheResponse, its value frames))."""
-    _, payload = parse(frames[0].buffer)
+def cache_reply(frames: List[Any]) -> Tuple[str, CacheReply]:
+    """A node cache's answer, as received (a value larger than a frame came in parts):
+    (request id, (CacheResponse, its value frames))."""
+    frames = unsplit(frames)
+    _, payload = parse(_view(frames[0]))
     response = pb.CacheResponse.FromString(payload)
-    return response.request_id, (response, [f.buffer for f in frames[1:]])
+    return response.request_id, (response, [_view(f) for f in frames[1:]])
+
+
+def _view(frame: Any) -> memoryview:
+    return frame.buffer if isinstance(frame, zmq.Frame) else memoryview(frame)

@@ -6,18 +6,24 @@ Contract:
   Unix socket in that directory (cheaper when every process is on one host; mode 0666, as
   reachable as a loopback port to whoever may search the directory), and returns it
   with the address peers connect to. A peer that sends a frame larger than `max_frame_bytes`
-  is disconnected by ZeroMQ before the frame is buffered (`zmq.MAXMSGSIZE`); the socket keeps
-  serving everyone else.
+  (16 MiB by default, `framing.MAX_FRAME_BYTES`) is disconnected by ZeroMQ before the frame is
+  buffered (`zmq.MAXMSGSIZE`, applied from the handshake on, so before authentication too);
+  the socket keeps serving everyone else.
 - `PushCache` keeps one connected PUSH socket per destination address, created on first use.
   Sends never block: a full or unreachable peer drops the message and the send returns False.
   A malformed address (see `check_address`) is refused: logged at WARNING with the address,
-  the send returns False, nothing is raised. At most `max_sockets` sockets stay open, and all
-  the caches of one ZeroMQ context together stay below the context's MAX_SOCKETS (less
-  `CONTEXT_RESERVE` for bound and client sockets); beyond that the least recently used socket
-  is closed. An evicted socket keeps what it queued within the last `evict_linger_ms` (it
-  lingers only for the rest of that time), so a message sent just before its eviction still
-  leaves; at most a quarter of `max_sockets` evicted sockets linger at once (beyond that one is
-  closed at once), so a flood of distinct addresses keeps at most 1.25 x `max_sockets`.
+  the send returns False, nothing is raised. At most `max_sockets` sockets stay open. An
+  evicted socket keeps what it queued within the last `evict_linger_ms` (it lingers only for
+  the rest of that time), so a message sent just before its eviction still leaves; at most a
+  quarter of `max_sockets` evicted sockets linger at once (beyond that, in a flood, an evicted
+  socket lingers at most `FLOOD_LINGER_MS`, so an answer to a new peer is not dropped before
+  its handshake completes).
+  Two budgets count every cache's sockets, open or lingering: the caches of one ZeroMQ context
+  together stay below the context's MAX_SOCKETS (less `CONTEXT_RESERVE` for bound and client
+  sockets), and all the caches of the process together stay within
+  `runtime.limits.descriptor_budget()` (what the descriptor limit leaves); short of either, a
+  cache closes its least recently used socket at once. So a flood of distinct addresses never
+  exhausts the process' descriptors, and bound sockets keep accepting new peers.
   A new socket refused with EMFILE (closed sockets not yet reaped by ZeroMQ's reaper thread)
   is retried for at most `REAPER_WAIT` (0.5 s) before the send is dropped.
   It is not thread-safe; each thread that sends keeps its own.
@@ -34,6 +40,7 @@ from __future__ import annotations
 
 import collections
 import errno
+import heapq
 import logging
 import os
 import re
@@ -41,13 +48,14 @@ import threading
 import time
 import uuid
 import weakref
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import zmq
 
 from .auth import (Credentials, format_address, make_client, make_server, parse_address,
                    strip_key)
-from .framing import encode, send, send_kind
+from .framing import MAX_FRAME_BYTES, encode, send, send_kind, split
+from .limits import descriptor_budget
 
 __all__ = ["bind_pull", "check_address", "endpoint_of", "ipc_dir_of", "PushCache",
            "ZERO_COPY_BYTES", "DEFAULT_MAX_FRAME_BYTES", "DEFAULT_MAX_SOCKETS",
@@ -58,15 +66,17 @@ log = logging.getLogger("runtime.sockets")
 # Frames at least this large are handed to ZeroMQ without a copy.
 ZERO_COPY_BYTES = 64 * 1024
 
-# Largest frame a bound socket accepts by default: a call's arguments and a function's result
-# travel inline in one frame, so this is larger than the KVS's largest value (64 MiB); the KVS
-# sockets use max_value_bytes plus headroom (anna_core/csrc/node.cpp).
-DEFAULT_MAX_FRAME_BYTES = (256 << 20) + (1 << 20)
+# Largest frame a bound socket accepts by default: the platform's frame limit (16 MiB, the
+# same in the KVS kernel). ZeroMQ applies it from the handshake on, so a peer without a key
+# cannot make a process buffer more; larger payloads travel as several frames.
+DEFAULT_MAX_FRAME_BYTES = MAX_FRAME_BYTES
 
 # Sockets one PushCache keeps open before it closes the least recently used one.
 DEFAULT_MAX_SOCKETS = 512
 # How long an evicted socket may keep trying to deliver what it queued (ms since its last use).
 DEFAULT_EVICT_LINGER_MS = 100
+# ... and at most this long when a quarter of the cache's maximum already lingers (a flood).
+FLOOD_LINGER_MS = 20
 # Sockets of a context left to everything that is not a PushCache (bound sockets, clients,
 # sockets closed but still lingering).
 CONTEXT_RESERVE = 128
@@ -153,38 +163,55 @@ def ipc_dir_of(address: str) -> Optional[str]:
 
 
 class _Budget:
-    """The PushCache sockets open on one context, shared by every cache (and thread) on it."""
+    """Sockets counted against one limit, open or lingering, shared by every cache (and
+    thread) that draws on it: the sockets of one ZeroMQ context, or the process' descriptors
+    (`runtime.limits.descriptor_budget`)."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, limit_of: Optional[Callable[[], int]] = None) -> None:
         self.limit = limit
-        self.used = 0
+        self._limit_of = limit_of                      # a limit that may shrink later
+        self.used = 0                                  # open sockets
+        self.lingering: List[float] = []               # heap: until when each one lingers
         self.lock = threading.Lock()
 
-    def take(self, own: int) -> bool:
-        """Count one more socket; False when the context has none left for a cache that
-        already holds `own` sockets (it must close one of its own first)."""
+    def take(self, own: int, now: float) -> bool:
+        """Count one more socket; False when none is left for a cache that already holds
+        `own` sockets (it must close one of its own first)."""
         with self.lock:
-            if self.used >= self.limit and own >= _FLOOR:
+            while self.lingering and self.lingering[0] <= now:
+                heapq.heappop(self.lingering)
+            if self._limit_of is not None:
+                self.limit = self._limit_of()
+            if self.used + len(self.lingering) >= self.limit and own >= _FLOOR:
                 return False
             self.used += 1
             return True
 
-    def give(self, n: int = 1) -> None:
+    def give(self, n: int = 1, linger_until: Optional[float] = None) -> None:
+        """`n` sockets closed; with `linger_until`, one closed socket that keeps its
+        descriptors until then."""
         with self.lock:
             self.used = max(0, self.used - n)
+            if linger_until is not None:
+                heapq.heappush(self.lingering, linger_until)
 
 
 _budgets: "weakref.WeakKeyDictionary[zmq.Context, _Budget]" = weakref.WeakKeyDictionary()
 _budgets_lock = threading.Lock()
+_process_budget: Optional[_Budget] = None
 
 
-def _budget_of(context: zmq.Context) -> _Budget:
+def _budgets_of(context: zmq.Context) -> Tuple[_Budget, _Budget]:
+    """The budget of `context`'s sockets and the process' descriptor budget."""
+    global _process_budget
     with _budgets_lock:
         budget = _budgets.get(context)
         if budget is None:
             limit = max(_FLOOR, int(context.get(zmq.MAX_SOCKETS)) - CONTEXT_RESERVE)
             budget = _budgets[context] = _Budget(limit)
-        return budget
+        if _process_budget is None:
+            _process_budget = _Budget(descriptor_budget(), descriptor_budget)
+        return budget, _process_budget
 
 
 class _Entry:
@@ -214,7 +241,7 @@ class PushCache:
         self._linger_ms = linger_ms
         self._max = max_sockets
         self._evict_linger_ms = max(0, min(evict_linger_ms, linger_ms))
-        self._budget = _budget_of(context)
+        self._budgets = _budgets_of(context)
         self._auth = auth
         self._sockets: "collections.OrderedDict[str, _Entry]" = collections.OrderedDict()
         self._lingering: "collections.deque[float]" = collections.deque()   # until when
@@ -241,12 +268,14 @@ class PushCache:
                              f"so it is refused")
         while len(self._sockets) >= self._max:
             self._evict(now)
-        while not self._budget.take(len(self._sockets)):
-            self._evict(now)
+        # A socket from every budget; short of one, close an own socket at once (an evicted
+        # socket that lingered would still count).
+        while not self._take(now):
+            self._evict(now, may_linger=False)
         try:
             s = self._new_push_socket()
         except BaseException:
-            self._budget.give()
+            self._give()
             raise
         try:
             s.setsockopt(zmq.LINGER, self._linger_ms)
@@ -257,7 +286,7 @@ class PushCache:
             s.connect(endpoint)
         except BaseException:
             s.close(0)
-            self._budget.give()
+            self._give()
             raise
         self._sockets[address] = _Entry(s, now)
         return s
@@ -278,19 +307,38 @@ class PushCache:
             time.sleep(pause)
             pause = min(pause * 2, 0.02)
 
-    def _evict(self, now: float) -> None:
+    def _take(self, now: float) -> bool:
+        """One socket from the context's budget and from the process' descriptors."""
+        context, process = self._budgets
+        if not context.take(len(self._sockets), now):
+            return False
+        if not process.take(len(self._sockets), now):
+            context.give()
+            return False
+        return True
+
+    def _give(self, n: int = 1, linger_until: Optional[float] = None) -> None:
+        for budget in self._budgets:
+            budget.give(n, linger_until)
+
+    def _evict(self, now: float, may_linger: bool = True) -> None:
         """Close the least recently used socket; it lingers only for what is left of
-        `evict_linger_ms` since its last use."""
+        `evict_linger_ms` since its last use, and counts against the budgets until then."""
         address, entry = self._sockets.popitem(last=False)
         linger = max(0, int(self._evict_linger_ms - (now - entry.last_use) * 1000))
         while self._lingering and self._lingering[0] <= now:
             self._lingering.popleft()
-        if len(self._lingering) >= max(1, self._max // 4):
-            linger = 0                 # a flood: no more lingering sockets
-        if linger:
+        if not may_linger:
+            linger = 0                 # out of budget: close at once
+        elif len(self._lingering) >= max(1, self._max // 4):
+            # a flood: still a moment for what it queued (an answer to a new peer must not be
+            # dropped before its handshake completes); the budgets count it until then
+            linger = min(linger, FLOOD_LINGER_MS)
+        elif linger:
             self._lingering.append(now + linger / 1000)
+        until = now + linger / 1000 if linger else None
         entry.socket.close(linger)
-        self._budget.give()
+        self._give(linger_until=until)
         self.evictions += 1
         log.debug("closed the least recently used socket (to %s)", address)
 
@@ -319,7 +367,9 @@ class PushCache:
         s = self._socket_or_none(address, kind)
         if s is None:
             return False
-        out = [encode(kind, message), *frames]
+        out = split(encode(kind, message))
+        for f in frames:
+            out += split(f)             # each value: parts under MAX_FRAME_BYTES
         zero_copy = any(len(f) >= ZERO_COPY_BYTES for f in frames)
         try:
             s.send_multipart(out, flags=zmq.NOBLOCK, copy=not zero_copy)
@@ -334,12 +384,13 @@ class PushCache:
         return s is not None and send_kind(s, kind, message)
 
     def send_frame(self, address: str, payload: bytes) -> bool:
-        """Send one frame (an answer) to `address` without blocking; False if dropped."""
+        """Send an answer to `address` without blocking (one frame, or several for a payload
+        above MAX_FRAME_BYTES: `framing.split`); False if dropped."""
         s = self._socket_or_none(address, "")
         if s is None:
             return False
         try:
-            s.send(payload, flags=zmq.NOBLOCK)
+            s.send_multipart(split(payload), flags=zmq.NOBLOCK)
             return True
         except zmq.Again:
             return False
@@ -360,11 +411,11 @@ class PushCache:
         entry = self._sockets.pop(address, None)
         if entry is not None:
             entry.socket.close(0)
-            self._budget.give()
+            self._give()
 
     def close(self) -> None:
         """Close every cached socket."""
         for entry in self._sockets.values():
             entry.socket.close(0)
-        self._budget.give(len(self._sockets))
+        self._give(len(self._sockets))
         self._sockets.clear()

@@ -10,6 +10,7 @@ import signal
 import sys
 
 from runtime.auth import KeyFileError
+from runtime.limits import raise_descriptor_limit
 from runtime.logs import configure_logging
 from runtime.process import announce_ready
 
@@ -25,6 +26,7 @@ def main() -> None:
     args = parser.parse_args()
     config = SchedulerConfig.from_json(args.config)
     log = configure_logging(config.log_level, "scheduler")
+    raise_descriptor_limit()
     try:
         scheduler = Scheduler(config)
     except KeyFileError as e:          # a missing or malformed key file, named

@@ -35,8 +35,10 @@ class SchedulerConfig:
     port: the TCP port clients connect to (0: a free port, reported when ready).
     max_dag_functions: the most functions a DAG may have; a larger one is refused at
         registration with INVALID_DAG naming the limit (`scheduler/dag.py`).
-    max_frame_bytes: the largest frame the scheduler's sockets accept; ZeroMQ disconnects a
-        peer that sends a larger one (`runtime.sockets.bind_pull`).
+    max_frame_bytes: the largest frame the scheduler's sockets accept, from the handshake on;
+        ZeroMQ disconnects a peer that sends a larger one (`runtime.sockets.bind_pull`). At
+        most (and by default) 16 MiB, `runtime.framing.MAX_FRAME_BYTES`: larger messages
+        travel as several frames. A larger setting raises ValueError.
     bind_address: when set, the request socket binds exactly this address (`tcp://ip:port`
         or `ipc:///path`) instead of `port`/`ipc_dir`: a supervisor restarting a scheduler
         passes the address it had, so clients and nodes reach it again without being told.
@@ -70,6 +72,12 @@ class SchedulerConfig:
     max_dag_functions: int = DEFAULT_MAX_DAG_FUNCTIONS
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     key_dir: Optional[str] = None       # authenticate with the cluster's keys here (None: plain)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_frame_bytes <= DEFAULT_MAX_FRAME_BYTES:
+            raise ValueError(f"SchedulerConfig.max_frame_bytes must be in [1, "
+                             f"{DEFAULT_MAX_FRAME_BYTES}] (messages larger than a frame travel "
+                             f"as several frames), not {self.max_frame_bytes!r}")
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

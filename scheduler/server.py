@@ -65,7 +65,7 @@ from google.protobuf.message import DecodeError
 import anna_core
 from anna_core.wire import tuple_to_lattice
 from runtime.auth import AuthConfig, Security, credentials_of
-from runtime.framing import FrameError, more, parse
+from runtime.framing import FrameError, more, parse, recv_frame
 from runtime.keys import PREFIX
 from runtime.sockets import PushCache, bind_pull
 from runtime.errors import CorruptRecord, InvalidDag, NoResources
@@ -188,7 +188,7 @@ class Scheduler:
         copy = self._security is None
         while not self._stopping:
             try:
-                frame = self._pull.recv(copy=copy)
+                frame = recv_frame(self._pull, copy=copy)
             except zmq.Again:
                 frame = None
             if frame is not None:
@@ -201,7 +201,7 @@ class Scheduler:
             if now >= next_tick:
                 next_tick = now + tick
                 while more(self._updates):
-                    self._on_registry_update(self._updates.recv())
+                    self._on_registry_update(recv_frame(self._updates))
                 self.admission.check_handshakes(now)
                 self._expire(now)
                 self._live_caches = sorted({w.cache_address for w in self.table.live()

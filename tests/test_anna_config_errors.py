@@ -97,7 +97,9 @@ def test_cluster_default_replication():
 
 def test_frames_are_checked():
     assert split_frames([b"request", b"p"]) == ("request", b"p")
-    for bad in ([b"request"], [b"request", b"p", b"x"], [b"nope", b""], []):
+    # a payload larger than a frame comes in several: joined
+    assert split_frames([b"request", b"p", b"x"]) == ("request", b"px")
+    for bad in ([b"request"], [b"nope", b""], [b"nope", b"p", b"x"], []):
         with pytest.raises(FrameError):
             split_frames(bad)
 

@@ -172,3 +172,102 @@ def test_a_scheduler_serving_thousands_of_short_lived_clients_still_serves_a_new
         assert time.monotonic() - start < 30
         fresh.close()
         first.close()
+
+
+# ---- descriptor limits ----
+
+def test_the_socket_budget_leaves_the_reserve_and_what_is_open():
+    from hypothesis import given, settings, strategies as st
+    from runtime.limits import FDS_PER_SOCKET, MIN_SOCKETS, reserve, socket_budget
+
+    @settings(deadline=None)
+    @given(st.integers(64, 1 << 20), st.integers(0, 1 << 20), st.integers(0, 1 << 20))
+    def check(limit, in_use, claimed):
+        n = socket_budget(limit, in_use, claimed)
+        assert n >= MIN_SOCKETS
+        if n > MIN_SOCKETS:
+            assert in_use + claimed + reserve(limit) + FDS_PER_SOCKET * n <= limit
+    check()
+    assert socket_budget(1024, 40) == (1024 - 40 - 256) // 2
+
+
+def test_the_kernel_sizes_its_socket_caches_to_fit_with_their_lingering_sockets():
+    from hypothesis import given, settings, strategies as st
+    import json
+    from anna_core import _core
+
+    @settings(deadline=None)
+    @given(st.integers(1, 8), st.integers(1, 4096), st.integers(256, 1 << 20),
+           st.integers(0, 4096))
+    def check(threads, wanted, limit, in_use):
+        config = json.dumps({"node_id": "n", "threads": threads, "max_push_sockets": wanted})
+        fit = _core.push_sockets_for(config, limit, in_use)
+        assert min(wanted, 16) <= fit <= wanted
+        if fit > 16:
+            assert threads * _core.push_cache_descriptors(fit) \
+                <= limit - in_use - max(64, limit // 4)
+    check()
+    # open and lingering sockets, a mailbox and a connection each
+    assert _core.push_cache_descriptors(100) == 2 * (100 + 25)
+
+
+def test_a_service_raises_its_soft_descriptor_limit_to_the_hard_one():
+    import resource
+    import subprocess
+    import sys
+    code = ("from runtime.limits import raise_descriptor_limit; import resource; "
+            "print(raise_descriptor_limit(), *resource.getrlimit(resource.RLIMIT_NOFILE))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=30, check=True,
+                         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE,
+                                                               (256, 1024)))
+    assert out.stdout.split() == ["1024", "1024", "1024"]
+
+
+def test_lingering_sockets_count_against_the_context_budget():
+    ctx = zmq.Context()
+    ctx.set(zmq.MAX_SOCKETS, 160)            # before the first socket: a budget of 32
+    cache = PushCache(ctx, linger_ms=2000, evict_linger_ms=2000, max_sockets=1000)
+    before = open_fds(os.getpid())
+    peak = before
+    try:
+        start = time.monotonic()
+        for i in range(300):
+            assert cache.send_frame(nowhere(i), b"x")
+            peak = max(peak, open_fds(os.getpid()))
+        # never refused by the context (its limit counts lingering sockets too), so no send
+        # waited for ZeroMQ's reaper; and the process holds about 32 sockets' descriptors
+        # (some slack: ZeroMQ closes a closed socket's descriptors asynchronously)
+        assert time.monotonic() - start < 3
+        assert peak <= before + 2 * 32 + 40
+    finally:
+        cache.close()
+        ctx.term()
+
+
+def test_a_flood_of_response_addresses_at_a_1024_descriptor_limit():
+    """Routing, a KVS node and a scheduler started with a HARD limit of 1,024 descriptors
+    (so raising the soft limit cannot hide anything) each get 3,000 requests naming distinct
+    response addresses whose listeners never speak (tests/descriptor_flood.py). None runs out
+    of descriptors, and each answers new peers throughout."""
+    import json
+    import resource
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(here), here]))
+    out = subprocess.run([sys.executable, "-m", "descriptor_flood"], cwd=here, env=env,
+                         capture_output=True, text=True, timeout=240,
+                         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE,
+                                                               (1024, 1024)))
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["driver_limits"] == [1024, 1024]
+    assert result["alive"] == {"routing": True, "kvs": True, "scheduler": True}
+    assert result["emfile_lines"] == []
+    for flood in result["floods"]:
+        name = flood["service"]
+        assert flood["limits"] == ["1024", "1024"], name
+        assert flood["peak_fds"] < 1000, f"{name} reached {flood['peak_fds']} descriptors"
+        assert flood["probe_failures"] == [], (name, flood["probe_failures"])
+        assert len(flood["probe_seconds"]) >= 3, name          # probed during the flood

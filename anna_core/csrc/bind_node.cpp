@@ -10,7 +10,9 @@
 // (node.hpp; GIL released while waiting) and returns one dict per worker (report_dict below;
 // DESIGN.md "Statistics"); RuntimeError when the node is not running or a worker does not
 // answer in time. `auth` says whether authentication is on. A Node is a context
-// manager.
+// manager. push_sockets (each worker's socket capacity) and cache_descriptors (the most
+// descriptors the workers' socket caches hold) are set by start(); push_sockets_for and
+// push_cache_descriptors expose the sizing rule (node.hpp, push_cache.hpp).
 // parse_node_config never returns the secret key: only whether one is set (`curve`).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -120,6 +122,10 @@ void bind_node(py::module_& m) {
       .def_property_readonly("tier", [](const Node& n) { return n.config().tier; })
       .def_property_readonly("threads", [](const Node& n) { return n.config().threads; })
       .def_property_readonly("running", &Node::running)
+      .def_property_readonly("push_sockets", &Node::push_sockets,
+                             "Each worker's PUSH socket capacity (set at start()).")
+      .def_property_readonly("cache_descriptors", &Node::cache_descriptors,
+                             "The most descriptors the workers' socket caches hold together.")
       .def_property_readonly("auth", [](const Node& n) { return n.config().curve.enabled(); })
       .def("__enter__",
            [](Node& n) -> Node& {
@@ -135,6 +141,19 @@ void bind_node(py::module_& m) {
         n.stop();
       });
 
+  m.def(
+      "push_sockets_for",
+      [](const std::string& json, std::uint64_t limit, std::size_t in_use) {
+        return push_sockets_for(parse_node_config(json), limit, in_use);
+      },
+      py::arg("config_json"), py::arg("limit"), py::arg("in_use"),
+      "The PUSH sockets each worker of this node config may keep when the process may open "
+      "`limit` descriptors and has `in_use` open (node.hpp).");
+  m.def(
+      "push_cache_descriptors",
+      [](std::size_t capacity) { return PushCache::descriptors_for(capacity); },
+      py::arg("capacity"),
+      "The most descriptors one worker's PUSH socket cache of `capacity` holds (push_cache.hpp).");
   m.def(
       "parse_node_config",
       [](const std::string& json) {

@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <dirent.h>
 #include <sys/resource.h>
 #include <zmq.h>
 
@@ -76,11 +77,16 @@ std::string printable(std::string_view s) {
 }
 
 // Receives one multipart message without blocking. Returns the number of frames (0: none
-// waiting, -1: context terminated). The first two frames are left in parts[0..1]; any further
-// frames are read and discarded.
-int recv_message(void* socket, zmq_msg_t parts[2]) {
+// waiting, -1: context terminated). The first two frames are left in parts[0..1]; when there
+// are more (a payload sent in several parts, each at most kMaxFrameBytes), frames 1.. are
+// joined in *joined instead, up to max_joined bytes (*too_large is set beyond it and the
+// rest is read and discarded).
+int recv_message(void* socket, zmq_msg_t parts[2], std::string* joined, std::size_t max_joined,
+                 bool* too_large) {
   int n = 0;
   bool more = true;
+  *too_large = false;
+  joined->clear();
   while (more) {
     zmq_msg_t extra;
     zmq_msg_t* target = n < 2 ? &parts[n] : &extra;
@@ -92,30 +98,61 @@ int recv_message(void* socket, zmq_msg_t parts[2]) {
       return n;  // EAGAIN before the first frame (or an unexpected error)
     }
     more = zmq_msg_more(target) != 0;
-    if (n >= 2) zmq_msg_close(&extra);
+    if (n >= 2) {
+      if (n == 2) joined->assign(static_cast<const char*>(zmq_msg_data(&parts[1])),
+                                 zmq_msg_size(&parts[1]));
+      std::size_t size = zmq_msg_size(&extra);
+      if (!*too_large && joined->size() + size <= max_joined)
+        joined->append(static_cast<const char*>(zmq_msg_data(&extra)), size);
+      else
+        *too_large = true;
+      zmq_msg_close(&extra);
+    }
     ++n;
   }
   return n;
 }
 
-// What a worker may keep open: its configured PUSH sockets, lowered so that every worker's
-// sockets (two descriptors each at most: a mailbox and a connection) fit in the process'
-// descriptor limit with room to spare (kReservedFds for stores, logs and everything else).
-constexpr std::size_t kReservedFds = 256;
-std::size_t push_sockets_for(const NodeConfig& cfg) {
-  std::size_t wanted = cfg.max_push_sockets;
-  struct rlimit lim {};
-  if (getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return wanted;
-  std::size_t fds = static_cast<std::size_t>(lim.rlim_cur);
-  std::size_t fit = fds > kReservedFds ? (fds - kReservedFds) / (2 * cfg.threads) : 0;
-  if (fit < 16) fit = 16;
-  if (fit < wanted) {
-    log_warning("node " + cfg.node_id + ": max_push_sockets " + std::to_string(wanted) +
-                " per worker does not fit the descriptor limit " + std::to_string(fds) +
-                " with " + std::to_string(cfg.threads) + " workers; using " + std::to_string(fit));
-    return fit;
+// Descriptors this process has open now (0 where it cannot tell).
+std::size_t open_descriptors() {
+  std::size_t n = 0;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (readdir(d) != nullptr) ++n;
+    closedir(d);
+    n = n > 3 ? n - 3 : 0;  // ".", ".." and the directory's own descriptor
   }
-  return wanted;
+  return n;
+}
+
+}  // namespace
+
+std::size_t push_sockets_for(const NodeConfig& cfg, std::uint64_t limit, std::size_t in_use) {
+  std::size_t wanted = cfg.max_push_sockets;
+  std::uint64_t reserve = std::max<std::uint64_t>(kMinReservedFds, limit / 4);
+  std::uint64_t free = limit > in_use + reserve ? limit - in_use - reserve : 0;
+  // Each worker's cache may hold descriptors_for(capacity) descriptors, open and lingering.
+  std::size_t per_worker = static_cast<std::size_t>(free / static_cast<std::uint64_t>(cfg.threads));
+  std::size_t fit = per_worker / PushCache::kFdsPerSocket;  // an upper bound: no lingering
+  while (fit > 0 && PushCache::descriptors_for(fit) > per_worker) --fit;
+  return std::min(wanted, std::max(fit, kMinPushSockets));
+}
+
+namespace {
+
+// What a worker may keep open: push_sockets_for() with this process' soft descriptor limit
+// and what it has open now; logged when lower than configured.
+std::size_t push_sockets_now(const NodeConfig& cfg) {
+  struct rlimit lim {};
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY)
+    return cfg.max_push_sockets;
+  std::uint64_t fds = static_cast<std::uint64_t>(lim.rlim_cur);
+  std::size_t fit = push_sockets_for(cfg, fds, open_descriptors());
+  if (fit < cfg.max_push_sockets)
+    log_warning("node " + cfg.node_id + ": max_push_sockets " +
+                std::to_string(cfg.max_push_sockets) + " per worker does not fit the descriptor "
+                "limit " + std::to_string(fds) + " with " + std::to_string(cfg.threads) +
+                " workers; using " + std::to_string(fit));
+  return fit;
 }
 
 // The worker's clock: wall time, because tombstones are compared across replicas.
@@ -147,7 +184,8 @@ class WorkerThread {
       int hwm = 0, linger = 0;
       zmq_setsockopt(pull_, ZMQ_RCVHWM, &hwm, sizeof hwm);
       zmq_setsockopt(pull_, ZMQ_LINGER, &linger, sizeof linger);
-      // A peer sending a larger frame is disconnected before the frame is buffered.
+      // A peer sending a larger frame is disconnected before the frame is buffered, during
+      // the handshake too: an unauthenticated peer cannot make the worker buffer more.
       std::int64_t max_frame = max_frame_bytes(cfg);
       zmq_setsockopt(pull_, ZMQ_MAXMSGSIZE, &max_frame, sizeof max_frame);
       if (cfg.curve.enabled()) {
@@ -238,9 +276,18 @@ class WorkerThread {
       if (rc > 0) {
         core_->set_now(wall_now_ns());  // once per batch: tombstones and timers need no finer
         for (int i = 0; i < 1024; ++i) {
-          int frames = recv_message(pull_, parts);
+          bool too_large = false;
+          int frames = recv_message(pull_, parts, &joined_, max_message_bytes(sh_->config),
+                                    &too_large);
           if (frames == 0) break;
           if (frames < 0) return;
+          if (too_large) {
+            ++dropped_;
+            log_warning(where() + "dropped a message of " + std::to_string(frames) +
+                        " frames larger than " +
+                        std::to_string(max_message_bytes(sh_->config)) + " bytes");
+            continue;
+          }
           if (!pacing_) {
             process(parts, frames);
             continue;
@@ -271,14 +318,17 @@ class WorkerThread {
   }
 
   void process(zmq_msg_t parts[2], int frames) {
-    if (frames != 2) {
+    if (frames < 2) {
       ++dropped_;
       log_warning(where() + "dropped a message with " + std::to_string(frames) +
-                  " frames (expected [kind][payload])");
+                  " frames (expected [kind][payload...])");
       return;
     }
     std::string_view kind(static_cast<const char*>(zmq_msg_data(&parts[0])), zmq_msg_size(&parts[0]));
-    std::string_view payload(static_cast<const char*>(zmq_msg_data(&parts[1])), zmq_msg_size(&parts[1]));
+    std::string_view payload =
+        frames == 2 ? std::string_view(static_cast<const char*>(zmq_msg_data(&parts[1])),
+                                       zmq_msg_size(&parts[1]))
+                    : std::string_view(joined_);
     if (auth_) {
       // No User-Id: inproc, i.e. this node's own workers (see node.hpp).
       const char* role = sender_role(&parts[0]);
@@ -377,6 +427,7 @@ class WorkerThread {
   std::unique_ptr<WorkerCore> core_;
   std::unique_ptr<PushCache> pushes_;
   std::vector<OutMessage> out_;
+  std::string joined_;  // a payload received in several frames
   std::uint64_t dropped_ = 0;
   std::uint64_t send_failures_ = 0;
   std::uint64_t report_gen_ = 0;  // the last report generation served
@@ -410,14 +461,19 @@ void Node::start() {
   sh->ctx = zmq_ctx_new();
   if (sh->ctx == nullptr) throw std::runtime_error("Node.start: zmq_ctx_new failed");
   zmq_ctx_set(sh->ctx, ZMQ_BLOCKY, 0);
-  // Every worker's PUSH sockets (and as many closed ones still lingering), its PULL socket,
-  // and slack; ZeroMQ's default of 1023 sockets per context would run out first otherwise.
-  sh->push_sockets = push_sockets_for(config_);
-  long long wanted_sockets = static_cast<long long>(config_.threads) *
-                                 (2 * static_cast<long long>(sh->push_sockets) + 4) + 64;
+  // Every worker's PUSH sockets (open and lingering), its PULL socket, and slack; ZeroMQ's
+  // default of 1023 sockets per context would run out first otherwise. ZeroMQ counts a closed
+  // socket until it is reaped, so this also bounds sockets closed but not yet gone.
+  sh->push_sockets = push_sockets_now(config_);
+  push_sockets_ = sh->push_sockets;
+  long long cache_sockets = static_cast<long long>(PushCache::descriptors_for(sh->push_sockets) /
+                                                   PushCache::kFdsPerSocket);
+  long long wanted_sockets = static_cast<long long>(config_.threads) * (cache_sockets + 4) + 64;
   int socket_limit = zmq_ctx_get(sh->ctx, ZMQ_SOCKET_LIMIT);
   if (socket_limit > 0 && wanted_sockets > socket_limit) wanted_sockets = socket_limit;
-  if (wanted_sockets > 1023) zmq_ctx_set(sh->ctx, ZMQ_MAX_SOCKETS, static_cast<int>(wanted_sockets));
+  // Lower than ZeroMQ's default too: the context then refuses a socket before the process
+  // runs out of descriptors, even while closed sockets wait for the reaper thread.
+  zmq_ctx_set(sh->ctx, ZMQ_MAX_SOCKETS, static_cast<int>(wanted_sockets));
   sh->stats.assign(config_.threads, NodeWorkerStats{});
   sh->reports.assign(config_.threads, NodeWorkerReport{});
   sh->report_gen.assign(config_.threads, 0);

@@ -9,10 +9,17 @@
 //     is bound, or throws std::runtime_error (everything already cleaned up) if one fails or
 //     does not report within 30 s. start() after start() throws.
 //   * Bounds: a worker's PULL socket accepts frames up to max_frame_bytes(config)
-//     (max_value_bytes + kFrameHeadroomBytes, node_config.hpp); ZeroMQ disconnects a peer that
-//     sends a larger one before buffering it. A worker keeps at most max_push_sockets PUSH
-//     sockets (push_cache.hpp), lowered at start() so that every worker's sockets fit in the
-//     process' descriptor limit; the context's ZMQ_MAX_SOCKETS is raised to hold them all.
+//     (kMaxFrameBytes, 16 MiB, node_config.hpp); ZeroMQ disconnects a peer that sends a larger
+//     one before buffering it, during the handshake too. A message is [kind][payload], the
+//     payload possibly in several frames that the worker joins (at most
+//     max_message_bytes(config): max_value_bytes + kFrameHeadroomBytes; a larger message is
+//     dropped and logged), and the workers send payloads larger than a frame the same way.
+//     A worker keeps at most max_push_sockets PUSH sockets (push_cache.hpp), lowered at start() by push_sockets_for() so that every
+//     worker's sockets, open and lingering, fit in what the process' soft descriptor limit
+//     leaves after the descriptors already open and a reserve (a quarter of the limit, at
+//     least kMinReservedFds) for everything else; the context's ZMQ_MAX_SOCKETS is set to hold
+//     them all and no more. cache_descriptors() is what the workers' caches may hold in all
+//     (a process hosting the node keeps it out of its own sockets' budget).
 //   * A worker loop: zmq_poll with a timeout (at most 50 ms, and never past the next epoch),
 //     then drain up to 1024 messages, each [kind][payload]; malformed messages (wrong frame
 //     count, unknown kind, unparsable payload) are logged and dropped. Every
@@ -66,6 +73,7 @@
 #include <vector>
 
 #include "node_config.hpp"
+#include "push_cache.hpp"
 #include "worker_core.hpp"
 
 namespace anna {
@@ -104,6 +112,12 @@ class Node {
   std::vector<NodeWorkerReport> take_report(int timeout_ms = 5000);
   const NodeConfig& config() const { return config_; }
   bool running() const;
+  // Each worker's socket capacity after start() (max_push_sockets, possibly lowered).
+  std::size_t push_sockets() const { return push_sockets_; }
+  // The most descriptors every worker's PUSH socket cache holds together (after start()).
+  std::size_t cache_descriptors() const {
+    return static_cast<std::size_t>(config_.threads) * PushCache::descriptors_for(push_sockets_);
+  }
 
   struct Shared;  // implementation detail: the state handed to worker threads
 
@@ -117,7 +131,18 @@ class Node {
   std::shared_ptr<Shared> shared_;
   std::vector<std::thread> threads_;
   std::vector<std::string> addresses_;
+  std::size_t push_sockets_ = 0;
 };
+
+// Descriptors left to everything but the workers' socket caches: a quarter of the limit, at
+// least this many.
+constexpr std::uint64_t kMinReservedFds = 64;
+// A worker keeps at least this many PUSH sockets however low the limit.
+constexpr std::size_t kMinPushSockets = 16;
+// The PUSH sockets each of cfg.threads workers may keep (at most cfg.max_push_sockets) when the
+// process may open `limit` descriptors and has `in_use` open: every worker's
+// PushCache::descriptors_for() fits in limit - in_use - reserve (see the contract).
+std::size_t push_sockets_for(const NodeConfig& cfg, std::uint64_t limit, std::size_t in_use);
 
 // Pins the calling thread to one core; returns false (with errno-style reason) on failure.
 bool pin_current_thread(int core, std::string* why);

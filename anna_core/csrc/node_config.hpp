@@ -24,6 +24,7 @@
 #include <string>
 
 #include "curve.hpp"
+#include "push_cache.hpp"
 
 namespace anna {
 
@@ -58,13 +59,20 @@ struct NodeConfig {
 constexpr double kMinServiceRate = 0.001;
 constexpr double kMaxServiceRate = 1e9;
 
-// Headroom over max_value_bytes for the largest frame a worker accepts: the key, the
+// Headroom over max_value_bytes for the largest message a worker accepts: the key, the
 // lattice's metadata and a gossip or hand-off batch (split at 4 MiB, plus one value).
 constexpr std::size_t kFrameHeadroomBytes = 8u << 20;
 
-// The largest frame a node's sockets accept (ZMQ_MAXMSGSIZE): max_value_bytes + headroom.
-inline std::int64_t max_frame_bytes(const NodeConfig& c) {
-  return static_cast<std::int64_t>(c.max_value_bytes + kFrameHeadroomBytes);
+// The largest frame a node's sockets accept (ZMQ_MAXMSGSIZE, per frame, applied from the
+// handshake on): kMaxFrameBytes, whatever max_value_bytes is. Larger payloads travel as
+// several frames (push_cache.hpp).
+inline std::int64_t max_frame_bytes(const NodeConfig&) {
+  return static_cast<std::int64_t>(kMaxFrameBytes);
+}
+
+// The largest payload a worker joins from several frames: max_value_bytes + headroom.
+inline std::size_t max_message_bytes(const NodeConfig& c) {
+  return c.max_value_bytes + kFrameHeadroomBytes;
 }
 
 NodeConfig parse_node_config(const std::string& json);

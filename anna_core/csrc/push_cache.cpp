@@ -3,8 +3,10 @@
 
 #include <zmq.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <thread>
 
 #include "log.hpp"
 
@@ -71,8 +73,14 @@ void PushCache::evict_one(Clock::time_point now) {
   long age = std::chrono::duration_cast<std::chrono::milliseconds>(now - it->second.last_use).count();
   int linger = age >= kEvictLingerMs ? 0 : static_cast<int>(kEvictLingerMs - age);
   while (!lingering_.empty() && lingering_.front() <= now) lingering_.pop_front();
-  if (lingering_.size() >= capacity_) linger = 0;  // a flood: no more lingering sockets
-  if (linger > 0) lingering_.push_back(now + std::chrono::milliseconds(linger));
+  if (lingering_.size() >= max_lingering(capacity_)) {
+    // A flood: no more tracked lingering sockets. This one still gets a moment for what it
+    // queued (an answer to a new peer must not be dropped before its handshake completes);
+    // the context's socket limit, which counts it until it is gone, holds the descriptors.
+    linger = std::min(linger, kFloodLingerMs);
+  } else if (linger > 0) {
+    lingering_.push_back(now + std::chrono::milliseconds(linger));
+  }
   zmq_setsockopt(it->second.socket, ZMQ_LINGER, &linger, sizeof linger);
   zmq_close(it->second.socket);
   sockets_.erase(it);
@@ -119,12 +127,30 @@ void* PushCache::socket_for(const std::string& address) {
   }
   while (sockets_.size() >= capacity_) evict_one(now);
   void* s = zmq_socket(ctx_, ZMQ_PUSH);
-  if (s == nullptr && !sockets_.empty()) {  // the context is out of sockets: make room
-    evict_one(now);
-    s = zmq_socket(ctx_, ZMQ_PUSH);
+  int err = s == nullptr ? errno : 0;
+  if (err == EMFILE || err == ENFILE) {
+    // The context is out of sockets: close one of ours, and give the context's reaper thread
+    // a bounded moment to free slots of sockets closed just before (zmq_close is asynchronous).
+    if (!sockets_.empty()) evict_one(now);
+    auto deadline = Clock::now() + std::chrono::milliseconds(kReaperWaitMs);
+    auto pause = std::chrono::microseconds(500);
+    while (s == nullptr && (err == EMFILE || err == ENFILE) && Clock::now() < deadline) {
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(20000));
+      s = zmq_socket(ctx_, ZMQ_PUSH);
+      err = s == nullptr ? errno : 0;
+    }
   }
   if (s == nullptr) {
-    log_error("zmq_socket(PUSH) failed: " + std::string(zmq_strerror(errno)));
+    // not counted in refused(): the address was fine
+    auto t = Clock::now();
+    if (t - warn_window_ >= std::chrono::seconds(1)) {
+      warn_window_ = t;
+      warnings_in_window_ = 0;
+    }
+    if (++warnings_in_window_ <= kMaxWarningsPerSecond)
+      log_warning("push cache: no socket for " + shown(address) + " (" + zmq_strerror(err) +
+                  "; the context's socket limit holds the process' descriptors); dropped");
     return nullptr;
   }
   int hwm = kSendHwm, linger = kLingerMs;
@@ -154,7 +180,13 @@ bool PushCache::send(const std::string& address, const std::string& kind,
     if (zmq_send(s, kind.data(), kind.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) return false;
   }
   // Once the first frame of a multipart message is queued, the rest is queued too.
-  return zmq_send(s, payload.data(), payload.size(), ZMQ_DONTWAIT) >= 0;
+  std::size_t at = 0;
+  while (payload.size() - at > kFramePartBytes) {
+    if (zmq_send(s, payload.data() + at, kFramePartBytes, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
+      return false;
+    at += kFramePartBytes;
+  }
+  return zmq_send(s, payload.data() + at, payload.size() - at, ZMQ_DONTWAIT) >= 0;
 }
 
 }  // namespace anna

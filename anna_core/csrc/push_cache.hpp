@@ -1,7 +1,8 @@
 // A worker thread's cache of ZMQ PUSH sockets, one per destination address.
 //
 // Contract: send(address, kind, payload) sends [kind][payload] (or [payload] when kind is
-// empty) without blocking (ZMQ_DONTWAIT) and returns false if the address cannot be connected
+// empty), the payload split in frames of at most kFramePartBytes (the receiver joins them),
+// without blocking (ZMQ_DONTWAIT) and returns false if the address cannot be connected
 // or the destination's queue is full (the caller logs). Addresses listed in the rewrite map
 // (this node's own workers' tcp addresses) are connected over their inproc endpoint instead.
 // An address that is not "tcp://host:port" (port 1..65535), "ipc://path" or "inproc://name"
@@ -12,9 +13,15 @@
 // At most `capacity` sockets stay open (the node config's max_push_sockets, see node.cpp);
 // beyond that the least recently used one is closed (O(1)). An evicted socket lingers only
 // for what is left of kEvictLingerMs since its last use, so a message queued just before the
-// eviction still leaves; at most `capacity` evicted sockets linger at once (beyond that an
-// evicted socket is closed at once), so a flood of distinct addresses keeps at most
-// 2 x capacity sockets.
+// eviction still leaves; at most max_lingering(capacity) (a quarter of capacity, at least 1)
+// evicted sockets linger at once for that long, and descriptors_for(capacity) covers them
+// (kFdsPerSocket each: a mailbox and one connection). Beyond that (a flood of distinct
+// addresses) an evicted socket lingers at most kFloodLingerMs, enough for a handshake on a
+// fast path, so an answer to a new peer is not dropped unsent; the node's context limit
+// (node.cpp), which counts such sockets until ZeroMQ has closed them, bounds their number.
+// When the context refuses a new socket (its ZMQ_MAX_SOCKETS is reached), the least recently
+// used one is closed and the socket asked for again, for at most kReaperWaitMs (the context
+// frees a closed socket's slot asynchronously); then the message is dropped (logged).
 // Sockets are created with a bounded send queue (kSendHwm messages) and a short linger
 // (kLingerMs, on destruction). Belongs to one thread (ZMQ sockets are not thread-safe);
 // closes everything on destruction.
@@ -31,6 +38,12 @@
 
 namespace anna {
 
+// The largest frame any of the kernel's sockets accepts (ZMQ_MAXMSGSIZE); a larger payload is
+// sent as several frames of kFramePartBytes (and one shorter): under the limit by more than
+// what CURVE adds to a frame on the wire, which the receiver's limit also counts.
+constexpr std::size_t kMaxFrameBytes = 16u << 20;
+constexpr std::size_t kFramePartBytes = kMaxFrameBytes - (64u << 10);
+
 class PushCache {
  public:
   static constexpr int kSendHwm = 100000;
@@ -39,6 +52,18 @@ class PushCache {
   static constexpr std::size_t kDefaultCapacity = 1024;
   static constexpr std::size_t kMaxAddressBytes = 1024;
   static constexpr int kMaxWarningsPerSecond = 10;
+  static constexpr std::size_t kFdsPerSocket = 2;
+  static constexpr int kReaperWaitMs = 200;
+  static constexpr int kFloodLingerMs = 20;
+
+  // Evicted sockets that may linger at once, for a cache of `capacity`.
+  static constexpr std::size_t max_lingering(std::size_t capacity) {
+    return capacity / 4 < 1 ? 1 : capacity / 4;
+  }
+  // The most descriptors a cache of `capacity` holds: open and lingering sockets.
+  static constexpr std::size_t descriptors_for(std::size_t capacity) {
+    return kFdsPerSocket * (capacity + max_lingering(capacity));
+  }
 
   PushCache(void* zmq_context, std::unordered_map<std::string, std::string> rewrite,
             std::size_t capacity = kDefaultCapacity, CurveKeys keys = {});
