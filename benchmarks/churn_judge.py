@@ -95,18 +95,11 @@ def blame(lost_times: Sequence[float], faults: Sequence[Dict[str, Any]]) -> Dict
 def judge(run: Any, anna: Any, slow_dag: str) -> Dict[str, Any]:
     """A mode's figures and verdict inputs from what its run recorded (see the contract)."""
     from benchmarks.churn_check import check_by_segment, lost_writes, replica_gaps
-    from benchmarks.mtcc import summary
+    from benchmarks.mtcc import summary, tally_errors
     from benchmarks.tcc_workload import transaction
     records = run.records
     ok = [r for r in records if r["error"] is None]
-    errors: Dict[str, int] = {}
-    samples: Dict[str, List[str]] = {}
-    for r in records:
-        if r["error"] is not None:
-            kind, message = r["error"]
-            errors[kind] = errors.get(kind, 0) + 1
-            if len(samples.setdefault(kind, [])) < 3:
-                samples[kind].append(message[:300])
+    errors, samples = tally_errors(records, 3, 300)
     acked = [(txid, res["write"]) for txid, res, _ in run.results if res.get("write")]
     when = {txid: t for txid, _, t in run.results}
     t0 = time.perf_counter()

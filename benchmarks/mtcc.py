@@ -128,21 +128,26 @@ def violations_by_kind(history: Sequence[Any]) -> Dict[str, Any]:
             "sample": [f"{v.kind}: {v.detail}"[:300] for v in found[:SAMPLED_MESSAGES]]}
 
 
-def classify(records: Sequence[Dict[str, Any]], mode: str) -> Dict[str, Any]:
-    """A cell's figures from its measured call records (see `run_calls`)."""
-    ok = [r for r in records if r["error"] is None]
-    out: Dict[str, Any] = {"calls": len(records), "ok": len(ok),
-                           "latency": summary([r["latency"] for r in ok])}
+def tally_errors(records: Sequence[Dict[str, Any]], samples_per_kind: int,
+                 length: int = 400) -> "tuple[Dict[str, int], Dict[str, List[str]]]":
+    """Failed call records counted by error kind, with the first messages of each kind."""
     errors: Dict[str, int] = {}
     samples: Dict[str, List[str]] = {}
     for r in records:
         if r["error"] is not None:
             kind, message = r["error"]
             errors[kind] = errors.get(kind, 0) + 1
-            if len(samples.setdefault(kind, [])) < SAMPLED_MESSAGES:
-                samples[kind].append(message[:400])
-    out["errors"] = errors
-    out["error_samples"] = samples
+            if len(samples.setdefault(kind, [])) < samples_per_kind:
+                samples[kind].append(message[:length])
+    return errors, samples
+
+
+def classify(records: Sequence[Dict[str, Any]], mode: str) -> Dict[str, Any]:
+    """A cell's figures from its measured call records (see `run_calls`)."""
+    ok = [r for r in records if r["error"] is None]
+    out: Dict[str, Any] = {"calls": len(records), "ok": len(ok),
+                           "latency": summary([r["latency"] for r in ok])}
+    out["errors"], out["error_samples"] = tally_errors(records, SAMPLED_MESSAGES)
     if mode == "lww":
         return out
     protocols: Dict[str, int] = {}
