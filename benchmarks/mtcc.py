@@ -147,7 +147,8 @@ def classify(records: Sequence[Dict[str, Any]], mode: str) -> Dict[str, Any]:
     ok = [r for r in records if r["error"] is None]
     out: Dict[str, Any] = {"calls": len(records), "ok": len(ok),
                            "latency": summary([r["latency"] for r in ok])}
-    out["errors"], out["error_samples"] = tally_errors(records, SAMPLED_MESSAGES)
+    errors, out["error_samples"] = tally_errors(records, SAMPLED_MESSAGES)
+    out["errors"] = errors
     if mode == "lww":
         return out
     protocols: Dict[str, int] = {}
