@@ -11,8 +11,10 @@ Steps (each timed; the first failure raises E2EFailure naming the step and the o
     RBAC of k8s/rbac/cluster-manager.yaml); the kubelet's port is closed to that pod;
  3. the scheduler's log names the cluster key of the Secret; a Cloudburst client on this
     machine (answer socket on the bridge gateway) reaches the scheduler's ClusterIP and runs
-    the DAG increment -> square (3 -> 16) several times, then the causal DAG increment ->
-    store over a causal key (as `cloudburst demo` does);
+    the DAG increment -> square (3 -> 16) several times, a function that tries to open the
+    cluster's and the function role's secret keys under /keys in its executor pod (it must
+    be refused: Landlock hides the key directory from workers), then the causal DAG
+    increment -> store over a causal key (as `cloudburst demo` does);
  4. Anna through the routing Service with the client key: a memory-only key (the default
     replication: one memory replica, no disk replica) is put and read back; with the
     cluster key a second key gets replication memory=1, disk=1 and is put; its replicas are
@@ -264,6 +266,26 @@ def e2e(c) -> None:
                       f"{(i + 1) ** 2}")
             facts["dag"] = (f"{DAG_CALLS} calls: first {lat[0] * 1e3:.0f} ms, median "
                             f"{statistics.median(lat) * 1e3:.0f} ms, max {max(lat) * 1e3:.0f} ms")
+
+        with step("a function cannot reach the cluster key", timings):
+            def hunt(lib, _):
+                # what user code in an executor pod can see of /keys (Landlock hides it)
+                import os
+                out = {"uid": os.getuid(), "read": []}
+                for name in ("cluster.key_secret", "function.key_secret"):
+                    try:
+                        with open("/keys/" + name, "rb") as f:
+                            f.read(1)
+                        out["read"].append(name)
+                    except OSError as e:
+                        out[name] = type(e).__name__
+                return out
+            client.register(hunt, "hunt_keys")
+            found = client.call("hunt_keys", 0).get(timeout=60)
+            check(not found["read"], f"a function in an executor pod read {found['read']} "
+                  f"from /keys ({found})")
+            facts["keys-hidden"] = (f"a function (uid {found['uid']}) opening "
+                                    f"/keys/cluster.key_secret: {found['cluster.key_secret']}")
 
         with step("causal DAG", timings):
             client.put("e2e/x", 4, consistency="causal")
