@@ -25,7 +25,7 @@ import textwrap
 import uuid
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 import anna_core
 import cloudburst
@@ -185,6 +185,10 @@ def test_plain_reads_of_any_bytes_give_a_value_or_a_typed_error(data):
 
 @settings(max_examples=100, deadline=None)
 @given(mutated(ENCODED) | mutated(HOSTILE))
+# a causal lattice made by __new__ alone once held no version at all, unequal to its own
+# round trip through the codec (one empty version)
+@example(data=b"\x80\x00canna_core._core\nSingleKeyCausalLattice\n)\x81.")
+@example(data=b"\x80\x00canna_core._core\nMultiKeyCausalLattice\n)\x81.")
 def test_full_reads_of_mutated_lattice_pickles_do_not_crash(data):
     try:
         value = loads(data, objects=True)

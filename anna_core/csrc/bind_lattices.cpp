@@ -120,6 +120,23 @@ std::string list_repr(const std::set<std::string>& values) {
 // a value with its holder, destroys it through the holder and constructs its own, as it does
 // after an earlier overload candidate; an instance nothing constructed keeps the bottom
 // lattice and is destroyed through its holder like any other.
+// The bottom lattice an instance gets before (or instead of) a constructor: what the codec
+// decodes from the bottom's encoding, so a bottom equals its own round trip (a causal
+// lattice's bottom is one empty version, never an empty version set).
+template <class T>
+struct IsCausal : std::false_type {};
+template <LatticeKind K>
+struct IsCausal<BasicCausalLattice<K>> : std::true_type {};
+
+template <class L>
+L* new_bottom() {
+  if constexpr (IsCausal<L>::value) {
+    return new L(L::single(CausalEntry{}));
+  } else {
+    return new L();
+  }
+}
+
 template <class L>
 PyObject* lattice_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   using Holder = typename py::class_<L>::holder_type;
@@ -128,7 +145,7 @@ PyObject* lattice_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   auto* inst = reinterpret_cast<py::detail::instance*>(self);
   auto v_h = inst->get_value_and_holder(py::detail::get_type_info(typeid(L)));
   try {
-    v_h.value_ptr() = new L();
+    v_h.value_ptr() = new_bottom<L>();
   } catch (const std::bad_alloc&) {
     Py_DECREF(self);
     return PyErr_NoMemory();
@@ -147,7 +164,7 @@ void restore_value(const py::handle& self, PyTypeObject* type) {
   auto* inst = reinterpret_cast<py::detail::instance*>(self.ptr());
   auto v_h = inst->get_value_and_holder(py::detail::get_type_info(typeid(L)));
   if (v_h.value_ptr() != nullptr) return;
-  v_h.value_ptr() = new L();
+  v_h.value_ptr() = new_bottom<L>();
   new (std::addressof(v_h.holder<Holder>())) Holder(v_h.value_ptr<L>());
   v_h.set_holder_constructed();
 }
