@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+import time
 from typing import Any, Callable, Deque, Dict, Hashable, List, Optional, Sequence, Tuple
 
 __all__ = ["FairQueue", "FairPool", "pieces"]
@@ -98,15 +99,24 @@ class FairPool:
         with self._cond:
             return len(self._queue)
 
-    def shutdown(self, wait: bool = True) -> None:
+    def shutdown(self, wait: bool = True, timeout: float = 10.0) -> None:
+        """Drop what is queued and stop the threads; with `wait`, wait at most `timeout`
+        seconds for the tasks running now (each has its own I/O deadline), then log the
+        threads still busy and return."""
         with self._cond:
             self._stopping = True
             self._queue.clear()
             self._cond.notify_all()
         if wait:
+            deadline = time.monotonic() + timeout
             for t in self._threads:
                 if t is not threading.current_thread():
-                    t.join()
+                    t.join(max(0.0, deadline - time.monotonic()))
+            busy = [t.name for t in self._threads if t.is_alive()
+                    and t is not threading.current_thread()]
+            if busy:
+                log.warning("pool threads still running a task after %.1f s: %s", timeout,
+                            ", ".join(busy))
 
     def _run(self) -> None:
         while True:
