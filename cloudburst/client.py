@@ -74,7 +74,8 @@ from .functions import RegisteredFunction, check_signature
 from .futures import Future, SchedulerUnavailable, gather
 from .connections import HOW_TO_AUTHENTICATE, SchedulerConnections
 from .objects import ObjectStore
-from .options import _consistency_and_protocol, _time_limit
+from .options import _consistency_and_protocol, _retry_policy, _time_limit
+from .leases import ClientLeases
 from .status import ClusterStatus
 
 __all__ = ["Client", "Listing"]
@@ -113,12 +114,15 @@ class Client:
         kvs_address: the KVS routing address for `put`/`get` (None: the one the scheduler
             reports, which is the cluster's own, e.g. a Kubernetes Service name that only
             resolves inside the cluster; a client outside passes one it reaches).
+        lease_ttl: seconds a scheduler keeps this client's calls after its last sign of life
+            (renewed every quarter of it while calls are in flight): a client killed while
+            waiting has its calls cancelled after at most this long.
     """
 
     def __init__(self, address: Union[str, Sequence[str]], *, timeout: float = 30.0,
                  ip: str = "127.0.0.1", failover_timeout: float = 3.0,
                  auth: Optional[AuthConfig] = None,
-                 kvs_address: Optional[str] = None) -> None:
+                 kvs_address: Optional[str] = None, lease_ttl: float = 5.0) -> None:
         addresses = [address] if isinstance(address, str) else list(address)
         if not addresses:
             raise ValueError("a Client needs at least one scheduler address")
@@ -164,6 +168,7 @@ class Client:
         self._seq = 0
         self._objects: Optional[ObjectStore] = None
         self.closed = False
+        self._leases = ClientLeases(self, lease_ttl)
         try:
             info = self._ask("info", pb.NameRequest(),
                              "answer `info` (is a scheduler running there?)",
@@ -181,7 +186,8 @@ class Client:
 
     # ---- registry ----
     def register(self, function: Any, name: str, *, time_limit: Optional[float] = None,
-                 modules: Sequence[Any] = ()) -> None:
+                 modules: Sequence[Any] = (), max_retries: Optional[int] = None,
+                 retry_exceptions: Any = None) -> None:
         """Register `function` under `name`: a function `f(lib, *args)`, or `(cls, init_args)`
         (or a bare class) for a stateful class whose instance's `run(lib, *args)` is called;
         one instance per executor worker lives across calls (instances are not addressable:
@@ -192,7 +198,12 @@ class Client:
 
         The function's own module travels with it when it is your code (a script or a file
         next to it, not an installed package). Other modules it uses must be importable on
-        the executors, or be listed in `modules` (module objects) to be shipped by value."""
+        the executors, or be listed in `modules` (module objects) to be shipped by value.
+
+        Retries (at least once): a call whose worker or node dies runs again elsewhere, up
+        to `max_retries` more times (default: the cluster's, 3); with `retry_exceptions`
+        (True, or exception classes) a call whose function raised one runs again too,
+        from the same budget. A call may override both."""
         stateful = False
         if isinstance(function, tuple) and len(function) == 2 and isinstance(function[0], type):
             cls, init_args = function
@@ -209,11 +220,15 @@ class Client:
         record = pb.FunctionRecord(name=name, body=dumps_function(body, modules),
                                    stateful=stateful,
                                    time_limit=_time_limit(time_limit))
+        retry = _retry_policy(max_retries, retry_exceptions)
+        if retry is not None:
+            record.retry.CopyFrom(retry)
         self._ask("register_fn", pb.RegisterFunction(function=record),
                   f"register function {name!r}")
 
     def function(self, target: Any = None, *, name: Optional[str] = None,
-                 time_limit: Optional[float] = None) -> Any:
+                 time_limit: Optional[float] = None, max_retries: Optional[int] = None,
+                 retry_exceptions: Any = None) -> Any:
         """Decorator: register a function (or a stateful class) under `name` (default: its
         `__name__`) and return a `RegisteredFunction` whose call returns a `Future`.
 
@@ -222,7 +237,8 @@ class Client:
             registered = name or getattr(obj, "__name__", None)
             if not registered:
                 raise ValueError(f"{obj!r} has no __name__; pass name=")
-            self.register(obj, registered, time_limit=time_limit)
+            self.register(obj, registered, time_limit=time_limit, max_retries=max_retries,
+                          retry_exceptions=retry_exceptions)
             return RegisteredFunction(self, registered, obj)
         return register if target is None else register(target)
 
@@ -267,13 +283,17 @@ class Client:
     # ---- calls ----
     def call(self, name: str, *args: Any, timeout: Optional[float] = None,
              consistency: str = "lww", protocol: Optional[str] = None,
-             time_limit: Optional[float] = None, objects: bool = False) -> Future:
+             time_limit: Optional[float] = None, objects: bool = False,
+             max_retries: Optional[int] = None, retry_exceptions: Any = None) -> Future:
         """Call registered function `name` with `args` (after `lib`); `consistency`,
-        `protocol`, `timeout`, `time_limit` and `objects` as for `call_dag` (a single
-        function is a one-function DAG)."""
+        `protocol`, `timeout`, `time_limit`, `objects`, `max_retries` and
+        `retry_exceptions` as for `call_dag` (a single function is a one-function DAG)."""
         level, proto = _consistency_and_protocol(consistency, protocol)
         call = pb.Call(function=name, consistency=level, protocol=proto,
                        time_limit=_time_limit(time_limit))
+        retry = _retry_policy(max_retries, retry_exceptions)
+        if retry is not None:
+            call.retry.CopyFrom(retry)
         call.args[name].CopyFrom(encode_args(args))
         return self._submit(call, f"call of function {name!r}", timeout, objects)
 
@@ -291,7 +311,8 @@ class Client:
     def call_dag(self, name: str, args: Optional[Mapping[str, Sequence[Any]]] = None,
                  consistency: str = "lww", output_key: Optional[str] = None,
                  timeout: Optional[float] = None, protocol: Optional[str] = None,
-                 time_limit: Optional[float] = None, objects: bool = False) -> Future:
+                 time_limit: Optional[float] = None, objects: bool = False,
+                 max_retries: Optional[int] = None, retry_exceptions: Any = None) -> Future:
         """Call DAG `name`; `args` maps a function to its own arguments (a list or tuple).
 
         A function receives its own arguments first, then its upstreams' results in the
@@ -304,6 +325,16 @@ class Client:
         `Timeout` and the call is cancelled, so nothing keeps running for a caller that gave
         up. `time_limit` overrides each function's own limit for this call.
 
+        Retries are at least once: a call whose worker or node died runs again (the whole
+        DAG, on live workers) up to `max_retries` more times (default: the smallest of its
+        functions', else the cluster's, 3), and with `retry_exceptions` (True, or exception
+        classes) also when a function raised one; the same budget counts both. A causal
+        call runs again only when it did not commit. When the budget is spent, the caller
+        gets `WorkerDied` (or the function's `ExecutionError`), whose `attempts` says how
+        many ran. While the caller waits, interrupts `get`, closes the client or exits, the
+        call is cancelled; a call with `output_key` is not (it is fire-and-forget) unless
+        `Future.cancel()` is called.
+
         The result is read as plain data, like `get`: a result that is more (an instance
         of a class, a numpy array) makes `Future.get` raise `UnsafeValue` without running
         anything, unless `objects=True` here (or on `Future.get`). The function that made
@@ -314,6 +345,9 @@ class Client:
         call = pb.Call(dag=name, consistency=level, protocol=proto,
                        time_limit=_time_limit(time_limit),
                        output_key=check_user_key(output_key) if output_key else "")
+        retry = _retry_policy(max_retries, retry_exceptions)
+        if retry is not None:
+            call.retry.CopyFrom(retry)
         for fn, fn_args in (args or {}).items():
             if not isinstance(fn_args, (list, tuple)):
                 raise TypeError(f"arguments for {fn!r} must be a list or tuple, got "
@@ -328,14 +362,18 @@ class Client:
         call.request_id = rid
         call.response_address = self.response_address
         call.timeout = wait
+        if not call.output_key:        # fire-and-forget calls outlive their caller
+            call.lease_ttl = self._leases.ttl
         if self._finished:
             with self._cond:
                 finished, self._finished = self._finished, []
             call.finished.extend(finished)
         sent_at = time.monotonic()
         scheduler = self._send("call", call)
+        if not call.output_key:
+            self._leases.hold(rid, scheduler)
         return Future(self, rid, what, wait, scheduler=scheduler, sent_at=sent_at,
-                      objects=objects)
+                      objects=objects, fire_and_forget=bool(call.output_key))
 
     # ---- objects (cloudburst/objects.py) ----
     def put(self, key: str, value: Any, consistency: str = "lww") -> None:
@@ -359,6 +397,7 @@ class Client:
         """Close the sockets (idempotent)."""
         if self.closed:
             return
+        self._leases.leave()          # the calls still in flight are cancelled
         self.closed = True
         if self._objects is not None:
             self._objects.close()
@@ -498,6 +537,17 @@ class Client:
     def _forget(self, rid: str) -> None:
         with self._cond:
             self._slots.pop(rid, None)
+        self._leases.release(rid)
+
+    def _abandon(self, rid: str, fire_and_forget: bool) -> None:
+        """A `Future` was collected: forget its slot; a call still in flight (not
+        fire-and-forget) is cancelled by the lease thread (a finalizer must not send)."""
+        with self._cond:
+            slot = self._slots.pop(rid, None)
+        if slot is not None and slot.answer is None and not fire_and_forget:
+            self._leases.abandon(rid)
+        else:
+            self._leases.release(rid)
 
     def _peek(self, rid: str) -> Any:
         with self._cond:
@@ -582,7 +632,8 @@ class Client:
     def _store(self, messages: List[Tuple[str, Any]]) -> None:
         """Hand messages to their slots (caller holds the lock); unknown ids are dropped."""
         for kind, m in messages:
-            slot = self._slots.get(m.request_id)
+            # a retried call's attempt answers as "<request id>#r<n>" (scheduler/retries.py)
+            slot = self._slots.get(m.request_id.split("#", 1)[0])
             if slot is None:
                 continue
             if slot.answer is None:

@@ -15,7 +15,13 @@ Contract:
 - After a causal call's `get`, `Future.causal` holds its `CausalStats`.
 - `Future.logs()` is what the call's functions printed, bounded.
 - `Future.cancel()` stops the call where it runs; `get` then raises `Cancelled`. A call whose
-  deadline passes while its caller waits in `get` is cancelled the same way.
+  deadline passes while its caller waits in `get` is cancelled the same way, and so is one
+  whose caller is interrupted while waiting (KeyboardInterrupt, SystemExit: cancelled, then
+  re-raised), or whose `Future` is collected unawaited (cancelled by the client's lease
+  thread within a second). A call with an `output_key` (`fire_and_forget`) runs on in the
+  last two cases.
+- An error whose call was retried (`ExecutionError`, `WorkerDied`) says in `attempts` how
+  many times it ran.
 - A call whose scheduler stops (its connection drops) or stops answering while the caller
   waits fails with `SchedulerUnavailable` naming the scheduler (checked every
   `Client.failover_timeout` of waiting); it is not retried: it may have run.
@@ -30,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence,
 
 from hydro_proto import cloudburst_pb2 as pb
 
-from runtime.errors import (Cancelled, SchedulerUnavailable, Timeout,
+from runtime.errors import (Cancelled, ExecutionError, SchedulerUnavailable, Timeout,
                            error_from_status)
 from runtime.values import loads
 
@@ -71,7 +77,7 @@ class Future:
 
     def __init__(self, client: "Client", request_id: str, what: str, timeout: float,
                  scheduler: str = "", sent_at: Optional[float] = None,
-                 objects: bool = False) -> None:
+                 objects: bool = False, fire_and_forget: bool = False) -> None:
         self._client = client
         self.request_id = request_id
         self.what = what
@@ -84,7 +90,9 @@ class Future:
         self.causal: Optional[CausalStats] = None   # set by get() for causal calls
         self._cancelled = False
         self.objects = objects       # read the value as Python objects, not only plain data
-        self._finalizer = weakref.finalize(self, client._forget, request_id)
+        # an output_key call: kept running when its caller leaves or drops this Future
+        self.fire_and_forget = fire_and_forget
+        self._finalizer = weakref.finalize(self, client._abandon, request_id, fire_and_forget)
 
     def __repr__(self) -> str:
         return f"<Future {self.what} {'done' if self._result is not None else 'pending'}>"
@@ -109,7 +117,14 @@ class Future:
                                            else max(0.0, timeout))
             while True:
                 left = deadline - time.monotonic()
-                slot = client._wait(self.request_id, max(0.0, min(left, client.failover_timeout)))
+                try:
+                    slot = client._wait(self.request_id,
+                                        max(0.0, min(left, client.failover_timeout)))
+                except (KeyboardInterrupt, SystemExit):
+                    # the caller stopped waiting (Ctrl-C, exit): nothing keeps running for it
+                    if not self.fire_and_forget:
+                        self.cancel()
+                    raise
                 if slot is not None:
                     break
                 if time.monotonic() >= deadline:
@@ -120,7 +135,8 @@ class Future:
                 if lost is not None:
                     self._lost = f"{self.what}: {lost} while the call was in flight; it was " \
                                  f"not retried (it may or may not have run)"
-                    self._finalizer()
+                    self._finalizer.detach()
+                    self._client._forget(self.request_id)
                     return True
             self._result = slot.answer
             self._collected()
@@ -134,7 +150,9 @@ class Future:
         if self.done():
             return False
         self._cancelled = True
+        self._finalizer.detach()
         self._client._cancel(self.request_id, self.scheduler)
+        self._client._forget(self.request_id)
         return True
 
     def cancelled(self) -> bool:
@@ -167,7 +185,10 @@ class Future:
             return loads(r.value, self.objects if objects is None else objects,
                          what=f"the result of {self.what}",
                          opt_in="objects=True on the call or on Future.get")
-        raise error_from_status(r.status, r.message, r.traceback, r.stage)
+        error = error_from_status(r.status, r.message, r.traceback, r.stage)
+        if r.attempts > 1 and isinstance(error, ExecutionError):
+            error.attempts = r.attempts
+        raise error
 
     result = get
 
@@ -187,7 +208,8 @@ class Future:
         return loop.run_in_executor(None, self.get).__await__()
 
     def _collected(self) -> None:
-        self._finalizer()
+        self._finalizer.detach()
+        self._client._forget(self.request_id)
         self._client._finished.append(self.request_id)
 
 

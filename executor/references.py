@@ -11,7 +11,7 @@ Contract:
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from runtime.errors import UnsafeValue
 from runtime.values import Reference, is_lattice, loads
@@ -24,9 +24,10 @@ __all__ = ["FunctionError", "ArgumentRefused", "resolve", "load_reference"]
 class FunctionError(Exception):
     """Internal: a function could not be prepared or run; carries status and traceback."""
 
-    def __init__(self, message: str, tb: str = "") -> None:
+    def __init__(self, message: str, tb: str = "", types: Sequence[str] = ()) -> None:
         super().__init__(message)
         self.tb = tb
+        self.types = list(types)     # a user exception's class and bases (executor/retrying.py)
 
 
 class ArgumentRefused(Exception):

@@ -77,6 +77,7 @@ from .causal import CausalAbortError, CausalInvocation, Reusable, inputs_digest
 from .config import WorkerConfig
 from .dagstate import PendingCalls, Ready
 from .guard import FunctionGuard, Interrupted
+from .retrying import exception_names, may_retry, retry_request
 from .library import UserLibrary
 from .liveness import die_with_parent, heartbeat_loop
 from .output import CallOutput, Capture, UpstreamLogs, join_logs, section
@@ -383,7 +384,7 @@ class Worker:
                 raise
             except Exception as e:
                 raise FunctionError(f"{what} raised {type(e).__name__}: {e}",
-                                     traceback.format_exc()) from None
+                                     traceback.format_exc(), exception_names(type(e))) from None
             try:
                 value = dumps(result)
             except Exception as e:
@@ -396,7 +397,13 @@ class Worker:
                     raise FunctionError(f"storing the result of {what} under "
                                          f"{s.output_key!r} failed: {e}") from None
         except FunctionError as e:
-            self._fail(s, pb.EXECUTION_ERROR, str(e), e.tb)
+            if may_retry(s, e.types):     # the scheduler runs the call again, or fails it
+                self._push.send(s.scheduler_address, "done", retry_request(
+                    s, str(e), e.tb, self._call_logs(s, self._printed), e.types))
+                self._printed = ""
+                self._abort_others(s)
+            else:
+                self._fail(s, pb.EXECUTION_ERROR, str(e), e.tb)
             return
         except ArgumentRefused as e:
             self._fail(s, pb.UNSAFE_VALUE, f"{what} on worker {self.worker_id}: {e}")
@@ -549,13 +556,17 @@ class Worker:
             request_id=s.causal.call_id or s.call_id, status=status, message=message,
             traceback=tb, stage=stage, logs=self._call_logs(s, self._printed)))
         self._printed = ""
+        self._abort_others(s)
+        self._call_done(s.scheduler_address, s.call_id, ok=False)
+
+    def _abort_others(self, s: pb.Schedule) -> None:
+        """The call's other functions (here or on other workers) drop it."""
         for fn, address in s.locations.items():
             if fn != s.function:
                 if address == self.address:
                     self.pending.abort(s.call_id)
                 else:
                     self._push.send(address, "abort", pb.CallDone(call_id=s.call_id))
-        self._call_done(s.scheduler_address, s.call_id, ok=False)
 
     def _stopped(self, s: pb.Schedule, what: str, e: Interrupted) -> None:
         """A function stopped by its time limit (TIMEOUT naming it) or by a cancel."""

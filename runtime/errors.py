@@ -17,7 +17,8 @@ from typing import Optional
 __all__ = ["CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "InvalidFunction",
            "NoResources",
            "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "Cancelled", "UnsafeValue",
-           "MalformedValue", "NotPermitted", "CorruptRecord", "STATUS_OF", "error_from_status"]
+           "MalformedValue", "NotPermitted", "CorruptRecord", "WorkerDied", "STATUS_OF",
+           "error_from_status"]
 
 
 class CloudburstError(Exception):
@@ -54,12 +55,21 @@ class NoResources(CloudburstError):
 
 
 class ExecutionError(CloudburstError):
-    """A function raised (or its worker died). `remote_traceback` holds the remote traceback."""
+    """A function raised (or its worker died). `remote_traceback` holds the remote traceback;
+    `attempts` how many times the call ran (more than 1 when it was retried)."""
+
+    attempts = 1
 
     def __init__(self, message: str, remote_traceback: str = "") -> None:
         full = message if not remote_traceback else f"{message}\n\nRemote traceback:\n{remote_traceback}"
         super().__init__(full)
         self.remote_traceback = remote_traceback
+
+
+class WorkerDied(ExecutionError):
+    """Every attempt of the call lost its executor worker (or node) while in flight, and its
+    retry budget (`max_retries`) is spent; the message names the workers and `attempts` says
+    how many attempts ran. Also an `ExecutionError`."""
 
 
 class Timeout(CloudburstError):
@@ -147,7 +157,7 @@ class SchedulerUnavailable(CloudburstError):
 STATUS_OF = {
     FunctionNotFound: 1, DagNotFound: 2, InvalidDag: 3, NoResources: 4, ExecutionError: 5,
     Timeout: 6, ObjectNotFound: 7, Aborted: 10, Cancelled: 11, UnsafeValue: 12,
-    NotPermitted: 13, CorruptRecord: 14,
+    NotPermitted: 13, CorruptRecord: 14, WorkerDied: 22,
 }
 
 

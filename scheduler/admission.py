@@ -37,7 +37,7 @@ __all__ = ["CLIENT_KINDS", "FUNCTION_KINDS", "REFUSAL_LOG_PERIOD", "Admission"]
 log = logging.getLogger("scheduler")
 
 CLIENT_KINDS = frozenset({"register_fn", "register_dag", "delete_dag", "delete_fn", "list",
-                          "info", "status", "call", "where", "cancel"})
+                          "info", "status", "call", "where", "cancel", "lease"})
 FUNCTION_KINDS = frozenset({"heartbeat", "done", "causal_abort"})
 REFUSAL_LOG_PERIOD = 10.0  # seconds between two warnings about one (role, kind) dropped
 

@@ -2,7 +2,7 @@
 
 Contract: one `CausalCall` per causal call (Call.consistency == CAUSAL) coordinates its
 attempts. It does no I/O and reads no clock: the scheduler's event loop feeds it events
-(`start`, `on_cache_reply`, `on_abort`, `on_done`, `tick`, `fail`), each with `now`, and
+(`start`, `on_cache_reply`, `on_abort`, `on_done`, `tick`, `fail`, `stop`), each with `now`, and
 carries out the actions it returns, in order (`scheduler.causal_records`: `StartAttempt`,
 `CacheSend`, `AbortAttempt`, `Fail`, `Finished` — always the last).
 
@@ -249,6 +249,13 @@ class CausalCall:
             message += (f" (attempt {self.granted} was granted the call's commit before: its "
                         "writes may still be applied)")
         return self._stop_running() + [Fail(status, message, stage)] + self._finish()
+
+    def stop(self) -> List[Action]:
+        """End the call without a word to its caller (it runs again as another call): every
+        running attempt is stopped, and every attempt released (so fenced at the caches)."""
+        if self.finished:
+            return []
+        return self._stop_running() + self._finish()
 
     def grant(self, attempt_id: str, now: float) -> Tuple[bool, str, List[Action]]:
         """May `attempt_id` commit? Granted once per call, to a running attempt of a call in

@@ -13,7 +13,8 @@ Contract: `CausalCalls(push, table, address, max_retries)` is the I/O side of
   the record, so nothing is indexed per attempt or per cache request.
 - `done(call_id, now)` (a sink's `done`, or a caller reporting the result),
   `abort(CausalAbort, now)`, `cache_reply(CacheResponse, now)`,
-  `worker_died(record, message, now)` (a table record of the call lost a worker) and
+  `worker_died(record, message, now, status)` (a table record of the call lost a worker),
+  `stop(record, now)` (the call runs again under another id: end this one silently) and
   `tick(now)` feed the coordinator.
 - `grant(CacheRequest, now)`: a node cache's CAUSAL_GRANT for a sink's commit; answered at
   once on the request's `response_address` (a `cache_reply`: OK when granted, otherwise
@@ -134,8 +135,14 @@ class CausalCalls:
         if rec is not None and actions:
             self._apply(rec, actions, now)
 
-    def worker_died(self, rec: InFlight, message: str, now: float) -> None:
-        self._apply(rec, rec.coordinator.fail(pb.EXECUTION_ERROR, message), now)
+    def worker_died(self, rec: InFlight, message: str, now: float,
+                    status: int = pb.EXECUTION_ERROR) -> None:
+        self._apply(rec, rec.coordinator.fail(status, message), now)
+
+    def stop(self, rec: InFlight, now: float) -> None:
+        """End the call here without answering its caller (it runs again under another id):
+        every attempt is stopped and released, which fences it at the caches."""
+        self._apply(rec, rec.coordinator.stop(), now)
 
     def tick(self, now: float) -> None:
         for rec in list(self.records.values()):

@@ -30,6 +30,8 @@ class SchedulerConfig:
     ipc_dir: when set, the request socket is a Unix socket in this directory (single host).
     max_causal_retries: aborted attempts of a causal call (OPT, HB, unknown read sets) that are
         retried before the call fails with ABORTED.
+    max_retries: how many more times a call runs after its worker or node died, when neither
+        the call nor its functions say (`scheduler/retries.py`; Ray's default for tasks).
     gc_period: seconds between dependency-metadata GC rounds over every live node cache
         (`scheduler/gc.py`, dissertation 4.2.3); 0 turns them off.
     port: the TCP port clients connect to (0: a free port, reported when ready).
@@ -65,6 +67,7 @@ class SchedulerConfig:
     parent_pid: Optional[int] = None
     ipc_dir: Optional[str] = None       # bind the request socket as a Unix socket here (one host)
     max_causal_retries: int = 10
+    max_retries: int = 3                # runs again after a worker or node died (at least once)
     gc_period: float = 5.0
     port: int = 0                       # the request socket's TCP port; 0 picks a free one
     metrics_port: Optional[int] = None  # serve Prometheus metrics over HTTP here (None: off)

@@ -83,6 +83,8 @@ from .causal import caller_of
 from .causal_calls import CausalCalls
 from .policy import choose_executors, choose_one_node, dag_relations
 from .registry import Registry
+from .lifecycle import CallLifecycle
+from .retries import caller_of_attempt
 from .schedule import build_schedules, references_by_function
 from .stats import CallStats, WorkerGauge, render_prometheus
 
@@ -146,6 +148,7 @@ class Scheduler:
             "causal_abort": self._causal_abort, "cache_reply": self._cache_reply,
             "cache": self._cache_request,
             "drain": self._drain, "node_status": self._node_status,
+            "lease": lambda payload: self.lifecycle.lease(payload, time.monotonic()),
         }
         # causal calls in flight; `_causal` (caller's id -> record) is their one table, and
         # empty whenever none is in flight: the LWW path tests it before anything else
@@ -154,6 +157,10 @@ class Scheduler:
         self._causal = self._causal_calls.records
         # what this scheduler saw of its calls (`status`, and `/metrics` when asked for)
         self.stats = CallStats()
+        # retries (at least once) and client leases (scheduler/lifecycle.py)
+        self.lifecycle = CallLifecycle(self._push.send, self._start_call, self.cancel_call,
+                                       lambda: bool(self.table.placeable()), self.stats,
+                                       self._causal_calls, config.max_retries)
         self._metrics_text = ""
         self.metrics = TextEndpoint(config.ip, config.metrics_port,
                                     {"/metrics": lambda: self._metrics_text}) \
@@ -197,6 +204,7 @@ class Scheduler:
                 took = time.monotonic() - start
                 if took > STALL_CREDIT:    # heartbeats queued meanwhile were not read yet
                     self.table.credit(took)
+                    self.lifecycle.credit(took)
             now = time.monotonic()
             if now >= next_tick:
                 next_tick = now + tick
@@ -208,6 +216,7 @@ class Scheduler:
                                             if w.cache_address})
                 if self._causal:
                     self._causal_calls.tick(now)
+                self.lifecycle.tick(now)
                 if self._warming is not None and (self.table.live() or now >= self._warming):
                     self._end_warmup()
                 if self.metrics is not None and now >= next_metrics:
@@ -367,8 +376,7 @@ class Scheduler:
                 f"output_key {call.output_key[:120]!r}: keys starting with {PREFIX!r} are "
                 f"reserved for Cloudburst"))
         for call_id in call.finished:
-            if not (self._causal and self._causal_calls.done(call_id, time.monotonic())):
-                self.table.finish_call(call_id)
+            self._finish_one(self.lifecycle.finished(call_id))
         if call.dag:
             record = self.registry.dag(call.dag)
             if record is None:
@@ -388,6 +396,7 @@ class Scheduler:
             dag = Dag.create(call.function, [call.function])
             concurrent, neighbours = None, None
         versions: Dict[str, str] = {}
+        records = []
         for fn in dag.functions:
             f = self.registry.function(fn)
             if f is None:
@@ -395,21 +404,32 @@ class Scheduler:
                 return self._fail(call, pb.FUNCTION_NOT_FOUND,
                                   f"no function named {fn!r} is registered{where}")
             versions[fn] = f.version
+            records.append(f)
         unknown = [fn for fn in call.args if fn not in versions]
         if unknown:
             return self._fail(call, pb.BAD_REQUEST,
                               f"arguments given for {unknown}, which are not in DAG {dag.name!r}")
         self.stats.started(call.request_id, dag.name, time.monotonic())
+        timeout = call.timeout if call.timeout > 0 else self.config.call_timeout
+        self.lifecycle.begin(call, records, (dag, versions, concurrent, neighbours),
+                             time.monotonic(), timeout)
+        self._start_call(call, dag, versions, concurrent, neighbours)
+
+    def _start_call(self, call: pb.Call, dag: Dag, versions: Dict[str, str], concurrent: Any,
+                    neighbours: Any) -> None:
+        """Place one attempt of a call and send its schedules (a retry comes here too)."""
         if call.consistency == pb.CAUSAL:
             return self._causal_call(call, dag, versions, concurrent, neighbours)
         placement = self._place(call, dag, choose_executors, concurrent, neighbours)
         if placement is None:
-            self.stats.finished(call.request_id, False, time.monotonic())
+            self.stats.finished(caller_of_attempt(call.request_id), False, time.monotonic())
+            self.lifecycle.finished(call.request_id)
             return
         timeout = call.timeout if call.timeout > 0 else self.config.call_timeout
         addresses = {wid: self.table.address(wid) for wid in set(placement.values())}
         for address, schedule in build_schedules(call, dag, placement, addresses, versions,
                                                  self.address, timeout):
+            self.lifecycle.mark(schedule, call.request_id)
             self._push.send(address, "schedule", schedule)
         self.table.start_call(CallRecord(call.request_id, dag.name, dict(placement),
                                          call.response_address, time.monotonic() + timeout + 5))
@@ -417,8 +437,9 @@ class Scheduler:
     def _where(self, payload: bytes) -> None:
         req = pb.NameRequest.FromString(payload)
         answer = pb.Accepted(request_id=req.request_id, scheduler=self.address)
-        causal = self._causal.get(req.name)
-        record = self.table.call(req.name if causal is None else
+        name = self.lifecycle.current(req.name)
+        causal = self._causal.get(name)
+        record = self.table.call(name if causal is None else
                                  (causal.coordinator.current() or ""))
         if record is not None:
             answer.placement.update(record.placement)
@@ -427,9 +448,13 @@ class Scheduler:
     def _cancel(self, payload: bytes) -> None:
         """The caller cancelled a call (or stopped waiting): every worker of it drops the call,
         a running function is stopped, and the call's load is released."""
-        req = pb.NameRequest.FromString(payload)
-        causal = self._causal.get(req.name)
-        call_id = req.name if causal is None else (causal.coordinator.current() or "")
+        self.cancel_call(pb.NameRequest.FromString(payload).name)
+
+    def cancel_call(self, caller_id: str) -> None:
+        """Stop call `caller_id` (its attempt in flight) where it runs; see `_cancel`."""
+        name = self.lifecycle.finished(caller_id)
+        causal = self._causal.get(name)
+        call_id = name if causal is None else (causal.coordinator.current() or "")
         record = self.table.call(call_id)
         if record is None:
             return
@@ -443,11 +468,14 @@ class Scheduler:
     def _done(self, payload: bytes) -> None:
         done = pb.CallDone.FromString(payload)
         now = time.monotonic()
+        if done.HasField("retry"):     # a function raised an exception its call may retry
+            return self.lifecycle.exception(done, now)
         finished = [(cid, True) for cid in ([done.call_id] if done.call_id else [])]
         finished += [(cid, True) for cid in done.call_ids]
         finished += [(cid, False) for cid in done.failed_ids]
         for call_id, ok in finished:          # every report counts, whichever field it used
-            self.stats.finished(caller_of(call_id), ok, now)
+            self.stats.finished(caller_of_attempt(call_id), ok, now)
+            self.lifecycle.finished(call_id)
             self._finish_one(call_id)
 
     def _status(self, payload: bytes) -> None:
@@ -554,7 +582,7 @@ class Scheduler:
         for wid in expired.dead_workers:
             log.warning("worker %s %s; dropped from scheduling", wid, expired.reasons[wid])
         for record in expired.overdue_calls:
-            self.stats.finished(caller_of(record.call_id), False, now)
+            self.stats.finished(caller_of_attempt(record.call_id), False, now)
         self.stats.expire(now, STATS_HORIZON)
         for record, dead in expired.orphaned_calls:
             self._orphaned(record, dead, f"executor worker {dead} {expired.reasons[dead]}",
@@ -562,21 +590,26 @@ class Scheduler:
 
     def _orphaned(self, record: CallRecord, dead: str, what: str, now: float,
                   status: int = pb.EXECUTION_ERROR) -> None:
-        """A call lost a worker it was placed on: it fails (`status`) naming the worker and
-        why."""
-        self.stats.finished(caller_of(record.call_id), False, now)
+        """A call lost a worker it was placed on: it runs again while its retry budget
+        lasts (scheduler/lifecycle.py), else it fails (`status`) naming the worker and why."""
         fns = sorted(f for f, w in record.placement.items() if w == dead)
         message = f"{record.name}: {what} while the call's function(s) {fns} were placed on it"
         causal = self._causal_calls.owner(record.call_id) if self._causal else None
         if causal is not None:
-            self._causal_calls.worker_died(causal, message, now)
+            if status != pb.EXECUTION_ERROR or not self.lifecycle.causal_died(causal, message,
+                                                                             now):
+                self.stats.finished(caller_of_attempt(record.call_id), False, now)
+                self._causal_calls.worker_died(causal, message, now)
             return
-        self._push.send(record.response_address, "result", pb.CallResult(
-            request_id=record.call_id, status=status, message=message))
         for fn, wid in record.placement.items():
             address = self.table.address(wid)
             if address is not None:
                 self._push.send(address, "abort", pb.CallDone(call_id=record.call_id))
+        if status == pb.EXECUTION_ERROR and self.lifecycle.died(record, message, now):
+            return            # run again, or failed naming its attempts, by the lifecycle
+        self.stats.finished(caller_of_attempt(record.call_id), False, now)
+        self._push.send(record.response_address, "result", pb.CallResult(
+            request_id=record.call_id, status=status, message=message))
 
     # ---- placement; causal calls (scheduler/causal_calls.py carries them out) ----
     def _place(self, call: pb.Call, dag: Dag, place: Any, concurrent: Any,

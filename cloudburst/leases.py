@@ -1,0 +1,121 @@
+"""A client's lease on its calls: while it lives its schedulers keep them; once it is gone
+(killed, exited, or it dropped a `Future`) they are cancelled within seconds.
+
+Contract: `ClientLeases(client, ttl)` belongs to one `Client`.
+- `hold(rid, scheduler)`: call `rid` (not fire-and-forget) was sent to `scheduler` with
+  `Call.lease_ttl = ttl`; the first one starts a daemon thread that, every `ttl / 4`
+  seconds, sends each scheduler holding one of this client's calls a `lease`
+  (`ClientLease(client=<answer address>, ttl)`), and cancels abandoned calls.
+- `release(rid)`: the call ended (result collected, cancelled, given up on).
+- `abandon(rid)`: its `Future` was collected unawaited; the thread cancels it (a finalizer
+  runs inside any allocation, maybe while the client's send lock is held, so it only
+  records the call).
+- `leave()`: the client closes: the thread stops and each scheduler gets a `lease` with
+  ttl 0, which cancels every call of this client there at once.
+A client that is killed sends nothing more: its schedulers cancel its calls when the lease
+runs out (`scheduler/leases.py`), at most `ttl` seconds (plus a scheduler tick) later.
+Every send has the client's failover deadline; a scheduler that is gone is skipped.
+"""
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+import weakref
+from collections import deque
+from typing import TYPE_CHECKING, Deque, Dict
+
+from hydro_proto import cloudburst_pb2 as pb
+
+from runtime.errors import CloudburstError
+
+if TYPE_CHECKING:
+    from .client import Client
+
+__all__ = ["ClientLeases"]
+
+log = logging.getLogger("cloudburst.client")
+
+_OPEN: "weakref.WeakSet[ClientLeases]" = weakref.WeakSet()
+
+
+@atexit.register
+def _leave_all() -> None:
+    """The interpreter exits: every open client's calls are cancelled now, not at lease end
+    (closing the client flushes the `lease` messages before its sockets go)."""
+    for leases in list(_OPEN):
+        client = leases._client()
+        if client is not None:
+            client.close()
+
+
+class ClientLeases:
+    """See the module contract."""
+
+    def __init__(self, client: "Client", ttl: float) -> None:
+        if not ttl > 0:
+            raise ValueError(f"lease_ttl must be a positive number of seconds, got {ttl!r}")
+        self.ttl = float(ttl)
+        self._client = weakref.ref(client)
+        self._lock = threading.Lock()
+        self._calls: Dict[str, str] = {}        # request id -> scheduler
+        self._abandoned: Deque[str] = deque()
+        self._stop = threading.Event()
+        self._thread: threading.Thread = None  # type: ignore[assignment]
+        self._left = False
+
+    def hold(self, rid: str, scheduler: str) -> None:
+        with self._lock:
+            self._calls[rid] = scheduler
+            if self._thread is None and not self._left:
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name="cloudburst-lease")
+                self._thread.start()
+                _OPEN.add(self)
+
+    def release(self, rid: str) -> None:
+        with self._lock:
+            self._calls.pop(rid, None)
+
+    def abandon(self, rid: str) -> None:
+        self._abandoned.append(rid)       # deque.append is atomic: no lock in a finalizer
+
+    def leave(self) -> None:
+        with self._lock:
+            if self._left:
+                return
+            self._left = True
+            schedulers = sorted(set(self._calls.values()))
+            self._calls.clear()
+            thread = self._thread
+        self._stop.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5.0)
+        self._send_all(schedulers, 0.0)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.ttl / 4):
+            client = self._client()
+            if client is None or client.closed:
+                return
+            while self._abandoned:
+                rid = self._abandoned.popleft()
+                with self._lock:
+                    scheduler = self._calls.pop(rid, None)
+                if scheduler is not None:
+                    client._cancel(rid, scheduler)
+            with self._lock:
+                schedulers = sorted(set(self._calls.values()))
+            del client
+            self._send_all(schedulers, self.ttl)
+
+    def _send_all(self, schedulers: list, ttl: float) -> None:
+        client = self._client()
+        if client is None or client.closed:
+            return
+        for scheduler in schedulers:
+            try:
+                client._send("lease", pb.ClientLease(client=client.response_address, ttl=ttl),
+                             to=scheduler)
+            except CloudburstError as e:     # gone: its calls are gone with it
+                log.debug("lease to %s not sent: %s", scheduler, e)
