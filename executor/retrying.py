@@ -1,11 +1,11 @@
 """A function that raised: may its call run again? The worker's side of retries. Pure.
 
-Contract: the scheduler writes into each schedule how many retries its call has left and
-which exceptions count (`Schedule.retries_left`, `retry_all_exceptions`,
-`retry_exception_types`, from the call's and its functions' `retry_exceptions`).
+Contract: the scheduler writes into each schedule which exceptions its call retries
+(`Schedule.retry_all_exceptions`, `retry_exception_types`, from the call's and its
+functions' `retry_exceptions`).
 `exception_names(cls)` names an exception class and its bases as `"module.QualName"` (the
-form the client sends); `may_retry(schedule, names)` says whether the call may run again
-for it; `retry_request(...)` is the `done` a worker then sends its scheduler instead of
+form the client sends); `may_retry(schedule, names)` says whether the call's policy names
+it (the scheduler, which counts the attempts, decides whether it runs again); `retry_request(...)` is the `done` a worker then sends its scheduler instead of
 failing the call at its caller: the scheduler runs the call again (the whole DAG attempt,
 under a new attempt id) or, its budget spent, sends the caller the error with how many
 attempts ran (scheduler/lifecycle.py).
@@ -25,7 +25,7 @@ def exception_names(cls: type) -> List[str]:
 
 
 def may_retry(schedule: pb.Schedule, names: Sequence[str]) -> bool:
-    if schedule.retries_left <= 0 or not names:
+    if not names:
         return False
     return schedule.retry_all_exceptions or \
         bool(set(names) & set(schedule.retry_exception_types))

@@ -8,9 +8,9 @@ the scheduler's loop calls it with `now`:
   resolved (call, then its functions' `FunctionRecord.retry`, then `max_retries`) and the
   call is tracked; a call sent with `lease_ttl` and no `output_key` is held under its
   client's lease.
-- `mark(schedule, attempt_id)`: writes into a schedule (and the schedules it forwards) how
-  many retries are left and which exceptions count, so a worker whose function raises
-  one asks for a retry (`done` with `retry`) instead of failing the call at its caller.
+- `mark(schedule, attempt_id)`: writes into a schedule (and the schedules it forwards)
+  which exceptions the call retries, so a worker whose function raises one reports it
+  here (`done` with `retry`) instead of failing the call at its caller.
 - `died(record, message, now)` (an LWW attempt lost its worker or node) and
   `causal_died(in_flight, message, now)`: True when handled here: the call runs again
   under a new attempt id (`f"{caller}#r{n}"`; a retry that finds no live worker waits
@@ -78,11 +78,7 @@ class CallLifecycle:
         t = self.retries.tracked(attempt_id)
         if t is None or not t.policy.exceptions:
             return
-        left = t.policy.max_retries - (t.attempt - 1)
-        if left <= 0:
-            return
         for s in [schedule, *schedule.forward]:
-            s.retries_left = left
             s.retry_all_exceptions = t.policy.exceptions is True
             s.retry_exception_types[:] = t.policy.exception_types()
 

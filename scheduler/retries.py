@@ -173,7 +173,7 @@ class RetryTable:
         runs = f"{t.attempt} attempt{'s' if t.attempt > 1 else ''}"
         if failure.committed:
             del self._calls[t.caller]
-            return GiveUp(failure.status, (
+            return GiveUp(pb.WORKER_DIED if failure.system else failure.status, (
                 f"{failure.message}; not retried: the attempt was granted its causal commit, "
                 f"so its writes may have been applied ({runs} ran)"), t.attempt)
         if not failure.system and not t.policy.retries_exception(failure.type_names):
