@@ -6,7 +6,10 @@ fires, a signal handler raises `Interrupted(TIMEOUT, reason)` inside the functio
 stops it wherever it is (a blocking sleep or socket wait included). `cancel(call_id)`, from
 any thread, raises `Interrupted(CANCELLED, ...)` in the function if it belongs to that call.
 `Interrupted` is a BaseException, so a function's own `except Exception` does not swallow
-it. Outside `run` the handlers do nothing: a late signal never hits the worker's own code.
+it. A cancelled function that has not returned `HARD_GRACE` seconds later (it swallowed the
+interrupt) is ended with its worker by the kill timer below, as at a time limit: nothing
+keeps running for a caller that left. (A function holding the interpreter in C code does not
+let the cancel's thread run at all; it is ended at its time limit, as below.) Outside `run` the handlers do nothing: a late signal never hits the worker's own code.
 `install()` must run on the main thread (Python delivers signals there).
 
 A function stuck in C code that holds the interpreter (for example `sum(range(10**12))`) never
@@ -115,6 +118,7 @@ class FunctionGuard:
         self._cancel_target: Optional[str] = None    # a call asked to stop while running
         self._reason = ""
         self._kill_timer: Optional[KillTimer] = None
+        self._lock = threading.Lock()    # a cancel's kill timer never outlives its function
 
     def install(self) -> None:
         self._kill_timer = KillTimer()
@@ -133,16 +137,20 @@ class FunctionGuard:
         try:
             return fn()
         finally:
-            self._running = None
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            if kill_timer is not None:
-                kill_timer.arm(0)
+            with self._lock:
+                self._running = None
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                if kill_timer is not None:
+                    kill_timer.arm(0)
 
     def cancel(self, call_id: str) -> None:
         """Stop the running function if it belongs to `call_id` (any thread)."""
         self._cancel_target = call_id
-        if self._running == call_id:
-            signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+        with self._lock:
+            if self._running == call_id:
+                signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+                if self._kill_timer is not None:      # deaf to the signal: the worker dies
+                    self._kill_timer.arm(HARD_GRACE)
 
     def _time_up(self, signum: int, frame: Any) -> None:
         if self._running is not None:

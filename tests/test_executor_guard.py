@@ -83,3 +83,41 @@ def test_a_function_stuck_in_c_code_is_killed_at_its_limit_plus_the_grace():
 def test_the_kill_timer_is_disarmed_after_a_call(guard):
     assert guard.run("c1", 0.05, "limit", lambda: 1) == 1
     time.sleep(1.3)               # past limit + grace: a live kill timer would end pytest here
+
+
+STUBBORN = """
+import sys, threading, time
+from executor.guard import FunctionGuard
+g = FunctionGuard()
+g.install()
+
+def stubborn():
+    while True:
+        try:
+            time.sleep(10)
+        except BaseException:      # swallows the cancel's interrupt
+            pass
+
+threading.Timer(0.3, g.cancel, args=("c1",)).start()
+print(time.monotonic(), flush=True)
+g.run("c1", 60.0, "limit", stubborn)
+"""
+
+
+def test_a_cancelled_function_that_will_not_stop_is_ended_with_its_worker():
+    """A function that swallows the cancel's interrupt: its worker dies a grace period
+    later (its node restarts it), long before the function's own time limit of 60 s."""
+    import signal
+    import subprocess
+    import sys
+    from executor.guard import HARD_GRACE
+    proc = subprocess.Popen([sys.executable, "-c", STUBBORN], stdout=subprocess.PIPE,
+                            text=True)
+    started = float(proc.stdout.readline())
+    try:
+        proc.wait(timeout=20)
+    finally:
+        proc.kill()
+    elapsed = time.monotonic() - started
+    assert proc.returncode == -signal.SIGPROF
+    assert 0.3 + HARD_GRACE - 0.05 < elapsed < 0.3 + HARD_GRACE + 1.5, elapsed
