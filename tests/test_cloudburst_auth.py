@@ -241,9 +241,11 @@ def test_a_client_cannot_use_the_kvs_to_redirect_the_cluster(cluster):
 
 
 def test_client_kinds_are_exactly_what_the_client_sends():
-    with open(os.path.join(ROOT, "cloudburst", "client.py")) as f:
-        source = f.read()
-    sent = set(re.findall(r'self\._(?:ask|send)\(\s*"(\w+)"', source))
+    source = ""
+    for module in ("client.py", "leases.py"):       # the lease thread sends for its client
+        with open(os.path.join(ROOT, "cloudburst", module)) as f:
+            source += f.read()
+    sent = set(re.findall(r'(?:self|client)\._(?:ask|send)\(\s*"(\w+)"', source))
     assert sent == set(CLIENT_KINDS)
 
 
