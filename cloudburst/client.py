@@ -187,7 +187,7 @@ class Client:
         """Register `function` under `name`: a function `f(lib, *args)`, or `(cls, init_args)`
         (or a bare class) for a stateful class whose instance's `run(lib, *args)` is called;
         one instance per executor worker lives across calls (instances are not addressable:
-        state a caller needs to reach belongs in the KVS).
+        state a caller needs to reach belongs in the KVS, or in an actor: `actor`).
 
         `time_limit` is how many seconds one call of it may run (default: the cluster's);
         past it the function is stopped and its call fails with `Timeout` naming it.
