@@ -97,6 +97,7 @@ def test_an_actor_counter_gives_11_then_16(client):
     assert first.get(timeout=10) == 11
     assert counter.incr(5).get(timeout=10) == 16
     assert counter.value().get(timeout=10) == 16
+    counter.kill()        # leaves the workers free for the placement the next tests expect
 
 
 def test_handle_copies_other_clients_and_functions_reach_the_same_instance(cluster, client):
@@ -114,6 +115,7 @@ def test_handle_copies_other_clients_and_functions_reach_the_same_instance(clust
     assert value == 9
     assert counter.incr(1).get(timeout=10) == 10
     assert copy.where().get(timeout=10) == home
+    counter.kill()
 
 
 def test_calls_run_one_at_a_time_in_the_order_each_caller_made_them(cluster, client):
@@ -130,6 +132,7 @@ def test_calls_run_one_at_a_time_in_the_order_each_caller_made_them(cluster, cli
     assert len(seen) == 30
     for caller in "ab":
         assert [i for c, i in seen if c == caller] == list(range(15))
+    recorder.kill()
 
 
 def test_a_method_that_raises_fails_only_that_call(client):
@@ -140,13 +143,16 @@ def test_a_method_that_raises_fails_only_that_call(client):
         client.call_actor(counter, "no_such_method", (), {}, {}).get(timeout=10)
     assert counter.divide(2).get(timeout=10) == 4
     assert counter.incr(1).get(timeout=10) == 5
+    counter.kill()
 
 
 def test_bad_constructor_arguments_are_refused_before_anything_is_sent(client):
     with pytest.raises(InvalidFunction, match="Counter"):
         client.actor(Counter)
+    counter = client.actor(Counter, 1)
     with pytest.raises(AttributeError, match="incr"):
-        client.actor(Counter, 1).decr
+        counter.decr
+    counter.kill()
 
 
 def test_a_call_that_would_wait_for_itself_fails_at_once(client):
@@ -156,6 +162,7 @@ def test_a_call_that_would_wait_for_itself_fails_at_once(client):
         nested.poke(nested).get(timeout=15)
     assert time.monotonic() - start < 8
     assert nested.ping().get(timeout=10) == "pong"      # the actor lives on
+    nested.kill()
 
 
 def test_killing_an_actor(cluster, client):
