@@ -192,6 +192,21 @@ class _Recorder:
         self.calls.append((handle.actor_id, "kill", timeout))
 
 
+def test_a_handle_is_plain_data_and_its_parts_are_checked():
+    from runtime.errors import MalformedValue
+    h = ActorHandle("id1", "Counter", ("incr",), _Recorder())
+    got = loads(dumps(h))                   # plain data: no objects=True needed
+    assert got == h and got.methods == ("incr",) and got._bound is None
+    forged = pickle.dumps(ActorHandle("id1", "C", ())).replace(b"id1", b"id2")
+    assert loads(forged).actor_id == "id2"
+
+    class Forged:                           # a handle whose parts are not plain strings
+        def __reduce__(self):
+            return (ActorHandle, (1, "C", ()))
+    with pytest.raises(MalformedValue):
+        loads(pickle.dumps(Forged()))
+
+
 def test_a_handle_pickles_without_its_connection_and_calls_through_the_bound_caller():
     bound = _Recorder()
     h = ActorHandle("id1", "Counter", public_methods(Counter), bound)

@@ -87,6 +87,7 @@ def cluster():
 def client(cluster):
     c = cluster.client(timeout=20)
     c.register(bump, "bump")
+    c.register(lambda lib, x: x, "echo")
     return c
 
 
@@ -115,6 +116,8 @@ def test_handle_copies_other_clients_and_functions_reach_the_same_instance(clust
     assert value == 9
     assert counter.incr(1).get(timeout=10) == 10
     assert copy.where().get(timeout=10) == home
+    # a handle is plain data: a function may return it, and the client reads it back
+    assert client.call("echo", counter).get(timeout=10) == counter
     counter.kill()
 
 
