@@ -205,3 +205,15 @@ def test_when_the_actor_worker_dies_its_calls_fail_with_actor_died(cluster, clie
     cluster.wait_for_workers([worker], timeout=15)
     with pytest.raises(ActorDied, match=blocker.actor_id):
         blocker.ping().get(timeout=10)
+
+
+def test_when_the_actor_node_dies_the_actor_is_dead(cluster, client):
+    """The whole node (its cache and its workers) killed: no exit report comes, the schedulers
+    notice the workers' silence, and the actor's calls fail with ActorDied."""
+    counter = client.actor(Counter, 1)
+    assert counter.incr(1).get(timeout=10) == 2
+    cluster.kill_node(0)
+    start = time.monotonic()
+    with pytest.raises(ActorDied, match=counter.actor_id):
+        counter.incr(1).get(timeout=15)
+    assert time.monotonic() - start < 10
