@@ -23,7 +23,9 @@ Contract (`ActorCalls`, driven by the scheduler's loop; decisions are `scheduler
 - `finished(call_id, ok)`: a call's `done`; a failed creation makes the actor dead.
 - `worker_lost(worker_id, why)`: the worker died; its actors are dead (logged).
 - `orphaned(call_id, status, message)`: the status and message for a call in flight on a
-  worker that died: ACTOR_DIED naming the actor for an actor's call, else unchanged.
+  worker that died: ACTOR_DIED naming the actor for an actor's call (TIMEOUT stays TIMEOUT,
+  for the method that overran its limit and got its worker killed, and names the actor's
+  death too), else unchanged.
 - `placeable(workers)`: where plain calls may go (`prefer_free`).
 """
 from __future__ import annotations
@@ -156,6 +158,8 @@ class ActorCalls:
         if entry is None:
             return status, message
         self.directory.call_finished(call_id, False)
+        if status == pb.TIMEOUT:   # the method overran its limit in C code: say both
+            return status, f"{message}; {entry.describe()} died with the worker"
         return pb.ACTOR_DIED, f"{entry.describe()} died with its worker: {message}"
 
     def placeable(self, workers: List[WorkerView]) -> List[WorkerView]:

@@ -4,6 +4,9 @@ Contract: `Scheduler(config)` binds a PULL socket on a free port (`address`) for
 listed for schedulers in proto/cloudburst.proto, plus one for Anna's pushed registry updates.
 - Registry requests are answered with a `reply`; a bad request is answered with its typed
   status (INVALID_DAG, DAG_NOT_FOUND, ...), never dropped.
+- A `call` with `actor` set (an actor's creation, method call or kill) is
+  `scheduler.actor_calls.ActorCalls`'s; the workers that host actors take plain calls only
+  when no other worker is placeable, and the worker deaths below end their actors.
 - A `call` is resolved against the registry (FUNCTION_NOT_FOUND / DAG_NOT_FOUND), placed by
   `policy.choose_executors` over the live workers (NO_RESOURCES when there are none), sent as
   one `schedule` per function (a source runs on receipt: that is its trigger). The caller
