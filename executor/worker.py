@@ -15,6 +15,11 @@ Contract:
   here (docs/SECURITY.md). Functions are fetched from the registry (through the node cache,
   which never caches registry keys) once per (name, version), deserialized once, and cached; a stateful class is instantiated once per worker
   and its `run` called.
+- A schedule with `actor` set runs on the worker's actor table instead of a registered
+  function (`executor/actors.py`: an actor's creation, method call or kill), in arrival order
+  like every call; an actor this worker does not hold fails the call with ACTOR_DIED. While
+  a function runs, actor handles it was given call through the worker's `ActorCaller`
+  (`executor/actor_caller.py`).
 - On success the result goes as a `trigger` to each downstream worker (to itself without a
   socket hop), with that worker's schedule attached (from `Schedule.forward`); the sink writes
   it under `output_key` (through the node cache) when asked, pushes it to the caller as a
