@@ -77,6 +77,22 @@ class Nested:
         return "pong"
 
 
+def forge_actor_calls(lib):
+    """What a function may not send a scheduler: an actor's creation, or a plain call."""
+    from hydro_proto import cloudburst_pb2 as pb_
+    worker = lib._worker
+    create = pb_.Call(request_id="forged-create", response_address=worker.address,
+                      function="Evil.__init__")
+    create.actor.CopyFrom(pb_.ActorCall(actor_id="actor-forged", op=pb_.ACTOR_CREATE,
+                                        class_name="Evil"))
+    plain = pb_.Call(request_id="forged-plain", response_address=worker.address,
+                     function="echo")
+    for address in worker.config.scheduler_addresses:
+        worker._push.send(address, "call", create)
+        worker._push.send(address, "call", plain)
+    return True
+
+
 @pytest.fixture(scope="module")
 def cluster():
     with cloudburst.LocalCluster(executor_nodes=1, executors_per_node=3, schedulers=2) as c:
@@ -88,6 +104,7 @@ def client(cluster):
     c = cluster.client(timeout=20)
     c.register(bump, "bump")
     c.register(lambda lib, x: x, "echo")
+    c.register(forge_actor_calls, "forge_actor_calls")
     return c
 
 
@@ -166,6 +183,18 @@ def test_a_call_that_would_wait_for_itself_fails_at_once(client):
     assert time.monotonic() - start < 8
     assert nested.ping().get(timeout=10) == "pong"      # the actor lives on
     nested.kill()
+
+
+def test_a_function_may_not_create_an_actor_or_make_a_plain_call(client):
+    assert client.call("forge_actor_calls").get(timeout=10)
+
+    def dropped():
+        return sum(d.count for d in client.status().dropped
+                   if d.role == "function" and d.kind == "call") >= 2
+    poll_until(dropped, 10, "the scheduler dropping the forged calls")
+    forged = cloudburst.ActorHandle("actor-forged", "Evil", ("x",)).bind(client)
+    with pytest.raises(ActorDied, match="unknown"):
+        forged.x().get(timeout=10)
 
 
 def test_killing_an_actor(cluster, client):
