@@ -76,6 +76,8 @@ class ActorDirectory:
         self.max_calls = max(1, int(max_calls))
         self._actors: "collections.OrderedDict[str, ActorEntry]" = collections.OrderedDict()
         self._calls: "collections.OrderedDict[str, Tuple[str, str]]" = collections.OrderedDict()
+        # worker id -> live actors there, kept as entries change (read on every plain call)
+        self._hosting: Dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self._actors)
@@ -84,12 +86,28 @@ class ActorDirectory:
         return self._actors.get(actor_id)
 
     def placed(self, entry: ActorEntry) -> None:
+        old = self._actors.pop(entry.actor_id, None)
+        if old is not None:
+            self._count(old, -1)
         self._actors[entry.actor_id] = entry
-        self._actors.move_to_end(entry.actor_id)
+        self._count(entry, +1)
         while len(self._actors) > self.max_actors:
             victim = next((a for a, e in self._actors.items() if e.dead is not None),
                           next(iter(self._actors)))
-            del self._actors[victim]
+            self._count(self._actors.pop(victim), -1)
+
+    def _count(self, entry: ActorEntry, delta: int) -> None:
+        if entry.dead is None:
+            n = self._hosting.get(entry.worker_id, 0) + delta
+            if n > 0:
+                self._hosting[entry.worker_id] = n
+            else:
+                self._hosting.pop(entry.worker_id, None)
+
+    def _end(self, entry: ActorEntry, why: str) -> None:
+        if entry.dead is None:
+            self._count(entry, -1)
+            entry.dead = why
 
     def route(self, actor_id: str, restarts_of: Callable[[str], Optional[int]]
               ) -> Tuple[Optional[ActorEntry], Optional[str]]:
@@ -99,30 +117,27 @@ class ActorDirectory:
         if entry.dead is None:
             restarts = restarts_of(entry.worker_id)
             if restarts is None:
-                entry.dead = f"its worker {entry.worker_id} is gone"
+                self._end(entry, f"its worker {entry.worker_id} is gone")
             elif restarts != entry.restarts:
-                entry.dead = (f"its worker {entry.worker_id} was restarted since the actor "
-                              f"was placed there (the instance died with the old process)")
+                self._end(entry, f"its worker {entry.worker_id} was restarted since the actor "
+                                 f"was placed there (the instance died with the old process)")
         return entry, entry.dead
 
     def worker_lost(self, worker_id: str, why: str) -> List[ActorEntry]:
         lost = [e for e in self._actors.values() if e.worker_id == worker_id and e.dead is None]
         for e in lost:
-            e.dead = f"its worker {worker_id} {why}"
+            self._end(e, f"its worker {worker_id} {why}")
         return lost
 
     def ended(self, actor_id: str, why: str) -> Optional[ActorEntry]:
         entry = self._actors.get(actor_id)
-        if entry is not None and entry.dead is None:
-            entry.dead = why
+        if entry is not None:
+            self._end(entry, why)
         return entry
 
     def hosting(self) -> Dict[str, int]:
-        out: Dict[str, int] = {}
-        for e in self._actors.values():
-            if e.dead is None:
-                out[e.worker_id] = out.get(e.worker_id, 0) + 1
-        return out
+        """worker id -> live actors there (a copy)."""
+        return dict(self._hosting)
 
     # ---- calls ----
     def call_started(self, call_id: str, actor_id: str, op: str) -> None:

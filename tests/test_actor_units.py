@@ -93,7 +93,8 @@ def test_a_worker_death_ends_its_actors_and_a_failed_creation_ends_its_actor():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["place", "lose", "end", "start", "finish"]),
+@given(st.lists(st.tuples(st.sampled_from(["place", "lose", "end", "start", "finish",
+                                           "route"]),
                           st.integers(0, 30), st.sampled_from(["w0", "w1", "w2"]),
                           st.booleans()), max_size=120))
 def test_the_directory_stays_bounded_and_a_dead_actor_never_lives_again(ops):
@@ -109,6 +110,12 @@ def test_the_directory_stays_bounded_and_a_dead_actor_never_lives_again(ops):
             dead.add(aid)
         elif op == "start":
             d.call_started(f"c{n}", aid, (CREATE, METHOD, KILL)[n % 3])
+        elif op == "route":               # worker w2 is gone, w1 was restarted
+            entry, why = d.route(aid, {"w0": 0, "w1": 1}.get)
+            if why is not None:
+                dead.add(aid)
+            assert entry is None or (why is None) == (entry.worker_id == "w0") or \
+                entry.dead is not None
         elif op == "finish":
             entry = d.call_finished(f"c{n}", ok)
             if entry is not None:
@@ -117,8 +124,9 @@ def test_the_directory_stays_bounded_and_a_dead_actor_never_lives_again(ops):
         for aid in dead:
             entry = d.get(aid)
             assert entry is None or entry.dead is not None
-        assert sum(d.hosting().values()) == sum(1 for a in list(d._actors.values())
-                                                if a.dead is None)
+        live = [e for e in d._actors.values() if e.dead is None]
+        assert d.hosting() == {w: sum(1 for e in live if e.worker_id == w)
+                               for w in {e.worker_id for e in live}}
 
 
 # ---- worker: the actor table ----
