@@ -465,9 +465,11 @@ class Client:
             self._slots[rid] = _Slot()
         return rid
 
-    def _send(self, kind: str, message: Any, to: Optional[str] = None) -> str:
+    def _send(self, kind: str, message: Any, to: Optional[str] = None,
+              patience: Optional[float] = None) -> str:
         """Send to scheduler `to` only, or by the failover rule (module contract); returns the
-        address it went to. `SchedulerUnavailable` when no scheduler took it in time."""
+        address it went to. `SchedulerUnavailable` when no scheduler took it within
+        `patience` seconds (default `failover_timeout`)."""
         if self.closed:
             raise CloudburstError("this Client is closed")
         with self._send_lock:
@@ -476,7 +478,7 @@ class Client:
             else:
                 order = self.addresses[self._current:] + self.addresses[:self._current]
             start = time.monotonic()
-            deadline = start + self.failover_timeout
+            deadline = start + (self.failover_timeout if patience is None else patience)
             while True:
                 # the current scheduler first, alone for a moment (it may be reconnecting)
                 alone = len(order) > 1 and time.monotonic() < start + _PREFER_CURRENT

@@ -112,35 +112,40 @@ class Future:
         if self._cancelled or self._lost is not None:
             return True
         if self._result is None:
-            client = self._client
-            deadline = time.monotonic() + (self._timeout if timeout is None
-                                           else max(0.0, timeout))
-            while True:
-                left = deadline - time.monotonic()
-                try:
-                    slot = client._wait(self.request_id,
-                                        max(0.0, min(left, client.failover_timeout)))
-                except (KeyboardInterrupt, SystemExit):
-                    # the caller stopped waiting (Ctrl-C, exit): nothing keeps running for it
-                    if not self.fire_and_forget:
-                        self.cancel()
-                    raise
-                if slot is not None:
-                    break
-                if time.monotonic() >= deadline:
-                    return False
-                lost = client._scheduler_lost(self.scheduler, self._sent_at, self.request_id)
-                if self.done():                  # the result came meanwhile
-                    return True
-                if lost is not None:
-                    self._lost = f"{self.what}: {lost} while the call was in flight; it was " \
-                                 f"not retried (it may or may not have run)"
-                    self._finalizer.detach()
-                    self._client._forget(self.request_id)
-                    return True
+            try:
+                slot = self._await_slot(timeout)
+            except (KeyboardInterrupt, SystemExit):
+                # the caller stopped waiting (Ctrl-C, exit): nothing keeps running for it
+                if not self.fire_and_forget:
+                    self.cancel()
+                raise
+            if slot is None:
+                return self.done() or self._lost is not None
             self._result = slot.answer
             self._collected()
         return True
+
+    def _await_slot(self, timeout: Optional[float]) -> Any:
+        """The answer's slot; None when `timeout` passed first or the scheduler was lost
+        (`_lost` set) or the result came through `done()`."""
+        client = self._client
+        deadline = time.monotonic() + (self._timeout if timeout is None else max(0.0, timeout))
+        while True:
+            left = deadline - time.monotonic()
+            slot = client._wait(self.request_id, max(0.0, min(left, client.failover_timeout)))
+            if slot is not None:
+                return slot
+            if time.monotonic() >= deadline:
+                return None
+            lost = client._scheduler_lost(self.scheduler, self._sent_at, self.request_id)
+            if self.done():                  # the result came meanwhile
+                return None
+            if lost is not None:
+                self._lost = f"{self.what}: {lost} while the call was in flight; it was " \
+                             f"not retried (it may or may not have run)"
+                self._finalizer.detach()
+                client._forget(self.request_id)
+                return None
 
     def cancel(self) -> bool:
         """Stop the call: its functions are stopped or never start, and `get` raises

@@ -14,7 +14,8 @@ Contract: `ClientLeases(client, ttl)` belongs to one `Client`.
   ttl 0, which cancels every call of this client there at once.
 A client that is killed sends nothing more: its schedulers cancel its calls when the lease
 runs out (`scheduler/leases.py`), at most `ttl` seconds (plus a scheduler tick) later.
-Every send has the client's failover deadline; a scheduler that is gone is skipped.
+Every renewal has the client's failover deadline, a goodbye `LEAVE_PATIENCE`; a scheduler
+that is gone is skipped (its calls are gone with it).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import logging
 import threading
 import weakref
 from collections import deque
-from typing import TYPE_CHECKING, Deque, Dict
+from typing import TYPE_CHECKING, Deque, Dict, Optional
 
 from hydro_proto import cloudburst_pb2 as pb
 
@@ -37,6 +38,7 @@ __all__ = ["ClientLeases"]
 log = logging.getLogger("cloudburst.client")
 
 _OPEN: "weakref.WeakSet[ClientLeases]" = weakref.WeakSet()
+LEAVE_PATIENCE = 0.5   # seconds a closing client waits for a scheduler to take its goodbye
 
 
 @atexit.register
@@ -91,7 +93,7 @@ class ClientLeases:
         self._stop.set()
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5.0)
-        self._send_all(schedulers, 0.0)
+        self._send_all(schedulers, 0.0, patience=LEAVE_PATIENCE)
 
     def _run(self) -> None:
         while not self._stop.wait(self.ttl / 4):
@@ -109,13 +111,13 @@ class ClientLeases:
             del client
             self._send_all(schedulers, self.ttl)
 
-    def _send_all(self, schedulers: list, ttl: float) -> None:
+    def _send_all(self, schedulers: list, ttl: float, patience: Optional[float] = None) -> None:
         client = self._client()
         if client is None or client.closed:
             return
         for scheduler in schedulers:
             try:
                 client._send("lease", pb.ClientLease(client=client.response_address, ttl=ttl),
-                             to=scheduler)
+                             to=scheduler, patience=patience)
             except CloudburstError as e:     # gone: its calls are gone with it
                 log.debug("lease to %s not sent: %s", scheduler, e)
