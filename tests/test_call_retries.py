@@ -187,3 +187,32 @@ def test_a_causal_call_granted_its_commit_is_not_run_again():
                 if k == "cache" and m.op == pb.CAUSAL_RELEASE]
     assert first in released
     assert not [m for a, k, m in push.sent if k == "result"]
+
+
+@pytest.mark.slow     # a second cluster and a heartbeat timeout: ~15 s
+def test_a_call_whose_node_dies_runs_again_on_another_node():
+    """The whole node killed (no exit report: the schedulers notice the silence): the call
+    runs again on the other node and returns."""
+    with cloudburst.LocalCluster(executor_nodes=2, executors_per_node=1) as cluster:
+        c = cluster.client(timeout=30)
+
+        def hang_once(lib, marker):
+            if lib.get(marker, default=None) is None:
+                lib.put(marker, lib.getid())          # where the first attempt runs
+                import time
+                time.sleep(60)
+            return "ran again"
+
+        c.register(hang_once, "hang-once")
+        key = marker()
+        future = c.call("hang-once", key)
+
+        def first_worker():
+            try:
+                return c.get(key)
+            except cloudburst.ObjectNotFound:
+                return None
+        worker = poll_until(first_worker, 15, "the first attempt starting")
+        node = next(w["node_id"] for w in cluster.workers if w["worker_id"] == worker)
+        cluster.kill_node(int(node.removeprefix("node")))
+        assert future.get(timeout=30) == "ran again"
