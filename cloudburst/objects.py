@@ -8,6 +8,11 @@ Contract:
   replica its executor asks: a plain value last-writer-wins, a lattice is merged on the
   server, and `consistency="causal"` writes a `MultiKeyCausalLattice` version whose clock is
   `{client_id: next counter}`.
+- `put` returns the version it wrote (`Written`: an LWW timestamp, a causal clock, or
+  `merged` for a lattice), which the client's session notes. `read(key, floor, merged)`
+  returns the value with the version it read: a plain value older than `floor` (the
+  session's; replicas lag a write by up to a gossip period), or a key the session merged
+  lattices into, is read from every replica and merged.
 - `get` reads values as data (`runtime.values.loads`): plain data only unless
   `objects=True`. `ObjectNotFound` for a missing key; KVS timeouts become `Timeout`.
 - `close()` closes the KVS client.
@@ -15,8 +20,9 @@ Contract:
 from __future__ import annotations
 
 import threading
-from typing import Any, Optional
+from typing import Any, Dict, NamedTuple, Optional, Tuple
 
+from hydro_proto import anna_pb2
 from runtime.auth import AuthConfig
 from runtime.keys import check_user_key
 from runtime.values import CAUSAL_LATTICES, dumps, is_lattice, loads
@@ -24,7 +30,15 @@ from runtime.values import CAUSAL_LATTICES, dumps, is_lattice, loads
 from .errors import CloudburstError, ObjectNotFound, Timeout
 from .options import _CONSISTENCY
 
-__all__ = ["ObjectStore"]
+__all__ = ["ObjectStore", "Written"]
+
+
+class Written(NamedTuple):
+    """The version of a key a put wrote or a read returned (for the client's session)."""
+
+    timestamp: int = 0                       # a plain value's LWW timestamp
+    vc: Optional[Dict[str, int]] = None      # a causal value's vector clock
+    merged: bool = False                     # a lattice merged in the KVS
 
 
 class ObjectStore:
@@ -39,8 +53,9 @@ class ObjectStore:
         self._kvs: Any = None
         self._lock = threading.Lock()
         self._counter = 0
+        self._clock: Any = None       # LWW timestamps of this client's puts
 
-    def put(self, key: str, value: Any, consistency: str = "lww") -> None:
+    def put(self, key: str, value: Any, consistency: str = "lww") -> Written:
         """Store `value` (any picklable object) under `key`.
 
         A plain value is last-writer-wins: of two concurrent puts one is kept. An
@@ -62,17 +77,21 @@ class ObjectStore:
                                  "to plain values")
             with self._lock:
                 self._client().put_all(key, value)
-            return
+            return Written(merged=True)
         data = dumps(value)
+        import anna_core
+        from anna_core.wire import MonotoneClock
         with self._lock:
             if consistency == "causal":
-                import anna_core
                 self._counter += 1
-                lattice = anna_core.MultiKeyCausalLattice(
-                    {self.client_id: self._counter}, {}, [data])
-                self._client().put_all(key, lattice)
-            else:
-                self._client().put_all(key, data)
+                vc = {self.client_id: self._counter}
+                self._client().put_all(key, anna_core.MultiKeyCausalLattice(vc, {}, [data]))
+                return Written(vc=vc)
+            if self._clock is None:
+                self._clock = MonotoneClock()
+            lattice = anna_core.LWWLattice(self._clock.next(), data)
+            self._client().put_all(key, lattice)
+            return Written(timestamp=lattice.timestamp)
 
     def get(self, key: str, consistency: str = "lww", concurrent: bool = False, *,
             objects: bool = False) -> Any:
@@ -87,6 +106,12 @@ class ObjectStore:
         it refers to, without running anything. `objects=True` unpickles it fully, which runs
         whatever code its writer chose: use it for keys written by someone you trust
         (docs/SECURITY.md)."""
+        return self.read(key, consistency, concurrent, objects=objects)[0]
+
+    def read(self, key: str, consistency: str = "lww", concurrent: bool = False, *,
+             objects: bool = False, floor: int = 0, merged: bool = False
+             ) -> Tuple[Any, Written]:
+        """`get`, with the version read; see the module contract for `floor` and `merged`."""
         import anna_core
         check_user_key(key)
         if consistency not in _CONSISTENCY:
@@ -94,11 +119,39 @@ class ObjectStore:
                              f"{sorted(_CONSISTENCY)})")
         with self._lock:
             try:
-                data = self._client().get(key)
-            except anna_core.KeyNotFound:
-                raise ObjectNotFound(key) from None
+                lattice = self._read(key, floor, merged)
             except anna_core.Timeout as e:
                 raise Timeout(f"the KVS to answer GET {key!r} ({e})") from None
+        if lattice is None:
+            raise ObjectNotFound(key)
+        if lattice.lattice_type == anna_pb2.LWW:
+            data, version = lattice.reveal(), Written(timestamp=lattice.timestamp)
+        elif lattice.lattice_type in CAUSAL_LATTICES:
+            data, version = lattice, Written(vc=dict(lattice.vector_clock))
+        else:
+            data, version = lattice, Written(merged=True)
+        return self._decoded(key, data, consistency, concurrent, objects), version
+
+    def _read(self, key: str, floor: int, merged: bool) -> Any:
+        """The key's lattice (None: not found), from every replica when one may lag."""
+        import anna_core
+        kvs = self._client()
+        lattice = None
+        if not merged:
+            try:
+                lattice = kvs.get_lattice(key)
+            except anna_core.KeyNotFound:
+                pass
+            ts = lattice.timestamp if lattice is not None and \
+                lattice.lattice_type == anna_pb2.LWW else None
+            if not floor or (ts is not None and ts >= floor):
+                return lattice
+        for _, replica in kvs.get_replicas(key):
+            lattice = replica if lattice is None else lattice.merge(replica)
+        return lattice
+
+    def _decoded(self, key: str, data: Any, consistency: str, concurrent: bool,
+                 objects: bool) -> Any:
 
         def decode(value: bytes) -> Any:
             return loads(value, objects, key=key,

@@ -35,6 +35,7 @@ from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
 from hydrocache import versionset as vs
 from hydrocache.protocols import parallel_flow, parallel_stale
+from hydrocache.session import Floors
 from hydrocache.writer import ExecutorWriter
 
 from .cache_client import CausalRead, Fenced
@@ -101,6 +102,9 @@ class CausalInvocation:
         dag_keys = set(self.plan.dag_keys)
         req.dag_keys.extend(sorted(dag_keys))
         req.dag_keys_known = self.plan.dag_keys_known and all(k in dag_keys for k in keys)
+        if self.schedule.HasField("session"):     # the caller's floors (read-your-writes)
+            req.session.CopyFrom(Floors(self.schedule.session).restrict(
+                list(keys) + sorted(dag_keys)))
 
     def _bind_opt(self, keys: Sequence[str]) -> None:
         if self._first_bind:

@@ -1,0 +1,250 @@
+"""Sessions: read-your-writes and monotonic reads from a client into its calls (pure).
+
+Contract:
+- A session is what one client wrote and read: for each key, its *floor*, the newest version
+  of the key the session knows of. A plain (last-writer-wins) value's floor is its LWW
+  timestamp; a causal value's is its vector clock; a key merged as a lattice
+  (`put(key, lattice)`) is only marked `merged` (it is read from every replica, whose merge
+  holds every version any of them had).
+- `Session(max_keys)` keeps at most `max_keys` floors, the least recently noted forgotten
+  first. What it forgets is summed up, so the guarantee survives the bound at a cost:
+  `overflow_timestamp` is the newest forgotten plain timestamp (a plain value cached with an
+  older timestamp is re-read from the KVS before it is read), and `overflow_causal` says a
+  causal floor was forgotten (a causal read of a key not listed is re-read from the KVS).
+- `note_plain(key, ts)`, `note_causal(key, vc)`, `note_merged(key)` raise a floor (never lower
+  it: a floor is the max of what was noted, the merge of the clocks); `absorb(proto)` notes
+  every floor of a `cloudburst.Session` (what a call read and wrote). `to_proto(keys=None)`
+  is the session as sent (every floor, or the floors of `keys` and the overflow);
+  `Session.from_proto(message)` reads one back.
+- The decisions (plain functions of a `cloudburst.Session` message and what a cache holds):
+  `plain_floor(session, key)` is `(timestamp, exact)`: the floor a plain read of `key` must
+  meet, `exact` when the session names the key (else the overflow's, which the key may never
+  reach: then a read from the KVS is all it needs). `plain_fresh(cached_ts, floor)`: may a
+  cached copy with timestamp `cached_ts` be read? `plain_after_fetch(ts, floor, exact,
+  every_replica)` decides after a read from the KVS: `ACCEPT`, `READ_ALL` (a replica may lag:
+  read and merge every replica) or `STALE` (every replica was read and none reaches an exact
+  floor: the write the floor stands for is lost; the read fails naming the key).
+  `causal_stale(session, keys, version_of)` lists the keys whose cached causal version does
+  not supersede their floor (to re-read from the KVS before binding), and `causal_unmet`
+  those still short of it afterwards. `Floors(session)` indexes a request's session by key.
+No sockets, clocks or sleeps; the node caches and the client are thin around these.
+"""
+from __future__ import annotations
+
+import collections
+from typing import (Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence,
+                    Tuple)
+
+from hydro_proto import cloudburst_pb2 as pb
+
+from .vclock import merge, supersedes
+
+__all__ = ["SessionUnmet", "Session", "Floor", "DEFAULT_MAX_KEYS", "plain_floor", "plain_fresh",
+           "plain_after_fetch", "ACCEPT", "READ_ALL", "STALE", "causal_stale", "causal_unmet",
+           "merged_key", "Floors", "index"]
+
+DEFAULT_MAX_KEYS = 1024    # floors a client's session keeps before it sums up the oldest
+
+ACCEPT, READ_ALL, STALE = "accept", "read_all", "stale"
+
+
+class SessionUnmet(Exception):
+    """A causal key's versions in the KVS stay short of the session's floor for it."""
+
+
+class Floor(NamedTuple):
+    """One key's floor: a plain timestamp, a causal clock, whether it is a merged lattice."""
+
+    timestamp: int = 0
+    vc: Mapping[str, int] = {}
+    merged: bool = False
+
+
+class Session:
+    """A bounded session; see the module contract."""
+
+    def __init__(self, max_keys: int = DEFAULT_MAX_KEYS) -> None:
+        if not isinstance(max_keys, int) or max_keys < 1:
+            raise ValueError(f"a session keeps at least one key, got max_keys={max_keys!r}")
+        self.max_keys = max_keys
+        self._floors: "collections.OrderedDict[str, Floor]" = collections.OrderedDict()
+        self.overflow_timestamp = 0
+        self.overflow_causal = False
+
+    def __len__(self) -> int:
+        return len(self._floors)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._floors
+
+    def floor(self, key: str) -> Optional[Floor]:
+        return self._floors.get(key)
+
+    # ---- noting ----
+    def _note(self, key: str, timestamp: int = 0, vc: Optional[Mapping[str, int]] = None,
+              merged: bool = False) -> None:
+        old = self._floors.pop(key, None)
+        if old is not None:
+            timestamp = max(timestamp, old.timestamp)
+            vc = merge(old.vc, vc or {}) if (vc or old.vc) else {}
+            merged = merged or old.merged
+        self._floors[key] = Floor(timestamp, dict(vc or {}), merged)
+        while len(self._floors) > self.max_keys:
+            _, gone = self._floors.popitem(last=False)
+            self.overflow_timestamp = max(self.overflow_timestamp, gone.timestamp)
+            self.overflow_causal = self.overflow_causal or bool(gone.vc) or gone.merged
+
+    def note_plain(self, key: str, timestamp: int) -> None:
+        """`key` was written or read at LWW timestamp `timestamp`."""
+        self._note(key, timestamp=int(timestamp))
+
+    def note_causal(self, key: str, vc: Mapping[str, int]) -> None:
+        """A causal version of `key` with clock `vc` was written or read."""
+        self._note(key, vc=dict(vc))
+
+    def note_merged(self, key: str) -> None:
+        """`key` holds a merged lattice this session wrote or read."""
+        self._note(key, merged=True)
+
+    def absorb(self, message: pb.Session) -> None:
+        """Note every floor of `message` (what a call read and wrote)."""
+        for k in message.keys:
+            self._note(k.key, k.timestamp, dict(k.vc), k.merged)
+        self.overflow_timestamp = max(self.overflow_timestamp, message.overflow_timestamp)
+        self.overflow_causal = self.overflow_causal or message.overflow_causal
+
+    # ---- as sent ----
+    def to_proto(self, keys: Optional[Iterable[str]] = None) -> pb.Session:
+        out = pb.Session(overflow_timestamp=self.overflow_timestamp,
+                         overflow_causal=self.overflow_causal)
+        chosen = self._floors.items() if keys is None else \
+            ((k, self._floors[k]) for k in dict.fromkeys(keys) if k in self._floors)
+        for key, f in chosen:
+            e = out.keys.add(key=key, timestamp=f.timestamp, merged=f.merged)
+            e.vc.update(f.vc)
+        return out
+
+    @classmethod
+    def from_proto(cls, message: pb.Session, max_keys: Optional[int] = None) -> "Session":
+        s = cls(max_keys or max(DEFAULT_MAX_KEYS, len(message.keys)))
+        s.absorb(message)
+        return s
+
+
+# ---- decisions ----
+def _entry(session: Optional[pb.Session], key: str) -> Optional[pb.SessionKey]:
+    if session is None:
+        return None
+    for k in session.keys:
+        if k.key == key:
+            return k
+    return None
+
+
+def index(session: Optional[pb.Session]) -> Dict[str, pb.SessionKey]:
+    """key -> its floor entry (a request's keys look their floors up here)."""
+    return {} if session is None else {k.key: k for k in session.keys}
+
+
+def plain_floor(session: Optional[pb.Session], key: str,
+                entries: Optional[Mapping[str, pb.SessionKey]] = None) -> Tuple[int, bool]:
+    """(timestamp, exact): the floor a plain read of `key` must meet (0: none)."""
+    if session is None:
+        return 0, False
+    e = entries.get(key) if entries is not None else _entry(session, key)
+    if e is not None and e.timestamp:
+        return max(e.timestamp, session.overflow_timestamp), True
+    return session.overflow_timestamp, False
+
+
+def merged_key(session: Optional[pb.Session], key: str,
+               entries: Optional[Mapping[str, pb.SessionKey]] = None) -> bool:
+    """Is `key` a merged lattice of the session (read from every replica)?"""
+    e = entries.get(key) if entries is not None else _entry(session, key)
+    return e is not None and e.merged
+
+
+def plain_fresh(cached_ts: Optional[int], floor: int) -> bool:
+    """May a cached copy with LWW timestamp `cached_ts` (None: not cached) be read?"""
+    return cached_ts is not None and cached_ts >= floor
+
+
+def plain_after_fetch(ts: Optional[int], floor: int, exact: bool, every_replica: bool) -> str:
+    """After reading `key` from the KVS (`ts`: the value's timestamp, None: not found)."""
+    if floor == 0 or (ts is not None and ts >= floor):
+        return ACCEPT
+    if not every_replica:
+        return READ_ALL
+    # every replica merged: nothing newer exists. For the overflow's floor the key may simply
+    # never have been written since; a missing key was deleted since (a newer act)
+    return STALE if exact and ts is not None else ACCEPT
+
+
+def causal_stale(session: Optional[pb.Session], keys: Sequence[str],
+                 version_of: Callable[[str], Optional[Mapping[str, int]]]) -> List[str]:
+    """Keys of `keys` to re-read from the KVS before a causal read binds them: their cached
+    version (`version_of(key)`: its clock, None when not cached) does not supersede their
+    floor, or (after an overflow) they have no floor listed and are cached."""
+    if session is None:
+        return []
+    entries = index(session)
+    out = []
+    for key in dict.fromkeys(keys):
+        vc = version_of(key)
+        if vc is None:
+            continue             # not cached: it is read from the KVS anyway
+        e = entries.get(key)
+        if e is not None and e.vc:
+            if not supersedes(vc, dict(e.vc)):
+                out.append(key)
+        elif e is None and session.overflow_causal:
+            out.append(key)
+    return out
+
+
+def causal_unmet(session: Optional[pb.Session], keys: Sequence[str],
+                 version_of: Callable[[str], Optional[Mapping[str, int]]]) -> List[str]:
+    """Keys of `keys` whose cached version is still short of their listed floor."""
+    if session is None:
+        return []
+    entries = index(session)
+    out = []
+    for key in dict.fromkeys(keys):
+        e = entries.get(key)
+        if e is None or not e.vc:
+            continue
+        vc = version_of(key)
+        if vc is not None and not supersedes(vc, dict(e.vc)):
+            out.append(key)      # (not cached after a read: the KVS has no such key)
+    return out
+
+
+class Floors:
+    """A request's session, indexed by key: what a node cache asks of it per key."""
+
+    __slots__ = ("session", "entries")
+
+    def __init__(self, session: Optional[pb.Session]) -> None:
+        self.session = session
+        self.entries = index(session)
+
+    def floor(self, key: str) -> Tuple[int, bool]:
+        return plain_floor(self.session, key, self.entries)
+
+    def merged(self, key: str) -> bool:
+        return merged_key(self.session, key, self.entries)
+
+    def fresh(self, key: str, cached_ts: Optional[int]) -> bool:
+        """May the cached plain copy of `key` (timestamp `cached_ts`) be read?"""
+        return plain_fresh(cached_ts, self.floor(key)[0])
+
+    def restrict(self, keys: Iterable[str]) -> pb.Session:
+        """The floors of `keys` (those listed) with the overflow: what a request carries."""
+        s = self.session
+        out = pb.Session(overflow_timestamp=s.overflow_timestamp if s else 0,
+                         overflow_causal=s.overflow_causal if s else False)
+        for key in dict.fromkeys(keys):
+            e = self.entries.get(key)
+            if e is not None:
+                out.keys.add().CopyFrom(e)
+        return out
