@@ -1,0 +1,189 @@
+"""Sessions (read-your-writes and monotonic reads) as pure code: the client's bounded session,
+the node caches' decisions, a call's session on its worker, and the read from the KVS at
+least as new as a floor (against a fake KVS client: a unit test)."""
+import pytest
+from hypothesis import given, strategies as st
+
+import anna_core
+from hydro_proto import cloudburst_pb2 as pb
+from hydrocache.session import (ACCEPT, READ_ALL, STALE, Floors, Session, causal_stale,
+                                causal_unmet, plain_after_fetch, plain_floor, plain_fresh)
+from hydrocache.vclock import supersedes
+from executor.call_session import CallSession, UpstreamSessions
+from executor.fresh_read import StaleRead, read_at_least
+
+keys = st.sampled_from([f"k{i}" for i in range(12)])
+plain_notes = st.tuples(st.just("plain"), keys, st.integers(1, 10**6))
+causal_notes = st.tuples(st.just("causal"), keys,
+                         st.dictionaries(st.sampled_from("abc"), st.integers(1, 9), min_size=1))
+merged_notes = st.tuples(st.just("merged"), keys, st.none())
+notes = st.lists(st.one_of(plain_notes, causal_notes, merged_notes), max_size=60)
+
+
+def apply(session, ops):
+    for kind, key, arg in ops:
+        if kind == "plain":
+            session.note_plain(key, arg)
+        elif kind == "causal":
+            session.note_causal(key, arg)
+        else:
+            session.note_merged(key)
+
+
+@given(notes, st.integers(1, 8))
+def test_the_guarantee_survives_the_bound(ops, bound):
+    """Whatever was noted, the session as sent still demands it: each key's plain floor is at
+    least every timestamp noted for it; a causal clock noted is superseded by the key's listed
+    floor, or the overflow makes every unlisted causal read go to the KVS."""
+    s = Session(bound)
+    apply(s, ops)
+    assert len(s) <= bound
+    sent = s.to_proto()
+    assert len(sent.keys) <= bound
+    listed = {k.key: k for k in sent.keys}
+    for kind, key, arg in ops:
+        if kind == "plain":
+            assert plain_floor(sent, key)[0] >= arg
+        elif kind == "causal":
+            if key in listed and listed[key].vc:
+                assert supersedes(dict(listed[key].vc), arg)
+            else:
+                assert sent.overflow_causal
+        else:
+            assert (key in listed and listed[key].merged) or sent.overflow_causal
+
+
+@given(notes)
+def test_floors_only_rise_and_round_trip(ops):
+    s = Session(64)
+    apply(s, ops)
+    back = Session.from_proto(s.to_proto())
+    assert back.to_proto() == s.to_proto()
+    before = s.to_proto()
+    s.absorb(pb.Session())                 # absorbing nothing lowers nothing
+    assert s.to_proto() == before
+
+
+def test_least_recently_noted_is_forgotten_first_and_summed_up():
+    s = Session(2)
+    s.note_plain("a", 10)
+    s.note_plain("b", 20)
+    s.note_plain("a", 5)                   # raises nothing, but a is now the most recent
+    s.note_plain("c", 30)
+    assert "b" not in s and "a" in s and "c" in s
+    assert s.floor("a").timestamp == 10
+    assert s.overflow_timestamp == 20 and not s.overflow_causal
+    s.note_causal("d", {"x": 1})
+    s.note_plain("e", 1)                   # forgets c (plain), then d would go next
+    s.note_plain("f", 1)
+    assert s.overflow_causal
+
+
+def test_a_bad_bound_is_refused():
+    with pytest.raises(ValueError, match="at least one key"):
+        Session(0)
+
+
+def test_plain_decisions():
+    assert plain_fresh(5, 5) and not plain_fresh(4, 5) and not plain_fresh(None, 0)
+    assert plain_after_fetch(None, 0, False, False) == ACCEPT
+    assert plain_after_fetch(7, 5, True, False) == ACCEPT
+    assert plain_after_fetch(4, 5, True, False) == READ_ALL
+    assert plain_after_fetch(None, 5, True, False) == READ_ALL
+    assert plain_after_fetch(4, 5, True, True) == STALE         # the write is gone
+    assert plain_after_fetch(None, 5, True, True) == ACCEPT      # deleted since
+    assert plain_after_fetch(4, 5, False, True) == ACCEPT        # the overflow's floor
+
+
+def test_plain_floor_of_a_listed_key_and_of_the_overflow():
+    s = Session(1)
+    s.note_plain("a", 10)
+    s.note_plain("b", 3)
+    sent = s.to_proto()
+    assert plain_floor(sent, "b") == (10, True)      # listed, raised to the overflow
+    assert plain_floor(sent, "zzz") == (10, False)
+    assert plain_floor(None, "b") == (0, False)
+    f = Floors(sent)
+    assert f.fresh("b", 10) and not f.fresh("b", 9) and f.fresh("zzz", 10)
+    assert [k.key for k in f.restrict(["b", "zzz"]).keys] == ["b"]
+
+
+def test_causal_stale_and_unmet():
+    s = Session()
+    s.note_causal("a", {"c": 2})
+    s.note_causal("b", {"c": 1})
+    sent = s.to_proto()
+    held = {"a": {"c": 1}, "b": {"c": 1, "d": 4}, "x": {"e": 1}}
+    assert causal_stale(sent, ["a", "b", "x", "missing"], held.get) == ["a"]
+    assert causal_unmet(sent, ["a", "b"], held.get) == ["a"]
+    held["a"] = {"c": 2, "z": 1}
+    assert causal_unmet(sent, ["a", "b"], held.get) == []
+    assert causal_stale(None, ["a"], held.get) == []
+    over = pb.Session(overflow_causal=True)
+    assert causal_stale(over, ["a", "missing"], held.get) == ["a"]   # cached, unlisted
+
+
+def test_a_call_session_raises_its_floors_and_reports_what_it_did():
+    floors = Session()
+    floors.note_plain("a", 10)
+    inherited = Session()
+    inherited.note_plain("up", 7)
+    cs = CallSession(floors.to_proto(), inherited.to_proto())
+    assert [(k.key, k.timestamp) for k in cs.request(["a", "up", "b"]).keys] == \
+        [("a", 10), ("up", 7)]
+    cs.note("b", 12)
+    cs.note("a", 11)
+    assert {(k.key, k.timestamp) for k in cs.request(["a", "b"]).keys} == {("a", 11), ("b", 12)}
+    assert {(k.key, k.timestamp) for k in cs.report().keys} == {("up", 7), ("b", 12), ("a", 11)}
+
+
+def test_upstream_sessions_are_bounded_and_dropped():
+    u = UpstreamSessions(max_calls=2)
+    r = Session()
+    r.note_plain("k", 1)
+    u.add("c1", "g", r.to_proto())
+    u.add("c2", "g", r.to_proto())
+    u.add("c3", "g", r.to_proto())             # c1 forgotten
+    assert u.take("c1", "g") is None
+    assert u.take("c2", "g").keys[0].timestamp == 1
+    u.drop("c3")
+    assert u.take("c3", "g") is None
+
+
+class FakeKvs:
+    """A KVS client with one lagging replica (unit test double)."""
+
+    def __init__(self, first, replicas):
+        self.first, self.replicas, self.calls = first, replicas, []
+
+    def get_lattice(self, key):
+        self.calls.append("one")
+        if self.first is None:
+            raise anna_core.KeyNotFound(key)
+        return self.first
+
+    def get_replicas(self, key):
+        self.calls.append("all")
+        return [(f"r{i}", r) for i, r in enumerate(self.replicas)]
+
+
+def lww(ts, value=b"v"):
+    return anna_core.LWWLattice(ts, value)
+
+
+def test_read_at_least_reads_every_replica_only_when_one_lags():
+    kvs = FakeKvs(lww(10), [])
+    assert read_at_least(kvs, "k", 10, True).timestamp == 10 and kvs.calls == ["one"]
+    kvs = FakeKvs(lww(5, b"old"), [lww(5, b"old"), lww(12, b"new")])
+    got = read_at_least(kvs, "k", 10, True)
+    assert (got.timestamp, got.reveal()) == (12, b"new") and kvs.calls == ["one", "all"]
+    kvs = FakeKvs(None, [lww(11)])
+    assert read_at_least(kvs, "k", 10, True).timestamp == 11
+
+
+def test_read_at_least_names_a_lost_write():
+    kvs = FakeKvs(lww(5), [lww(5), lww(6)])
+    with pytest.raises(StaleRead, match="'k'.*6 < 10"):
+        read_at_least(kvs, "k", 10, True)
+    assert read_at_least(FakeKvs(lww(5), [lww(6)]), "k", 10, False).timestamp == 6
+    assert read_at_least(FakeKvs(None, []), "k", 10, True) is None      # deleted since
