@@ -88,6 +88,7 @@ from .options import _consistency_and_protocol, _time_limit
 from .status import ClusterStatus
 from hydrocache.session import DEFAULT_MAX_KEYS, Session
 from hydrocache.vclock import supersedes
+from .sessions import ClientSession
 
 __all__ = ["Client", "Listing"]
 
@@ -179,8 +180,7 @@ class Client:
         self.client_id = f"client-{self._prefix}"   # this client's vector clock entry
         self._seq = 0
         self._objects: Optional[ObjectStore] = None
-        self.session: Optional[Session] = Session(session_keys) if session else None
-        self._session_lock = threading.Lock()
+        self._session = ClientSession(session_keys) if session else None
         self.closed = False
         try:
             info = self._ask("info", pb.NameRequest(),
@@ -348,9 +348,8 @@ class Client:
     def _submit(self, call: pb.Call, what: str, timeout: Optional[float],
                 objects: bool, session: Optional[bool] = None) -> Future:
         wait = self.timeout if timeout is None else float(timeout)
-        if self.session is not None and session is not False:
-            with self._session_lock:
-                call.session.CopyFrom(self.session.to_proto())
+        if self._session is not None and session is not False:
+            self._session.attach(call)
         rid = self._new_slot()
         call.request_id = rid
         call.response_address = self.response_address
@@ -370,7 +369,8 @@ class Client:
         causal version). Returns once every replica of the key has it; every call this client
         makes afterwards reads it (or a newer value)."""
         written = self._objects.put(key, value, consistency)
-        self._note(key, written)
+        if self._session is not None:
+            self._session.note(key, written)
 
     def get(self, key: str, consistency: str = "lww", concurrent: bool = False, *,
             objects: bool = False) -> Any:
@@ -379,44 +379,27 @@ class Client:
         `objects=True` (docs/SECURITY.md). With the session on, the value is at least as new
         as what this client wrote, read, or saw its calls read before."""
         floor, merged, vc = 0, False, None
-        if self.session is not None:
-            with self._session_lock:
-                f = self.session.floor(key)
-                floor = max(f.timestamp if f else 0, self.session.overflow_timestamp)
-                merged = bool(f and f.merged)
-                vc = dict(f.vc) if f and f.vc else None
+        if self._session is not None:
+            floor, merged, vc = self._session.read_floor(key)
         value, version = self._objects.read(key, consistency, concurrent, objects=objects,
                                             floor=floor, merged=merged)
         if vc is not None and not (version.vc and supersedes(version.vc, vc)):
             # one replica lags behind the causal version this session knows: merge them all
             value, version = self._objects.read(key, consistency, concurrent,
                                                 objects=objects, merged=True)
-        self._note(key, version)
+        if self._session is not None:
+            self._session.note(key, version)
         return value
 
-    def _note(self, key: str, version: Any) -> None:
-        """The session notes a version of `key` this client wrote or read."""
-        if self.session is None or version is None:
-            return
-        with self._session_lock:
-            if version.timestamp:
-                self.session.note_plain(key, version.timestamp)
-            elif version.vc:
-                self.session.note_causal(key, version.vc)
-            elif version.merged:
-                self.session.note_merged(key)
+    @property
+    def session(self) -> Optional[Session]:
+        """This client's session (None when off): the floors its calls carry."""
+        return None if self._session is None else self._session.session
 
     def _observed(self, result: Optional[pb.CallResult]) -> None:
         """A call's result arrived: the session notes what the call read and wrote."""
-        if self.session is None or result is None or result.status != pb.OK:
-            return
-        with self._session_lock:
-            if result.HasField("session"):
-                self.session.absorb(result.session)
-            if result.HasField("causal"):
-                for kv in list(result.causal.read_set) + list(result.causal.writes):
-                    if kv.vc:
-                        self.session.note_causal(kv.key, dict(kv.vc))
+        if self._session is not None:
+            self._session.observed(result)
 
     def delete(self, key: str) -> None:
         """Delete the object stored under `key` (a missing key is not an error)."""

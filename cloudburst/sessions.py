@@ -1,0 +1,59 @@
+"""A client's session, shared by its threads: what its calls carry and what it notes.
+
+Contract (the guarantee is stated in `cloudburst/client.py`; the floors and their bound are
+`hydrocache.session.Session`'s): `ClientSession(max_keys)` holds one `Session` behind a lock.
+- `attach(call)` copies the session into a `Call` about to be sent.
+- `read_floor(key)` is what a `Client.get` of `key` must meet: `(timestamp, merged, vc)`.
+- `note(key, version)` notes a version (`cloudburst.objects.Written`) the client wrote or
+  read; `observed(result)` notes what a call read and wrote (`CallResult.session` and, for a
+  causal call, its `CausalStats` read set and writes), for calls that succeeded.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Dict, Optional, Tuple
+
+from hydro_proto import cloudburst_pb2 as pb
+from hydrocache.session import Session
+
+__all__ = ["ClientSession"]
+
+
+class ClientSession:
+    """A client's session behind a lock; see the module contract."""
+
+    def __init__(self, max_keys: int) -> None:
+        self.session = Session(max_keys)
+        self._lock = threading.Lock()
+
+    def attach(self, call: pb.Call) -> None:
+        with self._lock:
+            call.session.CopyFrom(self.session.to_proto())
+
+    def read_floor(self, key: str) -> Tuple[int, bool, Optional[Dict[str, int]]]:
+        with self._lock:
+            f = self.session.floor(key)
+            floor = max(f.timestamp if f else 0, self.session.overflow_timestamp)
+            return floor, bool(f and f.merged), (dict(f.vc) if f and f.vc else None)
+
+    def note(self, key: str, version: Any) -> None:
+        if version is None:
+            return
+        with self._lock:
+            if version.timestamp:
+                self.session.note_plain(key, version.timestamp)
+            elif version.vc:
+                self.session.note_causal(key, version.vc)
+            elif version.merged:
+                self.session.note_merged(key)
+
+    def observed(self, result: Optional[pb.CallResult]) -> None:
+        if result is None or result.status != pb.OK:
+            return
+        with self._lock:
+            if result.HasField("session"):
+                self.session.absorb(result.session)
+            if result.HasField("causal"):
+                for kv in list(result.causal.read_set) + list(result.causal.writes):
+                    if kv.vc:
+                        self.session.note_causal(kv.key, dict(kv.vc))
