@@ -25,10 +25,15 @@ class ClientSession:
     def __init__(self, max_keys: int) -> None:
         self.session = Session(max_keys)
         self._lock = threading.Lock()
+        self._sent: Optional[bytes] = None    # the session as sent, at `_sent_at` changes
+        self._sent_at = -1
 
     def attach(self, call: pb.Call) -> None:
         with self._lock:
-            call.session.CopyFrom(self.session.to_proto())
+            if self._sent_at != self.session.changes:
+                self._sent = self.session.to_proto().SerializeToString()
+                self._sent_at = self.session.changes
+            call.session.MergeFromString(self._sent)
 
     def read_floor(self, key: str) -> Tuple[int, bool, Optional[Dict[str, int]]]:
         with self._lock:

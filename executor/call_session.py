@@ -25,31 +25,37 @@ __all__ = ["CallSession", "UpstreamSessions"]
 
 
 class CallSession:
-    """One invocation's session; see the module contract."""
+    """One invocation's session; see the module contract. The caller's floors are looked up
+    in its message, indexed on first use (not copied: a session may hold 1,024 keys, and most
+    calls read a few)."""
 
     def __init__(self, floors: pb.Session, inherited: Optional[pb.Session] = None) -> None:
-        self._floors = Session.from_proto(floors)
-        self._report = Session(self._floors.max_keys)
-        if inherited is not None:
-            self._floors.absorb(inherited)
-            self._report.absorb(inherited)
+        self._floors = floors
         self._index: Optional[Floors] = None
+        self._report = Session()
+        if inherited is not None:
+            self._report.absorb(inherited)
 
     def request(self, keys: Iterable[str]) -> pb.Session:
         if self._index is None:
-            self._index = Floors(self._floors.to_proto())
-        return self._index.restrict(keys)
+            self._index = Floors(self._floors)
+        out = self._index.restrict(keys)
+        own = self._report.to_proto(keys)        # raised by what the call did so far
+        if own.keys:
+            merged = Session.from_proto(out)
+            merged.absorb(own)
+            out = merged.to_proto()
+            out.overflow_timestamp = max(out.overflow_timestamp,
+                                         self._floors.overflow_timestamp)
+            out.overflow_causal = out.overflow_causal or self._floors.overflow_causal
+        return out
 
     def note(self, key: str, timestamp: int) -> None:
         if timestamp:
-            self._floors.note_plain(key, timestamp)
             self._report.note_plain(key, timestamp)
-            self._index = None
 
     def note_merged(self, key: str) -> None:
-        self._floors.note_merged(key)
         self._report.note_merged(key)
-        self._index = None
 
     def report(self) -> pb.Session:
         return self._report.to_proto()

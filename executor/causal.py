@@ -67,6 +67,7 @@ class CausalInvocation:
         self.timeout = max(0.05, timeout)
         self.upstreams = list(upstreams)
         self.snapshot: vs.VersionSet = {}
+        self._floors: Optional[Floors] = None    # the caller's session, indexed on first use
         self.read_set: vs.VersionSet = {}
         self.bound: Dict[str, Optional[CausalRead]] = {}
         self.writes: Dict[str, bytes] = {}
@@ -103,8 +104,9 @@ class CausalInvocation:
         req.dag_keys.extend(sorted(dag_keys))
         req.dag_keys_known = self.plan.dag_keys_known and all(k in dag_keys for k in keys)
         if self.schedule.HasField("session"):     # the caller's floors (read-your-writes)
-            req.session.CopyFrom(Floors(self.schedule.session).restrict(
-                list(keys) + sorted(dag_keys)))
+            if self._floors is None:
+                self._floors = Floors(self.schedule.session)
+            req.session.CopyFrom(self._floors.restrict(list(keys) + sorted(dag_keys)))
 
     def _bind_opt(self, keys: Sequence[str]) -> None:
         if self._first_bind:

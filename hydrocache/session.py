@@ -10,7 +10,9 @@ Contract:
   first. What it forgets is summed up, so the guarantee survives the bound at a cost:
   `overflow_timestamp` is the newest forgotten plain timestamp (a plain value cached with an
   older timestamp is re-read from the KVS before it is read), and `overflow_causal` says a
-  causal floor was forgotten (a causal read of a key not listed is re-read from the KVS).
+  causal or merged floor was forgotten (every causal read re-reads its key from the KVS once,
+  and every merged lattice is read from every replica: a key listed again after it was
+  forgotten may be listed with less than was forgotten).
 - `note_plain(key, ts)`, `note_causal(key, vc)`, `note_merged(key)` raise a floor (never lower
   it: a floor is the max of what was noted, the merge of the clocks); `absorb(proto)` notes
   every floor of a `cloudburst.Session` (what a call read and wrote). `to_proto(keys=None)`
@@ -70,6 +72,7 @@ class Session:
         self._floors: "collections.OrderedDict[str, Floor]" = collections.OrderedDict()
         self.overflow_timestamp = 0
         self.overflow_causal = False
+        self.changes = 0       # counts changes, so a sender may keep the session as sent
 
     def __len__(self) -> int:
         return len(self._floors)
@@ -88,7 +91,10 @@ class Session:
             timestamp = max(timestamp, old.timestamp)
             vc = merge(old.vc, vc or {}) if (vc or old.vc) else {}
             merged = merged or old.merged
-        self._floors[key] = Floor(timestamp, dict(vc or {}), merged)
+        new = Floor(timestamp, dict(vc or {}), merged)
+        if new != old:
+            self.changes += 1
+        self._floors[key] = new
         while len(self._floors) > self.max_keys:
             _, gone = self._floors.popitem(last=False)
             self.overflow_timestamp = max(self.overflow_timestamp, gone.timestamp)
@@ -110,6 +116,9 @@ class Session:
         """Note every floor of `message` (what a call read and wrote)."""
         for k in message.keys:
             self._note(k.key, k.timestamp, dict(k.vc), k.merged)
+        if message.overflow_timestamp > self.overflow_timestamp or \
+                (message.overflow_causal and not self.overflow_causal):
+            self.changes += 1
         self.overflow_timestamp = max(self.overflow_timestamp, message.overflow_timestamp)
         self.overflow_causal = self.overflow_causal or message.overflow_causal
 
@@ -119,9 +128,13 @@ class Session:
                          overflow_causal=self.overflow_causal)
         chosen = self._floors.items() if keys is None else \
             ((k, self._floors[k]) for k in dict.fromkeys(keys) if k in self._floors)
+        entries = []
         for key, f in chosen:
-            e = out.keys.add(key=key, timestamp=f.timestamp, merged=f.merged)
-            e.vc.update(f.vc)
+            e = pb.SessionKey(key=key, timestamp=f.timestamp, merged=f.merged)
+            if f.vc:
+                e.vc.update(f.vc)
+            entries.append(e)
+        out.keys.extend(entries)
         return out
 
     @classmethod
@@ -159,9 +172,12 @@ def plain_floor(session: Optional[pb.Session], key: str,
 
 def merged_key(session: Optional[pb.Session], key: str,
                entries: Optional[Mapping[str, pb.SessionKey]] = None) -> bool:
-    """Is `key` a merged lattice of the session (read from every replica)?"""
+    """Is `key` a merged lattice of the session, or may it be (after an overflow)? Such a
+    key is read from every replica."""
+    if session is None:
+        return False
     e = entries.get(key) if entries is not None else _entry(session, key)
-    return e is not None and e.merged
+    return (e is not None and e.merged) or session.overflow_causal
 
 
 def plain_fresh(cached_ts: Optional[int], floor: int) -> bool:
@@ -184,7 +200,7 @@ def causal_stale(session: Optional[pb.Session], keys: Sequence[str],
                  version_of: Callable[[str], Optional[Mapping[str, int]]]) -> List[str]:
     """Keys of `keys` to re-read from the KVS before a causal read binds them: their cached
     version (`version_of(key)`: its clock, None when not cached) does not supersede their
-    floor, or (after an overflow) they have no floor listed and are cached."""
+    floor, or (after an overflow of causal floors) every one that is cached."""
     if session is None:
         return []
     entries = index(session)
@@ -194,10 +210,8 @@ def causal_stale(session: Optional[pb.Session], keys: Sequence[str],
         if vc is None:
             continue             # not cached: it is read from the KVS anyway
         e = entries.get(key)
-        if e is not None and e.vc:
-            if not supersedes(vc, dict(e.vc)):
-                out.append(key)
-        elif e is None and session.overflow_causal:
+        if session.overflow_causal or (e is not None and e.vc
+                                       and not supersedes(vc, dict(e.vc))):
             out.append(key)
     return out
 

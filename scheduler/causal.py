@@ -135,7 +135,8 @@ class CausalCall:
                  max_retries: int = 10, engine: Any = None, name: str = "",
                  session: Optional[pb.Session] = None) -> None:
         self.call_id = call_id
-        self.session = session      # the caller's floors: snapshots are at least this new
+        # the caller's floors: snapshots are at least this new
+        self.session = None if session is None else Floors(session)
         self.name = name or call_id
         self.requested = requested
         self.functions = list(functions)
@@ -312,7 +313,7 @@ class CausalCall:
                 response_address=self.reply_address, keys=keys,
                 dag_keys=self.dag_keys, dag_keys_known=True,
                 session=None if self.session is None else
-                Floors(self.session).restrict(list(keys) + self.dag_keys))))
+                self.session.restrict(list(keys) + self.dag_keys))))
         return out + self._await(r, now)
 
     def fetch_round(self, attempt_id: str, stage: str, fetches: FetchSets, now: float,

@@ -45,10 +45,11 @@ def test_the_guarantee_survives_the_bound(ops, bound):
         if kind == "plain":
             assert plain_floor(sent, key)[0] >= arg
         elif kind == "causal":
-            if key in listed and listed[key].vc:
-                assert supersedes(dict(listed[key].vc), arg)
-            else:
-                assert sent.overflow_causal
+            # listed with at least the clock, or every causal read goes to the KVS
+            assert sent.overflow_causal or (key in listed and supersedes(dict(listed[key].vc),
+                                                                          arg))
+            held = {key: {}}
+            assert key in causal_stale(sent, [key], held.get)      # {} is older than arg
         else:
             assert (key in listed and listed[key].merged) or sent.overflow_causal
 
@@ -120,7 +121,12 @@ def test_causal_stale_and_unmet():
     assert causal_unmet(sent, ["a", "b"], held.get) == []
     assert causal_stale(None, ["a"], held.get) == []
     over = pb.Session(overflow_causal=True)
-    assert causal_stale(over, ["a", "missing"], held.get) == ["a"]   # cached, unlisted
+    assert causal_stale(over, ["a", "missing"], held.get) == ["a"]   # every cached key
+    s.note_causal("a", {"c": 1})
+    sent = s.to_proto()
+    sent.overflow_causal = True           # a's floor may have been forgotten, then relisted
+    held["a"] = {"c": 2}
+    assert causal_stale(sent, ["a", "b"], held.get) == ["a", "b"]
 
 
 def test_a_call_session_raises_its_floors_and_reports_what_it_did():
