@@ -41,7 +41,7 @@ class CallSession:
             self._index = Floors(self._floors)
         out = self._index.restrict(keys)
         own = self._report.to_proto(keys)        # raised by what the call did so far
-        if own.keys:
+        if own.keys or own.plain_keys:
             merged = Session.from_proto(out)
             merged.absorb(own)
             out = merged.to_proto()

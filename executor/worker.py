@@ -440,6 +440,8 @@ class Worker:
                 if f.function == target:
                     trigger.schedule.CopyFrom(f)
                     trigger.schedule.forward.extend(s.forward)
+                    if s.HasField("session"):
+                        trigger.schedule.session.CopyFrom(s.session)
                     # the call's deadline, not a fresh one: what is left of this function's
                     trigger.schedule.timeout = max(0.0, ready.deadline - time.monotonic())
                     break

@@ -114,6 +114,8 @@ class Session:
 
     def absorb(self, message: pb.Session) -> None:
         """Note every floor of `message` (what a call read and wrote)."""
+        for key, ts in zip(message.plain_keys, message.plain_timestamps):
+            self._note(key, ts)
         for k in message.keys:
             self._note(k.key, k.timestamp, dict(k.vc), k.merged)
         if message.overflow_timestamp > self.overflow_timestamp or \
@@ -128,39 +130,52 @@ class Session:
                          overflow_causal=self.overflow_causal)
         chosen = self._floors.items() if keys is None else \
             ((k, self._floors[k]) for k in dict.fromkeys(keys) if k in self._floors)
-        entries = []
-        for key, f in chosen:
-            e = pb.SessionKey(key=key, timestamp=f.timestamp, merged=f.merged)
-            if f.vc:
-                e.vc.update(f.vc)
-            entries.append(e)
-        out.keys.extend(entries)
-        return out
+        return _pack(out, chosen)
 
     @classmethod
     def from_proto(cls, message: pb.Session, max_keys: Optional[int] = None) -> "Session":
-        s = cls(max_keys or max(DEFAULT_MAX_KEYS, len(message.keys)))
+        size = len(message.keys) + len(message.plain_keys)
+        s = cls(max_keys or max(DEFAULT_MAX_KEYS, size))
         s.absorb(message)
         return s
 
 
+def _pack(out: pb.Session, floors: Iterable[Tuple[str, Floor]]) -> pb.Session:
+    """Floors into `out`: plain ones as the two parallel lists, the others as entries."""
+    plain_keys, plain_ts, entries = [], [], []
+    for key, f in floors:
+        if not f.vc and not f.merged:
+            plain_keys.append(key)
+            plain_ts.append(f.timestamp)
+            continue
+        e = pb.SessionKey(key=key, timestamp=f.timestamp, merged=f.merged)
+        if f.vc:
+            e.vc.update(f.vc)
+        entries.append(e)
+    out.plain_keys.extend(plain_keys)
+    out.plain_timestamps.extend(plain_ts)
+    out.keys.extend(entries)
+    return out
+
+
 # ---- decisions ----
-def _entry(session: Optional[pb.Session], key: str) -> Optional[pb.SessionKey]:
+def _entry(session: Optional[pb.Session], key: str) -> Optional[Floor]:
+    return index(session).get(key)
+
+
+def index(session: Optional[pb.Session]) -> Dict[str, Floor]:
+    """key -> its `Floor` (a request's keys look their floors up here)."""
     if session is None:
-        return None
+        return {}
+    out = {key: Floor(ts) for key, ts in zip(session.plain_keys, session.plain_timestamps)}
     for k in session.keys:
-        if k.key == key:
-            return k
-    return None
-
-
-def index(session: Optional[pb.Session]) -> Dict[str, pb.SessionKey]:
-    """key -> its floor entry (a request's keys look their floors up here)."""
-    return {} if session is None else {k.key: k for k in session.keys}
+        old = out.get(k.key)
+        out[k.key] = Floor(max(k.timestamp, old.timestamp if old else 0), dict(k.vc), k.merged)
+    return out
 
 
 def plain_floor(session: Optional[pb.Session], key: str,
-                entries: Optional[Mapping[str, pb.SessionKey]] = None) -> Tuple[int, bool]:
+                entries: Optional[Mapping[str, Floor]] = None) -> Tuple[int, bool]:
     """(timestamp, exact): the floor a plain read of `key` must meet (0: none)."""
     if session is None:
         return 0, False
@@ -171,7 +186,7 @@ def plain_floor(session: Optional[pb.Session], key: str,
 
 
 def merged_key(session: Optional[pb.Session], key: str,
-               entries: Optional[Mapping[str, pb.SessionKey]] = None) -> bool:
+               entries: Optional[Mapping[str, Floor]] = None) -> bool:
     """Is `key` a merged lattice of the session, or may it be (after an overflow)? Such a
     key is read from every replica."""
     if session is None:
@@ -257,8 +272,5 @@ class Floors:
         s = self.session
         out = pb.Session(overflow_timestamp=s.overflow_timestamp if s else 0,
                          overflow_causal=s.overflow_causal if s else False)
-        for key in dict.fromkeys(keys):
-            e = self.entries.get(key)
-            if e is not None:
-                out.keys.add().CopyFrom(e)
-        return out
+        return _pack(out, ((k, self.entries[k]) for k in dict.fromkeys(keys)
+                           if k in self.entries))

@@ -59,6 +59,20 @@ def test_causal_calls_right_after_a_causal_put_read_it(client):
     assert stale == 0, f"{stale} of 100 causal calls read a version older than the client's put"
 
 
+def test_every_function_of_a_dag_reads_it(client):
+    """The session reaches a downstream function too (its schedule travels with the data)."""
+    client.register(lambda lib, key: key, "pass_key")
+    dag = f"pass-read-{uuid.uuid4().hex[:6]}"
+    client.register_dag(dag, ["pass_key", "read"], [("pass_key", "read")])
+    key = fresh_key(client, "dagcfg")
+    stale = 0
+    for i in range(1, 21):
+        client.put(key, i)
+        futures = [client.call_dag(dag, {"pass_key": [key]}) for _ in range(2)]
+        stale += sum(f.get(timeout=20) < i for f in futures)
+    assert stale == 0, f"{stale} of 40 DAG calls read a value older than the client's put"
+
+
 def test_a_call_reads_what_an_earlier_call_wrote(client):
     key = fresh_key(client, "w")
     stale = 0

@@ -7,7 +7,8 @@ from hypothesis import given, strategies as st
 import anna_core
 from hydro_proto import cloudburst_pb2 as pb
 from hydrocache.session import (ACCEPT, READ_ALL, STALE, Floors, Session, causal_stale,
-                                causal_unmet, plain_after_fetch, plain_floor, plain_fresh)
+                                causal_unmet, index, plain_after_fetch, plain_floor,
+                                plain_fresh)
 from hydrocache.vclock import supersedes
 from executor.call_session import CallSession, UpstreamSessions
 from executor.fresh_read import StaleRead, read_at_least
@@ -39,8 +40,8 @@ def test_the_guarantee_survives_the_bound(ops, bound):
     apply(s, ops)
     assert len(s) <= bound
     sent = s.to_proto()
-    assert len(sent.keys) <= bound
-    listed = {k.key: k for k in sent.keys}
+    listed = index(sent)
+    assert len(listed) <= bound
     for kind, key, arg in ops:
         if kind == "plain":
             assert plain_floor(sent, key)[0] >= arg
@@ -106,7 +107,7 @@ def test_plain_floor_of_a_listed_key_and_of_the_overflow():
     assert plain_floor(None, "b") == (0, False)
     f = Floors(sent)
     assert f.fresh("b", 10) and not f.fresh("b", 9) and f.fresh("zzz", 10)
-    assert [k.key for k in f.restrict(["b", "zzz"]).keys] == ["b"]
+    assert list(f.restrict(["b", "zzz"]).plain_keys) == ["b"]
 
 
 def test_causal_stale_and_unmet():
@@ -135,12 +136,14 @@ def test_a_call_session_raises_its_floors_and_reports_what_it_did():
     inherited = Session()
     inherited.note_plain("up", 7)
     cs = CallSession(floors.to_proto(), inherited.to_proto())
-    assert [(k.key, k.timestamp) for k in cs.request(["a", "up", "b"]).keys] == \
-        [("a", 10), ("up", 7)]
+    def plain(session):
+        return {k: f.timestamp for k, f in index(session).items()}
+
+    assert plain(cs.request(["a", "up", "b"])) == {"a": 10, "up": 7}
     cs.note("b", 12)
     cs.note("a", 11)
-    assert {(k.key, k.timestamp) for k in cs.request(["a", "b"]).keys} == {("a", 11), ("b", 12)}
-    assert {(k.key, k.timestamp) for k in cs.report().keys} == {("up", 7), ("b", 12), ("a", 11)}
+    assert plain(cs.request(["a", "b"])) == {"a": 11, "b": 12}
+    assert plain(cs.report()) == {"up": 7, "b": 12, "a": 11}
 
 
 def test_upstream_sessions_are_bounded_and_dropped():
@@ -151,7 +154,7 @@ def test_upstream_sessions_are_bounded_and_dropped():
     u.add("c2", "g", r.to_proto())
     u.add("c3", "g", r.to_proto())             # c1 forgotten
     assert u.take("c1", "g") is None
-    assert u.take("c2", "g").keys[0].timestamp == 1
+    assert list(u.take("c2", "g").plain_timestamps) == [1]
     u.drop("c3")
     assert u.take("c3", "g") is None
 
