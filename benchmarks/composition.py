@@ -22,7 +22,8 @@ Prints one line per system and a JSON summary (also written with `--json PATH`).
 
 The cost of read-your-writes and monotonic reads (the client's session, on by default), on
 and off in the same run on one LocalCluster (1 executor node, 2 workers), calls interleaved
-in blocks so drift hits both alike; median over `--runs` runs of each run's p50/p99:
+in blocks so drift hits both alike; median over `--runs` runs of each run's p50/p99, and
+of each run's on/off ratio of p50s (the robust figure on a shared machine):
 - `dag`: the `increment -> square` DAG by a client whose session holds 1 key;
 - `dag_full_session`: the same by a client whose session is full (1,024 keys: every call
   carries 1,024 floors to the scheduler and on to each function);
@@ -235,6 +236,12 @@ def bench_session(calls: int, runs: int, block: int = 25) -> Dict[str, Dict]:
                         stale[mode] += got[0] < version
             row = {name: summary(v) for name, v in samples.items()}
             row["stale_on"], row["stale_off"] = stale["on"], stale["off"]
+            # within one run both sides saw the same load: their ratio is the robust figure
+            for name, a, b in (("ratio_dag", "dag_on", "dag_off"),
+                               ("ratio_dag_full_session", "dag_full_session", "dag_off"),
+                               ("ratio_read_after_put", "read_after_put_on",
+                                "read_after_put_off")):
+                row[name] = round(row[a]["p50_us"] / row[b]["p50_us"], 3)
             for name, v in row.items():
                 per_run.setdefault(name, []).append(v)
             print(f"  run {run + 1}: " + ", ".join(
@@ -273,6 +280,9 @@ def main() -> None:
                   f" | on/off p50 {a['p50_us'] / b['p50_us']:.2f}x")
         f = result["dag_full_session"]
         print(f"dag, 1,024-key session: p50 {f['p50_us']:8.1f} us p99 {f['p99_us']:8.1f} us")
+        print("median of the runs' p50 ratios (on/off, same run): " + ", ".join(
+            f"{n[6:]} {result[n]['median']:.2f}x" for n in (
+                "ratio_dag", "ratio_dag_full_session", "ratio_read_after_put")))
         print(json.dumps(result))
         if args.json:
             with open(args.json, "w") as fh:
