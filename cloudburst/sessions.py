@@ -14,7 +14,7 @@ import threading
 from typing import Any, Dict, Optional, Tuple
 
 from hydro_proto import cloudburst_pb2 as pb
-from hydrocache.session import Session
+from hydrocache.session import MAX_SENT_KEYS, Session
 
 __all__ = ["ClientSession"]
 
@@ -23,6 +23,9 @@ class ClientSession:
     """A client's session behind a lock; see the module contract."""
 
     def __init__(self, max_keys: int) -> None:
+        if isinstance(max_keys, int) and max_keys > MAX_SENT_KEYS:
+            raise ValueError(f"session_keys={max_keys}: a call carries at most "
+                             f"{MAX_SENT_KEYS} keys' versions")
         self.session = Session(max_keys)
         self._lock = threading.Lock()
         self._sent: Optional[bytes] = None    # the session as sent, at `_sent_at` changes

@@ -81,7 +81,7 @@ import sys
 import threading
 import time
 import uuid
-from typing import Any, Dict, List, NamedTuple, Optional
+from typing import Any, Dict, List, Optional
 
 import zmq
 
@@ -101,6 +101,7 @@ from hydro_proto import cloudburst_pb2 as pb
 from hydrocache.service import HydroCacheService
 
 from .cache import LwwCache
+from .cache_gather import Gather, Lattice
 from .fresh_read import read_at_least
 from hydrocache.session import Floors
 from .liveness import RunningCalls
@@ -121,39 +122,6 @@ def _send_reply(push: PushCache, address: str, response: pb.CacheResponse,
     """A `cache_reply`: the response, then each found value as its own frame."""
     push.send_with_frames(address, "cache_reply", response, values)
 
-
-class _Gather:
-    """The keys of one GET being fetched by several threads; `record` is True for the last."""
-
-    def __init__(self, request: pb.CacheRequest, values: Dict[str, Optional[bytes]],
-                 stamps: Dict[str, int], floors: Optional[Floors]) -> None:
-        self.request = request
-        self.values = values
-        self.stamps = stamps          # key -> the LWW timestamp of the value answered
-        self.floors = floors
-        self.missing = sorted(k for k, v in values.items() if v is None)
-        self.error: Optional[Exception] = None
-        self._left = len(self.missing)
-        self._lock = threading.Lock()
-
-    def record(self, key: str, value: Optional[bytes], error: Optional[Exception],
-               stamp: Optional[int] = None) -> bool:
-        with self._lock:
-            self.values[key] = value
-            if stamp is not None:
-                self.stamps[key] = stamp
-            if error is not None and self.error is None:
-                self.error = error
-            self._left -= 1
-            return self._left == 0
-
-
-
-class _Lattice(NamedTuple):
-    """A key's value that is a lattice other than LWW: its type and serialized form."""
-
-    lattice_type: int
-    payload: bytes
 
 class ExecutorNode:
     """One executor node process; see the module contract."""
@@ -453,13 +421,13 @@ class ExecutorNode:
                 return
             # misses are fetched in parallel in bounded pieces, this request taking turns
             # with every other on the fetch threads; the last piece to finish answers
-            gather = _Gather(req, dict(zip(req.keys, values)), stamps, floors)
+            gather = Gather(req, dict(zip(req.keys, values)), stamps, floors)
             for piece in pieces(gather.missing, self.config.fetch_threads, MISS_PIECE):
                 self._pool.submit(gather, self._fetch_for, gather, piece)
             return
         self._pool.submit(object(), self._put_in_thread, req)     # its own turn
 
-    def _fetch_for(self, gather: "_Gather", keys: List[str]) -> None:
+    def _fetch_for(self, gather: "Gather", keys: List[str]) -> None:
         state = self._thread_state()
         for key in keys:
             try:
@@ -469,7 +437,7 @@ class ExecutorNode:
             if gather.record(key, value, error, stamp):
                 self._answer_gathered(state, gather)
 
-    def _answer_gathered(self, state: Any, gather: "_Gather") -> None:
+    def _answer_gathered(self, state: Any, gather: "Gather") -> None:
         """Every miss of `gather` is fetched: answer its GET."""
         req = gather.request
         if gather.error is not None:
@@ -496,7 +464,7 @@ class ExecutorNode:
             e = response.entries.add(key=k, found=v is not None)
             if v is None:
                 continue
-            if isinstance(v, _Lattice):
+            if isinstance(v, Lattice):
                 e.lattice_type, e.value_count = v.lattice_type, 1
                 frames.append(v.payload)
                 continue
@@ -568,7 +536,7 @@ class ExecutorNode:
         if lattice.lattice_type != anna_pb2.LWW:
             # a lattice merged by `put(key, lattice)`: read from Anna every time, never cached
             # here, so a reader sees every merge that reached the replica it reads
-            return _Lattice(lattice.lattice_type, lattice.serialize()), None
+            return Lattice(lattice.lattice_type, lattice.serialize()), None
         with self._lock:
             self.cache.merge(key, lattice)
             value, stamp = self.cache.get(key), self.cache.timestamp(key)

@@ -29,6 +29,8 @@ Contract:
   `causal_stale(session, keys, version_of)` lists the keys whose cached causal version does
   not supersede their floor (to re-read from the KVS before binding), and `causal_unmet`
   those still short of it afterwards. `Floors(session)` indexes a request's session by key.
+- `refusal(session)` says why a session as received may not be used (more than
+  `MAX_SENT_KEYS` floors, or plain keys and timestamps of different counts); None if it may.
 No sockets, clocks or sleeps; the node caches and the client are thin around these.
 """
 from __future__ import annotations
@@ -41,11 +43,12 @@ from hydro_proto import cloudburst_pb2 as pb
 
 from .vclock import merge, supersedes
 
-__all__ = ["SessionUnmet", "Session", "Floor", "DEFAULT_MAX_KEYS", "plain_floor", "plain_fresh",
+__all__ = ["SessionUnmet", "Session", "refusal", "MAX_SENT_KEYS", "Floor", "DEFAULT_MAX_KEYS", "plain_floor", "plain_fresh",
            "plain_after_fetch", "ACCEPT", "READ_ALL", "STALE", "causal_stale", "causal_unmet",
            "merged_key", "Floors", "index"]
 
 DEFAULT_MAX_KEYS = 1024    # floors a client's session keeps before it sums up the oldest
+MAX_SENT_KEYS = 65536      # floors a call's session may carry (a scheduler refuses more)
 
 ACCEPT, READ_ALL, STALE = "accept", "read_all", "stale"
 
@@ -193,6 +196,17 @@ def merged_key(session: Optional[pb.Session], key: str,
         return False
     e = entries.get(key) if entries is not None else _entry(session, key)
     return (e is not None and e.merged) or session.overflow_causal
+
+
+def refusal(session: pb.Session) -> Optional[str]:
+    """Why `session` (as received) may not be used; None if it may."""
+    plain, stamps = len(session.plain_keys), len(session.plain_timestamps)
+    if plain != stamps:
+        return f"its session has {plain} plain keys but {stamps} timestamps"
+    if plain + len(session.keys) > MAX_SENT_KEYS:
+        return (f"its session carries {plain + len(session.keys)} floors; at most "
+                f"{MAX_SENT_KEYS} are accepted (Client(session_keys=...))")
+    return None
 
 
 def plain_fresh(cached_ts: Optional[int], floor: int) -> bool:

@@ -6,9 +6,10 @@ from hypothesis import given, strategies as st
 
 import anna_core
 from hydro_proto import cloudburst_pb2 as pb
-from hydrocache.session import (ACCEPT, READ_ALL, STALE, Floors, Session, causal_stale,
-                                causal_unmet, index, plain_after_fetch, plain_floor,
-                                plain_fresh)
+from cloudburst.sessions import ClientSession
+from hydrocache.session import (ACCEPT, MAX_SENT_KEYS, READ_ALL, STALE, Floors, Session,
+                                causal_stale, causal_unmet, index, plain_after_fetch,
+                                plain_floor, plain_fresh, refusal)
 from hydrocache.vclock import supersedes
 from executor.call_session import CallSession, UpstreamSessions
 from executor.fresh_read import StaleRead, read_at_least
@@ -84,6 +85,20 @@ def test_least_recently_noted_is_forgotten_first_and_summed_up():
 def test_a_bad_bound_is_refused():
     with pytest.raises(ValueError, match="at least one key"):
         Session(0)
+    with pytest.raises(ValueError, match="at most 65536"):
+        ClientSession(MAX_SENT_KEYS + 1)
+
+
+def test_a_session_received_is_checked():
+    ok = Session()
+    ok.note_plain("a", 1)
+    assert refusal(ok.to_proto()) is None
+    bad = ok.to_proto()
+    bad.plain_timestamps.append(2)
+    assert "1 plain keys but 2 timestamps" in refusal(bad)
+    big = pb.Session(plain_keys=["k"] * (MAX_SENT_KEYS + 1),
+                     plain_timestamps=[1] * (MAX_SENT_KEYS + 1))
+    assert "at most 65536" in refusal(big)
 
 
 def test_plain_decisions():
