@@ -73,6 +73,24 @@ def test_every_function_of_a_dag_reads_it(client):
     assert stale == 0, f"{stale} of 40 DAG calls read a value older than the client's put"
 
 
+class Reader:
+    def read(self, lib, key):
+        return lib.get(key)
+
+
+def test_an_actor_method_reads_it(client):
+    key = fresh_key(client, "actorcfg")
+    handle = client.actor(Reader)
+    try:
+        stale = 0
+        for i in range(1, 21):
+            client.put(key, i)
+            stale += handle.read(key).get(timeout=20) < i
+        assert stale == 0, f"{stale} of 20 actor calls read a value older than the put"
+    finally:
+        handle.kill()
+
+
 def test_a_call_reads_what_an_earlier_call_wrote(client):
     key = fresh_key(client, "w")
     stale = 0
