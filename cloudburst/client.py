@@ -42,8 +42,8 @@ Contract:
   through any function of the DAG, returns that version of the key or a newer one; a `get`
   returns one at least as new as the session's too. Beyond `session_keys` keys the oldest
   are summed up (module contract of `hydrocache/session.py`): still guaranteed, at the cost
-  of more reads from the KVS. Deletes are not covered: a node cache drops a deleted key when
-  the KVS tells it, shortly after `delete` returns.
+  of more reads from the KVS. A `delete` counts as a write: afterwards the client's calls and
+  gets read the key as absent, or as a value written after the delete.
 - A Client may be shared by threads: sends are serialized by a lock, and whichever thread is
   waiting reads the socket and hands each answer to the thread waiting for it.
 - Authentication (`runtime.auth`). With `auth=AuthConfig(key_dir, "client:NAME")` the client
@@ -422,11 +422,12 @@ class Client:
         Values are data: one that is more than plain data raises `UnsafeValue` unless
         `objects=True` (docs/SECURITY.md). With the session on, the value is at least as new
         as what this client wrote, read, or saw its calls read before."""
-        floor, merged, vc = 0, False, None
+        floor, own, merged, deleted, vc = 0, 0, False, False, None
         if self._session is not None:
-            floor, merged, vc = self._session.read_floor(key)
+            floor, own, merged, deleted, vc = self._session.read_floor(key)
         value, version = self._objects.read(key, consistency, concurrent, objects=objects,
-                                            floor=floor, merged=merged)
+                                            floor=floor, own=own, merged=merged,
+                                            deleted=deleted)
         if vc is not None and not (version.vc and supersedes(version.vc, vc)):
             # one replica lags behind the causal version this session knows: merge them all
             value, version = self._objects.read(key, consistency, concurrent,
@@ -446,8 +447,11 @@ class Client:
             self._session.observed(result)
 
     def delete(self, key: str) -> None:
-        """Delete the object stored under `key` (a missing key is not an error)."""
-        self._objects.delete(key)
+        """Delete the object stored under `key` (a missing key is not an error). With the
+        session on, this client's later calls and gets no longer read the deleted value."""
+        timestamp = self._objects.delete(key)
+        if self._session is not None:
+            self._session.note_deleted(key, timestamp)
 
     # ---- lifecycle ----
     def close(self) -> None:

@@ -9,10 +9,13 @@ Contract:
   server, and `consistency="causal"` writes a `MultiKeyCausalLattice` version whose clock is
   `{client_id: next counter}`.
 - `put` returns the version it wrote (`Written`: an LWW timestamp, a causal clock, or
-  `merged` for a lattice), which the client's session notes. `read(key, floor, merged)`
-  returns the value with the version it read: a plain value older than `floor` (the
-  session's; replicas lag a write by up to a gossip period), or a key the session merged
-  lattices into, is read from every replica and merged.
+  `merged` for a lattice) and `delete` its tombstone's timestamp, which the client's session
+  notes. `read(key, ..., floor, own, merged, deleted)` returns the value with the version it
+  read, deciding as a node cache does (`hydrocache.session.plain_after_fetch`): a plain value
+  older than `floor` (replicas lag a write by up to a gossip period), or a key the session
+  merged lattices into, is read from every replica and merged; older than the session's own
+  delete of it (`deleted`, at `own`), the key is absent; still older than `own` after every
+  replica, the version is gone from the KVS and the read fails naming the key.
 - `get` reads values as data (`runtime.values.loads`): plain data only unless
   `objects=True`. `ObjectNotFound` for a missing key; KVS timeouts become `Timeout`.
 - `close()` closes the KVS client.
@@ -23,6 +26,7 @@ import threading
 from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 from hydro_proto import anna_pb2
+from hydrocache.session import ABSENT, READ_ALL, STALE, plain_after_fetch
 from runtime.auth import AuthConfig
 from runtime.keys import check_user_key
 from runtime.values import CAUSAL_LATTICES, dumps, is_lattice, loads
@@ -31,6 +35,11 @@ from .errors import CloudburstError, ObjectNotFound, Timeout
 from .options import _CONSISTENCY
 
 __all__ = ["ObjectStore", "Written"]
+
+
+def _stamp(lattice: Any) -> Optional[int]:
+    return lattice.timestamp if lattice is not None and \
+        lattice.lattice_type == anna_pb2.LWW else None
 
 
 class Written(NamedTuple):
@@ -109,8 +118,8 @@ class ObjectStore:
         return self.read(key, consistency, concurrent, objects=objects)[0]
 
     def read(self, key: str, consistency: str = "lww", concurrent: bool = False, *,
-             objects: bool = False, floor: int = 0, merged: bool = False
-             ) -> Tuple[Any, Written]:
+             objects: bool = False, floor: int = 0, own: int = 0, merged: bool = False,
+             deleted: bool = False) -> Tuple[Any, Written]:
         """`get`, with the version read; see the module contract for `floor` and `merged`."""
         import anna_core
         check_user_key(key)
@@ -119,7 +128,7 @@ class ObjectStore:
                              f"{sorted(_CONSISTENCY)})")
         with self._lock:
             try:
-                lattice = self._read(key, floor, merged)
+                lattice = self._read(key, floor, own, merged, deleted)
             except anna_core.Timeout as e:
                 raise Timeout(f"the KVS to answer GET {key!r} ({e})") from None
         if lattice is None:
@@ -132,7 +141,7 @@ class ObjectStore:
             data, version = lattice, Written(merged=True)
         return self._decoded(key, data, consistency, concurrent, objects), version
 
-    def _read(self, key: str, floor: int, merged: bool) -> Any:
+    def _read(self, key: str, floor: int, own: int, merged: bool, deleted: bool) -> Any:
         """The key's lattice (None: not found), from every replica when one may lag."""
         import anna_core
         kvs = self._client()
@@ -142,13 +151,21 @@ class ObjectStore:
                 lattice = kvs.get_lattice(key)
             except anna_core.KeyNotFound:
                 pass
-            ts = lattice.timestamp if lattice is not None and \
-                lattice.lattice_type == anna_pb2.LWW else None
-            if not floor or (ts is not None and ts >= floor):
+            if lattice is not None and lattice.lattice_type != anna_pb2.LWW:
                 return lattice
+            decision = plain_after_fetch(_stamp(lattice), floor, own, False, deleted)
+            if decision != READ_ALL:
+                return None if decision == ABSENT else lattice
         for _, replica in kvs.get_replicas(key):
             lattice = replica if lattice is None else lattice.merge(replica)
-        return lattice
+        if lattice is None or lattice.lattice_type != anna_pb2.LWW:
+            return lattice
+        decision = plain_after_fetch(_stamp(lattice), floor, own, True, deleted)
+        if decision == STALE:
+            raise CloudburstError(f"every replica of key {key!r} holds a value older than "
+                                  f"this client wrote or read (timestamp {lattice.timestamp} "
+                                  f"< {own}): that version is gone from the KVS")
+        return None if decision == ABSENT else lattice
 
     def _decoded(self, key: str, data: Any, consistency: str, concurrent: bool,
                  objects: bool) -> Any:
@@ -170,14 +187,15 @@ class ObjectStore:
             raise ObjectNotFound(key)
         return decode(revealed[0])
 
-    def delete(self, key: str) -> None:
+    def delete(self, key: str) -> int:
         """Delete the object stored under `key` (deleting a missing key is not an error).
-        Node caches holding it drop it when Anna tells them."""
+        Node caches holding it drop it when Anna tells them. Returns the tombstone's
+        timestamp."""
         import anna_core
         check_user_key(key)
         with self._lock:
             try:
-                self._client().delete(key)
+                return self._client().delete(key)
             except anna_core.Timeout as e:
                 raise Timeout(f"the KVS to answer DELETE {key!r} ({e})") from None
 

@@ -3,7 +3,10 @@
 Contract (the guarantee is stated in `cloudburst/client.py`; the floors and their bound are
 `hydrocache.session.Session`'s): `ClientSession(max_keys)` holds one `Session` behind a lock.
 - `attach(call)` copies the session into a `Call` about to be sent.
-- `read_floor(key)` is what a `Client.get` of `key` must meet: `(timestamp, merged, vc)`.
+- `read_floor(key)` is what a `Client.get` of `key` must meet: `(floor, own, merged,
+  deleted, vc)` (`hydrocache.session.plain_floor`; `deleted`: `own` is the client's delete).
+- `note_deleted(key, timestamp)` notes the client's delete of `key` (its tombstone's
+  timestamp): its calls and gets then read the key as absent, or as a value written later.
 - `note(key, version)` notes a version (`cloudburst.objects.Written`) the client wrote or
   read; `observed(result)` notes what a call read and wrote (`CallResult.session` and, for a
   causal call, its `CausalStats` read set and writes), for calls that succeeded.
@@ -38,11 +41,17 @@ class ClientSession:
                 self._sent_at = self.session.changes
             call.session.MergeFromString(self._sent)
 
-    def read_floor(self, key: str) -> Tuple[int, bool, Optional[Dict[str, int]]]:
+    def read_floor(self, key: str) -> Tuple[int, int, bool, bool, Optional[Dict[str, int]]]:
         with self._lock:
             f = self.session.floor(key)
-            floor = max(f.timestamp if f else 0, self.session.overflow_timestamp)
-            return floor, bool(f and f.merged), (dict(f.vc) if f and f.vc else None)
+            own = f.timestamp if f else 0
+            merged = bool(f and f.merged) or self.session.overflow_causal
+            return (max(own, self.session.overflow_timestamp), own, merged,
+                    bool(f and f.deleted), (dict(f.vc) if f and f.vc else None))
+
+    def note_deleted(self, key: str, timestamp: int) -> None:
+        with self._lock:
+            self.session.note_deleted(key, timestamp)
 
     def note(self, key: str, version: Any) -> None:
         if version is None:

@@ -524,8 +524,9 @@ class ExecutorNode:
             except anna_core.KeyNotFound:
                 return None, None
         else:
-            floor, exact = floors.floor(key)
-            lattice = read_at_least(kvs, key, floor, exact, floors.merged(key))
+            floor, own = floors.floor(key)
+            lattice = read_at_least(kvs, key, floor, own, floors.merged(key),
+                                    floors.deleted(key))
             if lattice is None:
                 return None, None
         if key.startswith(REGISTRY_PREFIX) and lattice.lattice_type == anna_pb2.LWW:

@@ -5,7 +5,8 @@ Contract:
   of the key the session knows of. A plain (last-writer-wins) value's floor is its LWW
   timestamp; a causal value's is its vector clock; a key merged as a lattice
   (`put(key, lattice)`) is only marked `merged` (it is read from every replica, whose merge
-  holds every version any of them had).
+  holds every version any of them had); a plain key the session deleted has the tombstone's
+  timestamp, marked `deleted`: a value older than it reads as absent.
 - `Session(max_keys)` keeps at most `max_keys` floors, the least recently noted forgotten
   first. What it forgets is summed up, so the guarantee survives the bound at a cost:
   `overflow_timestamp` is the newest forgotten plain timestamp (a plain value cached with an
@@ -13,19 +14,22 @@ Contract:
   causal or merged floor was forgotten (every causal read re-reads its key from the KVS once,
   and every merged lattice is read from every replica: a key listed again after it was
   forgotten may be listed with less than was forgotten).
-- `note_plain(key, ts)`, `note_causal(key, vc)`, `note_merged(key)` raise a floor (never lower
-  it: a floor is the max of what was noted, the merge of the clocks); `absorb(proto)` notes
+- `note_plain(key, ts)`, `note_deleted(key, ts)`, `note_causal(key, vc)`, `note_merged(key)`
+  raise a floor (never lower it: a floor is the max of what was noted, the merge of the
+  clocks; `deleted` goes with the newest timestamp); `absorb(proto)` notes
   every floor of a `cloudburst.Session` (what a call read and wrote). `to_proto(keys=None)`
   is the session as sent (every floor, or the floors of `keys` and the overflow);
   `Session.from_proto(message)` reads one back.
 - The decisions (plain functions of a `cloudburst.Session` message and what a cache holds):
-  `plain_floor(session, key)` is `(timestamp, exact)`: the floor a plain read of `key` must
-  meet, `exact` when the session names the key (else the overflow's, which the key may never
-  reach: then a read from the KVS is all it needs). `plain_fresh(cached_ts, floor)`: may a
-  cached copy with timestamp `cached_ts` be read? `plain_after_fetch(ts, floor, exact,
-  every_replica)` decides after a read from the KVS: `ACCEPT`, `READ_ALL` (a replica may lag:
-  read and merge every replica) or `STALE` (every replica was read and none reaches an exact
-  floor: the write the floor stands for is lost; the read fails naming the key).
+  `plain_floor(session, key)` is `(floor, own)`: a cached copy of `key` older than `floor`
+  is not read; `own` is the key's listed floor (0: not listed), which a read from every
+  replica must reach (the overflow's part of `floor` the key itself may never have reached:
+  then a read from the KVS is all it needs). `plain_fresh(cached_ts, floor)`: may a
+  cached copy with timestamp `cached_ts` be read? `plain_after_fetch(ts, floor, own,
+  every_replica, deleted)` decides after a read from the KVS: `ACCEPT`, `READ_ALL` (a replica may lag:
+  read and merge every replica), `ABSENT` (older than the session's delete: the key reads as
+  missing) or `STALE` (every replica was read and none reaches the key's own floor: the write the
+  floor stands for is lost; the read fails naming the key).
   `causal_stale(session, keys, version_of)` lists the keys whose cached causal version does
   not supersede their floor (to re-read from the KVS before binding), and `causal_unmet`
   those still short of it afterwards. `Floors(session)` indexes a request's session by key.
@@ -43,14 +47,14 @@ from hydro_proto import cloudburst_pb2 as pb
 
 from .vclock import merge, supersedes
 
-__all__ = ["SessionUnmet", "Session", "refusal", "MAX_SENT_KEYS", "Floor", "DEFAULT_MAX_KEYS", "plain_floor", "plain_fresh",
+__all__ = ["ABSENT", "SessionUnmet", "Session", "refusal", "MAX_SENT_KEYS", "Floor", "DEFAULT_MAX_KEYS", "plain_floor", "plain_fresh",
            "plain_after_fetch", "ACCEPT", "READ_ALL", "STALE", "causal_stale", "causal_unmet",
            "merged_key", "Floors", "index"]
 
 DEFAULT_MAX_KEYS = 1024    # floors a client's session keeps before it sums up the oldest
 MAX_SENT_KEYS = 65536      # floors a call's session may carry (a scheduler refuses more)
 
-ACCEPT, READ_ALL, STALE = "accept", "read_all", "stale"
+ACCEPT, READ_ALL, STALE, ABSENT = "accept", "read_all", "stale", "absent"
 
 
 class SessionUnmet(Exception):
@@ -58,11 +62,13 @@ class SessionUnmet(Exception):
 
 
 class Floor(NamedTuple):
-    """One key's floor: a plain timestamp, a causal clock, whether it is a merged lattice."""
+    """One key's floor: a plain timestamp (a delete's when `deleted`), a causal clock, whether
+    it is a merged lattice."""
 
     timestamp: int = 0
     vc: Mapping[str, int] = {}
     merged: bool = False
+    deleted: bool = False
 
 
 class Session:
@@ -88,13 +94,15 @@ class Session:
 
     # ---- noting ----
     def _note(self, key: str, timestamp: int = 0, vc: Optional[Mapping[str, int]] = None,
-              merged: bool = False) -> None:
+              merged: bool = False, deleted: bool = False) -> None:
         old = self._floors.pop(key, None)
         if old is not None:
+            if timestamp < old.timestamp or (timestamp == old.timestamp and old.deleted):
+                deleted = old.deleted          # the newest timestamp says whether it was gone
             timestamp = max(timestamp, old.timestamp)
             vc = merge(old.vc, vc or {}) if (vc or old.vc) else {}
             merged = merged or old.merged
-        new = Floor(timestamp, dict(vc or {}), merged)
+        new = Floor(timestamp, dict(vc or {}), merged, deleted and timestamp > 0)
         if new != old:
             self.changes += 1
         self._floors[key] = new
@@ -106,6 +114,10 @@ class Session:
     def note_plain(self, key: str, timestamp: int) -> None:
         """`key` was written or read at LWW timestamp `timestamp`."""
         self._note(key, timestamp=int(timestamp))
+
+    def note_deleted(self, key: str, timestamp: int) -> None:
+        """`key` was deleted with tombstone timestamp `timestamp`."""
+        self._note(key, timestamp=int(timestamp), deleted=True)
 
     def note_causal(self, key: str, vc: Mapping[str, int]) -> None:
         """A causal version of `key` with clock `vc` was written or read."""
@@ -120,7 +132,7 @@ class Session:
         for key, ts in zip(message.plain_keys, message.plain_timestamps):
             self._note(key, ts)
         for k in message.keys:
-            self._note(k.key, k.timestamp, dict(k.vc), k.merged)
+            self._note(k.key, k.timestamp, dict(k.vc), k.merged, k.deleted)
         if message.overflow_timestamp > self.overflow_timestamp or \
                 (message.overflow_causal and not self.overflow_causal):
             self.changes += 1
@@ -147,11 +159,11 @@ def _pack(out: pb.Session, floors: Iterable[Tuple[str, Floor]]) -> pb.Session:
     """Floors into `out`: plain ones as the two parallel lists, the others as entries."""
     plain_keys, plain_ts, entries = [], [], []
     for key, f in floors:
-        if not f.vc and not f.merged:
+        if not f.vc and not f.merged and not f.deleted:
             plain_keys.append(key)
             plain_ts.append(f.timestamp)
             continue
-        e = pb.SessionKey(key=key, timestamp=f.timestamp, merged=f.merged)
+        e = pb.SessionKey(key=key, timestamp=f.timestamp, merged=f.merged, deleted=f.deleted)
         if f.vc:
             e.vc.update(f.vc)
         entries.append(e)
@@ -173,19 +185,21 @@ def index(session: Optional[pb.Session]) -> Dict[str, Floor]:
     out = {key: Floor(ts) for key, ts in zip(session.plain_keys, session.plain_timestamps)}
     for k in session.keys:
         old = out.get(k.key)
-        out[k.key] = Floor(max(k.timestamp, old.timestamp if old else 0), dict(k.vc), k.merged)
+        out[k.key] = Floor(max(k.timestamp, old.timestamp if old else 0), dict(k.vc), k.merged,
+                           k.deleted)
     return out
 
 
 def plain_floor(session: Optional[pb.Session], key: str,
-                entries: Optional[Mapping[str, Floor]] = None) -> Tuple[int, bool]:
-    """(timestamp, exact): the floor a plain read of `key` must meet (0: none)."""
+                entries: Optional[Mapping[str, Floor]] = None) -> Tuple[int, int]:
+    """(floor, own): a cached copy of `key` older than `floor` is not read (0: none); `own`
+    is the key's listed floor (0: not listed), which a read from every replica must reach
+    (the overflow's part of `floor` is a bound the key itself may never have reached)."""
     if session is None:
-        return 0, False
+        return 0, 0
     e = entries.get(key) if entries is not None else _entry(session, key)
-    if e is not None and e.timestamp:
-        return max(e.timestamp, session.overflow_timestamp), True
-    return session.overflow_timestamp, False
+    own = e.timestamp if e is not None else 0
+    return max(own, session.overflow_timestamp), own
 
 
 def merged_key(session: Optional[pb.Session], key: str,
@@ -214,15 +228,21 @@ def plain_fresh(cached_ts: Optional[int], floor: int) -> bool:
     return cached_ts is not None and cached_ts >= floor
 
 
-def plain_after_fetch(ts: Optional[int], floor: int, exact: bool, every_replica: bool) -> str:
-    """After reading `key` from the KVS (`ts`: the value's timestamp, None: not found)."""
+def plain_after_fetch(ts: Optional[int], floor: int, own: int, every_replica: bool,
+                      deleted: bool = False) -> str:
+    """After reading a key from the KVS (`ts`: the value's timestamp, None: not found), with
+    the key's `floor` and `own` floor (`plain_floor`); `deleted`: `own` is the session's
+    delete of the key."""
+    if deleted and own and (ts is None or ts < own):
+        return ABSENT          # older than the delete this session made: gone, for it
     if floor == 0 or (ts is not None and ts >= floor):
         return ACCEPT
     if not every_replica:
         return READ_ALL
-    # every replica merged: nothing newer exists. For the overflow's floor the key may simply
-    # never have been written since; a missing key was deleted since (a newer act)
-    return STALE if exact and ts is not None else ACCEPT
+    # every replica merged: nothing newer exists. Short of its own floor, the version the
+    # session wrote or read is gone; a missing key was deleted since (a newer act); the
+    # overflow's part of the floor the key may simply never have reached
+    return STALE if ts is not None and ts < own else ACCEPT
 
 
 def causal_stale(session: Optional[pb.Session], keys: Sequence[str],
@@ -271,11 +291,16 @@ class Floors:
         self.session = session
         self.entries = index(session)
 
-    def floor(self, key: str) -> Tuple[int, bool]:
+    def floor(self, key: str) -> Tuple[int, int]:
         return plain_floor(self.session, key, self.entries)
 
     def merged(self, key: str) -> bool:
         return merged_key(self.session, key, self.entries)
+
+    def deleted(self, key: str) -> bool:
+        """Is the floor of `key` the session's delete of it?"""
+        e = self.entries.get(key)
+        return e is not None and e.deleted
 
     def fresh(self, key: str, cached_ts: Optional[int]) -> bool:
         """May the cached plain copy of `key` (timestamp `cached_ts`) be read?"""

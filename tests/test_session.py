@@ -7,7 +7,7 @@ from hypothesis import given, strategies as st
 import anna_core
 from hydro_proto import cloudburst_pb2 as pb
 from cloudburst.sessions import ClientSession
-from hydrocache.session import (ACCEPT, MAX_SENT_KEYS, READ_ALL, STALE, Floors, Session,
+from hydrocache.session import (ABSENT, ACCEPT, MAX_SENT_KEYS, READ_ALL, STALE, Floors, Session,
                                 causal_stale, causal_unmet, index, plain_after_fetch,
                                 plain_floor, plain_fresh, refusal)
 from hydrocache.vclock import supersedes
@@ -103,13 +103,19 @@ def test_a_session_received_is_checked():
 
 def test_plain_decisions():
     assert plain_fresh(5, 5) and not plain_fresh(4, 5) and not plain_fresh(None, 0)
-    assert plain_after_fetch(None, 0, False, False) == ACCEPT
-    assert plain_after_fetch(7, 5, True, False) == ACCEPT
-    assert plain_after_fetch(4, 5, True, False) == READ_ALL
-    assert plain_after_fetch(None, 5, True, False) == READ_ALL
-    assert plain_after_fetch(4, 5, True, True) == STALE         # the write is gone
-    assert plain_after_fetch(None, 5, True, True) == ACCEPT      # deleted since
-    assert plain_after_fetch(4, 5, False, True) == ACCEPT        # the overflow's floor
+    # (ts read, floor, own floor, every replica read, own floor is a delete)
+    assert plain_after_fetch(None, 0, 0, False) == ACCEPT
+    assert plain_after_fetch(7, 5, 5, False) == ACCEPT
+    assert plain_after_fetch(4, 5, 5, False) == READ_ALL
+    assert plain_after_fetch(None, 5, 5, False) == READ_ALL
+    assert plain_after_fetch(4, 5, 5, True) == STALE         # the write is gone
+    assert plain_after_fetch(None, 5, 5, True) == ACCEPT      # deleted since
+    assert plain_after_fetch(4, 5, 0, True) == ACCEPT        # the overflow's floor
+    assert plain_after_fetch(4, 9, 3, True) == ACCEPT        # own floor met, not the overflow's
+    assert plain_after_fetch(4, 5, 5, False, True) == ABSENT  # older than the session's delete
+    assert plain_after_fetch(None, 5, 5, False, True) == ABSENT
+    assert plain_after_fetch(6, 9, 5, False, True) == READ_ALL   # written after the delete
+    assert plain_after_fetch(6, 9, 5, True, True) == ACCEPT
 
 
 def test_plain_floor_of_a_listed_key_and_of_the_overflow():
@@ -117,12 +123,37 @@ def test_plain_floor_of_a_listed_key_and_of_the_overflow():
     s.note_plain("a", 10)
     s.note_plain("b", 3)
     sent = s.to_proto()
-    assert plain_floor(sent, "b") == (10, True)      # listed, raised to the overflow
-    assert plain_floor(sent, "zzz") == (10, False)
-    assert plain_floor(None, "b") == (0, False)
+    assert plain_floor(sent, "b") == (10, 3)      # listed, raised to the overflow
+    assert plain_floor(sent, "zzz") == (10, 0)
+    assert plain_floor(None, "b") == (0, 0)
     f = Floors(sent)
     assert f.fresh("b", 10) and not f.fresh("b", 9) and f.fresh("zzz", 10)
     assert list(f.restrict(["b", "zzz"]).plain_keys) == ["b"]
+
+
+def test_a_delete_goes_with_the_newest_timestamp():
+    s = Session()
+    s.note_plain("k", 5)
+    s.note_deleted("k", 8)
+    assert s.floor("k") == (8, {}, False, True)
+    s.note_plain("k", 7)                  # an older read does not undo the delete
+    assert s.floor("k").deleted
+    s.note_plain("k", 9)                  # a later write does
+    assert s.floor("k") == (9, {}, False, False)
+    s.note_deleted("j", 4)
+    back = index(s.to_proto())
+    assert back["j"].deleted and back["j"].timestamp == 4 and not back["k"].deleted
+    assert Floors(s.to_proto()).deleted("j") and not Floors(s.to_proto()).deleted("k")
+
+
+@given(st.lists(st.tuples(st.booleans(), st.integers(1, 20)), min_size=1, max_size=20))
+def test_deleted_follows_the_newest_timestamp(notes):
+    s = Session()
+    for deleted, ts in notes:
+        (s.note_deleted if deleted else s.note_plain)("k", ts)
+    newest = max(ts for _, ts in notes)
+    assert s.floor("k").timestamp == newest
+    assert s.floor("k").deleted == any(d for d, ts in notes if ts == newest)
 
 
 def test_causal_stale_and_unmet():
@@ -197,17 +228,26 @@ def lww(ts, value=b"v"):
 
 def test_read_at_least_reads_every_replica_only_when_one_lags():
     kvs = FakeKvs(lww(10), [])
-    assert read_at_least(kvs, "k", 10, True).timestamp == 10 and kvs.calls == ["one"]
+    assert read_at_least(kvs, "k", 10, 10).timestamp == 10 and kvs.calls == ["one"]
     kvs = FakeKvs(lww(5, b"old"), [lww(5, b"old"), lww(12, b"new")])
-    got = read_at_least(kvs, "k", 10, True)
+    got = read_at_least(kvs, "k", 10, 10)
     assert (got.timestamp, got.reveal()) == (12, b"new") and kvs.calls == ["one", "all"]
     kvs = FakeKvs(None, [lww(11)])
-    assert read_at_least(kvs, "k", 10, True).timestamp == 11
+    assert read_at_least(kvs, "k", 10, 10).timestamp == 11
+
+
+def test_read_at_least_after_the_sessions_delete():
+    kvs = FakeKvs(lww(5), [lww(5)])             # a replica the delete has not reached yet
+    assert read_at_least(kvs, "k", 8, 8, deleted=True) is None and kvs.calls == ["one"]
+    kvs = FakeKvs(lww(5), [lww(5), lww(9, b"later")])
+    assert read_at_least(kvs, "k", 8, 8, deleted=True) is None   # one replica: as absent
+    kvs = FakeKvs(lww(9, b"later"), [])
+    assert read_at_least(kvs, "k", 8, 8, deleted=True).reveal() == b"later"
 
 
 def test_read_at_least_names_a_lost_write():
     kvs = FakeKvs(lww(5), [lww(5), lww(6)])
     with pytest.raises(StaleRead, match="'k'.*6 < 10"):
-        read_at_least(kvs, "k", 10, True)
-    assert read_at_least(FakeKvs(lww(5), [lww(6)]), "k", 10, False).timestamp == 6
-    assert read_at_least(FakeKvs(None, []), "k", 10, True) is None      # deleted since
+        read_at_least(kvs, "k", 10, 10)
+    assert read_at_least(FakeKvs(lww(5), [lww(6)]), "k", 10, 0).timestamp == 6
+    assert read_at_least(FakeKvs(None, []), "k", 10, 10) is None      # deleted since
