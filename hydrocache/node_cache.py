@@ -54,8 +54,8 @@ The operations (dissertation 4.3; `hydrocache/protocols.py` holds their decision
   granted; a refusal is `Fenced` with the scheduler's reason, no answer in time a
   `StageTimeout` naming the grant.
 - Sessions (read-your-writes and monotonic reads, `hydrocache/session.py`): a CAUSAL_BIND,
-  the CAUSAL_READ that builds a CT snapshot, and a CAUSAL_SNAPSHOT carrying the caller's
-  session first re-read from Anna every key (of the request and of R~_DAG) whose cut version
+  the CAUSAL_READ that builds a CT snapshot (or admits keys into it under CT), and a
+  CAUSAL_SNAPSHOT carrying the caller's session first re-read from Anna every key (of the request and of R~_DAG) whose cut version
   does not supersede its floor, until it does (at most `SESSION_ROUNDS` re-reads, within the
   deadline; then `SessionUnmet` names the keys), so the snapshot includes what the caller
   wrote and read before.
@@ -487,7 +487,8 @@ class NodeCache:
         outside = [k for k in views if not temp.was_requested(attempt, k)]
         if outside:
             admitted = None
-            if req.explore:
+            if req.explore:       # keys read at run time meet the session's floors too
+                yield from self._session_floors(req, outside, deadline)
                 admitted = yield from self._explore(attempt, outside, deadline, expires)
             if admitted is None:
                 response.abort = True

@@ -2,7 +2,7 @@
 the node caches' decisions, a call's session on its worker, and the read from the KVS at
 least as new as a floor (against a fake KVS client: a unit test)."""
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 import anna_core
 from hydro_proto import cloudburst_pb2 as pb
@@ -32,6 +32,7 @@ def apply(session, ops):
             session.note_merged(key)
 
 
+@settings(max_examples=60)
 @given(notes, st.integers(1, 8))
 def test_the_guarantee_survives_the_bound(ops, bound):
     """Whatever was noted, the session as sent still demands it: each key's plain floor is at
@@ -56,6 +57,7 @@ def test_the_guarantee_survives_the_bound(ops, bound):
             assert (key in listed and listed[key].merged) or sent.overflow_causal
 
 
+@settings(max_examples=60)
 @given(notes)
 def test_floors_only_rise_and_round_trip(ops):
     s = Session(64)
