@@ -56,8 +56,8 @@ The operations (dissertation 4.3; `hydrocache/protocols.py` holds their decision
 - Sessions (read-your-writes and monotonic reads, `hydrocache/session.py`): a CAUSAL_BIND,
   the CAUSAL_READ that builds a CT snapshot (or admits keys into it under CT), and a
   CAUSAL_SNAPSHOT carrying the caller's session first re-read from Anna every key (of the request and of R~_DAG) whose cut version
-  does not supersede its floor, until it does (at most `SESSION_ROUNDS` re-reads, within the
-  deadline; then `SessionUnmet` names the keys), so the snapshot includes what the caller
+  does not supersede its floor, until it does (re-read at growing intervals, `SESSION_PAUSE`;
+  short of it near the deadline, `SessionUnmet` names the keys), so the snapshot includes what the caller
   wrote and read before.
 - Temporary versions (`hydrocache.temp`) live until CAUSAL_RELEASE or `TEMP_SLACK` seconds
   after their request's deadline. Large values carry a tag, and one the requester already
@@ -79,7 +79,7 @@ from .actions import (DEFAULT_TIMEOUT, TEMP_SLACK, AskCache, Fenced, NotCausal, 
                       RemoteUnavailable, Reply, StageTimeout, Step)
 from .copies import ValueTags
 from .keeper import CutKeeper
-from .pending import Operations, PutWait, RepliesWait
+from .pending import Operations, Pause, PutWait, RepliesWait
 from .session import SessionUnmet, causal_stale, causal_unmet
 from .protocols import (LinearPlan, create_snapshot, finish_linear, parallel_flow,
                         parallel_stale, plan_linear)
@@ -91,7 +91,8 @@ __all__ = ["NodeCache", "Step", "StageTimeout", "NotCausal", "RemoteUnavailable"
 log = logging.getLogger("hydrocache.node_cache")
 
 Answer = Tuple[pb.CacheResponse, List[bytes]]
-SESSION_ROUNDS = 50     # re-reads of a key short of its session floor (replicas lag a gossip)
+SESSION_PAUSE = (0.002, 0.05)   # between re-reads of a key short of its session floor: the
+                                # first pause and the most it doubles to (replicas lag a gossip)
 Upstream = Tuple[bool, str, vs.VersionSet, vs.VersionSet, int, List[str]]
 
 
@@ -310,16 +311,21 @@ class NodeCache:
             return None if v is None else v.vc
 
         stale = causal_stale(req.session, keys, version_of)
-        for _ in range(SESSION_ROUNDS):
-            if not stale:
-                return
+        pause, longest = SESSION_PAUSE
+        while stale:
             self.stats["session_refreshes"] += 1
             yield from self._ops.wait(self.keeper.wait(stale, deadline, self._now, "answered"))
             yield from self._ops.wait(self.keeper.wait(stale, deadline, self._now, "settled"))
             stale = causal_unmet(req.session, stale, version_of)
-        if stale:
-            raise SessionUnmet(f"the versions of {stale[:5]} in the KVS stay older than this "
-                               f"caller's session (what it wrote or read before)")
+            if not stale:
+                return
+            if self._now + pause >= deadline:
+                raise SessionUnmet(f"the versions of {stale[:5]} in the KVS stayed older than "
+                                   f"this caller's session (what it wrote or read before) "
+                                   f"until the request's deadline")
+            # the replica read may lag the one that had the version: read again a bit later
+            yield from self._ops.wait(Pause(self._now + pause, f"a re-read of {stale[:5]}"))
+            pause = min(2 * pause, longest)
 
     # ---- cache to cache ----
     def _temp_get(self, req: pb.CacheRequest) -> None:
