@@ -216,6 +216,7 @@ class Future:
         self._finalizer.detach()
         self._client._forget(self.request_id)
         self._client._finished.append(self.request_id)
+        self._client._observed(self._result)      # the client's session notes what it read
 
 
 def gather(futures: Iterable[Future], timeout: Optional[float] = None) -> List[Any]:

@@ -90,6 +90,7 @@ from .registry import Registry
 from .lifecycle import CallLifecycle
 from .retries import caller_of_attempt
 from .schedule import build_schedules, references_by_function
+from hydrocache.session import refusal
 from .stats import CallStats, WorkerGauge, render_prometheus
 
 __all__ = ["Scheduler", "CLIENT_KINDS"]
@@ -382,6 +383,9 @@ class Scheduler:
             return self._fail(call, pb.BAD_REQUEST, (
                 f"output_key {call.output_key[:120]!r}: keys starting with {PREFIX!r} are "
                 f"reserved for Cloudburst"))
+        refused = refusal(call.session) if call.HasField("session") else None
+        if refused:
+            return self._fail(call, pb.BAD_REQUEST, f"call refused: {refused}")
         for call_id in call.finished:
             self._finish_one(self.lifecycle.finished(call_id))
         if call.HasField("actor"):
