@@ -67,9 +67,10 @@ from runtime.auth import (FUNCTION, AuthConfig, KeyFileError, Security, credenti
 from runtime.keys import check_user_key
 from runtime.framing import more, parse, recv_frame, send
 from runtime.sockets import bind_pull, check_address, ipc_dir_of
-from runtime.values import dumps_function, encode_args
+from runtime.values import dumps_function
+from .arguments import encode, merge_keywords
 from .errors import (AuthenticationError, AuthenticationRequired, CloudburstError, InvalidDag,
-                     Timeout, error_from_status)
+                     InvalidFunction, Timeout, error_from_status)
 from .functions import RegisteredFunction, check_signature
 from .futures import Future, SchedulerUnavailable, gather
 from .connections import HOW_TO_AUTHENTICATE, SchedulerConnections
@@ -182,10 +183,14 @@ class Client:
     # ---- registry ----
     def register(self, function: Any, name: str, *, time_limit: Optional[float] = None,
                  modules: Sequence[Any] = ()) -> None:
-        """Register `function` under `name`: a function `f(lib, *args)`, or `(cls, init_args)`
-        (or a bare class) for a stateful class whose instance's `run(lib, *args)` is called;
-        one instance per executor worker lives across calls (instances are not addressable:
-        state a caller needs to reach belongs in the KVS).
+        """Register `function` under `name`: a function, or `(cls, init_args)` (or a bare
+        class) for a stateful class whose instance's `run` (or `__call__`) is called; one
+        instance per executor worker lives across calls (instances are not addressable:
+        state a caller needs to reach belongs in the KVS). A function whose first parameter
+        is named `lib` receives the user library there (`def f(lib, x)`); any other gets
+        only its arguments (`def f(x)`; `cloudburst.lib()` reaches the library). `async def`
+        functions are awaited on the worker. What cannot run (a generator function, a
+        non-callable, a `lib` that is not the first parameter) raises `InvalidFunction`.
 
         `time_limit` is how many seconds one call of it may run (default: the cluster's);
         past it the function is stopped and its call fails with `Timeout` naming it.
@@ -202,7 +207,8 @@ class Client:
         elif callable(function):
             body = function
         else:
-            raise TypeError(f"register takes a function or (class, init_args), got {function!r}")
+            raise InvalidFunction(f"register takes a function or (class, init_args), got "
+                                  f"{function!r}, which is not callable")
         if not isinstance(name, str) or not name:
             raise ValueError(f"a function name must be a non-empty str, got {name!r}")
         check_signature(body[0] if stateful else body, name, stateful)
@@ -267,14 +273,18 @@ class Client:
     # ---- calls ----
     def call(self, name: str, *args: Any, timeout: Optional[float] = None,
              consistency: str = "lww", protocol: Optional[str] = None,
-             time_limit: Optional[float] = None, objects: bool = False) -> Future:
-        """Call registered function `name` with `args` (after `lib`); `consistency`,
+             time_limit: Optional[float] = None, objects: bool = False,
+             kwargs: Optional[Mapping[str, Any]] = None, **keywords: Any) -> Future:
+        """Call registered function `name` with `args` and keyword arguments: `keywords`
+        other than the options below, and `kwargs` (a mapping, for names that are options).
+        An argument may be a `Future` of another call: its value is passed, fetched where
+        the function runs (`DependencyFailed` if that call failed). `consistency`,
         `protocol`, `timeout`, `time_limit` and `objects` as for `call_dag` (a single
         function is a one-function DAG)."""
         level, proto = _consistency_and_protocol(consistency, protocol)
         call = pb.Call(function=name, consistency=level, protocol=proto,
                        time_limit=_time_limit(time_limit))
-        call.args[name].CopyFrom(encode_args(args))
+        call.args[name].CopyFrom(encode(args, merge_keywords(kwargs, keywords)))
         return self._submit(call, f"call of function {name!r}", timeout, objects)
 
     def map(self, name: str, *iterables: Iterable[Any], timeout: Optional[float] = None,
@@ -291,11 +301,14 @@ class Client:
     def call_dag(self, name: str, args: Optional[Mapping[str, Sequence[Any]]] = None,
                  consistency: str = "lww", output_key: Optional[str] = None,
                  timeout: Optional[float] = None, protocol: Optional[str] = None,
-                 time_limit: Optional[float] = None, objects: bool = False) -> Future:
-        """Call DAG `name`; `args` maps a function to its own arguments (a list or tuple).
+                 time_limit: Optional[float] = None, objects: bool = False,
+                 kwargs: Optional[Mapping[str, Mapping[str, Any]]] = None) -> Future:
+        """Call DAG `name`; `args` maps a function to its own arguments (a list or tuple),
+        `kwargs` to its own keyword arguments (a dict). Either may hold `Future`s of other
+        calls (see `call`).
 
-        A function receives its own arguments first, then its upstreams' results in the
-        order the connections were registered. The sink's result is the call's value, also
+        A function receives its own positional arguments first, then its upstreams' results
+        in the order the connections were registered, then its keyword arguments. The sink's result is the call's value, also
         stored under `output_key` when given. `consistency` is "lww" (default) or "causal"
         (transactional causal consistency through HydroCache); with "causal", `protocol` is
         "ct", "opt", "con" or "hb" (default "hb"). A protocol with "lww" is a ValueError.
@@ -318,7 +331,10 @@ class Client:
             if not isinstance(fn_args, (list, tuple)):
                 raise TypeError(f"arguments for {fn!r} must be a list or tuple, got "
                                 f"{type(fn_args).__name__}")
-            call.args[fn].CopyFrom(encode_args(fn_args))
+            call.args[fn].CopyFrom(encode(fn_args, merge_keywords((kwargs or {}).get(fn), {})))
+        for fn, fn_kwargs in (kwargs or {}).items():
+            if fn not in call.args:
+                call.args[fn].CopyFrom(encode((), merge_keywords(fn_kwargs, {})))
         return self._submit(call, f"call of DAG {name!r}", timeout, objects)
 
     def _submit(self, call: pb.Call, what: str, timeout: Optional[float],
@@ -335,7 +351,8 @@ class Client:
         sent_at = time.monotonic()
         scheduler = self._send("call", call)
         return Future(self, rid, what, wait, scheduler=scheduler, sent_at=sent_at,
-                      objects=objects)
+                      objects=objects,
+                      consistency="causal" if call.consistency == pb.CAUSAL else "lww")
 
     # ---- objects (cloudburst/objects.py) ----
     def put(self, key: str, value: Any, consistency: str = "lww") -> None:

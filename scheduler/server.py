@@ -83,6 +83,7 @@ from .causal import caller_of
 from .causal_calls import CausalCalls
 from .policy import choose_executors, choose_one_node, dag_relations
 from .registry import Registry
+from .results import ResultHolders
 from .schedule import build_schedules, references_by_function
 from .stats import CallStats, WorkerGauge, render_prometheus
 
@@ -154,6 +155,7 @@ class Scheduler:
         self._causal = self._causal_calls.records
         # what this scheduler saw of its calls (`status`, and `/metrics` when asked for)
         self.stats = CallStats()
+        self._results = ResultHolders()    # where calls' results are held (Future arguments)
         self._metrics_text = ""
         self.metrics = TextEndpoint(config.ip, config.metrics_port,
                                     {"/metrics": lambda: self._metrics_text}) \
@@ -399,6 +401,12 @@ class Scheduler:
         if unknown:
             return self._fail(call, pb.BAD_REQUEST,
                               f"arguments given for {unknown}, which are not in DAG {dag.name!r}")
+        for ref in self._results.stamp(call, time.monotonic())[:1]:
+            return self._fail(call, pb.DEPENDENCY_FAILED, (
+                f"{dag.name}: the result of {ref.what or 'call ' + ref.call_id} is an argument, "
+                f"and the scheduler at {self.address} has no record of where it is held: that "
+                f"call was sent to another scheduler, failed before it was placed, is causal, "
+                f"or was placed more than {self._results.ttl:g} s ago"))
         self.stats.started(call.request_id, dag.name, time.monotonic())
         if call.consistency == pb.CAUSAL:
             return self._causal_call(call, dag, versions, concurrent, neighbours)
@@ -411,6 +419,7 @@ class Scheduler:
         for address, schedule in build_schedules(call, dag, placement, addresses, versions,
                                                  self.address, timeout):
             self._push.send(address, "schedule", schedule)
+        self._results.placed(call.request_id, addresses[placement[dag.sink()]], time.monotonic())
         self.table.start_call(CallRecord(call.request_id, dag.name, dict(placement),
                                          call.response_address, time.monotonic() + timeout + 5))
 
@@ -433,7 +442,8 @@ class Scheduler:
         record = self.table.call(call_id)
         if record is None:
             return
-        abort = pb.CallDone(call_id=call_id)
+        abort = pb.CallDone(call_id=call_id, status=pb.CANCELLED,
+                            message="its caller cancelled it")
         for worker_id in set(record.placement.values()):
             for address in (self.table.address(worker_id), self.table.control_address(worker_id)):
                 if address:
@@ -576,7 +586,8 @@ class Scheduler:
         for fn, wid in record.placement.items():
             address = self.table.address(wid)
             if address is not None:
-                self._push.send(address, "abort", pb.CallDone(call_id=record.call_id))
+                self._push.send(address, "abort", pb.CallDone(call_id=record.call_id,
+                                                              status=status, message=message))
 
     # ---- placement; causal calls (scheduler/causal_calls.py carries them out) ----
     def _place(self, call: pb.Call, dag: Dag, place: Any, concurrent: Any,
