@@ -7,7 +7,11 @@ Contract:
   to its node every `heartbeat_period` from a background thread (`executor/liveness.py`), so
   a long-running function does not look dead; it dies with its node (PR_SET_PDEATHSIG).
 - Readiness and argument order are `executor.dagstate.PendingCalls`'. A ready function runs
-  with `lib` first, then its arguments; top-level `Reference`s are resolved through the node
+  as `executor/calling.py` says (`lib` first if it names it, awaited if async; arguments that
+  do not fit fail the call with INVALID_ARGUMENTS), with its arguments and keyword arguments;
+  another call's result given as an argument is fetched from the worker holding it, and the
+  outcome of every call whose sink ran here is held for such fetches (`executor/sharing.py`:
+  DEPENDENCY_FAILED when there is none); top-level `Reference`s are resolved through the node
   cache first, as plain data unless the `Reference` says `objects=True` (a value that is more
   fails the call with UNSAFE_VALUE naming the key and the refused global, before the function
   runs). The caller's own arguments and upstream results are unpickled fully: the caller may
