@@ -125,9 +125,10 @@ def test_a_future_as_an_argument_is_resolved_on_the_executor(client):
     client.register(slow_value, slow)
     client.register(lambda a, b=0: a + b, add)
     first = client.call(slow, 20, 0.5)
-    second = client.call(add, first, b=client.call(slow, 22, 0.1))
+    second = client.call(add, first, client.call(slow, 22, 0.1))
     assert not first.done()            # passed on while still running
     assert second.get(timeout=15) == 42
+    assert client.call(add, a=first, b=second).get(timeout=10) == 62     # by keyword
     assert first.get(timeout=5) == 20  # the producing call's own result still arrives
     # a Future already done, passed later, and to a DAG
     third = client.call(add, first, b=1)
@@ -163,6 +164,19 @@ def test_a_failed_future_as_an_argument_is_a_typed_error(client):
     # a Future inside another value cannot be sent
     with pytest.raises(TypeError, match="top-level argument"):
         client.call(add, [client.call(add, 1)])
+
+
+def test_a_future_as_an_argument_of_a_causal_call(client):
+    key, rd, add = unique("ck"), unique("rd"), unique("add")
+    client.put(key, 5, consistency="causal")
+    client.register(lambda lib, k, extra: lib.get(k) + extra, rd)
+    client.register(lambda a, b=0: a + b, add)
+    first = client.call(add, 1, b=2)
+    assert client.call(rd, key, first, consistency="causal").get(timeout=10) == 8
+    causal = client.call(rd, key, 1, consistency="causal")
+    with pytest.raises(ValueError, match="causal call"):     # nothing is sent
+        client.call(add, causal)
+    assert causal.get(timeout=10) == 6
 
 
 def test_async_def_is_awaited_on_the_worker(client):
