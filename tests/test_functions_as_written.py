@@ -11,6 +11,7 @@ import pytest
 
 import cloudburst
 from cloudburst import DependencyFailed, InvalidArguments, InvalidFunction, Reference
+from waiting import poll_until
 
 
 @pytest.fixture(scope="module")
@@ -234,3 +235,35 @@ def test_a_dag_mixing_functions_with_and_without_lib(client):
     client.register_dag(dag, [src, mid, sink], [(src, mid), (mid, sink)])
     got = client.call_dag(dag, {src: [key], sink: ["t"]}, kwargs={mid: {"plus": 1}})
     assert tuple(got.get(timeout=10)) == ("t", 12, True)
+
+
+def test_a_future_whose_holder_dies_fails_its_consumer_typed_and_in_time(client, cluster):
+    """The worker that runs the producing call is killed: the call taking its Future fails by
+    its own deadline, naming the argument it waited for (nothing hangs). Last in this file:
+    the killed worker is restarted by its node."""
+    hang, ident, key = unique("hang"), unique("ident"), unique("hang-id")
+
+    def hang_fn(key):
+        lib = cloudburst.lib()
+        lib.put(key, lib.getid())
+        time.sleep(30)              # the function's own work: it is killed meanwhile
+
+    client.register(hang_fn, hang)
+    client.register(lambda a: a, ident)
+    producer = client.call(hang, key)
+
+    def started():
+        try:
+            return client.get(key)
+        except cloudburst.ObjectNotFound:
+            return None
+
+    victim = poll_until(started, 10, "the producing call starting")
+    consumer = client.call(ident, producer, timeout=3)
+    cluster.kill_worker(victim)
+    with pytest.raises(cloudburst.ExecutionError, match=victim):
+        producer.get(timeout=10)
+    start = time.monotonic()
+    with pytest.raises((cloudburst.Timeout, DependencyFailed), match="argument 0"):
+        consumer.get(timeout=10)
+    assert time.monotonic() - start < 5
