@@ -99,6 +99,7 @@ class WorkerConfig:
     # later calls that take them as arguments (a Future passed to a call; executor/held.py)
     result_ttl: float = 120.0
     result_bytes: int = 64 << 20
+    max_actors: int = 64            # actor instances this worker holds at most
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

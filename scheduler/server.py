@@ -4,6 +4,9 @@ Contract: `Scheduler(config)` binds a PULL socket on a free port (`address`) for
 listed for schedulers in proto/cloudburst.proto, plus one for Anna's pushed registry updates.
 - Registry requests are answered with a `reply`; a bad request is answered with its typed
   status (INVALID_DAG, DAG_NOT_FOUND, ...), never dropped.
+- A `call` with `actor` set (an actor's creation, method call or kill) is
+  `scheduler.actor_calls.ActorCalls`'s; the workers that host actors take plain calls only
+  when no other worker is placeable, and the worker deaths below end their actors.
 - A `call` is resolved against the registry (FUNCTION_NOT_FOUND / DAG_NOT_FOUND), placed by
   `policy.choose_executors` over the live workers (NO_RESOURCES when there are none), sent as
   one `schedule` per function (a source runs on receipt: that is its trigger). The caller
@@ -73,6 +76,7 @@ from runtime.http import TextEndpoint
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
 
+from .actor_calls import ActorCalls
 from .admission import CLIENT_KINDS, Admission
 from .binding import bind_exactly as _bind_exactly
 from .config import SchedulerConfig
@@ -156,6 +160,9 @@ class Scheduler:
         # what this scheduler saw of its calls (`status`, and `/metrics` when asked for)
         self.stats = CallStats()
         self._results = ResultHolders()    # where calls' results are held (Future arguments)
+        # actors: placement, routing of method calls, kills (scheduler/actor_calls.py)
+        self._actors = ActorCalls(self._push, self.table, self._kvs, self.stats, self.address,
+                                  config.call_timeout, self._rng)
         self._metrics_text = ""
         self.metrics = TextEndpoint(config.ip, config.metrics_port,
                                     {"/metrics": lambda: self._metrics_text}) \
@@ -371,6 +378,19 @@ class Scheduler:
         for call_id in call.finished:
             if not (self._causal and self._causal_calls.done(call_id, time.monotonic())):
                 self.table.finish_call(call_id)
+        for ref in self._results.stamp(call, time.monotonic())[:1]:
+            return self._fail(call, pb.DEPENDENCY_FAILED, (
+                f"{call.dag or call.function}: the result of {ref.what or 'call ' + ref.call_id} "
+                f"is an argument, and the scheduler at {self.address} has no record of where "
+                f"it is held: that call was sent to another scheduler, failed before it was "
+                f"placed, is causal, or was placed more than {self._results.ttl:g} s ago"))
+        if call.HasField("actor"):
+            self._actors.call(call, time.monotonic())
+            record = self.table.call(call.request_id)    # placed: its worker holds its result
+            for wid in (record.placement.values() if record is not None else ()):
+                self._results.placed(call.request_id, self.table.address(wid) or "",
+                                     time.monotonic())
+            return
         if call.dag:
             record = self.registry.dag(call.dag)
             if record is None:
@@ -401,12 +421,6 @@ class Scheduler:
         if unknown:
             return self._fail(call, pb.BAD_REQUEST,
                               f"arguments given for {unknown}, which are not in DAG {dag.name!r}")
-        for ref in self._results.stamp(call, time.monotonic())[:1]:
-            return self._fail(call, pb.DEPENDENCY_FAILED, (
-                f"{dag.name}: the result of {ref.what or 'call ' + ref.call_id} is an argument, "
-                f"and the scheduler at {self.address} has no record of where it is held: that "
-                f"call was sent to another scheduler, failed before it was placed, is causal, "
-                f"or was placed more than {self._results.ttl:g} s ago"))
         self.stats.started(call.request_id, dag.name, time.monotonic())
         if call.consistency == pb.CAUSAL:
             return self._causal_call(call, dag, versions, concurrent, neighbours)
@@ -459,6 +473,7 @@ class Scheduler:
         for call_id, ok in finished:          # every report counts, whichever field it used
             self.stats.finished(caller_of(call_id), ok, now)
             self._finish_one(call_id)
+            self._actors.finished(call_id, ok)
 
     def _status(self, payload: bytes) -> None:
         req = pb.NameRequest.FromString(payload)
@@ -508,6 +523,7 @@ class Scheduler:
             how = ("ran a function past its time limit that did not return to the "
                    "interpreter (stuck in C code); the worker is being killed and restarted")
             log.warning("worker %s of node %s %s", s.worker_id, s.node_id, how)
+            self._actors.worker_lost(s.worker_id, how)
             for record in self.table.drop_worker(s.worker_id):
                 self._orphaned(record, s.worker_id, f"executor worker {s.worker_id} {how}",
                                time.monotonic(),
@@ -525,6 +541,7 @@ class Scheduler:
             else:
                 how = f"was killed by signal {-s.exit_code}"
             log.warning("worker %s of node %s %s", s.worker_id, s.node_id, how)
+            self._actors.worker_lost(s.worker_id, how)
             for record in self.table.drop_worker(s.worker_id):
                 self._orphaned(record, s.worker_id, f"executor worker {s.worker_id} {how}",
                                time.monotonic(), status)
@@ -563,6 +580,7 @@ class Scheduler:
         expired = self.table.expire(now)
         for wid in expired.dead_workers:
             log.warning("worker %s %s; dropped from scheduling", wid, expired.reasons[wid])
+            self._actors.worker_lost(wid, expired.reasons[wid])
         for record in expired.overdue_calls:
             self.stats.finished(caller_of(record.call_id), False, now)
         self.stats.expire(now, STATS_HORIZON)
@@ -581,6 +599,7 @@ class Scheduler:
         if causal is not None:
             self._causal_calls.worker_died(causal, message, now)
             return
+        status, message = self._actors.orphaned(record.call_id, status, message)
         self._push.send(record.response_address, "result", pb.CallResult(
             request_id=record.call_id, status=status, message=message))
         for fn, wid in record.placement.items():
@@ -596,7 +615,9 @@ class Scheduler:
         NO_RESOURCES) when no worker can take the call."""
         colocate = self.config.colocate_chains
         try:
-            return place(dag.functions, references_by_function(call), self.table.placeable(),
+            # a worker that hosts an actor takes plain calls only when all the others do
+            workers = self._actors.placeable(self.table.placeable())
+            return place(dag.functions, references_by_function(call), workers,
                          self.table.node_keys(), self._rng,
                          busy_outstanding=self.config.busy_outstanding,
                          busy_utilization=self.config.busy_utilization,

@@ -237,6 +237,24 @@ def test_a_dag_mixing_functions_with_and_without_lib(client):
     assert tuple(got.get(timeout=10)) == ("t", 12, True)
 
 
+def test_futures_between_actor_methods_and_functions(client):
+    class Counter:
+        def __init__(self, start):
+            self.n = start
+
+        def incr(self, by):
+            self.n += by
+            return self.n
+
+    add = unique("add")
+    client.register(lambda a, b: a + b, add)
+    counter = client.actor(Counter, 10)
+    first = counter.incr(1)                                   # 11
+    assert client.call(add, first, 100).get(timeout=10) == 111
+    assert counter.incr(client.call(add, 2, 3)).get(timeout=10) == 16
+    counter.kill()
+
+
 def test_a_future_whose_holder_dies_fails_its_consumer_typed_and_in_time(client, cluster):
     """The worker that runs the producing call is killed: the call taking its Future fails by
     its own deadline, naming the argument it waited for (nothing hangs). Last in this file:
