@@ -26,6 +26,7 @@ import time
 from typing import Any, Dict, List, Tuple
 
 from hydro_proto import cloudburst_pb2 as pb
+from runtime.auth import parse_address
 from runtime.errors import error_from_status
 from runtime.values import decode_arg, loads
 
@@ -79,9 +80,9 @@ def _value(position: Any, arg: Any, inputs: Dict[str, Any], what: str) -> Any:
     if isinstance(got, Unavailable) or got is None:
         status, message = (got.status, got.message) if got is not None else \
             (pb.DEPENDENCY_FAILED, "it never arrived")
-        error = type(error_from_status(status, message)).__name__
-        raise DependencyError(f"{what}: its {name} has no value: call {arg.call.call_id} "
-                              f"{error}: {message}")
+        why = message if status == pb.DEPENDENCY_FAILED else \
+            f"that call failed with {type(error_from_status(status, message)).__name__}: {message}"
+        raise DependencyError(f"{what}: its {name} has no value (call {arg.call.call_id}): {why}")
     return loads(got, objects=True)
 
 
@@ -95,7 +96,7 @@ def prepare(ready: Any, what: str) -> Tuple[List[Any], Dict[str, Any]]:
 
 class ResultSharing:
     """The holder's and the fetcher's side; mixed into the worker (module contract). Uses the
-    worker's `address`, `_push`, `_local`, `pending`, `_check_peer` and `held`."""
+    worker's `address`, `credentials`, `_push`, `_local`, `pending` and `held`."""
 
     held: HeldResults
 
@@ -140,10 +141,19 @@ class ResultSharing:
         if request.reply_address == self.address:
             self._local.append(("trigger", trigger))
             return
-        try:
-            self._check_peer(f"(the worker asking for call {request.call_id})",
-                             request.reply_address)
-        except ValueError as e:
-            log.warning("did not answer a fetch: %s", e)
+        if not self._is_worker_address(request.reply_address):
+            log.warning("did not answer a fetch of call %s: its reply address %r does not carry "
+                        "the function key (not a worker's)", request.call_id,
+                        request.reply_address[:120])
             return
         self._push.send(request.reply_address, "trigger", trigger)
+
+    def _is_worker_address(self, address: str) -> bool:
+        """With authentication, only an address carrying the function key is a worker's (only
+        a process holding the function secret completes a handshake with that key)."""
+        if self.credentials is None:
+            return True
+        try:
+            return parse_address(address)[1] == self.credentials.keypair.public
+        except ValueError:
+            return False

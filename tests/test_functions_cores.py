@@ -176,3 +176,25 @@ def test_an_invocation_waits_for_its_named_inputs():
     p.add_schedule("d", "g", "S", [], [], deadline=1.0, now=0.0, inputs=["in0"])
     [stalled] = p.expire(now=2.0)
     assert stalled.missing == ["in0"]
+
+
+# ---- a ready invocation's arguments ----
+def test_prepare_substitutes_fetched_results_and_names_missing_ones():
+    from executor.dagstate import Ready
+    from executor.sharing import DependencyError, Unavailable, call_inputs, prepare
+    from runtime.values import dumps
+
+    s = pb.Schedule(call_id="c", function="g")
+    s.args.args.add(value=dumps(1))
+    s.args.args.add().call.CopyFrom(pb.CallRef(call_id="p", what="call of function 'f'"))
+    s.args.kwargs["k"].call.CopyFrom(pb.CallRef(call_id="q"))
+    names = list(call_inputs(s.args))
+    assert names == ["argument 1 (the result of call of function 'f')",
+                     "keyword argument 'k' (the result of call q)"]
+    ready = Ready("c", "g", s, list(s.args.args) + [dumps("up")],
+                  inputs={names[0]: dumps(2), names[1]: dumps(3)})
+    assert prepare(ready, "function 'g'") == ([1, 2, "up"], {"k": 3})
+    ready.inputs[names[1]] = Unavailable(pb.EXECUTION_ERROR, "f raised ValueError")
+    with pytest.raises(DependencyError, match=r"function 'g': its keyword argument 'k'.*"
+                                              r"call q.*failed with ExecutionError: f raised"):
+        prepare(ready, "function 'g'")
