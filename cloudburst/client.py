@@ -19,7 +19,8 @@ Contract:
   result that arrives later is dropped).
 - Registry calls (`register`, `register_dag`, `delete_dag`, `list`) wait for the scheduler's
   answer and raise its typed error (`InvalidDag`, `DagNotFound`, ...).
-- `call` / `call_dag` return a `Future` at once; `Future.get(timeout)` returns the value (as
+- `call` / `call_dag` take positional and keyword arguments, which may be `Reference`s and
+  `Future`s of other calls (`cloudburst/arguments.py`), and return a `Future` at once; `Future.get(timeout)` returns the value (as
   plain data unless the call, or `get`, says `objects=True`) or raises the typed error
   (`FunctionNotFound`, `DagNotFound`, `NoResources`, `ExecutionError` with the remote
   traceback, `Timeout` naming the stage that stalled, `UnsafeValue`).
