@@ -11,9 +11,9 @@ Contract:
   refused; `async def` functions are awaited on the worker.
 - `RegisteredFunction` is what the decorator returns: calling it calls the registered
   function on the cluster and returns a `Future` (keywords that are `Client.call` options,
-  `timeout`, `consistency`, `protocol`, `time_limit`, `objects`, are options; the others go
-  to the function); `.options(**call_options)` returns a caller whose keywords all go to
-  the function; `.map(*iterables)` fans calls out and returns their values in order;
+  `timeout`, `consistency`, `protocol`, `time_limit`, `objects`, `session`, are options;
+  the others go to the function); `.options(**call_options)` returns a caller whose
+  keywords all go to the function; `.map(*iterables)` fans calls out and returns their values in order;
   `.name` is the registered name; `.local` is the original Python object, for tests and
   local use.
 """

@@ -85,6 +85,7 @@ from .actor_caller import ActorCaller
 from .actors import ActorGone, ActorTable, ActorTableFull, describe
 from .cache_client import CacheClient, Fenced
 from .calling import Entry, entry_of
+from .call_session import CallSession, UpstreamSessions
 from .causal import CausalAbortError, CausalInvocation, Reusable, inputs_digest
 from .config import WorkerConfig
 from .dagstate import PendingCalls, Ready
@@ -151,6 +152,7 @@ class Worker(ResultSharing):
         self._printed = ""    # what the last function run printed
         # what upstream functions printed, per call and target, until the target runs
         self._upstream_logs = UpstreamLogs()
+        self._sessions = UpstreamSessions()    # what upstream functions read and wrote
         self._reuse: Dict[Tuple[str, str], Reusable] = {}
         self.held = HeldResults(config.result_ttl, max_bytes=config.result_bytes)
         # the actors placed on this worker, and the caller of handles used inside functions
@@ -277,6 +279,8 @@ class Worker(ResultSharing):
             value = Unavailable(t.status, t.message)
         if t.logs:
             self._upstream_logs.add(t.call_id, t.target, t.logs)
+        if t.HasField("session"):
+            self._sessions.add(t.call_id, t.target, t.session)
         ready = self.pending.add_trigger(t.call_id, t.target, t.source, value, time.monotonic())
         if ready is not None:
             self._run(ready)
@@ -286,6 +290,7 @@ class Worker(ResultSharing):
         self._keep_outcome(message.call_id, Outcome(
             message.status or pb.CANCELLED, message=message.message or "it was stopped"))
         self._upstream_logs.drop(message.call_id)
+        self._sessions.drop(message.call_id)
 
     def _call_logs(self, s: pb.Schedule, printed: str) -> str:
         """The upstream functions' output and this function's, bounded (executor/output.py)."""
@@ -411,6 +416,9 @@ class Worker(ResultSharing):
         if s.consistency == pb.CAUSAL:
             return self._run_causal(ready, what, start)
         self._busy_since = start
+        inherited = self._sessions.take(s.call_id, s.function)
+        session = self.cache.session = CallSession(s.session, inherited) \
+            if s.HasField("session") else None
         try:
             try:
                 fn = Entry(self.actors.target(s.actor, self.worker_id), what) \
@@ -464,26 +472,31 @@ class Worker(ResultSharing):
         finally:
             self._busy_total += time.monotonic() - start
             self._busy_since = None
+            self.cache.session = None
         logs = self._call_logs(s, self._printed)
-        self._send_downstream(s, ready, value, logs=logs)
+        report = session.report() if session is not None else None
+        self._send_downstream(s, ready, value, logs=logs, session=report)
         if s.sink:
             self._keep_outcome(s.call_id, Outcome(pb.OK, value))   # for Future arguments
             self._push.send(s.response_address, "result",
                             pb.CallResult(request_id=s.call_id, status=pb.OK, value=value,
-                                          logs=logs))
+                                          logs=logs, session=report))
             self._call_done(s.scheduler_address, s.call_id)
 
     def _send_downstream(self, s: pb.Schedule, ready: Ready, value: bytes,
-                         causal: Optional[pb.CausalContext] = None, logs: str = "") -> None:
+                         causal: Optional[pb.CausalContext] = None, logs: str = "",
+                         session: Optional[pb.Session] = None) -> None:
         for target in s.targets:
             trigger = pb.Trigger(call_id=s.call_id, source=s.function, target=target, value=value,
-                                 logs=logs)
+                                 logs=logs, session=session)
             if causal is not None:
                 trigger.causal.CopyFrom(causal)
             for f in s.forward:
                 if f.function == target:
                     trigger.schedule.CopyFrom(f)
                     trigger.schedule.forward.extend(s.forward)
+                    if s.HasField("session"):
+                        trigger.schedule.session.CopyFrom(s.session)
                     # the call's deadline, not a fresh one: what is left of this function's
                     trigger.schedule.timeout = max(0.0, ready.deadline - time.monotonic())
                     break
