@@ -17,7 +17,8 @@
 - Values are data, not code: `get`, `lib.get`, a `Reference` and a call's result are read as
   plain data unless `objects=True` is given; a value that is more raises `UnsafeValue` and
   runs nothing. docs/SECURITY.md is the trust model.
-- `errors`: FunctionNotFound, DagNotFound, InvalidDag, InvalidFunction, NoResources,
+- `errors`: FunctionNotFound, DagNotFound, InvalidDag, InvalidFunction, InvalidArguments,
+  NoResources,
   ExecutionError, Timeout, ObjectNotFound, Aborted, Cancelled, SchedulerUnavailable,
   UnsafeValue (MalformedValue: stored bytes that do not decode), NotPermitted, CorruptRecord,
   AuthenticationError, AuthenticationRequired.
@@ -33,14 +34,15 @@ from .functions import RegisteredFunction
 from .futures import CausalStats, Future, gather, wait
 from .errors import (Aborted, AuthenticationError, AuthenticationRequired, Cancelled,
                      CloudburstError, DagNotFound, ExecutionError, FunctionNotFound,
-                     InvalidDag, InvalidFunction, MalformedValue, NoResources,
+                     InvalidArguments, InvalidDag, InvalidFunction, MalformedValue, NoResources,
                      ObjectNotFound, SchedulerUnavailable, Timeout, UnsafeValue, NotPermitted,
                      CorruptRecord)
 from .local import LocalCluster
 from scheduler.executor_policy import ExecutorPolicyConfig
 
 __all__ = ["Client", "Future", "Listing", "CausalStats", "LocalCluster", "Reference", "errors",
-           "RegisteredFunction", "gather", "wait", "InvalidFunction", "Cancelled",
+           "RegisteredFunction", "gather", "wait", "InvalidFunction", "InvalidArguments",
+           "Cancelled",
            "CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "NoResources",
            "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "SchedulerUnavailable",
            "UnsafeValue", "MalformedValue", "NotPermitted", "CorruptRecord", "AuthConfig",

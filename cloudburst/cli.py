@@ -40,14 +40,15 @@ import threading
 from typing import List, Optional
 
 from runtime.auth import (CLIENT_PREFIX, KEYS_DESCRIPTION, KEYS_HELP, AuthConfig, KeyFileError,
-                          add_keys_arguments, keys_command)
-from runtime.cli import (HELP_FORMAT, add_common, non_negative_float, non_negative_int,
-                         package_version, positive_float, positive_int)
+                          add_keys_arguments, for_command_line, keys_command)
+from runtime.cli import (HELP_FORMAT, add_common, exit_quietly_on_broken_pipe,
+                         non_negative_float, non_negative_int, package_version, positive_float,
+                         positive_int)
 
 from scheduler.executor_policy import ExecutorPolicyConfig
 
 from .errors import CloudburstError, StartupError
-from .local import AUTH_OFF_WARNING, LocalCluster
+from .local import LocalCluster
 
 
 def add_client_auth_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,8 +68,6 @@ def _local(args: argparse.Namespace) -> int:
     if args.no_auth and args.key_dir:
         print("cloudburst local: --key-dir and --no-auth exclude each other", file=sys.stderr)
         return 2
-    if args.no_auth:
-        print(f"WARNING: {AUTH_OFF_WARNING}", file=sys.stderr, flush=True)
     autoscale = None
     if args.autoscale:
         try:
@@ -90,6 +89,9 @@ def _local(args: argparse.Namespace) -> int:
         print("cloudburst local: --min-executors, --max-executors and --provisioning-delay "
               "need --autoscale", file=sys.stderr)
         return 2
+    if not logging.getLogger().handlers:
+        # warnings (the cluster's one AUTH_OFF_WARNING with --no-auth) say that they are
+        logging.basicConfig(format="%(levelname)s: %(message)s")
     with LocalCluster(executor_nodes=args.executor_nodes,
                       executors_per_node=args.executors_per_node,
                       schedulers=args.schedulers, log_level=args.log_level,
@@ -118,8 +120,8 @@ def _local(args: argparse.Namespace) -> int:
 
 def connect_hint(cluster: LocalCluster) -> str:
     """How a client connects to `cluster`: its key directory and identity, and the call."""
-    if not cluster.auth:
-        return (f"authentication is OFF\nconnect with: cloudburst.Client({cluster.address!r})")
+    if not cluster.auth:         # the cluster warned about it when it started
+        return f"connect with: cloudburst.Client({cluster.address!r})"
     if cluster.client_auth is None:
         return (f"keys: {cluster.key_dir} (no client key pair in it: add one with `cloudburst "
                 f"keys {cluster.key_dir} --add-client --client NAME` and restart)\n"
@@ -289,10 +291,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     from .kube.cli import add_k8s_parser
     add_k8s_parser(sub)
     args = parser.parse_args(argv)
+    return exit_quietly_on_broken_pipe(lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return args.run(args)
     except (CloudburstError, StartupError, KeyFileError) as e:
-        print(f"cloudburst {args.command}: {e}", file=sys.stderr)
+        print(f"cloudburst {args.command}: {for_command_line(str(e))}", file=sys.stderr)
         return 1
 
 

@@ -7,7 +7,8 @@ errors only a client meets (`AuthenticationError`, `AuthenticationRequired`) are
 here; `KeyFileError` (a missing or malformed key file, named) is `runtime.auth`'s.
 """
 from runtime.errors import (STATUS_OF, Aborted, Cancelled, CloudburstError, DagNotFound, ExecutionError,
-                            FunctionNotFound, InvalidDag, InvalidFunction, MalformedValue,
+                            FunctionNotFound, InvalidArguments, InvalidDag, InvalidFunction,
+                            MalformedValue,
                             NoResources, ObjectNotFound, SchedulerUnavailable, Timeout,
                             UnsafeValue, NotPermitted, CorruptRecord, error_from_status)
 from runtime.auth import AuthenticationRequired as _AuthenticationRequired, KeyFileError
@@ -26,7 +27,7 @@ class AuthenticationRequired(AuthenticationError, _AuthenticationRequired):
     Also a `runtime.auth.AuthenticationRequired`, which `anna_core.Client` raises."""
 
 __all__ = ["CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "InvalidFunction",
-           "NoResources",
+           "InvalidArguments", "NoResources",
            "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "Cancelled",
            "SchedulerUnavailable", "StartupError", "UnsafeValue", "MalformedValue", "NotPermitted",
            "CorruptRecord", "STATUS_OF", "error_from_status",

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Optional
 
 __all__ = ["CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "InvalidFunction",
-           "NoResources",
+           "InvalidArguments", "NoResources",
            "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "Cancelled", "UnsafeValue",
            "MalformedValue", "NotPermitted", "CorruptRecord", "STATUS_OF", "error_from_status"]
 
@@ -47,6 +47,11 @@ class InvalidFunction(CloudburstError, TypeError):
     """`register` was given something that cannot run as a function: it must take the user
     library `lib` as its first argument (a stateful class: `run(self, lib, ...)`). Also a
     `TypeError`."""
+
+
+class InvalidArguments(CloudburstError, TypeError):
+    """A call gave arguments that cannot be passed, e.g. to a function its DAG does not have;
+    the message names the function(s) and the DAG. Nothing ran. Also a `TypeError`."""
 
 
 class NoResources(CloudburstError):
@@ -147,7 +152,7 @@ class SchedulerUnavailable(CloudburstError):
 STATUS_OF = {
     FunctionNotFound: 1, DagNotFound: 2, InvalidDag: 3, NoResources: 4, ExecutionError: 5,
     Timeout: 6, ObjectNotFound: 7, Aborted: 10, Cancelled: 11, UnsafeValue: 12,
-    NotPermitted: 13, CorruptRecord: 14,
+    NotPermitted: 13, CorruptRecord: 14, InvalidArguments: 28,
 }
 
 
