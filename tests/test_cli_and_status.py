@@ -24,6 +24,7 @@ from runtime.cli import BROKEN_PIPE_STATUS
 from scheduler.dag import Dag, foreign_arguments
 from scheduler.membership import CallRecord, ExecutorTable
 from scheduler.stats import CallStats, WorkerGauge, render_prometheus
+from waiting import poll_until
 
 KEY = "ab" * 32          # a public key as an address carries it: 64 hex digits
 
@@ -151,8 +152,10 @@ def test_status_counts_calls_placed_on_a_cluster(cluster):
     cb = cluster.client()
     cb.register(lambda lib, x: x + 1, "status_inc")
     assert cb.map("status_inc", range(3)) == [1, 2, 3]
-    (worker,) = cb.status().workers
-    assert worker.placed >= 3 and worker.outstanding == 0
+    # the worker's report that its calls are done reaches the scheduler just after the results
+    (worker,) = poll_until(lambda: [w for w in cb.status().workers if w.outstanding == 0], 10,
+                           "the scheduler hearing that the calls are done")
+    assert worker.placed >= 3
     shown = _run(*_status_argv(cluster))
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
