@@ -7,7 +7,8 @@
     cloudburst local --key-dir DIR ...
         The same with the keys in DIR (`cloudburst keys DIR --client NAME`).
     cloudburst local --no-auth ...
-        The same without authentication (warns: anyone who can reach the ports controls it).
+        The same without authentication (warns once: anyone who can reach the ports
+        controls it).
     cloudburst local --log-dir DIR ...
         The same, keeping every process' log in DIR after it stops.
     cloudburst local --autoscale [--min-executors N] [--max-executors N]
@@ -15,8 +16,9 @@
         The same, with executor nodes added under load and drained and removed when idle
         (every decision logged with its reason; `--executor-nodes` is the starting size).
     cloudburst status ADDRESS [--key-dir DIR --client NAME]
-        A scheduler's view: live workers (busy, calls, restarts) and, per function, calls,
-        errors and p50/p99 latency; what its authentication refused.
+        A scheduler's view: live workers (busy, calls placed, unfinished, restarts) and, per
+        function, calls placed, errors, p50/p99 latency and running; what its
+        authentication refused.
     cloudburst logs [FUNCTION] --log-dir DIR [--lines N]
         What functions printed, as the workers logged it (each line tagged with its call),
         most recent last; only FUNCTION's output if given.
@@ -28,6 +30,9 @@
     cloudburst k8s deploy|status|scale|delete ...
         Deploy the platform on a Kubernetes cluster from a kubeconfig, show its Deployments
         and pods, scale executor nodes and Anna tiers, remove it (`cloudburst k8s --help`).
+
+Errors are one line naming the command's options (`--key-dir`), not Python's; a reader that
+goes away (`cloudburst status ... | head`) ends the command quietly with status 141.
 """
 from __future__ import annotations
 
