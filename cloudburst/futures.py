@@ -215,6 +215,7 @@ class Future:
     def _collected(self) -> None:
         self._finalizer()
         self._client._finished.append(self.request_id)
+        self._client._observed(self._result)      # the client's session notes what it read
 
 
 def gather(futures: Iterable[Future], timeout: Optional[float] = None) -> List[Any]:
