@@ -67,7 +67,7 @@ AUTH_OFF_WARNING = (
 
 # anna_core.LocalCluster arguments LocalCluster sets itself (not through kvs_options)
 _KVS_FIXED = {"memory_threads", "nodes", "replication", "log_dir", "log_level", "auth",
-              "key_dir"}
+              "key_dir", "warn_auth_off"}
 
 SUPERVISE_PERIOD = 0.1    # seconds between two looks at the cluster's processes
 
@@ -334,6 +334,7 @@ class LocalCluster:
                                               log_level=self.log_level,
                                               auth=kvs_keys is not None,
                                               key_dir=self.key_dir if kvs_keys else None,
+                                              warn_auth_off=False,    # warned for the stack
                                               **self.kvs_options)
             self.kvs.start()
             for i in range(self.scheduler_count):
