@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import time
 import uuid
 from typing import Any, Dict, List, Optional, Sequence, Tuple
