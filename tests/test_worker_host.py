@@ -20,7 +20,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import zmq
