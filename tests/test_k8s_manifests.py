@@ -298,6 +298,13 @@ def test_the_entrypoint_names_what_is_missing():
         entrypoint.command("routing", {"ROUTING_PORT": "1"}, [])
     with pytest.raises(entrypoint.EntrypointError, match="unknown role"):
         entrypoint.command("nope", {}, [])
+    with pytest.raises(entrypoint.EntrypointError, match="WORKER_HOST_PORT"):
+        entrypoint.command("workers", {}, [])
+    with pytest.raises(entrypoint.EntrypointError, match="WORKER_HOST_PORT must be a port"):
+        entrypoint.command("workers", {"WORKER_HOST_PORT": "x"}, [])
+    # with authentication on, the worker host needs the function keys, never KEY_DIR's
+    with pytest.raises(entrypoint.EntrypointError, match="FUNCTION_KEY_DIR"):
+        entrypoint.command("workers", {"WORKER_HOST_PORT": "7100", "KEY_DIR": "/keys"}, [])
     with pytest.raises(entrypoint.EntrypointError, match="NODE_CONFIG is not valid JSON"):
         entrypoint.command("node", {"ANNA_TIER": "memory", "POD_NAME": "p", "POD_IP": "1.2.3.4",
                                     "ANNA_ROUTING": "tcp://r:1", "NODE_CONFIG": "{"}, [])
