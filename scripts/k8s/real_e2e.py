@@ -114,7 +114,8 @@ def dump_namespace(c) -> None:
         if not ready:
             name = p["metadata"]["name"]
             print(f"---- {name} (not Ready) ----")
-            print(c.kubectl("-n", NS, "logs", name, "--tail=30", check=False).stdout)
+            print(c.kubectl("-n", NS, "logs", name, "--all-containers", "--tail=30",
+                            check=False).stdout)
             print(c.kubectl("-n", NS, "describe", "pod", name, check=False).stdout[-1500:])
 
 
