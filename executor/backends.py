@@ -24,7 +24,8 @@ Contract:
   key), so only a host holding the function secret is believed, and the host obeys only the
   cluster key. Requests are `HostRequest`s; the host's `HostReport`s feed a
   `executor.workerhost_view.HostView`, whose rules decide when a worker counts as exited
-  (including a silent or restarted host). Sends never block: a request that cannot be
+  (including a silent or restarted host). `poll` also sends a HELLO every `HELLO_PERIOD`,
+  so a restarted host hears of the node's session at once. Sends never block: a request that cannot be
   queued (the host is unreachable and the queue is full) is dropped and logged, and the
   view's timeout then fails that start.
 """
@@ -55,6 +56,7 @@ log = logging.getLogger("cloudburst.node")
 
 WORKER_ARGV = ["-m", "executor.worker"]
 MAX_REPORT = 1 << 20         # bytes of one host report (a few hundred bytes per worker)
+HELLO_PERIOD = 1.0           # seconds between the node's HELLOs to its host
 _QUEUE = 1000                # requests queued for an unreachable host before any is dropped
 
 
@@ -180,14 +182,22 @@ class RemoteWorkers:
                 raise ValueError("an authenticated worker host needs its public key")
             make_client(self._socket, credentials, server_key)
         self._socket.connect(address)
-        self._send(wh.HostRequest(op=wh.HostRequest.HELLO))
+        self._hello_at = 0.0
+        self._hello(time.monotonic())
+
+    def _hello(self, now: float) -> None:
+        """HELLO once a second: a host that restarted learns the session and reports at once
+        (its workers died with it; the view then counts them exited)."""
+        if now - self._hello_at >= HELLO_PERIOD:
+            self._hello_at = now
+            self._send(wh.HostRequest(op=wh.HostRequest.HELLO))
 
     def _send(self, req: wh.HostRequest) -> None:
         req.session = self.view.session
         try:
             self._socket.send(req.SerializeToString(), zmq.NOBLOCK)
         except zmq.Again:
-            log.error("the worker host at %s is not taking requests (%d queued); dropped a "
+            (log.debug if req.op == wh.HostRequest.HELLO else log.error)("the worker host at %s is not taking requests (%d queued); dropped a "
                       "%s of %r", self.address, _QUEUE, wh.HostRequest.Op.Name(req.op),
                       req.name)
 
@@ -208,6 +218,7 @@ class RemoteWorkers:
 
     def poll(self, wait: float = 0.0) -> None:
         """Take in every report waiting (waiting up to `wait` seconds for the first)."""
+        self._hello(time.monotonic())
         timeout = int(wait * 1000)
         while self._socket.poll(timeout, zmq.POLLIN):
             timeout = 0

@@ -227,11 +227,11 @@ def function_keys(key_dir, into):
     return into
 
 
-def start_host(key_dir, log_dir):
+def start_host(key_dir, log_dir, port=0):
     from executor.config import WorkerHostConfig
     from runtime.process import ManagedProcess
     config = WorkerHostConfig(key_dir=key_dir, log_dir=log_dir, log_level="info",
-                              report_period=0.2)
+                              report_period=0.2, port=port)
     p = ManagedProcess("workerhost", [sys.executable, "-m", "executor.workerhost", "--config",
                                       config.to_json()], log_dir).spawn()
     p.wait_ready(30)
@@ -253,6 +253,7 @@ def hosted(tmp_path_factory):
     d = tmp_path_factory.mktemp("hosted")
     with cloudburst.LocalCluster(executor_nodes=1, executors_per_node=1) as c:
         host = start_host(function_keys(c.key_dir, str(d / "fkeys")), str(d))
+        hosts = [host]
         config = NodeConfig(node_id="hosted", kvs_address=c.kvs.routing_address,
                             scheduler_addresses=c.scheduler_addresses, workers=2,
                             heartbeat_period=0.2, log_dir=str(d), key_dir=c.key_dir,
@@ -265,9 +266,9 @@ def hosted(tmp_path_factory):
             c.remove_executor_node("node0")      # every call now goes to the hosted node
             client = c.client()
             client.register(where_am_i, "where")
-            yield c, client, host, node
+            yield c, client, hosts, node
         finally:
-            stop_all([node, host], 5)
+            stop_all([node] + hosts, 5)
 
 
 def call_until(client, predicate, what, timeout=30):
@@ -281,7 +282,7 @@ def call_until(client, predicate, what, timeout=30):
 
 
 def test_calls_run_in_workers_the_host_started(hosted):
-    c, client, host, node = hosted
+    c, client, (host,), node = hosted
     out = call_until(client, lambda o: True, "a call to run")
     assert "executor.workerhost" in out["parent"], out
     # every worker the node announced is a child of the host, none of the node
@@ -292,7 +293,7 @@ def test_calls_run_in_workers_the_host_started(hosted):
 
 
 def test_a_killed_worker_is_restarted_through_the_host(hosted):
-    c, client, host, node = hosted
+    c, client, (host,), node = hosted
     first = call_until(client, lambda o: True, "a call to run")
     os.kill(first["pid"], signal.SIGKILL)
     # the host reports the exit, the node restarts the worker (same id) through the host
@@ -301,6 +302,36 @@ def test_a_killed_worker_is_restarted_through_the_host(hosted):
     assert again["pid"] != first["pid"]
     poll_until(lambda: "is back (restart 1)" in node.log_tail(400), 20,
                "the node logging the restart")
+
+
+def test_a_restarted_host_gets_its_workers_back(hosted):
+    """The host dies (on Kubernetes, its container restarts): its workers die with it, and
+    the node, hearing a new host run on the same address, starts them there again."""
+    c, client, hosts, node = hosted
+    old = hosts[-1]
+    port = int(parse_address(old.info["address"])[0].rsplit(":", 1)[1])
+    os.kill(old.pid, signal.SIGKILL)
+    old.proc.wait(10)
+    hosts.append(start_host(old_key_dir(old), os.path.dirname(old.log_path), port))
+    new = hosts[-1]
+    call_until(client, lambda o: _parent_pid(o["pid"]) == new.pid,
+               "calls on workers of the new host", 40)
+    # both workers came back (one was restarted once before, by the previous test)
+    poll_until(lambda: node.log_tail(400).count(" is back (restart ") >= 3, 20,
+               "the node restarting both workers on the new host")
+
+
+def old_key_dir(p):
+    config = json.loads(p.argv[p.argv.index("--config") + 1])
+    return config["key_dir"]
+
+
+def _parent_pid(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return None
 
 
 def ask(address, credentials, server_key, request, wait):
