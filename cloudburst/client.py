@@ -19,7 +19,8 @@ Contract:
   result that arrives later is dropped).
 - Registry calls (`register`, `register_dag`, `delete_dag`, `list`) wait for the scheduler's
   answer and raise its typed error (`InvalidDag`, `DagNotFound`, ...).
-- `call` / `call_dag` return a `Future` at once; `Future.get(timeout)` returns the value (as
+- `call` / `call_dag` take positional and keyword arguments, which may be `Reference`s and
+  `Future`s of other calls (`cloudburst/arguments.py`), and return a `Future` at once; `Future.get(timeout)` returns the value (as
   plain data unless the call, or `get`, says `objects=True`) or raises the typed error
   (`FunctionNotFound`, `DagNotFound`, `NoResources`, `ExecutionError` with the remote
   traceback, `Timeout` naming the stage that stalled, `UnsafeValue`).
@@ -78,9 +79,10 @@ from runtime.auth import (FUNCTION, AuthConfig, KeyFileError, Security, credenti
 from runtime.keys import check_user_key
 from runtime.framing import more, parse, recv_frame, send
 from runtime.sockets import bind_pull, check_address, ipc_dir_of
-from runtime.values import dumps_function, encode_args
+from runtime.values import dumps_function
+from .arguments import encode, merge_keywords
 from .errors import (AuthenticationError, AuthenticationRequired, CloudburstError, InvalidDag,
-                     Timeout, error_from_status)
+                     InvalidFunction, Timeout, error_from_status)
 from . import actors as _actors
 from .functions import RegisteredFunction, check_signature
 from .futures import Future, SchedulerUnavailable, gather
@@ -208,10 +210,14 @@ class Client:
     def register(self, function: Any, name: str, *, time_limit: Optional[float] = None,
                  modules: Sequence[Any] = (), max_retries: Optional[int] = None,
                  retry_exceptions: Any = None) -> None:
-        """Register `function` under `name`: a function `f(lib, *args)`, or `(cls, init_args)`
-        (or a bare class) for a stateful class whose instance's `run(lib, *args)` is called;
-        one instance per executor worker lives across calls (instances are not addressable:
-        state a caller needs to reach belongs in the KVS, or in an actor: `actor`).
+        """Register `function` under `name`: a function, or `(cls, init_args)` (or a bare
+        class) for a stateful class whose instance's `run` (or `__call__`) is called; one
+        instance per executor worker lives across calls (instances are not addressable:
+        state a caller needs to reach belongs in the KVS, or in an actor: `actor`). A function whose first parameter
+        is named `lib` receives the user library there (`def f(lib, x)`); any other gets
+        only its arguments (`def f(x)`; `cloudburst.lib()` reaches the library). `async def`
+        functions are awaited on the worker. What cannot run (a generator function, a
+        non-callable, a `lib` that is not the first parameter) raises `InvalidFunction`.
 
         `time_limit` is how many seconds one call of it may run (default: the cluster's);
         past it the function is stopped and its call fails with `Timeout` naming it.
@@ -233,7 +239,8 @@ class Client:
         elif callable(function):
             body = function
         else:
-            raise TypeError(f"register takes a function or (class, init_args), got {function!r}")
+            raise InvalidFunction(f"register takes a function or (class, init_args), got "
+                                  f"{function!r}, which is not callable")
         if not isinstance(name, str) or not name:
             raise ValueError(f"a function name must be a non-empty str, got {name!r}")
         check_signature(body[0] if stateful else body, name, stateful)
@@ -304,9 +311,13 @@ class Client:
     def call(self, name: str, *args: Any, timeout: Optional[float] = None,
              consistency: str = "lww", protocol: Optional[str] = None,
              time_limit: Optional[float] = None, objects: bool = False,
-             session: Optional[bool] = None, max_retries: Optional[int] = None,
-             retry_exceptions: Any = None) -> Future:
-        """Call registered function `name` with `args` (after `lib`); `consistency`,
+             session: Optional[bool] = None, kwargs: Optional[Mapping[str, Any]] = None,
+             max_retries: Optional[int] = None, retry_exceptions: Any = None,
+             **keywords: Any) -> Future:
+        """Call registered function `name` with `args` and keyword arguments: `keywords`
+        other than the options below, and `kwargs` (a mapping, for names that are options).
+        An argument may be a `Future` of another call: its value is passed, fetched where
+        the function runs (`DependencyFailed` if that call failed). `consistency`,
         `protocol`, `timeout`, `time_limit`, `objects`, `session`, `max_retries` and
         `retry_exceptions` as for `call_dag` (a single function is a one-function DAG)."""
         level, proto = _consistency_and_protocol(consistency, protocol)
@@ -315,7 +326,7 @@ class Client:
         retry = _retry_policy(max_retries, retry_exceptions)
         if retry is not None:
             call.retry.CopyFrom(retry)
-        call.args[name].CopyFrom(encode_args(args))
+        call.args[name].CopyFrom(encode(args, merge_keywords(kwargs, keywords)))
         return self._submit(call, f"call of function {name!r}", timeout, objects, session)
 
     def map(self, name: str, *iterables: Iterable[Any], timeout: Optional[float] = None,
@@ -333,12 +344,15 @@ class Client:
                  consistency: str = "lww", output_key: Optional[str] = None,
                  timeout: Optional[float] = None, protocol: Optional[str] = None,
                  time_limit: Optional[float] = None, objects: bool = False,
-                 session: Optional[bool] = None, max_retries: Optional[int] = None,
-                 retry_exceptions: Any = None) -> Future:
-        """Call DAG `name`; `args` maps a function to its own arguments (a list or tuple).
+                 session: Optional[bool] = None,
+                 kwargs: Optional[Mapping[str, Mapping[str, Any]]] = None,
+                 max_retries: Optional[int] = None, retry_exceptions: Any = None) -> Future:
+        """Call DAG `name`; `args` maps a function to its own arguments (a list or tuple),
+        `kwargs` to its own keyword arguments (a dict). Either may hold `Future`s of other
+        calls (see `call`).
 
-        A function receives its own arguments first, then its upstreams' results in the
-        order the connections were registered. The sink's result is the call's value, also
+        A function receives its own positional arguments first, then its upstreams' results
+        in the order the connections were registered, then its keyword arguments. The sink's result is the call's value, also
         stored under `output_key` when given. `consistency` is "lww" (default) or "causal"
         (transactional causal consistency through HydroCache); with "causal", `protocol` is
         "ct", "opt", "con" or "hb" (default "hb"). A protocol with "lww" is a ValueError.
@@ -378,7 +392,10 @@ class Client:
             if not isinstance(fn_args, (list, tuple)):
                 raise TypeError(f"arguments for {fn!r} must be a list or tuple, got "
                                 f"{type(fn_args).__name__}")
-            call.args[fn].CopyFrom(encode_args(fn_args))
+            call.args[fn].CopyFrom(encode(fn_args, merge_keywords((kwargs or {}).get(fn), {})))
+        for fn, fn_kwargs in (kwargs or {}).items():
+            if fn not in call.args:
+                call.args[fn].CopyFrom(encode((), merge_keywords(fn_kwargs, {})))
         return self._submit(call, f"call of DAG {name!r}", timeout, objects, session)
 
     def _submit(self, call: pb.Call, what: str, timeout: Optional[float],
@@ -404,7 +421,8 @@ class Client:
         if not keep:
             self._leases.hold(rid, scheduler)
         return Future(self, rid, what, wait, scheduler=scheduler, sent_at=sent_at,
-                      objects=objects, fire_and_forget=keep)
+                      objects=objects, fire_and_forget=keep,
+                      consistency="causal" if call.consistency == pb.CAUSAL else "lww")
 
     # ---- actors (cloudburst/actors.py; README "Actors") ----
     def actor(self, cls: type, *args: Any, **kwargs: Any) -> ActorHandle:

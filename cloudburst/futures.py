@@ -12,8 +12,11 @@ Contract:
 - `gather(futures, timeout)` returns every value in the futures' order, raising the first
   error met in that order; `timeout` bounds the whole wait, not each future.
   `wait(futures, timeout)` returns `(done, pending)` lists without raising.
-- After a causal call's `get`, `Future.causal` holds its `CausalStats`.
+- After a causal call's `get`, `Future.causal` holds its `CausalStats`, which says which
+  protocol produced the result, the protocol asked for, and why they differ (HB).
 - `Future.logs()` is what the call's functions printed, bounded.
+- A `Future` given to another call as a top-level argument is replaced by its value where
+  that call runs (`cloudburst/arguments.py`); it cannot be pickled inside another value.
 - `Future.cancel()` stops the call where it runs; `get` then raises `Cancelled`. A call whose
   deadline passes while its caller waits in `get` is cancelled the same way, and so is one
   whose caller is interrupted while waiting (KeyboardInterrupt, SystemExit: cancelled, then
@@ -43,9 +46,26 @@ from runtime.values import loads
 if TYPE_CHECKING:  # the client imports this module
     from .client import Client
 
-__all__ = ["CausalStats", "Future", "SchedulerUnavailable", "gather", "wait"]
+__all__ = ["CausalStats", "Future", "SchedulerUnavailable", "explain_protocol", "gather", "wait"]
 
 PROTOCOL_NAMES = {pb.HB: "hb", pb.CT: "ct", pb.OPT: "opt", pb.CON: "con"}
+
+
+def explain_protocol(requested: str, protocol: str, aborts: int = 0) -> str:
+    """Why a causal call's result came from `protocol` when it asked for `requested`: one
+    sentence, for `CausalStats.why` (pure)."""
+    retried = f", after {aborts} aborted attempt(s)" if aborts else ""
+    if requested == "hb" and protocol == "opt":
+        return ("hb runs the call optimistically (opt) while it takes the snapshot con would "
+                "need; opt's reads formed a causal snapshot, so its result is the call's and "
+                f"con was not needed{retried}")
+    if requested == "hb" and protocol == "con":
+        return ("hb runs the call optimistically (opt) while it takes the snapshot con would "
+                "need; opt's reads did not form a causal snapshot (its attempt aborted), so con "
+                f"finished the call on that snapshot{retried}")
+    if requested == protocol:
+        return f"{protocol}, as asked{retried}"
+    return f"{protocol} (asked for {requested}){retried}"
 
 
 @dataclass
@@ -55,7 +75,9 @@ class CausalStats:
     protocol: the protocol that produced the result ("ct", "opt" or "con"; HB reports the
     one its result came from); aborts: attempts aborted before it; remote_fetches: versions
     the final attempt fetched from other caches; read_set / writes: key -> vector clock of
-    the versions the DAG read and the sink committed.
+    the versions the DAG read and the sink committed; requested: the protocol the call asked
+    for ("hb" by default); why: in words, why `protocol` produced the result (for HB: that
+    OPT's optimistic attempt was a valid snapshot, or that it aborted and CON finished).
     """
 
     protocol: str
@@ -63,13 +85,19 @@ class CausalStats:
     remote_fetches: int = 0
     read_set: Dict[str, Dict[str, int]] = field(default_factory=dict)
     writes: Dict[str, Dict[str, int]] = field(default_factory=dict)
+    requested: str = ""
+    why: str = ""
 
     @classmethod
     def from_proto(cls, m: "pb.CausalStats") -> "CausalStats":
-        return cls(protocol=PROTOCOL_NAMES.get(m.protocol, str(m.protocol)), aborts=m.aborts,
-                   remote_fetches=m.remote_fetches,
+        protocol = PROTOCOL_NAMES.get(m.protocol, str(m.protocol))
+        requested = PROTOCOL_NAMES.get(m.requested, str(m.requested))
+        if requested == "hb" and protocol in ("ct", "hb"):
+            requested = protocol     # HB never ends as CT: a sender without the field
+        return cls(protocol=protocol, aborts=m.aborts, remote_fetches=m.remote_fetches,
                    read_set={kv.key: dict(kv.vc) for kv in m.read_set},
-                   writes={kv.key: dict(kv.vc) for kv in m.writes})
+                   writes={kv.key: dict(kv.vc) for kv in m.writes}, requested=requested,
+                   why=explain_protocol(requested, protocol, m.aborts))
 
 
 class Future:
@@ -77,7 +105,8 @@ class Future:
 
     def __init__(self, client: "Client", request_id: str, what: str, timeout: float,
                  scheduler: str = "", sent_at: Optional[float] = None,
-                 objects: bool = False, fire_and_forget: bool = False) -> None:
+                 objects: bool = False, consistency: str = "lww",
+                 fire_and_forget: bool = False) -> None:
         self._client = client
         self.request_id = request_id
         self.what = what
@@ -92,10 +121,16 @@ class Future:
         self.objects = objects       # read the value as Python objects, not only plain data
         # an output_key call: kept running when its caller leaves or drops this Future
         self.fire_and_forget = fire_and_forget
+        self.consistency = consistency   # of the call: "lww" or "causal"
         self._finalizer = weakref.finalize(self, client._abandon, request_id, fire_and_forget)
 
     def __repr__(self) -> str:
         return f"<Future {self.what} {'done' if self._result is not None else 'pending'}>"
+
+    def __reduce__(self) -> Any:
+        raise TypeError(f"a Future ({self.what}) cannot be pickled: pass it to a call as a "
+                        f"top-level argument (positional or keyword), where its value is "
+                        f"fetched on the executor, or pass future.get()")
 
     def done(self) -> bool:
         """True if the result (or error) has arrived, or the call was cancelled."""

@@ -81,7 +81,7 @@ from .admission import CLIENT_KINDS, Admission
 from .binding import bind_exactly as _bind_exactly
 from .config import SchedulerConfig
 from .gc import GcCoordinator
-from .dag import Dag, check_size, validate
+from .dag import Dag, check_size, foreign_arguments, validate
 from .membership import CallRecord, ExecutorTable
 from .causal import caller_of
 from .causal_calls import CausalCalls
@@ -89,6 +89,7 @@ from .policy import choose_executors, choose_one_node, dag_relations
 from .registry import Registry
 from .lifecycle import CallLifecycle
 from .retries import caller_of_attempt
+from .results import ResultHolders
 from .schedule import build_schedules, references_by_function
 from hydrocache.session import refusal
 from .stats import CallStats, WorkerGauge, render_prometheus
@@ -166,6 +167,7 @@ class Scheduler:
         self.lifecycle = CallLifecycle(self._push.send, self._start_call, self.cancel_call,
                                        lambda: bool(self.table.placeable()), self.stats,
                                        self._causal_calls, config.max_retries)
+        self._results = ResultHolders()    # where calls' results are held (Future arguments)
         # actors: placement, routing of method calls, kills (scheduler/actor_calls.py)
         self._actors = ActorCalls(self._push, self.table, self._kvs, self.stats, self.address,
                                   config.call_timeout, self._rng)
@@ -388,8 +390,19 @@ class Scheduler:
             return self._fail(call, pb.BAD_REQUEST, f"call refused: {refused}")
         for call_id in call.finished:
             self._finish_one(self.lifecycle.finished(call_id))
+        for ref in self._results.stamp(call, time.monotonic())[:1]:
+            return self._fail(call, pb.DEPENDENCY_FAILED, (
+                f"{call.dag or call.function}: the result of {ref.what or 'call ' + ref.call_id} "
+                f"is an argument, and the scheduler at {self.address} has no record of where "
+                f"it is held: that call was sent to another scheduler, failed before it was "
+                f"placed, is causal, or was placed more than {self._results.ttl:g} s ago"))
         if call.HasField("actor"):
-            return self._actors.call(call, time.monotonic())
+            self._actors.call(call, time.monotonic())
+            record = self.table.call(call.request_id)    # placed: its worker holds its result
+            for wid in (record.placement.values() if record is not None else ()):
+                self._results.placed(call.request_id, self.table.address(wid) or "",
+                                     time.monotonic())
+            return
         if call.dag:
             record = self.registry.dag(call.dag)
             if record is None:
@@ -418,10 +431,9 @@ class Scheduler:
                                   f"no function named {fn!r} is registered{where}")
             versions[fn] = f.version
             records.append(f)
-        unknown = [fn for fn in call.args if fn not in versions]
-        if unknown:
-            return self._fail(call, pb.BAD_REQUEST,
-                              f"arguments given for {unknown}, which are not in DAG {dag.name!r}")
+        foreign = foreign_arguments(dag, call.args)
+        if foreign:
+            return self._fail(call, pb.INVALID_ARGUMENTS, foreign)
         self.stats.started(call.request_id, dag.name, time.monotonic())
         timeout = call.timeout if call.timeout > 0 else self.config.call_timeout
         self.lifecycle.begin(call, records, (dag, versions, concurrent, neighbours),
@@ -444,6 +456,7 @@ class Scheduler:
                                                  self.address, timeout):
             self.lifecycle.mark(schedule, call.request_id)
             self._push.send(address, "schedule", schedule)
+        self._results.placed(call.request_id, addresses[placement[dag.sink()]], time.monotonic())
         self.table.start_call(CallRecord(call.request_id, dag.name, dict(placement),
                                          call.response_address, time.monotonic() + timeout + 5))
 
@@ -471,7 +484,8 @@ class Scheduler:
         record = self.table.call(call_id)
         if record is None:
             return
-        abort = pb.CallDone(call_id=call_id)
+        abort = pb.CallDone(call_id=call_id, status=pb.CANCELLED,
+                            message="its caller cancelled it")
         for worker_id in set(record.placement.values()):
             for address in (self.table.address(worker_id), self.table.control_address(worker_id)):
                 if address:
@@ -500,7 +514,8 @@ class Scheduler:
         for w in self.table.live():
             reply.workers.add(worker_id=w.worker_id, node_id=w.node_id,
                               utilization=w.utilization, outstanding=w.outstanding,
-                              restarts=self.table.restarts(w.worker_id))
+                              restarts=self.table.restarts(w.worker_id),
+                              placed=self.table.placed(w.worker_id))
         for n in self.table.nodes():
             reply.executor_nodes.add(node_id=n.node_id, workers=n.workers,
                                      utilization=n.utilization, draining=n.draining,
@@ -621,7 +636,8 @@ class Scheduler:
         for fn, wid in record.placement.items():
             address = self.table.address(wid)
             if address is not None:
-                self._push.send(address, "abort", pb.CallDone(call_id=record.call_id))
+                self._push.send(address, "abort", pb.CallDone(call_id=record.call_id,
+                                                              status=status, message=message))
         if status == pb.EXECUTION_ERROR and self.lifecycle.died(record, message, now):
             return            # run again, or failed naming its attempts, by the lifecycle
         self.stats.finished(caller_of_attempt(record.call_id), False, now)
