@@ -22,7 +22,14 @@ class SchedulerConfig:
         though its node vouches for its process (a worker holding the interpreter in a long
         C call is alive; one silent this long is not). Its node kills such a worker earlier.
     call_timeout: default deadline (s) of a call whose caller gave none.
-    busy_outstanding / busy_utilization: the policy's back-off thresholds.
+    busy_outstanding / busy_utilization: the policy's back-off thresholds. A worker with
+        fewer than `busy_outstanding` unfinished calls of this scheduler is *free*.
+    queue_calls: a call that finds no free worker waits in this scheduler's queue and is
+        placed when a worker is free, on any node, a node added meanwhile too
+        (`scheduler/dispatch.py`). False: the previous behaviour, kept for comparisons: every
+        call is placed at once, on the least loaded worker, and waits in that worker's queue.
+    max_queued_calls: the most calls that wait in the queue; one more is refused with
+        NO_RESOURCES naming this limit.
     seed: seed of the tie-break rng (None: random).
     colocate_chains: let functions of a call that never run at the same time (a chain) share
         a worker, preferring the worker of a direct neighbour (saves a hop); False spreads
@@ -59,6 +66,8 @@ class SchedulerConfig:
     call_timeout: float = 60.0
     busy_outstanding: int = 1
     busy_utilization: float = 0.9
+    queue_calls: bool = True
+    max_queued_calls: int = 10000
     seed: Optional[int] = None
     colocate_chains: bool = True
     log_level: str = "warning"

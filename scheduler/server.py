@@ -78,6 +78,7 @@ from .binding import bind_exactly as _bind_exactly
 from .config import SchedulerConfig
 from .gc import GcCoordinator
 from .dag import Dag, check_size, validate
+from .dispatch import CallQueue, Expire, Place, Refuse, Waiting
 from .membership import CallRecord, ExecutorTable
 from .causal import caller_of
 from .causal_calls import CausalCalls
@@ -130,6 +131,9 @@ class Scheduler:
         self.registry = Registry(self._kvs, self.update_address)
         self.table = ExecutorTable(config.heartbeat_timeout, config.unresponsive_timeout)
         self._rng = random.Random(config.seed)
+        # calls that wait for a free worker, placed when one is (scheduler/dispatch.py)
+        self._queue = CallQueue(config.max_queued_calls, config.busy_outstanding, self.address,
+                                enabled=config.queue_calls)
         self._dags: Dict[str, Any] = {}   # name -> (version, Dag, concurrent_with, neighbours)
         self._stopping = False
         # a scheduler (re)started after its workers holds the calls it gets before it has
@@ -194,6 +198,8 @@ class Scheduler:
             if frame is not None:
                 start = time.monotonic()
                 self._dispatch(frame)
+                if self._queue:          # a call done, a worker joined, a drain lifted...
+                    self._pump(time.monotonic())
                 took = time.monotonic() - start
                 if took > STALL_CREDIT:    # heartbeats queued meanwhile were not read yet
                     self.table.credit(took)
@@ -204,6 +210,7 @@ class Scheduler:
                     self._on_registry_update(recv_frame(self._updates))
                 self.admission.check_handshakes(now)
                 self._expire(now)
+                self._pump(now)
                 self._live_caches = sorted({w.cache_address for w in self.table.live()
                                             if w.cache_address})
                 if self._causal:
@@ -399,14 +406,46 @@ class Scheduler:
         if unknown:
             return self._fail(call, pb.BAD_REQUEST,
                               f"arguments given for {unknown}, which are not in DAG {dag.name!r}")
-        self.stats.started(call.request_id, dag.name, time.monotonic())
+        now = time.monotonic()
+        self.stats.started(call.request_id, dag.name, now)
+        timeout = call.timeout if call.timeout > 0 else self.config.call_timeout
+        self._carry(self._queue.offer(Waiting(call.request_id, dag.name, now, now + timeout,
+                                              (call, dag, versions, concurrent, neighbours)),
+                                      self.table.placeable(), now), now)
+
+    def _pump(self, now: float) -> None:
+        """Place the waiting calls a free worker can take now, fail the overdue ones."""
+        while self._queue:
+            action = self._queue.next(self.table.placeable(), now)
+            if action is None:
+                return
+            self._carry(action, now)
+
+    def _carry(self, action: Any, now: float) -> None:
+        """Carry out the queue's decision about one call (scheduler/dispatch.py)."""
+        call = action.waiting.item[0]
+        if isinstance(action, (Refuse, Expire)):
+            self.stats.finished(call.request_id, False, now)
+            expired = isinstance(action, Expire)
+            self._push.send(call.response_address, "result", pb.CallResult(
+                request_id=call.request_id, status=pb.TIMEOUT if expired else pb.NO_RESOURCES,
+                message=action.message, stage=action.message if expired else ""))
+        elif isinstance(action, Place):
+            try:
+                self._start(*action.waiting.item, timeout=action.waiting.deadline - now)
+            except Exception as e:      # this call fails, the loop and the queue go on
+                log.exception("placing call %s failed", call.request_id)
+                self._answer_failure("call", call.SerializeToString(), e)
+
+    def _start(self, call: pb.Call, dag: Dag, versions: Dict[str, str], concurrent: Any,
+               neighbours: Any, timeout: float) -> None:
+        """Place a call and send its schedules; its workers get `timeout` seconds."""
         if call.consistency == pb.CAUSAL:
-            return self._causal_call(call, dag, versions, concurrent, neighbours)
+            return self._causal_call(call, dag, versions, concurrent, neighbours, timeout)
         placement = self._place(call, dag, choose_executors, concurrent, neighbours)
         if placement is None:
             self.stats.finished(call.request_id, False, time.monotonic())
             return
-        timeout = call.timeout if call.timeout > 0 else self.config.call_timeout
         addresses = {wid: self.table.address(wid) for wid in set(placement.values())}
         for address, schedule in build_schedules(call, dag, placement, addresses, versions,
                                                  self.address, timeout):
@@ -422,12 +461,18 @@ class Scheduler:
                                  (causal.coordinator.current() or ""))
         if record is not None:
             answer.placement.update(record.placement)
+        queued = self._queue.position(req.name, time.monotonic())
+        if queued is not None:
+            answer.queued_position, answer.queued_seconds = queued
         self._push.send(req.response_address, "accepted", answer)
 
     def _cancel(self, payload: bytes) -> None:
         """The caller cancelled a call (or stopped waiting): every worker of it drops the call,
         a running function is stopped, and the call's load is released."""
         req = pb.NameRequest.FromString(payload)
+        if self._queue.remove(req.name) is not None:     # not placed yet: nothing runs
+            self.stats.finished(req.name, False, time.monotonic())
+            return
         causal = self._causal.get(req.name)
         call_id = req.name if causal is None else (causal.coordinator.current() or "")
         record = self.table.call(call_id)
@@ -465,7 +510,7 @@ class Scheduler:
                                      drain_epoch=n.drain_epoch, outstanding=n.outstanding,
                                      running=n.running, queued=n.queued,
                                      node_draining=n.node_draining)
-        reply.backlog = len(self._deferred)
+        reply.backlog = len(self._deferred) + len(self._queue)
         for s in self.stats.summaries():
             reply.function_stats.add(name=s.name, calls=s.calls, errors=s.errors,
                                      p50=s.p50 or 0.0, p99=s.p99 or 0.0, in_flight=s.in_flight)
@@ -596,7 +641,7 @@ class Scheduler:
             return None
 
     def _causal_call(self, call: pb.Call, dag: Dag, versions: Dict[str, str],
-                     concurrent: Any, neighbours: Any) -> None:
+                     concurrent: Any, neighbours: Any, timeout: float) -> None:
         if call.request_id in self._causal:
             return   # a duplicate of a call in flight
         place = choose_one_node if call.protocol == pb.CT else choose_executors
@@ -613,7 +658,6 @@ class Scheduler:
                     f"{dag.name}: executor worker {wid} reports no node cache address; causal "
                     "calls need HydroCache on every node"))
             caches[fn] = cache
-        timeout = call.timeout if call.timeout > 0 else self.config.call_timeout
         self._causal_calls.begin(call, dag, versions, placement, caches, timeout,
                                  time.monotonic())
 
