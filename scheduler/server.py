@@ -4,11 +4,15 @@ Contract: `Scheduler(config)` binds a PULL socket on a free port (`address`) for
 listed for schedulers in proto/cloudburst.proto, plus one for Anna's pushed registry updates.
 - Registry requests are answered with a `reply`; a bad request is answered with its typed
   status (INVALID_DAG, DAG_NOT_FOUND, ...), never dropped.
-- A `call` is resolved against the registry (FUNCTION_NOT_FOUND / DAG_NOT_FOUND), placed by
-  `policy.choose_executors` over the live workers (NO_RESOURCES when there are none), sent as
-  one `schedule` per function (a source runs on receipt: that is its trigger). The caller
+- A `call` is resolved against the registry (FUNCTION_NOT_FOUND / DAG_NOT_FOUND). When every
+  worker is busy it waits in `dispatch.CallQueue` (NO_RESOURCES when the queue is full,
+  TIMEOUT naming the queue past its deadline) until a worker is free, after any message or
+  tick. It is placed by `policy.choose_executors` over the live workers (NO_RESOURCES when
+  there are none), sent as one `schedule` per function (a source runs on receipt: that is
+  its trigger). The caller
   gets nothing until the result (one message fewer per call); a caller whose wait times out
-  asks `where` and gets the call's placement (`accepted`), to name the stalled stage.
+  asks `where` and gets the call's placement, or its place in the queue (`accepted`), to
+  name the stalled stage; a `cancel` of a waiting call takes it out of the queue.
 - Heartbeats feed `membership.ExecutorTable`: a worker's own (`WorkerStatus` with its
   address), and its node's vouching for its process (`WorkerStatus` without an address, from
   the node, every period), or its exit (`exited`). Every `tick` seconds dead workers (the

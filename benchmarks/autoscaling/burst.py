@@ -57,16 +57,18 @@ def run(args: argparse.Namespace, variant: str) -> Dict[str, Any]:
         futures = [cb.call("burst", i, timeout=120) for i in range(args.calls)]
         ran_on = [f.get(timeout=120) for f in futures]
         took = time.monotonic() - start
-        asked = []
+        actions = []
         if cluster.autoscaler is not None:
-            asked = [a.at - start for a in cluster.autoscaler.history
-                     if type(a.action).__name__ == "AddNodes" and a.at >= start]
+            actions = [(type(a.action).__name__, round(a.at - start, 2))
+                       for a in list(cluster.autoscaler.history)
+                       if type(a.action).__name__ != "Note"]
+        asked = [t for kind, t in actions if kind == "AddNodes"]
     per_node: Dict[str, int] = {}
     for wid in ran_on:
         node = wid.split(".")[0]
         per_node[node] = per_node.get(node, 0) + 1
     return {"variant": variant, "seconds": took, "per_node": per_node,
-            "add_asked_s": asked[0] if asked else None}
+            "add_asked_s": asked[0] if asked else None, "actions": actions}
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -84,7 +86,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         for variant in VARIANTS:
             r[variant] = run(args, variant)
             log(f"round {i + 1} {variant}: {r[variant]['seconds']:.2f} s, calls per node "
-                f"{r[variant]['per_node']}, node asked for at {r[variant]['add_asked_s']}")
+                f"{r[variant]['per_node']}, autoscaler {r[variant]['actions']}")
         rounds.append(r)
     summary = {v: statistics.median(r[v]["seconds"] for r in rounds) for v in VARIANTS}
     log(f"median burst duration over {args.rounds} round(s): {json.dumps(summary)}")

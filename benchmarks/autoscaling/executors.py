@@ -349,6 +349,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="directory for the JSON results")
     p.add_argument("--figures", default=os.path.join(ROOT, "benchmarks", "figures"),
                    help="directory for the PNG figure")
+    p.add_argument("--tag", default="",
+                   help="suffix of the output files' names (keeps another run's figure)")
     p.add_argument("--log-autoscaler", action="store_true",
                    help="print the autoscaler's INFO log (every decision with its reason)")
     args = p.parse_args(argv)
@@ -394,7 +396,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     os.makedirs(args.figures, exist_ok=True)
     # a run with a provisioning delay does not overwrite the figures of one without
     name = "autoscaling_executors" + (f"_delay{args.provisioning_delay:g}"
-                                      if args.provisioning_delay else "")
+                                      if args.provisioning_delay else "") + \
+        (f"_{args.tag}" if args.tag else "")
     path = os.path.join(args.out, f"{name}.json")
     with open(path, "w") as f:
         json.dump({"args": vars(args), "summary": summary, "goals": goals, "rounds": rounds},
