@@ -41,6 +41,29 @@ def test_a_waiting_call_times_out_naming_the_queue_and_a_cancelled_one_leaves_it
     assert running.get(timeout=30)
 
 
+def test_dag_and_causal_calls_wait_their_turn_and_run(one_worker):
+    """A DAG call and a causal call that find the worker busy wait in the queue, then run
+    with their full deadline's rest and give their results."""
+    cb = one_worker.client()
+
+    def inc(lib, x):
+        return x + 1
+
+    def double(lib, x):
+        return 2 * x
+
+    cb.register(inc, "inc")
+    cb.register(double, "double")
+    cb.register_dag("inc_double", ["inc", "double"], [("inc", "double")])
+    running = cb.call("slow", 1.0, timeout=30)
+    dag = cb.call_dag("inc_double", {"inc": [4]}, timeout=30)
+    causal = cb.call_dag("inc_double", {"inc": [1]}, consistency="causal", timeout=30)
+    poll_until(lambda: cb.status().backlog >= 1, 5.0, "calls waiting in the queue")
+    assert dag.get(timeout=30) == 10
+    assert causal.get(timeout=30) == 4
+    assert running.get(timeout=30)
+
+
 def test_an_added_node_takes_queued_calls_at_once(one_worker):
     """10 calls of a 1 s function on a one-worker cluster, a second node added after 1 s: the
     new node runs at least 3 of them and all finish well before the 10 s one worker needs."""

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from scheduler.dispatch import CallQueue, Expire, Place, Queued, Refuse, Waiting
+from scheduler.membership import CallRecord, ExecutorTable
 from scheduler.policy import WorkerView, choose_executors
 
 
@@ -135,6 +136,21 @@ def test_locality_is_a_preference_among_free_workers_not_a_prison():
     both = [W("local", "n1"), W("remote", "n2")]
     got = choose_executors(["f"], {"f": ["k"]}, both, {"n1": {"k"}}, random.Random(0))
     assert got == {"f": "local"}
+
+
+def test_a_waiting_call_never_goes_to_a_draining_node():
+    """The queue is given the placeable workers: a free worker of a draining node is not
+    free for it, and a lifted drain frees it."""
+    t = ExecutorTable(heartbeat_timeout=10.0)
+    t.heartbeat("a", "n1", "tcp://a", 0.0, now=0.0)
+    t.heartbeat("b", "n2", "tcp://b", 0.0, now=0.0)
+    t.start_call(CallRecord("busy", "f", {"f": "a"}, "tcp://client", deadline=100))
+    t.set_drain("n2", True, epoch=1)
+    q = CallQueue(capacity=10, slots=1)
+    assert isinstance(q.offer(call("c1"), t.placeable(), 0.0), Queued)
+    assert q.next(t.placeable(), 1.0) is None
+    t.set_drain("n2", False, epoch=2)
+    assert q.next(t.placeable(), 1.0) == Place(call("c1"))
 
 
 # ---- properties: a simulated scheduler around the queue ----
