@@ -27,13 +27,13 @@ def one_worker():
 
 def test_a_waiting_call_times_out_naming_the_queue_and_a_cancelled_one_leaves_it(one_worker):
     cb = one_worker.client()
-    running = cb.call("slow", 2.5, timeout=30)
+    running = cb.call("slow", 4.0, timeout=30)      # busy long enough for what follows
     start = time.monotonic()
     waiting = cb.call("slow", 0.0, timeout=1.0)
     with pytest.raises(Timeout) as e:
         waiting.get()
     assert re.search(r"queue of (the )?scheduler", str(e.value)), str(e.value)
-    assert time.monotonic() - start < 2.0, "it waited for the running call to finish"
+    assert time.monotonic() - start < 3.5, "it waited for the running call to finish"
     cancelled = cb.call("slow", 0.0, timeout=30)
     poll_until(lambda: cb.status().backlog == 1, 5.0, "the call waiting in the queue")
     assert cancelled.cancel()
@@ -55,7 +55,7 @@ def test_dag_and_causal_calls_wait_their_turn_and_run(one_worker):
     cb.register(inc, "inc")
     cb.register(double, "double")
     cb.register_dag("inc_double", ["inc", "double"], [("inc", "double")])
-    running = cb.call("slow", 1.0, timeout=30)
+    running = cb.call("slow", 3.0, timeout=30)
     dag = cb.call_dag("inc_double", {"inc": [4]}, timeout=30)
     causal = cb.call_dag("inc_double", {"inc": [1]}, consistency="causal", timeout=30)
     poll_until(lambda: cb.status().backlog >= 1, 5.0, "calls waiting in the queue")

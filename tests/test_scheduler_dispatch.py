@@ -155,7 +155,7 @@ def test_a_waiting_call_never_goes_to_a_draining_node():
 
 # ---- properties: a simulated scheduler around the queue ----
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.integers(1, 4), st.integers(1, 2), st.integers(0, 6),
        st.lists(st.tuples(st.sampled_from(["call", "done", "join", "tick"]),
                           st.floats(0.0, 1.0), st.floats(0.5, 5.0)),
