@@ -66,7 +66,12 @@ def test_dag_and_causal_calls_wait_their_turn_and_run(one_worker):
 
 def test_an_added_node_takes_queued_calls_at_once(one_worker):
     """10 calls of a 1 s function on a one-worker cluster, a second node added after 1 s: the
-    new node runs at least 3 of them and all finish well before the 10 s one worker needs."""
+    calls that have not started when the new node's worker joins are shared by both workers
+    (the previous placement left all 10 on the first worker: 10 s). With the node up within
+    about 3 s, as on an idle machine, that is at least 3 calls on the new node and the burst
+    done by about 7 s; on a loaded machine a node takes longer to start, so the bounds are
+    computed from when every scheduler saw it (`joined`)."""
+    import math
     cluster = one_worker
     cb = cluster.client()
     first = {w["worker_id"] for w in cluster.workers}
@@ -80,8 +85,13 @@ def test_an_added_node_takes_queued_calls_at_once(one_worker):
     ran_on = [f.get(timeout=30) for f in futures]
     took = time.monotonic() - start
     adder.join(30)
-    new = [w for w in ran_on if w not in first]
     assert added.get("node"), "the second node did not come up"
-    assert len(new) >= 3, (f"only {len(new)} of 10 calls ran on the node added at 1 s, which "
-                           f"every scheduler saw at {added['joined']:.1f} s: {ran_on}")
-    assert took < 8.5, f"the burst took {took:.1f} s (one worker alone needs 10 s)"
+    joined = added["joined"]
+    assert joined < 7.0, f"the added node took {joined - 1:.1f} s to come up: too slow to show"
+    new = [w for w in ran_on if w not in first]
+    left = 10 - math.ceil(joined)        # calls not yet started on the first worker then
+    assert len(new) >= left // 2, (
+        f"only {len(new)} of the {left} calls that had not started when the added node "
+        f"joined ({joined:.1f} s) ran on it: {ran_on}")
+    assert took < joined + math.ceil(left / 2) + 1.5, (
+        f"the burst took {took:.1f} s with a second worker from {joined:.1f} s on")
