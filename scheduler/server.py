@@ -140,7 +140,7 @@ class Scheduler:
         self.table = ExecutorTable(config.heartbeat_timeout, config.unresponsive_timeout)
         self._rng = random.Random(config.seed)
         # calls that wait for a free worker, placed when one is (scheduler/dispatch.py)
-        self._queue = CallQueue(config.max_queued_calls, config.busy_outstanding, self.address,
+        self._queue = CallQueue(config.max_queued_calls, config.worker_slots, self.address,
                                 enabled=config.queue_calls)
         self._dags: Dict[str, Any] = {}   # name -> (version, Dag, concurrent_with, neighbours)
         self._stopping = False

@@ -180,6 +180,9 @@ def run(args: argparse.Namespace, autoscale: bool, queue_calls: bool = True) -> 
         client.register(b, "b")
         client.register_dag(DAG, ["a", "b"], [("a", "b")])
         client.call_dag(DAG, {"a": [0]}).get(timeout=30)           # warm every path once
+        # an idle pause, so that what the warm-up and the start looked like to the autoscaler
+        # (a cold first call) has left its windows before the load starts
+        time.sleep(args.settle)
         start = time.monotonic()
         initial = set(cluster.executor_node_ids())
         load = Load(client, args, start)
@@ -251,18 +254,22 @@ def summarize(name: str, args: argparse.Namespace, load: Load, samples: List[Dic
             break
     result["restored_s"] = restored
     result["removed"] = sum(1 for a in actions if a["kind"] == "Remove")
+    # nodes when the spike began: the autoscaler sometimes adds one at the very start
+    before = [s["nodes"] for s in samples if s["t"] <= args.spike_at]
+    result["nodes_at_spike"] = before[-1] if before else None
     return result
 
 
 # ---- report ----------------------------------------------------------------------------------
 
-def plot(rounds: List[Dict[str, Any]], args: argparse.Namespace, path: str) -> None:
+def plot(rounds: List[Dict[str, Any]], args: argparse.Namespace, path: str,
+         index: int = -1) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    auto = rounds[-1]["autoscaled"]
-    runs = [(auto, "-")] + [(rounds[-1][k], style) for k, style in
-                            (("placed at once", "-."), ("control", "--")) if k in rounds[-1]]
+    auto = rounds[index]["autoscaled"]
+    runs = [(auto, "-")] + [(rounds[index][k], style) for k, style in
+                            (("placed at once", "-."), ("control", "--")) if k in rounds[index]]
     fig, axes = plt.subplots(3, 1, figsize=(9, 9), sharex=True)
     ax = axes[0]
     for r, style in runs:
@@ -341,6 +348,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--tick", type=float, default=0.5, help="the autoscaler's sampling period (s)")
     p.add_argument("--call-timeout", type=float, default=60.0,
                    help="a call without an answer this long (s) counts as lost")
+    p.add_argument("--settle", type=float, default=0.0,
+                   help="seconds of idleness between the warm-up call and the load")
     p.add_argument("--no-control", action="store_true", help="skip the static control runs")
     p.add_argument("--no-previous", action="store_true",
                    help="skip the autoscaled runs with the previous placement (calls placed "
@@ -353,7 +362,19 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="suffix of the output files' names (keeps another run's figure)")
     p.add_argument("--log-autoscaler", action="store_true",
                    help="print the autoscaler's INFO log (every decision with its reason)")
+    p.add_argument("--replot", default=None, metavar="JSON",
+                   help="only draw the figure of round --plot-round of a results file")
+    p.add_argument("--plot-round", type=int, default=-1,
+                   help="which round the figure shows (default: the last)")
     args = p.parse_args(argv)
+    if args.replot:
+        with open(args.replot) as f:
+            saved = json.load(f)
+        png = os.path.splitext(args.replot)[0] + ".png" if not args.figures else os.path.join(
+            args.figures, os.path.basename(os.path.splitext(args.replot)[0]) + ".png")
+        plot(saved["rounds"], argparse.Namespace(**saved["args"]), png, args.plot_round)
+        log(f"wrote {png}")
+        return 0
     if args.log_autoscaler:
         logging.basicConfig(format="%(asctime)s %(name)s %(message)s")
         logging.getLogger("cloudburst.autoscale").setLevel(logging.INFO)
@@ -404,7 +425,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                   f, indent=1)
     log(f"wrote {path}")
     png = os.path.join(args.figures, f"{name}.png")
-    plot(rounds, args, png)
+    plot(rounds, args, png, args.plot_round)
     log(f"wrote {png}")
     return 0
 
