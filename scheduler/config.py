@@ -27,7 +27,7 @@ class SchedulerConfig:
         runs and the ones waiting behind it there. A worker with fewer is *free* and takes
         the next waiting call. 2 (default) keeps the next call at the worker, so a worker
         that finishes a call starts the next at once instead of after a `done` round trip
-        (over 4 times the calls/s of very short calls, benchmarks/README.md); 1 leaves
+        (benchmarks/README.md measures very short calls); 1 leaves
         every waiting call at the scheduler, where any worker can take it.
     queue_calls: a call that finds no free worker waits in this scheduler's queue and is
         placed when a worker is free, on any node, a node added meanwhile too

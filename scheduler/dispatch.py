@@ -5,7 +5,10 @@ takes `now`, seconds from any monotonic clock, and the workers calls may be plac
 `WorkerView`s of live workers of nodes that are not draining). It decides *when* a call is
 placed; *where* stays `scheduler.policy`'s choice, made at that moment.
 - A worker is *free* when fewer than `slots` calls this scheduler placed on it are
-  unfinished (`WorkerView.outstanding`; a call counts until its `done`). Reported
+  unfinished (`WorkerView.outstanding`; a call counts until its `done`). The scheduler
+  passes `SchedulerConfig.worker_slots` (2: the call a worker runs and the next one, which
+  it then starts without waiting for a round trip to the scheduler; 1: no call ever waits
+  at a worker). Reported
   utilization does not count here: it lags by a heartbeat period, and a worker that just
   finished a call reports itself busy. (Among free workers the policy still prefers the
   least utilized, and the ones whose node caches the call's keys: locality is a preference,
@@ -35,8 +38,8 @@ workers when there are enough, otherwise over the least loaded. A causal call wa
 same way before its coordinator starts (CT then chooses a node with a free worker first);
 its retries keep the call's placement. A call placed on a worker that then dies fails as
 before; a waiting call is not affected by a death. With several schedulers each has its own
-queue and counts only its own calls, so a worker may hold up to one call per scheduler (and
-`slots`) at a time: bounded, never a pile-up on the first worker.
+queue and counts only its own calls, so a worker may hold up to `slots` calls per scheduler
+at a time: bounded, never a pile-up on the first worker.
 
 Bounds: at most `capacity` calls wait; each waits at most until its deadline (its own
 timeout from when the scheduler received it; when placed, only what is left of it is given
