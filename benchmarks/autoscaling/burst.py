@@ -83,7 +83,12 @@ def saturated(args: argparse.Namespace, queue_calls: bool) -> float:
     with LocalCluster(executor_nodes=1, executors_per_node=2, queue_calls=queue_calls) as c:
         cb = c.client()
 
+        work = args.noop_seconds
+
         def noop(lib, i):
+            if work:
+                import time
+                time.sleep(work)
             return i
 
         cb.register(noop, "noop")
@@ -106,6 +111,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--max-nodes", type=int, default=2)
     p.add_argument("--noop-calls", type=int, default=0,
                    help="also measure the calls/s of this many no-op calls sent at once")
+    p.add_argument("--noop-seconds", type=float, default=0.0,
+                   help="with --noop-calls: the function sleeps this long instead (s)")
     p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
     args = p.parse_args(argv)
     rounds = []
@@ -129,7 +136,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     log(f"median burst duration over {args.rounds} round(s): {json.dumps(summary)}")
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "autoscaling_burst" + ("_noop" if args.skip_burst else "")
-                        + ".json")
+                        + (f"_{args.noop_seconds:g}s" if args.noop_seconds else "") + ".json")
     with open(path, "w") as f:
         json.dump({"args": vars(args), "median_seconds": summary, "rounds": rounds}, f,
                   indent=1)
