@@ -19,7 +19,8 @@ Contract:
   result that arrives later is dropped).
 - Registry calls (`register`, `register_dag`, `delete_dag`, `list`) wait for the scheduler's
   answer and raise its typed error (`InvalidDag`, `DagNotFound`, ...).
-- `call` / `call_dag` return a `Future` at once; `Future.get(timeout)` returns the value (as
+- `call` / `call_dag` take positional and keyword arguments, which may be `Reference`s and
+  `Future`s of other calls (`cloudburst/arguments.py`), and return a `Future` at once; `Future.get(timeout)` returns the value (as
   plain data unless the call, or `get`, says `objects=True`) or raises the typed error
   (`FunctionNotFound`, `DagNotFound`, `NoResources`, `ExecutionError` with the remote
   traceback, `Timeout` naming the stage that stalled, `UnsafeValue`).
@@ -34,6 +35,16 @@ Contract:
   `get()`, `Future.causal` holds the result's `CausalStats` (protocol, aborts, remote
   fetches, read set and writes as {key: vector clock}); None for LWW calls. A second result
   for a request whose result already arrived is ignored (HB may produce two).
+- Sessions: read-your-writes and monotonic reads, on by default (`Client(session=False)`,
+  or `session=False` on one call, turns them off). The client keeps a bounded session
+  (`hydrocache.session.Session`, `session_keys` floors): the version of every key it put
+  (`put`), read (`get`), or saw a call read or write (each result's `CallResult.session`
+  and `CausalStats`). Every call carries it, and every read the call makes, plain or causal,
+  through any function of the DAG, returns that version of the key or a newer one; a `get`
+  returns one at least as new as the session's too. Beyond `session_keys` keys the oldest
+  are summed up (module contract of `hydrocache/session.py`): still guaranteed, at the cost
+  of more reads from the KVS. A `delete` counts as a write: afterwards the client's calls and
+  gets read the key as absent, or as a value written after the delete.
 - A Client may be shared by threads: sends are serialized by a lock, and whichever thread is
   waiting reads the socket and hands each answer to the thread waiting for it.
 - Authentication (`runtime.auth`). With `auth=AuthConfig(key_dir, "client:NAME")` the client
@@ -68,9 +79,10 @@ from runtime.auth import (FUNCTION, AuthConfig, KeyFileError, Security, credenti
 from runtime.keys import check_user_key
 from runtime.framing import more, parse, recv_frame, send
 from runtime.sockets import bind_pull, check_address, ipc_dir_of
-from runtime.values import dumps_function, encode_args
+from runtime.values import dumps_function
+from .arguments import encode, merge_keywords
 from .errors import (AuthenticationError, AuthenticationRequired, CloudburstError, InvalidDag,
-                     Timeout, error_from_status)
+                     InvalidFunction, Timeout, error_from_status)
 from . import actors as _actors
 from .functions import RegisteredFunction, check_signature
 from .futures import Future, SchedulerUnavailable, gather
@@ -78,6 +90,9 @@ from .connections import HOW_TO_AUTHENTICATE, SchedulerConnections
 from .objects import ObjectStore
 from .options import _consistency_and_protocol, _time_limit
 from .status import ClusterStatus
+from hydrocache.session import DEFAULT_MAX_KEYS, Session
+from hydrocache.vclock import supersedes
+from .sessions import ClientSession
 
 __all__ = ["Client", "Listing"]
 
@@ -115,12 +130,16 @@ class Client:
         kvs_address: the KVS routing address for `put`/`get` (None: the one the scheduler
             reports, which is the cluster's own, e.g. a Kubernetes Service name that only
             resolves inside the cluster; a client outside passes one it reaches).
+        session: read-your-writes and monotonic reads into every call (module contract);
+            False turns them off for this client.
+        session_keys: how many keys' versions the session keeps exactly.
     """
 
     def __init__(self, address: Union[str, Sequence[str]], *, timeout: float = 30.0,
                  ip: str = "127.0.0.1", failover_timeout: float = 3.0,
                  auth: Optional[AuthConfig] = None,
-                 kvs_address: Optional[str] = None) -> None:
+                 kvs_address: Optional[str] = None, session: bool = True,
+                 session_keys: int = DEFAULT_MAX_KEYS) -> None:
         addresses = [address] if isinstance(address, str) else list(address)
         if not addresses:
             raise ValueError("a Client needs at least one scheduler address")
@@ -165,6 +184,7 @@ class Client:
         self.client_id = f"client-{self._prefix}"   # this client's vector clock entry
         self._seq = 0
         self._objects: Optional[ObjectStore] = None
+        self._session = ClientSession(session_keys) if session else None
         self.closed = False
         try:
             info = self._ask("info", pb.NameRequest(),
@@ -184,10 +204,14 @@ class Client:
     # ---- registry ----
     def register(self, function: Any, name: str, *, time_limit: Optional[float] = None,
                  modules: Sequence[Any] = ()) -> None:
-        """Register `function` under `name`: a function `f(lib, *args)`, or `(cls, init_args)`
-        (or a bare class) for a stateful class whose instance's `run(lib, *args)` is called;
-        one instance per executor worker lives across calls (instances are not addressable:
-        state a caller needs to reach belongs in the KVS, or in an actor: `actor`).
+        """Register `function` under `name`: a function, or `(cls, init_args)` (or a bare
+        class) for a stateful class whose instance's `run` (or `__call__`) is called; one
+        instance per executor worker lives across calls (instances are not addressable:
+        state a caller needs to reach belongs in the KVS, or in an actor: `actor`). A function whose first parameter
+        is named `lib` receives the user library there (`def f(lib, x)`); any other gets
+        only its arguments (`def f(x)`; `cloudburst.lib()` reaches the library). `async def`
+        functions are awaited on the worker. What cannot run (a generator function, a
+        non-callable, a `lib` that is not the first parameter) raises `InvalidFunction`.
 
         `time_limit` is how many seconds one call of it may run (default: the cluster's);
         past it the function is stopped and its call fails with `Timeout` naming it.
@@ -204,7 +228,8 @@ class Client:
         elif callable(function):
             body = function
         else:
-            raise TypeError(f"register takes a function or (class, init_args), got {function!r}")
+            raise InvalidFunction(f"register takes a function or (class, init_args), got "
+                                  f"{function!r}, which is not callable")
         if not isinstance(name, str) or not name:
             raise ValueError(f"a function name must be a non-empty str, got {name!r}")
         check_signature(body[0] if stateful else body, name, stateful)
@@ -269,15 +294,20 @@ class Client:
     # ---- calls ----
     def call(self, name: str, *args: Any, timeout: Optional[float] = None,
              consistency: str = "lww", protocol: Optional[str] = None,
-             time_limit: Optional[float] = None, objects: bool = False) -> Future:
-        """Call registered function `name` with `args` (after `lib`); `consistency`,
-        `protocol`, `timeout`, `time_limit` and `objects` as for `call_dag` (a single
-        function is a one-function DAG)."""
+             time_limit: Optional[float] = None, objects: bool = False,
+             session: Optional[bool] = None, kwargs: Optional[Mapping[str, Any]] = None,
+             **keywords: Any) -> Future:
+        """Call registered function `name` with `args` and keyword arguments: `keywords`
+        other than the options below, and `kwargs` (a mapping, for names that are options).
+        An argument may be a `Future` of another call: its value is passed, fetched where
+        the function runs (`DependencyFailed` if that call failed). `consistency`,
+        `protocol`, `timeout`, `time_limit`, `objects` and `session` as for `call_dag` (a
+        single function is a one-function DAG)."""
         level, proto = _consistency_and_protocol(consistency, protocol)
         call = pb.Call(function=name, consistency=level, protocol=proto,
                        time_limit=_time_limit(time_limit))
-        call.args[name].CopyFrom(encode_args(args))
-        return self._submit(call, f"call of function {name!r}", timeout, objects)
+        call.args[name].CopyFrom(encode(args, merge_keywords(kwargs, keywords)))
+        return self._submit(call, f"call of function {name!r}", timeout, objects, session)
 
     def map(self, name: str, *iterables: Iterable[Any], timeout: Optional[float] = None,
             **options: Any) -> List[Any]:
@@ -293,11 +323,15 @@ class Client:
     def call_dag(self, name: str, args: Optional[Mapping[str, Sequence[Any]]] = None,
                  consistency: str = "lww", output_key: Optional[str] = None,
                  timeout: Optional[float] = None, protocol: Optional[str] = None,
-                 time_limit: Optional[float] = None, objects: bool = False) -> Future:
-        """Call DAG `name`; `args` maps a function to its own arguments (a list or tuple).
+                 time_limit: Optional[float] = None, objects: bool = False,
+                 session: Optional[bool] = None,
+                 kwargs: Optional[Mapping[str, Mapping[str, Any]]] = None) -> Future:
+        """Call DAG `name`; `args` maps a function to its own arguments (a list or tuple),
+        `kwargs` to its own keyword arguments (a dict). Either may hold `Future`s of other
+        calls (see `call`).
 
-        A function receives its own arguments first, then its upstreams' results in the
-        order the connections were registered. The sink's result is the call's value, also
+        A function receives its own positional arguments first, then its upstreams' results
+        in the order the connections were registered, then its keyword arguments. The sink's result is the call's value, also
         stored under `output_key` when given. `consistency` is "lww" (default) or "causal"
         (transactional causal consistency through HydroCache); with "causal", `protocol` is
         "ct", "opt", "con" or "hb" (default "hb"). A protocol with "lww" is a ValueError.
@@ -311,6 +345,10 @@ class Client:
         anything, unless `objects=True` here (or on `Future.get`). The function that made
         it is whatever was last registered under its name, by any client the cluster
         authorizes, so ask for objects from functions whose registrants you trust.
+
+        Every read the call makes returns what this client wrote or read before, or newer
+        (read-your-writes and monotonic reads; module contract); `session=False` skips that
+        for this call (None: as the client says).
         """
         level, proto = _consistency_and_protocol(consistency, protocol)
         call = pb.Call(dag=name, consistency=level, protocol=proto,
@@ -320,12 +358,17 @@ class Client:
             if not isinstance(fn_args, (list, tuple)):
                 raise TypeError(f"arguments for {fn!r} must be a list or tuple, got "
                                 f"{type(fn_args).__name__}")
-            call.args[fn].CopyFrom(encode_args(fn_args))
-        return self._submit(call, f"call of DAG {name!r}", timeout, objects)
+            call.args[fn].CopyFrom(encode(fn_args, merge_keywords((kwargs or {}).get(fn), {})))
+        for fn, fn_kwargs in (kwargs or {}).items():
+            if fn not in call.args:
+                call.args[fn].CopyFrom(encode((), merge_keywords(fn_kwargs, {})))
+        return self._submit(call, f"call of DAG {name!r}", timeout, objects, session)
 
     def _submit(self, call: pb.Call, what: str, timeout: Optional[float],
-                objects: bool) -> Future:
+                objects: bool, session: Optional[bool] = None) -> Future:
         wait = self.timeout if timeout is None else float(timeout)
+        if self._session is not None and session is not False:
+            self._session.attach(call)
         rid = self._new_slot()
         call.request_id = rid
         call.response_address = self.response_address
@@ -337,7 +380,8 @@ class Client:
         sent_at = time.monotonic()
         scheduler = self._send("call", call)
         return Future(self, rid, what, wait, scheduler=scheduler, sent_at=sent_at,
-                      objects=objects)
+                      objects=objects,
+                      consistency="causal" if call.consistency == pb.CAUSAL else "lww")
 
     # ---- actors (cloudburst/actors.py; README "Actors") ----
     def actor(self, cls: type, *args: Any, **kwargs: Any) -> ActorHandle:
@@ -384,19 +428,48 @@ class Client:
     # ---- objects (cloudburst/objects.py) ----
     def put(self, key: str, value: Any, consistency: str = "lww") -> None:
         """Store `value` under `key`; see `ObjectStore.put` (LWW, a merged lattice, or a
-        causal version). Returns once every replica of the key has it."""
-        self._objects.put(key, value, consistency)
+        causal version). Returns once every replica of the key has it; every call this client
+        makes afterwards reads it (or a newer value)."""
+        written = self._objects.put(key, value, consistency)
+        if self._session is not None:
+            self._session.note(key, written)
 
     def get(self, key: str, consistency: str = "lww", concurrent: bool = False, *,
             objects: bool = False) -> Any:
         """The value stored under `key` (`ObjectNotFound` if none); see `ObjectStore.get`.
         Values are data: one that is more than plain data raises `UnsafeValue` unless
-        `objects=True` (docs/SECURITY.md)."""
-        return self._objects.get(key, consistency, concurrent, objects=objects)
+        `objects=True` (docs/SECURITY.md). With the session on, the value is at least as new
+        as what this client wrote, read, or saw its calls read before."""
+        floor, own, merged, deleted, vc = 0, 0, False, False, None
+        if self._session is not None:
+            floor, own, merged, deleted, vc = self._session.read_floor(key)
+        value, version = self._objects.read(key, consistency, concurrent, objects=objects,
+                                            floor=floor, own=own, merged=merged,
+                                            deleted=deleted)
+        if vc is not None and not (version.vc and supersedes(version.vc, vc)):
+            # one replica lags behind the causal version this session knows: merge them all
+            value, version = self._objects.read(key, consistency, concurrent,
+                                                objects=objects, merged=True)
+        if self._session is not None:
+            self._session.note(key, version)
+        return value
+
+    @property
+    def session(self) -> Optional[Session]:
+        """This client's session (None when off): the floors its calls carry."""
+        return None if self._session is None else self._session.session
+
+    def _observed(self, result: Optional[pb.CallResult]) -> None:
+        """A call's result arrived: the session notes what the call read and wrote."""
+        if self._session is not None:
+            self._session.observed(result)
 
     def delete(self, key: str) -> None:
-        """Delete the object stored under `key` (a missing key is not an error)."""
-        self._objects.delete(key)
+        """Delete the object stored under `key` (a missing key is not an error). With the
+        session on, this client's later calls and gets no longer read the deleted value."""
+        timestamp = self._objects.delete(key)
+        if self._session is not None:
+            self._session.note_deleted(key, timestamp)
 
     # ---- lifecycle ----
     def close(self) -> None:
