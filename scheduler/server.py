@@ -393,12 +393,10 @@ class Scheduler:
         for call_id in call.finished:
             if not (self._causal and self._causal_calls.done(call_id, time.monotonic())):
                 self.table.finish_call(call_id)
-        for ref in self._results.stamp(call, time.monotonic())[:1]:
-            return self._fail(call, pb.DEPENDENCY_FAILED, (
-                f"{call.dag or call.function}: the result of {ref.what or 'call ' + ref.call_id} "
-                f"is an argument, and the scheduler at {self.address} has no record of where "
-                f"it is held: that call was sent to another scheduler, failed before it was "
-                f"placed, is causal, or was placed more than {self._results.ttl:g} s ago"))
+        # a producing call still waiting in the queue is placed first (first in, first out)
+        for ref in [r for r in self._results.stamp(call, time.monotonic())
+                    if r.call_id not in self._queue][:1]:
+            return self._unknown_result(call, ref)
         if call.HasField("actor"):
             self._actors.call(call, time.monotonic())
             record = self.table.call(call.request_id)    # placed: its worker holds its result
@@ -472,9 +470,19 @@ class Scheduler:
                 log.exception("placing call %s failed", call.request_id)
                 self._answer_failure("call", call.SerializeToString(), e)
 
+    def _unknown_result(self, call: pb.Call, ref: Any) -> None:
+        self._fail(call, pb.DEPENDENCY_FAILED, (
+            f"{call.dag or call.function}: the result of {ref.what or 'call ' + ref.call_id} "
+            f"is an argument, and the scheduler at {self.address} has no record of where "
+            f"it is held: that call was sent to another scheduler, failed before it was "
+            f"placed, is causal, or was placed more than {self._results.ttl:g} s ago"))
+
     def _start(self, call: pb.Call, dag: Dag, versions: Dict[str, str], concurrent: Any,
                neighbours: Any, timeout: float) -> None:
         """Place a call and send its schedules; its workers get `timeout` seconds."""
+        for ref in self._results.stamp(call, time.monotonic())[:1]:   # it waited: again
+            self.stats.finished(call.request_id, False, time.monotonic())
+            return self._unknown_result(call, ref)
         if call.consistency == pb.CAUSAL:
             return self._causal_call(call, dag, versions, concurrent, neighbours, timeout)
         placement = self._place(call, dag, choose_executors, concurrent, neighbours)

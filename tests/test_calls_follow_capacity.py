@@ -66,6 +66,23 @@ def test_dag_and_causal_calls_wait_their_turn_and_run(one_worker):
     assert running.get(timeout=30) and behind.get(timeout=30)
 
 
+def test_a_future_argument_whose_call_still_waits_is_resolved(one_worker):
+    """A call taking a Future whose call waits in the queue too is placed after it (first in,
+    first out) and gets its result, not DependencyFailed."""
+    cb = one_worker.client()
+
+    def echo(lib, x):
+        return x
+
+    cb.register(echo, "echo")
+    running = cb.call("slow", 2.0, timeout=30)
+    behind = cb.call("slow", 0.0, timeout=30)       # the worker's second slot (worker_slots)
+    producer = cb.call("slow", 0.0, timeout=30)     # waits in the queue
+    consumer = cb.call("echo", producer, timeout=30)
+    assert consumer.get(timeout=30) == producer.get(timeout=30)
+    assert running.get(timeout=30) and behind.get(timeout=30)
+
+
 def test_an_added_node_takes_queued_calls_at_once(one_worker):
     """10 calls of a 1 s function on a one-worker cluster, a second node added after 1 s: the
     calls that have not started when the new node's worker joins are shared by both workers
