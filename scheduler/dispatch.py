@@ -2,15 +2,15 @@
 
 Contract: `CallQueue(capacity, slots, scheduler, enabled=True)` is pure state (every method
 takes `now`, seconds from any monotonic clock, and the workers calls may be placed on: the
-`WorkerView`s of live workers of nodes that are not draining). It decides *when* a call is
+`WorkerView`s of live workers of nodes that are not draining; workers hosting actors only
+when there are no others). It decides *when* a call is
 placed; *where* stays `scheduler.policy`'s choice, made at that moment.
 - A worker is *free* when fewer than `slots` calls this scheduler placed on it are
   unfinished (`WorkerView.outstanding`; a call counts until its `done`). The scheduler
   passes `SchedulerConfig.worker_slots` (2: the call a worker runs and the next one, which
   it then starts without waiting for a round trip to the scheduler; 1: no call ever waits
-  at a worker). Reported
-  utilization does not count here: it lags by a heartbeat period, and a worker that just
-  finished a call reports itself busy. (Among free workers the policy still prefers the
+  at a worker). Reported utilization does not count here: it lags by a heartbeat period,
+  and a worker that just finished a call reports itself busy. (Among free workers the policy still prefers the
   least utilized, and the ones whose node caches the call's keys: locality is a preference,
   never a reason to wait while another worker is free.)
 - `offer(waiting, workers, now)` for a call just received returns `Place` (place it now:
@@ -24,7 +24,8 @@ placed; *where* stays `scheduler.policy`'s choice, made at that moment.
   scheduler's queue, and why), else `Place` for the call at the head of the queue if a
   worker is free, else None. The service calls it until None, placing each call before
   asking again (a placement changes the workers' outstanding counts). Calls are placed in
-  the order they came (FIFO): a call never overtakes an earlier one.
+  the order they came (FIFO): a call never overtakes an earlier one, so a call taking the
+  `Future` of a call that waits too is placed after it.
 - `remove(call_id)` takes a waiting call out (cancelled by its caller); `position(call_id)`
   is `(1-based place in the queue, seconds waited)` or None; `len(queue)` is how many wait.
 - `enabled=False` is the previous behaviour, kept as a switch for comparisons: every call is
