@@ -701,6 +701,10 @@ class Client:
         if slot is None:
             return f"the result of {what}; the scheduler at {scheduler} does not answer either"
         placement = slot.answer.placement
+        if slot.answer.queued_position:
+            return (f"the result of {what}; it has not started: it waits in the queue of the "
+                    f"scheduler at {scheduler} for a free executor worker (place "
+                    f"{slot.answer.queued_position}, for {slot.answer.queued_seconds:.1f} s)")
         if not placement:
             return (f"the result of {what}; the scheduler at {scheduler} has no record of it "
                     "in flight (not received, or finished and its result was lost)")

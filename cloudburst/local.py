@@ -150,6 +150,10 @@ class LocalCluster:
             directory: cheaper per message; clients must run on this host).
         colocate_chains: let the schedulers put functions of a call that never run at the
             same time on one worker (see `scheduler.policy`); False spreads them out.
+        queue_calls: a call that finds every worker busy waits at its scheduler and goes to
+            the first worker that is free, on any node, one added meanwhile too (default;
+            `scheduler/dispatch.py`); False places every call at once on the least loaded
+            worker, where it waits (the previous behaviour, for comparisons).
         max_causal_retries: aborted attempts of a causal call the schedulers retry before
             failing it with `Aborted`.
         port: the first scheduler's TCP port (0: a free port); the others pick free ports.
@@ -186,6 +190,7 @@ class LocalCluster:
                  heartbeat_timeout: float = 1.5, log_level: str = "warning",
                  startup_timeout: float = 60.0, seed: Optional[int] = None,
                  transport: str = "tcp", colocate_chains: bool = True,
+                 queue_calls: bool = True,
                  max_causal_retries: int = 10, log_dir: Optional[str] = None,
                  port: int = 0, metrics_port: Optional[int] = None,
                  function_time_limit: float = 900.0, restart_workers: bool = True,
@@ -222,6 +227,7 @@ class LocalCluster:
             raise ValueError(f"transport must be 'tcp' or 'ipc', got {transport!r}")
         self.transport = transport
         self.colocate_chains = colocate_chains
+        self.queue_calls = queue_calls
         self.max_causal_retries = max_causal_retries
         self.port = port
         self.metrics_port = metrics_port
@@ -344,6 +350,7 @@ class LocalCluster:
                                          seed=None if self.seed is None else self.seed + i,
                                          ipc_dir=self.ipc_dir,
                                          colocate_chains=self.colocate_chains,
+                                         queue_calls=self.queue_calls,
                                          max_causal_retries=self.max_causal_retries,
                                          port=self.port if i == 0 else 0,
                                          metrics_port=None if self.metrics_port is None

@@ -11,7 +11,8 @@ refused at the handshake, and `dropped` the messages of kinds their sender's rol
 send (a client posing as a worker), per (role, kind). `nodes` lists the executor nodes
 (`ExecutorNodeStatus`: workers, busy fraction, whether this scheduler treats the node as
 draining and places nothing new there, calls it placed there unfinished, and what the node
-itself last reported); `backlog` counts calls held because no worker was known yet.
+itself last reported); `backlog` counts calls waiting at the schedulers for a free worker
+(or held because no worker was known yet).
 """
 from __future__ import annotations
 

@@ -105,7 +105,9 @@ log = logging.getLogger("cloudburst.worker")
 # what another worker (a function key) may send a worker; schedules come from the cluster only
 FUNCTION_KINDS = frozenset({"trigger", "abort", "msg", "fetch"})
 _INBOX_LIMIT = 10000
-DONE_BATCH_SECONDS = 0.005
+# `done` frees the worker's slot at the scheduler, which may hold the next call for it
+# (scheduler/dispatch.py): sent as soon as the result is, not held back to batch
+DONE_BATCH_SECONDS = 0.0
 _MSG_CODE = encode("msg", pb.UserMessage())[:1]
 
 

@@ -23,6 +23,18 @@ class SchedulerConfig:
         C call is alive; one silent this long is not). Its node kills such a worker earlier.
     call_timeout: default deadline (s) of a call whose caller gave none.
     busy_outstanding / busy_utilization: the policy's back-off thresholds.
+    worker_slots: how many unfinished calls of this scheduler one worker may hold: the one it
+        runs and the ones waiting behind it there. A worker with fewer is *free* and takes
+        the next waiting call. 2 (default) keeps the next call at the worker, so a worker
+        that finishes a call starts the next at once instead of after a `done` round trip
+        (benchmarks/README.md measures very short calls); 1 leaves
+        every waiting call at the scheduler, where any worker can take it.
+    queue_calls: a call that finds no free worker waits in this scheduler's queue and is
+        placed when a worker is free, on any node, a node added meanwhile too
+        (`scheduler/dispatch.py`). False: the previous behaviour, kept for comparisons: every
+        call is placed at once, on the least loaded worker, and waits in that worker's queue.
+    max_queued_calls: the most calls that wait in the queue; one more is refused with
+        NO_RESOURCES naming this limit.
     seed: seed of the tie-break rng (None: random).
     colocate_chains: let functions of a call that never run at the same time (a chain) share
         a worker, preferring the worker of a direct neighbour (saves a hop); False spreads
@@ -61,6 +73,9 @@ class SchedulerConfig:
     call_timeout: float = 60.0
     busy_outstanding: int = 1
     busy_utilization: float = 0.9
+    worker_slots: int = 2
+    queue_calls: bool = True
+    max_queued_calls: int = 10000
     seed: Optional[int] = None
     colocate_chains: bool = True
     log_level: str = "warning"
@@ -77,6 +92,10 @@ class SchedulerConfig:
     key_dir: Optional[str] = None       # authenticate with the cluster's keys here (None: plain)
 
     def __post_init__(self) -> None:
+        if self.worker_slots < 1 or self.max_queued_calls < 0:
+            raise ValueError(f"SchedulerConfig: worker_slots must be >= 1 and "
+                             f"max_queued_calls >= 0, not {self.worker_slots!r} and "
+                             f"{self.max_queued_calls!r}")
         if not 1 <= self.max_frame_bytes <= DEFAULT_MAX_FRAME_BYTES:
             raise ValueError(f"SchedulerConfig.max_frame_bytes must be in [1, "
                              f"{DEFAULT_MAX_FRAME_BYTES}] (messages larger than a frame travel "

@@ -7,11 +7,15 @@ listed for schedulers in proto/cloudburst.proto, plus one for Anna's pushed regi
 - A `call` with `actor` set (an actor's creation, method call or kill) is
   `scheduler.actor_calls.ActorCalls`'s; the workers that host actors take plain calls only
   when no other worker is placeable, and the worker deaths below end their actors.
-- A `call` is resolved against the registry (FUNCTION_NOT_FOUND / DAG_NOT_FOUND), placed by
-  `policy.choose_executors` over the live workers (NO_RESOURCES when there are none), sent as
-  one `schedule` per function (a source runs on receipt: that is its trigger). The caller
+- A `call` is resolved against the registry (FUNCTION_NOT_FOUND / DAG_NOT_FOUND). When every
+  worker is busy it waits in `dispatch.CallQueue` (NO_RESOURCES when the queue is full,
+  TIMEOUT naming the queue past its deadline) until a worker is free, after any message or
+  tick. It is placed by `policy.choose_executors` over the live workers (NO_RESOURCES when
+  there are none), sent as one `schedule` per function (a source runs on receipt: that is
+  its trigger). The caller
   gets nothing until the result (one message fewer per call); a caller whose wait times out
-  asks `where` and gets the call's placement (`accepted`), to name the stalled stage.
+  asks `where` and gets the call's placement, or its place in the queue (`accepted`), to
+  name the stalled stage; a `cancel` of a waiting call takes it out of the queue.
 - Heartbeats feed `membership.ExecutorTable`: a worker's own (`WorkerStatus` with its
   address), and its node's vouching for its process (`WorkerStatus` without an address, from
   the node, every period), or its exit (`exited`). Every `tick` seconds dead workers (the
@@ -82,6 +86,7 @@ from .binding import bind_exactly as _bind_exactly
 from .config import SchedulerConfig
 from .gc import GcCoordinator
 from .dag import Dag, check_size, foreign_arguments, validate
+from .dispatch import CallQueue, Expire, Place, Refuse, Waiting
 from .membership import CallRecord, ExecutorTable
 from .causal import caller_of
 from .causal_calls import CausalCalls
@@ -138,6 +143,9 @@ class Scheduler:
         self.registry = Registry(self._kvs, self.update_address)
         self.table = ExecutorTable(config.heartbeat_timeout, config.unresponsive_timeout)
         self._rng = random.Random(config.seed)
+        # calls that wait for a free worker, placed when one is (scheduler/dispatch.py)
+        self._queue = CallQueue(config.max_queued_calls, config.worker_slots, self.address,
+                                enabled=config.queue_calls)
         self._dags: Dict[str, Any] = {}   # name -> (version, Dag, concurrent_with, neighbours)
         self._stopping = False
         # a scheduler (re)started after its workers holds the calls it gets before it has
@@ -164,9 +172,10 @@ class Scheduler:
         # what this scheduler saw of its calls (`status`, and `/metrics` when asked for)
         self.stats = CallStats()
         # retries (at least once) and client leases (scheduler/lifecycle.py)
-        self.lifecycle = CallLifecycle(self._push.send, self._start_call, self.cancel_call,
-                                       lambda: bool(self.table.placeable()), self.stats,
-                                       self._causal_calls, config.max_retries)
+        # (a retry waits in the call queue for a free worker, as a new call does)
+        self.lifecycle = CallLifecycle(self._push.send, self._requeue, self.cancel_call,
+                                       lambda: True, self.stats, self._causal_calls,
+                                       config.max_retries)
         self._results = ResultHolders()    # where calls' results are held (Future arguments)
         # actors: placement, routing of method calls, kills (scheduler/actor_calls.py)
         self._actors = ActorCalls(self._push, self.table, self._kvs, self.stats, self.address,
@@ -211,6 +220,8 @@ class Scheduler:
             if frame is not None:
                 start = time.monotonic()
                 self._dispatch(frame)
+                if self._queue:          # a call done, a worker joined, a drain lifted...
+                    self._pump(time.monotonic())
                 took = time.monotonic() - start
                 if took > STALL_CREDIT:    # heartbeats queued meanwhile were not read yet
                     self.table.credit(took)
@@ -222,6 +233,7 @@ class Scheduler:
                     self._on_registry_update(recv_frame(self._updates))
                 self.admission.check_handshakes(now)
                 self._expire(now)
+                self._pump(now)
                 self._live_caches = sorted({w.cache_address for w in self.table.live()
                                             if w.cache_address})
                 if self._causal:
@@ -390,12 +402,10 @@ class Scheduler:
             return self._fail(call, pb.BAD_REQUEST, f"call refused: {refused}")
         for call_id in call.finished:
             self._finish_one(self.lifecycle.finished(call_id))
-        for ref in self._results.stamp(call, time.monotonic())[:1]:
-            return self._fail(call, pb.DEPENDENCY_FAILED, (
-                f"{call.dag or call.function}: the result of {ref.what or 'call ' + ref.call_id} "
-                f"is an argument, and the scheduler at {self.address} has no record of where "
-                f"it is held: that call was sent to another scheduler, failed before it was "
-                f"placed, is causal, or was placed more than {self._results.ttl:g} s ago"))
+        # a producing call still waiting in the queue is placed first (first in, first out)
+        for ref in [r for r in self._results.stamp(call, time.monotonic())
+                    if r.call_id not in self._queue][:1]:
+            return self._unknown_result(call, ref)
         if call.HasField("actor"):
             self._actors.call(call, time.monotonic())
             record = self.table.call(call.request_id)    # placed: its worker holds its result
@@ -434,23 +444,72 @@ class Scheduler:
         foreign = foreign_arguments(dag, call.args)
         if foreign:
             return self._fail(call, pb.INVALID_ARGUMENTS, foreign)
-        self.stats.started(call.request_id, dag.name, time.monotonic())
+        now = time.monotonic()
+        self.stats.started(call.request_id, dag.name, now)
         timeout = call.timeout if call.timeout > 0 else self.config.call_timeout
-        self.lifecycle.begin(call, records, (dag, versions, concurrent, neighbours),
-                             time.monotonic(), timeout)
-        self._start_call(call, dag, versions, concurrent, neighbours)
+        self.lifecycle.begin(call, records, (dag, versions, concurrent, neighbours), now, timeout)
+        self._carry(self._queue.offer(Waiting(call.request_id, dag.name, now, now + timeout,
+                                              (call, dag, versions, concurrent, neighbours)),
+                                      self._placeable(), now), now)
 
-    def _start_call(self, call: pb.Call, dag: Dag, versions: Dict[str, str], concurrent: Any,
-                    neighbours: Any) -> None:
-        """Place one attempt of a call and send its schedules (a retry comes here too)."""
+    def _requeue(self, call: pb.Call, dag: Dag, versions: Dict[str, str], concurrent: Any,
+                 neighbours: Any) -> None:
+        """A retry (scheduler/lifecycle.py): the new attempt waits for a free worker in the
+        queue, as a new call does."""
+        now = time.monotonic()
+        self._carry(self._queue.offer(Waiting(call.request_id, dag.name, now, now + call.timeout,
+                                              (call, dag, versions, concurrent, neighbours)),
+                                      self._placeable(), now), now)
+
+    def _placeable(self) -> List[Any]:
+        """The workers plain calls may use: a worker that hosts an actor takes them only when
+        no other worker is placeable. The queue and the policy both see these."""
+        return self._actors.placeable(self.table.placeable())
+
+    def _pump(self, now: float) -> None:
+        """Place the waiting calls a free worker can take now, fail the overdue ones."""
+        while self._queue:
+            action = self._queue.next(self._placeable(), now)
+            if action is None:
+                return
+            self._carry(action, now)
+
+    def _carry(self, action: Any, now: float) -> None:
+        """Carry out the queue's decision about one call (scheduler/dispatch.py)."""
+        call = action.waiting.item[0]
+        if isinstance(action, (Refuse, Expire)):
+            self.stats.finished(call.request_id, False, now)
+            expired = isinstance(action, Expire)
+            self._push.send(call.response_address, "result", pb.CallResult(
+                request_id=call.request_id, status=pb.TIMEOUT if expired else pb.NO_RESOURCES,
+                message=action.message, stage=action.message if expired else ""))
+        elif isinstance(action, Place):
+            try:
+                self._start(*action.waiting.item, timeout=action.waiting.deadline - now)
+            except Exception as e:      # this call fails, the loop and the queue go on
+                log.exception("placing call %s failed", call.request_id)
+                self._answer_failure("call", call.SerializeToString(), e)
+
+    def _unknown_result(self, call: pb.Call, ref: Any) -> None:
+        self._fail(call, pb.DEPENDENCY_FAILED, (
+            f"{call.dag or call.function}: the result of {ref.what or 'call ' + ref.call_id} "
+            f"is an argument, and the scheduler at {self.address} has no record of where "
+            f"it is held: that call was sent to another scheduler, failed before it was "
+            f"placed, is causal, or was placed more than {self._results.ttl:g} s ago"))
+
+    def _start(self, call: pb.Call, dag: Dag, versions: Dict[str, str], concurrent: Any,
+               neighbours: Any, timeout: float) -> None:
+        """Place a call and send its schedules; its workers get `timeout` seconds."""
+        for ref in self._results.stamp(call, time.monotonic())[:1]:   # it waited: again
+            self.stats.finished(call.request_id, False, time.monotonic())
+            return self._unknown_result(call, ref)
         if call.consistency == pb.CAUSAL:
-            return self._causal_call(call, dag, versions, concurrent, neighbours)
+            return self._causal_call(call, dag, versions, concurrent, neighbours, timeout)
         placement = self._place(call, dag, choose_executors, concurrent, neighbours)
         if placement is None:
             self.stats.finished(caller_of_attempt(call.request_id), False, time.monotonic())
             self.lifecycle.finished(call.request_id)
             return
-        timeout = call.timeout if call.timeout > 0 else self.config.call_timeout
         addresses = {wid: self.table.address(wid) for wid in set(placement.values())}
         for address, schedule in build_schedules(call, dag, placement, addresses, versions,
                                                  self.address, timeout):
@@ -469,6 +528,9 @@ class Scheduler:
                                  (causal.coordinator.current() or ""))
         if record is not None:
             answer.placement.update(record.placement)
+        queued = self._queue.position(name, time.monotonic())
+        if queued is not None:
+            answer.queued_position, answer.queued_seconds = queued
         self._push.send(req.response_address, "accepted", answer)
 
     def _cancel(self, payload: bytes) -> None:
@@ -479,6 +541,9 @@ class Scheduler:
     def cancel_call(self, caller_id: str) -> None:
         """Stop call `caller_id` (its attempt in flight) where it runs; see `_cancel`."""
         name = self.lifecycle.finished(caller_id)
+        if self._queue.remove(name) is not None:     # not placed yet: nothing runs
+            self.stats.finished(caller_of_attempt(name), False, time.monotonic())
+            return
         causal = self._causal.get(name)
         call_id = name if causal is None else (causal.coordinator.current() or "")
         record = self.table.call(call_id)
@@ -522,7 +587,7 @@ class Scheduler:
                                      drain_epoch=n.drain_epoch, outstanding=n.outstanding,
                                      running=n.running, queued=n.queued,
                                      node_draining=n.node_draining)
-        reply.backlog = len(self._deferred)
+        reply.backlog = len(self._deferred) + len(self._queue)
         for s in self.stats.summaries():
             reply.function_stats.add(name=s.name, calls=s.calls, errors=s.errors,
                                      p50=s.p50 or 0.0, p99=s.p99 or 0.0, in_flight=s.in_flight)
@@ -652,9 +717,7 @@ class Scheduler:
         NO_RESOURCES) when no worker can take the call."""
         colocate = self.config.colocate_chains
         try:
-            # a worker that hosts an actor takes plain calls only when all the others do
-            workers = self._actors.placeable(self.table.placeable())
-            return place(dag.functions, references_by_function(call), workers,
+            return place(dag.functions, references_by_function(call), self._placeable(),
                          self.table.node_keys(), self._rng,
                          busy_outstanding=self.config.busy_outstanding,
                          busy_utilization=self.config.busy_utilization,
@@ -665,7 +728,7 @@ class Scheduler:
             return None
 
     def _causal_call(self, call: pb.Call, dag: Dag, versions: Dict[str, str],
-                     concurrent: Any, neighbours: Any) -> None:
+                     concurrent: Any, neighbours: Any, timeout: float) -> None:
         if call.request_id in self._causal:
             return   # a duplicate of a call in flight
         place = choose_one_node if call.protocol == pb.CT else choose_executors
@@ -682,7 +745,6 @@ class Scheduler:
                     f"{dag.name}: executor worker {wid} reports no node cache address; causal "
                     "calls need HydroCache on every node"))
             caches[fn] = cache
-        timeout = call.timeout if call.timeout > 0 else self.config.call_timeout
         self._causal_calls.begin(call, dag, versions, placement, caches, timeout,
                                  time.monotonic())
 

@@ -192,6 +192,9 @@ def test_the_manifests_ship_with_the_package(tmp_path):
     out = subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib",
                           str(tmp_path)], cwd=root, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
+    # a wheel also holds the compiled kernel (build_ext), which `cloudburst` imports
+    for so in (root / "anna_core").glob("_core*.so"):
+        shutil.copy(so, tmp_path / "anna_core" / so.name)
     probe = ("import cloudburst.kube.manifests as m, json; "
              "print(json.dumps([str(m.package_root())] + "
              "[[o['kind'], o['metadata']['name']] for o in m.render()]))")

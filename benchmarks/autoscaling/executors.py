@@ -2,9 +2,13 @@
 
     python benchmarks/autoscaling/executors.py [--rounds 1] [--provisioning-delay 0]
 
-Each round runs two clusters one after the other on the same offered load: **autoscaled**
-(`LocalCluster(autoscale=...)`, starting with `--start-nodes` executor nodes) and the
-**control**, a static cluster of the starting size. The load is open-loop calls of a
+Each round runs three clusters one after the other on the same offered load: **autoscaled**
+(`LocalCluster(autoscale=...)`, starting with `--start-nodes` executor nodes; a call that
+finds every worker busy waits at the scheduler and goes to the first free worker, on any
+node), **placed at once** (the same, with the previous placement, `queue_calls=False`: every
+call is placed at once on the least loaded worker and waits in that worker's queue, so calls
+queued before a node is added stay on the old nodes) and the **control**, a static cluster
+of the starting size. The load is open-loop calls of a
 two-function DAG (`a -> b`, each function sleeping `--function-seconds`: waiting, as an I/O
 bound function does, so that extra nodes add capacity even on a 2-core machine), paced at
 `--base-rate` calls/s, `--spike-rate` from `--spike-at` for `--spike-seconds`, then back at
@@ -148,16 +152,17 @@ def monitor(cluster: Any, start: float, stop: threading.Event,
         link.close()
 
 
-def run(args: argparse.Namespace, autoscale: bool) -> Dict[str, Any]:
+def run(args: argparse.Namespace, autoscale: bool, queue_calls: bool = True) -> Dict[str, Any]:
     from cloudburst import LocalCluster
     from scheduler.executor_policy import ExecutorPolicyConfig
-    name = "autoscaled" if autoscale else "control"
+    name = ("autoscaled" if queue_calls else "placed at once") if autoscale else "control"
     config = ExecutorPolicyConfig(stable_window=args.stable_window,
                                   panic_window=args.panic_window, tick=args.tick,
                                   min_nodes=args.start_nodes, max_nodes=args.max_nodes)
     with LocalCluster(executor_nodes=args.start_nodes, executors_per_node=args.workers_per_node,
                       autoscale=config if autoscale else None,
-                      provisioning_delay=args.provisioning_delay) as cluster:
+                      provisioning_delay=args.provisioning_delay,
+                      queue_calls=queue_calls) as cluster:
         client = cluster.client()
         wait = args.function_seconds
 
@@ -175,6 +180,9 @@ def run(args: argparse.Namespace, autoscale: bool) -> Dict[str, Any]:
         client.register(b, "b")
         client.register_dag(DAG, ["a", "b"], [("a", "b")])
         client.call_dag(DAG, {"a": [0]}).get(timeout=30)           # warm every path once
+        # an idle pause, so that what the warm-up and the start looked like to the autoscaler
+        # (a cold first call) has left its windows before the load starts
+        time.sleep(args.settle)
         start = time.monotonic()
         initial = set(cluster.executor_node_ids())
         load = Load(client, args, start)
@@ -246,17 +254,22 @@ def summarize(name: str, args: argparse.Namespace, load: Load, samples: List[Dic
             break
     result["restored_s"] = restored
     result["removed"] = sum(1 for a in actions if a["kind"] == "Remove")
+    # nodes when the spike began: the autoscaler sometimes adds one at the very start
+    before = [s["nodes"] for s in samples if s["t"] <= args.spike_at]
+    result["nodes_at_spike"] = before[-1] if before else None
     return result
 
 
 # ---- report ----------------------------------------------------------------------------------
 
-def plot(rounds: List[Dict[str, Any]], args: argparse.Namespace, path: str) -> None:
+def plot(rounds: List[Dict[str, Any]], args: argparse.Namespace, path: str,
+         index: int = -1) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    auto = rounds[-1]["autoscaled"]
-    runs = [(auto, "-")] + ([(rounds[-1]["control"], "--")] if "control" in rounds[-1] else [])
+    auto = rounds[index]["autoscaled"]
+    runs = [(auto, "-")] + [(rounds[index][k], style) for k, style in
+                            (("placed at once", "-."), ("control", "--")) if k in rounds[index]]
     fig, axes = plt.subplots(3, 1, figsize=(9, 9), sharex=True)
     ax = axes[0]
     for r, style in runs:
@@ -283,7 +296,7 @@ def plot(rounds: List[Dict[str, Any]], args: argparse.Namespace, path: str) -> N
     for r, style in runs:
         ax.plot([s["t"] for s in r["samples"]], [s["queued"] for s in r["samples"]], style,
                 label=f"calls queued ({r['run']})")
-    ax.set_ylabel("calls queued on nodes")
+    ax.set_ylabel("calls queued (nodes + scheduler)")
     ax.set_xlabel("seconds since the load started")
     ax.legend(fontsize=7)
     for ax in axes:
@@ -335,14 +348,33 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--tick", type=float, default=0.5, help="the autoscaler's sampling period (s)")
     p.add_argument("--call-timeout", type=float, default=60.0,
                    help="a call without an answer this long (s) counts as lost")
+    p.add_argument("--settle", type=float, default=0.0,
+                   help="seconds of idleness between the warm-up call and the load")
     p.add_argument("--no-control", action="store_true", help="skip the static control runs")
+    p.add_argument("--no-previous", action="store_true",
+                   help="skip the autoscaled runs with the previous placement (calls placed "
+                        "at once, queue_calls=False)")
     p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"),
                    help="directory for the JSON results")
     p.add_argument("--figures", default=os.path.join(ROOT, "benchmarks", "figures"),
                    help="directory for the PNG figure")
+    p.add_argument("--tag", default="",
+                   help="suffix of the output files' names (keeps another run's figure)")
     p.add_argument("--log-autoscaler", action="store_true",
                    help="print the autoscaler's INFO log (every decision with its reason)")
+    p.add_argument("--replot", default=None, metavar="JSON",
+                   help="only draw the figure of round --plot-round of a results file")
+    p.add_argument("--plot-round", type=int, default=-1,
+                   help="which round the figure shows (default: the last)")
     args = p.parse_args(argv)
+    if args.replot:
+        with open(args.replot) as f:
+            saved = json.load(f)
+        png = os.path.splitext(args.replot)[0] + ".png" if not args.figures else os.path.join(
+            args.figures, os.path.basename(os.path.splitext(args.replot)[0]) + ".png")
+        plot(saved["rounds"], argparse.Namespace(**saved["args"]), png, args.plot_round)
+        log(f"wrote {png}")
+        return 0
     if args.log_autoscaler:
         logging.basicConfig(format="%(asctime)s %(name)s %(message)s")
         logging.getLogger("cloudburst.autoscale").setLevel(logging.INFO)
@@ -350,6 +382,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     for i in range(args.rounds):
         log(f"round {i + 1}/{args.rounds}")
         r = {"autoscaled": run(args, True)}
+        if not args.no_previous:
+            r["placed at once"] = run(args, True, queue_calls=False)
         if not args.no_control:
             r["control"] = run(args, False)
         for name, res in r.items():
@@ -366,6 +400,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         summary["control_spike_p50"] = median([r["control"]["spike_p50"] for r in rounds])
         summary["control_spike_p99"] = median([r["control"]["spike_p99"] for r in rounds])
         summary["control_restored_s"] = median([r["control"]["restored_s"] for r in rounds])
+    if not args.no_previous:
+        for k in ("capacity_s", "restored_s", "spike_p50", "spike_p99"):
+            summary[f"at_once_{k}"] = median([r["placed at once"][k] for r in rounds])
     summary["max_nodes"] = [r["autoscaled"]["max_nodes"] for r in rounds]
     summary["end_nodes"] = [r["autoscaled"]["end_nodes"] for r in rounds]
     log(f"medians over {args.rounds} round(s): {json.dumps(summary)}")
@@ -380,14 +417,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     os.makedirs(args.figures, exist_ok=True)
     # a run with a provisioning delay does not overwrite the figures of one without
     name = "autoscaling_executors" + (f"_delay{args.provisioning_delay:g}"
-                                      if args.provisioning_delay else "")
+                                      if args.provisioning_delay else "") + \
+        (f"_{args.tag}" if args.tag else "")
     path = os.path.join(args.out, f"{name}.json")
     with open(path, "w") as f:
         json.dump({"args": vars(args), "summary": summary, "goals": goals, "rounds": rounds},
                   f, indent=1)
     log(f"wrote {path}")
     png = os.path.join(args.figures, f"{name}.png")
-    plot(rounds, args, png)
+    plot(rounds, args, png, args.plot_round)
     log(f"wrote {png}")
     return 0
 

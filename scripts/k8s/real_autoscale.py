@@ -13,7 +13,10 @@ Steps (each timed; a failure raises E2EFailure naming the step and the object):
     kept reads back with its value (nothing acknowledged is lost).
  3. Executor nodes: the `cloudburst-autoscaler` Deployment is scaled to 1. A burst of slow
     calls (more than one node's workers can run) makes it add an executor pod; every call
-    returns its own argument. Once idle, it drains and removes one, and a call still works.
+    returns its own argument. Calls follow capacity: the calls still waiting when the new
+    pod's workers join run there too (when it was Ready 2 s or more before the burst's end,
+    at least one call ran on it). Once idle, it drains and removes one, and a call still
+    works.
 The monitor's decisions, with their reasons, are printed from its status key.
 """
 from __future__ import annotations
@@ -152,7 +155,7 @@ def executor_autoscaling(c, client, helpers: Dict[str, Callable[..., Any]], step
     def slow(lib, x):
         import time as t
         t.sleep(0.5)    # the workload: a call that keeps a worker busy
-        return x
+        return [x, lib.getid()]     # the worker id starts with its pod's name
     client.register(slow, "slow")
     with step("executor autoscaler on", timings):
         before = {p["metadata"]["name"] for p in pods(c, "cloudburst-executor")}
@@ -180,11 +183,19 @@ def executor_autoscaling(c, client, helpers: Dict[str, Callable[..., Any]], step
                 from None
         t_added = time.monotonic() - t0
         results = gather(futures, SCALE_TIMEOUT)
-        check(results == list(range(SLOW_CALLS)), f"the burst's results are wrong: "
-              f"{results[:10]}...")
+        took = time.monotonic() - t0
+        check([r[0] for r in results] == list(range(SLOW_CALLS)),
+              f"the burst's results are wrong: {results[:10]}...")
+        first = next(iter(before))
+        moved = sum(1 for _, wid in results if not wid.startswith(first + "."))
+        if t_added <= took - 2:
+            check(moved > 0, f"none of the {SLOW_CALLS} calls ran on the executor pod(s) "
+                             f"added {t_added:.1f} s into a burst that took {took:.1f} s: "
+                             f"waiting calls did not follow capacity")
         facts["executor-added"] = (f"{added[0]} Ready {t_added:.1f} s into a burst of "
                                    f"{SLOW_CALLS} x 0.5 s calls; all {SLOW_CALLS} returned "
-                                   f"after {time.monotonic() - t0:.1f} s")
+                                   f"after {took:.1f} s (one node alone: "
+                                   f"{SLOW_CALLS * 0.5 / 2:g} s), {moved} on added pods")
 
     with step("idle: one executor node drained and removed", timings):
         t0 = time.monotonic()
@@ -196,7 +207,7 @@ def executor_autoscaling(c, client, helpers: Dict[str, Callable[..., Any]], step
             raise AssertionError(f"{e}\n{_diagnose(c, None, 'cloudburst-autoscaler')}") \
                 from None
         v = client.call("slow", 7, timeout=60).get(timeout=60)
-        check(v == 7, f"a call after the scale-in returned {v!r}")
+        check(v[0] == 7, f"a call after the scale-in returned {v!r}")
         facts["executor-removed"] = (f"back to one executor pod "
                                      f"{time.monotonic() - t0:.1f} s after the burst")
         c.kubectl("-n", NS, "scale", "deployment", "cloudburst-autoscaler", "--replicas=0")
