@@ -172,7 +172,14 @@ class Client:
             self.close()
             raise
         self.kvs_address: str = kvs_address or info.kvs_address
-        self._objects = ObjectStore(self.kvs_address, ip, auth, self.client_id)
+        self._kvs_given = kvs_address is not None
+        self._kvs_learnt = time.monotonic()     # when the schedulers last named the KVS
+        try:
+            self._objects = ObjectStore(self.kvs_address, ip, auth, self.client_id,
+                                        self._context)
+        except BaseException:
+            self.close()
+            raise
 
     @property
     def address(self) -> str:
@@ -341,18 +348,19 @@ class Client:
     def put(self, key: str, value: Any, consistency: str = "lww") -> None:
         """Store `value` under `key`; see `ObjectStore.put` (LWW, a merged lattice, or a
         causal version). Returns once every replica of the key has it."""
-        self._objects.put(key, value, consistency)
+        self._objects_now(f"put {key!r}").put(key, value, consistency)
 
     def get(self, key: str, consistency: str = "lww", concurrent: bool = False, *,
             objects: bool = False) -> Any:
         """The value stored under `key` (`ObjectNotFound` if none); see `ObjectStore.get`.
         Values are data: one that is more than plain data raises `UnsafeValue` unless
         `objects=True` (docs/SECURITY.md)."""
-        return self._objects.get(key, consistency, concurrent, objects=objects)
+        return self._objects_now(f"get {key!r}").get(key, consistency, concurrent,
+                                                     objects=objects)
 
     def delete(self, key: str) -> None:
         """Delete the object stored under `key` (a missing key is not an error)."""
-        self._objects.delete(key)
+        self._objects_now(f"delete {key!r}").delete(key)
 
     # ---- lifecycle ----
     def close(self) -> None:
@@ -375,6 +383,28 @@ class Client:
         self.close()
 
     # ---- plumbing ----
+    def _objects_now(self, what: str) -> ObjectStore:
+        """The object store, on the KVS the cluster names now. A scheduler connection that
+        dropped since the KVS address was learnt means a restart or a stop: ask again (the
+        new address is followed; `SchedulerUnavailable` naming the schedulers when none
+        takes the question), rather than wait on an address that may be gone."""
+        if any(self._dropped_since(a, self._kvs_learnt) for a in self.addresses):
+            asked_at = time.monotonic()
+            try:
+                info = self._ask("info", pb.NameRequest(), f"name the KVS, to {what}",
+                                 min(self.timeout, self.failover_timeout * len(self.addresses)))
+            except SchedulerUnavailable as e:
+                raise SchedulerUnavailable(f"cannot {what}: the cluster at "
+                                           f"{', '.join(self.addresses)} is not reachable (is it "
+                                           f"running?): {e}") from None
+            self._kvs_learnt = asked_at
+            if not self._kvs_given and info.kvs_address != self.kvs_address:
+                log.warning("the cluster's KVS moved from %s to %s (a restart); following it",
+                            self.kvs_address, info.kvs_address)
+                self.kvs_address = info.kvs_address
+                self._objects.follow(info.kvs_address)
+        return self._objects
+
     def _new_slot(self) -> str:
         with self._cond:
             self._seq += 1

@@ -1,9 +1,13 @@
 """A client's objects in the KVS: `put`, `get` and `delete` of values under user keys.
 
 Contract:
-- `ObjectStore(kvs_address, ip, auth, client_id)` reads and writes through one
-  `anna_core.Client` (made on first use, with the client's keys), serialised by a lock so
-  a `cloudburst.Client` shared by threads stays safe.
+- `ObjectStore(kvs_address, ip, auth, client_id, context)` reads and writes through one
+  `anna_core.Client`, serialised by a lock so a `cloudburst.Client` shared by threads stays
+  safe. With keys it is made at once, on the `cloudburst.Client`'s ZeroMQ context (sharing
+  its authenticator), so it never needs the key files again: a client whose key directory
+  was removed (a stopped cluster's temporary one) still gets the cluster's typed errors.
+  Without keys it is made on first use.
+- `follow(kvs_address)` moves to another KVS address (the cluster restarted with a new one).
 - `put` writes every replica (`put_all`), so a call made afterwards reads the value whichever
   replica its executor asks: a plain value last-writer-wins, a lattice is merged on the
   server, and `consistency="causal"` writes a `MultiKeyCausalLattice` version whose clock is
@@ -31,14 +35,28 @@ class ObjectStore:
     """User objects in the KVS (see the module contract)."""
 
     def __init__(self, kvs_address: str, ip: str, auth: Optional[AuthConfig],
-                 client_id: str) -> None:
+                 client_id: str, context: Any = None) -> None:
         self.kvs_address = kvs_address
         self.client_id = client_id
         self._ip = ip
         self._auth = auth
+        self._context = context
         self._kvs: Any = None
         self._lock = threading.Lock()
         self._counter = 0
+        if auth is not None:
+            self._client()
+
+    def follow(self, kvs_address: str) -> None:
+        """Read and write through the KVS at `kvs_address` from now on."""
+        with self._lock:
+            if kvs_address == self.kvs_address:
+                return
+            old, self._kvs = self._kvs, None
+            self.kvs_address = kvs_address
+            if old is not None:
+                old.close()
+            self._client()
 
     def put(self, key: str, value: Any, consistency: str = "lww") -> None:
         """Store `value` (any picklable object) under `key`.
@@ -132,7 +150,7 @@ class ObjectStore:
         if self._kvs is None:
             import anna_core
             self._kvs = anna_core.Client(self.kvs_address, ip=self._ip, timeout=5.0,
-                                         auth=self._auth)
+                                         auth=self._auth, context=self._context)
         return self._kvs
 
     def close(self) -> None:
