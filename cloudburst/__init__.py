@@ -20,7 +20,7 @@
 - `errors`: FunctionNotFound, DagNotFound, InvalidDag, InvalidFunction, NoResources,
   ExecutionError, Timeout, ObjectNotFound, Aborted, Cancelled, SchedulerUnavailable,
   UnsafeValue (MalformedValue: stored bytes that do not decode), NotPermitted, CorruptRecord,
-  AuthenticationError, AuthenticationRequired.
+  ValueTooLarge, AuthenticationError, AuthenticationRequired.
 - `AuthConfig(key_dir, "client:NAME")`: a client's keys for a cluster that authenticates
   (`Client(address, auth=...)`; `cloudburst keys` writes them; `LocalCluster` does so itself).
 """
@@ -35,7 +35,7 @@ from .errors import (Aborted, AuthenticationError, AuthenticationRequired, Cance
                      CloudburstError, DagNotFound, ExecutionError, FunctionNotFound,
                      InvalidDag, InvalidFunction, MalformedValue, NoResources,
                      ObjectNotFound, SchedulerUnavailable, Timeout, UnsafeValue, NotPermitted,
-                     CorruptRecord)
+                     CorruptRecord, ValueTooLarge)
 from .local import LocalCluster
 from scheduler.executor_policy import ExecutorPolicyConfig
 
@@ -43,6 +43,6 @@ __all__ = ["Client", "Future", "Listing", "CausalStats", "LocalCluster", "Refere
            "RegisteredFunction", "gather", "wait", "InvalidFunction", "Cancelled",
            "CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "NoResources",
            "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "SchedulerUnavailable",
-           "UnsafeValue", "MalformedValue", "NotPermitted", "CorruptRecord", "AuthConfig",
+           "UnsafeValue", "MalformedValue", "NotPermitted", "CorruptRecord", "ValueTooLarge", "AuthConfig",
            "KeyFileError", "AuthenticationError",
            "AuthenticationRequired", "ExecutorPolicyConfig"]

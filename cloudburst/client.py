@@ -67,9 +67,11 @@ from runtime.auth import (FUNCTION, AuthConfig, KeyFileError, Security, credenti
 from runtime.keys import check_user_key
 from runtime.framing import more, parse, recv_frame, send
 from runtime.sockets import bind_pull, check_address, ipc_dir_of
-from runtime.values import dumps_function, encode_args
+from anna_core.config import DEFAULT_MAX_VALUE_BYTES
+from runtime.values import dumps_function
 from .errors import (AuthenticationError, AuthenticationRequired, CloudburstError, InvalidDag,
                      Timeout, error_from_status)
+from .big_values import Courier
 from .functions import RegisteredFunction, check_signature
 from .futures import Future, SchedulerUnavailable, gather
 from .connections import HOW_TO_AUTHENTICATE, SchedulerConnections
@@ -177,6 +179,10 @@ class Client:
         try:
             self._objects = ObjectStore(self.kvs_address, ip, auth, self.client_id,
                                         self._context)
+            self._courier = Courier(lambda: None if self.closed else
+                                    self._objects_now("move a large value"),
+                                    DEFAULT_MAX_VALUE_BYTES,
+                                    self.client_id)
         except BaseException:
             self.close()
             raise
@@ -281,8 +287,9 @@ class Client:
         level, proto = _consistency_and_protocol(consistency, protocol)
         call = pb.Call(function=name, consistency=level, protocol=proto,
                        time_limit=_time_limit(time_limit))
-        call.args[name].CopyFrom(encode_args(args))
-        return self._submit(call, f"call of function {name!r}", timeout, objects)
+        arglist, stored = self._courier.encode(name, args, level == pb.LWW)
+        call.args[name].CopyFrom(arglist)
+        return self._submit(call, f"call of function {name!r}", timeout, objects, stored)
 
     def map(self, name: str, *iterables: Iterable[Any], timeout: Optional[float] = None,
             **options: Any) -> List[Any]:
@@ -321,15 +328,22 @@ class Client:
         call = pb.Call(dag=name, consistency=level, protocol=proto,
                        time_limit=_time_limit(time_limit),
                        output_key=check_user_key(output_key) if output_key else "")
-        for fn, fn_args in (args or {}).items():
-            if not isinstance(fn_args, (list, tuple)):
-                raise TypeError(f"arguments for {fn!r} must be a list or tuple, got "
-                                f"{type(fn_args).__name__}")
-            call.args[fn].CopyFrom(encode_args(fn_args))
-        return self._submit(call, f"call of DAG {name!r}", timeout, objects)
+        stored: List[str] = []
+        try:
+            for fn, fn_args in (args or {}).items():
+                if not isinstance(fn_args, (list, tuple)):
+                    raise TypeError(f"arguments for {fn!r} must be a list or tuple, got "
+                                    f"{type(fn_args).__name__}")
+                arglist, keys = self._courier.encode(fn, fn_args, level == pb.LWW)
+                stored += keys
+                call.args[fn].CopyFrom(arglist)
+        except BaseException:
+            self._courier.release(stored)
+            raise
+        return self._submit(call, f"call of DAG {name!r}", timeout, objects, stored)
 
     def _submit(self, call: pb.Call, what: str, timeout: Optional[float],
-                objects: bool) -> Future:
+                objects: bool, stored: Sequence[str] = ()) -> Future:
         wait = self.timeout if timeout is None else float(timeout)
         rid = self._new_slot()
         call.request_id = rid
@@ -340,9 +354,13 @@ class Client:
                 finished, self._finished = self._finished, []
             call.finished.extend(finished)
         sent_at = time.monotonic()
-        scheduler = self._send("call", call)
+        try:
+            scheduler = self._send("call", call)
+        except BaseException:
+            self._courier.release(stored)
+            raise
         return Future(self, rid, what, wait, scheduler=scheduler, sent_at=sent_at,
-                      objects=objects)
+                      objects=objects, stored=stored)
 
     # ---- objects (cloudburst/objects.py) ----
     def put(self, key: str, value: Any, consistency: str = "lww") -> None:

@@ -14,6 +14,9 @@ Contract:
   `{client_id: next counter}`.
 - `get` reads values as data (`runtime.values.loads`): plain data only unless
   `objects=True`. `ObjectNotFound` for a missing key; KVS timeouts become `Timeout`.
+- `put_bytes` / `get_bytes` (None when missing) / `delete_bytes` move raw bytes (a large
+  argument or result, `cloudburst.big_values`). A value above the KVS's maximum value size
+  raises `ValueTooLarge` naming the key and the limit.
 - `close()` closes the KVS client.
 """
 from __future__ import annotations
@@ -25,7 +28,7 @@ from runtime.auth import AuthConfig
 from runtime.keys import check_user_key
 from runtime.values import CAUSAL_LATTICES, dumps, is_lattice, loads
 
-from .errors import CloudburstError, ObjectNotFound, Timeout
+from .errors import CloudburstError, ObjectNotFound, Timeout, ValueTooLarge
 from .options import _CONSISTENCY
 
 __all__ = ["ObjectStore"]
@@ -82,6 +85,7 @@ class ObjectStore:
                 self._client().put_all(key, value)
             return
         data = dumps(value)
+        self._check_size(key, data)
         with self._lock:
             if consistency == "causal":
                 import anna_core
@@ -145,6 +149,48 @@ class ObjectStore:
                 self._client().delete(key)
             except anna_core.Timeout as e:
                 raise Timeout(f"the KVS to answer DELETE {key!r} ({e})") from None
+
+    @property
+    def max_value_bytes(self) -> int:
+        """The KVS's maximum value size, as this client knows it."""
+        with self._lock:
+            return self._client().max_value_bytes
+
+    def _check_size(self, key: str, data: bytes) -> None:
+        limit = self.max_value_bytes
+        if len(data) > limit:
+            raise ValueTooLarge(f"put {key!r}: the value is {len(data) / (1 << 20):,.1f} MiB "
+                                f"serialized, above the limit of {limit / (1 << 20):g} MiB "
+                                f"(the KVS's maximum value size)")
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        """Store raw `data` under `key` on every replica."""
+        import anna_core
+        self._check_size(key, data)
+        with self._lock:
+            try:
+                self._client().put_all(key, data)
+            except anna_core.Timeout as e:
+                raise Timeout(f"the KVS to answer PUT {key!r} ({e})") from None
+            except anna_core.ValueTooLarge as e:
+                raise ValueTooLarge(f"put {key!r}: {e}") from None
+
+    def get_bytes(self, key: str) -> Optional[bytes]:
+        """The raw bytes stored under `key`, None if there are none."""
+        import anna_core
+        with self._lock:
+            try:
+                data = self._client().get(key)
+            except anna_core.KeyNotFound:
+                return None
+            except anna_core.Timeout as e:
+                raise Timeout(f"the KVS to answer GET {key!r} ({e})") from None
+        return bytes(data) if isinstance(data, (bytes, bytearray, memoryview)) else None
+
+    def delete_bytes(self, key: str) -> None:
+        """Delete `key` (a large value's, under the platform's prefix)."""
+        with self._lock:
+            self._client().delete(key)
 
     def _client(self) -> Any:
         if self._kvs is None:

@@ -65,13 +65,15 @@ from runtime.auth import (FUNCTION, Credentials, KeyFileError, Security, credent
 from runtime.framing import FrameError, encode, parse, recv_frame
 from runtime.sockets import PushCache, bind_pull
 from runtime.values import decode_arg, dumps, loads
-from runtime.errors import CorruptRecord, ObjectNotFound, Timeout
+from runtime.errors import CorruptRecord, ObjectNotFound, Timeout, ValueTooLarge
+from anna_core.config import DEFAULT_MAX_VALUE_BYTES
 from runtime.values import Reference
 from hydro_proto import cloudburst_pb2 as pb
 
 from hydrocache import versionset as vs
 from hydrocache.writer import ExecutorWriter
 
+from .big_results import result_fields
 from .cache_client import CacheClient, Fenced
 from .causal import CausalAbortError, CausalInvocation, Reusable, inputs_digest
 from .config import WorkerConfig
@@ -389,6 +391,7 @@ class Worker:
             except Exception as e:
                 raise FunctionError(f"the result of {what} could not be serialized: {e}",
                                      traceback.format_exc()) from None
+            fields = self._result_fields(s, value, what)
             if s.sink and s.output_key:
                 try:
                     self.cache.put(s.output_key, value)
@@ -404,6 +407,9 @@ class Worker:
         except CorruptRecord as e:
             self._fail(s, pb.CORRUPT_RECORD, f"{what} on worker {self.worker_id}: {e}")
             return
+        except ValueTooLarge as e:
+            self._fail(s, pb.VALUE_TOO_LARGE, f"{e} (worker {self.worker_id})")
+            return
         except Interrupted as e:
             self._stopped(s, what, e)
             return
@@ -414,9 +420,19 @@ class Worker:
         self._send_downstream(s, ready, value, logs=logs)
         if s.sink:
             self._push.send(s.response_address, "result",
-                            pb.CallResult(request_id=s.call_id, status=pb.OK, value=value,
-                                          logs=logs))
+                            pb.CallResult(request_id=s.call_id, status=pb.OK, logs=logs,
+                                          **fields))
             self._call_done(s.scheduler_address, s.call_id)
+
+    def _result_fields(self, s: pb.Schedule, value: bytes, what: str) -> Dict[str, Any]:
+        """The result's CallResult fields; ValueTooLarge above the KVS's limit (big_results)."""
+        try:
+            return result_fields(self.cache, s, value, what, DEFAULT_MAX_VALUE_BYTES)
+        except ValueTooLarge:
+            raise
+        except Exception as e:
+            raise FunctionError(f"storing the large result of {what} in the KVS failed: "
+                                f"{e}") from None
 
     def _send_downstream(self, s: pb.Schedule, ready: Ready, value: bytes,
                          causal: Optional[pb.CausalContext] = None, logs: str = "") -> None:
@@ -474,11 +490,13 @@ class Worker:
                     if plan.requested == pb.HB and plan.protocol == pb.OPT:
                         self._reuse[reuse_key] = Reusable(ready.deadline + 30.0,
                                                            inv.read_clocks(), digest, value)
+                fields = self._result_fields(s, value, what)
                 versions = []
                 if s.sink:
                     extra = {s.output_key: value} if s.output_key else None
                     versions = inv.commit(self._writer, extra)
-            except (CausalAbortError, Timeout, ArgumentRefused, Fenced, CorruptRecord):
+            except (CausalAbortError, Timeout, ArgumentRefused, Fenced, CorruptRecord,
+                    ValueTooLarge):
                 raise
             except FunctionError as e:
                 raise FunctionError(f"{what} on worker {self.worker_id}: {e}") from None
@@ -502,6 +520,9 @@ class Worker:
         except CorruptRecord as e:
             self._fail(s, pb.CORRUPT_RECORD, f"{what} on worker {self.worker_id}: {e}")
             return
+        except ValueTooLarge as e:
+            self._fail(s, pb.VALUE_TOO_LARGE, f"{e} (worker {self.worker_id})")
+            return
         except Timeout as e:     # a protocol stage (or the function's own wait) ran out of time
             stage = f"{e.stage} ({what}, worker {self.worker_id}, {pb.Protocol.Name(plan.protocol)})"
             self._fail(s, pb.TIMEOUT, f"timed out waiting for {stage}", stage=stage)
@@ -523,7 +544,7 @@ class Worker:
             stats.read_set.extend(vs.to_proto(inv.read_set))
             stats.writes.extend(vs.to_proto(vs.of_versions(versions)))
             self._push.send(s.response_address, "result", pb.CallResult(
-                request_id=plan.call_id, status=pb.OK, value=value, causal=stats, logs=logs))
+                request_id=plan.call_id, status=pb.OK, causal=stats, logs=logs, **fields))
             self._call_done(s.scheduler_address, s.call_id)
 
     def _causal_abort(self, s: pb.Schedule, e: CausalAbortError) -> None:
