@@ -1,6 +1,6 @@
 """Backups of an Anna cluster to S3 (`anna backup`, `anna restore`), through boto3.
 
-Contract (README "Backups" says it for users; the layout is `backup_format`'s):
+Contract (docs/KVS.md "Backups" says it for users; the layout is `backup_format`'s):
 - `backup(routing, url, auth=...)` asks routing for the membership ("members"), then pages
   through every worker of every node with the cluster-only "scan" request (one page at a
   time, resumed with the worker's cursor; a page is re-asked on silence, which is safe since

@@ -11,6 +11,8 @@
 - `LocalCluster(executor_nodes=, executors_per_node=)`: the whole platform on loopback;
   `autoscale=True` or `autoscale=ExecutorPolicyConfig(min_nodes=, max_nodes=, ...)` adds and
   drains executor nodes with the load.
+- `client.actor(Cls, *args)` -> `ActorHandle`: one instance on one worker; `handle.method(...)`
+  returns a `Future`, calls run one at a time in order; `ActorDied` once it is gone.
 - `Reference(key, concurrent=False, objects=False)`: an argument resolved to the stored
   object on the executor (with `concurrent=True`, the list of a causal key's concurrent
   values).
@@ -20,11 +22,13 @@
 - `errors`: FunctionNotFound, DagNotFound, InvalidDag, InvalidFunction, NoResources,
   ExecutionError, Timeout, ObjectNotFound, Aborted, Cancelled, SchedulerUnavailable,
   UnsafeValue (MalformedValue: stored bytes that do not decode), NotPermitted, CorruptRecord,
-  ValueTooLarge, AuthenticationError, AuthenticationRequired.
+  ActorDied, ValueTooLarge,
+  AuthenticationError, AuthenticationRequired.
 - `AuthConfig(key_dir, "client:NAME")`: a client's keys for a cluster that authenticates
   (`Client(address, auth=...)`; `cloudburst keys` writes them; `LocalCluster` does so itself).
 """
 from runtime.auth import AuthConfig, KeyFileError
+from runtime.actors import ActorHandle
 from runtime.values import Reference
 
 from . import errors
@@ -35,7 +39,7 @@ from .errors import (Aborted, AuthenticationError, AuthenticationRequired, Cance
                      CloudburstError, DagNotFound, ExecutionError, FunctionNotFound,
                      InvalidDag, InvalidFunction, MalformedValue, NoResources,
                      ObjectNotFound, SchedulerUnavailable, Timeout, UnsafeValue, NotPermitted,
-                     CorruptRecord, ValueTooLarge)
+                     CorruptRecord, ActorDied, ValueTooLarge)
 from .local import LocalCluster
 from scheduler.executor_policy import ExecutorPolicyConfig
 
@@ -43,6 +47,7 @@ __all__ = ["Client", "Future", "Listing", "CausalStats", "LocalCluster", "Refere
            "RegisteredFunction", "gather", "wait", "InvalidFunction", "Cancelled",
            "CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "NoResources",
            "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "SchedulerUnavailable",
-           "UnsafeValue", "MalformedValue", "NotPermitted", "CorruptRecord", "ValueTooLarge", "AuthConfig",
+           "UnsafeValue", "MalformedValue", "NotPermitted", "CorruptRecord", "ValueTooLarge",
+           "AuthConfig",
            "KeyFileError", "AuthenticationError",
-           "AuthenticationRequired", "ExecutorPolicyConfig"]
+           "AuthenticationRequired", "ExecutorPolicyConfig", "ActorHandle", "ActorDied"]

@@ -62,6 +62,7 @@ import zmq
 
 from hydro_proto import cloudburst_pb2 as pb
 
+from runtime.actors import ActorHandle
 from runtime.auth import (FUNCTION, AuthConfig, KeyFileError, Security, credentials_of,
                           parse_address, role_of)
 from runtime.keys import check_user_key
@@ -71,6 +72,7 @@ from anna_core.config import DEFAULT_MAX_VALUE_BYTES
 from runtime.values import dumps_function
 from .errors import (AuthenticationError, AuthenticationRequired, CloudburstError, InvalidDag,
                      Timeout, error_from_status)
+from . import actors as _actors
 from .big_values import Courier
 from .functions import RegisteredFunction, check_signature
 from .futures import Future, SchedulerUnavailable, gather
@@ -198,7 +200,7 @@ class Client:
         """Register `function` under `name`: a function `f(lib, *args)`, or `(cls, init_args)`
         (or a bare class) for a stateful class whose instance's `run(lib, *args)` is called;
         one instance per executor worker lives across calls (instances are not addressable:
-        state a caller needs to reach belongs in the KVS).
+        state a caller needs to reach belongs in the KVS, or in an actor: `actor`).
 
         `time_limit` is how many seconds one call of it may run (default: the cluster's);
         past it the function is stopped and its call fails with `Timeout` naming it.
@@ -361,6 +363,48 @@ class Client:
             raise
         return Future(self, rid, what, wait, scheduler=scheduler, sent_at=sent_at,
                       objects=objects, stored=stored)
+
+    # ---- actors (cloudburst/actors.py; README "Actors") ----
+    def actor(self, cls: type, *args: Any, **kwargs: Any) -> ActorHandle:
+        """Create an actor: one instance of `cls`, built as `cls(*args, **kwargs)` on one
+        executor worker the scheduler chooses, and return its handle once it is built.
+
+        `handle.method(...)` returns a `Future`; the actor's calls run one at a time on that
+        instance, and the calls this client makes through one scheduler run in the order it
+        made them. A method that raises fails that call only. A handle can be passed to
+        functions (as an argument), which call the same instance. When the actor's worker
+        dies the instance and its state are lost: the call running and the calls queued fail,
+        and later calls, with `ActorDied` naming the actor (it is not re-created; keep what
+        must survive in the KVS). `InvalidFunction` if `cls(*args, **kwargs)` cannot bind;
+        `ExecutionError` if the constructor raises. `create_actor` takes options."""
+        return self.create_actor(cls, args, kwargs)
+
+    def create_actor(self, cls: type, args: Sequence[Any] = (),
+                     kwargs: Optional[Mapping[str, Any]] = None, *,
+                     timeout: Optional[float] = None,
+                     modules: Sequence[Any] = ()) -> ActorHandle:
+        """`actor(cls, *args, **kwargs)` with options: `timeout` bounds the creation (default:
+        the client's); `modules` are shipped by value with the class, as for `register`."""
+        call, what, handle = _actors.creation(cls, args, kwargs or {}, modules)
+        self._submit(call, what, timeout, False).get()
+        return handle.bind(self)
+
+    def kill(self, handle: ActorHandle, timeout: Optional[float] = None) -> None:
+        """Kill the actor of `handle` (same as `handle.kill()`): the calls sent before the kill
+        still run, later ones raise `ActorDied`. Killing a dead actor succeeds."""
+        self.kill_actor(handle, timeout)
+
+    def call_actor(self, handle: ActorHandle, method: str, args: Sequence[Any],
+                   kwargs: Mapping[str, Any], options: Mapping[str, Any]) -> Future:
+        """Send one method call of `handle`'s actor (what `handle.method(...)` does);
+        `options`: `timeout` and `objects`, as for `call`."""
+        call, what = _actors.method_call(handle, method, args, kwargs)
+        return self._submit(call, what, options.get("timeout"), bool(options.get("objects")))
+
+    def kill_actor(self, handle: ActorHandle, timeout: Optional[float] = None) -> None:
+        """What `kill` and `handle.kill()` do."""
+        call, what = _actors.kill_call(handle)
+        self._submit(call, what, timeout, False).get()
 
     # ---- objects (cloudburst/objects.py) ----
     def put(self, key: str, value: Any, consistency: str = "lww") -> None:

@@ -9,7 +9,7 @@ here; `KeyFileError` (a missing or malformed key file, named) is `runtime.auth`'
 from runtime.errors import (STATUS_OF, Aborted, Cancelled, CloudburstError, DagNotFound, ExecutionError,
                             FunctionNotFound, InvalidDag, InvalidFunction, MalformedValue,
                             NoResources, ObjectNotFound, SchedulerUnavailable, Timeout,
-                            UnsafeValue, NotPermitted, CorruptRecord, ValueTooLarge,
+                            UnsafeValue, NotPermitted, CorruptRecord, ActorDied, ValueTooLarge,
                             error_from_status)
 from runtime.auth import AuthenticationRequired as _AuthenticationRequired, KeyFileError
 from runtime.process import StartupError
@@ -30,5 +30,5 @@ __all__ = ["CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "
            "NoResources",
            "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "Cancelled",
            "SchedulerUnavailable", "StartupError", "UnsafeValue", "MalformedValue", "NotPermitted",
-           "CorruptRecord", "ValueTooLarge", "STATUS_OF", "error_from_status",
+           "CorruptRecord", "ActorDied", "ValueTooLarge", "STATUS_OF", "error_from_status",
            "AuthenticationError", "AuthenticationRequired", "KeyFileError"]

@@ -1,4 +1,5 @@
 """A stateful class: one instance per executor worker lives across calls; `run` is the entry.
+(For one instance that every caller reaches, see actor_counter.py.)
 
     python examples/stateful_class.py [--address ADDRESS [--key-dir DIR] [--client NAME]]
 """

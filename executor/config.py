@@ -95,6 +95,7 @@ class WorkerConfig:
     output_limit: int = 64 * 1024   # characters of a call's printed output kept for its caller
     function_time_limit: float = 900.0   # seconds a function may run unless it sets its own
     auth: bool = False              # credentials come on stdin (False: plain sockets)
+    max_actors: int = 64            # actor instances this worker holds at most
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

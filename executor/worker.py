@@ -15,6 +15,11 @@ Contract:
   here (docs/SECURITY.md). Functions are fetched from the registry (through the node cache,
   which never caches registry keys) once per (name, version), deserialized once, and cached; a stateful class is instantiated once per worker
   and its `run` called.
+- A schedule with `actor` set runs on the worker's actor table instead of a registered
+  function (`executor/actors.py`: an actor's creation, method call or kill), in arrival order
+  like every call; an actor this worker does not hold fails the call with ACTOR_DIED. While
+  a function runs, actor handles it was given call through the worker's `ActorCaller`
+  (`executor/actor_caller.py`).
 - On success the result goes as a `trigger` to each downstream worker (to itself without a
   socket hop), with that worker's schedule attached (from `Schedule.forward`); the sink writes
   it under `output_key` (through the node cache) when asked, pushes it to the caller as a
@@ -73,6 +78,8 @@ from hydro_proto import cloudburst_pb2 as pb
 from hydrocache import versionset as vs
 from hydrocache.writer import ExecutorWriter
 
+from .actor_caller import ActorCaller
+from .actors import ActorGone, ActorTable, ActorTableFull, describe
 from .big_results import result_fields
 from .cache_client import CacheClient, Fenced
 from .causal import CausalAbortError, CausalInvocation, Reusable, inputs_digest
@@ -140,6 +147,10 @@ class Worker:
         # what upstream functions printed, per call and target, until the target runs
         self._upstream_logs = UpstreamLogs()
         self._reuse: Dict[Tuple[str, str], Reusable] = {}
+        # the actors placed on this worker, and the caller of handles used inside functions
+        self.actors = ActorTable(config.max_actors, lambda body: loads(body, objects=True))
+        self.actor_caller = ActorCaller(self.worker_id, self._context, self._push, config.ip,
+                                        config.ipc_dir, creds)
         self._handlers = {"schedule": self._on_schedule, "trigger": self._on_trigger,
                           "abort": self._on_abort, "msg": self._on_msg}
 
@@ -200,6 +211,7 @@ class Worker:
             self._pull.setsockopt(zmq.RCVTIMEO, 100)
 
     def close(self) -> None:
+        self.actor_caller.close()
         self._push.close()
         self._pull.close(0)
         self._replies.close(0)
@@ -283,7 +295,9 @@ class Worker:
         self._tell_node(pb.WorkerStatus(running=1, call_id=s.call_id,
                                         deadline=time.monotonic() + seconds))
         try:
-            return self.guard.run(s.call_id, seconds, reason, lambda: fn(self.lib, *args))
+            # a handle passed to the function calls its actor through this worker
+            with self.actor_caller.during(s.scheduler_address, time.monotonic() + seconds):
+                return self.guard.run(s.call_id, seconds, reason, lambda: fn(self.lib, *args))
         finally:
             self._printed = self.output.end()
             self._tell_node(pb.WorkerStatus(running=0, call_id=s.call_id))
@@ -364,6 +378,8 @@ class Worker:
     def _run(self, ready: Ready) -> None:
         s: pb.Schedule = ready.schedule
         what = f"function {s.function!r}" + (f" of DAG {s.dag!r}" if s.dag and s.dag != s.function else "")
+        if s.HasField("actor"):
+            what = f"{s.actor.method!r} of {describe(s.actor)}"
         start = time.monotonic()
         if ready.late:
             stage = (f"the input(s) {ready.late} of {what} on worker {self.worker_id}, which "
@@ -376,12 +392,13 @@ class Worker:
         self._busy_since = start
         try:
             try:
-                fn = self._function(s.function, s.version, start + s.timeout)
+                fn = self.actors.target(s.actor, self.worker_id) if s.HasField("actor") else \
+                    self._function(s.function, s.version, start + s.timeout)
                 args = self._arguments(ready.args)
                 result = self._call_function(s, fn, args, ready.deadline)
             except FunctionError as e:
                 raise FunctionError(f"{what} on worker {self.worker_id}: {e}") from None
-            except (ArgumentRefused, CorruptRecord):
+            except (ArgumentRefused, CorruptRecord, ActorGone, ActorTableFull):
                 raise
             except Exception as e:
                 raise FunctionError(f"{what} raised {type(e).__name__}: {e}",
@@ -406,6 +423,12 @@ class Worker:
             return
         except CorruptRecord as e:
             self._fail(s, pb.CORRUPT_RECORD, f"{what} on worker {self.worker_id}: {e}")
+            return
+        except ActorGone as e:          # executor/actors.py: the instance is not here
+            self._fail(s, pb.ACTOR_DIED, f"{what} on worker {self.worker_id}: {e}")
+            return
+        except ActorTableFull as e:
+            self._fail(s, pb.NO_RESOURCES, f"{what}: {e}")
             return
         except ValueTooLarge as e:
             self._fail(s, pb.VALUE_TOO_LARGE, f"{e} (worker {self.worker_id})")

@@ -17,7 +17,8 @@ from typing import Optional
 __all__ = ["CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "InvalidFunction",
            "NoResources",
            "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "Cancelled", "UnsafeValue",
-           "MalformedValue", "NotPermitted", "CorruptRecord", "ValueTooLarge", "STATUS_OF",
+           "MalformedValue", "NotPermitted", "CorruptRecord", "ActorDied", "ValueTooLarge",
+           "STATUS_OF",
            "error_from_status"]
 
 
@@ -138,6 +139,17 @@ class Cancelled(CloudburstError):
     """The call was cancelled (`Future.cancel()`, or its caller stopped waiting)."""
 
 
+class ActorDied(CloudburstError):
+    """An actor's method was called (or sent) after the actor ended: its worker died (the
+    instance and its state died with it), it was killed, or its constructor failed. The
+    message names the actor (its id and class) and why; `actor_id` is set when it is known
+    here. A call already running or queued when the worker died fails with it too."""
+
+    def __init__(self, message: str, actor_id: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.actor_id = actor_id
+
+
 class SchedulerUnavailable(CloudburstError):
     """No scheduler took a request, or the scheduler of a call in flight stopped or stopped
     answering (the message names it). A call that fails so may or may not have run: calls
@@ -155,7 +167,7 @@ class ValueTooLarge(CloudburstError, ValueError):
 STATUS_OF = {
     FunctionNotFound: 1, DagNotFound: 2, InvalidDag: 3, NoResources: 4, ExecutionError: 5,
     Timeout: 6, ObjectNotFound: 7, Aborted: 10, Cancelled: 11, UnsafeValue: 12,
-    NotPermitted: 13, CorruptRecord: 14, ValueTooLarge: 26,
+    NotPermitted: 13, CorruptRecord: 14, ActorDied: 24, ValueTooLarge: 26,
 }
 
 

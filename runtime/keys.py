@@ -1,4 +1,4 @@
-"""KVS key names of Cloudburst's own records (registry, worker directory).
+"""KVS key names of Cloudburst's own records (registry, worker directory, actors).
 
 User objects may use any key that does not start with `PREFIX`. Large call arguments and
 results travel through the KVS under `VALUES_PREFIX` (a key a function may write; each is
@@ -29,6 +29,11 @@ def value_key(owner: str) -> str:
 
 def worker_key(worker_id: str) -> str:
     return f"{PREFIX}worker/{worker_id}"
+
+
+def actor_key(actor_id: str) -> str:
+    """Where an actor's record (`cloudburst.ActorRecord`: its worker) is stored."""
+    return f"{PREFIX}actor/{actor_id}"
 
 
 def check_user_key(key: str) -> str:

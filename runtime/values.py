@@ -152,6 +152,8 @@ PLAIN_GLOBALS = frozenset({
     ("datetime", "timezone"),       # the tzinfo of an aware datetime (a fixed offset)
     ("decimal", "Decimal"),         # exact decimal numbers, rebuilt from a str
     ("runtime.values", "Reference"),  # the platform's pointer to a key (a str and two bools)
+    ("runtime.actors", "ActorHandle"),  # an actor's name (two strs and a tuple of strs),
+                                        # checked by its constructor; it holds no connection
     # the KVS's own lattices, as they pickle: lattice_from_payload(lattice_type: int,
     # payload: bytes), read here as the kernel's lattice codec. Lattice classes are not
     # listed: a pickle may not build a lattice through its class (NEWOBJ, REDUCE).

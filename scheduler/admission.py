@@ -6,8 +6,10 @@ Contract:
   flight). Everything else comes from the cluster's own processes (heartbeat, keyset, done,
   causal_abort, cache_reply) or is not for a scheduler at all (schedule, result, ...).
 - `FUNCTION_KINDS` is what a function key (an executor worker, running user code) may send:
-  exactly what workers send a scheduler (heartbeat, done, causal_abort); a function may not
-  register, call or list (it is not a client), nor send what nodes send (keyset,
+  exactly what workers send a scheduler (heartbeat, done, causal_abort), plus a `call` that
+  is an actor's method call or kill (a handle passed to a function: `executor/actor_caller.py`);
+  a function may not register, make a plain call, create an actor or list (it is not a
+  client), nor send what nodes send (keyset,
   node_status, cache_reply), nor a heartbeat of the kinds only nodes send (a worker's exit,
   or a node vouching for a worker without its address): `admits(frame, kind, payload)`
   reads the heartbeat to tell.
@@ -29,7 +31,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import zmq
 
-from hydro_proto.cloudburst_pb2 import WorkerStatus
+from hydro_proto.cloudburst_pb2 import ACTOR_KILL, ACTOR_METHOD, Call, WorkerStatus
 from runtime.auth import CLUSTER, FUNCTION, MECHANISM_MISMATCH, Security, may_send, role_of
 
 __all__ = ["CLIENT_KINDS", "FUNCTION_KINDS", "REFUSAL_LOG_PERIOD", "Admission"]
@@ -42,6 +44,16 @@ FUNCTION_KINDS = frozenset({"heartbeat", "done", "causal_abort"})
 REFUSAL_LOG_PERIOD = 10.0  # seconds between two warnings about one (role, kind) dropped
 
 _HANDSHAKE_FAILURES = zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+
+
+def _actor_call_of_function(payload: Any) -> bool:
+    """Whether a function's `call` is what functions may send: an actor's method call or kill
+    (a handle passed to the function), never a creation or a plain call."""
+    try:
+        call = Call.FromString(payload)
+    except Exception:
+        return False
+    return call.HasField("actor") and call.actor.op in (ACTOR_METHOD, ACTOR_KILL)
 
 
 class Admission:
@@ -73,6 +85,9 @@ class Admission:
             if status.exited or not status.address:     # what only a node sends
                 self._drop(role, "heartbeat (a node's)")
                 return False
+        if role == FUNCTION and kind == "call" and payload is not None and \
+                _actor_call_of_function(payload):
+            return True
         if role == CLUSTER or may_send(role or "", kind, CLIENT_KINDS, FUNCTION_KINDS):
             return True
         self._drop(role, kind)

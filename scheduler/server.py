@@ -4,6 +4,9 @@ Contract: `Scheduler(config)` binds a PULL socket on a free port (`address`) for
 listed for schedulers in proto/cloudburst.proto, plus one for Anna's pushed registry updates.
 - Registry requests are answered with a `reply`; a bad request is answered with its typed
   status (INVALID_DAG, DAG_NOT_FOUND, ...), never dropped.
+- A `call` with `actor` set (an actor's creation, method call or kill) is
+  `scheduler.actor_calls.ActorCalls`'s; the workers that host actors take plain calls only
+  when no other worker is placeable, and the worker deaths below end their actors.
 - A `call` is resolved against the registry (FUNCTION_NOT_FOUND / DAG_NOT_FOUND), placed by
   `policy.choose_executors` over the live workers (NO_RESOURCES when there are none), sent as
   one `schedule` per function (a source runs on receipt: that is its trigger). The caller
@@ -73,6 +76,7 @@ from runtime.http import TextEndpoint
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
 
+from .actor_calls import ActorCalls
 from .admission import CLIENT_KINDS, Admission
 from .binding import bind_exactly as _bind_exactly
 from .config import SchedulerConfig
@@ -154,6 +158,9 @@ class Scheduler:
         self._causal = self._causal_calls.records
         # what this scheduler saw of its calls (`status`, and `/metrics` when asked for)
         self.stats = CallStats()
+        # actors: placement, routing of method calls, kills (scheduler/actor_calls.py)
+        self._actors = ActorCalls(self._push, self.table, self._kvs, self.stats, self.address,
+                                  config.call_timeout, self._rng)
         self._metrics_text = ""
         self.metrics = TextEndpoint(config.ip, config.metrics_port,
                                     {"/metrics": lambda: self._metrics_text}) \
@@ -369,6 +376,8 @@ class Scheduler:
         for call_id in call.finished:
             if not (self._causal and self._causal_calls.done(call_id, time.monotonic())):
                 self.table.finish_call(call_id)
+        if call.HasField("actor"):
+            return self._actors.call(call, time.monotonic())
         if call.dag:
             record = self.registry.dag(call.dag)
             if record is None:
@@ -449,6 +458,7 @@ class Scheduler:
         for call_id, ok in finished:          # every report counts, whichever field it used
             self.stats.finished(caller_of(call_id), ok, now)
             self._finish_one(call_id)
+            self._actors.finished(call_id, ok)
 
     def _status(self, payload: bytes) -> None:
         req = pb.NameRequest.FromString(payload)
@@ -498,6 +508,7 @@ class Scheduler:
             how = ("ran a function past its time limit that did not return to the "
                    "interpreter (stuck in C code); the worker is being killed and restarted")
             log.warning("worker %s of node %s %s", s.worker_id, s.node_id, how)
+            self._actors.worker_lost(s.worker_id, how)
             for record in self.table.drop_worker(s.worker_id):
                 self._orphaned(record, s.worker_id, f"executor worker {s.worker_id} {how}",
                                time.monotonic(),
@@ -515,6 +526,7 @@ class Scheduler:
             else:
                 how = f"was killed by signal {-s.exit_code}"
             log.warning("worker %s of node %s %s", s.worker_id, s.node_id, how)
+            self._actors.worker_lost(s.worker_id, how)
             for record in self.table.drop_worker(s.worker_id):
                 self._orphaned(record, s.worker_id, f"executor worker {s.worker_id} {how}",
                                time.monotonic(), status)
@@ -553,6 +565,7 @@ class Scheduler:
         expired = self.table.expire(now)
         for wid in expired.dead_workers:
             log.warning("worker %s %s; dropped from scheduling", wid, expired.reasons[wid])
+            self._actors.worker_lost(wid, expired.reasons[wid])
         for record in expired.overdue_calls:
             self.stats.finished(caller_of(record.call_id), False, now)
         self.stats.expire(now, STATS_HORIZON)
@@ -571,6 +584,7 @@ class Scheduler:
         if causal is not None:
             self._causal_calls.worker_died(causal, message, now)
             return
+        status, message = self._actors.orphaned(record.call_id, status, message)
         self._push.send(record.response_address, "result", pb.CallResult(
             request_id=record.call_id, status=status, message=message))
         for fn, wid in record.placement.items():
@@ -585,7 +599,9 @@ class Scheduler:
         NO_RESOURCES) when no worker can take the call."""
         colocate = self.config.colocate_chains
         try:
-            return place(dag.functions, references_by_function(call), self.table.placeable(),
+            # a worker that hosts an actor takes plain calls only when all the others do
+            workers = self._actors.placeable(self.table.placeable())
+            return place(dag.functions, references_by_function(call), workers,
                          self.table.node_keys(), self._rng,
                          busy_outstanding=self.config.busy_outstanding,
                          busy_utilization=self.config.busy_utilization,

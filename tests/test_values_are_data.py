@@ -103,7 +103,8 @@ def test_objects_true_is_the_full_unpickler():
 
 def test_the_allowlist_is_small_and_names_no_callable_that_reaches_code():
     modules = {m for m, _ in PLAIN_GLOBALS}
-    assert modules == {"builtins", "datetime", "decimal", "runtime.values", "anna_core.wire"}
+    assert modules == {"builtins", "datetime", "decimal", "runtime.values", "anna_core.wire",
+                       "runtime.actors"}
     assert {n for m, n in PLAIN_GLOBALS if m == "builtins"} == {"complex"}
 
 

@@ -1,0 +1,77 @@
+"""Actors from a client: the messages that create an actor, call its methods and kill it.
+
+Contract (used by `Client.actor`, `Client.kill` and `ActorHandle`, `runtime/actors.py`; each
+function returns the `Call` to send and how messages name it, and sends nothing):
+- `creation(cls, args, kwargs, modules)` checks that `cls` is a class whose constructor takes
+  `args` and `kwargs` (`InvalidFunction` otherwise, before anything is sent) and returns the
+  creation (the class travels by value like a registered function, with `modules`) and the
+  unbound `ActorHandle` of the new actor (a fresh, unguessable id).
+- `method_call(handle, method, args, kwargs)`: one method call (arguments may be
+  `Reference`s, resolved on the worker).
+- `kill_call(handle)`: the actor's kill.
+What the client then guarantees (`Client.actor`) is in its docstrings and README's "Actors".
+"""
+from __future__ import annotations
+
+import inspect
+import uuid
+from typing import Any, Mapping, Sequence, Tuple
+
+from hydro_proto import cloudburst_pb2 as pb
+from runtime.actors import ActorHandle, public_methods
+from runtime.errors import InvalidFunction
+from runtime.values import dumps, dumps_function, encode_args
+
+__all__ = ["creation", "method_call", "kill_call"]
+
+
+def creation(cls: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
+             modules: Sequence[Any] = ()) -> Tuple[pb.Call, str, ActorHandle]:
+    if not isinstance(cls, type):
+        raise InvalidFunction(f"an actor is made from a class, not {type(cls).__name__} "
+                              f"{cls!r}")
+    try:
+        inspect.signature(cls).bind(*args, **kwargs)
+    except TypeError as e:
+        raise InvalidFunction(f"{cls.__name__}{_signature(cls)} cannot be constructed with "
+                              f"these arguments: {e}") from None
+    except ValueError:           # a signature Python cannot read: the worker will tell
+        pass
+    actor_id = f"actor-{uuid.uuid4().hex}"
+    body = dumps_function((cls, tuple(args), dict(kwargs)), modules)
+    actor = pb.ActorCall(actor_id=actor_id, op=pb.ACTOR_CREATE, method="__init__",
+                         class_name=cls.__name__, body=body)
+    handle = ActorHandle(actor_id, cls.__name__, public_methods(cls))
+    return _call(actor, pb.ArgumentList()), f"the creation of {_name(handle)}", handle
+
+
+def method_call(handle: ActorHandle, method: str, args: Sequence[Any],
+                kwargs: Mapping[str, Any]) -> Tuple[pb.Call, str]:
+    actor = pb.ActorCall(actor_id=handle.actor_id, op=pb.ACTOR_METHOD, method=method,
+                         class_name=handle.class_name,
+                         kwargs=dumps(dict(kwargs)) if kwargs else b"")
+    return _call(actor, encode_args(args)), f"method {method!r} of {_name(handle)}"
+
+
+def kill_call(handle: ActorHandle) -> Tuple[pb.Call, str]:
+    actor = pb.ActorCall(actor_id=handle.actor_id, op=pb.ACTOR_KILL, method="kill",
+                         class_name=handle.class_name)
+    return _call(actor, pb.ArgumentList()), f"the kill of {_name(handle)}"
+
+
+def _name(handle: ActorHandle) -> str:
+    return f"actor {handle.actor_id} ({handle.class_name})"
+
+
+def _call(actor: pb.ActorCall, args: pb.ArgumentList) -> pb.Call:
+    call = pb.Call(function=f"{actor.class_name}.{actor.method}")
+    call.actor.CopyFrom(actor)
+    call.args[actor.method].CopyFrom(args)
+    return call
+
+
+def _signature(cls: type) -> str:
+    try:
+        return str(inspect.signature(cls))
+    except (TypeError, ValueError):
+        return "(...)"
