@@ -16,13 +16,16 @@ Contract:
   `objects=True`. `ObjectNotFound` for a missing key; KVS timeouts become `Timeout`.
 - `put_bytes` / `get_bytes` (None when missing) / `delete_bytes` move raw bytes (a large
   argument or result, `cloudburst.big_values`). A value above the KVS's maximum value size
-  raises `ValueTooLarge` naming the key and the limit.
+  raises `ValueTooLarge` naming the key and the limit. Their puts and gets wait up to
+  `BIG_VALUE_TIMEOUT` for one answer instead of retrying after 5 s: a retry would make the
+  KVS send the whole value again, on top of the slow first one.
 - `close()` closes the KVS client.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from runtime.auth import AuthConfig
 from runtime.keys import check_user_key
@@ -31,7 +34,9 @@ from runtime.values import CAUSAL_LATTICES, dumps, is_lattice, loads
 from .errors import CloudburstError, ObjectNotFound, Timeout, ValueTooLarge
 from .options import _CONSISTENCY
 
-__all__ = ["ObjectStore"]
+__all__ = ["ObjectStore", "BIG_VALUE_TIMEOUT"]
+
+BIG_VALUE_TIMEOUT = 30.0     # seconds one put or get of a large value may take
 
 
 class ObjectStore:
@@ -167,7 +172,7 @@ class ObjectStore:
         """Store raw `data` under `key` on every replica."""
         import anna_core
         self._check_size(key, data)
-        with self._lock:
+        with self._lock, self._patient():
             try:
                 self._client().put_all(key, data)
             except anna_core.Timeout as e:
@@ -178,7 +183,7 @@ class ObjectStore:
     def get_bytes(self, key: str) -> Optional[bytes]:
         """The raw bytes stored under `key`, None if there are none."""
         import anna_core
-        with self._lock:
+        with self._lock, self._patient():
             try:
                 data = self._client().get(key)
             except anna_core.KeyNotFound:
@@ -186,6 +191,17 @@ class ObjectStore:
             except anna_core.Timeout as e:
                 raise Timeout(f"the KVS to answer GET {key!r} ({e})") from None
         return bytes(data) if isinstance(data, (bytes, bytearray, memoryview)) else None
+
+    @contextlib.contextmanager
+    def _patient(self) -> Iterator[None]:
+        """One attempt of up to BIG_VALUE_TIMEOUT for the operation inside (lock held)."""
+        kvs = self._client()
+        timeout, retries = kvs.timeout, kvs.retries
+        kvs.timeout, kvs.retries = max(timeout, BIG_VALUE_TIMEOUT), 0
+        try:
+            yield
+        finally:
+            kvs.timeout, kvs.retries = timeout, retries
 
     def delete_bytes(self, key: str) -> None:
         """Delete `key` (a large value's, under the platform's prefix)."""
