@@ -302,6 +302,8 @@ class LocalCluster:
                 self._set_keys(key_dir)
             except BaseException:
                 shutil.rmtree(self._private_dir, ignore_errors=True)
+                if self.data_dir is not None:
+                    self.data_dir.close()
                 raise
         self.kvs: Any = None
         self.scheduler_addresses: List[str] = []
