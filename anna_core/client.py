@@ -189,14 +189,16 @@ class Client:
             self._all(anna_pb2.PUT, key, self._tuple_for(key, value),
                       quorum=None if quorum == ALL else int(quorum))
 
-    def delete(self, key: str) -> None:
+    def delete(self, key: str) -> int:
         """Delete `key` (on one replica; forwarded to the others). Deleting a missing key is
-        not an error."""
+        not an error. Returns the tombstone's timestamp (a value written with a later one
+        outlives the delete)."""
+        timestamp = self._clock.next()
         try:
-            self._single(anna_pb2.DELETE, key,
-                         anna_pb2.KeyTuple(key=key, timestamp=self._clock.next()))
+            self._single(anna_pb2.DELETE, key, anna_pb2.KeyTuple(key=key, timestamp=timestamp))
         except KeyNotFound:
             pass
+        return timestamp
 
     def get_all(self, key: str) -> Value:
         """Read every replica of `key` in every tier and return their merge.

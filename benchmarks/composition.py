@@ -17,6 +17,19 @@ In one run on this machine:
    over loopback), the floor for any Python design with this many hops; ratio
    Cloudburst/bare.
 Prints one line per system and a JSON summary (also written with `--json PATH`).
+
+    python benchmarks/composition.py --session-cost [--calls 300] [--runs 3]
+
+The cost of read-your-writes and monotonic reads (the client's session, on by default), on
+and off in the same run on one LocalCluster (1 executor node, 2 workers), calls interleaved
+in blocks so drift hits both alike; median over `--runs` runs of each run's p50/p99, and
+of each run's on/off ratio of p50s (the robust figure on a shared machine):
+- `dag`: the `increment -> square` DAG by a client whose session holds 1 key;
+- `dag_full_session`: the same by a client whose session is full (1,024 keys: every call
+  carries 1,024 floors to the scheduler and on to each function);
+- `read_after_put`: `put(k, i)` then a call whose function does `lib.get(k)` (call latency
+  only): with the session on, the node cache re-reads `k` from the KVS because its copy is
+  older than the put; with it off, the call reads the older copy (`stale` counts those).
 """
 from __future__ import annotations
 
@@ -166,6 +179,85 @@ def bench_ray(calls: int, venv: str) -> Dict[str, float]:
     raise RuntimeError(f"Ray benchmark failed:\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}")
 
 
+# ---- the cost of the session (read-your-writes) ----
+def _timed(call) -> float:
+    start = time.perf_counter()
+    call()
+    return time.perf_counter() - start
+
+
+def bench_session(calls: int, runs: int, block: int = 25) -> Dict[str, Dict]:
+    """Session on vs off, interleaved, in one cluster; see the module docstring."""
+    import cloudburst
+    out: Dict[str, Dict] = {}
+    per_run: Dict[str, List[Dict[str, float]]] = {}
+    with cloudburst.LocalCluster(executor_nodes=1, executors_per_node=2) as cluster:
+        on, off = cluster.client(), cluster.client(session=False)
+        full = cluster.client()
+        on.register(lambda lib, x: x + 1, "increment")
+        on.register(lambda lib, x: x * x, "square")
+        on.register(lambda lib, key: lib.get(key), "read")
+        on.register_dag("composition", ["increment", "square"], [("increment", "square")])
+        on.put("bench-one", 0)
+        for i in range(1024):
+            full.put(f"bench-floor-{i}", i)
+        assert len(full.session) == 1024
+        for c in (on, off, full):
+            for i in range(100):
+                assert c.call_dag("composition", {"increment": [i]}).get(timeout=10) == (i + 1) ** 2
+        key = "bench-cfg"
+        on.put(key, 0)
+        for _ in range(50):
+            on.call("read", key).get(timeout=10)
+        version = 0
+        for run in range(runs):
+            samples: Dict[str, List[float]] = {n: [] for n in (
+                "dag_on", "dag_off", "dag_full_session", "read_after_put_on",
+                "read_after_put_off")}
+            stale = {"on": 0, "off": 0}
+            for start in range(0, calls, block):
+                n = min(block, calls - start)
+                for i in range(n):
+                    samples["dag_on"].append(_timed(lambda: on.call_dag(
+                        "composition", {"increment": [i]}).get(timeout=10)))
+                for i in range(n):
+                    samples["dag_off"].append(_timed(lambda: off.call_dag(
+                        "composition", {"increment": [i]}).get(timeout=10)))
+                for i in range(n):
+                    samples["dag_full_session"].append(_timed(lambda: full.call_dag(
+                        "composition", {"increment": [i]}).get(timeout=10)))
+                for mode, client in (("on", on), ("off", off)):
+                    for _ in range(n):
+                        version += 1
+                        client.put(key, version)
+                        got: List[int] = []
+                        samples[f"read_after_put_{mode}"].append(_timed(
+                            lambda: got.append(client.call("read", key).get(timeout=10))))
+                        stale[mode] += got[0] < version
+            row = {name: summary(v) for name, v in samples.items()}
+            row["stale_on"], row["stale_off"] = stale["on"], stale["off"]
+            # within one run both sides saw the same load: their ratio is the robust figure
+            for name, a, b in (("ratio_dag", "dag_on", "dag_off"),
+                               ("ratio_dag_full_session", "dag_full_session", "dag_off"),
+                               ("ratio_read_after_put", "read_after_put_on",
+                                "read_after_put_off")):
+                row[name] = round(row[a]["p50_us"] / row[b]["p50_us"], 3)
+            for name, v in row.items():
+                per_run.setdefault(name, []).append(v)
+            print(f"  run {run + 1}: " + ", ".join(
+                f"{n} p50 {row[n]['p50_us']:.0f} us" for n in samples) +
+                f"; stale reads on {stale['on']}/{calls}, off {stale['off']}/{calls}",
+                flush=True)
+    for name, rows in per_run.items():
+        if isinstance(rows[0], dict):
+            out[name] = {"p50_us": round(statistics.median(r["p50_us"] for r in rows), 1),
+                         "p99_us": round(statistics.median(r["p99_us"] for r in rows), 1),
+                         "runs": len(rows), "calls": rows[0]["n"]}
+        else:
+            out[name] = {"median": statistics.median(rows), "runs": rows}
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -175,7 +267,27 @@ def main() -> None:
     parser.add_argument("--ray-venv", default=os.path.join(
         os.path.expanduser("~"), ".cache", "cloudburst-bench", "ray-venv"))
     parser.add_argument("--json", help="also write the summary here")
+    parser.add_argument("--session-cost", action="store_true",
+                        help="only measure read-your-writes on vs off (module docstring)")
+    parser.add_argument("--runs", type=int, default=3, help="runs of --session-cost")
     args = parser.parse_args()
+    if args.session_cost:
+        result = bench_session(args.calls, args.runs)
+        for name in ("dag", "read_after_put"):
+            a, b = result[f"{name}_on"], result[f"{name}_off"]
+            print(f"{name:15s}: session on p50 {a['p50_us']:8.1f} us p99 {a['p99_us']:8.1f} us"
+                  f" | off p50 {b['p50_us']:8.1f} us p99 {b['p99_us']:8.1f} us"
+                  f" | on/off p50 {a['p50_us'] / b['p50_us']:.2f}x")
+        f = result["dag_full_session"]
+        print(f"dag, 1,024-key session: p50 {f['p50_us']:8.1f} us p99 {f['p99_us']:8.1f} us")
+        print("median of the runs' p50 ratios (on/off, same run): " + ", ".join(
+            f"{n[6:]} {result[n]['median']:.2f}x" for n in (
+                "ratio_dag", "ratio_dag_full_session", "ratio_read_after_put")))
+        print(json.dumps(result))
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump(result, fh, indent=2)
+        return
 
     results: Dict[str, Dict] = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}}
     results["zmq_4hop"] = bench_zmq(args.calls)

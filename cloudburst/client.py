@@ -34,6 +34,16 @@ Contract:
   `get()`, `Future.causal` holds the result's `CausalStats` (protocol, aborts, remote
   fetches, read set and writes as {key: vector clock}); None for LWW calls. A second result
   for a request whose result already arrived is ignored (HB may produce two).
+- Sessions: read-your-writes and monotonic reads, on by default (`Client(session=False)`,
+  or `session=False` on one call, turns them off). The client keeps a bounded session
+  (`hydrocache.session.Session`, `session_keys` floors): the version of every key it put
+  (`put`), read (`get`), or saw a call read or write (each result's `CallResult.session`
+  and `CausalStats`). Every call carries it, and every read the call makes, plain or causal,
+  through any function of the DAG, returns that version of the key or a newer one; a `get`
+  returns one at least as new as the session's too. Beyond `session_keys` keys the oldest
+  are summed up (module contract of `hydrocache/session.py`): still guaranteed, at the cost
+  of more reads from the KVS. A `delete` counts as a write: afterwards the client's calls and
+  gets read the key as absent, or as a value written after the delete.
 - A Client may be shared by threads: sends are serialized by a lock, and whichever thread is
   waiting reads the socket and hands each answer to the thread waiting for it.
 - Authentication (`runtime.auth`). With `auth=AuthConfig(key_dir, "client:NAME")` the client
@@ -80,6 +90,9 @@ from .connections import HOW_TO_AUTHENTICATE, SchedulerConnections
 from .objects import ObjectStore
 from .options import _consistency_and_protocol, _time_limit
 from .status import ClusterStatus
+from hydrocache.session import DEFAULT_MAX_KEYS, Session
+from hydrocache.vclock import supersedes
+from .sessions import ClientSession
 
 __all__ = ["Client", "Listing"]
 
@@ -117,12 +130,16 @@ class Client:
         kvs_address: the KVS routing address for `put`/`get` (None: the one the scheduler
             reports, which is the cluster's own, e.g. a Kubernetes Service name that only
             resolves inside the cluster; a client outside passes one it reaches).
+        session: read-your-writes and monotonic reads into every call (module contract);
+            False turns them off for this client.
+        session_keys: how many keys' versions the session keeps exactly.
     """
 
     def __init__(self, address: Union[str, Sequence[str]], *, timeout: float = 30.0,
                  ip: str = "127.0.0.1", failover_timeout: float = 3.0,
                  auth: Optional[AuthConfig] = None,
-                 kvs_address: Optional[str] = None) -> None:
+                 kvs_address: Optional[str] = None, session: bool = True,
+                 session_keys: int = DEFAULT_MAX_KEYS) -> None:
         addresses = [address] if isinstance(address, str) else list(address)
         if not addresses:
             raise ValueError("a Client needs at least one scheduler address")
@@ -167,6 +184,7 @@ class Client:
         self.client_id = f"client-{self._prefix}"   # this client's vector clock entry
         self._seq = 0
         self._objects: Optional[ObjectStore] = None
+        self._session = ClientSession(session_keys) if session else None
         self.closed = False
         try:
             info = self._ask("info", pb.NameRequest(),
@@ -282,16 +300,18 @@ class Client:
     # ---- calls ----
     def call(self, name: str, *args: Any, timeout: Optional[float] = None,
              consistency: str = "lww", protocol: Optional[str] = None,
-             time_limit: Optional[float] = None, objects: bool = False) -> Future:
+             time_limit: Optional[float] = None, objects: bool = False,
+             session: Optional[bool] = None) -> Future:
         """Call registered function `name` with `args` (after `lib`); `consistency`,
-        `protocol`, `timeout`, `time_limit` and `objects` as for `call_dag` (a single
-        function is a one-function DAG)."""
+        `protocol`, `timeout`, `time_limit`, `objects` and `session` as for `call_dag` (a
+        single function is a one-function DAG)."""
         level, proto = _consistency_and_protocol(consistency, protocol)
         call = pb.Call(function=name, consistency=level, protocol=proto,
                        time_limit=_time_limit(time_limit))
         arglist, stored = self._courier.encode(name, args, level == pb.LWW)
         call.args[name].CopyFrom(arglist)
-        return self._submit(call, f"call of function {name!r}", timeout, objects, stored)
+        return self._submit(call, f"call of function {name!r}", timeout, objects, session,
+                            stored)
 
     def map(self, name: str, *iterables: Iterable[Any], timeout: Optional[float] = None,
             **options: Any) -> List[Any]:
@@ -307,7 +327,8 @@ class Client:
     def call_dag(self, name: str, args: Optional[Mapping[str, Sequence[Any]]] = None,
                  consistency: str = "lww", output_key: Optional[str] = None,
                  timeout: Optional[float] = None, protocol: Optional[str] = None,
-                 time_limit: Optional[float] = None, objects: bool = False) -> Future:
+                 time_limit: Optional[float] = None, objects: bool = False,
+                 session: Optional[bool] = None) -> Future:
         """Call DAG `name`; `args` maps a function to its own arguments (a list or tuple).
 
         A function receives its own arguments first, then its upstreams' results in the
@@ -325,6 +346,10 @@ class Client:
         anything, unless `objects=True` here (or on `Future.get`). The function that made
         it is whatever was last registered under its name, by any client the cluster
         authorizes, so ask for objects from functions whose registrants you trust.
+
+        Every read the call makes returns what this client wrote or read before, or newer
+        (read-your-writes and monotonic reads; module contract); `session=False` skips that
+        for this call (None: as the client says).
         """
         level, proto = _consistency_and_protocol(consistency, protocol)
         call = pb.Call(dag=name, consistency=level, protocol=proto,
@@ -342,11 +367,15 @@ class Client:
         except BaseException:
             self._courier.release(stored)
             raise
-        return self._submit(call, f"call of DAG {name!r}", timeout, objects, stored)
+        return self._submit(call, f"call of DAG {name!r}", timeout, objects, session,
+                            stored)
 
     def _submit(self, call: pb.Call, what: str, timeout: Optional[float],
-                objects: bool, stored: Sequence[str] = ()) -> Future:
+                objects: bool, session: Optional[bool] = None,
+                stored: Sequence[str] = ()) -> Future:
         wait = self.timeout if timeout is None else float(timeout)
+        if self._session is not None and session is not False:
+            self._session.attach(call)
         rid = self._new_slot()
         call.request_id = rid
         call.response_address = self.response_address
@@ -409,20 +438,48 @@ class Client:
     # ---- objects (cloudburst/objects.py) ----
     def put(self, key: str, value: Any, consistency: str = "lww") -> None:
         """Store `value` under `key`; see `ObjectStore.put` (LWW, a merged lattice, or a
-        causal version). Returns once every replica of the key has it."""
-        self._objects_now(f"put {key!r}").put(key, value, consistency)
+        causal version). Returns once every replica of the key has it; every call this client
+        makes afterwards reads it (or a newer value)."""
+        written = self._objects_now(f"put {key!r}").put(key, value, consistency)
+        if self._session is not None:
+            self._session.note(key, written)
 
     def get(self, key: str, consistency: str = "lww", concurrent: bool = False, *,
             objects: bool = False) -> Any:
         """The value stored under `key` (`ObjectNotFound` if none); see `ObjectStore.get`.
         Values are data: one that is more than plain data raises `UnsafeValue` unless
-        `objects=True` (docs/SECURITY.md)."""
-        return self._objects_now(f"get {key!r}").get(key, consistency, concurrent,
-                                                     objects=objects)
+        `objects=True` (docs/SECURITY.md). With the session on, the value is at least as new
+        as what this client wrote, read, or saw its calls read before."""
+        floor, own, merged, deleted, vc = 0, 0, False, False, None
+        if self._session is not None:
+            floor, own, merged, deleted, vc = self._session.read_floor(key)
+        value, version = self._objects_now(f"get {key!r}").read(
+            key, consistency, concurrent, objects=objects, floor=floor, own=own, merged=merged,
+            deleted=deleted)
+        if vc is not None and not (version.vc and supersedes(version.vc, vc)):
+            # one replica lags behind the causal version this session knows: merge them all
+            value, version = self._objects.read(key, consistency, concurrent,
+                                                objects=objects, merged=True)
+        if self._session is not None:
+            self._session.note(key, version)
+        return value
+
+    @property
+    def session(self) -> Optional[Session]:
+        """This client's session (None when off): the floors its calls carry."""
+        return None if self._session is None else self._session.session
+
+    def _observed(self, result: Optional[pb.CallResult]) -> None:
+        """A call's result arrived: the session notes what the call read and wrote."""
+        if self._session is not None:
+            self._session.observed(result)
 
     def delete(self, key: str) -> None:
-        """Delete the object stored under `key` (a missing key is not an error)."""
-        self._objects_now(f"delete {key!r}").delete(key)
+        """Delete the object stored under `key` (a missing key is not an error). With the
+        session on, this client's later calls and gets no longer read the deleted value."""
+        timestamp = self._objects_now(f"delete {key!r}").delete(key)
+        if self._session is not None:
+            self._session.note_deleted(key, timestamp)
 
     # ---- lifecycle ----
     def close(self) -> None:

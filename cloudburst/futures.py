@@ -201,6 +201,7 @@ class Future:
     def _collected(self) -> None:
         self._finalizer()
         self._client._finished.append(self.request_id)
+        self._client._observed(self._result)      # the client's session notes what it read
         arguments, self._stored[:] = list(self._stored), []
         if self._result is not None and self._result.value_key:
             self._stored.append(self._result.value_key)   # until get() takes it

@@ -12,6 +12,14 @@ Contract:
   replica its executor asks: a plain value last-writer-wins, a lattice is merged on the
   server, and `consistency="causal"` writes a `MultiKeyCausalLattice` version whose clock is
   `{client_id: next counter}`.
+- `put` returns the version it wrote (`Written`: an LWW timestamp, a causal clock, or
+  `merged` for a lattice) and `delete` its tombstone's timestamp, which the client's session
+  notes. `read(key, ..., floor, own, merged, deleted)` returns the value with the version it
+  read, deciding as a node cache does (`hydrocache.session.plain_after_fetch`): a plain value
+  older than `floor` (replicas lag a write by up to a gossip period), or a key the session
+  merged lattices into, is read from every replica and merged; older than the session's own
+  delete of it (`deleted`, at `own`), the key is absent; still older than `own` after every
+  replica, the version is gone from the KVS and the read fails naming the key.
 - `get` reads values as data (`runtime.values.loads`): plain data only unless
   `objects=True`. `ObjectNotFound` for a missing key; KVS timeouts become `Timeout`.
 - `put_bytes` / `get_bytes` (None when missing) / `delete_bytes` move raw bytes (a large
@@ -25,8 +33,10 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any, Iterator, Optional
+from typing import Any, Dict, Iterator, NamedTuple, Optional, Tuple
 
+from hydro_proto import anna_pb2
+from hydrocache.session import ABSENT, READ_ALL, STALE, plain_after_fetch
 from runtime.auth import AuthConfig
 from runtime.keys import check_user_key
 from runtime.values import CAUSAL_LATTICES, dumps, is_lattice, loads
@@ -34,9 +44,22 @@ from runtime.values import CAUSAL_LATTICES, dumps, is_lattice, loads
 from .errors import CloudburstError, ObjectNotFound, Timeout, ValueTooLarge
 from .options import _CONSISTENCY
 
-__all__ = ["ObjectStore", "BIG_VALUE_TIMEOUT"]
+__all__ = ["ObjectStore", "Written", "BIG_VALUE_TIMEOUT"]
 
 BIG_VALUE_TIMEOUT = 30.0     # seconds one put or get of a large value may take
+
+
+def _stamp(lattice: Any) -> Optional[int]:
+    return lattice.timestamp if lattice is not None and \
+        lattice.lattice_type == anna_pb2.LWW else None
+
+
+class Written(NamedTuple):
+    """The version of a key a put wrote or a read returned (for the client's session)."""
+
+    timestamp: int = 0                       # a plain value's LWW timestamp
+    vc: Optional[Dict[str, int]] = None      # a causal value's vector clock
+    merged: bool = False                     # a lattice merged in the KVS
 
 
 class ObjectStore:
@@ -52,6 +75,7 @@ class ObjectStore:
         self._kvs: Any = None
         self._lock = threading.Lock()
         self._counter = 0
+        self._clock: Any = None       # LWW timestamps of this client's puts
         if auth is not None:
             self._client()
 
@@ -66,7 +90,7 @@ class ObjectStore:
                 old.close()
             self._client()
 
-    def put(self, key: str, value: Any, consistency: str = "lww") -> None:
+    def put(self, key: str, value: Any, consistency: str = "lww") -> Written:
         """Store `value` (any picklable object) under `key`.
 
         A plain value is last-writer-wins: of two concurrent puts one is kept. An
@@ -88,18 +112,22 @@ class ObjectStore:
                                  "to plain values")
             with self._lock:
                 self._client().put_all(key, value)
-            return
+            return Written(merged=True)
         data = dumps(value)
         self._check_size(key, data)
+        import anna_core
+        from anna_core.wire import MonotoneClock
         with self._lock:
             if consistency == "causal":
-                import anna_core
                 self._counter += 1
-                lattice = anna_core.MultiKeyCausalLattice(
-                    {self.client_id: self._counter}, {}, [data])
-                self._client().put_all(key, lattice)
-            else:
-                self._client().put_all(key, data)
+                vc = {self.client_id: self._counter}
+                self._client().put_all(key, anna_core.MultiKeyCausalLattice(vc, {}, [data]))
+                return Written(vc=vc)
+            if self._clock is None:
+                self._clock = MonotoneClock()
+            lattice = anna_core.LWWLattice(self._clock.next(), data)
+            self._client().put_all(key, lattice)
+            return Written(timestamp=lattice.timestamp)
 
     def get(self, key: str, consistency: str = "lww", concurrent: bool = False, *,
             objects: bool = False) -> Any:
@@ -114,6 +142,12 @@ class ObjectStore:
         it refers to, without running anything. `objects=True` unpickles it fully, which runs
         whatever code its writer chose: use it for keys written by someone you trust
         (docs/SECURITY.md)."""
+        return self.read(key, consistency, concurrent, objects=objects)[0]
+
+    def read(self, key: str, consistency: str = "lww", concurrent: bool = False, *,
+             objects: bool = False, floor: int = 0, own: int = 0, merged: bool = False,
+             deleted: bool = False) -> Tuple[Any, Written]:
+        """`get`, with the version read; see the module contract for `floor` and `merged`."""
         import anna_core
         check_user_key(key)
         if consistency not in _CONSISTENCY:
@@ -121,11 +155,47 @@ class ObjectStore:
                              f"{sorted(_CONSISTENCY)})")
         with self._lock:
             try:
-                data = self._client().get(key)
-            except anna_core.KeyNotFound:
-                raise ObjectNotFound(key) from None
+                lattice = self._read(key, floor, own, merged, deleted)
             except anna_core.Timeout as e:
                 raise Timeout(f"the KVS to answer GET {key!r} ({e})") from None
+        if lattice is None:
+            raise ObjectNotFound(key)
+        if lattice.lattice_type == anna_pb2.LWW:
+            data, version = lattice.reveal(), Written(timestamp=lattice.timestamp)
+        elif lattice.lattice_type in CAUSAL_LATTICES:
+            data, version = lattice, Written(vc=dict(lattice.vector_clock))
+        else:
+            data, version = lattice, Written(merged=True)
+        return self._decoded(key, data, consistency, concurrent, objects), version
+
+    def _read(self, key: str, floor: int, own: int, merged: bool, deleted: bool) -> Any:
+        """The key's lattice (None: not found), from every replica when one may lag."""
+        import anna_core
+        kvs = self._client()
+        lattice = None
+        if not merged:
+            try:
+                lattice = kvs.get_lattice(key)
+            except anna_core.KeyNotFound:
+                pass
+            if lattice is not None and lattice.lattice_type != anna_pb2.LWW:
+                return lattice
+            decision = plain_after_fetch(_stamp(lattice), floor, own, False, deleted)
+            if decision != READ_ALL:
+                return None if decision == ABSENT else lattice
+        for _, replica in kvs.get_replicas(key):
+            lattice = replica if lattice is None else lattice.merge(replica)
+        if lattice is None or lattice.lattice_type != anna_pb2.LWW:
+            return lattice
+        decision = plain_after_fetch(_stamp(lattice), floor, own, True, deleted)
+        if decision == STALE:
+            raise CloudburstError(f"every replica of key {key!r} holds a value older than "
+                                  f"this client wrote or read (timestamp {lattice.timestamp} "
+                                  f"< {own}): that version is gone from the KVS")
+        return None if decision == ABSENT else lattice
+
+    def _decoded(self, key: str, data: Any, consistency: str, concurrent: bool,
+                 objects: bool) -> Any:
 
         def decode(value: bytes) -> Any:
             return loads(value, objects, key=key,
@@ -144,14 +214,15 @@ class ObjectStore:
             raise ObjectNotFound(key)
         return decode(revealed[0])
 
-    def delete(self, key: str) -> None:
+    def delete(self, key: str) -> int:
         """Delete the object stored under `key` (deleting a missing key is not an error).
-        Node caches holding it drop it when Anna tells them."""
+        Node caches holding it drop it when Anna tells them. Returns the tombstone's
+        timestamp."""
         import anna_core
         check_user_key(key)
         with self._lock:
             try:
-                self._client().delete(key)
+                return self._client().delete(key)
             except anna_core.Timeout as e:
                 raise Timeout(f"the KVS to answer DELETE {key!r} ({e})") from None
 

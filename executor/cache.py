@@ -3,6 +3,8 @@
 Contract: `LwwCache` maps keys to `anna_core.LWWLattice`s; `merge(key, lattice)` keeps the
 lattice merge (the kernel's one LWW implementation: the higher timestamp wins), so a pushed
 update older than a local write never overwrites it. `get(key)` returns the bytes or None.
+`timestamp(key)` is the cached value's LWW timestamp
+(None: not cached), which a session's floor is compared with (`hydrocache/session.py`).
 `keys()` is the key set reported to schedulers; `keyset_version` changes whenever a key is
 added or removed. Not thread-safe: the node service guards it with a lock.
 Causal keys are not here: they live in HydroCache's strict causal cut (`hydrocache/`),
@@ -31,6 +33,10 @@ class LwwCache:
 
     def get(self, key: str) -> Optional[bytes]:
         return self._values.get(key)
+
+    def timestamp(self, key: str) -> Optional[int]:
+        entry = self._entries.get(key)
+        return None if entry is None else entry.timestamp
 
     def merge(self, key: str, lattice: Any) -> bool:
         """Merge `lattice` into `key`; True if the cached value changed."""

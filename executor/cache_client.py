@@ -8,6 +8,9 @@ cache and the keys. A failed answer raises `CloudburstError` with the node cache
 (`Fenced` when the cache refused a causal attempt that is fenced); a refused one (a write of
 a key only the cluster writes) raises `NotPermitted` naming it; a lattice value that does
 not decode raises `MalformedValue` naming its key.
+While `session` is set (a `executor.call_session.CallSession`: the running call's), every
+GET carries the floors of its keys, and every plain value read or written is noted in it
+with its LWW timestamp (a merged lattice as merged).
 """
 from __future__ import annotations
 
@@ -65,6 +68,7 @@ class CacheClient:
         self._prefix = uuid.uuid4().hex[:8]
         self._seq = 0
         self.copies = LocalCopies(copy_bytes)
+        self.session: Any = None        # the running call's CallSession, if it has one
 
     def get(self, keys: Sequence[str]) -> Dict[str, Any]:
         """{key: the value's bytes (a read-only buffer, not copied), an `anna_core` lattice
@@ -72,8 +76,17 @@ class CacheClient:
         keys = list(keys)
         req = pb.CacheRequest(op=pb.CACHE_GET, keys=keys)
         req.have.update(self.copies.have(keys))
+        session = self.session
+        if session is not None:
+            req.session.CopyFrom(session.request(keys))
         response, frames = self._request(pb.CACHE_GET, keys, [], req)
         values = self._values(response, frames)
+        if session is not None:
+            for e in response.entries:
+                if e.found and e.lattice_type:
+                    session.note_merged(e.key)
+                elif e.found:
+                    session.note(e.key, e.timestamp)
         return {e.key: (None if not e.found else
                         _lattice(e.key, e.lattice_type, values[e.key][0])
                         if e.lattice_type else values[e.key][0])
@@ -107,7 +120,14 @@ class CacheClient:
         serialized lattice that Anna merges with what the key holds."""
         req = pb.CacheRequest(op=pb.CACHE_PUT, keys=[key], values=[value],
                               lattice_type=lattice_type)
-        self._request(pb.CACHE_PUT, [key], [value], req)
+        response, _ = self._request(pb.CACHE_PUT, [key], [value], req)
+        session = self.session
+        if session is not None:
+            for e in response.entries:
+                if lattice_type:
+                    session.note_merged(e.key)
+                else:
+                    session.note(e.key, e.timestamp)
 
     def causal(self, request: pb.CacheRequest, timeout: Optional[float] = None
                ) -> Tuple[pb.CacheResponse, Dict[str, CausalRead]]:

@@ -35,6 +35,7 @@ from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
 from hydrocache import versionset as vs
 from hydrocache.protocols import parallel_flow, parallel_stale
+from hydrocache.session import Floors
 from hydrocache.writer import ExecutorWriter
 
 from .cache_client import CausalRead, Fenced
@@ -66,6 +67,7 @@ class CausalInvocation:
         self.timeout = max(0.05, timeout)
         self.upstreams = list(upstreams)
         self.snapshot: vs.VersionSet = {}
+        self._floors: Optional[Floors] = None    # the caller's session, indexed on first use
         self.read_set: vs.VersionSet = {}
         self.bound: Dict[str, Optional[CausalRead]] = {}
         self.writes: Dict[str, bytes] = {}
@@ -101,6 +103,10 @@ class CausalInvocation:
         dag_keys = set(self.plan.dag_keys)
         req.dag_keys.extend(sorted(dag_keys))
         req.dag_keys_known = self.plan.dag_keys_known and all(k in dag_keys for k in keys)
+        if self.schedule.HasField("session"):     # the caller's floors (read-your-writes)
+            if self._floors is None:
+                self._floors = Floors(self.schedule.session)
+            req.session.CopyFrom(self._floors.restrict(list(keys) + sorted(dag_keys)))
 
     def _bind_opt(self, keys: Sequence[str]) -> None:
         if self._first_bind:

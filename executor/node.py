@@ -10,7 +10,11 @@ Contract:
   LWW lattice with this node's timestamp) and merged into the cache before it is acknowledged;
   a write to Anna (a PUT, a causal commit) is acknowledged once `config.write_quorum`
   replicas hold it (every replica by default).
-  A reply carries each value as its own ZeroMQ frame after the response (no protobuf copy).
+  A GET carrying its caller's session (`CacheRequest.session`, read-your-writes and
+  monotonic reads, `hydrocache/session.py`) treats a cached copy older than the key's floor
+  as a miss, and reads it from the KVS at least that new (`executor/fresh_read.py`); every
+  plain entry of a GET or PUT answer carries its LWW timestamp, which the caller's session
+  notes. A reply carries each value as its own ZeroMQ frame after the response (no protobuf copy).
   The missing keys of one GET are fetched in parallel, in bounded pieces (at most
   `MISS_PIECE` keys each) on the fetch threads, which take turns between requests
   (`runtime.fairpool`): a GET of many missing keys never holds up another request's miss by
@@ -77,7 +81,7 @@ import sys
 import threading
 import time
 import uuid
-from typing import Any, Dict, List, NamedTuple, Optional
+from typing import Any, Dict, List, Optional
 
 import zmq
 
@@ -97,6 +101,9 @@ from hydro_proto import cloudburst_pb2 as pb
 from hydrocache.service import HydroCacheService
 
 from .cache import LwwCache
+from .cache_gather import Gather, Lattice
+from .fresh_read import read_at_least
+from hydrocache.session import Floors
 from .liveness import RunningCalls
 from hydrocache.copies import ValueTags
 from .config import NodeConfig, WorkerConfig
@@ -115,33 +122,6 @@ def _send_reply(push: PushCache, address: str, response: pb.CacheResponse,
     """A `cache_reply`: the response, then each found value as its own frame."""
     push.send_with_frames(address, "cache_reply", response, values)
 
-
-class _Gather:
-    """The keys of one GET being fetched by several threads; `record` is True for the last."""
-
-    def __init__(self, request: pb.CacheRequest, values: Dict[str, Optional[bytes]]) -> None:
-        self.request = request
-        self.values = values
-        self.missing = sorted(k for k, v in values.items() if v is None)
-        self.error: Optional[Exception] = None
-        self._left = len(self.missing)
-        self._lock = threading.Lock()
-
-    def record(self, key: str, value: Optional[bytes], error: Optional[Exception]) -> bool:
-        with self._lock:
-            self.values[key] = value
-            if error is not None and self.error is None:
-                self.error = error
-            self._left -= 1
-            return self._left == 0
-
-
-
-class _Lattice(NamedTuple):
-    """A key's value that is a lattice other than LWW: its type and serialized form."""
-
-    lattice_type: int
-    payload: bytes
 
 class ExecutorNode:
     """One executor node process; see the module contract."""
@@ -430,31 +410,34 @@ class ExecutorNode:
         if req.op not in (pb.CACHE_GET, pb.CACHE_PUT):
             return self.causal.handle(req)
         if req.op == pb.CACHE_GET:
-            with self._lock:
-                values = [self.cache.get(k) for k in req.keys]
+            floors = Floors(req.session) if req.HasField("session") else None
+            with self._lock:      # a copy older than the session's floor is a miss
+                stamps = {k: self.cache.timestamp(k) for k in req.keys}
+                values = [self.cache.get(k) if floors is None or floors.fresh(k, stamps[k])
+                          else None for k in req.keys]
             if all(v is not None for v in values):
-                response, frames = self._answer_get(req, dict(zip(req.keys, values)))
+                response, frames = self._answer_get(req, dict(zip(req.keys, values)), stamps)
                 _send_reply(self._push, req.response_address, response, frames)
                 return
             # misses are fetched in parallel in bounded pieces, this request taking turns
             # with every other on the fetch threads; the last piece to finish answers
-            gather = _Gather(req, dict(zip(req.keys, values)))
+            gather = Gather(req, dict(zip(req.keys, values)), stamps, floors)
             for piece in pieces(gather.missing, self.config.fetch_threads, MISS_PIECE):
                 self._pool.submit(gather, self._fetch_for, gather, piece)
             return
         self._pool.submit(object(), self._put_in_thread, req)     # its own turn
 
-    def _fetch_for(self, gather: "_Gather", keys: List[str]) -> None:
+    def _fetch_for(self, gather: "Gather", keys: List[str]) -> None:
         state = self._thread_state()
         for key in keys:
             try:
-                value, error = self._fetch(state.kvs, key), None
+                (value, stamp), error = self._fetch(state.kvs, key, gather.floors), None
             except Exception as e:
-                value, error = None, e
-            if gather.record(key, value, error):
+                value, stamp, error = None, None, e
+            if gather.record(key, value, error, stamp):
                 self._answer_gathered(state, gather)
 
-    def _answer_gathered(self, state: Any, gather: "_Gather") -> None:
+    def _answer_gathered(self, state: Any, gather: "Gather") -> None:
         """Every miss of `gather` is fetched: answer its GET."""
         req = gather.request
         if gather.error is not None:
@@ -463,7 +446,7 @@ class ExecutorNode:
                                         message=f"node cache {self.config.node_id}: {gather.error}")
             return _send_reply(state.push, req.response_address, response, [])
         try:
-            response, frames = self._answer_get(req, gather.values)
+            response, frames = self._answer_get(req, gather.values, gather.stamps)
         except Exception as e:      # never leave the worker waiting for an answer
             log.exception("answering cache request %s failed", req.request_id)
             response, frames = pb.CacheResponse(
@@ -471,8 +454,8 @@ class ExecutorNode:
                 message=f"node cache {self.config.node_id}: {type(e).__name__}: {e}"), []
         _send_reply(state.push, req.response_address, response, frames)
 
-    def _answer_get(self, req: pb.CacheRequest, values: Dict[str, Optional[bytes]]
-                    ) -> "tuple[pb.CacheResponse, List[bytes]]":
+    def _answer_get(self, req: pb.CacheRequest, values: Dict[str, Optional[bytes]],
+                    stamps: Dict[str, Optional[int]]) -> "tuple[pb.CacheResponse, List[bytes]]":
         """A GET's answer; a large value the worker already holds (same tag) is not resent."""
         response = pb.CacheResponse(request_id=req.request_id)
         frames: List[bytes] = []
@@ -481,10 +464,11 @@ class ExecutorNode:
             e = response.entries.add(key=k, found=v is not None)
             if v is None:
                 continue
-            if isinstance(v, _Lattice):
+            if isinstance(v, Lattice):
                 e.lattice_type, e.value_count = v.lattice_type, 1
                 frames.append(v.payload)
                 continue
+            e.timestamp = stamps.get(k) or 0
             with self._tags_lock:
                 e.tag = self._tags.tag(v, len(v))
             if e.tag and req.have.get(k) == e.tag:
@@ -523,32 +507,42 @@ class ExecutorNode:
                 with self._lock:
                     self.cache.merge(key, lattice)
                 self._subscribe(state.kvs, key)
-                response.entries.add(key=key, found=True)
+                response.entries.add(key=key, found=True, timestamp=lattice.timestamp)
         except Exception as e:
             log.warning("cache request %s failed: %s", req.request_id, e)
             response = pb.CacheResponse(request_id=req.request_id, status=pb.EXECUTION_ERROR,
                                         message=f"node cache {self.config.node_id}: {e}")
         _send_reply(state.push, req.response_address, response, [])
 
-    def _fetch(self, kvs: Any, key: str) -> Optional[bytes]:
-        try:
-            lattice = kvs.get_lattice(key)
-        except anna_core.KeyNotFound:
-            return None
+    def _fetch(self, kvs: Any, key: str, floors: Optional[Floors] = None
+               ) -> "tuple[Optional[bytes], Optional[int]]":
+        """(value, its LWW timestamp) read from Anna: at least as new as the session's
+        floor, if any."""
+        if floors is None:
+            try:
+                lattice = kvs.get_lattice(key)
+            except anna_core.KeyNotFound:
+                return None, None
+        else:
+            floor, own = floors.floor(key)
+            lattice = read_at_least(kvs, key, floor, own, floors.merged(key),
+                                    floors.deleted(key))
+            if lattice is None:
+                return None, None
         if key.startswith(REGISTRY_PREFIX) and lattice.lattice_type == anna_pb2.LWW:
-            return lattice.reveal()     # the registry: read from Anna every time, never cached
+            return lattice.reveal(), None   # the registry: read from Anna every time, never cached
         if lattice.lattice_type in CAUSAL_LATTICES:
             raise TypeError(f"key {key!r} holds a causal value: read it in a causal call "
                             f"(consistency='causal')")
         if lattice.lattice_type != anna_pb2.LWW:
             # a lattice merged by `put(key, lattice)`: read from Anna every time, never cached
             # here, so a reader sees every merge that reached the replica it reads
-            return _Lattice(lattice.lattice_type, lattice.serialize())
+            return Lattice(lattice.lattice_type, lattice.serialize()), None
         with self._lock:
             self.cache.merge(key, lattice)
-            value = self.cache.get(key)
+            value, stamp = self.cache.get(key), self.cache.timestamp(key)
         self._subscribe(kvs, key)
-        return value
+        return value, stamp
 
     def _subscribe(self, kvs: Any, key: str) -> None:
         with self._lock:

@@ -82,6 +82,7 @@ from .actor_caller import ActorCaller
 from .actors import ActorGone, ActorTable, ActorTableFull, describe
 from .big_results import result_fields
 from .cache_client import CacheClient, Fenced
+from .call_session import CallSession, UpstreamSessions
 from .causal import CausalAbortError, CausalInvocation, Reusable, inputs_digest
 from .config import WorkerConfig
 from .dagstate import PendingCalls, Ready
@@ -146,6 +147,7 @@ class Worker:
         self._printed = ""    # what the last function run printed
         # what upstream functions printed, per call and target, until the target runs
         self._upstream_logs = UpstreamLogs()
+        self._sessions = UpstreamSessions()    # what upstream functions read and wrote
         self._reuse: Dict[Tuple[str, str], Reusable] = {}
         # the actors placed on this worker, and the caller of handles used inside functions
         self.actors = ActorTable(config.max_actors, lambda body: loads(body, objects=True))
@@ -265,6 +267,8 @@ class Worker:
         value = (bytes(t.value), t.causal) if t.HasField("causal") else bytes(t.value)
         if t.logs:
             self._upstream_logs.add(t.call_id, t.target, t.logs)
+        if t.HasField("session"):
+            self._sessions.add(t.call_id, t.target, t.session)
         ready = self.pending.add_trigger(t.call_id, t.target, t.source, value, time.monotonic())
         if ready is not None:
             self._run(ready)
@@ -272,6 +276,7 @@ class Worker:
     def _on_abort(self, message: pb.CallDone) -> None:
         self.pending.abort(message.call_id)
         self._upstream_logs.drop(message.call_id)
+        self._sessions.drop(message.call_id)
 
     def _call_logs(self, s: pb.Schedule, printed: str) -> str:
         """The upstream functions' output and this function's, bounded (executor/output.py)."""
@@ -390,6 +395,9 @@ class Worker:
         if s.consistency == pb.CAUSAL:
             return self._run_causal(ready, what, start)
         self._busy_since = start
+        inherited = self._sessions.take(s.call_id, s.function)
+        session = self.cache.session = CallSession(s.session, inherited) \
+            if s.HasField("session") else None
         try:
             try:
                 fn = self.actors.target(s.actor, self.worker_id) if s.HasField("actor") else \
@@ -439,12 +447,14 @@ class Worker:
         finally:
             self._busy_total += time.monotonic() - start
             self._busy_since = None
+            self.cache.session = None
         logs = self._call_logs(s, self._printed)
-        self._send_downstream(s, ready, value, logs=logs)
+        report = session.report() if session is not None else None
+        self._send_downstream(s, ready, value, logs=logs, session=report)
         if s.sink:
             self._push.send(s.response_address, "result",
                             pb.CallResult(request_id=s.call_id, status=pb.OK, logs=logs,
-                                          **fields))
+                                          session=report, **fields))
             self._call_done(s.scheduler_address, s.call_id)
 
     def _result_fields(self, s: pb.Schedule, value: bytes, what: str) -> Dict[str, Any]:
@@ -458,16 +468,19 @@ class Worker:
                                 f"{e}") from None
 
     def _send_downstream(self, s: pb.Schedule, ready: Ready, value: bytes,
-                         causal: Optional[pb.CausalContext] = None, logs: str = "") -> None:
+                         causal: Optional[pb.CausalContext] = None, logs: str = "",
+                         session: Optional[pb.Session] = None) -> None:
         for target in s.targets:
             trigger = pb.Trigger(call_id=s.call_id, source=s.function, target=target, value=value,
-                                 logs=logs)
+                                 logs=logs, session=session)
             if causal is not None:
                 trigger.causal.CopyFrom(causal)
             for f in s.forward:
                 if f.function == target:
                     trigger.schedule.CopyFrom(f)
                     trigger.schedule.forward.extend(s.forward)
+                    if s.HasField("session"):
+                        trigger.schedule.session.CopyFrom(s.session)
                     # the call's deadline, not a fresh one: what is left of this function's
                     trigger.schedule.timeout = max(0.0, ready.deadline - time.monotonic())
                     break

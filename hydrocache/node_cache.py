@@ -53,6 +53,12 @@ The operations (dissertation 4.3; `hydrocache/protocols.py` holds their decision
   that scheduler for the grant (CAUSAL_GRANT, one per call) and writes nothing unless it is
   granted; a refusal is `Fenced` with the scheduler's reason, no answer in time a
   `StageTimeout` naming the grant.
+- Sessions (read-your-writes and monotonic reads, `hydrocache/session.py`): a CAUSAL_BIND,
+  the CAUSAL_READ that builds a CT snapshot (or admits keys into it under CT), and a
+  CAUSAL_SNAPSHOT carrying the caller's session first re-read from Anna every key (of the request and of R~_DAG) whose cut version
+  does not supersede its floor, until it does (re-read at growing intervals, `SESSION_PAUSE`;
+  short of it near the deadline, `SessionUnmet` names the keys), so the snapshot includes what the caller
+  wrote and read before.
 - Temporary versions (`hydrocache.temp`) live until CAUSAL_RELEASE or `TEMP_SLACK` seconds
   after their request's deadline. Large values carry a tag, and one the requester already
   holds is not resent (`hydrocache/copies.py`).
@@ -73,7 +79,8 @@ from .actions import (DEFAULT_TIMEOUT, TEMP_SLACK, AskCache, Fenced, NotCausal, 
                       RemoteUnavailable, Reply, StageTimeout, Step)
 from .copies import ValueTags
 from .keeper import CutKeeper
-from .pending import Operations, PutWait, RepliesWait
+from .pending import Operations, Pause, PutWait, RepliesWait
+from .session import SessionUnmet, causal_stale, causal_unmet
 from .protocols import (LinearPlan, create_snapshot, finish_linear, parallel_flow,
                         parallel_stale, plan_linear)
 from .temp import TempStore
@@ -84,6 +91,8 @@ __all__ = ["NodeCache", "Step", "StageTimeout", "NotCausal", "RemoteUnavailable"
 log = logging.getLogger("hydrocache.node_cache")
 
 Answer = Tuple[pb.CacheResponse, List[bytes]]
+SESSION_PAUSE = (0.002, 0.05)   # between re-reads of a key short of its session floor: the
+                                # first pause and the most it doubles to (replicas lag a gossip)
 Upstream = Tuple[bool, str, vs.VersionSet, vs.VersionSet, int, List[str]]
 
 
@@ -98,7 +107,7 @@ class NodeCache:
         self.keeper = CutKeeper(capacity_bytes, self._io)
         self.temp = TempStore()
         self.stats = self.keeper.stats
-        self.stats.update(binds=0, remote_fetches=0, aborts=0)
+        self.stats.update(binds=0, remote_fetches=0, aborts=0, session_refreshes=0)
         self._tags = ValueTags()
         self._ops = Operations(self._answer, self._fail)
         self._awaiting: Dict[str, RepliesWait] = {}
@@ -289,6 +298,35 @@ class NodeCache:
         yield from self._ops.wait(self.keeper.wait(keys, min(settle, deadline), self._now,
                                                "settled"))
 
+    def _session_floors(self, req: pb.CacheRequest, keys: List[str],
+                        deadline: float) -> Generator:
+        """Re-read from Anna the keys whose cut version is short of the caller's session
+        floor (module contract, "Sessions")."""
+        if not req.HasField("session"):
+            return
+        cut = self.keeper.cut
+
+        def version_of(key: str) -> Optional[Dict[str, int]]:
+            v = cut.get(key)
+            return None if v is None else v.vc
+
+        stale = causal_stale(req.session, keys, version_of)
+        pause, longest = SESSION_PAUSE
+        while stale:
+            self.stats["session_refreshes"] += 1
+            yield from self._ops.wait(self.keeper.wait(stale, deadline, self._now, "answered"))
+            yield from self._ops.wait(self.keeper.wait(stale, deadline, self._now, "settled"))
+            stale = causal_unmet(req.session, stale, version_of)
+            if not stale:
+                return
+            if self._now + pause >= deadline:
+                raise SessionUnmet(f"the versions of {stale[:5]} in the KVS stayed older than "
+                                   f"this caller's session (what it wrote or read before) "
+                                   f"until the request's deadline")
+            # the replica read may lag the one that had the version: read again a bit later
+            yield from self._ops.wait(Pause(self._now + pause, f"a re-read of {stale[:5]}"))
+            pause = min(2 * pause, longest)
+
     # ---- cache to cache ----
     def _temp_get(self, req: pb.CacheRequest) -> None:
         response = pb.CacheResponse()
@@ -368,6 +406,7 @@ class NodeCache:
 
     def _bind(self, req: pb.CacheRequest) -> Generator:
         deadline = self._deadline(req)
+        yield from self._session_floors(req, list(req.keys) + list(req.dag_keys), deadline)
         if req.refresh:
             yield from self._refresh(req, deadline)
         up = self._upstream(req)
@@ -432,6 +471,7 @@ class NodeCache:
         if attempt not in temp:
             # CT (4.3.1): one snapshot of the local cut for the DAG's whole read set
             wanted = sorted(set(req.dag_keys) | set(req.keys))
+            yield from self._session_floors(req, wanted, deadline)
             yield from self._ensure(wanted, deadline)
             self.keeper.lru.touch(wanted)
             if attempt not in temp:
@@ -453,7 +493,8 @@ class NodeCache:
         outside = [k for k in views if not temp.was_requested(attempt, k)]
         if outside:
             admitted = None
-            if req.explore:
+            if req.explore:       # keys read at run time meet the session's floors too
+                yield from self._session_floors(req, outside, deadline)
                 admitted = yield from self._explore(attempt, outside, deadline, expires)
             if admitted is None:
                 response.abort = True
@@ -487,6 +528,7 @@ class NodeCache:
     # ---- CON / HB: CAUSAL_SNAPSHOT, CAUSAL_FETCH ----
     def _snapshot(self, req: pb.CacheRequest) -> Generator:
         deadline = self._deadline(req)
+        yield from self._session_floors(req, list(req.keys) + list(req.dag_keys), deadline)
         yield from self._ensure(list(req.keys), deadline)
         expires = deadline + TEMP_SLACK
         cut = self.keeper.cut

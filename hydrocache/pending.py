@@ -74,6 +74,28 @@ class RepliesWait:
             self.registry.pop(rid, None)
 
 
+class Pause:
+    """A soft wait that only passes time: it resumes its operation at `deadline` (e.g.
+    between re-reads of a key whose replicas lag)."""
+
+    soft = True
+    poll_at = None
+    error = None
+
+    def __init__(self, deadline: float, what: str) -> None:
+        self.deadline = deadline
+        self.what = what
+
+    def ready(self) -> bool:
+        return False
+
+    def stage(self) -> str:
+        return self.what
+
+    def close(self) -> None:
+        pass
+
+
 class PutWait:
     """One write of versions to Anna; `registry` maps tokens to their wait."""
 

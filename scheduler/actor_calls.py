@@ -131,6 +131,8 @@ class ActorCalls:
         if a.method in call.args:
             s.args.CopyFrom(call.args[a.method])
         s.actor.CopyFrom(a)
+        if call.HasField("session"):       # the caller's read-your-writes floors
+            s.session.CopyFrom(call.session)
         if not self._push.send(address or "", "schedule", s):
             return self._fail(call, pb.NO_RESOURCES, (
                 f"{entry.describe()}: its worker {entry.worker_id} did not accept the call"))

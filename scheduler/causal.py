@@ -42,6 +42,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from hydro_proto import cloudburst_pb2 as pb
+from hydrocache.session import Floors
 
 from .causal_records import (AbortAttempt, Action, Attempt, AttemptState, Awaited, CacheSend,
                              Fail, FetchSets, Finished, Pieces, Round, SimResult, StartAttempt,
@@ -126,13 +127,16 @@ class CausalCall:
                  "dag_keys", "caches", "refresh_keys", "reply_address", "timeout", "deadline",
                  "coord_deadline", "max_retries", "engine", "flow", "attempts", "aborts",
                  "last_reason", "finished", "granted", "_next", "_seq", "_rounds",
-                 "_released")
+                 "_released", "session")
 
     def __init__(self, call_id: str, requested: int, functions: Sequence[str],
                  upstreams: Mapping[str, Sequence[str]], keys: Mapping[str, Sequence[str]],
                  caches: Mapping[str, str], reply_address: str, now: float, timeout: float,
-                 max_retries: int = 10, engine: Any = None, name: str = "") -> None:
+                 max_retries: int = 10, engine: Any = None, name: str = "",
+                 session: Optional[pb.Session] = None) -> None:
         self.call_id = call_id
+        # the caller's floors: snapshots are at least this new
+        self.session = None if session is None else Floors(session)
         self.name = name or call_id
         self.requested = requested
         self.functions = list(functions)
@@ -307,7 +311,9 @@ class CausalCall:
             out.append(CacheSend(cache, self._request(
                 pb.CAUSAL_SNAPSHOT, attempt_id, now, request_id=rid,
                 response_address=self.reply_address, keys=keys,
-                dag_keys=self.dag_keys, dag_keys_known=True)))
+                dag_keys=self.dag_keys, dag_keys_known=True,
+                session=None if self.session is None else
+                self.session.restrict(list(keys) + self.dag_keys))))
         return out + self._await(r, now)
 
     def fetch_round(self, attempt_id: str, stage: str, fetches: FetchSets, now: float,

@@ -86,7 +86,8 @@ class CausalCalls:
         coordinator = CausalCall(
             call.request_id, call.protocol, dag.functions,
             {fn: dag.upstreams(fn) for fn in dag.functions}, references_by_function(call),
-            caches, self._address, now, timeout, max_retries=self._max_retries, name=dag.name)
+            caches, self._address, now, timeout, max_retries=self._max_retries, name=dag.name,
+            session=call.session if call.HasField("session") else None)
         rec = InFlight(call, dag, versions, dict(placement), coordinator)
         self.records[call.request_id] = rec
         self._table.start_call(CallRecord(call.request_id, dag.name, dict(placement),

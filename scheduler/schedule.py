@@ -6,8 +6,9 @@ function's schedule (the sources' and, in each source's `forward`, the downstrea
 function, its registration version, its upstreams and downstream targets in connection
 order, the call's own arguments for it, every function's worker address, whether it is the
 sink, where the result goes (`call.response_address`, `call.output_key`), the deadline in
-seconds from receipt, and the call's time limit per function (`call.time_limit`, 0: each
-function's own). A worker runs a source on receipt, which is how the scheduler triggers
+seconds from receipt, the call's time limit per function (`call.time_limit`, 0: each
+function's own), and the caller's session (`call.session`, read-your-writes) when it has one
+(once per message: a forwarded schedule gets its sender's). A worker runs a source on receipt, which is how the scheduler triggers
 it. Downstream schedules travel with the data: a worker attaches its target's schedule (from
 `forward`) to the result it sends there, so each executor gets its schedule without a
 message (and a wake-up) of its own. That costs the square of the DAG's size per hop (every
@@ -47,6 +48,8 @@ def build_schedules(call: pb.Call, dag: Dag, placement: Mapping[str, str],
     if len(dag.functions) > FORWARD_MAX_FUNCTIONS:
         return everything
     downstream = [s for _, s in everything if s.upstreams]
+    for s in downstream:      # the session travels once per message: a worker passes its own
+        s.ClearField("session")
     out = []
     for address, s in everything:
         if not s.upstreams:
@@ -70,6 +73,8 @@ def all_schedules(call: pb.Call, dag: Dag, placement: Mapping[str, str],
             scheduler_address=scheduler_address, timeout=timeout, dag=dag.name,
             consistency=call.consistency, time_limit=call.time_limit)
         s.locations.update(locations)
+        if call.HasField("session"):
+            s.session.CopyFrom(call.session)
         if fn in call.args:
             s.args.CopyFrom(call.args[fn])
         out.append((locations[fn], s))

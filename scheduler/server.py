@@ -88,6 +88,7 @@ from .causal_calls import CausalCalls
 from .policy import choose_executors, choose_one_node, dag_relations
 from .registry import Registry
 from .schedule import build_schedules, references_by_function
+from hydrocache.session import refusal
 from .stats import CallStats, WorkerGauge, render_prometheus
 
 __all__ = ["Scheduler", "CLIENT_KINDS"]
@@ -373,6 +374,9 @@ class Scheduler:
             return self._fail(call, pb.BAD_REQUEST, (
                 f"output_key {call.output_key[:120]!r}: keys starting with {PREFIX!r} are "
                 f"reserved for Cloudburst"))
+        refused = refusal(call.session) if call.HasField("session") else None
+        if refused:
+            return self._fail(call, pb.BAD_REQUEST, f"call refused: {refused}")
         for call_id in call.finished:
             if not (self._causal and self._causal_calls.done(call_id, time.monotonic())):
                 self.table.finish_call(call_id)

@@ -489,3 +489,66 @@ def test_a_dependency_anna_lacks_is_read_again_at_growing_intervals_for_a_while(
     net.auto = True
     net.push(C0, "a")                                          # the next push reads it again
     assert core.cut.get("a").vc == {"w": 2}
+
+
+# ---------------------------------------------------------------- sessions (read-your-writes)
+def floors(**clocks) -> pb.Session:
+    s = pb.Session()
+    for key, vc in clocks.items():
+        s.keys.add(key=key).vc.update(vc)
+    return s
+
+
+@pytest.mark.parametrize("op", ["bind", "ct_read", "snapshot"])
+def test_a_cut_version_short_of_the_callers_floor_is_read_again_first(op):
+    net = Net(auto=True)
+    net.put("a", {"c": 1}, value=b"a1")
+    net.put("b", {"c": 1}, value=b"b1")
+    got(net.ask(C0, bind(["a", "b"], attempt="warm")))
+    net.put("a", {"c": 2}, value=b"a2")                     # not pushed: the cut is stale
+    net.auto = False
+    session = floors(a={"c": 2}, b={"c": 1})                 # b's floor is met: not re-read
+    if op == "bind":
+        req = bind(["a", "b"], session=session)
+    elif op == "ct_read":
+        req = read(["a", "b"], explore=True, session=session)
+    else:
+        req = pb.CacheRequest(op=pb.CAUSAL_SNAPSHOT, attempt_id="t#s", keys=["a", "b"],
+                              dag_keys=["a", "b"], dag_keys_known=True, session=session)
+    rid = net.send(C0, req, timeout=1.0)
+    assert kinds(net) == [("FetchKey", "a")] and rid not in net.answers
+    net.drain_io()
+    response, frames = net.answers.pop(rid)
+    assert response.status == pb.OK, response.message
+    if op == "snapshot":
+        assert {p.local.key: dict(p.local.vc) for p in response.pieces}["a"] == {"c": 2}
+    else:
+        assert got((response, frames))["a"] == ({"c": 2}, [b"a2"])
+    assert net.cores[C0].stats["session_refreshes"] == 1
+
+
+def test_without_a_session_the_stale_cut_is_read_as_it_is():
+    net = Net(auto=True)
+    net.put("a", {"c": 1}, value=b"a1")
+    got(net.ask(C0, bind(["a"], attempt="warm")))
+    net.put("a", {"c": 2}, value=b"a2")
+    assert got(net.ask(C0, bind(["a"])))["a"] == ({"c": 1}, [b"a1"])
+
+
+def test_a_floor_anna_never_reaches_fails_naming_the_key():
+    net = Net(auto=True)
+    net.put("a", {"c": 1}, value=b"a1")
+    got(net.ask(C0, bind(["a"], attempt="warm")))
+    net.auto = False
+    rid = net.send(C0, bind(["a"], session=floors(a={"c": 5})), timeout=0.5)
+    reads = 0
+    for _ in range(100):                  # re-read at growing intervals, then given up
+        reads += len([a for _, a in net.io if isinstance(a, FetchKey)])
+        net.drain_io()
+        if rid in net.answers:
+            break
+        net.tick(0.01)
+    response, _ = net.answers.pop(rid)
+    assert 5 < reads < 40, reads
+    assert response.status == pb.EXECUTION_ERROR
+    assert "['a']" in response.message and "session" in response.message

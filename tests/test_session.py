@@ -1,0 +1,255 @@
+"""Sessions (read-your-writes and monotonic reads) as pure code: the client's bounded session,
+the node caches' decisions, a call's session on its worker, and the read from the KVS at
+least as new as a floor (against a fake KVS client: a unit test)."""
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import anna_core
+from hydro_proto import cloudburst_pb2 as pb
+from cloudburst.sessions import ClientSession
+from hydrocache.session import (ABSENT, ACCEPT, MAX_SENT_KEYS, READ_ALL, STALE, Floors, Session,
+                                causal_stale, causal_unmet, index, plain_after_fetch,
+                                plain_floor, plain_fresh, refusal)
+from hydrocache.vclock import supersedes
+from executor.call_session import CallSession, UpstreamSessions
+from executor.fresh_read import StaleRead, read_at_least
+
+keys = st.sampled_from([f"k{i}" for i in range(12)])
+plain_notes = st.tuples(st.just("plain"), keys, st.integers(1, 10**6))
+causal_notes = st.tuples(st.just("causal"), keys,
+                         st.dictionaries(st.sampled_from("abc"), st.integers(1, 9), min_size=1))
+merged_notes = st.tuples(st.just("merged"), keys, st.none())
+notes = st.lists(st.one_of(plain_notes, causal_notes, merged_notes), max_size=60)
+
+
+def apply(session, ops):
+    for kind, key, arg in ops:
+        if kind == "plain":
+            session.note_plain(key, arg)
+        elif kind == "causal":
+            session.note_causal(key, arg)
+        else:
+            session.note_merged(key)
+
+
+@settings(max_examples=60)
+@given(notes, st.integers(1, 8))
+def test_the_guarantee_survives_the_bound(ops, bound):
+    """Whatever was noted, the session as sent still demands it: each key's plain floor is at
+    least every timestamp noted for it; a causal clock noted is superseded by the key's listed
+    floor, or the overflow makes every unlisted causal read go to the KVS."""
+    s = Session(bound)
+    apply(s, ops)
+    assert len(s) <= bound
+    sent = s.to_proto()
+    listed = index(sent)
+    assert len(listed) <= bound
+    for kind, key, arg in ops:
+        if kind == "plain":
+            assert plain_floor(sent, key)[0] >= arg
+        elif kind == "causal":
+            # listed with at least the clock, or every causal read goes to the KVS
+            assert sent.overflow_causal or (key in listed and supersedes(dict(listed[key].vc),
+                                                                          arg))
+            held = {key: {}}
+            assert key in causal_stale(sent, [key], held.get)      # {} is older than arg
+        else:
+            assert (key in listed and listed[key].merged) or sent.overflow_causal
+
+
+@settings(max_examples=60)
+@given(notes)
+def test_floors_only_rise_and_round_trip(ops):
+    s = Session(64)
+    apply(s, ops)
+    back = Session.from_proto(s.to_proto())
+    assert back.to_proto() == s.to_proto()
+    before = s.to_proto()
+    s.absorb(pb.Session())                 # absorbing nothing lowers nothing
+    assert s.to_proto() == before
+
+
+def test_least_recently_noted_is_forgotten_first_and_summed_up():
+    s = Session(2)
+    s.note_plain("a", 10)
+    s.note_plain("b", 20)
+    s.note_plain("a", 5)                   # raises nothing, but a is now the most recent
+    s.note_plain("c", 30)
+    assert "b" not in s and "a" in s and "c" in s
+    assert s.floor("a").timestamp == 10
+    assert s.overflow_timestamp == 20 and not s.overflow_causal
+    s.note_causal("d", {"x": 1})
+    s.note_plain("e", 1)                   # forgets c (plain), then d would go next
+    s.note_plain("f", 1)
+    assert s.overflow_causal
+
+
+def test_a_bad_bound_is_refused():
+    with pytest.raises(ValueError, match="at least one key"):
+        Session(0)
+    with pytest.raises(ValueError, match="at most 65536"):
+        ClientSession(MAX_SENT_KEYS + 1)
+
+
+def test_a_session_received_is_checked():
+    ok = Session()
+    ok.note_plain("a", 1)
+    assert refusal(ok.to_proto()) is None
+    bad = ok.to_proto()
+    bad.plain_timestamps.append(2)
+    assert "1 plain keys but 2 timestamps" in refusal(bad)
+    big = pb.Session(plain_keys=["k"] * (MAX_SENT_KEYS + 1),
+                     plain_timestamps=[1] * (MAX_SENT_KEYS + 1))
+    assert "at most 65536" in refusal(big)
+
+
+def test_plain_decisions():
+    assert plain_fresh(5, 5) and not plain_fresh(4, 5) and not plain_fresh(None, 0)
+    # (ts read, floor, own floor, every replica read, own floor is a delete)
+    assert plain_after_fetch(None, 0, 0, False) == ACCEPT
+    assert plain_after_fetch(7, 5, 5, False) == ACCEPT
+    assert plain_after_fetch(4, 5, 5, False) == READ_ALL
+    assert plain_after_fetch(None, 5, 5, False) == READ_ALL
+    assert plain_after_fetch(4, 5, 5, True) == STALE         # the write is gone
+    assert plain_after_fetch(None, 5, 5, True) == ACCEPT      # deleted since
+    assert plain_after_fetch(4, 5, 0, True) == ACCEPT        # the overflow's floor
+    assert plain_after_fetch(4, 9, 3, True) == ACCEPT        # own floor met, not the overflow's
+    assert plain_after_fetch(4, 5, 5, False, True) == ABSENT  # older than the session's delete
+    assert plain_after_fetch(None, 5, 5, False, True) == ABSENT
+    assert plain_after_fetch(6, 9, 5, False, True) == READ_ALL   # written after the delete
+    assert plain_after_fetch(6, 9, 5, True, True) == ACCEPT
+
+
+def test_plain_floor_of_a_listed_key_and_of_the_overflow():
+    s = Session(1)
+    s.note_plain("a", 10)
+    s.note_plain("b", 3)
+    sent = s.to_proto()
+    assert plain_floor(sent, "b") == (10, 3)      # listed, raised to the overflow
+    assert plain_floor(sent, "zzz") == (10, 0)
+    assert plain_floor(None, "b") == (0, 0)
+    f = Floors(sent)
+    assert f.fresh("b", 10) and not f.fresh("b", 9) and f.fresh("zzz", 10)
+    assert list(f.restrict(["b", "zzz"]).plain_keys) == ["b"]
+
+
+def test_a_delete_goes_with_the_newest_timestamp():
+    s = Session()
+    s.note_plain("k", 5)
+    s.note_deleted("k", 8)
+    assert s.floor("k") == (8, {}, False, True)
+    s.note_plain("k", 7)                  # an older read does not undo the delete
+    assert s.floor("k").deleted
+    s.note_plain("k", 9)                  # a later write does
+    assert s.floor("k") == (9, {}, False, False)
+    s.note_deleted("j", 4)
+    back = index(s.to_proto())
+    assert back["j"].deleted and back["j"].timestamp == 4 and not back["k"].deleted
+    assert Floors(s.to_proto()).deleted("j") and not Floors(s.to_proto()).deleted("k")
+
+
+@given(st.lists(st.tuples(st.booleans(), st.integers(1, 20)), min_size=1, max_size=20))
+def test_deleted_follows_the_newest_timestamp(notes):
+    s = Session()
+    for deleted, ts in notes:
+        (s.note_deleted if deleted else s.note_plain)("k", ts)
+    newest = max(ts for _, ts in notes)
+    assert s.floor("k").timestamp == newest
+    assert s.floor("k").deleted == any(d for d, ts in notes if ts == newest)
+
+
+def test_causal_stale_and_unmet():
+    s = Session()
+    s.note_causal("a", {"c": 2})
+    s.note_causal("b", {"c": 1})
+    sent = s.to_proto()
+    held = {"a": {"c": 1}, "b": {"c": 1, "d": 4}, "x": {"e": 1}}
+    assert causal_stale(sent, ["a", "b", "x", "missing"], held.get) == ["a"]
+    assert causal_unmet(sent, ["a", "b"], held.get) == ["a"]
+    held["a"] = {"c": 2, "z": 1}
+    assert causal_unmet(sent, ["a", "b"], held.get) == []
+    assert causal_stale(None, ["a"], held.get) == []
+    over = pb.Session(overflow_causal=True)
+    assert causal_stale(over, ["a", "missing"], held.get) == ["a"]   # every cached key
+    s.note_causal("a", {"c": 1})
+    sent = s.to_proto()
+    sent.overflow_causal = True           # a's floor may have been forgotten, then relisted
+    held["a"] = {"c": 2}
+    assert causal_stale(sent, ["a", "b"], held.get) == ["a", "b"]
+
+
+def test_a_call_session_raises_its_floors_and_reports_what_it_did():
+    floors = Session()
+    floors.note_plain("a", 10)
+    inherited = Session()
+    inherited.note_plain("up", 7)
+    cs = CallSession(floors.to_proto(), inherited.to_proto())
+    def plain(session):
+        return {k: f.timestamp for k, f in index(session).items()}
+
+    assert plain(cs.request(["a", "up", "b"])) == {"a": 10, "up": 7}
+    cs.note("b", 12)
+    cs.note("a", 11)
+    assert plain(cs.request(["a", "b"])) == {"a": 11, "b": 12}
+    assert plain(cs.report()) == {"up": 7, "b": 12, "a": 11}
+
+
+def test_upstream_sessions_are_bounded_and_dropped():
+    u = UpstreamSessions(max_calls=2)
+    r = Session()
+    r.note_plain("k", 1)
+    u.add("c1", "g", r.to_proto())
+    u.add("c2", "g", r.to_proto())
+    u.add("c3", "g", r.to_proto())             # c1 forgotten
+    assert u.take("c1", "g") is None
+    assert list(u.take("c2", "g").plain_timestamps) == [1]
+    u.drop("c3")
+    assert u.take("c3", "g") is None
+
+
+class FakeKvs:
+    """A KVS client with one lagging replica (unit test double)."""
+
+    def __init__(self, first, replicas):
+        self.first, self.replicas, self.calls = first, replicas, []
+
+    def get_lattice(self, key):
+        self.calls.append("one")
+        if self.first is None:
+            raise anna_core.KeyNotFound(key)
+        return self.first
+
+    def get_replicas(self, key):
+        self.calls.append("all")
+        return [(f"r{i}", r) for i, r in enumerate(self.replicas)]
+
+
+def lww(ts, value=b"v"):
+    return anna_core.LWWLattice(ts, value)
+
+
+def test_read_at_least_reads_every_replica_only_when_one_lags():
+    kvs = FakeKvs(lww(10), [])
+    assert read_at_least(kvs, "k", 10, 10).timestamp == 10 and kvs.calls == ["one"]
+    kvs = FakeKvs(lww(5, b"old"), [lww(5, b"old"), lww(12, b"new")])
+    got = read_at_least(kvs, "k", 10, 10)
+    assert (got.timestamp, got.reveal()) == (12, b"new") and kvs.calls == ["one", "all"]
+    kvs = FakeKvs(None, [lww(11)])
+    assert read_at_least(kvs, "k", 10, 10).timestamp == 11
+
+
+def test_read_at_least_after_the_sessions_delete():
+    kvs = FakeKvs(lww(5), [lww(5)])             # a replica the delete has not reached yet
+    assert read_at_least(kvs, "k", 8, 8, deleted=True) is None and kvs.calls == ["one"]
+    kvs = FakeKvs(lww(5), [lww(5), lww(9, b"later")])
+    assert read_at_least(kvs, "k", 8, 8, deleted=True) is None   # one replica: as absent
+    kvs = FakeKvs(lww(9, b"later"), [])
+    assert read_at_least(kvs, "k", 8, 8, deleted=True).reveal() == b"later"
+
+
+def test_read_at_least_names_a_lost_write():
+    kvs = FakeKvs(lww(5), [lww(5), lww(6)])
+    with pytest.raises(StaleRead, match="'k'.*6 < 10"):
+        read_at_least(kvs, "k", 10, 10)
+    assert read_at_least(FakeKvs(lww(5), [lww(6)]), "k", 10, 0).timestamp == 6
+    assert read_at_least(FakeKvs(None, []), "k", 10, 10) is None      # deleted since
