@@ -57,8 +57,11 @@ class Courier:
                 if isinstance(a, Reference):
                     out.args.add(reference=a.key, concurrent=a.concurrent, objects=a.objects)
                 elif by_reference and transport(len(a), self.limit) == "reference":
+                    store = self._store()
+                    if store is None:
+                        raise CloudburstError("this Client is closed")
                     key = value_key(self._owner)
-                    self._store().put_bytes(key, a)
+                    store.put_bytes(key, a)
                     stored.append(key)
                     out.args.add(reference=key, objects=True)
                 else:
