@@ -57,7 +57,7 @@ def test_data_dir_lock_and_shape(tmp_path):
         cloudburst.LocalCluster(data_dir=data, key_dir=os.path.join(data, "keys"))
 
 
-def test_client_of_a_stopped_cluster_gets_a_typed_error_naming_it(tmp_path):
+def test_client_of_a_stopped_or_restarted_cluster_gets_a_typed_error_naming_it(tmp_path):
     with cloudburst.LocalCluster(executors_per_node=1) as cluster:
         client = cloudburst.Client(cluster.address, timeout=10, auth=cluster.client_auth,
                                    failover_timeout=1.0)
@@ -72,6 +72,15 @@ def test_client_of_a_stopped_cluster_gets_a_typed_error_naming_it(tmp_path):
             with pytest.raises(cloudburst.SchedulerUnavailable) as failed:
                 attempt()
             assert address in str(failed.value)
+            assert time.monotonic() - started < 4.0
+        # a new cluster on the same port has new keys: the old client is told so at once,
+        # naming the scheduler, instead of waiting on the old KVS address
+        port = int(address.split("#")[0].rsplit(":", 1)[1])
+        with cloudburst.LocalCluster(executors_per_node=1, port=port):
+            started = time.monotonic()
+            with pytest.raises(cloudburst.AuthenticationError) as failed:
+                client.put("k", 3)
+            assert f"127.0.0.1:{port}" in str(failed.value)
             assert time.monotonic() - started < 4.0
     finally:
         client.close()
