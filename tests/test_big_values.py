@@ -115,6 +115,14 @@ def client():
         yield c
 
 
+def test_a_2_mb_argument_and_result_travel_by_reference(client):
+    assert client.call("size_of", b"a" * (2 * MiB)).get(timeout=30) == 2 * MiB
+    future = client.call("make", 2 * MiB)
+    value = future.get(timeout=30)
+    assert len(value) == 2 * MiB and value[:1] == b"r"
+    assert future.get() == value            # read once from the KVS, kept by the future
+
+
 def test_a_20_mb_argument_and_result_travel_by_reference(client):
     assert client.call("size_of", b"a" * (20 * MiB)).get(timeout=60) == 20 * MiB
     value = client.call("make", 20 * MiB).get(timeout=60)
