@@ -4,7 +4,10 @@
   and DAGs (`register_dag`), call them (`call`, `call_dag` -> `Future`; `map` fans calls out),
   store objects (`put`, `get`).
 - `Future`: `get`/`result`, `done`, `wait`, and `await future` in asyncio; `gather(futures)`
-  and `wait(futures)` for many at once.
+  and `wait(futures)` for many at once. A `Future` passed to another call is replaced by its
+  value where that call runs.
+- `lib()`: inside a function running on the cluster, its user library (for functions that
+  do not take `lib` as their first parameter); `NoLibrary` elsewhere.
 - `call_dag(..., consistency="causal", protocol="hb"|"ct"|"opt"|"con")`: transactional causal
   consistency through HydroCache (`hydrocache/DESIGN.md`); `Future.causal` is a
   `CausalStats` (protocol used, aborts, remote fetches, read set, writes).
@@ -19,7 +22,8 @@
 - Values are data, not code: `get`, `lib.get`, a `Reference` and a call's result are read as
   plain data unless `objects=True` is given; a value that is more raises `UnsafeValue` and
   runs nothing. docs/SECURITY.md is the trust model.
-- `errors`: FunctionNotFound, DagNotFound, InvalidDag, InvalidFunction, NoResources,
+- `errors`: FunctionNotFound, DagNotFound, InvalidDag, InvalidFunction, InvalidArguments,
+  DependencyFailed, NoLibrary, NoResources,
   ExecutionError, Timeout, ObjectNotFound, Aborted, Cancelled, SchedulerUnavailable,
   UnsafeValue (MalformedValue: stored bytes that do not decode), NotPermitted, CorruptRecord,
   ActorDied, ValueTooLarge,
@@ -27,9 +31,12 @@
 - `AuthConfig(key_dir, "client:NAME")`: a client's keys for a cluster that authenticates
   (`Client(address, auth=...)`; `cloudburst keys` writes them; `LocalCluster` does so itself).
 """
+from typing import Any
+
 from runtime.auth import AuthConfig, KeyFileError
 from runtime.actors import ActorHandle
 from runtime.values import Reference
+from executor.calling import current_library
 
 from . import errors
 from .client import Client, Listing
@@ -38,6 +45,7 @@ from .futures import CausalStats, Future, gather, wait
 from .errors import (Aborted, AuthenticationError, AuthenticationRequired, Cancelled,
                      CloudburstError, DagNotFound, ExecutionError, FunctionNotFound,
                      InvalidDag, InvalidFunction, MalformedValue, NoResources,
+                     InvalidArguments, DependencyFailed, NoLibrary,
                      ObjectNotFound, SchedulerUnavailable, Timeout, UnsafeValue, NotPermitted,
                      CorruptRecord, ActorDied, ValueTooLarge)
 from .local import LocalCluster
@@ -50,4 +58,11 @@ __all__ = ["Client", "Future", "Listing", "CausalStats", "LocalCluster", "Refere
            "UnsafeValue", "MalformedValue", "NotPermitted", "CorruptRecord", "ValueTooLarge",
            "AuthConfig",
            "KeyFileError", "AuthenticationError",
-           "AuthenticationRequired", "ExecutorPolicyConfig", "ActorHandle", "ActorDied"]
+           "AuthenticationRequired", "ExecutorPolicyConfig", "ActorHandle", "ActorDied", "lib",
+           "InvalidArguments", "DependencyFailed", "NoLibrary"]
+
+
+def lib() -> Any:
+    """The user library (`get`, `put`, `send`, `recv`, `getid`) of the function running now,
+    for a function without a `lib` parameter; raises `NoLibrary` outside such a function."""
+    return current_library()

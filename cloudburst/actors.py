@@ -6,8 +6,9 @@ function returns the `Call` to send and how messages name it, and sends nothing)
   `args` and `kwargs` (`InvalidFunction` otherwise, before anything is sent) and returns the
   creation (the class travels by value like a registered function, with `modules`) and the
   unbound `ActorHandle` of the new actor (a fresh, unguessable id).
-- `method_call(handle, method, args, kwargs)`: one method call (arguments may be
-  `Reference`s, resolved on the worker).
+- `method_call(handle, method, args, kwargs)`: one method call (positional arguments may be
+  `Reference`s, resolved on the worker, or `Future`s of other calls, fetched there:
+  `cloudburst/arguments.py`).
 - `kill_call(handle)`: the actor's kill.
 What the client then guarantees (`Client.actor`) is in its docstrings and README's "Actors".
 """
@@ -20,7 +21,9 @@ from typing import Any, Mapping, Sequence, Tuple
 from hydro_proto import cloudburst_pb2 as pb
 from runtime.actors import ActorHandle, public_methods
 from runtime.errors import InvalidFunction
-from runtime.values import dumps, dumps_function, encode_args
+from runtime.values import dumps, dumps_function
+
+from .arguments import encode
 
 __all__ = ["creation", "method_call", "kill_call"]
 
@@ -50,7 +53,7 @@ def method_call(handle: ActorHandle, method: str, args: Sequence[Any],
     actor = pb.ActorCall(actor_id=handle.actor_id, op=pb.ACTOR_METHOD, method=method,
                          class_name=handle.class_name,
                          kwargs=dumps(dict(kwargs)) if kwargs else b"")
-    return _call(actor, encode_args(args)), f"method {method!r} of {_name(handle)}"
+    return _call(actor, encode(args, {})), f"method {method!r} of {_name(handle)}"
 
 
 def kill_call(handle: ActorHandle) -> Tuple[pb.Call, str]:

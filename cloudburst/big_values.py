@@ -3,14 +3,15 @@
 Contract:
 - `Courier(store, limit)` works for one `Client` (`store()` is its current `ObjectStore`;
   `limit` the KVS's maximum value size, 64 MiB by default).
-- `encode(function, args, by_reference)` is the `ArgumentList` of a call of `function`:
-  every argument is serialized first, and one above `limit` raises `ValueTooLarge` naming
-  the function, the argument and the limit before anything is sent or stored. With
-  `by_reference` (plain calls), one above `runtime.values.BY_REFERENCE_BYTES` is stored
-  under a fresh `runtime.keys.value_key` (every replica acknowledges it) and travels as a
-  reference the worker resolves as the caller's own value (objects allowed, as inline
-  arguments are). Causal calls keep arguments inline (a reference would join their read
-  set), up to the same limit. Returns the list and the keys it stored.
+- `externalize(function, arglist, by_reference)` takes the `ArgumentList` of a call of
+  `function` (`cloudburst.arguments.encode`, values already serialized): an argument
+  (positional or keyword) above `limit` raises `ValueTooLarge` naming the function, the
+  argument and the limit before anything is sent or stored. With `by_reference` (plain
+  calls), one above `runtime.values.BY_REFERENCE_BYTES` is stored under a fresh
+  `runtime.keys.value_key` (every replica acknowledges it) and replaced by a reference the
+  worker resolves as the caller's own value (objects allowed, as inline arguments are).
+  Causal calls keep arguments inline (a reference would join their read set), up to the same
+  limit. Returns the keys it stored.
 - `store()` returns None once the client is closed: nothing is read or deleted any more.
 - `take(key, what)` reads a result stored by reference and deletes it; a missing key is
   `ObjectNotFound` naming the result. `release(keys)` deletes argument keys once their call
@@ -19,12 +20,12 @@ Contract:
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Iterable, List, Sequence, Tuple
+from typing import Any, Callable, Iterable, List
 
 from hydro_proto import cloudburst_pb2 as pb
 from runtime.errors import CloudburstError, ObjectNotFound
 from runtime.keys import value_key
-from runtime.values import Reference, dumps, too_large, transport
+from runtime.values import too_large, transport
 
 __all__ = ["Courier"]
 
@@ -39,37 +40,36 @@ class Courier:
         self.limit = int(limit)
         self._owner = owner
 
-    def encode(self, function: str, args: Sequence[Any],
-               by_reference: bool = True) -> Tuple["pb.ArgumentList", List[str]]:
-        out = pb.ArgumentList()
-        data: List[Any] = []
-        for i, a in enumerate(args):
-            if isinstance(a, Reference):
-                data.append(a)
-                continue
-            blob = dumps(a)
-            if transport(len(blob), self.limit) == "too_large":
-                raise too_large(f"argument {i} of function {function!r}", len(blob), self.limit)
-            data.append(blob)
+    def externalize(self, function: str, arglist: "pb.ArgumentList",
+                    by_reference: bool = True) -> List[str]:
+        """Check every serialized argument of `arglist` (positional and keyword) against the
+        limit, then, with `by_reference`, store those above the threshold and put references
+        in their place (in `arglist`); returns the keys stored (see the module contract)."""
+        slots = [(f"argument {i}", a) for i, a in enumerate(arglist.args)]
+        slots += [(f"keyword argument {k!r}", arglist.kwargs[k]) for k in sorted(arglist.kwargs)]
+        values = [(what, a) for what, a in slots if a.WhichOneof("kind") == "value"]
+        for what, a in values:
+            if transport(len(a.value), self.limit) == "too_large":
+                raise too_large(f"{what} of function {function!r}", len(a.value), self.limit)
         stored: List[str] = []
+        if not by_reference:
+            return stored
         try:
-            for a in data:
-                if isinstance(a, Reference):
-                    out.args.add(reference=a.key, concurrent=a.concurrent, objects=a.objects)
-                elif by_reference and transport(len(a), self.limit) == "reference":
-                    store = self._store()
-                    if store is None:
-                        raise CloudburstError("this Client is closed")
-                    key = value_key(self._owner)
-                    store.put_bytes(key, a)
-                    stored.append(key)
-                    out.args.add(reference=key, objects=True)
-                else:
-                    out.args.add(value=a)
+            for what, a in values:
+                if transport(len(a.value), self.limit) != "reference":
+                    continue
+                store = self._store()
+                if store is None:
+                    raise CloudburstError("this Client is closed")
+                key = value_key(self._owner)
+                store.put_bytes(key, a.value)
+                stored.append(key)
+                a.Clear()
+                a.reference, a.objects = key, True
         except BaseException:
             self.release(stored)
             raise
-        return out, stored
+        return stored
 
     def take(self, key: str, what: str) -> bytes:
         store = self._store()

@@ -19,7 +19,8 @@ Contract:
   result that arrives later is dropped).
 - Registry calls (`register`, `register_dag`, `delete_dag`, `list`) wait for the scheduler's
   answer and raise its typed error (`InvalidDag`, `DagNotFound`, ...).
-- `call` / `call_dag` return a `Future` at once; `Future.get(timeout)` returns the value (as
+- `call` / `call_dag` take positional and keyword arguments, which may be `Reference`s and
+  `Future`s of other calls (`cloudburst/arguments.py`), and return a `Future` at once; `Future.get(timeout)` returns the value (as
   plain data unless the call, or `get`, says `objects=True`) or raises the typed error
   (`FunctionNotFound`, `DagNotFound`, `NoResources`, `ExecutionError` with the remote
   traceback, `Timeout` naming the stage that stalled, `UnsafeValue`).
@@ -80,8 +81,9 @@ from runtime.framing import more, parse, recv_frame, send
 from runtime.sockets import bind_pull, check_address, ipc_dir_of
 from anna_core.config import DEFAULT_MAX_VALUE_BYTES
 from runtime.values import dumps_function
+from .arguments import encode, merge_keywords
 from .errors import (AuthenticationError, AuthenticationRequired, CloudburstError, InvalidDag,
-                     Timeout, error_from_status)
+                     InvalidFunction, Timeout, error_from_status)
 from . import actors as _actors
 from .big_values import Courier
 from .functions import RegisteredFunction, check_signature
@@ -215,10 +217,14 @@ class Client:
     # ---- registry ----
     def register(self, function: Any, name: str, *, time_limit: Optional[float] = None,
                  modules: Sequence[Any] = ()) -> None:
-        """Register `function` under `name`: a function `f(lib, *args)`, or `(cls, init_args)`
-        (or a bare class) for a stateful class whose instance's `run(lib, *args)` is called;
-        one instance per executor worker lives across calls (instances are not addressable:
-        state a caller needs to reach belongs in the KVS, or in an actor: `actor`).
+        """Register `function` under `name`: a function, or `(cls, init_args)` (or a bare
+        class) for a stateful class whose instance's `run` (or `__call__`) is called; one
+        instance per executor worker lives across calls (instances are not addressable:
+        state a caller needs to reach belongs in the KVS, or in an actor: `actor`). A function whose first parameter
+        is named `lib` receives the user library there (`def f(lib, x)`); any other gets
+        only its arguments (`def f(x)`; `cloudburst.lib()` reaches the library). `async def`
+        functions are awaited on the worker. What cannot run (a generator function, a
+        non-callable, a `lib` that is not the first parameter) raises `InvalidFunction`.
 
         `time_limit` is how many seconds one call of it may run (default: the cluster's);
         past it the function is stopped and its call fails with `Timeout` naming it.
@@ -235,7 +241,8 @@ class Client:
         elif callable(function):
             body = function
         else:
-            raise TypeError(f"register takes a function or (class, init_args), got {function!r}")
+            raise InvalidFunction(f"register takes a function or (class, init_args), got "
+                                  f"{function!r}, which is not callable")
         if not isinstance(name, str) or not name:
             raise ValueError(f"a function name must be a non-empty str, got {name!r}")
         check_signature(body[0] if stateful else body, name, stateful)
@@ -301,14 +308,19 @@ class Client:
     def call(self, name: str, *args: Any, timeout: Optional[float] = None,
              consistency: str = "lww", protocol: Optional[str] = None,
              time_limit: Optional[float] = None, objects: bool = False,
-             session: Optional[bool] = None) -> Future:
-        """Call registered function `name` with `args` (after `lib`); `consistency`,
+             session: Optional[bool] = None, kwargs: Optional[Mapping[str, Any]] = None,
+             **keywords: Any) -> Future:
+        """Call registered function `name` with `args` and keyword arguments: `keywords`
+        other than the options below, and `kwargs` (a mapping, for names that are options).
+        An argument may be a `Future` of another call: its value is passed, fetched where
+        the function runs (`DependencyFailed` if that call failed). `consistency`,
         `protocol`, `timeout`, `time_limit`, `objects` and `session` as for `call_dag` (a
         single function is a one-function DAG)."""
         level, proto = _consistency_and_protocol(consistency, protocol)
         call = pb.Call(function=name, consistency=level, protocol=proto,
                        time_limit=_time_limit(time_limit))
-        arglist, stored = self._courier.encode(name, args, level == pb.LWW)
+        arglist = encode(args, merge_keywords(kwargs, keywords))
+        stored = self._courier.externalize(name, arglist, level == pb.LWW)
         call.args[name].CopyFrom(arglist)
         return self._submit(call, f"call of function {name!r}", timeout, objects, session,
                             stored)
@@ -328,11 +340,14 @@ class Client:
                  consistency: str = "lww", output_key: Optional[str] = None,
                  timeout: Optional[float] = None, protocol: Optional[str] = None,
                  time_limit: Optional[float] = None, objects: bool = False,
-                 session: Optional[bool] = None) -> Future:
-        """Call DAG `name`; `args` maps a function to its own arguments (a list or tuple).
+                 session: Optional[bool] = None,
+                 kwargs: Optional[Mapping[str, Mapping[str, Any]]] = None) -> Future:
+        """Call DAG `name`; `args` maps a function to its own arguments (a list or tuple),
+        `kwargs` to its own keyword arguments (a dict). Either may hold `Future`s of other
+        calls (see `call`).
 
-        A function receives its own arguments first, then its upstreams' results in the
-        order the connections were registered. The sink's result is the call's value, also
+        A function receives its own positional arguments first, then its upstreams' results
+        in the order the connections were registered, then its keyword arguments. The sink's result is the call's value, also
         stored under `output_key` when given. `consistency` is "lww" (default) or "causal"
         (transactional causal consistency through HydroCache); with "causal", `protocol` is
         "ct", "opt", "con" or "hb" (default "hb"). A protocol with "lww" is a ValueError.
@@ -361,9 +376,13 @@ class Client:
                 if not isinstance(fn_args, (list, tuple)):
                     raise TypeError(f"arguments for {fn!r} must be a list or tuple, got "
                                     f"{type(fn_args).__name__}")
-                arglist, keys = self._courier.encode(fn, fn_args, level == pb.LWW)
-                stored += keys
-                call.args[fn].CopyFrom(arglist)
+                call.args[fn].CopyFrom(encode(fn_args, merge_keywords((kwargs or {}).get(fn),
+                                                                     {})))
+            for fn, fn_kwargs in (kwargs or {}).items():
+                if fn not in call.args:
+                    call.args[fn].CopyFrom(encode((), merge_keywords(fn_kwargs, {})))
+            for fn in sorted(call.args):
+                stored += self._courier.externalize(fn, call.args[fn], level == pb.LWW)
         except BaseException:
             self._courier.release(stored)
             raise
@@ -391,7 +410,8 @@ class Client:
             self._courier.release(stored)
             raise
         return Future(self, rid, what, wait, scheduler=scheduler, sent_at=sent_at,
-                      objects=objects, stored=stored)
+                      objects=objects, stored=stored,
+                      consistency="causal" if call.consistency == pb.CAUSAL else "lww")
 
     # ---- actors (cloudburst/actors.py; README "Actors") ----
     def actor(self, cls: type, *args: Any, **kwargs: Any) -> ActorHandle:

@@ -8,6 +8,7 @@ here; `KeyFileError` (a missing or malformed key file, named) is `runtime.auth`'
 """
 from runtime.errors import (STATUS_OF, Aborted, Cancelled, CloudburstError, DagNotFound, ExecutionError,
                             FunctionNotFound, InvalidDag, InvalidFunction, MalformedValue,
+                            InvalidArguments, DependencyFailed, NoLibrary,
                             NoResources, ObjectNotFound, SchedulerUnavailable, Timeout,
                             UnsafeValue, NotPermitted, CorruptRecord, ActorDied, ValueTooLarge,
                             error_from_status)
@@ -27,7 +28,7 @@ class AuthenticationRequired(AuthenticationError, _AuthenticationRequired):
     Also a `runtime.auth.AuthenticationRequired`, which `anna_core.Client` raises."""
 
 __all__ = ["CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "InvalidFunction",
-           "NoResources",
+           "InvalidArguments", "DependencyFailed", "NoLibrary", "NoResources",
            "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "Cancelled",
            "SchedulerUnavailable", "StartupError", "UnsafeValue", "MalformedValue", "NotPermitted",
            "CorruptRecord", "ActorDied", "ValueTooLarge", "STATUS_OF", "error_from_status",

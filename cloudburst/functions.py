@@ -1,21 +1,27 @@
-"""Registering functions: the signature check, and the handle `@client.function` returns.
+"""Registering functions: what can be registered, and the handle `@client.function` returns.
 
 Contract:
-- `check_signature(target, name)` raises `InvalidFunction` unless `target` can be called with
-  the user library first: a function `f(lib, ...)`, or a class whose `run(self, lib, ...)`
-  is called on one instance per executor worker. A callable whose signature Python cannot
-  read (a builtin) is accepted as it is.
+- `check_signature(target, name, stateful)` raises `InvalidFunction` unless `target` can run
+  as a function (`executor/calling.py` decides, on the client and on the workers alike): a
+  function receives the user library only when its first parameter is named `lib`
+  (`def f(lib, x)`); any other function gets only its arguments (`def f(x)`) and reaches the
+  library with `cloudburst.lib()`. A stateful class is called through `run` (or `__call__`)
+  on one instance per executor worker, with the same rule after `self`. Generator and
+  async generator functions, non-callables, and a `lib` parameter that is not first are
+  refused; `async def` functions are awaited on the worker.
 - `RegisteredFunction` is what the decorator returns: calling it calls the registered
-  function on the cluster and returns a `Future`; `.map(*iterables)` fans calls out and
-  returns their values in order; `.name` is the registered name; `.local` is the original
-  Python object, for tests and local use.
+  function on the cluster and returns a `Future` (keywords that are `Client.call` options,
+  `timeout`, `consistency`, `protocol`, `time_limit`, `objects`, `session`, are options;
+  the others go to the function); `.options(**call_options)` returns a caller whose
+  keywords all go to the function; `.map(*iterables)` fans calls out and returns their values in order;
+  `.name` is the registered name; `.local` is the original Python object, for tests and
+  local use.
 """
 from __future__ import annotations
 
-import inspect
-from typing import TYPE_CHECKING, Any, Iterable, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional
 
-from runtime.errors import InvalidFunction
+from executor.calling import check_registrable
 
 if TYPE_CHECKING:  # the client imports this module
     from .client import Client
@@ -23,29 +29,10 @@ if TYPE_CHECKING:  # the client imports this module
 
 __all__ = ["check_signature", "RegisteredFunction"]
 
-_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-
 
 def check_signature(target: Any, name: str, stateful: bool) -> None:
-    """Raise `InvalidFunction` if `target` cannot take `lib` first (see the module contract)."""
-    call = getattr(target, "run", None) if stateful else target
-    if stateful and not callable(call):
-        raise InvalidFunction(f"stateful class {target.__name__} registered as {name!r} needs "
-                              f"a `run(self, lib, ...)` method")
-    try:
-        signature = inspect.signature(call)
-    except (TypeError, ValueError):
-        return
-    params = list(signature.parameters.values())
-    if any(p.kind == inspect.Parameter.VAR_POSITIONAL for p in params):
-        return
-    needed = 2 if stateful else 1     # a class's `run` is read unbound: self, then lib
-    if sum(1 for p in params if p.kind in _POSITIONAL) < needed:
-        shown = f"{target.__name__}.run" if stateful else getattr(target, "__name__", name)
-        raise InvalidFunction(
-            f"function {name!r} must take the user library `lib` as its first argument, e.g. "
-            f"`def {'run(self, lib, ...)' if stateful else shown + '(lib, ...)'}`; "
-            f"{shown}{signature} does not")
+    """Raise `InvalidFunction` if `target` cannot run as a function (module contract)."""
+    check_registrable(target, name, stateful)
 
 
 class RegisteredFunction:
@@ -60,9 +47,17 @@ class RegisteredFunction:
     def __repr__(self) -> str:
         return f"<RegisteredFunction {self.name!r} on {self.client.address}>"
 
-    def __call__(self, *args: Any, **options: Any) -> "Future":
-        """Call it on the cluster; `options` are `Client.call`'s (timeout, consistency, ...)."""
-        return self.client.call(self.name, *args, **options)
+    def __call__(self, *args: Any, **keywords: Any) -> "Future":
+        """Call it on the cluster: `Client.call`'s options (timeout, consistency, ...) are
+        options, other keywords go to the function."""
+        return self.client.call(self.name, *args, **keywords)
+
+    def options(self, **options: Any) -> Callable[..., "Future"]:
+        """A caller with these `Client.call` options whose keywords all go to the function
+        (for a function with a parameter named like an option, e.g. `timeout`)."""
+        def call(*args: Any, **kwargs: Any) -> "Future":
+            return self.client.call(self.name, *args, kwargs=kwargs, **options)
+        return call
 
     def map(self, *iterables: Iterable[Any], timeout: Optional[float] = None,
             **options: Any) -> List[Any]:

@@ -14,6 +14,8 @@ Contract:
   `wait(futures, timeout)` returns `(done, pending)` lists without raising.
 - After a causal call's `get`, `Future.causal` holds its `CausalStats`.
 - `Future.logs()` is what the call's functions printed, bounded.
+- A `Future` given to another call as a top-level argument is replaced by its value where
+  that call runs (`cloudburst/arguments.py`); it cannot be pickled inside another value.
 - `Future.cancel()` stops the call where it runs; `get` then raises `Cancelled`. A call whose
   deadline passes while its caller waits in `get` is cancelled the same way.
 - A call whose scheduler stops (its connection drops) or stops answering while the caller
@@ -71,7 +73,8 @@ class Future:
 
     def __init__(self, client: "Client", request_id: str, what: str, timeout: float,
                  scheduler: str = "", sent_at: Optional[float] = None,
-                 objects: bool = False, stored: Sequence[str] = ()) -> None:
+                 objects: bool = False, stored: Sequence[str] = (),
+                 consistency: str = "lww") -> None:
         self._client = client
         self.request_id = request_id
         self.what = what
@@ -84,6 +87,7 @@ class Future:
         self.causal: Optional[CausalStats] = None   # set by get() for causal calls
         self._cancelled = False
         self.objects = objects       # read the value as Python objects, not only plain data
+        self.consistency = consistency   # of the call: "lww" or "causal"
         self._finalizer = weakref.finalize(self, client._forget, request_id)
         # large values of this call in the KVS (its arguments, then its result): deleted once
         # the call is over, or when the future is dropped unread
@@ -94,6 +98,11 @@ class Future:
 
     def __repr__(self) -> str:
         return f"<Future {self.what} {'done' if self._result is not None else 'pending'}>"
+
+    def __reduce__(self) -> Any:
+        raise TypeError(f"a Future ({self.what}) cannot be pickled: pass it to a call as a "
+                        f"top-level argument (positional or keyword), where its value is "
+                        f"fetched on the executor, or pass future.get()")
 
     def done(self) -> bool:
         """True if the result (or error) has arrived, or the call was cancelled."""

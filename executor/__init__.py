@@ -5,5 +5,7 @@ cache), `output` (what functions print, captured per call and bounded). Services
 (`python -m executor`: the node cache, and the supervisor that restarts workers), `worker`
 (`python -m executor.worker`: runs functions with time limits and cancels), `cache_client`
 (a worker's requests to its node cache), `causal` (a causal invocation's reads and writes),
-`library` (the `lib` every function receives).
+`library` (the `lib` a function receives), `calling` (how a function is called: with or
+without `lib`, awaited when async, arguments checked), `held` (pure: the results a worker
+holds for other calls) and `sharing` (fetching and serving them).
 """

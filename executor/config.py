@@ -95,6 +95,10 @@ class WorkerConfig:
     output_limit: int = 64 * 1024   # characters of a call's printed output kept for its caller
     function_time_limit: float = 900.0   # seconds a function may run unless it sets its own
     auth: bool = False              # credentials come on stdin (False: plain sockets)
+    # the outcomes of calls whose sink ran here are held this long, within these bytes, for
+    # later calls that take them as arguments (a Future passed to a call; executor/held.py)
+    result_ttl: float = 120.0
+    result_bytes: int = 64 << 20
     max_actors: int = 64            # actor instances this worker holds at most
 
     def to_json(self) -> str:

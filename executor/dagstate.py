@@ -7,7 +7,11 @@ Contract: `PendingCalls` is pure state (every method takes `now`, in seconds).
 - `add_schedule(...)` / `add_trigger(...)` return a `Ready` when the invocation just became
   ready, else None. Its `args` are the call's own arguments for the function first, then the
   upstream results in the order of `upstreams` (the DAG's connection registration order).
-  A source (no upstreams) is ready as soon as its schedule arrives.
+  A source (no upstreams) is ready as soon as its schedule arrives. `inputs` (given with the
+  schedule) are further named values it waits for the same way (the results of other calls
+  given as arguments); they arrive by `add_trigger` under their name and come in
+  `Ready.inputs`, not in `args`. `missing(call_id, function)` names a pending invocation's
+  inputs and upstreams that have not arrived.
 - Each invocation fires at most once; a trigger or schedule for one that already fired, or
   a duplicate trigger from the same upstream, is ignored.
 - `Ready.deadline` is the invocation's deadline and `Ready.late` names the inputs that arrived
@@ -34,6 +38,7 @@ class Ready:
     args: List[Any]
     deadline: float = float("inf")
     late: List[str] = field(default_factory=list)   # inputs that arrived after the deadline
+    inputs: Dict[str, Any] = field(default_factory=dict)   # named inputs (add_schedule)
 
 
 @dataclass
@@ -41,7 +46,7 @@ class Stalled:
     call_id: str
     function: str
     schedule: Any                  # None if the schedule never arrived
-    missing: List[str]             # upstreams whose result never arrived
+    missing: List[str]             # upstreams (and inputs) whose result never arrived
 
 
 @dataclass
@@ -50,6 +55,7 @@ class _Entry:
     schedule: Any = None
     upstreams: Tuple[str, ...] = ()
     call_args: Sequence[Any] = ()
+    inputs: Tuple[str, ...] = ()
     results: Dict[str, Any] = field(default_factory=dict)
     late: List[str] = field(default_factory=list)
 
@@ -68,7 +74,7 @@ class PendingCalls:
 
     def add_schedule(self, call_id: str, function: str, schedule: Any,
                      upstreams: Sequence[str], call_args: Sequence[Any], deadline: float,
-                     now: float) -> Optional[Ready]:
+                     now: float, inputs: Sequence[str] = ()) -> Optional[Ready]:
         key = (call_id, function)
         if key in self._fired:
             return None
@@ -78,6 +84,7 @@ class PendingCalls:
         elif e.schedule is not None:
             return None
         e.schedule, e.upstreams, e.call_args, e.deadline = schedule, tuple(upstreams), call_args, deadline
+        e.inputs = tuple(inputs)
         if now > deadline:
             e.late.append("(the schedule)")
         return self._maybe_fire(key, e, now)
@@ -92,7 +99,7 @@ class PendingCalls:
             e = self._entries[key] = _Entry(now + self.orphan_timeout)
         if source in e.results:
             return None
-        if e.schedule is not None and source not in e.upstreams:
+        if e.schedule is not None and source not in e.upstreams and source not in e.inputs:
             return None
         e.results[source] = value
         if now > e.deadline and e.schedule is not None:
@@ -100,12 +107,20 @@ class PendingCalls:
         return self._maybe_fire(key, e, now)
 
     def _maybe_fire(self, key: Tuple[str, str], e: _Entry, now: float) -> Optional[Ready]:
-        if e.schedule is None or any(u not in e.results for u in e.upstreams):
+        if e.schedule is None or any(u not in e.results for u in e.upstreams + e.inputs):
             return None
         del self._entries[key]
         self._remember(key, max(e.deadline, now))
         args = list(e.call_args) + [e.results[u] for u in e.upstreams]
-        return Ready(key[0], key[1], e.schedule, args, e.deadline, list(e.late))
+        return Ready(key[0], key[1], e.schedule, args, e.deadline, list(e.late),
+                     {i: e.results[i] for i in e.inputs})
+
+    def missing(self, call_id: str, function: str) -> List[str]:
+        """The upstreams and inputs a pending invocation still waits for ([] if none)."""
+        e = self._entries.get((call_id, function))
+        if e is None:
+            return []
+        return [u for u in e.upstreams + e.inputs if u not in e.results]
 
     def _remember(self, key: Tuple[str, str], until: float) -> None:
         self._fired[key] = until
@@ -129,7 +144,7 @@ class PendingCalls:
             if now > e.deadline:
                 del self._entries[key]
                 self._remember(key, now)   # results arriving late are ignored
-                missing = [u for u in e.upstreams if u not in e.results]
+                missing = [u for u in e.upstreams + e.inputs if u not in e.results]
                 out.append(Stalled(key[0], key[1], e.schedule, missing))
         for key, until in list(self._fired.items()):
             if now > until + self.orphan_timeout:

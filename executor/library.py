@@ -1,4 +1,5 @@
-"""The user library: the `lib` object every function receives as its first argument.
+"""The user library: the `lib` a function receives as its first parameter when it names it
+`lib`, and that `cloudburst.lib()` returns inside any function (`executor/calling.py`).
 
 Contract:
 - `lib.get(key, default=...)` returns the object stored under `key` (read through the node

@@ -7,7 +7,11 @@ Contract:
   to its node every `heartbeat_period` from a background thread (`executor/liveness.py`), so
   a long-running function does not look dead; it dies with its node (PR_SET_PDEATHSIG).
 - Readiness and argument order are `executor.dagstate.PendingCalls`'. A ready function runs
-  with `lib` first, then its arguments; top-level `Reference`s are resolved through the node
+  as `executor/calling.py` says (`lib` first if it names it, awaited if async; arguments that
+  do not fit fail the call with INVALID_ARGUMENTS), with its arguments and keyword arguments;
+  another call's result given as an argument is fetched from the worker holding it, and the
+  outcome of every call whose sink ran here is held for such fetches (`executor/sharing.py`:
+  DEPENDENCY_FAILED when there is none); top-level `Reference`s are resolved through the node
   cache first, as plain data unless the `Reference` says `objects=True` (a value that is more
   fails the call with UNSAFE_VALUE naming the key and the refused global, before the function
   runs). The caller's own arguments and upstream results are unpickled fully: the caller may
@@ -59,7 +63,7 @@ import tempfile
 import threading
 import time
 import traceback
-from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+from typing import Any, Deque, Dict, List, Optional, Tuple
 
 import zmq
 from google.protobuf.message import DecodeError
@@ -69,8 +73,9 @@ from runtime.auth import (FUNCTION, Credentials, KeyFileError, Security, credent
                           decode_handoff, parse_address, role_of)
 from runtime.framing import FrameError, encode, parse, recv_frame
 from runtime.sockets import PushCache, bind_pull
-from runtime.values import decode_arg, dumps, loads
-from runtime.errors import CorruptRecord, ObjectNotFound, Timeout, ValueTooLarge
+from runtime.values import dumps, loads
+from runtime.errors import (CorruptRecord, InvalidArguments, ObjectNotFound, Timeout,
+                            ValueTooLarge)
 from anna_core.config import DEFAULT_MAX_VALUE_BYTES
 from runtime.values import Reference
 from hydro_proto import cloudburst_pb2 as pb
@@ -82,28 +87,31 @@ from .actor_caller import ActorCaller
 from .actors import ActorGone, ActorTable, ActorTableFull, describe
 from .big_results import result_fields
 from .cache_client import CacheClient, Fenced
+from .calling import Entry, entry_of
 from .call_session import CallSession, UpstreamSessions
 from .causal import CausalAbortError, CausalInvocation, Reusable, inputs_digest
 from .config import WorkerConfig
 from .dagstate import PendingCalls, Ready
 from .guard import FunctionGuard, Interrupted
+from .held import HeldResults, Outcome
 from .library import UserLibrary
 from .liveness import die_with_parent, heartbeat_loop
 from .output import CallOutput, Capture, UpstreamLogs, join_logs, section
 from .privilege import drop_capabilities, hide_paths
 from .references import ArgumentRefused, FunctionError, load_reference, resolve
+from .sharing import DependencyError, ResultSharing, Unavailable, call_inputs, prepare
 
 __all__ = ["Worker", "FUNCTION_KINDS"]
 
 log = logging.getLogger("cloudburst.worker")
 # what another worker (a function key) may send a worker; schedules come from the cluster only
-FUNCTION_KINDS = frozenset({"trigger", "abort", "msg"})
+FUNCTION_KINDS = frozenset({"trigger", "abort", "msg", "fetch"})
 _INBOX_LIMIT = 10000
 DONE_BATCH_SECONDS = 0.005
 _MSG_CODE = encode("msg", pb.UserMessage())[:1]
 
 
-class Worker:
+class Worker(ResultSharing):
     """One executor worker; see the module contract."""
 
     def __init__(self, config: WorkerConfig, credentials: Optional[Credentials] = None) -> None:
@@ -126,7 +134,7 @@ class Worker:
                                  config.cache_timeout)
         self.pending = PendingCalls()
         self.lib = UserLibrary(self)
-        self._functions: Dict[str, Tuple[str, Callable]] = {}
+        self._functions: Dict[str, Tuple[str, Entry]] = {}
         self._time_limits: Dict[str, float] = {}     # function -> its registered limit (0: none)
         # cancels reach a running function through this socket, read by the heartbeat thread
         self._control, self.control_address = bind_pull(self._context, config.ip,
@@ -149,12 +157,13 @@ class Worker:
         self._upstream_logs = UpstreamLogs()
         self._sessions = UpstreamSessions()    # what upstream functions read and wrote
         self._reuse: Dict[Tuple[str, str], Reusable] = {}
+        self.held = HeldResults(config.result_ttl, max_bytes=config.result_bytes)
         # the actors placed on this worker, and the caller of handles used inside functions
         self.actors = ActorTable(config.max_actors, lambda body: loads(body, objects=True))
         self.actor_caller = ActorCaller(self.worker_id, self._context, self._push, config.ip,
                                         config.ipc_dir, creds)
         self._handlers = {"schedule": self._on_schedule, "trigger": self._on_trigger,
-                          "abort": self._on_abort, "msg": self._on_msg}
+                          "abort": self._on_abort, "msg": self._on_msg, "fetch": self._on_fetch}
 
     # ---- lifecycle ----
     def stop(self) -> None:
@@ -173,6 +182,7 @@ class Worker:
                 for stalled in self.pending.expire(now):
                     self._on_stalled(stalled)
                 self._expire_reuse(now)
+                self._expire_held(now)
                 if self.config.parent_pid and os.getppid() != self.config.parent_pid:
                     log.warning("parent process exited; stopping")
                     break
@@ -245,7 +255,7 @@ class Worker:
                 raise FrameError(f"kind {kind!r} is not for a worker")
             try:
                 message = {"schedule": pb.Schedule, "trigger": pb.Trigger, "abort": pb.CallDone,
-                           "msg": pb.UserMessage}[kind].FromString(payload)
+                           "msg": pb.UserMessage, "fetch": pb.ResultRequest}[kind].FromString(payload)
             except DecodeError as e:
                 raise FrameError(f"{kind!r} payload does not parse ({e})") from None
             handler(message)
@@ -256,15 +266,20 @@ class Worker:
 
     def _on_schedule(self, s: pb.Schedule) -> None:
         now = time.monotonic()
+        inputs = call_inputs(s.args)      # other calls' results given as arguments
         ready = self.pending.add_schedule(s.call_id, s.function, s, list(s.upstreams),
-                                          list(s.args.args), now + s.timeout, now)
+                                          list(s.args.args), now + s.timeout, now, list(inputs))
         if ready is not None:
             self._run(ready)
+        elif inputs:
+            self._request_inputs(s)
 
     def _on_trigger(self, t: pb.Trigger) -> None:
         if t.HasField("schedule"):
             self._on_schedule(t.schedule)
         value = (bytes(t.value), t.causal) if t.HasField("causal") else bytes(t.value)
+        if t.status != pb.OK:          # a fetched input without a value (executor/sharing.py)
+            value = Unavailable(t.status, t.message)
         if t.logs:
             self._upstream_logs.add(t.call_id, t.target, t.logs)
         if t.HasField("session"):
@@ -275,6 +290,8 @@ class Worker:
 
     def _on_abort(self, message: pb.CallDone) -> None:
         self.pending.abort(message.call_id)
+        self._keep_outcome(message.call_id, Outcome(
+            message.status or pb.CANCELLED, message=message.message or "it was stopped"))
         self._upstream_logs.drop(message.call_id)
         self._sessions.drop(message.call_id)
 
@@ -283,11 +300,13 @@ class Worker:
         inherited = self._upstream_logs.take(s.call_id, s.function)
         return join_logs(inherited + [section(s.function, printed)], self.output.limit)
 
-    def _call_function(self, s: pb.Schedule, fn: Callable, args: List[Any],
-                       deadline: float) -> Any:
-        """Run the function with its output captured into `self._printed` (kept whether it
-        returns or raises), stopped (`Interrupted`) past its time limit or the call's
-        deadline, or when the call is cancelled."""
+    def _call_function(self, s: pb.Schedule, fn: Entry, args: List[Any],
+                       kwargs: Dict[str, Any], deadline: float) -> Any:
+        """Run the function (`executor/calling.py`: with `lib` if it takes it, awaited if
+        async; `InvalidArguments` first if the arguments do not fit) with its output captured
+        into `self._printed` (kept whether it returns or raises), stopped (`Interrupted`)
+        past its time limit or the call's deadline, or when the call is cancelled."""
+        fn.check(args, kwargs)
         limit = s.time_limit or self._time_limits.get(s.function) or \
             self.config.function_time_limit
         left = deadline - time.monotonic()
@@ -302,7 +321,8 @@ class Worker:
         try:
             # a handle passed to the function calls its actor through this worker
             with self.actor_caller.during(s.scheduler_address, time.monotonic() + seconds):
-                return self.guard.run(s.call_id, seconds, reason, lambda: fn(self.lib, *args))
+                return self.guard.run(s.call_id, seconds, reason,
+                                      lambda: fn.call(self.lib, args, kwargs))
         finally:
             self._printed = self.output.end()
             self._tell_node(pb.WorkerStatus(running=0, call_id=s.call_id))
@@ -331,7 +351,7 @@ class Worker:
         self._inbox.append((m.sender, bytes(m.payload)))
 
     # ---- running a function ----
-    def _function(self, name: str, version: str, deadline: float) -> Callable:
+    def _function(self, name: str, version: str, deadline: float) -> Entry:
         """The callable for `name`: cached per version; a different version is fetched from the
         registry (a newer registration than the schedule's wins: the scheduler learns of it
         within a gossip epoch)."""
@@ -358,27 +378,31 @@ class Worker:
                 f"modules=[{e.name}] to ship the module with it") from None
         if record.stateful:
             cls, init_args = obj
-            fn = cls(*init_args).run
+            instance = cls(*init_args)
+            method = entry_of(cls)
+            fn = instance if method == "__call__" else getattr(instance, method or "run")
         else:
             fn = obj
+        fn = Entry(fn, name)
         self._functions[name] = (record.version, fn)
         self._time_limits[name] = record.time_limit
         return fn
 
-    def _arguments(self, raw: List[Any]) -> List[Any]:
-        """The call's arguments (pb.Argument) and upstream results (bytes) as values, with
-        top-level `Reference`s resolved (see the module contract)."""
-        values = [loads(a, objects=True) if isinstance(a, bytes) else decode_arg(a) for a in raw]
-        refs = [v for v in values if isinstance(v, Reference)]
+    def _arguments(self, ready: Ready, what: str) -> Tuple[List[Any], Dict[str, Any]]:
+        """The call's arguments (pb.Argument), other calls' results and upstream results
+        (bytes) as `(args, kwargs)`, with top-level `Reference`s resolved (module contract)."""
+        values, kwvalues = prepare(ready, what)
+        refs = [v for v in values + list(kwvalues.values()) if isinstance(v, Reference)]
         if not refs:
-            return values
+            return values, kwvalues
         keys = sorted({r.key for r in refs})
         found = self.cache.get(keys)
         missing = [k for k in keys if found.get(k) is None]
         if missing:
             raise FunctionError(f"referenced key(s) {missing} hold no object")
         resolved = {r: load_reference(r, found[r.key]) for r in refs}
-        return [resolved[v] if isinstance(v, Reference) else v for v in values]
+        return ([resolved[v] if isinstance(v, Reference) else v for v in values],
+                {k: resolved[v] if isinstance(v, Reference) else v for k, v in kwvalues.items()})
 
     def _run(self, ready: Ready) -> None:
         s: pb.Schedule = ready.schedule
@@ -400,13 +424,15 @@ class Worker:
             if s.HasField("session") else None
         try:
             try:
-                fn = self.actors.target(s.actor, self.worker_id) if s.HasField("actor") else \
+                fn = Entry(self.actors.target(s.actor, self.worker_id), what) \
+                    if s.HasField("actor") else \
                     self._function(s.function, s.version, start + s.timeout)
-                args = self._arguments(ready.args)
-                result = self._call_function(s, fn, args, ready.deadline)
+                args, kwargs = self._arguments(ready, what)
+                result = self._call_function(s, fn, args, kwargs, ready.deadline)
             except FunctionError as e:
                 raise FunctionError(f"{what} on worker {self.worker_id}: {e}") from None
-            except (ArgumentRefused, CorruptRecord, ActorGone, ActorTableFull):
+            except (ArgumentRefused, CorruptRecord, ActorGone, ActorTableFull, InvalidArguments,
+                    DependencyError):
                 raise
             except Exception as e:
                 raise FunctionError(f"{what} raised {type(e).__name__}: {e}",
@@ -432,6 +458,12 @@ class Worker:
         except CorruptRecord as e:
             self._fail(s, pb.CORRUPT_RECORD, f"{what} on worker {self.worker_id}: {e}")
             return
+        except InvalidArguments as e:
+            self._fail(s, pb.INVALID_ARGUMENTS, f"{what}: {e}")
+            return
+        except DependencyError as e:
+            self._fail(s, pb.DEPENDENCY_FAILED, str(e))
+            return
         except ActorGone as e:          # executor/actors.py: the instance is not here
             self._fail(s, pb.ACTOR_DIED, f"{what} on worker {self.worker_id}: {e}")
             return
@@ -452,6 +484,7 @@ class Worker:
         report = session.report() if session is not None else None
         self._send_downstream(s, ready, value, logs=logs, session=report)
         if s.sink:
+            self._keep_outcome(s.call_id, Outcome(pb.OK, value))   # for Future arguments
             self._push.send(s.response_address, "result",
                             pb.CallResult(request_id=s.call_id, status=pb.OK, logs=logs,
                                           session=report, **fields))
@@ -504,10 +537,10 @@ class Worker:
         try:
             try:
                 fn = self._function(s.function, s.version, start + s.timeout)
-                values = [loads(a, objects=True) if isinstance(a, bytes) else decode_arg(a)
-                          for a in raw_args]
-                values += [loads(r, objects=True) for r in results]
-                refs = [v.key for v in values if isinstance(v, Reference)]
+                values, kwvalues = prepare(Ready(ready.call_id, ready.function, s,
+                                                 raw_args + results, inputs=ready.inputs), what)
+                refs = [v.key for v in values + list(kwvalues.values())
+                        if isinstance(v, Reference)]
                 reuse_key = (plan.call_id, s.function)
                 reuse = self._reuse.get(reuse_key) if plan.reuse_attempt else None
                 inv.bind(refs + (sorted(reuse.read_clocks) if reuse else []))
@@ -517,9 +550,11 @@ class Worker:
                     value = reuse.value         # HB: same read versions, same inputs (4.3.5)
                 else:
                     args = [resolve(inv, v) if isinstance(v, Reference) else v for v in values]
+                    kwargs = {k: resolve(inv, v) if isinstance(v, Reference) else v
+                              for k, v in kwvalues.items()}
                     self.invocation = inv
                     try:
-                        result = self._call_function(s, fn, args, ready.deadline)
+                        result = self._call_function(s, fn, args, kwargs, ready.deadline)
                     finally:
                         self.invocation = None
                     value = dumps(result)
@@ -532,7 +567,7 @@ class Worker:
                     extra = {s.output_key: value} if s.output_key else None
                     versions = inv.commit(self._writer, extra)
             except (CausalAbortError, Timeout, ArgumentRefused, Fenced, CorruptRecord,
-                    ValueTooLarge):
+                    InvalidArguments, DependencyError, ValueTooLarge):
                 raise
             except FunctionError as e:
                 raise FunctionError(f"{what} on worker {self.worker_id}: {e}") from None
@@ -555,6 +590,12 @@ class Worker:
             return
         except CorruptRecord as e:
             self._fail(s, pb.CORRUPT_RECORD, f"{what} on worker {self.worker_id}: {e}")
+            return
+        except InvalidArguments as e:
+            self._fail(s, pb.INVALID_ARGUMENTS, f"{what}: {e}")
+            return
+        except DependencyError as e:
+            self._fail(s, pb.DEPENDENCY_FAILED, str(e))
             return
         except ValueTooLarge as e:
             self._fail(s, pb.VALUE_TOO_LARGE, f"{e} (worker {self.worker_id})")
@@ -606,12 +647,15 @@ class Worker:
             request_id=s.causal.call_id or s.call_id, status=status, message=message,
             traceback=tb, stage=stage, logs=self._call_logs(s, self._printed)))
         self._printed = ""
+        if s.consistency != pb.CAUSAL:
+            self._keep_outcome(s.call_id, Outcome(status, message=message))
         for fn, address in s.locations.items():
             if fn != s.function:
                 if address == self.address:
                     self.pending.abort(s.call_id)
                 else:
-                    self._push.send(address, "abort", pb.CallDone(call_id=s.call_id))
+                    self._push.send(address, "abort", pb.CallDone(
+                        call_id=s.call_id, status=status, message=message))
         self._call_done(s.scheduler_address, s.call_id, ok=False)
 
     def _stopped(self, s: pb.Schedule, what: str, e: Interrupted) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Optional
 
 __all__ = ["CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "InvalidFunction",
-           "NoResources",
+           "InvalidArguments", "DependencyFailed", "NoLibrary", "NoResources",
            "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "Cancelled", "UnsafeValue",
            "MalformedValue", "NotPermitted", "CorruptRecord", "ActorDied", "ValueTooLarge",
            "STATUS_OF",
@@ -46,9 +46,24 @@ class InvalidDag(CloudburstError):
 
 
 class InvalidFunction(CloudburstError, TypeError):
-    """`register` was given something that cannot run as a function: it must take the user
-    library `lib` as its first argument (a stateful class: `run(self, lib, ...)`). Also a
+    """`register` was given something that cannot run as a function: not callable, a
+    generator or async generator function, a class with neither `run` nor `__call__`, or a
+    parameter named `lib` that is not the first positional one. Also a `TypeError`."""
+
+
+class InvalidArguments(CloudburstError, TypeError):
+    """A call's arguments do not fit its function's signature (a missing or unexpected
+    argument); the message names the function and what Python said. Nothing ran. Also a
     `TypeError`."""
+
+
+class DependencyFailed(CloudburstError):
+    """A `Future` given as an argument has no value to give: its call failed (the message
+    names it and its error) or its result is no longer held. The function did not run."""
+
+
+class NoLibrary(CloudburstError, RuntimeError):
+    """`cloudburst.lib()` was called outside a function running on an executor."""
 
 
 class NoResources(CloudburstError):
@@ -167,7 +182,8 @@ class ValueTooLarge(CloudburstError, ValueError):
 STATUS_OF = {
     FunctionNotFound: 1, DagNotFound: 2, InvalidDag: 3, NoResources: 4, ExecutionError: 5,
     Timeout: 6, ObjectNotFound: 7, Aborted: 10, Cancelled: 11, UnsafeValue: 12,
-    NotPermitted: 13, CorruptRecord: 14, ActorDied: 24, ValueTooLarge: 26,
+    NotPermitted: 13, CorruptRecord: 14, InvalidArguments: 20, DependencyFailed: 21,
+    ActorDied: 24, ValueTooLarge: 26,
 }
 
 

@@ -87,6 +87,7 @@ from .causal import caller_of
 from .causal_calls import CausalCalls
 from .policy import choose_executors, choose_one_node, dag_relations
 from .registry import Registry
+from .results import ResultHolders
 from .schedule import build_schedules, references_by_function
 from hydrocache.session import refusal
 from .stats import CallStats, WorkerGauge, render_prometheus
@@ -159,6 +160,7 @@ class Scheduler:
         self._causal = self._causal_calls.records
         # what this scheduler saw of its calls (`status`, and `/metrics` when asked for)
         self.stats = CallStats()
+        self._results = ResultHolders()    # where calls' results are held (Future arguments)
         # actors: placement, routing of method calls, kills (scheduler/actor_calls.py)
         self._actors = ActorCalls(self._push, self.table, self._kvs, self.stats, self.address,
                                   config.call_timeout, self._rng)
@@ -380,8 +382,19 @@ class Scheduler:
         for call_id in call.finished:
             if not (self._causal and self._causal_calls.done(call_id, time.monotonic())):
                 self.table.finish_call(call_id)
+        for ref in self._results.stamp(call, time.monotonic())[:1]:
+            return self._fail(call, pb.DEPENDENCY_FAILED, (
+                f"{call.dag or call.function}: the result of {ref.what or 'call ' + ref.call_id} "
+                f"is an argument, and the scheduler at {self.address} has no record of where "
+                f"it is held: that call was sent to another scheduler, failed before it was "
+                f"placed, is causal, or was placed more than {self._results.ttl:g} s ago"))
         if call.HasField("actor"):
-            return self._actors.call(call, time.monotonic())
+            self._actors.call(call, time.monotonic())
+            record = self.table.call(call.request_id)    # placed: its worker holds its result
+            for wid in (record.placement.values() if record is not None else ()):
+                self._results.placed(call.request_id, self.table.address(wid) or "",
+                                     time.monotonic())
+            return
         if call.dag:
             record = self.registry.dag(call.dag)
             if record is None:
@@ -424,6 +437,7 @@ class Scheduler:
         for address, schedule in build_schedules(call, dag, placement, addresses, versions,
                                                  self.address, timeout):
             self._push.send(address, "schedule", schedule)
+        self._results.placed(call.request_id, addresses[placement[dag.sink()]], time.monotonic())
         self.table.start_call(CallRecord(call.request_id, dag.name, dict(placement),
                                          call.response_address, time.monotonic() + timeout + 5))
 
@@ -446,7 +460,8 @@ class Scheduler:
         record = self.table.call(call_id)
         if record is None:
             return
-        abort = pb.CallDone(call_id=call_id)
+        abort = pb.CallDone(call_id=call_id, status=pb.CANCELLED,
+                            message="its caller cancelled it")
         for worker_id in set(record.placement.values()):
             for address in (self.table.address(worker_id), self.table.control_address(worker_id)):
                 if address:
@@ -594,7 +609,8 @@ class Scheduler:
         for fn, wid in record.placement.items():
             address = self.table.address(wid)
             if address is not None:
-                self._push.send(address, "abort", pb.CallDone(call_id=record.call_id))
+                self._push.send(address, "abort", pb.CallDone(call_id=record.call_id,
+                                                              status=status, message=message))
 
     # ---- placement; causal calls (scheduler/causal_calls.py carries them out) ----
     def _place(self, call: pb.Call, dag: Dag, place: Any, concurrent: Any,

@@ -7,6 +7,7 @@ import time
 import pytest
 
 import cloudburst
+from cloudburst.arguments import encode
 from cloudburst.big_values import Courier
 from executor.big_results import result_fields
 from executor.permissions import refusal
@@ -57,20 +58,25 @@ def test_courier_stores_large_arguments_and_refuses_too_large_ones_before_storin
     store = FakeStore()
     courier = Courier(lambda: store, 4 * MiB, "client-x")
     big = b"b" * (2 * MiB)
-    arglist, stored = courier.encode("f", [1, big, cloudburst.Reference("k")])
+    arglist = encode([1, big, cloudburst.Reference("k")], {"extra": big})
+    stored = courier.externalize("f", arglist)
     kinds = [a.WhichOneof("kind") for a in arglist.args]
     assert kinds == ["value", "reference", "reference"]
     assert arglist.args[1].objects and arglist.args[1].reference == stored[0]
-    assert stored[0].startswith(VALUES_PREFIX + "client-x/")
+    assert arglist.kwargs["extra"].reference == stored[1] and len(stored) == 2
+    assert all(k.startswith(VALUES_PREFIX + "client-x/") for k in stored)
     assert loads(store.data[stored[0]], objects=True) == big
     assert arglist.args[2].reference == "k" and "k" not in store.data
     # a causal call keeps them inline
-    arglist, stored_causal = courier.encode("f", [big], by_reference=False)
-    assert arglist.args[0].WhichOneof("kind") == "value" and stored_causal == []
+    arglist = encode([big], {})
+    assert courier.externalize("f", arglist, by_reference=False) == []
+    assert arglist.args[0].WhichOneof("kind") == "value"
     # one argument too large: nothing is stored, not even the large one before it
     before = dict(store.data)
     with pytest.raises(cloudburst.ValueTooLarge, match=r"argument 1 of function 'f'.*4 MiB"):
-        courier.encode("f", [big, b"x" * (5 * MiB)])
+        courier.externalize("f", encode([big, b"x" * (5 * MiB)], {}))
+    with pytest.raises(cloudburst.ValueTooLarge, match=r"keyword argument 'y' of function 'f'"):
+        courier.externalize("f", encode([big], {"y": b"x" * (5 * MiB)}))
     assert store.data == before
     # argument keys are released; a result read by reference is deleted once read
     courier.release(stored)

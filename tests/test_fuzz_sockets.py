@@ -46,7 +46,7 @@ CLOUDBURST_TYPES = {
     "cache_reply": pb.CacheResponse, "cache": pb.CacheRequest, "reply": pb.Reply,
     "accepted": pb.Accepted, "result": pb.CallResult, "causal_abort": pb.CausalAbort,
     "cancel": pb.NameRequest, "delete_fn": pb.NameRequest, "status": pb.NameRequest,
-    "drain": pb.DrainRequest, "node_status": pb.NodeStatus,
+    "drain": pb.DrainRequest, "node_status": pb.NodeStatus, "fetch": pb.ResultRequest,
 }
 ANNA_TYPES = {
     b"request": anna_pb2.KeyRequest, b"gossip": anna_pb2.KeyRequest,

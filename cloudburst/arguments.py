@@ -1,0 +1,60 @@
+"""How a call's arguments travel: values, `Reference`s, keyword arguments, and `Future`s.
+
+Contract: `encode(args, kwargs)` is the `ArgumentList` of one function's arguments.
+- A top-level `Future` (positional or keyword) travels as a reference to its call
+  (`CallRef`): the worker that runs the function fetches that call's result from the worker
+  that ran it (`executor/sharing.py`), without a trip through this client, and the
+  function runs once it is there. If that call failed, or its result is no longer held
+  (results are held for a while, bounded), the call fails with `DependencyFailed` naming
+  it; the function does not run. A `Future` of a causal call cannot be an argument
+  (`ValueError`, nothing sent): pass its value.
+- A top-level `Reference` travels as its key (resolved on the executor); anything else is
+  pickled. A `Future` inside another value cannot be pickled: `TypeError` naming it.
+- Keyword names must be identifiers (`TypeError` otherwise).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from hydro_proto import cloudburst_pb2 as pb
+
+from runtime.values import encode_args
+
+from .futures import Future
+
+__all__ = ["encode", "merge_keywords"]
+
+
+def _one(value: Any) -> pb.Argument:
+    if isinstance(value, Future):
+        if value.consistency == "causal":
+            raise ValueError(f"the Future of a causal call ({value.what}) cannot be an "
+                             f"argument: pass its value, future.get()")
+        return pb.Argument(call=pb.CallRef(call_id=value.request_id, what=value.what))
+    return encode_args([value]).args[0]
+
+
+def encode(args: Sequence[Any], kwargs: Mapping[str, Any]) -> pb.ArgumentList:
+    """The `ArgumentList` of `args` and `kwargs`; see the module contract."""
+    out = pb.ArgumentList()
+    for a in args:
+        out.args.append(_one(a))
+    for k, v in kwargs.items():
+        if not isinstance(k, str) or not k.isidentifier():
+            raise TypeError(f"keyword argument names must be identifiers, got {k!r}")
+        out.kwargs[k].CopyFrom(_one(v))
+    return out
+
+
+def merge_keywords(kwargs: Any, keywords: Mapping[str, Any]) -> dict:
+    """`kwargs=` (a mapping or None) and the other keywords of a call, as one dict;
+    `TypeError` when a name is given both ways."""
+    if kwargs is None:
+        return dict(keywords)
+    if not isinstance(kwargs, Mapping):
+        raise TypeError(f"kwargs must be a mapping of keyword arguments, got "
+                        f"{type(kwargs).__name__}")
+    both = sorted(set(kwargs) & set(keywords))
+    if both:
+        raise TypeError(f"keyword argument(s) {both} given both in kwargs= and directly")
+    return {**kwargs, **keywords}
