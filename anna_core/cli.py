@@ -12,8 +12,12 @@ Contract:
 - `anna local --autoscale [--slo MS --max-nodes N --provisioning-delay S ...]` adds the
   monitor and the policy engine (`anna_core.monitor`); `--monitor` only observes. Each
   decision is logged with its reason.
-- `anna status --routing ADDR [--key-dir D] [--watch S] [--json]` prints the monitor's latest
-  status (`autoscale/status.py`); exit 1 when no monitor has published one.
+- `anna status ADDR [--key-dir D] [--watch S] [--json]` (or `--routing ADDR`, as the other
+  commands take it) prints the monitor's latest status (`autoscale/status.py`); exit 1 when
+  no monitor has published one.
+- Errors are one line naming the command's options (`--key-dir`), not Python's
+  (`runtime.auth.for_command_line`); a closed standard output (`anna status | head`) ends
+  the command quietly (`runtime.cli.exit_quietly_on_broken_pipe`).
 - `anna backup s3://bucket/prefix --routing ADDR [--key-dir D]` and `anna restore ...` copy
   the cluster's keys to S3 and merge them back (`anna_core.backup`), printing progress;
   exit 0 when done, 1 with the typed error printed (a bad location, a missing bucket, a
@@ -29,9 +33,10 @@ import threading
 from typing import Any, Dict, Optional, Sequence
 
 from runtime.logs import configure_logging
-from runtime.auth import KEYS_DESCRIPTION, KEYS_HELP, add_keys_arguments, keys_command
-from runtime.cli import (HELP_FORMAT, add_common, non_negative_int, package_version,
-                         positive_float, positive_int)
+from runtime.auth import (KEYS_DESCRIPTION, KEYS_HELP, add_keys_arguments, for_command_line,
+                          keys_command)
+from runtime.cli import (HELP_FORMAT, add_common, exit_quietly_on_broken_pipe, non_negative_int,
+                         package_version, positive_float, positive_int)
 
 from .autoscale.policy_config import PolicyConfig
 from .config import DEFAULT_MAX_VALUE_BYTES
@@ -147,7 +152,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 0
     except (AnnaError, ValueError) as e:
-        print(f"anna status: {e}", file=sys.stderr)
+        print(f"anna status: {for_command_line(str(e))}", file=sys.stderr)
         return 1
 
 
@@ -174,7 +179,8 @@ def _cmd_backup_or_restore(args: argparse.Namespace) -> int:
         print(f"anna {args.command}: interrupted", file=sys.stderr)
         return 1
     except (AnnaError, ValueError, OSError) as e:
-        print(f"anna {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
+        print(f"anna {args.command}: {type(e).__name__}: {for_command_line(str(e))}",
+              file=sys.stderr)
         return 1
     return 0
 
@@ -348,8 +354,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     status = sub.add_parser("status", help="show the monitor's view of a cluster: tiers, "
                                            "occupancy, latency, hot keys, decisions",
                             formatter_class=HELP_FORMAT)
-    status.add_argument("--routing", required=True, action="append",
-                        help="routing address (as `anna local` prints it, with its #k= key)")
+    status.add_argument("address", nargs="*", metavar="ADDRESS",
+                        help="routing address (as `anna local` prints it, with its #k= key); "
+                             "several for several routings")
+    status.add_argument("--routing", action="append", default=None,
+                        help="the same as ADDRESS (may be repeated)")
     status.add_argument("--key-dir", help="the cluster's key directory")
     status.add_argument("--client", default="local", metavar="NAME",
                         help="the client key pair to use from --key-dir (empty: the cluster "
@@ -379,7 +388,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     keys.set_defaults(func=lambda a: keys_command(a, "anna keys"))
 
     args = p.parse_args(argv)
-    return args.func(args)
+    if args.command == "status":
+        args.routing = (args.routing or []) + args.address     # the flag and the positional form
+        if not args.routing:
+            status.error("give the routing address: anna status ADDRESS (or --routing ADDRESS)")
+    return exit_quietly_on_broken_pipe(lambda: args.func(args))
 
 
 if __name__ == "__main__":

@@ -131,7 +131,7 @@ class LocalCluster:
             if self.config.key_dir is None:
                 write_keys(self.key_dir, [LOCAL_CLIENT])
             self.client_auth = default_client_auth(self.key_dir)
-        else:
+        elif self.config.warn_auth_off:
             log.warning(AUTH_OFF_WARNING)
         self.routing_address: Optional[str] = None
         self.routing_addresses: List[str] = []

@@ -316,7 +316,8 @@ class ClusterConfig:
     from `key_dir`, or written fresh into the cluster's own temporary directory (the cluster
     key and a client named "local") when `key_dir` is None. `auth=False` runs every socket
     plain, and the cluster warns that anyone who can reach its ports can read, write and
-    delete every key.
+    delete every key (unless `warn_auth_off=False`: a cloudburst.LocalCluster, which warns
+    once for the whole stack it runs).
     """
 
     memory_threads: int = 1
@@ -341,6 +342,7 @@ class ClusterConfig:
     handoff_window_ms: int = 5000     # NodeConfig.handoff_window_ms: new owners read through
     auth: bool = True
     key_dir: Optional[str] = None
+    warn_auth_off: bool = True
     # Autoscaling: False (off), True (the local defaults of autoscale.PolicyConfig, with this
     # cluster's fault tolerance and minimums), a dict of PolicyConfig knobs (the same, with
     # those knobs set) or a PolicyConfig. On, the nodes report their statistics

@@ -52,7 +52,8 @@ from .local import LocalCluster
 from scheduler.executor_policy import ExecutorPolicyConfig
 
 __all__ = ["Client", "Future", "Listing", "CausalStats", "LocalCluster", "Reference", "errors",
-           "RegisteredFunction", "gather", "wait", "InvalidFunction", "Cancelled",
+           "RegisteredFunction", "gather", "wait", "InvalidFunction",
+           "Cancelled",
            "CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "NoResources",
            "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "SchedulerUnavailable",
            "UnsafeValue", "MalformedValue", "NotPermitted", "CorruptRecord", "ValueTooLarge",

@@ -7,7 +7,8 @@
     cloudburst local --key-dir DIR ...
         The same with the keys in DIR (`cloudburst keys DIR --client NAME`).
     cloudburst local --no-auth ...
-        The same without authentication (warns: anyone who can reach the ports controls it).
+        The same without authentication (warns once: anyone who can reach the ports
+        controls it).
     cloudburst local --log-dir DIR ...
         The same, keeping every process' log in DIR after it stops.
     cloudburst local --data-dir DIR ...
@@ -18,8 +19,9 @@
         The same, with executor nodes added under load and drained and removed when idle
         (every decision logged with its reason; `--executor-nodes` is the starting size).
     cloudburst status ADDRESS [--key-dir DIR --client NAME]
-        A scheduler's view: live workers (busy, calls, restarts) and, per function, calls,
-        errors and p50/p99 latency; what its authentication refused.
+        A scheduler's view: live workers (busy, calls placed, unfinished, restarts) and, per
+        function, calls placed, errors, p50/p99 latency and running; what its
+        authentication refused.
     cloudburst logs [FUNCTION] --log-dir DIR [--lines N]
         What functions printed, as the workers logged it (each line tagged with its call),
         most recent last; only FUNCTION's output if given.
@@ -31,6 +33,9 @@
     cloudburst k8s deploy|status|scale|delete ...
         Deploy the platform on a Kubernetes cluster from a kubeconfig, show its Deployments
         and pods, scale executor nodes and Anna tiers, remove it (`cloudburst k8s --help`).
+
+Errors are one line naming the command's options (`--key-dir`), not Python's; a reader that
+goes away (`cloudburst status ... | head`) ends the command quietly with status 141.
 """
 from __future__ import annotations
 
@@ -43,15 +48,16 @@ import threading
 from typing import List, Optional
 
 from runtime.auth import (CLIENT_PREFIX, KEYS_DESCRIPTION, KEYS_HELP, AuthConfig, KeyFileError,
-                          add_keys_arguments, keys_command)
-from runtime.cli import (HELP_FORMAT, add_common, non_negative_float, non_negative_int,
-                         package_version, positive_float, positive_int)
+                          add_keys_arguments, for_command_line, keys_command)
+from runtime.cli import (HELP_FORMAT, add_common, exit_quietly_on_broken_pipe,
+                         non_negative_float, non_negative_int, package_version, positive_float,
+                         positive_int)
 
 from scheduler.executor_policy import ExecutorPolicyConfig
 
 from .errors import CloudburstError, StartupError
 from .data_dir import DataDirInUse
-from .local import AUTH_OFF_WARNING, LocalCluster
+from .local import LocalCluster
 
 
 def add_client_auth_arguments(parser: argparse.ArgumentParser) -> None:
@@ -75,8 +81,6 @@ def _local(args: argparse.Namespace) -> int:
         print("cloudburst local: --data-dir keeps its own keys (DIR/keys); give --data-dir or "
               "--key-dir, not both", file=sys.stderr)
         return 2
-    if args.no_auth:
-        print(f"WARNING: {AUTH_OFF_WARNING}", file=sys.stderr, flush=True)
     autoscale = None
     if args.autoscale:
         try:
@@ -98,6 +102,9 @@ def _local(args: argparse.Namespace) -> int:
         print("cloudburst local: --min-executors, --max-executors and --provisioning-delay "
               "need --autoscale", file=sys.stderr)
         return 2
+    if not logging.getLogger().handlers:
+        # warnings (the cluster's one AUTH_OFF_WARNING with --no-auth) say that they are
+        logging.basicConfig(format="%(levelname)s: %(message)s")
     with LocalCluster(executor_nodes=args.executor_nodes,
                       executors_per_node=args.executors_per_node,
                       schedulers=args.schedulers, log_level=args.log_level,
@@ -130,8 +137,8 @@ def _local(args: argparse.Namespace) -> int:
 
 def connect_hint(cluster: LocalCluster) -> str:
     """How a client connects to `cluster`: its key directory and identity, and the call."""
-    if not cluster.auth:
-        return (f"authentication is OFF\nconnect with: cloudburst.Client({cluster.address!r})")
+    if not cluster.auth:         # the cluster warned about it when it started
+        return f"connect with: cloudburst.Client({cluster.address!r})"
     if cluster.client_auth is None:
         return (f"keys: {cluster.key_dir} (no client key pair in it: add one with `cloudburst "
                 f"keys {cluster.key_dir} --add-client --client NAME` and restart)\n"
@@ -304,10 +311,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     from .kube.cli import add_k8s_parser
     add_k8s_parser(sub)
     args = parser.parse_args(argv)
+    return exit_quietly_on_broken_pipe(lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return args.run(args)
     except (CloudburstError, StartupError, KeyFileError, DataDirInUse, ValueError) as e:
-        print(f"cloudburst {args.command}: {e}", file=sys.stderr)
+        print(f"cloudburst {args.command}: {for_command_line(str(e))}", file=sys.stderr)
         return 1
 
 

@@ -20,8 +20,8 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from runtime.auth import (CLUSTER, MECHANISM_MISMATCH, AuthConfig, Credentials, make_client,
-                          parse_address)
+from runtime.auth import (CLUSTER, HOW_TO_AUTHENTICATE, KEYS_GIVEN_TO_A_PLAIN_CLUSTER,
+                          MECHANISM_MISMATCH, AuthConfig, Credentials, make_client, parse_address)
 
 __all__ = ["SchedulerConnections", "HOW_TO_AUTHENTICATE"]
 
@@ -29,11 +29,6 @@ __all__ = ["SchedulerConnections", "HOW_TO_AUTHENTICATE"]
 _MONITORED = (zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED
               | zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
               | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
-HOW_TO_AUTHENTICATE = (
-    "pass auth=cloudburst.AuthConfig(KEY_DIR, 'client:NAME'), where KEY_DIR holds the "
-    "cluster's public key (cluster.key) and your key pair (clients/NAME.key_secret), as "
-    "written by `cloudburst keys KEY_DIR --client NAME` (or use LocalCluster.client(); "
-    "`cloudburst local` prints its key directory and client name)")
 
 
 class SchedulerConnections:
@@ -116,8 +111,7 @@ class SchedulerConnections:
                     f"authorize this one (`cloudburst keys KEY_DIR --add-client --client "
                     f"NAME` in the cluster's key directory, then restart the cluster)")
         if value == MECHANISM_MISMATCH:
-            return ("does not use authentication, but this client has keys (auth=...): "
-                    "connect without auth, or start the cluster with keys")
+            return f"does not use authentication, but {KEYS_GIVEN_TO_A_PLAIN_CLUSTER}"
         return (f"failed the authentication handshake ({value!r}): is the server key in its "
                 f"address, or {auth.key_dir}/cluster.key, the cluster's? (or the cluster does "
                 f"not use authentication)")

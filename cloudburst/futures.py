@@ -12,7 +12,8 @@ Contract:
 - `gather(futures, timeout)` returns every value in the futures' order, raising the first
   error met in that order; `timeout` bounds the whole wait, not each future.
   `wait(futures, timeout)` returns `(done, pending)` lists without raising.
-- After a causal call's `get`, `Future.causal` holds its `CausalStats`.
+- After a causal call's `get`, `Future.causal` holds its `CausalStats`, which says which
+  protocol produced the result, the protocol asked for, and why they differ (HB).
 - `Future.logs()` is what the call's functions printed, bounded.
 - A `Future` given to another call as a top-level argument is replaced by its value where
   that call runs (`cloudburst/arguments.py`); it cannot be pickled inside another value.
@@ -39,9 +40,26 @@ from runtime.values import loads
 if TYPE_CHECKING:  # the client imports this module
     from .client import Client
 
-__all__ = ["CausalStats", "Future", "SchedulerUnavailable", "gather", "wait"]
+__all__ = ["CausalStats", "Future", "SchedulerUnavailable", "explain_protocol", "gather", "wait"]
 
 PROTOCOL_NAMES = {pb.HB: "hb", pb.CT: "ct", pb.OPT: "opt", pb.CON: "con"}
+
+
+def explain_protocol(requested: str, protocol: str, aborts: int = 0) -> str:
+    """Why a causal call's result came from `protocol` when it asked for `requested`: one
+    sentence, for `CausalStats.why` (pure)."""
+    retried = f", after {aborts} aborted attempt(s)" if aborts else ""
+    if requested == "hb" and protocol == "opt":
+        return ("hb runs the call optimistically (opt) while it takes the snapshot con would "
+                "need; opt's reads formed a causal snapshot, so its result is the call's and "
+                f"con was not needed{retried}")
+    if requested == "hb" and protocol == "con":
+        return ("hb runs the call optimistically (opt) while it takes the snapshot con would "
+                "need; opt's reads did not form a causal snapshot (its attempt aborted), so con "
+                f"finished the call on that snapshot{retried}")
+    if requested == protocol:
+        return f"{protocol}, as asked{retried}"
+    return f"{protocol} (asked for {requested}){retried}"
 
 
 @dataclass
@@ -51,7 +69,9 @@ class CausalStats:
     protocol: the protocol that produced the result ("ct", "opt" or "con"; HB reports the
     one its result came from); aborts: attempts aborted before it; remote_fetches: versions
     the final attempt fetched from other caches; read_set / writes: key -> vector clock of
-    the versions the DAG read and the sink committed.
+    the versions the DAG read and the sink committed; requested: the protocol the call asked
+    for ("hb" by default); why: in words, why `protocol` produced the result (for HB: that
+    OPT's optimistic attempt was a valid snapshot, or that it aborted and CON finished).
     """
 
     protocol: str
@@ -59,13 +79,19 @@ class CausalStats:
     remote_fetches: int = 0
     read_set: Dict[str, Dict[str, int]] = field(default_factory=dict)
     writes: Dict[str, Dict[str, int]] = field(default_factory=dict)
+    requested: str = ""
+    why: str = ""
 
     @classmethod
     def from_proto(cls, m: "pb.CausalStats") -> "CausalStats":
-        return cls(protocol=PROTOCOL_NAMES.get(m.protocol, str(m.protocol)), aborts=m.aborts,
-                   remote_fetches=m.remote_fetches,
+        protocol = PROTOCOL_NAMES.get(m.protocol, str(m.protocol))
+        requested = PROTOCOL_NAMES.get(m.requested, str(m.requested))
+        if requested == "hb" and protocol in ("ct", "hb"):
+            requested = protocol     # HB never ends as CT: a sender without the field
+        return cls(protocol=protocol, aborts=m.aborts, remote_fetches=m.remote_fetches,
                    read_set={kv.key: dict(kv.vc) for kv in m.read_set},
-                   writes={kv.key: dict(kv.vc) for kv in m.writes})
+                   writes={kv.key: dict(kv.vc) for kv in m.writes}, requested=requested,
+                   why=explain_protocol(requested, protocol, m.aborts))
 
 
 class Future:

@@ -71,7 +71,7 @@ AUTH_OFF_WARNING = (
 
 # anna_core.LocalCluster arguments LocalCluster sets itself (not through kvs_options)
 _KVS_FIXED = {"memory_threads", "nodes", "replication", "log_dir", "log_level", "auth",
-              "key_dir", "data_dir", "disk_threads"}
+              "key_dir", "warn_auth_off", "data_dir", "disk_threads"}
 
 SUPERVISE_PERIOD = 0.1    # seconds between two looks at the cluster's processes
 
@@ -366,6 +366,7 @@ class LocalCluster:
                                               log_level=self.log_level,
                                               auth=kvs_keys is not None,
                                               key_dir=self.key_dir if kvs_keys else None,
+                                              warn_auth_off=False,    # warned for the stack
                                               **self.kvs_options)
             self.kvs.start()
             for i in range(self.scheduler_count):
@@ -565,11 +566,24 @@ class LocalCluster:
         self._clients.append(c)
         return c
 
-    def kill_node(self, node: int = 0) -> int:
-        """SIGKILL executor node number `node` (its node cache); returns its pid."""
-        pid = self._nodes[node].pid
+    def kill_node(self, node: int = 0, timeout: float = 10.0) -> int:
+        """SIGKILL executor node number `node` (its node cache) and return its pid once its
+        workers have died with it (PR_SET_PDEATHSIG), so that no call reaches them after this
+        returns. `RuntimeError` names the workers still running after `timeout` seconds."""
+        p = self._nodes[node]
+        pid = p.pid
+        node_id = p.info.get("node_id") if p.info else None
+        workers = [w["pid"] for w in self.workers if node_id and w.get("node_id") == node_id]
         os.kill(pid, signal.SIGKILL)
-        return pid
+        deadline = time.monotonic() + timeout
+        while True:
+            alive = [w for w in workers if _process_alive(w)]
+            if not alive:
+                return pid
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"executor node {node_id} killed, but its workers {alive} "
+                                   f"still run after {timeout} s")
+            time.sleep(0.01)
 
     def signal_node(self, node_id: str, sig: int, workers: bool = True) -> List[int]:
         """Send `sig` to executor node `node_id`'s process and (with `workers`) to its worker
@@ -642,3 +656,12 @@ def _restarted(cluster: "weakref.ref[LocalCluster]", p: ManagedProcess) -> None:
     c = cluster()
     if c is not None:
         c._on_restarted(p)
+
+
+def _process_alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie has exited)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False

@@ -1,10 +1,11 @@
 """What a scheduler reports about the cluster: `Client.status()` and `cloudburst status`.
 
 Contract: `ClusterStatus` lists the executor workers the scheduler sees live (node, busy
-fraction, calls placed and unfinished, restarts) and, per function or DAG, the calls this
-scheduler placed: finished, failed, p50/p99 latency over recent calls (seconds, as the
-scheduler saw them), in flight. `format_status` renders it as the text `cloudburst status`
-prints. Statistics are per scheduler: with several, ask each. `auth` says whether the
+fraction, calls unfinished there, restarts, calls placed there) and, per function or DAG,
+the calls this scheduler placed: finished, failed, p50/p99 latency over recent calls
+(seconds, as the scheduler saw them), in flight. `format_status` renders it as the text
+`cloudburst status` prints; its `calls` columns count calls placed (finished or not), and
+`unfinished` / `running` those not finished yet. Statistics are per scheduler: with several, ask each. `auth` says whether the
 scheduler authenticates; `refused_connections` counts the connections its authentication
 refused at the handshake, and `dropped` the messages of kinds their sender's role may not
 send (a client posing as a worker), per (role, kind). `nodes` lists the executor nodes
@@ -27,8 +28,9 @@ class WorkerStatus(NamedTuple):
     worker_id: str
     node_id: str
     utilization: float
-    outstanding: int
+    outstanding: int        # calls placed on it, unfinished
     restarts: int
+    placed: int = 0         # calls this scheduler placed on it, finished or not
 
 
 class FunctionStatus(NamedTuple):
@@ -82,7 +84,7 @@ class ClusterStatus(NamedTuple):
             security, dropped = {}, []
         return cls(scheduler, reply.kvs_address,
                    [WorkerStatus(w.worker_id, w.node_id, w.utilization, w.outstanding,
-                                 w.restarts) for w in reply.workers],
+                                 w.restarts, w.placed) for w in reply.workers],
                    [FunctionStatus(f.name, f.calls, f.errors, f.p50 if f.calls else None,
                                    f.p99 if f.calls else None, f.in_flight)
                     for f in reply.function_stats],
@@ -112,25 +114,26 @@ def format_status(status: ClusterStatus) -> str:
     nodes = sorted({w.node_id for w in status.workers})
     lines.append(f"\n{len(status.workers)} live worker(s) on {len(nodes)} node(s)")
     if status.workers:
-        lines.append(f"  {'worker':<28} {'node':<10} {'busy':>6} {'calls':>6} {'restarts':>9}")
+        lines.append(f"  {'worker':<28} {'node':<10} {'busy':>6} {'calls':>6} "
+                     f"{'unfinished':>10} {'restarts':>9}")
         for w in status.workers:
             lines.append(f"  {w.worker_id:<28} {w.node_id:<10} {w.utilization:>6.0%} "
-                         f"{w.outstanding:>6} {w.restarts:>9}")
+                         f"{w.placed:>6} {w.outstanding:>10} {w.restarts:>9}")
     draining = [n for n in status.nodes if n.draining]
     lines.append(f"\n{len(status.nodes)} executor node(s), {len(draining)} draining"
                  + (f", {status.backlog} call(s) waiting for a worker" if status.backlog else ""))
     if status.nodes:
-        lines.append(f"  {'node':<10} {'workers':>7} {'busy':>6} {'calls':>6} {'running':>8} "
-                     f"{'queued':>7}  state")
+        lines.append(f"  {'node':<10} {'workers':>7} {'busy':>6} {'unfinished':>10} "
+                     f"{'running':>8} {'queued':>7}  state")
         for n in status.nodes:
             state = "draining" if n.draining else "active"
             lines.append(f"  {n.node_id:<10} {n.workers:>7} {n.utilization:>6.0%} "
-                         f"{n.outstanding:>6} {n.running:>8} {n.queued:>7}  {state}")
+                         f"{n.outstanding:>10} {n.running:>8} {n.queued:>7}  {state}")
     lines.append(f"\ncalls through this scheduler ({len(status.functions)} function(s)/DAG(s))")
     if status.functions:
         lines.append(f"  {'name':<28} {'calls':>7} {'errors':>7} {'p50 ms':>8} {'p99 ms':>8} "
                      f"{'running':>8}")
-        for f in status.functions:
-            lines.append(f"  {f.name:<28} {f.calls:>7} {f.errors:>7} {_ms(f.p50):>8} "
-                         f"{_ms(f.p99):>8} {f.in_flight:>8}")
+        for f in status.functions:          # calls placed: finished, and still running
+            lines.append(f"  {f.name:<28} {f.calls + f.in_flight:>7} {f.errors:>7} "
+                         f"{_ms(f.p50):>8} {_ms(f.p99):>8} {f.in_flight:>8}")
     return "\n".join(lines)

@@ -7,7 +7,7 @@ from typing import List, Optional, Union
 
 from anna_core.config import check_write_quorum
 
-__all__ = ["NodeConfig", "WorkerConfig"]
+__all__ = ["NodeConfig", "WorkerConfig", "WorkerHostConfig"]
 
 
 @dataclass
@@ -34,6 +34,12 @@ class NodeConfig:
         or a worker. None: plain sockets. No key is ever on a command line.
     worker_user: the user (name or uid) workers run as when the node runs as root (None:
         `nobody`; "": the node's own, not recommended); see `executor/privilege.py`.
+    worker_host: the address of a worker host (`executor/workerhost.py`) that runs this
+        node's workers (None: the node runs them as its own children). On Kubernetes, a
+        container of the executor pod without the node's keys. The node keeps its whole
+        supervision policy; workers bind TCP sockets (`ipc_dir` must be None).
+    worker_host_timeout: seconds after which a worker start the host has not acknowledged,
+        or a host that stopped reporting, counts as an exited worker (`executor/backends.py`).
     """
 
     node_id: str
@@ -57,9 +63,18 @@ class NodeConfig:
     key_dir: Optional[str] = None       # authenticate with the cluster's keys here (None: plain)
     write_quorum: Union[str, int] = "all"   # replicas that hold a write before it is acked
     worker_user: Optional[str] = None   # workers' user when the node is root (None: nobody)
+    worker_host: Optional[str] = None   # a worker host runs the workers (None: children)
+    worker_host_timeout: float = 10.0
 
     def __post_init__(self) -> None:
         self.write_quorum = check_write_quorum(self.write_quorum)
+        if self.worker_host and self.ipc_dir:
+            raise ValueError("worker_host and ipc_dir exclude each other: a worker host's "
+                             "workers reach their node over TCP (its sockets are in another "
+                             "container)")
+        if self.worker_host_timeout <= 0:
+            raise ValueError(f"worker_host_timeout must be positive, got "
+                             f"{self.worker_host_timeout}")
 
     def worker_unresponsive_timeout(self) -> float:
         """`unresponsive_timeout`, or its default."""
@@ -106,4 +121,33 @@ class WorkerConfig:
 
     @classmethod
     def from_json(cls, text: str) -> "WorkerConfig":
+        return cls(**json.loads(text))
+
+
+@dataclass
+class WorkerHostConfig:
+    """A worker host (`executor/workerhost.py`): runs an executor node's workers.
+
+    ip, port: where it binds its request socket (loopback by default; port 0: a free one).
+    key_dir: the function role's keys (`function.key`, `function.key_secret`) and the
+        cluster's public key (`cluster.key`), never `cluster.key_secret`; None: plain sockets.
+    max_workers: the most worker names it runs at once.
+    report_period: seconds between its reports of every worker's state to the node.
+    stop_grace: seconds between SIGTERM and SIGKILL when it stops its workers.
+    """
+
+    ip: str = "127.0.0.1"
+    port: int = 0
+    key_dir: Optional[str] = None
+    max_workers: int = 64
+    report_period: float = 1.0
+    stop_grace: float = 5.0
+    log_dir: Optional[str] = None
+    log_level: str = "warning"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "WorkerHostConfig":
         return cls(**json.loads(text))

@@ -54,7 +54,9 @@ Contract:
   keys (the KVS shares the key directory).
 - Least privilege (`executor/privilege.py`, `executor/permissions.py`): workers run user
   code, so they get no cluster secret: the node hands each the function role's key pair on
-  its stdin (a pipe) and, when the node is root, starts it under `config.worker_user`. The
+  its stdin (a pipe) and, when the node is root, starts it under `config.worker_user`; with
+  `config.worker_host`, a worker host runs them instead, where the node's key directory is
+  not (`executor/workerhost.py`; the node drives it through `executor/backends.py`). The
   node acts for its workers with a client's rights: from a function key it takes only
   `heartbeat` and the cache operations workers send, and a write of a key under `__anna__/`
   or `__cloudburst/` is answered NOT_PERMITTED naming the key (the worker raises
@@ -77,7 +79,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import sys
 import threading
 import time
 import uuid
@@ -87,7 +88,7 @@ import zmq
 
 import anna_core
 from anna_core.wire import MonotoneClock, tuple_to_lattice
-from runtime.process import ManagedProcess, RestartPolicy, Supervisor, stop_all, wait_all_ready
+from runtime.process import ManagedProcess, RestartPolicy, Supervisor
 from runtime.values import CAUSAL_LATTICES
 from runtime.auth import (FUNCTION, AuthConfig, Security, credentials_of, encode_handoff,
                           function_credentials, role_of)
@@ -100,6 +101,7 @@ from hydro_proto import cloudburst_pb2 as pb
 
 from hydrocache.service import HydroCacheService
 
+from .backends import worker_backend
 from .cache import LwwCache
 from .cache_gather import Gather, Lattice
 from .fresh_read import read_at_least
@@ -108,7 +110,6 @@ from .liveness import RunningCalls
 from hydrocache.copies import ValueTags
 from .config import NodeConfig, WorkerConfig
 from .permissions import refusal
-from .privilege import isolation_warning, landlock_abi, worker_identity, worker_ipc_dir
 
 __all__ = ["ExecutorNode", "MISS_PIECE"]
 
@@ -137,12 +138,9 @@ class ExecutorNode:
         self._handoff = None if creds is None else encode_handoff(function_credentials(
             creds.keypair.public, self.auth.function_keypair(), creds.domain),
             hide=[os.path.abspath(config.key_dir)])
-        self._identity = worker_identity(config)
-        warning = isolation_warning(self._identity, config.key_dir, os.geteuid(),
-                                    landlock_abi())
-        if warning:
-            log.warning("%s", warning)
-        self._worker_ipc_dir = worker_ipc_dir(config.ipc_dir, config.node_id, self._identity)
+        # where workers run: the node's children (another uid or Landlock), or a worker host
+        self._backend, self._worker_ipc_dir = worker_backend(config, self._context, creds,
+                                                             self.auth, self._handoff)
         self._requests, self.cache_address = bind_pull(self._context, config.ip,
                                                        ipc_dir=config.ipc_dir, auth=creds,
                                                        audience=FUNCTION)
@@ -181,7 +179,6 @@ class ExecutorNode:
 
     # ---- workers ----
     def start_workers(self) -> List[Dict[str, Any]]:
-        log_dir = self.config.log_dir or os.getcwd()
         for i in range(self.config.workers):
             wid = f"{self.config.node_id}.w{i}-{uuid.uuid4().hex[:6]}"
             wc = WorkerConfig(worker_id=wid, node_id=self.config.node_id,
@@ -193,13 +190,10 @@ class ExecutorNode:
                               ipc_dir=self._worker_ipc_dir,
                               function_time_limit=self.config.function_time_limit,
                               auth=self._handoff is not None)
-            p = ManagedProcess(f"worker-{wid}", [sys.executable, "-m", "executor.worker",
-                                                 "--config", wc.to_json()], log_dir,
-                               stdin_data=self._handoff, user=self._identity.uid,
-                               group=self._identity.gid)
+            p = self._backend.make(f"worker-{wid}", wc)
             self._worker_ids[p.name] = wid
             self.workers.append(p.spawn())
-        wait_all_ready(self.workers, self.config.worker_start_timeout)
+        self._backend.wait_ready(self.workers, self.config.worker_start_timeout)
         self.worker_info = [dict(p.info, pid=p.pid) for p in self.workers]
         for info in self.worker_info:
             self._publish(info["worker_id"], info["address"])
@@ -262,7 +256,8 @@ class ExecutorNode:
         self.close()
 
     def close(self) -> None:
-        stop_all(self.workers, timeout=5.0)
+        self._backend.stop(self.workers, timeout=5.0)
+        self._backend.close()
         self._pool.shutdown(wait=True)
         self.causal.close()
         for c in self._clients:
@@ -287,6 +282,7 @@ class ExecutorNode:
 
     def _check_workers(self, now: float) -> None:
         """Restart exited workers (with back-off) and tell the schedulers at once."""
+        self._backend.poll()
         for exit in self.supervisor.check(now):
             self._calls.forget(self._worker_ids[exit.process.name])
             status = pb.WorkerStatus(worker_id=self._worker_ids[exit.process.name],

@@ -26,8 +26,9 @@ Contract:
     and keeps to itself; the node says so at WARNING.
   Without Landlock and without another uid (a node that is not root, on an old kernel) the
   workers could read the key directory: the node logs a WARNING saying so at start, once
-  (it does not refuse: a developer's machine runs so). On Kubernetes the worker runs in a
-  container without the keys (k8s/README.md).
+  (it does not refuse: a developer's machine runs so). On Kubernetes the workers run in a
+  container of their own without the keys, under another uid, started by a worker host
+  (`executor/workerhost.py`, k8s/README.md); these layers then play no part.
 - `resolve_identity(worker_user, euid, lookup)` is the pure decision: a `WorkerIdentity`
   (uid and gid to switch to, or None for the node's own) or ValueError naming the user.
   `worker_user=""` keeps the node's own user even as root.

@@ -617,7 +617,7 @@ class Worker(ResultSharing):
         self._send_downstream(s, ready, value, inv.context(), logs)
         if s.sink:
             stats = pb.CausalStats(protocol=plan.protocol, aborts=plan.attempt,
-                                   remote_fetches=inv.remote_fetches)
+                                   remote_fetches=inv.remote_fetches, requested=plan.requested)
             stats.read_set.extend(vs.to_proto(inv.read_set))
             stats.writes.extend(vs.to_proto(vs.of_versions(versions)))
             self._push.send(s.response_address, "result", pb.CallResult(

@@ -14,7 +14,8 @@ Roles and what they read from the environment (k8s/base/configmap.yaml sets most
 | `node`      | `anna_core.node`       | POD_NAME, POD_IP, ANNA_ROUTING, ANNA_TIER, NODE_CONFIG, LEAVE_TIMEOUT, REPORT_PERIOD |
 | `monitor`   | `anna_core.monitor`    | POD_IP, ANNA_ROUTING, REPORT_PERIOD, POLICY_CONFIG; with AUTOSCALE=true also POD_NAMESPACE, MEMORY_DEPLOYMENT, DISK_DEPLOYMENT, POD_STARTUP_TIMEOUT, POD_LEAVE_TIMEOUT; with BACKUP_TO (an s3:// prefix) scheduled backups every BACKUP_EVERY seconds |
 | `scheduler` | `scheduler`            | POD_IP, ANNA_ROUTING, SCHEDULER_PORT, METRICS_PORT, SCHEDULER_CONFIG |
-| `executor`  | `executor`             | POD_NAME, POD_IP, ANNA_ROUTING, SCHEDULERS, EXECUTOR_CONFIG |
+| `executor`  | `executor`             | POD_NAME, POD_IP, ANNA_ROUTING, SCHEDULERS, EXECUTOR_CONFIG; with WORKER_HOST_PORT the workers run in the pod's `workers` container |
+| `workers`   | `executor.workerhost`  | WORKER_HOST_PORT, FUNCTION_KEY_DIR (the function role's keys, never the cluster secret), LOG_DIR (default /tmp) |
 | `executor-autoscaler` | `cloudburst.autoscaler` | POD_IP, SCHEDULERS, POD_NAMESPACE, EXECUTOR_DEPLOYMENT, EXECUTOR_POLICY_CONFIG, EXECUTOR_CONFIG, POD_STARTUP_TIMEOUT, POD_LEAVE_TIMEOUT |
 
 Autoscaling: with AUTOSCALE=true the monitor acts on its policy's decisions: it adds and
@@ -46,7 +47,8 @@ import os
 import sys
 from typing import Dict, List, Mapping
 
-ROLES = ("routing", "node", "monitor", "scheduler", "executor", "executor-autoscaler")
+ROLES = ("routing", "node", "monitor", "scheduler", "executor", "workers",
+         "executor-autoscaler")
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off", "")
 DEFAULT_READY_FILE = "/tmp/ready.json"
 
@@ -97,6 +99,13 @@ def _seconds(env: Mapping[str, str], name: str, flag: str) -> List[str]:
     if not ok:
         raise EntrypointError(f"{name} must be a positive number of seconds, got {value!r}")
     return [flag, value]
+
+
+def _port(env: Mapping[str, str], name: str) -> int:
+    value = _need(env, name)
+    if not value.isdigit() or not 0 < int(value) < 65536:
+        raise EntrypointError(f"{name} must be a port number, got {value!r}")
+    return int(value)
 
 
 def _schedulers(env: Mapping[str, str]) -> List[str]:
@@ -189,7 +198,16 @@ def command(role: str, env: Mapping[str, str], extra: List[str]) -> List[str]:
                   "log_level": log_level}
         config.update(_json_object(env, "EXECUTOR_CONFIG"))
         config.update(_key_dir(env))
+        if env.get("WORKER_HOST_PORT"):   # the pod's `workers` container, over loopback
+            config["worker_host"] = f"tcp://127.0.0.1:{_port(env, 'WORKER_HOST_PORT')}"
         argv = py + ["executor", "--config", json.dumps(config), "--ready-file", ready]
+    elif role == "workers":
+        config = {"ip": "127.0.0.1", "port": _port(env, "WORKER_HOST_PORT"),
+                  "log_level": log_level, "log_dir": env.get("LOG_DIR") or "/tmp"}
+        if key_dir:           # authentication on: the function role's keys only
+            config["key_dir"] = _need(env, "FUNCTION_KEY_DIR")
+        argv = py + ["executor.workerhost", "--config", json.dumps(config), "--ready-file",
+                     ready]
     elif role == "executor-autoscaler":
         policy = _json_object(env, "EXECUTOR_POLICY_CONFIG")
         workers = _json_object(env, "EXECUTOR_CONFIG").get("workers")

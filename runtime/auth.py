@@ -84,7 +84,9 @@ __all__ = ["KeyPair", "AuthConfig", "Credentials", "Authenticator", "KeyFileErro
            "function_credentials", "encode_handoff", "decode_handoff", "ZAP_DOMAIN", "ADDRESS_KEY_MARK", "format_address",
            "parse_address", "strip_key", "role_of", "write_keys", "check_client_name",
            "make_server", "make_client", "CLUSTER_DOMAIN", "may_send", "Security", "credentials_of",
-           "AuthenticationRequired", "check_client_auth", "MECHANISM_MISMATCH"]
+           "AuthenticationRequired", "check_client_auth", "MECHANISM_MISMATCH",
+           "HOW_TO_AUTHENTICATE", "KVS_HOW_TO_AUTHENTICATE", "KEYS_GIVEN_TO_A_PLAIN_CLUSTER",
+           "for_command_line"]
 
 log = logging.getLogger("runtime.auth")
 
@@ -104,6 +106,34 @@ _ADMITS = {".cluster": (CLUSTER,), ".function": (CLUSTER, FUNCTION),
 # ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH): a plain peer meeting a CURVE server.
 MECHANISM_MISMATCH = 0x11000002
 ADDRESS_KEY_MARK = "#k="
+
+# What a client without keys (or with keys a plain cluster refuses) should do: in the Python
+# API's words, which the clients' errors use, and in the commands' (`for_command_line`), so
+# that a command's error names its options (--key-dir) and never Python's AuthConfig.
+HOW_TO_AUTHENTICATE = (
+    "pass auth=cloudburst.AuthConfig(KEY_DIR, 'client:NAME'), where KEY_DIR holds the "
+    "cluster's public key (cluster.key) and your key pair (clients/NAME.key_secret), as "
+    "written by `cloudburst keys KEY_DIR --client NAME` (or use LocalCluster.client(); "
+    "`cloudburst local` prints its key directory and client name)")
+KVS_HOW_TO_AUTHENTICATE = (
+    "pass auth=AuthConfig(KEY_DIR, 'client:NAME') with a client key the cluster admits "
+    "(`cloudburst keys KEY_DIR --client NAME`; a LocalCluster's `client_auth`)")
+KEYS_GIVEN_TO_A_PLAIN_CLUSTER = (
+    "this client has keys (auth=...): connect without auth, or start the cluster with keys")
+_COMMAND_LINE_WORDS = {
+    HOW_TO_AUTHENTICATE: (
+        "pass --key-dir KEY_DIR --client NAME, where KEY_DIR holds the cluster's public key "
+        "(cluster.key), the functions' (function.key) and your key pair "
+        "(clients/NAME.key_secret), as written by `cloudburst keys KEY_DIR --client NAME` "
+        "(`cloudburst local` prints its key directory and client name)"),
+    KVS_HOW_TO_AUTHENTICATE: (
+        "pass --key-dir KEY_DIR (with --client NAME, a client key the cluster admits, as "
+        "`cloudburst keys KEY_DIR --client NAME` writes; `anna local` prints its key "
+        "directory)"),
+    KEYS_GIVEN_TO_A_PLAIN_CLUSTER: (
+        "this command was given keys (--key-dir): run it without --key-dir, or start the "
+        "cluster with keys"),
+}
 _ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 _HEX_KEY = re.compile(r"^[0-9a-f]{64}$")
 _CLIENT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
@@ -126,9 +156,16 @@ def check_client_auth(addresses: Iterable[str], config: Optional["AuthConfig"],
         keyed = [a for a in addresses if isinstance(a, str) and ADDRESS_KEY_MARK in a]
         if keyed:
             raise AuthenticationRequired(
-                f"{what} at {strip_key(keyed[0])} requires authentication: pass "
-                f"auth=AuthConfig(KEY_DIR, 'client:NAME') with a client key the cluster admits "
-                f"(`cloudburst keys KEY_DIR --client NAME`; a LocalCluster's `client_auth`)")
+                f"{what} at {strip_key(keyed[0])} requires authentication: "
+                f"{KVS_HOW_TO_AUTHENTICATE}")
+
+
+def for_command_line(message: str) -> str:
+    """`message` (an error's text) as a command prints it: the advice worded for the Python
+    API ("pass auth=AuthConfig(...)") becomes the command's ("pass --key-dir ...")."""
+    for library, command in _COMMAND_LINE_WORDS.items():
+        message = message.replace(library, command)
+    return message
 
 
 def check_client_name(name: str) -> str:

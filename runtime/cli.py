@@ -6,26 +6,58 @@ Contract: the types raise `argparse.ArgumentTypeError`, so a bad value (`--nodes
 `add_common(parser)` adds `--log-level` (one of `runtime.logs.LEVELS`) and `--version`.
 `knobs_from_json(text, cls, option)` reads a JSON object of a configuration dataclass' fields
 (`--policy-config`), raising ValueError naming the option and any unknown field.
-Help texts show defaults when the parser uses `HELP_FORMAT`.
+Help texts show defaults when the parser uses `HELP_FORMAT`: an option's default is added
+once, and not when its help already says it ("(default: ...)"), when it is None (nothing
+to show) or for a flag.
+`exit_quietly_on_broken_pipe(run)` runs a command's body: when its reader goes away (`cloudburst
+status | head`), it exits with 141 (128 + SIGPIPE, what a shell reports for a Unix tool
+stopped so) and prints nothing, instead of a BrokenPipeError traceback.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
+import os
+import signal
+import sys
 from importlib import metadata
-from typing import Any, Dict
+from typing import Any, Callable, Dict
 
 from .logs import LEVELS
 
-__all__ = ["HELP_FORMAT", "positive_int", "non_negative_int", "positive_float", "non_negative_float", "log_level",
+__all__ = ["HELP_FORMAT", "exit_quietly_on_broken_pipe", "positive_int", "non_negative_int", "positive_float", "non_negative_float", "log_level",
            "package_version", "add_common"]
 
 DISTRIBUTION = "cloudburst-hydro"
 
 
 class HELP_FORMAT(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Help that keeps the description's layout and shows every option's default."""
+    """Help that keeps the description's layout and shows each option's default once (see
+    the module contract)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "(default" in text or action.default is None or action.nargs == 0:
+            return text          # said already, nothing to say, or a flag (on when given)
+        return super()._get_help_string(action)
+
+
+BROKEN_PIPE_STATUS = 128 + signal.SIGPIPE
+
+
+def exit_quietly_on_broken_pipe(run: Callable[[], int]) -> int:
+    """`run()`'s exit status; 141, silently, when standard output's reader went away."""
+    try:
+        status = run()
+        sys.stdout.flush()       # inside the try: a closed pipe shows here, not at exit
+        return status
+    except BrokenPipeError:
+        # Python would flush stdout again at exit and print the error: point it at devnull
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return BROKEN_PIPE_STATUS
 
 
 def _number(text: str, kind: type, minimum: float, what: str):

@@ -163,6 +163,7 @@ class CausalCalls:
                 result = pb.CallResult(request_id=rec.call.request_id, status=action.status,
                                        message=action.message, stage=action.stage)
                 result.causal.protocol = coordinator.requested
+                result.causal.requested = coordinator.requested
                 result.causal.aborts = coordinator.aborts
                 self._push.send(rec.call.response_address, "result", result)
             elif isinstance(action, Finished):
@@ -188,7 +189,7 @@ class CausalCalls:
             self._push.send(address, "schedule", schedule)
         self._table.start_call(CallRecord(action.attempt_id, rec.coordinator.name,
                                           dict(rec.placement), rec.call.response_address,
-                                          now + action.timeout + 5))
+                                          now + action.timeout + 5), new_call=False)
 
     def _forget(self, rec: InFlight) -> None:
         cid = rec.call.request_id

@@ -13,6 +13,9 @@ Contract:
 - `upstreams(f)` lists `f`'s upstreams in connection order; `downstreams(f)` likewise (both
   from adjacency lists built once); `sources()` are the functions with no upstream (in
   `functions` order); `sink()` the one function with no downstream.
+- `foreign_arguments(dag, names)` is None when every name of a call's arguments is a
+  function of `dag`, else the message of the call's `INVALID_ARGUMENTS` error naming the
+  others and the DAG's functions.
 - Every algorithm here (and in `policy.dag_relations`) is iterative: a long chain cannot
   exhaust Python's recursion limit.
 No I/O, no clocks: tested directly and by properties.
@@ -24,7 +27,8 @@ from typing import Collection, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from runtime.errors import InvalidDag
 
-__all__ = ["Dag", "validate", "check_size", "find_cycle", "DEFAULT_MAX_DAG_FUNCTIONS"]
+__all__ = ["Dag", "validate", "check_size", "find_cycle", "foreign_arguments",
+           "DEFAULT_MAX_DAG_FUNCTIONS"]
 
 # Functions one DAG may have (SchedulerConfig.max_dag_functions). A call's schedules carry
 # every function's worker address, so the work per call grows with the square of the size.
@@ -117,6 +121,20 @@ def find_cycle(functions: Sequence[str], connections: Sequence[Tuple[str, str]])
                 path.append(nxt)
                 iters.append(iter(adjacency[nxt]))
     return None
+
+
+def foreign_arguments(dag: Dag, names: Iterable[str]) -> Optional[str]:
+    """None, or what is wrong with a call giving arguments to `names` (module contract)."""
+    members = set(dag.functions)
+    others = sorted(n for n in names if n not in members)
+    if not others:
+        return None
+    shown = ", ".join(repr(n[:200]) for n in others[:10]) + (", ..." if len(others) > 10 else "")
+    listed = ", ".join(repr(f) for f in dag.functions[:20]) + \
+        (", ..." if len(dag.functions) > 20 else "")
+    return (f"call of DAG {dag.name[:200]!r}: arguments given for {shown}, which "
+            f"{'is not a function' if len(others) == 1 else 'are not functions'} of it "
+            f"(its functions: {listed})")
 
 
 def check_size(dag: Dag, max_functions: int = DEFAULT_MAX_DAG_FUNCTIONS) -> None:

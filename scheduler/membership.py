@@ -28,7 +28,9 @@ so missing them is not death. A worker is dead when
   (alive but unresponsive for far too long; its node kills and restarts such a worker too).
 
 - `start_call(...)` / `finish_call(call_id)` track outstanding calls per worker; a worker's
-  load is the number of unfinished calls placed on it.
+  load is the number of unfinished calls placed on it. `placed(worker_id)` counts the calls
+  ever placed on a live worker (`start_call(..., new_call=False)`: a further attempt of a
+  call already counted, such as a causal call's, is not counted again).
 - `live()` lists `WorkerView`s; `placeable()` those not on a draining node, for
   `scheduler.policy.choose_executors`.
 
@@ -58,6 +60,7 @@ class _Worker:
     utilization: float
     last_seen: float
     outstanding: int = 0
+    placed: int = 0                        # calls placed on it, finished or not
     cache_address: str = ""
     control_address: str = ""
     restarts: int = 0
@@ -260,12 +263,19 @@ class ExecutorTable:
                 for i, w in sorted(self._workers.items())]
 
     # ---- calls ----
-    def start_call(self, record: CallRecord) -> None:
-        """Count `record` as outstanding on each of its (distinct) workers."""
+    def start_call(self, record: CallRecord, new_call: bool = True) -> None:
+        """Count `record` as outstanding on each of its (distinct) workers, and as placed
+        there unless it is a further attempt of a call already counted (`new_call=False`)."""
         self._calls[record.call_id] = record
         for wid in set(record.placement.values()):
             if wid in self._workers:
                 self._workers[wid].outstanding += 1
+                self._workers[wid].placed += 1 if new_call else 0
+
+    def placed(self, worker_id: str) -> int:
+        """How many calls this scheduler placed on the worker, finished or not (0 if unknown)."""
+        w = self._workers.get(worker_id)
+        return w.placed if w else 0
 
     def finish_call(self, call_id: str) -> Optional[CallRecord]:
         """Forget a finished call (idempotent); returns its record if it was known."""

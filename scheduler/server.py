@@ -81,7 +81,7 @@ from .admission import CLIENT_KINDS, Admission
 from .binding import bind_exactly as _bind_exactly
 from .config import SchedulerConfig
 from .gc import GcCoordinator
-from .dag import Dag, check_size, validate
+from .dag import Dag, check_size, foreign_arguments, validate
 from .membership import CallRecord, ExecutorTable
 from .causal import caller_of
 from .causal_calls import CausalCalls
@@ -421,10 +421,9 @@ class Scheduler:
                 return self._fail(call, pb.FUNCTION_NOT_FOUND,
                                   f"no function named {fn!r} is registered{where}")
             versions[fn] = f.version
-        unknown = [fn for fn in call.args if fn not in versions]
-        if unknown:
-            return self._fail(call, pb.BAD_REQUEST,
-                              f"arguments given for {unknown}, which are not in DAG {dag.name!r}")
+        foreign = foreign_arguments(dag, call.args)
+        if foreign:
+            return self._fail(call, pb.INVALID_ARGUMENTS, foreign)
         self.stats.started(call.request_id, dag.name, time.monotonic())
         if call.consistency == pb.CAUSAL:
             return self._causal_call(call, dag, versions, concurrent, neighbours)
@@ -487,7 +486,8 @@ class Scheduler:
         for w in self.table.live():
             reply.workers.add(worker_id=w.worker_id, node_id=w.node_id,
                               utilization=w.utilization, outstanding=w.outstanding,
-                              restarts=self.table.restarts(w.worker_id))
+                              restarts=self.table.restarts(w.worker_id),
+                              placed=self.table.placed(w.worker_id))
         for n in self.table.nodes():
             reply.executor_nodes.add(node_id=n.node_id, workers=n.workers,
                                      utilization=n.utilization, draining=n.draining,

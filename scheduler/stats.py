@@ -14,7 +14,9 @@ Contract:
   (version 0.0.4): counters, a latency histogram per name, gauges for workers and executor
   nodes (how many, which are draining, calls outstanding on each), and, when the
   scheduler authenticates, the connections refused at the handshake and the messages dropped
-  per (sender role, kind).
+  per (sender role, kind). Every series carries a `scheduler` label: the scheduler's
+  endpoint without the public key its address carries (`tcp://10.0.0.5:5000`), short and
+  readable, and still unique per scheduler.
 No clocks are read here: every method takes `now`.
 """
 from __future__ import annotations
@@ -22,6 +24,8 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field
 from typing import Any, Deque, Dict, Iterable, List, Mapping, NamedTuple, Optional, Tuple
+
+from runtime.auth import strip_key
 
 __all__ = ["CallStats", "NameStats", "Summary", "WorkerGauge", "BUCKETS", "render_prometheus"]
 
@@ -130,7 +134,7 @@ def render_prometheus(stats: CallStats, workers: Iterable[WorkerGauge],
                       refused_connections: Optional[int] = None,
                       nodes: Iterable[Any] = ()) -> str:
     """The Prometheus text exposition of `stats` and `workers` (see the module contract)."""
-    sched = f'scheduler="{_label(scheduler)}"'
+    sched = f'scheduler="{_label(strip_key(scheduler))}"'
     lines = [
         "# HELP cloudburst_calls_total Calls finished, by function or DAG.",
         "# TYPE cloudburst_calls_total counter",

@@ -108,6 +108,7 @@ def test_cloudburst_local_without_auth_warns_loudly_and_serves_plain_clients():
         seen = _read_until(proc, "connect with:")
         text = "".join(seen)
         assert "WARNING: authentication is OFF: anyone who can reach these ports can" in text
+        assert text.lower().count("authentication is off") == 1, text   # warned once
         address = next(l for l in seen if l.startswith("scheduler 0:")).split(":", 1)[1].strip()
         assert "#k=" not in address
         with cloudburst.Client(address, timeout=10) as client:

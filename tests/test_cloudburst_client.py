@@ -39,8 +39,9 @@ def test_aborted_status_maps_to_aborted():
 
 
 def test_causal_stats_from_proto():
-    m = pb.CausalStats(protocol=pb.CON, aborts=2, remote_fetches=1)
+    m = pb.CausalStats(protocol=pb.CON, aborts=2, remote_fetches=1, requested=pb.CON)
     m.read_set.add(key="a", vc={"x": 1})
     m.writes.add(key="b", vc={"w": 3, "x": 1})
     s = CausalStats.from_proto(m)
-    assert s == CausalStats("con", 2, 1, {"a": {"x": 1}}, {"b": {"w": 3, "x": 1}})
+    assert s == CausalStats("con", 2, 1, {"a": {"x": 1}}, {"b": {"w": 3, "x": 1}}, "con",
+                            "con, as asked, after 2 aborted attempt(s)")

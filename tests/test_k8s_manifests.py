@@ -47,21 +47,54 @@ def test_every_role_has_a_deployment_with_probes_resources_and_keys():
     roles = {}
     for name, d in deployments().items():
         spec = d["spec"]["template"]["spec"]
-        (c,) = spec["containers"]
-        assert c["command"][:3] == ["python", "-m", "k8s.entrypoint"], name
-        roles[name] = c["command"][3]
-        assert c["command"][3] in entrypoint.ROLES
-        assert c["resources"]["requests"]["cpu"] and c["resources"]["requests"]["memory"]
-        if roles[name] not in ("monitor", "executor-autoscaler"):    # nothing connects to them
-            assert "readinessProbe" in c and "livenessProbe" in c, name
-        mounts = {m["mountPath"] for m in c["volumeMounts"]}
-        assert {"/keys", "/keys/authorized"} <= mounts, name
+        for c in spec["containers"]:
+            assert c["command"][:3] == ["python", "-m", "k8s.entrypoint"], name
+            role = roles[(name, c["name"])] = c["command"][3]
+            assert role in entrypoint.ROLES
+            assert c["resources"]["requests"]["cpu"] and c["resources"]["requests"]["memory"]
+            if role not in ("monitor", "executor-autoscaler"):    # nothing connects to them
+                assert "readinessProbe" in c and "livenessProbe" in c, name
+            mounts = {m["mountPath"] for m in c["volumeMounts"]}
+            if role != "workers":         # the one container without the cluster's keys
+                assert {"/keys", "/keys/authorized"} <= mounts, name
         assert spec["securityContext"]["runAsNonRoot"] is True
     assert sorted(roles.values()) == sorted(["routing", "node", "node", "monitor", "scheduler",
-                                             "executor", "executor-autoscaler"])
+                                             "executor", "workers", "executor-autoscaler"])
     # the Anna tiers' selectors must not overlap (KubernetesClusterManager)
     sel = [deployments()[n]["spec"]["selector"]["matchLabels"] for n in ("anna-memory", "anna-disk")]
     assert sel[0] != sel[1]
+
+
+def test_function_code_runs_in_a_container_without_the_cluster_secret(keys):
+    """The executor pod's `workers` container (where functions run) mounts no volume that
+    holds the cluster's secret key, nothing at /keys, runs as another uid than the node,
+    without capabilities or privilege escalation; the Secret it mounts, as `cloudburst k8s
+    deploy` writes it, holds only the function pair and the cluster's public key."""
+    from cloudburst.kube.platform import SECRETS, secret_files
+    spec = deployments()["cloudburst-executor"]["spec"]["template"]["spec"]
+    containers = {c["name"]: c for c in spec["containers"]}
+    node, workers = containers["executor"], containers["workers"]
+    assert workers["command"][3] == "workers"
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    secret_of = {n: v["secret"]["secretName"] for n, v in volumes.items() if "secret" in v}
+    mounted = [m["name"] for m in workers["volumeMounts"]]
+    assert not any(m["mountPath"] == "/keys" or m["mountPath"].startswith("/keys/")
+                   for m in workers["volumeMounts"])
+    assert {secret_of[n] for n in mounted if n in secret_of} == {"cloudburst-function-key"}
+    assert "cloudburst-cluster-key" in {secret_of[m["name"]] for m in node["volumeMounts"]
+                                        if m["name"] in secret_of}
+    files = secret_files(str(keys))
+    assert set(files[SECRETS[2]]) == {"function.key", "function.key_secret", "cluster.key"}
+    assert "cluster.key_secret" in files[SECRETS[0]]
+    uid = lambda c: c.get("securityContext", {}).get("runAsUser",   # noqa: E731
+                                                     spec["securityContext"]["runAsUser"])
+    assert uid(workers) != uid(node) and uid(workers) != 0
+    ctx = workers["securityContext"]
+    assert ctx["runAsNonRoot"] and ctx["allowPrivilegeEscalation"] is False
+    assert ctx["capabilities"]["drop"] == ["ALL"] and ctx["readOnlyRootFilesystem"]
+    # both containers agree on the worker host's port
+    port = lambda c: {e["name"]: e.get("value") for e in c["env"]}["WORKER_HOST_PORT"]  # noqa
+    assert port(node) == port(workers)
 
 
 def test_anna_grace_period_covers_the_leave_timeout():
@@ -79,9 +112,9 @@ def test_monitor_runs_as_the_cluster_manager_service_account():
             ("RoleBinding", "anna-cluster-manager")} <= kinds
 
 
-def pod_env(deployment, tmp_keys):
+def pod_env(deployment, tmp_keys, container=0):
     """The environment k8s.entrypoint sees in one of `deployment`'s pods."""
-    (c,) = deployments()[deployment]["spec"]["template"]["spec"]["containers"]
+    c = deployments()[deployment]["spec"]["template"]["spec"]["containers"][container]
     env = dict(configmap())
     env.update(POD_NAME=f"{deployment}-abc12", POD_IP="10.0.0.7", POD_NAMESPACE="cloudburst",
                KEY_DIR=str(tmp_keys))
@@ -106,10 +139,16 @@ def test_the_entrypoint_builds_configurations_the_processes_accept(keys, autosca
     from anna_core.config import NodeConfig as AnnaNodeConfig
     from executor.config import NodeConfig as ExecutorNodeConfig
     from scheduler.config import SchedulerConfig
+    from executor.config import WorkerHostConfig
     parsers = {"anna_core.node": AnnaNodeConfig.from_json, "scheduler": SchedulerConfig.from_json,
-               "executor": ExecutorNodeConfig.from_json}
-    for name in deployments():
-        role, env = pod_env(name, keys)
+               "executor": ExecutorNodeConfig.from_json,
+               "executor.workerhost": WorkerHostConfig.from_json}
+    containers = [(name, i) for name, d in deployments().items()
+                  for i in range(len(d["spec"]["template"]["spec"]["containers"]))]
+    for name, container in containers:
+        role, env = pod_env(name, keys, container)
+        if role == "workers":
+            env["FUNCTION_KEY_DIR"] = str(keys)
         env["AUTOSCALE"] = autoscale
         if autoscale == "false" and role not in ("monitor", "executor-autoscaler"):
             continue              # the same command either way
@@ -118,6 +157,11 @@ def test_the_entrypoint_builds_configurations_the_processes_accept(keys, autosca
         if "--config" in argv:
             config = parsers[module](argv[argv.index("--config") + 1])
             assert config.key_dir == str(keys)
+            if role == "executor":        # its workers run in the pod's `workers` container
+                assert config.worker_host == "tcp://127.0.0.1:7100"
+            if role == "workers":
+                assert (config.ip, config.port) == ("127.0.0.1", 7100)
+                continue
         text = " ".join(argv)
         if role == "executor-autoscaler":
             assert "tcp://cloudburst-scheduler:6500#k=" in text, name
@@ -254,6 +298,13 @@ def test_the_entrypoint_names_what_is_missing():
         entrypoint.command("routing", {"ROUTING_PORT": "1"}, [])
     with pytest.raises(entrypoint.EntrypointError, match="unknown role"):
         entrypoint.command("nope", {}, [])
+    with pytest.raises(entrypoint.EntrypointError, match="WORKER_HOST_PORT"):
+        entrypoint.command("workers", {}, [])
+    with pytest.raises(entrypoint.EntrypointError, match="WORKER_HOST_PORT must be a port"):
+        entrypoint.command("workers", {"WORKER_HOST_PORT": "x"}, [])
+    # with authentication on, the worker host needs the function keys, never KEY_DIR's
+    with pytest.raises(entrypoint.EntrypointError, match="FUNCTION_KEY_DIR"):
+        entrypoint.command("workers", {"WORKER_HOST_PORT": "7100", "KEY_DIR": "/keys"}, [])
     with pytest.raises(entrypoint.EntrypointError, match="NODE_CONFIG is not valid JSON"):
         entrypoint.command("node", {"ANNA_TIER": "memory", "POD_NAME": "p", "POD_IP": "1.2.3.4",
                                     "ANNA_ROUTING": "tcp://r:1", "NODE_CONFIG": "{"}, [])
@@ -297,6 +348,8 @@ def test_the_manifests_apply_to_a_real_apiserver_and_become_available(keys):
         secret("cloudburst-cluster-key", [keys / "cluster.key", keys / "cluster.key_secret",
                                           keys / "function.key", keys / "function.key_secret"])
         secret("cloudburst-authorized-keys", sorted((keys / "authorized").iterdir()))
+        secret("cloudburst-function-key", [keys / "function.key", keys / "function.key_secret",
+                                           keys / "cluster.key"])
         apps = client.AppsV1Api(api)
         wanted = {n: d["spec"]["replicas"] for n, d in deployments().items()}
         deadline = time.monotonic() + 90

@@ -10,7 +10,8 @@ Contract:
   last condition. Progress lines go to `say` (default: nothing).
 - `deploy(...)`: creates the namespace if missing (annotated as created by deploy), the key
   directory if missing (`runtime.auth.write_keys`, what `cloudburst keys` runs), the Secrets
-  `cloudburst-cluster-key` and `cloudburst-authorized-keys` from it, and applies the rendered
+  `cloudburst-cluster-key`, `cloudburst-authorized-keys` and `cloudburst-function-key` (the
+  executor pods' `workers` containers: no cluster secret) from it, and applies the rendered
   manifests (`manifests.render`) with server-side apply (field manager `cloudburst-k8s`,
   conflicts forced, like `kubectl apply --server-side --force-conflicts`). Re-running is
   idempotent. A scalable Deployment that already exists keeps its current replica count
@@ -20,7 +21,7 @@ Contract:
 - `scale(role, n)`: the scale subresource of a scalable role's Deployment (`SCALABLE`);
   other roles, and unsafe changes of Anna's tiers (`check_scale`: one node less at a time,
   never empty), raise `RoleRefused` saying why.
-- `delete()`: deletes the manifests' namespaced objects and the two Secrets (foreground, so
+- `delete()`: deletes the manifests' namespaced objects and the key Secrets (foreground, so
   a Deployment is gone only once its pods are), and the namespace only if deploy created it
   (the annotation) unless `keep_namespace`; a namespace that existed before is never deleted.
 """
@@ -42,7 +43,7 @@ from .errors import KubeconfigError, RoleRefused, WaitTimeout
 from .manifests import MANAGED_BY, apply_order, render
 from .state import PlatformStatus, summarize
 
-__all__ = ["connect", "Platform", "SCALABLE", "REFUSED", "CREATED_BY", "SECRETS",
+__all__ = ["connect", "Platform", "SCALABLE", "REFUSED", "CREATED_BY", "SECRETS", "secret_files",
            "ConnectInfo", "replica_counts", "check_scale"]
 
 log = logging.getLogger("cloudburst.kube")
@@ -52,7 +53,9 @@ FIELD_MANAGER = "cloudburst-k8s"
 CREATED_BY = "cloudburst.io/created-by"
 # Annotation on pod templates: the hash of the key Secrets (a change restarts the pods).
 KEYS_HASH = "cloudburst.io/keys-sha256"
-SECRETS = ("cloudburst-cluster-key", "cloudburst-authorized-keys")
+# the cluster's keys, the authorized clients' public keys, and what the executor pods'
+# `workers` containers get: the function role's pair and the cluster's public key only
+SECRETS = ("cloudburst-cluster-key", "cloudburst-authorized-keys", "cloudburst-function-key")
 # Roles `scale` changes, and their Deployments.
 SCALABLE = {"executor": "cloudburst-executor", "memory": "anna-memory", "disk": "anna-disk"}
 # Roles `scale` refuses, and why.
@@ -97,6 +100,28 @@ def connect(kubeconfig: Optional[str] = None, context: Optional[str] = None) -> 
                               context) from None
     cfg.retries = 1     # fail fast on an unreachable server; the caller's deadline decides
     return client.ApiClient(cfg)
+
+
+def secret_files(key_dir: str) -> Dict[str, Dict[str, bytes]]:
+    """The key Secrets' contents (Secret name -> file name -> bytes) from a key directory;
+    KeyFileError naming a missing or malformed file. `cloudburst-function-key`, what function
+    code's container mounts, never holds the cluster's secret key."""
+    AuthConfig(key_dir).load()      # KeyFileError naming a missing or malformed file
+    AuthConfig(key_dir).function_keypair()   # the pair executor workers run with
+
+    def read(path: str) -> bytes:
+        with open(path, "rb") as f:
+            return f.read()
+    authorized = os.path.join(key_dir, "authorized")
+    names = sorted(n for n in (os.listdir(authorized) if os.path.isdir(authorized) else [])
+                   if n.endswith(".key"))
+    return {SECRETS[0]: {n: read(os.path.join(key_dir, n))
+                         for n in (CLUSTER + ".key", CLUSTER + ".key_secret",
+                                   FUNCTION + ".key", FUNCTION + ".key_secret")},
+            SECRETS[1]: {n: read(os.path.join(authorized, n)) for n in names},
+            SECRETS[2]: {n: read(os.path.join(key_dir, n))
+                         for n in (FUNCTION + ".key", FUNCTION + ".key_secret",
+                                   CLUSTER + ".key")}}
 
 
 def replica_counts(requested: Mapping[str, int],
@@ -358,19 +383,7 @@ class Platform:
         if not os.path.exists(os.path.join(key_dir, CLUSTER + ".key_secret")):
             written = write_keys(key_dir, [client_name])
             self.say(f"made keys in {key_dir} ({len(written)} files; client {client_name!r})")
-        AuthConfig(key_dir).load()      # KeyFileError naming a missing or malformed file
-        AuthConfig(key_dir).function_keypair()   # the pair executor workers run with
-
-        def read(path: str) -> bytes:
-            with open(path, "rb") as f:
-                return f.read()
-        authorized = os.path.join(key_dir, "authorized")
-        names = sorted(n for n in (os.listdir(authorized) if os.path.isdir(authorized) else [])
-                       if n.endswith(".key"))
-        return {SECRETS[0]: {n: read(os.path.join(key_dir, n))
-                             for n in (CLUSTER + ".key", CLUSTER + ".key_secret",
-                                       FUNCTION + ".key", FUNCTION + ".key_secret")},
-                SECRETS[1]: {n: read(os.path.join(authorized, n)) for n in names}}
+        return secret_files(key_dir)
 
     def _namespace(self, objects: List[Dict[str, Any]], exists: bool) -> None:
         if exists:
@@ -384,7 +397,7 @@ class Platform:
         self.say(f"namespace {self.namespace}: created")
 
     def _secrets(self, keys: Mapping[str, Mapping[str, bytes]]) -> str:
-        """Apply the two key Secrets; the hash of their contents."""
+        """Apply the key Secrets; the hash of their contents."""
         digest = hashlib.sha256()
         for name, files in keys.items():
             data = {f: base64.b64encode(b).decode("ascii") for f, b in sorted(files.items())}

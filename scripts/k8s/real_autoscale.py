@@ -161,6 +161,11 @@ def executor_autoscaling(c, client, helpers: Dict[str, Callable[..., Any]], step
         wait("the cloudburst-autoscaler pod Running",
              lambda: [p for p in pods(c, "cloudburst-autoscaler")
                       if p["status"].get("phase") == "Running"], 120)
+        # a burst before the process watches the load would be over before it looks (its
+        # start takes seconds on a loaded machine): wait until it says it is on
+        wait("the executor autoscaler on",
+             lambda: "executor autoscaling on" in c.kubectl(
+                 "-n", NS, "logs", "deploy/cloudburst-autoscaler", check=False).stdout, 120)
 
     with step("a burst of calls adds an executor node", timings):
         t0 = time.monotonic()

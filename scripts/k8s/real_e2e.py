@@ -3,17 +3,19 @@ platform deployed as a user deploys it (k8s/README.md), on real pods with pod ne
 used from this machine through its Services.
 
 Steps (each timed; the first failure raises E2EFailure naming the step and the object):
- 1. keys: `cloudburst keys DIR --client e2e`, the Secrets cloudburst-cluster-key and
-    cloudburst-authorized-keys, then `kubectl apply -k scripts/k8s/e2e` (k8s/ with the test
+ 1. keys: `cloudburst keys DIR --client e2e`, the Secrets cloudburst-cluster-key,
+    cloudburst-authorized-keys and cloudburst-function-key, then `kubectl apply -k scripts/k8s/e2e` (k8s/ with the test
     overlay); every Deployment must become Available.
  2. the monitor pod's mounted ServiceAccount token lists the namespace's pods through
     https://kubernetes.default.svc (cluster DNS, the `kubernetes` Service via kube-proxy,
     RBAC of k8s/rbac/cluster-manager.yaml); the kubelet's port is closed to that pod;
  3. the scheduler's log names the cluster key of the Secret; a Cloudburst client on this
     machine (answer socket on the bridge gateway) reaches the scheduler's ClusterIP and runs
-    the DAG increment -> square (3 -> 16) several times, a function that tries to open the
-    cluster's and the function role's secret keys under /keys in its executor pod (it must
-    be refused: Landlock hides the key directory from workers), then the causal DAG
+    the DAG increment -> square (3 -> 16) several times, a function that looks for the
+    cluster's keys from its executor pod: it runs in the pod's `workers` container, where
+    /keys does not exist, under another uid than the node (which `kubectl exec` into the
+    `executor` container shows holding /keys/cluster.key_secret), and it sees no node
+    process; then the causal DAG
     increment -> store over a causal key (as `cloudburst demo` does);
  4. Anna through the routing Service with the client key: a memory-only key (the default
     replication: one memory replica, no disk replica) is put and read back; with the
@@ -112,7 +114,8 @@ def dump_namespace(c) -> None:
         if not ready:
             name = p["metadata"]["name"]
             print(f"---- {name} (not Ready) ----")
-            print(c.kubectl("-n", NS, "logs", name, "--tail=30", check=False).stdout)
+            print(c.kubectl("-n", NS, "logs", name, "--all-containers", "--tail=30",
+                            check=False).stdout)
             print(c.kubectl("-n", NS, "describe", "pod", name, check=False).stdout[-1500:])
 
 
@@ -185,6 +188,10 @@ def e2e(c) -> None:
                       f"--from-file={key_dir / 'function.key_secret'}")
             c.kubectl("-n", NS, "create", "secret", "generic", "cloudburst-authorized-keys",
                       f"--from-file={key_dir / 'authorized'}/")
+            c.kubectl("-n", NS, "create", "secret", "generic", "cloudburst-function-key",
+                      f"--from-file={key_dir / 'function.key'}",
+                      f"--from-file={key_dir / 'function.key_secret'}",
+                      f"--from-file={key_dir / 'cluster.key'}")
 
         with step("deploy to Available", timings):
             c.kubectl("apply", "-k", str(OVERLAY), timeout=60)
@@ -269,9 +276,10 @@ def e2e(c) -> None:
 
         with step("a function cannot reach the cluster key", timings):
             def hunt(lib, _):
-                # what user code in an executor pod can see of /keys (Landlock hides it)
+                # what user code in an executor pod can see of the cluster's keys
                 import os
-                out = {"uid": os.getuid(), "read": []}
+                out = {"uid": os.getuid(), "keys_dir": os.path.exists("/keys"), "read": [],
+                       "processes": []}
                 for name in ("cluster.key_secret", "function.key_secret"):
                     try:
                         with open("/keys/" + name, "rb") as f:
@@ -279,13 +287,37 @@ def e2e(c) -> None:
                         out["read"].append(name)
                     except OSError as e:
                         out[name] = type(e).__name__
+                for pid in filter(str.isdigit, os.listdir("/proc")):
+                    try:
+                        with open(f"/proc/{pid}/cmdline", "rb") as f:
+                            argv = f.read().split(b"\0")
+                    except OSError:
+                        continue
+                    out["processes"].append(" ".join(a.decode(errors="replace")
+                                                     for a in argv[:3]))
                 return out
             client.register(hunt, "hunt_keys")
             found = client.call("hunt_keys", 0).get(timeout=60)
-            check(not found["read"], f"a function in an executor pod read {found['read']} "
-                  f"from /keys ({found})")
-            facts["keys-hidden"] = (f"a function (uid {found['uid']}) opening "
-                                    f"/keys/cluster.key_secret: {found['cluster.key_secret']}")
+            check(not found["read"] and not found["keys_dir"],
+                  f"a function in an executor pod sees /keys ({found})")
+            check(not any(p.split()[1:3] == ["-m", "executor"] for p in found["processes"]
+                          if len(p.split()) >= 3),
+                  f"a function in an executor pod sees its node process: {found['processes']}")
+            # the node's side of the pod: its own container, its own uid, the keys mounted
+            pod = pods(c, "cloudburst-executor")[0]["metadata"]["name"]
+            node = json.loads(c.kubectl(
+                "-n", NS, "exec", pod, "-c", "executor", "--", "python", "-c",
+                "import json,os;print(json.dumps({'uid':os.getuid(),"
+                "'key':os.path.exists('/keys/cluster.key_secret')}))",
+                timeout=60).stdout.strip().splitlines()[-1])
+            check(node["key"], f"the executor container of {pod} has no /keys ({node})")
+            check(node["uid"] != found["uid"], f"the function runs as the node's uid "
+                  f"{node['uid']} ({found})")
+            facts["keys-absent"] = (f"function uid {found['uid']}, /keys exists: "
+                                    f"{found['keys_dir']}, open /keys/cluster.key_secret: "
+                                    f"{found['cluster.key_secret']}, processes it sees: "
+                                    f"{found['processes']}; node uid {node['uid']}, "
+                                    f"/keys/cluster.key_secret there: {node['key']}")
 
         with step("causal DAG", timings):
             client.put("e2e/x", 4, consistency="causal")
