@@ -26,7 +26,7 @@
   DependencyFailed, NoLibrary, NoResources,
   ExecutionError, Timeout, ObjectNotFound, Aborted, Cancelled, SchedulerUnavailable,
   UnsafeValue (MalformedValue: stored bytes that do not decode), NotPermitted, CorruptRecord,
-  WorkerDied (an ExecutionError: every attempt lost its worker), ActorDied,
+  WorkerDied (an ExecutionError: every attempt lost its worker), ActorDied, ValueTooLarge,
   AuthenticationError, AuthenticationRequired.
 - `AuthConfig(key_dir, "client:NAME")`: a client's keys for a cluster that authenticates
   (`Client(address, auth=...)`; `cloudburst keys` writes them; `LocalCluster` does so itself).
@@ -47,7 +47,7 @@ from .errors import (Aborted, AuthenticationError, AuthenticationRequired, Cance
                      InvalidDag, InvalidFunction, MalformedValue, NoResources,
                      InvalidArguments, DependencyFailed, NoLibrary,
                      ObjectNotFound, SchedulerUnavailable, Timeout, UnsafeValue, NotPermitted,
-                     CorruptRecord, WorkerDied, ActorDied)
+                     CorruptRecord, WorkerDied, ActorDied, ValueTooLarge)
 from .local import LocalCluster
 from scheduler.executor_policy import ExecutorPolicyConfig
 
@@ -57,6 +57,7 @@ __all__ = ["Client", "Future", "Listing", "CausalStats", "LocalCluster", "Refere
            "CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "NoResources",
            "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "SchedulerUnavailable",
            "UnsafeValue", "MalformedValue", "NotPermitted", "CorruptRecord", "WorkerDied",
+           "ValueTooLarge",
            "AuthConfig",
            "KeyFileError", "AuthenticationError",
            "AuthenticationRequired", "ExecutorPolicyConfig", "ActorHandle", "ActorDied", "lib",

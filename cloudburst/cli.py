@@ -11,6 +11,9 @@
         controls it).
     cloudburst local --log-dir DIR ...
         The same, keeping every process' log in DIR after it stops.
+    cloudburst local --data-dir DIR ...
+        The same, keeping functions, DAGs, keys and objects in DIR across restarts (without
+        it they are gone when the cluster stops).
     cloudburst local --autoscale [--min-executors N] [--max-executors N]
                      [--provisioning-delay S] ...
         The same, with executor nodes added under load and drained and removed when idle
@@ -53,6 +56,7 @@ from runtime.cli import (HELP_FORMAT, add_common, exit_quietly_on_broken_pipe,
 from scheduler.executor_policy import ExecutorPolicyConfig
 
 from .errors import CloudburstError, StartupError
+from .data_dir import DataDirInUse
 from .local import LocalCluster
 
 
@@ -72,6 +76,10 @@ def _local(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     if args.no_auth and args.key_dir:
         print("cloudburst local: --key-dir and --no-auth exclude each other", file=sys.stderr)
+        return 2
+    if args.data_dir and args.key_dir:
+        print("cloudburst local: --data-dir keeps its own keys (DIR/keys); give --data-dir or "
+              "--key-dir, not both", file=sys.stderr)
         return 2
     autoscale = None
     if args.autoscale:
@@ -103,13 +111,17 @@ def _local(args: argparse.Namespace) -> int:
                       log_dir=args.log_dir, port=args.port,
                       metrics_port=args.metrics_port, auth=not args.no_auth,
                       key_dir=args.key_dir, autoscale=autoscale,
-                      provisioning_delay=args.provisioning_delay) as cluster:
+                      provisioning_delay=args.provisioning_delay,
+                      data_dir=args.data_dir) as cluster:
         print(f"cloudburst local cluster ready: {args.executor_nodes} executor node(s) x "
               f"{args.executors_per_node} worker(s), {args.schedulers} scheduler(s)")
         for i, address in enumerate(cluster.scheduler_addresses):
             print(f"scheduler {i}: {address}")
         print(f"KVS (Anna routing): {cluster.kvs.routing_address}")
         print(f"logs: {cluster.log_dir}")
+        print(f"data: {cluster.data_dir.path} (functions, DAGs, keys and objects are kept "
+              f"across restarts)" if cluster.data_dir is not None else
+              "data: in memory only, gone when the cluster stops (--data-dir DIR keeps it)")
         if autoscale is not None:
             print(f"executor autoscaling on: {args.min_executors}.."
                   f"{args.max_executors or 'unbounded'} node(s), provisioning delay "
@@ -248,6 +260,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                        help="the cluster's CURVE keys, made by `cloudburst keys DIR --client "
                             "NAME` (default: fresh keys in a temporary directory, with a "
                             "client named 'local')")
+    local.add_argument("--data-dir", default=None, metavar="DIR",
+                       help="keep functions, DAGs, keys and objects in DIR across restarts "
+                            "(the KVS runs on disk there; default: in memory, gone on stop)")
     local.add_argument("--no-auth", action="store_true",
                        help="run every socket without authentication or encryption: anyone "
                             "who can reach the ports can run code on the cluster and read "
@@ -302,7 +317,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     try:
         return args.run(args)
-    except (CloudburstError, StartupError, KeyFileError) as e:
+    except (CloudburstError, StartupError, KeyFileError, DataDirInUse, ValueError) as e:
         print(f"cloudburst {args.command}: {for_command_line(str(e))}", file=sys.stderr)
         return 1
 

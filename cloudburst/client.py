@@ -79,11 +79,13 @@ from runtime.auth import (FUNCTION, AuthConfig, KeyFileError, Security, credenti
 from runtime.keys import check_user_key
 from runtime.framing import more, parse, recv_frame, send
 from runtime.sockets import bind_pull, check_address, ipc_dir_of
+from anna_core.config import DEFAULT_MAX_VALUE_BYTES
 from runtime.values import dumps_function
 from .arguments import encode, merge_keywords
 from .errors import (AuthenticationError, AuthenticationRequired, CloudburstError, InvalidDag,
                      InvalidFunction, Timeout, error_from_status)
 from . import actors as _actors
+from .big_values import Courier
 from .functions import RegisteredFunction, check_signature
 from .futures import Future, SchedulerUnavailable, gather
 from .connections import HOW_TO_AUTHENTICATE, SchedulerConnections
@@ -199,7 +201,18 @@ class Client:
             self.close()
             raise
         self.kvs_address: str = kvs_address or info.kvs_address
-        self._objects = ObjectStore(self.kvs_address, ip, auth, self.client_id)
+        self._kvs_given = kvs_address is not None
+        self._kvs_learnt = time.monotonic()     # when the schedulers last named the KVS
+        try:
+            self._objects = ObjectStore(self.kvs_address, ip, auth, self.client_id,
+                                        self._context)
+            self._courier = Courier(lambda: None if self.closed else
+                                    self._objects_now("move a large value"),
+                                    DEFAULT_MAX_VALUE_BYTES,
+                                    self.client_id)
+        except BaseException:
+            self.close()
+            raise
 
     @property
     def address(self) -> str:
@@ -326,8 +339,11 @@ class Client:
         retry = _retry_policy(max_retries, retry_exceptions)
         if retry is not None:
             call.retry.CopyFrom(retry)
-        call.args[name].CopyFrom(encode(args, merge_keywords(kwargs, keywords)))
-        return self._submit(call, f"call of function {name!r}", timeout, objects, session)
+        arglist = encode(args, merge_keywords(kwargs, keywords))
+        stored = self._courier.externalize(name, arglist, level == pb.LWW)
+        call.args[name].CopyFrom(arglist)
+        return self._submit(call, f"call of function {name!r}", timeout, objects, session,
+                            stored)
 
     def map(self, name: str, *iterables: Iterable[Any], timeout: Optional[float] = None,
             **options: Any) -> List[Any]:
@@ -388,18 +404,28 @@ class Client:
         retry = _retry_policy(max_retries, retry_exceptions)
         if retry is not None:
             call.retry.CopyFrom(retry)
-        for fn, fn_args in (args or {}).items():
-            if not isinstance(fn_args, (list, tuple)):
-                raise TypeError(f"arguments for {fn!r} must be a list or tuple, got "
-                                f"{type(fn_args).__name__}")
-            call.args[fn].CopyFrom(encode(fn_args, merge_keywords((kwargs or {}).get(fn), {})))
-        for fn, fn_kwargs in (kwargs or {}).items():
-            if fn not in call.args:
-                call.args[fn].CopyFrom(encode((), merge_keywords(fn_kwargs, {})))
-        return self._submit(call, f"call of DAG {name!r}", timeout, objects, session)
+        stored: List[str] = []
+        try:
+            for fn, fn_args in (args or {}).items():
+                if not isinstance(fn_args, (list, tuple)):
+                    raise TypeError(f"arguments for {fn!r} must be a list or tuple, got "
+                                    f"{type(fn_args).__name__}")
+                call.args[fn].CopyFrom(encode(fn_args, merge_keywords((kwargs or {}).get(fn),
+                                                                     {})))
+            for fn, fn_kwargs in (kwargs or {}).items():
+                if fn not in call.args:
+                    call.args[fn].CopyFrom(encode((), merge_keywords(fn_kwargs, {})))
+            for fn in sorted(call.args):
+                stored += self._courier.externalize(fn, call.args[fn], level == pb.LWW)
+        except BaseException:
+            self._courier.release(stored)
+            raise
+        return self._submit(call, f"call of DAG {name!r}", timeout, objects, session,
+                            stored)
 
     def _submit(self, call: pb.Call, what: str, timeout: Optional[float],
-                objects: bool, session: Optional[bool] = None) -> Future:
+                objects: bool, session: Optional[bool] = None,
+                stored: Sequence[str] = ()) -> Future:
         wait = self.timeout if timeout is None else float(timeout)
         if self._session is not None and session is not False:
             self._session.attach(call)
@@ -417,11 +443,15 @@ class Client:
                 finished, self._finished = self._finished, []
             call.finished.extend(finished)
         sent_at = time.monotonic()
-        scheduler = self._send("call", call)
+        try:
+            scheduler = self._send("call", call)
+        except BaseException:
+            self._courier.release(stored)
+            raise
         if not keep:
             self._leases.hold(rid, scheduler)
         return Future(self, rid, what, wait, scheduler=scheduler, sent_at=sent_at,
-                      objects=objects, fire_and_forget=keep,
+                      objects=objects, stored=stored, fire_and_forget=keep,
                       consistency="causal" if call.consistency == pb.CAUSAL else "lww")
 
     # ---- actors (cloudburst/actors.py; README "Actors") ----
@@ -471,7 +501,7 @@ class Client:
         """Store `value` under `key`; see `ObjectStore.put` (LWW, a merged lattice, or a
         causal version). Returns once every replica of the key has it; every call this client
         makes afterwards reads it (or a newer value)."""
-        written = self._objects.put(key, value, consistency)
+        written = self._objects_now(f"put {key!r}").put(key, value, consistency)
         if self._session is not None:
             self._session.note(key, written)
 
@@ -484,9 +514,9 @@ class Client:
         floor, own, merged, deleted, vc = 0, 0, False, False, None
         if self._session is not None:
             floor, own, merged, deleted, vc = self._session.read_floor(key)
-        value, version = self._objects.read(key, consistency, concurrent, objects=objects,
-                                            floor=floor, own=own, merged=merged,
-                                            deleted=deleted)
+        value, version = self._objects_now(f"get {key!r}").read(
+            key, consistency, concurrent, objects=objects, floor=floor, own=own, merged=merged,
+            deleted=deleted)
         if vc is not None and not (version.vc and supersedes(version.vc, vc)):
             # one replica lags behind the causal version this session knows: merge them all
             value, version = self._objects.read(key, consistency, concurrent,
@@ -508,7 +538,7 @@ class Client:
     def delete(self, key: str) -> None:
         """Delete the object stored under `key` (a missing key is not an error). With the
         session on, this client's later calls and gets no longer read the deleted value."""
-        timestamp = self._objects.delete(key)
+        timestamp = self._objects_now(f"delete {key!r}").delete(key)
         if self._session is not None:
             self._session.note_deleted(key, timestamp)
 
@@ -534,6 +564,28 @@ class Client:
         self.close()
 
     # ---- plumbing ----
+    def _objects_now(self, what: str) -> ObjectStore:
+        """The object store, on the KVS the cluster names now. A scheduler connection that
+        dropped since the KVS address was learnt means a restart or a stop: ask again (the
+        new address is followed; `SchedulerUnavailable` naming the schedulers when none
+        takes the question), rather than wait on an address that may be gone."""
+        if any(self._dropped_since(a, self._kvs_learnt) for a in self.addresses):
+            asked_at = time.monotonic()
+            try:
+                info = self._ask("info", pb.NameRequest(), f"name the KVS, to {what}",
+                                 min(self.timeout, self.failover_timeout * len(self.addresses)))
+            except SchedulerUnavailable as e:
+                raise SchedulerUnavailable(f"cannot {what}: the cluster at "
+                                           f"{', '.join(self.addresses)} is not reachable (is it "
+                                           f"running?): {e}") from None
+            self._kvs_learnt = asked_at
+            if not self._kvs_given and info.kvs_address != self.kvs_address:
+                log.warning("the cluster's KVS moved from %s to %s (a restart); following it",
+                            self.kvs_address, info.kvs_address)
+                self.kvs_address = info.kvs_address
+                self._objects.follow(info.kvs_address)
+        return self._objects
+
     def _new_slot(self) -> str:
         with self._cond:
             self._seq += 1

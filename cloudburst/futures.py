@@ -105,8 +105,8 @@ class Future:
 
     def __init__(self, client: "Client", request_id: str, what: str, timeout: float,
                  scheduler: str = "", sent_at: Optional[float] = None,
-                 objects: bool = False, consistency: str = "lww",
-                 fire_and_forget: bool = False) -> None:
+                 objects: bool = False, stored: Sequence[str] = (),
+                 consistency: str = "lww", fire_and_forget: bool = False) -> None:
         self._client = client
         self.request_id = request_id
         self.what = what
@@ -123,6 +123,12 @@ class Future:
         self.fire_and_forget = fire_and_forget
         self.consistency = consistency   # of the call: "lww" or "causal"
         self._finalizer = weakref.finalize(self, client._abandon, request_id, fire_and_forget)
+        # large values of this call in the KVS (its arguments, then its result): deleted once
+        # the call is over, or when the future is dropped unread
+        self._stored: List[str] = list(stored)
+        self._value: Optional[bytes] = None
+        self._release = weakref.finalize(self, client._courier.release, self._stored)
+        self._release.atexit = False
 
     def __repr__(self) -> str:
         return f"<Future {self.what} {'done' if self._result is not None else 'pending'}>"
@@ -222,7 +228,13 @@ class Future:
         if self.causal is None and r.HasField("causal"):
             self.causal = CausalStats.from_proto(r.causal)
         if r.status == pb.OK:
-            return loads(r.value, self.objects if objects is None else objects,
+            if r.value_key and self._value is None:     # a large result, by reference
+                self._value = self._client._courier.take(r.value_key,
+                                                         f"the result of {self.what}")
+                if r.value_key in self._stored:
+                    self._stored.remove(r.value_key)
+            return loads(r.value if not r.value_key else self._value,
+                         self.objects if objects is None else objects,
                          what=f"the result of {self.what}",
                          opt_in="objects=True on the call or on Future.get")
         error = error_from_status(r.status, r.message, r.traceback, r.stage)
@@ -252,6 +264,10 @@ class Future:
         self._client._forget(self.request_id)
         self._client._finished.append(self.request_id)
         self._client._observed(self._result)      # the client's session notes what it read
+        arguments, self._stored[:] = list(self._stored), []
+        if self._result is not None and self._result.value_key:
+            self._stored.append(self._result.value_key)   # until get() takes it
+        self._client._courier.release(arguments)
 
 
 def gather(futures: Iterable[Future], timeout: Optional[float] = None) -> List[Any]:

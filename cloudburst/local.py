@@ -32,6 +32,9 @@ given the directory (never a key) and authenticates every socket, Anna shares th
 `client()` connects as a client (`client_auth`). `key_dir`, `client_auth` and
 `cluster_auth` (the services' identity, for tools and tests that act as the cluster) say
 how. `auth=False` runs everything plain and logs a loud WARNING (`AUTH_OFF_WARNING`).
+State: with `data_dir=D` functions, DAGs, keys and objects survive a restart on D
+(`cloudburst.data_dir`: the KVS runs its disk tier under `D/kvs`, the keys are `D/keys`);
+without it everything lives in memory and temporary directories and is gone after `stop()`.
 """
 from __future__ import annotations
 
@@ -53,6 +56,7 @@ from runtime.process import (ManagedProcess, RestartPolicy, StartupError, Superv
 from scheduler.executor_policy import ExecutorPolicyConfig
 
 from .client import Client
+from .data_dir import DataDir
 
 __all__ = ["LocalCluster", "StartupError", "LOCAL_CLIENT", "AUTH_OFF_WARNING"]
 
@@ -67,7 +71,7 @@ AUTH_OFF_WARNING = (
 
 # anna_core.LocalCluster arguments LocalCluster sets itself (not through kvs_options)
 _KVS_FIXED = {"memory_threads", "nodes", "replication", "log_dir", "log_level", "auth",
-              "key_dir", "warn_auth_off"}
+              "key_dir", "warn_auth_off", "data_dir", "disk_threads"}
 
 SUPERVISE_PERIOD = 0.1    # seconds between two looks at the cluster's processes
 
@@ -118,11 +122,14 @@ class _Watchdog:
 
 
 def _emergency_stop(watchdog: _Watchdog, nodes: List[ManagedProcess],
-                    schedulers: List[ManagedProcess], log_dir: str) -> None:
+                    schedulers: List[ManagedProcess], log_dir: str,
+                    data_dir: Optional[DataDir]) -> None:
     watchdog.stop()
     stop_all(nodes, timeout=2.0)
     stop_all(schedulers, timeout=2.0)
     shutil.rmtree(log_dir, ignore_errors=True)
+    if data_dir is not None:
+        data_dir.close()
 
 
 class LocalCluster:
@@ -183,6 +190,11 @@ class LocalCluster:
             `executor_nodes` is the starting size.
         provisioning_delay: seconds between the autoscaler asking for a node and its process
             starting (stands in for a VM or pod boot).
+        data_dir: keep the cluster's state here across restarts (`cloudburst.data_dir`): its
+            keys (`D/keys`, written on first use; not with `key_dir`) and its KVS, which then
+            runs on disk (`kvs_nodes` x `kvs_threads` disk workers; a write is acknowledged
+            once in the disk store's write-ahead log). The same shape must be used on every
+            run; one cluster at a time (`DataDirInUse`). None: nothing survives `stop()`.
     """
 
     def __init__(self, executor_nodes: int = 1, executors_per_node: int = 3,
@@ -201,7 +213,7 @@ class LocalCluster:
                  unresponsive_timeout: Optional[float] = None, auth: bool = True,
                  key_dir: Optional[str] = None,
                  autoscale: Union[None, bool, ExecutorPolicyConfig] = None,
-                 provisioning_delay: float = 0.0) -> None:
+                 provisioning_delay: float = 0.0, data_dir: Optional[str] = None) -> None:
         if executor_nodes < 1 or executors_per_node < 1 or schedulers < 1:
             raise ValueError("a LocalCluster needs at least one executor node, one executor "
                              "per node and one scheduler")
@@ -269,6 +281,20 @@ class LocalCluster:
                 os.chmod(self.ipc_dir, 0o711)
         # authentication: the key directory every process is given, and who a client is
         self.auth = bool(auth)
+        self.data_dir: Optional[DataDir] = None
+        if data_dir is not None:
+            if key_dir is not None:
+                shutil.rmtree(self._private_dir, ignore_errors=True)
+                raise ValueError("LocalCluster: give data_dir or key_dir, not both (a data "
+                                 "directory keeps its own keys, in DATA_DIR/keys)")
+            self.data_dir = DataDir(data_dir)
+            try:
+                self.data_dir.open({"kvs_nodes": kvs_nodes, "kvs_threads": kvs_threads},
+                                   LOCAL_CLIENT)
+            except BaseException:
+                shutil.rmtree(self._private_dir, ignore_errors=True)
+                raise
+            key_dir = self.data_dir.key_dir if self.auth else None
         self.key_dir: Optional[str] = None
         self.cluster_auth: Optional[AuthConfig] = None
         self.client_auth: Optional[AuthConfig] = None
@@ -282,6 +308,8 @@ class LocalCluster:
                 self._set_keys(key_dir)
             except BaseException:
                 shutil.rmtree(self._private_dir, ignore_errors=True)
+                if self.data_dir is not None:
+                    self.data_dir.close()
                 raise
         self.kvs: Any = None
         self.scheduler_addresses: List[str] = []
@@ -296,7 +324,7 @@ class LocalCluster:
                                    lambda p: _restarted(me, p))
         # if the cluster is dropped (or the interpreter exits) without stop(): kill and clean up
         self._finalizer = weakref.finalize(self, _emergency_stop, self._watchdog, self._nodes,
-                                           self._schedulers, self._private_dir)
+                                           self._schedulers, self._private_dir, self.data_dir)
 
     def _set_keys(self, key_dir: Optional[str]) -> None:
         """Fresh keys in the private directory, or check `key_dir` (KeyFileError naming the
@@ -333,7 +361,11 @@ class LocalCluster:
         try:
             # Anna shares the key directory
             kvs_keys = self.cluster_auth
-            self.kvs = anna_core.LocalCluster(memory_threads=self.kvs_threads,
+            durable = self.data_dir is not None     # the disk tier only, under D/kvs
+            self.kvs = anna_core.LocalCluster(memory_threads=0 if durable else self.kvs_threads,
+                                              disk_threads=self.kvs_threads if durable else 0,
+                                              data_dir=self.data_dir.kvs_dir if durable
+                                              else None,
                                               nodes=self.kvs_nodes,
                                               replication=self.kvs_replication,
                                               log_dir=os.path.join(self.log_dir, "kvs"),
@@ -615,6 +647,8 @@ class LocalCluster:
             self.kvs.stop()
             self.kvs = None
         shutil.rmtree(self._private_dir, ignore_errors=True)   # a given log_dir is kept
+        if self.data_dir is not None:
+            self.data_dir.close()
         self._finalizer.detach()
         self.started = False
 

@@ -1,9 +1,13 @@
 """A client's objects in the KVS: `put`, `get` and `delete` of values under user keys.
 
 Contract:
-- `ObjectStore(kvs_address, ip, auth, client_id)` reads and writes through one
-  `anna_core.Client` (made on first use, with the client's keys), serialised by a lock so
-  a `cloudburst.Client` shared by threads stays safe.
+- `ObjectStore(kvs_address, ip, auth, client_id, context)` reads and writes through one
+  `anna_core.Client`, serialised by a lock so a `cloudburst.Client` shared by threads stays
+  safe. With keys it is made at once, on the `cloudburst.Client`'s ZeroMQ context (sharing
+  its authenticator), so it never needs the key files again: a client whose key directory
+  was removed (a stopped cluster's temporary one) still gets the cluster's typed errors.
+  Without keys it is made on first use.
+- `follow(kvs_address)` moves to another KVS address (the cluster restarted with a new one).
 - `put` writes every replica (`put_all`), so a call made afterwards reads the value whichever
   replica its executor asks: a plain value last-writer-wins, a lattice is merged on the
   server, and `consistency="causal"` writes a `MultiKeyCausalLattice` version whose clock is
@@ -18,12 +22,18 @@ Contract:
   replica, the version is gone from the KVS and the read fails naming the key.
 - `get` reads values as data (`runtime.values.loads`): plain data only unless
   `objects=True`. `ObjectNotFound` for a missing key; KVS timeouts become `Timeout`.
+- `put_bytes` / `get_bytes` (None when missing) / `delete_bytes` move raw bytes (a large
+  argument or result, `cloudburst.big_values`). A value above the KVS's maximum value size
+  raises `ValueTooLarge` naming the key and the limit. Their puts and gets wait up to
+  `BIG_VALUE_TIMEOUT` for one answer instead of retrying after 5 s: a retry would make the
+  KVS send the whole value again, on top of the slow first one.
 - `close()` closes the KVS client.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
-from typing import Any, Dict, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Iterator, NamedTuple, Optional, Tuple
 
 from hydro_proto import anna_pb2
 from hydrocache.session import ABSENT, READ_ALL, STALE, plain_after_fetch
@@ -31,10 +41,12 @@ from runtime.auth import AuthConfig
 from runtime.keys import check_user_key
 from runtime.values import CAUSAL_LATTICES, dumps, is_lattice, loads
 
-from .errors import CloudburstError, ObjectNotFound, Timeout
+from .errors import CloudburstError, ObjectNotFound, Timeout, ValueTooLarge
 from .options import _CONSISTENCY
 
-__all__ = ["ObjectStore", "Written"]
+__all__ = ["ObjectStore", "Written", "BIG_VALUE_TIMEOUT"]
+
+BIG_VALUE_TIMEOUT = 30.0     # seconds one put or get of a large value may take
 
 
 def _stamp(lattice: Any) -> Optional[int]:
@@ -54,15 +66,29 @@ class ObjectStore:
     """User objects in the KVS (see the module contract)."""
 
     def __init__(self, kvs_address: str, ip: str, auth: Optional[AuthConfig],
-                 client_id: str) -> None:
+                 client_id: str, context: Any = None) -> None:
         self.kvs_address = kvs_address
         self.client_id = client_id
         self._ip = ip
         self._auth = auth
+        self._context = context
         self._kvs: Any = None
         self._lock = threading.Lock()
         self._counter = 0
         self._clock: Any = None       # LWW timestamps of this client's puts
+        if auth is not None:
+            self._client()
+
+    def follow(self, kvs_address: str) -> None:
+        """Read and write through the KVS at `kvs_address` from now on."""
+        with self._lock:
+            if kvs_address == self.kvs_address:
+                return
+            old, self._kvs = self._kvs, None
+            self.kvs_address = kvs_address
+            if old is not None:
+                old.close()
+            self._client()
 
     def put(self, key: str, value: Any, consistency: str = "lww") -> Written:
         """Store `value` (any picklable object) under `key`.
@@ -88,6 +114,7 @@ class ObjectStore:
                 self._client().put_all(key, value)
             return Written(merged=True)
         data = dumps(value)
+        self._check_size(key, data)
         import anna_core
         from anna_core.wire import MonotoneClock
         with self._lock:
@@ -199,11 +226,64 @@ class ObjectStore:
             except anna_core.Timeout as e:
                 raise Timeout(f"the KVS to answer DELETE {key!r} ({e})") from None
 
+    @property
+    def max_value_bytes(self) -> int:
+        """The KVS's maximum value size, as this client knows it."""
+        with self._lock:
+            return self._client().max_value_bytes
+
+    def _check_size(self, key: str, data: bytes) -> None:
+        limit = self.max_value_bytes
+        if len(data) > limit:
+            raise ValueTooLarge(f"put {key!r}: the value is {len(data) / (1 << 20):,.1f} MiB "
+                                f"serialized, above the limit of {limit / (1 << 20):g} MiB "
+                                f"(the KVS's maximum value size)")
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        """Store raw `data` under `key` on every replica."""
+        import anna_core
+        self._check_size(key, data)
+        with self._lock, self._patient():
+            try:
+                self._client().put_all(key, data)
+            except anna_core.Timeout as e:
+                raise Timeout(f"the KVS to answer PUT {key!r} ({e})") from None
+            except anna_core.ValueTooLarge as e:
+                raise ValueTooLarge(f"put {key!r}: {e}") from None
+
+    def get_bytes(self, key: str) -> Optional[bytes]:
+        """The raw bytes stored under `key`, None if there are none."""
+        import anna_core
+        with self._lock, self._patient():
+            try:
+                data = self._client().get(key)
+            except anna_core.KeyNotFound:
+                return None
+            except anna_core.Timeout as e:
+                raise Timeout(f"the KVS to answer GET {key!r} ({e})") from None
+        return bytes(data) if isinstance(data, (bytes, bytearray, memoryview)) else None
+
+    @contextlib.contextmanager
+    def _patient(self) -> Iterator[None]:
+        """One attempt of up to BIG_VALUE_TIMEOUT for the operation inside (lock held)."""
+        kvs = self._client()
+        timeout, retries = kvs.timeout, kvs.retries
+        kvs.timeout, kvs.retries = max(timeout, BIG_VALUE_TIMEOUT), 0
+        try:
+            yield
+        finally:
+            kvs.timeout, kvs.retries = timeout, retries
+
+    def delete_bytes(self, key: str) -> None:
+        """Delete `key` (a large value's, under the platform's prefix)."""
+        with self._lock:
+            self._client().delete(key)
+
     def _client(self) -> Any:
         if self._kvs is None:
             import anna_core
             self._kvs = anna_core.Client(self.kvs_address, ip=self._ip, timeout=5.0,
-                                         auth=self._auth)
+                                         auth=self._auth, context=self._context)
         return self._kvs
 
     def close(self) -> None:

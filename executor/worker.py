@@ -74,7 +74,9 @@ from runtime.auth import (FUNCTION, Credentials, KeyFileError, Security, credent
 from runtime.framing import FrameError, encode, parse, recv_frame
 from runtime.sockets import PushCache, bind_pull
 from runtime.values import dumps, loads
-from runtime.errors import CorruptRecord, InvalidArguments, ObjectNotFound, Timeout
+from runtime.errors import (CorruptRecord, InvalidArguments, ObjectNotFound, Timeout,
+                            ValueTooLarge)
+from anna_core.config import DEFAULT_MAX_VALUE_BYTES
 from runtime.values import Reference
 from hydro_proto import cloudburst_pb2 as pb
 
@@ -83,6 +85,7 @@ from hydrocache.writer import ExecutorWriter
 
 from .actor_caller import ActorCaller
 from .actors import ActorGone, ActorTable, ActorTableFull, describe
+from .big_results import result_fields
 from .cache_client import CacheClient, Fenced
 from .calling import Entry, entry_of
 from .call_session import CallSession, UpstreamSessions
@@ -442,6 +445,7 @@ class Worker(ResultSharing):
             except Exception as e:
                 raise FunctionError(f"the result of {what} could not be serialized: {e}",
                                      traceback.format_exc()) from None
+            fields = self._result_fields(s, value, what)
             if s.sink and s.output_key:
                 try:
                     self.cache.put(s.output_key, value)
@@ -475,6 +479,9 @@ class Worker(ResultSharing):
         except ActorTableFull as e:
             self._fail(s, pb.NO_RESOURCES, f"{what}: {e}")
             return
+        except ValueTooLarge as e:
+            self._fail(s, pb.VALUE_TOO_LARGE, f"{e} (worker {self.worker_id})")
+            return
         except Interrupted as e:
             self._stopped(s, what, e)
             return
@@ -488,9 +495,19 @@ class Worker(ResultSharing):
         if s.sink:
             self._keep_outcome(s.call_id, Outcome(pb.OK, value))   # for Future arguments
             self._push.send(s.response_address, "result",
-                            pb.CallResult(request_id=s.call_id, status=pb.OK, value=value,
-                                          logs=logs, session=report))
+                            pb.CallResult(request_id=s.call_id, status=pb.OK, logs=logs,
+                                          session=report, **fields))
             self._call_done(s.scheduler_address, s.call_id)
+
+    def _result_fields(self, s: pb.Schedule, value: bytes, what: str) -> Dict[str, Any]:
+        """The result's CallResult fields; ValueTooLarge above the KVS's limit (big_results)."""
+        try:
+            return result_fields(self.cache, s, value, what, DEFAULT_MAX_VALUE_BYTES)
+        except ValueTooLarge:
+            raise
+        except Exception as e:
+            raise FunctionError(f"storing the large result of {what} in the KVS failed: "
+                                f"{e}") from None
 
     def _send_downstream(self, s: pb.Schedule, ready: Ready, value: bytes,
                          causal: Optional[pb.CausalContext] = None, logs: str = "",
@@ -553,12 +570,13 @@ class Worker(ResultSharing):
                     if plan.requested == pb.HB and plan.protocol == pb.OPT:
                         self._reuse[reuse_key] = Reusable(ready.deadline + 30.0,
                                                            inv.read_clocks(), digest, value)
+                fields = self._result_fields(s, value, what)
                 versions = []
                 if s.sink:
                     extra = {s.output_key: value} if s.output_key else None
                     versions = inv.commit(self._writer, extra)
             except (CausalAbortError, Timeout, ArgumentRefused, Fenced, CorruptRecord,
-                    InvalidArguments, DependencyError):
+                    InvalidArguments, DependencyError, ValueTooLarge):
                 raise
             except FunctionError as e:
                 raise FunctionError(f"{what} on worker {self.worker_id}: {e}") from None
@@ -588,6 +606,9 @@ class Worker(ResultSharing):
         except DependencyError as e:
             self._fail(s, pb.DEPENDENCY_FAILED, str(e))
             return
+        except ValueTooLarge as e:
+            self._fail(s, pb.VALUE_TOO_LARGE, f"{e} (worker {self.worker_id})")
+            return
         except Timeout as e:     # a protocol stage (or the function's own wait) ran out of time
             stage = f"{e.stage} ({what}, worker {self.worker_id}, {pb.Protocol.Name(plan.protocol)})"
             self._fail(s, pb.TIMEOUT, f"timed out waiting for {stage}", stage=stage)
@@ -609,7 +630,7 @@ class Worker(ResultSharing):
             stats.read_set.extend(vs.to_proto(inv.read_set))
             stats.writes.extend(vs.to_proto(vs.of_versions(versions)))
             self._push.send(s.response_address, "result", pb.CallResult(
-                request_id=plan.call_id, status=pb.OK, value=value, causal=stats, logs=logs))
+                request_id=plan.call_id, status=pb.OK, causal=stats, logs=logs, **fields))
             self._call_done(s.scheduler_address, s.call_id)
 
     def _causal_abort(self, s: pb.Schedule, e: CausalAbortError) -> None:

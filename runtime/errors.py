@@ -18,6 +18,7 @@ __all__ = ["CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "
            "InvalidArguments", "DependencyFailed", "NoLibrary", "NoResources",
            "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "Cancelled", "UnsafeValue",
            "MalformedValue", "NotPermitted", "CorruptRecord", "WorkerDied", "ActorDied",
+           "ValueTooLarge",
            "STATUS_OF",
            "error_from_status"]
 
@@ -180,12 +181,19 @@ class SchedulerUnavailable(CloudburstError):
     are never re-sent, because functions may have side effects."""
 
 
+class ValueTooLarge(CloudburstError, ValueError):
+    """An argument, a result or an object is larger than the KVS's maximum value size (64 MiB
+    by default), the most any value may be. The message names the function (or key), the
+    size and the limit. An argument is refused before anything is sent; a result at the
+    worker that made it."""
+
+
 # cloudburst.Status numbers (proto/cloudburst.proto); kept here so this module has no dependencies.
 STATUS_OF = {
     FunctionNotFound: 1, DagNotFound: 2, InvalidDag: 3, NoResources: 4, ExecutionError: 5,
     Timeout: 6, ObjectNotFound: 7, Aborted: 10, Cancelled: 11, UnsafeValue: 12,
     NotPermitted: 13, CorruptRecord: 14, InvalidArguments: 20, DependencyFailed: 21,
-    WorkerDied: 22, ActorDied: 24,
+    WorkerDied: 22, ActorDied: 24, ValueTooLarge: 26,
 }
 
 

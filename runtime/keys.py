@@ -1,7 +1,11 @@
 """KVS key names of Cloudburst's own records (registry, worker directory, actors).
 
-User objects may use any key that does not start with `PREFIX`.
+User objects may use any key that does not start with `PREFIX`. Large call arguments and
+results travel through the KVS under `VALUES_PREFIX` (a key a function may write; each is
+deleted by the client once its call is over).
 """
+import uuid
+
 PREFIX = "__cloudburst/"
 FUNCTIONS_INDEX = PREFIX + "index/functions"
 DAGS_INDEX = PREFIX + "index/dags"
@@ -13,6 +17,14 @@ def function_key(name: str) -> str:
 
 def dag_key(name: str) -> str:
     return f"{PREFIX}dag/{name}"
+
+
+VALUES_PREFIX = "__values/"
+
+
+def value_key(owner: str) -> str:
+    """A fresh key for one large argument or result of `owner` (a call id or a client)."""
+    return f"{VALUES_PREFIX}{owner}/{uuid.uuid4().hex}"
 
 
 def worker_key(worker_id: str) -> str:

@@ -33,6 +33,11 @@ Contract:
   makes it fail with `UnsafeValue` unless `objects=True`. With `concurrent=True` (causal
   calls) the function receives the list of every concurrent value of the key (sorted by
   their serialized bytes) instead of the first one.
+- Size: `transport(size, limit)` is how a serialized argument or result of `size` bytes
+  travels: "inline" (in the message) up to `BY_REFERENCE_BYTES`, "reference" (through the
+  KVS under a `runtime.keys.value_key`, the message carrying the key) up to `limit` (the KVS's
+  maximum value size), else "too_large" (`too_large(what, size, limit)` is the
+  `ValueTooLarge` to raise, naming what and the limit).
 """
 from __future__ import annotations
 
@@ -50,10 +55,15 @@ import cloudpickle
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
 
-from .errors import MalformedValue, UnsafeValue
+from .errors import MalformedValue, UnsafeValue, ValueTooLarge
 
 __all__ = ["Reference", "is_lattice", "CAUSAL_LATTICES", "PLAIN_GLOBALS", "dumps", "dumps_function",
-           "loads", "encode_args", "decode_arg", "references_of"]
+           "loads", "encode_args", "decode_arg", "references_of", "BY_REFERENCE_BYTES",
+           "transport", "too_large"]
+
+# Serialized arguments and results above this travel through the KVS, not in messages: a
+# scheduler relays a call's arguments, and a message is held whole by every hop.
+BY_REFERENCE_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -251,3 +261,17 @@ def decode_arg(arg: "pb.Argument") -> Any:
 def references_of(arglist: "pb.ArgumentList") -> List[str]:
     """The keys referenced by an `ArgumentList`."""
     return [a.reference for a in arglist.args if a.WhichOneof("kind") == "reference"]
+
+
+def transport(size: int, limit: int, threshold: int = BY_REFERENCE_BYTES) -> str:
+    """How a serialized value of `size` bytes travels (see the module contract)."""
+    if size > limit:
+        return "too_large"
+    return "reference" if size > threshold else "inline"
+
+
+def too_large(what: str, size: int, limit: int) -> ValueTooLarge:
+    """The error for a value above the KVS's maximum value size."""
+    return ValueTooLarge(f"{what} is {size / (1 << 20):,.1f} MiB serialized, above the "
+                         f"limit of {limit / (1 << 20):g} MiB (the KVS's maximum value size): "
+                         f"store big data in pieces, or raise the KVS's max_value_bytes")

@@ -1,0 +1,96 @@
+"""What a data directory costs: `Client.put` latency on a `LocalCluster` in memory against one
+with `data_dir=` (the KVS's disk tier: RocksDB, a write acknowledged once in its write-ahead
+log), and how long a restart takes to serve again.
+
+    python benchmarks/durable_state.py [--runs 3] [--puts 200] [--sizes 100,65536,1048576]
+
+Each run starts both clusters in turn (memory first), warms up, then times `--puts` puts of
+each size from one client (each put returns once every replica acknowledged it, `put_all`).
+Prints per run the p50 and p99 in ms, then the median over the runs of each p50; and the
+seconds from `LocalCluster(data_dir=)` start to a first successful `get` of a key written
+before a clean stop (the restart's cost).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from typing import Dict, List
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import cloudburst  # noqa: E402
+
+
+def put_latencies(client: cloudburst.Client, size: int, puts: int) -> List[float]:
+    value = b"v" * size
+    for i in range(20):                      # warm up: routing lookups, sockets
+        client.put(f"warm{i}", value)
+    out = []
+    for i in range(puts):
+        started = time.perf_counter()
+        client.put(f"k{size}-{i % 50}", value)
+        out.append((time.perf_counter() - started) * 1000.0)
+    return out
+
+
+def one_run(sizes: List[int], puts: int) -> Dict[str, Dict[int, List[float]]]:
+    out: Dict[str, Dict[int, List[float]]] = {}
+    data = tempfile.mkdtemp(prefix="durable-bench-")
+    try:
+        for mode, options in (("memory", {}), ("data_dir", {"data_dir": data})):
+            with cloudburst.LocalCluster(executors_per_node=1, **options) as cluster:
+                client = cluster.client()
+                out[mode] = {size: put_latencies(client, size, puts) for size in sizes}
+        started = time.perf_counter()
+        with cloudburst.LocalCluster(executors_per_node=1, data_dir=data) as cluster:
+            cluster.client().get("warm0")
+            out["restart_s"] = {0: [time.perf_counter() - started]}
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
+    return out
+
+
+def pct(values: List[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--puts", type=int, default=200)
+    parser.add_argument("--sizes", default="100,65536,1048576")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    p50s: Dict[str, Dict[int, List[float]]] = {"memory": {}, "data_dir": {}}
+    restarts: List[float] = []
+    for run in range(args.runs):
+        result = one_run(sizes, args.puts)
+        restarts.append(result["restart_s"][0][0])
+        for mode in ("memory", "data_dir"):
+            for size in sizes:
+                lat = result[mode][size]
+                p50s[mode].setdefault(size, []).append(pct(lat, 0.5))
+                print(f"run {run + 1} {mode:>8} {size:>8} B: p50 {pct(lat, 0.5):6.2f} ms  "
+                      f"p99 {pct(lat, 0.99):6.2f} ms", flush=True)
+        print(f"run {run + 1} restart on the data dir to a first get: {restarts[-1]:.1f} s",
+              flush=True)
+    print("\nmedian of the runs' p50 (ms):")
+    print(f"{'size':>9} {'memory':>8} {'data_dir':>9} {'ratio':>6}")
+    for size in sizes:
+        m = statistics.median(p50s["memory"][size])
+        d = statistics.median(p50s["data_dir"][size])
+        print(f"{size:>9} {m:8.2f} {d:9.2f} {d / m:6.2f}")
+    print(f"restart to a first get: median {statistics.median(restarts):.1f} s "
+          f"({', '.join(f'{r:.1f}' for r in restarts)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
