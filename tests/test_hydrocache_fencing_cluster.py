@@ -71,7 +71,8 @@ def test_stalled_node_commit_after_failure_loses_no_acknowledged_write():
         marker, go = os.path.join(tmp, "slow_wr"), os.path.join(tmp, "go")
         slow = c.call_dag("fence_slow", {"fence_rd": [Reference(KEY), Reference(LOCAL)],
                                          "fence_slow_wr": [marker, go]},
-                          consistency="causal", protocol="ct", timeout=30)
+                          consistency="causal", protocol="ct", timeout=30,
+                          max_retries=0)   # this attempt must fail and be fenced, not rerun
         poll_until(lambda: os.path.exists(marker) and os.path.getsize(marker) > 0, 20,
                    "slow_wr starting")
         with open(marker) as f:
