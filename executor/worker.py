@@ -16,9 +16,8 @@ Contract:
   fails the call with UNSAFE_VALUE naming the key and the refused global, before the function
   runs). The caller's own arguments and upstream results are unpickled fully: the caller may
   run code here anyway (it may register functions), and results come from functions that ran
-  here (docs/SECURITY.md). Functions are fetched from the registry (through the node cache,
-  which never caches registry keys) once per (name, version), deserialized once, and cached; a stateful class is instantiated once per worker
-  and its `run` called.
+  here (docs/SECURITY.md). Functions are fetched from the registry once per (name, version)
+  and cached, and `Reference`s resolved, as `executor/function_inputs.py` says.
 - A schedule with `actor` set runs on the worker's actor table instead of a registered
   function (`executor/actors.py`: an actor's creation, method call or kill), in arrival order
   like every call; an actor this worker does not hold fails the call with ACTOR_DIED. While
@@ -31,11 +30,10 @@ Contract:
 - On an exception the caller gets EXECUTION_ERROR with the traceback, the call's other workers
   get `abort`, the scheduler gets `done`. An invocation still missing upstream results at its
   deadline makes the caller get TIMEOUT naming the function, worker and missing upstreams.
-- A causal call's sink commits through the node cache once the scheduler grants the call's
-  one commit (`executor/causal.py`); a commit (or read) refused because its attempt is fenced
-  (`Fenced`: released, failed, or another attempt holds the commit) is reported to the
-  scheduler as a `causal_abort` and nothing goes to the caller: the scheduler owns that
-  call's outcome (hydrocache/DESIGN.md, "Fencing").
+- A causal call's invocation runs as `executor/causal_run.py` says: its sink commits through
+  the node cache once the scheduler grants the call's one commit (`executor/causal.py`); a
+  commit (or read) refused because its attempt is fenced is reported to the scheduler as a
+  `causal_abort` and nothing goes to the caller (hydrocache/DESIGN.md, "Fencing").
 - What a function prints (stdout and stderr) is captured per call (`executor/output.py`): it
   goes to the worker's log, each line tagged with the call id and function, and travels with
   the call (`Trigger.logs`, then `CallResult.logs`) to the caller, bounded by `output_limit`.
@@ -48,7 +46,8 @@ Contract:
   takes from a function key only `trigger`, `abort` and `msg` (`FUNCTION_KINDS`), never a
   `schedule`; its node-cache reply and control sockets admit only cluster keys. Its pushes
   (results to callers, triggers, heartbeats, `done`) are CURVE clients with the function
-  key. `lib.send` goes only to directory entries that carry the function key.
+  key. `lib.send` goes only to directory entries that carry the function key
+  (`executor/user_messages.py`: user messages between workers).
 """
 from __future__ import annotations
 
@@ -68,30 +67,28 @@ from typing import Any, Deque, Dict, List, Optional, Tuple
 import zmq
 from google.protobuf.message import DecodeError
 
-from runtime.keys import function_key, worker_key
 from runtime.auth import (FUNCTION, Credentials, KeyFileError, Security, credentials_of,
-                          decode_handoff, parse_address, role_of)
-from runtime.framing import FrameError, encode, parse, recv_frame
+                          decode_handoff, role_of)
+from runtime.framing import FrameError, parse, recv_frame
 from runtime.sockets import PushCache, bind_pull
 from runtime.values import dumps, loads
-from runtime.errors import (CorruptRecord, InvalidArguments, ObjectNotFound, Timeout,
-                            ValueTooLarge)
+from runtime.errors import CorruptRecord, InvalidArguments, ValueTooLarge
 from anna_core.config import DEFAULT_MAX_VALUE_BYTES
-from runtime.values import Reference
 from hydro_proto import cloudburst_pb2 as pb
 
-from hydrocache import versionset as vs
 from hydrocache.writer import ExecutorWriter
 
 from .actor_caller import ActorCaller
 from .actors import ActorGone, ActorTable, ActorTableFull, describe
 from .big_results import result_fields
-from .cache_client import CacheClient, Fenced
-from .calling import Entry, entry_of
+from .cache_client import CacheClient
+from .calling import Entry
 from .call_session import CallSession, UpstreamSessions
-from .causal import CausalAbortError, CausalInvocation, Reusable, inputs_digest
+from .causal import CausalInvocation, Reusable
+from .causal_run import CausalRunning
 from .config import WorkerConfig
 from .dagstate import PendingCalls, Ready
+from .function_inputs import FunctionInputs
 from .guard import FunctionGuard, Interrupted
 from .retrying import exception_names, may_retry, retry_request
 from .held import HeldResults, Outcome
@@ -99,22 +96,21 @@ from .library import UserLibrary
 from .liveness import die_with_parent, heartbeat_loop
 from .output import CallOutput, Capture, UpstreamLogs, join_logs, section
 from .privilege import drop_capabilities, hide_paths
-from .references import ArgumentRefused, FunctionError, load_reference, resolve
-from .sharing import DependencyError, ResultSharing, Unavailable, call_inputs, prepare
+from .references import ArgumentRefused, FunctionError
+from .sharing import DependencyError, ResultSharing, Unavailable, call_inputs
+from .user_messages import UserMessaging
 
 __all__ = ["Worker", "FUNCTION_KINDS"]
 
 log = logging.getLogger("cloudburst.worker")
 # what another worker (a function key) may send a worker; schedules come from the cluster only
 FUNCTION_KINDS = frozenset({"trigger", "abort", "msg", "fetch"})
-_INBOX_LIMIT = 10000
 # `done` frees the worker's slot at the scheduler, which may hold the next call for it
 # (scheduler/dispatch.py): sent as soon as the result is, not held back to batch
 DONE_BATCH_SECONDS = 0.0
-_MSG_CODE = encode("msg", pb.UserMessage())[:1]
 
 
-class Worker(ResultSharing):
+class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
     """One executor worker; see the module contract."""
 
     def __init__(self, config: WorkerConfig, credentials: Optional[Credentials] = None) -> None:
@@ -347,66 +343,7 @@ class Worker(ResultSharing):
                 continue
             self.guard.cancel(call_id)
 
-    def _on_msg(self, m: pb.UserMessage) -> None:
-        if len(self._inbox) >= _INBOX_LIMIT:
-            dropped = self._inbox.popleft()
-            log.warning("inbox full; dropped a message from %s", dropped[0])
-        self._inbox.append((m.sender, bytes(m.payload)))
-
-    # ---- running a function ----
-    def _function(self, name: str, version: str, deadline: float) -> Entry:
-        """The callable for `name`: cached per version; a different version is fetched from the
-        registry (a newer registration than the schedule's wins: the scheduler learns of it
-        within a gossip epoch)."""
-        cached = self._functions.get(name)
-        if cached is not None and cached[0] == version:
-            return cached[1]
-        key = function_key(name)
-        data = self.cache.get([key]).get(key)
-        try:
-            record = None if data is None else pb.FunctionRecord.FromString(bytes(data))
-        except (DecodeError, TypeError) as e:
-            raise CorruptRecord(f"the registry record {key!r} of function {name!r} does not "
-                                f"parse ({type(e).__name__})", key) from None
-        if record is None or record.deleted:
-            raise FunctionError(f"function {name!r} is not in the registry")
-        if cached is not None and cached[0] == record.version:
-            return cached[1]
-        try:
-            obj = loads(record.body, objects=True)     # a registration is code by design
-        except ModuleNotFoundError as e:
-            raise FunctionError(
-                f"function {name!r} needs module {e.name!r}, which this executor cannot "
-                f"import: install it on the executors, or register the function with "
-                f"modules=[{e.name}] to ship the module with it") from None
-        if record.stateful:
-            cls, init_args = obj
-            instance = cls(*init_args)
-            method = entry_of(cls)
-            fn = instance if method == "__call__" else getattr(instance, method or "run")
-        else:
-            fn = obj
-        fn = Entry(fn, name)
-        self._functions[name] = (record.version, fn)
-        self._time_limits[name] = record.time_limit
-        return fn
-
-    def _arguments(self, ready: Ready, what: str) -> Tuple[List[Any], Dict[str, Any]]:
-        """The call's arguments (pb.Argument), other calls' results and upstream results
-        (bytes) as `(args, kwargs)`, with top-level `Reference`s resolved (module contract)."""
-        values, kwvalues = prepare(ready, what)
-        refs = [v for v in values + list(kwvalues.values()) if isinstance(v, Reference)]
-        if not refs:
-            return values, kwvalues
-        keys = sorted({r.key for r in refs})
-        found = self.cache.get(keys)
-        missing = [k for k in keys if found.get(k) is None]
-        if missing:
-            raise FunctionError(f"referenced key(s) {missing} hold no object")
-        resolved = {r: load_reference(r, found[r.key]) for r in refs}
-        return ([resolved[v] if isinstance(v, Reference) else v for v in values],
-                {k: resolved[v] if isinstance(v, Reference) else v for k, v in kwvalues.items()})
-
+    # ---- running a function (causal calls: executor/causal_run.py) ----
     def _run(self, ready: Ready) -> None:
         s: pb.Schedule = ready.schedule
         what = f"function {s.function!r}" + (f" of DAG {s.dag!r}" if s.dag and s.dag != s.function else "")
@@ -532,124 +469,6 @@ class Worker(ResultSharing):
             else:
                 self._push.send(address, "trigger", trigger)
 
-    # ---- causal calls (hydrocache/DESIGN.md) ----
-    def _run_causal(self, ready: Ready, what: str, start: float) -> None:
-        s: pb.Schedule = ready.schedule
-        plan = s.causal
-        n_up = len(s.upstreams)
-        raw_args = list(ready.args[:len(ready.args) - n_up])
-        upstream = list(ready.args[len(ready.args) - n_up:])
-        contexts = [u[1] if isinstance(u, tuple) else pb.CausalContext() for u in upstream]
-        results = [u[0] if isinstance(u, tuple) else u for u in upstream]
-        inv = CausalInvocation(self.cache, s, contexts, ready.deadline - time.monotonic())
-        self._busy_since = start
-        try:
-            try:
-                fn = self._function(s.function, s.version, start + s.timeout)
-                values, kwvalues = prepare(Ready(ready.call_id, ready.function, s,
-                                                 raw_args + results, inputs=ready.inputs), what)
-                refs = [v.key for v in values + list(kwvalues.values())
-                        if isinstance(v, Reference)]
-                reuse_key = (plan.call_id, s.function)
-                reuse = self._reuse.get(reuse_key) if plan.reuse_attempt else None
-                inv.bind(refs + (sorted(reuse.read_clocks) if reuse else []))
-                digest = inputs_digest(raw_args, results)
-                if reuse is not None and reuse.read_clocks == inv.read_clocks() \
-                        and reuse.inputs_digest == digest:
-                    value = reuse.value         # HB: same read versions, same inputs (4.3.5)
-                else:
-                    args = [resolve(inv, v) if isinstance(v, Reference) else v for v in values]
-                    kwargs = {k: resolve(inv, v) if isinstance(v, Reference) else v
-                              for k, v in kwvalues.items()}
-                    self.invocation = inv
-                    try:
-                        result = self._call_function(s, fn, args, kwargs, ready.deadline)
-                    finally:
-                        self.invocation = None
-                    value = dumps(result)
-                    if plan.requested == pb.HB and plan.protocol == pb.OPT:
-                        self._reuse[reuse_key] = Reusable(ready.deadline + 30.0,
-                                                           inv.read_clocks(), digest, value)
-                fields = self._result_fields(s, value, what)
-                versions = []
-                if s.sink:
-                    extra = {s.output_key: value} if s.output_key else None
-                    versions = inv.commit(self._writer, extra)
-            except (CausalAbortError, Timeout, ArgumentRefused, Fenced, CorruptRecord,
-                    InvalidArguments, DependencyError, ValueTooLarge):
-                raise
-            except FunctionError as e:
-                raise FunctionError(f"{what} on worker {self.worker_id}: {e}") from None
-            except ObjectNotFound as e:
-                raise FunctionError(f"{what} on worker {self.worker_id}: {e}") from None
-            except Exception as e:
-                raise FunctionError(f"{what} raised {type(e).__name__}: {e}",
-                                     traceback.format_exc()) from None
-        except CausalAbortError as e:
-            self._causal_abort(s, e)
-            return
-        except Fenced as e:
-            # the scheduler released or failed this attempt, or granted the call's commit to
-            # another: it owns the call's outcome, so the caller hears nothing from here
-            log.info("%s: attempt %s fenced: %s", what, s.call_id, e)
-            self._causal_abort(s, CausalAbortError(f"fenced: {e}"))
-            return
-        except ArgumentRefused as e:
-            self._fail(s, pb.UNSAFE_VALUE, f"{what} on worker {self.worker_id}: {e}")
-            return
-        except CorruptRecord as e:
-            self._fail(s, pb.CORRUPT_RECORD, f"{what} on worker {self.worker_id}: {e}")
-            return
-        except InvalidArguments as e:
-            self._fail(s, pb.INVALID_ARGUMENTS, f"{what}: {e}")
-            return
-        except DependencyError as e:
-            self._fail(s, pb.DEPENDENCY_FAILED, str(e))
-            return
-        except ValueTooLarge as e:
-            self._fail(s, pb.VALUE_TOO_LARGE, f"{e} (worker {self.worker_id})")
-            return
-        except Timeout as e:     # a protocol stage (or the function's own wait) ran out of time
-            stage = f"{e.stage} ({what}, worker {self.worker_id}, {pb.Protocol.Name(plan.protocol)})"
-            self._fail(s, pb.TIMEOUT, f"timed out waiting for {stage}", stage=stage)
-            return
-        except FunctionError as e:
-            self._fail(s, pb.EXECUTION_ERROR, str(e), e.tb)
-            return
-        except Interrupted as e:
-            self._stopped(s, what, e)
-            return
-        finally:
-            self._busy_total += time.monotonic() - start
-            self._busy_since = None
-        logs = self._call_logs(s, self._printed)
-        self._send_downstream(s, ready, value, inv.context(), logs)
-        if s.sink:
-            stats = pb.CausalStats(protocol=plan.protocol, aborts=plan.attempt,
-                                   remote_fetches=inv.remote_fetches, requested=plan.requested)
-            stats.read_set.extend(vs.to_proto(inv.read_set))
-            stats.writes.extend(vs.to_proto(vs.of_versions(versions)))
-            self._push.send(s.response_address, "result", pb.CallResult(
-                request_id=plan.call_id, status=pb.OK, causal=stats, logs=logs, **fields))
-            self._call_done(s.scheduler_address, s.call_id)
-
-    def _causal_abort(self, s: pb.Schedule, e: CausalAbortError) -> None:
-        """Tell the scheduler (it retries or fails the call) and the attempt's other workers."""
-        self._push.send(s.scheduler_address, "causal_abort", pb.CausalAbort(
-            attempt_id=s.call_id, call_id=s.causal.call_id, reason=e.reason,
-            function=s.function, new_keys=e.new_keys, stale_keys=e.stale_keys))
-        for fn, address in s.locations.items():
-            if fn != s.function:
-                if address == self.address:
-                    self.pending.abort(s.call_id)
-                else:
-                    self._push.send(address, "abort", pb.CallDone(call_id=s.call_id))
-
-    def _expire_reuse(self, now: float) -> None:
-        for key, entry in list(self._reuse.items()):
-            if now > entry.expires:
-                del self._reuse[key]
-
     def _fail(self, s: pb.Schedule, status: int, message: str, tb: str = "",
               stage: str = "") -> None:
         self._push.send(s.response_address, "result", pb.CallResult(
@@ -693,62 +512,6 @@ class Worker(ResultSharing):
         stage = (f"upstream result(s) {stalled.missing} of function {s.function!r} "
                  f"(DAG {s.dag!r}) on worker {self.worker_id}")
         self._fail(s, pb.TIMEOUT, f"timed out waiting for {stage}", stage=stage)
-
-    # ---- user messages ----
-    def send_user_message(self, dest: str, data: bytes) -> None:
-        address = self._peers.get(dest)
-        if address is None:
-            key = worker_key(dest)
-            entry = self.cache.get([key]).get(key)
-            if entry is None or not isinstance(entry, memoryview) and \
-                    not isinstance(entry, bytes):
-                raise ValueError(f"lib.send: no executor worker has id {dest!r}")
-            address = bytes(entry).decode("utf-8", "replace")
-            self._check_peer(dest, address)
-            self._peers[dest] = address
-        message = pb.UserMessage(sender=self.worker_id, payload=data)
-        if address == self.address:
-            self._on_msg(message)
-        else:
-            self._push.send(address, "msg", message)
-
-    def _check_peer(self, dest: str, address: str) -> None:
-        """An authenticated worker sends user messages only to an address carrying the
-        function key (its own): only its node (the cluster) writes the directory, and only a
-        process holding the function secret completes a handshake with that key."""
-        if self.credentials is None:
-            return
-        try:
-            key = parse_address(address)[1]
-        except ValueError:
-            key = None
-        if key != self.credentials.keypair.public:
-            raise ValueError(f"lib.send: the directory entry of worker {dest!r} is not a "
-                             f"cluster address ({address[:120]!r}); not sent")
-
-    def receive_user_messages(self, timeout: float) -> List[Tuple[str, bytes]]:
-        deadline = time.monotonic() + max(0.0, timeout)
-        while not self._inbox:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                if timeout > 0:
-                    raise Timeout(f"a message to worker {self.worker_id} (lib.recv)", timeout)
-                return []
-            if not self._pull.poll(int(remaining * 1000) + 1):
-                continue
-            frame = self._admitted(recv_frame(self._pull, copy=False))
-            if frame is None:
-                continue
-            if frame[:1] == _MSG_CODE:
-                try:
-                    self._on_msg(pb.UserMessage.FromString(frame[1:]))
-                except Exception as e:
-                    log.warning("dropped a malformed user message: %s", e)
-            else:
-                self._backlog.append(frame)  # handled after the running function returns
-        out = list(self._inbox)
-        self._inbox.clear()
-        return out
 
 
 def main() -> None:

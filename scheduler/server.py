@@ -2,26 +2,25 @@
 
 Contract: `Scheduler(config)` binds a PULL socket on a free port (`address`) for every kind
 listed for schedulers in proto/cloudburst.proto, plus one for Anna's pushed registry updates.
-- Registry requests are answered with a `reply`; a bad request is answered with its typed
-  status (INVALID_DAG, DAG_NOT_FOUND, ...), never dropped.
+- Registry requests (`scheduler/registry_requests.py`) are answered with a `reply`; a bad
+  request is answered with its typed status (INVALID_DAG, DAG_NOT_FOUND, ...), never dropped.
 - A `call` with `actor` set (an actor's creation, method call or kill) is
   `scheduler.actor_calls.ActorCalls`'s; the workers that host actors take plain calls only
   when no other worker is placeable, and the worker deaths below end their actors.
 - A `call` is resolved against the registry (FUNCTION_NOT_FOUND / DAG_NOT_FOUND). When every
   worker is busy it waits in `dispatch.CallQueue` (NO_RESOURCES when the queue is full,
   TIMEOUT naming the queue past its deadline) until a worker is free, after any message or
-  tick. It is placed by `policy.choose_executors` over the live workers (NO_RESOURCES when
+  tick (`scheduler/queueing.py` carries the queue's decisions out). It is placed by `policy.choose_executors` over the live workers (NO_RESOURCES when
   there are none), sent as one `schedule` per function (a source runs on receipt: that is
   its trigger). The caller
   gets nothing until the result (one message fewer per call); a caller whose wait times out
   asks `where` and gets the call's placement, or its place in the queue (`accepted`), to
   name the stalled stage; a `cancel` of a waiting call takes it out of the queue.
-- Heartbeats feed `membership.ExecutorTable`: a worker's own (`WorkerStatus` with its
-  address), and its node's vouching for its process (`WorkerStatus` without an address, from
-  the node, every period), or its exit (`exited`). Every `tick` seconds dead workers (the
-  table's "Liveness" rules) are dropped and the calls in flight on them are failed at their
-  caller with EXECUTION_ERROR naming the worker and why (the other functions of the call
-  are told to `abort`). A handler that kept the loop from reading for more than
+- Heartbeats feed `membership.ExecutorTable` (`scheduler/executor_events.py`): a worker's
+  own, its node's vouching for its process, or its exit. Every `tick` seconds dead workers
+  (the table's "Liveness" rules) are dropped and the calls in flight on them run again
+  while their retry budget lasts, else fail at their caller with EXECUTION_ERROR naming the
+  worker and why (the other functions of the call are told to `abort`). A handler that kept the loop from reading for more than
   `STALL_CREDIT` s is forgiven to every worker (`ExecutorTable.credit`).
 - A causal call (Call.consistency == CAUSAL; HydroCache) is placed here (CT puts the whole
   DAG on one node with `policy.choose_one_node`; every worker needs a node cache) and then
@@ -33,8 +32,8 @@ listed for schedulers in proto/cloudburst.proto, plus one for Anna's pushed regi
 - A scheduler that has not yet heard any worker holds the calls it gets (for at most
   `heartbeat_timeout` after it started) rather than answering NO_RESOURCES: a scheduler
   restarted under a running cluster relearns the workers from their next heartbeats.
-- Draining (executor autoscaling): a `drain` (cluster keys only) marks a node draining, or
-  not, at once (the state of the highest epoch wins) and is forwarded to the node, which
+- Draining (executor autoscaling; `scheduler/executor_events.py`): a `drain` (cluster keys
+  only) marks a node draining, or not, at once (the state of the highest epoch wins) and is forwarded to the node, which
   reports it back in every `node_status`, so every scheduler (a restarted one too) learns
   it. Calls are placed only on workers of nodes that are not draining. `status` lists every
   executor node (`NodeState`: drain state, calls this scheduler placed there and has not
@@ -61,23 +60,19 @@ import json
 import logging
 import os
 import random
-import signal
 import time
-import uuid
 from typing import Any, Dict, List, Optional
 
 import zmq
 from google.protobuf.message import DecodeError
 
 import anna_core
-from anna_core.wire import tuple_to_lattice
 from runtime.auth import AuthConfig, Security, credentials_of
 from runtime.framing import FrameError, more, parse, recv_frame
 from runtime.keys import PREFIX
 from runtime.sockets import PushCache, bind_pull
-from runtime.errors import CorruptRecord, InvalidDag, NoResources
+from runtime.errors import CorruptRecord, NoResources
 from runtime.http import TextEndpoint
-from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
 
 from .actor_calls import ActorCalls
@@ -85,13 +80,16 @@ from .admission import CLIENT_KINDS, Admission
 from .binding import bind_exactly as _bind_exactly
 from .config import SchedulerConfig
 from .gc import GcCoordinator
-from .dag import Dag, check_size, foreign_arguments, validate
-from .dispatch import CallQueue, Expire, Place, Refuse, Waiting
+from .dag import Dag, foreign_arguments
+from .dispatch import CallQueue, Waiting
+from .executor_events import ExecutorEvents
 from .membership import CallRecord, ExecutorTable
 from .causal import caller_of
 from .causal_calls import CausalCalls
 from .policy import choose_executors, choose_one_node, dag_relations
+from .queueing import CallQueueing
 from .registry import Registry
+from .registry_requests import RegistryRequests, dag_from_record
 from .lifecycle import CallLifecycle
 from .retries import caller_of_attempt
 from .results import ResultHolders
@@ -104,16 +102,10 @@ __all__ = ["Scheduler", "CLIENT_KINDS"]
 log = logging.getLogger("cloudburst.scheduler")
 
 
-def dag_from_record(record: pb.DagRecord) -> Dag:
-    return Dag.create(record.name, list(record.functions),
-                      [(c.source, c.target) for c in record.connections])
-
-
 METRICS_PERIOD = 1.0      # seconds between refreshes of the /metrics text
-STATS_HORIZON = 3600.0    # a call unfinished this long is dropped from the statistics
 STALL_CREDIT = 0.1        # a handler longer than this is forgiven to every worker's liveness
 
-class Scheduler:
+class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents):
     """One scheduler process' state and loop; see the module contract."""
 
     def __init__(self, config: SchedulerConfig) -> None:
@@ -305,83 +297,9 @@ class Scheduler:
         except Exception:
             log.exception("could not report the failure to the caller")
 
-    # ---- registry ----
-    def _reply(self, address: str, reply: pb.Reply) -> None:
-        self._push.send(address, "reply", reply)
-
-    def _register_fn(self, payload: bytes) -> None:
-        req = pb.RegisterFunction.FromString(payload)
-        record = req.function
-        if not record.name:
-            return self._reply(req.response_address, pb.Reply(
-                request_id=req.request_id, status=pb.BAD_REQUEST,
-                message="a function needs a non-empty name"))
-        record.version = uuid.uuid4().hex
-        self.registry.put_function(record)
-        log.info("registered function %s (version %s)", record.name, record.version)
-        self._reply(req.response_address, pb.Reply(request_id=req.request_id, status=pb.OK))
-
-    def _register_dag(self, payload: bytes) -> None:
-        req = pb.RegisterDag.FromString(payload)
-        try:
-            dag = dag_from_record(req.dag)
-            check_size(dag, self.config.max_dag_functions)   # before any registry lookup
-            known = {f for f in dag.functions if self.registry.function(f) is not None}
-            validate(dag, known, self.config.max_dag_functions)
-        except InvalidDag as e:
-            return self._reply(req.response_address, pb.Reply(
-                request_id=req.request_id, status=pb.INVALID_DAG, message=str(e)))
-        req.dag.version = uuid.uuid4().hex
-        req.dag.deleted = False
-        self.registry.put_dag(req.dag)
-        log.info("registered DAG %s: %s %s", dag.name, dag.functions, dag.connections)
-        self._reply(req.response_address, pb.Reply(request_id=req.request_id, status=pb.OK))
-
-    def _delete_dag(self, payload: bytes) -> None:
-        req = pb.NameRequest.FromString(payload)
-        if self.registry.delete_dag(req.name):
-            reply = pb.Reply(request_id=req.request_id, status=pb.OK)
-        else:
-            reply = pb.Reply(request_id=req.request_id, status=pb.DAG_NOT_FOUND,
-                             message=f"delete_dag: no DAG named {req.name!r} is registered")
-        self._reply(req.response_address, reply)
-
-    def _delete_fn(self, payload: bytes) -> None:
-        req = pb.NameRequest.FromString(payload)
-        if self.registry.delete_function(req.name):
-            log.info("deleted function %s", req.name)
-            reply = pb.Reply(request_id=req.request_id, status=pb.OK)
-        else:
-            reply = pb.Reply(request_id=req.request_id, status=pb.FUNCTION_NOT_FOUND,
-                             message=f"delete_function: no function named {req.name!r} is "
-                                     f"registered")
-        self._reply(req.response_address, reply)
-
-    def _list(self, payload: bytes) -> None:
-        req = pb.NameRequest.FromString(payload)
-        functions, dags = self.registry.names()
-        self._reply(req.response_address, pb.Reply(request_id=req.request_id, status=pb.OK,
-                                                   functions=functions, dags=dags))
-
-    def _info(self, payload: bytes) -> None:
-        req = pb.NameRequest.FromString(payload)
-        live = self.table.live()
-        nodes = sorted(n for n, keys in self.table.node_keys().items() if req.name in keys) \
-            if req.name else []
-        self._reply(req.response_address, pb.Reply(
-            request_id=req.request_id, status=pb.OK, kvs_address=self.config.kvs_address,
-            live_workers=len(live), worker_ids=[w.worker_id for w in live], nodes=nodes))
-
-    def _on_registry_update(self, frame: bytes) -> None:
-        try:
-            message = anna_pb2.KeyResponse.FromString(frame)
-            for t in message.tuples:
-                if t.error == anna_pb2.NO_ERROR and t.payload:
-                    self.registry.on_update(t.key, tuple_to_lattice(t).reveal())
-        except Exception as e:
-            log.warning("ignored a registry update: %s", e)
-
-    # ---- calls ----
+    # ---- registry requests: scheduler/registry_requests.py;
+    # ---- executors' reports and lost workers: scheduler/executor_events.py
+    # ---- calls (the call queue's glue: scheduler/queueing.py) ----
     def _fail(self, call: pb.Call, status: int, message: str) -> None:
         self._push.send(call.response_address, "result",
                         pb.CallResult(request_id=call.request_id, status=status, message=message))
@@ -451,44 +369,6 @@ class Scheduler:
         self._carry(self._queue.offer(Waiting(call.request_id, dag.name, now, now + timeout,
                                               (call, dag, versions, concurrent, neighbours)),
                                       self._placeable(), now), now)
-
-    def _requeue(self, call: pb.Call, dag: Dag, versions: Dict[str, str], concurrent: Any,
-                 neighbours: Any) -> None:
-        """A retry (scheduler/lifecycle.py): the new attempt waits for a free worker in the
-        queue, as a new call does."""
-        now = time.monotonic()
-        self._carry(self._queue.offer(Waiting(call.request_id, dag.name, now, now + call.timeout,
-                                              (call, dag, versions, concurrent, neighbours)),
-                                      self._placeable(), now), now)
-
-    def _placeable(self) -> List[Any]:
-        """The workers plain calls may use: a worker that hosts an actor takes them only when
-        no other worker is placeable. The queue and the policy both see these."""
-        return self._actors.placeable(self.table.placeable())
-
-    def _pump(self, now: float) -> None:
-        """Place the waiting calls a free worker can take now, fail the overdue ones."""
-        while self._queue:
-            action = self._queue.next(self._placeable(), now)
-            if action is None:
-                return
-            self._carry(action, now)
-
-    def _carry(self, action: Any, now: float) -> None:
-        """Carry out the queue's decision about one call (scheduler/dispatch.py)."""
-        call = action.waiting.item[0]
-        if isinstance(action, (Refuse, Expire)):
-            self.stats.finished(call.request_id, False, now)
-            expired = isinstance(action, Expire)
-            self._push.send(call.response_address, "result", pb.CallResult(
-                request_id=call.request_id, status=pb.TIMEOUT if expired else pb.NO_RESOURCES,
-                message=action.message, stage=action.message if expired else ""))
-        elif isinstance(action, Place):
-            try:
-                self._start(*action.waiting.item, timeout=action.waiting.deadline - now)
-            except Exception as e:      # this call fails, the loop and the queue go on
-                log.exception("placing call %s failed", call.request_id)
-                self._answer_failure("call", call.SerializeToString(), e)
 
     def _unknown_result(self, call: pb.Call, ref: Any) -> None:
         self._fail(call, pb.DEPENDENCY_FAILED, (
@@ -609,106 +489,6 @@ class Scheduler:
     def _finish_one(self, call_id: str) -> None:
         if not (self._causal and self._causal_calls.done(call_id, time.monotonic())):
             self.table.finish_call(call_id)
-
-    # ---- executors ----
-    def _heartbeat(self, payload: bytes) -> None:
-        s = pb.WorkerStatus.FromString(payload)
-        if s.overran:
-            # executor/node.py: a function is past its time limit, stuck in C code, and its
-            # worker kills itself a grace period later (executor/guard.py): the call fails
-            # now, and the worker is dropped until it comes back (restarted, it heartbeats)
-            how = ("ran a function past its time limit that did not return to the "
-                   "interpreter (stuck in C code); the worker is being killed and restarted")
-            log.warning("worker %s of node %s %s", s.worker_id, s.node_id, how)
-            self._actors.worker_lost(s.worker_id, how)
-            for record in self.table.drop_worker(s.worker_id):
-                self._orphaned(record, s.worker_id, f"executor worker {s.worker_id} {how}",
-                               time.monotonic(),
-                               pb.TIMEOUT if record.call_id == s.call_id else pb.EXECUTION_ERROR)
-            return
-        if s.exited:
-            status = pb.EXECUTION_ERROR
-            if s.exit_code >= 0:
-                how = f"exited with code {s.exit_code}"
-            elif -s.exit_code == signal.SIGPROF:
-                # executor/guard.py: a function past its time limit that never returned to
-                # the interpreter (stuck in C code) is stopped by killing its worker
-                how, status = ("was killed at its function's time limit (the function did "
-                               "not return to the interpreter)"), pb.TIMEOUT
-            else:
-                how = f"was killed by signal {-s.exit_code}"
-            log.warning("worker %s of node %s %s", s.worker_id, s.node_id, how)
-            self._actors.worker_lost(s.worker_id, how)
-            for record in self.table.drop_worker(s.worker_id):
-                self._orphaned(record, s.worker_id, f"executor worker {s.worker_id} {how}",
-                               time.monotonic(), status)
-            return
-        if not s.address:       # its node vouches that the worker's process is alive
-            self.table.vouch(s.worker_id, s.node_id, time.monotonic())
-            return
-        if self.table.heartbeat(s.worker_id, s.node_id, s.address, s.utilization,
-                                time.monotonic(), s.cache_address, s.control_address,
-                                s.restarts):
-            log.info("worker %s of node %s joined at %s", s.worker_id, s.node_id, s.address)
-
-    def _drain(self, payload: bytes) -> None:
-        """Stop (or resume) placing calls on a node now, and tell the node."""
-        req = pb.DrainRequest.FromString(payload)
-        if self.table.set_drain(req.node_id, req.draining, req.epoch):
-            log.info("executor node %s %s (epoch %d)", req.node_id,
-                     "is draining: no new calls placed on it" if req.draining
-                     else "takes calls again", req.epoch)
-        node = next((w.cache_address for w in self.table.live()
-                     if w.node_id == req.node_id and w.cache_address), None)
-        if node:
-            self._push.send(node, "drain", req)
-
-    def _node_status(self, payload: bytes) -> None:
-        s = pb.NodeStatus.FromString(payload)
-        if self.table.node_report(s.node_id, s.draining, s.drain_epoch, s.running, s.queued):
-            log.info("executor node %s reports it %s (epoch %d)", s.node_id,
-                     "is draining" if s.draining else "takes calls", s.drain_epoch)
-
-    def _keyset(self, payload: bytes) -> None:
-        k = pb.CacheKeySet.FromString(payload)
-        self.table.keyset(k.node_id, frozenset(k.keys))
-
-    def _expire(self, now: float) -> None:
-        expired = self.table.expire(now)
-        for wid in expired.dead_workers:
-            log.warning("worker %s %s; dropped from scheduling", wid, expired.reasons[wid])
-            self._actors.worker_lost(wid, expired.reasons[wid])
-        for record in expired.overdue_calls:
-            self.stats.finished(caller_of_attempt(record.call_id), False, now)
-        self.stats.expire(now, STATS_HORIZON)
-        for record, dead in expired.orphaned_calls:
-            self._orphaned(record, dead, f"executor worker {dead} {expired.reasons[dead]}",
-                           now)
-
-    def _orphaned(self, record: CallRecord, dead: str, what: str, now: float,
-                  status: int = pb.EXECUTION_ERROR) -> None:
-        """A call lost a worker it was placed on: it runs again while its retry budget
-        lasts (scheduler/lifecycle.py), else it fails (`status`) naming the worker and why."""
-        fns = sorted(f for f, w in record.placement.items() if w == dead)
-        message = f"{record.name}: {what} while the call's function(s) {fns} were placed on it"
-        causal = self._causal_calls.owner(record.call_id) if self._causal else None
-        if causal is not None:
-            if status != pb.EXECUTION_ERROR or not self.lifecycle.causal_died(causal, message,
-                                                                             now):
-                self.stats.finished(caller_of_attempt(record.call_id), False, now)
-                self._causal_calls.worker_died(causal, message, now)
-            return
-        for fn, wid in record.placement.items():
-            address = self.table.address(wid)
-            if address is not None:
-                self._push.send(address, "abort", pb.CallDone(call_id=record.call_id,
-                                                              status=status, message=message))
-        if status == pb.EXECUTION_ERROR and self.lifecycle.died(record, message, now):
-            return            # run again, or failed naming its attempts, by the lifecycle
-        self.stats.finished(caller_of_attempt(record.call_id), False, now)
-        status, message = self._actors.orphaned(record.call_id, status, message)
-        self._push.send(record.response_address, "result", pb.CallResult(
-            request_id=record.call_id, status=status, message=message))
 
     # ---- placement; causal calls (scheduler/causal_calls.py carries them out) ----
     def _place(self, call: pb.Call, dag: Dag, place: Any, concurrent: Any,
