@@ -7,8 +7,9 @@ Contract:
   own `put`/`get` (a client outside the cluster's network). Results, replies and
   acknowledgements come back on one PULL socket of the client's own: the sink's result is
   pushed straight to it; nothing polls the KVS.
-- Failover (implemented in `cloudburst/channel.py`, which `Client` inherits). A message goes to the current scheduler if its connection is up (ZeroMQ
-  `IMMEDIATE`: a message is never queued for a scheduler that is not connected), else to the
+- Failover (`cloudburst/channel.py`, which `Client` inherits). A message goes to the
+  current scheduler if its connection is up (ZeroMQ `IMMEDIATE`: a message is never queued
+  for a scheduler that is not connected), else to the
   next one that is, which becomes current; with none connected within `failover_timeout`
   the send raises `SchedulerUnavailable`. A registry request unanswered within
   `failover_timeout` is sent again, same request id, to the next scheduler (the first answer
