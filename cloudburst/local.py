@@ -9,11 +9,12 @@ address; `client()` returns a connected `Client` that knows every scheduler (it 
 between them; closed by `stop()`). `workers` lists `{worker_id, address, pid, node_id}`;
 `kill_worker(worker_id)` SIGKILLs one worker process (for fault tests).
 `signal_node(node_id, sig, workers=True)` sends `sig` to an executor node and its workers
-(SIGSTOP / SIGCONT: a stalled node; SIGKILL: a crashed one; for fault tests).
+(SIGSTOP / SIGCONT: a stalled node; SIGKILL: a crashed one; for fault tests). These and
+`kill_node`, `kill_scheduler` are in `cloudburst/faults.py`.
 Nothing stops with one process: with `supervise=True` (default) a thread of this process
 restarts a scheduler or an executor node that exits (`runtime.process.Supervisor`, with
-back-off). A scheduler comes back on the address it had (`SchedulerConfig.bind_address`), so
-clients and nodes reach it again; it relearns the workers from their next heartbeats and the
+back-off; `cloudburst/supervision.py`). A scheduler comes back on the address it had
+(`SchedulerConfig.bind_address`), so clients and nodes reach it again; it relearns the workers from their next heartbeats and the
 registry from Anna. An executor node comes back with new workers (the old ones die with
 it), which join the schedulers by their first heartbeats; `workers` is updated when it is
 ready. `stop()` closes clients and stops every process (SIGTERM, then SIGKILL).
@@ -42,21 +43,22 @@ import dataclasses
 import os
 import logging
 import shutil
-import signal
 import sys
 import tempfile
 import threading
 import time
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Union
 
 from runtime.auth import CLIENT_PREFIX, AuthConfig, KeyFileError, write_keys
-from runtime.process import (ManagedProcess, RestartPolicy, StartupError, Supervisor,
-                             stop_all, wait_all_ready)
+from runtime.process import (ManagedProcess, RestartPolicy, StartupError, stop_all,
+                             wait_all_ready)
 from scheduler.executor_policy import ExecutorPolicyConfig
 
 from .client import Client
 from .data_dir import DataDir
+from .faults import FaultInjection
+from .supervision import SUPERVISE_PERIOD, Watchdog, emergency_stop  # noqa: F401 (SUPERVISE_PERIOD: as before)
 
 __all__ = ["LocalCluster", "StartupError", "LOCAL_CLIENT", "AUTH_OFF_WARNING"]
 
@@ -73,66 +75,7 @@ AUTH_OFF_WARNING = (
 _KVS_FIXED = {"memory_threads", "nodes", "replication", "log_dir", "log_level", "auth",
               "key_dir", "warn_auth_off", "data_dir", "disk_threads"}
 
-SUPERVISE_PERIOD = 0.1    # seconds between two looks at the cluster's processes
-
-
-class _Watchdog:
-    """A thread that restarts the cluster's schedulers and executor nodes when they exit
-    (`Supervisor.check` every `SUPERVISE_PERIOD`). It holds no reference to the cluster:
-    `on_ready` is called with each restarted process once it announced itself."""
-
-    def __init__(self, policy: RestartPolicy,
-                 on_ready: Callable[[ManagedProcess], None]) -> None:
-        self.supervisor = Supervisor(policy, on_ready=on_ready)
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="cluster-supervisor",
-                                        daemon=True)
-
-    def watch(self, processes: List[ManagedProcess]) -> None:
-        now = time.monotonic()
-        with self._lock:
-            for p in processes:
-                self.supervisor.watch(p, now)
-        if not self._thread.is_alive():
-            self._thread.start()
-
-    def forget(self, name: str) -> None:
-        """Stop restarting process `name` (it is being removed on purpose)."""
-        with self._lock:
-            self.supervisor.forget(name)
-
-    def _run(self) -> None:
-        while not self._stop.wait(SUPERVISE_PERIOD):
-            with self._lock:
-                if self._stop.is_set():
-                    return
-                try:
-                    self.supervisor.check(time.monotonic())
-                except Exception:
-                    log.exception("supervising the cluster's processes failed")
-
-    def stop(self) -> None:
-        """Stop restarting (idempotent); returns once no restart can begin any more."""
-        self._stop.set()
-        with self._lock:
-            pass
-        if self._thread.is_alive():
-            self._thread.join(5.0)
-
-
-def _emergency_stop(watchdog: _Watchdog, nodes: List[ManagedProcess],
-                    schedulers: List[ManagedProcess], log_dir: str,
-                    data_dir: Optional[DataDir]) -> None:
-    watchdog.stop()
-    stop_all(nodes, timeout=2.0)
-    stop_all(schedulers, timeout=2.0)
-    shutil.rmtree(log_dir, ignore_errors=True)
-    if data_dir is not None:
-        data_dir.close()
-
-
-class LocalCluster:
+class LocalCluster(FaultInjection):
     """Anna, schedulers and executor nodes as local processes; see the module contract.
 
     Args:
@@ -320,10 +263,10 @@ class LocalCluster:
         self._clients: List[Client] = []
         self.started = False
         me = weakref.ref(self)
-        self._watchdog = _Watchdog(RestartPolicy(initial=restart_backoff, maximum=5.0),
+        self._watchdog = Watchdog(RestartPolicy(initial=restart_backoff, maximum=5.0),
                                    lambda p: _restarted(me, p))
         # if the cluster is dropped (or the interpreter exits) without stop(): kill and clean up
-        self._finalizer = weakref.finalize(self, _emergency_stop, self._watchdog, self._nodes,
+        self._finalizer = weakref.finalize(self, emergency_stop, self._watchdog, self._nodes,
                                            self._schedulers, self._private_dir, self.data_dir)
 
     def _set_keys(self, key_dir: Optional[str]) -> None:
@@ -573,55 +516,6 @@ class LocalCluster:
         self._clients.append(c)
         return c
 
-    def kill_node(self, node: int = 0, timeout: float = 10.0) -> int:
-        """SIGKILL executor node number `node` (its node cache) and return its pid once its
-        workers have died with it (PR_SET_PDEATHSIG), so that no call reaches them after this
-        returns. `RuntimeError` names the workers still running after `timeout` seconds."""
-        p = self._nodes[node]
-        pid = p.pid
-        node_id = p.info.get("node_id") if p.info else None
-        workers = [w["pid"] for w in self.workers if node_id and w.get("node_id") == node_id]
-        os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + timeout
-        while True:
-            alive = [w for w in workers if _process_alive(w)]
-            if not alive:
-                return pid
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"executor node {node_id} killed, but its workers {alive} "
-                                   f"still run after {timeout} s")
-            time.sleep(0.01)
-
-    def signal_node(self, node_id: str, sig: int, workers: bool = True) -> List[int]:
-        """Send `sig` to executor node `node_id`'s process and (with `workers`) to its worker
-        processes, the node first; returns the pids signalled. SIGSTOP then SIGCONT stalls the
-        node (past `heartbeat_timeout` the schedulers fail the calls placed on it); SIGKILL
-        crashes it (the supervisor restarts it, with new workers). `KeyError` names an
-        unknown node, `ProcessLookupError` one whose process is not running."""
-        p = self._node(node_id)
-        if not p.running():
-            raise ProcessLookupError(f"executor node {node_id!r} is not running")
-        pids = [p.pid]
-        if workers:
-            pids += [w["pid"] for w in self.workers if w.get("node_id") == node_id]
-        for pid in pids:
-            os.kill(pid, sig)
-        return pids
-
-    def kill_scheduler(self, scheduler: int = 0) -> int:
-        """SIGKILL scheduler number `scheduler`; returns its pid."""
-        pid = self._schedulers[scheduler].pid
-        os.kill(pid, signal.SIGKILL)
-        return pid
-
-    def kill_worker(self, worker_id: str) -> None:
-        """SIGKILL one executor worker process."""
-        for w in self.workers:
-            if w["worker_id"] == worker_id:
-                os.kill(w["pid"], signal.SIGKILL)
-                return
-        raise KeyError(f"no worker {worker_id!r} in this cluster")
-
     def log_tail(self, lines: int = 20) -> str:
         """The last lines of every process' log (for diagnosing a failure)."""
         out = []
@@ -663,12 +557,3 @@ def _restarted(cluster: "weakref.ref[LocalCluster]", p: ManagedProcess) -> None:
     c = cluster()
     if c is not None:
         c._on_restarted(p)
-
-
-def _process_alive(pid: int) -> bool:
-    """Whether process `pid` runs (a zombie has exited)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False

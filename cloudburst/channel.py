@@ -1,0 +1,284 @@
+"""The client's channel to its schedulers: sending with failover, request/answer slots,
+registry requests, and telling why a call stalled or lost its scheduler.
+
+Contract (the "Failover" and threading parts of `cloudburst/client.py`'s contract are
+implemented here): `SchedulerChannel` is a mixin of `Client`, which sets up the state it
+works on (`addresses`, `_current`, `_connections`, `_pull`, `_send_lock`, `_cond`, `_slots`,
+`_reading`, `_prefix`, `_seq`, `_leases`, `_security`, `timeout`, `failover_timeout`).
+- `_send` puts a message on the current scheduler's connection if it is up (ZeroMQ
+  `IMMEDIATE`), else on the next one that is, which becomes current; `SchedulerUnavailable`
+  when none took it within `failover_timeout`, `AuthenticationRequired` /
+  `AuthenticationError` when the schedulers refused the handshake.
+- `_ask` sends a registry request and waits for its `pb.Reply`; unanswered within
+  `failover_timeout`, the same request id goes to the next scheduler (the first answer
+  wins); it raises `Timeout` naming the schedulers asked, or the reply's typed error.
+- Every request has a slot (`_new_slot`); whichever thread waits (`_wait`) reads the answer
+  socket and hands each answer to its slot (`_store`); an answer for an unknown request is
+  dropped, as is a frame a function key may not send (anything but a `result`).
+- `_scheduler_lost` says why a call's scheduler is gone (its connection dropped, or it does
+  not answer a `where` within `failover_timeout`), None while it is there; `_where` names
+  the stage a call stalled at; `_cancel` asks a scheduler to stop a call (no answer awaited).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, List, Optional, Tuple
+
+import zmq
+
+from hydro_proto import cloudburst_pb2 as pb
+
+from runtime.auth import FUNCTION, role_of
+from runtime.framing import more, parse, recv_frame, send
+from .errors import (AuthenticationError, AuthenticationRequired, CloudburstError, Timeout,
+                     error_from_status)
+from .futures import SchedulerUnavailable
+
+__all__ = ["SchedulerChannel"]
+
+_ANSWERS = {"reply": pb.Reply, "accepted": pb.Accepted, "result": pb.CallResult}
+_PREFER_CURRENT = 0.5     # seconds a send waits for the current scheduler before the others
+log = logging.getLogger("cloudburst.client")    # the client's logger: same records as before
+
+
+class _Slot:
+    __slots__ = ("answer",)
+
+    def __init__(self) -> None:
+        self.answer: Any = None          # pb.Reply, pb.Accepted or pb.CallResult
+
+
+class SchedulerChannel:
+    """The request/answer plumbing `Client` inherits; see the module contract."""
+
+    def _new_slot(self) -> str:
+        with self._cond:
+            self._seq += 1
+            rid = f"{self._prefix}-{self._seq}"
+            self._slots[rid] = _Slot()
+        return rid
+
+    def _send(self, kind: str, message: Any, to: Optional[str] = None,
+              patience: Optional[float] = None) -> str:
+        """Send to scheduler `to` only, or by the failover rule (module contract); returns the
+        address it went to. `SchedulerUnavailable` when no scheduler took it within
+        `patience` seconds (default `failover_timeout`)."""
+        if self.closed:
+            raise CloudburstError("this Client is closed")
+        with self._send_lock:
+            if to is not None:
+                order = [to]
+            else:
+                order = self.addresses[self._current:] + self.addresses[:self._current]
+            start = time.monotonic()
+            deadline = start + (self.failover_timeout if patience is None else patience)
+            while True:
+                # the current scheduler first, alone for a moment (it may be reconnecting)
+                alone = len(order) > 1 and time.monotonic() < start + _PREFER_CURRENT
+                for a in order[:1] if alone else order:
+                    push = self._connections.socket(a)
+                    if push.poll(0, zmq.POLLOUT) and send(push, kind, message):
+                        if to is None and a != self.address:
+                            log.warning("scheduler %s is not reachable; using %s",
+                                        self.address, a)
+                            self._current = self.addresses.index(a)
+                        return a
+                left = deadline - time.monotonic()
+                refused = self._connections.refusals(order[:1] if alone else order)
+                if refused and (left <= 0 or len(refused) == len(order)):
+                    # a client without keys told so gets AuthenticationRequired
+                    required = all(r for r, _ in refused.values())
+                    raise (AuthenticationRequired if required else AuthenticationError)(
+                        f"no {kind!r} message was sent: " + "; ".join(
+                            f"the scheduler at {a} {why}" for a, (_, why) in refused.items()))
+                if left <= 0:
+                    raise SchedulerUnavailable(
+                        f"no scheduler accepted a {kind!r} message within "
+                        f"{self.failover_timeout:g} s (tried {', '.join(order)})")
+                poller = zmq.Poller()
+                for a in order[:1] if alone else order:
+                    poller.register(self._connections.socket(a), zmq.POLLOUT)
+                poller.poll(max(1, int(min(left, 0.05) * 1000)))
+
+    def _ask(self, kind: str, message: Any, what: str, timeout: Optional[float] = None) -> pb.Reply:
+        rid = self._new_slot()
+        message.request_id = rid
+        message.response_address = self.response_address
+        wait = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + wait
+        asked: List[str] = []
+        try:
+            while True:
+                asked.append(self._send(kind, message))
+                left = deadline - time.monotonic()
+                # several schedulers: the next one is asked too after failover_timeout
+                slot = self._wait(rid, min(left, self.failover_timeout)
+                                  if len(self.addresses) > 1 else left)
+                if slot is not None or time.monotonic() >= deadline:
+                    break
+                log.warning("scheduler %s did not answer %r within %g s; asking the next",
+                            asked[-1], kind, self.failover_timeout)
+                self._current = (self.addresses.index(asked[-1]) + 1) % len(self.addresses)
+        finally:
+            self._forget(rid)
+        if slot is None:
+            who = ", ".join(dict.fromkeys(asked))
+            if self._security is not None and self._security.authenticator.refused:
+                raise AuthenticationError(
+                    f"the scheduler{'s' if len(set(asked)) > 1 else ''} at {who} did not "
+                    f"answer {what!r} within {wait:g} s, and this client refused "
+                    f"{self._security.authenticator.refused} connection(s) to its answer "
+                    f"socket: is {self.auth.key_dir}/cluster.key the cluster's key?")
+            raise Timeout(f"the scheduler{'s' if len(set(asked)) > 1 else ''} at {who} to "
+                          f"{what}", wait)
+        reply: pb.Reply = slot.answer
+        if reply.status != pb.OK:
+            raise error_from_status(reply.status, reply.message)
+        return reply
+
+    def _cancel(self, rid: str, scheduler: Optional[str] = None) -> None:
+        """Ask the scheduler to stop call `rid` wherever it runs (no answer is awaited)."""
+        try:
+            self._send("cancel", pb.NameRequest(name=rid), to=scheduler)
+        except (SchedulerUnavailable, AuthenticationError):
+            pass    # nothing runs for a scheduler that is gone but what it already placed
+
+    def _dropped_since(self, scheduler: str, since: float) -> bool:
+        """True if the connection to `scheduler` dropped at or after `since`."""
+        with self._send_lock:
+            return self._connections.dropped_since(scheduler, since)
+
+    def _scheduler_lost(self, scheduler: str, since: float, rid: str) -> Optional[str]:
+        """Why call `rid`, sent to `scheduler` at `since`, has lost its scheduler; None if
+        the scheduler is still there (it answers a `where` within `failover_timeout`)."""
+        why = None
+        if self._dropped_since(scheduler, since):
+            why = f"the scheduler at {scheduler} stopped (its connection dropped)"
+        else:
+            qid = self._new_slot()
+            try:
+                self._send("where", pb.NameRequest(request_id=qid, name=rid,
+                                                   response_address=self.response_address),
+                           to=scheduler)
+                if self._wait(qid, self.failover_timeout) is None:
+                    why = (f"the scheduler at {scheduler} did not answer within "
+                           f"{self.failover_timeout:g} s")
+            except SchedulerUnavailable:
+                why = f"the scheduler at {scheduler} is not reachable"
+            except AuthenticationError as e:
+                why = f"the scheduler at {scheduler} refused this client ({e})"
+            finally:
+                self._forget(qid)
+        if why is not None and self.address == scheduler and len(self.addresses) > 1:
+            self._current = (self.addresses.index(scheduler) + 1) % len(self.addresses)
+        return why
+
+    def _forget(self, rid: str) -> None:
+        with self._cond:
+            self._slots.pop(rid, None)
+        self._leases.release(rid)
+
+    def _abandon(self, rid: str, fire_and_forget: bool) -> None:
+        """A `Future` was collected: forget its slot; a call still in flight (not
+        fire-and-forget) is cancelled by the lease thread (a finalizer must not send)."""
+        with self._cond:
+            slot = self._slots.pop(rid, None)
+        if slot is not None and slot.answer is None and not fire_and_forget:
+            self._leases.abandon(rid)
+        else:
+            self._leases.release(rid)
+
+    def _peek(self, rid: str) -> Any:
+        with self._cond:
+            slot = self._slots.get(rid)
+            if slot is not None and slot.answer is not None:
+                return slot.answer
+        if self._cond.acquire(blocking=False):  # opportunistically read what has arrived
+            try:
+                if not self._reading:
+                    self._store(self._drain(0))
+            finally:
+                self._cond.release()
+        with self._cond:
+            slot = self._slots.get(rid)
+            return slot.answer if slot is not None else None
+
+    def _where(self, rid: str, what: str, scheduler: Optional[str] = None) -> str:
+        """Name the stage a call stalled at: ask the scheduler where it placed the call."""
+        scheduler = scheduler or self.address
+        qid = self._new_slot()
+        try:
+            self._send("where", pb.NameRequest(request_id=qid, response_address=self.response_address,
+                                               name=rid), to=scheduler)
+            slot = self._wait(qid, min(1.0, self.timeout))
+        except (SchedulerUnavailable, AuthenticationError):
+            slot = None
+        finally:
+            self._forget(qid)
+        if slot is None:
+            return f"the result of {what}; the scheduler at {scheduler} does not answer either"
+        placement = slot.answer.placement
+        if slot.answer.queued_position:
+            return (f"the result of {what}; it has not started: it waits in the queue of the "
+                    f"scheduler at {scheduler} for a free executor worker (place "
+                    f"{slot.answer.queued_position}, for {slot.answer.queued_seconds:.1f} s)")
+        if not placement:
+            return (f"the result of {what}; the scheduler at {scheduler} has no record of it "
+                    "in flight (not received, or finished and its result was lost)")
+        where = ", ".join(f"{f} on {w}" for f, w in sorted(placement.items()))
+        return f"the result of {what} (placed: {where})"
+
+    def _wait(self, rid: str, timeout: float) -> Optional[_Slot]:
+        """Wait for request `rid`'s answer; None when `timeout` passes first."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._cond:
+                slot = self._slots.get(rid)
+                if slot is None:
+                    raise CloudburstError(f"request {rid} is unknown (already collected?)")
+                if slot.answer is not None:
+                    return slot
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                if self._reading:
+                    self._cond.wait(min(remaining, 0.05))
+                    continue
+                self._reading = True
+            messages: List[Tuple[str, Any]] = []
+            try:
+                messages = self._drain(min(remaining, 0.05))
+            finally:
+                with self._cond:
+                    self._reading = False
+                    self._store(messages)
+                    self._cond.notify_all()
+
+    def _drain(self, timeout: float) -> List[Tuple[str, Any]]:
+        """Read what arrives within `timeout` (then everything queued), without the lock."""
+        out: List[Tuple[str, Any]] = []
+        if self.closed or not self._pull.poll(int(timeout * 1000)):
+            return out
+        while True:
+            frame = recv_frame(self._pull, copy=False)   # copy=False: the sender's role
+            try:
+                kind, payload = parse(frame.bytes)
+                if kind != "result" and role_of(frame) == FUNCTION:
+                    raise ValueError("a function key may send a client only results")
+                cls = _ANSWERS[kind]
+                out.append((kind, cls.FromString(payload)))
+            except Exception:  # malformed or not for a client: dropped
+                pass
+            if not more(self._pull):
+                return out
+
+    def _store(self, messages: List[Tuple[str, Any]]) -> None:
+        """Hand messages to their slots (caller holds the lock); unknown ids are dropped."""
+        for kind, m in messages:
+            # a retried call's attempt answers as "<request id>#r<n>" (scheduler/retries.py)
+            slot = self._slots.get(m.request_id.split("#", 1)[0])
+            if slot is None:
+                continue
+            if slot.answer is None:
+                slot.answer = m

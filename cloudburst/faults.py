@@ -1,0 +1,79 @@
+"""Fault injection for a `LocalCluster`: kill or signal its processes, for fault tests.
+
+Contract: `FaultInjection` is a mixin of `LocalCluster` (which holds the processes it acts
+on: `_nodes`, `_node(node_id)`, `_schedulers` and `workers`). `kill_node` SIGKILLs an
+executor node and returns once its workers died with it; `signal_node` sends a signal to a
+node and its workers (SIGSTOP / SIGCONT: a stalled node; SIGKILL: a crashed one);
+`kill_scheduler` and `kill_worker` SIGKILL one scheduler or one worker process. They touch
+only processes the cluster started.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import List
+
+__all__ = ["FaultInjection", "process_alive"]
+
+
+class FaultInjection:
+    """The fault-injection methods `LocalCluster` inherits; see the module contract."""
+
+    def kill_node(self, node: int = 0, timeout: float = 10.0) -> int:
+        """SIGKILL executor node number `node` (its node cache) and return its pid once its
+        workers have died with it (PR_SET_PDEATHSIG), so that no call reaches them after this
+        returns. `RuntimeError` names the workers still running after `timeout` seconds."""
+        p = self._nodes[node]
+        pid = p.pid
+        node_id = p.info.get("node_id") if p.info else None
+        workers = [w["pid"] for w in self.workers if node_id and w.get("node_id") == node_id]
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + timeout
+        while True:
+            alive = [w for w in workers if process_alive(w)]
+            if not alive:
+                return pid
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"executor node {node_id} killed, but its workers {alive} "
+                                   f"still run after {timeout} s")
+            time.sleep(0.01)
+
+    def signal_node(self, node_id: str, sig: int, workers: bool = True) -> List[int]:
+        """Send `sig` to executor node `node_id`'s process and (with `workers`) to its worker
+        processes, the node first; returns the pids signalled. SIGSTOP then SIGCONT stalls the
+        node (past `heartbeat_timeout` the schedulers fail the calls placed on it); SIGKILL
+        crashes it (the supervisor restarts it, with new workers). `KeyError` names an
+        unknown node, `ProcessLookupError` one whose process is not running."""
+        p = self._node(node_id)
+        if not p.running():
+            raise ProcessLookupError(f"executor node {node_id!r} is not running")
+        pids = [p.pid]
+        if workers:
+            pids += [w["pid"] for w in self.workers if w.get("node_id") == node_id]
+        for pid in pids:
+            os.kill(pid, sig)
+        return pids
+
+    def kill_scheduler(self, scheduler: int = 0) -> int:
+        """SIGKILL scheduler number `scheduler`; returns its pid."""
+        pid = self._schedulers[scheduler].pid
+        os.kill(pid, signal.SIGKILL)
+        return pid
+
+    def kill_worker(self, worker_id: str) -> None:
+        """SIGKILL one executor worker process."""
+        for w in self.workers:
+            if w["worker_id"] == worker_id:
+                os.kill(w["pid"], signal.SIGKILL)
+                return
+        raise KeyError(f"no worker {worker_id!r} in this cluster")
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie has exited)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
