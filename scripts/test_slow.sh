@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The slow test tiers, on a real Kubernetes built on this machine (CI runs this after
 # scripts/test.sh):
+#   0. the tests marked `slow` (over ~10 s each: stalls, churn, autoscaling spikes), which
+#      the default suite (scripts/test.sh) leaves out;
 #   1. what they need: system packages and a Go toolchain (scripts/install.sh --k8s);
 #   2. the Kubernetes binaries, built from the Go module proxy into ~/.cache/cloudburst-k8s
 #      (scripts/k8s/build.sh --with-kubelet; 15-25 minutes cold on 2 cores, seconds cached);
@@ -16,6 +18,8 @@ START=$SECONDS
 step() { echo "==> [test_slow +$(( SECONDS - START ))s] $*"; }
 [[ $(id -u) -eq 0 ]] || { echo "test_slow.sh: needs root (containerd, kubelet, buildah)" >&2; exit 1; }
 
+step "tests marked slow"
+"${PYTHON:-python3}" -m pytest -q -m slow tests
 step "installing what the Kubernetes tiers need"
 scripts/install.sh --k8s
 GO="$(scripts/k8s/go.sh)"

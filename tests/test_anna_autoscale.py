@@ -105,6 +105,7 @@ def _keys_readable(kvs, values):
     return [k for k, v in values.items() if kvs.get(k) != v]
 
 
+@pytest.mark.slow     # over 10 s: the slow tier runs it (scripts/test_slow.sh)
 def test_a_load_spike_adds_a_node_and_a_quiet_period_removes_it_losing_no_data():
     # Capacity emulation: every worker serves at most 2000 requests/s, so eight clients
     # queue at one node (about 4 ms) and a second node halves that.

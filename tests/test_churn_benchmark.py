@@ -72,6 +72,7 @@ def test_every_option_is_documented_and_bad_ones_are_refused():
         churn.parse_args(["--stall", "1", "--heartbeat-timeout", "1.5"])
 
 
+@pytest.mark.slow     # over 10 s: the slow tier runs it (scripts/test_slow.sh)
 def test_a_short_churn_run_reports_its_figures_and_the_lww_control_fails_tcc(tmp_path, capsys):
     path = tmp_path / "churn.json"
     status = churn.main(["--modes", "lww,ct", "--lww-dags", "120", "--dags", "40",

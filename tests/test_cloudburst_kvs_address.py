@@ -36,6 +36,7 @@ def test_an_explicit_kvs_address_is_used_for_objects(cluster):
     assert c.call("read", "kvs-address/explicit").get(timeout=20) == {"a": 2}
 
 
+@pytest.mark.slow     # over 10 s: the slow tier runs it (scripts/test_slow.sh)
 def test_an_unreachable_kvs_address_fails_objects_only(cluster):
     """The override really is what objects go through: a dead port times out put, while
     calls (through the scheduler) still work."""

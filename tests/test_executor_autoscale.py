@@ -317,6 +317,7 @@ def test_cloudburst_local_autoscale_starts_and_stops():
             proc.wait(10)
 
 
+@pytest.mark.slow     # over 10 s: the slow tier runs it (scripts/test_slow.sh)
 def test_a_spike_adds_a_node_and_scale_in_drains_it_with_every_call_completing():
     config = ExecutorPolicyConfig(stable_window=3.0, panic_window=0.75, tick=0.25,
                                   max_nodes=2, drain_retry=2.0)

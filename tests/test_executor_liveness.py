@@ -5,6 +5,8 @@ worker silent far too long is dead even though vouched for. The table is pure (t
 directly); the end-to-end cases run real processes with the default 1.5 s timeout."""
 import time
 
+import pytest
+
 import cloudburst
 from scheduler.membership import CallRecord, ExecutorTable
 
@@ -64,6 +66,7 @@ def _seconds_of_sum(n):
     return time.perf_counter() - start
 
 
+@pytest.mark.slow     # over 10 s: the slow tier runs it (scripts/test_slow.sh)
 def test_real_workers_survive_long_c_calls_and_a_60_mb_argument():
     n = 2 * 10 ** 7
     n = int(n * 3.0 / max(1e-3, _seconds_of_sum(n)))     # sized to about 3 s here

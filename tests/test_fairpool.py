@@ -116,6 +116,7 @@ def client():
         yield c
 
 
+@pytest.mark.slow     # over 10 s: the slow tier runs it (scripts/test_slow.sh)
 def test_a_single_miss_is_not_held_up_by_a_20000_key_miss(client):
     """While one function's GET misses 20,000 keys, single-miss calls run one after another.
     The functions report when their GETs ended (CLOCK_MONOTONIC, one host). Queued behind the

@@ -6,6 +6,8 @@ the updates Anna pushes to its subscription. Keys move between KVS nodes when me
 replication changes; if a subscription did not move with its key, the cache would keep
 serving the old version and the polls below would run out of time.
 """
+import pytest
+
 import cloudburst
 from cloudburst import Reference
 from waiting import poll_until
@@ -38,6 +40,7 @@ def assert_cache_catches_up(client, generation, what):
                f"the node cache receiving generation {generation} after {what}")
 
 
+@pytest.mark.slow     # over 10 s: the slow tier runs it (scripts/test_slow.sh)
 def test_subscriptions_follow_their_keys_on_join_leave_and_replication_change():
     # one replica per key: a key that moves has no other replica left to push its updates
     c, client = causal_cluster(replicas=1)
@@ -57,6 +60,7 @@ def test_subscriptions_follow_their_keys_on_join_leave_and_replication_change():
         assert_cache_catches_up(client, 4, "a replication change")
 
 
+@pytest.mark.slow     # over 10 s: the slow tier runs it (scripts/test_slow.sh)
 def test_subscriptions_survive_a_node_failure():
     c, client = causal_cluster(replicas=2)
     with c:

@@ -30,6 +30,7 @@ def _tags(values):
     return {t for v in values for t in v}
 
 
+@pytest.mark.slow     # over 10 s: the slow tier runs it (scripts/test_slow.sh)
 def test_stalled_node_commit_after_failure_loses_no_acknowledged_write():
     with cloudburst.LocalCluster(executor_nodes=2, executors_per_node=2,
                                  heartbeat_period=0.1, heartbeat_timeout=1.0) as cluster, \
