@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The slow test tiers, on a real Kubernetes built on this machine (CI runs this after
 # scripts/test.sh):
-#   0. the tests marked `slow` (over ~10 s each: stalls, churn, autoscaling spikes), which
+#   0. the tests marked `slow` (about 10 s or more each: stalls, churn, autoscaling, kills), which
 #      the default suite (scripts/test.sh) leaves out;
 #   1. what they need: system packages and a Go toolchain (scripts/install.sh --k8s);
 #   2. the Kubernetes binaries, built from the Go module proxy into ~/.cache/cloudburst-k8s

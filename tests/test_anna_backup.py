@@ -370,6 +370,7 @@ def test_backups_need_the_cluster_key_and_workers_drop_a_clients_scan(s3, source
         security.stop()
 
 
+@pytest.mark.slow     # about 10 s: the slow tier runs it (scripts/test_slow.sh)
 def test_cli_backup_and_restore(s3, source):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
     base = [sys.executable, "-m", "anna_core.cli"]

@@ -121,6 +121,7 @@ def fully_replicated(kvs, keys, replicas: int, done: set) -> bool:
     return True
 
 
+@pytest.mark.slow     # about 10 s: the slow tier runs it (scripts/test_slow.sh)
 def test_kill_9_under_write_load_recovers_within_the_heartbeat_timeout_and_loses_nothing():
     with anna_core.LocalCluster(memory_threads=1, nodes=4, fault_tolerance=1, **HEARTBEAT) as c:
         with Writers(c, 4) as writers:
@@ -244,6 +245,7 @@ def test_a_restarted_routing_rebuilds_the_membership_and_reloads_the_overrides()
         print(f"routing restart: membership rebuilt {rebuilt_in:.2f} s after the restart began")
 
 
+@pytest.mark.slow     # about 10 s: the slow tier runs it (scripts/test_slow.sh)
 def test_nodes_and_clients_fail_over_between_two_routings():
     with anna_core.LocalCluster(memory_threads=1, nodes=3, fault_tolerance=1, routers=2,
                                 **HEARTBEAT) as c:

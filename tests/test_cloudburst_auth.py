@@ -242,7 +242,7 @@ def test_a_client_cannot_use_the_kvs_to_redirect_the_cluster(cluster):
 
 def test_client_kinds_are_exactly_what_the_client_sends():
     source = ""
-    for module in ("client.py", "leases.py"):       # the lease thread sends for its client
+    for module in ("client.py", "channel.py", "leases.py"):   # the lease thread sends for its client
         with open(os.path.join(ROOT, "cloudburst", module)) as f:
             source += f.read()
     sent = set(re.findall(r'(?:self|client)\._(?:ask|send)\(\s*"(\w+)"', source))

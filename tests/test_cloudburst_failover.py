@@ -96,6 +96,7 @@ def test_a_killed_scheduler_comes_back_on_its_address():
         assert c.address == cluster.address and "inc" in c.list().functions
 
 
+@pytest.mark.slow     # about 10 s: the slow tier runs it (scripts/test_slow.sh)
 def test_the_registry_and_objects_survive_an_anna_node():
     with cloudburst.LocalCluster(executor_nodes=1, executors_per_node=1,
                                  kvs_nodes=3) as cluster:

@@ -236,6 +236,7 @@ def _views(link):
     return [{n.node_id: n for n in s.nodes} for s in link.statuses()]
 
 
+@pytest.mark.slow     # about 10 s: the slow tier runs it (scripts/test_slow.sh)
 def test_a_call_placed_before_the_drain_runs_and_keeps_its_node_up():
     with LocalCluster(executor_nodes=2, executors_per_node=1, schedulers=2,
                       colocate_chains=False) as cluster:
@@ -293,6 +294,7 @@ def test_a_call_placed_before_the_drain_runs_and_keeps_its_node_up():
             link.close()
 
 
+@pytest.mark.slow     # about 10 s: the slow tier runs it (scripts/test_slow.sh)
 def test_cloudburst_local_autoscale_starts_and_stops():
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")

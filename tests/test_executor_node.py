@@ -9,6 +9,7 @@ import cloudburst
 from waiting import poll_until
 
 
+@pytest.mark.slow     # about 10 s: the slow tier runs it (scripts/test_slow.sh)
 def test_a_worker_killed_by_its_function_comes_back_and_the_cluster_serves_on():
     with cloudburst.LocalCluster(executor_nodes=1, executors_per_node=1) as cluster:
         c = cluster.client(timeout=20)

@@ -141,6 +141,7 @@ def test_a_kvs_worker_with_a_small_socket_maximum_stays_within_it():
         client.close()
 
 
+@pytest.mark.slow     # about 10 s: the slow tier runs it (scripts/test_slow.sh)
 def test_a_scheduler_serving_thousands_of_short_lived_clients_still_serves_a_new_one():
     import cloudburst
     with cloudburst.LocalCluster(executor_nodes=1, executors_per_node=1) as cluster:
