@@ -14,6 +14,7 @@ import contextlib
 import inspect
 import io
 import os
+import pathlib
 import re
 from typing import Any, Dict, List, Tuple
 
@@ -104,3 +105,13 @@ def test_readme_snippet_runs(pool, monkeypatch, line, code):
     namespace: Dict[str, Any] = {"__name__": "__main__"}
     with contextlib.redirect_stdout(io.StringIO()):
         exec(compile(code, f"README.md:{line}", "exec"), namespace)
+
+
+def test_the_readme_test_command_is_what_ci_runs():
+    """The README's second command and CI's test line (.ci/run) are the same command."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text()
+    block = readme.split("# 2. run every test", 1)[1].split("\n", 1)[1].split("```", 1)[0]
+    command = [l for l in block.splitlines() if l.strip() and not l.lstrip().startswith("#")]
+    ci = [l for l in (root / ".ci" / "run").read_text().splitlines() if l.startswith("scripts/test")]
+    assert command == ci == ["scripts/test.sh && scripts/test_slow.sh"]
