@@ -33,6 +33,7 @@ from .cache_client import Fenced
 from .causal import CausalAbortError, CausalInvocation, Reusable, inputs_digest
 from .dagstate import Ready
 from .guard import Interrupted
+from .failures import CALL_FAILURES, failure
 from .references import ArgumentRefused, FunctionError, resolve
 from .sharing import DependencyError, prepare
 
@@ -105,20 +106,8 @@ class CausalRunning:
             log.info("%s: attempt %s fenced: %s", what, s.call_id, e)
             self._causal_abort(s, CausalAbortError(f"fenced: {e}"))
             return
-        except ArgumentRefused as e:
-            self._fail(s, pb.UNSAFE_VALUE, f"{what} on worker {self.worker_id}: {e}")
-            return
-        except CorruptRecord as e:
-            self._fail(s, pb.CORRUPT_RECORD, f"{what} on worker {self.worker_id}: {e}")
-            return
-        except InvalidArguments as e:
-            self._fail(s, pb.INVALID_ARGUMENTS, f"{what}: {e}")
-            return
-        except DependencyError as e:
-            self._fail(s, pb.DEPENDENCY_FAILED, str(e))
-            return
-        except ValueTooLarge as e:
-            self._fail(s, pb.VALUE_TOO_LARGE, f"{e} (worker {self.worker_id})")
+        except CALL_FAILURES as e:                        # executor/failures.py names them
+            self._fail(s, *failure(e, what, self.worker_id))
             return
         except Timeout as e:     # a protocol stage (or the function's own wait) ran out of time
             stage = f"{e.stage} ({what}, worker {self.worker_id}, {pb.Protocol.Name(plan.protocol)})"

@@ -96,6 +96,7 @@ from .library import UserLibrary
 from .liveness import die_with_parent, heartbeat_loop
 from .output import CallOutput, Capture, UpstreamLogs, join_logs, section
 from .privilege import drop_capabilities, hide_paths
+from .failures import ACTOR_FAILURES, CALL_FAILURES, failure
 from .references import ArgumentRefused, FunctionError
 from .sharing import DependencyError, ResultSharing, Unavailable, call_inputs
 from .user_messages import UserMessaging
@@ -398,26 +399,8 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
             else:
                 self._fail(s, pb.EXECUTION_ERROR, str(e), e.tb)
             return
-        except ArgumentRefused as e:
-            self._fail(s, pb.UNSAFE_VALUE, f"{what} on worker {self.worker_id}: {e}")
-            return
-        except CorruptRecord as e:
-            self._fail(s, pb.CORRUPT_RECORD, f"{what} on worker {self.worker_id}: {e}")
-            return
-        except InvalidArguments as e:
-            self._fail(s, pb.INVALID_ARGUMENTS, f"{what}: {e}")
-            return
-        except DependencyError as e:
-            self._fail(s, pb.DEPENDENCY_FAILED, str(e))
-            return
-        except ActorGone as e:          # executor/actors.py: the instance is not here
-            self._fail(s, pb.ACTOR_DIED, f"{what} on worker {self.worker_id}: {e}")
-            return
-        except ActorTableFull as e:
-            self._fail(s, pb.NO_RESOURCES, f"{what}: {e}")
-            return
-        except ValueTooLarge as e:
-            self._fail(s, pb.VALUE_TOO_LARGE, f"{e} (worker {self.worker_id})")
+        except CALL_FAILURES + ACTOR_FAILURES as e:       # executor/failures.py names them
+            self._fail(s, *failure(e, what, self.worker_id))
             return
         except Interrupted as e:
             self._stopped(s, what, e)

@@ -1,0 +1,41 @@
+"""How a worker names a call that failed before or around its function: one table from the
+exceptions its call paths raise (a refused argument, a corrupt registry record, arguments that
+do not fit, a `Future` argument without a value, an actor that is not here, a value over the
+limit) to the call's status and message. The plain path (`executor/worker.py`) and the causal
+path (`executor/causal_run.py`) both fail a call through it, so a cause reads the same in both.
+"""
+from __future__ import annotations
+
+from typing import Tuple
+
+from hydro_proto import cloudburst_pb2 as pb
+from runtime.errors import CorruptRecord, InvalidArguments, ValueTooLarge
+
+from .actors import ActorGone, ActorTableFull
+from .references import ArgumentRefused
+from .sharing import DependencyError
+
+# What the causal path can meet (actor calls are never causal); the plain path adds actors'.
+CALL_FAILURES = (ArgumentRefused, CorruptRecord, InvalidArguments, DependencyError,
+                 ValueTooLarge)
+ACTOR_FAILURES = (ActorGone, ActorTableFull)
+
+
+def failure(e: BaseException, what: str, worker_id: str) -> Tuple[int, str]:
+    """The status and message of a call that failed with `e` (one of `CALL_FAILURES` or
+    `ACTOR_FAILURES`) while `what` ran on worker `worker_id`."""
+    if isinstance(e, ArgumentRefused):
+        return pb.UNSAFE_VALUE, f"{what} on worker {worker_id}: {e}"
+    if isinstance(e, CorruptRecord):
+        return pb.CORRUPT_RECORD, f"{what} on worker {worker_id}: {e}"
+    if isinstance(e, InvalidArguments):
+        return pb.INVALID_ARGUMENTS, f"{what}: {e}"
+    if isinstance(e, DependencyError):
+        return pb.DEPENDENCY_FAILED, str(e)
+    if isinstance(e, ActorGone):          # executor/actors.py: the instance is not here
+        return pb.ACTOR_DIED, f"{what} on worker {worker_id}: {e}"
+    if isinstance(e, ActorTableFull):
+        return pb.NO_RESOURCES, f"{what}: {e}"
+    if isinstance(e, ValueTooLarge):
+        return pb.VALUE_TOO_LARGE, f"{e} (worker {worker_id})"
+    raise TypeError(f"failure: {type(e).__name__} is not a call failure") from e
