@@ -11,8 +11,11 @@ Contract:
   main thread holds the interpreter in one long C call this thread cannot run; the worker's
   node vouches for its process meanwhile (`executor/node.py`, `scheduler/membership.py`).
 - `RunningCalls` is the node's pure record of what its workers run (no clocks: `now` is
-  passed in): `started(worker, call_id, deadline)` and `ended(worker, call_id)` from the
-  worker's own messages at a function's start and end, `heard(worker, now)` for every
+  passed in): `started(worker, call_id, deadline, run)` and `ended(worker, call_id, run)`
+  from the worker's own messages at a function's start and end (`run`: the worker's count
+  of functions started; a function whose limit is far away has its end reported instead
+  by the heartbeat thread's next status, `WorkerStatus.ended_run`, which ends that run
+  only, never a later function of the same call), `heard(worker, now)` for every
   message of the worker. `overran(now, slack)` returns, once each, the (worker, call id) of
   every function still running `slack` seconds past its deadline whose worker has not been
   heard from since the deadline: it holds the interpreter in C code, where its time-limit
@@ -47,15 +50,23 @@ class RunningCalls:
     """See the module contract."""
 
     def __init__(self) -> None:
-        self._running: Dict[str, Tuple[str, float]] = {}   # worker -> (call id, deadline)
+        self._running: Dict[str, Tuple[str, float, int]] = {}  # worker -> (call, deadline, run)
         self._heard: Dict[str, float] = {}
         self._reported: Dict[str, str] = {}                 # worker -> call id reported
 
-    def started(self, worker: str, call_id: str, deadline: float) -> None:
-        self._running[worker] = (call_id, deadline)
+    def started(self, worker: str, call_id: str, deadline: float, run: int = 0) -> None:
+        self._running[worker] = (call_id, deadline, run)
 
-    def ended(self, worker: str, call_id: str) -> None:
-        if self._running.get(worker, ("",))[0] == call_id:
+    def ended(self, worker: str, call_id: str, run: int = 0) -> None:
+        """The function of `call_id` (and of `run`, when given) ended on `worker`."""
+        current = self._running.get(worker)
+        if current is not None and current[0] == call_id and (not run or current[2] == run):
+            del self._running[worker]
+
+    def ended_run(self, worker: str, run: int) -> None:
+        """Run number `run` ended on `worker` (its heartbeat said so); a later run stays."""
+        current = self._running.get(worker)
+        if current is not None and current[2] == run:
             del self._running[worker]
 
     def heard(self, worker: str, now: float) -> None:
@@ -69,7 +80,7 @@ class RunningCalls:
 
     def overran(self, now: float, slack: float) -> List[Tuple[str, str]]:
         out = []
-        for worker, (call_id, deadline) in self._running.items():
+        for worker, (call_id, deadline, _) in self._running.items():
             if now < deadline + slack or self._heard.get(worker, 0.0) >= deadline:
                 continue
             if self._reported.get(worker) != call_id:
@@ -113,7 +124,8 @@ def heartbeat_loop(worker: "Worker") -> None:
                                      running=1 if worker._busy_since is not None else 0,
                                      cache_address=config.cache_address,
                                      control_address=worker.control_address,
-                                     restarts=process_start() - 1)
+                                     restarts=process_start() - 1,
+                                     ended_run=worker.ended_run)
             for address in targets:
                 push.send(address, "heartbeat", status)
             if worker._control.poll(int(period * 1000)):

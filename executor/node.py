@@ -317,10 +317,13 @@ class ExecutorNode:
             self._calls.heard(status.worker_id, now)
             if status.call_id:             # a function's start or end, from the main thread
                 if status.running:
-                    self._calls.started(status.worker_id, status.call_id, status.deadline)
+                    self._calls.started(status.worker_id, status.call_id, status.deadline,
+                                        status.run)
                 else:
-                    self._calls.ended(status.worker_id, status.call_id)
+                    self._calls.ended(status.worker_id, status.call_id, status.run)
                 return
+            if status.ended_run:           # a function's end, told by the heartbeat thread
+                self._calls.ended_run(status.worker_id, status.ended_run)
             self._load[status.worker_id] = (min(1, status.running), status.queued)
 
     def _on_drain(self, payload: bytes) -> None:

@@ -109,6 +109,12 @@ FUNCTION_KINDS = frozenset({"trigger", "abort", "msg", "fetch"})
 # `done` frees the worker's slot at the scheduler, which may hold the next call for it
 # (scheduler/dispatch.py): sent as soon as the result is, not held back to batch
 DONE_BATCH_SECONDS = 0.0
+# A function's end reaches the node with the worker's next heartbeat (no message of its own)
+# when its limit is further away than this; nearer, at once, so that a worker that then holds
+# the interpreter in C code (unpickling a large argument) is not taken for one past its limit.
+END_REPORT_MARGIN = 10.0
+# at most this many calls' `done`s wait for the messages already queued to be handled
+DONE_BATCH_CALLS = 4
 
 
 class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
@@ -146,8 +152,12 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
         self._inbox: Deque[Tuple[str, bytes]] = collections.deque()
         self._busy_since: Optional[float] = None
         self._busy_total = 0.0
+        self.runs = 0            # functions started; `ended_run`: the last that ended (liveness)
+        self.ended_run = 0
         self._stopping = threading.Event()
-        self._done: Dict[str, Tuple[List[str], List[str]]] = {}   # scheduler -> (ok, failed)
+        # scheduler -> (ok, failed, [seconds busy]): `done` reports not sent yet
+        self._done: Dict[str, Tuple[List[str], List[str], List[float]]] = {}
+        self._busy_mark = 0.0
         self._done_since = 0.0
         self.invocation: Optional[CausalInvocation] = None   # the causal function running now
         self._writer = ExecutorWriter(self.worker_id)
@@ -198,7 +208,7 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
                 frame = None
             if frame is not None:
                 self._dispatch(frame)
-            if self._done and time.monotonic() - self._done_since >= DONE_BATCH_SECONDS:
+            if self._done and self._done_due():
                 self._flush_done()
         self._flush_done()
         self._stopping.set()
@@ -212,15 +222,28 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
         if not self._done:
             self._done_since = time.monotonic()
             self._pull.setsockopt(zmq.RCVTIMEO, max(1, int(DONE_BATCH_SECONDS * 1000)))
-        done, failed = self._done.setdefault(scheduler_address, ([], []))
+        done, failed, busy = self._done.setdefault(scheduler_address, ([], [], [0.0]))
         (done if ok else failed).append(call_id)
+        busy[0] += self._busy_total - self._busy_mark     # what ran since the last report
+        self._busy_mark = self._busy_total
 
     def _flush_done(self) -> None:
-        for address, (ids, failed) in self._done.items():
-            self._push.send(address, "done", pb.CallDone(call_ids=ids, failed_ids=failed))
+        for address, (ids, failed, busy) in self._done.items():
+            self._push.send(address, "done", pb.CallDone(
+                call_ids=ids, failed_ids=failed, worker_id=self.worker_id,
+                busy_seconds=busy[0]))
         if self._done:
             self._done = {}
             self._pull.setsockopt(zmq.RCVTIMEO, 100)
+
+    def _done_due(self) -> bool:
+        """Send the `done`s now? Yes unless more messages wait to be read (then a few
+        calls' `done`s go together: fewer wake-ups of the scheduler at saturation), but never
+        more than DONE_BATCH_CALLS of them held back."""
+        held = sum(len(ids) + len(failed) for ids, failed, _ in self._done.values())
+        return held >= DONE_BATCH_CALLS or \
+            time.monotonic() - self._done_since >= DONE_BATCH_SECONDS and \
+            not (self._local or self._backlog or self._pull.poll(0))
 
     def close(self) -> None:
         self.actor_caller.close()
@@ -316,8 +339,9 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
         self.output.begin(s.call_id, s.function)
         # the node learns when this function's limit passes, so a function stuck in C code
         # (deaf to the guard's signal) fails its call at the limit (executor/liveness.py)
-        self._tell_node(pb.WorkerStatus(running=1, call_id=s.call_id,
-                                        deadline=time.monotonic() + seconds))
+        self.runs += 1
+        run, until = self.runs, time.monotonic() + seconds
+        self._tell_node(pb.WorkerStatus(running=1, call_id=s.call_id, deadline=until, run=run))
         try:
             # a handle passed to the function calls its actor through this worker
             with self.actor_caller.during(s.scheduler_address, time.monotonic() + seconds):
@@ -325,7 +349,10 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
                                       lambda: fn.call(self.lib, args, kwargs))
         finally:
             self._printed = self.output.end()
-            self._tell_node(pb.WorkerStatus(running=0, call_id=s.call_id))
+            if until - time.monotonic() > END_REPORT_MARGIN:
+                self.ended_run = run    # the heartbeat thread tells the node (liveness.py)
+            else:
+                self._tell_node(pb.WorkerStatus(running=0, call_id=s.call_id, run=run))
 
     def _tell_node(self, status: pb.WorkerStatus) -> None:
         status.worker_id, status.node_id = self.worker_id, self.config.node_id

@@ -6,7 +6,9 @@ takes `now`, seconds from any monotonic clock, and the workers calls may be plac
 when there are no others). It decides *when* a call is
 placed; *where* stays `scheduler.policy`'s choice, made at that moment.
 - A worker is *free* when fewer than `slots` calls this scheduler placed on it are
-  unfinished (`WorkerView.outstanding`; a call counts until its `done`). The scheduler
+  unfinished (`WorkerView.outstanding`; a call counts until its `done`), or fewer than its
+  own `WorkerView.slots` when the scheduler set it (`scheduler/window.py`: more for a worker
+  whose calls are shorter than a `done` round trip). The scheduler
   passes `SchedulerConfig.worker_slots` (2: the call a worker runs and the next one, which
   it then starts without waiting for a round trip to the scheduler; 1: no call ever waits
   at a worker). Reported utilization does not count here: it lags by a heartbeat period,
@@ -104,8 +106,9 @@ Action = Union[Place, Queued, Refuse, Expire]
 
 
 def free_workers(workers: Sequence[WorkerView], slots: int) -> List[WorkerView]:
-    """The workers with fewer than `slots` unfinished calls of this scheduler."""
-    return [w for w in workers if w.outstanding < slots]
+    """The workers with fewer than `slots` unfinished calls of this scheduler (or than their
+    own `WorkerView.slots`, when set: `scheduler/window.py`)."""
+    return [w for w in workers if w.outstanding < (w.slots or slots)]
 
 
 class CallQueue:

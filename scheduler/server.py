@@ -82,6 +82,7 @@ from .config import SchedulerConfig
 from .gc import GcCoordinator
 from .dag import Dag, foreign_arguments
 from .dispatch import CallQueue, Waiting
+from .window import Windows
 from .executor_events import ExecutorEvents
 from .membership import CallRecord, ExecutorTable
 from .causal import caller_of
@@ -103,6 +104,7 @@ log = logging.getLogger("cloudburst.scheduler")
 
 
 METRICS_PERIOD = 1.0      # seconds between refreshes of the /metrics text
+MAX_WARM = 10000          # functions whose last worker is remembered (bounded)
 STALL_CREDIT = 0.1        # a handler longer than this is forgiven to every worker's liveness
 
 class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents):
@@ -138,12 +140,17 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents):
         # calls that wait for a free worker, placed when one is (scheduler/dispatch.py)
         self._queue = CallQueue(config.max_queued_calls, config.worker_slots, self.address,
                                 enabled=config.queue_calls)
+        # how many calls each worker may hold: more when its calls are short (window.py)
+        self._windows = Windows(config.worker_slots, config.max_worker_slots,
+                                config.queued_work)
         self._dags: Dict[str, Any] = {}   # name -> (version, Dag, concurrent_with, neighbours)
         self._stopping = False
         # a scheduler (re)started after its workers holds the calls it gets before it has
         # heard any worker, for up to one heartbeat timeout, instead of NO_RESOURCES
         self._warming: Optional[float] = time.monotonic() + config.heartbeat_timeout
         self._deferred: List[bytes] = []
+        self._new_call_only = False     # the message just handled was a call freeing nothing
+        self._warm: Dict[str, str] = {}     # function -> the worker it last ran on (policy)
         self._handlers = {
             "register_fn": self._register_fn, "register_dag": self._register_dag,
             "delete_dag": self._delete_dag, "delete_fn": self._delete_fn,
@@ -211,8 +218,12 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents):
                 frame = None
             if frame is not None:
                 start = time.monotonic()
+                self._new_call_only = False
                 self._dispatch(frame)
-                if self._queue:          # a call done, a worker joined, a drain lifted...
+                # a call done, a worker joined, a drain lifted... (a new call that reports
+                # no finished call frees nothing: with many waiting, not pumping after each
+                # one is most of the scheduler's time at saturation)
+                if self._queue and not self._new_call_only:
                     self._pump(time.monotonic())
                 took = time.monotonic() - start
                 if took > STALL_CREDIT:    # heartbeats queued meanwhile were not read yet
@@ -320,6 +331,7 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents):
             return self._fail(call, pb.BAD_REQUEST, f"call refused: {refused}")
         for call_id in call.finished:
             self._finish_one(self.lifecycle.finished(call_id))
+        self._new_call_only = not call.finished
         # a producing call still waiting in the queue is placed first (first in, first out)
         for ref in [r for r in self._results.stamp(call, time.monotonic())
                     if r.call_id not in self._queue][:1]:
@@ -385,11 +397,14 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents):
             return self._unknown_result(call, ref)
         if call.consistency == pb.CAUSAL:
             return self._causal_call(call, dag, versions, concurrent, neighbours, timeout)
-        placement = self._place(call, dag, choose_executors, concurrent, neighbours)
+        placement = self._place(call, dag, choose_executors, concurrent, neighbours, self._warm)
         if placement is None:
             self.stats.finished(caller_of_attempt(call.request_id), False, time.monotonic())
             self.lifecycle.finished(call.request_id)
             return
+        if len(self._warm) > MAX_WARM:
+            self._warm.clear()
+        self._warm.update(placement)      # this function's warm worker (scheduler/policy.py)
         addresses = {wid: self.table.address(wid) for wid in set(placement.values())}
         for address, schedule in build_schedules(call, dag, placement, addresses, versions,
                                                  self.address, timeout):
@@ -445,6 +460,8 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents):
         finished = [(cid, True) for cid in ([done.call_id] if done.call_id else [])]
         finished += [(cid, True) for cid in done.call_ids]
         finished += [(cid, False) for cid in done.failed_ids]
+        if done.worker_id:
+            self._windows.observe(done.worker_id, len(finished), done.busy_seconds)
         for call_id, ok in finished:          # every report counts, whichever field it used
             self.stats.finished(caller_of_attempt(call_id), ok, now)
             self.lifecycle.finished(call_id)
@@ -492,7 +509,8 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents):
 
     # ---- placement; causal calls (scheduler/causal_calls.py carries them out) ----
     def _place(self, call: pb.Call, dag: Dag, place: Any, concurrent: Any,
-               neighbours: Any) -> Optional[Dict[str, str]]:
+               neighbours: Any, warm: Optional[Dict[str, str]] = None
+               ) -> Optional[Dict[str, str]]:
         """function -> worker id by the policy `place`; None (and the caller told
         NO_RESOURCES) when no worker can take the call."""
         colocate = self.config.colocate_chains
@@ -502,7 +520,8 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents):
                          busy_outstanding=self.config.busy_outstanding,
                          busy_utilization=self.config.busy_utilization,
                          concurrent_with=concurrent if colocate else None,
-                         neighbours=neighbours if colocate else None)
+                         neighbours=neighbours if colocate else None,
+                         **({"warm": warm} if warm is not None else {}))
         except NoResources as e:
             self._fail(call, pb.NO_RESOURCES, f"{dag.name}: {e}")
             return None

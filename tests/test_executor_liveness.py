@@ -108,3 +108,20 @@ def test_a_worker_heard_after_the_limit_or_a_function_that_ended_is_not_reported
     assert calls.overran(13.0, slack=0.4) == [("w3", "c3")]
     calls.started("w3", "c4", deadline=14.0)                # the next call on it
     assert calls.overran(14.5, slack=0.4) == [("w3", "c4")]
+
+
+def test_an_end_told_by_the_heartbeat_ends_that_run_only_never_a_later_function_of_the_call():
+    # a chain's two functions share the call id: the first one's end, reported late by the
+    # heartbeat thread (ended_run), must not erase the start of the second
+    from executor.liveness import RunningCalls
+    calls = RunningCalls()
+    calls.started("w1", "c1", deadline=12.0, run=7)       # `increment`
+    calls.started("w1", "c1", deadline=12.0, run=8)       # `square`, same call, runs now
+    calls.ended_run("w1", 7)                              # increment's end, told late
+    assert calls.overran(13.0, slack=0.4) == [("w1", "c1")]
+    calls.started("w2", "c2", deadline=12.0, run=3)
+    calls.ended_run("w2", 3)                              # its own end: forgotten
+    calls.ended("w2", "c2", run=2)                        # a stale end: nothing changes
+    calls.started("w3", "c3", deadline=12.0, run=5)
+    calls.ended("w3", "c3", run=4)                        # an earlier run of the call
+    assert calls.overran(14.0, slack=0.4) == [("w3", "c3")]
