@@ -93,7 +93,7 @@ from .guard import FunctionGuard, Interrupted
 from .retrying import exception_names, may_retry, retry_request
 from .held import HeldResults, Outcome
 from .library import UserLibrary
-from .liveness import die_with_parent, heartbeat_loop
+from .liveness import RunReports, die_with_parent, heartbeat_loop
 from .output import CallOutput, Capture, UpstreamLogs, join_logs, section
 from .privilege import drop_capabilities, hide_paths
 from .failures import ACTOR_FAILURES, CALL_FAILURES, failure
@@ -109,10 +109,6 @@ FUNCTION_KINDS = frozenset({"trigger", "abort", "msg", "fetch"})
 # `done` frees the worker's slot at the scheduler, which may hold the next call for it
 # (scheduler/dispatch.py): sent as soon as the result is, not held back to batch
 DONE_BATCH_SECONDS = 0.0
-# A function's end reaches the node with the worker's next heartbeat (no message of its own)
-# when its limit is further away than this; nearer, at once, so that a worker that then holds
-# the interpreter in C code (unpickling a large argument) is not taken for one past its limit.
-END_REPORT_MARGIN = 10.0
 # at most this many calls' `done`s wait for the messages already queued to be handled
 DONE_BATCH_CALLS = 4
 
@@ -152,8 +148,7 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
         self._inbox: Deque[Tuple[str, bytes]] = collections.deque()
         self._busy_since: Optional[float] = None
         self._busy_total = 0.0
-        self.runs = 0            # functions started; `ended_run`: the last that ended (liveness)
-        self.ended_run = 0
+        self.run_reports = RunReports()     # what the node is told of functions (liveness)
         self._stopping = threading.Event()
         # scheduler -> (ok, failed, [seconds busy]): `done` reports not sent yet
         self._done: Dict[str, Tuple[List[str], List[str], List[float]]] = {}
@@ -339,9 +334,10 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
         self.output.begin(s.call_id, s.function)
         # the node learns when this function's limit passes, so a function stuck in C code
         # (deaf to the guard's signal) fails its call at the limit (executor/liveness.py)
-        self.runs += 1
-        run, until = self.runs, time.monotonic() + seconds
-        self._tell_node(pb.WorkerStatus(running=1, call_id=s.call_id, deadline=until, run=run))
+        until = time.monotonic() + seconds
+        start = self.run_reports.start(s.call_id, until)   # None: the node knows (liveness)
+        if start is not None:
+            self._tell_node(start)
         try:
             # a handle passed to the function calls its actor through this worker
             with self.actor_caller.during(s.scheduler_address, time.monotonic() + seconds):
@@ -349,10 +345,11 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
                                       lambda: fn.call(self.lib, args, kwargs))
         finally:
             self._printed = self.output.end()
-            if until - time.monotonic() > END_REPORT_MARGIN:
-                self.ended_run = run    # the heartbeat thread tells the node (liveness.py)
-            else:
-                self._tell_node(pb.WorkerStatus(running=0, call_id=s.call_id, run=run))
+            # a downstream function of the call that runs here next starts at once
+            follows = any(s.locations.get(t) == self.address for t in s.targets)
+            end = self.run_reports.end(s.call_id, until, time.monotonic(), follows)
+            if end is not None:
+                self._tell_node(end)
 
     def _tell_node(self, status: pb.WorkerStatus) -> None:
         status.worker_id, status.node_id = self.worker_id, self.config.node_id

@@ -50,7 +50,6 @@ class WorkerView:
     utilization: float = 0.0   # fraction of the last report period spent running functions
     outstanding: int = 0       # calls this scheduler placed on it that are not finished
     cache_address: str = ""    # its node cache's request address (causal protocols)
-    slots: int = 0             # calls it may hold (scheduler/window.py); 0: the queue's own
 
 
 def is_busy(w: WorkerView, outstanding: int, busy_outstanding: int, busy_utilization: float) -> bool:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
 from typing import Any, Dict, List
 
 from hydro_proto import cloudburst_pb2 as pb
@@ -45,10 +44,7 @@ class CallQueueing:
     def _placeable(self) -> List[Any]:
         """The workers plain calls may use: a worker that hosts an actor takes them only when
         no other worker is placeable. The queue and the policy both see these."""
-        workers = self._actors.placeable(self.table.placeable())
-        if len(self._windows):       # workers with short calls may hold more (window.py)
-            workers = [replace(w, slots=self._windows.slots(w.worker_id)) for w in workers]
-        return workers
+        return self._actors.placeable(self.table.placeable())
 
     def _pump(self, now: float) -> None:
         """Place the waiting calls a free worker can take now, fail the overdue ones."""

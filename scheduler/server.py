@@ -138,11 +138,11 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents):
         self.table = ExecutorTable(config.heartbeat_timeout, config.unresponsive_timeout)
         self._rng = random.Random(config.seed)
         # calls that wait for a free worker, placed when one is (scheduler/dispatch.py)
-        self._queue = CallQueue(config.max_queued_calls, config.worker_slots, self.address,
-                                enabled=config.queue_calls)
         # how many calls each worker may hold: more when its calls are short (window.py)
         self._windows = Windows(config.worker_slots, config.max_worker_slots,
                                 config.queued_work)
+        self._queue = CallQueue(config.max_queued_calls, config.worker_slots, self.address,
+                                enabled=config.queue_calls, window=self._windows.slots)
         self._dags: Dict[str, Any] = {}   # name -> (version, Dag, concurrent_with, neighbours)
         self._stopping = False
         # a scheduler (re)started after its workers holds the calls it gets before it has

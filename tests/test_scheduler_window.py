@@ -58,12 +58,14 @@ def test_slots_always_stay_within_bounds(reports, base, extra, queued_work):
 
 
 def test_the_queue_places_on_a_worker_below_its_own_window():
-    q = CallQueue(capacity=10, slots=2, scheduler="s")
-    short = WorkerView("a", "n1", "tcp://a", 0.0, 5, slots=16)   # 5 held, may hold 16
-    plain = WorkerView("b", "n1", "tcp://b", 0.0, 2)            # 2 held: the queue's 2
+    windows = Windows(slots=2, most=16, queued_work=0.005)
+    windows.observe("a", 10, 10 * 0.0001)                        # short calls: 16
+    q = CallQueue(capacity=10, slots=2, scheduler="s", window=windows.slots)
+    short = WorkerView("a", "n1", "tcp://a", 0.0, 5)             # 5 held, may hold 16
+    plain = WorkerView("b", "n1", "tcp://b", 0.0, 2)             # 2 held: the queue's 2
     c = Waiting("c1", "f", 0.0, 10.0)
     assert q.offer(c, [plain], 0.0) == Queued(c, 1)
     assert q.next([plain, short], 0.1) == Place(c)
-    full = WorkerView("a", "n1", "tcp://a", 0.0, 16, slots=16)
+    full = WorkerView("a", "n1", "tcp://a", 0.0, 16)
     c2 = Waiting("c2", "f", 0.0, 10.0)
     assert q.offer(c2, [plain, full], 0.2) == Queued(c2, 1)
