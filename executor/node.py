@@ -40,7 +40,8 @@ Contract:
   Workers also send their heartbeats to the node; a worker whose process runs but that has
   not heartbeaten for `unresponsive_timeout` is killed (SIGKILL) and restarted like any
   worker that exits. A worker also tells its node when a function starts (with the moment its
-  time limit passes) and ends; a function still running two heartbeat periods past its
+  time limit passes) and ends (a far deadline's end comes with the worker's next heartbeat,
+  `WorkerStatus.ended_run`; `executor/liveness.py`); a function still running two heartbeat periods past its
   limit, on a worker not heard from since the limit (stuck in C code, deaf to its time-limit
   signal), is reported to every scheduler at once (`WorkerStatus.overran`), which fails its
   call with `Timeout` then; the worker's guard kills it a grace period later

@@ -26,7 +26,8 @@ Contract:
 - On success the result goes as a `trigger` to each downstream worker (to itself without a
   socket hop), with that worker's schedule attached (from `Schedule.forward`); the sink writes
   it under `output_key` (through the node cache) when asked, pushes it to the caller as a
-  `result`, then tells the scheduler `done` (batched within `DONE_BATCH_SECONDS`).
+  `result`, then tells the scheduler `done` with the time it ran (right away, unless more
+  messages wait to be handled: then up to `DONE_BATCH_CALLS` calls' `done`s go together).
 - On an exception the caller gets EXECUTION_ERROR with the traceback, the call's other workers
   get `abort`, the scheduler gets `done`. An invocation still missing upstream results at its
   deadline makes the caller get TIMEOUT naming the function, worker and missing upstreams.
