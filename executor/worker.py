@@ -27,7 +27,9 @@ Contract:
   socket hop), with that worker's schedule attached (from `Schedule.forward`); the sink writes
   it under `output_key` (through the node cache) when asked, pushes it to the caller as a
   `result`, then tells the scheduler `done` with the time it ran (right away, unless more
-  messages wait to be handled: then up to `DONE_BATCH_CALLS` calls' `done`s go together).
+  messages wait to be handled: then up to `DONE_BATCH_CALLS` calls' `done`s go together;
+  or, idle, one call's for up to `DONE_HOLD_SECONDS`, dropped if a schedule's `finished`
+  says the scheduler knows it: `executor/done_reports.py`).
 - On an exception the caller gets EXECUTION_ERROR with the traceback, the call's other workers
   get `abort`, the scheduler gets `done`. An invocation still missing upstream results at its
   deadline makes the caller get TIMEOUT naming the function, worker and missing upstreams.
@@ -89,6 +91,7 @@ from .causal import CausalInvocation, Reusable
 from .causal_run import CausalRunning
 from .config import WorkerConfig
 from .dagstate import PendingCalls, Ready
+from .done_reports import DoneReports
 from .function_inputs import FunctionInputs
 from .guard import FunctionGuard, Interrupted
 from .retrying import exception_names, may_retry, retry_request
@@ -108,10 +111,11 @@ log = logging.getLogger("cloudburst.worker")
 # what another worker (a function key) may send a worker; schedules come from the cluster only
 FUNCTION_KINDS = frozenset({"trigger", "abort", "msg", "fetch"})
 # `done` frees the worker's slot at the scheduler, which may hold the next call for it
-# (scheduler/dispatch.py): sent as soon as the result is, not held back to batch
-DONE_BATCH_SECONDS = 0.0
-# at most this many calls' `done`s wait for the messages already queued to be handled
+# (scheduler/dispatch.py): sent as soon as the result is, except that at most this many
+# calls' `done`s wait for the messages already queued to be handled, and one call's `done`
+# waits up to DONE_HOLD_SECONDS for its caller's next call (executor/done_reports.py)
 DONE_BATCH_CALLS = 4
+DONE_HOLD_SECONDS = 0.005
 
 
 class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
@@ -151,10 +155,8 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
         self._busy_total = 0.0
         self.run_reports = RunReports()     # what the node is told of functions (liveness)
         self._stopping = threading.Event()
-        # scheduler -> (ok, failed, [seconds busy]): `done` reports not sent yet
-        self._done: Dict[str, Tuple[List[str], List[str], List[float]]] = {}
+        self.dones = DoneReports(DONE_HOLD_SECONDS, DONE_BATCH_CALLS)   # `done`s owed
         self._busy_mark = 0.0
-        self._done_since = 0.0
         self.invocation: Optional[CausalInvocation] = None   # the causal function running now
         self._writer = ExecutorWriter(self.worker_id)
         self.output = Capture(config.output_limit)
@@ -204,7 +206,8 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
                 frame = None
             if frame is not None:
                 self._dispatch(frame)
-            if self._done and self._done_due():
+            if self.dones and self.dones.due(time.monotonic(), not (
+                    self._local or self._backlog or self._pull.poll(0))):
                 self._flush_done()
         self._flush_done()
         self._stopping.set()
@@ -212,34 +215,21 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
         self.close()
 
     def _call_done(self, scheduler_address: str, call_id: str, ok: bool = True) -> None:
-        """Tell the scheduler a call finished (its load accounting depends on it), batched
-        within DONE_BATCH_SECONDS so the scheduler is not woken once per call while the caller
-        receives its result (a caller also reports the calls it got results for)."""
-        if not self._done:
-            self._done_since = time.monotonic()
-            self._pull.setsockopt(zmq.RCVTIMEO, max(1, int(DONE_BATCH_SECONDS * 1000)))
-        done, failed, busy = self._done.setdefault(scheduler_address, ([], [], [0.0]))
-        (done if ok else failed).append(call_id)
-        busy[0] += self._busy_total - self._busy_mark     # what ran since the last report
+        """Tell the scheduler a call finished (its load accounting depends on it), when
+        `executor/done_reports.py` says: batched while messages wait, one held briefly for
+        the caller's own report."""
+        if not self.dones:       # the loop comes back to send them (at the hold's end)
+            self._pull.setsockopt(zmq.RCVTIMEO, max(1, round(DONE_HOLD_SECONDS * 1000)))
+        self.dones.add(scheduler_address, call_id, ok, self._busy_total - self._busy_mark,
+                       time.monotonic())
         self._busy_mark = self._busy_total
 
     def _flush_done(self) -> None:
-        for address, (ids, failed, busy) in self._done.items():
+        for address, ids, failed, busy in self.dones.take():
             self._push.send(address, "done", pb.CallDone(
                 call_ids=ids, failed_ids=failed, worker_id=self.worker_id,
-                busy_seconds=busy[0]))
-        if self._done:
-            self._done = {}
-            self._pull.setsockopt(zmq.RCVTIMEO, 100)
-
-    def _done_due(self) -> bool:
-        """Send the `done`s now? Yes unless more messages wait to be read (then a few
-        calls' `done`s go together: fewer wake-ups of the scheduler at saturation), but never
-        more than DONE_BATCH_CALLS of them held back."""
-        held = sum(len(ids) + len(failed) for ids, failed, _ in self._done.values())
-        return held >= DONE_BATCH_CALLS or \
-            time.monotonic() - self._done_since >= DONE_BATCH_SECONDS and \
-            not (self._local or self._backlog or self._pull.poll(0))
+                busy_seconds=busy))
+        self._pull.setsockopt(zmq.RCVTIMEO, 100)
 
     def close(self) -> None:
         self.actor_caller.close()
@@ -284,6 +274,8 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
             log.exception("error while handling a message")
 
     def _on_schedule(self, s: pb.Schedule) -> None:
+        if s.finished:                   # the scheduler knows: no `done` for them
+            self.dones.acknowledged(s.finished)
         now = time.monotonic()
         inputs = call_inputs(s.args)      # other calls' results given as arguments
         ready = self.pending.add_schedule(s.call_id, s.function, s, list(s.upstreams),

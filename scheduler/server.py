@@ -409,6 +409,7 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents):
         for address, schedule in build_schedules(call, dag, placement, addresses, versions,
                                                  self.address, timeout):
             self.lifecycle.mark(schedule, call.request_id)
+            schedule.finished.extend(call.finished)   # their workers need send no `done`
             self._push.send(address, "schedule", schedule)
         self._results.placed(call.request_id, addresses[placement[dag.sink()]], time.monotonic())
         self.table.start_call(CallRecord(call.request_id, dag.name, dict(placement),
