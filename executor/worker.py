@@ -276,6 +276,8 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
     def _on_schedule(self, s: pb.Schedule) -> None:
         if s.finished:                   # the scheduler knows: no `done` for them
             self.dones.acknowledged(s.finished)
+            if not self.dones:
+                self._pull.setsockopt(zmq.RCVTIMEO, 100)
         now = time.monotonic()
         inputs = call_inputs(s.args)      # other calls' results given as arguments
         ready = self.pending.add_schedule(s.call_id, s.function, s, list(s.upstreams),

@@ -457,6 +457,9 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents):
         done = pb.CallDone.FromString(payload)
         now = time.monotonic()
         if done.HasField("retry"):     # a function raised an exception its call may retry
+            # that attempt is over (its worker aborted the rest): its workers are free again,
+            # not held until its deadline, whether it runs again or fails
+            self._finish_one(done.retry.request_id)
             return self.lifecycle.exception(done, now)
         finished = [(cid, True) for cid in ([done.call_id] if done.call_id else [])]
         finished += [(cid, True) for cid in done.call_ids]
