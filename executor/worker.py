@@ -214,14 +214,15 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
         beat.join(2)
         self.close()
 
-    def _call_done(self, scheduler_address: str, call_id: str, ok: bool = True) -> None:
+    def _call_done(self, scheduler_address: str, call_id: str, ok: bool = True,
+                   hold: bool = False) -> None:
         """Tell the scheduler a call finished (its load accounting depends on it), when
         `executor/done_reports.py` says: batched while messages wait, one held briefly for
         the caller's own report."""
         if not self.dones:       # the loop comes back to send them (at the hold's end)
             self._pull.setsockopt(zmq.RCVTIMEO, max(1, round(DONE_HOLD_SECONDS * 1000)))
         self.dones.add(scheduler_address, call_id, ok, self._busy_total - self._busy_mark,
-                       time.monotonic())
+                       time.monotonic(), hold)
         self._busy_mark = self._busy_total
 
     def _flush_done(self) -> None:
@@ -436,7 +437,9 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
             self._push.send(s.response_address, "result",
                             pb.CallResult(request_id=s.call_id, status=pb.OK, logs=logs,
                                           session=report, **fields))
-            self._call_done(s.scheduler_address, s.call_id)
+            # the whole call ran here: the caller's next call will come here (policy.py)
+            self._call_done(s.scheduler_address, s.call_id, hold=all(
+                a == self.address for a in s.locations.values()))
 
     def _result_fields(self, s: pb.Schedule, value: bytes, what: str) -> Dict[str, Any]:
         """The result's CallResult fields; ValueTooLarge above the KVS's limit (big_results)."""

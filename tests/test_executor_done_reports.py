@@ -7,7 +7,7 @@ from executor.done_reports import DoneReports
 def test_one_call_is_held_briefly_when_idle_and_dropped_once_the_scheduler_knows():
     d = DoneReports(hold=0.005, batch=4)
     assert not d and not d.due(0.0, idle=True)
-    d.add("s", "c1", True, 0.0001, 10.0)
+    d.add("s", "c1", True, 0.0001, 10.0, hold=True)
     assert not d.due(10.001, idle=True)          # held for the caller's own report
     d.acknowledged(["c1"])                        # the next schedule says the scheduler knows
     assert not d and d.take() == []
@@ -15,11 +15,14 @@ def test_one_call_is_held_briefly_when_idle_and_dropped_once_the_scheduler_knows
 
 def test_a_held_done_goes_after_the_hold_and_failures_go_at_once():
     d = DoneReports(hold=0.005, batch=4)
-    d.add("s", "c1", True, 0.5, 10.0)
+    d.add("s", "c1", True, 0.5, 10.0, hold=True)
     assert d.due(10.0051, idle=True)
     assert d.take() == [("s", ["c1"], [], 0.5)]
-    d.add("s", "c2", False, 0.1, 11.0)            # a failure is not held
+    d.add("s", "c2", False, 0.1, 11.0, hold=True)  # a failure is not held
     assert d.due(11.0, idle=True)
+    d.take()
+    d.add("s", "c3", True, 0.1, 12.0)             # its call ran elsewhere too: not held
+    assert d.due(12.0, idle=True)
 
 
 def test_dones_wait_while_messages_wait_but_never_more_than_the_batch():
@@ -43,7 +46,7 @@ def test_every_call_is_reported_once_or_acknowledged(ops):
         if op == "add":
             n += 1
             cid = f"c{n}"
-            d.add("s", cid, ok, 0.0, now)
+            d.add("s", cid, ok, 0.0, now, hold=k % 2 == 0)
             owed.add((cid, ok))
         elif op == "ack":
             ids = {c for c, ok_ in owed if ok_ and int(c[1:]) % (k + 1) == 0}
