@@ -27,6 +27,13 @@ def value_key(owner: str) -> str:
     return f"{VALUES_PREFIX}{owner}/{uuid.uuid4().hex}"
 
 
+def intermediate_key(call_id: str, function: str) -> str:
+    """The key of function `function`'s result in call (attempt) `call_id`, passed to the
+    call's downstream functions by reference: one per function and attempt, so its
+    scheduler and a test can name it."""
+    return f"{VALUES_PREFIX}{call_id}/{function}"
+
+
 def worker_key(worker_id: str) -> str:
     return f"{PREFIX}worker/{worker_id}"
 
