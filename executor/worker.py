@@ -24,7 +24,8 @@ Contract:
   a function runs, actor handles it was given call through the worker's `ActorCaller`
   (`executor/actor_caller.py`).
 - On success the result goes as a `trigger` to each downstream worker (to itself without a
-  socket hop), with that worker's schedule attached (from `Schedule.forward`); the sink writes
+  socket hop), with that worker's schedule attached (from `Schedule.forward`); one above
+  1 MiB goes to other workers by reference (`executor/big_intermediates.py`); the sink writes
   it under `output_key` (through the node cache) when asked, pushes it to the caller as a
   `result`, then tells the scheduler `done` (batched within `DONE_BATCH_SECONDS`).
 - On an exception the caller gets EXECUTION_ERROR with the traceback, the call's other workers

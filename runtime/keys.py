@@ -2,7 +2,8 @@
 
 User objects may use any key that does not start with `PREFIX`. Large call arguments and
 results travel through the KVS under `VALUES_PREFIX` (a key a function may write; each is
-deleted by the client once its call is over).
+deleted once its call is over: by the client, and by the call's scheduler,
+scheduler/values.py).
 """
 import uuid
 

@@ -38,6 +38,10 @@ listed for schedulers in proto/cloudburst.proto, plus one for Anna's pushed regi
   it. Calls are placed only on workers of nodes that are not draining. `status` lists every
   executor node (`NodeState`: drain state, calls this scheduler placed there and has not
   seen finish, the node's own running/queued) and `/metrics` has them as gauges.
+- Large values: a call's by-reference argument keys (`Call.value_keys`) and its functions'
+  (a worker's `values` report) are deleted when the call ends (`scheduler/lifecycle.py`,
+  `scheduler/values.py`), off the loop. A retried call's new sink is its result's holder
+  for `Future` arguments; consumers given the old one are sent a `moved`.
 - `serve()` runs until `stop()` (e.g. from a SIGTERM handler) or until the parent exits.
 - Authentication (`config.key_dir`; `runtime.auth`). The request socket is a CURVE server
   open to cluster, function and client keys (audience "all"); the registry-update and GC
