@@ -119,7 +119,7 @@ class ResultSharing:
                 continue
             if holder:
                 ref = pb.CallRef(call_id=ref.call_id, what=ref.what, holder=holder)
-            if ref.holder and ref.holder != self.address:    # a later `moved` redirects it
+            if ref.holder:                     # a later `moved` redirects it
                 self._waiting_on.setdefault(ref.call_id, []).append(s)
             request = pb.ResultRequest(call_id=ref.call_id, reply_address=self.address,
                                        for_call=s.call_id, function=s.function, source=name,

@@ -168,6 +168,9 @@ def cluster():
         c.register(produce_once, "produce-once")
         c.register(lambda lib, x: f"got {x}", "consume")
         c.register_dag("make-measure", ["make", "measure"], [("make", "measure")])
+        c.register(lambda lib, x: f"tail {x}", "tail")
+        c.register_dag("produce-then-tail", ["produce-once", "tail"],
+                       [("produce-once", "tail")])
         yield cluster
 
 
@@ -283,3 +286,14 @@ def test_a_future_of_a_producer_that_ran_again_elsewhere_reaches_its_consumer(li
     consumer = client.call("consume", producer, timeout=20)   # placed before the death
     assert consumer.get() == "got produced"
     assert producer.get() == "produced"
+
+
+def test_a_future_of_a_dag_that_ran_again_reaches_its_consumer(live):
+    """The producer is a DAG whose source's worker dies once: the whole DAG runs again, and
+    the consumer gets the retry's result."""
+    client = live
+    marker = f"marker-{uuid.uuid4().hex[:8]}"
+    producer = client.call_dag("produce-then-tail", {"produce-once": [marker, 1.0]})
+    consumer = client.call("consume", producer, timeout=20)
+    assert consumer.get() == "got tail produced"
+    assert producer.get() == "tail produced"
