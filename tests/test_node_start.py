@@ -1,0 +1,115 @@
+"""An added executor node starts without a second interpreter start: its workers are forked
+from the node after its imports and before it reads a key (executor/prefork.py), and a
+`LocalCluster(standby_node=True)` keeps a spare node started ahead (cloudburst/standby.py).
+Real processes; no timing is asserted (benchmarks/autoscaling/node_start.py measures it)."""
+import os
+
+import pytest
+
+from cloudburst import LocalCluster
+from cloudburst.faults import process_alive
+from runtime.auth import AuthConfig
+from waiting import poll_until
+
+
+def where(lib):
+    return lib.getid()
+
+
+def _stat(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()
+
+
+def _cmdline(pid):
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read().split(b"\0")
+
+
+def _children(pid):
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if int(_stat(entry)[1]) == pid:
+                    out.append(int(entry))
+            except (OSError, IndexError):
+                continue
+    return out
+
+
+def _memory(pid):
+    """Every private writable mapping of process `pid` (its heap, Python's arenas)."""
+    out = []
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb") as mem:
+        for line in maps:
+            fields = line.split()
+            if not fields[1].startswith("rw") or (len(fields) > 5 and fields[5].startswith("/")):
+                continue
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            try:
+                mem.seek(start)
+                out.append(mem.read(end - start))
+            except OSError:
+                continue
+    return b"".join(out)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with LocalCluster(executor_nodes=1, executors_per_node=1, standby_node=True) as c:
+        c.client().register(where, "where")
+        yield c
+
+
+def test_an_added_node_is_the_standby_and_its_workers_are_forked_children(cluster):
+    node_id = cluster.add_executor_node()
+    node = next(p for p in cluster._nodes if p.name == node_id)
+    assert os.path.exists(os.path.join(cluster.log_dir, f"{node_id}.log"))
+    assert b"--standby" in _cmdline(node.pid)
+    workers = [w for w in cluster.workers if w["node_id"] == node_id]
+    assert len(workers) == 1
+    for w in workers:
+        assert int(_stat(w["pid"])[1]) == node.pid           # the node's own children
+        assert b"executor.worker" not in _cmdline(w["pid"])  # forked, not a new interpreter
+    # it serves: calls reach its workers
+    cb = cluster.client()
+    ids = {w["worker_id"] for w in workers}
+    poll_until(lambda: cb.call("where").get(timeout=30) in ids, 30.0,
+               f"a call running on the added node {node_id}")
+    # and the next spare waits: it replaced the one taken
+    poll_until(lambda: cluster._standby._spare is not None and cluster._standby._spare.running(),
+               10.0, "a new standby node")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="reading another process' memory needs root")
+def test_a_forked_worker_holds_no_cluster_secret(cluster):
+    """A worker is forked before its node reads a key: the cluster's secret key is in the
+    node's memory (the search finds it there) and in none of its forked workers'."""
+    secret = AuthConfig(cluster.key_dir).load().keypair.secret
+    added = cluster.add_executor_node()
+    for node in (p for p in cluster._nodes if p.name in ("node0", added)):   # both ways
+        assert secret in _memory(node.pid), "the search does not find the key where it is"
+        workers = [w for w in cluster.workers if w["node_id"] == node.name]
+        assert workers
+        for w in workers:
+            assert int(_stat(w["pid"])[1]) == node.pid
+            assert secret not in _memory(w["pid"]), f"worker {w['worker_id']} holds the secret"
+
+
+def test_a_forked_worker_that_dies_is_started_again_the_usual_way(cluster):
+    worker = next(w for w in cluster.workers if w["node_id"] == "node1")   # forked (above)
+    cluster.kill_worker(worker["worker_id"])
+    cb = cluster.client()
+    poll_until(lambda: cb.call("where").get(timeout=30) == worker["worker_id"], 30.0,
+               f"a call on the restarted worker {worker['worker_id']}")
+
+
+def test_stopping_the_cluster_leaves_no_standby_or_forked_worker(cluster):
+    """(Runs last: it stops the module's cluster.)"""
+    spare = poll_until(lambda: cluster._standby._spare, 10.0, "the standby node")
+    forked = poll_until(lambda: _children(spare.pid), 30.0, "the standby's forked workers")
+    pids = [spare.pid, *forked] + [w["pid"] for w in cluster.workers]
+    cluster.stop()
+    poll_until(lambda: not any(process_alive(p) for p in pids), 10.0,
+               "every process of the cluster gone")
