@@ -263,6 +263,8 @@ def _child(parent: int, start_r: int, ready_w: int) -> None:
         traceback.print_exc()
     finally:
         try:
+            import atexit
+            atexit._run_exitfuncs()      # what the worker registered (its scratch directory)
             sys.stdout.flush()
             sys.stderr.flush()
         finally:

@@ -2,7 +2,9 @@
 from the node after its imports and before it reads a key (executor/prefork.py), and a
 `LocalCluster(standby_node=True)` keeps a spare node started ahead (cloudburst/standby.py).
 Real processes; no timing is asserted (benchmarks/autoscaling/node_start.py measures it)."""
+import glob
 import os
+import tempfile
 
 import pytest
 
@@ -110,6 +112,12 @@ def test_stopping_the_cluster_leaves_no_standby_or_forked_worker(cluster):
     spare = poll_until(lambda: cluster._standby._spare, 10.0, "the standby node")
     forked = poll_until(lambda: _children(spare.pid), 30.0, "the standby's forked workers")
     pids = [spare.pid, *forked] + [w["pid"] for w in cluster.workers]
+    ids = [w["worker_id"] for w in cluster.workers if w["node_id"] != "node1"]  # not killed
     cluster.stop()
     poll_until(lambda: not any(process_alive(p) for p in pids), 10.0,
                "every process of the cluster gone")
+    # a worker's scratch directory (its TMPDIR) goes when it stops, forked or not (one
+    # killed with SIGKILL, node1's above, leaves its own)
+    left = [d for i in ids for d in glob.glob(os.path.join(tempfile.gettempdir(),
+                                                           f"cloudburst-{i}-*"))]
+    assert not left, left
