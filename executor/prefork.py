@@ -103,11 +103,14 @@ class _Spare:
         self.ready_r = ready_r
 
     def close(self) -> None:
+        """Close the node's ends (once: a closed descriptor's number may be reused)."""
         for fd in (self.start_w, self.ready_r):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self.start_w = self.ready_r = -1
 
 
 class Preforked:
@@ -198,10 +201,16 @@ class PreforkedProcess(ManagedProcess):
             raise ValueError(f"{self.name}: its start message is over {_MAX_START} bytes")
         try:
             os.write(spare.start_w, message)      # fits the pipe's buffer: never blocks
-        finally:
-            os.close(spare.start_w)
+        except OSError as e:                      # the child is gone: start the usual way
+            log.warning("%s: its forked process is gone (%s); starting it anew", self.name, e)
+            spare.close()
+            spare.child.poll()
+            self.starts -= 1
+            return super().spawn()
+        os.close(spare.start_w)
         self.proc = spare.child                   # type: ignore[assignment]
         self._ready_fd = spare.ready_r
+        spare.start_w = spare.ready_r = -1        # now this process' own
         return self
 
 

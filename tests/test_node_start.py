@@ -121,3 +121,24 @@ def test_stopping_the_cluster_leaves_no_standby_or_forked_worker(cluster):
     left = [d for i in ids for d in glob.glob(os.path.join(tempfile.gettempdir(),
                                                            f"cloudburst-{i}-*"))]
     assert not left, left
+
+
+def test_a_forked_child_gone_before_its_start_is_replaced_by_a_new_process(tmp_path):
+    """If the waiting child died (killed, out of memory), the worker starts the usual way."""
+    import signal
+    import sys
+    from executor.prefork import Preforked, PreforkedProcess
+    from runtime.process import wait_all_ready
+    pool = Preforked.fork(1)
+    if not len(pool):
+        pytest.skip("this test process runs threads: nothing is forked")
+    spare = pool.take()
+    os.kill(spare.child.pid, signal.SIGKILL)
+    spare.child.wait(10.0)
+    p = PreforkedProcess("fallback", [sys.executable, "-c", "from runtime.process import "
+                                      "announce_ready; announce_ready({'started': 'anew'})"],
+                         str(tmp_path), spare)
+    p.spawn()
+    wait_all_ready([p], 30.0)
+    assert p.info == {"started": "anew"} and p.pid != spare.child.pid
+    p.stop(5.0)
