@@ -442,6 +442,14 @@ class LocalCluster(FaultInjection):
                     return p
         raise KeyError(f"no executor node {node_id!r} in this cluster")
 
+    def node_pid(self, node_id: str) -> int:
+        """The process id of executor node `node_id` (KeyError if it is not in the cluster)."""
+        return self._node(node_id).pid
+
+    def standby_pid(self) -> Optional[int]:
+        """The process id of the spare node waiting to be added, or None."""
+        return None if self._standby is None else self._standby.spare_pid()
+
     def executor_node_ready(self, node_id: str) -> Optional[bool]:
         """True once the node's workers are up (they are then in `workers` and the node is
         supervised), False if it exited first, None while it starts."""

@@ -57,6 +57,11 @@ class StandbyNode:
         self._spare = p
         self._spares[:] = [q for q in self._spares if q.running()] + [p]
 
+    def spare_pid(self) -> Optional[int]:
+        """The waiting spare's process id, or None if none waits."""
+        p = self._spare
+        return p.pid if p is not None and p.running() else None
+
     def take(self, node_id: str, config_json: str, argv: List[str]) -> Optional[ManagedProcess]:
         """The spare, become node `node_id` (module contract), or None."""
         p, self._spare = self._spare, None

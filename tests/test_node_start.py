@@ -66,13 +66,13 @@ def cluster():
 
 def test_an_added_node_is_the_standby_and_its_workers_are_forked_children(cluster):
     node_id = cluster.add_executor_node()
-    node = next(p for p in cluster._nodes if p.name == node_id)
+    node_pid = cluster.node_pid(node_id)
     assert os.path.exists(os.path.join(cluster.log_dir, f"{node_id}.log"))
-    assert b"--standby" in _cmdline(node.pid)
+    assert b"--standby" in _cmdline(node_pid)
     workers = [w for w in cluster.workers if w["node_id"] == node_id]
     assert len(workers) == 1
     for w in workers:
-        assert int(_stat(w["pid"])[1]) == node.pid           # the node's own children
+        assert int(_stat(w["pid"])[1]) == node_pid           # the node's own children
         assert b"executor.worker" not in _cmdline(w["pid"])  # forked, not a new interpreter
     # it serves: calls reach its workers
     cb = cluster.client()
@@ -80,8 +80,7 @@ def test_an_added_node_is_the_standby_and_its_workers_are_forked_children(cluste
     poll_until(lambda: cb.call("where").get(timeout=30) in ids, 30.0,
                f"a call running on the added node {node_id}")
     # and the next spare waits: it replaced the one taken
-    poll_until(lambda: cluster._standby._spare is not None and cluster._standby._spare.running(),
-               10.0, "a new standby node")
+    poll_until(cluster.standby_pid, 10.0, "a new standby node")
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="reading another process' memory needs root")
@@ -90,12 +89,13 @@ def test_a_forked_worker_holds_no_cluster_secret(cluster):
     node's memory (the search finds it there) and in none of its forked workers'."""
     secret = AuthConfig(cluster.key_dir).load().keypair.secret
     added = cluster.add_executor_node()
-    for node in (p for p in cluster._nodes if p.name in ("node0", added)):   # both ways
-        assert secret in _memory(node.pid), "the search does not find the key where it is"
-        workers = [w for w in cluster.workers if w["node_id"] == node.name]
+    for name in ("node0", added):                                  # both ways
+        node_pid = cluster.node_pid(name)
+        assert secret in _memory(node_pid), "the search does not find the key where it is"
+        workers = [w for w in cluster.workers if w["node_id"] == name]
         assert workers
         for w in workers:
-            assert int(_stat(w["pid"])[1]) == node.pid
+            assert int(_stat(w["pid"])[1]) == node_pid
             assert secret not in _memory(w["pid"]), f"worker {w['worker_id']} holds the secret"
 
 
@@ -109,9 +109,9 @@ def test_a_forked_worker_that_dies_is_started_again_the_usual_way(cluster):
 
 def test_stopping_the_cluster_leaves_no_standby_or_forked_worker(cluster):
     """(Runs last: it stops the module's cluster.)"""
-    spare = poll_until(lambda: cluster._standby._spare, 10.0, "the standby node")
-    forked = poll_until(lambda: _children(spare.pid), 30.0, "the standby's forked workers")
-    pids = [spare.pid, *forked] + [w["pid"] for w in cluster.workers]
+    spare_pid = poll_until(cluster.standby_pid, 10.0, "the standby node")
+    forked = poll_until(lambda: _children(spare_pid), 30.0, "the standby's forked workers")
+    pids = [spare_pid, *forked] + [w["pid"] for w in cluster.workers]
     ids = [w["worker_id"] for w in cluster.workers if w["node_id"] != "node1"]  # not killed
     cluster.stop()
     poll_until(lambda: not any(process_alive(p) for p in pids), 10.0,
