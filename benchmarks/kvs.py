@@ -17,7 +17,8 @@ Redis runs with persistence off (`--save "" --appendonly no`), as Anna's memory 
 Security is compared like for like (`--security`): "on" is Anna with CURVE (its default: every
 socket encrypted, every peer authenticated by key) against Redis with TLS on every connection
 and client certificates required (mutual TLS, a throwaway CA made with `openssl`); "off" is
-both in plaintext. Each round runs every mode, Redis then Anna, so machine noise hits both
+both in plaintext; "mixed" (not a fair comparison, kept to compare with older figures) is
+Anna with CURVE against Redis in plaintext. Each round runs every mode, Redis then Anna, so machine noise hits both
 alike; the load average is recorded with every run.
 
     python benchmarks/kvs.py                   # defaults: 50 clients, Zipf 1.0, 50% reads
@@ -30,6 +31,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import shutil
 import socket
 import statistics
@@ -215,17 +217,51 @@ def python_view(get, put, keys: int, zipf_weights, read_ratio: float, value: byt
 
 
 def fmt(row: dict) -> str:
-    return (f"{row['throughput']:>10,.0f} ops/s   p50 {row['p50_us']:>8.1f} us   "
+    text = (f"{row['throughput']:>10,.0f} ops/s   p50 {row['p50_us']:>8.1f} us   "
             f"p99 {row['p99_us']:>8.1f} us")
+    if "server_cpu_us_per_op" in row:
+        text += (f"   CPU/op server {row['server_cpu_us_per_op']:5.1f} us, "
+                 f"generator {row['client_cpu_us_per_op']:5.1f} us")
+    return text
 
 
-MODES = {"on": "Anna CURVE vs Redis TLS (mutual)", "off": "both plaintext"}
+MODES = {"on": "Anna CURVE vs Redis TLS (mutual)", "off": "both plaintext",
+         "mixed": "Anna CURVE vs Redis plaintext (unlike security)"}
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process `pid` (all its threads) so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def self_cpu_seconds() -> float:
+    """CPU time of this process: the load generator's thread and its ZeroMQ I/O threads."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def costed(server_pid: int, load, **kwargs) -> dict:
+    """Runs `load(**kwargs)` and adds the CPU time the server and the generator spent per
+    operation (whole run, prefill and warm-up included: a cost, not a rate) and the 1-minute
+    load average: on a shared machine throughput follows the CPU share a side gets, while CPU
+    per operation does not."""
+    server0, client0 = cpu_seconds(server_pid), self_cpu_seconds()
+    result = load(**kwargs)
+    server1, client1 = cpu_seconds(server_pid), self_cpu_seconds()
+    total_ops = result["ops"] * (1 + kwargs["warmup_s"] / kwargs["duration_s"]) + kwargs["keys"]
+    result["server_cpu_us_per_op"] = (server1 - server0) * 1e6 / max(total_ops, 1)
+    result["client_cpu_us_per_op"] = (client1 - client0) * 1e6 / max(total_ops, 1)
+    result["load1"] = os.getloadavg()[0]
+    return result
 
 
 def median_of(runs: list) -> dict:
-    out = {k: statistics.median(r[k] for r in runs) for k in ("throughput", "p50_us", "p99_us")}
+    keys = ("throughput", "p50_us", "p99_us", "server_cpu_us_per_op", "client_cpu_us_per_op")
+    out = {k: statistics.median(r[k] for r in runs) for k in keys if k in runs[0]}
     out["errors"] = sum(r["errors"] for r in runs)
-    out["runs"] = [{k: r[k] for k in ("throughput", "p50_us", "p99_us", "load1")} for r in runs]
+    out["runs"] = [{k: r[k] for k in (*keys, "load1") if k in r} for r in runs]
     return out
 
 
@@ -240,8 +276,9 @@ def main(argv=None) -> int:
     p.add_argument("--read-ratio", type=float, default=0.5)
     p.add_argument("--value-size", type=int, default=256)
     p.add_argument("--threads", type=int, default=2, help="Anna memory worker threads")
-    p.add_argument("--security", choices=("both", "on", "off"), default="both",
-                   help="on: Anna CURVE vs Redis TLS; off: both plaintext; both (default)")
+    p.add_argument("--security", default="on,off",
+                   help="comma-separated modes: on (Anna CURVE vs Redis TLS), off (both "
+                        "plaintext), mixed (Anna CURVE vs Redis plaintext); default on,off")
     p.add_argument("--python-ops", type=int, default=5000)
     p.add_argument("--floor-duration", type=float, default=2.0,
                    help="seconds of the one-client native round-trip floor per run (0: skip)")
@@ -252,9 +289,14 @@ def main(argv=None) -> int:
     workload = dict(clients=args.clients, duration_s=args.duration, warmup_s=args.warmup,
                     keys=args.keys, zipf=args.zipf, read_ratio=args.read_ratio,
                     value_size=args.value_size)
+    # One client over the first 1,000 keys: its prefill is serial, and a latency floor does
+    # not need the whole key space.
     floor_workload = dict(workload, clients=1, duration_s=args.floor_duration,
-                          warmup_s=min(args.warmup, 0.5))
-    modes = ["on", "off"] if args.security == "both" else [args.security]
+                          warmup_s=min(args.warmup, 0.5), keys=min(args.keys, 1000))
+    modes = [m.strip() for m in args.security.split(",") if m.strip()]
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        p.error(f"--security: unknown mode(s) {unknown}; choose from {sorted(MODES)}")
     log(f"workload: {workload}, anna threads={args.threads}, runs={args.runs}, modes={modes}")
     results: dict = {"workload": workload, "anna_threads": args.threads,
                      "machine_cores": os.cpu_count(), "modes": {}}
@@ -265,7 +307,7 @@ def main(argv=None) -> int:
         for mode in modes:
             servers[mode] = RedisServer(tls=(mode == "on"))
             cluster = anna_core.LocalCluster(memory_threads=args.threads, nodes=1,
-                                             auth=(mode == "on"), warn_auth_off=False)
+                                             auth=(mode != "off"), warn_auth_off=False)
             cluster.start()
             clusters[mode] = cluster
             log(f"{mode}: redis-server {servers[mode].version()} on port {servers[mode].port}"
@@ -284,20 +326,23 @@ def main(argv=None) -> int:
         for run in range(args.runs):
             for mode in modes:
                 # Redis then Anna, every mode in each round: noise hits both sides alike.
-                r = measured(_core.load_redis("127.0.0.1", servers[mode].port, seed=run + 1,
-                                              **workload, **servers[mode].load_args()))
+                redis_pid, anna_pid = servers[mode].proc.pid, clusters[mode].node_pid("memory-0")
+                redis_load = dict(host="127.0.0.1", port=servers[mode].port, seed=run + 1,
+                                  **servers[mode].load_args())
+                anna_load = dict(seed=run + 1, auth=credentials[mode])
+                r = costed(redis_pid, _core.load_redis, **redis_load, **workload)
                 runs[mode]["redis"].append(r)
                 log(f"run {run + 1}/{args.runs} {mode:3s} redis: {fmt(r)}  load {r['load1']:.2f}")
-                r = measured(_core.load_anna(owners[mode], seed=run + 1, auth=credentials[mode],
-                                             **workload))
+                r = costed(anna_pid, _core.load_anna, key_addresses=owners[mode], **anna_load,
+                           **workload)
                 runs[mode]["anna"].append(r)
                 log(f"run {run + 1}/{args.runs} {mode:3s} anna : {fmt(r)}  load {r['load1']:.2f}")
                 if args.floor_duration > 0:
-                    r = measured(_core.load_redis("127.0.0.1", servers[mode].port, seed=run + 1,
-                                                  **floor_workload, **servers[mode].load_args()))
+                    r = costed(redis_pid, _core.load_redis, **redis_load, **floor_workload)
                     runs[mode]["redis_floor"].append(r)
-                    r = measured(_core.load_anna(owners[mode], seed=run + 1,
-                                                 auth=credentials[mode], **floor_workload))
+                    r = costed(anna_pid, _core.load_anna,
+                               key_addresses=owners[mode][:floor_workload["keys"]], **anna_load,
+                               **floor_workload)
                     runs[mode]["anna_floor"].append(r)
                     log(f"run {run + 1}/{args.runs} {mode:3s} 1-client floor p50: anna "
                         f"{runs[mode]['anna_floor'][-1]['p50_us']:.1f} us, redis "
@@ -311,6 +356,9 @@ def main(argv=None) -> int:
             out["capacity_ratio"] = out["anna"]["throughput"] / out["redis"]["throughput"]
             out["capacity_ratios"] = [a["throughput"] / r["throughput"]
                                       for a, r in zip(runs[mode]["anna"], runs[mode]["redis"])]
+            # Operations per server CPU-second, Anna's over Redis's (per-core efficiency).
+            out["cpu_efficiency_ratio"] = (out["redis"]["server_cpu_us_per_op"]
+                                           / out["anna"]["server_cpu_us_per_op"])
             if not args.skip_python:
                 weights = [1.0 / (k + 1) ** args.zipf for k in range(args.keys)]
                 value = b"x" * args.value_size
@@ -347,6 +395,8 @@ def main(argv=None) -> int:
         print(f"                   redis: {fmt(out['redis'])}")
         print(f"  anna / redis throughput: {out['capacity_ratio']:.2f}x "
               f"(per run: {', '.join(f'{r:.2f}' for r in out['capacity_ratios'])})")
+        print(f"  anna / redis operations per server CPU-second: "
+              f"{out['cpu_efficiency_ratio']:.2f}x")
         if "anna_floor" in out:
             print(f"  1-client native round trip p50: anna {out['anna_floor']['p50_us']:.1f} us, "
                   f"redis {out['redis_floor']['p50_us']:.1f} us")
