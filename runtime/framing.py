@@ -34,8 +34,8 @@ from typing import Any, List, Sequence, Tuple
 import zmq
 
 __all__ = ["KIND_ORDER", "KINDS", "ANNA_KINDS", "FrameError", "encode", "parse", "send",
-           "send_kind", "send_request", "split_frames", "more", "MAX_FRAME_BYTES", "PART_BYTES", "join", "split",
-           "unsplit", "recv_frame", "Joined"]
+           "send_kind", "send_request", "split_frames", "more", "MAX_FRAME_BYTES", "PART_BYTES",
+           "join", "split", "unsplit", "recv_frame", "Joined"]
 
 # The largest frame a socket accepts (ZMQ_MAXMSGSIZE is per frame, and ZeroMQ applies it from
 # the handshake on); the C++ kernel's kMaxFrameBytes is the same.
