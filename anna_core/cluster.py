@@ -248,6 +248,10 @@ class LocalCluster:
         """Whether the node's process is alive."""
         return self._node(node_id).running()
 
+    def node_pid(self, node_id: str) -> int:
+        """The operating-system process id of a running node (benchmarks read its CPU time)."""
+        return self._node(node_id).pid
+
     def log_tail(self, name: str, lines: int = 20) -> str:
         """The last log lines of "routing" (the first), "routing-<i>" or a node id."""
         if name == "routing":
