@@ -14,7 +14,7 @@ Contract: `encode(args, kwargs)` is the `ArgumentList` of one function's argumen
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, List, Mapping, Sequence
 
 from hydro_proto import cloudburst_pb2 as pb
 
@@ -22,7 +22,7 @@ from runtime.values import encode_args
 
 from .futures import Future
 
-__all__ = ["encode", "merge_keywords"]
+__all__ = ["encode", "futures_in", "merge_keywords"]
 
 
 def _one(value: Any) -> pb.Argument:
@@ -32,6 +32,17 @@ def _one(value: Any) -> pb.Argument:
                              f"argument: pass its value, future.get()")
         return pb.Argument(call=pb.CallRef(call_id=value.request_id, what=value.what))
     return encode_args([value]).args[0]
+
+
+def futures_in(*groups: Any) -> List[Future]:
+    """The `Future`s among the values of `groups` (sequences and mappings of arguments).
+    A call keeps the Futures it was given alive: a dropped Future cancels its call, and
+    the consuming call still needs that result."""
+    found: List[Future] = []
+    for g in groups:
+        values = g.values() if isinstance(g, Mapping) else g
+        found += [v for v in values if isinstance(v, Future)]
+    return found
 
 
 def encode(args: Sequence[Any], kwargs: Mapping[str, Any]) -> pb.ArgumentList:

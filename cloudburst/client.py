@@ -82,7 +82,7 @@ from runtime.keys import check_user_key
 from runtime.sockets import bind_pull, check_address, ipc_dir_of
 from anna_core.config import DEFAULT_MAX_VALUE_BYTES
 from runtime.values import dumps_function, too_large, transport
-from .arguments import encode, merge_keywords
+from .arguments import encode, futures_in, merge_keywords
 from .errors import AuthenticationRequired, InvalidDag, InvalidFunction
 from . import actors as _actors
 from .big_values import Courier
@@ -335,7 +335,7 @@ class Client(SchedulerChannel):
         stored = self._courier.externalize(name, arglist, level == pb.LWW)
         call.args[name].CopyFrom(arglist)
         return self._submit(call, f"call of function {name!r}", timeout, objects, session,
-                            stored)
+                            stored, futures_in(args, keywords, kwargs or {}))
 
     def map(self, name: str, *iterables: Iterable[Any], timeout: Optional[float] = None,
             **options: Any) -> List[Any]:
@@ -412,12 +412,13 @@ class Client(SchedulerChannel):
         except BaseException:
             self._courier.release(stored)
             raise
+        inputs = futures_in(*(args or {}).values(), *(kwargs or {}).values())
         return self._submit(call, f"call of DAG {name!r}", timeout, objects, session,
-                            stored)
+                            stored, inputs)
 
     def _submit(self, call: pb.Call, what: str, timeout: Optional[float],
                 objects: bool, session: Optional[bool] = None,
-                stored: Sequence[str] = ()) -> Future:
+                stored: Sequence[str] = (), inputs: Sequence[Future] = ()) -> Future:
         wait = self.timeout if timeout is None else float(timeout)
         if self._session is not None and session is not False:
             self._session.attach(call)
@@ -446,7 +447,8 @@ class Client(SchedulerChannel):
             self._leases.hold(rid, scheduler)
         return Future(self, rid, what, wait, scheduler=scheduler, sent_at=sent_at,
                       objects=objects, stored=stored, fire_and_forget=keep,
-                      consistency="causal" if call.consistency == pb.CAUSAL else "lww")
+                      consistency="causal" if call.consistency == pb.CAUSAL else "lww",
+                      inputs=inputs)
 
     # ---- actors (cloudburst/actors.py; README "Actors") ----
     def actor(self, cls: type, *args: Any, **kwargs: Any) -> ActorHandle:
@@ -490,7 +492,7 @@ class Client(SchedulerChannel):
         # KVS's maximum before anything is sent (cloudburst/big_values.py)
         stored = self._courier.externalize(call.function, call.args[method])
         return self._submit(call, what, options.get("timeout"), bool(options.get("objects")),
-                            stored=stored)
+                            stored=stored, inputs=futures_in(args, kwargs))
 
     def kill_actor(self, handle: ActorHandle, timeout: Optional[float] = None) -> None:
         """What `kill` and `handle.kill()` do."""

@@ -106,8 +106,12 @@ class Future:
     def __init__(self, client: "Client", request_id: str, what: str, timeout: float,
                  scheduler: str = "", sent_at: Optional[float] = None,
                  objects: bool = False, stored: Sequence[str] = (),
-                 consistency: str = "lww", fire_and_forget: bool = False) -> None:
+                 consistency: str = "lww", fire_and_forget: bool = False,
+                 inputs: Sequence["Future"] = ()) -> None:
         self._client = client
+        # the Futures passed to this call as arguments: held so that dropping them (which
+        # cancels their calls) cannot take away a value this call still has to fetch
+        self._inputs = tuple(inputs)
         self.request_id = request_id
         self.what = what
         self.scheduler = scheduler or client.address    # where the call was sent

@@ -116,6 +116,25 @@ def test_wrong_arguments_are_a_typed_error_naming_the_function(client):
     assert client.call(name, 1, 2).get(timeout=10) == 3      # the worker still serves
 
 
+def test_a_dropped_future_passed_as_an_argument_still_gives_its_value(client):
+    """A Future the caller dropped right after passing it (a temporary) is kept by the call
+    that takes it: dropping a Future cancels its call, which must not starve the consumer."""
+    slow, add = unique("slow"), unique("add")
+
+    def slow_value(x, seconds):
+        time.sleep(seconds)        # the function's own work, not synchronisation
+        return x
+
+    client.register(slow_value, slow)
+    client.register(lambda a, b=0: a + b, add)
+    total = client.call(add, client.call(slow, 40, 1.0), b=client.call(slow, 2, 1.0))
+    assert total.get(timeout=15) == 42
+    dag = unique("dag")
+    client.register_dag(dag, [add], [])
+    got = client.call_dag(dag, {add: [client.call(slow, 1, 1.0)]}, kwargs={add: {"b": 1}})
+    assert got.get(timeout=15) == 2
+
+
 def test_a_future_as_an_argument_is_resolved_on_the_executor(client):
     slow, add = unique("slow"), unique("add")
 
