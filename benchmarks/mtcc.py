@@ -404,7 +404,10 @@ def progress_line(n: int, total: int, topology: str, zipf_s: float, mode: str,
         parts.append(f"aborted>=1 {a['aborted_at_least_once_pct']}% max retries "
                      f"{a['max_retries']} gave up {a['gave_up']}")
     v = cell["violations"]
-    parts.append(f"violations {v['total']}" + (f" {v['by_kind']}" if v["total"] else ""))
+    if v.get("skipped"):
+        parts.append("violations not checked (LWW control)")
+    else:
+        parts.append(f"violations {v['total']}" + (f" {v['by_kind']}" if v["total"] else ""))
     parts.append(f"(warm {cell['prewarm']['coverage_pct']}% in {cell['prewarm']['seconds']} s, "
                  f"run {cell['run_s']} s)")
     return "  ".join(parts)
