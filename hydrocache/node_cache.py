@@ -46,7 +46,8 @@ The operations (dissertation 4.3; `hydrocache/protocols.py` holds their decision
   CAUSAL_TEMP_GET (cache to cache), CAUSAL_RELEASE, CAUSAL_COMMIT (the versions are written to
   Anna, then offered to the cut and subscribed, then acknowledged), CAUSAL_GC_REPORT (the
   dependency keys and every clock held: cut, pending and temporary versions) / APPLY.
-- Fencing (hydrocache/DESIGN.md, "Fencing"): CAUSAL_RELEASE fences the attempt until its
+- Fencing (hydrocache/DESIGN.md, "Fencing"): CAUSAL_RELEASE fences the attempt (and each one
+  in `also_release`: a call's end releases all its attempts in one message) until its
   deadline plus `TEMP_SLACK` (the release's `timeout` is the call's time left); a fenced
   attempt's BIND, READ, SNAPSHOT, FETCH and COMMIT are refused with `Fenced` (reply
   `fenced`, naming the attempt and this cache). A COMMIT naming `grant_address` first asks
@@ -154,7 +155,9 @@ class NodeCache:
             elif req.op == pb.CAUSAL_TEMP_GET:
                 self._temp_get(req)
             elif req.op == pb.CAUSAL_RELEASE:
-                self.temp.release(req.attempt_id, self._deadline(req) + TEMP_SLACK)
+                until = self._deadline(req) + TEMP_SLACK
+                for attempt in (req.attempt_id, *req.also_release):
+                    self.temp.release(attempt, until)
                 self._answer(req, pb.CacheResponse())
             elif req.op == pb.CAUSAL_GC_REPORT:
                 self._gc_report(req)

@@ -19,9 +19,10 @@ waits), `give_up` (an attempt aborted: stop it, release it, count it against the
 - Coordination (snapshot and fetch replies) must finish by `coord_deadline`; past it the
   caller gets TIMEOUT whose stage names the protocol stage and the cache that did not answer.
   A cache answering with an error fails the call with its status (TIMEOUT keeps its stage).
-- Whenever the call finishes or fails, CAUSAL_RELEASE goes to every cache of the call for
-  every attempt id used (and HB's "#s"); a release fences the attempt at the cache until
-  the call's deadline plus slack (hydrocache/DESIGN.md, "Fencing").
+- Whenever the call finishes or fails, one CAUSAL_RELEASE goes to every cache of the call,
+  naming every attempt id used not yet released (and HB's "#s": `attempt_id` and
+  `also_release`); a release fences each attempt it names at the cache until the call's
+  deadline plus slack (hydrocache/DESIGN.md, "Fencing").
 - One commit per call (`grant(attempt_id, now) -> (granted, reason, actions)`): a sink's node
   cache asks before it writes anything. The grant goes to a running attempt of a call not
   finished, once per call; the other running attempts are stopped and released at that
@@ -427,8 +428,13 @@ class CausalCall:
         fresh = [a for a in attempt_ids if a not in self._released]
         self._released.update(fresh)
         left = self.timeout if now is None else max(self.deadline - now, 0.001)
-        return [CacheSend(c, pb.CacheRequest(op=pb.CAUSAL_RELEASE, attempt_id=a, timeout=left))
-                for a in fresh for c in self._all_caches()]
+        if not fresh:
+            return []
+        # one message per cache for all of them: a call's end would otherwise cost a message
+        # per attempt and cache (HB ends holding its OPT attempt and its snapshot)
+        return [CacheSend(c, pb.CacheRequest(op=pb.CAUSAL_RELEASE, attempt_id=fresh[0],
+                                             also_release=fresh[1:], timeout=left))
+                for c in self._all_caches()]
 
     def _finish(self) -> List[Action]:
         self.finished = True

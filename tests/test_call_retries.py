@@ -192,8 +192,8 @@ def test_a_causal_call_granted_its_commit_is_not_run_again():
     assert life.causal_died(rec2, "f: executor worker w1 was killed by signal 9", 0.2)
     (again,) = started
     assert again[0].request_id == "c2#r1" and "c2" not in calls.records
-    released = [m.attempt_id for a, k, m in push.sent
-                if k == "cache" and m.op == pb.CAUSAL_RELEASE]
+    released = [aid for a, k, m in push.sent if k == "cache" and m.op == pb.CAUSAL_RELEASE
+                for aid in (m.attempt_id, *m.also_release)]
     assert first in released
     assert not [m for a, k, m in push.sent if k == "result"]
 

@@ -239,3 +239,25 @@ def test_a_refused_commit_leaves_no_trace_in_the_writer():
     assert list(later[0].values) == [b"later"] and later[0].vc["e"] > refused[0].vc["e"]
     w.record(refused)                       # older than what is recorded: ignored
     assert list(w.latest("k").values) == [b"later"]
+
+
+def test_one_release_fences_every_attempt_it_names():
+    """A call's end releases all its attempts in one message per cache (`also_release`):
+    each attempt named is fenced and its snapshot dropped, as if released one by one."""
+    from hydrocache_sim import Net
+    net = Net(1, auto=True)
+    net.put("k0", {"a": 1})
+    reads = {}
+    for attempt in ("c#0", "c#s", "c#1"):
+        reads[attempt] = pb.CacheRequest(op=pb.CAUSAL_READ, attempt_id=attempt, keys=["k0"],
+                                         dag_keys=["k0"], dag_keys_known=True)
+        first, _ = net.ask("cache0", reads[attempt])
+        assert first.status == pb.OK and attempt in net.cores["cache0"].temp
+    net.ask("cache0", pb.CacheRequest(op=pb.CAUSAL_RELEASE, attempt_id="c#0",
+                                      also_release=["c#s"], timeout=5))
+    temp = net.cores["cache0"].temp
+    assert temp.fenced("c#0") and temp.fenced("c#s") and not temp.fenced("c#1")
+    assert "c#0" not in temp and "c#s" not in temp and "c#1" in temp
+    for attempt in ("c#0", "c#s"):
+        committed, _ = net.ask("cache0", _commit_request(net, attempt))
+        assert committed.fenced and attempt in committed.message

@@ -56,6 +56,12 @@ def requests(actions, op):
     return [a for a in of(actions, CacheSend) if a.request.op == op]
 
 
+def released(actions):
+    """(cache, attempt) of every attempt the CAUSAL_RELEASE messages among `actions` name."""
+    return [(a.address, aid) for a in requests(actions, pb.CAUSAL_RELEASE)
+            for aid in (a.request.attempt_id, *a.request.also_release)]
+
+
 def reply(send, status=pb.OK, pieces=(), stage=""):
     r = pb.CacheResponse(request_id=send.request.request_id, status=status, stage=stage,
                          responder=send.address)
@@ -85,8 +91,7 @@ def test_ct_starts_at_once_with_its_own_snapshot():
     assert not of(out, CacheSend)
     out = c.on_done("c1#0", 1.0)
     assert of(out, Finished)
-    released = {(a.address, a.request.attempt_id) for a in requests(out, pb.CAUSAL_RELEASE)}
-    assert released == {(C1, "c1#0"), (C2, "c1#0")}
+    assert set(released(out)) == {(C1, "c1#0"), (C2, "c1#0")}
 
 
 def test_opt_retries_with_new_keys_then_succeeds():
@@ -96,7 +101,7 @@ def test_opt_retries_with_new_keys_then_succeeds():
     out = c.on_abort(pb.CausalAbort(attempt_id="c1#0", call_id="c1", reason="stale", function="g",
                                     new_keys=["z"]), 1.0)
     assert [a.attempt_id for a in of(out, AbortAttempt)] == ["c1#0"]
-    assert {a.request.attempt_id for a in requests(out, pb.CAUSAL_RELEASE)} == {"c1#0"}
+    assert {aid for _, aid in released(out)} == {"c1#0"}
     (s1,) = of(out, StartAttempt)
     assert s1.attempt_id == "c1#1" and s1.plan.attempt == 1
     assert list(s1.plan.dag_keys) == ["a", "b", "z"] and c.keys["g"] == ["b", "z"]
@@ -104,7 +109,7 @@ def test_opt_retries_with_new_keys_then_succeeds():
     assert c.on_abort(pb.CausalAbort(attempt_id="c1#0", reason="again"), 1.1) == []
     out = c.on_done("c1#1", 2.0)
     assert of(out, Finished) and not of(out, Fail)
-    assert {a.request.attempt_id for a in requests(out, pb.CAUSAL_RELEASE)} == {"c1#1"}
+    assert {aid for _, aid in released(out)} == {"c1#1"}
 
 
 def test_opt_retry_budget_fails_with_aborted():
@@ -219,7 +224,10 @@ def test_hb_simulation_ok_prefetches_and_opt_finishes():
     assert not of(out, StartAttempt) and not of(out, AbortAttempt)
     out = c.on_done("c1#0", 1.0)
     assert of(out, Finished)
-    assert {a.request.attempt_id for a in requests(out, pb.CAUSAL_RELEASE)} == {"c1#0", "c1#s"}
+    assert {aid for _, aid in released(out)} == {"c1#0", "c1#s"}
+    # both attempts in one message per cache (a call's end costs a message per cache)
+    assert sorted(a.address for a in requests(out, pb.CAUSAL_RELEASE)) == [C1, C2]
+    assert sorted(released(out)) == sorted((c, a) for c in (C1, C2) for a in ("c1#0", "c1#s"))
 
 
 def test_hb_simulation_abort_early_aborts_and_runs_con_reusing_opt():
@@ -228,7 +236,7 @@ def test_hb_simulation_abort_early_aborts_and_runs_con_reusing_opt():
     c.on_cache_reply(reply(snaps[1]), 0.1)
     out = c.on_cache_reply(reply(snaps[0]), 0.1)
     assert [a.attempt_id for a in of(out, AbortAttempt)] == ["c1#0"]
-    assert {a.request.attempt_id for a in requests(out, pb.CAUSAL_RELEASE)} == {"c1#0"}
+    assert {aid for _, aid in released(out)} == {"c1#0"}
     (fetch,) = requests(out, pb.CAUSAL_FETCH)
     assert fetch.request.attempt_id == "c1#s" and fetch.request.response_address
     assert not of(out, StartAttempt)
@@ -240,7 +248,7 @@ def test_hb_simulation_abort_early_aborts_and_runs_con_reusing_opt():
     assert s.plan.snapshot_attempt == "c1#s" and s.plan.reuse_attempt == "c1#0"
     assert s.plan.attempt == 1 and c.aborts == 1
     out = c.on_done("c1#1", 1.0)
-    assert {a.request.attempt_id for a in requests(out, pb.CAUSAL_RELEASE)} == {"c1#1", "c1#s"}
+    assert {aid for _, aid in released(out)} == {"c1#1", "c1#s"}
 
 
 def test_hb_opt_abort_before_snapshot_waits_then_runs_con():
@@ -502,7 +510,7 @@ def test_opt_never_exceeds_its_retry_budget(max_retries, events):
     # every counted abort stopped and released its attempt, once per cache
     assert [a.attempt_id for a in of(actions, AbortAttempt)] == \
         [f"c1#{n}" for n in range(counted)]
-    releases = [(a.address, a.request.attempt_id) for a in requests(actions, pb.CAUSAL_RELEASE)]
+    releases = released(actions)
     assert len(releases) == len(set(releases)) == 2 * counted
     fails = of(actions, Fail)
     if counted > max_retries:
@@ -553,7 +561,7 @@ def test_every_protocol_keeps_its_budget_and_ends_once(protocol, max_retries, si
     assert len(finished) == c.finished and all(isinstance(b[-1], Finished) for b in finished)
     if c.finished:
         assert not any(batches[batches.index(finished[0]) + 1:])
-    releases = [(a.address, a.request.attempt_id) for a in requests(actions, pb.CAUSAL_RELEASE)]
+    releases = released(actions)
     assert len(releases) == len(set(releases))
 
 
@@ -652,7 +660,8 @@ def test_causal_calls_worker_death_fails_the_call():
     calls.worker_died(rec, "worker w2 died", 0.5)
     (_, result), = push.take("result")
     assert result.status == pb.EXECUTION_ERROR and result.message == "worker w2 died"
-    assert {m.attempt_id for _, m in push.take("cache")} == {"req1#0", "req1#s"}
+    assert {a for _, m in push.take("cache") for a in (m.attempt_id, *m.also_release)} == \
+        {"req1#0", "req1#s"}
     assert calls.records == {} and table.calls_in_flight() == 0
 
 

@@ -1,0 +1,23 @@
+"""The pure pieces of benchmarks/mtcc.py's throughput mode: the preset and the ratios."""
+from benchmarks import mtcc
+
+
+def test_throughput_preset_sets_the_workload_unless_overridden():
+    a = mtcc.parse_args(["--throughput"])
+    assert (a.clients, a.nodes, a.keys, a.zipfs, a.topologies, a.duration) == \
+        (8, 2, 30, [1.5], ["linear"], 20.0)
+    b = mtcc.parse_args(["--throughput", "--zipfs", "1.0", "--duration", "5", "--keys=40"])
+    assert (b.zipfs, b.duration, b.keys, b.clients) == ([1.0], 5.0, 40, 8)
+
+
+def test_latency_runs_have_no_duration():
+    assert mtcc.parse_args([]).duration is None
+
+
+def test_throughput_ratios_over_lww():
+    cells = {"linear": {"1.5": {"lww": {"dags_per_s": 100.0}, "hb": {"dags_per_s": 61.0},
+                                "opt": {"dags_per_s": 0.0}}}}
+    assert mtcc.throughput_ratios(cells) == {
+        "linear": {"1.5": {"lww": 1.0, "hb": 0.61, "opt": None}}}
+    assert mtcc.throughput_ratios({"v": {"1": {"hb": {"dags_per_s": 3.0}}}}) == \
+        {"v": {"1": {"hb": None}}}
