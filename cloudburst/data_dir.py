@@ -13,8 +13,10 @@ Contract:
 - Durability (what the local cluster promises with a data directory): functions, DAGs and
   objects live in the KVS (the registry is under `__cloudburst/`), and the KVS runs only its
   disk tier there. A write is acknowledged once it is in the disk store's write-ahead log
-  (RocksDB, written before the answer, not fsynced: it survives a clean stop and a kill -9
-  of every process of the cluster, not the loss of the machine or of its operating system).
+  (RocksDB, written before the answer: it survives a clean stop and a kill -9 of every
+  process of the cluster). Against the loss of the machine or its operating system, the
+  log's fsync policy decides (`LocalCluster(disk_sync=...)`, anna_core.config "disk_sync"):
+  by default the last second of acknowledged writes may be lost; with "always", nothing.
 """
 from __future__ import annotations
 

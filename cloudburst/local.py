@@ -73,7 +73,8 @@ AUTH_OFF_WARNING = (
 
 # anna_core.LocalCluster arguments LocalCluster sets itself (not through kvs_options)
 _KVS_FIXED = {"memory_threads", "nodes", "replication", "log_dir", "log_level", "auth",
-              "key_dir", "warn_auth_off", "data_dir", "disk_threads"}
+              "key_dir", "warn_auth_off", "data_dir", "disk_threads", "disk_sync",
+              "disk_sync_interval_ms"}
 
 class LocalCluster(FaultInjection):
     """Anna, schedulers and executor nodes as local processes; see the module contract.
@@ -138,6 +139,12 @@ class LocalCluster(FaultInjection):
             runs on disk (`kvs_nodes` x `kvs_threads` disk workers; a write is acknowledged
             once in the disk store's write-ahead log). The same shape must be used on every
             run; one cluster at a time (`DataDirInUse`). None: nothing survives `stop()`.
+        disk_sync: with `data_dir`, when the KVS fsyncs its write-ahead log: "interval" (the
+            default: at most every `disk_sync_interval_ms`, 1000 ms, as Redis's appendfsync
+            everysec; an OS crash or power loss loses at most that last interval of
+            acknowledged writes), "always" (before every write is acknowledged: nothing
+            acknowledged is lost, at the price of an fsync per write) or "none" (left to the
+            OS). Every mode keeps all acknowledged writes through a crash of the processes.
     """
 
     def __init__(self, executor_nodes: int = 1, executors_per_node: int = 3,
@@ -156,10 +163,21 @@ class LocalCluster(FaultInjection):
                  unresponsive_timeout: Optional[float] = None, auth: bool = True,
                  key_dir: Optional[str] = None,
                  autoscale: Union[None, bool, ExecutorPolicyConfig] = None,
-                 provisioning_delay: float = 0.0, data_dir: Optional[str] = None) -> None:
+                 provisioning_delay: float = 0.0, data_dir: Optional[str] = None,
+                 disk_sync: Optional[str] = None,
+                 disk_sync_interval_ms: Optional[int] = None) -> None:
         if executor_nodes < 1 or executors_per_node < 1 or schedulers < 1:
             raise ValueError("a LocalCluster needs at least one executor node, one executor "
                              "per node and one scheduler")
+        from anna_core.config import (DEFAULT_DISK_SYNC, DEFAULT_DISK_SYNC_INTERVAL_MS,
+                                      check_disk_sync)
+        if data_dir is None and (disk_sync is not None or disk_sync_interval_ms is not None):
+            raise ValueError("LocalCluster: disk_sync applies to a data_dir's KVS; without "
+                             "data_dir nothing is written to disk")
+        self.disk_sync = DEFAULT_DISK_SYNC if disk_sync is None else disk_sync
+        self.disk_sync_interval_ms = (DEFAULT_DISK_SYNC_INTERVAL_MS
+                                      if disk_sync_interval_ms is None else disk_sync_interval_ms)
+        check_disk_sync("LocalCluster", self.disk_sync, self.disk_sync_interval_ms)
         self.executor_nodes = executor_nodes
         self.executors_per_node = executors_per_node
         self.scheduler_count = schedulers
@@ -316,6 +334,8 @@ class LocalCluster(FaultInjection):
                                               auth=kvs_keys is not None,
                                               key_dir=self.key_dir if kvs_keys else None,
                                               warn_auth_off=False,    # warned for the stack
+                                              disk_sync=self.disk_sync,
+                                              disk_sync_interval_ms=self.disk_sync_interval_ms,
                                               **self.kvs_options)
             self.kvs.start()
             for i in range(self.scheduler_count):
