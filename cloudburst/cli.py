@@ -21,9 +21,9 @@
         The same, with executor nodes added under load and drained and removed when idle
         (every decision logged with its reason; `--executor-nodes` is the starting size).
     cloudburst status ADDRESS [--key-dir DIR --client NAME]
-        A scheduler's view: live workers (busy, calls placed, unfinished, restarts) and, per
-        function, calls placed, errors, p50/p99 latency and running; what its
-        authentication refused.
+        A scheduler's view: live workers (busy, calls placed, unfinished, restarts), live
+        actors (class, worker, node, calls unfinished, restarts) and, per function, calls
+        placed, errors, p50/p99 latency and running; what its authentication refused.
     cloudburst logs [FUNCTION] --log-dir DIR [--lines N]
         What functions printed, as the workers logged it (each line tagged with its call),
         most recent last; only FUNCTION's output if given.
