@@ -88,16 +88,16 @@ def main() -> int:
                       f"p99 {pct(lat, 0.99):6.2f} ms", flush=True)
         print(f"run {run + 1} restart on the data dir to a first get: {restarts[-1]:.1f} s",
               flush=True)
-    print("\nmedian of the runs' p50 (ms), and its ratio to memory's:")
+    for size in sizes:
+        for mode in modes:
+            print(f"    {size} B {mode}: p50 of each run "
+                  + "/".join(f"{v:.2f}" for v in p50s[mode][size]))
+    print(f"\nmedian of the runs' p50 (ms), and its ratio to {modes[0]}'s:")
     print(f"{'size':>9} " + " ".join(f"{mode:>16}" for mode in modes))
     for size in sizes:
         base = statistics.median(p50s[modes[0]][size])
-        cells = []
-        for mode in modes:
-            m = statistics.median(p50s[mode][size])
-            runs = "/".join(f"{v:.2f}" for v in p50s[mode][size])
-            cells.append(f"{m:7.2f} ({m / base:4.1f}x)")
-            print(f"    {size} B {mode}: runs {runs}", flush=True)
+        cells = [f"{statistics.median(p50s[m][size]):7.2f} "
+                 f"({statistics.median(p50s[m][size]) / base:4.1f}x)" for m in modes]
         print(f"{size:>9} " + " ".join(f"{c:>16}" for c in cells))
     print(f"restart to a first get: median {statistics.median(restarts):.1f} s "
           f"({', '.join(f'{r:.1f}' for r in restarts)})")
