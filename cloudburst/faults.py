@@ -9,6 +9,7 @@ only processes the cluster started.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -62,12 +63,34 @@ class FaultInjection:
         return pid
 
     def kill_worker(self, worker_id: str) -> None:
-        """SIGKILL one executor worker process."""
+        """SIGKILL one executor worker process (the one running now: a worker its node
+        restarted under the same id is a new process, the node's child)."""
         for w in self.workers:
             if w["worker_id"] == worker_id:
-                os.kill(w["pid"], signal.SIGKILL)
+                os.kill(self._current_worker_pid(w), signal.SIGKILL)
                 return
         raise KeyError(f"no worker {worker_id!r} in this cluster")
+
+    def _current_worker_pid(self, w: dict) -> int:
+        if process_alive(w["pid"]):
+            return w["pid"]
+        node = next((p.pid for p in self._nodes
+                     if p.info and p.info.get("node_id") == w.get("node_id")), None)
+        needle = json.dumps({"worker_id": w["worker_id"]})[1:-1].encode()
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    cmdline = f.read()
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == node and needle in cmdline and process_alive(int(entry)):
+                return int(entry)
+        raise ProcessLookupError(f"worker {w['worker_id']} has no live process (its node "
+                                 f"{w.get('node_id')} has not restarted it yet)")
 
 
 def process_alive(pid: int) -> bool:
