@@ -1,5 +1,6 @@
 """The Python snippets of the README and of docs/*.md run as written, each in a namespace of
-its own (the docs' snippets in a fresh working directory, since some write files there).
+its own (the docs' snippets in a fresh working directory, since some write files there; a
+docs snippet that starts an autoscaling platform cluster runs in the slow tier).
 
 Every ```python block of README.md is self-contained: it imports what it uses and starts the
 cluster it needs (`with cloudburst.LocalCluster(...) as cluster:`). To keep this fast, snippets
@@ -119,8 +120,14 @@ def test_the_docs_have_snippets():
     assert {doc for doc, _, _ in DOC_BLOCKS} >= {"docs/KVS.md", "docs/OPERATIONS.md"}
 
 
-@pytest.mark.parametrize("doc,line,code", DOC_BLOCKS,
-                         ids=[f"{doc}:{line}" for doc, line, _ in DOC_BLOCKS])
+def _doc_param(doc: str, line: int, code: str) -> Any:
+    # a snippet starting an autoscaling platform cluster takes 10 s or more: the slow tier
+    marks = [pytest.mark.slow] if "cloudburst.LocalCluster(" in code and "autoscale=True" in code \
+        else []
+    return pytest.param(doc, line, code, id=f"{doc}:{line}", marks=marks)
+
+
+@pytest.mark.parametrize("doc,line,code", [_doc_param(*b) for b in DOC_BLOCKS])
 def test_docs_snippet_runs(pool, monkeypatch, tmp_path, doc, line, code):
     monkeypatch.chdir(tmp_path)        # a snippet may write files (a key directory)
     _run(pool, monkeypatch, f"{doc}:{line}", code)
