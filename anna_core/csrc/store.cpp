@@ -332,7 +332,9 @@ std::uint64_t DiskStore::stored_bytes() const {
 void DiskStore::sync_wal() {
   unsynced_ = false;
   synced_at_ = Clock::now();
-  if (!db_ || read_only_) return;
+  // Not after RocksDB reported no space: it is reopened first (syncing a WAL in that error
+  // state trips an assertion in Debian's librocksdb); the reopen replays the WAL.
+  if (!db_ || read_only_ || needs_reopen_) return;
   rocksdb::Status s = db_->SyncWAL();
   ++syncs_;
   if (!s.ok()) {
@@ -349,7 +351,7 @@ void DiskStore::sync_due() {
 void DiskStore::close_db() {
   stop_reclaim();
   if (!db_) return;
-  if (unsynced_) sync_wal();
+  if (unsynced_ && sync_.mode == DiskSync::kInterval) sync_wal();
   rocksdb::Status s = db_->Close();
   if (!s.ok()) log_warning("DiskStore close " + path_ + ": " + s.ToString());
   db_.reset();
