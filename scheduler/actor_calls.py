@@ -209,7 +209,7 @@ class ActorCalls:
         limit = "no limit" if new.max_restarts < 0 else f"of {new.max_restarts}"
         log.warning("re-creating %s on worker %s (restart %d, %s)", new.describe(),
                     new.worker_id, new.incarnation, limit)
-        creation = pb.Call(request_id=f"{new.actor_id}#restart{new.incarnation}",
+        creation = pb.Call(request_id=f"{new.actor_id}-restart{new.incarnation}",
                            function=f"{new.class_name}.__init__")   # no caller: no result
         creation.actor.ParseFromString(new.creation)
         self._send(creation, new, CREATE, now)
