@@ -56,8 +56,9 @@ from runtime.process import (ManagedProcess, RestartPolicy, StartupError, stop_a
 from scheduler.executor_policy import ExecutorPolicyConfig
 
 from .client import Client
-from .data_dir import DataDir
+from .data_dir import DataDir, sync_policy
 from .faults import FaultInjection
+from .standby import StandbyNode
 from .supervision import SUPERVISE_PERIOD, Watchdog, emergency_stop  # noqa: F401 (SUPERVISE_PERIOD: as before)
 
 __all__ = ["LocalCluster", "StartupError", "LOCAL_CLIENT", "AUTH_OFF_WARNING"]
@@ -139,12 +140,12 @@ class LocalCluster(FaultInjection):
             runs on disk (`kvs_nodes` x `kvs_threads` disk workers; a write is acknowledged
             once in the disk store's write-ahead log). The same shape must be used on every
             run; one cluster at a time (`DataDirInUse`). None: nothing survives `stop()`.
-        disk_sync: with `data_dir`, when the KVS fsyncs its write-ahead log: "interval" (the
-            default: at most every `disk_sync_interval_ms`, 1000 ms, as Redis's appendfsync
-            everysec; an OS crash or power loss loses at most that last interval of
-            acknowledged writes), "always" (before every write is acknowledged: nothing
-            acknowledged is lost, at the price of an fsync per write) or "none" (left to the
-            OS). Every mode keeps all acknowledged writes through a crash of the processes.
+        disk_sync, disk_sync_interval_ms: with `data_dir`, when the KVS fsyncs its log
+            (`cloudburst.data_dir.sync_policy`; default "interval", every 1000 ms).
+        standby_node: keep one spare executor node process started ahead, its code imported
+            and its workers forked (`cloudburst/standby.py`), so that an added node serves
+            within a fraction of a second; replaced once taken. None (default): on with
+            `autoscale`, off otherwise (it costs an idle process).
     """
 
     def __init__(self, executor_nodes: int = 1, executors_per_node: int = 3,
@@ -165,19 +166,13 @@ class LocalCluster(FaultInjection):
                  autoscale: Union[None, bool, ExecutorPolicyConfig] = None,
                  provisioning_delay: float = 0.0, data_dir: Optional[str] = None,
                  disk_sync: Optional[str] = None,
-                 disk_sync_interval_ms: Optional[int] = None) -> None:
+                 disk_sync_interval_ms: Optional[int] = None,
+                 standby_node: Optional[bool] = None) -> None:
         if executor_nodes < 1 or executors_per_node < 1 or schedulers < 1:
             raise ValueError("a LocalCluster needs at least one executor node, one executor "
                              "per node and one scheduler")
-        from anna_core.config import (DEFAULT_DISK_SYNC, DEFAULT_DISK_SYNC_INTERVAL_MS,
-                                      check_disk_sync)
-        if data_dir is None and (disk_sync is not None or disk_sync_interval_ms is not None):
-            raise ValueError("LocalCluster: disk_sync applies to a data_dir's KVS; without "
-                             "data_dir nothing is written to disk")
-        self.disk_sync = DEFAULT_DISK_SYNC if disk_sync is None else disk_sync
-        self.disk_sync_interval_ms = (DEFAULT_DISK_SYNC_INTERVAL_MS
-                                      if disk_sync_interval_ms is None else disk_sync_interval_ms)
-        check_disk_sync("LocalCluster", self.disk_sync, self.disk_sync_interval_ms)
+        self.disk_sync, self.disk_sync_interval_ms = sync_policy(data_dir, disk_sync,
+                                                                 disk_sync_interval_ms)
         self.executor_nodes = executor_nodes
         self.executors_per_node = executors_per_node
         self.scheduler_count = schedulers
@@ -222,6 +217,7 @@ class LocalCluster(FaultInjection):
             dataclasses.replace(autoscale, workers_per_node=executors_per_node)
             if autoscale else None)
         self.provisioning_delay = float(provisioning_delay)
+        self.standby_node = bool(self.autoscale) if standby_node is None else standby_node
         self.autoscaler: Any = None          # cloudburst.autoscaler.ExecutorAutoscalerService
         self._node_seq = 0                   # the next executor node is node<_node_seq>
         self._nodes_lock = threading.Lock()
@@ -278,6 +274,8 @@ class LocalCluster(FaultInjection):
         self._schedulers: List[ManagedProcess] = []
         self._scheduler_configs: List[Any] = []
         self._nodes: List[ManagedProcess] = []
+        self._standby = StandbyNode(self.log_dir, executors_per_node) \
+            if self.standby_node else None
         self._clients: List[Client] = []
         self.started = False
         me = weakref.ref(self)
@@ -320,6 +318,8 @@ class LocalCluster(FaultInjection):
         self.started = True
         deadline = time.monotonic() + self.startup_timeout
         try:
+            if self._standby is not None:      # it imports while the rest starts
+                self._standby.replenish()
             # Anna shares the key directory
             kvs_keys = self.cluster_auth
             durable = self.data_dir is not None     # the disk tier only, under D/kvs
@@ -393,9 +393,9 @@ class LocalCluster(FaultInjection):
         log.info("executor autoscaling on: %s", self.autoscale)
 
     # ---- executor nodes (the autoscaler's LocalExecutorManager uses these) ----
-    def _node_process(self, node_id: str) -> ManagedProcess:
+    def _node_config(self, node_id: str) -> str:
         from executor.config import NodeConfig
-        config = NodeConfig(node_id=node_id, kvs_address=self.kvs.routing_address,
+        return NodeConfig(node_id=node_id, kvs_address=self.kvs.routing_address,
                             scheduler_addresses=self.scheduler_addresses,
                             workers=self.executors_per_node,
                             heartbeat_period=self.heartbeat_period,
@@ -404,9 +404,14 @@ class LocalCluster(FaultInjection):
                             function_time_limit=self.function_time_limit,
                             restart_workers=self.restart_workers,
                             unresponsive_timeout=self.unresponsive_timeout,
-                            key_dir=self.key_dir, write_quorum=self.write_quorum)
-        return ManagedProcess(node_id, [sys.executable, "-m", "executor", "--config",
-                                        config.to_json()], self.log_dir)
+                          key_dir=self.key_dir, write_quorum=self.write_quorum).to_json()
+
+    def _node_argv(self, config: str) -> List[str]:
+        return [sys.executable, "-m", "executor", "--config", config]
+
+    def _node_process(self, node_id: str) -> ManagedProcess:
+        return ManagedProcess(node_id, self._node_argv(self._node_config(node_id)),
+                              self.log_dir)
 
     def reserve_executor_node_id(self) -> str:
         """A fresh executor node id (never reused in this cluster)."""
@@ -426,12 +431,17 @@ class LocalCluster(FaultInjection):
         if not self.started or self.kvs is None:
             raise RuntimeError("LocalCluster is not started")
         node_id = node_id or self.reserve_executor_node_id()
-        p = self._node_process(node_id)
         with self._nodes_lock:
             if any(q.name == node_id for q in self._nodes):
                 raise ValueError(f"executor node {node_id} already exists")
+            config = self._node_config(node_id)
+            p = None if self._standby is None else \
+                self._standby.take(node_id, config, self._node_argv(config))
+            started = p is not None                # the spare starts at once
+            p = p or ManagedProcess(node_id, self._node_argv(config), self.log_dir)
             self._nodes.append(p)
-        p.spawn()
+        if not started:
+            p.spawn()
         return node_id
 
     def _node(self, node_id: str) -> ManagedProcess:
@@ -440,6 +450,14 @@ class LocalCluster(FaultInjection):
                 if p.name == node_id:
                     return p
         raise KeyError(f"no executor node {node_id!r} in this cluster")
+
+    def node_pid(self, node_id: str) -> int:
+        """The process id of executor node `node_id` (KeyError if it is not in the cluster)."""
+        return self._node(node_id).pid
+
+    def standby_pid(self) -> Optional[int]:
+        """The process id of the spare node waiting to be added, or None."""
+        return None if self._standby is None else self._standby.spare_pid()
 
     def executor_node_ready(self, node_id: str) -> Optional[bool]:
         """True once the node's workers are up (they are then in `workers` and the node is
@@ -450,6 +468,8 @@ class LocalCluster(FaultInjection):
             with self._nodes_lock:
                 self._ready_nodes.add(node_id)
                 self.workers.extend(dict(w, node_id=node_id) for w in p.info["workers"])
+                if self._standby is not None:    # the next spare, once this one serves
+                    self._standby.replenish()
             if self.supervise:
                 self._watchdog.watch([p])
         return state
@@ -555,6 +575,8 @@ class LocalCluster(FaultInjection):
             self.autoscaler.stop()
             self.autoscaler = None
         self._watchdog.stop()
+        if self._standby is not None:
+            self._standby.stop()
         stop_all(self._nodes, timeout=10.0)
         stop_all(self._schedulers, timeout=5.0)
         if self.kvs is not None:

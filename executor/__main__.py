@@ -2,6 +2,11 @@
 
 Prints one `READY {"node_id", "cache_address", "workers": [...]}` line once every
 worker is ready (and, with `--ready-file`, writes it to that file).
+
+With `--standby --workers N` (instead of `--config`) it is a spare node started ahead: it
+imports its code and forks N workers (executor/prefork.py), then waits for its NodeConfig
+as one JSON line on stdin, holding no key and no socket until then; it exits quietly if
+stdin closes first (`cloudburst/standby.py`).
 """
 from __future__ import annotations
 
@@ -17,21 +22,42 @@ from runtime.process import announce_ready
 
 from .config import NodeConfig
 from .node import ExecutorNode
+from .prefork import Preforked
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m executor", description=__doc__)
-    parser.add_argument("--config", required=True, help="NodeConfig as JSON")
+    parser.add_argument("--config", help="NodeConfig as JSON (required unless --standby)")
     parser.add_argument("--ready-file", help="also write the readiness JSON here (a probe "
                         "for Kubernetes: written once every worker is ready)")
+    parser.add_argument("--standby", action="store_true", help="start ahead: fork the "
+                        "workers, then wait for the NodeConfig as one JSON line on stdin")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="with --standby: how many workers to fork ahead")
     args = parser.parse_args()
-    config = NodeConfig.from_json(args.config)
-    log = configure_logging(config.log_level, f"node {config.node_id}")
+    if args.standby == bool(args.config):
+        parser.error("give --config, or --standby (the config then comes on stdin)")
     raise_descriptor_limit()
+    if args.standby:
+        # workers forked now, before any key is read, socket opened or thread started,
+        # need no interpreter start or imports of their own (executor/prefork.py)
+        preforked = Preforked.fork(args.workers)
+        line = sys.stdin.readline()
+        if not line.strip():           # the launcher is gone, or never needed this node
+            preforked.close()
+            return
+        config = NodeConfig.from_json(line)
+        if config.worker_host or config.workers < len(preforked):
+            preforked.close()          # (a worker host runs the workers; or fewer wanted)
+    else:
+        config = NodeConfig.from_json(args.config)
+        preforked = Preforked.fork(0 if config.worker_host else config.workers)
+    log = configure_logging(config.log_level, f"node {config.node_id}")
     try:
-        node = ExecutorNode(config)
+        node = ExecutorNode(config, preforked)
     except KeyFileError as e:          # a missing or malformed key file, named
         log.error("cannot start: %s", e)
+        preforked.close()
         sys.exit(2)
     signal.signal(signal.SIGTERM, lambda *_: node.stop())
     signal.signal(signal.SIGINT, lambda *_: node.stop())

@@ -16,7 +16,8 @@ Contract:
   directory (None for remote workers).
 - `LocalWorkers`: the workers are the node's children (`runtime.process.ManagedProcess`):
   the function role's key pair goes to each on stdin; as root, they run under another uid
-  (`executor/privilege.py`).
+  (`executor/privilege.py`). With `preforked` (`executor/prefork.py`), a worker's first
+  start is a child forked at the node's start, which needs no interpreter start or imports.
 - `RemoteWorkers(context, address, session, timeout, credentials, server_key)`: a worker host
   (`executor/workerhost.py`) at `address` runs them, e.g. in a container of the same pod
   without the node's key directory. The node's DEALER socket is a CURVE client with the
@@ -46,6 +47,7 @@ from runtime.auth import Credentials, make_client
 from runtime.process import ManagedProcess, StartupError, stop_all, wait_all_ready
 
 from .config import NodeConfig, WorkerConfig
+from .prefork import Preforked, PreforkedProcess
 from .privilege import isolation_warning, landlock_abi, worker_identity, worker_ipc_dir
 from .workerhost_view import HostView, WorkerState
 
@@ -66,7 +68,8 @@ def worker_argv(config: WorkerConfig) -> List[str]:
 
 
 def worker_backend(config: NodeConfig, context: zmq.Context, credentials: Optional[Credentials],
-                   auth: Any, handoff: Optional[bytes]) -> Tuple[Any, Optional[str]]:
+                   auth: Any, handoff: Optional[bytes], preforked: Optional[Preforked] = None
+                   ) -> Tuple[Any, Optional[str]]:
     """(backend, the workers' Unix socket directory) for a node (module contract)."""
     if config.worker_host:
         server_key = None if credentials is None else auth.function_keypair().public
@@ -78,17 +81,22 @@ def worker_backend(config: NodeConfig, context: zmq.Context, credentials: Option
         log.warning("%s", warning)
     ipc_dir = worker_ipc_dir(config.ipc_dir, config.node_id, identity)
     return LocalWorkers(config.log_dir or os.getcwd(), handoff, identity.uid,
-                        identity.gid), ipc_dir
+                        identity.gid, preforked), ipc_dir
 
 
 class LocalWorkers:
     """Workers as the node's own children (module contract)."""
 
     def __init__(self, log_dir: str, handoff: Optional[bytes], uid: Optional[int],
-                 gid: Optional[int]) -> None:
+                 gid: Optional[int], preforked: Optional[Preforked] = None) -> None:
         self.log_dir, self.handoff, self.uid, self.gid = log_dir, handoff, uid, gid
+        self.preforked = preforked
 
     def make(self, name: str, config: WorkerConfig) -> ManagedProcess:
+        spare = self.preforked.take() if self.preforked is not None else None
+        if spare is not None:        # forked at the node's start: no exec, no imports
+            return PreforkedProcess(name, worker_argv(config), self.log_dir, spare,
+                                    stdin_data=self.handoff, user=self.uid, group=self.gid)
         return ManagedProcess(name, worker_argv(config), self.log_dir, stdin_data=self.handoff,
                               user=self.uid, group=self.gid)
 
@@ -102,7 +110,8 @@ class LocalWorkers:
         stop_all(handles, timeout)
 
     def close(self) -> None:
-        pass
+        if self.preforked is not None:
+            self.preforked.close()
 
 
 class RemoteProcess:

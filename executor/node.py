@@ -1,9 +1,10 @@
 """The executor node: the node cache service and the supervisor of the node's worker processes.
 
 Contract:
-- `ExecutorNode(config)` binds a PULL socket for `cache` requests from its workers and one
-  for Anna's pushed UPDATEs, then `start_workers()` spawns `config.workers` worker processes
-  (`python -m executor.worker`), each with a unique id, and waits for them to be ready.
+- `ExecutorNode(config, preforked)` binds a PULL socket for `cache` requests from its workers
+  and one for Anna's pushed UPDATEs, then `start_workers()` spawns `config.workers` worker
+  processes (`python -m executor.worker`, or children forked at the node's start:
+  `executor/prefork.py`), each with a unique id, and waits for them to be ready.
 - The node cache is the one place where the node's reads and writes pass: a GET hit is
   answered from memory at once; a miss is fetched from Anna by a fetch thread, cached, and the
   key subscribed so that Anna's pushes keep it fresh; a PUT is written through to Anna (as an
@@ -110,6 +111,7 @@ from .liveness import RunningCalls
 from hydrocache.copies import ValueTags
 from .config import NodeConfig, WorkerConfig
 from .permissions import refusal
+from .prefork import Preforked
 
 __all__ = ["ExecutorNode", "MISS_PIECE"]
 
@@ -127,7 +129,7 @@ def _send_reply(push: PushCache, address: str, response: pb.CacheResponse,
 class ExecutorNode:
     """One executor node process; see the module contract."""
 
-    def __init__(self, config: NodeConfig) -> None:
+    def __init__(self, config: NodeConfig, preforked: Optional[Preforked] = None) -> None:
         self.config = config
         self._context = zmq.Context()
         # authentication: the keys are read here, and the ZAP handler runs before any bind
@@ -140,7 +142,7 @@ class ExecutorNode:
             hide=[os.path.abspath(config.key_dir)])
         # where workers run: the node's children (another uid or Landlock), or a worker host
         self._backend, self._worker_ipc_dir = worker_backend(config, self._context, creds,
-                                                             self.auth, self._handoff)
+                                                             self.auth, self._handoff, preforked)
         self._requests, self.cache_address = bind_pull(self._context, config.ip,
                                                        ipc_dir=config.ipc_dir, auth=creds,
                                                        audience=FUNCTION)

@@ -11,7 +11,9 @@ Contract:
   the child's stdin is a pipe holding exactly those bytes (then end of file): how a secret
   reaches a child without its command line, environment or a file. With `user` (and
   `group`) the child runs under that uid and gid with no supplementary groups (the parent
-  must be root). Readiness is an
+  must be root). With `stdin_later`, the child's stdin is a pipe the launcher writes
+  once, later, with `send_stdin(data)` (a process started ahead that waits for its
+  configuration). Readiness is an
   event, not a poll: the launcher selects on the pipes; a child that exits closes its end,
   which the launcher sees at once.
 - `wait_all_ready(processes, timeout)` returns when every process announced itself, or raises
@@ -99,10 +101,14 @@ class ManagedProcess:
 
     def __init__(self, name: str, argv: Sequence[str], log_dir: str, *,
                  stdin_data: Optional[bytes] = None, user: Optional[int] = None,
-                 group: Optional[int] = None) -> None:
+                 group: Optional[int] = None, stdin_later: bool = False) -> None:
+        if stdin_data is not None and stdin_later:
+            raise ValueError(f"{name}: stdin_data and stdin_later exclude each other")
         self.name = name
         self.argv = list(argv)
         self.stdin_data = stdin_data
+        self.stdin_later = stdin_later
+        self._stdin_w: Optional[int] = None
         self.user = user
         self.group = group
         self.log_path = os.path.join(log_dir, f"{name}.log")
@@ -125,7 +131,11 @@ class ManagedProcess:
         env[READY_FD_ENV] = str(write_fd)
         env[START_ENV] = str(self.starts)
         stdin: Any = subprocess.DEVNULL
-        if self.stdin_data is not None:
+        self._close_stdin()
+        if self.stdin_later:
+            stdin, self._stdin_w = os.pipe()
+            os.set_inheritable(self._stdin_w, False)
+        elif self.stdin_data is not None:
             if len(self.stdin_data) > 4096:      # must fit a pipe's buffer (never blocks)
                 raise ValueError(f"{self.name}: stdin_data is limited to 4096 bytes")
             stdin, stdin_w = os.pipe()
@@ -146,10 +156,27 @@ class ManagedProcess:
             raise
         finally:
             os.close(write_fd)
-            if self.stdin_data is not None:
+            if self.stdin_data is not None or self.stdin_later:
                 os.close(stdin)            # the child holds its own copy
         self._ready_fd = read_fd
         return self
+
+    def send_stdin(self, data: bytes) -> None:
+        """With `stdin_later`: write `data` (at most 4096 bytes, so it never blocks) to the
+        child's stdin and close it."""
+        if self._stdin_w is None:
+            raise RuntimeError(f"{self.name}: no stdin waits (stdin_later, once per start)")
+        if len(data) > 4096:
+            raise ValueError(f"{self.name}: stdin data is limited to 4096 bytes")
+        try:
+            os.write(self._stdin_w, data)
+        finally:
+            self._close_stdin()
+
+    def _close_stdin(self) -> None:
+        if self._stdin_w is not None:
+            os.close(self._stdin_w)
+            self._stdin_w = None
 
     @property
     def pid(self) -> int:
@@ -269,6 +296,7 @@ def stop_all(processes: Sequence[ManagedProcess], timeout: float = 5.0,
             p.proc.kill()
             p.proc.wait(5)
         p.close_pipe()
+        p._close_stdin()
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,13 @@ Contract:
   drained or removed. Out of panic it is the stable count, at least ready /
   `max_scale_down_rate`, and (over `scale_down_delay`) the largest count recently desired.
   Always: at most ceil(`max_scale_up_rate` x ready), within [min_nodes, max_nodes].
+- Young windows: until the autoscaler has watched a whole window (since its first sample,
+  plus one tick), the part of the window it has not watched counts as no demand when a
+  count would grow past the ready nodes (not when it shrinks, and not with no node ready,
+  where any waiting call is real demand). Otherwise the first samples after a start are
+  the whole window: one busy sample (a warm-up call) read as demand sustained over the
+  window and added a node to an idle cluster. A sustained overload right after the start
+  is still acted on within the panic window.
 - Scale out: draining nodes are taken back first (`Undrain`), then `AddNodes(count)`; the
   requested nodes count as pending until that many new nodes appear in a sample (or for
   `pending_node_timeout`), and nothing is added on top of pending nodes beyond the desired
@@ -221,6 +228,7 @@ class ExecutorAutoscaler:
         self.draining: Dict[str, float] = {}        # node id -> when Drain was last sent
         self.removing: Dict[str, float] = {}        # node id -> when Remove was sent
         self.known: Optional[Set[str]] = None
+        self.first_sample: Optional[float] = None   # when this autoscaler began to watch
 
     def panicking(self, now: float) -> bool:
         """Whether the autoscaler is in panic mode at `now`."""
@@ -237,6 +245,8 @@ class ExecutorAutoscaler:
                   if n.node_id not in self.draining and n.node_id not in self.removing]
         ready = len(active)
 
+        if self.first_sample is None:
+            self.first_sample = now
         self.window.append((now, demand(sample)))
         while self.window and now - self.window[0][0] >= cfg.stable_window:
             self.window.popleft()
@@ -248,6 +258,15 @@ class ExecutorAutoscaler:
         capacity = cfg.target_utilisation * workers
         stable_count = math.ceil(stable / capacity - 1e-9)
         panic_count = math.ceil(panic / capacity - 1e-9)
+        if ready and self.first_sample is not None:
+            # a window not yet watched in full: what was not watched counts as no demand
+            # when growing past the ready nodes, so one busy sample right after the start
+            # weighs what it would weigh later (module contract, "Young windows")
+            watched = now - self.first_sample + cfg.tick
+            stable_count = min(stable_count, max(ready, math.ceil(
+                stable * min(1.0, watched / cfg.stable_window) / capacity - 1e-9)))
+            panic_count = min(panic_count, max(ready, math.ceil(
+                panic * min(1.0, watched / cfg.panic_window) / capacity - 1e-9)))
 
         if panic_count > ready and panic_count >= cfg.panic_threshold * max(1, ready):
             self.last_panic = now

@@ -19,8 +19,9 @@ def slow(lib, seconds):
 
 @pytest.fixture(scope="module")
 def one_worker():
-    """One executor node with one worker (a test may add nodes: it runs last)."""
-    with LocalCluster(executor_nodes=1, executors_per_node=1) as cluster:
+    """One executor node with one worker, and a standby node (a test may add nodes: it runs
+    last)."""
+    with LocalCluster(executor_nodes=1, executors_per_node=1, standby_node=True) as cluster:
         cluster.client().register(slow, "slow")
         yield cluster
 
@@ -84,13 +85,12 @@ def test_a_future_argument_whose_call_still_waits_is_resolved(one_worker):
 
 
 def test_an_added_node_takes_queued_calls_at_once(one_worker):
-    """10 calls of a 1 s function on a one-worker cluster, a second node added after 1 s: the
-    calls that have not started when the new node's worker joins are shared by both workers
-    (the previous placement left all 10 on the first worker: 10 s). With the node up within
-    about 3 s, as on an idle machine, that is at least 3 calls on the new node and the burst
-    done by about 7 s; on a loaded machine a node takes longer to start, so the bounds are
-    computed from when every scheduler saw it (`joined`)."""
-    import math
+    """The issue's scenario as written: 10 calls of a 1 s function on a one-worker cluster, a
+    second node added 1 s later: at least 3 of them run on the new node, and all finish
+    well before the 10 s one worker needs, both counted from the first call. The added node
+    is the cluster's standby (started ahead, its workers forked: cloudburst/standby.py),
+    so it serves a fraction of a second after `add`; with the previous placement
+    (`queue_calls=False`) all 10 ran on the first worker, in 10 s."""
     cluster = one_worker
     cb = cluster.client()
     first = {w["worker_id"] for w in cluster.workers}
@@ -105,14 +105,8 @@ def test_an_added_node_takes_queued_calls_at_once(one_worker):
     took = time.monotonic() - start
     adder.join(30)
     assert added.get("node"), "the second node did not come up"
-    joined = added["joined"]
-    assert joined < 7.0, f"the added node took {joined - 1:.1f} s to come up: too slow to show"
     new = [w for w in ran_on if w not in first]
-    # calls not yet started on the first worker then; one of them already waits there (the
-    # second of its `worker_slots`), the others are shared
-    left = 10 - math.ceil(joined)
-    assert len(new) >= (left - 1) // 2, (
-        f"only {len(new)} of the {left} calls that had not started when the added node "
-        f"joined ({joined:.1f} s) ran on it: {ran_on}")
-    assert took < joined + math.ceil(left / 2) + 1.5, (
-        f"the burst took {took:.1f} s with a second worker from {joined:.1f} s on")
+    assert len(new) >= 3, (f"only {len(new)} of 10 calls ran on the node added after 1 s "
+                           f"(it joined {added['joined']:.1f} s after the first call): {ran_on}")
+    assert took < 8.0, (f"the burst took {took:.1f} s (one worker alone: 10 s; the node "
+                        f"joined {added['joined']:.1f} s after the first call)")

@@ -36,6 +36,13 @@ def of(actions, kind):
     return [a for a in actions if type(a) is kind]
 
 
+def watching(scaler, since=-60.0):
+    """`scaler` as if it had been watching the cluster since `since` (its windows are not
+    young: see test_a_young_window_does_not_grow_the_fleet_on_one_busy_sample)."""
+    scaler.first_sample = since
+    return scaler
+
+
 # ---- config and demand --------------------------------------------------------------------
 
 def test_knative_defaults_and_the_compressed_local_ones():
@@ -73,7 +80,7 @@ def test_load_within_capacity_changes_nothing():
 
 
 def test_stable_growth_adds_nodes_without_panic():
-    scaler = ExecutorAutoscaler()
+    scaler = watching(ExecutorAutoscaler())
     actions = run(scaler, fleet(2, 2.0), 0.0, 5.0)          # 4 busy workers / 1.4 -> 3 nodes
     ((t, add),) = [(t, a) for t, a in actions if isinstance(a, AddNodes)]
     assert add.count == 1 and "panic" not in add.reason and not scaler.panicking(t)
@@ -81,7 +88,7 @@ def test_stable_growth_adds_nodes_without_panic():
 
 
 def test_pending_nodes_are_not_asked_for_twice_and_time_out():
-    scaler = ExecutorAutoscaler()
+    scaler = watching(ExecutorAutoscaler())
     actions = run(scaler, fleet(2, 2.0), 0.0, 29.0)
     assert len(of([a for _, a in actions], AddNodes)) == 1
     late = scaler.decide(fleet(2, 2.0), 30.0)
@@ -91,6 +98,33 @@ def test_pending_nodes_are_not_asked_for_twice_and_time_out():
 
 
 # ---- panic mode ---------------------------------------------------------------------------
+
+def test_a_young_window_does_not_grow_the_fleet_on_one_busy_sample():
+    """What the executor-spike benchmark saw: an idle cluster of one node of two workers,
+    the autoscaler just started, a warm-up DAG call (a runs, b waits on the other worker: 2
+    busy workers, then 1), then nothing. The first samples were the whole window, so the
+    panic average was 1.5 busy workers "over the last 1.5 s" and a node was added. One
+    busy sample must weigh what it weighs once the window has been watched."""
+    config = ExecutorPolicyConfig(min_nodes=1, max_nodes=4)
+    warm_up = [ExecutorSample((node("node0", 2, 0.5, 1, 1),)),   # a runs, b waits: 2.0
+               ExecutorSample((node("node0", 2, 0.5, 1, 0),))]   # b runs: 1.0
+    idle = ExecutorSample((node("node0", 2),))
+    scaler = ExecutorAutoscaler(config)
+    actions = []
+    for i, sample in enumerate(warm_up + [idle] * 20):
+        actions += scaler.decide(sample, i * TICK)
+    assert not [a for a in actions if isinstance(a, UP)], actions
+    # the same samples seen later, on a window watched in full, change nothing either
+    later = watching(ExecutorAutoscaler(config))
+    run(later, idle, 0.0, 20.0)
+    assert not [a for i, s in enumerate(warm_up + [idle] * 4)
+                for a in later.decide(s, 20.0 + i * TICK) if isinstance(a, UP)]
+    # and a real overload right after the start is still acted on within the panic window
+    fresh = ExecutorAutoscaler(config)
+    busy = ExecutorSample((node("node0", 2, 1.0, 2, 2),))        # 4 busy workers
+    acted = [t for t, a in run(fresh, busy, 0.0, config.panic_window + 1e-6)
+             if isinstance(a, AddNodes)]
+    assert acted and acted[0] <= config.panic_window
 
 def test_a_spike_is_acted_on_within_the_panic_window():
     scaler = ExecutorAutoscaler()
@@ -165,7 +199,7 @@ def test_bounds_min_and_max_nodes():
     scaler = ExecutorAutoscaler(ExecutorPolicyConfig(min_nodes=2))
     actions = [a for _, a in run(scaler, fleet(4, 0.0), 0.0, 10.0)]
     assert len({a.node_id for a in of(actions, Drain)}) == 2    # (re-sent: never acknowledged)
-    capped = ExecutorAutoscaler(ExecutorPolicyConfig(max_nodes=4))
+    capped = watching(ExecutorAutoscaler(ExecutorPolicyConfig(max_nodes=4)))
     actions = capped.decide(fleet(2, 2.0, backlog=20), 0.0)
     (add,) = of(actions, AddNodes)
     assert add.count == 2 and any("wanted 18 executor nodes, max_nodes is 4" in n.reason

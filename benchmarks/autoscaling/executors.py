@@ -159,10 +159,11 @@ def run(args: argparse.Namespace, autoscale: bool, queue_calls: bool = True) -> 
     config = ExecutorPolicyConfig(stable_window=args.stable_window,
                                   panic_window=args.panic_window, tick=args.tick,
                                   min_nodes=args.start_nodes, max_nodes=args.max_nodes)
+    standby = {"auto": None, "on": True, "off": False}[args.standby]
     with LocalCluster(executor_nodes=args.start_nodes, executors_per_node=args.workers_per_node,
                       autoscale=config if autoscale else None,
                       provisioning_delay=args.provisioning_delay,
-                      queue_calls=queue_calls) as cluster:
+                      queue_calls=queue_calls, standby_node=standby) as cluster:
         client = cluster.client()
         wait = args.function_seconds
 
@@ -314,6 +315,33 @@ def plot(rounds: List[Dict[str, Any]], args: argparse.Namespace, path: str,
     plt.close(fig)
 
 
+def table(rounds: List[Dict[str, Any]]) -> str:
+    """Every round's spike p50 / p99 per way, with the medians (a markdown table)."""
+    ways = [w for w in ("autoscaled", "placed at once", "control") if w in rounds[0]]
+    names = {"autoscaled": "follows capacity", "placed at once": "placed at once (before)",
+             "control": "static control"}
+
+    def cell(r: Dict[str, Any], way: str) -> str:
+        x = r[way]
+        text = f"{fmt(x['spike_p50'])} / {fmt(x['spike_p99'])} s"
+        if way != "control":
+            text += f", nodes at the spike {x['nodes_at_spike']}, serving {fmt(x['capacity_s'])} s"
+        return text
+
+    lines = ["| round | " + " | ".join(names[w] + ": p50 / p99" for w in ways) + " |",
+             "|---|" + "---|" * len(ways)]
+    for i, r in enumerate(rounds):
+        lines.append(f"| {i + 1} | " + " | ".join(cell(r, w) for w in ways) + " |")
+    lines.append("| median | " + " | ".join(
+        f"**{fmt(median([r[w]['spike_p50'] for r in rounds]))} / "
+        f"{fmt(median([r[w]['spike_p99'] for r in rounds]))} s**" for w in ways) + " |")
+    return "\n".join(lines)
+
+
+def fmt(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 def median(values: List[Optional[float]]) -> Optional[float]:
     present = [v for v in values if v is not None]
     return statistics.median(present) if present else None
@@ -350,6 +378,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="a call without an answer this long (s) counts as lost")
     p.add_argument("--settle", type=float, default=0.0,
                    help="seconds of idleness between the warm-up call and the load")
+    p.add_argument("--standby", choices=("auto", "on", "off"), default="auto",
+                   help="LocalCluster(standby_node=): a spare node started ahead (auto: on "
+                        "with the autoscaler)")
     p.add_argument("--no-control", action="store_true", help="skip the static control runs")
     p.add_argument("--no-previous", action="store_true",
                    help="skip the autoscaled runs with the previous placement (calls placed "
@@ -413,6 +444,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                                                  and summary["restored_s"] <= 10)
     for goal, met in goals.items():
         log(f"goal {goal}: {'met' if met else 'MISSED'}")
+    print(table(rounds), flush=True)
     os.makedirs(args.out, exist_ok=True)
     os.makedirs(args.figures, exist_ok=True)
     # a run with a provisioning delay does not overwrite the figures of one without
