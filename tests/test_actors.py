@@ -301,6 +301,9 @@ def test_max_restarts_recreates_the_actor_after_its_worker_dies(cluster, client)
     assert phoenix.incr(5).get(timeout=10) == 15     # the constructor ran again: 10 + 5
     second = phoenix.where().get(timeout=10)
     assert second == state.worker_id != first
+    # the other scheduler saw the death too, and follows the new incarnation's record
+    other = cluster.client(scheduler=1, timeout=20)
+    assert phoenix.bind(other).incr(1).get(timeout=10) == 16
     cluster.wait_for_workers([first], timeout=15)
     cluster.kill_worker(second)                      # the one restart is spent
     poll_until(lambda: (lambda a: a and a.dead)(_actor_state(client, phoenix.actor_id)), 10,
