@@ -153,6 +153,6 @@ def test_interval_groups_the_syncs_and_syncs_within_the_interval(tmp_path):
                        what="a WAL sync after the last put")
         finally:
             synced = watch.stop()
-    # one sync per interval at most (plus one at the end), far fewer than one per put
-    assert 1 <= synced <= 2 + int(burst / 0.3) * 2, (synced, burst)
+    # one sync per interval (plus the warm-up's and the tail's), far fewer than one per put
+    assert 1 <= synced <= 3 + int(burst / 0.3) * 2, (synced, burst)
     assert synced < puts
