@@ -29,6 +29,7 @@ class FaultInjection:
         pid = p.pid
         node_id = p.info.get("node_id") if p.info else None
         workers = [w["pid"] for w in self.workers if node_id and w.get("node_id") == node_id]
+        workers += _children(pid)        # workers the node restarted since (new processes)
         os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + timeout
         while True:
@@ -77,20 +78,30 @@ class FaultInjection:
         node = next((p.pid for p in self._nodes
                      if p.info and p.info.get("node_id") == w.get("node_id")), None)
         needle = json.dumps({"worker_id": w["worker_id"]})[1:-1].encode()
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
+        for child in (_children(node) if node is not None else []):
             try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    cmdline = f.read()
-            except (OSError, ValueError, IndexError):
+                with open(f"/proc/{child}/cmdline", "rb") as f:
+                    if needle in f.read() and process_alive(child):
+                        return child
+            except OSError:
                 continue
-            if ppid == node and needle in cmdline and process_alive(int(entry)):
-                return int(entry)
         raise ProcessLookupError(f"worker {w['worker_id']} has no live process (its node "
                                  f"{w.get('node_id')} has not restarted it yet)")
+
+
+def _children(pid: int) -> List[int]:
+    """The live processes whose parent is `pid`."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(entry))
+        except (OSError, ValueError, IndexError):
+            continue
+    return [c for c in out if process_alive(c)]
 
 
 def process_alive(pid: int) -> bool:
