@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence, Tuple
 from hydro_proto import cloudburst_pb2 as pb
 from runtime.actors import ActorHandle, public_methods
 from runtime.errors import InvalidFunction
-from runtime.values import dumps, dumps_function
+from runtime.values import dumps_function
 
 from .arguments import encode
 
@@ -56,10 +56,11 @@ def creation(cls: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
 
 def method_call(handle: ActorHandle, method: str, args: Sequence[Any],
                 kwargs: Mapping[str, Any]) -> Tuple[pb.Call, str]:
+    # keyword arguments travel in the argument list, so they are sized (and sent by
+    # reference when large) like the positional ones (cloudburst/big_values.py)
     actor = pb.ActorCall(actor_id=handle.actor_id, op=pb.ACTOR_METHOD, method=method,
-                         class_name=handle.class_name,
-                         kwargs=dumps(dict(kwargs)) if kwargs else b"")
-    return _call(actor, encode(args, {})), f"method {method!r} of {_name(handle)}"
+                         class_name=handle.class_name)
+    return _call(actor, encode(args, dict(kwargs))), f"method {method!r} of {_name(handle)}"
 
 
 def kill_call(handle: ActorHandle) -> Tuple[pb.Call, str]:

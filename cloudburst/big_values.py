@@ -11,7 +11,9 @@ Contract:
   `runtime.keys.value_key` (every replica acknowledges it) and replaced by a reference the
   worker resolves as the caller's own value (objects allowed, as inline arguments are).
   Causal calls keep arguments inline (a reference would join their read set), up to the same
-  limit. Returns the keys it stored.
+  limit. Returns the keys it stored; the client names them in `Call.value_keys`, so the
+  call's scheduler deletes them when the call ends even if this client is gone
+  (scheduler/values.py). Actor method calls are sized the same way.
 - `store()` returns None once the client is closed: nothing is read or deleted any more.
 - `take(key, what)` reads a result stored by reference and deletes it; a missing key is
   `ObjectNotFound` naming the result. `release(keys)` deletes argument keys once their call

@@ -81,7 +81,7 @@ from runtime.auth import (FUNCTION, AuthConfig, KeyFileError, Security, credenti
 from runtime.keys import check_user_key
 from runtime.sockets import bind_pull, check_address, ipc_dir_of
 from anna_core.config import DEFAULT_MAX_VALUE_BYTES
-from runtime.values import dumps_function
+from runtime.values import dumps_function, too_large, transport
 from .arguments import encode, merge_keywords
 from .errors import AuthenticationRequired, InvalidDag, InvalidFunction
 from . import actors as _actors
@@ -430,6 +430,8 @@ class Client(SchedulerChannel):
         keep = bool(call.output_key) or call.HasField("actor")
         if not keep:
             call.lease_ttl = self._leases.ttl
+        # its scheduler deletes them when the call is over, even if this client is gone
+        call.value_keys.extend(stored)
         if self._finished:
             with self._cond:
                 finished, self._finished = self._finished, []
@@ -476,6 +478,9 @@ class Client(SchedulerChannel):
         are not run again); calls made after go to the new instance. Once the restarts are
         spent, the next death is final."""
         call, what, handle = _actors.creation(cls, args, kwargs or {}, modules, max_restarts)
+        if transport(len(call.actor.body), self._courier.limit) == "too_large":
+            raise too_large(f"the class and constructor arguments of {what}",
+                            len(call.actor.body), self._courier.limit)
         self._submit(call, what, timeout, False).get()
         return handle.bind(self)
 
@@ -489,7 +494,11 @@ class Client(SchedulerChannel):
         """Send one method call of `handle`'s actor (what `handle.method(...)` does);
         `options`: `timeout` and `objects`, as for `call`."""
         call, what = _actors.method_call(handle, method, args, kwargs)
-        return self._submit(call, what, options.get("timeout"), bool(options.get("objects")))
+        # sized as a function's arguments: by reference above 1 MiB, ValueTooLarge above the
+        # KVS's maximum before anything is sent (cloudburst/big_values.py)
+        stored = self._courier.externalize(call.function, call.args[method])
+        return self._submit(call, what, options.get("timeout"), bool(options.get("objects")),
+                            stored=stored)
 
     def kill_actor(self, handle: ActorHandle, timeout: Optional[float] = None) -> None:
         """What `kill` and `handle.kill()` do."""

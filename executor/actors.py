@@ -87,14 +87,16 @@ class ActorTable:
             return lambda lib, *args: self._kill(actor.actor_id)
         kwargs = self._load(actor.kwargs) if actor.kwargs else {}
 
-        def run(lib: Any, *args: Any) -> Any:
+        def run(lib: Any, *args: Any, **given: Any) -> Any:
             if actor.method.startswith("_"):
                 raise AttributeError(f"{describe(actor)}: {actor.method!r} is not a public "
                                      f"method")
             method = getattr(instance, actor.method)    # AttributeError: this call fails
+            # keyword arguments: in the call's argument list (a client's), or pickled in
+            # the ActorCall (a handle used inside a function)
             if _takes_lib(method):
-                return method(lib, *args, **kwargs)
-            return method(*args, **kwargs)
+                return method(lib, *args, **kwargs, **given)
+            return method(*args, **kwargs, **given)
         return run
 
     def _create(self, actor: pb.ActorCall) -> None:

@@ -9,8 +9,8 @@ Contract:
   sink's result above `runtime.values.BY_REFERENCE_BYTES`, `{"value_key": key}` after
   writing the value under a fresh `runtime.keys.value_key(call id)` through the node cache
   (a key a function may write; the caller reads it and deletes it). A result that goes only
-  downstream (no sink) returns `{}`: triggers carry it inline, split into frames, up to the
-  same limit.
+  downstream (no sink) returns `{}`: it goes to the downstream functions as
+  `executor/big_intermediates.py` says, up to the same limit.
 """
 from __future__ import annotations
 

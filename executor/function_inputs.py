@@ -8,7 +8,8 @@ Contract: `FunctionInputs` is mixed into `executor.worker.Worker`.
   does not parse raises `CorruptRecord` naming the key; a missing or deleted function, or
   one needing a module this executor cannot import, raises `FunctionError`. The function's
   registered time limit is kept in the worker's `_time_limits`.
-- `_arguments(ready, what)` is the invocation's `(args, kwargs)` (`executor.sharing.prepare`)
+- `_arguments(ready, what)` is the invocation's `(args, kwargs)` (`executor.sharing.prepare`),
+  upstream results passed by reference read first (`executor.big_intermediates.resolve`),
   with top-level `Reference`s resolved through the node cache (`executor.references`):
   `FunctionError` when a referenced key holds no object.
 Uses the worker's `cache`, `_functions` and `_time_limits`.
@@ -24,6 +25,7 @@ from runtime.errors import CorruptRecord
 from runtime.keys import function_key
 from runtime.values import Reference, loads
 
+from .big_intermediates import resolve
 from .calling import Entry, entry_of
 from .dagstate import Ready
 from .references import FunctionError, load_reference
@@ -75,6 +77,7 @@ class FunctionInputs:
     def _arguments(self, ready: Ready, what: str) -> Tuple[List[Any], Dict[str, Any]]:
         """The call's arguments (pb.Argument), other calls' results and upstream results
         (bytes) as `(args, kwargs)`, with top-level `Reference`s resolved (module contract)."""
+        ready.args = resolve(self.cache, ready.args, what)
         values, kwvalues = prepare(ready, what)
         refs = [v for v in values + list(kwvalues.values()) if isinstance(v, Reference)]
         if not refs:

@@ -14,6 +14,12 @@ Contract:
   DEPENDENCY_FAILED when it has been dropped or does not come before the request's
   deadline. It answers only an address that carries the function key (another worker).
   It reads fetches between functions: a holder busy with a long function answers after it.
+- Outcomes are held under the caller's id (an attempt `<caller>#r<n>` holds its result
+  for `<caller>`, which is what a `Future` names), so a retried producer's result is found
+  at its new holder. An `abort` keeps an outcome only when it carries a verdict (a status,
+  and not `retried`): a call that runs again elsewhere leaves nothing that would answer
+  a fetch before its retry does. A `moved` (`CallRef`: the scheduler placed the producer
+  again) sends the fetches still waiting for that call's result to its new holder.
 - `prepare(ready, what)` turns a ready invocation's arguments into `(args, kwargs)`: values
   unpickled fully (the caller's own arguments and upstream results), `CallRef`s replaced by
   the fetched values, `Reference`s left for the worker to resolve. An input without a value
@@ -99,16 +105,22 @@ class ResultSharing:
     worker's `address`, `credentials`, `_push`, `_local`, `pending` and `held`."""
 
     held: HeldResults
+    _waiting_on: Dict[str, List[pb.Schedule]]   # producer call -> schedules fetching it
 
-    def _request_inputs(self, s: pb.Schedule) -> None:
-        """Ask the holders for the inputs the invocation of `s` still misses."""
+    def _request_inputs(self, s: pb.Schedule, only: str = "", holder: str = "") -> None:
+        """Ask the holders for the inputs the invocation of `s` still misses (`only`: those
+        from that call, at `holder`, its new holder)."""
         refs = call_inputs(s.args)
         if not refs:
             return
         missing = set(self.pending.missing(s.call_id, s.function))
         for name, ref in refs.items():
-            if name not in missing:
+            if name not in missing or (only and ref.call_id != only):
                 continue
+            if holder:
+                ref = pb.CallRef(call_id=ref.call_id, what=ref.what, holder=holder)
+            if ref.holder:                     # a later `moved` redirects it
+                self._waiting_on.setdefault(ref.call_id, []).append(s)
             request = pb.ResultRequest(call_id=ref.call_id, reply_address=self.address,
                                        for_call=s.call_id, function=s.function, source=name,
                                        timeout=s.timeout)
@@ -127,12 +139,23 @@ class ResultSharing:
             self._answer_fetch(request, outcome)
 
     def _keep_outcome(self, call_id: str, outcome: Outcome) -> None:
+        # under the caller's id (scheduler/retries.py names attempts `<caller>#r<n>`)
+        call_id = call_id.split("#", 1)[0]
         for request in self.held.keep(call_id, outcome, time.monotonic()):
             self._answer_fetch(request, outcome)
+
+    def _on_moved(self, ref: pb.CallRef) -> None:
+        """The producer `ref.call_id` ran again: fetch its result from `ref.holder`."""
+        for s in self._waiting_on.pop(ref.call_id, []):
+            self._request_inputs(s, only=ref.call_id, holder=ref.holder)
 
     def _expire_held(self, now: float) -> None:
         for request, outcome in self.held.expire(now):
             self._answer_fetch(request, outcome)
+        for call_id, schedules in list(self._waiting_on.items()):   # the fetches that ended
+            schedules[:] = [s for s in schedules if self.pending.missing(s.call_id, s.function)]
+            if not schedules:
+                del self._waiting_on[call_id]
 
     def _answer_fetch(self, request: pb.ResultRequest, outcome: Outcome) -> None:
         trigger = pb.Trigger(call_id=request.for_call, source=request.source,

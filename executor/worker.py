@@ -24,7 +24,8 @@ Contract:
   a function runs, actor handles it was given call through the worker's `ActorCaller`
   (`executor/actor_caller.py`).
 - On success the result goes as a `trigger` to each downstream worker (to itself without a
-  socket hop), with that worker's schedule attached (from `Schedule.forward`); the sink writes
+  socket hop), with that worker's schedule attached (from `Schedule.forward`); one above
+  1 MiB goes to other workers by reference (`executor/big_intermediates.py`); the sink writes
   it under `output_key` (through the node cache) when asked, pushes it to the caller as a
   `result`, then tells the scheduler `done` (batched within `DONE_BATCH_SECONDS`).
 - On an exception the caller gets EXECUTION_ERROR with the traceback, the call's other workers
@@ -80,6 +81,7 @@ from hydrocache.writer import ExecutorWriter
 
 from .actor_caller import ActorCaller
 from .actors import ActorGone, ActorTable, ActorTableFull, describe
+from .big_intermediates import ByReference, by_reference, store
 from .big_results import result_fields
 from .cache_client import CacheClient
 from .calling import Entry
@@ -158,12 +160,14 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
         self._sessions = UpstreamSessions()    # what upstream functions read and wrote
         self._reuse: Dict[Tuple[str, str], Reusable] = {}
         self.held = HeldResults(config.result_ttl, max_bytes=config.result_bytes)
+        self._waiting_on: Dict[str, List[pb.Schedule]] = {}   # fetches a `moved` redirects
         # the actors placed on this worker, and the caller of handles used inside functions
         self.actors = ActorTable(config.max_actors, lambda body: loads(body, objects=True))
         self.actor_caller = ActorCaller(self.worker_id, self._context, self._push, config.ip,
                                         config.ipc_dir, creds)
         self._handlers = {"schedule": self._on_schedule, "trigger": self._on_trigger,
-                          "abort": self._on_abort, "msg": self._on_msg, "fetch": self._on_fetch}
+                          "abort": self._on_abort, "msg": self._on_msg, "fetch": self._on_fetch,
+                          "moved": self._on_moved}
 
     # ---- lifecycle ----
     def stop(self) -> None:
@@ -255,7 +259,8 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
                 raise FrameError(f"kind {kind!r} is not for a worker")
             try:
                 message = {"schedule": pb.Schedule, "trigger": pb.Trigger, "abort": pb.CallDone,
-                           "msg": pb.UserMessage, "fetch": pb.ResultRequest}[kind].FromString(payload)
+                           "msg": pb.UserMessage, "fetch": pb.ResultRequest,
+                           "moved": pb.CallRef}[kind].FromString(payload)
             except DecodeError as e:
                 raise FrameError(f"{kind!r} payload does not parse ({e})") from None
             handler(message)
@@ -280,6 +285,8 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
         value = (bytes(t.value), t.causal) if t.HasField("causal") else bytes(t.value)
         if t.status != pb.OK:          # a fetched input without a value (executor/sharing.py)
             value = Unavailable(t.status, t.message)
+        elif t.value_key:              # a large upstream result (executor/big_intermediates.py)
+            value = ByReference(t.value_key, t.source)
         if t.logs:
             self._upstream_logs.add(t.call_id, t.target, t.logs)
         if t.HasField("session"):
@@ -290,8 +297,9 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
 
     def _on_abort(self, message: pb.CallDone) -> None:
         self.pending.abort(message.call_id)
-        self._keep_outcome(message.call_id, Outcome(
-            message.status or pb.CANCELLED, message=message.message or "it was stopped"))
+        if message.status and not message.retried:   # a verdict, for Future arguments
+            self._keep_outcome(message.call_id, Outcome(
+                message.status, message=message.message or "it was stopped"))
         self._upstream_logs.drop(message.call_id)
         self._sessions.drop(message.call_id)
 
@@ -384,6 +392,8 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
                 raise FunctionError(f"the result of {what} could not be serialized: {e}",
                                      traceback.format_exc()) from None
             fields = self._result_fields(s, value, what)
+            downstream = store(self.cache, self._push, s, value, what) \
+                if by_reference(s, len(value), self.address) else ""
             if s.sink and s.output_key:
                 try:
                     self.cache.put(s.output_key, value)
@@ -411,7 +421,7 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
             self.cache.session = None
         logs = self._call_logs(s, self._printed)
         report = session.report() if session is not None else None
-        self._send_downstream(s, ready, value, logs=logs, session=report)
+        self._send_downstream(s, ready, value, logs=logs, session=report, value_key=downstream)
         if s.sink:
             self._keep_outcome(s.call_id, Outcome(pb.OK, value))   # for Future arguments
             if s.response_address:    # none: an actor's re-creation (scheduler/actor_calls.py)
@@ -432,10 +442,15 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
 
     def _send_downstream(self, s: pb.Schedule, ready: Ready, value: bytes,
                          causal: Optional[pb.CausalContext] = None, logs: str = "",
-                         session: Optional[pb.Session] = None) -> None:
+                         session: Optional[pb.Session] = None, value_key: str = "") -> None:
         for target in s.targets:
-            trigger = pb.Trigger(call_id=s.call_id, source=s.function, target=target, value=value,
-                                 logs=logs, session=session)
+            address = s.locations[target]
+            trigger = pb.Trigger(call_id=s.call_id, source=s.function, target=target, logs=logs,
+                                 session=session)
+            if value_key and address != self.address:
+                trigger.value_key = value_key      # the value is in the KVS under it
+            else:
+                trigger.value = value
             if causal is not None:
                 trigger.causal.CopyFrom(causal)
             for f in s.forward:
@@ -447,7 +462,6 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
                     # the call's deadline, not a fresh one: what is left of this function's
                     trigger.schedule.timeout = max(0.0, ready.deadline - time.monotonic())
                     break
-            address = s.locations[target]
             if address == self.address:
                 self._local.append(("trigger", trigger))
             else:

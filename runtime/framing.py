@@ -47,7 +47,7 @@ KIND_ORDER = (
     "register_fn", "register_dag", "delete_dag", "list", "info", "call", "where", "heartbeat",
     "keyset", "done", "schedule", "trigger", "abort", "msg", "cache_reply", "cache", "reply",
     "accepted", "result", "causal_abort", "cancel", "delete_fn", "status", "drain",
-    "node_status", "fetch", "lease",
+    "node_status", "fetch", "lease", "values", "moved",
 )
 KINDS = frozenset(KIND_ORDER)
 _CODE = {k: bytes([i + 1]) for i, k in enumerate(KIND_ORDER)}

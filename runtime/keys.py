@@ -2,7 +2,8 @@
 
 User objects may use any key that does not start with `PREFIX`. Large call arguments and
 results travel through the KVS under `VALUES_PREFIX` (a key a function may write; each is
-deleted by the client once its call is over).
+deleted once its call is over: by the client, and by the call's scheduler,
+scheduler/values.py).
 """
 import uuid
 
@@ -25,6 +26,13 @@ VALUES_PREFIX = "__values/"
 def value_key(owner: str) -> str:
     """A fresh key for one large argument or result of `owner` (a call id or a client)."""
     return f"{VALUES_PREFIX}{owner}/{uuid.uuid4().hex}"
+
+
+def intermediate_key(call_id: str, function: str) -> str:
+    """The key of function `function`'s result in call (attempt) `call_id`, passed to the
+    call's downstream functions by reference: one per function and attempt, so its
+    scheduler and a test can name it."""
+    return f"{VALUES_PREFIX}{call_id}/{function}"
 
 
 def worker_key(worker_id: str) -> str:

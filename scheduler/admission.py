@@ -6,7 +6,7 @@ Contract:
   flight). Everything else comes from the cluster's own processes (heartbeat, keyset, done,
   causal_abort, cache_reply) or is not for a scheduler at all (schedule, result, ...).
 - `FUNCTION_KINDS` is what a function key (an executor worker, running user code) may send:
-  exactly what workers send a scheduler (heartbeat, done, causal_abort), plus a `call` that
+  exactly what workers send a scheduler (heartbeat, done, causal_abort, values), plus a `call` that
   is an actor's method call or kill (a handle passed to a function: `executor/actor_caller.py`);
   a function may not register, make a plain call, create an actor or list (it is not a
   client), nor send what nodes send (keyset,
@@ -40,7 +40,7 @@ log = logging.getLogger("scheduler")
 
 CLIENT_KINDS = frozenset({"register_fn", "register_dag", "delete_dag", "delete_fn", "list",
                           "info", "status", "call", "where", "cancel", "lease"})
-FUNCTION_KINDS = frozenset({"heartbeat", "done", "causal_abort"})
+FUNCTION_KINDS = frozenset({"heartbeat", "done", "causal_abort", "values"})
 REFUSAL_LOG_PERIOD = 10.0  # seconds between two warnings about one (role, kind) dropped
 
 _HANDSHAKE_FAILURES = zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL

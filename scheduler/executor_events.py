@@ -126,12 +126,17 @@ class ExecutorEvents:
                 self.stats.finished(caller_of_attempt(record.call_id), False, now)
                 self._causal_calls.worker_died(causal, message, now)
             return
+        handled = status == pb.EXECUTION_ERROR and self.lifecycle.died(record, message, now)
+        # a retry placed (or waiting for a worker): the attempt's workers keep no verdict
+        # for `Future` arguments (executor/sharing.py); the retry's result will answer them
+        again = self.lifecycle.retries.current(caller_of_attempt(record.call_id))
+        retried = handled and again not in (None, record.call_id)
         for fn, wid in record.placement.items():
             address = self.table.address(wid)
             if address is not None:
-                self._push.send(address, "abort", pb.CallDone(call_id=record.call_id,
-                                                              status=status, message=message))
-        if status == pb.EXECUTION_ERROR and self.lifecycle.died(record, message, now):
+                self._push.send(address, "abort", pb.CallDone(
+                    call_id=record.call_id, status=status, message=message, retried=retried))
+        if handled:
             return            # run again, or failed naming its attempts, by the lifecycle
         self.stats.finished(caller_of_attempt(record.call_id), False, now)
         status, message = self._actors.orphaned(record.call_id, status, message)

@@ -26,6 +26,11 @@ the scheduler's loop calls it with `now`:
   and its leased calls are cancelled now. `tick(now)` cancels the calls of every client
   whose lease ran out, places held retries and forgets what is past its deadline.
   `credit(seconds)` extends leases over a stall of the scheduler's loop.
+- Large values (`scheduler/values.py`, pure): `values_of(call_id, keys, now, timeout,
+  live)` tracks a call's keys under `__values/` (its by-reference arguments, its functions'
+  results passed on by reference); every end of a call above (`finished`, a retry budget
+  spent, a retry no worker took) hands them to `delete`, and `tick` those of calls tracked
+  past their deadline (plus DEADLINE_SLACK). A call with none costs one check per end.
 """
 from __future__ import annotations
 
@@ -35,6 +40,7 @@ from typing import Any, Callable, Dict, List, Sequence, Tuple
 from hydro_proto import cloudburst_pb2 as pb
 
 from .leases import LeaseTable
+from .values import ValueKeys
 from .retries import (Failure, GiveUp, Retry, RetryPolicy, RetryTable, Tracked,
                       caller_of_attempt, resolve)
 
@@ -51,7 +57,8 @@ class CallLifecycle:
     def __init__(self, send: Callable[[str, str, Any], Any],
                  start: Callable[..., None], cancel: Callable[[str], None],
                  can_place: Callable[[], bool], stats: Any, causal_calls: Any,
-                 max_retries: int) -> None:
+                 max_retries: int,
+                 delete: Callable[[List[str]], None] = lambda keys: None) -> None:
         self._send = send
         self._start = start
         self._cancel = cancel
@@ -62,6 +69,22 @@ class CallLifecycle:
         self.retries = RetryTable()
         self.leases = LeaseTable()
         self._held: Dict[str, Tuple[pb.Call, Tracked]] = {}   # retries waiting for a worker
+        self.values = ValueKeys()
+        self._delete = delete
+
+    # ---- large values of calls (scheduler/values.py) ----
+    def values_of(self, call_id: str, keys: Sequence[str], now: float, timeout: float,
+                  live: bool = True) -> None:
+        gone = self.values.add(caller_of_attempt(call_id), keys,
+                               now + timeout + DEADLINE_SLACK, live)
+        if gone:
+            self._delete(gone)
+
+    def _ended(self, caller: str) -> None:
+        if self.values:
+            gone = self.values.end(caller)
+            if gone:
+                self._delete(gone)
 
     # ---- a call's start ----
     def begin(self, call: pb.Call, records: Sequence[pb.FunctionRecord], payload: Any,
@@ -89,6 +112,7 @@ class CallLifecycle:
         current = self.current(call_id)
         self.retries.finish(call_id)
         self.leases.finish(caller_of_attempt(call_id))
+        self._ended(caller_of_attempt(call_id))
         self._held.pop(caller_of_attempt(call_id), None)
         return current
 
@@ -106,6 +130,7 @@ class CallLifecycle:
         if isinstance(decision, GiveUp):
             self._stats.finished(caller_of_attempt(cid), False, now)
             self.leases.finish(caller_of_attempt(cid))
+            self._ended(caller_of_attempt(cid))
             self._causal_calls.worker_died(rec, decision.message, now,
                                            status=decision.status)
             return True
@@ -124,6 +149,7 @@ class CallLifecycle:
                 error.message, error.attempts = decision.message, decision.attempts
             self._stats.finished(caller_of_attempt(error.request_id), False, now)
             self.leases.finish(caller_of_attempt(error.request_id))
+            self._ended(caller_of_attempt(error.request_id))
             self._send(done.response_address, "result", error)
             return
         self._carry_out(decision, error.request_id, done.response_address, error.message, now)
@@ -136,6 +162,7 @@ class CallLifecycle:
         if isinstance(decision, GiveUp):
             self._stats.finished(caller, False, now)
             self.leases.finish(caller)
+            self._ended(caller)
             self._send(response_address, "result", pb.CallResult(
                 request_id=caller, status=decision.status, message=decision.message,
                 attempts=decision.attempts))
@@ -182,6 +209,7 @@ class CallLifecycle:
                 elif now > t.deadline - DEADLINE_SLACK:
                     del self._held[caller]
                     self.retries.finish(caller)
+                    self._ended(caller)
                     self._stats.finished(caller, False, now)
                     self._send(call.response_address, "result", pb.CallResult(
                         request_id=caller, status=pb.WORKER_DIED, attempts=t.attempt,
@@ -189,6 +217,10 @@ class CallLifecycle:
                                  f"took its retry (attempt {t.attempt}) before the call's "
                                  f"deadline")))
         self.retries.expire(now)
+        if self.values:
+            gone = self.values.expire(now)
+            if gone:
+                self._delete(gone)
 
     def pending(self) -> List[str]:
         """Callers whose retry waits for a live worker."""

@@ -38,6 +38,10 @@ listed for schedulers in proto/cloudburst.proto, plus one for Anna's pushed regi
   it. Calls are placed only on workers of nodes that are not draining. `status` lists every
   executor node (`NodeState`: drain state, calls this scheduler placed there and has not
   seen finish, the node's own running/queued) and `/metrics` has them as gauges.
+- Large values: a call's by-reference argument keys (`Call.value_keys`) and its functions'
+  (a worker's `values` report) are deleted when the call ends (`scheduler/lifecycle.py`,
+  `scheduler/values.py`), off the loop. A retried call's new sink is its result's holder
+  for `Future` arguments; consumers given the old one are sent a `moved`.
 - `serve()` runs until `stop()` (e.g. from a SIGTERM handler) or until the parent exits.
 - Authentication (`config.key_dir`; `runtime.auth`). The request socket is a CURVE server
   open to cluster, function and client keys (audience "all"); the registry-update and GC
@@ -93,6 +97,7 @@ from .registry_requests import RegistryRequests, dag_from_record
 from .lifecycle import CallLifecycle
 from .retries import caller_of_attempt
 from .results import ResultHolders
+from .value_deleter import ValueDeleter
 from .schedule import build_schedules, references_by_function
 from hydrocache.session import refusal
 from .stats import CallStats, WorkerGauge, render_prometheus
@@ -155,6 +160,7 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents):
             "cache": self._cache_request,
             "drain": self._drain, "node_status": self._node_status,
             "lease": lambda payload: self.lifecycle.lease(payload, time.monotonic()),
+            "values": self._value_keys,
         }
         # causal calls in flight; `_causal` (caller's id -> record) is their one table, and
         # empty whenever none is in flight: the LWW path tests it before anything else
@@ -165,9 +171,11 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents):
         self.stats = CallStats()
         # retries (at least once) and client leases (scheduler/lifecycle.py)
         # (a retry waits in the call queue for a free worker, as a new call does)
+        # large values of calls in flight, deleted off the loop when they end
+        self._deleter = ValueDeleter(self._context, config.kvs_address, config.ip, self.auth)
         self.lifecycle = CallLifecycle(self._push.send, self._requeue, self.cancel_call,
                                        lambda: True, self.stats, self._causal_calls,
-                                       config.max_retries)
+                                       config.max_retries, self._deleter.delete)
         self._results = ResultHolders()    # where calls' results are held (Future arguments)
         # actors: placement, routing of method calls, kills (scheduler/actor_calls.py)
         self._actors = ActorCalls(self._push, self.table, self._kvs, self.stats, self.address,
@@ -246,6 +254,7 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents):
             self.metrics.close()
         if self._gc is not None:
             self._gc.stop()
+        self._deleter.close()
         self._kvs.close()
         self._push.close()
         self.admission.close()
@@ -320,6 +329,9 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents):
             return self._fail(call, pb.BAD_REQUEST, f"call refused: {refused}")
         for call_id in call.finished:
             self._finish_one(self.lifecycle.finished(call_id))
+        if call.value_keys:          # its arguments by reference: deleted when it is over
+            self.lifecycle.values_of(call.request_id, call.value_keys, time.monotonic(),
+                                     call.timeout or self.config.call_timeout)
         # a producing call still waiting in the queue is placed first (first in, first out)
         for ref in [r for r in self._results.stamp(call, time.monotonic())
                     if r.call_id not in self._queue][:1]:
@@ -395,7 +407,13 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents):
                                                  self.address, timeout):
             self.lifecycle.mark(schedule, call.request_id)
             self._push.send(address, "schedule", schedule)
-        self._results.placed(call.request_id, addresses[placement[dag.sink()]], time.monotonic())
+        # a retry moves the result: the consumers given the old holder are told the new one
+        caller = caller_of_attempt(call.request_id)
+        for address in self._results.placed(caller, addresses[placement[dag.sink()]],
+                                            time.monotonic()):
+            self._push.send(address, "moved", pb.CallRef(
+                call_id=caller, holder=addresses[placement[dag.sink()]]))
+        self._results.watch(call, {fn: addresses[w] for fn, w in placement.items()})
         self.table.start_call(CallRecord(call.request_id, dag.name, dict(placement),
                                          call.response_address, time.monotonic() + timeout + 5))
 
@@ -450,6 +468,13 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents):
             self.lifecycle.finished(call_id)
             self._finish_one(call_id)
             self._actors.finished(call_id, ok)
+
+    def _value_keys(self, payload: bytes) -> None:
+        """A worker passed a result downstream by reference (scheduler/values.py)."""
+        report = pb.ValueKeys.FromString(payload)
+        self.lifecycle.values_of(report.call_id, report.keys, time.monotonic(),
+                                 self.config.call_timeout,
+                                 live=self.table.call(report.call_id) is not None)
 
     def _status(self, payload: bytes) -> None:
         req = pb.NameRequest.FromString(payload)
