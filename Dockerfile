@@ -18,12 +18,12 @@ ENV DEBIAN_FRONTEND=noninteractive \
     PATH=/opt/cloudburst/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
 # System packages, as scripts/install.sh lists them (without the Redis benchmark peer),
-# plus Python. The kernel links Debian's libzmq, libprotobuf and librocksdb.
+# plus Python. The kernel links Debian's libzmq, libprotobuf, librocksdb and libssl.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       ca-certificates \
       build-essential pkg-config \
-      libzmq3-dev cppzmq-dev \
+      libzmq3-dev cppzmq-dev libssl-dev \
       libprotobuf-dev protobuf-compiler \
       librocksdb-dev \
       python3 python3-dev python3-venv \

@@ -351,7 +351,7 @@ class Client:
         request = anna_pb2.KeyRequest(type=req_type, response_address=self.response_address,
                                       request_id=request_id)
         request.tuples.append(key_tuple)
-        self._push.send_kind(address, "request", request)
+        self._push.send_request(address, request)
         return request_id
 
     def _collect(self, pending: Dict[str, str], deadline: float,

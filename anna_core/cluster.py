@@ -249,10 +249,9 @@ class LocalCluster:
         """Whether the node's process is alive."""
         return self._node(node_id).running()
 
-    def node_pid(self, node_id: str) -> Optional[int]:
-        """The node's process id while it runs (for tools that watch it), else None."""
-        p = self._node(node_id)
-        return p.proc.pid if p.proc is not None and p.running() else None
+    def node_pid(self, node_id: str) -> int:
+        """The operating-system process id of a running node (benchmarks read its CPU time)."""
+        return self._node(node_id).pid
 
     def log_tail(self, name: str, lines: int = 20) -> str:
         """The last log lines of "routing" (the first), "routing-<i>" or a node id."""

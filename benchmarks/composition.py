@@ -18,6 +18,15 @@ In one run on this machine:
    Cloudburst/bare.
 Prints one line per system and a JSON summary (also written with `--json PATH`).
 
+    python benchmarks/composition.py --rounds 3 [--before DIR] [--calls 1000]
+
+Rounds on a shared machine: each round runs the steps above (this checkout's script in a
+process of its own, without Ray), then, with `--before DIR`, the same for another checkout
+(e.g. the code before a change, with its built kernel), then Ray; so this checkout, the
+other one and Ray alternate and see the same drift in the machine's load. Prints each
+round's p50s and ratios with the load average, then the medians over the rounds of the
+p50s and of each round's Ray / Cloudburst ratio.
+
     python benchmarks/composition.py --session-cost [--calls 300] [--runs 3]
 
 The cost of read-your-writes and monotonic reads (the client's session, on by default), on
@@ -258,6 +267,66 @@ def bench_session(calls: int, runs: int, block: int = 25) -> Dict[str, Dict]:
     return out
 
 
+def _one_round(root: str, calls: int, workers: int) -> Dict:
+    """This module's plain run (no Ray) from checkout `root`, in a process of its own."""
+    import tempfile
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        subprocess.run([sys.executable, os.path.join(root, "benchmarks", "composition.py"),
+                        "--no-ray", "--calls", str(calls), "--workers", str(workers),
+                        "--json", out.name], check=True, capture_output=True, timeout=900,
+                       env=dict(os.environ, PYTHONPATH=root), cwd=root)
+        with open(out.name) as f:
+            return json.load(f)
+
+
+def rounds(args: argparse.Namespace) -> Dict:
+    """See the module docstring (`--rounds`)."""
+    roots = {"cloudburst": ROOT}
+    if args.before:
+        roots["before"] = os.path.abspath(args.before)
+    per: Dict[str, List[Dict]] = {name: [] for name in roots}
+    ray: List[Dict] = []
+    for r in range(args.rounds):
+        load = round(os.getloadavg()[0], 2)
+        line = [f"round {r + 1} (load {load})"]
+        for name, root in roots.items():
+            res = _one_round(root, args.calls, args.workers)
+            per[name].append(res)
+            line.append(f"{name}: chain {res['cloudburst']['p50_us']:.0f} / spread "
+                        f"{res['cloudburst_spread']['p50_us']:.0f} us (bare 4-hop "
+                        f"{res['zmq_4hop']['p50_us']:.0f})")
+        if not args.no_ray:
+            ray.append(bench_ray(args.calls, args.ray_venv))
+            line.append(f"Ray {ray[-1]['p50_us']:.0f} us; Ray/chain " + ", ".join(
+                f"{name} {ray[-1]['p50_us'] / per[name][-1]['cloudburst']['p50_us']:.2f}x"
+                for name in roots))
+        print("; ".join(line), flush=True)
+    med = statistics.median
+    out: Dict = {"rounds": args.rounds, "calls": args.calls}
+    for name in roots:
+        out[name] = {shape: med(x[key]["p50_us"] for x in per[name])
+                     for shape, key in (("chain_p50_us", "cloudburst"),
+                                        ("spread_p50_us", "cloudburst_spread"),
+                                        ("bare_4hop_p50_us", "zmq_4hop"))}
+        out[name]["runs"] = [{k: x[k]["p50_us"] for k in ("cloudburst", "cloudburst_spread",
+                                                           "zmq_4hop")} for x in per[name]]
+        if ray:
+            out[name]["ray_over_chain"] = round(med(
+                y["p50_us"] / x["cloudburst"]["p50_us"] for x, y in zip(per[name], ray)), 2)
+            out[name]["ray_over_spread"] = round(med(
+                y["p50_us"] / x["cloudburst_spread"]["p50_us"] for x, y in zip(per[name], ray)), 2)
+    if ray:
+        out["ray"] = {"p50_us": med(y["p50_us"] for y in ray), "version": ray[0]["version"],
+                      "runs": [y["p50_us"] for y in ray]}
+    for name in roots:
+        o = out[name]
+        print(f"{name}: median chain p50 {o['chain_p50_us']:.0f} us, spread "
+              f"{o['spread_p50_us']:.0f} us" + (f"; median Ray/Cloudburst {o['ray_over_chain']}x"
+                                                 f" (spread {o['ray_over_spread']}x)"
+                                                 if ray else ""))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -270,7 +339,17 @@ def main() -> None:
     parser.add_argument("--session-cost", action="store_true",
                         help="only measure read-your-writes on vs off (module docstring)")
     parser.add_argument("--runs", type=int, default=3, help="runs of --session-cost")
+    parser.add_argument("--rounds", type=int, default=0,
+                        help="alternate this checkout, --before and Ray for this many rounds")
+    parser.add_argument("--before", help="with --rounds: another checkout, measured as `before`")
     args = parser.parse_args()
+    if args.rounds:
+        result = rounds(args)
+        print(json.dumps(result))
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump(result, fh, indent=2)
+        return
     if args.session_cost:
         result = bench_session(args.calls, args.runs)
         for name in ("dag", "read_after_put"):

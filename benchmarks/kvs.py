@@ -9,10 +9,21 @@ Two views, each printed with the Anna/Redis ratio:
 * what a Python user sees: `anna_core.Client` against `redis-py` with hiredis, one client,
   serial requests, same workload.
 
+* the round-trip floor: the same native generators with one client, i.e. what any client of
+  that transport pays per request, whatever its language.
+
 Redis runs with persistence off (`--save "" --appendonly no`), as Anna's memory tier.
+
+Security is compared like for like (`--security`): "on" is Anna with CURVE (its default: every
+socket encrypted, every peer authenticated by key) against Redis with TLS on every connection
+and client certificates required (mutual TLS, a throwaway CA made with `openssl`); "off" is
+both in plaintext; "mixed" (not a fair comparison, kept to compare with older figures) is
+Anna with CURVE against Redis in plaintext. Each round runs every mode, Redis then Anna, so machine noise hits both
+alike; the load average is recorded with every run.
 
     python benchmarks/kvs.py                   # defaults: 50 clients, Zipf 1.0, 50% reads
     python benchmarks/kvs.py --clients 50 --zipf 1.5 --read-ratio 0.9 --threads 2
+    python benchmarks/kvs.py --security on --runs 5
 """
 from __future__ import annotations
 
@@ -20,6 +31,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import shutil
 import socket
 import statistics
@@ -48,23 +60,54 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class RedisServer:
-    """A throwaway redis-server on a free loopback port."""
+class TlsFiles:
+    """A throwaway CA and one certificate it signed for IP 127.0.0.1, used by the Redis
+    server and by its clients (which Redis then authenticates: --tls-auth-clients yes)."""
 
-    def __init__(self) -> None:
+    def __init__(self, directory: str) -> None:
+        self.ca = os.path.join(directory, "ca.crt")
+        self.cert = os.path.join(directory, "redis.crt")
+        self.key = os.path.join(directory, "redis.key")
+        ca_key = os.path.join(directory, "ca.key")
+        csr = os.path.join(directory, "redis.csr")
+        ext = os.path.join(directory, "ext.cnf")
+        with open(ext, "w") as f:
+            f.write("subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n")
+        ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        for cmd in (
+            ["openssl", "req", "-x509", *ec, "-keyout", ca_key, "-out", self.ca, "-days", "1",
+             "-subj", "/CN=kvs-bench-ca"],
+            ["openssl", "req", *ec, "-keyout", self.key, "-out", csr, "-subj", "/CN=127.0.0.1"],
+            ["openssl", "x509", "-req", "-in", csr, "-CA", self.ca, "-CAkey", ca_key,
+             "-CAcreateserial", "-out", self.cert, "-days", "1", "-extfile", ext],
+        ):
+            subprocess.run(cmd, check=True, capture_output=True, timeout=30)
+
+
+class RedisServer:
+    """A throwaway redis-server on a free loopback port; with `tls`, TLS only (no plaintext
+    port) and client certificates required."""
+
+    def __init__(self, tls: bool = False) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             sys.exit("redis-server not found: run scripts/install.sh")
         self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="kvs-bench-redis-")
+        self.tls = TlsFiles(self.dir) if tls else None
+        ports = ["--port", str(self.port)]
+        if self.tls is not None:
+            ports = ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file", self.tls.cert,
+                     "--tls-key-file", self.tls.key, "--tls-ca-cert-file", self.tls.ca,
+                     "--tls-auth-clients", "yes"]
         self.proc = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+            [binary, *ports, "--bind", "127.0.0.1", "--save", "",
              "--appendonly", "no", "--dir", self.dir, "--protected-mode", "no"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 10
         while True:
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                with self._connect() as s:
                     s.sendall(b"PING\r\n")
                     if s.recv(16).startswith(b"+PONG"):
                         return
@@ -74,6 +117,30 @@ class RedisServer:
                 self.stop()
                 raise RuntimeError("redis-server did not become ready within 10 s")
             time.sleep(0.05)
+
+    def _connect(self) -> socket.socket:
+        raw = socket.create_connection(("127.0.0.1", self.port), timeout=1)
+        if self.tls is None:
+            return raw
+        import ssl
+        context = ssl.create_default_context(cafile=self.tls.ca)
+        context.load_cert_chain(self.tls.cert, self.tls.key)
+        return context.wrap_socket(raw, server_hostname="127.0.0.1")
+
+    def load_args(self) -> dict:
+        """The TLS arguments of `_core.load_redis` for this server."""
+        if self.tls is None:
+            return {}
+        return {"tls_ca": self.tls.ca, "tls_cert": self.tls.cert, "tls_key": self.tls.key}
+
+    def python_client(self):
+        """A redis-py client (hiredis parser when installed) for this server."""
+        import redis as redis_py
+        if self.tls is None:
+            return redis_py.Redis(host="127.0.0.1", port=self.port)
+        return redis_py.Redis(host="127.0.0.1", port=self.port, ssl=True,
+                              ssl_ca_certs=self.tls.ca, ssl_certfile=self.tls.cert,
+                              ssl_keyfile=self.tls.key)
 
     def version(self) -> str:
         out = subprocess.run(["redis-server", "--version"], capture_output=True, text=True)
@@ -150,8 +217,52 @@ def python_view(get, put, keys: int, zipf_weights, read_ratio: float, value: byt
 
 
 def fmt(row: dict) -> str:
-    return (f"{row['throughput']:>10,.0f} ops/s   p50 {row['p50_us']:>8.1f} us   "
+    text = (f"{row['throughput']:>10,.0f} ops/s   p50 {row['p50_us']:>8.1f} us   "
             f"p99 {row['p99_us']:>8.1f} us")
+    if "server_cpu_us_per_op" in row:
+        text += (f"   CPU/op server {row['server_cpu_us_per_op']:5.1f} us, "
+                 f"generator {row['client_cpu_us_per_op']:5.1f} us")
+    return text
+
+
+MODES = {"on": "Anna CURVE vs Redis TLS (mutual)", "off": "both plaintext",
+         "mixed": "Anna CURVE vs Redis plaintext (unlike security)"}
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process `pid` (all its threads) so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def self_cpu_seconds() -> float:
+    """CPU time of this process: the load generator's thread and its ZeroMQ I/O threads."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def costed(server_pid: int, load, **kwargs) -> dict:
+    """Runs `load(**kwargs)` and adds the CPU time the server and the generator spent per
+    operation (whole run, prefill and warm-up included: a cost, not a rate) and the 1-minute
+    load average: on a shared machine throughput follows the CPU share a side gets, while CPU
+    per operation does not."""
+    server0, client0 = cpu_seconds(server_pid), self_cpu_seconds()
+    result = load(**kwargs)
+    server1, client1 = cpu_seconds(server_pid), self_cpu_seconds()
+    total_ops = result["ops"] * (1 + kwargs["warmup_s"] / kwargs["duration_s"]) + kwargs["keys"]
+    result["server_cpu_us_per_op"] = (server1 - server0) * 1e6 / max(total_ops, 1)
+    result["client_cpu_us_per_op"] = (client1 - client0) * 1e6 / max(total_ops, 1)
+    result["load1"] = os.getloadavg()[0]
+    return result
+
+
+def median_of(runs: list) -> dict:
+    keys = ("throughput", "p50_us", "p99_us", "server_cpu_us_per_op", "client_cpu_us_per_op")
+    out = {k: statistics.median(r[k] for r in runs) for k in keys if k in runs[0]}
+    out["errors"] = sum(r["errors"] for r in runs)
+    out["runs"] = [{k: r[k] for k in (*keys, "load1") if k in r} for r in runs]
+    return out
 
 
 def main(argv=None) -> int:
@@ -165,72 +276,138 @@ def main(argv=None) -> int:
     p.add_argument("--read-ratio", type=float, default=0.5)
     p.add_argument("--value-size", type=int, default=256)
     p.add_argument("--threads", type=int, default=2, help="Anna memory worker threads")
+    p.add_argument("--security", default="on,off",
+                   help="comma-separated modes: on (Anna CURVE vs Redis TLS), off (both "
+                        "plaintext), mixed (Anna CURVE vs Redis plaintext); default on,off")
     p.add_argument("--python-ops", type=int, default=5000)
+    p.add_argument("--floor-duration", type=float, default=2.0,
+                   help="seconds of the one-client native round-trip floor per run (0: skip)")
     p.add_argument("--skip-python", action="store_true")
+    p.add_argument("--out", default=os.path.join(RESULTS_DIR, "kvs.json"))
     args = p.parse_args(argv)
 
     workload = dict(clients=args.clients, duration_s=args.duration, warmup_s=args.warmup,
                     keys=args.keys, zipf=args.zipf, read_ratio=args.read_ratio,
                     value_size=args.value_size)
-    log(f"workload: {workload}, anna threads={args.threads}, runs={args.runs}")
-    results: dict = {"workload": workload, "anna_threads": args.threads, "machine_cores": os.cpu_count()}
+    # One client over the first 1,000 keys: its prefill is serial, and a latency floor does
+    # not need the whole key space.
+    floor_workload = dict(workload, clients=1, duration_s=args.floor_duration,
+                          warmup_s=min(args.warmup, 0.5), keys=min(args.keys, 1000))
+    modes = [m.strip() for m in args.security.split(",") if m.strip()]
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        p.error(f"--security: unknown mode(s) {unknown}; choose from {sorted(MODES)}")
+    log(f"workload: {workload}, anna threads={args.threads}, runs={args.runs}, modes={modes}")
+    results: dict = {"workload": workload, "anna_threads": args.threads,
+                     "machine_cores": os.cpu_count(), "modes": {}}
 
-    redis = RedisServer()
-    log(f"redis-server {redis.version()} on port {redis.port}")
+    servers: dict = {}
+    clusters: dict = {}
     try:
-        with anna_core.LocalCluster(memory_threads=args.threads, nodes=1) as cluster:
-            owners = key_addresses(cluster.routing_address, args.keys, auth=cluster.client_auth)
-            log(f"anna cluster up at {cluster.routing_address}; {len(set(owners))} workers own the keys")
-            # Authenticated, as every cluster is by default (benchmarks/auth_cost.py compares).
-            client_credentials = cluster.client_auth.load() if cluster.client_auth else None
-            anna_runs, redis_runs = [], []
-            for run in range(args.runs):
-                # Alternate sides so machine noise hits both alike.
-                redis_runs.append(_core.load_redis("127.0.0.1", redis.port, seed=run + 1, **workload))
-                log(f"run {run + 1}/{args.runs} redis: {fmt(redis_runs[-1])}")
-                anna_runs.append(_core.load_anna(owners, seed=run + 1, auth=client_credentials,
-                                                 **workload))
-                log(f"run {run + 1}/{args.runs} anna : {fmt(anna_runs[-1])}")
-            for name, runs in (("anna", anna_runs), ("redis", redis_runs)):
-                results[f"capacity_{name}"] = {
-                    k: statistics.median(r[k] for r in runs) for k in ("throughput", "p50_us", "p99_us")}
-                results[f"capacity_{name}"]["errors"] = sum(r["errors"] for r in runs)
-            ratio = results["capacity_anna"]["throughput"] / results["capacity_redis"]["throughput"]
-            results["capacity_ratio"] = ratio
+        for mode in modes:
+            servers[mode] = RedisServer(tls=(mode == "on"))
+            cluster = anna_core.LocalCluster(memory_threads=args.threads, nodes=1,
+                                             auth=(mode != "off"), warn_auth_off=False)
+            cluster.start()
+            clusters[mode] = cluster
+            log(f"{mode}: redis-server {servers[mode].version()} on port {servers[mode].port}"
+                f"{' (TLS)' if mode == 'on' else ''}; anna at {cluster.routing_address}")
+        owners = {m: key_addresses(c.routing_address, args.keys, auth=c.client_auth)
+                  for m, c in clusters.items()}
+        credentials = {m: (c.client_auth.load() if c.client_auth else None)
+                       for m, c in clusters.items()}
+        runs: dict = {m: {"anna": [], "redis": [], "anna_floor": [], "redis_floor": []}
+                      for m in modes}
 
+        def measured(result: dict) -> dict:
+            result["load1"] = os.getloadavg()[0]
+            return result
+
+        for run in range(args.runs):
+            for mode in modes:
+                # Redis then Anna, every mode in each round: noise hits both sides alike.
+                redis_pid, anna_pid = servers[mode].proc.pid, clusters[mode].node_pid("memory-0")
+                redis_load = dict(host="127.0.0.1", port=servers[mode].port, seed=run + 1,
+                                  **servers[mode].load_args())
+                anna_load = dict(seed=run + 1, auth=credentials[mode])
+                r = costed(redis_pid, _core.load_redis, **redis_load, **workload)
+                runs[mode]["redis"].append(r)
+                log(f"run {run + 1}/{args.runs} {mode:3s} redis: {fmt(r)}  load {r['load1']:.2f}")
+                r = costed(anna_pid, _core.load_anna, key_addresses=owners[mode], **anna_load,
+                           **workload)
+                runs[mode]["anna"].append(r)
+                log(f"run {run + 1}/{args.runs} {mode:3s} anna : {fmt(r)}  load {r['load1']:.2f}")
+                if args.floor_duration > 0:
+                    r = costed(redis_pid, _core.load_redis, **redis_load, **floor_workload)
+                    runs[mode]["redis_floor"].append(r)
+                    r = costed(anna_pid, _core.load_anna,
+                               key_addresses=owners[mode][:floor_workload["keys"]], **anna_load,
+                               **floor_workload)
+                    runs[mode]["anna_floor"].append(r)
+                    log(f"run {run + 1}/{args.runs} {mode:3s} 1-client floor p50: anna "
+                        f"{runs[mode]['anna_floor'][-1]['p50_us']:.1f} us, redis "
+                        f"{runs[mode]['redis_floor'][-1]['p50_us']:.1f} us")
+
+        for mode in modes:
+            out: dict = {"description": MODES[mode]}
+            for side, side_runs in runs[mode].items():
+                if side_runs:
+                    out[side] = median_of(side_runs)
+            out["capacity_ratio"] = out["anna"]["throughput"] / out["redis"]["throughput"]
+            out["capacity_ratios"] = [a["throughput"] / r["throughput"]
+                                      for a, r in zip(runs[mode]["anna"], runs[mode]["redis"])]
+            # Operations per server CPU-second, Anna's over Redis's (per-core efficiency).
+            out["cpu_efficiency_ratio"] = (out["redis"]["server_cpu_us_per_op"]
+                                           / out["anna"]["server_cpu_us_per_op"])
             if not args.skip_python:
-                import redis as redis_py
                 weights = [1.0 / (k + 1) ** args.zipf for k in range(args.keys)]
                 value = b"x" * args.value_size
-                kvs = cluster.client()
-                rc = redis_py.Redis(host="127.0.0.1", port=redis.port)
-                results["python_anna"] = python_view(kvs.get, kvs.put, args.keys, weights,
-                                                     args.read_ratio, value, args.python_ops, 7)
-                log(f"python anna_core.Client : {fmt(results['python_anna'])}")
-                results["python_redis"] = python_view(rc.get, rc.set, args.keys, weights,
-                                                      args.read_ratio, value, args.python_ops, 7)
-                log(f"python redis-py+hiredis: {fmt(results['python_redis'])}")
-                results["python_ratio_p50"] = results["python_redis"]["p50_us"] / results["python_anna"]["p50_us"]
+                kvs = clusters[mode].client()
+                rc = servers[mode].python_client()
+                pa, pr = [], []
+                for run in range(args.runs):
+                    pr.append(measured(python_view(rc.get, rc.set, args.keys, weights,
+                                                   args.read_ratio, value, args.python_ops, 7 + run)))
+                    pa.append(measured(python_view(kvs.get, kvs.put, args.keys, weights,
+                                                   args.read_ratio, value, args.python_ops, 7 + run)))
+                    log(f"run {run + 1}/{args.runs} {mode:3s} python p50: anna_core.Client "
+                        f"{pa[-1]['p50_us']:.1f} us, redis-py {pr[-1]['p50_us']:.1f} us")
                 kvs.close()
+                rc.close()
+                for name, side_runs in (("python_anna", pa), ("python_redis", pr)):
+                    for r in side_runs:
+                        r["errors"] = 0
+                    out[name] = median_of(side_runs)
+                out["python_ratio_p50"] = out["python_redis"]["p50_us"] / out["python_anna"]["p50_us"]
+            results["modes"][mode] = out
     finally:
-        redis.stop()
+        for cluster in clusters.values():
+            cluster.stop()
+        for server in servers.values():
+            server.stop()
 
     print()
-    print(f"server capacity, {args.clients} clients, Zipf {args.zipf}, {int(args.read_ratio * 100)}% reads, "
-          f"{args.value_size} B values (median of {args.runs}):")
-    print(f"  anna  ({args.threads} threads): {fmt(results['capacity_anna'])}")
-    print(f"  redis 7          : {fmt(results['capacity_redis'])}")
-    print(f"  anna / redis throughput: {results['capacity_ratio']:.2f}x")
-    if "python_anna" in results:
-        print("what a Python user sees (1 client, serial):")
-        print(f"  anna_core.Client : {fmt(results['python_anna'])}")
-        print(f"  redis-py+hiredis : {fmt(results['python_redis'])}")
-        print(f"  redis p50 / anna p50: {results['python_ratio_p50']:.2f}x")
-    os.makedirs(RESULTS_DIR, exist_ok=True)
-    out = os.path.join(RESULTS_DIR, "kvs.json")
-    with open(out, "w") as f:
+    print(f"{args.clients} clients, Zipf {args.zipf}, {int(args.read_ratio * 100)}% reads, "
+          f"{args.value_size} B values, Anna {args.threads} worker threads, median of {args.runs}:")
+    for mode, out in results["modes"].items():
+        print(f"security {mode} ({out['description']}):")
+        print(f"  server capacity  anna : {fmt(out['anna'])}")
+        print(f"                   redis: {fmt(out['redis'])}")
+        print(f"  anna / redis throughput: {out['capacity_ratio']:.2f}x "
+              f"(per run: {', '.join(f'{r:.2f}' for r in out['capacity_ratios'])})")
+        print(f"  anna / redis operations per server CPU-second: "
+              f"{out['cpu_efficiency_ratio']:.2f}x")
+        if "anna_floor" in out:
+            print(f"  1-client native round trip p50: anna {out['anna_floor']['p50_us']:.1f} us, "
+                  f"redis {out['redis_floor']['p50_us']:.1f} us")
+        if "python_anna" in out:
+            print(f"  python (1 client, serial) anna_core.Client: {fmt(out['python_anna'])}")
+            print(f"                            redis-py+hiredis: {fmt(out['python_redis'])}")
+            print(f"  redis p50 / anna p50: {out['python_ratio_p50']:.2f}x")
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
         json.dump(results, f, indent=2)
-    log(f"wrote {out}")
+    log(f"wrote {args.out}")
     return 0
 
 

@@ -11,12 +11,25 @@ Contract:
   main thread holds the interpreter in one long C call this thread cannot run; the worker's
   node vouches for its process meanwhile (`executor/node.py`, `scheduler/membership.py`).
 - `RunningCalls` is the node's pure record of what its workers run (no clocks: `now` is
-  passed in): `started(worker, call_id, deadline)` and `ended(worker, call_id)` from the
-  worker's own messages at a function's start and end, `heard(worker, now)` for every
+  passed in): `started(worker, call_id, deadline, run)` and `ended(worker, call_id, run)`
+  from the worker's own messages at a function's start and end (`run`: the worker's count
+  of functions started; a function whose limit is far away has its end reported instead
+  by the heartbeat thread's next status, `WorkerStatus.ended_run`, which ends that run
+  only, never a later function of the same call), `heard(worker, now)` for every
   message of the worker. `overran(now, slack)` returns, once each, the (worker, call id) of
   every function still running `slack` seconds past its deadline whose worker has not been
   heard from since the deadline: it holds the interpreter in C code, where its time-limit
   signal cannot stop it (a worker that is heard from runs Python, so the signal works).
+- `RunReports` is the worker's pure side of that record: `start(call_id, deadline)` returns
+  the `WorkerStatus` to tell the node a function starts, or None when the node already
+  holds this call's record with the same deadline (within `SAME_DEADLINE`: a chain's next
+  function on this worker, whose deadline is the call's); `end(call_id, deadline, now,
+  follows)` returns the end to tell at once when the deadline is within
+  `END_REPORT_MARGIN`, else None: the record stays while a function of the call that runs
+  here next `follows`, and otherwise the end goes with the heartbeat thread's next status
+  (`ended_run`). So a warm chain on one worker costs its node one message, not two per
+  function; the node may learn an end up to a heartbeat period late, which only matters for
+  a deadline that is near, and those are told at once.
 - `die_with_parent(parent_pid)` asks Linux to SIGKILL this process when the process that
   started it (its executor node) dies, and exits now if that already happened: the workers
   of a node that died cannot reach their node cache, and its replacement starts new ones.
@@ -47,15 +60,23 @@ class RunningCalls:
     """See the module contract."""
 
     def __init__(self) -> None:
-        self._running: Dict[str, Tuple[str, float]] = {}   # worker -> (call id, deadline)
+        self._running: Dict[str, Tuple[str, float, int]] = {}  # worker -> (call, deadline, run)
         self._heard: Dict[str, float] = {}
         self._reported: Dict[str, str] = {}                 # worker -> call id reported
 
-    def started(self, worker: str, call_id: str, deadline: float) -> None:
-        self._running[worker] = (call_id, deadline)
+    def started(self, worker: str, call_id: str, deadline: float, run: int = 0) -> None:
+        self._running[worker] = (call_id, deadline, run)
 
-    def ended(self, worker: str, call_id: str) -> None:
-        if self._running.get(worker, ("",))[0] == call_id:
+    def ended(self, worker: str, call_id: str, run: int = 0) -> None:
+        """The function of `call_id` (and of `run`, when given) ended on `worker`."""
+        current = self._running.get(worker)
+        if current is not None and current[0] == call_id and (not run or current[2] == run):
+            del self._running[worker]
+
+    def ended_run(self, worker: str, run: int) -> None:
+        """Run number `run` ended on `worker` (its heartbeat said so); a later run stays."""
+        current = self._running.get(worker)
+        if current is not None and current[2] == run:
             del self._running[worker]
 
     def heard(self, worker: str, now: float) -> None:
@@ -69,13 +90,53 @@ class RunningCalls:
 
     def overran(self, now: float, slack: float) -> List[Tuple[str, str]]:
         out = []
-        for worker, (call_id, deadline) in self._running.items():
+        for worker, (call_id, deadline, _) in self._running.items():
             if now < deadline + slack or self._heard.get(worker, 0.0) >= deadline:
                 continue
             if self._reported.get(worker) != call_id:
                 self._reported[worker] = call_id
                 out.append((worker, call_id))
         return out
+
+
+# A function's end reaches the node with the worker's next heartbeat (no message of its own)
+# when its deadline is further away than this; nearer, at once, so that a worker that then
+# holds the interpreter in C code (unpickling a large argument) is not taken for one past its
+# limit.
+END_REPORT_MARGIN = 10.0
+# a function of the same call whose deadline is this much later than the one the node holds
+# reuses that record (the node may act up to this much early, within its slack of 2 periods)
+SAME_DEADLINE = 0.05
+
+
+class RunReports:
+    """See the module contract (the worker's side; the heartbeat thread reads `ended_run`)."""
+
+    def __init__(self) -> None:
+        self.runs = 0                 # starts told to the node
+        self.ended_run = 0            # the last run whose end the heartbeat thread tells
+        self._told: Optional[Tuple[str, float, int]] = None   # the node's record: call, deadline, run
+
+    def start(self, call_id: str, deadline: float) -> Optional[pb.WorkerStatus]:
+        told = self._told
+        if told is not None and told[0] == call_id and 0.0 <= deadline - told[1] <= SAME_DEADLINE:
+            return None
+        self.runs += 1
+        self._told = (call_id, deadline, self.runs)
+        return pb.WorkerStatus(running=1, call_id=call_id, deadline=deadline, run=self.runs)
+
+    def end(self, call_id: str, deadline: float, now: float,
+            follows: bool) -> Optional[pb.WorkerStatus]:
+        told = self._told
+        if told is None or told[0] != call_id:
+            return None
+        if deadline - now <= END_REPORT_MARGIN:
+            self._told = None
+            return pb.WorkerStatus(running=0, call_id=call_id, run=told[2])
+        if not follows:
+            self._told = None
+            self.ended_run = told[2]
+        return None
 
 
 def die_with_parent(parent_pid: Optional[int]) -> None:
@@ -113,7 +174,8 @@ def heartbeat_loop(worker: "Worker") -> None:
                                      running=1 if worker._busy_since is not None else 0,
                                      cache_address=config.cache_address,
                                      control_address=worker.control_address,
-                                     restarts=process_start() - 1)
+                                     restarts=process_start() - 1,
+                                     ended_run=worker.run_reports.ended_run)
             for address in targets:
                 push.send(address, "heartbeat", status)
             if worker._control.poll(int(period * 1000)):

@@ -41,7 +41,8 @@ Contract:
   Workers also send their heartbeats to the node; a worker whose process runs but that has
   not heartbeaten for `unresponsive_timeout` is killed (SIGKILL) and restarted like any
   worker that exits. A worker also tells its node when a function starts (with the moment its
-  time limit passes) and ends; a function still running two heartbeat periods past its
+  time limit passes) and ends (a far deadline's end comes with the worker's next heartbeat,
+  `WorkerStatus.ended_run`; `executor/liveness.py`); a function still running two heartbeat periods past its
   limit, on a worker not heard from since the limit (stuck in C code, deaf to its time-limit
   signal), is reported to every scheduler at once (`WorkerStatus.overran`), which fails its
   call with `Timeout` then; the worker's guard kills it a grace period later
@@ -319,10 +320,13 @@ class ExecutorNode:
             self._calls.heard(status.worker_id, now)
             if status.call_id:             # a function's start or end, from the main thread
                 if status.running:
-                    self._calls.started(status.worker_id, status.call_id, status.deadline)
+                    self._calls.started(status.worker_id, status.call_id, status.deadline,
+                                        status.run)
                 else:
-                    self._calls.ended(status.worker_id, status.call_id)
+                    self._calls.ended(status.worker_id, status.call_id, status.run)
                 return
+            if status.ended_run:           # a function's end, told by the heartbeat thread
+                self._calls.ended_run(status.worker_id, status.ended_run)
             self._load[status.worker_id] = (min(1, status.running), status.queued)
 
     def _on_drain(self, payload: bytes) -> None:

@@ -27,7 +27,10 @@ Contract:
   socket hop), with that worker's schedule attached (from `Schedule.forward`); one above
   1 MiB goes to other workers by reference (`executor/big_intermediates.py`); the sink writes
   it under `output_key` (through the node cache) when asked, pushes it to the caller as a
-  `result`, then tells the scheduler `done` (batched within `DONE_BATCH_SECONDS`).
+  `result`, then tells the scheduler `done` with the time it ran (right away, unless more
+  messages wait to be handled: then up to `DONE_BATCH_CALLS` calls' `done`s go together;
+  or, idle, one call's for up to `DONE_HOLD_SECONDS`, dropped if a schedule's `finished`
+  says the scheduler knows it: `executor/done_reports.py`).
 - On an exception the caller gets EXECUTION_ERROR with the traceback, the call's other workers
   get `abort`, the scheduler gets `done`. An invocation still missing upstream results at its
   deadline makes the caller get TIMEOUT naming the function, worker and missing upstreams.
@@ -90,12 +93,13 @@ from .causal import CausalInvocation, Reusable
 from .causal_run import CausalRunning
 from .config import WorkerConfig
 from .dagstate import PendingCalls, Ready
+from .done_reports import DoneReports
 from .function_inputs import FunctionInputs
 from .guard import FunctionGuard, Interrupted
 from .retrying import exception_names, may_retry, retry_request
 from .held import HeldResults, Outcome
 from .library import UserLibrary
-from .liveness import die_with_parent, heartbeat_loop
+from .liveness import RunReports, die_with_parent, heartbeat_loop
 from .output import CallOutput, Capture, UpstreamLogs, join_logs, section
 from .privilege import drop_capabilities, hide_paths
 from .failures import ACTOR_FAILURES, CALL_FAILURES, failure
@@ -109,8 +113,11 @@ log = logging.getLogger("cloudburst.worker")
 # what another worker (a function key) may send a worker; schedules come from the cluster only
 FUNCTION_KINDS = frozenset({"trigger", "abort", "msg", "fetch"})
 # `done` frees the worker's slot at the scheduler, which may hold the next call for it
-# (scheduler/dispatch.py): sent as soon as the result is, not held back to batch
-DONE_BATCH_SECONDS = 0.0
+# (scheduler/dispatch.py): sent as soon as the result is, except that at most this many
+# calls' `done`s wait for the messages already queued to be handled, and one call's `done`
+# waits up to DONE_HOLD_SECONDS for its caller's next call (executor/done_reports.py)
+DONE_BATCH_CALLS = 4
+DONE_HOLD_SECONDS = 0.005
 
 
 class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
@@ -148,9 +155,10 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
         self._inbox: Deque[Tuple[str, bytes]] = collections.deque()
         self._busy_since: Optional[float] = None
         self._busy_total = 0.0
+        self.run_reports = RunReports()     # what the node is told of functions (liveness)
         self._stopping = threading.Event()
-        self._done: Dict[str, Tuple[List[str], List[str]]] = {}   # scheduler -> (ok, failed)
-        self._done_since = 0.0
+        self.dones = DoneReports(DONE_HOLD_SECONDS, DONE_BATCH_CALLS)   # `done`s owed
+        self._busy_mark = 0.0
         self.invocation: Optional[CausalInvocation] = None   # the causal function running now
         self._writer = ExecutorWriter(self.worker_id)
         self.output = Capture(config.output_limit)
@@ -202,29 +210,31 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
                 frame = None
             if frame is not None:
                 self._dispatch(frame)
-            if self._done and time.monotonic() - self._done_since >= DONE_BATCH_SECONDS:
+            if self.dones and self.dones.due(time.monotonic(), not (
+                    self._local or self._backlog or self._pull.poll(0))):
                 self._flush_done()
         self._flush_done()
         self._stopping.set()
         beat.join(2)
         self.close()
 
-    def _call_done(self, scheduler_address: str, call_id: str, ok: bool = True) -> None:
-        """Tell the scheduler a call finished (its load accounting depends on it), batched
-        within DONE_BATCH_SECONDS so the scheduler is not woken once per call while the caller
-        receives its result (a caller also reports the calls it got results for)."""
-        if not self._done:
-            self._done_since = time.monotonic()
-            self._pull.setsockopt(zmq.RCVTIMEO, max(1, int(DONE_BATCH_SECONDS * 1000)))
-        done, failed = self._done.setdefault(scheduler_address, ([], []))
-        (done if ok else failed).append(call_id)
+    def _call_done(self, scheduler_address: str, call_id: str, ok: bool = True,
+                   hold: bool = False) -> None:
+        """Tell the scheduler a call finished (its load accounting depends on it), when
+        `executor/done_reports.py` says: batched while messages wait, one held briefly for
+        the caller's own report."""
+        if not self.dones:       # the loop comes back to send them (at the hold's end)
+            self._pull.setsockopt(zmq.RCVTIMEO, max(1, round(DONE_HOLD_SECONDS * 1000)))
+        self.dones.add(scheduler_address, call_id, ok, self._busy_total - self._busy_mark,
+                       time.monotonic(), hold)
+        self._busy_mark = self._busy_total
 
     def _flush_done(self) -> None:
-        for address, (ids, failed) in self._done.items():
-            self._push.send(address, "done", pb.CallDone(call_ids=ids, failed_ids=failed))
-        if self._done:
-            self._done = {}
-            self._pull.setsockopt(zmq.RCVTIMEO, 100)
+        for address, ids, failed, busy in self.dones.take():
+            self._push.send(address, "done", pb.CallDone(
+                call_ids=ids, failed_ids=failed, worker_id=self.worker_id,
+                busy_seconds=busy))
+        self._pull.setsockopt(zmq.RCVTIMEO, 100)
 
     def close(self) -> None:
         self.actor_caller.close()
@@ -270,6 +280,10 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
             log.exception("error while handling a message")
 
     def _on_schedule(self, s: pb.Schedule) -> None:
+        if s.finished:                   # the scheduler knows: no `done` for them
+            self.dones.acknowledged(s.finished)
+            if not self.dones:
+                self._pull.setsockopt(zmq.RCVTIMEO, 100)
         now = time.monotonic()
         inputs = call_inputs(s.args)      # other calls' results given as arguments
         ready = self.pending.add_schedule(s.call_id, s.function, s, list(s.upstreams),
@@ -324,8 +338,10 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
         self.output.begin(s.call_id, s.function)
         # the node learns when this function's limit passes, so a function stuck in C code
         # (deaf to the guard's signal) fails its call at the limit (executor/liveness.py)
-        self._tell_node(pb.WorkerStatus(running=1, call_id=s.call_id,
-                                        deadline=time.monotonic() + seconds))
+        until = time.monotonic() + seconds
+        start = self.run_reports.start(s.call_id, until)   # None: the node knows (liveness)
+        if start is not None:
+            self._tell_node(start)
         try:
             # a handle passed to the function calls its actor through this worker
             with self.actor_caller.during(s.scheduler_address, time.monotonic() + seconds):
@@ -333,7 +349,11 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
                                       lambda: fn.call(self.lib, args, kwargs))
         finally:
             self._printed = self.output.end()
-            self._tell_node(pb.WorkerStatus(running=0, call_id=s.call_id))
+            # a downstream function of the call that runs here next starts at once
+            follows = any(s.locations.get(t) == self.address for t in s.targets)
+            end = self.run_reports.end(s.call_id, until, time.monotonic(), follows)
+            if end is not None:
+                self._tell_node(end)
 
     def _tell_node(self, status: pb.WorkerStatus) -> None:
         status.worker_id, status.node_id = self.worker_id, self.config.node_id
@@ -428,7 +448,9 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
                 self._push.send(s.response_address, "result",
                                 pb.CallResult(request_id=s.call_id, status=pb.OK, logs=logs,
                                               session=report, **fields))
-            self._call_done(s.scheduler_address, s.call_id)
+            # the whole call ran here: the caller's next call will come here (policy.py)
+            self._call_done(s.scheduler_address, s.call_id, hold=all(
+                a == self.address for a in s.locations.values()))
 
     def _result_fields(self, s: pb.Schedule, value: bytes, what: str) -> Dict[str, Any]:
         """The result's CallResult fields; ValueTooLarge above the KVS's limit (big_results)."""

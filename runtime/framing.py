@@ -17,6 +17,8 @@ Contract:
   `ANNA_KINDS`, because the C++ kernel reads them that way; a payload larger than
   `MAX_FRAME_BYTES` travels as several frames (`split`), which the receiver joins. `send_kind`
   writes one and `split_frames` checks one, raising `FrameError` (never anything else).
+  A client's `request` that fits one frame may omit its kind: a one-frame message to a KVS
+  worker is a request (`send_request` sends it so: one frame, hence one CURVE box, less).
   Answers to a response address are the payload's frames with no kind (`join` reads them).
 - `MAX_FRAME_BYTES` (16 MiB) is the largest frame any of the platform's sockets accepts
   (`runtime.sockets.bind_pull`): a peer, authenticated or not, cannot make a process buffer
@@ -32,8 +34,8 @@ from typing import Any, List, Sequence, Tuple
 import zmq
 
 __all__ = ["KIND_ORDER", "KINDS", "ANNA_KINDS", "FrameError", "encode", "parse", "send",
-           "send_kind", "split_frames", "more", "MAX_FRAME_BYTES", "PART_BYTES", "join", "split",
-           "unsplit", "recv_frame", "Joined"]
+           "send_kind", "send_request", "split_frames", "more", "MAX_FRAME_BYTES", "PART_BYTES",
+           "join", "split", "unsplit", "recv_frame", "Joined"]
 
 # The largest frame a socket accepts (ZMQ_MAXMSGSIZE is per frame, and ZeroMQ applies it from
 # the handshake on); the C++ kernel's kMaxFrameBytes is the same.
@@ -177,6 +179,19 @@ def send_kind(socket: zmq.Socket, kind: str, message: Any, *, block: bool = Fals
     try:
         socket.send_multipart([kind.encode("ascii"), *split(message.SerializeToString())],
                               flags=0 if block else zmq.NOBLOCK)
+        return True
+    except zmq.Again:
+        return False
+
+
+def send_request(socket: zmq.Socket, message: Any, *, block: bool = False) -> bool:
+    """Send an Anna `request` to a KVS worker: `[serialized message]` when it fits one frame
+    (the kind is implied), else `[b"request"][parts...]`; False if it would block."""
+    payload = message.SerializeToString()
+    if len(payload) >= PART_BYTES:
+        return send_kind(socket, "request", message, block=block)
+    try:
+        socket.send(payload, flags=0 if block else zmq.NOBLOCK)
         return True
     except zmq.Again:
         return False

@@ -54,7 +54,7 @@ import zmq
 
 from .auth import (Credentials, format_address, make_client, make_server, parse_address,
                    strip_key)
-from .framing import MAX_FRAME_BYTES, encode, send, send_kind, split
+from .framing import MAX_FRAME_BYTES, encode, send, send_kind, send_request, split
 from .limits import descriptor_budget
 
 __all__ = ["bind_pull", "check_address", "endpoint_of", "ipc_dir_of", "PushCache",
@@ -382,6 +382,12 @@ class PushCache:
         """Send an Anna `[kind][payload]` to `address` without blocking; False if dropped."""
         s = self._socket_or_none(address, kind)
         return s is not None and send_kind(s, kind, message)
+
+    def send_request(self, address: str, message: Any) -> bool:
+        """Send an Anna client `request` to a KVS worker (`framing.send_request`: one frame
+        when it fits) without blocking; False if dropped."""
+        s = self._socket_or_none(address, "request")
+        return s is not None and send_request(s, message)
 
     def send_frame(self, address: str, payload: bytes) -> bool:
         """Send an answer to `address` without blocking (one frame, or several for a payload

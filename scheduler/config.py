@@ -28,7 +28,10 @@ class SchedulerConfig:
         the next waiting call. 2 (default) keeps the next call at the worker, so a worker
         that finishes a call starts the next at once instead of after a `done` round trip
         (benchmarks/README.md measures very short calls); 1 leaves
-        every waiting call at the scheduler, where any worker can take it.
+        every waiting call at the scheduler, where any worker can take it. A worker whose
+        calls are so short that this many would leave it idle for a `done` round trip may
+        hold more, up to `max_worker_slots`, as many as run in `queued_work` seconds
+        (`scheduler/window.py`).
     queue_calls: a call that finds no free worker waits in this scheduler's queue and is
         placed when a worker is free, on any node, a node added meanwhile too
         (`scheduler/dispatch.py`). False: the previous behaviour, kept for comparisons: every
@@ -74,6 +77,8 @@ class SchedulerConfig:
     busy_outstanding: int = 1
     busy_utilization: float = 0.9
     worker_slots: int = 2
+    max_worker_slots: int = 16
+    queued_work: float = 0.005
     queue_calls: bool = True
     max_queued_calls: int = 10000
     seed: Optional[int] = None
@@ -92,6 +97,10 @@ class SchedulerConfig:
     key_dir: Optional[str] = None       # authenticate with the cluster's keys here (None: plain)
 
     def __post_init__(self) -> None:
+        if self.max_worker_slots < self.worker_slots or self.queued_work < 0:
+            raise ValueError(f"SchedulerConfig: max_worker_slots must be >= worker_slots and "
+                             f"queued_work >= 0, not {self.max_worker_slots!r} and "
+                             f"{self.queued_work!r}")
         if self.worker_slots < 1 or self.max_queued_calls < 0:
             raise ValueError(f"SchedulerConfig: worker_slots must be >= 1 and "
                              f"max_queued_calls >= 0, not {self.worker_slots!r} and "

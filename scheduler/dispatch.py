@@ -6,7 +6,9 @@ takes `now`, seconds from any monotonic clock, and the workers calls may be plac
 when there are no others). It decides *when* a call is
 placed; *where* stays `scheduler.policy`'s choice, made at that moment.
 - A worker is *free* when fewer than `slots` calls this scheduler placed on it are
-  unfinished (`WorkerView.outstanding`; a call counts until its `done`). The scheduler
+  unfinished (`WorkerView.outstanding`; a call counts until its `done`), or fewer than
+  `window(worker_id)` when the queue was given one (`CallQueue(..., window=)`,
+  `scheduler/window.py`: more for a worker whose calls are shorter than a `done` round trip). The scheduler
   passes `SchedulerConfig.worker_slots` (2: the call a worker runs and the next one, which
   it then starts without waiting for a round trip to the scheduler; 1: no call ever waits
   at a worker). Reported utilization does not count here: it lags by a heartbeat period,
@@ -51,7 +53,7 @@ from __future__ import annotations
 import heapq
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 from .policy import WorkerView
 
@@ -103,16 +105,20 @@ class Expire:
 Action = Union[Place, Queued, Refuse, Expire]
 
 
-def free_workers(workers: Sequence[WorkerView], slots: int) -> List[WorkerView]:
-    """The workers with fewer than `slots` unfinished calls of this scheduler."""
-    return [w for w in workers if w.outstanding < slots]
+def free_workers(workers: Sequence[WorkerView], slots: int,
+                 window: Optional[Callable[[str], int]] = None) -> List[WorkerView]:
+    """The workers with fewer than `slots` unfinished calls of this scheduler (or than
+    `window(worker_id)`, when given: `scheduler/window.py`)."""
+    if window is None:
+        return [w for w in workers if w.outstanding < slots]
+    return [w for w in workers if w.outstanding < window(w.worker_id)]
 
 
 class CallQueue:
     """The calls waiting at one scheduler for a free worker; see the module contract."""
 
     def __init__(self, capacity: int, slots: int, scheduler: str = "",
-                 enabled: bool = True) -> None:
+                 enabled: bool = True, window: Optional[Callable[[str], int]] = None) -> None:
         if capacity < 0:
             raise ValueError(f"CallQueue capacity must be >= 0, not {capacity!r}")
         if slots < 1:
@@ -121,6 +127,7 @@ class CallQueue:
         self.slots = slots
         self.scheduler = scheduler
         self.enabled = enabled
+        self.window = window
         self._waiting: "OrderedDict[str, Waiting]" = OrderedDict()
         self._deadlines: List[Tuple[float, str]] = []   # a heap; stale entries skipped
 
@@ -135,7 +142,7 @@ class CallQueue:
         if waiting.call_id in self._waiting:
             return Queued(waiting, self._position(waiting.call_id))
         if not self.enabled or not workers or \
-                (not self._waiting and free_workers(workers, self.slots)):
+                (not self._waiting and free_workers(workers, self.slots, self.window)):
             return Place(waiting)
         if len(self._waiting) >= self.capacity:
             return Refuse(waiting, (
@@ -158,7 +165,7 @@ class CallQueue:
                 break
             heapq.heappop(self._deadlines)
             del self._waiting[call_id]
-            busy = len(workers) - len(free_workers(workers, self.slots))
+            busy = len(workers) - len(free_workers(workers, self.slots, self.window))
             why = (f"all {len(workers)} executor worker(s) it may use were busy with calls "
                    f"placed before it" if workers and busy == len(workers) else
                    "no executor worker it may use was live" if not workers else
@@ -167,7 +174,7 @@ class CallQueue:
                 f"a free executor worker: {w.name} waited {now - w.since:.1f} s in the queue "
                 f"of scheduler {self.scheduler} and reached its timeout of "
                 f"{w.deadline - w.since:g} s ({why})"))
-        if self._waiting and free_workers(workers, self.slots):
+        if self._waiting and free_workers(workers, self.slots, self.window):
             _, w = self._waiting.popitem(last=False)
             return Place(w)
         return None

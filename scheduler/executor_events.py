@@ -106,6 +106,7 @@ class ExecutorEvents:
         for wid in expired.dead_workers:
             log.warning("worker %s %s; dropped from scheduling", wid, expired.reasons[wid])
             self._actors.worker_lost(wid, expired.reasons[wid])
+            self._windows.forget(wid)
         for record in expired.overdue_calls:
             self.stats.finished(caller_of_attempt(record.call_id), False, now)
         self.stats.expire(now, STATS_HORIZON)

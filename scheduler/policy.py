@@ -8,7 +8,11 @@ in order:
    utilization >= `busy_utilization`) are skipped unless every worker is busy;
 2. data locality: keep the workers whose node's cache reports the most of the function's
    referenced keys;
-3. load: keep the least loaded (outstanding calls, then reported utilization);
+3. load: keep the least loaded (outstanding calls); among those, the worker that ran this
+   function last for this scheduler (`warm`: function -> worker id), if it is one of them:
+   a client calling one function or DAG again and again gets the same warm worker process,
+   rather than alternating between idle ones on reported utilization (which made a warm
+   call's latency depend on the run); then the least reported utilization;
 4. hop saving: prefer a worker already chosen for one of the function's `neighbours`
    (its direct upstreams/downstreams in the DAG): the result then needs no network hop;
 5. tie-break: `rng.choice` over the rest, sorted by worker id so a seeded rng is reproducible.
@@ -89,7 +93,8 @@ def choose_executors(functions: Sequence[str], references: Mapping[str, Collecti
                      rng: random.Random, *, busy_outstanding: int = 1,
                      busy_utilization: float = 0.9,
                      concurrent_with: Optional[Mapping[str, Collection[str]]] = None,
-                     neighbours: Optional[Mapping[str, Collection[str]]] = None) -> Dict[str, str]:
+                     neighbours: Optional[Mapping[str, Collection[str]]] = None,
+                     warm: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     """Pick a worker for every function of one call; see the module contract."""
     if not workers:
         raise NoResources(f"no live executor worker to run {list(functions)}")
@@ -112,8 +117,13 @@ def choose_executors(functions: Sequence[str], references: Mapping[str, Collecti
                 return sum(1 for k in refs if k in cached)
             best = max(score(w) for w in pool)
             pool = [w for w in pool if score(w) == best]
-        least = min((load[w.worker_id], w.utilization) for w in pool)
-        pool = [w for w in pool if (load[w.worker_id], w.utilization) == least]
+        fewest = min(load[w.worker_id] for w in pool)
+        pool = [w for w in pool if load[w.worker_id] == fewest]
+        last = warm.get(fn) if warm else None
+        if last is not None and len(pool) > 1:
+            pool = [w for w in pool if w.worker_id == last] or pool
+        least = min(w.utilization for w in pool)
+        pool = [w for w in pool if w.utilization == least]
         if neighbours:
             near = {placement[n] for n in neighbours.get(fn, ()) if n in placement}
             pool = [w for w in pool if w.worker_id in near] or pool

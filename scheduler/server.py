@@ -86,6 +86,7 @@ from .config import SchedulerConfig
 from .gc import GcCoordinator
 from .dag import Dag, foreign_arguments
 from .dispatch import CallQueue, Waiting
+from .window import Windows
 from .executor_events import ExecutorEvents
 from .membership import CallRecord, ExecutorTable
 from .causal import caller_of
@@ -108,6 +109,7 @@ log = logging.getLogger("cloudburst.scheduler")
 
 
 METRICS_PERIOD = 1.0      # seconds between refreshes of the /metrics text
+MAX_WARM = 10000          # functions whose last worker is remembered (bounded)
 STALL_CREDIT = 0.1        # a handler longer than this is forgiven to every worker's liveness
 
 class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents):
@@ -141,14 +143,19 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents):
         self.table = ExecutorTable(config.heartbeat_timeout, config.unresponsive_timeout)
         self._rng = random.Random(config.seed)
         # calls that wait for a free worker, placed when one is (scheduler/dispatch.py)
+        # how many calls each worker may hold: more when its calls are short (window.py)
+        self._windows = Windows(config.worker_slots, config.max_worker_slots,
+                                config.queued_work)
         self._queue = CallQueue(config.max_queued_calls, config.worker_slots, self.address,
-                                enabled=config.queue_calls)
+                                enabled=config.queue_calls, window=self._windows.slots)
         self._dags: Dict[str, Any] = {}   # name -> (version, Dag, concurrent_with, neighbours)
         self._stopping = False
         # a scheduler (re)started after its workers holds the calls it gets before it has
         # heard any worker, for up to one heartbeat timeout, instead of NO_RESOURCES
         self._warming: Optional[float] = time.monotonic() + config.heartbeat_timeout
         self._deferred: List[bytes] = []
+        self._new_call_only = False     # the message just handled was a call freeing nothing
+        self._warm: Dict[str, str] = {}     # function -> the worker it last ran on (policy)
         self._handlers = {
             "register_fn": self._register_fn, "register_dag": self._register_dag,
             "delete_dag": self._delete_dag, "delete_fn": self._delete_fn,
@@ -219,8 +226,12 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents):
                 frame = None
             if frame is not None:
                 start = time.monotonic()
+                self._new_call_only = False
                 self._dispatch(frame)
-                if self._queue:          # a call done, a worker joined, a drain lifted...
+                # a call done, a worker joined, a drain lifted... (a new call that reports
+                # no finished call frees nothing: with many waiting, not pumping after each
+                # one is most of the scheduler's time at saturation)
+                if self._queue and not self._new_call_only:
                     self._pump(time.monotonic())
                 took = time.monotonic() - start
                 if took > STALL_CREDIT:    # heartbeats queued meanwhile were not read yet
@@ -329,6 +340,7 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents):
             return self._fail(call, pb.BAD_REQUEST, f"call refused: {refused}")
         for call_id in call.finished:
             self._finish_one(self.lifecycle.finished(call_id))
+        self._new_call_only = not call.finished
         if call.value_keys:          # its arguments by reference: deleted when it is over
             self.lifecycle.values_of(call.request_id, call.value_keys, time.monotonic(),
                                      call.timeout or self.config.call_timeout)
@@ -397,15 +409,19 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents):
             return self._unknown_result(call, ref)
         if call.consistency == pb.CAUSAL:
             return self._causal_call(call, dag, versions, concurrent, neighbours, timeout)
-        placement = self._place(call, dag, choose_executors, concurrent, neighbours)
+        placement = self._place(call, dag, choose_executors, concurrent, neighbours, self._warm)
         if placement is None:
             self.stats.finished(caller_of_attempt(call.request_id), False, time.monotonic())
             self.lifecycle.finished(call.request_id)
             return
+        if len(self._warm) > MAX_WARM:
+            self._warm.clear()
+        self._warm.update(placement)      # this function's warm worker (scheduler/policy.py)
         addresses = {wid: self.table.address(wid) for wid in set(placement.values())}
         for address, schedule in build_schedules(call, dag, placement, addresses, versions,
                                                  self.address, timeout):
             self.lifecycle.mark(schedule, call.request_id)
+            schedule.finished.extend(call.finished)   # their workers need send no `done`
             self._push.send(address, "schedule", schedule)
         # a retry moves the result: the consumers given the old holder are told the new one
         caller = caller_of_attempt(call.request_id)
@@ -459,10 +475,15 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents):
         done = pb.CallDone.FromString(payload)
         now = time.monotonic()
         if done.HasField("retry"):     # a function raised an exception its call may retry
+            # that attempt is over (its worker aborted the rest): its workers are free again,
+            # not held until its deadline, whether it runs again or fails
+            self._finish_one(done.retry.request_id)
             return self.lifecycle.exception(done, now)
         finished = [(cid, True) for cid in ([done.call_id] if done.call_id else [])]
         finished += [(cid, True) for cid in done.call_ids]
         finished += [(cid, False) for cid in done.failed_ids]
+        if done.worker_id:
+            self._windows.observe(done.worker_id, len(finished), done.busy_seconds)
         for call_id, ok in finished:          # every report counts, whichever field it used
             self.stats.finished(caller_of_attempt(call_id), ok, now)
             self.lifecycle.finished(call_id)
@@ -519,7 +540,8 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents):
 
     # ---- placement; causal calls (scheduler/causal_calls.py carries them out) ----
     def _place(self, call: pb.Call, dag: Dag, place: Any, concurrent: Any,
-               neighbours: Any) -> Optional[Dict[str, str]]:
+               neighbours: Any, warm: Optional[Dict[str, str]] = None
+               ) -> Optional[Dict[str, str]]:
         """function -> worker id by the policy `place`; None (and the caller told
         NO_RESOURCES) when no worker can take the call."""
         colocate = self.config.colocate_chains
@@ -529,7 +551,8 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents):
                          busy_outstanding=self.config.busy_outstanding,
                          busy_utilization=self.config.busy_utilization,
                          concurrent_with=concurrent if colocate else None,
-                         neighbours=neighbours if colocate else None)
+                         neighbours=neighbours if colocate else None,
+                         **({"warm": warm} if warm is not None else {}))
         except NoResources as e:
             self._fail(call, pb.NO_RESOURCES, f"{dag.name}: {e}")
             return None

@@ -145,6 +145,25 @@ def test_malformed_frames_do_not_crash_a_worker(cluster, kvs, raw):
     assert kvs.get(key) == b"ok"
 
 
+def test_a_one_frame_request_is_a_request(cluster, kvs, raw):
+    """A client request may omit its kind frame ([payload] alone): the worker answers it as a
+    request. (anna_core.Client sends its requests so: one CURVE box less per request.)"""
+    raw = raw.as_cluster(cluster.key_dir)
+    key = fresh("oneframe")
+    address = kvs.addresses(key)[0]
+    assert raw.put(address, key, _core.LWWLattice(1, b"v")).error == anna_pb2.NO_ERROR
+    request = anna_pb2.KeyRequest(type=anna_pb2.GET, response_address=raw.address,
+                                  request_id="one-frame",
+                                  tuples=[anna_pb2.KeyTuple(key=key)])
+    raw.send(address, [request.SerializeToString()])
+    assert raw.pull.poll(5000), "a one-frame request got no answer"
+    response = anna_pb2.KeyResponse.FromString(raw.pull.recv())
+    assert response.request_id == "one-frame"
+    assert response.tuples[0].error == anna_pb2.NO_ERROR
+    assert _core.deserialize(response.tuples[0].lattice_type,
+                             response.tuples[0].payload).reveal() == b"v"
+
+
 def test_wrong_owner_answer_and_client_refresh(cluster, kvs, raw):
     raw = raw.as_cluster(cluster.key_dir)
     workers = cluster.worker_addresses("memory-0")

@@ -107,6 +107,15 @@ def test_exception_retries_spend_the_same_budget(client):
     assert "Remote traceback" in str(info.value)
 
 
+def test_an_attempt_that_raised_frees_its_worker_at_once(client):
+    # each attempt ended by an exception the call retries is over: its worker is free for
+    # the next call at once, not counted busy until the attempt's deadline (30 s here)
+    with pytest.raises(cloudburst.ExecutionError, match="never works"):
+        client.call("always-raise", max_retries=2, retry_exceptions=True).get(timeout=30)
+    poll_until(lambda: sum(w.outstanding for w in client.status().workers) == 0, 5,
+               "every worker's count of unfinished calls going back to 0")
+
+
 def test_bad_retry_options_are_refused_before_anything_is_sent(client):
     with pytest.raises(ValueError, match="max_retries"):
         client.call("tail", 1, max_retries=-1)

@@ -108,3 +108,51 @@ def test_a_worker_heard_after_the_limit_or_a_function_that_ended_is_not_reported
     assert calls.overran(13.0, slack=0.4) == [("w3", "c3")]
     calls.started("w3", "c4", deadline=14.0)                # the next call on it
     assert calls.overran(14.5, slack=0.4) == [("w3", "c4")]
+
+
+def test_an_end_told_by_the_heartbeat_ends_that_run_only_never_a_later_function_of_the_call():
+    # a chain's two functions share the call id: the first one's end, reported late by the
+    # heartbeat thread (ended_run), must not erase the start of the second
+    from executor.liveness import RunningCalls
+    calls = RunningCalls()
+    calls.started("w1", "c1", deadline=12.0, run=7)       # `increment`
+    calls.started("w1", "c1", deadline=12.0, run=8)       # `square`, same call, runs now
+    calls.ended_run("w1", 7)                              # increment's end, told late
+    assert calls.overran(13.0, slack=0.4) == [("w1", "c1")]
+    calls.started("w2", "c2", deadline=12.0, run=3)
+    calls.ended_run("w2", 3)                              # its own end: forgotten
+    calls.ended("w2", "c2", run=2)                        # a stale end: nothing changes
+    calls.started("w3", "c3", deadline=12.0, run=5)
+    calls.ended("w3", "c3", run=4)                        # an earlier run of the call
+    assert calls.overran(14.0, slack=0.4) == [("w3", "c3")]
+
+
+def test_a_warm_chain_on_one_worker_tells_its_node_one_start_and_no_end_message():
+    from executor.liveness import END_REPORT_MARGIN, RunReports
+    r = RunReports()
+    far = 100.0 + END_REPORT_MARGIN + 20
+    first = r.start("c1", far)
+    assert first is not None and first.running == 1 and first.run == 1
+    assert r.end("c1", far, 100.0, follows=True) is None        # `square` runs here next
+    assert r.start("c1", far + 0.001) is None                    # the node's record covers it
+    assert r.end("c1", far + 0.001, 100.1, follows=False) is None
+    assert r.ended_run == 1                                      # told with the next heartbeat
+    # the next call: a start of its own
+    nxt = r.start("c2", far)
+    assert nxt is not None and nxt.run == 2 and nxt.call_id == "c2"
+
+
+def test_a_near_deadline_or_a_later_deadline_is_told_at_once():
+    from executor.liveness import RunReports, SAME_DEADLINE
+    r = RunReports()
+    assert r.start("c1", 105.0) is not None
+    end = r.end("c1", 105.0, 100.0, follows=True)                # 5 s left: at once
+    assert end is not None and end.running == 0 and end.run == 1 and r.ended_run == 0
+    assert r.start("c2", 500.0) is not None
+    assert r.end("c2", 500.0, 100.0, follows=True) is None
+    later = r.start("c2", 500.0 + 2 * SAME_DEADLINE)              # its own, later deadline
+    assert later is not None and later.deadline == 500.0 + 2 * SAME_DEADLINE
+    earlier = r.start("c3", 400.0)
+    assert earlier is not None
+    assert r.end("c3", 400.0, 100.0, follows=True) is None
+    assert r.start("c3", 399.0) is not None                       # an earlier one: told too

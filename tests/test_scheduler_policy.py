@@ -130,3 +130,17 @@ def test_concurrent_functions_never_share_an_idle_worker_when_others_are_free(n_
                            concurrent_with=conc, neighbours=near)
     branches = [got[f] for f in "abc"]
     assert len(set(branches)) == min(3, n_workers)
+
+
+def test_a_function_goes_back_to_its_warm_worker_among_equally_loaded_ones():
+    # the warm worker ran last, so it reports the higher utilization: without `warm` a serial
+    # caller's calls alternate between the idle workers
+    workers = [W("a", util=0.3), W("b", util=0.0)]
+    rng = random.Random(0)
+    assert choose_executors(["f"], {}, workers, {}, rng) == {"f": "b"}
+    assert choose_executors(["f"], {}, workers, {}, rng, warm={"f": "a"}) == {"f": "a"}
+    # load still comes first: a warm worker holding a call is not preferred to an idle one
+    busy = [W("a", out=1), W("b")]
+    assert choose_executors(["f"], {}, busy, {}, rng, warm={"f": "a"}) == {"f": "b"}
+    # a warm worker that is gone changes nothing
+    assert choose_executors(["f"], {}, workers, {}, rng, warm={"f": "gone"}) == {"f": "b"}

@@ -14,6 +14,11 @@
 // keys, its response address carries its key, and it pushes to keyed worker addresses
 // ("#k=<hex>") as a CURVE client. An address whose authentication does not match (a keyed
 // one without credentials, a keyless one with them) is an error before any load is sent.
+// TLS (Redis only, optional): given a CA file, every Redis connection is TLS (OpenSSL, 1.2 or
+// later) verifying the server's certificate against that CA and the host as an IP address;
+// with a certificate and key file too, the client presents them (mutual TLS, as a Redis
+// started with --tls-auth-clients yes requires). The handshake has the connection's 5 s
+// deadline; a failed one is an error naming the reason, before any load is sent.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -22,6 +27,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 #include <zmq.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#include <poll.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -227,7 +236,7 @@ class AnnaLoad {
     void* sock = push_for(key_addresses_[key_index]);
     if (client >= 0 && static_cast<std::size_t>(client) < sent_at_.size())
       sent_at_[client] = Clock::now();
-    zmq_send(sock, "request", 7, ZMQ_SNDMORE);
+    // One frame, the kind "request" implied (node.hpp): as anna_core.Client sends requests.
     zmq_send(sock, payload.data(), payload.size(), 0);
   }
 
@@ -341,24 +350,92 @@ class AnnaLoad {
 
 // ---------------------------------------------------------------- Redis (RESP)
 
+// Where Redis connections get their TLS settings (none: plaintext).
+struct RedisTls {
+  std::string ca_file, cert_file, key_file;
+  bool enabled() const { return !ca_file.empty(); }
+};
+
+std::string openssl_error() {
+  unsigned long code = ERR_get_error();
+  if (code == 0) return "unknown OpenSSL error";
+  char buf[256];
+  ERR_error_string_n(code, buf, sizeof buf);
+  ERR_clear_error();
+  return buf;
+}
+
+// One SSL_CTX shared by a generator's connections (owned; freed with it).
+class TlsContext {
+ public:
+  explicit TlsContext(const RedisTls& tls) {
+    if (!tls.enabled()) return;
+    ctx_ = SSL_CTX_new(TLS_client_method());
+    if (ctx_ == nullptr) throw std::runtime_error("load_redis: SSL_CTX_new: " + openssl_error());
+    SSL_CTX_set_min_proto_version(ctx_, TLS1_2_VERSION);
+    SSL_CTX_set_verify(ctx_, SSL_VERIFY_PEER, nullptr);
+    if (SSL_CTX_load_verify_locations(ctx_, tls.ca_file.c_str(), nullptr) != 1)
+      fail("cannot load CA file " + tls.ca_file);
+    if (!tls.cert_file.empty()) {
+      if (SSL_CTX_use_certificate_chain_file(ctx_, tls.cert_file.c_str()) != 1)
+        fail("cannot load certificate " + tls.cert_file);
+      if (SSL_CTX_use_PrivateKey_file(ctx_, tls.key_file.c_str(), SSL_FILETYPE_PEM) != 1)
+        fail("cannot load key " + tls.key_file);
+    }
+  }
+  ~TlsContext() {
+    if (ctx_ != nullptr) SSL_CTX_free(ctx_);
+  }
+  TlsContext(const TlsContext&) = delete;
+  TlsContext& operator=(const TlsContext&) = delete;
+  SSL_CTX* get() const { return ctx_; }
+
+ private:
+  [[noreturn]] void fail(const std::string& what) {
+    std::string why = openssl_error();
+    SSL_CTX_free(ctx_);
+    ctx_ = nullptr;
+    throw std::runtime_error("load_redis: " + what + ": " + why);
+  }
+  SSL_CTX* ctx_ = nullptr;
+};
+
 class RedisConnection {
  public:
-  RedisConnection(const std::string& host, int port) {
+  RedisConnection(const std::string& host, int port, SSL_CTX* tls) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     if (fd_ < 0) throw std::runtime_error("load_redis: socket() failed");
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(static_cast<uint16_t>(port));
-    if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1)
+    if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
+      ::close(fd_);
       throw std::runtime_error("load_redis: bad IPv4 address " + host);
+    }
     timeval tv{5, 0};
     setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);  // the TLS handshake's deadline
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      ::close(fd_);
       throw std::runtime_error("load_redis: cannot connect to " + host + ":" + std::to_string(port));
+    }
     int one = 1;
     setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (tls != nullptr) {
+      ssl_ = SSL_new(tls);
+      if (ssl_ == nullptr) close_and_throw("SSL_new: " + openssl_error());
+      SSL_set_fd(ssl_, fd_);
+      // Verify that the certificate names this IP address.
+      X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl_), host.c_str());
+      if (SSL_connect(ssl_) != 1)
+        close_and_throw("TLS handshake with " + host + ":" + std::to_string(port) + " failed: " +
+                        openssl_error());
+      // Nonblocking from here: a read after epoll readiness may find only part of a record.
+      fcntl(fd_, F_SETFL, fcntl(fd_, F_GETFL) | O_NONBLOCK);
+    }
   }
   ~RedisConnection() {
+    if (ssl_ != nullptr) SSL_free(ssl_);
     if (fd_ >= 0) ::close(fd_);
   }
   RedisConnection(const RedisConnection&) = delete;
@@ -366,8 +443,20 @@ class RedisConnection {
 
   int fd() const { return fd_; }
 
-  // Blocking write with SO_SNDTIMEO as its deadline.
+  // Blocking write with SO_SNDTIMEO (TLS: a 5 s poll deadline) as its deadline.
   void send(const std::string& command) {
+    if (ssl_ != nullptr) {
+      auto deadline = Clock::now() + std::chrono::seconds(5);
+      while (true) {
+        int n = SSL_write(ssl_, command.data(), static_cast<int>(command.size()));
+        if (n > 0) return;  // without partial writes, SSL_write writes all or nothing
+        int err = SSL_get_error(ssl_, n);
+        if ((err != SSL_ERROR_WANT_WRITE && err != SSL_ERROR_WANT_READ) || Clock::now() > deadline)
+          throw std::runtime_error("load_redis: TLS write failed or timed out: " + openssl_error());
+        pollfd p{fd_, static_cast<short>(err == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN), 0};
+        ::poll(&p, 1, 100);
+      }
+    }
     std::size_t off = 0;
     while (off < command.size()) {
       ssize_t n = ::write(fd_, command.data() + off, command.size() - off);
@@ -380,6 +469,21 @@ class RedisConnection {
   // the client is closed-loop) and sets *is_error for a RESP error reply.
   int read_reply(bool* is_error) {
     char chunk[65536];
+    if (ssl_ != nullptr) {
+      // Everything decrypted so far: OpenSSL may hold more of a record than one call returns.
+      do {
+        int n = SSL_read(ssl_, chunk, sizeof chunk);
+        if (n <= 0) {
+          int err = SSL_get_error(ssl_, n);
+          if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) break;
+          if (err == SSL_ERROR_ZERO_RETURN)
+            throw std::runtime_error("load_redis: server closed the TLS connection");
+          throw std::runtime_error("load_redis: TLS read failed: " + openssl_error());
+        }
+        buffer_.append(chunk, static_cast<std::size_t>(n));
+      } while (SSL_pending(ssl_) > 0);
+      return parse(is_error);
+    }
     ssize_t n = ::read(fd_, chunk, sizeof chunk);
     if (n == 0) throw std::runtime_error("load_redis: server closed the connection");
     if (n < 0) return 0;
@@ -388,6 +492,14 @@ class RedisConnection {
   }
 
  private:
+  [[noreturn]] void close_and_throw(const std::string& what) {
+    if (ssl_ != nullptr) SSL_free(ssl_);
+    ssl_ = nullptr;
+    ::close(fd_);
+    fd_ = -1;
+    throw std::runtime_error("load_redis: " + what);
+  }
+
   int parse(bool* is_error) {
     auto line_end = buffer_.find("\r\n");
     if (line_end == std::string::npos) return 0;
@@ -411,15 +523,16 @@ class RedisConnection {
   }
 
   int fd_ = -1;
+  SSL* ssl_ = nullptr;
   std::string buffer_;
 };
 
 class RedisLoad {
  public:
-  RedisLoad(const Workload& w, const std::string& host, int port)
-      : w_(w), zipf_(w.keys, w.zipf, w.seed), recorder_(w), value_(w.value_size, 'x') {
+  RedisLoad(const Workload& w, const std::string& host, int port, const RedisTls& tls)
+      : w_(w), zipf_(w.keys, w.zipf, w.seed), recorder_(w), value_(w.value_size, 'x'), tls_(tls) {
     for (int c = 0; c < w.clients; ++c)
-      connections_.emplace_back(std::make_unique<RedisConnection>(host, port));
+      connections_.emplace_back(std::make_unique<RedisConnection>(host, port, tls_.get()));
     epoll_ = epoll_create1(0);
     for (int c = 0; c < w.clients; ++c) {
       epoll_event ev{};
@@ -509,6 +622,7 @@ class RedisLoad {
   ZipfSampler zipf_;
   Recorder recorder_;
   std::string value_;
+  TlsContext tls_;  // before the connections: they use it and are destroyed first
   std::vector<std::unique_ptr<RedisConnection>> connections_;
   int epoll_ = -1;
   std::vector<Clock::time_point> sent_at_;
@@ -587,21 +701,30 @@ void bind_loadgen(py::module_& m) {
       "load_redis",
       [](const std::string& host, int port, int clients, double duration_s, double warmup_s,
          std::size_t keys, double zipf, double read_ratio, std::size_t value_size,
-         std::uint64_t seed) {
+         std::uint64_t seed, const std::string& tls_ca, const std::string& tls_cert,
+         const std::string& tls_key) {
         Workload w = make_workload(clients, duration_s, warmup_s, keys, zipf, read_ratio,
                                    value_size, seed);
+        if (tls_cert.empty() != tls_key.empty())
+          throw std::invalid_argument("load_redis: tls_cert and tls_key go together");
+        if (!tls_cert.empty() && tls_ca.empty())
+          throw std::invalid_argument("load_redis: a client certificate needs tls_ca");
+        RedisTls tls{tls_ca, tls_cert, tls_key};
         LoadResult result;
         {
           py::gil_scoped_release release;
-          RedisLoad load(w, host, port);
+          RedisLoad load(w, host, port, tls);
           result = load.run();
         }
         return result.to_dict();
       },
-      "The same closed-loop load against a Redis server over RESP.",
+      "The same closed-loop load against a Redis server over RESP. tls_ca: a CA file to "
+      "connect over TLS verifying the server against it (empty: plaintext); tls_cert and "
+      "tls_key: the client's certificate and key, for a server that authenticates clients.",
       py::arg("host"), py::arg("port"), py::arg("clients") = 50, py::arg("duration_s") = 5.0,
       py::arg("warmup_s") = 1.0, py::arg("keys") = 100000, py::arg("zipf") = 1.0,
-      py::arg("read_ratio") = 0.5, py::arg("value_size") = 256, py::arg("seed") = 1);
+      py::arg("read_ratio") = 0.5, py::arg("value_size") = 256, py::arg("seed") = 1,
+      py::arg("tls_ca") = "", py::arg("tls_cert") = "", py::arg("tls_key") = "");
 }
 
 }  // namespace anna

@@ -283,7 +283,10 @@ class WorkerThread {
           int frames = recv_message(pull_, parts, &joined_, max_message_bytes(sh_->config),
                                     &too_large);
           if (frames == 0) break;
-          if (frames < 0) return;
+          if (frames < 0) {
+            flush();
+            return;
+          }
           if (too_large) {
             ++dropped_;
             log_warning(where() + "dropped a message of " + std::to_string(frames) +
@@ -293,6 +296,7 @@ class WorkerThread {
           }
           if (!pacing_) {
             process(parts, frames);
+            if (out_.size() >= kFlushMessages || out_bytes() >= kFlushBytes) flush();
             continue;
           }
           auto start = SteadyClock::now();
@@ -303,8 +307,12 @@ class WorkerThread {
           // Each served tuple takes service_interval_ of the worker's time, from when it
           // started (or from when the previous one's time ends, if later).
           next_free_ = std::max(next_free_, start) + service_interval_ * served;
+          if (out_.size() >= kFlushMessages || out_bytes() >= kFlushBytes) flush();
           if (SteadyClock::now() < next_free_) break;  // wait at the loop's top
         }
+        // The batch's answers go out together: the I/O thread is woken once for them, not
+        // once per message (on a busy machine each wake-up is a context switch).
+        flush();
       }
       now = SteadyClock::now();
       if (now >= next_epoch) {
@@ -321,18 +329,25 @@ class WorkerThread {
     zmq_msg_close(&parts[1]);
   }
 
+  // Appends what handle() produced to out_; the caller flushes (see serve()).
   void process(zmq_msg_t parts[2], int frames) {
-    if (frames < 2) {
+    if (frames < 1) {
       ++dropped_;
-      log_warning(where() + "dropped a message with " + std::to_string(frames) +
-                  " frames (expected [kind][payload...])");
+      log_warning(where() + "dropped an empty message (expected [kind][payload...])");
       return;
     }
-    std::string_view kind(static_cast<const char*>(zmq_msg_data(&parts[0])), zmq_msg_size(&parts[0]));
+    // One frame: a client request without its kind frame ([payload], see node.hpp), which
+    // saves the sender and this node a frame and its CURVE box per request.
+    std::string_view kind =
+        frames == 1 ? std::string_view(kRequestKind)
+                    : std::string_view(static_cast<const char*>(zmq_msg_data(&parts[0])),
+                                       zmq_msg_size(&parts[0]));
     std::string_view payload =
-        frames == 2 ? std::string_view(static_cast<const char*>(zmq_msg_data(&parts[1])),
-                                       zmq_msg_size(&parts[1]))
-                    : std::string_view(joined_);
+        frames == 1   ? std::string_view(static_cast<const char*>(zmq_msg_data(&parts[0])),
+                                         zmq_msg_size(&parts[0]))
+        : frames == 2 ? std::string_view(static_cast<const char*>(zmq_msg_data(&parts[1])),
+                                         zmq_msg_size(&parts[1]))
+                      : std::string_view(joined_);
     if (auth_) {
       // No User-Id: inproc, i.e. this node's own workers (see node.hpp).
       const char* role = sender_role(&parts[0]);
@@ -350,7 +365,6 @@ class WorkerThread {
     } catch (const std::exception& e) {
       log_error(where() + "error handling a '" + printable(kind) + "' message: " + e.what());
     }
-    flush();
   }
 
   void drop_from_client(std::string_view kind, const char* role, const char* peer) {
@@ -421,7 +435,21 @@ class WorkerThread {
     for (const auto& m : out_)
       if (!pushes_->send(m.address, m.kind, m.payload)) ++send_failures_;
     out_.clear();
+    out_bytes_counted_ = 0;
+    out_bytes_ = 0;
   }
+
+  // The payload bytes waiting in out_ (counting only what was added since the last call).
+  std::size_t out_bytes() {
+    for (; out_bytes_counted_ < out_.size(); ++out_bytes_counted_)
+      out_bytes_ += out_[out_bytes_counted_].payload.size();
+    return out_bytes_;
+  }
+
+  // A batch's answers wait in out_ until the batch ends or these bounds are reached.
+  static constexpr std::size_t kFlushMessages = 64;
+  static constexpr std::size_t kFlushBytes = 1 << 20;
+  static constexpr const char* kRequestKind = "request";
 
   std::string where() const {
     return "node " + sh_->config.node_id + " worker " + std::to_string(tid_) + ": ";
@@ -433,6 +461,8 @@ class WorkerThread {
   std::unique_ptr<WorkerCore> core_;
   std::unique_ptr<PushCache> pushes_;
   std::vector<OutMessage> out_;
+  std::size_t out_bytes_counted_ = 0;  // out_[0, counted) are summed in out_bytes_
+  std::size_t out_bytes_ = 0;
   std::string joined_;  // a payload received in several frames
   std::uint64_t dropped_ = 0;
   std::uint64_t send_failures_ = 0;

@@ -21,8 +21,11 @@
 //     them all and no more. cache_descriptors() is what the workers' caches may hold in all
 //     (a process hosting the node keeps it out of its own sockets' budget).
 //   * A worker loop: zmq_poll with a timeout (at most 50 ms, and never past the next epoch),
-//     then drain up to 1024 messages, each [kind][payload]; malformed messages (wrong frame
-//     count, unknown kind, unparsable payload) are logged and dropped. Every
+//     then drain up to 1024 messages, each [kind][payload] or, for a client request that fits
+//     one frame, [payload] alone (kind "request" implied: one CURVE box less per request);
+//     malformed messages (no frame, unknown kind, unparsable payload) are logged and dropped.
+//     The answers of a batch are sent when it ends, or once 64 messages or 1 MiB wait: the
+//     I/O thread is woken once per batch rather than once per answer. Every
 //     gossip_period_ms the WorkerCore's end_epoch() runs (gossip + subscription UPDATEs).
 //     Outgoing messages go through the thread's own PushCache; same-node peers over inproc.
 //     No locks or atomics on the request path: a stop flag is read once per loop turn.

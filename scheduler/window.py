@@ -1,0 +1,60 @@
+"""How many calls may wait at one worker: two, or more for calls shorter than a round trip. Pure.
+
+Contract: `Windows(slots, most, queued_work)` keeps, per worker, an exponentially weighted
+mean of the seconds one call ran there, from the workers' `done` reports; no clocks.
+- `observe(worker, calls, busy_seconds)`: a `done` of `worker` reported `calls` finished
+  calls that ran `busy_seconds` in all (`CallDone.busy_seconds`). Nonsense (no calls, a
+  negative or non-finite time) is ignored.
+- `slots(worker)`: how many unfinished calls of this scheduler the worker may hold (the
+  call queue's *free*, `scheduler/dispatch.py`): `ceil(queued_work / mean seconds per
+  call)`, clamped to `[slots, most]`. A worker never heard of, or whose calls take
+  `queued_work / slots` or longer, gets `slots` (`SchedulerConfig.worker_slots`).
+- `forget(worker)`: the worker is gone.
+Why: a worker finishing a call starts the next one waiting at it, and its `done` brings the
+scheduler's next call one round trip later. With calls shorter than that round trip, `slots`
+calls run out before it ends and the worker idles: at saturation, empty functions ran at half
+the rate of calls placed at once. Letting such a worker hold as many calls as fill
+`queued_work` seconds keeps it busy, while what waits at a worker, and so what a node added
+meanwhile cannot take, stays bounded in time (`queued_work`, 5 ms by default) and in count
+(`most`). Calls of a few milliseconds or more see exactly `slots`, as before.
+"""
+from __future__ import annotations
+
+import math
+from typing import Dict
+
+__all__ = ["Windows"]
+
+WEIGHT = 0.2          # weight of a new report in the mean
+
+
+class Windows:
+    """See the module contract."""
+
+    def __init__(self, slots: int, most: int, queued_work: float) -> None:
+        if slots < 1 or most < slots or queued_work < 0:
+            raise ValueError(f"Windows: need 1 <= slots <= most and queued_work >= 0, not "
+                             f"{slots!r}, {most!r}, {queued_work!r}")
+        self.base, self.most, self.queued_work = slots, most, queued_work
+        self._mean: Dict[str, float] = {}         # worker -> seconds per call
+
+    def __len__(self) -> int:
+        return len(self._mean)
+
+    def observe(self, worker: str, calls: int, busy_seconds: float) -> None:
+        if calls <= 0 or not math.isfinite(busy_seconds) or busy_seconds < 0:
+            return
+        sample = busy_seconds / calls
+        mean = self._mean.get(worker)
+        self._mean[worker] = sample if mean is None else mean + WEIGHT * (sample - mean)
+
+    def slots(self, worker: str) -> int:
+        mean = self._mean.get(worker)
+        if mean is None or self.queued_work <= 0:
+            return self.base
+        if mean * self.most <= self.queued_work:
+            return self.most
+        return max(self.base, min(self.most, math.ceil(self.queued_work / mean)))
+
+    def forget(self, worker: str) -> None:
+        self._mean.pop(worker, None)

@@ -1,0 +1,71 @@
+"""How many calls may wait at one worker (scheduler.window), and the call queue using it."""
+import math
+
+import pytest
+from hypothesis import given, strategies as st
+
+from scheduler.dispatch import CallQueue, Place, Queued, Waiting
+from scheduler.policy import WorkerView
+from scheduler.window import Windows
+
+
+def test_a_worker_never_heard_of_or_with_long_calls_holds_the_configured_slots():
+    w = Windows(slots=2, most=16, queued_work=0.005)
+    assert w.slots("a") == 2
+    w.observe("a", 1, 0.5)                 # a half-second call
+    assert w.slots("a") == 2
+    w.observe("b", 4, 4 * 0.004)           # 4 ms calls: two already cover 5 ms
+    assert w.slots("b") == 2
+
+
+def test_a_worker_with_calls_shorter_than_a_round_trip_may_hold_more_up_to_most():
+    w = Windows(slots=2, most=16, queued_work=0.005)
+    w.observe("a", 10, 10 * 0.0001)        # 100 us calls: 50 would fit in 5 ms
+    assert w.slots("a") == 16
+    w.observe("m", 1, 0.001)               # 1 ms calls: 5 fit
+    assert w.slots("m") == 5
+    w.forget("a")
+    assert w.slots("a") == 2
+
+
+def test_the_mean_follows_a_worker_whose_calls_get_longer():
+    w = Windows(slots=2, most=16, queued_work=0.005)
+    w.observe("a", 1, 0.0001)
+    assert w.slots("a") == 16
+    for _ in range(30):
+        w.observe("a", 1, 0.5)
+    assert w.slots("a") == 2
+
+
+def test_nonsense_reports_are_ignored_and_bad_bounds_refused():
+    w = Windows(slots=2, most=16, queued_work=0.005)
+    for calls, busy in ((0, 0.0), (3, -1.0), (1, math.nan), (1, math.inf)):
+        w.observe("a", calls, busy)
+    assert len(w) == 0 and w.slots("a") == 2
+    with pytest.raises(ValueError):
+        Windows(slots=3, most=2, queued_work=0.005)
+    with pytest.raises(ValueError):
+        Windows(slots=0, most=2, queued_work=0.005)
+
+
+@given(st.lists(st.tuples(st.integers(0, 50), st.floats(-1.0, 10.0) | st.just(math.nan) | st.just(math.inf))),
+       st.integers(1, 4), st.integers(0, 12), st.floats(0.0, 0.1) | st.just(1e-300))
+def test_slots_always_stay_within_bounds(reports, base, extra, queued_work):
+    w = Windows(slots=base, most=base + extra, queued_work=queued_work)
+    for calls, busy in reports:
+        w.observe("a", calls, busy)
+        assert base <= w.slots("a") <= base + extra
+
+
+def test_the_queue_places_on_a_worker_below_its_own_window():
+    windows = Windows(slots=2, most=16, queued_work=0.005)
+    windows.observe("a", 10, 10 * 0.0001)                        # short calls: 16
+    q = CallQueue(capacity=10, slots=2, scheduler="s", window=windows.slots)
+    short = WorkerView("a", "n1", "tcp://a", 0.0, 5)             # 5 held, may hold 16
+    plain = WorkerView("b", "n1", "tcp://b", 0.0, 2)             # 2 held: the queue's 2
+    c = Waiting("c1", "f", 0.0, 10.0)
+    assert q.offer(c, [plain], 0.0) == Queued(c, 1)
+    assert q.next([plain, short], 0.1) == Place(c)
+    full = WorkerView("a", "n1", "tcp://a", 0.0, 16)
+    c2 = Waiting("c2", "f", 0.0, 10.0)
+    assert q.offer(c2, [plain, full], 0.2) == Queued(c2, 1)
