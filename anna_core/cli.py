@@ -39,7 +39,8 @@ from runtime.cli import (HELP_FORMAT, add_common, exit_quietly_on_broken_pipe, n
                          package_version, positive_float, positive_int)
 
 from .autoscale.policy_config import PolicyConfig
-from .config import DEFAULT_MAX_VALUE_BYTES
+from .config import (DEFAULT_DISK_SYNC, DEFAULT_DISK_SYNC_INTERVAL_MS, DEFAULT_MAX_VALUE_BYTES,
+                     DISK_SYNC_MODES)
 from .errors import AnnaError, StartupError
 
 __all__ = ["main"]
@@ -69,7 +70,9 @@ def _cmd_local(args: argparse.Namespace) -> int:
                                auth=not args.no_auth, key_dir=args.key_dir,
                                autoscale=_policy(args) if args.autoscale else False,
                                monitor=args.monitor,
-                               provisioning_delay=args.provisioning_delay)
+                               provisioning_delay=args.provisioning_delay,
+                               disk_sync=args.disk_sync,
+                               disk_sync_interval_ms=args.disk_sync_interval)
     except ValueError as e:
         print(f"anna local: error: {e}", file=sys.stderr)
         return 2
@@ -316,6 +319,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     local.add_argument("--heartbeat-timeout", type=positive_float, default=3.0,
                        help="seconds of silence after which a node is declared failed")
     local.add_argument("--data-dir", help="where disk nodes keep their data (default: temporary)")
+    local.add_argument("--disk-sync", choices=DISK_SYNC_MODES, default=DEFAULT_DISK_SYNC,
+                       help="when disk nodes fsync their write-ahead log: 'interval' (every "
+                            "--disk-sync-interval ms: an OS crash loses at most that last "
+                            "interval of acknowledged writes), 'always' (before each write is "
+                            "acknowledged) or 'none' (left to the OS); every mode survives a "
+                            "process crash")
+    local.add_argument("--disk-sync-interval", type=positive_int,
+                       default=DEFAULT_DISK_SYNC_INTERVAL_MS, metavar="MS",
+                       help="the group-commit period of --disk-sync interval, in ms")
     local.add_argument("--gossip-period-ms", type=positive_int, default=100,
                        help="the workers' epoch: how often replicas exchange merged updates")
     local.add_argument("--max-value-bytes", type=positive_int, default=DEFAULT_MAX_VALUE_BYTES,

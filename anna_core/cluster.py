@@ -103,7 +103,8 @@ class LocalCluster:
         fault_tolerance: k, for k+1 replicas of every key in each tier that has nodes
             (needs `nodes` >= k+1; not together with `replication`).
         Further keyword arguments are `ClusterConfig` fields (leave_timeout, max_value_bytes,
-        handoff_window_ms, ip, pin_threads, startup_timeout, stop_timeout, vnodes, log_level,
+        handoff_window_ms, disk_sync ("interval", "always" or "none": when disk nodes fsync
+        their write-ahead log; NodeConfig.disk_sync), disk_sync_interval_ms, ip, pin_threads, startup_timeout, stop_timeout, vnodes, log_level,
         and autoscaling:
             autoscale (True, an `anna_core.autoscale.PolicyConfig`, or a dict of its knobs with the
             rest derived from this cluster), monitor (report and
@@ -444,6 +445,8 @@ class LocalCluster:
                             log_level=self.config.log_level,
                             key_dir=self.key_dir,
                             service_rate=self.config.service_rate,
+                            disk_sync=self.config.disk_sync,
+                            disk_sync_interval_ms=self.config.disk_sync_interval_ms,
                             capacity_bytes=(self.config.memory_capacity_bytes if tier == MEMORY
                                             else self.config.disk_capacity_bytes))
         p = ManagedProcess(node_id, [sys.executable, "-m", "anna_core.node", "--config",

@@ -12,6 +12,11 @@ Contract:
   CURVE key pair and the keys it admits with their roles (`curve_public_key`,
   `curve_secret_key`, `curve_admitted`). Secret keys therefore never travel on a command
   line; `from_json` refuses key material.
+- `disk_sync` (NodeConfig and ClusterConfig) says when a disk node fsyncs its write-ahead
+  log: "interval" (the default: at most every `disk_sync_interval_ms`, 1000; a group commit
+  as Redis's appendfsync everysec), "always" (before every write is acknowledged) or "none"
+  (left to the OS). Every mode survives a process crash; only "always" keeps every
+  acknowledged write through an OS crash or power loss (anna_core/DESIGN.md "Durability").
 - `RoutingConfig` configures one routing process; `port=0` binds a free port; failure
   detection knobs (`heartbeat_period` 1.0 s, `heartbeat_timeout` 3.0 s, `recovery_period`).
 - `ClusterConfig` describes a `LocalCluster` (nodes and threads per tier, routers, heartbeat
@@ -31,7 +36,8 @@ from typing import Any, Mapping, Optional, Sequence, Tuple, Union
 __all__ = ["Replication", "NodeConfig", "RoutingConfig", "ClusterConfig", "MEMORY", "DISK",
            "tier_number", "tier_name", "DEFAULT_MAX_VALUE_BYTES", "DEFAULT_HEARTBEAT_PERIOD",
            "DEFAULT_HEARTBEAT_TIMEOUT", "DEFAULT_LEAVE_TIMEOUT", "WriteQuorum", "ONE", "ALL",
-           "check_write_quorum"]
+           "check_write_quorum", "DISK_SYNC_MODES", "DEFAULT_DISK_SYNC",
+           "DEFAULT_DISK_SYNC_INTERVAL_MS", "check_disk_sync"]
 
 MEMORY = "memory"
 DISK = "disk"
@@ -40,6 +46,24 @@ DEFAULT_MAX_VALUE_BYTES = 64 * 1024 * 1024
 # Bounds of a non-zero NodeConfig.service_rate (the kernel checks the same: node_config.hpp).
 _MIN_SERVICE_RATE = 0.001
 _MAX_SERVICE_RATE = 1e9
+
+
+# When a disk node fsyncs its write-ahead log (the kernel reads the same names: store.hpp).
+DISK_SYNC_MODES = ("none", "interval", "always")
+DEFAULT_DISK_SYNC = "interval"
+DEFAULT_DISK_SYNC_INTERVAL_MS = 1000
+
+
+def check_disk_sync(owner: str, mode: Any, interval_ms: Any) -> None:
+    """Raise ValueError naming `owner` unless `mode` is one of DISK_SYNC_MODES and
+    `interval_ms` an int in [1, 3600000]."""
+    if mode not in DISK_SYNC_MODES:
+        raise ValueError(f"{owner}.disk_sync must be one of {', '.join(DISK_SYNC_MODES)}, "
+                         f"got {mode!r}")
+    if isinstance(interval_ms, bool) or not isinstance(interval_ms, int) \
+            or not 1 <= interval_ms <= 3600 * 1000:
+        raise ValueError(f"{owner}.disk_sync_interval_ms must be an int in [1, 3600000], got "
+                         f"{interval_ms!r}")
 
 
 ONE = "one"      # write quorum: one replica acknowledges (gossip spreads the write)
@@ -161,6 +185,9 @@ class NodeConfig:
     # default for both tiers: nodes sharing one machine share its memory and disks, so no
     # per-node figure would be honest without being told).
     capacity_bytes: int = 0
+    # When a disk node fsyncs its write-ahead log (module docstring; ignored by memory nodes).
+    disk_sync: str = DEFAULT_DISK_SYNC
+    disk_sync_interval_ms: int = DEFAULT_DISK_SYNC_INTERVAL_MS
     # The cluster's CURVE key directory (runtime.auth, `anna keys DIR`); None: no
     # authentication. Read by the node process, never sent to the kernel as a path.
     key_dir: Optional[str] = None
@@ -184,6 +211,7 @@ class NodeConfig:
         if isinstance(cap, bool) or not isinstance(cap, int) or not 0 <= cap <= 1 << 62:
             raise ValueError(f"NodeConfig.capacity_bytes must be an int in [0, 2**62] "
                              f"(0: unknown), got {cap!r}")
+        check_disk_sync("NodeConfig", self.disk_sync, self.disk_sync_interval_ms)
         if self.tier == DISK and not self.data_dir:
             raise ValueError(f"disk node {self.node_id!r} needs a data_dir")
 
@@ -358,8 +386,12 @@ class ClusterConfig:
     service_rate: float = 0.0
     memory_capacity_bytes: int = 0
     disk_capacity_bytes: int = 0
+    # When disk nodes fsync their write-ahead log (NodeConfig.disk_sync).
+    disk_sync: str = DEFAULT_DISK_SYNC
+    disk_sync_interval_ms: int = DEFAULT_DISK_SYNC_INTERVAL_MS
 
     def __post_init__(self) -> None:
+        check_disk_sync("ClusterConfig", self.disk_sync, self.disk_sync_interval_ms)
         if not (self.service_rate >= 0) or isinstance(self.service_rate, bool):
             raise ValueError(f"ClusterConfig.service_rate must be >= 0 (0: no emulation), got "
                              f"{self.service_rate!r}")

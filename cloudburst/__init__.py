@@ -15,7 +15,9 @@
   `autoscale=True` or `autoscale=ExecutorPolicyConfig(min_nodes=, max_nodes=, ...)` adds and
   drains executor nodes with the load.
 - `client.actor(Cls, *args)` -> `ActorHandle`: one instance on one worker; `handle.method(...)`
-  returns a `Future`, calls run one at a time in order; `ActorDied` once it is gone.
+  returns a `Future`, calls run one at a time in order; `ActorDied` once it is gone
+  (`create_actor(..., max_restarts=n)` re-creates it after its worker dies);
+  `ActorCallCycle` for a method call that would wait on itself through other workers.
 - `Reference(key, concurrent=False, objects=False)`: an argument resolved to the stored
   object on the executor (with `concurrent=True`, the list of a causal key's concurrent
   values).
@@ -26,7 +28,8 @@
   DependencyFailed, NoLibrary, NoResources,
   ExecutionError, Timeout, ObjectNotFound, Aborted, Cancelled, SchedulerUnavailable,
   UnsafeValue (MalformedValue: stored bytes that do not decode), NotPermitted, CorruptRecord,
-  WorkerDied (an ExecutionError: every attempt lost its worker), ActorDied, ValueTooLarge,
+  WorkerDied (an ExecutionError: every attempt lost its worker), ActorDied, ActorCallCycle,
+  ValueTooLarge,
   AuthenticationError, AuthenticationRequired.
 - `AuthConfig(key_dir, "client:NAME")`: a client's keys for a cluster that authenticates
   (`Client(address, auth=...)`; `cloudburst keys` writes them; `LocalCluster` does so itself).
@@ -47,7 +50,7 @@ from .errors import (Aborted, AuthenticationError, AuthenticationRequired, Cance
                      InvalidDag, InvalidFunction, MalformedValue, NoResources,
                      InvalidArguments, DependencyFailed, NoLibrary,
                      ObjectNotFound, SchedulerUnavailable, Timeout, UnsafeValue, NotPermitted,
-                     CorruptRecord, WorkerDied, ActorDied, ValueTooLarge)
+                     CorruptRecord, WorkerDied, ActorDied, ActorCallCycle, ValueTooLarge)
 from .local import LocalCluster
 from scheduler.executor_policy import ExecutorPolicyConfig
 
@@ -61,6 +64,7 @@ __all__ = ["Client", "Future", "Listing", "CausalStats", "LocalCluster", "Refere
            "AuthConfig",
            "KeyFileError", "AuthenticationError",
            "AuthenticationRequired", "ExecutorPolicyConfig", "ActorHandle", "ActorDied", "lib",
+           "ActorCallCycle",
            "InvalidArguments", "DependencyFailed", "NoLibrary"]
 
 

@@ -2,10 +2,11 @@
 
 Contract (used by `Client.actor`, `Client.kill` and `ActorHandle`, `runtime/actors.py`; each
 function returns the `Call` to send and how messages name it, and sends nothing):
-- `creation(cls, args, kwargs, modules)` checks that `cls` is a class whose constructor takes
+- `creation(cls, args, kwargs, modules, max_restarts)` checks that `cls` is a class whose constructor takes
   `args` and `kwargs` (`InvalidFunction` otherwise, before anything is sent) and returns the
   creation (the class travels by value like a registered function, with `modules`) and the
-  unbound `ActorHandle` of the new actor (a fresh, unguessable id).
+  unbound `ActorHandle` of the new actor (a fresh, unguessable id). `max_restarts` (0: never,
+  -1: without limit; ValueError otherwise) travels with the creation.
 - `method_call(handle, method, args, kwargs)`: one method call (positional arguments may be
   `Reference`s, resolved on the worker, or `Future`s of other calls, fetched there:
   `cloudburst/arguments.py`).
@@ -29,7 +30,12 @@ __all__ = ["creation", "method_call", "kill_call"]
 
 
 def creation(cls: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
-             modules: Sequence[Any] = ()) -> Tuple[pb.Call, str, ActorHandle]:
+             modules: Sequence[Any] = (), max_restarts: int = 0
+             ) -> Tuple[pb.Call, str, ActorHandle]:
+    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) \
+            or max_restarts < -1:
+        raise ValueError(f"max_restarts must be an int >= 0, or -1 for no limit, got "
+                         f"{max_restarts!r}")
     if not isinstance(cls, type):
         raise InvalidFunction(f"an actor is made from a class, not {type(cls).__name__} "
                               f"{cls!r}")
@@ -43,7 +49,7 @@ def creation(cls: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
     actor_id = f"actor-{uuid.uuid4().hex}"
     body = dumps_function((cls, tuple(args), dict(kwargs)), modules)
     actor = pb.ActorCall(actor_id=actor_id, op=pb.ACTOR_CREATE, method="__init__",
-                         class_name=cls.__name__, body=body)
+                         class_name=cls.__name__, body=body, max_restarts=max_restarts)
     handle = ActorHandle(actor_id, cls.__name__, public_methods(cls))
     return _call(actor, pb.ArgumentList()), f"the creation of {_name(handle)}", handle
 

@@ -13,15 +13,17 @@
         The same, keeping every process' log in DIR after it stops.
     cloudburst local --data-dir DIR ...
         The same, keeping functions, DAGs, keys and objects in DIR across restarts (without
-        it they are gone when the cluster stops).
+        it they are gone when the cluster stops). --disk-sync interval|always|none says when
+        the KVS fsyncs its write-ahead log (default interval, every --disk-sync-interval
+        1000 ms).
     cloudburst local --autoscale [--min-executors N] [--max-executors N]
                      [--provisioning-delay S] ...
         The same, with executor nodes added under load and drained and removed when idle
         (every decision logged with its reason; `--executor-nodes` is the starting size).
     cloudburst status ADDRESS [--key-dir DIR --client NAME]
-        A scheduler's view: live workers (busy, calls placed, unfinished, restarts) and, per
-        function, calls placed, errors, p50/p99 latency and running; what its
-        authentication refused.
+        A scheduler's view: live workers (busy, calls placed, unfinished, restarts), live
+        actors (class, worker, node, calls unfinished, restarts) and, per function, calls
+        placed, errors, p50/p99 latency and running; what its authentication refused.
     cloudburst logs [FUNCTION] --log-dir DIR [--lines N]
         What functions printed, as the workers logged it (each line tagged with its call),
         most recent last; only FUNCTION's output if given.
@@ -81,6 +83,10 @@ def _local(args: argparse.Namespace) -> int:
         print("cloudburst local: --data-dir keeps its own keys (DIR/keys); give --data-dir or "
               "--key-dir, not both", file=sys.stderr)
         return 2
+    if not args.data_dir and (args.disk_sync or args.disk_sync_interval is not None):
+        print("cloudburst local: --disk-sync and --disk-sync-interval need --data-dir (without "
+              "it nothing is written to disk)", file=sys.stderr)
+        return 2
     autoscale = None
     if args.autoscale:
         try:
@@ -112,7 +118,8 @@ def _local(args: argparse.Namespace) -> int:
                       metrics_port=args.metrics_port, auth=not args.no_auth,
                       key_dir=args.key_dir, autoscale=autoscale,
                       provisioning_delay=args.provisioning_delay,
-                      data_dir=args.data_dir) as cluster:
+                      data_dir=args.data_dir, disk_sync=args.disk_sync,
+                      disk_sync_interval_ms=args.disk_sync_interval) as cluster:
         print(f"cloudburst local cluster ready: {args.executor_nodes} executor node(s) x "
               f"{args.executors_per_node} worker(s), {args.schedulers} scheduler(s)")
         for i, address in enumerate(cluster.scheduler_addresses):
@@ -120,7 +127,8 @@ def _local(args: argparse.Namespace) -> int:
         print(f"KVS (Anna routing): {cluster.kvs.routing_address}")
         print(f"logs: {cluster.log_dir}")
         print(f"data: {cluster.data_dir.path} (functions, DAGs, keys and objects are kept "
-              f"across restarts)" if cluster.data_dir is not None else
+              f"across restarts; disk sync: {cluster.disk_sync})"
+              if cluster.data_dir is not None else
               "data: in memory only, gone when the cluster stops (--data-dir DIR keeps it)")
         if autoscale is not None:
             print(f"executor autoscaling on: {args.min_executors}.."
@@ -263,6 +271,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     local.add_argument("--data-dir", default=None, metavar="DIR",
                        help="keep functions, DAGs, keys and objects in DIR across restarts "
                             "(the KVS runs on disk there; default: in memory, gone on stop)")
+    local.add_argument("--disk-sync", default=None, choices=("interval", "always", "none"),
+                       help="with --data-dir: when the KVS fsyncs its write-ahead log. "
+                            "'interval' (default): at most every --disk-sync-interval ms, so an "
+                            "OS crash or power loss loses at most that last interval of "
+                            "acknowledged writes; 'always': before every write is "
+                            "acknowledged (nothing acknowledged is lost; one fsync per "
+                            "write); 'none': left to the OS. Every mode survives a crash of "
+                            "the cluster's processes")
+    local.add_argument("--disk-sync-interval", type=int, default=None, metavar="MS",
+                       help="with --disk-sync interval: the group-commit period in "
+                            "milliseconds (default: 1000)")
     local.add_argument("--no-auth", action="store_true",
                        help="run every socket without authentication or encryption: anyone "
                             "who can reach the ports can run code on the cluster and read "

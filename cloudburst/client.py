@@ -459,19 +459,27 @@ class Client(SchedulerChannel):
         instance, and the calls this client makes through one scheduler run in the order it
         made them. A method that raises fails that call only. A handle can be passed to
         functions (as an argument), which call the same instance. When the actor's worker
-        dies the instance and its state are lost: the call running and the calls queued fail,
-        and later calls, with `ActorDied` naming the actor (it is not re-created; keep what
-        must survive in the KVS). `InvalidFunction` if `cls(*args, **kwargs)` cannot bind;
-        `ExecutionError` if the constructor raises. `create_actor` takes options."""
+        dies the instance and its state are lost: the call running and the calls queued fail
+        with `ActorDied` naming the actor. By default it is not re-created, and later calls
+        fail too (keep what must survive in the KVS); `create_actor(..., max_restarts=n)`
+        re-creates it, as Ray does. `InvalidFunction` if `cls(*args, **kwargs)` cannot
+        bind; `ExecutionError` if the constructor raises. `create_actor` takes options."""
         return self.create_actor(cls, args, kwargs)
 
     def create_actor(self, cls: type, args: Sequence[Any] = (),
                      kwargs: Optional[Mapping[str, Any]] = None, *,
                      timeout: Optional[float] = None,
-                     modules: Sequence[Any] = ()) -> ActorHandle:
+                     modules: Sequence[Any] = (), max_restarts: int = 0) -> ActorHandle:
         """`actor(cls, *args, **kwargs)` with options: `timeout` bounds the creation (default:
-        the client's); `modules` are shipped by value with the class, as for `register`."""
-        call, what, handle = _actors.creation(cls, args, kwargs or {}, modules)
+        the client's); `modules` are shipped by value with the class, as for `register`.
+
+        `max_restarts` (Ray's name and meaning; default 0): how many times the actor is
+        re-created after its worker dies (-1: without limit). A re-created actor runs its
+        constructor again, with the same arguments, on another worker: its state starts
+        afresh. The calls running or queued on the dead worker fail with `ActorDied` (they
+        are not run again); calls made after go to the new instance. Once the restarts are
+        spent, the next death is final."""
+        call, what, handle = _actors.creation(cls, args, kwargs or {}, modules, max_restarts)
         if transport(len(call.actor.body), self._courier.limit) == "too_large":
             raise too_large(f"the class and constructor arguments of {what}",
                             len(call.actor.body), self._courier.limit)

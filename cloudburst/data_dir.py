@@ -13,8 +13,10 @@ Contract:
 - Durability (what the local cluster promises with a data directory): functions, DAGs and
   objects live in the KVS (the registry is under `__cloudburst/`), and the KVS runs only its
   disk tier there. A write is acknowledged once it is in the disk store's write-ahead log
-  (RocksDB, written before the answer, not fsynced: it survives a clean stop and a kill -9
-  of every process of the cluster, not the loss of the machine or of its operating system).
+  (RocksDB, written before the answer: it survives a clean stop and a kill -9 of every
+  process of the cluster). Against the loss of the machine or its operating system, the
+  log's fsync policy decides (`LocalCluster(disk_sync=...)`, anna_core.config "disk_sync"):
+  by default the last second of acknowledged writes may be lost; with "always", nothing.
 """
 from __future__ import annotations
 
@@ -22,15 +24,35 @@ import errno
 import fcntl
 import json
 import os
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from runtime.auth import write_keys
 
-__all__ = ["DataDir", "DataDirInUse", "SHAPE_KEYS"]
+__all__ = ["DataDir", "DataDirInUse", "SHAPE_KEYS", "sync_policy"]
 
 # what must not change between two runs on one data directory (where the KVS put the keys)
 SHAPE_KEYS = ("kvs_nodes", "kvs_threads")
 _FORMAT = 1
+
+
+def sync_policy(data_dir: Optional[str], disk_sync: Optional[str],
+                interval_ms: Optional[int]) -> Tuple[str, int]:
+    """`(disk_sync, disk_sync_interval_ms)` for a LocalCluster's KVS: when it fsyncs its
+    write-ahead log. "interval" (the default: at most every `interval_ms`, 1000, as Redis's
+    appendfsync everysec; an OS crash or power loss loses at most that last interval of
+    acknowledged writes), "always" (before every write is acknowledged: nothing acknowledged
+    is lost, at the price of an fsync per write) or "none" (left to the OS). Every mode
+    keeps all acknowledged writes through a crash of the processes. ValueError for a bad
+    value, or for either given without `data_dir` (nothing is written to disk then)."""
+    from anna_core.config import (DEFAULT_DISK_SYNC, DEFAULT_DISK_SYNC_INTERVAL_MS,
+                                  check_disk_sync)
+    if data_dir is None and (disk_sync is not None or interval_ms is not None):
+        raise ValueError("LocalCluster: disk_sync applies to a data_dir's KVS; without "
+                         "data_dir nothing is written to disk")
+    mode = DEFAULT_DISK_SYNC if disk_sync is None else disk_sync
+    interval = DEFAULT_DISK_SYNC_INTERVAL_MS if interval_ms is None else interval_ms
+    check_disk_sync("LocalCluster", mode, interval)
+    return mode, interval
 
 
 class DataDirInUse(RuntimeError):

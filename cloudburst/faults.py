@@ -9,6 +9,7 @@ only processes the cluster started.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -28,6 +29,7 @@ class FaultInjection:
         pid = p.pid
         node_id = p.info.get("node_id") if p.info else None
         workers = [w["pid"] for w in self.workers if node_id and w.get("node_id") == node_id]
+        workers += _children(pid)        # workers the node restarted since (new processes)
         os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + timeout
         while True:
@@ -62,12 +64,44 @@ class FaultInjection:
         return pid
 
     def kill_worker(self, worker_id: str) -> None:
-        """SIGKILL one executor worker process."""
+        """SIGKILL one executor worker process (the one running now: a worker its node
+        restarted under the same id is a new process, the node's child)."""
         for w in self.workers:
             if w["worker_id"] == worker_id:
-                os.kill(w["pid"], signal.SIGKILL)
+                os.kill(self._current_worker_pid(w), signal.SIGKILL)
                 return
         raise KeyError(f"no worker {worker_id!r} in this cluster")
+
+    def _current_worker_pid(self, w: dict) -> int:
+        if process_alive(w["pid"]):
+            return w["pid"]
+        node = next((p.pid for p in self._nodes
+                     if p.info and p.info.get("node_id") == w.get("node_id")), None)
+        needle = json.dumps({"worker_id": w["worker_id"]})[1:-1].encode()
+        for child in (_children(node) if node is not None else []):
+            try:
+                with open(f"/proc/{child}/cmdline", "rb") as f:
+                    if needle in f.read() and process_alive(child):
+                        return child
+            except OSError:
+                continue
+        raise ProcessLookupError(f"worker {w['worker_id']} has no live process (its node "
+                                 f"{w.get('node_id')} has not restarted it yet)")
+
+
+def _children(pid: int) -> List[int]:
+    """The live processes whose parent is `pid`."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(entry))
+        except (OSError, ValueError, IndexError):
+            continue
+    return [c for c in out if process_alive(c)]
 
 
 def process_alive(pid: int) -> bool:

@@ -56,7 +56,7 @@ from runtime.process import (ManagedProcess, RestartPolicy, StartupError, stop_a
 from scheduler.executor_policy import ExecutorPolicyConfig
 
 from .client import Client
-from .data_dir import DataDir
+from .data_dir import DataDir, sync_policy
 from .faults import FaultInjection
 from .standby import StandbyNode
 from .supervision import SUPERVISE_PERIOD, Watchdog, emergency_stop  # noqa: F401 (SUPERVISE_PERIOD: as before)
@@ -74,7 +74,8 @@ AUTH_OFF_WARNING = (
 
 # anna_core.LocalCluster arguments LocalCluster sets itself (not through kvs_options)
 _KVS_FIXED = {"memory_threads", "nodes", "replication", "log_dir", "log_level", "auth",
-              "key_dir", "warn_auth_off", "data_dir", "disk_threads"}
+              "key_dir", "warn_auth_off", "data_dir", "disk_threads", "disk_sync",
+              "disk_sync_interval_ms"}
 
 class LocalCluster(FaultInjection):
     """Anna, schedulers and executor nodes as local processes; see the module contract.
@@ -139,6 +140,8 @@ class LocalCluster(FaultInjection):
             runs on disk (`kvs_nodes` x `kvs_threads` disk workers; a write is acknowledged
             once in the disk store's write-ahead log). The same shape must be used on every
             run; one cluster at a time (`DataDirInUse`). None: nothing survives `stop()`.
+        disk_sync, disk_sync_interval_ms: with `data_dir`, when the KVS fsyncs its log
+            (`cloudburst.data_dir.sync_policy`; default "interval", every 1000 ms).
         standby_node: keep one spare executor node process started ahead, its code imported
             and its workers forked (`cloudburst/standby.py`), so that an added node serves
             within a fraction of a second; replaced once taken. None (default): on with
@@ -162,10 +165,14 @@ class LocalCluster(FaultInjection):
                  key_dir: Optional[str] = None,
                  autoscale: Union[None, bool, ExecutorPolicyConfig] = None,
                  provisioning_delay: float = 0.0, data_dir: Optional[str] = None,
+                 disk_sync: Optional[str] = None,
+                 disk_sync_interval_ms: Optional[int] = None,
                  standby_node: Optional[bool] = None) -> None:
         if executor_nodes < 1 or executors_per_node < 1 or schedulers < 1:
             raise ValueError("a LocalCluster needs at least one executor node, one executor "
                              "per node and one scheduler")
+        self.disk_sync, self.disk_sync_interval_ms = sync_policy(data_dir, disk_sync,
+                                                                 disk_sync_interval_ms)
         self.executor_nodes = executor_nodes
         self.executors_per_node = executors_per_node
         self.scheduler_count = schedulers
@@ -327,6 +334,8 @@ class LocalCluster(FaultInjection):
                                               auth=kvs_keys is not None,
                                               key_dir=self.key_dir if kvs_keys else None,
                                               warn_auth_off=False,    # warned for the stack
+                                              disk_sync=self.disk_sync,
+                                              disk_sync_interval_ms=self.disk_sync_interval_ms,
                                               **self.kvs_options)
             self.kvs.start()
             for i in range(self.scheduler_count):

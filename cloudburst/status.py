@@ -12,7 +12,11 @@ send (a client posing as a worker), per (role, kind). `nodes` lists the executor
 (`ExecutorNodeStatus`: workers, busy fraction, whether this scheduler treats the node as
 draining and places nothing new there, calls it placed there unfinished, and what the node
 itself last reported); `backlog` counts calls waiting at the schedulers for a free worker
-(or held because no worker was known yet).
+(or held because no worker was known yet). `actors` lists the actors the scheduler knows
+(`ActorStatus`: id, class, worker and node, its calls this scheduler sent and that are
+unfinished (running or queued), times re-created after its worker died and its
+`max_restarts`, and why it ended), live ones first; `format_status` shows the live ones and
+counts the ended.
 """
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ from typing import List, NamedTuple, Optional
 from hydro_proto import cloudburst_pb2 as pb
 
 __all__ = ["ClusterStatus", "WorkerStatus", "FunctionStatus", "Dropped", "ExecutorNodeStatus",
-           "format_status"]
+           "ActorStatus", "format_status"]
 
 
 class WorkerStatus(NamedTuple):
@@ -63,6 +67,18 @@ class ExecutorNodeStatus(NamedTuple):
     node_draining: bool     # the node's last report: draining
 
 
+class ActorStatus(NamedTuple):
+    """One actor as a scheduler sees it."""
+    actor_id: str
+    class_name: str
+    worker_id: str
+    node_id: str            # "" once it ended
+    calls: int              # its calls this scheduler sent, unfinished (running or queued)
+    restarts: int           # times re-created after its worker died
+    max_restarts: int       # -1: without limit
+    dead: str               # why it ended ("" while it lives)
+
+
 class ClusterStatus(NamedTuple):
     scheduler: str
     kvs_address: str
@@ -74,6 +90,7 @@ class ClusterStatus(NamedTuple):
     dropped: List[Dropped] = []
     nodes: List[ExecutorNodeStatus] = []
     backlog: int = 0
+    actors: List[ActorStatus] = []
 
     @classmethod
     def from_reply(cls, scheduler: str, reply: "pb.Reply") -> "ClusterStatus":
@@ -94,7 +111,9 @@ class ClusterStatus(NamedTuple):
                    [ExecutorNodeStatus(n.node_id, n.workers, n.utilization, n.draining,
                                        n.drain_epoch, n.outstanding, n.running, n.queued,
                                        n.node_draining) for n in reply.executor_nodes],
-                   reply.backlog)
+                   reply.backlog,
+                   [ActorStatus(a.actor_id, a.class_name, a.worker_id, a.node_id, a.calls,
+                                a.restarts, a.max_restarts, a.dead) for a in reply.actors])
 
 
 def _ms(seconds: Optional[float]) -> str:
@@ -130,6 +149,16 @@ def format_status(status: ClusterStatus) -> str:
             state = "draining" if n.draining else "active"
             lines.append(f"  {n.node_id:<10} {n.workers:>7} {n.utilization:>6.0%} "
                          f"{n.outstanding:>10} {n.running:>8} {n.queued:>7}  {state}")
+    live = [a for a in status.actors if not a.dead]
+    ended = len(status.actors) - len(live)
+    lines.append(f"\n{len(live)} live actor(s)" + (f", {ended} ended" if ended else ""))
+    if live:
+        lines.append(f"  {'actor':<40} {'class':<16} {'worker':<28} {'node':<10} "
+                     f"{'calls':>6} {'restarts':>9}")
+        for a in live:
+            limit = "inf" if a.max_restarts < 0 else str(a.max_restarts)
+            lines.append(f"  {a.actor_id:<40} {a.class_name:<16} {a.worker_id:<28} "
+                         f"{a.node_id:<10} {a.calls:>6} {f'{a.restarts}/{limit}':>9}")
     lines.append(f"\ncalls through this scheduler ({len(status.functions)} function(s)/DAG(s))")
     if status.functions:
         lines.append(f"  {'name':<28} {'calls':>7} {'errors':>7} {'p50 ms':>8} {'p99 ms':>8} "

@@ -444,9 +444,10 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
         self._send_downstream(s, ready, value, logs=logs, session=report, value_key=downstream)
         if s.sink:
             self._keep_outcome(s.call_id, Outcome(pb.OK, value))   # for Future arguments
-            self._push.send(s.response_address, "result",
-                            pb.CallResult(request_id=s.call_id, status=pb.OK, logs=logs,
-                                          session=report, **fields))
+            if s.response_address:    # none: an actor's re-creation (scheduler/actor_calls.py)
+                self._push.send(s.response_address, "result",
+                                pb.CallResult(request_id=s.call_id, status=pb.OK, logs=logs,
+                                              session=report, **fields))
             # the whole call ran here: the caller's next call will come here (policy.py)
             self._call_done(s.scheduler_address, s.call_id, hold=all(
                 a == self.address for a in s.locations.values()))
@@ -490,9 +491,12 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
 
     def _fail(self, s: pb.Schedule, status: int, message: str, tb: str = "",
               stage: str = "") -> None:
-        self._push.send(s.response_address, "result", pb.CallResult(
-            request_id=s.causal.call_id or s.call_id, status=status, message=message,
-            traceback=tb, stage=stage, logs=self._call_logs(s, self._printed)))
+        if s.response_address:        # none: an actor's re-creation (scheduler/actor_calls.py)
+            self._push.send(s.response_address, "result", pb.CallResult(
+                request_id=s.causal.call_id or s.call_id, status=status, message=message,
+                traceback=tb, stage=stage, logs=self._call_logs(s, self._printed)))
+        else:
+            log.warning("%s failed (no caller to tell): %s", s.function, message[:500])
         self._printed = ""
         if s.consistency != pb.CAUSAL:
             self._keep_outcome(s.call_id, Outcome(status, message=message))

@@ -17,7 +17,7 @@ from typing import Optional
 __all__ = ["CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "InvalidFunction",
            "InvalidArguments", "DependencyFailed", "NoLibrary", "NoResources",
            "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "Cancelled", "UnsafeValue",
-           "MalformedValue", "NotPermitted", "CorruptRecord", "WorkerDied", "ActorDied",
+           "MalformedValue", "NotPermitted", "CorruptRecord", "WorkerDied", "ActorDied", "ActorCallCycle",
            "ValueTooLarge",
            "STATUS_OF",
            "error_from_status"]
@@ -175,6 +175,14 @@ class ActorDied(CloudburstError):
         self.actor_id = actor_id
 
 
+class ActorCallCycle(CloudburstError):
+    """An actor method call made inside a function was refused before it ran: the actor's
+    worker waits, through actor calls in flight, on the caller's own worker (actor A's method
+    calls B, whose method calls A back, on other workers), and a worker runs one function at
+    a time, so the calls would wait for each other until their deadlines. The message names
+    the chain of workers. Seen when the calls of the cycle go through one scheduler."""
+
+
 class SchedulerUnavailable(CloudburstError):
     """No scheduler took a request, or the scheduler of a call in flight stopped or stopped
     answering (the message names it). A call that fails so may or may not have run: calls
@@ -193,7 +201,7 @@ STATUS_OF = {
     FunctionNotFound: 1, DagNotFound: 2, InvalidDag: 3, NoResources: 4, ExecutionError: 5,
     Timeout: 6, ObjectNotFound: 7, Aborted: 10, Cancelled: 11, UnsafeValue: 12,
     NotPermitted: 13, CorruptRecord: 14, InvalidArguments: 20, DependencyFailed: 21,
-    WorkerDied: 22, ActorDied: 24, ValueTooLarge: 26,
+    WorkerDied: 22, ActorDied: 24, ValueTooLarge: 26, ActorCallCycle: 230,
 }
 
 

@@ -7,6 +7,8 @@ Contract (`ActorCalls`, driven by the scheduler's loop; decisions are `scheduler
     scheduler routes its calls to that worker, and sends the worker the creation as a
     one-function schedule. NO_RESOURCES when no worker is placeable. Only a client may
     create an actor (`scheduler/admission.py`).
+    The creation's `max_restarts` (0: never; -1: without limit) is kept in the record with
+    the creation itself, and this scheduler is recorded as the actor's owner.
   - ACTOR_METHOD: routes the call to the actor's worker (its record is read from the KVS
     when this scheduler has not seen the actor) as a one-function schedule. The worker runs
     its calls one at a time in arrival order, and one scheduler sends a worker its messages
@@ -14,14 +16,28 @@ Contract (`ActorCalls`, driven by the scheduler's loop; decisions are `scheduler
     were made. ACTOR_DIED naming the actor and why when it is dead (its worker gone or
     restarted since, killed, constructor failed) or unknown; EXECUTION_ERROR, before
     anything runs, for a call made by a function on the actor's own worker (it would wait
-    for itself: a worker runs one function at a time).
+    for itself: a worker runs one function at a time); ACTOR_CALL_CYCLE, before anything
+    runs, for a call made by a function on worker C to an actor whose worker waits, through
+    the actor calls in flight that this scheduler sent, on C (the message names the chain
+    of workers): the calls would wait for each other until their deadlines. A cycle through
+    calls sent by several schedulers is not seen (those wait until their deadlines).
   - ACTOR_KILL: the actor is dead at once for this scheduler (later calls: ACTOR_DIED), its
     record says so for the others, and the worker drops the instance after the calls it
     received before the kill. Killing a dead or unknown actor succeeds.
   Calls are counted on the worker like any call (`ExecutorTable.start_call`), so the
   placement of plain calls sees an actor's queue as load.
 - `finished(call_id, ok)`: a call's `done`; a failed creation makes the actor dead.
-- `worker_lost(worker_id, why)`: the worker died; its actors are dead (logged).
+- `worker_lost(worker_id, why)`: the worker died; its actors are dead (logged). Those this
+  scheduler owns with restarts left are re-created at once on another placeable worker:
+  their constructor runs again there from the recorded creation (the state is new), the
+  record names the new incarnation, and later method calls go there. The calls in flight
+  on the dead worker fail with ACTOR_DIED all the same (not re-run: methods are not
+  idempotent). A scheduler that finds an actor's worker gone and does not own it reads
+  the record again, and routes to the new incarnation once the owner has recorded it
+  (until then: ACTOR_DIED saying it is being re-created). No placeable worker: it stays dead.
+  A re-creation has no caller: its result goes nowhere, and its `done` (a failed
+  constructor ends the actor) comes back as any call's.
+- `states(node_of)`: every actor known here as `ActorState`s for `status`.
 - `orphaned(call_id, status, message)`: the status and message for a call in flight on a
   worker that died: ACTOR_DIED naming the actor for an actor's call (TIMEOUT stays TIMEOUT,
   for the method that overran its limit and got its worker killed, and names the actor's
@@ -32,6 +48,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from typing import Any, List, Optional, Tuple
 
 from anna_core import KeyNotFound
@@ -89,6 +106,16 @@ class ActorCalls:
                 f"running on the actor's own worker {entry.worker_id}; a worker runs one "
                 f"function at a time, so the call would wait for itself. Call it from the "
                 f"client, or from a function on another worker"))
+        if a.caller_worker:
+            chain = self.directory.wait_cycle(a.caller_worker, entry.worker_id)
+            if chain is not None:
+                return self._fail(call, pb.ACTOR_CALL_CYCLE, (
+                    f"method {a.method!r} of {entry.describe()} was called from a function on "
+                    f"worker {a.caller_worker}, but the actor's worker {entry.worker_id} waits "
+                    f"for it through the actor calls in flight ({' -> '.join(chain)} -> "
+                    f"{a.caller_worker}, each running a function that called the next); a "
+                    f"worker runs one function at a time, so these calls would wait for each "
+                    f"other until their deadlines"))
         self._send(call, entry, METHOD, now)
 
     def _create(self, call: pb.Call, now: float) -> None:
@@ -100,8 +127,13 @@ class ActorCalls:
                                        self._rng)
         except NoResources as e:
             return self._fail(call, pb.NO_RESOURCES, f"actor {a.actor_id} ({a.class_name}): {e}")
+        if a.max_restarts < -1:
+            return self._fail(call, pb.BAD_REQUEST, f"actor {a.actor_id}: max_restarts must "
+                                                    f"be >= 0, or -1 for no limit")
         entry = ActorEntry(a.actor_id, a.class_name, view.worker_id,
-                           self._table.restarts(view.worker_id))
+                           self._table.restarts(view.worker_id), max_restarts=a.max_restarts,
+                           owner=self._address,
+                           creation=a.SerializeToString() if a.max_restarts else b"")
         self._store(entry)
         self.directory.placed(entry)
         log.info("placed %s on worker %s", entry.describe(), entry.worker_id)
@@ -138,7 +170,8 @@ class ActorCalls:
                 f"{entry.describe()}: its worker {entry.worker_id} did not accept the call"))
         self._table.start_call(CallRecord(call.request_id, name, {name: entry.worker_id},
                                           call.response_address, now + timeout + 5))
-        self.directory.call_started(call.request_id, entry.actor_id, op)
+        self.directory.call_started(call.request_id, entry.actor_id, op,
+                                    call.actor.caller_worker, entry.worker_id)
         self._stats.started(call.request_id, name, now)
 
     def _fail(self, call: pb.Call, status: int, message: str) -> None:
@@ -154,15 +187,56 @@ class ActorCalls:
     def worker_lost(self, worker_id: str, why: str) -> None:
         for entry in self.directory.worker_lost(worker_id, why):
             log.warning("%s is dead: %s", entry.describe(), entry.dead)
+            self._maybe_restart(entry, time.monotonic(), exclude=worker_id)
+
+    def _maybe_restart(self, entry: ActorEntry, now: float, exclude: str = "") -> bool:
+        """Re-create a dead actor this scheduler owns (module contract); True if sent."""
+        if not self.directory.restartable(entry, self._address):
+            return False
+        workers = [w for w in self._table.placeable()
+                   if w.worker_id not in (exclude, entry.worker_id)]
+        try:
+            view = choose_actor_worker(workers, self.directory.hosting(), self._rng)
+        except NoResources:
+            entry.dead = f"{entry.dead}; no other worker could take it again"
+            entry.lost_worker = False
+            self._store(entry)
+            log.warning("%s is dead: %s", entry.describe(), entry.dead)
+            return False
+        new = self.directory.restarted(entry, view.worker_id,
+                                       self._table.restarts(view.worker_id))
+        self._store(new)
+        limit = "no limit" if new.max_restarts < 0 else f"of {new.max_restarts}"
+        log.warning("re-creating %s on worker %s (restart %d, %s)", new.describe(),
+                    new.worker_id, new.incarnation, limit)
+        creation = pb.Call(request_id=f"{new.actor_id}-restart{new.incarnation}",
+                           function=f"{new.class_name}.__init__")   # no caller: no result
+        creation.actor.ParseFromString(new.creation)
+        self._send(creation, new, CREATE, now)
+        return True
+
+    def states(self, node_of: Any) -> List[pb.ActorState]:
+        """Every actor known here, for `status` (`node_of(worker_id)`: its node or "")."""
+        calls = self.directory.calls_of()
+        return [pb.ActorState(actor_id=e.actor_id, class_name=e.class_name,
+                              worker_id=e.worker_id,
+                              node_id=node_of(e.worker_id) if e.dead is None else "",
+                              calls=calls.get(e.actor_id, 0), restarts=e.incarnation,
+                              max_restarts=e.max_restarts, dead=e.dead or "")
+                for e in self.directory.entries()]
 
     def orphaned(self, call_id: str, status: int, message: str) -> Tuple[int, str]:
         entry = self.directory.actor_of_call(call_id)
         if entry is None:
             return status, message
         self.directory.call_finished(call_id, False)
+        again = ""
+        if entry.dead is None and entry.incarnation > 0:
+            again = (f" (it was re-created on worker {entry.worker_id}, restart "
+                     f"{entry.incarnation}, with new state: later calls go there)")
         if status == pb.TIMEOUT:   # the method overran its limit in C code: say both
-            return status, f"{message}; {entry.describe()} died with the worker"
-        return pb.ACTOR_DIED, f"{entry.describe()} died with its worker: {message}"
+            return status, f"{message}; {entry.describe()} died with the worker{again}"
+        return pb.ACTOR_DIED, f"{entry.describe()} died with its worker: {message}{again}"
 
     def placeable(self, workers: List[WorkerView]) -> List[WorkerView]:
         return prefer_free(workers, self.directory.hosting())
@@ -173,10 +247,21 @@ class ActorCalls:
         if entry is None:
             record = self._load(actor_id)
             if record is not None:
-                self.directory.placed(ActorEntry(record.actor_id, record.class_name,
-                                                 record.worker_id, record.restarts,
-                                                 record.reason or None if record.dead else None))
+                self.directory.placed(_entry_of(record))
                 entry, why = self.directory.route(actor_id, self._restarts_of)
+        if entry is not None and why is not None and entry.lost_worker:
+            if entry.owner == self._address:
+                if self._maybe_restart(entry, time.monotonic()):
+                    entry, why = self.directory.route(actor_id, self._restarts_of)
+            elif entry.restarts_left():
+                # another scheduler owns it: it may have re-created it already
+                record = self._load(actor_id)
+                if record is not None and record.incarnation > entry.incarnation:
+                    self.directory.placed(_entry_of(record))
+                    entry, why = self.directory.route(actor_id, self._restarts_of)
+                elif record is not None and not record.dead:
+                    why = (f"{why}; it is being re-created by scheduler {entry.owner} "
+                           f"(restart {entry.incarnation + 1}): call again")
         return entry, why
 
     def _restarts_of(self, worker_id: str) -> Optional[int]:
@@ -187,7 +272,10 @@ class ActorCalls:
     def _store(self, entry: ActorEntry) -> None:
         record = pb.ActorRecord(actor_id=entry.actor_id, class_name=entry.class_name,
                                 worker_id=entry.worker_id, restarts=entry.restarts,
-                                dead=entry.dead is not None, reason=entry.dead or "")
+                                dead=entry.dead is not None, reason=entry.dead or "",
+                                max_restarts=entry.max_restarts,
+                                incarnation=entry.incarnation, owner=entry.owner,
+                                creation=entry.creation)
         self._kvs.put_all(actor_key(entry.actor_id), record.SerializeToString())
 
     def _load(self, actor_id: str) -> Optional[pb.ActorRecord]:
@@ -205,3 +293,11 @@ class ActorCalls:
             raise CorruptRecord(f"the actor record {key!r} names actor "
                                 f"{record.actor_id[:80]!r} on worker {record.worker_id!r}", key)
         return record
+
+
+def _entry_of(record: pb.ActorRecord) -> ActorEntry:
+    """A directory entry from another scheduler's record."""
+    return ActorEntry(record.actor_id, record.class_name, record.worker_id, record.restarts,
+                      record.reason or None if record.dead else None,
+                      max_restarts=record.max_restarts, incarnation=record.incarnation,
+                      owner=record.owner, creation=record.creation)

@@ -514,6 +514,8 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents):
                                      running=n.running, queued=n.queued,
                                      node_draining=n.node_draining)
         reply.backlog = len(self._deferred) + len(self._queue)
+        nodes = {w.worker_id: w.node_id for w in self.table.live()}
+        reply.actors.extend(self._actors.states(lambda wid: nodes.get(wid, "")))
         for s in self.stats.summaries():
             reply.function_stats.add(name=s.name, calls=s.calls, errors=s.errors,
                                      p50=s.p50 or 0.0, p99=s.p99 or 0.0, in_flight=s.in_flight)

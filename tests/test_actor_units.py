@@ -12,7 +12,7 @@ from runtime.auth import CLUSTER, FUNCTION
 from runtime.errors import NoResources
 from runtime.values import dumps, loads
 from scheduler.actors import (CREATE, KILL, METHOD, ActorDirectory, ActorEntry,
-                              choose_actor_worker, prefer_free)
+                              choose_actor_worker, find_wait_cycle, prefer_free)
 from scheduler.policy import WorkerView
 from executor.actors import ActorGone, ActorTable, ActorTableFull
 
@@ -90,6 +90,79 @@ def test_a_worker_death_ends_its_actors_and_a_failed_creation_ends_its_actor():
     d.placed(ActorEntry("k", "C", "w1"))
     assert d.ended("k", "it was killed").dead == "it was killed"
     assert d.ended("k", "later reason").dead == "it was killed"   # the first reason stays
+
+
+def test_an_actor_with_restarts_left_is_restartable_by_its_owner_only_after_a_worker_death():
+    d = ActorDirectory()
+    d.placed(ActorEntry("x", "C", "w1", max_restarts=2, owner="s0", creation=b"c"))
+    d.placed(ActorEntry("never", "C", "w1", owner="s0"))            # max_restarts 0
+    d.placed(ActorEntry("killed", "C", "w2", max_restarts=-1, owner="s0", creation=b"c"))
+    d.ended("killed", "it was killed")
+    assert not d.restartable(d.get("killed"), "s0")                  # killed: never again
+    assert not d.restartable(d.get("x"), "s0")                       # alive
+    d.worker_lost("w1", "exited with code 1")
+    assert d.restartable(d.get("x"), "s0") and not d.restartable(d.get("x"), "s1")
+    assert not d.restartable(d.get("never"), "s0")
+    new = d.restarted(d.get("x"), "w3", 4)
+    assert (new.worker_id, new.restarts, new.incarnation, new.dead) == ("w3", 4, 1, None)
+    assert d.get("x") is new and d.hosting() == {"w3": 1}
+    assert d.route("x", {"w3": 4}.get) == (new, None)
+    d.route("x", {}.get)                                             # w3 gone: dead again
+    assert d.restartable(d.get("x"), "s0")
+    last = d.restarted(d.get("x"), "w4", 0)
+    d.worker_lost("w4", "was killed by signal 9")
+    assert last.incarnation == 2 and not d.restartable(last, "s0")   # budget spent
+    forever = ActorEntry("f", "C", "w1", max_restarts=-1, incarnation=1000, owner="s0",
+                         creation=b"c")
+    d.placed(forever)
+    d.worker_lost("w1", "gone")
+    assert d.restartable(forever, "s0")
+
+
+def test_status_counts_each_actors_calls_in_flight_live_actors_first():
+    d = ActorDirectory()
+    d.placed(ActorEntry("dead", "C", "w1"))
+    d.ended("dead", "it was killed")
+    d.placed(ActorEntry("a", "C", "w2"))
+    for i in range(3):
+        d.call_started(f"c{i}", "a", METHOD)
+    d.call_finished("c0", True)
+    assert d.calls_of() == {"a": 2}
+    assert [e.actor_id for e in d.entries()] == ["a", "dead"]
+
+
+def test_a_call_closing_a_cycle_of_waiting_workers_is_found():
+    d = ActorDirectory()
+    d.placed(ActorEntry("A", "C", "w1"))
+    d.placed(ActorEntry("B", "C", "w2"))
+    d.placed(ActorEntry("D", "C", "w3"))
+    d.call_started("c1", "A", METHOD, "", "w1")          # the client calls A (no edge)
+    d.call_started("c2", "B", METHOD, "w1", "w2")        # A's method calls B
+    d.call_started("c3", "D", METHOD, "w2", "w3")        # B's method calls D
+    assert d.wait_cycle("w3", "w1") == ["w1", "w2", "w3"]    # D calling A: a cycle
+    assert d.wait_cycle("w3", "w2") == ["w2", "w3"]
+    assert d.wait_cycle("w1", "w3") is None                  # A calling D again: no cycle
+    d.call_finished("c3", True)
+    assert d.wait_cycle("w3", "w1") is None                  # the edge is gone with its call
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("abcde"), st.sampled_from("abcde")), max_size=12),
+       st.sampled_from("abcde"), st.sampled_from("abcde"))
+def test_find_wait_cycle_is_reachability_and_returns_a_real_chain(edges, caller, target):
+    reach, frontier = {target}, [target]
+    while frontier:
+        w = frontier.pop()
+        for a, b in edges:
+            if a == w and b not in reach:
+                reach.add(b)
+                frontier.append(b)
+    chain = find_wait_cycle(edges, caller, target)
+    assert (chain is not None) == (caller in reach)
+    if chain is not None:
+        assert chain[0] == target and chain[-1] == caller
+        assert all((a, b) in edges for a, b in zip(chain, chain[1:]))
+        assert len(set(chain)) == len(chain)
 
 
 @settings(max_examples=60, deadline=None)

@@ -9,6 +9,7 @@ import pytest
 
 import cloudburst
 from cloudburst import ActorDied, ExecutionError, InvalidFunction, ObjectNotFound
+from cloudburst.status import format_status
 from waiting import poll_until
 
 
@@ -75,6 +76,38 @@ class Nested:
 
     def ping(self):
         return "pong"
+
+
+class PingPong:
+    """Two of these on two workers: `ask` calls the other's `answer`, which calls back."""
+
+    def ask(self, other, me):
+        return other.answer(me).get(timeout=30)
+
+    def answer(self, back):
+        return back.ping().get(timeout=30)
+
+    def ping(self):
+        return "pong"
+
+
+class Phoenix:
+    """A counter that says where it runs, and can hold its worker."""
+
+    def __init__(self, start):
+        self.n = start
+
+    def incr(self, by):
+        self.n += by
+        return self.n
+
+    def where(self, lib):
+        return lib.getid()
+
+    def hold(self, lib, key):
+        import time as t
+        lib.put(key, lib.getid())
+        t.sleep(60)
 
 
 def forge_actor_calls(lib):
@@ -209,6 +242,93 @@ def test_killing_an_actor(cluster, client):
     with pytest.raises(ActorDied, match=counter.actor_id):
         counter.bind(other).incr(1).get(timeout=10)
     client.kill(counter)                     # killing a dead actor succeeds
+
+
+def _started(client, key):
+    def started():
+        try:
+            return client.get(key)
+        except ObjectNotFound:
+            return None
+    return poll_until(started, 15, f"the blocking call writing {key!r}")
+
+
+def _actor_state(client, actor_id):
+    return next((a for a in client.status().actors if a.actor_id == actor_id), None)
+
+
+def test_status_lists_actors_with_their_worker_and_calls_queued(cluster, client):
+    phoenix = client.actor(Phoenix, 0)
+    home = phoenix.where().get(timeout=10)
+    phoenix.hold("actor-status-started")
+    queued = [phoenix.incr(1) for _ in range(3)]
+    _started(client, "actor-status-started")
+    # the held call and the 3 queued (the finished `where` may be counted until its worker
+    # reports it done: workers batch those reports)
+    state = poll_until(lambda: (lambda a: a if a and a.calls >= 4 else None)(
+        _actor_state(client, phoenix.actor_id)), 10, "status showing the actor's 4 calls")
+    assert (state.class_name, state.worker_id, state.dead) == ("Phoenix", home, "")
+    assert state.node_id and home.startswith(state.node_id)
+    text = format_status(client.status())
+    assert "live actor(s)" in text and phoenix.actor_id in text and "Phoenix" in text
+    cluster.kill_worker(home)         # ends the held call; the queued ones fail with it
+    for f in queued:
+        with pytest.raises(ActorDied):
+            f.get(timeout=10)
+    dead = poll_until(lambda: (lambda a: a if a and a.dead else None)(
+        _actor_state(client, phoenix.actor_id)), 10, "status showing the actor ended")
+    assert home in dead.dead and dead.node_id == ""
+    cluster.wait_for_workers([home], timeout=15)
+
+
+def test_max_restarts_recreates_the_actor_after_its_worker_dies(cluster, client):
+    """Ray's max_restarts: the instance is built again (new state) on another worker, the
+    calls in flight on the dead one fail with ActorDied, later calls reach the new instance,
+    and once the restarts are spent the next death is final."""
+    phoenix = client.create_actor(Phoenix, (10,), max_restarts=1)
+    assert phoenix.incr(1).get(timeout=10) == 11
+    first = phoenix.where().get(timeout=10)
+    running = phoenix.hold("actor-phoenix-started")
+    queued = phoenix.incr(100)
+    _started(client, "actor-phoenix-started")
+    cluster.kill_worker(first)
+    with pytest.raises(ActorDied, match="re-created") as died:
+        running.get(timeout=10)
+    assert first in str(died.value)
+    with pytest.raises(ActorDied):
+        queued.get(timeout=10)                       # not run again: methods have effects
+    state = poll_until(lambda: (lambda a: a if a and a.restarts == 1 and not a.dead else None)(
+        _actor_state(client, phoenix.actor_id)), 10, "the actor re-created (status)")
+    assert state.max_restarts == 1 and state.worker_id != first
+    assert phoenix.incr(5).get(timeout=10) == 15     # the constructor ran again: 10 + 5
+    second = phoenix.where().get(timeout=10)
+    assert second == state.worker_id != first
+    # the other scheduler saw the death too, and follows the new incarnation's record
+    other = cluster.client(scheduler=1, timeout=20)
+    assert phoenix.bind(other).incr(1).get(timeout=10) == 16
+    cluster.wait_for_workers([first], timeout=15)
+    cluster.kill_worker(second)                      # the one restart is spent
+    poll_until(lambda: (lambda a: a and a.dead)(_actor_state(client, phoenix.actor_id)), 10,
+               "the actor's final death (status)")
+    with pytest.raises(ActorDied, match=phoenix.actor_id):
+        phoenix.incr(1).get(timeout=10)
+    cluster.wait_for_workers([second], timeout=15)
+
+
+def test_a_cross_worker_actor_call_cycle_fails_at_once_with_a_typed_error(client):
+    """A's method calls B (another worker), whose method calls A back: A's worker is busy
+    waiting for B, so the call to A would wait until every deadline. It is refused at
+    once, with ActorCallCycle naming the chain."""
+    a, b = client.actor(PingPong), client.actor(PingPong)
+    start = time.monotonic()
+    with pytest.raises(ExecutionError, match="ActorCallCycle") as failed:
+        a.ask(b, a).get(timeout=25)
+    assert time.monotonic() - start < 8
+    assert "wait for each other" in str(failed.value)
+    assert a.ping().get(timeout=10) == b.ping().get(timeout=10) == "pong"   # both live on
+    assert b.answer(a).get(timeout=10) == "pong"     # no cycle: B calling A is fine
+    a.kill()
+    b.kill()
 
 
 def test_when_the_actor_worker_dies_its_calls_fail_with_actor_died(cluster, client):

@@ -1,4 +1,6 @@
-"""The README's Python snippets run as written, each in a namespace of its own.
+"""The Python snippets of the README and of docs/*.md run as written, each in a namespace of
+its own (the docs' snippets in a fresh working directory, since some write files there; a
+docs snippet that starts an autoscaling platform cluster runs in the slow tier).
 
 Every ```python block of README.md is self-contained: it imports what it uses and starts the
 cluster it needs (`with cloudburst.LocalCluster(...) as cluster:`). To keep this fast, snippets
@@ -25,6 +27,7 @@ import cloudburst
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.md")
+DOCS = sorted(pathlib.Path(ROOT, "docs").glob("*.md"))
 
 
 def python_blocks(text: str) -> List[Tuple[int, str]]:
@@ -36,6 +39,8 @@ def python_blocks(text: str) -> List[Tuple[int, str]]:
 
 
 BLOCKS = python_blocks(open(README, encoding="utf-8").read())
+DOC_BLOCKS = [(f"docs/{doc.name}", line, code) for doc in DOCS
+              for line, code in python_blocks(doc.read_text(encoding="utf-8"))]
 
 
 class _Shared:
@@ -98,13 +103,34 @@ def test_readme_has_snippets():
     assert len(BLOCKS) >= 6, BLOCKS
 
 
-@pytest.mark.parametrize("line,code", BLOCKS, ids=[f"README.md:{line}" for line, _ in BLOCKS])
-def test_readme_snippet_runs(pool, monkeypatch, line, code):
+def _run(pool: _Pool, monkeypatch: Any, where: str, code: str) -> None:
     monkeypatch.setattr(cloudburst, "LocalCluster", pool.factory("cloudburst", pool.real_cb))
     monkeypatch.setattr(anna_core, "LocalCluster", pool.factory("anna", pool.real_anna))
     namespace: Dict[str, Any] = {"__name__": "__main__"}
     with contextlib.redirect_stdout(io.StringIO()):
-        exec(compile(code, f"README.md:{line}", "exec"), namespace)
+        exec(compile(code, where, "exec"), namespace)
+
+
+@pytest.mark.parametrize("line,code", BLOCKS, ids=[f"README.md:{line}" for line, _ in BLOCKS])
+def test_readme_snippet_runs(pool, monkeypatch, line, code):
+    _run(pool, monkeypatch, f"README.md:{line}", code)
+
+
+def test_the_docs_have_snippets():
+    assert {doc for doc, _, _ in DOC_BLOCKS} >= {"docs/KVS.md", "docs/OPERATIONS.md"}
+
+
+def _doc_param(doc: str, line: int, code: str) -> Any:
+    # a snippet starting an autoscaling platform cluster takes 10 s or more: the slow tier
+    marks = [pytest.mark.slow] if "cloudburst.LocalCluster(" in code and "autoscale=True" in code \
+        else []
+    return pytest.param(doc, line, code, id=f"{doc}:{line}", marks=marks)
+
+
+@pytest.mark.parametrize("doc,line,code", [_doc_param(*b) for b in DOC_BLOCKS])
+def test_docs_snippet_runs(pool, monkeypatch, tmp_path, doc, line, code):
+    monkeypatch.chdir(tmp_path)        # a snippet may write files (a key directory)
+    _run(pool, monkeypatch, f"{doc}:{line}", code)
 
 
 def test_the_readme_test_command_is_what_ci_runs():

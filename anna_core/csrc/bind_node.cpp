@@ -37,6 +37,8 @@ py::dict node_worker_stats_dict(const NodeWorkerStats& s) {
   d["push_refused"] = s.push_refused;
   d["auth_refused"] = s.auth_refused;
   d["auth_accepted"] = s.auth_accepted;
+  d["wal_syncs"] = s.wal_syncs;
+  d["wal_sync_failures"] = s.wal_sync_failures;
   return d;
 }
 
@@ -176,6 +178,8 @@ void bind_node(py::module_& m) {
         d["stats_top_k"] = c.stats_top_k;
         d["service_rate"] = c.service_rate;
         d["capacity_bytes"] = c.capacity_bytes;
+        d["disk_sync"] = disk_sync_name(c.disk_sync);
+        d["disk_sync_interval_ms"] = c.disk_sync_interval_ms;
         d["curve"] = c.curve.enabled();
         d["curve_public_key"] = c.curve.public_key;
         d["curve_admitted"] = c.curve.admitted;

@@ -89,6 +89,8 @@ struct NodeWorkerStats {
                                    // or without a server key while authentication is on)
   std::uint64_t auth_refused = 0;   // node-wide: handshakes refused (the same in every worker)
   std::uint64_t auth_accepted = 0;  // node-wide: handshakes admitted (the same in every worker)
+  std::uint64_t wal_syncs = 0;      // write-ahead log syncs of a disk worker's store (store.hpp)
+  std::uint64_t wal_sync_failures = 0;
 };
 
 // What Node::take_report() returns for one worker: its core's period and the shell's timing.

@@ -275,6 +275,14 @@ NodeConfig parse_node_config(const std::string& json) {
       c.service_rate = v.number;
     } else if (key == "capacity_bytes") {
       c.capacity_bytes = static_cast<std::uint64_t>(want_int(key, v, 0, 1LL << 62));
+    } else if (key == "disk_sync") {
+      std::string m = want_string(key, v);
+      if (!parse_disk_sync(m, &c.disk_sync))
+        throw std::invalid_argument(
+            "node config: disk_sync must be \"none\", \"interval\" or \"always\", got \"" + m +
+            "\"");
+    } else if (key == "disk_sync_interval_ms") {
+      c.disk_sync_interval_ms = static_cast<int>(want_int(key, v, 1, 3600 * 1000));
     } else if (key == "tombstone_ttl_ms") {
       c.tombstone_ttl_ms = static_cast<int>(want_int(key, v, 1, 24 * 3600 * 1000));
     } else if (key == "curve_public_key") {

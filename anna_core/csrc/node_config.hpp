@@ -10,7 +10,9 @@
 // (int in [1, 1000000]: keys each worker's access statistics track per report period,
 // key_stats.hpp), service_rate (a number: 0, or in [0.001, 1e9]: capacity emulation, node.hpp),
 // capacity_bytes (int in [0, 2^62]: the node's storage capacity for the autoscaling policy,
-// 0 unknown), and
+// 0 unknown), disk_sync ("none" | "interval" | "always": when a disk worker fsyncs its
+// write-ahead log, store.hpp "Durability"), disk_sync_interval_ms (int in [1, 3600000]: the
+// group-commit period of "interval"), and
 // authentication (curve.hpp): curve_secret_key and curve_public_key (Z85 strings) and
 // curve_admitted (an object: Z85 public key -> role, the one nested value allowed); all three
 // absent or empty means authentication off. Missing keys take the defaults below; null means
@@ -25,6 +27,7 @@
 
 #include "curve.hpp"
 #include "push_cache.hpp"
+#include "store.hpp"
 
 namespace anna {
 
@@ -51,6 +54,12 @@ struct NodeConfig {
   // The node's storage capacity in bytes for the autoscaling policy (0: unknown); each
   // worker's report carries capacity_bytes / threads.
   std::uint64_t capacity_bytes = 0;
+  // When a disk worker fsyncs RocksDB's write-ahead log (store.hpp "Durability"): every
+  // write before it is acknowledged ("always"), at most every disk_sync_interval_ms
+  // ("interval", the default: a group commit, as Redis's appendfsync everysec), or never
+  // ("none": the OS writes it back when it likes). Ignored by memory nodes.
+  DiskSync disk_sync = DiskSync::kInterval;
+  int disk_sync_interval_ms = 1000;
   // CURVE authentication of the workers' sockets (DESIGN.md "Authentication"); off when empty.
   CurveKeys curve;
 };

@@ -238,12 +238,31 @@ DiskLimits DiskLimits::for_filesystem(std::uint64_t fs_bytes) {
   return l;
 }
 
+bool parse_disk_sync(const std::string& text, DiskSync* out) {
+  if (text == "none") *out = DiskSync::kNone;
+  else if (text == "interval") *out = DiskSync::kInterval;
+  else if (text == "always") *out = DiskSync::kAlways;
+  else return false;
+  return true;
+}
+
+const char* disk_sync_name(DiskSync mode) {
+  switch (mode) {
+    case DiskSync::kNone: return "none";
+    case DiskSync::kInterval: return "interval";
+    case DiskSync::kAlways: return "always";
+  }
+  return "?";
+}
+
 std::string DiskStore::path_for(const std::string& data_dir, const std::string& node_id,
                                 int thread_id) {
   return (std::filesystem::path(data_dir) / node_id / std::to_string(thread_id)).string();
 }
 
-DiskStore::DiskStore(const std::string& path) : path_(path), reserve_path_(path + ".reserve") {
+DiskStore::DiskStore(const std::string& path, DiskSyncPolicy sync)
+    : path_(path), reserve_path_(path + ".reserve"), sync_(sync) {
+  synced_at_ = Clock::now();
   std::error_code ec;
   std::filesystem::create_directories(path, ec);
   if (ec) throw std::runtime_error("DiskStore: cannot create " + path + ": " + ec.message());
@@ -310,9 +329,29 @@ std::uint64_t DiskStore::stored_bytes() const {
   return live + mem;
 }
 
+void DiskStore::sync_wal() {
+  unsynced_ = false;
+  synced_at_ = Clock::now();
+  // Not after RocksDB reported no space: it is reopened first (syncing a WAL in that error
+  // state trips an assertion in Debian's librocksdb); the reopen replays the WAL.
+  if (!db_ || read_only_ || needs_reopen_) return;
+  rocksdb::Status s = db_->SyncWAL();
+  ++syncs_;
+  if (!s.ok()) {
+    ++sync_failures_;
+    log_warning("DiskStore " + path_ + ": syncing the write-ahead log failed: " + s.ToString());
+  }
+}
+
+void DiskStore::sync_due() {
+  if (sync_.mode != DiskSync::kInterval || !unsynced_) return;
+  if (Clock::now() - synced_at_ >= sync_.interval) sync_wal();
+}
+
 void DiskStore::close_db() {
   stop_reclaim();
   if (!db_) return;
+  if (unsynced_ && sync_.mode == DiskSync::kInterval) sync_wal();
   rocksdb::Status s = db_->Close();
   if (!s.ok()) log_warning("DiskStore close " + path_ + ": " + s.ToString());
   db_.reset();
@@ -483,9 +522,12 @@ AnnaError DiskStore::write(const std::string& key, const AnyLattice& value) {
   // WAL record overhead included; the memtable flush and compactions are within the floor.
   AnnaError err = admit_write(key.size() + scratch_.size() + 64);
   if (err != NO_ERROR) return err;
-  rocksdb::WriteOptions wo;  // WAL on (the default), no fsync per write
+  rocksdb::WriteOptions wo;  // WAL on (the default); fsync'ed per write only if kAlways
+  wo.sync = sync_.mode == DiskSync::kAlways;
   rocksdb::Status s = db_->Put(wo, key, scratch_);
   if (!s.ok()) return rocksdb_failed("put", s.ToString(), no_space(s));
+  if (wo.sync) ++syncs_;
+  else unsynced_ = true;
   return NO_ERROR;
 }
 
@@ -546,8 +588,12 @@ AnnaError DiskStore::remove(const std::string& key) {
   }
   // Deletes are not refused for space; measuring releases the reserve if space is short.
   if (Clock::now() - measured_at_ >= kMeasureEvery) measure();
-  rocksdb::Status s = db_->Delete(rocksdb::WriteOptions(), key);
+  rocksdb::WriteOptions wo;
+  wo.sync = sync_.mode == DiskSync::kAlways;
+  rocksdb::Status s = db_->Delete(wo, key);
   if (!s.ok()) return rocksdb_failed("delete", s.ToString(), no_space(s));
+  if (wo.sync) ++syncs_;
+  else unsynced_ = true;
   written_since_ += key.size() + 64;
   if (approximate_size_ > 0) --approximate_size_;
   ++deletes_since_reclaim_;

@@ -31,9 +31,10 @@
 //     starts over (restarted = true), so a key stored throughout is visited at least once.
 //     DiskStore pages follow RocksDB's key order after the last key visited (a key stored
 //     throughout is visited exactly once). STORE_FAILED when RocksDB's iterator fails.
-//   * DiskStore record = one lattice-type byte + payload. Writes go through RocksDB's WAL
-//     (not fsync'ed per write): an acknowledged write survives a clean restart and a kill -9
-//     of the process (not a machine crash). Opening fails (std::runtime_error) if the
+//   * DiskStore record = one lattice-type byte + payload. Writes and deletes go through
+//     RocksDB's WAL, which is written before merge/remove return, so an acknowledged write
+//     always survives a clean restart and a kill -9 of the process. Durability against an
+//     OS crash or power loss is the DiskSync policy's ("Durability" below). Opening fails (std::runtime_error) if the
 //     directory cannot be created, is locked by another process, or cannot be opened even
 //     read-only.
 //   * A store belongs to one worker thread (no locks on its operations). DiskStore runs one
@@ -92,6 +93,27 @@ class Logger;
 
 namespace anna {
 
+// Durability: when a DiskStore fsyncs RocksDB's write-ahead log.
+//   * kAlways: every write and delete is synced before merge/remove return
+//     (rocksdb::WriteOptions::sync), so an acknowledged write survives an OS crash or power
+//     loss. Costs one fsync per write.
+//   * kInterval (the default): a group commit. sync_due(now), which the node's worker loop
+//     calls after each batch of messages and at least every 50 ms, syncs the WAL
+//     (DB::SyncWAL) once `interval` has passed since the last sync and something was written
+//     since. An OS crash loses at most the writes acknowledged in the last interval (plus one
+//     loop turn), as Redis's appendfsync everysec. Closing the store syncs too.
+//   * kNone: never synced by this store; the OS writes the WAL back when it likes.
+// syncs() counts the WAL syncs this store made or asked RocksDB for (per-write syncs
+// included); a failed sync is logged and counted in sync_failures().
+enum class DiskSync { kNone = 0, kInterval = 1, kAlways = 2 };
+bool parse_disk_sync(const std::string& text, DiskSync* out);  // "none"|"interval"|"always"
+const char* disk_sync_name(DiskSync mode);
+
+struct DiskSyncPolicy {
+  DiskSync mode = DiskSync::kNone;
+  std::chrono::milliseconds interval{1000};
+};
+
 // One page of Store::scan_page (see the contract).
 struct ScanPage {
   std::string next_cursor;
@@ -125,6 +147,10 @@ class Store {
   virtual std::uint64_t metadata_bytes() const { return 0; }
   // What the last STORE_FAILED or DISK_FULL was about ("" if none).
   virtual const std::string& error_detail() const = 0;
+  // Group commit ("Durability"): sync what was written if the policy says it is due.
+  virtual void sync_due() {}
+  virtual std::uint64_t syncs() const { return 0; }
+  virtual std::uint64_t sync_failures() const { return 0; }
 };
 
 // Whether `key` is the cluster's own bookkeeping ("__anna__/..."), not workload.
@@ -184,7 +210,7 @@ class DiskStore final : public Store {
  public:
   // Opens (creating if needed) the RocksDB instance at `path` (read-only when it cannot be
   // opened for writing for lack of space).
-  explicit DiskStore(const std::string& path);
+  explicit DiskStore(const std::string& path, DiskSyncPolicy sync = {});
   ~DiskStore() override;
   DiskStore(const DiskStore&) = delete;
   DiskStore& operator=(const DiskStore&) = delete;
@@ -202,6 +228,10 @@ class DiskStore final : public Store {
                      const ScanVisitor& fn) override;
   std::uint64_t stored_bytes() const override;
   const std::string& error_detail() const override { return detail_; }
+  void sync_due() override;
+  std::uint64_t syncs() const override { return syncs_; }
+  std::uint64_t sync_failures() const override { return sync_failures_; }
+  const DiskSyncPolicy& sync_policy() const { return sync_; }
 
   const DiskLimits& limits() const { return limits_; }
   bool read_only() const { return read_only_; }
@@ -228,8 +258,15 @@ class DiskStore final : public Store {
   void reclaim_loop();
   std::string space_summary() const;
 
+  void sync_wal();
+
   std::string path_;
   std::string reserve_path_;
+  DiskSyncPolicy sync_;
+  bool unsynced_ = false;             // written since the last WAL sync (kInterval)
+  Clock::time_point synced_at_{};
+  std::uint64_t syncs_ = 0;
+  std::uint64_t sync_failures_ = 0;
   DiskLimits limits_;
   std::shared_ptr<rocksdb::Logger> logger_;
   std::unique_ptr<rocksdb::DB> db_;
