@@ -47,7 +47,7 @@ CLOUDBURST_TYPES = {
     "accepted": pb.Accepted, "result": pb.CallResult, "causal_abort": pb.CausalAbort,
     "cancel": pb.NameRequest, "delete_fn": pb.NameRequest, "status": pb.NameRequest,
     "drain": pb.DrainRequest, "node_status": pb.NodeStatus, "fetch": pb.ResultRequest,
-    "lease": pb.ClientLease,
+    "lease": pb.ClientLease, "values": pb.ValueKeys, "moved": pb.CallRef,
 }
 ANNA_TYPES = {
     b"request": anna_pb2.KeyRequest, b"gossip": anna_pb2.KeyRequest,
