@@ -300,6 +300,7 @@ def _wait_for_line(proc, text, timeout=60):
     return lines
 
 
+@pytest.mark.slow    # about 25 s: two real autoscaler processes against the API server
 def test_the_autoscaler_processes_start_from_a_kubeconfig_and_stop_on_sigterm(cp, ns, tmp_path):
     import signal
     import socket
