@@ -61,7 +61,11 @@ def test_stalled_node_commit_after_failure_loses_no_acknowledged_write():
         c.register(rd, "fence_rd")
         c.register(slow_wr, "fence_slow_wr")
         c.register(append, "fence_append")
-        c.register(lambda lib: lib.getid(), "fence_whoami")
+        def whoami(lib):
+            import time
+            time.sleep(0.2)    # the function's own work: a burst then fills every worker
+            return lib.getid()
+        c.register(whoami, "fence_whoami")
 
         def probe(lib, value, local):
             return lib.getid(), sorted({t for v in lib.get(KEY, concurrent=True) for t in v})
@@ -113,8 +117,12 @@ def test_stalled_node_commit_after_failure_loses_no_acknowledged_write():
             cluster.signal_node(other, signal.SIGCONT)
         # slow_wr wakes up and tries to commit; its worker runs one function at a time, so
         # once it answers another call, that commit attempt is over
-        poll_until(lambda: c.call("fence_whoami").get(timeout=20) == slow_worker, 30,
-                   "the resumed worker serving a call")
+        # (calls go back to the worker that ran the function last while it is free: a burst
+        # that fills every worker's slots is what reaches a given one)
+        poll_until(lambda: slow_worker in {f.get(timeout=20) for f in
+                                           [c.call("fence_whoami")
+                                            for _ in range(4 * len(cluster.workers))]},
+                   30, "the resumed worker serving a call")
         final = _tags(c.get(KEY, consistency="causal", concurrent=True))
         assert set(acknowledged) <= final, f"acknowledged writes lost: k holds {sorted(final)}"
         assert "slow" not in final, "the failed call's commit was accepted"
