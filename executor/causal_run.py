@@ -54,7 +54,7 @@ class CausalRunning:
         contexts = [u[1] if isinstance(u, tuple) else pb.CausalContext() for u in upstream]
         results = [u[0] if isinstance(u, tuple) else u for u in upstream]
         inv = CausalInvocation(self.cache, s, contexts, ready.deadline - time.monotonic())
-        self._busy_since = start
+        self.busy.start(start)
         try:
             try:
                 fn = self._function(s.function, s.version, start + s.timeout)
@@ -120,8 +120,7 @@ class CausalRunning:
             self._stopped(s, what, e)
             return
         finally:
-            self._busy_total += time.monotonic() - start
-            self._busy_since = None
+            self.busy.stop(time.monotonic())
         logs = self._call_logs(s, self._printed)
         self._send_downstream(s, ready, value, inv.context(), logs)
         if s.sink:

@@ -164,14 +164,13 @@ def heartbeat_loop(worker: "Worker") -> None:
     try:
         while not worker._stopping.is_set():
             now = time.monotonic()
-            busy_since = worker._busy_since
-            total = worker._busy_total + (now - busy_since if busy_since is not None else 0.0)
+            total = worker.busy.total(now)
             utilization = min(1.0, (total - last_total) / max(1e-6, now - last_time))
             last_total, last_time = total, now
             status = pb.WorkerStatus(worker_id=worker.worker_id, node_id=config.node_id,
                                      address=worker.address, utilization=utilization,
                                      queued=len(worker.pending),
-                                     running=1 if worker._busy_since is not None else 0,
+                                     running=1 if worker.busy.running else 0,
                                      cache_address=config.cache_address,
                                      control_address=worker.control_address,
                                      restarts=process_start() - 1,

@@ -86,6 +86,7 @@ from .actor_caller import ActorCaller
 from .actors import ActorGone, ActorTable, ActorTableFull, describe
 from .big_intermediates import ByReference, by_reference, store
 from .big_results import result_fields
+from .busy import BusyClock
 from .cache_client import CacheClient
 from .calling import Entry
 from .call_session import CallSession, UpstreamSessions
@@ -153,12 +154,10 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
         self._local: Deque[Tuple[str, Any]] = collections.deque()
         self._backlog: Deque[Any] = collections.deque()
         self._inbox: Deque[Tuple[str, bytes]] = collections.deque()
-        self._busy_since: Optional[float] = None
-        self._busy_total = 0.0
+        self.busy = BusyClock()             # time spent running functions (heartbeats)
         self.run_reports = RunReports()     # what the node is told of functions (liveness)
         self._stopping = threading.Event()
         self.dones = DoneReports(DONE_HOLD_SECONDS, DONE_BATCH_CALLS)   # `done`s owed
-        self._busy_mark = 0.0
         self.invocation: Optional[CausalInvocation] = None   # the causal function running now
         self._writer = ExecutorWriter(self.worker_id)
         self.output = Capture(config.output_limit)
@@ -225,9 +224,8 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
         the caller's own report."""
         if not self.dones:       # the loop comes back to send them (at the hold's end)
             self._pull.setsockopt(zmq.RCVTIMEO, max(1, round(DONE_HOLD_SECONDS * 1000)))
-        self.dones.add(scheduler_address, call_id, ok, self._busy_total - self._busy_mark,
+        self.dones.add(scheduler_address, call_id, ok, self.busy.take_finished(),
                        time.monotonic(), hold)
-        self._busy_mark = self._busy_total
 
     def _flush_done(self) -> None:
         for address, ids, failed, busy in self.dones.take():
@@ -387,7 +385,7 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
         self._printed = ""
         if s.consistency == pb.CAUSAL:
             return self._run_causal(ready, what, start)
-        self._busy_since = start
+        self.busy.start(start)
         inherited = self._sessions.take(s.call_id, s.function)
         session = self.cache.session = CallSession(s.session, inherited) \
             if s.HasField("session") else None
@@ -436,8 +434,7 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
             self._stopped(s, what, e)
             return
         finally:
-            self._busy_total += time.monotonic() - start
-            self._busy_since = None
+            self.busy.stop(time.monotonic())
             self.cache.session = None
         logs = self._call_logs(s, self._printed)
         report = session.report() if session is not None else None
