@@ -116,9 +116,10 @@ def test_wrong_arguments_are_a_typed_error_naming_the_function(client):
     assert client.call(name, 1, 2).get(timeout=10) == 3      # the worker still serves
 
 
-def test_a_dropped_future_passed_as_an_argument_still_gives_its_value(client):
-    """A Future the caller dropped right after passing it (a temporary) is kept by the call
-    that takes it: dropping a Future cancels its call, which must not starve the consumer."""
+@pytest.fixture
+def slow_and_add(client):
+    """Two functions under fresh names: `slow(x, seconds)` returns x after `seconds` of
+    work, `add(a, b=0)` returns a + b."""
     slow, add = unique("slow"), unique("add")
 
     def slow_value(x, seconds):
@@ -127,6 +128,13 @@ def test_a_dropped_future_passed_as_an_argument_still_gives_its_value(client):
 
     client.register(slow_value, slow)
     client.register(lambda a, b=0: a + b, add)
+    return slow, add
+
+
+def test_a_dropped_future_passed_as_an_argument_still_gives_its_value(client, slow_and_add):
+    """A Future the caller dropped right after passing it (a temporary) is kept by the call
+    that takes it: dropping a Future cancels its call, which must not starve the consumer."""
+    slow, add = slow_and_add
     total = client.call(add, client.call(slow, 40, 1.0), b=client.call(slow, 2, 1.0))
     assert total.get(timeout=15) == 42
     dag = unique("dag")
@@ -135,15 +143,8 @@ def test_a_dropped_future_passed_as_an_argument_still_gives_its_value(client):
     assert got.get(timeout=15) == 2
 
 
-def test_a_future_as_an_argument_is_resolved_on_the_executor(client):
-    slow, add = unique("slow"), unique("add")
-
-    def slow_value(x, seconds):
-        time.sleep(seconds)        # the function's own work, not synchronisation
-        return x
-
-    client.register(slow_value, slow)
-    client.register(lambda a, b=0: a + b, add)
+def test_a_future_as_an_argument_is_resolved_on_the_executor(client, slow_and_add):
+    slow, add = slow_and_add
     first = client.call(slow, 20, 0.5)
     second = client.call(add, first, client.call(slow, 22, 0.1))
     assert not first.done()            # passed on while still running
