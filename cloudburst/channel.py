@@ -268,8 +268,9 @@ class SchedulerChannel:
                     raise ValueError("a function key may send a client only results")
                 cls = _ANSWERS[kind]
                 out.append((kind, cls.FromString(payload)))
-            except Exception:  # malformed or not for a client: dropped
-                pass
+            except Exception as e:  # malformed or not for a client: dropped, and said
+                log.warning("dropped a message a client cannot take (%d bytes): %s",
+                            len(frame.bytes), e)
             if not more(self._pull):
                 return out
 
