@@ -36,6 +36,9 @@ requests are `f"{c}#snap-{n}"` / `f"{c}#fetch-{n}"`. `caller_of(id)` gives back 
 of them, so the scheduler routes replies and reports without an index of its own.
 Placement (function -> worker, and so function -> node cache) is fixed for the whole call.
 
+`hb_eager=False` runs HB lazily: no snapshot round until its OPT attempt aborts
+(`scheduler.mtcc.HbFlow`, chosen per DAG by `scheduler.hb_policy.SnapshotPolicy`).
+
 `engine` turns snapshot pieces into plans (default: `HydroEngine`, over hydrocache.protocols).
 """
 from __future__ import annotations
@@ -134,7 +137,7 @@ class CausalCall:
                  upstreams: Mapping[str, Sequence[str]], keys: Mapping[str, Sequence[str]],
                  caches: Mapping[str, str], reply_address: str, now: float, timeout: float,
                  max_retries: int = 10, engine: Any = None, name: str = "",
-                 session: Optional[pb.Session] = None) -> None:
+                 session: Optional[pb.Session] = None, hb_eager: bool = True) -> None:
         self.call_id = call_id
         # the caller's floors: snapshots are at least this new
         self.session = None if session is None else Floors(session)
@@ -157,7 +160,7 @@ class CausalCall:
         self.coord_deadline = now + 0.9 * timeout
         self.max_retries = max_retries
         self.engine = engine if engine is not None else HydroEngine()
-        self.flow: Flow = flow_for(requested, call_id)
+        self.flow: Flow = flow_for(requested, call_id, hb_eager)
         self.attempts: Dict[str, Attempt] = {}
         self.aborts = 0
         self.last_reason = ""

@@ -45,6 +45,10 @@ class SchedulerConfig:
     ipc_dir: when set, the request socket is a Unix socket in this directory (single host).
     max_causal_retries: aborted attempts of a causal call (OPT, HB, unknown read sets) that are
         retried before the call fails with ABORTED.
+    hb_snapshot: when an HB call takes its snapshot round: "adaptive" (default: per DAG, at
+        the start while its OPT attempts aborted often lately, otherwise only after OPT
+        aborts; `scheduler/hb_policy.py`), "always" (at the start, as the protocol is
+        written) or "on_abort" (only after OPT aborted). Consistency is the same in all three.
     max_retries: how many more times a call runs after its worker or node died, when neither
         the call nor its functions say (`scheduler/retries.py`; Ray's default for tasks).
     gc_period: seconds between dependency-metadata GC rounds over every live node cache
@@ -87,6 +91,7 @@ class SchedulerConfig:
     parent_pid: Optional[int] = None
     ipc_dir: Optional[str] = None       # bind the request socket as a Unix socket here (one host)
     max_causal_retries: int = 10
+    hb_snapshot: str = "adaptive"       # HB's snapshot round: adaptive, always, on_abort
     max_retries: int = 3                # runs again after a worker or node died (at least once)
     gc_period: float = 5.0
     port: int = 0                       # the request socket's TCP port; 0 picks a free one

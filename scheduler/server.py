@@ -172,7 +172,7 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents):
         # causal calls in flight; `_causal` (caller's id -> record) is their one table, and
         # empty whenever none is in flight: the LWW path tests it before anything else
         self._causal_calls = CausalCalls(self._push, self.table, self.address,
-                                         config.max_causal_retries)
+                                         config.max_causal_retries, config.hb_snapshot)
         self._causal = self._causal_calls.records
         # what this scheduler saw of its calls (`status`, and `/metrics` when asked for)
         self.stats = CallStats()
