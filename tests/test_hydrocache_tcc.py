@@ -194,8 +194,6 @@ def test_unknown_read_sets_are_explored_and_stay_snapshots(cluster, protocol):
                     errors.append(str(e))
                 continue
             with lock:
-                if protocols and future.causal is not None:
-                    used.append(future.causal.protocol)
                 history.append(transaction(result, f"{t}/{n}"))
 
     threads = [threading.Thread(target=client_thread, args=(t,)) for t in range(3)]
