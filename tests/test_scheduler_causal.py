@@ -782,3 +782,37 @@ def test_hb_snapshot_modes_always_and_on_abort_ignore_the_history(mode, first, l
         assert bool(_snapshots_sent(push)) is later
     with pytest.raises(ValueError, match="hb_snapshot"):
         CausalCalls(FakePush(), table, "tcp://sched", max_retries=3, hb_snapshot="sometimes")
+
+
+def test_one_snapshot_and_one_fetch_request_per_cache_for_the_functions_on_it():
+    """f and h share cache C1: CON asks C1 once for both functions' keys, splits the reply
+    between them by key, and fetches both functions' versions from C1 in one request."""
+    eng = FakeEngine(fetches={"f": [kv("a", x=2)], "g": [kv("b", y=1)],
+                              "h": [kv("a", x=2), kv("c", z=1)]})
+    c = make(pb.CON, engine=eng, functions=("f", "g", "h"),
+             upstreams={"g": ["f"], "h": ["g"]}, keys={"f": ["a"], "g": ["b"], "h": ["c"]},
+             caches={"f": C1, "g": C2, "h": C1})
+    snaps = requests(c.start(0.0), pb.CAUSAL_SNAPSHOT)
+    assert [(s.address, list(s.request.keys)) for s in snaps] == \
+        [(C1, ["a", "b", "c"]), (C2, ["b"])]          # the sink h's keys are every DAG key
+    c.on_cache_reply(reply(snaps[1], pieces=["b"]), 0.1)
+    out = c.on_cache_reply(reply(snaps[0], pieces=["a", "b", "c"]), 0.1)
+    (pieces,) = eng.distributed_calls
+    assert {fn: sorted(p.local.key for p in ps) for fn, ps in pieces.items()} == \
+        {"f": ["a"], "g": ["b"], "h": ["a", "b", "c"]}
+    fetches = requests(out, pb.CAUSAL_FETCH)
+    assert sorted((f.address, sorted(v.key for v in f.request.versions)) for f in fetches) == \
+        [(C1, ["a", "c"]), (C2, ["b"])]
+    out = []
+    for f in fetches:
+        out += c.on_cache_reply(reply(f), 0.2)
+    (s,) = of(out, StartAttempt)
+    assert s.plan.protocol == pb.CON and s.plan.snapshot_attempt == "c1#0"
+
+
+def test_fetch_sets_that_disagree_on_a_key_stay_separate_requests():
+    c = make(pb.CON, functions=("f", "g"), caches={"f": C1, "g": C1})
+    out = c.fetch_round("c1#0", "stage", {"f": [kv("a", x=1)], "g": [kv("a", x=2)]}, 0.0,
+                        then=ConFetched("c1#0", "c1#0"))
+    fetches = requests(out, pb.CAUSAL_FETCH)
+    assert [[dict(v.vc) for v in f.request.versions] for f in fetches] == [[{"x": 1}], [{"x": 2}]]
