@@ -220,11 +220,18 @@ class CausalCalls:
     def _forget(self, rec: InFlight) -> None:
         flow = rec.coordinator.flow
         if isinstance(flow, HbFlow) and flow.opt:       # what HB's policy learns: did OPT abort?
+            name = rec.dag.name
+            was = self.hb_policy.eager(name)
             if flow.opt_aborted:
-                self.hb_policy.record(rec.dag.name, True)
+                self.hb_policy.record(name, True)
             elif rec.coordinator.granted == flow.opt or rec.coordinator.attempts[
                     flow.opt].state is AttemptState.DONE:
-                self.hb_policy.record(rec.dag.name, False)
+                self.hb_policy.record(name, False)
+            if self.hb_policy.eager(name) != was:
+                log.info("HB calls of DAG %s now take their snapshot round %s (OPT aborted "
+                         "in %.0f%% of its recent calls)", name,
+                         "at the start" if not was else "only after an OPT abort",
+                         100 * self.hb_policy.rate(name))
         cid = rec.call.request_id
         self.records.pop(cid, None)
         self._table.finish_call(cid)
