@@ -541,9 +541,12 @@ def main() -> None:
     from runtime.logs import configure_logging
     from runtime.process import announce_ready
 
-    parser = argparse.ArgumentParser(prog="python -m executor.worker")
-    parser.add_argument("--config", required=True, help="WorkerConfig as JSON")
-    config = WorkerConfig.from_json(parser.parse_args().config)
+    from runtime.config import add_config_arguments, parse_config
+
+    parser = argparse.ArgumentParser(prog="python -m executor.worker",
+                                     description="one executor worker (started by its node)")
+    add_config_arguments(parser, WorkerConfig)
+    config, _ = parse_config(parser, WorkerConfig)
     log_ = configure_logging(config.log_level, f"worker {config.worker_id}")
     raise_descriptor_limit()
     die_with_parent(config.parent_pid)

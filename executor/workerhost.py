@@ -1,6 +1,7 @@
 """The worker host: runs an executor node's worker processes where the node's keys are not.
 
-`python -m executor.workerhost --config JSON [--ready-file PATH]` (`WorkerHostConfig`).
+`python -m executor.workerhost --config PATH|JSON [--FIELD VALUE ...] [--ready-file PATH]`
+(`WorkerHostConfig`; every field is also a flag that overrides it: `runtime.config`).
 
 Contract:
 - On Kubernetes the executor pod has two containers: the node (uid 10001, the cluster's key
@@ -220,11 +221,13 @@ def main() -> None:
     from runtime.logs import configure_logging
     from runtime.process import announce_ready
 
-    parser = argparse.ArgumentParser(prog="python -m executor.workerhost", description=__doc__)
-    parser.add_argument("--config", required=True, help="WorkerHostConfig as JSON")
+    from runtime.config import add_config_arguments, parse_config
+
+    parser = argparse.ArgumentParser(prog="python -m executor.workerhost", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ready-file", help="also write the readiness JSON here")
-    args = parser.parse_args()
-    config = WorkerHostConfig.from_json(args.config)
+    add_config_arguments(parser, WorkerHostConfig)
+    config, args = parse_config(parser, WorkerHostConfig)
     log_ = configure_logging(config.log_level, "worker host")
     raise_descriptor_limit()
     try:

@@ -12,6 +12,8 @@ generated wire schema `hydro_proto`), so nothing here can form an import cycle.
 - `process`: launching service processes, their ready announcement, supervising and
   stopping them.
 - `logs`: logging set-up for a service process.
+- `config`: how every process reads its role's configuration object (`--config PATH|JSON`,
+  flags as overrides) and the errors naming a bad field.
 - `limits`: a service's descriptor limit (raised to the hard limit at start) and the share
   of it its socket caches may use.
 - `values`: how call arguments and stored Python values are serialized; `Reference`.
