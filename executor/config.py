@@ -88,7 +88,10 @@ class NodeConfig:
                                                  "start or report")
 
     def __post_init__(self) -> None:
-        self.write_quorum = check_write_quorum(self.write_quorum)
+        try:
+            self.write_quorum = check_write_quorum(self.write_quorum)
+        except ValueError as e:
+            raise ValueError(f"NodeConfig.write_quorum: {e}") from None
         if self.worker_host and self.ipc_dir:
             raise ValueError("worker_host and ipc_dir exclude each other: a worker host's "
                              "workers reach their node over TCP (its sockets are in another "

@@ -14,7 +14,7 @@ Contract:
   tuples where the field is a tuple. Ints are accepted where a float is expected.
 - `to_dict(config)` is the JSON-ready mapping `from_dict` reads back to an equal object.
 - `read_config_text(text)`: the value of `--config`, either a JSON object written inline
-  (it starts with "{") or the path of a file holding one ("@path" is read as the path). A
+  (it starts with "{" or "[") or the path of a file holding one ("@path" is read as the path). A
   missing file or bad JSON raises ConfigError naming the file.
 - `add_config_arguments(parser, cls)` adds `--config PATH|JSON` and one flag per field
   (`--field-name`, with the field's help and default), none of which has a value unless
@@ -227,7 +227,7 @@ def read_config_text(text: str, role: str = "process") -> Dict[str, Any]:
     """The JSON object `--config` gives: inline JSON, or a file's path (see the contract)."""
     stripped = text.strip()
     source = "--config"
-    if not stripped.startswith("{"):
+    if not stripped.startswith(("{", "[")):         # not JSON written inline: a path
         path = stripped[1:] if stripped.startswith("@") else stripped
         source = f"--config file {path}"
         try:
