@@ -12,6 +12,11 @@ Contract:
   (and the first field its message names). Nested dataclasses are read from nested objects,
   a class with a `coerce` classmethod (`anna_core.Replication`) through it, and lists become
   tuples where the field is a tuple. Ints are accepted where a float is expected.
+- An address field may name its server's key as `#k=cluster` (`tcp://anna-routing:6450#k=
+  cluster`): the loader replaces it with the cluster's public key read from the
+  configuration's own `key_dir` (`<key_dir>/cluster.key`), so one configuration file serves
+  every pod, whatever keys the cluster was given; without `key_dir`, or with no readable
+  key there, a ConfigError names the field.
 - `to_dict(config)` is the JSON-ready mapping `from_dict` reads back to an equal object.
 - `read_config_text(text)`: the value of `--config`, either a JSON object written inline
   (it starts with "{" or "[") or the path of a file holding one ("@path" is read as the path). A
@@ -32,13 +37,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import re
 import typing
 from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Type, TypeVar
 
 __all__ = ["ConfigError", "knob", "help_of", "role_of", "from_dict", "to_dict",
            "read_config_text", "add_config_arguments", "config_from_args", "parse_config",
-           "CONFIG_HELP", "positive"]
+           "CONFIG_HELP", "CLUSTER_KEY_REFERENCE", "positive"]
 
 T = TypeVar("T")
 _MISSING = dataclasses.MISSING
@@ -195,6 +201,7 @@ def from_dict(cls: Type[T], data: Mapping[str, Any], *, role: Optional[str] = No
             values[name] = _coerce(data[name], hints[name], role, prefix + name)
         except _Bad as e:
             raise ConfigError(role, prefix + name, str(e)) from None
+    _resolve_cluster_key(cls, values, role, prefix)
     try:
         return cls(**values)
     except ConfigError:
@@ -203,6 +210,35 @@ def from_dict(cls: Type[T], data: Mapping[str, Any], *, role: Optional[str] = No
         text = str(e)
         field = _field_named_in(text, fields)
         raise ConfigError(role, prefix + field if field else None, text) from None
+
+
+CLUSTER_KEY_REFERENCE = "#k=cluster"
+
+
+def _resolve_cluster_key(cls: type, values: Dict[str, Any], role: str, prefix: str) -> None:
+    """Replace `#k=cluster` in every address field of `values` by the cluster's public key,
+    read from the configuration's own `key_dir` (ConfigError naming the field otherwise)."""
+    named = {name: value for name, value in values.items()
+             if CLUSTER_KEY_REFERENCE in (value if isinstance(value, str) else
+                                          " ".join(v for v in value if isinstance(v, str))
+                                          if isinstance(value, list) else "")}
+    if not named:
+        return
+    from .auth import ADDRESS_KEY_MARK, CLUSTER, KeyPair
+    first = sorted(named)[0]
+    key_dir = values.get("key_dir")
+    if not key_dir:
+        raise ConfigError(role, prefix + first, f"{CLUSTER_KEY_REFERENCE} names the cluster's "
+                          f"public key in key_dir, and key_dir is not set")
+    path = os.path.join(key_dir, CLUSTER + ".key")
+    try:
+        public_hex = KeyPair.load(path).public_hex
+    except (OSError, ValueError) as e:
+        raise ConfigError(role, prefix + first, f"{CLUSTER_KEY_REFERENCE}: {e}") from None
+    keyed = ADDRESS_KEY_MARK + public_hex
+    for name, value in named.items():
+        values[name] = value.replace(CLUSTER_KEY_REFERENCE, keyed) if isinstance(value, str) \
+            else [v.replace(CLUSTER_KEY_REFERENCE, keyed) for v in value]
 
 
 def _plain(value: Any) -> Any:

@@ -170,6 +170,26 @@ def test_flags_override_the_file_field_by_field(tmp_path):
         _parse(SchedulerConfig, ["--kvs-address", "k", "--worker-slots", "many"])
 
 
+def test_an_address_may_name_the_cluster_key_which_comes_from_key_dir(tmp_path):
+    from runtime.auth import CLUSTER, KeyPair, format_address
+    pair = KeyPair.generate()
+    pair.save(str(tmp_path), CLUSTER)
+    routing = "tcp://anna-routing:6450"
+    config = from_dict(ExecutorNodeConfig, {
+        "node_id": "n", "key_dir": str(tmp_path), "kvs_address": f"{routing}#k=cluster",
+        "scheduler_addresses": ["tcp://s0:6500#k=cluster", "tcp://s1:6500#k=cluster"]})
+    assert config.kvs_address == format_address(routing, pair.public)
+    assert config.scheduler_addresses == [format_address(f"tcp://s{i}:6500", pair.public)
+                                          for i in (0, 1)]
+    with pytest.raises(ConfigError, match="key_dir is not set") as info:
+        from_dict(AnnaNodeConfig, {"node_id": "m", "routing": [f"{routing}#k=cluster"]})
+    assert (info.value.role, info.value.field) == ("anna node", "routing")
+    with pytest.raises(ConfigError, match="cluster.key") as info:
+        from_dict(SchedulerConfig, {"kvs_address": f"{routing}#k=cluster",
+                                    "key_dir": str(tmp_path / "nowhere")})
+    assert info.value.field == "kvs_address"
+
+
 # ---- real processes of each role, started from a configuration file ------------------------
 
 def _file(tmp_path, name, config):
