@@ -38,7 +38,6 @@ in-process with a local cluster manager.
 """
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import logging
@@ -50,7 +49,7 @@ from typing import Any, Deque, Dict, List, Optional, Sequence, Set, Tuple
 
 from runtime.limits import raise_descriptor_limit
 from runtime.logs import configure_logging
-from runtime.config import add_config_arguments, parse_config
+from runtime.config import parse_config, role_parser
 
 from .autoscale.actions import Note
 from .autoscale.manager import ClusterManager, apply
@@ -294,17 +293,12 @@ def _describe(action: Any) -> str:
 def parse_args(argv: Optional[Sequence[str]] = None) -> MonitorConfig:
     """The configuration of `python -m anna_core.monitor` (`--config PATH|JSON`, every
     MonitorConfig field a flag over it; see `--help`); a bad field exits 2 naming it."""
-    p = argparse.ArgumentParser(prog="python -m anna_core.monitor",
-                                description="Anna monitor: summarises the cluster's reports "
-                                            "every period and publishes them for `anna status` "
-                                            "(nodes must run with report_period). With "
-                                            "autoscale and kubernetes_namespace it also "
-                                            "acts: nodes are the pods of one Deployment per "
-                                            "tier, added and removed through the Kubernetes "
-                                            "API (KubernetesClusterManager). The configuration "
-                                            "is a MonitorConfig (anna_core/monitor_config.py); "
-                                            "every option overrides the field of its name.")
-    add_config_arguments(p, MonitorConfig)
+    p = role_parser(MonitorConfig, "python -m anna_core.monitor",
+                    "Anna monitor: summarises the cluster's reports every period and publishes "
+                    "them for `anna status` (nodes must run with report_period). With "
+                    "autoscale and kubernetes_namespace it also acts: nodes are the pods of "
+                    "one Deployment per tier, added and removed through the Kubernetes API "
+                    "(KubernetesClusterManager).")
     config, _ = parse_config(p, MonitorConfig, argv)
     return config
 

@@ -52,7 +52,7 @@ from typing import List, Optional, Sequence, Tuple
 import zmq
 
 from runtime.auth import AuthConfig, KeyFileError, Security, credentials_of, parse_address
-from runtime.config import ConfigError, add_config_arguments, parse_config
+from runtime.config import ConfigError, parse_config, role_parser
 from runtime.limits import claim_descriptors, raise_descriptor_limit
 from runtime.logs import configure_logging
 from runtime.process import announce_ready, parent_gone
@@ -73,12 +73,8 @@ log = logging.getLogger("anna.node")
 def parse_args(argv: Optional[Sequence[str]] = None) -> Tuple[NodeConfig, argparse.Namespace]:
     """The node's configuration (`--config PATH|JSON`, every NodeConfig field a flag over
     it) and the remaining options (`--ready-file`); a bad field exits 2 naming it."""
-    p = argparse.ArgumentParser(prog="python -m anna_core.node", description="Anna KVS node: "
-                                "the configuration is a NodeConfig (anna_core/config.py) read "
-                                "from a JSON file or inline JSON; every option overrides the "
-                                "field of the same name.")
+    p = role_parser(NodeConfig, "python -m anna_core.node", "Anna KVS node.")
     p.add_argument("--ready-file", help="also write the readiness JSON here")
-    add_config_arguments(p, NodeConfig)
     config, args = parse_config(p, NodeConfig, argv)
     if not config.routing:
         p.error(str(ConfigError(NodeConfig.ROLE, "routing", "give at least one routing "

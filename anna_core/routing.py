@@ -33,7 +33,6 @@ Run: `python -m anna_core.routing [--config PATH|JSON] [--ip IP] [--port N]
 """
 from __future__ import annotations
 
-import argparse
 import logging
 import queue
 import signal
@@ -49,7 +48,7 @@ from hydro_proto import anna_pb2
 
 from runtime.auth import AuthConfig, Security, credentials_of, may_send, role_of
 from runtime.framing import FrameError, split_frames
-from runtime.config import add_config_arguments, parse_config
+from runtime.config import parse_config, role_parser
 from runtime.limits import raise_descriptor_limit
 from runtime.logs import configure_logging
 from runtime.process import announce_ready, parent_gone
@@ -308,13 +307,8 @@ class RoutingService:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of `python -m anna_core.routing`."""
-    p = argparse.ArgumentParser(prog="python -m anna_core.routing",
-                                description="Anna routing service: the configuration is a "
-                                            "RoutingConfig (anna_core/config.py) read from a "
-                                            "JSON file or inline JSON; every option overrides "
-                                            "the field of the same name.")
+    p = role_parser(RoutingConfig, "python -m anna_core.routing", "Anna routing service.")
     p.add_argument("--ready-file", help="also write the bound address here, as JSON")
-    add_config_arguments(p, RoutingConfig)
     config, args = parse_config(p, RoutingConfig, argv)
     configure_logging(config.log_level, "routing", family="anna")
     raise_descriptor_limit()

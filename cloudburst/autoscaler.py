@@ -37,7 +37,6 @@ Contract:
 """
 from __future__ import annotations
 
-import argparse
 import collections
 import logging
 import re
@@ -254,18 +253,13 @@ class ExecutorAutoscalerService:
 def parse_args(argv: Optional[Sequence[str]] = None) -> ExecutorAutoscalerConfig:
     """The configuration of `python -m cloudburst.autoscaler` (`--config PATH|JSON`, every
     ExecutorAutoscalerConfig field a flag over it; see `--help`); a bad field exits 2."""
-    from runtime.config import add_config_arguments, parse_config
-    p = argparse.ArgumentParser(
-        prog="python -m cloudburst.autoscaler",
-        description="Executor autoscaling on Kubernetes: samples every scheduler's status, "
-                    "decides with the executor policy (scheduler/executor_policy.py), drains "
-                    "executor nodes through the schedulers and adds or removes them as pods "
-                    "of the executor Deployment (KubernetesExecutorManager). Runs in the "
-                    "cloudburst-autoscaler pod (k8s/base/autoscaler.yaml), or outside the "
-                    "cluster with --kubeconfig. The configuration is an "
-                    "ExecutorAutoscalerConfig (cloudburst/autoscaler_config.py); every option "
-                    "overrides the field of its name.")
-    add_config_arguments(p, ExecutorAutoscalerConfig)
+    from runtime.config import parse_config, role_parser
+    p = role_parser(ExecutorAutoscalerConfig, "python -m cloudburst.autoscaler",
+                    "Executor autoscaling on Kubernetes: samples every scheduler's status, "
+                    "decides with the executor policy, drains executor nodes through the "
+                    "schedulers and adds or removes them as pods of the executor Deployment "
+                    "(KubernetesExecutorManager). Runs in the cloudburst-autoscaler pod, or "
+                    "outside the cluster with --kubeconfig.")
     config, _ = parse_config(p, ExecutorAutoscalerConfig, argv)
     return config
 

@@ -15,13 +15,12 @@ stdin closes first (`cloudburst/standby.py`).
 """
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import sys
 
 from runtime.auth import KeyFileError
-from runtime.config import ConfigError, add_config_arguments, config_from_args
+from runtime.config import ConfigError, config_from_args, role_parser
 from runtime.limits import raise_descriptor_limit
 from runtime.logs import configure_logging
 from runtime.process import announce_ready
@@ -32,13 +31,11 @@ from .prefork import Preforked
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m executor", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = role_parser(NodeConfig, "python -m executor", __doc__)
     parser.add_argument("--ready-file", help="also write the readiness JSON here (a probe "
                         "for Kubernetes: written once every worker is ready)")
     parser.add_argument("--standby", action="store_true", help="start ahead: fork --workers "
                         "workers, then wait for the NodeConfig as one JSON line on stdin")
-    add_config_arguments(parser, NodeConfig)
     args = parser.parse_args()
     given = set(vars(args)) - {"ready_file", "standby", "workers", "config"}
     if args.standby and (args.config or given):

@@ -535,17 +535,13 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
 
 
 def main() -> None:
-    import argparse
-
+    from runtime.config import parse_config, role_parser
     from runtime.limits import raise_descriptor_limit
     from runtime.logs import configure_logging
     from runtime.process import announce_ready
 
-    from runtime.config import add_config_arguments, parse_config
-
-    parser = argparse.ArgumentParser(prog="python -m executor.worker",
-                                     description="one executor worker (started by its node)")
-    add_config_arguments(parser, WorkerConfig)
+    parser = role_parser(WorkerConfig, "python -m executor.worker",
+                         "One executor worker (started by its node).")
     config, _ = parse_config(parser, WorkerConfig)
     log_ = configure_logging(config.log_level, f"worker {config.worker_id}")
     raise_descriptor_limit()

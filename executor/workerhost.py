@@ -214,19 +214,15 @@ class WorkerHost:
 
 
 def main() -> None:
-    import argparse
     import sys
 
+    from runtime.config import parse_config, role_parser
     from runtime.limits import raise_descriptor_limit
     from runtime.logs import configure_logging
     from runtime.process import announce_ready
 
-    from runtime.config import add_config_arguments, parse_config
-
-    parser = argparse.ArgumentParser(prog="python -m executor.workerhost", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = role_parser(WorkerHostConfig, "python -m executor.workerhost", __doc__)
     parser.add_argument("--ready-file", help="also write the readiness JSON here")
-    add_config_arguments(parser, WorkerHostConfig)
     config, args = parse_config(parser, WorkerHostConfig)
     log_ = configure_logging(config.log_level, "worker host")
     raise_descriptor_limit()

@@ -26,6 +26,7 @@ Contract:
   given. Flag syntax by field type: int, float, str as themselves; bool as `--x`/`--no-x`;
   a list of strings as repeated flags or comma-separated; an Optional number "none" for
   None, an Optional string "" for None; anything else as JSON (a bare word is a string).
+- `role_parser(cls, prog, description)` is a process' parser with those arguments.
 - `config_from_args(cls, args)`: the `--config` values, then every flag given over them (a
   mapping-valued field merges key by key), then `from_dict`.
 - `parse_config(parser, cls, argv)` parses `argv` and returns `(config, args)`; a
@@ -43,7 +44,7 @@ import typing
 from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Type, TypeVar
 
 __all__ = ["ConfigError", "knob", "help_of", "role_of", "from_dict", "to_dict",
-           "read_config_text", "add_config_arguments", "config_from_args", "parse_config",
+           "read_config_text", "add_config_arguments", "role_parser", "config_from_args", "parse_config",
            "CONFIG_HELP", "CLUSTER_KEY_REFERENCE", "positive"]
 
 T = TypeVar("T")
@@ -356,6 +357,18 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type,
                                default=argparse.SUPPRESS, metavar=metavar,
                                help=text + (" ('none' for none)" if optional and inner in
                                             (int, float) else ""))
+
+
+def role_parser(cls: type, prog: str, description: str) -> argparse.ArgumentParser:
+    """The command-line parser of a process of `cls`'s role: `description` (its layout
+    kept), then what the configuration is; `--config` and a flag per field."""
+    parser = argparse.ArgumentParser(
+        prog=prog, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=f"{description.rstrip()}\n\nThe configuration is a {cls.__name__} "
+                    f"({cls.__module__}), from --config PATH|JSON; every option below "
+                    f"overrides the field of its name.")
+    add_config_arguments(parser, cls)
+    return parser
 
 
 def config_from_args(cls: Type[T], args: argparse.Namespace, exclude: Sequence[str] = ()) -> T:

@@ -9,12 +9,11 @@ Prints one `READY {"address": ...}` line on stdout once bound
 """
 from __future__ import annotations
 
-import argparse
 import signal
 import sys
 
 from runtime.auth import KeyFileError
-from runtime.config import add_config_arguments, parse_config
+from runtime.config import parse_config, role_parser
 from runtime.limits import raise_descriptor_limit
 from runtime.logs import configure_logging
 from runtime.process import announce_ready
@@ -24,11 +23,9 @@ from .server import Scheduler
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m scheduler", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = role_parser(SchedulerConfig, "python -m scheduler", __doc__)
     parser.add_argument("--ready-file", help="also write the readiness JSON here (a probe "
                         "for Kubernetes: written once the scheduler is bound)")
-    add_config_arguments(parser, SchedulerConfig)
     config, args = parse_config(parser, SchedulerConfig)
     log = configure_logging(config.log_level, "scheduler")
     raise_descriptor_limit()
