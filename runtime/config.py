@@ -12,6 +12,12 @@ Contract:
   (and the first field its message names). Nested dataclasses are read from nested objects,
   a class with a `coerce` classmethod (`anna_core.Replication`) through it, and lists become
   tuples where the field is a tuple. Ints are accepted where a float is expected.
+- A string field (or a string in a list field) may refer to environment variables as
+  `${NAME}` (`"node_id": "${POD_NAME}"`): the loader puts in their values, so one
+  configuration serves every pod, each with its own name and address. A value that is one
+  reference alone, in a field that is not a string, is the variable's text read as JSON
+  (`"port": "${WORKER_PORT}"`). A variable that is not set (or empty) raises ConfigError
+  naming the field and the variable.
 - An address field may name its server's key as `#k=cluster` (`tcp://anna-routing:6450#k=
   cluster`): the loader replaces it with the cluster's public key read from the
   configuration's own `key_dir` (`<key_dir>/cluster.key`), so one configuration file serves
@@ -178,10 +184,32 @@ def _field_named_in(message: str, names: Iterable[str]) -> Optional[str]:
     return min(found)[1] if found else None
 
 
+_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _expand(value: Any, environ: Mapping[str, str], role: str, field: str) -> Any:
+    """`value` with every `${NAME}` in it (or in its strings, for a list) replaced by the
+    environment variable NAME; ConfigError naming the field when NAME is not set."""
+    if isinstance(value, list):
+        return [_expand(v, environ, role, field) for v in value]
+    if not isinstance(value, str) or "${" not in value:
+        return value
+
+    def lookup(match: "re.Match[str]") -> str:
+        name = match.group(1)
+        if not environ.get(name):
+            raise ConfigError(role, field, f"refers to ${{{name}}}, and the environment "
+                              f"variable {name} is not set")
+        return environ[name]
+    return _REFERENCE.sub(lookup, value)
+
+
 def from_dict(cls: Type[T], data: Mapping[str, Any], *, role: Optional[str] = None,
-              prefix: str = "") -> T:
-    """The configuration object `cls` from `data` (see the module contract)."""
+              prefix: str = "", environ: Optional[Mapping[str, str]] = None) -> T:
+    """The configuration object `cls` from `data` (see the module contract); `environ`
+    (default: this process' environment) resolves `${NAME}` references."""
     role = role or role_of(cls)
+    environ = os.environ if environ is None else environ
     if not isinstance(data, Mapping):
         raise ConfigError(role, prefix.rstrip(".") or None,
                           f"expected a JSON object, got {type(data).__name__}")
@@ -198,8 +226,16 @@ def from_dict(cls: Type[T], data: Mapping[str, Any], *, role: Optional[str] = No
                 raise ConfigError(role, prefix + name, "is required: give it in --config or "
                                   f"as --{name.replace('_', '-')}")
             continue
+        raw = data[name]
+        value = _expand(raw, environ, role, prefix + name)
+        if isinstance(raw, str) and _REFERENCE.fullmatch(raw) \
+                and _optional_inner(hints[name])[0] is not str:
+            try:                     # "port": "${WORKER_PORT}": the variable's text as JSON
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                pass                 # left a string: the type check below names the field
         try:
-            values[name] = _coerce(data[name], hints[name], role, prefix + name)
+            values[name] = _coerce(value, hints[name], role, prefix + name)
         except _Bad as e:
             raise ConfigError(role, prefix + name, str(e)) from None
     _resolve_cluster_key(cls, values, role, prefix)

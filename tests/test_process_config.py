@@ -190,6 +190,24 @@ def test_an_address_may_name_the_cluster_key_which_comes_from_key_dir(tmp_path):
     assert info.value.field == "kvs_address"
 
 
+def test_a_string_may_refer_to_the_environment_which_a_pod_fills_in():
+    env = {"POD_NAME": "anna-memory-7f9c", "POD_IP": "10.0.0.7"}
+    config = from_dict(AnnaNodeConfig, {"node_id": "${POD_NAME}", "ip": "${POD_IP}",
+                                        "routing": ["tcp://${POD_IP}:6450"]}, environ=env)
+    assert (config.node_id, config.ip, config.routing) == ("anna-memory-7f9c", "10.0.0.7",
+                                                           ["tcp://10.0.0.7:6450"])
+    host = from_dict(WorkerHostConfig, {"port": "${PORT}", "key_dir": "${KEYS}"},
+                     environ={"PORT": "7100", "KEYS": "/function-keys"})
+    assert (host.port, host.key_dir) == (7100, "/function-keys")
+    with pytest.raises(ConfigError, match="expected an int") as info:
+        from_dict(WorkerHostConfig, {"port": "${PORT}"}, environ={"PORT": "many"})
+    assert info.value.field == "port"
+    with pytest.raises(ConfigError, match=r"\$\{POD_NAME\}.*POD_NAME is not set") as info:
+        from_dict(ExecutorNodeConfig, {"node_id": "${POD_NAME}", "kvs_address": "k"},
+                  environ={})
+    assert (info.value.role, info.value.field) == ("executor node", "node_id")
+
+
 # ---- real processes of each role, started from a configuration file ------------------------
 
 def _file(tmp_path, name, config):
