@@ -17,12 +17,15 @@ Contract:
   configuration serves every pod, each with its own name and address. A value that is one
   reference alone, in a field that is not a string, is the variable's text read as JSON
   (`"port": "${WORKER_PORT}"`). A variable that is not set (or empty) raises ConfigError
-  naming the field and the variable.
+  naming the field and the variable; one set but empty gives "" (None in an optional field
+  when it is the whole value: `"key_dir": "${KEY_DIR}"`).
+- A list of strings may be given as one comma-separated string, and its strings are split
+  at commas (`"routing": ["${ANNA_ROUTING}"]` with several addresses), as on the command line.
 - An address field may name its server's key as `#k=cluster` (`tcp://anna-routing:6450#k=
   cluster`): the loader replaces it with the cluster's public key read from the
   configuration's own `key_dir` (`<key_dir>/cluster.key`), so one configuration file serves
-  every pod, whatever keys the cluster was given; without `key_dir`, or with no readable
-  key there, a ConfigError names the field.
+  every pod, whatever keys the cluster was given; without `key_dir` (authentication off)
+  the mark is dropped; with no readable key there, a ConfigError names the field.
 - `to_dict(config)` is the JSON-ready mapping `from_dict` reads back to an equal object.
 - `read_config_text(text)`: the value of `--config`, either a JSON object written inline
   (it starts with "{" or "[") or the path of a file holding one ("@path" is read as the path). A
@@ -197,7 +200,7 @@ def _expand(value: Any, environ: Mapping[str, str], role: str, field: str) -> An
 
     def lookup(match: "re.Match[str]") -> str:
         name = match.group(1)
-        if not environ.get(name):
+        if name not in environ:
             raise ConfigError(role, field, f"refers to ${{{name}}}, and the environment "
                               f"variable {name} is not set")
         return environ[name]
@@ -228,12 +231,21 @@ def from_dict(cls: Type[T], data: Mapping[str, Any], *, role: Optional[str] = No
             continue
         raw = data[name]
         value = _expand(raw, environ, role, prefix + name)
-        if isinstance(raw, str) and _REFERENCE.fullmatch(raw) \
-                and _optional_inner(hints[name])[0] is not str:
-            try:                     # "port": "${WORKER_PORT}": the variable's text as JSON
-                value = json.loads(value)
-            except json.JSONDecodeError:
-                pass                 # left a string: the type check below names the field
+        inner, optional = _optional_inner(hints[name])
+        if isinstance(raw, str) and _REFERENCE.fullmatch(raw):
+            if optional and value == "":
+                value = None         # "key_dir": "${KEY_DIR}" with KEY_DIR empty: none
+            elif inner is not str and not _is_str_list(inner):
+                try:                 # "port": "${WORKER_PORT}": the variable's text as JSON
+                    value = json.loads(value)
+                except json.JSONDecodeError:
+                    pass             # left a string: the type check below names the field
+        if _is_str_list(inner) and isinstance(value, (str, list)):
+            # a list of strings (addresses) may be one comma-separated string, or have
+            # such strings in it ("${ANNA_ROUTING}"), as on the command line
+            items = [value] if isinstance(value, str) else value
+            if all(isinstance(v, str) for v in items):
+                value = [part.strip() for v in items for part in v.split(",") if part.strip()]
         try:
             values[name] = _coerce(value, hints[name], role, prefix + name)
         except _Bad as e:
@@ -264,9 +276,11 @@ def _resolve_cluster_key(cls: type, values: Dict[str, Any], role: str, prefix: s
     from .auth import ADDRESS_KEY_MARK, CLUSTER, KeyPair
     first = sorted(named)[0]
     key_dir = values.get("key_dir")
-    if not key_dir:
-        raise ConfigError(role, prefix + first, f"{CLUSTER_KEY_REFERENCE} names the cluster's "
-                          f"public key in key_dir, and key_dir is not set")
+    if not key_dir:              # authentication off: plain addresses
+        for name, value in named.items():
+            values[name] = value.replace(CLUSTER_KEY_REFERENCE, "") if isinstance(value, str) \
+                else [v.replace(CLUSTER_KEY_REFERENCE, "") for v in value]
+        return
     path = os.path.join(key_dir, CLUSTER + ".key")
     try:
         public_hex = KeyPair.load(path).public_hex

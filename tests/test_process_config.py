@@ -52,7 +52,7 @@ BAD = {
     "executor node": (("workers", None), ("write_quorum", 0)),
     "executor worker": (("auth", "yes"), None),
     "worker host": (("port", "80"), None),
-    "executor autoscaler": (("schedulers", "tcp://a:1"), ("policy_config", {"min_nodes": 0})),
+    "executor autoscaler": (("schedulers", [5]), ("policy_config", {"min_nodes": 0})),
 }
 
 
@@ -181,9 +181,8 @@ def test_an_address_may_name_the_cluster_key_which_comes_from_key_dir(tmp_path):
     assert config.kvs_address == format_address(routing, pair.public)
     assert config.scheduler_addresses == [format_address(f"tcp://s{i}:6500", pair.public)
                                           for i in (0, 1)]
-    with pytest.raises(ConfigError, match="key_dir is not set") as info:
-        from_dict(AnnaNodeConfig, {"node_id": "m", "routing": [f"{routing}#k=cluster"]})
-    assert (info.value.role, info.value.field) == ("anna node", "routing")
+    plain = from_dict(AnnaNodeConfig, {"node_id": "m", "routing": f"{routing}#k=cluster"})
+    assert plain.routing == [routing]             # no key_dir: authentication off, plain
     with pytest.raises(ConfigError, match="cluster.key") as info:
         from_dict(SchedulerConfig, {"kvs_address": f"{routing}#k=cluster",
                                     "key_dir": str(tmp_path / "nowhere")})
@@ -196,6 +195,11 @@ def test_a_string_may_refer_to_the_environment_which_a_pod_fills_in():
                                         "routing": ["tcp://${POD_IP}:6450"]}, environ=env)
     assert (config.node_id, config.ip, config.routing) == ("anna-memory-7f9c", "10.0.0.7",
                                                            ["tcp://10.0.0.7:6450"])
+    # set but empty: an optional field is none; a list splits at commas
+    config = from_dict(AnnaNodeConfig, {"node_id": "m", "key_dir": "${KEY_DIR}",
+                                        "routing": ["${ROUTING}"]},
+                       environ={"KEY_DIR": "", "ROUTING": "tcp://a:1, tcp://b:2"})
+    assert config.key_dir is None and config.routing == ["tcp://a:1", "tcp://b:2"]
     host = from_dict(WorkerHostConfig, {"port": "${PORT}", "key_dir": "${KEYS}"},
                      environ={"PORT": "7100", "KEYS": "/function-keys"})
     assert (host.port, host.key_dir) == (7100, "/function-keys")
