@@ -5,7 +5,8 @@ field also a flag that overrides it (`runtime.config`). It names the routings to
 reports through, the monitoring period (which must equal the nodes' `report_period`),
 optional scheduled backups, and, with `autoscale`, the Kubernetes Deployments whose pods
 are the nodes (`kubernetes_namespace`, `memory_deployment`, `disk_deployment`, the API
-client's `kubeconfig` and timeouts). `policy_config` holds PolicyConfig knobs
+client's `kubeconfig` and timeouts; an observing monitor has a namespace too, a pod's own,
+and never calls the API). `policy_config` holds PolicyConfig knobs
 (anna_core/autoscale/policy_config.py) other than the monitoring period; `policy()` is the
 PolicyConfig they make. A bad or inconsistent field raises ValueError naming it (a
 `runtime.config.ConfigError` through the loader).
@@ -53,7 +54,8 @@ class MonitorConfig:
                                        "routing, nodes through Kubernetes); needs "
                                        "kubernetes_namespace")
     kubernetes_namespace: Optional[str] = knob(None, help="the namespace of the Anna "
-                                                          "Deployments (with autoscale)")
+                                                          "workloads (used with autoscale; "
+                                                          "a pod gives its own)")
     memory_deployment: str = knob("anna-memory", help="the memory tier's Deployment")
     disk_deployment: str = knob("anna-disk", help="the disk tier's Deployment (\"\": no disk "
                                                   "tier is managed)")
@@ -74,9 +76,6 @@ class MonitorConfig:
             raise ValueError("MonitorConfig.kubernetes_namespace is needed with autoscale: the "
                              "monitor process manages Kubernetes Deployments (`anna local "
                              "--autoscale` runs a local cluster's monitor)")
-        if self.kubernetes_namespace and not self.autoscale:
-            raise ValueError("MonitorConfig.kubernetes_namespace is for autoscale (an "
-                             "observing monitor does not call the Kubernetes API)")
         if self.kubeconfig and not self.autoscale:
             raise ValueError("MonitorConfig.kubeconfig needs autoscale")
         if self.autoscale and not self.memory_deployment:
