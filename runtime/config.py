@@ -24,7 +24,8 @@ Contract:
 - An address field may name its server's key as `#k=cluster` (`tcp://anna-routing:6450#k=
   cluster`): the loader replaces it with the cluster's public key read from the
   configuration's own `key_dir` (`<key_dir>/cluster.key`), so one configuration file serves
-  every pod, whatever keys the cluster was given; without `key_dir` (authentication off)
+  every pod, whatever keys the cluster was given (`${NAME}#k=cluster` marks every address of
+  a comma-separated list in NAME); without `key_dir` (authentication off)
   the mark is dropped; with no readable key there, a ConfigError names the field.
 - `to_dict(config)` is the JSON-ready mapping `from_dict` reads back to an equal object.
 - `read_config_text(text)`: the value of `--config`, either a JSON object written inline
@@ -187,7 +188,7 @@ def _field_named_in(message: str, names: Iterable[str]) -> Optional[str]:
     return min(found)[1] if found else None
 
 
-_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}(#k=cluster)?")
 
 
 def _expand(value: Any, environ: Mapping[str, str], role: str, field: str) -> Any:
@@ -203,6 +204,9 @@ def _expand(value: Any, environ: Mapping[str, str], role: str, field: str) -> An
         if name not in environ:
             raise ConfigError(role, field, f"refers to ${{{name}}}, and the environment "
                               f"variable {name} is not set")
+        if match.group(2):           # ${NAME}#k=cluster: every address NAME holds is marked
+            return ",".join(a.strip() + CLUSTER_KEY_REFERENCE
+                            for a in environ[name].split(",") if a.strip())
         return environ[name]
     return _REFERENCE.sub(lookup, value)
 

@@ -181,6 +181,15 @@ def test_an_address_may_name_the_cluster_key_which_comes_from_key_dir(tmp_path):
     assert config.kvs_address == format_address(routing, pair.public)
     assert config.scheduler_addresses == [format_address(f"tcp://s{i}:6500", pair.public)
                                           for i in (0, 1)]
+    # a variable holding several addresses: each is marked, then keyed
+    env = {"ANNA_ROUTING": "tcp://r0:6450, tcp://r1:6450", "KEYS": str(tmp_path)}
+    node = from_dict(AnnaNodeConfig, {"node_id": "m", "key_dir": "${KEYS}",
+                                      "routing": "${ANNA_ROUTING}#k=cluster"}, environ=env)
+    assert node.routing == [format_address(f"tcp://r{i}:6450", pair.public) for i in (0, 1)]
+    scheduler = from_dict(SchedulerConfig, {"key_dir": "${KEYS}",
+                                            "kvs_address": "${ANNA_ROUTING}#k=cluster"},
+                          environ=env)
+    assert scheduler.kvs_address == ",".join(node.routing)
     plain = from_dict(AnnaNodeConfig, {"node_id": "m", "routing": f"{routing}#k=cluster"})
     assert plain.routing == [routing]             # no key_dir: authentication off, plain
     with pytest.raises(ConfigError, match="cluster.key") as info:
