@@ -30,7 +30,7 @@ anna_core/monitor_config.py; every field is also a flag that overrides it, e.g. 
 ADDR --period T --backup-to s3://bucket/prefix --backup-every S`) observes. With
 `autoscale`, `kubernetes_namespace` (and optionally `memory_deployment`, `disk_deployment`,
 `policy_config`, `kubeconfig`) it autoscales a cluster on Kubernetes: it builds a
-`KubernetesClusterManager` (autoscale/kubernetes_manager.py) from the pod's ServiceAccount
+`KubernetesClusterManager` (k8s/pool.py) from the pod's ServiceAccount
 (or the kubeconfig) and carries the policy out through it; the `anna-monitor` pod runs it so
 when the ConfigMap turns autoscaling on. Node ids are pod names (each node is named after
 its pod), so a RemoveNode names the pod to delete. `anna local --autoscale` runs one
@@ -47,6 +47,7 @@ import threading
 import time
 from typing import Any, Deque, Dict, List, Optional, Sequence, Set, Tuple
 
+from k8s.errors import KubernetesError
 from runtime.limits import raise_descriptor_limit
 from runtime.logs import configure_logging
 from runtime.config import parse_config, role_parser
@@ -317,12 +318,12 @@ def kubernetes_manager(config: MonitorConfig) -> Optional[ClusterManager]:
     naming the call that failed (RBAC, a missing Deployment, an unreachable API)."""
     if not config.autoscale:
         return None
-    from .autoscale.kubernetes_manager import KubernetesClusterManager
-    from .autoscale.kubernetes_pods import api_client_from
+    from k8s.api import connect
+    from k8s.pool import KubernetesClusterManager
     deployments = {MEMORY: config.memory_deployment}
     if config.disk_deployment:
         deployments[DISK] = config.disk_deployment
-    return KubernetesClusterManager(api_client_from(config.kubeconfig),
+    return KubernetesClusterManager(connect(config.kubeconfig),
                                     config.kubernetes_namespace, deployments,
                                     startup_timeout=config.pod_startup_timeout,
                                     leave_timeout=config.pod_leave_timeout,
@@ -353,7 +354,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return 2
     try:
         manager = kubernetes_manager(config)
-    except AnnaError as e:
+    except (AnnaError, KubernetesError) as e:
         print(f"monitor: cannot manage the cluster's nodes: {e}", file=sys.stderr)
         return 1
     if manager is not None:

@@ -268,10 +268,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """`python -m cloudburst.autoscaler`: the executor autoscaler of a cluster on Kubernetes."""
     import signal
     import sys
-    from anna_core.autoscale.kubernetes_pods import api_client_from, KubernetesError
+    from k8s.api import connect
+    from k8s.errors import KubernetesError
+    from k8s.pool import KubernetesExecutorManager
     from runtime.limits import raise_descriptor_limit
     from runtime.logs import configure_logging
-    from .kubernetes_executor_manager import KubernetesExecutorManager
     config = parse_args(argv)
     configure_logging(config.log_level, "autoscaler", family="cloudburst")
     raise_descriptor_limit()
@@ -281,7 +282,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
         manager = KubernetesExecutorManager(
-            api_client_from(config.kubeconfig), config.kubernetes_namespace,
+            connect(config.kubeconfig), config.kubernetes_namespace,
             config.executor_deployment, startup_timeout=config.pod_startup_timeout,
             leave_timeout=config.pod_leave_timeout, request_timeout=config.request_timeout)
     except (KubernetesError, ExecutorManagerError) as e:
