@@ -17,6 +17,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, List, Optional
 
+from k8s.api import ApiSettings
+from k8s.names import DISK as DISK_WORKLOAD, MEMORY as MEMORY_WORKLOAD
 from runtime.config import knob, positive
 
 from .autoscale.policy_config import PolicyConfig
@@ -28,7 +30,7 @@ _TUPLE_KNOBS = ("memory_storage_bounds", "disk_storage_bounds", "latency_bounds"
 
 
 @dataclass
-class MonitorConfig:
+class MonitorConfig(ApiSettings):
     """One monitor process: observes a cluster's reports; with `autoscale`, acts on them."""
 
     ROLE: ClassVar[str] = "anna monitor"
@@ -56,22 +58,18 @@ class MonitorConfig:
     kubernetes_namespace: Optional[str] = knob(None, help="the namespace of the Anna "
                                                           "workloads (used with autoscale; "
                                                           "a pod gives its own)")
-    memory_deployment: str = knob("anna-memory", help="the memory tier's Deployment")
-    disk_deployment: str = knob("anna-disk", help="the disk tier's Deployment (\"\": no disk "
-                                                  "tier is managed)")
-    kubeconfig: Optional[str] = knob(None, help="a kubeconfig file, to run outside the "
-                                                "cluster (default: the pod's ServiceAccount)")
-    pod_startup_timeout: float = knob(120.0, help="seconds from a scale-up to a Ready Anna pod "
-                                                  "before the start fails")
+    memory_deployment: str = knob(MEMORY_WORKLOAD, help="the memory tier's workload")
+    disk_deployment: str = knob(DISK_WORKLOAD, help="the disk tier's workload (\"\": no disk "
+                                                    "tier is managed)")
+    # (kubeconfig, pod_startup_timeout, request_timeout: k8s.api.ApiSettings)
     pod_leave_timeout: float = knob(150.0, help="seconds from a removal until the pod must be "
-                                                "gone (above its terminationGracePeriod)")
-    request_timeout: float = knob(10.0, help="seconds for every Kubernetes API request")
+                                                "gone (above the Anna pods' grace period)")
 
     def __post_init__(self) -> None:
         if not self.routing:
             raise ValueError("MonitorConfig.routing: give at least one routing address")
-        positive("MonitorConfig", self, ("period", "backup_every", "pod_startup_timeout",
-                                         "pod_leave_timeout", "request_timeout"))
+        positive("MonitorConfig", self, ("period", "backup_every"))
+        self.check_api_settings()
         if self.autoscale and not self.kubernetes_namespace:
             raise ValueError("MonitorConfig.kubernetes_namespace is needed with autoscale: the "
                              "monitor process manages Kubernetes Deployments (`anna local "

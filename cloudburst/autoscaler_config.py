@@ -14,6 +14,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, List, Optional
 
+from k8s.api import ApiSettings
+from k8s.names import EXECUTOR
 from runtime.cli import knobs_from_json
 from runtime.config import knob, positive
 from scheduler.executor_policy import ExecutorPolicyConfig
@@ -36,16 +38,16 @@ def executor_policy_of(knobs: Any, where: str = "policy_config") -> ExecutorPoli
 
 
 @dataclass
-class ExecutorAutoscalerConfig:
+class ExecutorAutoscalerConfig(ApiSettings):
     """One executor autoscaler process on Kubernetes."""
 
     ROLE: ClassVar[str] = "executor autoscaler"
 
-    kubernetes_namespace: str = knob(help="the executor Deployment's namespace")
+    kubernetes_namespace: str = knob("", help="the executor Deployment's namespace "
+                                              "(required)")
     schedulers: List[str] = knob(factory=list, help="the schedulers' addresses (with key_dir, "
                                                     "each carries #k=KEY)")
-    executor_deployment: str = knob("cloudburst-executor", help="the executor nodes' "
-                                                                "Deployment")
+    executor_deployment: str = knob(EXECUTOR, help="the executor nodes' Deployment")
     ip: str = knob("127.0.0.1", help="the address this process' answer sockets bind; the "
                                      "schedulers must reach it (a pod's own address)")
     key_dir: Optional[str] = knob(None, help="the cluster's key directory: the autoscaler "
@@ -53,13 +55,7 @@ class ExecutorAutoscalerConfig:
     policy_config: Dict[str, Any] = knob(factory=dict, help="ExecutorPolicyConfig knobs as a "
                                                             "JSON object, e.g. {\"min_nodes\": "
                                                             "1, \"max_nodes\": 4}")
-    kubeconfig: Optional[str] = knob(None, help="a kubeconfig file, to run outside the "
-                                                "cluster (default: the pod's ServiceAccount)")
-    pod_startup_timeout: float = knob(120.0, help="seconds from a scale-up to a Ready executor "
-                                                  "pod before the start fails")
-    pod_leave_timeout: float = knob(60.0, help="seconds from a removal until the pod must be "
-                                               "gone (above its terminationGracePeriod)")
-    request_timeout: float = knob(10.0, help="seconds for every Kubernetes API request")
+    # (kubeconfig, pod_startup_timeout, pod_leave_timeout, request_timeout: ApiSettings)
     status_timeout: float = knob(2.0, help="seconds to wait for a scheduler's status answer")
     log_level: str = knob("info", help="debug, info, warning or error")
 
@@ -70,8 +66,8 @@ class ExecutorAutoscalerConfig:
         if not self.kubernetes_namespace:
             raise ValueError("ExecutorAutoscalerConfig.kubernetes_namespace must name the "
                              "executor Deployment's namespace")
-        positive("ExecutorAutoscalerConfig", self, ("pod_startup_timeout", "pod_leave_timeout",
-                                                    "request_timeout", "status_timeout"))
+        positive("ExecutorAutoscalerConfig", self, ("status_timeout",))
+        self.check_api_settings()
         self.policy()          # a bad knob is refused now, naming it
 
     def policy(self) -> ExecutorPolicyConfig:
