@@ -7,6 +7,8 @@ loads as the role's own configuration object, filled in with the pod's environme
 validates them) and every Deployment becomes Available (kwok makes pods Ready; no process
 runs). With kubectl present, `kubectl kustomize k8s` must render the same objects.
 """
+import copy
+import functools
 import json
 import os
 import shutil
@@ -28,11 +30,16 @@ REASON = ("the Kubernetes control plane is not built; run scripts/k8s/build.sh (
           "first time on 2 cores, cached after) to validate the manifests against it")
 
 
+@functools.lru_cache(maxsize=None)
+def _rendered(directory: Path, namespace):
+    return _render(directory, namespace=namespace)
+
+
 def render(directory: Path = K8S, namespace=None):
     """The objects of `kubectl kustomize directory`, as `cloudburst k8s deploy` renders them
     (k8s.manifests; test_kubectl_kustomize_renders_the_same_objects checks the
-    two agree)."""
-    return _render(directory, namespace=namespace)
+    two agree). Rendered once per directory; each caller gets its own copy."""
+    return copy.deepcopy(_rendered(directory, namespace))
 
 
 def deployments():
