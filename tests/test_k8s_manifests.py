@@ -8,6 +8,7 @@ validates them) and every Deployment becomes Available (kwok makes pods Ready; n
 runs). With kubectl present, `kubectl kustomize k8s` must render the same objects.
 """
 import copy
+import signal
 import functools
 import json
 import os
@@ -430,3 +431,55 @@ def test_the_workload_names_name_objects_of_the_manifests():
     assert ("Service", names.SCHEDULER_SERVICE) in objects
     assert names.TIER_WORKLOADS == {"memory": names.MEMORY, "disk": names.DISK}
     assert {o["metadata"].get("namespace") for o in render()} - {None} == {names.NAMESPACE}
+
+
+def test_the_pods_processes_start_from_the_configmap_through_the_entrypoint(keys, tmp_path):
+    """Each role's process, started as its pod starts it (`python -m k8s.entrypoint ROLE`,
+    with the ConfigMap and the pod's own settings in its environment), runs from the
+    configuration the ConfigMap holds, authenticated with the cluster's keys: routing, a
+    memory node that joins it, a scheduler, and an executor node whose workers run in a
+    worker host with only the function keys. Free ports stand in for the pods' own (the
+    ports are settings, 0 here), on loopback."""
+    import socket
+    from runtime.auth import CLUSTER, FUNCTION, strip_key
+    from runtime.process import ManagedProcess, stop_all, wait_all_ready
+    function_keys = tmp_path / "function-keys"
+    function_keys.mkdir(mode=0o700)
+    for name in (FUNCTION + ".key", FUNCTION + ".key_secret", CLUSTER + ".key"):
+        shutil.copy(keys / name, function_keys / name)
+    with socket.socket() as s:              # the worker host's port: a setting, so chosen
+        s.bind(("127.0.0.1", 0))
+        host_port = str(s.getsockname()[1])
+    shared = dict(configmap(), KEY_DIR=str(keys), LOG_LEVEL="info", ROUTING_PORT="0",
+                  SCHEDULER_PORT="0", METRICS_PORT="0", POD_IP="127.0.0.1",
+                  POD_NAMESPACE="cloudburst", WORKER_HOST_PORT=host_port,
+                  FUNCTION_KEY_DIR=str(function_keys))
+    procs = []
+
+    def pod(name, role, **env):
+        env = dict(shared, POD_NAME=name, READY_FILE=str(tmp_path / f"{name}.ready"), **env)
+        if role == "node":
+            env["NODE_CONFIG"] = env["MEMORY_NODE_CONFIG"]
+        p = ManagedProcess(name, ["env"] + [f"{k}={v}" for k, v in env.items()]
+                           + [sys.executable, "-m", "k8s.entrypoint", role], str(tmp_path))
+        procs.append(p.spawn())
+        return p
+
+    try:
+        routing = pod("anna-routing-0", "routing")
+        host = pod("cloudburst-executor-x-workers", "workers")
+        wait_all_ready([routing], 60)
+        anna = strip_key(routing.info["address"])         # the pods name it without its key
+        node = pod("anna-memory-abc12", "node", ANNA_ROUTING=anna)
+        scheduler = pod("cloudburst-scheduler-0", "scheduler", ANNA_ROUTING=anna)
+        wait_all_ready([node, scheduler, host], 60)
+        assert node.info["node_id"] == "anna-memory-abc12"           # named after its pod
+        executor = pod("cloudburst-executor-x", "executor", ANNA_ROUTING=anna,
+                       SCHEDULERS=strip_key(scheduler.info["address"]))
+        wait_all_ready([executor], 60)
+        assert executor.info["node_id"] == "cloudburst-executor-x"
+        assert len(executor.info["workers"]) == json.loads(configmap()["EXECUTOR_CONFIG"])[
+            "workers"]
+        assert (tmp_path / "cloudburst-scheduler-0.ready").exists()   # the probe's file
+    finally:
+        stop_all(procs, 10, signal.SIGINT)
