@@ -21,7 +21,8 @@ Contract:
   (left to the OS). Every mode survives a process crash; only "always" keeps every
   acknowledged write through an OS crash or power loss (anna_core/DESIGN.md "Durability").
 - `RoutingConfig` is the "routing" role's configuration object (`python -m anna_core.routing
-  --config PATH|JSON`); `port=0` binds a free port; failure detection knobs (`heartbeat_period` 1.0 s, `heartbeat_timeout` 3.0 s, `recovery_period`).
+  --config PATH|JSON`); `port=0` binds a free port; failure detection knobs
+  (`heartbeat_period` 1.0 s, `heartbeat_timeout` 3.0 s, `recovery_period`).
 - `ClusterConfig` describes a `LocalCluster` (nodes and threads per tier, routers, heartbeat
   and leave knobs, fault tolerance).
 - A write quorum (`check_write_quorum`) says when a client's put is acknowledged: `"one"`

@@ -16,21 +16,21 @@ Contract:
   `${NAME}` (`"node_id": "${POD_NAME}"`): the loader puts in their values, so one
   configuration serves every pod, each with its own name and address. A value that is one
   reference alone, in a field that is not a string, is the variable's text read as JSON
-  (`"port": "${WORKER_PORT}"`). A variable that is not set (or empty) raises ConfigError
-  naming the field and the variable; one set but empty gives "" (None in an optional field
-  when it is the whole value: `"key_dir": "${KEY_DIR}"`).
+  (`"port": "${WORKER_PORT}"`). A variable that is not set raises ConfigError naming the
+  field and the variable; one set but empty gives "" (None in an optional field when it is
+  the whole value: `"key_dir": "${KEY_DIR}"`).
 - A list of strings may be given as one comma-separated string, and its strings are split
   at commas (`"routing": ["${ANNA_ROUTING}"]` with several addresses), as on the command line.
 - An address field may name its server's key as `#k=cluster` (`tcp://anna-routing:6450#k=
   cluster`): the loader replaces it with the cluster's public key read from the
   configuration's own `key_dir` (`<key_dir>/cluster.key`), so one configuration file serves
   every pod, whatever keys the cluster was given (`${NAME}#k=cluster` marks every address of
-  a comma-separated list in NAME); without `key_dir` (authentication off)
-  the mark is dropped; with no readable key there, a ConfigError names the field.
+  a comma-separated list in NAME); without `key_dir` (authentication off) the mark is
+  dropped; with no readable key there, a ConfigError names the field.
 - `to_dict(config)` is the JSON-ready mapping `from_dict` reads back to an equal object.
 - `read_config_text(text)`: the value of `--config`, either a JSON object written inline
-  (it starts with "{" or "[") or the path of a file holding one ("@path" is read as the path). A
-  missing file or bad JSON raises ConfigError naming the file.
+  (it starts with "{" or "[") or the path of a file holding one ("@path" is read as the
+  path). A missing file or bad JSON raises ConfigError naming the file.
 - `add_config_arguments(parser, cls)` adds `--config PATH|JSON` and one flag per field
   (`--field-name`, with the field's help and default), none of which has a value unless
   given. Flag syntax by field type: int, float, str as themselves; bool as `--x`/`--no-x`;
@@ -54,8 +54,8 @@ import typing
 from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Type, TypeVar
 
 __all__ = ["ConfigError", "knob", "help_of", "role_of", "from_dict", "to_dict",
-           "read_config_text", "add_config_arguments", "role_parser", "config_from_args", "parse_config",
-           "CONFIG_HELP", "CLUSTER_KEY_REFERENCE", "positive"]
+           "read_config_text", "add_config_arguments", "role_parser", "config_from_args",
+           "parse_config", "CONFIG_HELP", "CLUSTER_KEY_REFERENCE", "positive"]
 
 T = TypeVar("T")
 _MISSING = dataclasses.MISSING
