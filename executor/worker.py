@@ -100,7 +100,7 @@ from .guard import FunctionGuard, Interrupted
 from .retrying import exception_names, may_retry, retry_request
 from .held import HeldResults, Outcome
 from .library import UserLibrary
-from .liveness import RunReports, die_with_parent, heartbeat_loop
+from .liveness import Heartbeat, RunReports, die_with_parent, heartbeat_loop
 from .output import CallOutput, Capture, UpstreamLogs, join_logs, section
 from .privilege import drop_capabilities, hide_paths
 from .failures import ACTOR_FAILURES, CALL_FAILURES, failure
@@ -181,8 +181,12 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
         self._stopping.set()
 
     def serve(self) -> None:
-        beat = threading.Thread(target=heartbeat_loop, args=(self,), name="heartbeat",
-                                daemon=True)
+        c = self.config
+        beat = threading.Thread(target=heartbeat_loop, name="heartbeat", daemon=True, args=(
+            Heartbeat(self.worker_id, c.node_id, self.address, self.control_address,
+                      c.cache_address, c.scheduler_addresses, c.heartbeat_period,
+                      self._context, self.credentials, self.busy, self.run_reports,
+                      self.pending.__len__, self._control, self._on_control, self._stopping),))
         beat.start()
         self._pull.setsockopt(zmq.RCVTIMEO, 100)
         next_sweep = time.monotonic() + 0.5

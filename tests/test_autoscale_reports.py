@@ -11,7 +11,7 @@ from anna_core.autoscale.reports import (LatencyRecorder, MAX_REPORT_BYTES, buck
                                          worker_reports_key)
 from anna_core.autoscale.status import build_status, format_status, memory_get_share
 from anna_core.autoscale.summaries import ClientReport, summarize
-from anna_core.reporting import next_report_time
+from anna_core.client_reports import next_report_time
 
 
 def worker(thread=0, gets=10, hottest=(("k", 7),)):
