@@ -52,7 +52,7 @@ from anna_core.autoscale.kubernetes_pods import add_api_arguments
 from hydro_proto import cloudburst_pb2 as pb
 from runtime.auth import AuthConfig, Security, credentials_of
 from runtime.cli import knobs_from_json
-from runtime.errors import CloudburstError
+from faas.errors import CloudburstError
 from runtime.sockets import PushCache
 from scheduler.executor_policy import (Action, AddNodes, Drain, ExecutorAutoscaler,
                                        ExecutorPolicyConfig,

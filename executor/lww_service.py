@@ -44,7 +44,7 @@ from hydrocache.copies import ValueTags
 from hydrocache.session import Floors
 from runtime.fairpool import pieces
 from runtime.sockets import PushCache
-from runtime.values import CAUSAL_LATTICES
+from faas.values import CAUSAL_LATTICES
 
 from .cache import LwwCache
 from .cache_gather import Gather, Lattice

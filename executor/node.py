@@ -88,7 +88,7 @@ from runtime.auth import (FUNCTION, AuthConfig, Security, credentials_of, encode
                           function_credentials, role_of)
 from runtime.fairpool import FairPool
 from runtime.framing import FrameError, more, parse, recv_frame
-from runtime.keys import PREFIX as REGISTRY_PREFIX, worker_key
+from faas.keys import PREFIX as REGISTRY_PREFIX, worker_key
 from runtime.sockets import PushCache, bind_pull
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb

@@ -75,8 +75,8 @@ from runtime.auth import (FUNCTION, Credentials, KeyFileError, Security, credent
                           decode_handoff, role_of)
 from runtime.framing import FrameError, parse, recv_frame
 from runtime.sockets import PushCache, bind_pull
-from runtime.values import dumps, loads
-from runtime.errors import CorruptRecord, InvalidArguments, ValueTooLarge
+from faas.values import dumps, loads
+from faas.errors import CorruptRecord, InvalidArguments, ValueTooLarge
 from anna_core.config import DEFAULT_MAX_VALUE_BYTES
 from hydro_proto import cloudburst_pb2 as pb
 

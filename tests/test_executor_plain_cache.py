@@ -114,7 +114,7 @@ def test_the_service_unsubscribes_what_the_bound_evicts_and_answers_every_get():
 
     from executor.lww_service import LwwCacheService
     from hydro_proto import cloudburst_pb2 as pb
-    from runtime.rpc import cache_reply
+    from hydrocache.replies import cache_reply
     from runtime.sockets import PushCache, bind_pull
 
     class Anna:
