@@ -13,7 +13,7 @@ the I/O the answers ask for.
   timestamp now, whether to `subscribe` (a key newly cached and not yet subscribed: the
   service subscribes, then reads the key once more and admits that too), and the keys
   evicted to stay within the bounds, which the service `unsubscribe`s. A value larger than
-  `max_bytes` by itself is answered but not cached (and not subscribed).
+  the bound by itself is answered but not cached (and not subscribed).
 - `pushed(key, lattice)`: an update Anna pushed. A subscribed key merges it (even when its
   copy was dropped by a delete); a key the node is no longer subscribed to (evicted) is not
   cached again, and the answer says to unsubscribe it (the push raced with the eviction).
@@ -21,8 +21,9 @@ the I/O the answers ask for.
 - `deleted(key)`: Anna says the key was deleted: the copy is dropped, a later read misses.
 - `subscribe_failed(key)`: the service could not subscribe; the next read subscribes again.
 - Bounds: after every change the cache holds at most `max_entries` keys and at most
-  `max_bytes` bytes (each key counts its value's length, the key's length and
-  `ENTRY_OVERHEAD`), evicting the least recently used keys first (`hydrocache.lru.ByteLru`).
+  `max_bytes` bytes, evicting the least recently used keys first (`hydrocache.lru.ByteLru`).
+  A key counts twice its value's length (the value is held as the kernel's lattice, for
+  merges, and revealed, to answer without a copy), its own length and `ENTRY_OVERHEAD`.
 - `keys()` is the key set reported to schedulers; `keyset_version` changes whenever a key is
   added or removed. `bytes` is what the bound counts.
 Not thread-safe: the service guards it with one lock. Causal keys are not here: they live
@@ -155,7 +156,7 @@ class LwwCache:
     # ---- internals ----
     @staticmethod
     def _cost(key: str, value: bytes) -> int:
-        return len(value) + len(key) + ENTRY_OVERHEAD
+        return 2 * len(value) + len(key) + ENTRY_OVERHEAD
 
     def _store(self, key: str, lattice: Any, value: bytes) -> None:
         if key not in self._entries:
