@@ -19,7 +19,12 @@ the I/O the answers ask for.
   cached again, and the answer says to unsubscribe it (the push raced with the eviction).
   Returns a `Pushed`.
 - `deleted(key)`: Anna says the key was deleted: the copy is dropped, a later read misses.
-- `subscribe_failed(key)`: the service could not subscribe; the next read subscribes again.
+- `subscribe_failed(key)`: the service could not subscribe: the copy is dropped (nothing
+  would keep it fresh), so the next read misses, reads Anna and subscribes again.
+- `unsubscribed(key)`: the service's unsubscribe of an evicted key was acknowledged by
+  Anna. True when the key was cached and subscribed again meanwhile: that subscription may
+  have reached Anna before the unsubscribe did, so the service subscribes once more (and
+  reads the key once more). So a cached key is always kept fresh by Anna's pushes.
 - Bounds: after every change the cache holds at most `max_entries` keys and at most
   `max_bytes` bytes, evicting the least recently used keys first (`hydrocache.lru.ByteLru`).
   A key counts twice its value's length (the value is held as the kernel's lattice, for
@@ -71,6 +76,7 @@ class LwwCache:
         self._entries: Dict[str, Any] = {}
         self._values: Dict[str, bytes] = {}   # revealed once per change, handed out uncopied
         self._subscribed: Set[str] = set()
+        self._leaving: Set[str] = set()       # evicted: their unsubscribe is in flight
         self.keyset_version = 0
 
     @property
@@ -129,8 +135,8 @@ class LwwCache:
 
     def pushed(self, key: str, lattice: Any) -> Pushed:
         """An update Anna pushed; see the module contract."""
-        if key not in self._subscribed:
-            return Pushed((), True)
+        if key not in self._subscribed:      # evicted: unsubscribe (once is enough)
+            return Pushed((), key not in self._leaving)
         old = self._entries.get(key)
         merged = lattice if old is None else old.merge(lattice)
         if old is not None and merged == old:
@@ -152,6 +158,12 @@ class LwwCache:
 
     def subscribe_failed(self, key: str) -> None:
         self._subscribed.discard(key)
+        self.deleted(key)
+
+    def unsubscribed(self, key: str) -> bool:
+        """An unsubscribe of `key` was acknowledged; True: subscribe it again now."""
+        self._leaving.discard(key)
+        return key in self._subscribed
 
     # ---- internals ----
     @staticmethod
@@ -170,6 +182,7 @@ class LwwCache:
         self.deleted(key)
         if key in self._subscribed:
             self._subscribed.discard(key)
+            self._leaving.add(key)
             return (key,)
         return ()
 

@@ -12,7 +12,8 @@ keep, subscribe and evict is decided by `executor/cache.py`; this module only ca
   thread. A read with a session floor reads the key at least that new
   (`executor/fresh_read.py`). A key newly cached is subscribed at `update_address`, then read
   once more (a write between the read and the subscription taking effect is never pushed);
-  every key the bounds evict is unsubscribed.
+  every key the bounds evict is unsubscribed, and subscribed again once that is acknowledged
+  if it was cached again meanwhile (`LwwCache.unsubscribed`).
 - A PUT is written through to Anna (an LWW lattice with this node's timestamp, acknowledged
   by `config.write_quorum` replicas) and admitted to the cache before it is acknowledged; a
   lattice PUT is merged in Anna and not cached.
@@ -282,9 +283,14 @@ class LwwCacheService:
             self._unsubscribe(pushed.evicted, kvs)
 
     def _unsubscribe(self, keys: Sequence[str], kvs: Any) -> None:
-        """Stop Anna's pushes of keys the cache no longer holds."""
+        """Stop Anna's pushes of keys the cache no longer holds; a key cached again
+        meanwhile is subscribed again (its subscription may have reached Anna first)."""
         for key in keys:
             try:
                 kvs.unsubscribe(key, self._update_address)
             except anna_core.AnnaError as e:   # its pushes are ignored (not subscribed)
                 log.warning("could not unsubscribe from %r: %s", key, e)
+            with self._lock:
+                again = self.cache.unsubscribed(key)
+            if again:
+                self._subscribe(kvs, key)

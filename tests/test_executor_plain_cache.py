@@ -46,9 +46,23 @@ def test_the_least_recently_used_key_goes_first_and_is_unsubscribed():
     added = c.admit("d", lww(1, value))
     assert added.evicted == ("b",) and c.keys() == {"a", "c", "d"}
     assert not c.subscribed("b")
-    assert c.pushed("b", lww(2, value)) == ((), True)   # a late push: unsubscribe, not cached
-    assert "b" not in c
+    assert c.pushed("b", lww(2, value)) == ((), False)  # a late push: not cached; the
+    assert "b" not in c                                 # unsubscribe in flight is enough
     assert c.admit("b", lww(3, value)).subscribe        # read again: cached and subscribed
+    # b's unsubscribe, acknowledged now, may have reached Anna after that subscription
+    assert c.unsubscribed("b")                          # so: subscribe it once more
+    evicted = c.admit("e", lww(1, value)).evicted
+    assert evicted and not c.unsubscribed(evicted[0])   # not cached again: nothing to do
+    assert c.pushed(evicted[0], lww(5, value)) == ((), True)   # still pushed: unsubscribe
+    assert evicted[0] not in c
+
+
+def test_a_failed_subscription_drops_the_copy_so_the_next_read_subscribes_again():
+    c = LwwCache()
+    assert c.admit("k", lww(1, b"v")).subscribe
+    c.subscribe_failed("k")
+    assert "k" not in c and c.lookup(["k"])[0] == [None]
+    assert c.admit("k", lww(1, b"v")).subscribe
 
 
 def test_a_value_larger_than_the_bound_is_answered_but_not_kept():
