@@ -186,3 +186,75 @@ def test_the_service_unsubscribes_what_the_bound_evicts_and_answers_every_get():
         push.close()
         replies.close(0)
         context.term()
+
+
+def test_with_real_anna_an_evicted_key_stops_being_pushed_and_a_cached_one_stays_fresh():
+    """The service against a real KVS: with room for two keys, reading a, b, c evicts a and
+    unsubscribes it; a later write of c is pushed and cached, one of a is not pushed."""
+    import uuid
+
+    import zmq
+
+    from anna_core.wire import tuple_to_lattice
+    from executor.lww_service import LwwCacheService
+    from hydro_proto import anna_pb2
+    from hydro_proto import cloudburst_pb2 as pb
+    from hydrocache.replies import cache_reply
+    from runtime.auth import AuthConfig, Security, credentials_of
+    from runtime.fairpool import FairPool
+    from runtime.framing import join
+    from runtime.sockets import PushCache, bind_pull
+    from waiting import poll_until
+
+    a, b, c = (f"plain-{name}-{uuid.uuid4().hex[:6]}" for name in "abc")
+    with anna_core.LocalCluster(gossip_period_ms=50) as anna:
+        auth = AuthConfig(anna.key_dir)
+        context = zmq.Context()
+        security = Security.start(context, auth)
+        creds = credentials_of(security)
+        updates, update_address = bind_pull(context, "127.0.0.1", auth=creds)
+        replies, reply_address = bind_pull(context, "127.0.0.1", auth=creds)
+        push, pool = PushCache(context, auth=creds), FairPool(2, "test-fetch")
+        service = LwwCacheService("n1", anna.routing_address, context=context,
+                                  credentials=creds, auth=auth, update_address=update_address,
+                                  ip="127.0.0.1", submit=pool.submit, fetch_threads=2,
+                                  write_quorum="all", push=push,
+                                  uncached_prefix="__cloudburst/", max_bytes=1 << 20,
+                                  max_entries=2)
+        writer = anna.client()
+        pushed_keys = []
+
+        def pump():
+            while updates.poll(0):
+                message = anna_pb2.KeyResponse.FromString(join(updates.recv_multipart()))
+                for t in message.tuples:
+                    if t.error == anna_pb2.NO_ERROR and t.payload:
+                        pushed_keys.append(t.key)
+                        service.on_update(t.key, tuple_to_lattice(t))
+            return service.cache.get(c) == b"c2"
+
+        try:
+            for key in (a, b, c):
+                writer.put(key, anna_core.LWWLattice(1, b"v1"))
+            for key in (a, b, c):
+                service.handle(pb.CacheRequest(op=pb.CACHE_GET, keys=[key], request_id=key,
+                                               response_address=reply_address))
+                assert replies.poll(10000), f"no answer for {key}"
+                response = cache_reply(replies.recv_multipart(copy=False))[1][0]
+                assert response.status == pb.OK and response.entries[0].found
+            assert service.keys() == sorted([b, c]) and len(service.cache) <= 2
+            del pushed_keys[:]
+            writer.put(a, anna_core.LWWLattice(2, b"a2"))
+            writer.put(c, anna_core.LWWLattice(2, b"c2"))
+            poll_until(pump, what="the pushed update of the cached key")
+            pump()
+            assert a not in pushed_keys and a not in service.cache
+        finally:
+            pool.shutdown(wait=True)
+            service.close()
+            writer.close()
+            push.close()
+            updates.close(0)
+            replies.close(0)
+            security.stop()
+            context.term()
