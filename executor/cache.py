@@ -110,10 +110,18 @@ class LwwCache:
     def lookup(self, keys: Sequence[str], floors: Any = None
                ) -> Tuple[List[Optional[bytes]], Dict[str, Optional[int]]]:
         """(values, stamps) of `keys`; see the module contract."""
-        stamps = {k: self.timestamp(k) for k in keys}
-        values = [self._values.get(k) if floors is None or floors.fresh(k, stamps[k])
-                  else None for k in keys]
-        self._lru.touch(k for k, v in zip(keys, values) if v is not None)
+        entries, cached = self._entries, self._values
+        stamps: Dict[str, Optional[int]] = {}
+        values: List[Optional[bytes]] = []
+        hits = []
+        for k in keys:
+            entry = entries.get(k)
+            stamp = stamps[k] = None if entry is None else entry.timestamp
+            value = cached.get(k) if floors is None or floors.fresh(k, stamp) else None
+            values.append(value)
+            if value is not None:
+                hits.append(k)
+        self._lru.touch(hits)
         return values, stamps
 
     # ---- changes ----
