@@ -49,7 +49,7 @@ import zmq
 
 from hydro_proto import cloudburst_pb2 as pb
 from runtime.auth import AuthConfig, Security, credentials_of
-from runtime.errors import CloudburstError
+from faas.errors import CloudburstError
 from runtime.sockets import PushCache
 from scheduler.executor_policy import (Action, AddNodes, Drain, ExecutorAutoscaler,
                                        ExecutorNodeStats, ExecutorSample, Note, Remove, Undrain)

@@ -21,6 +21,9 @@ class NodeConfig:
 
     heartbeat_period: seconds between worker heartbeats and node key-set reports.
     fetch_threads: threads of the node cache that talk to Anna (misses and writes).
+    cache_bytes: bytes of causal values HydroCache keeps before it evicts the least recently
+        used. plain_cache_bytes / plain_cache_entries: the same bounds for the plain (LWW)
+        cache (`executor/cache.py`); an evicted key is unsubscribed, a later read fetches it.
     restart_workers: restart a worker process that exits (False: it stays gone).
     restart_backoff / restart_backoff_max: seconds before restarting a worker that exited,
         doubling for each failure in a row up to the maximum.
@@ -66,6 +69,10 @@ class NodeConfig:
                                              "directory (one host)")
     cache_bytes: int = knob(2 << 30, help="bytes of values the node cache keeps before LRU "
                                           "eviction")
+    plain_cache_bytes: int = knob(2 << 30, help="bytes of values the plain (LWW) cache keeps "
+                                                "before LRU eviction")
+    plain_cache_entries: int = knob(1 << 20, help="keys the plain (LWW) cache keeps before LRU "
+                                                  "eviction")
     restart_workers: bool = knob(True, help="restart a worker process that exits")
     restart_backoff: float = knob(0.1, help="seconds before restarting a worker that exited "
                                             "(doubling for each failure in a row)")
