@@ -349,7 +349,7 @@ class ExecutorNode:
             if info["worker_id"] == self._worker_ids[p.name]:
                 info.update(p.info, pid=p.pid)
                 if "address" in p.info:
-                    self._pool.submit(self._publish, info["worker_id"], p.info["address"])
+                    self._pool.submit(p.name, self._publish, info["worker_id"], p.info["address"])
 
     def _publish(self, worker_id: str, address: str) -> None:
         """The worker's directory entry (for `lib.send`), written with the cluster key."""
