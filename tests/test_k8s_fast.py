@@ -7,10 +7,9 @@ import yaml
 
 from k8s.errors import ObjectNotFound, PermissionDenied
 from k8s.pods import DELETION_COST
-from k8s.pod_state import TierBusy
-from k8s.pool import KubernetesClusterManager
-from anna_core.autoscale.manager import FAILED, READY, REMOVED, LastNode
-from anna_core.errors import StartupError
+from k8s.pool import KubernetesPool
+from pools import FAILED, READY, REMOVED, LastNode, PoolBusy
+from runtime.process import StartupError
 
 pytest.importorskip("k8s_controlplane")
 from kubernetes import client  # noqa: E402
@@ -22,7 +21,7 @@ pytestmark = pytest.mark.timeout(180)
 
 
 def manager_for(api, ns, name, **kw):
-    return KubernetesClusterManager(api, ns, {"memory": name}, request_timeout=10, **kw)
+    return KubernetesPool(api, ns, {"memory": name}, request_timeout=10, **kw)
 
 
 def test_scale_up_makes_ready_pods_reported_as_ready_events(cp, ns):
@@ -76,7 +75,7 @@ def test_removal_waits_while_a_pod_is_not_ready(cp, ns):
         poll_until(m, lambda ev: len(m.nodes("memory")) == 2)
         first = m.nodes("memory")[0]
         m.add_nodes("memory", 1)
-        with pytest.raises(TierBusy, match="not created yet|not Ready yet"):
+        with pytest.raises(PoolBusy, match="not created yet|not Ready yet"):
             m.remove_node("memory", first)
         assert replicas(cp, ns, "anna-memory") == 3 and m.leaving("memory") == []
 
