@@ -32,7 +32,8 @@ the executor nodes); every method takes the group's name.
   `ApiTimeout`, `ApiUnavailable`, `ApiConflict`.
 
 Permissions it needs (k8s/rbac/cluster-manager.yaml): pods get/list/watch/patch,
-deployments/scale get/patch on its Deployments, in its namespace.
+deployments/scale get/patch on its Deployments (statefulsets/scale on its StatefulSets), in
+its namespace.
 """
 from __future__ import annotations
 
@@ -207,8 +208,9 @@ class DeploymentPods:
         except KubernetesError:
             state.cancel(placeholders)
             raise
-        log.info("requested %d %s pod(s) %s: deployment %s/%s scaled to %d", count, group,
-                 ", ".join(placeholders), self.namespace, self.deployments[group], replicas)
+        log.info("requested %d %s pod(s) %s: %s %s/%s scaled to %d", count, group,
+                 ", ".join(placeholders), self.workloads[group][0], self.namespace,
+                 self.deployments[group], replicas)
         return placeholders
 
     def remove_node(self, group: str, node_id: str) -> str:

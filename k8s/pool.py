@@ -71,9 +71,6 @@ class KubernetesPool(DeploymentPods, PoolManager):
     def pools(self) -> Tuple[str, ...]:
         return tuple(self.deployments)
 
-    def remove_node(self, pool: str, node_id: str) -> None:
-        DeploymentPods.remove_node(self, pool, node_id)
-
     def __enter__(self) -> "KubernetesPool":
         return self
 
