@@ -71,8 +71,8 @@ from typing import Any, Deque, Dict, List, Optional, Tuple
 import zmq
 from google.protobuf.message import DecodeError
 
-from runtime.auth import (FUNCTION, Credentials, KeyFileError, Security, credentials_of,
-                          decode_handoff, role_of)
+from runtime.auth import (CLIENT_PREFIX, FUNCTION, Credentials, KeyFileError, Security,
+                          credentials_of, decode_handoff, role_of)
 from runtime.framing import FrameError, parse, recv_frame
 from runtime.sockets import PushCache, bind_pull
 from runtime.values import dumps, loads
@@ -94,6 +94,7 @@ from .causal import CausalInvocation, Reusable
 from .causal_run import CausalRunning
 from .config import WorkerConfig
 from .dagstate import PendingCalls, Ready
+from .direct_calls import DirectCalls
 from .done_reports import DoneReports
 from .function_inputs import FunctionInputs
 from .guard import FunctionGuard, Interrupted
@@ -121,7 +122,7 @@ DONE_BATCH_CALLS = 4
 DONE_HOLD_SECONDS = 0.005
 
 
-class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
+class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, DirectCalls):
     """One executor worker; see the module contract."""
 
     def __init__(self, config: WorkerConfig, credentials: Optional[Credentials] = None) -> None:
@@ -135,8 +136,9 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
         self._security = None if credentials is None else \
             Security.of_credentials(self._context, credentials)
         creds = self.credentials = credentials_of(self._security)
+        # clients too: direct calls under a worker lease (executor/direct_calls.py)
         self._pull, self.address = bind_pull(self._context, config.ip, ipc_dir=config.ipc_dir,
-                                             auth=creds, audience=FUNCTION)
+                                             auth=creds, audience="all")
         self._replies, reply_address = bind_pull(self._context, config.ip,
                                                  ipc_dir=config.ipc_dir, auth=creds)
         self._push = PushCache(self._context, auth=creds)
@@ -174,7 +176,9 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
                                         config.ipc_dir, creds)
         self._handlers = {"schedule": self._on_schedule, "trigger": self._on_trigger,
                           "abort": self._on_abort, "msg": self._on_msg, "fetch": self._on_fetch,
-                          "moved": self._on_moved}
+                          "moved": self._on_moved, "worker_lease": self._on_worker_lease,
+                          "direct": self._on_direct_unkeyed}
+        self._init_direct_calls()
 
     # ---- lifecycle ----
     def stop(self) -> None:
@@ -194,6 +198,7 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
                     self._on_stalled(stalled)
                 self._expire_reuse(now)
                 self._expire_held(now)
+                self.leased.expire(now)
                 if self.config.parent_pid and os.getppid() != self.config.parent_pid:
                     log.warning("parent process exited; stopping")
                     break
@@ -221,7 +226,9 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
                    hold: bool = False) -> None:
         """Tell the scheduler a call finished (its load accounting depends on it), when
         `executor/done_reports.py` says: batched while messages wait, one held briefly for
-        the caller's own report."""
+        the caller's own report. A direct call's client reports it instead."""
+        if self.leased.finished(call_id):
+            return
         if not self.dones:       # the loop comes back to send them (at the hold's end)
             self._pull.setsockopt(zmq.RCVTIMEO, max(1, round(DONE_HOLD_SECONDS * 1000)))
         self.dones.add(scheduler_address, call_id, ok, self.busy.take_finished(),
@@ -248,7 +255,11 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
     def _admitted(self, frame: zmq.Frame) -> Optional[bytes]:
         """The frame's bytes if its sender may send its kind (module contract), else None."""
         data = frame.bytes
-        if self.credentials is not None and data and role_of(frame) == FUNCTION:
+        role = role_of(frame) if self.credentials is not None and data else None
+        if role is not None and role.startswith(CLIENT_PREFIX):
+            self._from_client(data, role)     # only direct calls (executor/direct_calls.py)
+            return None
+        if role == FUNCTION:
             try:
                 kind = parse(data)[0]
             except FrameError:
@@ -268,7 +279,8 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
             try:
                 message = {"schedule": pb.Schedule, "trigger": pb.Trigger, "abort": pb.CallDone,
                            "msg": pb.UserMessage, "fetch": pb.ResultRequest,
-                           "moved": pb.CallRef}[kind].FromString(payload)
+                           "moved": pb.CallRef, "worker_lease": pb.WorkerLease,
+                           "direct": pb.Call}[kind].FromString(payload)
             except DecodeError as e:
                 raise FrameError(f"{kind!r} payload does not parse ({e})") from None
             handler(message)
@@ -309,6 +321,7 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
 
     def _on_abort(self, message: pb.CallDone) -> None:
         self.pending.abort(message.call_id)
+        self.leased.finished(message.call_id)     # a direct call's slot is free again
         if message.status and not message.retried:   # a verdict, for Future arguments
             self._keep_outcome(message.call_id, Outcome(
                 message.status, message=message.message or "it was stopped"))

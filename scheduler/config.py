@@ -67,6 +67,8 @@ class SchedulerConfig:
         from them only the kinds clients send (`scheduler.admission.CLIENT_KINDS`). None: plain
         sockets, anyone who can reach them is trusted. The process reads the keys itself: no
         key is ever on a command line.
+    worker_leases / worker_lease_ttl: whether clients that ask get worker leases (the direct
+        call path: `scheduler/worker_leases.py`), and how long one lasts unless renewed.
     """
 
     kvs_address: str
@@ -95,6 +97,8 @@ class SchedulerConfig:
     max_dag_functions: int = DEFAULT_MAX_DAG_FUNCTIONS
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     key_dir: Optional[str] = None       # authenticate with the cluster's keys here (None: plain)
+    worker_leases: bool = True          # grant clients worker leases (the direct call path)
+    worker_lease_ttl: float = 2.0       # seconds a worker lease lasts unless renewed
 
     def __post_init__(self) -> None:
         if self.max_worker_slots < self.worker_slots or self.queued_work < 0:
