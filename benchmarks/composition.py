@@ -9,6 +9,9 @@ In one run on this machine:
    result passes between the functions without a socket), and with `colocate_chains=False`,
    so the two functions run in different worker processes and the result crosses
    client -> scheduler -> worker -> worker -> client (4 hops, like the reference below).
+   Third, with `Client(direct=True)`: the client holds a worker lease (granted by the
+   scheduler) and sends each call straight to the leased worker (client -> worker -> client,
+   2 hops; the scheduler hears of the calls afterwards, batched).
 2. Ray: the same chain (`square.remote(increment.remote(x))`, `ray.get`) on a local Ray
    (`ray.init(num_cpus=2)`), installed by this script into its own venv (`--ray-venv`,
    default ~/.cache/cloudburst-bench/ray-venv; `pip install ray==2.60.*`, or the closest
@@ -65,13 +68,15 @@ def summary(samples: List[float]) -> Dict[str, float]:
 
 # ---- Cloudburst ----
 def bench_cloudburst(calls: int, workers: int, transport: str = "tcp",
-                     colocate: bool = True, **options) -> Dict[str, float]:
-    """p50/p99 of a two-function DAG call; `options` go to `cloudburst.LocalCluster`."""
+                     colocate: bool = True, direct: bool = False,
+                     **options) -> Dict[str, float]:
+    """p50/p99 of a two-function DAG call; `options` go to `cloudburst.LocalCluster`;
+    `direct`: the client sends its calls on the direct leased path."""
     import cloudburst
     with cloudburst.LocalCluster(executor_nodes=1, executors_per_node=workers,
                                  transport=transport, colocate_chains=colocate,
                                  **options) as cluster:
-        client = cluster.client()
+        client = cluster.client(direct=True) if direct else cluster.client()
         client.register(lambda lib, x: x + 1, "increment")
         client.register(lambda lib, x: x * x, "square")
         client.register_dag("composition", ["increment", "square"], [("increment", "square")])
@@ -292,14 +297,19 @@ def rounds(args: argparse.Namespace) -> Dict:
         for name, root in roots.items():
             res = _one_round(root, args.calls, args.workers)
             per[name].append(res)
+            direct = f" / direct {res['cloudburst_direct']['p50_us']:.0f}" \
+                if "cloudburst_direct" in res else ""
             line.append(f"{name}: chain {res['cloudburst']['p50_us']:.0f} / spread "
-                        f"{res['cloudburst_spread']['p50_us']:.0f} us (bare 4-hop "
+                        f"{res['cloudburst_spread']['p50_us']:.0f}{direct} us (bare 4-hop "
                         f"{res['zmq_4hop']['p50_us']:.0f})")
         if not args.no_ray:
             ray.append(bench_ray(args.calls, args.ray_venv))
             line.append(f"Ray {ray[-1]['p50_us']:.0f} us; Ray/chain " + ", ".join(
                 f"{name} {ray[-1]['p50_us'] / per[name][-1]['cloudburst']['p50_us']:.2f}x"
-                for name in roots))
+                for name in roots) + "".join(
+                f"; Ray/direct {name} "
+                f"{ray[-1]['p50_us'] / per[name][-1]['cloudburst_direct']['p50_us']:.2f}x"
+                for name in roots if "cloudburst_direct" in per[name][-1]))
         print("; ".join(line), flush=True)
     med = statistics.median
     out: Dict = {"rounds": args.rounds, "calls": args.calls}
@@ -310,6 +320,14 @@ def rounds(args: argparse.Namespace) -> Dict:
                                         ("bare_4hop_p50_us", "zmq_4hop"))}
         out[name]["runs"] = [{k: x[k]["p50_us"] for k in ("cloudburst", "cloudburst_spread",
                                                            "zmq_4hop")} for x in per[name]]
+        if all("cloudburst_direct" in x for x in per[name]):
+            out[name]["direct_p50_us"] = med(x["cloudburst_direct"]["p50_us"] for x in per[name])
+            for run, x in zip(out[name]["runs"], per[name]):
+                run["cloudburst_direct"] = x["cloudburst_direct"]["p50_us"]
+            if ray:
+                out[name]["ray_over_direct"] = round(med(
+                    y["p50_us"] / x["cloudburst_direct"]["p50_us"]
+                    for x, y in zip(per[name], ray)), 2)
         if ray:
             out[name]["ray_over_chain"] = round(med(
                 y["p50_us"] / x["cloudburst"]["p50_us"] for x, y in zip(per[name], ray)), 2)
@@ -323,7 +341,10 @@ def rounds(args: argparse.Namespace) -> Dict:
         print(f"{name}: median chain p50 {o['chain_p50_us']:.0f} us, spread "
               f"{o['spread_p50_us']:.0f} us" + (f"; median Ray/Cloudburst {o['ray_over_chain']}x"
                                                  f" (spread {o['ray_over_spread']}x)"
-                                                 if ray else ""))
+                                                 if ray else "")
+              + (f"; direct {o['direct_p50_us']:.0f} us" if "direct_p50_us" in o else "")
+              + (f", median Ray/direct {o['ray_over_direct']}x" if "ray_over_direct" in o
+                 else ""))
     return out
 
 
@@ -379,6 +400,10 @@ def main() -> None:
     results["cloudburst_spread"] = bench_cloudburst(args.calls, args.workers, colocate=False)
     print(f"Cloudburst, 2 worker procs  : p50 {results['cloudburst_spread']['p50_us']:8.1f} us   "
           f"p99 {results['cloudburst_spread']['p99_us']:8.1f} us   (worker -> worker hop)",
+          flush=True)
+    results["cloudburst_direct"] = bench_cloudburst(args.calls, args.workers, direct=True)
+    print(f"Cloudburst, direct (leased) : p50 {results['cloudburst_direct']['p50_us']:8.1f} us   "
+          f"p99 {results['cloudburst_direct']['p99_us']:8.1f} us   (client -> worker -> client)",
           flush=True)
     if not args.no_ray:
         results["ray"] = bench_ray(args.calls, args.ray_venv)

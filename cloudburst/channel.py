@@ -292,6 +292,17 @@ class SchedulerChannel:
             slot = self._slots.get(rid)
             return slot.answer if slot is not None else None
 
+    def _read_arrived(self) -> None:
+        """Hand out what has arrived on the answer socket, unless a thread is reading it."""
+        if self._cond.acquire(blocking=False):
+            try:
+                if not self._reading:
+                    self._store(self._drain(0))
+            finally:
+                self._cond.release()
+            if self._direct is not None:
+                self._direct.flush()
+
     def _where(self, rid: str, what: str, scheduler: Optional[str] = None) -> str:
         """Name the stage a call stalled at: ask the scheduler where it placed the call."""
         scheduler = scheduler or self.address

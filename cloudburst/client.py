@@ -458,6 +458,8 @@ class Client(SchedulerChannel):
                 raise
         if not keep:
             self._leases.hold(rid, scheduler)
+        if self._direct is not None:
+            self._direct.flush()         # lease requests and renewals, after the call
         return Future(self._link, rid, what, wait, scheduler=scheduler, sent_at=sent_at,
                       objects=objects, stored=stored, fire_and_forget=keep,
                       consistency="causal" if call.consistency == pb.CAUSAL else "lww",
@@ -548,6 +550,15 @@ class Client(SchedulerChannel):
         if self._session is not None:
             self._session.note(key, version)
         return value
+
+    @property
+    def worker_leases(self) -> List[Dict[str, Any]]:
+        """The worker leases this client holds now (`direct=True`; else []): for each, the
+        `target` (function or DAG name), `dag`, `worker_id`, `slots` and calls `in_flight`."""
+        if self._direct is None:
+            return []
+        self._read_arrived()          # grants and revocations that came meanwhile
+        return self._direct.held()
 
     @property
     def session(self) -> Optional[Session]:

@@ -14,8 +14,10 @@ client's `LeaseOwner` side (sending to a scheduler, delivering an answer to a wa
   path, as does every call while no lease with a free slot is held.
 - `send(call)` sends `call` direct and returns the lease's scheduler if a live lease of its
   target has a free slot (the call then counts against it until its answer arrives); else it
-  asks for a lease (once per target at a time, again `RETRY_ASK` s after a refusal) and
-  returns None: the caller sends the call through the scheduler.
+  records a request for a lease (once per target at a time, again `RETRY_ASK` s after a
+  refusal) and returns None: the caller sends the call through the scheduler, then
+  `flush`es, so the scheduler places the call before it leases (the call's warm worker,
+  with its slot taken, rather than a lease that makes the call wait for its own worker).
 - `on_lease(message)` and `on_result(result)` take what arrives on the client's answer
   socket (called with the client's answer lock held: they only record). `on_result` returns
   the result to deliver, or None when it is the path's own business: a call the worker
@@ -25,6 +27,8 @@ client's `LeaseOwner` side (sending to a scheduler, delivering an answer to a wa
   carries) lasts, else fail with WORKER_DIED.
 - `flush()` does what those recorded (resends, failures, renewals and usage reports), outside
   the lock. A lease in use is renewed once less than half its ttl is left; one not used lapses.
+- `held()`: the leases held now (target, worker, slots, calls in flight), for
+  `Client.worker_leases`.
 - `lease_of(rid)`: (lease id, worker id) of a direct call in flight, else None (cancels go to
   the scheduler with the lease id, which stops the call on its worker; `where` names the
   worker).
@@ -139,7 +143,6 @@ class DirectPath:
                 held.in_flight.discard(call.request_id)
                 self._calls.pop(call.request_id, None)
             call.ClearField("lease_id")
-        self.flush()
         return held.scheduler if sent else None
 
     def _renewal(self, held: _Held) -> pb.LeaseRequest:
@@ -162,7 +165,7 @@ class DirectPath:
             held = self._held.get(key)
             if m.status != pb.OK:                 # refused: the scheduler's path meanwhile
                 self._asked[key] = now
-                log.debug("no worker lease for %s: %s", m.target, m.reason)
+                log.info("no worker lease for %s: %s", m.target, m.reason)
                 return
             if m.revoked:
                 if held is None or held.lease_id != m.lease_id:
@@ -227,6 +230,13 @@ class DirectPath:
                 if len(held.latencies) < MAX_LATENCIES:
                     held.latencies.append(time.monotonic() - sent_at)
         return result
+
+    def held(self) -> List[Dict[str, Any]]:
+        """The leases held now: target, whether a DAG, worker id, slots, calls in flight."""
+        with self._lock:
+            return [{"target": key[0], "dag": key[1], "worker_id": h.worker_id,
+                     "slots": h.slots, "in_flight": len(h.in_flight)}
+                    for key, h in sorted(self._held.items())]
 
     def lease_of(self, rid: str) -> Optional[Tuple[str, str]]:
         with self._lock:

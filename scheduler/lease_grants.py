@@ -7,11 +7,12 @@ warm-worker map, stats and push cache it uses):
   calls the client reports (`CallStats.record`, per target), gives back the leases it
   releases, renews or revokes those it renews, and for a `target` grants a lease, or answers
   why not (`WorkerLease` with `status` and `reason`: FUNCTION_NOT_FOUND, DAG_NOT_FOUND, or
-  NO_RESOURCES when no worker is idle, calls wait in the queue, or the target cannot take the
+  NO_RESOURCES when no worker has a free slot, calls wait in the queue, or the target cannot take the
   direct path: functions that retry exceptions, DAGs too large to forward).
-- A grant places the whole target on one idle worker (outstanding calls and leased slots
-  both zero), the target's warm worker first (`scheduler/policy.py`), with as many slots as
-  the scheduler's window gives that worker (`scheduler/window.py`). The worker's grant
+- A grant places the whole target on one worker with a free slot (its window,
+  `scheduler/window.py`, less its outstanding calls and leased slots), the target's warm
+  worker first (`scheduler/policy.py`: the client's call that asked is placed just before),
+  else the least loaded, with the slots it has free. The worker's grant
   carries the sources' schedules, built once by `scheduler/schedule.py`, filled with each call's
   id, arguments, answer address and deadline: the worker keeps them, and a client's direct
   call carries only those (so it cannot name other functions or workers). The worker is
@@ -120,15 +121,19 @@ class WorkerLeasing:
             return self._refuse(req, pb.NO_RESOURCES, (
                 f"{req.target!r} retries exceptions, which the scheduler decides: it takes "
                 f"the scheduler's path"))
-        idle = [w for w in self._placeable() if w.outstanding == 0]
-        if not idle:
-            return self._refuse(req, pb.NO_RESOURCES, "no executor worker is idle")
+        views = self._placeable()
+        room = {w.worker_id: self._windows.slots(w.worker_id) - w.outstanding for w in views}
+        open_ = [w for w in views if room[w.worker_id] > 0]
+        if not open_:
+            return self._refuse(req, pb.NO_RESOURCES, "no executor worker has a free slot (" +
+                                ", ".join(f"{w.worker_id}: {w.outstanding} call(s) or leased "
+                                          f"slot(s)" for w in views) + ")")
         warm = self._warm.get(dag.sink()) or self._warm.get(dag.functions[0])
-        worker = next((w for w in idle if w.worker_id == warm),
-                      min(idle, key=lambda w: (w.utilization, w.worker_id)))
+        worker = next((w for w in open_ if w.worker_id == warm),
+                      min(open_, key=lambda w: (w.outstanding, w.utilization, w.worker_id)))
         granted = self.worker_leases.grant(
             secrets.token_hex(16), role, req.response_address, req.target, req.dag,
-            worker.worker_id, self._windows.slots(worker.worker_id), now, waiting)
+            worker.worker_id, room[worker.worker_id], now, waiting)
         if isinstance(granted, str):
             return self._refuse(req, pb.NO_RESOURCES, granted)
         placement = {fn: worker.worker_id for fn in dag.functions}
