@@ -110,8 +110,13 @@ class ClientLink:
     def response_address(self) -> str:
         return self._channel.response_address
 
-    def send_to_scheduler(self, kind: str, message: Any, to: Optional[str] = None) -> str:
-        return self._channel._send(kind, message, to=to)
+    def resend_call(self, call: pb.Call) -> str:
+        client = self._channel
+        return client._send("call", call)
+
+    def ask_lease(self, request: pb.LeaseRequest, to: Optional[str] = None) -> str:
+        client = self._channel
+        return client._send("lease_worker", request, to=to)
 
     def deliver(self, result: pb.CallResult) -> None:
         with self._channel._cond:

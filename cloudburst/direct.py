@@ -65,7 +65,11 @@ class LeaseOwner(Protocol):
 
     response_address: str
 
-    def send_to_scheduler(self, kind: str, message: Any, to: Optional[str] = None) -> str: ...
+    def resend_call(self, call: pb.Call) -> str:
+        """Send a call through the scheduler (it did not run direct); its scheduler."""
+
+    def ask_lease(self, request: pb.LeaseRequest, to: Optional[str] = None) -> str:
+        """Send a `lease_worker` request (to scheduler `to`, or the current one)."""
 
     def deliver(self, result: pb.CallResult) -> None: ...
 
@@ -96,7 +100,8 @@ class DirectPath:
         self._lock = threading.Lock()
         self._held: Dict[Tuple[str, bool], _Held] = {}
         self._asked: Dict[Tuple[str, bool], float] = {}      # target -> when asked/refused
-        self._calls: Dict[str, Tuple[Tuple[str, bool], pb.Call, float]] = {}
+        # request id -> (target, the call, when sent, its worker)
+        self._calls: Dict[str, Tuple[Tuple[str, bool], pb.Call, float, str]] = {}
         self._resend: List[pb.Call] = []
         self._fail: List[pb.CallResult] = []
         self._ask: List[Tuple[pb.LeaseRequest, Optional[str]]] = []   # and to which scheduler
@@ -130,7 +135,7 @@ class DirectPath:
             if free:
                 call.lease_id = held.lease_id
                 held.in_flight.add(call.request_id)
-                self._calls[call.request_id] = (key, call, now)
+                self._calls[call.request_id] = (key, call, now, held.worker_id)
                 if not held.renewing and held.expires - now < held.ttl / 2:
                     held.renewing = True
                     self._ask.append((self._renewal(held), held.scheduler))
@@ -192,7 +197,7 @@ class DirectPath:
             entry = self._calls.pop(rid, None)
             if entry is None:
                 continue
-            _, call, _ = entry
+            call = entry[1]
             budget = call.retry.max_retries if call.HasField("retry") and \
                 call.retry.has_max_retries else held.max_retries
             if budget > 0:
@@ -212,7 +217,7 @@ class DirectPath:
             entry = self._calls.pop(rid, None)
             if entry is None:
                 return result
-            key, call, sent_at = entry
+            key, call, sent_at, _ = entry
             held = self._held.get(key)
             if held is not None and held.lease_id == call.lease_id:
                 held.in_flight.discard(rid)
@@ -241,10 +246,7 @@ class DirectPath:
     def lease_of(self, rid: str) -> Optional[Tuple[str, str]]:
         with self._lock:
             entry = self._calls.get(rid)
-            if entry is None:
-                return None
-            held = self._held.get(entry[0])
-            return (entry[1].lease_id, held.worker_id if held else "")
+            return None if entry is None else (entry[1].lease_id, entry[3])
 
     # ---- carrying it out (no lock held) ----
     def flush(self) -> None:
@@ -263,7 +265,7 @@ class DirectPath:
             self._owner.deliver(result)
         for call in resend:
             try:
-                self._owner.send_to_scheduler("call", call)
+                self._owner.resend_call(call)
             except CloudburstError as e:
                 self._owner.deliver(pb.CallResult(
                     request_id=call.request_id, status=pb.EXECUTION_ERROR,
@@ -272,7 +274,7 @@ class DirectPath:
         for req, to in ask:
             req.response_address = self._owner.response_address
             try:
-                self._owner.send_to_scheduler("lease_worker", req, to)
+                self._owner.ask_lease(req, to)
             except CloudburstError as e:      # no lease: the scheduler's path serves
                 log.debug("lease request not sent: %s", e)
 

@@ -2,12 +2,22 @@
 lease, admitted by the pure `executor/leased.py`, run as the scheduler's schedules are.
 
 Contract (mixed into `executor.worker.Worker`):
+- Direct calls come on a socket of their own (`direct_address`, reported in the worker's
+  heartbeats), on a ZeroMQ context of its own whose authenticator admits the authorized
+  clients' public keys (which the node hands the worker with its function key), bound for
+  every role (audience "all"); it takes only `direct` messages. The worker's other sockets
+  know no client key (`schedule_credentials` leaves them out) and refuse clients at the
+  handshake, as before.
+  `_next_frame()` waits on both: it returns the schedule socket's next frame, else handles
+  the direct calls that arrived (zmq.Again), so a grant that arrived with a call naming it
+  is taken first. A call that arrives before its lease's grant (the grant goes to the worker
+  first, then to the client, but over another connection) is refused as unknown; `Client`
+  then sends it through the scheduler.
 - `worker_lease` (from the cluster: a scheduler) grants, renews or revokes a lease
   (`LeaseAdmission.told`); a grant carries the schedules of the target's sources, built by
   the scheduler.
-- `direct` (a `Call` naming `lease_id`, from a client key, or from anyone on a plain
-  cluster) runs only if `LeaseAdmission.admit` admits it: the lease is live, the sender's
-  role is the lease's client, a slot is free. The call supplies only its id, its arguments
+- `direct` (a `Call` naming `lease_id`) runs only if `LeaseAdmission.admit` admits it:
+  the lease is live, the sender's role is the lease's client, a slot is free. The call supplies only its id, its arguments
   per function, its answer address, deadline, time limit and session; everything else (the
   functions, versions, where results go between them) is the scheduler's schedule, so a
   client cannot make the worker run another function or send triggers elsewhere. A call
@@ -15,7 +25,7 @@ Contract (mixed into `executor.worker.Worker`):
   (it did not run); one that names functions outside the lease's target, passes `Future`s,
   asks for an `output_key` or causal consistency gets INVALID_ARGUMENTS (those take the
   scheduler's path; `Client` never sends them direct).
-- From a client key a worker takes only `direct`; any other kind is dropped and logged.
+- On the direct socket any other kind is dropped and logged.
 - A direct call's end frees its slot (`LeaseAdmission.finished`, from the worker's
   `done` and `abort` paths); the worker sends the scheduler no `done` for it: its client
   reports it, batched, with its lease renewals.
@@ -24,20 +34,30 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, List
+from typing import Any, List, Optional
 
+import zmq
 from google.protobuf.message import DecodeError
 
 from hydro_proto import cloudburst_pb2 as pb
-from runtime.framing import FrameError, parse
+from runtime.auth import CLIENT_PREFIX, Credentials, Security, credentials_of, role_of
+from runtime.framing import FrameError, parse, recv_frame
+from runtime.sockets import bind_pull
 
 from .leased import LeaseAdmission
 
-__all__ = ["DirectCalls", "CLIENT_KINDS"]
+__all__ = ["DirectCalls", "CLIENT_KINDS", "schedule_credentials"]
 
 log = logging.getLogger("cloudburst.worker")
 
-CLIENT_KINDS = frozenset({"direct"})     # what a client key may send a worker
+CLIENT_KINDS = frozenset({"direct"})     # what the direct socket takes
+
+
+def schedule_credentials(credentials: Credentials) -> Credentials:
+    """A worker's credentials without the clients' keys: for every socket but the direct one."""
+    return Credentials(credentials.keypair, credentials.role,
+                       {k: r for k, r in credentials.allowed.items()
+                        if not r.startswith(CLIENT_PREFIX)}, credentials.domain)
 
 
 class DirectCalls:
@@ -45,30 +65,54 @@ class DirectCalls:
 
     leased: LeaseAdmission
 
-    def _init_direct_calls(self) -> None:
+    def _init_direct_calls(self, credentials: Optional[Credentials]) -> None:
         self.leased = LeaseAdmission()
+        self._direct_context = zmq.Context()
+        self._direct_security = None if credentials is None else \
+            Security.of_credentials(self._direct_context, credentials)
+        self._direct, self.direct_address = bind_pull(
+            self._direct_context, self.config.ip, ipc_dir=self.config.ipc_dir,
+            auth=credentials_of(self._direct_security), audience="all")
+        self._poller = zmq.Poller()
+        self._poller.register(self._pull, zmq.POLLIN)
+        self._poller.register(self._direct, zmq.POLLIN)
+
+    def _close_direct_calls(self) -> None:
+        self._direct.close(0)
+        if self._direct_security is not None:
+            self._direct_security.stop()
+        self._direct_context.term()
+
+    def _next_frame(self) -> Any:
+        ready = dict(self._poller.poll(self._pull.getsockopt(zmq.RCVTIMEO)))
+        if self._pull in ready:      # first: it may hold the grant of the lease a call names
+            return recv_frame(self._pull, zmq.NOBLOCK, copy=False)
+        if self._direct in ready:
+            while True:
+                try:
+                    frame = recv_frame(self._direct, zmq.NOBLOCK, copy=False)
+                except zmq.Again:
+                    break
+                data = frame.bytes if isinstance(frame, zmq.Frame) else bytes(frame)
+                self._from_client(data, role_of(frame) or "")
+        raise zmq.Again()
 
     def _on_worker_lease(self, m: pb.WorkerLease) -> None:
         self.leased.told(m.lease_id, m.client, m.slots, m.ttl, time.monotonic(),
                          list(m.templates) if m.templates else None, m.revoked, m.reason)
 
     def _from_client(self, data: bytes, role: str) -> None:
-        """A frame from a client key: only a direct call is taken."""
+        """A frame on the direct socket: only a direct call is taken."""
         try:
             kind, payload = parse(data)
             if kind not in CLIENT_KINDS:
-                raise FrameError(f"a worker takes only {sorted(CLIENT_KINDS)} from a client "
-                                 f"key, not {kind!r}")
+                raise FrameError(f"a worker's direct socket takes only "
+                                 f"{sorted(CLIENT_KINDS)}, not {kind!r}")
             call = pb.Call.FromString(payload)
         except (FrameError, DecodeError) as e:
             log.warning("dropped a message from client %s: %s", role, e)
             return
         self._on_direct(call, role)
-
-    def _on_direct_unkeyed(self, call: pb.Call) -> None:
-        """A direct call that reached the dispatch table: from a plain socket (role "") or
-        from the cluster's key."""
-        self._on_direct(call, "cluster" if self.credentials is not None else "")
 
     def _on_direct(self, call: pb.Call, role: str) -> None:
         now = time.monotonic()

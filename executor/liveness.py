@@ -173,6 +173,7 @@ def heartbeat_loop(worker: "Worker") -> None:
                                      running=1 if worker.busy.running else 0,
                                      cache_address=config.cache_address,
                                      control_address=worker.control_address,
+                                     direct_address=worker.direct_address,
                                      restarts=process_start() - 1,
                                      ended_run=worker.run_reports.ended_run)
             for address in targets:

@@ -71,8 +71,8 @@ from typing import Any, Deque, Dict, List, Optional, Tuple
 import zmq
 from google.protobuf.message import DecodeError
 
-from runtime.auth import (CLIENT_PREFIX, FUNCTION, Credentials, KeyFileError, Security,
-                          credentials_of, decode_handoff, role_of)
+from runtime.auth import (FUNCTION, Credentials, KeyFileError, Security, credentials_of,
+                          decode_handoff, role_of)
 from runtime.framing import FrameError, parse, recv_frame
 from runtime.sockets import PushCache, bind_pull
 from runtime.values import dumps, loads
@@ -94,7 +94,7 @@ from .causal import CausalInvocation, Reusable
 from .causal_run import CausalRunning
 from .config import WorkerConfig
 from .dagstate import PendingCalls, Ready
-from .direct_calls import DirectCalls
+from .direct_calls import DirectCalls, schedule_credentials
 from .done_reports import DoneReports
 from .function_inputs import FunctionInputs
 from .guard import FunctionGuard, Interrupted
@@ -133,12 +133,12 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, Direct
             raise KeyFileError(f"worker {config.worker_id} was started with authentication "
                                f"but no function keys were handed to it")
         # the ZAP handler runs before any bind
+        # (the clients' keys only for the direct socket, on a context of its own)
         self._security = None if credentials is None else \
-            Security.of_credentials(self._context, credentials)
+            Security.of_credentials(self._context, schedule_credentials(credentials))
         creds = self.credentials = credentials_of(self._security)
-        # clients too: direct calls under a worker lease (executor/direct_calls.py)
         self._pull, self.address = bind_pull(self._context, config.ip, ipc_dir=config.ipc_dir,
-                                             auth=creds, audience="all")
+                                             auth=creds, audience=FUNCTION)
         self._replies, reply_address = bind_pull(self._context, config.ip,
                                                  ipc_dir=config.ipc_dir, auth=creds)
         self._push = PushCache(self._context, auth=creds)
@@ -176,9 +176,8 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, Direct
                                         config.ipc_dir, creds)
         self._handlers = {"schedule": self._on_schedule, "trigger": self._on_trigger,
                           "abort": self._on_abort, "msg": self._on_msg, "fetch": self._on_fetch,
-                          "moved": self._on_moved, "worker_lease": self._on_worker_lease,
-                          "direct": self._on_direct_unkeyed}
-        self._init_direct_calls()
+                          "moved": self._on_moved, "worker_lease": self._on_worker_lease}
+        self._init_direct_calls(credentials)     # clients' direct calls: their own socket
 
     # ---- lifecycle ----
     def stop(self) -> None:
@@ -209,7 +208,8 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, Direct
                 else:
                     self._dispatch(self._backlog.popleft())
             try:
-                frame = self._admitted(recv_frame(self._pull, copy=False))
+                # the schedule socket's next frame; direct calls are handled on the way
+                frame = self._admitted(self._next_frame())
             except zmq.Again:
                 frame = None
             if frame is not None:
@@ -247,6 +247,7 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, Direct
         self._pull.close(0)
         self._replies.close(0)
         self._control.close(0)      # the heartbeat thread that reads it has ended (serve)
+        self._close_direct_calls()
         if self._security is not None:
             self._security.stop()
         self._context.term()
@@ -255,11 +256,7 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, Direct
     def _admitted(self, frame: zmq.Frame) -> Optional[bytes]:
         """The frame's bytes if its sender may send its kind (module contract), else None."""
         data = frame.bytes
-        role = role_of(frame) if self.credentials is not None and data else None
-        if role is not None and role.startswith(CLIENT_PREFIX):
-            self._from_client(data, role)     # only direct calls (executor/direct_calls.py)
-            return None
-        if role == FUNCTION:
+        if self.credentials is not None and data and role_of(frame) == FUNCTION:
             try:
                 kind = parse(data)[0]
             except FrameError:
@@ -279,8 +276,8 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, Direct
             try:
                 message = {"schedule": pb.Schedule, "trigger": pb.Trigger, "abort": pb.CallDone,
                            "msg": pb.UserMessage, "fetch": pb.ResultRequest,
-                           "moved": pb.CallRef, "worker_lease": pb.WorkerLease,
-                           "direct": pb.Call}[kind].FromString(payload)
+                           "moved": pb.CallRef,
+                           "worker_lease": pb.WorkerLease}[kind].FromString(payload)
             except DecodeError as e:
                 raise FrameError(f"{kind!r} payload does not parse ({e})") from None
             handler(message)

@@ -73,6 +73,8 @@ class ExecutorEvents:
                 self._orphaned(record, s.worker_id, f"executor worker {s.worker_id} {how}",
                                time.monotonic(), status)
             return
+        if s.direct_address:    # where its leases' direct calls go (scheduler/lease_grants.py)
+            self._note_direct(s.worker_id, s.direct_address)
         if not s.address:       # its node vouches that the worker's process is alive
             self.table.vouch(s.worker_id, s.node_id, time.monotonic())
             return

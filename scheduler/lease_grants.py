@@ -33,7 +33,7 @@ import dataclasses
 import logging
 import secrets
 import time
-from typing import Any, Iterable, List, Sequence
+from typing import Any, Dict, Iterable, List, Sequence
 
 from hydro_proto import cloudburst_pb2 as pb
 
@@ -55,6 +55,10 @@ class WorkerLeasing:
 
     def _init_worker_leases(self) -> None:
         self.worker_leases = LeaseBook(self.config.worker_lease_ttl)
+        self._direct_addresses: Dict[str, str] = {}   # worker id -> its direct socket
+
+    def _note_direct(self, worker_id: str, address: str) -> None:
+        self._direct_addresses[worker_id] = address
 
     # ---- requests ----
     def _lease_worker(self, payload: Any, role: str) -> None:
@@ -121,7 +125,7 @@ class WorkerLeasing:
             return self._refuse(req, pb.NO_RESOURCES, (
                 f"{req.target!r} retries exceptions, which the scheduler decides: it takes "
                 f"the scheduler's path"))
-        views = self._placeable()
+        views = [w for w in self._placeable() if w.worker_id in self._direct_addresses]
         room = {w.worker_id: self._windows.slots(w.worker_id) - w.outstanding for w in views}
         open_ = [w for w in views if room[w.worker_id] > 0]
         if not open_:
@@ -149,7 +153,8 @@ class WorkerLeasing:
     def _message(self, lease: Lease, **fields: Any) -> pb.WorkerLease:
         return pb.WorkerLease(
             lease_id=lease.lease_id, target=lease.target, dag=lease.dag,
-            worker_id=lease.worker_id, worker_address=self.table.address(lease.worker_id) or "",
+            worker_id=lease.worker_id,
+            worker_address=self._direct_addresses.get(lease.worker_id, ""),
             slots=lease.slots, ttl=self.worker_leases.ttl, client=lease.client,
             scheduler_address=self.address, **fields)
 
@@ -188,6 +193,7 @@ class WorkerLeasing:
         self._revoke(revoked)
 
     def _leases_lost(self, worker_id: str, why: str) -> None:
+        self._direct_addresses.pop(worker_id, None)     # a restarted worker reports anew
         if len(self.worker_leases):
             self._revoke(self.worker_leases.worker_lost(worker_id, why))
 

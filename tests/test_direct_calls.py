@@ -145,13 +145,17 @@ def test_a_forged_a_revoked_and_an_expired_lease_are_refused_typed_and_nothing_r
     raw = RawClient(cluster)
     try:
         lease = raw.lease("mark")
-        assert raw.direct(lease, 1).status == pb.OK        # a granted lease admits
+        admitted = lambda lease, x: raw.direct(lease, x).status == pb.OK   # noqa: E731
+        # a granted lease admits (once the worker has the grant, which goes to it first but
+        # over another connection than the client's)
+        poll_until(lambda: admitted(lease, 1), 5.0, "a direct call admitted")
         assert cb.get("direct-mark-1") == 1
         _refused(raw.direct(lease, 2, lease_id="f" * 32), "no lease of that id was granted")
         raw.release(lease)                                 # the scheduler revokes it
         revoked_x, revoked = _first_refusal(raw, lease, range(100, 200), 0.02)
         _refused(revoked, "revoked")
         second = raw.lease("mark")                         # never renewed: expires (2 s)
+        poll_until(lambda: admitted(second, 3), 5.0, "a direct call admitted")
         expired_x, expired = _first_refusal(raw, second, range(200, 300), 0.2)
         _refused(expired, "expired")
         for x in (2, revoked_x, expired_x):                # refused calls never ran
