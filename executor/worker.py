@@ -38,6 +38,10 @@ Contract:
   the node cache once the scheduler grants the call's one commit (`executor/causal.py`); a
   commit (or read) refused because its attempt is fenced is reported to the scheduler as a
   `causal_abort` and nothing goes to the caller (hydrocache/DESIGN.md, "Fencing").
+- Direct calls: a client holding a worker lease sends calls to the worker's direct-call
+  socket; they run only within a lease its scheduler told the worker of
+  (`executor/direct_calls.py`, deciding in `executor/leased.py`), and their end frees the
+  lease's slot instead of sending a `done`.
 - What a function prints (stdout and stderr) is captured per call (`executor/output.py`): it
   goes to the worker's log, each line tagged with the call id and function, and travels with
   the call (`Trigger.logs`, then `CallResult.logs`) to the caller, bounded by `output_limit`.

@@ -16,6 +16,10 @@ listed for schedulers in proto/cloudburst.proto, plus one for Anna's pushed regi
   gets nothing until the result (one message fewer per call); a caller whose wait times out
   asks `where` and gets the call's placement, or its place in the queue (`accepted`), to
   name the stalled stage; a `cancel` of a waiting call takes it out of the queue.
+- `lease_worker` grants, renews and releases clients' worker leases (the direct call path,
+  `scheduler/lease_grants.py`, deciding in `scheduler/worker_leases.py`); leased slots count
+  as their worker's load, and leases are revoked on expiry, on their worker's death and
+  when calls wait in the queue; `cancel` naming a lease stops a direct call on its worker.
 - Heartbeats feed `membership.ExecutorTable` (`scheduler/executor_events.py`): a worker's
   own, its node's vouching for its process, or its exit. Every `tick` seconds dead workers
   (the table's "Liveness" rules) are dropped and the calls in flight on them run again
