@@ -99,10 +99,20 @@ def run_cloudburst(root: str, calls: int, workers: int, direct: bool = False) ->
     return data
 
 
-def run_ray(python: str, calls: int, workers: int) -> Dict:
-    out = subprocess.run([python, "-c", RAY_SCRIPT, str(calls), str(workers)],
-                         capture_output=True, text=True, timeout=900)
-    return _result(out, "RAY_RESULT")
+def run_ray(python: str, calls: int, workers: int, attempts: int = 3) -> Dict:
+    """Ray's run; a Ray whose node timed out starting (a loaded machine) is started again,
+    up to `attempts` times."""
+    for attempt in range(attempts):
+        out = subprocess.run([python, "-c", RAY_SCRIPT, str(calls), str(workers)],
+                             capture_output=True, text=True, timeout=900)
+        try:
+            return _result(out, "RAY_RESULT")
+        except RuntimeError:
+            if attempt == attempts - 1:
+                raise
+            print(f"Ray failed (attempt {attempt + 1} of {attempts}); starting it again",
+                  flush=True)
+    raise AssertionError("unreachable")
 
 
 def main() -> None:

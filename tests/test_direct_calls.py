@@ -213,3 +213,25 @@ def test_a_lease_gives_its_worker_back_to_calls_that_wait(cluster):
     # two fill the other worker's slots; the third waits, the lease is revoked, and it runs
     # on the leased worker instead of waiting for the other worker's calls to end
     assert lease.worker_id in ran_on, (lease.worker_id, ran_on)
+
+
+def test_a_direct_call_is_cancelled_and_stopped_at_its_time_limit(cluster):
+    from cloudburst.errors import Cancelled, Timeout
+    cluster.wait_for_workers([w["worker_id"] for w in cluster.workers], timeout=20)
+    cb = cluster.client(direct=True)
+    lease = _leased(cb, "slow", 0.0)
+    running = cb.call("slow", 30.0, timeout=60)
+    assert _leased(cb, "slow")["in_flight"] == 1             # it went direct
+    assert running.cancel()
+    with pytest.raises(Cancelled):
+        running.get(5)
+    # the function was stopped: its worker answered for it, and runs the next call at once
+    poll_until(lambda: _leased(cb, "slow")["in_flight"] == 0, 10.0, "the cancelled call's end")
+    nxt = cb.call("slow", 0.0, timeout=10)
+    assert _leased(cb, "slow")["in_flight"] == 1
+    assert nxt.get(10) == lease["worker_id"]
+    limited = cb.call("slow", 30.0, timeout=60, time_limit=0.5)
+    assert _leased(cb, "slow")["in_flight"] == 1
+    with pytest.raises(Timeout) as e:
+        limited.get(20)
+    assert "time limit" in str(e.value)
