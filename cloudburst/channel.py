@@ -285,14 +285,7 @@ class SchedulerChannel:
             slot = self._slots.get(rid)
             if slot is not None and slot.answer is not None:
                 return slot.answer
-        if self._cond.acquire(blocking=False):  # opportunistically read what has arrived
-            try:
-                if not self._reading:
-                    self._store(self._drain(0))
-            finally:
-                self._cond.release()
-            if self._direct is not None:
-                self._direct.flush()
+        self._read_arrived()                    # opportunistically read what has arrived
         with self._cond:
             slot = self._slots.get(rid)
             return slot.answer if slot is not None else None
