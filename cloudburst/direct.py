@@ -26,7 +26,9 @@ client's `LeaseOwner` side (sending to a scheduler, delivering an answer to a wa
   while their retry budget (the call's own `max_retries`, else the target's, which the grant
   carries) lasts, else fail with WORKER_DIED.
 - `flush()` does what those recorded (resends, failures, renewals and usage reports), outside
-  the lock. A lease in use is renewed once less than half its ttl is left; one not used lapses.
+  the lock. A lease in use (a call sent under it, or calls in flight: `flush` runs while the
+  client waits for answers) is renewed once less than half its ttl is left; one not used
+  lapses.
 - `held()`: the leases held now (target, worker, slots, calls in flight), for
   `Client.worker_leases`.
 - `lease_of(rid)`: (lease id, worker id) of a direct call in flight, else None (cancels go to
@@ -250,7 +252,13 @@ class DirectPath:
 
     # ---- carrying it out (no lock held) ----
     def flush(self) -> None:
+        now = time.monotonic()
         with self._lock:
+            for held in self._held.values():       # in use: kept while calls run under it
+                if held.in_flight and not held.renewing and \
+                        held.expires - now < held.ttl / 2:
+                    held.renewing = True
+                    self._ask.append((self._renewal(held), held.scheduler))
             if not (self._resend or self._fail or self._ask or self._gone):
                 return
             resend, self._resend = self._resend, []
