@@ -308,7 +308,14 @@ def rounds(args: argparse.Namespace) -> Dict:
                         f"{res['cloudburst_spread']['p50_us']:.0f}{direct} us (bare 4-hop "
                         f"{res['zmq_4hop']['p50_us']:.0f})")
         if not args.no_ray:
-            ray.append(bench_ray(args.calls, args.ray_venv))
+            try:
+                ray.append(bench_ray(args.calls, args.ray_venv))
+            except RuntimeError:          # Ray could not start on this loaded machine
+                for name in roots:        # this round's figures are not paired with Ray's
+                    per[name][-1]["no_ray"] = True
+                line.append("Ray did not start in this round")
+                print("; ".join(line), flush=True)
+                continue
             line.append(f"Ray {ray[-1]['p50_us']:.0f} us; Ray/chain " + ", ".join(
                 f"{name} {ray[-1]['p50_us'] / per[name][-1]['cloudburst']['p50_us']:.2f}x"
                 for name in roots) + "".join(
@@ -318,6 +325,8 @@ def rounds(args: argparse.Namespace) -> Dict:
         print("; ".join(line), flush=True)
     med = statistics.median
     out: Dict = {"rounds": args.rounds, "calls": args.calls}
+    # a round's ratio pairs it with Ray's run of that round (rounds without Ray are left out)
+    paired = {name: [x for x in per[name] if not x.get("no_ray")] for name in roots}
     for name in roots:
         out[name] = {shape: med(x[key]["p50_us"] for x in per[name])
                      for shape, key in (("chain_p50_us", "cloudburst"),
@@ -332,12 +341,12 @@ def rounds(args: argparse.Namespace) -> Dict:
             if ray:
                 out[name]["ray_over_direct"] = round(med(
                     y["p50_us"] / x["cloudburst_direct"]["p50_us"]
-                    for x, y in zip(per[name], ray)), 2)
+                    for x, y in zip(paired[name], ray)), 2)
         if ray:
             out[name]["ray_over_chain"] = round(med(
-                y["p50_us"] / x["cloudburst"]["p50_us"] for x, y in zip(per[name], ray)), 2)
+                y["p50_us"] / x["cloudburst"]["p50_us"] for x, y in zip(paired[name], ray)), 2)
             out[name]["ray_over_spread"] = round(med(
-                y["p50_us"] / x["cloudburst_spread"]["p50_us"] for x, y in zip(per[name], ray)), 2)
+                y["p50_us"] / x["cloudburst_spread"]["p50_us"] for x, y in zip(paired[name], ray)), 2)
     if ray:
         out["ray"] = {"p50_us": med(y["p50_us"] for y in ray), "version": ray[0]["version"],
                       "runs": [y["p50_us"] for y in ray]}
