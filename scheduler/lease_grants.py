@@ -79,7 +79,9 @@ class WorkerLeasing:
                 self._tell_worker(lease, revoked=True, reason="its client gave it back")
         waiting = len(self._queue) + len(self._deferred)
         for lease_id in req.renew:
-            renewed = book.renew(lease_id, role, now, waiting)
+            held = book.lease(lease_id)
+            renewed = book.renew(lease_id, role, now, waiting,
+                                 self._versions(held) if held is not None else None)
             if isinstance(renewed, Lease):
                 self._tell(renewed, request_id=req.request_id)
             elif isinstance(renewed, Revoked):
@@ -91,6 +93,14 @@ class WorkerLeasing:
                            "was revoked)", scheduler_address=self.address))
         if req.target:
             self._grant(req, role, now, waiting)
+
+    def _versions(self, lease: Lease) -> Dict[str, Any]:
+        """The registered versions of the lease's functions now (None: not registered)."""
+        out: Dict[str, Any] = {}
+        for fn in lease.versions:
+            f = self.registry.function(fn)
+            out[fn] = f.version if f is not None else None
+        return out
 
     def _refuse(self, req: Any, status: int, reason: str) -> None:
         self._push.send(req.response_address, "worker_lease", pb.WorkerLease(
@@ -137,7 +147,7 @@ class WorkerLeasing:
                       min(open_, key=lambda w: (w.outstanding, w.utilization, w.worker_id)))
         granted = self.worker_leases.grant(
             secrets.token_hex(16), role, req.response_address, req.target, req.dag,
-            worker.worker_id, room[worker.worker_id], now, waiting)
+            worker.worker_id, room[worker.worker_id], now, waiting, versions)
         if isinstance(granted, str):
             return self._refuse(req, pb.NO_RESOURCES, granted)
         placement = {fn: worker.worker_id for fn in dag.functions}

@@ -14,9 +14,11 @@ Contract: `LeaseBook(ttl, max_leases, max_per_client)` is pure state; every meth
   (`max_leases`), or the client holds `max_per_client` leases. A client asking again for a
   target it holds a live lease on gets that lease back, renewed (one lease per client and
   target, so a client cannot multiply its slots by asking twice).
-- `renew(lease_id, client, now, waiting)`: a live lease of that client runs for `ttl` more
-  seconds (`Lease`); while calls wait in the queue it is revoked instead (`Revoked`: the
-  capacity goes back to them); an unknown, expired or foreign lease gives None.
+- `renew(lease_id, client, now, waiting, versions)`: a live lease of that client runs for
+  `ttl` more seconds (`Lease`); while calls wait in the queue it is revoked instead
+  (`Revoked`: the capacity goes back to them), and so it is when `versions` (its functions'
+  registered versions now) differ from those it was granted with (a re-registration reaches
+  leased calls at the next renewal); an unknown, expired or foreign lease gives None.
 - `release(lease_id, client)`: the client gives it back (None if not its own).
 - `expire(now)`: the leases whose time ran out, revoked.
 - `worker_lost(worker_id)`: every lease on a worker that died, revoked with `worker_died`
@@ -31,8 +33,8 @@ Bounded: at most `max_leases` leases, `max_per_client` per client.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Dict, List, Optional, Union
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Union
 
 __all__ = ["Lease", "Revoked", "LeaseBook", "DEFAULT_TTL", "MAX_LEASES", "MAX_PER_CLIENT"]
 
@@ -55,6 +57,7 @@ class Lease:
     slots: int
     expires: float
     granted: float
+    versions: Dict[str, Any] = field(default_factory=dict)   # what it was granted to run
 
 
 @dataclass
@@ -86,7 +89,8 @@ class LeaseBook:
         return self._leases.get(lease_id)
 
     def grant(self, lease_id: str, client: str, answer: str, target: str, dag: bool,
-              worker_id: str, slots: int, now: float, waiting: int = 0) -> Union[Lease, str]:
+              worker_id: str, slots: int, now: float, waiting: int = 0,
+              versions: Optional[Dict[str, Any]] = None) -> Union[Lease, str]:
         """A new lease, the client's live one for `target` renewed, or why none."""
         if waiting > 0:
             return (f"{waiting} call(s) wait in the scheduler's queue for a free worker: "
@@ -105,15 +109,18 @@ class LeaseBook:
         if slots < 1:
             return "no slot to lease"
         lease = Lease(lease_id, client, answer, target, dag, worker_id, int(slots),
-                      now + self.ttl, now)
+                      now + self.ttl, now, dict(versions or {}))
         self._leases[lease_id] = lease
         return lease
 
-    def renew(self, lease_id: str, client: str, now: float,
-              waiting: int = 0) -> Union[Lease, Revoked, None]:
+    def renew(self, lease_id: str, client: str, now: float, waiting: int = 0,
+              versions: Optional[Dict[str, Any]] = None) -> Union[Lease, Revoked, None]:
         lease = self._leases.get(lease_id)
         if lease is None or lease.client != client or lease.expires <= now:
             return None
+        if versions is not None and versions != lease.versions:
+            del self._leases[lease_id]
+            return Revoked(lease, "its functions were registered again since it was granted")
         if waiting > 0:
             del self._leases[lease_id]
             return Revoked(lease, f"{waiting} call(s) wait for a free worker: the lease's "

@@ -189,3 +189,11 @@ def test_admitted_calls_never_exceed_a_leases_slots_nor_come_from_another_client
                 admitted.pop(cid)
         else:
             a.expire(now)
+
+
+def test_a_renewal_after_a_re_registration_revokes_the_lease():
+    book = LeaseBook()
+    book.grant("L1", "client:a", "A", "f", False, "w1", 2, 0.0, versions={"f": "v1"})
+    assert isinstance(book.renew("L1", "client:a", 0.5, versions={"f": "v1"}), Lease)
+    r = book.renew("L1", "client:a", 0.6, versions={"f": "v2"})
+    assert isinstance(r, Revoked) and "registered again" in r.reason and len(book) == 0
