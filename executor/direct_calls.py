@@ -8,9 +8,11 @@ Contract (mixed into `executor.worker.Worker`):
   every role (audience "all"); it takes only `direct` messages. The worker's other sockets
   know no client key (`schedule_credentials` leaves them out) and refuse clients at the
   handshake, as before.
-  `_next_frame()` waits on both: it returns the schedule socket's next frame, else handles
-  the direct calls that arrived (zmq.Again), so a grant that arrived with a call naming it
-  is taken first. A call that arrives before its lease's grant (the grant goes to the worker
+  `_next_frame()` waits on both while the worker holds a lease or runs a direct call: it
+  returns the schedule socket's next frame, else handles the direct calls that arrived
+  (zmq.Again), so a grant that arrived with a call naming it is taken first. Without either
+  it receives from the schedule socket alone, as a worker did before leases, and handles
+  direct calls (to refuse them) between receives, within one receive timeout. A call that arrives before its lease's grant (the grant goes to the worker
   first, then to the client, but over another connection) is refused as unknown; `Client`
   then sends it through the scheduler.
 - `worker_lease` (from the cluster: a scheduler) grants, renews or revokes a lease
@@ -84,18 +86,27 @@ class DirectCalls:
         self._direct_context.term()
 
     def _next_frame(self) -> Any:
+        if not self.leased.busy():
+            # no lease here: the schedule socket as before (one blocking receive), and a
+            # direct call (to be refused) is seen within one receive timeout
+            if self._direct.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                self._read_direct()
+            return recv_frame(self._pull, copy=False)
         ready = dict(self._poller.poll(self._pull.getsockopt(zmq.RCVTIMEO)))
         if self._pull in ready:      # first: it may hold the grant of the lease a call names
             return recv_frame(self._pull, zmq.NOBLOCK, copy=False)
         if self._direct in ready:
-            while True:
-                try:
-                    frame = recv_frame(self._direct, zmq.NOBLOCK, copy=False)
-                except zmq.Again:
-                    break
-                data = frame.bytes if isinstance(frame, zmq.Frame) else bytes(frame)
-                self._from_client(data, role_of(frame) or "")
+            self._read_direct()
         raise zmq.Again()
+
+    def _read_direct(self) -> None:
+        while True:
+            try:
+                frame = recv_frame(self._direct, zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            data = frame.bytes if isinstance(frame, zmq.Frame) else bytes(frame)
+            self._from_client(data, role_of(frame) or "")
 
     def _on_worker_lease(self, m: pb.WorkerLease) -> None:
         self.leased.told(m.lease_id, m.client, m.slots, m.ttl, time.monotonic(),

@@ -21,6 +21,7 @@ monotonic clock); nothing here sends or sleeps.
   True if it was a direct call (its slot is free again; the worker owes the scheduler no
   `done` for it: the client reports it).
 - `expire(now)`: forget leases past their end and direct calls past their deadline.
+- `busy()`: whether any lease is held or any admitted direct call has not ended.
 """
 from __future__ import annotations
 
@@ -55,6 +56,10 @@ class LeaseAdmission:
 
     def __len__(self) -> int:
         return len(self._leases)
+
+    def busy(self) -> bool:
+        """Whether any lease is held or any direct call runs."""
+        return bool(self._leases or self._calls)
 
     def in_flight(self, lease_id: str) -> int:
         lease = self._leases.get(lease_id)
