@@ -7,7 +7,8 @@ Contract (mixed into `executor.worker.Worker`):
   clients' public keys (which the node hands the worker with its function key), bound for
   every role (audience "all"); it takes only `direct` messages. The worker's other sockets
   know no client key (`schedule_credentials` leaves them out) and refuse clients at the
-  handshake, as before.
+  handshake, as before. A worker handed no client key (one a worker host runs, on
+  Kubernetes) binds no direct socket and reports none, so no lease is granted on it.
   `_next_frame()` waits on both while the worker holds a lease or runs a direct call: it
   returns the schedule socket's next frame, else handles the direct calls that arrived
   (zmq.Again), so a grant that arrived with a call naming it is taken first. Without either
@@ -46,7 +47,7 @@ from runtime.auth import CLIENT_PREFIX, Credentials, Security, credentials_of, r
 from runtime.framing import FrameError, parse, recv_frame
 from runtime.sockets import bind_pull
 
-from .leased import LeaseAdmission
+from .leased import CANCELLED, LeaseAdmission
 
 __all__ = ["DirectCalls", "CLIENT_KINDS", "schedule_credentials"]
 
@@ -69,6 +70,13 @@ class DirectCalls:
 
     def _init_direct_calls(self, credentials: Optional[Credentials]) -> None:
         self.leased = LeaseAdmission()
+        self._direct = None
+        self.direct_address = ""
+        if credentials is not None and not any(r.startswith(CLIENT_PREFIX)
+                                               for r in credentials.allowed.values()):
+            # no client key was handed over (a worker host's workers): no client could
+            # connect, so none is told of a direct socket and no lease is granted here
+            return
         self._direct_context = zmq.Context()
         self._direct_security = None if credentials is None else \
             Security.of_credentials(self._direct_context, credentials)
@@ -80,12 +88,16 @@ class DirectCalls:
         self._poller.register(self._direct, zmq.POLLIN)
 
     def _close_direct_calls(self) -> None:
+        if self._direct is None:
+            return
         self._direct.close(0)
         if self._direct_security is not None:
             self._direct_security.stop()
         self._direct_context.term()
 
     def _next_frame(self) -> Any:
+        if self._direct is None:
+            return recv_frame(self._pull, copy=False)
         if not self.leased.busy():
             # no lease here: the schedule socket as before (one blocking receive), and a
             # direct call (to be refused) is seen within one receive timeout
@@ -129,6 +141,8 @@ class DirectCalls:
         now = time.monotonic()
         why, templates = self.leased.admit(call.lease_id, role, call.request_id,
                                            now + max(0.0, call.timeout), now)
+        if why == CANCELLED:                 # its cancel overtook it: it never runs
+            return self._refuse_direct(call, pb.CANCELLED, why)
         if why is not None:
             return self._refuse_direct(call, pb.LEASE_REFUSED, why)
         problem = _not_direct(call, templates)

@@ -22,16 +22,22 @@ monotonic clock); nothing here sends or sleeps.
   `done` for it: the client reports it).
 - `expire(now)`: forget leases past their end and direct calls past their deadline.
 - `busy()`: whether any lease is held or any admitted direct call has not ended.
+- `cancel(call_id, now)`: the call was cancelled: if admitted, `finished`; if not arrived
+  yet (a cancel can overtake its call: they come over different connections), it is
+  remembered (bounded: `MAX_CANCELLED`, for 60 s) and `admit` refuses it with
+  `CANCELLED`, so it never runs.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-__all__ = ["LeaseAdmission", "MAX_LEASES", "LATE_GRACE"]
+__all__ = ["LeaseAdmission", "MAX_LEASES", "LATE_GRACE", "CANCELLED"]
 
 MAX_LEASES = 1024        # leases one worker keeps at once
 LATE_GRACE = 5.0         # seconds past its deadline a direct call still holds its slot
+CANCELLED = "it was cancelled before it arrived"   # `admit`'s reason for a cancelled call
+MAX_CANCELLED = 4096     # cancels of direct calls not arrived yet, remembered (bounded)
 
 
 @dataclass
@@ -53,6 +59,7 @@ class LeaseAdmission:
         self._leases: Dict[str, _Lease] = {}
         self._revoked: Dict[str, str] = {}          # lease id -> why (bounded like leases)
         self._calls: Dict[str, Tuple[str, float]] = {}   # call id -> (lease id, deadline)
+        self._cancelled: Dict[str, float] = {}           # call id -> forgotten after
 
     def __len__(self) -> int:
         return len(self._leases)
@@ -100,6 +107,8 @@ class LeaseAdmission:
     def admit(self, lease_id: str, client: str, call_id: str, deadline: float,
               now: float) -> Tuple[Optional[str], Optional[List[Any]]]:
         lease = self._leases.get(lease_id)
+        if call_id in self._cancelled:
+            return CANCELLED, None
         if lease is None:
             why = self._revoked.get(lease_id)
             return (f"its lease was revoked ({why})" if why else
@@ -125,7 +134,17 @@ class LeaseAdmission:
             lease.calls.discard(call_id)
         return True
 
+    def cancel(self, call_id: str, now: float) -> bool:
+        if self.finished(call_id):
+            return True
+        self._cancelled[call_id] = now + 60.0
+        while len(self._cancelled) > MAX_CANCELLED:
+            self._cancelled.pop(next(iter(self._cancelled)))
+        return False
+
     def expire(self, now: float) -> None:
+        for cid in [cid for cid, until in self._cancelled.items() if until < now]:
+            del self._cancelled[cid]
         for lid in [lid for lid, lease in self._leases.items() if lease.expires <= now]:
             del self._leases[lid]
             self._remember_revoked(lid, "it expired")

@@ -322,7 +322,7 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, Direct
 
     def _on_abort(self, message: pb.CallDone) -> None:
         self.pending.abort(message.call_id)
-        self.leased.finished(message.call_id)     # a direct call's slot is free again
+        self.leased.cancel(message.call_id, time.monotonic())   # a direct call's slot is free
         if message.status and not message.retried:   # a verdict, for Future arguments
             self._keep_outcome(message.call_id, Outcome(
                 message.status, message=message.message or "it was stopped"))

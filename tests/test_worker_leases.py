@@ -3,7 +3,7 @@ reclaim) and the worker's `LeaseAdmission` (admit, slots, expiry, revocation).""
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from executor.leased import LATE_GRACE, LeaseAdmission
+from executor.leased import CANCELLED, LATE_GRACE, LeaseAdmission
 from scheduler.worker_leases import Lease, LeaseBook, Revoked
 
 T = ["t0"]          # the worker's sources' schedules (opaque to the core)
@@ -197,3 +197,12 @@ def test_a_renewal_after_a_re_registration_revokes_the_lease():
     assert isinstance(book.renew("L1", "client:a", 0.5, versions={"f": "v1"}), Lease)
     r = book.renew("L1", "client:a", 0.6, versions={"f": "v2"})
     assert isinstance(r, Revoked) and "registered again" in r.reason and len(book) == 0
+
+
+def test_a_cancel_that_overtakes_its_direct_call_keeps_it_from_running():
+    a = LeaseAdmission()
+    a.told("L1", "client:a", 1, 5.0, 0.0, T)
+    assert not a.cancel("c1", 0.0)                           # not arrived yet: remembered
+    assert a.admit("L1", "client:a", "c1", 10.0, 0.1) == (CANCELLED, None)
+    assert a.admit("L1", "client:a", "c2", 10.0, 0.1)[0] is None
+    assert a.cancel("c2", 0.2) and a.in_flight("L1") == 0    # admitted: its slot is free
