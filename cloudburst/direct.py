@@ -50,7 +50,7 @@ import zmq
 
 from hydro_proto import cloudburst_pb2 as pb
 
-from runtime.errors import CloudburstError
+from faas.errors import CloudburstError
 from runtime.sockets import PushCache
 
 __all__ = ["DirectPath", "LeaseOwner", "RETRY_ASK"]

@@ -6,6 +6,7 @@ KubernetesClusterManager. Everything runs with the Role of k8s/rbac/cluster-mana
 admin client only sets up and reads. Skipped unless the control plane is built
 (`scripts/test_k8s.sh` builds it and runs this file)."""
 import json
+import pathlib
 import time
 
 import pytest
@@ -233,16 +234,22 @@ class _Set:
 
 
 def test_the_monitor_from_its_command_line_adds_a_memory_pod_and_removes_the_idle_one(
-        cp, ns, tmp_path):
+        cp, ns, tmp_path, monkeypatch):
     from anna_core.monitor import Monitor, kubernetes_manager, parse_args, policy_of
     from k8s.entrypoint import command
+    from k8s.manifests import render
     deployment(cp, ns, "anna-memory", "memory", 1)
     kubeconfig = write_kubeconfig(cp, apply_rbac(cp, ns), tmp_path / "sa.kubeconfig")
-    # the monitor's command line as the entrypoint builds it from the ConfigMap (AUTOSCALE)
-    argv = command("monitor", {
-        "ANNA_ROUTING": "tcp://anna-routing:6450", "REPORT_PERIOD": "1", "AUTOSCALE": "true",
-        "POD_NAMESPACE": ns, "POD_IP": "10.1.2.3", "DISK_DEPLOYMENT": "", "POD_STARTUP_TIMEOUT": "30",
-        "POLICY_CONFIG": json.dumps({"grace_period": 0, "max_nodes": 2})}, [])
+    # the monitor's command line as the entrypoint builds it from the ConfigMap (AUTOSCALE),
+    # in a pod whose environment has the ConfigMap's settings and its own namespace
+    k8s_dir = pathlib.Path(__file__).resolve().parent.parent / "k8s"
+    (configmap,) = [o["data"] for o in render(k8s_dir) if o["kind"] == "ConfigMap"]
+    env = dict(configmap, REPORT_PERIOD="1", AUTOSCALE="true", POD_NAMESPACE=ns,
+               POD_IP="10.1.2.3", DISK_DEPLOYMENT="", POD_STARTUP_TIMEOUT="30", KEY_DIR="",
+               POLICY_CONFIG=json.dumps({"grace_period": 0, "max_nodes": 2}))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    argv = command("monitor", env, [])
     args = parse_args(argv[3:] + ["--kubeconfig", str(kubeconfig)])
     manager = kubernetes_manager(args)
     kvs = _Reports()
@@ -311,13 +318,13 @@ def test_the_autoscaler_processes_start_from_a_kubeconfig_and_stop_on_sigterm(cp
         s.bind(("127.0.0.1", 0))
         nobody = f"tcp://127.0.0.1:{s.getsockname()[1]}"
     procs = {
-        "executors": _start(["cloudburst.autoscaler", "--scheduler", nobody,
+        "executors": _start(["cloudburst.autoscaler", "--schedulers", nobody,
                              "--kubernetes-namespace", ns, "--kubeconfig", kubeconfig,
                              "--log-level", "info"]),
         "monitor": _start(["anna_core.monitor", "--routing", nobody, "--autoscale",
                            "--kubernetes-namespace", ns, "--disk-deployment", "",
                            "--kubeconfig", kubeconfig, "--log-level", "info"]),
-        "denied": _start(["cloudburst.autoscaler", "--scheduler", nobody,
+        "denied": _start(["cloudburst.autoscaler", "--schedulers", nobody,
                           "--kubernetes-namespace", ns, "--executor-deployment", "other",
                           "--kubeconfig", kubeconfig]),
     }
