@@ -30,6 +30,13 @@ other one and Ray alternate and see the same drift in the machine's load. Prints
 round's p50s and ratios with the load average, then the medians over the rounds of the
 p50s and of each round's Ray / Cloudburst ratio.
 
+    python benchmarks/composition.py --direct-ab [--calls 600] [--spread]
+
+The direct leased path against the scheduler's, on one LocalCluster (1 executor node, 2
+workers; `--spread`: `colocate_chains=False`): two clients, one with `direct=True`, call the
+`increment -> square` DAG in alternating blocks of 50 calls, so drift in the machine's load
+hits both alike; p50 of each and their ratio.
+
     python benchmarks/composition.py --session-cost [--calls 300] [--runs 3]
 
 The cost of read-your-writes and monotonic reads (the client's session, on by default), on
@@ -89,6 +96,34 @@ def bench_cloudburst(calls: int, workers: int, transport: str = "tcp",
             samples.append(time.perf_counter() - start)
             assert value == (i + 1) ** 2
     return summary(samples)
+
+
+def bench_direct_ab(calls: int, spread: bool = False, block: int = 50) -> Dict[str, Dict]:
+    """See the module docstring (`--direct-ab`)."""
+    import cloudburst
+    with cloudburst.LocalCluster(executor_nodes=1, executors_per_node=2,
+                                 colocate_chains=not spread) as cluster:
+        clients = {"scheduler": cluster.client(), "direct": cluster.client(direct=True)}
+        c = clients["scheduler"]
+        c.register(lambda lib, x: x + 1, "increment")
+        c.register(lambda lib, x: x * x, "square")
+        c.register_dag("composition", ["increment", "square"], [("increment", "square")])
+        for client in clients.values():
+            for i in range(100):
+                client.call_dag("composition", {"increment": [i]}).get(timeout=10)
+        samples: Dict[str, List[float]] = {name: [] for name in clients}
+        while len(samples["direct"]) < calls:
+            for name, client in clients.items():
+                for i in range(block):
+                    start = time.perf_counter()
+                    client.call_dag("composition", {"increment": [i]}).get(timeout=10)
+                    samples[name].append(time.perf_counter() - start)
+        out = {name: summary(s) for name, s in samples.items()}
+        out["direct_over_scheduler_p50"] = round(
+            out["direct"]["p50_us"] / out["scheduler"]["p50_us"], 2)
+        out["leases"] = clients["direct"].worker_leases
+        out["load"] = round(os.getloadavg()[0], 2)
+    return out
 
 
 # ---- bare ZeroMQ 4-hop ----
@@ -377,7 +412,19 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=0,
                         help="alternate this checkout, --before and Ray for this many rounds")
     parser.add_argument("--before", help="with --rounds: another checkout, measured as `before`")
+    parser.add_argument("--direct-ab", action="store_true",
+                        help="only the direct path against the scheduler's, interleaved")
+    parser.add_argument("--spread", action="store_true",
+                        help="with --direct-ab: the DAG's functions on two workers")
     args = parser.parse_args()
+    if args.direct_ab:
+        result = bench_direct_ab(args.calls, args.spread)
+        print(f"load {result['load']}: scheduler's path p50 "
+              f"{result['scheduler']['p50_us']:.0f} us, direct p50 "
+              f"{result['direct']['p50_us']:.0f} us, direct / scheduler's "
+              f"{result['direct_over_scheduler_p50']}")
+        print(json.dumps(result))
+        return
     if args.rounds:
         result = rounds(args)
         print(json.dumps(result))
