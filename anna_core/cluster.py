@@ -144,7 +144,7 @@ class LocalCluster:
         self._finalizer = weakref.finalize(self, _kill_all, self._processes, self._tmp)
         self.policy = self._policy()
         self.monitor: Optional[Any] = None          # anna_core.monitor.Monitor when on
-        self.manager: Optional[Any] = None          # its LocalClusterManager when autoscaling
+        self.manager: Optional[Any] = None          # its pool manager (pools.local.LocalPool) when autoscaling
         self.started = False
         self.stopped = False
 
@@ -407,11 +407,11 @@ class LocalCluster:
         return None
 
     def _start_monitor(self) -> None:
-        from .autoscale.manager import LocalClusterManager
+        from .autoscale.spawner import local_pool
         from .monitor import Monitor
         autoscaling = self.config.autoscale not in (False, None)
         if autoscaling:
-            self.manager = LocalClusterManager(self, self.config.provisioning_delay)
+            self.manager = local_pool(self, self.config.provisioning_delay)
         kvs = Client(self.routing_addresses, ip=self.config.ip, auth=self.cluster_auth,
                      timeout=2.0, retries=1, max_value_bytes=self.config.max_value_bytes)
         self.monitor = Monitor(kvs, policy=self.policy, manager=self.manager,

@@ -30,7 +30,7 @@ anna_core/monitor_config.py; every field is also a flag that overrides it, e.g. 
 ADDR --period T --backup-to s3://bucket/prefix --backup-every S`) observes. With
 `autoscale`, `kubernetes_namespace` (and optionally `memory_deployment`, `disk_deployment`,
 `policy_config`, `kubeconfig`) it autoscales a cluster on Kubernetes: it builds a
-`KubernetesClusterManager` (k8s/pool.py) from the pod's ServiceAccount
+`KubernetesPool` (k8s/pool.py) from the pod's ServiceAccount
 (or the kubeconfig) and carries the policy out through it; the `anna-monitor` pod runs it so
 when the ConfigMap turns autoscaling on. Node ids are pod names (each node is named after
 its pod), so a RemoveNode names the pod to delete. `anna local --autoscale` runs one
@@ -53,7 +53,9 @@ from runtime.logs import configure_logging
 from runtime.config import parse_config, role_parser
 
 from .autoscale.actions import Note
-from .autoscale.manager import ClusterManager, apply
+from pools.manager import PoolManager
+
+from .autoscale.manager import apply
 from .autoscale.policy import PolicyEngine
 from .autoscale.policy_config import PolicyConfig
 from .autoscale.reports import (STATUS_KEY, bucket_of, client_reports_key,
@@ -85,7 +87,7 @@ class Monitor:
     """The autoscaling monitor service (see the module contract)."""
 
     def __init__(self, kvs: Any, *, policy: Optional[PolicyConfig] = None,
-                 manager: Optional[ClusterManager] = None, autoscale: bool = True,
+                 manager: Optional[PoolManager] = None, autoscale: bool = True,
                  default_replication: Replication = Replication(),
                  history_limit: int = 10_000, logger: logging.Logger = log,
                  backups: Optional[Any] = None) -> None:
@@ -175,23 +177,31 @@ class Monitor:
     def _members(self) -> Optional[Dict[str, List[str]]]:
         if self.manager is None:
             return None
-        return {t: self.manager.nodes(t) + self.manager.leaving(t) for t in (MEMORY, DISK)}
+        return {t: self._of(t, "nodes") + self._of(t, "leaving") for t in (MEMORY, DISK)}
 
     def _listing(self, which: str) -> Dict[str, List[str]]:
         if self.manager is None:
             return {}
-        return {t: list(getattr(self.manager, which)(t)) for t in (MEMORY, DISK)}
+        return {t: self._of(t, which) for t in (MEMORY, DISK)}
+
+    def _of(self, tier: str, which: str) -> List[str]:
+        """The manager's `which` (nodes, pending, leaving) of `tier`; [] for a tier it does
+        not manage (e.g. a cluster on Kubernetes without a disk tier)."""
+        assert self.manager is not None
+        if tier not in self.manager.pools():
+            return []
+        return list(getattr(self.manager, which)(tier))
 
     def _act(self, summary: Any, now: float, problems: List[str]) -> List[str]:
         assert self.manager is not None
         for event in self.manager.poll(now):
             if event.error is not None:
-                self.log.warning("%s node %s: %s: %s", event.tier, event.node_id, event.kind,
+                self.log.warning("%s node %s: %s: %s", event.pool, event.node_id, event.kind,
                                  event.error)
-                problems.append(f"{event.tier} node {event.node_id}: {event.kind}: "
+                problems.append(f"{event.pool} node {event.node_id}: {event.kind}: "
                                 f"{event.error}")
             else:
-                self.log.info("%s node %s: %s", event.tier, event.node_id, event.kind)
+                self.log.info("%s node %s: %s", event.pool, event.node_id, event.kind)
         actions = self.engine.decide(summary, now)
         notes = [a for a in actions if isinstance(a, Note)]
         self._log_notes(notes)
@@ -299,7 +309,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> MonitorConfig:
                     "them for `anna status` (nodes must run with report_period). With "
                     "autoscale and kubernetes_namespace it also acts: nodes are the pods of "
                     "one Deployment per tier, added and removed through the Kubernetes API "
-                    "(KubernetesClusterManager).")
+                    "(KubernetesPool).")
     config, _ = parse_config(p, MonitorConfig, argv)
     return config
 
@@ -310,24 +320,23 @@ def policy_of(config: MonitorConfig) -> PolicyConfig:
     return config.policy()
 
 
-def kubernetes_manager(config: MonitorConfig) -> Optional[ClusterManager]:
-    """The KubernetesClusterManager `autoscale` asks for (None without it): the API client
-    from `kubeconfig` or the pod's ServiceAccount, one Deployment per tier. Node ids are pod
+def kubernetes_manager(config: MonitorConfig) -> Optional[PoolManager]:
+    """The KubernetesPool `autoscale` asks for (None without it): the API client from
+    `kubeconfig` or the pod's ServiceAccount, one workload per tier. Node ids are pod
     names, and each Anna node is named after its pod (its node_id is POD_NAME), so the ids in
     the nodes' reports are the ids the manager lists and removes. Raises `KubernetesError`
     naming the call that failed (RBAC, a missing Deployment, an unreachable API)."""
     if not config.autoscale:
         return None
     from k8s.api import connect
-    from k8s.pool import KubernetesClusterManager
+    from k8s.pool import KubernetesPool
     deployments = {MEMORY: config.memory_deployment}
     if config.disk_deployment:
         deployments[DISK] = config.disk_deployment
-    return KubernetesClusterManager(connect(config.kubeconfig),
-                                    config.kubernetes_namespace, deployments,
-                                    startup_timeout=config.pod_startup_timeout,
-                                    leave_timeout=config.pod_leave_timeout,
-                                    request_timeout=config.request_timeout)
+    return KubernetesPool(connect(config.kubeconfig), config.kubernetes_namespace, deployments,
+                          startup_timeout=config.pod_startup_timeout,
+                          leave_timeout=config.pod_leave_timeout,
+                          request_timeout=config.request_timeout)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

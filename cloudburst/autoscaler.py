@@ -3,11 +3,13 @@
 Contract:
 - `ExecutorAutoscalerService(policy, manager, link)` runs `step()` every `policy.config.tick`
   seconds on its own thread (`start()` / `stop()`), or when a caller calls `step()`.
+  `manager` is a `pools.PoolManager` with the pool "executor" (`pools.EXECUTORS`): local
+  processes (`cloudburst.executor_spawner.local_pool`) or pods (`k8s.pool.KubernetesPool`).
   One step: `manager.poll()` (nodes that came up, were removed or failed: logged), then
-  `link.statuses()` (every scheduler's `status`), `build_sample` of them, `policy.decide`,
-  and each action carried out in order: `AddNodes` -> `manager.add_nodes`, `Drain` /
-  `Undrain` -> `link.drain` (a `drain` message to every scheduler), `Remove` ->
-  `manager.remove_node`, `Note` -> nothing. Every action is logged at INFO with its reason
+  `link.statuses()` (every scheduler's `status`), `build_sample` of them, `policy.decide`
+  (`cloudburst/executor_policy.py`, pure), and each action carried out in order: `AddNodes`
+  -> `manager.add_nodes`, `Drain` / `Undrain` -> `link.drain` (a `drain` message to every
+  scheduler), `Remove` -> `manager.remove_node`, `Note` -> nothing. Every action is logged at INFO with its reason
   (a failed one at WARNING with why; a `Note` the same as the one before, numbers aside, at
   DEBUG) and kept in `history` (bounded) as an `Applied`.
 - `build_sample(statuses)` (pure): one `ExecutorNodeStats` per executor node any scheduler
@@ -50,13 +52,15 @@ import zmq
 from hydro_proto import cloudburst_pb2 as pb
 from runtime.auth import AuthConfig, Security, credentials_of
 from faas.errors import CloudburstError
+from k8s.errors import KubernetesError
+from pools.errors import PoolError
+from pools.manager import EXECUTORS, FAILED, PoolManager
 from runtime.sockets import PushCache
-from scheduler.executor_policy import (Action, AddNodes, Drain, ExecutorAutoscaler,
-                                       ExecutorNodeStats, ExecutorSample, Note, Remove, Undrain)
 
 from .autoscaler_config import ExecutorAutoscalerConfig, executor_policy_of
 from .client import Client
-from .executor_manager import FAILED, ExecutorManager, ExecutorManagerError
+from .executor_policy import (Action, AddNodes, Drain, ExecutorAutoscaler, ExecutorNodeStats,
+                              ExecutorSample, Note, Remove, Undrain)
 from .status import ClusterStatus
 
 __all__ = ["ExecutorAutoscalerService", "SchedulerLink", "Applied", "build_sample", "main",
@@ -161,14 +165,14 @@ class ExecutorAutoscalerService:
     """The autoscaler's loop; see the module contract.
 
     Args:
-        policy: the pure decision core (`scheduler.executor_policy.ExecutorAutoscaler`).
-        manager: adds and removes executor nodes (`LocalExecutorManager`, or another).
+        policy: the pure decision core (`cloudburst.executor_policy.ExecutorAutoscaler`).
+        manager: adds and removes executor nodes (a `PoolManager` with the pool "executor").
         link: the schedulers (`SchedulerLink`).
         clock: monotonic seconds (tests may pass another).
         max_history: how many `Applied` records are kept.
     """
 
-    def __init__(self, policy: ExecutorAutoscaler, manager: ExecutorManager,
+    def __init__(self, policy: ExecutorAutoscaler, manager: PoolManager,
                  link: SchedulerLink, clock: Callable[[], float] = time.monotonic,
                  max_history: int = 10000) -> None:
         self.policy = policy
@@ -222,13 +226,13 @@ class ExecutorAutoscalerService:
     def _apply(self, action: Action, now: float) -> Applied:
         try:
             if isinstance(action, AddNodes):
-                ids = self.manager.add_nodes(action.count)
+                ids = self.manager.add_nodes(action.pool, action.count)
                 log.info("%s -> %s", action.reason, ", ".join(ids))
             elif isinstance(action, (Drain, Undrain)):
                 epoch = self.link.drain(action.node_id, isinstance(action, Drain))
                 log.info("%s (epoch %d)", action.reason, epoch)
             elif isinstance(action, Remove):
-                self.manager.remove_node(action.node_id)
+                self.manager.remove_node(EXECUTORS, action.node_id)
                 log.info("%s", action.reason)
             elif isinstance(action, Note):
                 # the same note every tick (e.g. scale-in held in panic) is logged once
@@ -239,13 +243,13 @@ class ExecutorAutoscalerService:
                     log.debug("held: %s", action.reason)
                 self._last_note = shape
             return Applied(now, action)
-        except (ExecutorManagerError, OSError, ValueError, RuntimeError) as e:
+        except (PoolError, KubernetesError, OSError, ValueError, RuntimeError) as e:
             log.warning("could not carry out %s: %s", action, e)
             return Applied(now, action, ok=False, error=f"{type(e).__name__}: {e}")
 
     def node_count(self) -> int:
         """Executor nodes up and not being removed, per the manager."""
-        return len(self.manager.nodes())
+        return len(self.manager.nodes(EXECUTORS))
 
 
 # ---- the process: `python -m cloudburst.autoscaler` (executor autoscaling on Kubernetes) ------
@@ -258,7 +262,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> ExecutorAutoscalerConfig
                     "Executor autoscaling on Kubernetes: samples every scheduler's status, "
                     "decides with the executor policy, drains executor nodes through the "
                     "schedulers and adds or removes them as pods of the executor Deployment "
-                    "(KubernetesExecutorManager). Runs in the cloudburst-autoscaler pod, or "
+                    "(KubernetesPool). Runs in the cloudburst-autoscaler pod, or "
                     "outside the cluster with --kubeconfig.")
     config, _ = parse_config(p, ExecutorAutoscalerConfig, argv)
     return config
@@ -269,8 +273,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import signal
     import sys
     from k8s.api import connect
-    from k8s.errors import KubernetesError
-    from k8s.pool import KubernetesExecutorManager
+    from k8s.pool import KubernetesPool
     from runtime.limits import raise_descriptor_limit
     from runtime.logs import configure_logging
     config = parse_args(argv)
@@ -281,11 +284,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
-        manager = KubernetesExecutorManager(
+        manager = KubernetesPool(
             connect(config.kubeconfig), config.kubernetes_namespace,
-            config.executor_deployment, startup_timeout=config.pod_startup_timeout,
+            {EXECUTORS: config.executor_deployment}, startup_timeout=config.pod_startup_timeout,
             leave_timeout=config.pod_leave_timeout, request_timeout=config.request_timeout)
-    except (KubernetesError, ExecutorManagerError) as e:
+    except (KubernetesError, PoolError) as e:
         print(f"cloudburst.autoscaler: cannot manage the executor nodes: {e}", file=sys.stderr)
         return 1
     auth = AuthConfig(config.key_dir) if config.key_dir else None

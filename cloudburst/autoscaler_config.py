@@ -18,7 +18,8 @@ from k8s.api import ApiSettings
 from k8s.names import EXECUTOR
 from runtime.cli import knobs_from_json
 from runtime.config import knob, positive
-from scheduler.executor_policy import ExecutorPolicyConfig
+
+from .executor_policy import ExecutorPolicyConfig
 
 __all__ = ["ExecutorAutoscalerConfig", "executor_policy_of"]
 

@@ -55,7 +55,7 @@ from runtime.cli import (HELP_FORMAT, add_common, exit_quietly_on_broken_pipe,
                          non_negative_float, non_negative_int, package_version, positive_float,
                          positive_int)
 
-from scheduler.executor_policy import ExecutorPolicyConfig
+from .executor_policy import ExecutorPolicyConfig
 
 from .errors import CloudburstError, StartupError
 from .data_dir import DataDirInUse

@@ -7,22 +7,22 @@ import yaml
 
 from k8s.errors import ObjectNotFound, PermissionDenied
 from k8s.pods import DELETION_COST
-from k8s.pod_state import TierBusy
-from k8s.pool import KubernetesClusterManager
-from anna_core.autoscale.manager import FAILED, READY, REMOVED, LastNode
-from anna_core.errors import StartupError
+from k8s.pool import KubernetesPool
+from pools import FAILED, READY, REMOVED, LastNode, PoolBusy
+from runtime.process import StartupError
 
 pytest.importorskip("k8s_controlplane")
 from kubernetes import client  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
 
-from k8s_helpers import RBAC, apply_rbac, deployment, pods, poll_until, replicas, role  # noqa: E402
+from k8s_helpers import (RBAC, apply_rbac, deployment, pods, poll_until, replicas, role,  # noqa: E402
+                         statefulset)
 
 pytestmark = pytest.mark.timeout(180)
 
 
 def manager_for(api, ns, name, **kw):
-    return KubernetesClusterManager(api, ns, {"memory": name}, request_timeout=10, **kw)
+    return KubernetesPool(api, ns, {"memory": name}, request_timeout=10, **kw)
 
 
 def test_scale_up_makes_ready_pods_reported_as_ready_events(cp, ns):
@@ -76,7 +76,7 @@ def test_removal_waits_while_a_pod_is_not_ready(cp, ns):
         poll_until(m, lambda ev: len(m.nodes("memory")) == 2)
         first = m.nodes("memory")[0]
         m.add_nodes("memory", 1)
-        with pytest.raises(TierBusy, match="not created yet|not Ready yet"):
+        with pytest.raises(PoolBusy, match="not created yet|not Ready yet"):
             m.remove_node("memory", first)
         assert replicas(cp, ns, "anna-memory") == 3 and m.leaving("memory") == []
 
@@ -179,3 +179,24 @@ def test_the_policy_engines_actions_reach_kubernetes_through_apply(cp, ns):
         events = poll_until(m, lambda ev: any(e.kind == REMOVED for e in ev))
         assert [e.node_id for e in events if e.kind == REMOVED] == [oldest]
         assert replicas(cp, ns, "anna-memory") == 2
+
+
+def test_a_statefulset_pool_removes_its_highest_ordinal_whichever_node_was_asked(cp, ns):
+    statefulset(cp, ns, "anna-disk", "disk", 3)
+    api = apply_rbac(cp, ns, role("disk-scaler", [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["apps"], "resources": ["statefulsets/scale"],
+         "resourceNames": ["anna-disk"], "verbs": ["get", "patch"]}]))
+    with KubernetesPool(api, ns, {"disk": "statefulset/anna-disk"}, request_timeout=10) as m:
+        poll_until(m, lambda ev: len(m.nodes("disk")) == 3)
+        assert sorted(m.nodes("disk")) == ["anna-disk-0", "anna-disk-1", "anna-disk-2"]
+        m.remove_node("disk", "anna-disk-0")        # the controller deletes anna-disk-2
+        assert m.leaving("disk") == ["anna-disk-2"]
+        assert replicas(cp, ns, "anna-disk", "StatefulSet") == 2
+        events = poll_until(m, lambda ev: any(e.kind == REMOVED for e in ev))
+        assert [(e.kind, e.node_id, e.pool) for e in events] == [(REMOVED, "anna-disk-2", "disk")]
+        assert sorted(m.nodes("disk")) == ["anna-disk-0", "anna-disk-1"]
+        ids = m.add_nodes("disk", 1)
+        events = poll_until(m, lambda ev: any(e.kind == READY for e in ev))
+        assert [e.node_id for e in events if e.kind == READY] == ["anna-disk-2"]
+        assert m.bound_to("disk", ids[0]) == "anna-disk-2"

@@ -69,7 +69,7 @@ def test_every_role_has_a_deployment_with_probes_resources_and_keys():
         assert spec["securityContext"]["runAsNonRoot"] is True
     assert sorted(roles.values()) == sorted(["routing", "node", "node", "monitor", "scheduler",
                                              "executor", "workers", "executor-autoscaler"])
-    # the Anna tiers' selectors must not overlap (KubernetesClusterManager)
+    # the Anna tiers' selectors must not overlap (KubernetesPool)
     sel = [deployments()[n]["spec"]["selector"]["matchLabels"] for n in ("anna-memory", "anna-disk")]
     assert sel[0] != sel[1]
 

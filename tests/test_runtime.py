@@ -20,23 +20,18 @@ from runtime.rpc import collect_replies
 from runtime.sockets import PushCache, bind_pull
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-# The layers' order, lowest first: runtime -> Kubernetes (k8s) -> anna_core -> hydrocache ->
-# scheduler and executor -> cloudburst. A package may import only packages to its left (the
-# Anna monitor and the executor autoscaler drive pods through k8s; k8s knows neither).
-LAYERS = ["runtime", "k8s", "anna_core", "hydrocache", "scheduler", "executor", "cloudburst"]
-ALLOWED = {"runtime": set(), "k8s": {"runtime"},
-           "anna_core": {"runtime", "k8s"},
-           "hydrocache": {"runtime", "k8s", "anna_core"},
-           "scheduler": {"runtime", "k8s", "anna_core", "hydrocache"},
-           "executor": {"runtime", "k8s", "anna_core", "hydrocache"},
-           "cloudburst": {"runtime", "k8s", "anna_core", "hydrocache", "scheduler", "executor"}}
-# Imports against the order that are known and bounded: the Kubernetes node managers still
-# implement the two autoscalers' own manager interfaces and errors.
-KNOWN_UPWARD = {("k8s/pod_state.py", "anna_core.errors"),
-                ("k8s/pod_state.py", "anna_core.autoscale.manager"),
-                ("k8s/pool.py", "anna_core.autoscale"),
-                ("k8s/pool.py", "anna_core.autoscale.manager"),
-                ("k8s/pool.py", "cloudburst.executor_manager")}
+# The layers' order, lowest first: runtime -> node pools (pools) -> Kubernetes (k8s) ->
+# anna_core -> hydrocache -> (faas, placed below) -> scheduler and executor -> cloudburst. A
+# package may import only packages to its left: both autoscalers (the Anna monitor, cloudburst's executor autoscaler)
+# change nodes through pools, on Kubernetes through k8s; neither pools nor k8s knows them.
+LAYERS = ["runtime", "pools", "k8s", "anna_core", "hydrocache", "scheduler", "executor",
+          "cloudburst"]
+_BELOW = {name: set(LAYERS[:i]) for i, name in enumerate(LAYERS)}
+ALLOWED = {"runtime": set(), "pools": {"runtime"}, "k8s": {"runtime", "pools"},
+           "anna_core": _BELOW["anna_core"], "hydrocache": _BELOW["hydrocache"],
+           "scheduler": _BELOW["scheduler"],
+           "executor": _BELOW["scheduler"],          # scheduler and executor: one level
+           "cloudburst": _BELOW["cloudburst"]}
 # Only these may import the `kubernetes` client (besides tests/).
 KUBERNETES_CLIENT_USERS = ("k8s",)
 
@@ -60,12 +55,17 @@ def test_packages_import_only_lower_layers_and_no_private_sdk_module(package):
     for path, module in _imports(package):
         top = module.split(".")[0]
         where = str(path.relative_to(ROOT))
-        if (where, module) in KNOWN_UPWARD:
-            continue
         if top in LAYERS and top != package:
             assert top in ALLOWED[package], f"{where} imports {module}"
         if package != "cloudburst":
             assert not module.startswith("cloudburst"), f"{where} imports {module}"
+
+
+def test_the_layers_order_is_stated_once_and_each_layer_sees_only_those_below():
+    for i, name in enumerate(LAYERS):
+        assert ALLOWED[name] <= set(LAYERS[:i]), name
+    assert ALLOWED["pools"] == {"runtime"} and ALLOWED["k8s"] == {"runtime", "pools"}
+    assert {"pools", "k8s"} <= ALLOWED["anna_core"] and "scheduler" not in ALLOWED["executor"]
 
 
 def test_only_the_k8s_package_and_tests_import_the_kubernetes_client():
@@ -298,8 +298,6 @@ def test_packages_name_only_lower_layers_in_imports_and_in_strings(package):
         where = path.relative_to(ROOT)
         for module in _named_modules(path):
             top = module.split(".")[0]
-            if (str(where), module) in KNOWN_UPWARD:
-                continue
             if top in PACKAGES and top != package:
                 assert top in allowed, f"{where} names {module!r} ({package} is below {top})"
 
