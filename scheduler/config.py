@@ -75,6 +75,8 @@ class SchedulerConfig:
         from them only the kinds clients send (`scheduler.admission.CLIENT_KINDS`). None: plain
         sockets, anyone who can reach them is trusted. The process reads the keys itself: no
         key is ever on a command line.
+    worker_leases / worker_lease_ttl: whether clients that ask get worker leases (the direct
+        call path: `scheduler/worker_leases.py`), and how long one lasts unless renewed.
     """
 
     ROLE: ClassVar[str] = "scheduler"
@@ -124,6 +126,8 @@ class SchedulerConfig:
                                 "scheduler's sockets accept")
     key_dir: Optional[str] = knob(None, help="the cluster's key directory (`cloudburst keys`); "
                                              "default: plain sockets")
+    worker_leases: bool = knob(True, help="grant clients worker leases (the direct call path)")
+    worker_lease_ttl: float = knob(2.0, help="seconds a worker lease lasts unless renewed")
 
     def __post_init__(self) -> None:
         if self.worker_slots < 1:
