@@ -78,7 +78,19 @@ ClientTransport::ClientTransport(const std::string& ip, CurveKeys keys,
     : max_answer_bytes_(max_answer_bytes) {
   if (max_answer_bytes == 0) throw std::invalid_argument("max_answer_bytes must be > 0");
   if (max_sockets == 0) throw std::invalid_argument("max_sockets must be > 0");
-  if (keys.enabled()) check_curve_keys(keys);
+  if (keys.enabled()) {
+    bool cluster = false;
+    for (const auto& [key, role] : keys.admitted) cluster = cluster || role == kClusterRole;
+    if (!cluster) throw std::invalid_argument("authentication is on but no cluster key is admitted");
+    try {
+      check_curve_keys(keys);
+    } catch (const std::invalid_argument& e) {
+      std::string why = e.what();
+      const std::string prefix = "node config: ";
+      if (why.rfind(prefix, 0) == 0) why = why.substr(prefix.size());
+      throw std::invalid_argument("client keys: " + why);
+    }
+  }
   if (ip.empty() || ip.size() > 255 || ip.find_first_of(" \t\n/:#") != std::string::npos)
     throw std::invalid_argument("not an IP address to bind on: '" + ip.substr(0, 64) + "'");
   ctx_ = zmq_ctx_new();
@@ -90,8 +102,6 @@ ClientTransport::ClientTransport(const std::string& ip, CurveKeys keys,
       std::map<std::string, std::string> cluster;
       for (const auto& [key, role] : keys.admitted)
         if (role == kClusterRole) cluster.emplace(key, role);
-      if (cluster.empty())
-        throw std::invalid_argument("authentication is on but no cluster key is admitted");
       zap_ = std::make_unique<ZapHandler>(ctx_, cluster, "client");
       zap_->start();
     }
