@@ -52,13 +52,10 @@ import zlib
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Type, Union
 
 import zmq
-from google.protobuf.message import DecodeError
 
 from hydro_proto import anna_pb2
 
 from runtime.auth import ADDRESS_KEY_MARK, CLUSTER, AuthConfig, Security, check_client_auth
-from runtime.framing import PART_BYTES
-from runtime.sockets import DEFAULT_MAX_SOCKETS
 
 from . import _core
 from .config import ALL, DEFAULT_MAX_VALUE_BYTES, ONE, Replication, WriteQuorum, \
@@ -66,6 +63,7 @@ from .config import ALL, DEFAULT_MAX_VALUE_BYTES, ONE, Replication, WriteQuorum,
 from .errors import (KeyNotFound, LatticeTypeMismatch, MalformedRequest, NoNodes,
                      NotPermitted, Timeout, ValueTooLarge, error_from_code)
 from .reporting import ClientLatencyReports
+from .transport import Transport
 from .subscription import Subscription, Update, Value, is_lattice as _is_lattice, \
     reveal_value as _reveal_value
 from .wire import MonotoneClock, lattice_to_tuple, tuple_to_lattice
@@ -78,43 +76,6 @@ MAX_REFRESH_HINTS = 10_000   # keys whose replica-count hint the client remember
 # A routing that did not answer in time is asked last for this long.
 ROUTING_SUSPECT_SECONDS = 5.0
 
-# The largest page a worker's `scan` answers (DESIGN.md "Backups"): with one value past it
-# and the envelope, what bounds any answer this client accepts.
-SCAN_PAGE_MAX_BYTES = 64 << 20
-ANSWER_ENVELOPE_BYTES = 1 << 20
-
-
-def _id_field(message_type: Type) -> int:
-    """The field number of `request_id` in an answer type (how the transport matches it)."""
-    number = _ID_FIELDS.get(message_type)
-    if number is None:
-        number = _ID_FIELDS[message_type] = \
-            message_type.DESCRIPTOR.fields_by_name["request_id"].number
-    return number
-
-
-_ID_FIELDS: Dict[Type, int] = {}
-
-
-class _Sender:
-    """Sends Anna messages through the client's transport (`framing.send_kind` /
-    `send_request` semantics: never blocks, False when the message was not queued)."""
-
-    __slots__ = ("_transport",)
-
-    def __init__(self, transport: Any) -> None:
-        self._transport = transport
-
-    def send_kind(self, address: str, kind: str, message: Any) -> bool:
-        return self._transport.send(address, kind, message.SerializeToString())
-
-    def send_request(self, address: str, message: Any) -> bool:
-        payload = message.SerializeToString()
-        # one frame (the kind implied) when it fits, as runtime.framing.send_request
-        return self._transport.send(address, "" if len(payload) < PART_BYTES else "request",
-                                    payload)
-
-
 def routing_addresses(routing: Union[str, Sequence[str]]) -> List[str]:
     """Routing addresses from one address, a comma-separated string or a sequence."""
     items = [routing] if isinstance(routing, str) else list(routing)
@@ -123,8 +84,6 @@ def routing_addresses(routing: Union[str, Sequence[str]]) -> List[str]:
         raise ValueError("at least one routing address is needed")
     return list(dict.fromkeys(out))
 
-
-_KEY_RESPONSE_ID_FIELD = anna_pb2.KeyResponse.DESCRIPTOR.fields_by_name["request_id"].number
 
 _OP_NAMES = {anna_pb2.GET: "GET", anna_pb2.PUT: "PUT", anna_pb2.DELETE: "DELETE",
              anna_pb2.SUBSCRIBE: "SUBSCRIBE", anna_pb2.UNSUBSCRIBE: "UNSUBSCRIBE"}
@@ -181,17 +140,10 @@ class Client:
         self._context = context
         self._security: Optional[Security] = None
         self.auth = auth
-        public = secret = b""
-        cluster_keys: List[bytes] = []
-        if auth is not None:
-            credentials = auth.load()
-            public, secret = credentials.keypair.public, credentials.keypair.secret
-            cluster_keys = [k for k, role in credentials.allowed.items() if role == CLUSTER]
-        self.max_answer_bytes = self.max_value_bytes + SCAN_PAGE_MAX_BYTES + ANSWER_ENVELOPE_BYTES
-        self._transport = _core.ClientTransport(ip, public, secret, cluster_keys,
-                                                self.max_answer_bytes, DEFAULT_MAX_SOCKETS)
+        self._transport = Transport(ip, auth, self.max_value_bytes)
+        self.max_answer_bytes = self._transport.max_answer_bytes
         self.response_address = self._transport.address
-        self._push = _Sender(self._transport)
+        self._push = self._transport          # send_kind / send_request, as a PushCache
         self._addresses: Dict[Tuple[str, bool], List[str]] = {}
         self._clock = MonotoneClock()
         self._id_prefix = uuid.uuid4().hex[:12]
@@ -417,22 +369,7 @@ class Client:
 
         Returns {request_id: parsed answer}; unknown ids (stale answers) are discarded.
         """
-        answers: Dict[str, Any] = {}
-        wanted = len(pending) if enough is None else min(enough, len(pending))
-        id_field = _id_field(message_type)
-        while len(answers) < wanted:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            # One native call: waits with the GIL released until enough ids are answered.
-            ids = [i for i in pending if i not in answers]
-            for request_id, payload in self._transport.collect(ids, id_field, remaining,
-                                                               wanted - len(answers)):
-                try:
-                    answers[request_id] = message_type.FromString(payload)
-                except DecodeError:
-                    continue   # as any malformed answer: the wait goes on
-        return answers
+        return self._transport.collect(pending, deadline, message_type, enough)
 
     def _exchange(self, address: str, req_type: int, key_tuple: Any,
                   deadline: float) -> Tuple[str, Optional[Any]]:
@@ -442,25 +379,7 @@ class Client:
         request = anna_pb2.KeyRequest(type=req_type, response_address=self.response_address,
                                       request_id=request_id)
         request.tuples.append(key_tuple)
-        payload = request.SerializeToString()
-        raw = self._transport.exchange(address, "" if len(payload) < PART_BYTES else "request",
-                                       payload, request_id, _KEY_RESPONSE_ID_FIELD,
-                                       max(0.0, deadline - time.monotonic()))
-        if raw is not None:
-            try:
-                return request_id, anna_pb2.KeyResponse.FromString(raw)
-            except DecodeError:
-                pass
-        return request_id, None
-
-    def _timeout_note(self) -> str:
-        """What a Timeout adds when answers were dropped for their size."""
-        stats = self._transport.stats()
-        if not stats["oversize"]:
-            return ""
-        return (f" ({stats['oversize']} answer(s) dropped unread for exceeding the client's "
-                f"limit of {stats['max_answer_bytes']:,} bytes, the last of "
-                f"{stats['last_oversize_bytes']:,} bytes)")
+        return request_id, self._transport.exchange(address, request, deadline)
 
     def _routing_order(self) -> List[str]:
         """Routing addresses to try, rotating, those that recently stayed silent last."""
@@ -589,7 +508,7 @@ class Client:
                 # The node may be dead or have moved: ask routing again, retry elsewhere.
                 self._addresses.pop((key, False), None)
                 if time.monotonic() >= deadline:
-                    raise Timeout(f"{op} {key!r} from {address}{self._timeout_note()}",
+                    raise Timeout(f"{op} {key!r} from {address}{self._transport.timeout_note()}",
                                   key=key, address=address,
                                   seconds=self.timeout * (self.retries + 1))
                 continue
@@ -682,6 +601,6 @@ class Client:
             for address in missing:
                 self._suspect(address)
             if time.monotonic() >= deadline:
-                raise Timeout(f"{op} {key!r} from {', '.join(missing)}{self._timeout_note()}",
+                raise Timeout(f"{op} {key!r} from {', '.join(missing)}{self._transport.timeout_note()}",
                               key=key,
                               address=missing[0], seconds=self.timeout * (self.retries + 1))
