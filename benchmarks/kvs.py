@@ -201,6 +201,7 @@ def python_view(get, put, keys: int, zipf_weights, read_ratio: float, value: byt
         put(f"k{i}", value)
     latencies = []
     start = time.perf_counter()
+    cpu0 = self_cpu_seconds()
     for i in chosen:
         key = f"k{i}"
         t0 = time.perf_counter()
@@ -210,14 +211,19 @@ def python_view(get, put, keys: int, zipf_weights, read_ratio: float, value: byt
             put(key, value)
         latencies.append((time.perf_counter() - t0) * 1e6)
     elapsed = time.perf_counter() - start
+    cpu = self_cpu_seconds() - cpu0
     latencies.sort()
-    return {"ops": ops, "throughput": ops / elapsed,
+    # the client process' CPU per request (all its threads: Python's and ZeroMQ's), which
+    # depends far less on the machine's load than latency does
+    return {"ops": ops, "throughput": ops / elapsed, "client_cpu_us_per_op": cpu * 1e6 / ops,
             "p50_us": latencies[len(latencies) // 2],
             "p99_us": latencies[int(len(latencies) * 0.99)]}
 
 
-# Runs `python_view` with another checkout's anna_core.Client (--before DIR), in a process
-# started in that checkout so that its packages, and its kernel build, are the ones imported.
+# Runs `python_view` with one checkout's anna_core.Client, in a process started in that
+# checkout so that its packages, and its kernel build, are the ones imported. With --before,
+# this checkout's client runs so too, so that both are measured alike (the benchmark's own
+# process also holds the clusters' log readers, which would count in its CPU).
 BEFORE_RUNNER = """
 import importlib.util, json, sys
 spec = importlib.util.spec_from_file_location("kvs_bench", sys.argv[1])
@@ -236,7 +242,10 @@ print(json.dumps(dict(r, anna_core=anna_core.__file__)))
 """
 
 
-def python_view_before(root: str, cluster, args, seed: int) -> dict:
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def python_view_of(root: str, cluster, args, seed: int) -> dict:
     """`python_view` with the anna_core.Client of the checkout at `root`, against `cluster`."""
     auth = cluster.client_auth
     spec = {"routing": cluster.routing_address,
@@ -248,10 +257,10 @@ def python_view_before(root: str, cluster, args, seed: int) -> dict:
                           json.dumps(spec)], cwd=root, env=env, capture_output=True, text=True,
                          timeout=600)
     if out.returncode != 0:
-        raise RuntimeError(f"the --before client failed: {out.stderr[-2000:]}")
+        raise RuntimeError(f"the client of {root} failed: {out.stderr[-2000:]}")
     result = json.loads(out.stdout.strip().splitlines()[-1])
     if not result.pop("anna_core").startswith(os.path.abspath(root)):
-        raise RuntimeError(f"the --before client did not import anna_core from {root}")
+        raise RuntimeError(f"the client did not import anna_core from {root}")
     return result
 
 
@@ -325,7 +334,8 @@ def main(argv=None) -> int:
     p.add_argument("--before", metavar="DIR",
                    help="also measure the Python client of the checkout at DIR (built, with "
                         "its hydro_proto and kernel) against the same clusters, in the same "
-                        "rounds")
+                        "rounds; this checkout's client then runs in a process of its own "
+                        "too, so both are measured alike")
     p.add_argument("--out", default=os.path.join(RESULTS_DIR, "kvs.json"))
     args = p.parse_args(argv)
 
@@ -411,14 +421,21 @@ def main(argv=None) -> int:
                 for run in range(args.runs):
                     pr.append(measured(python_view(rc.get, rc.set, args.keys, weights,
                                                    args.read_ratio, value, args.python_ops, 7 + run)))
-                    pa.append(measured(python_view(kvs.get, kvs.put, args.keys, weights,
-                                                   args.read_ratio, value, args.python_ops, 7 + run)))
                     if args.before:
-                        pb.append(measured(python_view_before(args.before, clusters[mode], args,
-                                                              7 + run)))
+                        pa.append(measured(python_view_of(REPO_ROOT, clusters[mode], args,
+                                                          7 + run)))
+                        pb.append(measured(python_view_of(args.before, clusters[mode], args,
+                                                          7 + run)))
+                    else:
+                        pa.append(measured(python_view(kvs.get, kvs.put, args.keys, weights,
+                                                       args.read_ratio, value, args.python_ops,
+                                                       7 + run)))
                     log(f"run {run + 1}/{args.runs} {mode:3s} python p50: anna_core.Client "
                         f"{pa[-1]['p50_us']:.1f} us, redis-py {pr[-1]['p50_us']:.1f} us"
                         + (f", before {pb[-1]['p50_us']:.1f} us" if pb else "")
+                        + f"; client CPU/op anna {pa[-1]['client_cpu_us_per_op']:.1f} us, "
+                          f"redis-py {pr[-1]['client_cpu_us_per_op']:.1f} us"
+                        + (f", before {pb[-1]['client_cpu_us_per_op']:.1f} us" if pb else "")
                         + f"  load {pa[-1]['load1']:.2f}")
                 kvs.close()
                 rc.close()
@@ -458,6 +475,11 @@ def main(argv=None) -> int:
             print(f"  python (1 client, serial) anna_core.Client: {fmt(out['python_anna'])}")
             print(f"                            redis-py+hiredis: {fmt(out['python_redis'])}")
             print(f"  redis p50 / anna p50: {out['python_ratio_p50']:.2f}x")
+            print(f"  client process CPU per request: anna "
+                  f"{out['python_anna']['client_cpu_us_per_op']:.1f} us, redis-py "
+                  f"{out['python_redis']['client_cpu_us_per_op']:.1f} us"
+                  + (f", before {out['python_anna_before']['client_cpu_us_per_op']:.1f} us"
+                     if "python_anna_before" in out else ""))
             if "python_anna_before" in out:
                 print(f"  before (--before)         anna_core.Client: "
                       f"{fmt(out['python_anna_before'])}")
