@@ -142,6 +142,21 @@ def test_find_field_reads_only_a_well_formed_top_level_field():
     assert _core.find_field(b"\x1a\xff\xff\xff\xff\x0f", KEY_RESPONSE_ID) is None
 
 
+def test_late_answers_to_other_requests_are_dropped_and_the_awaited_one_returned():
+    t = _core.ClientTransport("127.0.0.1")
+    try:
+        late = anna_pb2.KeyResponse(request_id="retried-1").SerializeToString()
+        wanted = anna_pb2.KeyResponse(request_id="r2").SerializeToString()
+        answer_to(t.address, late)
+        answer_to(t.address, wanted)
+        answer_to(t.address, wanted)                      # answered twice: kept once
+        assert t.collect(["r2", "r3"], KEY_RESPONSE_ID, 5.0, 1) == [("r2", wanted)]
+        assert t.collect(["r3"], KEY_RESPONSE_ID, 0.3, 1) == []
+        assert t.stats()["stale"] == 2                    # the late one and the duplicate
+    finally:
+        t.close()
+
+
 # ---- bounded frames -----------------------------------------------------------------------
 
 def test_an_answer_above_the_limit_is_dropped_counted_and_named():
