@@ -18,7 +18,7 @@ Contract (DESIGN.md "Processes", "Routing and membership"):
    hand-off completed, 4 when it timed out (an ERROR says how many keys were pending),
    5 when no routing acknowledged the leave.
    With `--report-period T`, a reporter thread adds the workers' statistics to the KVS once
-   per period (reporting.NodeReporter) from readiness until the leave starts.
+   per period (node_reporting.NodeReporter) from readiness until the leave starts.
    SIGINT, or the parent's exit with `--parent-pid`: stop at once without leaving (the
    cluster's failure detector removes the node); exit 0. SIGKILL skips everything.
 5. Authentication (`NodeConfig.key_dir` set; DESIGN.md "Authentication"): the process loads
@@ -58,7 +58,7 @@ from .client import routing_addresses
 from .config import DEFAULT_HEARTBEAT_PERIOD, DEFAULT_LEAVE_TIMEOUT, NodeConfig
 from .errors import Timeout
 from .node_control import Heartbeater, join_cluster, leave_cluster
-from .reporting import NodeReporter
+from .node_reporting import NodeReporter
 
 __all__ = ["join_cluster", "main"]
 

@@ -38,7 +38,7 @@ from typing import Any
 
 from runtime.auth import AuthConfig, KeyFileError
 from runtime.actors import ActorHandle
-from runtime.values import Reference
+from faas.values import Reference
 from executor.calling import current_library
 
 from . import errors

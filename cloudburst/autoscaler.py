@@ -53,7 +53,7 @@ from k8s.api import add_api_arguments
 from k8s.names import EXECUTOR
 from runtime.auth import AuthConfig, Security, credentials_of
 from runtime.cli import knobs_from_json
-from runtime.errors import CloudburstError
+from faas.errors import CloudburstError
 from runtime.sockets import PushCache
 from scheduler.executor_policy import (Action, AddNodes, Drain, ExecutorAutoscaler,
                                        ExecutorPolicyConfig,

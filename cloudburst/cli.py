@@ -214,7 +214,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from runtime.values import Reference
+    from faas.values import Reference
     with LocalCluster(executor_nodes=2, executors_per_node=1, colocate_chains=False,
                       log_level=args.log_level) as cluster:
         client = cluster.client()

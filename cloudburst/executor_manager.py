@@ -36,7 +36,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
-from runtime.errors import CloudburstError
+from faas.errors import CloudburstError
 from runtime.node_events import FAILED, READY, REMOVED, NodeEvent
 from runtime.process import StartupError
 

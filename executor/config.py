@@ -16,6 +16,9 @@ class NodeConfig:
 
     heartbeat_period: seconds between worker heartbeats and node key-set reports.
     fetch_threads: threads of the node cache that talk to Anna (misses and writes).
+    cache_bytes: bytes of causal values HydroCache keeps before it evicts the least recently
+        used. plain_cache_bytes / plain_cache_entries: the same bounds for the plain (LWW)
+        cache (`executor/cache.py`); an evicted key is unsubscribed, a later read fetches it.
     restart_workers: restart a worker process that exits (False: it stays gone).
     restart_backoff / restart_backoff_max: seconds before restarting a worker that exited,
         doubling for each failure in a row up to the maximum.
@@ -55,6 +58,8 @@ class NodeConfig:
     log_dir: Optional[str] = None
     ipc_dir: Optional[str] = None       # node cache and workers bind Unix sockets here (one host)
     cache_bytes: int = 2 << 30          # HydroCache: values' bytes kept before LRU eviction
+    plain_cache_bytes: int = 2 << 30    # the plain (LWW) cache: bytes kept before LRU eviction
+    plain_cache_entries: int = 1 << 20  # the plain (LWW) cache: keys kept before LRU eviction
     restart_workers: bool = True
     restart_backoff: float = 0.1
     restart_backoff_max: float = 10.0
