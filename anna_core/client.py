@@ -35,6 +35,14 @@ Contract (DESIGN.md "Processes", dissertation 3.2.5):
 - Plain bytes are stored as `LWWLattice(timestamp, value)` with a timestamp strictly
   increasing per client (`time.time_ns()` or last + 1); `get` of an LWW key returns bytes.
 - Server error codes become typed errors (`anna_core.errors`). A Client is not thread-safe.
+- The request path is native (`_core.ClientTransport`, csrc/client_transport.hpp): the
+  answer socket, the sockets to workers and routing, CURVE and the wait for an answer are
+  C++, and each request is one call that sends and waits with the GIL released. With `auth`
+  the answer socket is a CURVE server admitting only the cluster's key, and requests go only
+  to addresses carrying their server's key, as every other client of the platform. An
+  answer above `max_answer_bytes` (the largest value plus a scan page) is dropped unread and
+  counted; a `Timeout` then says so. A `context`, when given, serves only the sockets of
+  `subscription()`.
 """
 from __future__ import annotations
 
@@ -44,13 +52,10 @@ import zlib
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Type, Union
 
 import zmq
-from google.protobuf.message import DecodeError
 
 from hydro_proto import anna_pb2
 
-from runtime.auth import ADDRESS_KEY_MARK, CLUSTER, AuthConfig, Security, check_client_auth, credentials_of
-from runtime.framing import join
-from runtime.sockets import PushCache, bind_pull
+from runtime.auth import ADDRESS_KEY_MARK, CLUSTER, AuthConfig, Security, check_client_auth
 
 from . import _core
 from .config import ALL, DEFAULT_MAX_VALUE_BYTES, ONE, Replication, WriteQuorum, \
@@ -58,6 +63,7 @@ from .config import ALL, DEFAULT_MAX_VALUE_BYTES, ONE, Replication, WriteQuorum,
 from .errors import (KeyNotFound, LatticeTypeMismatch, MalformedRequest, NoNodes,
                      NotPermitted, Timeout, ValueTooLarge, error_from_code)
 from .client_reports import ClientLatencyReports
+from .transport import Transport
 from .subscription import Subscription, Update, Value, is_lattice as _is_lattice, \
     reveal_value as _reveal_value
 from .wire import MonotoneClock, lattice_to_tuple, tuple_to_lattice
@@ -69,7 +75,6 @@ MAX_REFRESH_HINTS = 10_000   # keys whose replica-count hint the client remember
 
 # A routing that did not answer in time is asked last for this long.
 ROUTING_SUSPECT_SECONDS = 5.0
-
 
 def routing_addresses(routing: Union[str, Sequence[str]]) -> List[str]:
     """Routing addresses from one address, a comma-separated string or a sequence."""
@@ -97,7 +102,8 @@ class Client:
         routing_timeout: seconds to wait for one routing before asking another (default
             min(timeout, 1.0)).
         ip: the local address to bind the answer socket on (must be reachable by workers).
-        context: a ZMQ context to use (default: a private one, closed by `close()`).
+        context: a ZMQ context for the sockets of `subscription()` (default: a private one,
+            made on the first subscription and closed by `close()`); requests never use it.
         auth: this client's keys (`runtime.auth.AuthConfig(key_dir, "client:NAME")`, or the
             "cluster" identity for the cluster's own processes). Required when the routing
             address carries the cluster's key (`...#k=<hex>`): AuthenticationRequired
@@ -129,18 +135,15 @@ class Client:
         self._routing_suspects: Dict[str, float] = {}
         self._routing_turn = 0
         self.ip = ip
+        # Only subscriptions' sockets use a ZeroMQ context of Python's (made on first use).
         self._own_context = context is None
-        self._context = context or zmq.Context()
+        self._context = context
+        self._security: Optional[Security] = None
         self.auth = auth
-        self._security = Security.start(self._context, auth)
-        credentials = credentials_of(self._security)
-        try:
-            self._pull, self.response_address = bind_pull(self._context, ip, auth=credentials)
-        except BaseException:
-            if self._security is not None:
-                self._security.stop()
-            raise
-        self._push = PushCache(self._context, sndhwm=10000, linger_ms=0, auth=credentials)
+        self._transport = Transport(ip, auth, self.max_value_bytes)
+        self.max_answer_bytes = self._transport.max_answer_bytes
+        self.response_address = self._transport.address
+        self._push = self._transport          # send_kind / send_request, as a PushCache
         self._addresses: Dict[Tuple[str, bool], List[str]] = {}
         self._clock = MonotoneClock()
         self._id_prefix = uuid.uuid4().hex[:12]
@@ -254,6 +257,11 @@ class Client:
 
     def subscription(self, *keys: str) -> Subscription:
         """A new `Subscription` subscribed to `keys`; closing it unsubscribes."""
+        if self._context is None:
+            self._context = zmq.Context()
+        if self.auth is not None and self._security is None:
+            # shared by this client's subscriptions (or one already running on the context)
+            self._security = Security.start(self._context, self.auth)
         sub = Subscription(ip=self.ip, context=self._context, client=self, keys=keys,
                            auth=self.auth)
         self._subscriptions.append(sub)  # closed before the shared context in close()
@@ -313,11 +321,10 @@ class Client:
         for sub in list(self._subscriptions):
             sub.close()  # no UNSUBSCRIBE round trips while closing
         self._subscriptions.clear()
-        self._push.close()
-        self._pull.close(0)
+        self._transport.close()
         if self._security is not None:
             self._security.stop()
-        if self._own_context:
+        if self._own_context and self._context is not None:
             self._context.term()
 
     def __enter__(self) -> "Client":
@@ -368,25 +375,17 @@ class Client:
 
         Returns {request_id: parsed answer}; unknown ids (stale answers) are discarded.
         """
-        answers: Dict[str, Any] = {}
-        wanted = len(pending) if enough is None else min(enough, len(pending))
-        while len(answers) < wanted:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            # A blocking recv bounded by RCVTIMEO is cheaper than poll() + recv().
-            self._pull.setsockopt(zmq.RCVTIMEO, max(1, int(remaining * 1000)))
-            try:
-                frames = self._pull.recv_multipart()
-            except zmq.Again:
-                break
-            try:
-                message = message_type.FromString(join(frames))
-            except DecodeError:
-                continue
-            if message.request_id in pending and message.request_id not in answers:
-                answers[message.request_id] = message
-        return answers
+        return self._transport.collect(pending, deadline, message_type, enough)
+
+    def _exchange(self, address: str, req_type: int, key_tuple: Any,
+                  deadline: float) -> Tuple[str, Optional[Any]]:
+        """Send one request to `address` and wait for its answer until `deadline`, in one
+        native call: (request id, KeyResponse or None)."""
+        request_id = self._next_id()
+        request = anna_pb2.KeyRequest(type=req_type, response_address=self.response_address,
+                                      request_id=request_id)
+        request.tuples.append(key_tuple)
+        return request_id, self._transport.exchange(address, request, deadline)
 
     def _routing_order(self) -> List[str]:
         """Routing addresses to try, rotating, those that recently stayed silent last."""
@@ -494,12 +493,13 @@ class Client:
             addresses = self._lookup(key, False)
             fresh = [a for a in addresses if a not in timed_out]
             address = self._pick(key, fresh or addresses)
-            request_id = self._send_key_request(address, req_type, key_tuple)
             # While another replica is left to try, do not wait long for this one.
             sent_at = time.monotonic()
             wait = self.attempt_timeout if len(fresh) > 1 else self.timeout
             first_wait = min(wait, self.attempt_timeout)
-            answers = self._collect({request_id: address}, min(deadline, sent_at + first_wait))
+            request_id, answer = self._exchange(address, req_type, key_tuple,
+                                                min(deadline, sent_at + first_wait))
+            answers = {} if answer is None else {request_id: answer}
             if not answers and wait > first_wait:
                 # The only replica is slow, or its node left or died and routing has moved
                 # the key: ask routing before waiting any longer for it.
@@ -514,7 +514,8 @@ class Client:
                 # The node may be dead or have moved: ask routing again, retry elsewhere.
                 self._addresses.pop((key, False), None)
                 if time.monotonic() >= deadline:
-                    raise Timeout(f"{op} {key!r} from {address}", key=key, address=address,
+                    raise Timeout(f"{op} {key!r} from {address}{self._transport.timeout_note()}",
+                                  key=key, address=address,
                                   seconds=self.timeout * (self.retries + 1))
                 continue
             self._suspects.pop(address, None)
@@ -606,5 +607,6 @@ class Client:
             for address in missing:
                 self._suspect(address)
             if time.monotonic() >= deadline:
-                raise Timeout(f"{op} {key!r} from {', '.join(missing)}", key=key,
+                raise Timeout(f"{op} {key!r} from {', '.join(missing)}{self._transport.timeout_note()}",
+                              key=key,
                               address=missing[0], seconds=self.timeout * (self.retries + 1))

@@ -201,6 +201,7 @@ def python_view(get, put, keys: int, zipf_weights, read_ratio: float, value: byt
         put(f"k{i}", value)
     latencies = []
     start = time.perf_counter()
+    cpu0 = self_cpu_seconds()
     for i in chosen:
         key = f"k{i}"
         t0 = time.perf_counter()
@@ -210,10 +211,57 @@ def python_view(get, put, keys: int, zipf_weights, read_ratio: float, value: byt
             put(key, value)
         latencies.append((time.perf_counter() - t0) * 1e6)
     elapsed = time.perf_counter() - start
+    cpu = self_cpu_seconds() - cpu0
     latencies.sort()
-    return {"ops": ops, "throughput": ops / elapsed,
+    # the client process' CPU per request (all its threads: Python's and ZeroMQ's), which
+    # depends far less on the machine's load than latency does
+    return {"ops": ops, "throughput": ops / elapsed, "client_cpu_us_per_op": cpu * 1e6 / ops,
             "p50_us": latencies[len(latencies) // 2],
             "p99_us": latencies[int(len(latencies) * 0.99)]}
+
+
+# Runs `python_view` with one checkout's anna_core.Client, in a process started in that
+# checkout so that its packages, and its kernel build, are the ones imported. With --before,
+# this checkout's client runs so too, so that both are measured alike (the benchmark's own
+# process also holds the clusters' log readers, which would count in its CPU).
+BEFORE_RUNNER = """
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("kvs_bench", sys.argv[1])
+bench = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench)
+a = json.loads(sys.argv[2])
+import anna_core
+from runtime.auth import AuthConfig
+auth = AuthConfig(*a["auth"]) if a["auth"] else None
+kvs = anna_core.Client(a["routing"], auth=auth)
+weights = [1.0 / (k + 1) ** a["zipf"] for k in range(a["keys"])]
+r = bench.python_view(kvs.get, kvs.put, a["keys"], weights, a["read_ratio"],
+                      b"x" * a["value_size"], a["ops"], a["seed"])
+kvs.close()
+print(json.dumps(dict(r, anna_core=anna_core.__file__)))
+"""
+
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def python_view_of(root: str, cluster, args, seed: int) -> dict:
+    """`python_view` with the anna_core.Client of the checkout at `root`, against `cluster`."""
+    auth = cluster.client_auth
+    spec = {"routing": cluster.routing_address,
+            "auth": [auth.key_dir, auth.identity] if auth is not None else None,
+            "zipf": args.zipf, "keys": args.keys, "read_ratio": args.read_ratio,
+            "value_size": args.value_size, "ops": args.python_ops, "seed": seed}
+    env = dict(os.environ, PYTHONPATH=root)
+    out = subprocess.run([sys.executable, "-c", BEFORE_RUNNER, os.path.abspath(__file__),
+                          json.dumps(spec)], cwd=root, env=env, capture_output=True, text=True,
+                         timeout=600)
+    if out.returncode != 0:
+        raise RuntimeError(f"the client of {root} failed: {out.stderr[-2000:]}")
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    if not result.pop("anna_core").startswith(os.path.abspath(root)):
+        raise RuntimeError(f"the client did not import anna_core from {root}")
+    return result
 
 
 def fmt(row: dict) -> str:
@@ -283,6 +331,11 @@ def main(argv=None) -> int:
     p.add_argument("--floor-duration", type=float, default=2.0,
                    help="seconds of the one-client native round-trip floor per run (0: skip)")
     p.add_argument("--skip-python", action="store_true")
+    p.add_argument("--before", metavar="DIR",
+                   help="also measure the Python client of the checkout at DIR (built, with "
+                        "its hydro_proto and kernel) against the same clusters, in the same "
+                        "rounds; this checkout's client then runs in a process of its own "
+                        "too, so both are measured alike")
     p.add_argument("--out", default=os.path.join(RESULTS_DIR, "kvs.json"))
     args = p.parse_args(argv)
 
@@ -364,21 +417,39 @@ def main(argv=None) -> int:
                 value = b"x" * args.value_size
                 kvs = clusters[mode].client()
                 rc = servers[mode].python_client()
-                pa, pr = [], []
+                pa, pr, pb = [], [], []
                 for run in range(args.runs):
                     pr.append(measured(python_view(rc.get, rc.set, args.keys, weights,
                                                    args.read_ratio, value, args.python_ops, 7 + run)))
-                    pa.append(measured(python_view(kvs.get, kvs.put, args.keys, weights,
-                                                   args.read_ratio, value, args.python_ops, 7 + run)))
+                    if args.before:
+                        pa.append(measured(python_view_of(REPO_ROOT, clusters[mode], args,
+                                                          7 + run)))
+                        pb.append(measured(python_view_of(args.before, clusters[mode], args,
+                                                          7 + run)))
+                    else:
+                        pa.append(measured(python_view(kvs.get, kvs.put, args.keys, weights,
+                                                       args.read_ratio, value, args.python_ops,
+                                                       7 + run)))
                     log(f"run {run + 1}/{args.runs} {mode:3s} python p50: anna_core.Client "
-                        f"{pa[-1]['p50_us']:.1f} us, redis-py {pr[-1]['p50_us']:.1f} us")
+                        f"{pa[-1]['p50_us']:.1f} us, redis-py {pr[-1]['p50_us']:.1f} us"
+                        + (f", before {pb[-1]['p50_us']:.1f} us" if pb else "")
+                        + f"; client CPU/op anna {pa[-1]['client_cpu_us_per_op']:.1f} us, "
+                          f"redis-py {pr[-1]['client_cpu_us_per_op']:.1f} us"
+                        + (f", before {pb[-1]['client_cpu_us_per_op']:.1f} us" if pb else "")
+                        + f"  load {pa[-1]['load1']:.2f}")
                 kvs.close()
                 rc.close()
-                for name, side_runs in (("python_anna", pa), ("python_redis", pr)):
+                sides = [("python_anna", pa), ("python_redis", pr)]
+                if pb:
+                    sides.append(("python_anna_before", pb))
+                for name, side_runs in sides:
                     for r in side_runs:
                         r["errors"] = 0
                     out[name] = median_of(side_runs)
                 out["python_ratio_p50"] = out["python_redis"]["p50_us"] / out["python_anna"]["p50_us"]
+                if pb:
+                    out["python_before_ratio_p50"] = (out["python_redis"]["p50_us"]
+                                                      / out["python_anna_before"]["p50_us"])
             results["modes"][mode] = out
     finally:
         for cluster in clusters.values():
@@ -404,6 +475,15 @@ def main(argv=None) -> int:
             print(f"  python (1 client, serial) anna_core.Client: {fmt(out['python_anna'])}")
             print(f"                            redis-py+hiredis: {fmt(out['python_redis'])}")
             print(f"  redis p50 / anna p50: {out['python_ratio_p50']:.2f}x")
+            print(f"  client process CPU per request: anna "
+                  f"{out['python_anna']['client_cpu_us_per_op']:.1f} us, redis-py "
+                  f"{out['python_redis']['client_cpu_us_per_op']:.1f} us"
+                  + (f", before {out['python_anna_before']['client_cpu_us_per_op']:.1f} us"
+                     if "python_anna_before" in out else ""))
+            if "python_anna_before" in out:
+                print(f"  before (--before)         anna_core.Client: "
+                      f"{fmt(out['python_anna_before'])}")
+                print(f"  redis p50 / before p50: {out['python_before_ratio_p50']:.2f}x")
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(results, f, indent=2)

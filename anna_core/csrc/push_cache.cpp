@@ -59,9 +59,9 @@ bool PushCache::valid_address(const std::string& address) {
 }
 
 PushCache::PushCache(void* zmq_context, std::unordered_map<std::string, std::string> rewrite,
-                     std::size_t capacity, CurveKeys keys)
+                     std::size_t capacity, CurveKeys keys, int linger_ms)
     : ctx_(zmq_context), rewrite_(std::move(rewrite)), keys_(std::move(keys)),
-      capacity_(capacity < 1 ? 1 : capacity) {}
+      capacity_(capacity < 1 ? 1 : capacity), linger_ms_(linger_ms < 0 ? 0 : linger_ms) {}
 
 PushCache::~PushCache() {
   for (auto& [address, e] : sockets_) zmq_close(e.socket);
@@ -72,6 +72,7 @@ void PushCache::evict_one(Clock::time_point now) {
   auto it = sockets_.find(address);
   long age = std::chrono::duration_cast<std::chrono::milliseconds>(now - it->second.last_use).count();
   int linger = age >= kEvictLingerMs ? 0 : static_cast<int>(kEvictLingerMs - age);
+  linger = std::min(linger, linger_ms_);
   while (!lingering_.empty() && lingering_.front() <= now) lingering_.pop_front();
   if (lingering_.size() >= max_lingering(capacity_)) {
     // A flood: no more tracked lingering sockets. This one still gets a moment for what it
@@ -153,7 +154,7 @@ void* PushCache::socket_for(const std::string& address) {
                   "; the context's socket limit holds the process' descriptors); dropped");
     return nullptr;
   }
-  int hwm = kSendHwm, linger = kLingerMs;
+  int hwm = kSendHwm, linger = linger_ms_;
   zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm);
   zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
   std::string why;

@@ -23,7 +23,7 @@
 // used one is closed and the socket asked for again, for at most kReaperWaitMs (the context
 // frees a closed socket's slot asynchronously); then the message is dropped (logged).
 // Sockets are created with a bounded send queue (kSendHwm messages) and a short linger
-// (kLingerMs, on destruction). Belongs to one thread (ZMQ sockets are not thread-safe);
+// (kLingerMs unless the constructor says otherwise, on destruction). Belongs to one thread (ZMQ sockets are not thread-safe);
 // closes everything on destruction.
 #pragma once
 
@@ -65,8 +65,11 @@ class PushCache {
     return kFdsPerSocket * (capacity + max_lingering(capacity));
   }
 
+  // `linger_ms`: how long a socket may still deliver what it queued once closed (kLingerMs;
+  // a client that must never wait on close passes 0).
   PushCache(void* zmq_context, std::unordered_map<std::string, std::string> rewrite,
-            std::size_t capacity = kDefaultCapacity, CurveKeys keys = {});
+            std::size_t capacity = kDefaultCapacity, CurveKeys keys = {},
+            int linger_ms = kLingerMs);
   ~PushCache();
   PushCache(const PushCache&) = delete;
   PushCache& operator=(const PushCache&) = delete;
@@ -95,6 +98,7 @@ class PushCache {
   std::unordered_map<std::string, std::string> rewrite_;
   CurveKeys keys_;
   std::size_t capacity_;
+  int linger_ms_;
   std::unordered_map<std::string, Entry> sockets_;
   std::list<std::string> lru_;
   std::deque<Clock::time_point> lingering_;  // when each lingering evicted socket is gone
