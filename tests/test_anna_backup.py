@@ -272,6 +272,7 @@ def source(s3):
         admin.close()
 
 
+@pytest.mark.slow
 def test_round_trip_of_every_lattice_into_a_different_cluster_size(s3, source):
     result = backup(source.routing_addresses, f"s3://{BUCKET}/round-trip",
                     auth=source.cluster_auth, part_bytes=4096)

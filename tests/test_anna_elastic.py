@@ -198,6 +198,7 @@ def test_a_restarted_disk_node_catches_up_on_writes_made_while_it_was_down(tmp_p
         poll_until(disk1_has_everything, 15.0, "the restarted disk-1 holding every key")
 
 
+@pytest.mark.slow
 def test_join_and_leave_cycles_under_load_converge_and_lose_nothing():
     with anna_core.LocalCluster(memory_threads=1, nodes=2, fault_tolerance=1, **HEARTBEAT) as c:
         with Writers(c, 3) as writers:
@@ -299,6 +300,7 @@ def test_remove_node_raises_leave_failed_when_the_hand_off_cannot_finish():
         assert info.value.status in (4, 5), str(info.value)
 
 
+@pytest.mark.slow
 def test_an_override_set_through_one_routing_reaches_the_other():
     with anna_core.LocalCluster(memory_threads=1, nodes=3, fault_tolerance=0, routers=2,
                                 **HEARTBEAT) as c:

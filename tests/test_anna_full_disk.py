@@ -130,6 +130,7 @@ def deletes(kvs, keys):
         return False
 
 
+@pytest.mark.slow
 def test_full_disk_refuses_puts_keeps_reads_and_deletes_and_survives_restarts(small_disk):
     data_dir = small_disk
     store_dir = str(data_dir / "disk-0" / "0")

@@ -57,6 +57,7 @@ def survivors_version(anna, key):
     return out
 
 
+@pytest.mark.slow
 def test_acknowledged_writes_survive_the_crash_of_every_replica_but_one():
     with cloudburst.LocalCluster(executor_nodes=1, executors_per_node=1, kvs_nodes=KVS_NODES,
                                  kvs_replication=(KVS_NODES, 1, 0, 1),
@@ -113,6 +114,7 @@ def test_acknowledged_writes_survive_the_crash_of_every_replica_but_one():
         assert all(holders[k] == set(nodes) for k in checked), holders
 
 
+@pytest.mark.slow
 def test_write_quorum_with_a_dead_replica_fails_fast_naming_it_then_succeeds_once_removed():
     # routing's failure detector is slow here, so the dead node stays in the placement first
     with anna_core.LocalCluster(nodes=2, replication=(2, 1, 0, 1), heartbeat_period=0.25,

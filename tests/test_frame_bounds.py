@@ -157,6 +157,7 @@ def test_a_64_mib_value_round_trips_through_the_kvs(cluster):
         assert c.get("big") == value
 
 
+@pytest.mark.slow
 def test_a_call_with_a_40_mib_argument_and_result_completes(client):
     client.register(lambda lib, data: data[::-1], "reverse")
     data = bytes(range(256)) * (40 * MiB // 256)

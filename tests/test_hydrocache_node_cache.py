@@ -429,6 +429,7 @@ def run_choices(choices: List[int], config: dict, steps: int = 250):
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.integers(0, 1 << 16), min_size=100, max_size=600),
        st.sampled_from(range(len(CONFIGS))))
+@pytest.mark.slow
 def test_random_interleavings_of_calls_and_anna_read_snapshots(choices, config):
     net, calls = run_choices(choices, CONFIGS[config])
     history = [c.transaction() for c in calls if c.outcome == "done"]

@@ -466,13 +466,16 @@ def test_the_pods_processes_start_from_the_configmap_through_the_entrypoint(keys
         return p
 
     try:
-        routing = pod("anna-routing-0", "routing")
+        # the host first, and ready, before any other process binds ports of its own: its
+        # port was chosen free above, and an ephemeral bind could take it in between
         host = pod("cloudburst-executor-x-workers", "workers")
+        wait_all_ready([host], 60)
+        routing = pod("anna-routing-0", "routing")
         wait_all_ready([routing], 60)
         anna = strip_key(routing.info["address"])         # the pods name it without its key
         node = pod("anna-memory-abc12", "node", ANNA_ROUTING=anna)
         scheduler = pod("cloudburst-scheduler-0", "scheduler", ANNA_ROUTING=anna)
-        wait_all_ready([node, scheduler, host], 60)
+        wait_all_ready([node, scheduler], 60)
         assert node.info["node_id"] == "anna-memory-abc12"           # named after its pod
         executor = pod("cloudburst-executor-x", "executor", ANNA_ROUTING=anna,
                        SCHEDULERS=strip_key(scheduler.info["address"]))

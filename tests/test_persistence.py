@@ -57,6 +57,7 @@ def test_data_dir_lock_and_shape(tmp_path):
         cloudburst.LocalCluster(data_dir=data, key_dir=os.path.join(data, "keys"))
 
 
+@pytest.mark.slow
 def test_client_of_a_stopped_or_restarted_cluster_gets_a_typed_error_naming_it(tmp_path):
     with cloudburst.LocalCluster(executors_per_node=1) as cluster:
         client = cloudburst.Client(cluster.address, timeout=10, auth=cluster.client_auth,
@@ -131,6 +132,7 @@ def _alive(pid):
         return False
 
 
+@pytest.mark.slow
 def test_restart_keeps_state_after_a_clean_stop_and_after_kill9_of_every_process(tmp_path):
     data = str(tmp_path / "data")
     # run 1: write, then stop cleanly; a client of ours outlives it

@@ -247,6 +247,7 @@ def test_lingering_sockets_count_against_the_context_budget():
         ctx.term()
 
 
+@pytest.mark.slow
 def test_a_flood_of_response_addresses_at_a_1024_descriptor_limit():
     """Routing, a KVS node and a scheduler started with a HARD limit of 1,024 descriptors
     (so raising the soft limit cannot hide anything) each get 3,000 requests naming distinct
