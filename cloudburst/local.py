@@ -339,7 +339,7 @@ class LocalCluster(FaultInjection):
                                               **self.kvs_options)
             self.kvs.start()
             for i in range(self.scheduler_count):
-                config = SchedulerConfig(kvs_address=self.kvs.routing_address,
+                config = SchedulerConfig(kvs_address=self._kvs_address(),
                                          heartbeat_timeout=self.heartbeat_timeout,
                                          log_level=self.log_level, parent_pid=os.getpid(),
                                          seed=None if self.seed is None else self.seed + i,
@@ -392,10 +392,15 @@ class LocalCluster(FaultInjection):
             SchedulerLink(self.scheduler_addresses, self.cluster_auth)).start()
         log.info("executor autoscaling on: %s", self.autoscale)
 
+    def _kvs_address(self) -> str:
+        """Every Anna routing address, comma-separated: the schedulers, executor nodes and
+        clients fail over between them (anna_core.Client)."""
+        return ",".join(self.kvs.routing_addresses)
+
     # ---- executor nodes (the autoscaler's LocalExecutorManager uses these) ----
     def _node_config(self, node_id: str) -> str:
         from executor.config import NodeConfig
-        return NodeConfig(node_id=node_id, kvs_address=self.kvs.routing_address,
+        return NodeConfig(node_id=node_id, kvs_address=self._kvs_address(),
                             scheduler_addresses=self.scheduler_addresses,
                             workers=self.executors_per_node,
                             heartbeat_period=self.heartbeat_period,
