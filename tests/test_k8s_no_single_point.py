@@ -1,0 +1,142 @@
+"""What `kubectl kustomize k8s` renders leaves no single point of failure: routing and the
+schedulers are StatefulSets of at least 2 replicas whose stable names (through headless
+Services) are exactly the addresses every process is given; the disk tier is a StatefulSet
+with a volume claim per pod, of a storage class that exists; every tier has a
+PodDisruptionBudget that lets at most one of its pods go at a time; rolling upgrades of the
+Deployments bring a new pod up before an old one goes; the autoscalers may scale the disk
+StatefulSet. The test cluster's overlay (scripts/k8s/e2e) renders too, with every container
+on the imported image."""
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+
+
+def kustomize(directory):
+    out = subprocess.run(["kubectl", "kustomize", str(directory)], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return [o for o in yaml.safe_load_all(out.stdout) if o]
+
+
+@pytest.fixture(scope="module")
+def objects():
+    return kustomize(ROOT / "k8s")
+
+
+def of_kind(objects, kind):
+    return {o["metadata"]["name"]: o for o in objects if o["kind"] == kind}
+
+
+def selects(selector, labels):
+    return all(labels.get(k) == v for k, v in selector["matchLabels"].items())
+
+
+def stable_names(sts, port):
+    """The addresses of a StatefulSet's pods through its governing (headless) Service."""
+    service = sts["spec"]["serviceName"]
+    return [f"tcp://{sts['metadata']['name']}-{i}.{service}:{port}"
+            for i in range(sts["spec"]["replicas"])]
+
+
+def test_routing_and_schedulers_are_statefulsets_every_process_knows_by_name(objects):
+    sets, services = of_kind(objects, "StatefulSet"), of_kind(objects, "Service")
+    (config,) = of_kind(objects, "ConfigMap").values()
+    data = config["data"]
+    for name, key, port in (("anna-routing", "ANNA_ROUTING", data["ROUTING_PORT"]),
+                            ("cloudburst-scheduler", "SCHEDULERS", data["SCHEDULER_PORT"])):
+        sts = sets[name]
+        assert sts["spec"]["replicas"] >= 2, name
+        headless = services[sts["spec"]["serviceName"]]
+        assert headless["spec"]["clusterIP"] == "None", name
+        # published before Ready: a starting routing must be reachable for nodes to join it
+        assert headless["spec"]["publishNotReadyAddresses"] is True, name
+        assert selects({"matchLabels": headless["spec"]["selector"]},
+                       sts["spec"]["template"]["metadata"]["labels"]), name
+        # the processes are given every replica's stable name, and nothing else
+        given = [a.strip() for a in data[key].split(",")]
+        assert given == stable_names(sts, port), key
+        # a rolling upgrade replaces one pod at a time
+        assert sts["spec"]["updateStrategy"]["type"] == "RollingUpdate", name
+    # nothing that must not run twice became a Deployment with several replicas
+    deployments = of_kind(objects, "Deployment")
+    assert "anna-routing" not in deployments and "cloudburst-scheduler" not in deployments
+
+
+def test_the_disk_tier_keeps_a_volume_per_pod(objects):
+    disk = of_kind(objects, "StatefulSet")["anna-disk"]
+    assert "anna-disk" not in of_kind(objects, "Deployment")
+    (claim,) = disk["spec"]["volumeClaimTemplates"]
+    pod = disk["spec"]["template"]["spec"]
+    (node,) = pod["containers"]
+    data = [m for m in node["volumeMounts"] if m["mountPath"] == "/data"]
+    assert [m["name"] for m in data] == [claim["metadata"]["name"]]
+    # the RocksDB files are on the claim, not on a volume that dies with the pod
+    assert claim["metadata"]["name"] not in {v["name"] for v in pod["volumes"]}
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert claim["spec"]["resources"]["requests"]["storage"]
+    # the class the claims ask for exists, and no provisioner is assumed for it
+    storage = of_kind(objects, "StorageClass")[claim["spec"]["storageClassName"]]
+    assert storage["provisioner"] == "kubernetes.io/no-provisioner"
+    assert storage["volumeBindingMode"] == "WaitForFirstConsumer"
+    # scaled-in or deleted pods keep their data for when they come back
+    assert disk["spec"]["persistentVolumeClaimRetentionPolicy"] == {"whenDeleted": "Retain",
+                                                                   "whenScaled": "Retain"}
+    assert of_kind(objects, "Service")[disk["spec"]["serviceName"]]["spec"]["clusterIP"] == "None"
+    # the one container that runs as root only changes the volume's owner
+    (init,) = pod["initContainers"]
+    assert init["volumeMounts"] == [{"name": claim["metadata"]["name"], "mountPath": "/data"}]
+    caps = init["securityContext"]["capabilities"]
+    assert caps == {"drop": ["ALL"], "add": ["CHOWN"]}
+    assert init["securityContext"]["allowPrivilegeEscalation"] is False
+
+
+def test_every_tier_has_a_disruption_budget_of_one_pod(objects):
+    budgets = list(of_kind(objects, "PodDisruptionBudget").values())
+    tiers = {**of_kind(objects, "StatefulSet"), **of_kind(objects, "Deployment")}
+    singletons = {"anna-monitor", "cloudburst-autoscaler"}      # never more than one replica
+    for name, workload in tiers.items():
+        labels = workload["spec"]["template"]["metadata"]["labels"]
+        mine = [b for b in budgets if selects(b["spec"]["selector"], labels)]
+        if name in singletons:
+            assert workload["spec"]["replicas"] <= 1 and not mine, name
+            continue
+        assert len(mine) == 1, name
+        assert mine[0]["spec"] == {"maxUnavailable": 1, "selector": mine[0]["spec"]["selector"]}
+    for b in budgets:          # and no budget selects pods of two tiers
+        assert sum(selects(b["spec"]["selector"],
+                           w["spec"]["template"]["metadata"]["labels"])
+                   for w in tiers.values()) == 1, b["metadata"]["name"]
+
+
+def test_rolling_upgrades_bring_a_new_pod_up_before_an_old_one_goes(objects):
+    deployments = of_kind(objects, "Deployment")
+    for name in ("anna-memory", "cloudburst-executor"):
+        strategy = deployments[name]["spec"]["strategy"]
+        assert strategy == {"type": "RollingUpdate",
+                            "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}, name
+
+
+def test_the_autoscalers_may_scale_the_disk_statefulset_and_nothing_else(objects):
+    (role,) = of_kind(objects, "Role").values()
+    scale = {r["resources"][0]: set(r["resourceNames"]) for r in role["rules"]
+             if r["resources"][0].endswith("/scale")}
+    sets, deployments = of_kind(objects, "StatefulSet"), of_kind(objects, "Deployment")
+    assert scale["statefulsets/scale"] == {"anna-disk"} and "anna-disk" in sets
+    assert scale["deployments/scale"] == {"anna-memory", "cloudburst-executor"}
+    assert scale["deployments/scale"] <= set(deployments)
+
+
+def test_the_test_overlay_runs_every_container_on_the_imported_image():
+    objects = kustomize(ROOT / "scripts" / "k8s" / "e2e")
+    pods = [o["spec"]["template"]["spec"] for o in objects
+            if o["kind"] in ("Deployment", "StatefulSet")]
+    containers = [c for p in pods for c in p["containers"] + p.get("initContainers", [])]
+    assert len(containers) >= 9
+    assert {c["imagePullPolicy"] for c in containers} == {"Never"}
