@@ -57,10 +57,11 @@ class FaultInjection:
             os.kill(pid, sig)
         return pids
 
-    def kill_scheduler(self, scheduler: int = 0) -> int:
-        """SIGKILL scheduler number `scheduler`; returns its pid."""
+    def kill_scheduler(self, scheduler: int = 0, sig: int = signal.SIGKILL) -> int:
+        """SIGKILL (or `sig`, e.g. SIGTERM: a graceful stop) scheduler number `scheduler`;
+        returns its pid."""
         pid = self._schedulers[scheduler].pid
-        os.kill(pid, signal.SIGKILL)
+        os.kill(pid, sig)
         return pid
 
     def kill_worker(self, worker_id: str) -> None:

@@ -27,7 +27,9 @@ Contract:
   many times it ran.
 - A call whose scheduler stops (its connection drops) or stops answering while the caller
   waits fails with `SchedulerUnavailable` naming the scheduler (checked every
-  `Client.failover_timeout` of waiting); it is not retried: it may have run.
+  `Client.failover_timeout` of waiting); it is not retried: it may have run. A call a
+  stopping scheduler refused (it never started there) is sent to another scheduler instead
+  (`cloudburst/channel.py`), and `scheduler` then names that one.
 """
 from __future__ import annotations
 
@@ -182,6 +184,9 @@ class Future:
                 return slot
             if time.monotonic() >= deadline:
                 return None
+            # a stopping scheduler may have refused the call, which went elsewhere
+            self.scheduler, self._sent_at = client._sent_to(self.request_id) or (
+                self.scheduler, self._sent_at)
             lost = client._scheduler_lost(self.scheduler, self._sent_at, self.request_id)
             if self.done():                  # the result came meanwhile
                 return None
@@ -265,6 +270,9 @@ class Future:
 
     def _collected(self) -> None:
         self._finalizer.detach()
+        moved = self._client._sent_to(self.request_id)   # refused by a stopping scheduler
+        if moved is not None:
+            self.scheduler = moved[0]
         self._client._forget(self.request_id)
         self._client._finished.append(self.request_id)
         self._client._observed(self._result)      # the client's session notes what it read

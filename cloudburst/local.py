@@ -117,6 +117,9 @@ class LocalCluster(FaultInjection):
             (0: a free one; the others then use free ones); None (default): off.
         log_dir: where every process logs (`<name>.log`; the KVS's under `kvs/`); kept after
             `stop()`. Default: a temporary directory removed by `stop()`.
+        scheduler_stop_grace: a scheduler given SIGTERM refuses new calls (its clients send
+            them to another scheduler) and ends the ones in flight, for at most this many
+            seconds (`scheduler.config.SchedulerConfig.stop_grace`; 0: it stops at once).
         supervise: restart schedulers and executor nodes that exit (with back-off from
             `restart_backoff` doubling up to 5 s); False leaves them gone.
         unresponsive_timeout: seconds a worker whose process runs may go without heartbeating
@@ -160,6 +163,7 @@ class LocalCluster(FaultInjection):
                  kvs_nodes: int = 1, kvs_replication: Any = None,
                  kvs_options: Optional[Dict[str, Any]] = None,
                  write_quorum: Union[str, int] = "all", supervise: bool = True,
+                 scheduler_stop_grace: float = 0.0,
                  restart_backoff: float = 0.1,
                  unresponsive_timeout: Optional[float] = None, auth: bool = True,
                  key_dir: Optional[str] = None,
@@ -202,6 +206,7 @@ class LocalCluster(FaultInjection):
         self.function_time_limit = function_time_limit
         self.restart_workers = restart_workers
         self.supervise = supervise
+        self.scheduler_stop_grace = scheduler_stop_grace
         self.unresponsive_timeout = unresponsive_timeout
         if provisioning_delay < 0:
             raise ValueError(f"provisioning_delay must be >= 0, got {provisioning_delay!r}")
@@ -352,7 +357,8 @@ class LocalCluster(FaultInjection):
                                          else self.metrics_port if i == 0 else 0,
                                          unresponsive_timeout=self._node_unresponsive()
                                          + 2 * self.heartbeat_timeout,
-                                         key_dir=self.key_dir)
+                                         key_dir=self.key_dir,
+                                         stop_grace=self.scheduler_stop_grace)
                 self._scheduler_configs.append(config)
                 self._schedulers.append(ManagedProcess(
                     f"scheduler-{i}", [sys.executable, "-m", "scheduler", "--config",

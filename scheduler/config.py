@@ -61,6 +61,10 @@ class SchedulerConfig:
         passes the address it had, so clients and nodes reach it again without being told.
     metrics_port: when set, `GET /metrics` on this port (0: a free one) gives the scheduler's
         calls, errors, latency histograms and workers in the Prometheus text format.
+    stop_grace: on SIGTERM, seconds to keep serving the calls already accepted while every
+        new call is refused with SCHEDULER_STOPPING, which makes its client send it to
+        another scheduler (scheduler/stopping.py); 0 (default) stops at once. Rolling
+        upgrades with several schedulers set it below the pod's grace period.
     key_dir: the cluster's key directory (`cloudburst keys`): the scheduler authenticates
         every socket with the cluster's key pair (identity "cluster"), admits the clients
         whose public keys are in `key_dir/authorized/` on its request socket only, and takes
@@ -95,12 +99,17 @@ class SchedulerConfig:
     max_dag_functions: int = DEFAULT_MAX_DAG_FUNCTIONS
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     key_dir: Optional[str] = None       # authenticate with the cluster's keys here (None: plain)
+    # SIGTERM: refuse new calls (their clients send them to another scheduler) and exit once
+    # the calls accepted here are over, at most this many seconds later (0: stop at once)
+    stop_grace: float = 0.0
 
     def __post_init__(self) -> None:
         if self.max_worker_slots < self.worker_slots or self.queued_work < 0:
             raise ValueError(f"SchedulerConfig: max_worker_slots must be >= worker_slots and "
                              f"queued_work >= 0, not {self.max_worker_slots!r} and "
                              f"{self.queued_work!r}")
+        if self.stop_grace < 0:
+            raise ValueError(f"SchedulerConfig.stop_grace must be >= 0, not {self.stop_grace!r}")
         if self.worker_slots < 1 or self.max_queued_calls < 0:
             raise ValueError(f"SchedulerConfig: worker_slots must be >= 1 and "
                              f"max_queued_calls >= 0, not {self.worker_slots!r} and "
