@@ -140,3 +140,40 @@ def test_the_test_overlay_runs_every_container_on_the_imported_image():
     containers = [c for p in pods for c in p["containers"] + p.get("initContainers", [])]
     assert len(containers) >= 9
     assert {c["imagePullPolicy"] for c in containers} == {"Never"}
+
+
+@pytest.mark.parametrize("directory", ["k8s", "scripts/k8s/e2e"])
+def test_a_stopping_scheduler_is_done_before_its_pod_is_killed(directory):
+    import json
+    objects = kustomize(ROOT / directory)
+    (config,) = of_kind(objects, "ConfigMap").values()
+    stop_grace = json.loads(config["data"]["SCHEDULER_CONFIG"])["stop_grace"]
+    pod = of_kind(objects, "StatefulSet")["cloudburst-scheduler"]["spec"]["template"]["spec"]
+    assert 0 < stop_grace < pod["terminationGracePeriodSeconds"]
+
+
+def test_local_volumes_are_made_for_exactly_the_disk_tiers_claims(objects):
+    from cloudburst.kube.volumes import LOCAL_CLASS, local_volumes
+    disk = of_kind(objects, "StatefulSet")["anna-disk"]
+    (template,) = disk["spec"]["volumeClaimTemplates"]
+    pvs = local_volumes("cb", disk, range(3), "/var/lib/cb-volumes")
+    # the claims the StatefulSet makes for pods 0..2, one volume each, reserved for it
+    assert [pv["spec"]["claimRef"]["name"] for pv in pvs] == [
+        f"{template['metadata']['name']}-anna-disk-{i}" for i in range(3)]
+    assert {pv["spec"]["claimRef"]["namespace"] for pv in pvs} == {"cb"}
+    assert len({pv["metadata"]["name"] for pv in pvs}) == 3
+    assert len({pv["spec"]["hostPath"]["path"] for pv in pvs}) == 3
+    for pv in pvs:
+        spec = pv["spec"]
+        assert spec["storageClassName"] == LOCAL_CLASS == template["spec"]["storageClassName"]
+        assert spec["capacity"]["storage"] == template["spec"]["resources"]["requests"]["storage"]
+        assert spec["persistentVolumeReclaimPolicy"] == "Retain"   # data outlives claims
+        assert spec["hostPath"]["path"].startswith("/var/lib/cb-volumes/cb/")
+        assert pv["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "cloudburst-k8s"
+    # a cluster with a provisioner: another class, no local volume
+    import copy
+    other = copy.deepcopy(disk)
+    other["spec"]["volumeClaimTemplates"][0]["spec"]["storageClassName"] = "fast-ssd"
+    assert local_volumes("cb", other, range(3), "/v") == []
+    with pytest.raises(ValueError, match="absolute"):
+        local_volumes("cb", disk, range(1), "relative/dir")

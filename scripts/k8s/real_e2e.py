@@ -4,8 +4,10 @@ used from this machine through its Services.
 
 Steps (each timed; the first failure raises E2EFailure naming the step and the object):
  1. keys: `cloudburst keys DIR --client e2e`, the Secrets cloudburst-cluster-key,
-    cloudburst-authorized-keys and cloudburst-function-key, then `kubectl apply -k scripts/k8s/e2e` (k8s/ with the test
-    overlay); every Deployment must become Available.
+    cloudburst-authorized-keys and cloudburst-function-key, the disk tier's local volumes
+    (cloudburst.kube.volumes, under the test's directory: the cluster has no storage
+    provisioner), then `kubectl apply -k scripts/k8s/e2e` (k8s/ with the test overlay);
+    every Deployment must become Available and every StatefulSet Ready.
  2. the monitor pod's mounted ServiceAccount token lists the namespace's pods through
     https://kubernetes.default.svc (cluster DNS, the `kubernetes` Service via kube-proxy,
     RBAC of k8s/rbac/cluster-manager.yaml); the kubelet's port is closed to that pod;
@@ -32,6 +34,9 @@ Steps (each timed; the first failure raises E2EFailure naming the step and the o
  6. autoscaling, both autoscalers in their pods acting through the API: a memory node added
     and removed by the Anna monitor, an executor node added and removed by the executor
     autoscaler, losing no data and no call (scripts/k8s/real_autoscale.py).
+ 7. no single point of failure (scripts/k8s/real_ha.py): a disk pod restarted keeps its
+    keys; under load from a pod, a routing pod and then a scheduler pod are killed and every
+    tier is upgraded (rolling) to a re-tagged image.
 """
 from __future__ import annotations
 
@@ -87,20 +92,43 @@ def kjson(c, *a) -> dict:
 
 
 def deployments_available(c) -> Callable[[], bool]:
+    """Every Deployment Available and every StatefulSet with all its replicas Ready at its
+    current revision."""
     def probe():
-        items = kjson(c, "-n", NS, "get", "deployments")["items"]
-        check(len(items) >= 6, f"expected 6 Deployments in {NS}, found {len(items)}")
+        deps = kjson(c, "-n", NS, "get", "deployments")["items"]
+        sets = kjson(c, "-n", NS, "get", "statefulsets")["items"]
+        check(len(deps) >= 4 and len(sets) >= 3, f"expected 4 Deployments and 3 StatefulSets "
+              f"in {NS}, found {len(deps)} and {len(sets)}")
         pending = []
-        for d in items:
+        for d in deps:
             st = d.get("status", {})
             avail = any(x["type"] == "Available" and x["status"] == "True"
                         for x in st.get("conditions", []))
             if not (avail and st.get("readyReplicas", 0) == d["spec"]["replicas"]):
                 pending.append(d["metadata"]["name"])
+        for s in sets:
+            st = s.get("status", {})
+            if not (st.get("readyReplicas", 0) == s["spec"]["replicas"]
+                    and st.get("currentRevision") == st.get("updateRevision")):
+                pending.append(s["metadata"]["name"])
         probe.pending = pending
         return not pending
     probe.pending = []
     return probe
+
+
+def local_volumes(c, overlay: Path) -> List[str]:
+    """The disk tier's local volumes (the cluster has no storage provisioner), as `cloudburst
+    k8s deploy` makes them, under this test's directory; their names."""
+    import yaml
+    from cloudburst.kube.volumes import local_volumes as volumes_for
+    objects = [o for o in yaml.safe_load_all(c.kubectl("kustomize", str(overlay)).stdout) if o]
+    pvs = [pv for o in objects if o["kind"] == "StatefulSet"
+           for pv in volumes_for(NS, o, range(2), str(c.dir / "volumes"))]
+    path = c.dir / "volumes.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": pvs}))
+    c.kubectl("apply", "-f", str(path))
+    return [pv["metadata"]["name"] for pv in pvs]
 
 
 def dump_namespace(c) -> None:
@@ -194,6 +222,7 @@ def e2e(c) -> None:
                       f"--from-file={key_dir / 'cluster.key'}")
 
         with step("deploy to Available", timings):
+            facts["volumes"] = ", ".join(local_volumes(c, OVERLAY))
             c.kubectl("apply", "-k", str(OVERLAY), timeout=60)
             probe = deployments_available(c)
             try:
@@ -242,7 +271,7 @@ def e2e(c) -> None:
         routing_addr = format_address(f"tcp://{svc['anna-routing']}:6450", public)
 
         with step("scheduler address", timings):
-            logs = c.kubectl("-n", NS, "logs", "deploy/cloudburst-scheduler").stdout
+            logs = c.kubectl("-n", NS, "logs", "cloudburst-scheduler-0").stdout
             m = re.search(r'READY (\{.*\})', logs)
             check(m is not None, "the scheduler's log has no READY line")
             logged = json.loads(m.group(1))["address"]
@@ -425,6 +454,10 @@ def e2e(c) -> None:
         closers.append(reporting)
         anna_autoscaling(c, reporting, admin, helpers, step, timings, facts)
         executor_autoscaling(c, client, helpers, step, timings, facts)
+        from real_ha import ha
+        ha(c, dict(helpers, kjson=kjson, container_pid=container_pid, step=step,
+                   timings=timings, facts=facts, admin=admin, key_dir=key_dir,
+                   client_name=CLIENT))
     finally:
         for x in closers:
             try:
