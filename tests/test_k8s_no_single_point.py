@@ -6,6 +6,8 @@ PodDisruptionBudget that lets at most one of its pods go at a time; rolling upgr
 Deployments bring a new pod up before an old one goes; the autoscalers may scale the disk
 StatefulSet. The test cluster's overlay (scripts/k8s/e2e) renders too, with every container
 on the imported image."""
+import copy
+import functools
 import shutil
 import subprocess
 from pathlib import Path
@@ -19,7 +21,12 @@ pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl
 
 
 def kustomize(directory):
-    out = subprocess.run(["kubectl", "kustomize", str(directory)], capture_output=True,
+    return copy.deepcopy(_kustomize(str(directory)))
+
+
+@functools.lru_cache(maxsize=None)
+def _kustomize(directory):
+    out = subprocess.run(["kubectl", "kustomize", directory], capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     return [o for o in yaml.safe_load_all(out.stdout) if o]
@@ -171,7 +178,6 @@ def test_local_volumes_are_made_for_exactly_the_disk_tiers_claims(objects):
         assert spec["hostPath"]["path"].startswith("/var/lib/cb-volumes/cb/")
         assert pv["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "cloudburst-k8s"
     # a cluster with a provisioner: another class, no local volume
-    import copy
     other = copy.deepcopy(disk)
     other["spec"]["volumeClaimTemplates"][0]["spec"]["storageClassName"] = "fast-ssd"
     assert local_volumes("cb", other, range(3), "/v") == []
