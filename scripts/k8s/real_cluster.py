@@ -54,7 +54,8 @@ EXTRA_CONTROLLERS = ("endpointslice-controller", "endpoints-controller",
                      # routing, the schedulers and the disk tier are StatefulSets; the disk
                      # tier's claims bind to local volumes; every tier has a disruption budget
                      "statefulset-controller", "persistentvolume-binder-controller",
-                     "disruption-controller")
+                     "persistentvolumeclaim-protection-controller",
+                     "persistentvolume-protection-controller", "disruption-controller")
 
 
 class Cluster:
