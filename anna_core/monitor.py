@@ -29,7 +29,7 @@ Run standalone: `python -m anna_core.monitor --routing ADDR [--key-dir D] [--per
 [--backup-to s3://bucket/prefix --backup-every S]` observes. With `--autoscale
 --kubernetes-namespace NS [--memory-deployment D] [--disk-deployment D] [--policy-config
 JSON] [--kubeconfig PATH]` it autoscales a cluster on Kubernetes: it builds a
-`KubernetesClusterManager` (autoscale/kubernetes_manager.py) from the pod's ServiceAccount
+`KubernetesClusterManager` (k8s/pool.py) from the pod's ServiceAccount
 (or the kubeconfig) and carries the policy out through it; the `anna-monitor` pod runs it so
 when the ConfigMap says `AUTOSCALE: "true"` (k8s/entrypoint.py). Node ids are pod names (each
 node is named after its pod), so a RemoveNode names the pod to delete. `anna local
@@ -47,12 +47,14 @@ import threading
 import time
 from typing import Any, Deque, Dict, List, Optional, Sequence, Set, Tuple
 
+from k8s.api import add_api_arguments
+from k8s.errors import KubernetesError
+from k8s.names import DISK as DISK_WORKLOAD, MEMORY as MEMORY_WORKLOAD
 from runtime.limits import raise_descriptor_limit
 from runtime.logs import configure_logging
 from runtime.cli import knobs_from_json, positive_float
 
 from .autoscale.actions import Note
-from .autoscale.kubernetes_pods import add_api_arguments
 from .autoscale.manager import ClusterManager, apply
 from .autoscale.policy import PolicyEngine
 from .autoscale.policy_config import PolicyConfig
@@ -317,9 +319,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         "monitor only observes")
     k.add_argument("--kubernetes-namespace", metavar="NS", default=None,
                    help="the namespace of the Anna Deployments (with --autoscale)")
-    k.add_argument("--memory-deployment", default="anna-memory", metavar="NAME",
+    k.add_argument("--memory-deployment", default=MEMORY_WORKLOAD, metavar="NAME",
                    help="the memory tier's Deployment")
-    k.add_argument("--disk-deployment", default="anna-disk", metavar="NAME",
+    k.add_argument("--disk-deployment", default=DISK_WORKLOAD, metavar="NAME",
                    help="the disk tier's Deployment ('' : no disk tier is managed)")
     k.add_argument("--policy-config", metavar="JSON", default="",
                    help="a JSON object of PolicyConfig knobs (anna_core/autoscale/"
@@ -368,12 +370,12 @@ def kubernetes_manager(args: argparse.Namespace) -> Optional[ClusterManager]:
     naming the call that failed (RBAC, a missing Deployment, an unreachable API)."""
     if not args.autoscale:
         return None
-    from .autoscale.kubernetes_manager import KubernetesClusterManager
-    from .autoscale.kubernetes_pods import api_client_from
+    from k8s.api import connect
+    from k8s.pool import KubernetesClusterManager
     deployments = {MEMORY: args.memory_deployment}
     if args.disk_deployment:
         deployments[DISK] = args.disk_deployment
-    return KubernetesClusterManager(api_client_from(args.kubeconfig), args.kubernetes_namespace,
+    return KubernetesClusterManager(connect(args.kubeconfig), args.kubernetes_namespace,
                                     deployments, startup_timeout=args.pod_startup_timeout,
                                     leave_timeout=args.pod_leave_timeout,
                                     request_timeout=args.request_timeout)
@@ -407,7 +409,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return 2
     try:
         manager = kubernetes_manager(args)
-    except AnnaError as e:
+    except (AnnaError, KubernetesError) as e:
         print(f"monitor: cannot manage the cluster's nodes: {e}", file=sys.stderr)
         return 1
     if manager is not None:

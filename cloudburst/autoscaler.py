@@ -48,8 +48,9 @@ from typing import Callable, Deque, Dict, List, Optional, Sequence
 
 import zmq
 
-from anna_core.autoscale.kubernetes_pods import add_api_arguments
 from hydro_proto import cloudburst_pb2 as pb
+from k8s.api import add_api_arguments
+from k8s.names import EXECUTOR
 from runtime.auth import AuthConfig, Security, credentials_of
 from runtime.cli import knobs_from_json
 from runtime.errors import CloudburstError
@@ -275,7 +276,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         "as the cluster (drains are refused from client keys)")
     p.add_argument("--kubernetes-namespace", required=True, metavar="NS",
                    help="the executor Deployment's namespace")
-    p.add_argument("--executor-deployment", default="cloudburst-executor", metavar="NAME",
+    p.add_argument("--executor-deployment", default=EXECUTOR, metavar="NAME",
                    help="the executor nodes' Deployment")
     p.add_argument("--policy-config", default="", metavar="JSON",
                    help="a JSON object of ExecutorPolicyConfig knobs (scheduler/"
@@ -304,10 +305,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """`python -m cloudburst.autoscaler`: the executor autoscaler of a cluster on Kubernetes."""
     import signal
     import sys
-    from anna_core.autoscale.kubernetes_pods import api_client_from, KubernetesError
+    from k8s.api import connect
+    from k8s.errors import KubernetesError
+    from k8s.pool import KubernetesExecutorManager
     from runtime.limits import raise_descriptor_limit
     from runtime.logs import configure_logging
-    from .kubernetes_executor_manager import KubernetesExecutorManager
     args = parse_args(argv)
     configure_logging(args.log_level, "autoscaler", family="cloudburst")
     raise_descriptor_limit()
@@ -321,7 +323,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
         manager = KubernetesExecutorManager(
-            api_client_from(args.kubeconfig), args.kubernetes_namespace,
+            connect(args.kubeconfig), args.kubernetes_namespace,
             args.executor_deployment, startup_timeout=args.pod_startup_timeout,
             leave_timeout=args.pod_leave_timeout, request_timeout=args.request_timeout)
     except (KubernetesError, ExecutorManagerError) as e:

@@ -327,7 +327,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                           formatter_class=HELP_FORMAT)
     add_keys_arguments(keys)
     keys.set_defaults(run=lambda a: keys_command(a, "cloudburst keys"))
-    from .kube.cli import add_k8s_parser
+    from k8s.cli import add_k8s_parser
     add_k8s_parser(sub)
     args = parser.parse_args(argv)
     return exit_quietly_on_broken_pipe(lambda: _run(args))

@@ -24,7 +24,7 @@ Contract (the executor analogue of `anna_core.autoscale.manager.ClusterManager`)
   workers are up; one that exits first or stays silent past the cluster's
   `startup_timeout` is `FAILED` (`StartupError`, killed). Removal is
   `LocalCluster.remove_executor_node` on a worker thread.
-- `KubernetesExecutorManager` (`cloudburst/kubernetes_executor_manager.py`) implements the
+- `KubernetesExecutorManager` (`k8s/pool.py`) implements the
   same interface with the pods of the executor Deployment as nodes.
 """
 from __future__ import annotations

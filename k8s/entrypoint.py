@@ -47,6 +47,8 @@ import os
 import sys
 from typing import Dict, List, Mapping
 
+from k8s.names import DISK, EXECUTOR, MEMORY
+
 ROLES = ("routing", "node", "monitor", "scheduler", "executor", "workers",
          "executor-autoscaler")
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off", "")
@@ -170,8 +172,8 @@ def command(role: str, env: Mapping[str, str], extra: List[str]) -> List[str]:
             argv += ["--policy-config", json.dumps(policy)]
         if _flag(env, "AUTOSCALE"):
             argv += ["--autoscale", "--kubernetes-namespace", _need(env, "POD_NAMESPACE"),
-                     "--memory-deployment", env.get("MEMORY_DEPLOYMENT") or "anna-memory",
-                     "--disk-deployment", env.get("DISK_DEPLOYMENT", "anna-disk")]
+                     "--memory-deployment", env.get("MEMORY_DEPLOYMENT") or MEMORY,
+                     "--disk-deployment", env.get("DISK_DEPLOYMENT", DISK)]
             argv += _seconds(env, "POD_STARTUP_TIMEOUT", "--pod-startup-timeout")
             argv += _seconds(env, "POD_LEAVE_TIMEOUT", "--pod-leave-timeout")
         backup_to = env.get("BACKUP_TO", "").strip()
@@ -215,7 +217,7 @@ def command(role: str, env: Mapping[str, str], extra: List[str]) -> List[str]:
             policy["workers_per_node"] = workers     # sizing from zero nodes needs it
         argv = py + ["cloudburst.autoscaler", "--kubernetes-namespace",
                      _need(env, "POD_NAMESPACE"), "--executor-deployment",
-                     env.get("EXECUTOR_DEPLOYMENT") or "cloudburst-executor",
+                     env.get("EXECUTOR_DEPLOYMENT") or EXECUTOR,
                      "--ip", _need(env, "POD_IP"), "--log-level", log_level]
         for address in _schedulers(env):
             argv += ["--scheduler", address]

@@ -88,9 +88,9 @@ K8S_REASON = ("the Kubernetes control plane is not built; run scripts/test_k8s.s
 
 @pytest.fixture(scope="module")
 def cp():
-    """A started local control plane (k8s/controlplane.py: kube-apiserver with RBAC, kwok)."""
+    """A started local control plane (tests/k8s_controlplane.py: kube-apiserver with RBAC, kwok)."""
     import os
-    k8s_controlplane = pytest.importorskip("k8s.controlplane")
+    k8s_controlplane = pytest.importorskip("k8s_controlplane")
     bin_dir = k8s_controlplane.find_binaries()
     if bin_dir is None:
         if os.environ.get("CLOUDBURST_K8S_REQUIRED"):

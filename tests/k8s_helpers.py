@@ -1,11 +1,19 @@
-"""Helpers for the Kubernetes fast tier (tests/test_k8s_*.py): the repository's least-privilege
-Role applied in a test namespace, Deployments whose pods kwok makes Ready, and reads through
-the admin client. The control plane and namespace fixtures (`cp`, `ns`) are in conftest.py."""
+"""Kubernetes helpers shared by the fast tier (tests/test_k8s_*.py, against the control plane of
+tests/k8s_controlplane.py) and the real-cluster tier (scripts/k8s/real_*.py, which put tests/
+on their path): the pods of a workload, whether a pod is Ready, a workload's replica count,
+and waiting with a deadline; plus the repository's least-privilege Role applied in a test
+namespace and Deployments whose pods kwok makes Ready. The control plane and namespace
+fixtures (`cp`, `ns`) are in conftest.py.
+
+`target` is anything with `api_client()` (a `ControlPlane`: its admin client) or an ApiClient.
+"""
+import subprocess
 import time
 from pathlib import Path
 
 import yaml
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 RBAC = Path(__file__).resolve().parent.parent / "k8s" / "rbac" / "cluster-manager.yaml"
 
@@ -53,16 +61,58 @@ def deployment(cp, ns, name, tier, replicas, node_selector=None):
     client.AppsV1Api(cp.api_client()).create_namespaced_deployment(ns, body, _request_timeout=10)
 
 
-def replicas(cp, ns, name):
-    return client.AppsV1Api(cp.api_client()).read_namespaced_deployment_scale(
+# The label that names a pod's workload: `deployment(...)` below sets `deployment=NAME`; the
+# manifests in k8s/base set `app.kubernetes.io/name=NAME`.
+TEST_LABEL = "deployment"
+APP_LABEL = "app.kubernetes.io/name"
+
+
+def _api(target):
+    return target.api_client() if hasattr(target, "api_client") else target
+
+
+def replicas(target, ns, name):
+    """The replica count Deployment `name` asks for (its scale subresource)."""
+    return client.AppsV1Api(_api(target)).read_namespaced_deployment_scale(
         name, ns, _request_timeout=10).spec.replicas or 0
 
 
-def pods(cp, ns, name):
-    items = client.CoreV1Api(cp.api_client()).list_namespaced_pod(
-        ns, label_selector=f"deployment={name}", _request_timeout=10).items
+def pods(target, ns, name, label=TEST_LABEL):
+    """The live (not terminating) pods of workload `name` (`label=name`), oldest first."""
+    items = client.CoreV1Api(_api(target)).list_namespaced_pod(
+        ns, label_selector=f"{label}={name}", _request_timeout=10).items
     return sorted((p for p in items if p.metadata.deletion_timestamp is None),
                   key=lambda p: (p.metadata.creation_timestamp, p.metadata.name))
+
+
+def is_ready(pod):
+    """Whether a V1Pod's Ready condition is True."""
+    return any(c.type == "Ready" and c.status == "True"
+               for c in ((pod.status.conditions if pod.status else None) or []))
+
+
+def wait_for(what, check, timeout, interval=0.5, say=None):
+    """Call `check()` until it returns something true and return that; RuntimeError naming
+    `what` and the last error once `timeout` seconds have passed. A probe that raises (an API
+    or kubectl error, a check of the scripts) counts as "not yet". `say`, when given, gets one progress line."""
+    deadline = time.monotonic() + timeout
+    start = time.monotonic()
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+            if value:
+                if say is not None:
+                    say(f"{what}: ok after {time.monotonic() - start:.1f} s")
+                return value
+        except subprocess.CalledProcessError as e:
+            last = f"{e.cmd[-4:]}: {(e.stderr or '').strip()[-300:]}"
+        except ApiException as e:
+            last = f"HTTP {e.status}: {e.reason}"
+        except Exception as e:  # noqa: BLE001 - a failed probe is "not yet" (named at the end)
+            last = e
+        time.sleep(interval)
+    raise RuntimeError(f"{what}: not done within {timeout} s (last error: {last})")
 
 
 def poll_until(manager, done, timeout=60.0):

@@ -11,17 +11,17 @@ import time
 import pytest
 import yaml
 
-from anna_core.autoscale.kubernetes_pods import DELETION_COST, LOWEST_COST, PermissionDenied
+from k8s.errors import PermissionDenied
+from k8s.pods import DELETION_COST, LOWEST_COST
 from anna_core.errors import StartupError
 from cloudburst.autoscaler import ExecutorAutoscalerService
 from cloudburst.executor_manager import FAILED, READY, REMOVED, LastNode, NodeLeaving, \
     UnknownNode
-from cloudburst.kubernetes_executor_manager import (ExecutorApiError, KubernetesExecutorManager,
-                                                    NodesNotReady)
+from k8s.pool import ExecutorApiError, KubernetesExecutorManager, NodesNotReady
 from cloudburst.status import ClusterStatus, ExecutorNodeStatus
 from scheduler.executor_policy import AddNodes, ExecutorAutoscaler, ExecutorPolicyConfig, Remove
 
-pytest.importorskip("k8s.controlplane")
+pytest.importorskip("k8s_controlplane")
 from kubernetes import client  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
 

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from cloudburst.cli import main
-from cloudburst.kube.manifests import render
-from cloudburst.kube.platform import CREATED_BY, SECRETS
+from k8s.manifests import render
+from k8s.deploy import CREATED_BY, SECRETS
 from runtime.auth import KeyPair, write_keys
 from waiting import poll_until
 
-k8s_controlplane = pytest.importorskip("k8s.controlplane")
+k8s_controlplane = pytest.importorskip("k8s_controlplane")
 from kubernetes import client  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
 

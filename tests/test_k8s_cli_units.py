@@ -1,6 +1,6 @@
 """The pure parts of `cloudburst k8s`: rendering the packaged manifests (checked against
 `kubectl kustomize` when kubectl is installed) and reading Deployments and pods
-(`cloudburst.kube.state`). No cluster needed."""
+(`k8s.status`). No cluster needed."""
 import json
 import os
 import shutil
@@ -13,10 +13,10 @@ import yaml
 from kubernetes import client
 
 from cloudburst.cli import main
-from cloudburst.kube.manifests import MANAGED_BY, ManifestError, apply_order, image_name, render
-from cloudburst.kube.errors import RoleRefused
-from cloudburst.kube.platform import check_scale, replica_counts
-from cloudburst.kube.state import format_status, summarize
+from k8s.manifests import MANAGED_BY, ManifestError, apply_order, image_name, render
+from k8s.errors import RoleRefused
+from k8s.deploy import check_scale, replica_counts
+from k8s.status import format_status, summarize
 
 K8S = Path(__file__).resolve().parent.parent / "k8s"
 
@@ -195,7 +195,7 @@ def test_the_manifests_ship_with_the_package(tmp_path):
     # a wheel also holds the compiled kernel (build_ext), which `cloudburst` imports
     for so in (root / "anna_core").glob("_core*.so"):
         shutil.copy(so, tmp_path / "anna_core" / so.name)
-    probe = ("import cloudburst.kube.manifests as m, json; "
+    probe = ("import k8s.manifests as m, json; "
              "print(json.dumps([str(m.package_root())] + "
              "[[o['kind'], o['metadata']['name']] for o in m.render()]))")
     built = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True,

@@ -5,12 +5,14 @@ Role of k8s/rbac/cluster-manager.yaml (least privilege); the admin client only s
 import pytest
 import yaml
 
-from anna_core.autoscale.kubernetes_manager import DELETION_COST, KubernetesClusterManager, \
-    ObjectNotFound, PermissionDenied, TierBusy
+from k8s.errors import ObjectNotFound, PermissionDenied
+from k8s.pods import DELETION_COST
+from k8s.pod_state import TierBusy
+from k8s.pool import KubernetesClusterManager
 from anna_core.autoscale.manager import FAILED, READY, REMOVED, LastNode
 from anna_core.errors import StartupError
 
-pytest.importorskip("k8s.controlplane")
+pytest.importorskip("k8s_controlplane")
 from kubernetes import client  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
 

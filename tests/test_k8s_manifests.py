@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cloudburst.kube.manifests import render as _render
+from k8s.manifests import render as _render
 from k8s import entrypoint
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,7 +29,7 @@ REASON = ("the Kubernetes control plane is not built; run scripts/k8s/build.sh (
 
 def render(directory: Path = K8S, namespace=None):
     """The objects of `kubectl kustomize directory`, as `cloudburst k8s deploy` renders them
-    (cloudburst.kube.manifests; test_kubectl_kustomize_renders_the_same_objects checks the
+    (k8s.manifests; test_kubectl_kustomize_renders_the_same_objects checks the
     two agree)."""
     return _render(directory, namespace=namespace)
 
@@ -70,7 +70,7 @@ def test_function_code_runs_in_a_container_without_the_cluster_secret(keys):
     holds the cluster's secret key, nothing at /keys, runs as another uid than the node,
     without capabilities or privilege escalation; the Secret it mounts, as `cloudburst k8s
     deploy` writes it, holds only the function pair and the cluster's public key."""
-    from cloudburst.kube.platform import SECRETS, secret_files
+    from k8s.deploy import SECRETS, secret_files
     spec = deployments()["cloudburst-executor"]["spec"]["template"]["spec"]
     containers = {c["name"]: c for c in spec["containers"]}
     node, workers = containers["executor"], containers["workers"]
@@ -261,12 +261,15 @@ def test_the_monitor_refuses_kubernetes_options_that_cannot_work(capsys):
         assert info.value.code == 2 and message in capsys.readouterr().err
 
 
-def test_the_monitor_without_a_cluster_says_where_it_looked(tmp_path):
-    from anna_core.autoscale.kubernetes_pods import KubernetesConfigError, api_client_from
+def test_the_monitor_without_a_cluster_says_where_it_looked(tmp_path, monkeypatch):
+    from k8s.api import connect
+    from k8s.errors import KubernetesConfigError
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))   # no kubeconfig file either
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     with pytest.raises(KubernetesConfigError, match="in-cluster configuration"):
-        api_client_from(None)                    # not in a pod: no ServiceAccount token
+        connect(None)                            # not in a pod: no ServiceAccount token
     with pytest.raises(KubernetesConfigError, match=str(tmp_path / "missing")):
-        api_client_from(str(tmp_path / "missing"))
+        connect(str(tmp_path / "missing"))
 
 
 def test_the_entrypoint_maps_settings_onto_the_executor_autoscaler():
@@ -323,7 +326,7 @@ def test_kubectl_kustomize_renders_the_same_objects():
 
 @pytest.mark.timeout(180)
 def test_the_manifests_apply_to_a_real_apiserver_and_become_available(keys):
-    k8s_controlplane = pytest.importorskip("k8s.controlplane")
+    k8s_controlplane = pytest.importorskip("k8s_controlplane")
     bin_dir = k8s_controlplane.find_binaries()
     if bin_dir is None:
         if os.environ.get("CLOUDBURST_K8S_REQUIRED"):
@@ -382,3 +385,15 @@ def test_the_entrypoint_maps_scheduled_backups_onto_the_monitor():
         entrypoint.command("monitor", dict(env, BACKUP_TO="s3://b/anna", BACKUP_EVERY=""), [])
     monitor = deployments()["anna-monitor"]["spec"]["template"]["spec"]["containers"][0]
     assert {"secretRef": {"name": "cloudburst-aws", "optional": True}} in monitor["envFrom"]
+
+
+def test_the_workload_names_name_objects_of_the_manifests():
+    from k8s import names
+    objects = {(o["kind"], o["metadata"]["name"]) for o in render()}
+    workloads = [names.ROUTING, names.MEMORY, names.DISK, names.MONITOR, names.SCHEDULER,
+                 names.EXECUTOR, names.AUTOSCALER]
+    for name in workloads:
+        assert any(n == name and kind in ("Deployment", "StatefulSet") for kind, n in objects), name
+    assert ("Service", names.SCHEDULER_SERVICE) in objects
+    assert names.TIER_WORKLOADS == {"memory": names.MEMORY, "disk": names.DISK}
+    assert {o["metadata"].get("namespace") for o in render()} - {None} == {names.NAMESPACE}

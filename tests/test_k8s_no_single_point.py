@@ -160,7 +160,7 @@ def test_a_stopping_scheduler_is_done_before_its_pod_is_killed(directory):
 
 
 def test_local_volumes_are_made_for_exactly_the_disk_tiers_claims(objects):
-    from cloudburst.kube.volumes import LOCAL_CLASS, local_volumes
+    from k8s.volumes import LOCAL_CLASS, local_volumes
     disk = of_kind(objects, "StatefulSet")["anna-disk"]
     (template,) = disk["spec"]["volumeClaimTemplates"]
     pvs = local_volumes("cb", disk, range(3), "/var/lib/cb-volumes")

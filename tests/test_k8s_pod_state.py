@@ -1,4 +1,4 @@
-"""The Kubernetes cluster manager's decisions (anna_core/autoscale/pod_state.py), without
+"""The Kubernetes cluster manager's decisions (k8s/pod_state.py), without
 Kubernetes: placeholders bound to pods, Ready, leaves, deadlines, the deletion-cost
 precondition; and the typed errors and pod conversion of the API layer."""
 import json
@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 from anna_core.autoscale.manager import FAILED, READY, REMOVED, LastNode, NodeLeaving, \
     UnknownNode
-from anna_core.autoscale.pod_state import PodView, TierBusy, TierPods, Withdraw
+from k8s.pod_state import PodView, TierBusy, TierPods, Withdraw
 from anna_core.errors import LeaveFailed, StartupError
 
 
@@ -223,8 +223,7 @@ def test_lists_stay_disjoint_and_events_follow_the_state(script):
 
 def test_api_errors_are_typed_and_name_the_call():
     from kubernetes.client.exceptions import ApiException
-    from anna_core.autoscale.kubernetes_manager import ApiUnavailable, ObjectNotFound, \
-        PermissionDenied, api_error
+    from k8s.errors import ApiUnavailable, ObjectNotFound, PermissionDenied, api_error
     import urllib3
 
     e = ApiException(status=403, reason="Forbidden")
@@ -245,7 +244,7 @@ def test_api_errors_are_typed_and_name_the_call():
 
 def test_pod_view_reads_ready_terminating_and_exit_codes():
     from kubernetes import client
-    from anna_core.autoscale.kubernetes_manager import pod_view
+    from k8s.pods import pod_view
     import datetime
     p = client.V1Pod(
         metadata=client.V1ObjectMeta(name="x", deletion_timestamp=datetime.datetime.now()),
@@ -319,7 +318,7 @@ class _FakeWatch:
 
 def test_the_watch_lists_again_after_410_gone_and_resumes_from_its_version():
     import threading
-    from anna_core.autoscale.kubernetes_manager import KubernetesClusterManager
+    from k8s.pool import KubernetesClusterManager
 
     _FakeWatch.calls, _FakeWatch.stopped = [], threading.Event()
     core = _FakeCore([([_v1pod("a")], "2"), ([_v1pod("a"), _v1pod("b", ready=False)], "7")])
@@ -349,7 +348,8 @@ def test_an_api_that_does_not_answer_ends_at_the_request_deadline():
     import socket
     import time
     from kubernetes import client
-    from anna_core.autoscale.kubernetes_manager import ApiTimeout, KubernetesClusterManager
+    from k8s.errors import ApiTimeout
+    from k8s.pool import KubernetesClusterManager
 
     with socket.socket() as silent:        # accepts connections, never answers
         silent.bind(("127.0.0.1", 0))
@@ -367,7 +367,7 @@ def test_an_api_that_does_not_answer_ends_at_the_request_deadline():
 
 def test_scaling_retries_when_another_scaler_got_there_first():
     from kubernetes.client.exceptions import ApiException
-    from anna_core.autoscale.kubernetes_manager import KubernetesClusterManager
+    from k8s.pool import KubernetesClusterManager
 
     class Apps(_FakeApps):
         patches = []

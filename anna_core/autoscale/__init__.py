@@ -13,8 +13,8 @@ cluster manager (nodes). Nothing in this package opens a socket, reads a clock o
 - `actions`: `AddNodes`, `RemoveNode`, `SetReplication` (`Promote`, `Demote`), `Note`.
 - `manager` (not imported here: it is not pure): `ClusterManager`, the interface the actions
   are carried out through, `LocalClusterManager`, and `apply(actions, manager, kvs)`.
-- `kubernetes_manager` (not imported here; needs the `kubernetes` client):
-  `KubernetesClusterManager`, pods of one Deployment per tier, over the pure `pod_state`.
+- On Kubernetes, `k8s.pool.KubernetesClusterManager` (the `k8s` package): pods of one
+  Deployment per tier.
 See DESIGN.md in this folder.
 """
 from .actions import (NODE_ACTIONS, Action, AddNodes, Demote, Note, Promote, RemoveNode,

@@ -32,7 +32,7 @@ Contract:
   `READY` once it announced it joined; one that exits first or stays silent past the
   cluster's `startup_timeout` is `FAILED` (`StartupError`, killed). Removal is
   `LocalCluster.remove_node` (SIGTERM, hand-off, exit 0) on a worker thread.
-  `kubernetes_manager.KubernetesClusterManager` implements the same interface over pods.
+  `k8s.pool.KubernetesClusterManager` implements the same interface over pods.
 """
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+from k8s.errors import KubernetesError
 from runtime.node_events import FAILED, READY, REMOVED, NodeEvent
 
 from ..config import DISK, MEMORY
@@ -348,7 +349,7 @@ def apply(actions: Sequence[Any], manager: ClusterManager, kvs: Any = None,
                 outcomes.append(Outcome(action, True, addresses))
             else:
                 raise TypeError(f"apply: unknown action {action!r}")
-        except (AnnaError, OSError) as e:
+        except (AnnaError, KubernetesError, OSError) as e:
             logger.warning("%s failed: %s", name, e)
             outcomes.append(Outcome(action, False, error=e))
             if isinstance(action, SetReplication):

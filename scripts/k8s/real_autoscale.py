@@ -26,6 +26,7 @@ import time
 from typing import Any, Callable, Dict, List
 
 from real_network import say, wait
+from k8s_helpers import replicas  # real_network put tests/ on the path
 
 NS = "cloudburst"
 MEMORY_CAPACITY = 100_000       # the test overlay's MEMORY_NODE_CONFIG capacity_bytes
@@ -37,8 +38,7 @@ SCALE_TIMEOUT = 180
 
 
 def _replicas(c, name: str) -> int:
-    d = json.loads(c.kubectl("-n", NS, "get", "deployment", name, "-o", "json").stdout)
-    return int(d["spec"].get("replicas") or 0)
+    return replicas(c.cp, NS, name)
 
 
 def _monitor_actions(admin) -> List[str]:
@@ -81,7 +81,7 @@ def anna_autoscaling(c, kvs, admin, helpers: Dict[str, Callable[..., Any]],
         c.kubectl("-n", NS, "rollout", "restart", "deployment", "anna-monitor")
         c.kubectl("-n", NS, "rollout", "status", "deployment", "anna-monitor",
                   "--timeout=120s", timeout=130)
-        before = {p["metadata"]["name"] for p in pods(c, "anna-memory")}
+        before = {p.metadata.name for p in pods(c, "anna-memory")}
         check(len(before) == 1 and _replicas(c, "anna-memory") == 1,
               f"expected one anna-memory pod before the scale-out, found {sorted(before)}")
 
@@ -93,8 +93,8 @@ def anna_autoscaling(c, kvs, admin, helpers: Dict[str, Callable[..., Any]],
 
         def grown():
             kvs.get("e2e/auto/000")   # traffic, so reports keep coming
-            new = [p["metadata"]["name"] for p in pods(c, "anna-memory")
-                   if p["metadata"]["name"] not in before and is_ready(p)]
+            new = [p.metadata.name for p in pods(c, "anna-memory")
+                   if p.metadata.name not in before and is_ready(p)]
             return new if new and members(admin).get(new[0]) == "MEMORY" else None
         try:
             added = wait("a new anna-memory pod Ready and a MEMORY member", grown,
@@ -112,7 +112,7 @@ def anna_autoscaling(c, kvs, admin, helpers: Dict[str, Callable[..., Any]],
         for k in list(values)[KEPT:]:
             kvs.delete(k)
         t0 = time.monotonic()
-        two = {p["metadata"]["name"] for p in pods(c, "anna-memory")}
+        two = {p.metadata.name for p in pods(c, "anna-memory")}
         unreadable: List[str] = []
 
         def shrunk():
@@ -121,7 +121,7 @@ def anna_autoscaling(c, kvs, admin, helpers: Dict[str, Callable[..., Any]],
             unreadable.extend(k for k, v in kept.items() if kvs.get(k) != v)
             check(not unreadable, f"kept keys read back wrong during the scale-in: "
                   f"{sorted(set(unreadable))[:5]}")
-            left = {p["metadata"]["name"] for p in pods(c, "anna-memory")}
+            left = {p.metadata.name for p in pods(c, "anna-memory")}
             gone = two - left
             return gone if (_replicas(c, "anna-memory") == 1 and len(left) == 1 and gone
                             and not gone & set(members(admin))) else None
@@ -158,12 +158,12 @@ def executor_autoscaling(c, client, helpers: Dict[str, Callable[..., Any]], step
         return [x, lib.getid()]     # the worker id starts with its pod's name
     client.register(slow, "slow")
     with step("executor autoscaler on", timings):
-        before = {p["metadata"]["name"] for p in pods(c, "cloudburst-executor")}
+        before = {p.metadata.name for p in pods(c, "cloudburst-executor")}
         check(len(before) == 1, f"expected one executor pod, found {sorted(before)}")
         c.kubectl("-n", NS, "scale", "deployment", "cloudburst-autoscaler", "--replicas=1")
         wait("the cloudburst-autoscaler pod Running",
              lambda: [p for p in pods(c, "cloudburst-autoscaler")
-                      if p["status"].get("phase") == "Running"], 120)
+                      if p.status.phase == "Running"], 120)
         # a burst before the process watches the load would be over before it looks (its
         # start takes seconds on a loaded machine): wait until it says it is on
         wait("the executor autoscaler on",
@@ -175,8 +175,8 @@ def executor_autoscaling(c, client, helpers: Dict[str, Callable[..., Any]], step
         futures = [client.call("slow", i, timeout=SCALE_TIMEOUT) for i in range(SLOW_CALLS)]
         try:
             added = wait("a second executor pod Ready",
-                         lambda: [p["metadata"]["name"] for p in pods(c, "cloudburst-executor")
-                                  if p["metadata"]["name"] not in before and is_ready(p)],
+                         lambda: [p.metadata.name for p in pods(c, "cloudburst-executor")
+                                  if p.metadata.name not in before and is_ready(p)],
                          SCALE_TIMEOUT, interval=1)
         except RuntimeError as e:
             raise AssertionError(f"{e}\n{_diagnose(c, None, 'cloudburst-autoscaler')}") \

@@ -1,4 +1,4 @@
-"""The real-cluster test tier: a control plane (k8s/controlplane.py, without kwok), containerd
+"""The real-cluster test tier: a control plane (tests/k8s_controlplane.py, without kwok), containerd
 + runc and a real kubelet on this machine, pod networking (a bridge CNI, kube-proxy in
 iptables mode, CoreDNS; scripts/k8s/real_network.py), then real pods from the project's image.
 
@@ -38,8 +38,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from k8s.controlplane import ControlPlane, _free_port, find_binaries  # noqa: E402
+from k8s_controlplane import ControlPlane, _free_port, find_binaries  # noqa: E402
 from real_network import (COREDNS_RBAC, T0, NetSettings, PodNetwork, corefile,  # noqa: E402
                           kube_proxy_config, leftover_report, run, say, wait,
                           write_cni_config)

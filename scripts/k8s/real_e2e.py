@@ -5,7 +5,7 @@ used from this machine through its Services.
 Steps (each timed; the first failure raises E2EFailure naming the step and the object):
  1. keys: `cloudburst keys DIR --client e2e`, the Secrets cloudburst-cluster-key,
     cloudburst-authorized-keys and cloudburst-function-key, the disk tier's local volumes
-    (cloudburst.kube.volumes, under the test's directory: the cluster has no storage
+    (k8s.volumes, under the test's directory: the cluster has no storage
     provisioner), then `kubectl apply -k scripts/k8s/e2e` (k8s/ with the test overlay);
     every Deployment must become Available and every StatefulSet Ready.
  2. the monitor pod's mounted ServiceAccount token lists the namespace's pods through
@@ -48,9 +48,10 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Callable, Dict
 
 from real_network import REPO, run, say, wait
+from k8s_helpers import APP_LABEL, is_ready, pods as workload_pods  # real_network put tests/ on the path
 
 NS = "cloudburst"
 OVERLAY = Path(__file__).resolve().parent / "e2e"
@@ -121,7 +122,7 @@ def local_volumes(c, overlay: Path) -> List[str]:
     """The disk tier's local volumes (the cluster has no storage provisioner), as `cloudburst
     k8s deploy` makes them, under this test's directory; their names."""
     import yaml
-    from cloudburst.kube.volumes import local_volumes as volumes_for
+    from k8s.volumes import local_volumes as volumes_for
     objects = [o for o in yaml.safe_load_all(c.kubectl("kustomize", str(overlay)).stdout) if o]
     pvs = [pv for o in objects if o["kind"] == "StatefulSet"
            for pv in volumes_for(NS, o, range(2), str(c.dir / "volumes"))]
@@ -147,15 +148,9 @@ def dump_namespace(c) -> None:
             print(c.kubectl("-n", NS, "describe", "pod", name, check=False).stdout[-1500:])
 
 
-def pods(c, app: str) -> List[dict]:
-    return [p for p in kjson(c, "-n", NS, "get", "pods", "-l",
-                             f"app.kubernetes.io/name={app}")["items"]
-            if not p["metadata"].get("deletionTimestamp")]
-
-
-def is_ready(p: dict) -> bool:
-    return any(x["type"] == "Ready" and x["status"] == "True"
-               for x in p["status"].get("conditions", []))
+def pods(c, app: str) -> list:
+    """The live pods of workload `app` in the tier's namespace (tests/k8s_helpers.py)."""
+    return workload_pods(c.cp, NS, app, label=APP_LABEL)
 
 
 def membership(kvs):
@@ -178,15 +173,15 @@ def tier_of_address(kvs) -> Dict[str, str]:
             for a in n.worker_addresses}
 
 
-def container_pid(c, pod: dict) -> int:
+def container_pid(c, pod) -> int:
     """The host pid of the pod's (single) container's process, from containerd."""
-    cid = pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
+    cid = pod.status.container_statuses[0].container_id.split("://", 1)[1]
     for ln in run(c.ctr("tasks", "ls")).stdout.splitlines()[1:]:
         parts = ln.split()
         if parts and parts[0] == cid:
             return int(parts[1])
     raise E2EFailure(f"no containerd task for container {cid} of pod "
-                     f"{pod['metadata']['name']}")
+                     f"{pod.metadata.name}")
 
 
 def e2e(c) -> None:
@@ -242,7 +237,7 @@ def e2e(c) -> None:
             check("deployments" in status, f"cloudburst k8s status --json: {out.stdout[:300]}")
 
         with step("ServiceAccount token from a pod", timings):
-            mon = pods(c, "anna-monitor")[0]["metadata"]["name"]
+            mon = pods(c, "anna-monitor")[0].metadata.name
             code = ("import json,ssl,urllib.request as u;"
                     "d='/var/run/secrets/kubernetes.io/serviceaccount/';"
                     "t=open(d+'token').read();"
@@ -333,7 +328,7 @@ def e2e(c) -> None:
                           if len(p.split()) >= 3),
                   f"a function in an executor pod sees its node process: {found['processes']}")
             # the node's side of the pod: its own container, its own uid, the keys mounted
-            pod = pods(c, "cloudburst-executor")[0]["metadata"]["name"]
+            pod = pods(c, "cloudburst-executor")[0].metadata.name
             node = json.loads(c.kubectl(
                 "-n", NS, "exec", pod, "-c", "executor", "--", "python", "-c",
                 "import json,os;print(json.dumps({'uid':os.getuid(),"
@@ -392,7 +387,7 @@ def e2e(c) -> None:
 
         mem = pods(c, "anna-memory")
         check(len(mem) == 1, f"expected one anna-memory pod, found {len(mem)}")
-        victim = mem[0]["metadata"]["name"]
+        victim = mem[0].metadata.name
         check(victim in before and before[victim] == "MEMORY",
               f"the memory pod {victim} is not a MEMORY member of routing: {before}")
 
@@ -411,8 +406,8 @@ def e2e(c) -> None:
 
         with step("replacement pod Ready and joined", timings):
             new = wait("a new anna-memory pod Ready",
-                       lambda: [p["metadata"]["name"] for p in pods(c, "anna-memory")
-                                if p["metadata"]["name"] != victim and is_ready(p)], 180)[0]
+                       lambda: [p.metadata.name for p in pods(c, "anna-memory")
+                                if p.metadata.name != victim and is_ready(p)], 180)[0]
             t_ready = time.monotonic() - t_kill
             wait(f"{new} in routing's membership", lambda: members(admin).get(new) == "MEMORY",
                  60)

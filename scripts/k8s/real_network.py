@@ -29,6 +29,7 @@ import logging
 import os
 import shlex
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,9 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 log = logging.getLogger("real_network")
 REPO = Path(__file__).resolve().parents[2]
 T0 = time.monotonic()
+if str(REPO / "tests") not in sys.path:
+    sys.path.insert(0, str(REPO / "tests"))   # the pod, ready and wait helpers shared with tests
+from k8s_helpers import wait_for  # noqa: E402
 
 
 def say(msg: str) -> None:
@@ -46,24 +50,9 @@ def say(msg: str) -> None:
 
 def wait(what: str, check: Callable[[], Any], timeout: float, interval: float = 0.5) -> Any:
     """Poll `check` until it returns something true (returned); RuntimeError naming `what`
-    and the last error after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    t = time.monotonic()
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            r = check()
-            if r:
-                say(f"{what}: ok after {time.monotonic() - t:.1f} s")
-                return r
-        except subprocess.CalledProcessError as e:
-            last = f"{e.cmd[-4:]}: {(e.stderr or '').strip()[-300:]}"
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except Exception as e:  # noqa: BLE001 - a failed probe is "not yet"
-            last = e
-        time.sleep(interval)
-    raise RuntimeError(f"{what}: not done within {timeout} s (last error: {last})")
+    and the last error after `timeout` seconds (tests/k8s_helpers.py's `wait_for`, with a
+    progress line)."""
+    return wait_for(what, check, timeout, interval=interval, say=say)
 
 # Sysctls the kubelet, kube-proxy or this module may change; restored on cleanup.
 SYSCTLS = ("vm.overcommit_memory", "kernel.panic", "kernel.panic_on_oops",

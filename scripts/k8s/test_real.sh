@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The real-cluster test tier: a real kubelet + containerd + runc on this machine, with the
-# control plane of k8s/controlplane.py (no kwok) and pod networking (bridge CNI on cb-br0 with
+# control plane of tests/k8s_controlplane.py (no kwok) and pod networking (bridge CNI on cb-br0 with
 # pods in 10.244.0.0/24, kube-proxy in iptables mode for Services in 10.96.0.0/24, CoreDNS for
 # cluster.local on the bridge address 10.244.0.1), runs the project's image as real pods.
 #

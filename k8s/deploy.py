@@ -2,9 +2,8 @@
 `cloudburst k8s`), with the official `kubernetes` client; no kubectl.
 
 Contract:
-- `connect(kubeconfig, context)` -> an ApiClient; `KubeconfigError` names the file and why.
-- `Platform(api, namespace)` works in one namespace. Every API call has `request_timeout` and
-  a failure raises the cluster manager's typed `KubernetesError` (verb, resource, object,
+- `Platform(api, namespace)` (`api` from `k8s.api.connect`) works in one namespace. Every API
+  call has `request_timeout` and a failure raises the typed `KubernetesError` (`k8s.errors`) (verb, resource, object,
   reason: 403 from RBAC is `PermissionDenied`, an unreachable server `ApiUnavailable`, ...).
   Every wait has a deadline and raises `WaitTimeout` naming what is still not done, with its
   last condition. Progress lines go to `say` (default: nothing).
@@ -35,18 +34,18 @@ import os
 import time
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
-from anna_core.autoscale.kubernetes_manager import ApiConflict, KubernetesError, ObjectNotFound, \
-    api_error
 from runtime.auth import CLUSTER, FUNCTION, AuthConfig, KeyPair, format_address, write_keys
 
-from .errors import KubeconfigError, RoleRefused, WaitTimeout
+from .errors import (ApiConflict, KubernetesError, ObjectNotFound, RoleRefused, WaitTimeout,
+                     api_error, client_errors)
+from .names import DISK, EXECUTOR, MEMORY, SCHEDULER_SERVICE as _SCHEDULER_SERVICE
 from .manifests import MANAGED_BY, apply_order, render
-from .state import PlatformStatus, summarize
+from .status import PlatformStatus, summarize
 
-__all__ = ["connect", "Platform", "SCALABLE", "REFUSED", "CREATED_BY", "SECRETS", "secret_files",
+__all__ = ["Platform", "SCALABLE", "REFUSED", "CREATED_BY", "SECRETS", "secret_files",
            "ConnectInfo", "replica_counts", "check_scale"]
 
-log = logging.getLogger("cloudburst.kube")
+log = logging.getLogger("k8s.deploy")
 
 FIELD_MANAGER = "cloudburst-k8s"
 # Annotation on a namespace deploy created (delete removes only such namespaces).
@@ -57,7 +56,7 @@ KEYS_HASH = "cloudburst.io/keys-sha256"
 # `workers` containers get: the function role's pair and the cluster's public key only
 SECRETS = ("cloudburst-cluster-key", "cloudburst-authorized-keys", "cloudburst-function-key")
 # Roles `scale` changes, and their Deployments.
-SCALABLE = {"executor": "cloudburst-executor", "memory": "anna-memory", "disk": "anna-disk"}
+SCALABLE = {"executor": EXECUTOR, "memory": MEMORY, "disk": DISK}
 # Roles `scale` refuses, and why.
 REFUSED = {
     "scheduler": "executor nodes heartbeat to every scheduler by address and clients connect "
@@ -66,40 +65,7 @@ REFUSED = {
                "StatefulSet listed there",
     "monitor": "one monitor summarises the nodes' reports; a second would double-count them",
 }
-SCHEDULER_SERVICE = "cloudburst-scheduler"
-
-
-def connect(kubeconfig: Optional[str] = None, context: Optional[str] = None) -> Any:
-    """A `kubernetes.client.ApiClient` from a kubeconfig (default: $KUBECONFIG or
-    ~/.kube/config; in a pod without one, its ServiceAccount). KubeconfigError on a missing
-    or malformed file or an unknown context."""
-    from kubernetes import client, config
-    import yaml
-    from kubernetes.config.config_exception import ConfigException
-    cfg = client.Configuration()
-    default = os.path.expanduser(os.environ.get("KUBECONFIG", "~/.kube/config").split(":")[0])
-    try:
-        if kubeconfig is None and not os.path.exists(default) and \
-                os.environ.get("KUBERNETES_SERVICE_HOST"):
-            config.load_incluster_config(client_configuration=cfg)
-        else:
-            path = kubeconfig or default
-            if not os.path.exists(path):
-                raise KubeconfigError(f"kubeconfig {path}: no such file (pass --kubeconfig or "
-                                      f"set KUBECONFIG)", path, context)
-            config.load_kube_config(config_file=path, context=context,
-                                    client_configuration=cfg, persist_config=False)
-    except KubeconfigError:
-        raise
-    except (ConfigException, yaml.YAMLError, OSError, ValueError, TypeError, KeyError,
-            AttributeError) as e:
-        where = kubeconfig or default
-        raise KubeconfigError(f"kubeconfig {where}"
-                              + (f" (context {context!r})" if context else "")
-                              + f": cannot be used: {' '.join(str(e).split())}", where,
-                              context) from None
-    cfg.retries = 1     # fail fast on an unreachable server; the caller's deadline decides
-    return client.ApiClient(cfg)
+SCHEDULER_SERVICE = _SCHEDULER_SERVICE
 
 
 def secret_files(key_dir: str) -> Dict[str, Dict[str, bytes]]:
@@ -215,7 +181,6 @@ class Platform:
 
     def _call(self, verb: str, resource: str, name: str, fn: Callable[..., Any], *args: Any,
               namespace: Optional[str] = None, **kwargs: Any) -> Any:
-        from anna_core.autoscale.kubernetes_pods import client_errors
         kwargs.setdefault("_request_timeout", self.request_timeout)
         try:
             return fn(*args, **kwargs)

@@ -24,9 +24,10 @@ from runtime.cli import HELP_FORMAT, log_level, non_negative_float, non_negative
     positive_float
 from runtime.logs import LEVELS, configure_logging
 
-from .errors import KubeconfigError, KubernetesError, RoleRefused, WaitTimeout
+from .api import connect
+from .errors import KubernetesError, RoleRefused, WaitTimeout
 from .manifests import ManifestError
-from .platform import REFUSED, SCALABLE, Platform, connect
+from .deploy import REFUSED, SCALABLE, Platform
 
 __all__ = ["add_k8s_parser"]
 
@@ -39,7 +40,7 @@ class _Help(HELP_FORMAT):
         return super()._get_help_string(action)
 
 
-ERRORS = (KubernetesError, KubeconfigError, WaitTimeout, RoleRefused, ManifestError,
+ERRORS = (KubernetesError, WaitTimeout, RoleRefused, ManifestError,
           KeyFileError, FileExistsError, ValueError, OSError)
 
 
@@ -77,7 +78,7 @@ def _deploy(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from .state import format_status
+    from .status import format_status
     status = _platform(args).status()
     if args.json:
         print(json.dumps(status.to_json(), indent=1))

@@ -1,6 +1,50 @@
-"""`KubernetesExecutorManager`: the executor-manager interface over the executor Deployment's pods.
+"""The node managers over pods: `KubernetesClusterManager` (Anna's tiers, one Deployment per
+tier) and `KubernetesExecutorManager` (the executor Deployment).
 
-Contract (`cloudburst/executor_manager.py`'s `ExecutorManager`, with pods as nodes):
+Usage:
+
+    from k8s.api import connect
+    from k8s.pool import KubernetesClusterManager
+
+    api = connect()                                   # kubeconfig, or in a pod its ServiceAccount
+    manager = KubernetesClusterManager(api, "anna", {"memory": "anna-memory",
+                                                     "disk": "anna-disk"})
+    ids = manager.add_nodes("memory", 2)             # placeholders: memory+1, memory+2
+    for event in manager.poll():                      # each monitor tick
+        ...                                           # READY memory anna-memory-7c9-xk2lp
+
+How it maps the interface (`anna_core/autoscale/manager.py`):
+- A node is a pod; its id is the pod's name. `add_nodes` scales the tier's Deployment up
+  through the `deployments/scale` subresource (a JSON patch that tests the replica count it
+  read, so concurrent scalers do not lose updates) and returns placeholder ids, since the
+  ReplicaSet names the pods; each placeholder is bound to the next new pod of the tier, which
+  `pending()` then lists by name, and READY names the pod (`bound_to(placeholder)`).
+- `remove_node(tier, pod)` sets `controller.kubernetes.io/pod-deletion-cost` on that pod to the
+  lowest value and scales the Deployment down by one: the ReplicaSet deletes the cheapest
+  Ready pod, which receives SIGTERM, and Anna's node handles SIGTERM by leaving gracefully
+  (handing its keys off) before it exits. The pod's `terminationGracePeriodSeconds` must cover
+  the hand-off, and `leave_timeout` must exceed it. Because the ReplicaSet deletes pods that
+  are not Ready before it reads deletion costs, a removal while some pod of the tier is not
+  Ready raises `TierBusy` (a `ClusterManagerError`; the monitor retries next period).
+- Following pods (one watch per tier, resumed and relisted), scaling, deletion costs and the
+  typed errors are `k8s.pods.DeploymentPods`' (its contract says how), shared with
+  Cloudburst's executor manager; the decisions (which pod is pending, ready, leaving, what
+  timed out) are in the pure `pod_state.TierPods`. This module only adapts them to the
+  cluster-manager interface (tiers).
+- Every API call has `request_timeout`; a failure raises a `KubernetesError` naming the verb,
+  the resource, the object and the server's reason: `PermissionDenied` (RBAC), `ObjectNotFound`,
+  `ApiTimeout`, `ApiUnavailable`, `ApiConflict` (`k8s.errors`); `apply()` records them as the
+  action's failure.
+
+Permissions it needs (k8s/rbac/cluster-manager.yaml): pods get/list/watch/patch,
+deployments/scale get/patch on the tiers' Deployments, in its namespace.
+
+In the cluster, `python -m anna_core.monitor --autoscale --kubernetes-namespace NS ...` (the
+`anna-monitor` pod, `AUTOSCALE=true` in the ConfigMap) builds one from the pod's
+ServiceAccount and runs the policy with it (`anna_core.monitor.kubernetes_manager`).
+
+`KubernetesExecutorManager`, the executor-manager interface over the executor Deployment's
+pods (contract: `cloudburst/executor_manager.py`'s `ExecutorManager`, with pods as nodes):
 - A node is a pod of the executor Deployment (`cloudburst-executor` in k8s/base); its id is
   the pod's name, which is also the node id the executor reports to the schedulers
   (k8s/entrypoint.py sets `node_id` from POD_NAME), so the ids the autoscaling policy reads
@@ -24,28 +68,53 @@ Contract (`cloudburst/executor_manager.py`'s `ExecutorManager`, with pods as nod
   `ApiUnavailable`, `ApiConflict`) and whose message names the verb, resource and object.
 - `poll()` never waits on the API (watches run on a thread); `wait(timeout)` blocks until
   the watch has news, for callers with nothing else to do.
-
-The API machinery is `anna_core.autoscale.kubernetes_pods.DeploymentPods`, the same as Anna's
-`KubernetesClusterManager`'s. Permissions (k8s/rbac/cluster-manager.yaml): pods
-get/list/watch/patch, and get/patch of the executor Deployment's `deployments/scale`.
+Permissions (k8s/rbac/cluster-manager.yaml): pods get/list/watch/patch, and get/patch of the
+executor Deployment's `deployments/scale`.
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
 import time
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Mapping, Optional
 
 from anna_core.autoscale import manager as anna_manager
-from anna_core.autoscale.kubernetes_pods import DeploymentPods, KubernetesError
-from anna_core.autoscale.pod_state import TierBusy
+from anna_core.autoscale.manager import ClusterManager, _check_tier
+from cloudburst.executor_manager import (Event, ExecutorManager, ExecutorManagerError, LastNode,
+                                         NodeLeaving, UnknownNode)
 
-from .executor_manager import (Event, ExecutorManager, ExecutorManagerError, LastNode,
-                               NodeLeaving, UnknownNode)
+from .errors import KubernetesError
+from .pods import DeploymentPods
+from .pod_state import TierBusy
 
-__all__ = ["KubernetesExecutorManager", "ExecutorApiError", "NodesNotReady", "GROUP"]
+__all__ = ["KubernetesClusterManager", "KubernetesExecutorManager", "ExecutorApiError",
+           "NodesNotReady", "GROUP"]
 
-log = logging.getLogger("cloudburst.autoscale.kubernetes")
+log = logging.getLogger("k8s.pool")
+
+
+class KubernetesClusterManager(DeploymentPods, ClusterManager):
+    """Anna's nodes as the pods of one Deployment per tier; see the module docstring.
+
+    Args and errors: as `DeploymentPods`, with the tiers ("memory", "disk") as its groups:
+    `deployments` maps a tier to its Deployment's name, e.g. {"memory": "anna-memory"}; a
+    tier left out is not managed.
+    """
+
+    def __init__(self, api_client: Any, namespace: str, deployments: Mapping[str, str], *,
+                 startup_timeout: float = 120.0, leave_timeout: float = 150.0,
+                 request_timeout: float = 10.0, watch_timeout: int = 60,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(api_client, namespace, deployments, startup_timeout=startup_timeout,
+                         leave_timeout=leave_timeout, request_timeout=request_timeout,
+                         watch_timeout=watch_timeout, clock=clock)
+
+    def _check_group(self, tier: str) -> None:
+        _check_tier(tier)
+
+    def __enter__(self) -> "KubernetesClusterManager":
+        return self
+
 
 GROUP = "executor"      # the placeholders' prefix and the pod watch's name
 

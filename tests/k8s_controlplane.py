@@ -2,7 +2,7 @@
 scheduler and kwok (fake nodes whose pods become Ready without a kubelet), on free loopback
 ports in a temporary directory.
 
-    from k8s.controlplane import ControlPlane, find_binaries
+    from k8s_controlplane import ControlPlane, find_binaries   # tests/ on sys.path
 
     with ControlPlane(find_binaries()) as cp:        # ~5 s once the binaries are built
         api = cp.api_client()                        # admin (system:masters) client
@@ -12,7 +12,7 @@ ports in a temporary directory.
 
 The binaries are built by `scripts/k8s/build.sh` into a cache outside the checkout;
 `find_binaries()` returns their directory, or None when they are not built (the tests that
-need them are then skipped, naming the command). `python -m k8s.controlplane` starts one and
+need them are then skipped, naming the command). `python tests/k8s_controlplane.py` starts one and
 prints its kubeconfig until Ctrl-C.
 
 Authentication is a static admin token (`--token-auth-file`) plus ServiceAccount tokens;
@@ -46,7 +46,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 __all__ = ["ControlPlane", "ControlPlaneError", "find_binaries", "BUILD_COMMAND"]
 
-log = logging.getLogger("k8s.controlplane")
+log = logging.getLogger("tests.k8s_controlplane")
 
 REPO = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = REPO / "scripts" / "k8s" / "build.sh"

@@ -1,9 +1,8 @@
 """`DeploymentPods`: nodes as the pods of Deployments, through the Kubernetes API.
 
-The machinery every Kubernetes node manager shares: Anna's `KubernetesClusterManager`
-(`kubernetes_manager.py`: one Deployment per tier) and Cloudburst's
-`KubernetesExecutorManager` (`cloudburst/kubernetes_executor_manager.py`: the executor
-Deployment) are thin adapters over it. A *group* is one Deployment's pods (an Anna tier, or
+The machinery every Kubernetes node manager shares: Anna's `KubernetesClusterManager` and
+Cloudburst's `KubernetesExecutorManager` (`k8s/pool.py`: one Deployment per tier, and the
+executor Deployment) are thin adapters over it. A *group* is one Deployment's pods (an Anna tier, or
 the executor nodes); every method takes the group's name.
 
 - A node is a pod; its id is the pod's name. `add_nodes(group, n)` scales the group's
@@ -35,162 +34,23 @@ deployments/scale get/patch on its Deployments, in its namespace.
 """
 from __future__ import annotations
 
-import json
 import logging
 import queue
 import threading
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from runtime.cli import positive_float
+from runtime.node_events import FAILED, NodeEvent as Event
 
-from ..errors import AnnaError
-from .manager import Event, FAILED
+from .errors import ApiConflict, KubernetesError, api_error, client_errors
 from .pod_state import PodView, TierBusy, TierPods, Withdraw
 
-__all__ = ["DeploymentPods", "api_client_from", "add_api_arguments", "KubernetesConfigError", "KubernetesError",
-           "PermissionDenied", "ObjectNotFound", "ApiTimeout", "ApiUnavailable", "ApiConflict",
-           "TierBusy", "pod_view", "api_error", "DELETION_COST", "LOWEST_COST"]
+__all__ = ["DeploymentPods", "TierBusy", "pod_view", "DELETION_COST", "LOWEST_COST"]
 
-log = logging.getLogger("anna.autoscale.kubernetes")
+log = logging.getLogger("k8s.pods")
 
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 LOWEST_COST = -2147483648          # the annotation is an int32
-
-
-# ---- errors -------------------------------------------------------------------------------
-
-
-class KubernetesError(AnnaError):
-    """A Kubernetes API call failed. `verb`, `resource`, `name` and `namespace` say which call
-    on which object; `status` is the HTTP status (None without an answer); `reason` is the
-    server's message or the client's error."""
-
-    def __init__(self, message: str, *, verb: str, resource: str, name: str, namespace: str,
-                 status: Optional[int] = None, reason: str = "") -> None:
-        super().__init__(message, address=f"{namespace}/{name}" if name else namespace)
-        self.verb = verb
-        self.resource = resource
-        self.name = name
-        self.namespace = namespace
-        self.status = status
-        self.reason = reason
-
-
-class PermissionDenied(KubernetesError):
-    """401 or 403: the credentials were refused, or RBAC does not allow the verb."""
-
-
-class ObjectNotFound(KubernetesError):
-    """404: the Deployment, pod or namespace does not exist."""
-
-
-class ApiTimeout(KubernetesError):
-    """The API did not answer within the request timeout."""
-
-
-class ApiUnavailable(KubernetesError):
-    """The API could not be reached (refused, reset, TLS)."""
-
-
-class ApiConflict(KubernetesError):
-    """The object kept changing under the manager (scale read-test-write retries ran out)."""
-
-
-def _server_message(e: Any) -> str:
-    body = getattr(e, "body", None)
-    if body:
-        try:
-            return str(json.loads(body).get("message") or body)
-        except (ValueError, AttributeError):
-            return str(body)
-    return str(getattr(e, "reason", "") or e)
-
-
-def api_error(e: BaseException, verb: str, resource: str, name: str,
-              namespace: str) -> KubernetesError:
-    """The typed error for an exception out of the kubernetes client."""
-    import urllib3
-    from kubernetes.client.exceptions import ApiException
-    what = f"{verb} {resource} {namespace}/{name}" if name else f"{verb} {resource} in {namespace}"
-    kw = dict(verb=verb, resource=resource, name=name, namespace=namespace)
-    if isinstance(e, ApiException):
-        status = e.status
-        message = _server_message(e)
-        if status == 401:
-            return PermissionDenied(f"{what}: unauthorized (401): the credentials were not "
-                                    f"accepted: {message}", status=status, reason=message, **kw)
-        if status == 403:
-            return PermissionDenied(f"{what}: forbidden (403): {message}", status=status,
-                                    reason=message, **kw)
-        if status == 404:
-            return ObjectNotFound(f"{what}: not found (404): {message}", status=status,
-                                  reason=message, **kw)
-        if status == 409:
-            return ApiConflict(f"{what}: conflict (409): {message}", status=status,
-                               reason=message, **kw)
-        return KubernetesError(f"{what}: HTTP {status}: {message}", status=status,
-                               reason=message, **kw)
-    timeouts = (urllib3.exceptions.TimeoutError, TimeoutError)
-    refused = urllib3.exceptions.NewConnectionError   # a ConnectTimeoutError subclass in urllib3
-    reason = getattr(e, "reason", None)
-    if isinstance(e, refused) or isinstance(reason, refused):
-        return ApiUnavailable(f"{what}: the API could not be reached: {e}", reason=str(e), **kw)
-    if isinstance(e, timeouts) or isinstance(reason, timeouts):
-        return ApiTimeout(f"{what}: no answer in time: {e}", reason=str(e), **kw)
-    return ApiUnavailable(f"{what}: the API could not be reached: {e}", reason=str(e), **kw)
-
-
-def client_errors() -> Tuple[type, ...]:
-    """The exceptions a kubernetes client call raises (imported lazily: the client is optional
-    outside Kubernetes)."""
-    import urllib3
-    from kubernetes.client.exceptions import ApiException
-    return (ApiException, urllib3.exceptions.HTTPError, OSError)
-
-
-class KubernetesConfigError(KubernetesError):
-    """No usable API configuration: the kubeconfig file is missing or malformed, or the
-    process is not in a pod (no in-cluster ServiceAccount token)."""
-
-
-def add_api_arguments(parser: Any, *, pods: str, leave_default: float) -> None:
-    """The command-line options of a process that scales Deployments through DeploymentPods:
-    --kubeconfig, --pod-startup-timeout, --pod-leave-timeout (default `leave_default`, above
-    the grace period of the `pods` it removes) and --request-timeout."""
-    parser.add_argument("--kubeconfig", metavar="PATH", default=None,
-                        help="a kubeconfig file, to run outside the cluster; default: the "
-                             "pod's ServiceAccount (in-cluster configuration)")
-    parser.add_argument("--pod-startup-timeout", type=positive_float, default=120.0,
-                        metavar="S", help=f"seconds from a scale-up to a Ready {pods} pod "
-                                          f"before the start fails and is withdrawn")
-    parser.add_argument("--pod-leave-timeout", type=positive_float, default=leave_default,
-                        metavar="S", help=f"seconds from a removal until the pod must be gone "
-                                          f"(above the {pods} pods' "
-                                          f"terminationGracePeriodSeconds)")
-    parser.add_argument("--request-timeout", type=positive_float, default=10.0, metavar="S",
-                        help="seconds for every Kubernetes API request")
-
-
-def api_client_from(kubeconfig: Optional[str] = None) -> Any:
-    """A `kubernetes.client.ApiClient`: from the kubeconfig file `kubeconfig` when given
-    (running outside the cluster), else from the pod's ServiceAccount (in-cluster:
-    `load_incluster_config`). Raises `KubernetesConfigError` naming the source."""
-    from kubernetes import client, config
-    from kubernetes.config.config_exception import ConfigException
-    source = f"kubeconfig {kubeconfig}" if kubeconfig else "the in-cluster configuration"
-    try:
-        if kubeconfig:
-            return config.new_client_from_config(config_file=kubeconfig)
-        configuration = client.Configuration()
-        config.load_incluster_config(client_configuration=configuration)
-        return client.ApiClient(configuration)
-    except (ConfigException, OSError, ValueError, TypeError) as e:
-        hint = ("" if kubeconfig else " (not running in a pod? pass a kubeconfig file)")
-        raise KubernetesConfigError(f"cannot configure the Kubernetes client from {source}: "
-                                    f"{e}{hint}", verb="configure", resource="client",
-                                    name=kubeconfig or "", namespace="",
-                                    reason=str(e)) from None
 
 
 # ---- pods as the state core sees them -----------------------------------------------------

@@ -7,14 +7,14 @@ calls nothing. A Deployment is *done* when the controller has seen its latest sp
 (observedGeneration), every desired replica is updated, ready and available, no old replica
 is left, and (with replicas) its Available condition is True. `why` says what is not done: the
 failing conditions and the reasons of its pods that are not Ready (from
-`anna_core.autoscale.kubernetes_manager.pod_view`, the cluster manager's reading of a pod).
+`k8s.pods.pod_view`, the node managers' reading of a pod).
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Iterable, List, Optional
 
-from anna_core.autoscale.kubernetes_manager import pod_view
+from .pods import pod_view
 
 __all__ = ["DeploymentState", "PodState", "PlatformStatus", "summarize", "deployment_state",
            "pod_state", "format_status"]

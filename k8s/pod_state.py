@@ -1,4 +1,4 @@
-"""The decisions of the Kubernetes cluster manager, without Kubernetes: one tier's pods.
+"""The decisions of the Kubernetes node managers, without Kubernetes: one group's pods.
 
 `TierPods` is pure: it is fed what the API said (`sync` with a full listing, `observe` with
 one watch event, both as `PodView`s), what was requested (`request`, `leave`), and the time
@@ -34,15 +34,15 @@ import logging
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Tuple
 
-from ..errors import LeaveFailed, StartupError
+from anna_core.errors import LeaveFailed, StartupError
 from runtime.node_events import NodeEvent
 
-from .manager import FAILED, READY, REMOVED, ClusterManagerError, Event, LastNode, NodeLeaving, \
+from anna_core.autoscale.manager import FAILED, READY, REMOVED, ClusterManagerError, Event, LastNode, NodeLeaving, \
     UnknownNode
 
 __all__ = ["PodView", "Withdraw", "TierPods", "TierBusy"]
 
-log = logging.getLogger("anna.autoscale.kubernetes")
+log = logging.getLogger("k8s.pods")
 
 
 class TierBusy(ClusterManagerError):
