@@ -49,7 +49,7 @@ from typing import Any, Deque, Dict, List, Optional, Sequence, Set, Tuple
 
 from k8s.api import add_api_arguments
 from k8s.errors import KubernetesError
-from k8s.names import DISK as DISK_WORKLOAD, MEMORY as MEMORY_WORKLOAD
+from k8s.names import DISK_SCALED as DISK_WORKLOAD, MEMORY as MEMORY_WORKLOAD
 from runtime.limits import raise_descriptor_limit
 from runtime.logs import configure_logging
 from runtime.cli import knobs_from_json, positive_float
@@ -322,7 +322,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     k.add_argument("--memory-deployment", default=MEMORY_WORKLOAD, metavar="NAME",
                    help="the memory tier's Deployment")
     k.add_argument("--disk-deployment", default=DISK_WORKLOAD, metavar="NAME",
-                   help="the disk tier's Deployment ('' : no disk tier is managed)")
+                   help="the disk tier's workload: a Deployment's name or statefulset/NAME "
+                        "(default: the disk StatefulSet; '': no disk tier is managed)")
     k.add_argument("--policy-config", metavar="JSON", default="",
                    help="a JSON object of PolicyConfig knobs (anna_core/autoscale/"
                         "policy_config.py), e.g. '{\"grace_period\": 60, \"max_nodes\": 6}'; "

@@ -20,7 +20,7 @@ Roles and what they read from the environment (k8s/base/configmap.yaml sets most
 
 Autoscaling: with AUTOSCALE=true the monitor acts on its policy's decisions: it adds and
 removes Anna nodes as pods of MEMORY_DEPLOYMENT and DISK_DEPLOYMENT (default `anna-memory`,
-`anna-disk`; DISK_DEPLOYMENT="" leaves the disk tier alone) in POD_NAMESPACE, through the
+`statefulset/anna-disk`, the disk StatefulSet; DISK_DEPLOYMENT="" leaves the disk tier alone) in POD_NAMESPACE, through the
 Kubernetes API as the pod's ServiceAccount, with POLICY_CONFIG's PolicyConfig knobs (its
 monitoring period is REPORT_PERIOD). Otherwise (unset, "false") it only observes. Anna nodes
 are named after their pods (node_id = POD_NAME), so the node ids the monitor decides on are
@@ -47,7 +47,7 @@ import os
 import sys
 from typing import Dict, List, Mapping
 
-from k8s.names import DISK, EXECUTOR, MEMORY
+from k8s.names import DISK_SCALED, EXECUTOR, MEMORY
 
 ROLES = ("routing", "node", "monitor", "scheduler", "executor", "workers",
          "executor-autoscaler")
@@ -115,10 +115,13 @@ def _schedulers(env: Mapping[str, str]) -> List[str]:
 
 
 def _keyed(address: str, env: Mapping[str, str]) -> str:
-    """`address` with the cluster's public key appended when authentication is on (every
+    """`address` (or each of several, comma-separated) with the cluster's public key
+    appended when authentication is on (every
     cluster server binds with the cluster's key pair, and a peer connects to a CURVE server
     with an address that names its key: runtime/auth.py)."""
     key_dir = env.get("KEY_DIR", "")
+    if "," in address:          # several (the routings' or the schedulers' stable names)
+        return ",".join(_keyed(a.strip(), env) for a in address.split(",") if a.strip())
     if not key_dir or "#" in address:
         return address
     from runtime.auth import CLUSTER, KeyPair, format_address
@@ -173,7 +176,7 @@ def command(role: str, env: Mapping[str, str], extra: List[str]) -> List[str]:
         if _flag(env, "AUTOSCALE"):
             argv += ["--autoscale", "--kubernetes-namespace", _need(env, "POD_NAMESPACE"),
                      "--memory-deployment", env.get("MEMORY_DEPLOYMENT") or MEMORY,
-                     "--disk-deployment", env.get("DISK_DEPLOYMENT", DISK)]
+                     "--disk-deployment", env.get("DISK_DEPLOYMENT", DISK_SCALED)]
             argv += _seconds(env, "POD_STARTUP_TIMEOUT", "--pod-startup-timeout")
             argv += _seconds(env, "POD_LEAVE_TIMEOUT", "--pod-leave-timeout")
         backup_to = env.get("BACKUP_TO", "").strip()

@@ -45,11 +45,26 @@ from runtime.node_events import FAILED, NodeEvent as Event
 from .errors import ApiConflict, KubernetesError, api_error, client_errors
 from .pod_state import PodView, TierBusy, TierPods, Withdraw
 
-__all__ = ["DeploymentPods", "TierBusy", "pod_view", "DELETION_COST", "LOWEST_COST"]
+__all__ = ["DeploymentPods", "TierBusy", "NotHighestOrdinal", "highest_ordinal", "pod_view",
+           "DELETION_COST", "LOWEST_COST"]
 
 log = logging.getLogger("k8s.pods")
 
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+STATEFULSET = "statefulset/"       # a group's workload named "statefulset/NAME"
+
+
+class NotHighestOrdinal(TierBusy):
+    """A StatefulSet's group can lose only its pod of the highest ordinal (StatefulSets
+    always remove that one); the message names the pod that can go."""
+
+
+def highest_ordinal(pods: List[str]) -> Optional[str]:
+    """The StatefulSet pod (`NAME-N`) of the highest ordinal N among `pods` (pure)."""
+    def ordinal(pod: str) -> int:
+        tail = pod.rsplit("-", 1)[-1]
+        return int(tail) if tail.isdigit() else -1
+    return max(pods, key=ordinal, default=None)
 LOWEST_COST = -2147483648          # the annotation is an int32
 
 
@@ -94,8 +109,10 @@ class DeploymentPods:
     Args:
         api_client: a `kubernetes.client.ApiClient` (e.g. `config.new_client_from_config()`).
         namespace: where the Deployments are.
-        deployments: group -> Deployment name, e.g. {"memory": "anna-memory"}; groups left
-            out are not managed (their `nodes()` are empty, changes raise ValueError).
+        deployments: group -> Deployment name, e.g. {"memory": "anna-memory"}, or
+            "statefulset/NAME" for a StatefulSet (its scale subresource; a removal must name
+            its highest ordinal, else `NotHighestOrdinal`); groups left out are not managed
+            (their `nodes()` are empty, changes raise ValueError).
         startup_timeout: seconds from `add_nodes` to a Ready pod before FAILED (and the
             request withdrawn).
         leave_timeout: seconds from `remove_node` until the pod must be gone; longer than the
@@ -135,8 +152,7 @@ class DeploymentPods:
         self._watches: Dict[str, Any] = {}
         now = self.clock()
         for group, name in self.deployments.items():
-            scale = self._call("get", "deployments/scale", name,
-                               self.apps.read_namespaced_deployment_scale, name, namespace)
+            scale = self._read_scale(group)
             selector = getattr(scale.status, "selector", None)
             if not selector:
                 raise KubernetesError(f"deployments/scale {namespace}/{name} has no selector in "
@@ -197,6 +213,13 @@ class DeploymentPods:
 
     def remove_node(self, group: str, node_id: str) -> None:
         state = self._state(group)
+        if self.deployments[group].startswith(STATEFULSET):
+            last = highest_ordinal(state.nodes() + state.pending() + state.leaving())
+            if node_id != last:
+                raise NotHighestOrdinal(f"{group} is the StatefulSet "
+                                        f"{self.deployments[group][len(STATEFULSET):]}, which "
+                                        f"removes its highest ordinal: {last}, not {node_id}",
+                                        node_id=node_id, tier=group)
         state.leave(node_id, self.clock())          # raises UnknownNode/NodeLeaving/LastNode/...
         annotated = False
         try:
@@ -323,8 +346,7 @@ class DeploymentPods:
         name = self.deployments[group]
         refused: Optional[Tuple[int, KubernetesError]] = None
         for _ in range(attempts):
-            scale = self._call("get", "deployments/scale", name,
-                               self.apps.read_namespaced_deployment_scale, name, self.namespace)
+            scale = self._read_scale(group)
             current = scale.spec.replicas or 0
             if refused is not None and refused[0] == current:
                 raise refused[1]
@@ -335,8 +357,11 @@ class DeploymentPods:
             patch = ([{"op": "test", "path": "/spec/replicas", "value": current}] if current
                      else []) + [{"op": "add", "path": "/spec/replicas", "value": target}]
             try:
-                self._call("patch", "deployments/scale", name,
-                           self.apps.patch_namespaced_deployment_scale, name, self.namespace,
+                resource, workload = self._workload(group)
+                patch_scale = (self.apps.patch_namespaced_stateful_set_scale
+                               if resource.startswith("statefulsets") else
+                               self.apps.patch_namespaced_deployment_scale)
+                self._call("patch", resource, workload, patch_scale, workload, self.namespace,
                            patch, _content_type="application/json-patch+json")
                 return target
             except KubernetesError as e:
@@ -348,6 +373,19 @@ class DeploymentPods:
         raise ApiConflict(f"patch deployments/scale {self.namespace}/{name}: replicas changed "
                           f"under every one of {attempts} attempts", verb="patch",
                           resource="deployments/scale", name=name, namespace=self.namespace)
+
+    def _workload(self, group: str) -> Tuple[str, str]:
+        """(scale subresource, name) of the group's workload."""
+        name = self.deployments[group]
+        if name.startswith(STATEFULSET):
+            return "statefulsets/scale", name[len(STATEFULSET):]
+        return "deployments/scale", name
+
+    def _read_scale(self, group: str) -> Any:
+        resource, name = self._workload(group)
+        read = (self.apps.read_namespaced_stateful_set_scale if resource.startswith("stateful")
+                else self.apps.read_namespaced_deployment_scale)
+        return self._call("get", resource, name, read, name, self.namespace)
 
     def _set_cost(self, pod: str, cost: Optional[int]) -> None:
         body = {"metadata": {"annotations": {DELETION_COST: None if cost is None

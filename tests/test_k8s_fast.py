@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from k8s.errors import ObjectNotFound, PermissionDenied
-from k8s.pods import DELETION_COST
+from k8s.pods import DELETION_COST, NotHighestOrdinal
 from k8s.pod_state import TierBusy
 from k8s.pool import KubernetesClusterManager
 from anna_core.autoscale.manager import FAILED, READY, REMOVED, LastNode
@@ -107,11 +107,55 @@ def test_rbac_denials_are_typed_and_name_verb_and_resource(cp, ns):
 
 
 def test_a_missing_deployment_is_named(cp, ns):
-    # anna-disk is one of the Role's Deployments, and this namespace has none
+    # anna-memory is one of the Role's Deployments, and this namespace has none
     with pytest.raises(ObjectNotFound) as info:
-        manager_for(apply_rbac(cp, ns), ns, "anna-disk")
+        manager_for(apply_rbac(cp, ns), ns, "anna-memory")
     assert info.value.status == 404
-    assert f"get deployments/scale {ns}/anna-disk: not found" in str(info.value)
+    assert f"get deployments/scale {ns}/anna-memory: not found" in str(info.value)
+    # anna-disk is the Role's StatefulSet
+    with pytest.raises(ObjectNotFound) as info:
+        manager_for(apply_rbac(cp, ns, _renamed("again")), ns, "statefulset/anna-disk")
+    assert f"get statefulsets/scale {ns}/anna-disk: not found" in str(info.value)
+
+
+def _renamed(name):
+    """The repository's least-privilege RBAC under another name (a second binding)."""
+    docs = list(yaml.safe_load_all(RBAC.read_text()))
+    docs[0]["metadata"]["name"] = docs[2]["subjects"][0]["name"] = name
+    docs[1]["metadata"]["name"] = docs[2]["metadata"]["name"] = docs[2]["roleRef"]["name"] = name
+    return docs
+
+
+def test_a_statefulset_tier_loses_only_its_highest_ordinal(cp, ns):
+    """The disk tier is a StatefulSet: it can only remove its highest ordinal, so a removal
+    of another node is refused (typed, naming the one that can go) and changes nothing; the
+    highest ordinal's removal scales the StatefulSet down through its scale subresource."""
+    labels = {"app": "anna", "tier": "disk", "statefulset": "anna-disk"}
+    apps = client.AppsV1Api(cp.api_client())
+    apps.create_namespaced_stateful_set(ns, client.V1StatefulSet(
+        metadata=client.V1ObjectMeta(name="anna-disk"),
+        spec=client.V1StatefulSetSpec(
+            replicas=3, service_name="anna-disk", pod_management_policy="Parallel",
+            selector=client.V1LabelSelector(match_labels=labels),
+            template=client.V1PodTemplateSpec(
+                metadata=client.V1ObjectMeta(labels=labels),
+                spec=client.V1PodSpec(containers=[client.V1Container(
+                    name="node", image="anna:test", image_pull_policy="Never")])))),
+        _request_timeout=10)
+    api = apply_rbac(cp, ns)
+    with KubernetesClusterManager(api, ns, {"disk": "statefulset/anna-disk"},
+                                  request_timeout=10) as m:
+        poll_until(m, lambda ev: len(m.nodes("disk")) == 3)
+        assert sorted(m.nodes("disk")) == ["anna-disk-0", "anna-disk-1", "anna-disk-2"]
+        with pytest.raises(NotHighestOrdinal, match="anna-disk-2, not anna-disk-0"):
+            m.remove_node("disk", "anna-disk-0")
+        assert m.leaving("disk") == []
+        assert apps.read_namespaced_stateful_set_scale("anna-disk", ns).spec.replicas == 3
+        m.remove_node("disk", "anna-disk-2")
+        assert m.leaving("disk") == ["anna-disk-2"]
+        assert apps.read_namespaced_stateful_set_scale("anna-disk", ns).spec.replicas == 2
+        poll_until(m, lambda ev: sorted(m.nodes("disk")) == ["anna-disk-0", "anna-disk-1"]
+                   and not m.leaving("disk"))
 
 
 def test_the_role_scales_only_the_deployments_it_names(cp, ns):

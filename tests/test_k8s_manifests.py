@@ -35,7 +35,9 @@ def render(directory: Path = K8S, namespace=None):
 
 
 def deployments():
-    return {o["metadata"]["name"]: o for o in render() if o["kind"] == "Deployment"}
+    """Every workload: the Deployments and the StatefulSets (routing, schedulers, disk)."""
+    return {o["metadata"]["name"]: o for o in render()
+            if o["kind"] in ("Deployment", "StatefulSet")}
 
 
 def configmap():
@@ -164,9 +166,12 @@ def test_the_entrypoint_builds_configurations_the_processes_accept(keys, autosca
                 continue
         text = " ".join(argv)
         if role == "executor-autoscaler":
-            assert "tcp://cloudburst-scheduler:6500#k=" in text, name
+            for i in (0, 1):      # every scheduler by its stable name, each with the key
+                assert (f"tcp://cloudburst-scheduler-{i}.cloudburst-scheduler-pods:6500#k="
+                        in text), name
         elif role != "routing":
-            assert "tcp://anna-routing:6450#k=" in text, name   # the cluster key is appended
+            for i in (0, 1):      # every routing by its stable name, each with the key
+                assert f"tcp://anna-routing-{i}.anna-routing-pods:6450#k=" in text, name
         # the flags are real: the process' own parser accepts them
         out = subprocess.run(argv[:3] + ["--help"], capture_output=True, text=True, cwd=ROOT,
                              env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
@@ -197,15 +202,21 @@ def test_the_autoscalers_run_as_the_cluster_manager_one_at_a_time():
 def test_the_role_allows_scaling_exactly_the_configured_deployments():
     (role,) = [o for o in render() if o["kind"] == "Role"]
     rules = {tuple(r["resources"]): r for r in role["rules"]}
-    assert set(rules) == {("pods",), ("deployments/scale",)}
+    assert set(rules) == {("pods",), ("deployments/scale",), ("statefulsets/scale",)}
     assert sorted(rules[("pods",)]["verbs"]) == ["get", "list", "patch", "watch"]
     assert "resourceNames" not in rules[("pods",)]      # the ReplicaSet names pods
-    scale = rules[("deployments/scale",)]
-    assert sorted(scale["verbs"]) == ["get", "patch"]
     cm = configmap()
+    # the disk tier is a StatefulSet, named with its kind ("statefulset/anna-disk")
     wanted = {cm["MEMORY_DEPLOYMENT"], cm["DISK_DEPLOYMENT"], cm["EXECUTOR_DEPLOYMENT"]}
-    assert set(scale["resourceNames"]) == wanted
-    assert wanted <= set(deployments())
+    kind_of = {"deployments/scale": "Deployment", "statefulsets/scale": "StatefulSet"}
+    allowed = set()
+    for resource, kind in kind_of.items():
+        scale = rules[(resource,)]
+        assert sorted(scale["verbs"]) == ["get", "patch"]
+        for name in scale["resourceNames"]:
+            assert deployments()[name]["kind"] == kind, name
+            allowed.add(name if kind == "Deployment" else f"statefulset/{name}")
+    assert allowed == wanted
 
 
 def test_pods_are_given_up_on_only_after_their_grace_period():
@@ -226,7 +237,8 @@ def test_the_entrypoint_maps_autoscale_settings_onto_the_monitor():
     on = entrypoint.command("monitor", dict(env, AUTOSCALE="True"), [])
     args = parse_args(on[3:])
     assert args.autoscale and args.kubernetes_namespace == "cb"
-    assert (args.memory_deployment, args.disk_deployment) == ("anna-memory", "anna-disk")
+    assert (args.memory_deployment, args.disk_deployment) == ("anna-memory",
+                                                              "statefulset/anna-disk")
     assert (args.pod_startup_timeout, args.pod_leave_timeout) == (120.0, 60.0)
     policy = policy_of(args)
     knobs = json.loads(configmap()["POLICY_CONFIG"])
@@ -354,7 +366,8 @@ def test_the_manifests_apply_to_a_real_apiserver_and_become_available(keys):
         secret("cloudburst-function-key", [keys / "function.key", keys / "function.key_secret",
                                            keys / "cluster.key"])
         apps = client.AppsV1Api(api)
-        wanted = {n: d["spec"]["replicas"] for n, d in deployments().items()}
+        wanted = {n: d["spec"]["replicas"] for n, d in deployments().items()
+                  if d["kind"] == "Deployment"}
         deadline = time.monotonic() + 90
         while True:
             have = {d.metadata.name: d.status.available_replicas or 0
@@ -396,4 +409,7 @@ def test_the_workload_names_name_objects_of_the_manifests():
         assert any(n == name and kind in ("Deployment", "StatefulSet") for kind, n in objects), name
     assert ("Service", names.SCHEDULER_SERVICE) in objects
     assert names.TIER_WORKLOADS == {"memory": names.MEMORY, "disk": names.DISK}
+    # the disk tier is a StatefulSet, which the node pools scale as "statefulset/NAME"
+    assert ("StatefulSet", names.DISK) in objects
+    assert configmap()["DISK_DEPLOYMENT"] == names.DISK_SCALED == f"statefulset/{names.DISK}"
     assert {o["metadata"].get("namespace") for o in render()} - {None} == {names.NAMESPACE}
