@@ -7,7 +7,7 @@ It keeps WINDOW calls in flight, each of a function that writes a new key and re
 (so the executor's node cache asks routing where the key lives), and every 10th call also
 puts and gets an object of its own (the client's KVS client asks routing too). It tags each
 outcome with the phase named in PHASE_FILE (written by the test with `kubectl exec`), and
-when the phase is "stop" prints one line `HA-SUMMARY {json}`: per phase the calls that
+prints `HA-PROGRESS N` every 20 calls; when the phase is "stop" prints one line `HA-SUMMARY {json}`: per phase the calls that
 returned the right value, their latencies, and every failure with its type and message.
 Every wait has a deadline (CALL_TIMEOUT per call; DEADLINE for the whole run).
 """
@@ -86,6 +86,8 @@ def main() -> None:
                                                         "message": str(e)[:300],
                                                         "at": time.time()})
         i, ctag, sent, future = window.pop(0)
+        if i % 20 == 0:     # progress, for the test to wait on
+            print(f"HA-PROGRESS {i}", flush=True)
         try:
             value = future.get(timeout=CALL_TIMEOUT)
             ok = value == 2 * i

@@ -96,6 +96,7 @@ def ha(c, h: Dict[str, Any]) -> None:
     with step("load pod running", timings):
         start_load(c, h["key_dir"], h["client_name"])
         wait("the load's READY line", lambda: "HA-LOAD READY" in load_log(c), 120)
+        wait("the load's first 20 calls", lambda: "HA-PROGRESS" in load_log(c), 60)
         facts["load"] = [ln for ln in load_log(c).splitlines() if "HA-LOAD READY" in ln][0]
 
     def set_phase(name: str) -> None:
