@@ -46,8 +46,12 @@ def ha(c, h: Dict[str, Any]) -> None:
     check, step, timings, facts = h["check"], h["step"], h["timings"], h["facts"]
     admin = h["admin"]
 
-    def pod(name: str) -> dict:
-        return h["kjson"](c, "-n", NS, "get", "pod", name)
+    from kubernetes import client as k8s_client
+    core = k8s_client.CoreV1Api(c.cp.api_client())
+
+    def pod(name: str):
+        """The V1Pod `name` (a StatefulSet's pod keeps its name across restarts)."""
+        return core.read_namespaced_pod(name, NS, _request_timeout=10)
 
     def kill_pod(name: str) -> str:
         """SIGKILL the pod's first container's process, force-delete the pod; its old uid."""
@@ -55,7 +59,7 @@ def ha(c, h: Dict[str, Any]) -> None:
         os.kill(h["container_pid"](c, p), signal.SIGKILL)
         c.kubectl("-n", NS, "delete", "pod", name, "--grace-period=0", "--force",
                   "--wait=false")
-        return p["metadata"]["uid"]
+        return p.metadata.uid
 
     def remade(name: str, old_uid: str, timeout: float = 180) -> float:
         t = time.monotonic()
@@ -65,7 +69,7 @@ def ha(c, h: Dict[str, Any]) -> None:
                 p = pod(name)
             except Exception:  # noqa: BLE001 - not there yet
                 return False
-            return p["metadata"]["uid"] != old_uid and h["is_ready"](p)
+            return p.metadata.uid != old_uid and h["is_ready"](p)
         wait(f"pod {name} made again and Ready", ready, timeout, interval=0.5)
         return time.monotonic() - t
 
@@ -86,9 +90,8 @@ def ha(c, h: Dict[str, Any]) -> None:
              == "DISK", 60)
         got = wait(f"{key} readable", lambda: _get_all(admin, key), 60)
         check(got == value, f"{key} after anna-disk-0 restarted: {got!r}, not {value!r}")
-        claim = pod("anna-disk-0")["spec"]["volumes"]
-        claim = [v["persistentVolumeClaim"]["claimName"] for v in claim
-                 if "persistentVolumeClaim" in v]
+        claim = [v.persistent_volume_claim.claim_name for v in pod("anna-disk-0").spec.volumes
+                 if v.persistent_volume_claim is not None]
         facts["disk-restart"] = (f"anna-disk-0 Ready {took:.1f} s after SIGKILL, its key read "
                                  f"back {time.monotonic() - t0:.1f} s after (claim {claim})")
 
