@@ -35,7 +35,8 @@ _CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "CustomReso
                    "PriorityClass", "StorageClass", "PersistentVolume"}
 # Creation order: what others refer to first (the namespace, accounts, configuration).
 _ORDER = ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
-          "RoleBinding", "ConfigMap", "Secret", "PersistentVolumeClaim", "Service"]
+          "RoleBinding", "ConfigMap", "Secret", "StorageClass", "PersistentVolumeClaim",
+          "Service"]
 
 
 class ManifestError(ValueError):

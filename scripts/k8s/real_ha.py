@@ -46,12 +46,13 @@ def ha(c, h: Dict[str, Any]) -> None:
     check, step, timings, facts = h["check"], h["step"], h["timings"], h["facts"]
     admin = h["admin"]
 
-    from kubernetes import client as k8s_client
-    core = k8s_client.CoreV1Api(c.cp.api_client())
-
     def pod(name: str):
-        """The V1Pod `name` (a StatefulSet's pod keeps its name across restarts)."""
-        return core.read_namespaced_pod(name, NS, _request_timeout=10)
+        """The live V1Pod `name` of a StatefulSet (`NAME-N`: it keeps its name across
+        restarts), through the shared helpers; LookupError while there is none."""
+        for p in h["pods"](c, name.rsplit("-", 1)[0]):
+            if p.metadata.name == name:
+                return p
+        raise LookupError(f"no live pod {NS}/{name}")
 
     def kill_pod(name: str) -> str:
         """SIGKILL the pod's first container's process, force-delete the pod; its old uid."""
