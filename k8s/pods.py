@@ -16,6 +16,10 @@ the executor nodes); every method takes the group's name.
   Ready pod, which receives SIGTERM. Because the ReplicaSet deletes pods that are not Ready
   before it reads deletion costs, a removal while some pod of the group is not Ready raises
   `TierBusy`.
+- A group's workload may be a StatefulSet, named `statefulset/NAME` (the Anna disk tier):
+  it is scaled through `statefulsets/scale`, and since a StatefulSet always removes its
+  highest ordinal, `remove_node` of any other pod raises `NotHighestOrdinal` (a `TierBusy`,
+  naming the pod that can go) and changes nothing.
 - Pods are followed by one watch per group (the Deployment's selector, read from the scale
   subresource; the groups' selectors must not overlap), each on a thread that feeds a queue;
   `poll()` drains the queue and does not wait for pods (it calls the API only to withdraw a

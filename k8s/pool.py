@@ -8,7 +8,7 @@ Usage:
 
     api = connect()                                   # kubeconfig, or in a pod its ServiceAccount
     manager = KubernetesClusterManager(api, "anna", {"memory": "anna-memory",
-                                                     "disk": "anna-disk"})
+                                                     "disk": "statefulset/anna-disk"})
     ids = manager.add_nodes("memory", 2)             # placeholders: memory+1, memory+2
     for event in manager.poll():                      # each monitor tick
         ...                                           # READY memory anna-memory-7c9-xk2lp
