@@ -183,3 +183,17 @@ def test_local_volumes_are_made_for_exactly_the_disk_tiers_claims(objects):
     assert local_volumes("cb", other, range(3), "/v") == []
     with pytest.raises(ValueError, match="absolute"):
         local_volumes("cb", disk, range(1), "relative/dir")
+
+
+def test_deploy_prunes_only_what_is_ours_and_no_longer_in_the_manifests(objects):
+    from k8s.deploy import SECRETS
+    from k8s.prune import stale
+    live = [("apps/v1", "Deployment", "anna-routing"),        # before it became a StatefulSet
+            ("apps/v1", "StatefulSet", "anna-routing"),
+            ("v1", "ConfigMap", "cloudburst-config"), ("v1", "ConfigMap", "dropped-config"),
+            ("v1", "Secret", SECRETS[0]),                      # made by deploy, not listed
+            ("v1", "PersistentVolume", "cloudburst-cb-data-anna-disk-0"),   # data: never
+            ("policy/v1", "PodDisruptionBudget", "anna-routing")]
+    assert stale(live, objects, keep=SECRETS) == [("apps/v1", "Deployment", "anna-routing"),
+                                                  ("v1", "ConfigMap", "dropped-config")]
+    assert stale([], objects) == []
