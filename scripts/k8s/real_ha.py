@@ -99,7 +99,11 @@ def ha(c, h: Dict[str, Any]) -> None:
     # ---- 2. the load, through kills and an upgrade ----
     with step("load pod running", timings):
         start_load(c, h["key_dir"], h["client_name"])
-        wait("the load's READY line", lambda: "HA-LOAD READY" in load_log(c), 120)
+        def started():
+            log = load_log(c)
+            check("HA-SUMMARY" not in log, f"the load pod failed: {log[-1500:]}")
+            return "HA-LOAD READY" in log
+        wait("the load's READY line", started, 120)
         wait("the load's first 20 calls", lambda: "HA-PROGRESS" in load_log(c), 60)
         facts["load"] = [ln for ln in load_log(c).splitlines() if "HA-LOAD READY" in ln][0]
 
@@ -181,6 +185,7 @@ def start_load(c, key_dir: Path, client_name: str) -> None:
     """The load pod: the image, the client's keys in a Secret, ha_load.py in a ConfigMap."""
     c.kubectl("-n", NS, "create", "secret", "generic", "ha-client-key",
               f"--from-file=cluster.key={key_dir / 'cluster.key'}",
+              f"--from-file=function.key={key_dir / 'function.key'}",
               f"--from-file=client.key={key_dir / 'clients' / (client_name + '.key')}",
               f"--from-file=client.key_secret={key_dir / 'clients' / (client_name + '.key_secret')}")
     c.kubectl("-n", NS, "create", "configmap", "ha-load",
@@ -207,6 +212,7 @@ def start_load(c, key_dir: Path, client_name: str) -> None:
                 {"name": "keys", "secret": {"secretName": "ha-client-key", "defaultMode": 0o440,
                                             "items": [
                     {"key": "cluster.key", "path": "cluster.key"},
+                    {"key": "function.key", "path": "function.key"},
                     {"key": "client.key", "path": f"clients/{client_name}.key"},
                     {"key": "client.key_secret", "path": f"clients/{client_name}.key_secret"}]}},
             ],
