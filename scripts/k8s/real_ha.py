@@ -99,11 +99,10 @@ def ha(c, h: Dict[str, Any]) -> None:
     # ---- 2. the load, through kills and an upgrade ----
     with step("load pod running", timings):
         start_load(c, h["key_dir"], h["client_name"])
-        def started():
-            log = load_log(c)
-            check("HA-SUMMARY" not in log, f"the load pod failed: {log[-1500:]}")
-            return "HA-LOAD READY" in log
-        wait("the load's READY line", started, 120)
+        log = wait("the load's READY line (or its failure)",
+                   lambda: (lambda t: t if "HA-LOAD READY" in t or "HA-SUMMARY" in t
+                            else None)(load_log(c)), 120)
+        check("HA-SUMMARY" not in log, f"the load pod failed: {log[-1500:]}")
         wait("the load's first 20 calls", lambda: "HA-PROGRESS" in load_log(c), 60)
         facts["load"] = [ln for ln in load_log(c).splitlines() if "HA-LOAD READY" in ln][0]
 
