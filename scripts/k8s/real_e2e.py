@@ -365,7 +365,13 @@ def e2e(c) -> None:
 
         kvs = AnnaClient(routing_addr, ip=gateway, timeout=5,
                          auth=AuthConfig(str(key_dir), CLIENT_PREFIX + CLIENT))
-        admin = AnnaClient(routing_addr, ip=gateway, timeout=5, auth=AuthConfig(str(key_dir)))
+        # replication changes must reach every routing (each keeps its own overrides): the
+        # cluster-key client is given every routing pod, as processes in the cluster are
+        # given every routing's stable name (which this machine cannot resolve)
+        routings = [format_address(f"tcp://{p.status.pod_ip}:6450", public)
+                    for p in pods(c, "anna-routing")]
+        check(len(routings) >= 2, f"expected 2 routing pods, found {routings}")
+        admin = AnnaClient(routings, ip=gateway, timeout=5, auth=AuthConfig(str(key_dir)))
         closers += [kvs, admin]
         with step("Anna put/get through the routing Service", timings):
             kvs.put("e2e/plain", b"memory only")
