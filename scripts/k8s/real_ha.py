@@ -1,12 +1,12 @@
 """No single point of failure, on real pods (the last steps of `scripts/k8s/test_real.sh
 --e2e`, after scripts/k8s/real_e2e.py's; every step timed):
 
- 1. a disk pod restarted keeps its keys: a key placed on the disk tier only (memory=0,
+ 2. a disk pod restarted keeps its keys (after the upgrade below): a key placed on the disk tier only (memory=0,
     disk=1, with the cluster key) is put; the anna-disk-0 pod's process gets SIGKILL and the
     pod is force-deleted; its StatefulSet makes anna-disk-0 again, on the same volume claim
     (a local volume made for it before the deploy); routing readmits node anna-disk-0 and
     the key reads back the same.
- 2. a load in a pod (scripts/k8s/ha_load.py, the image's client given every scheduler's
+ 1. a load in a pod (scripts/k8s/ha_load.py, the image's client given every scheduler's
     stable name; calls that write and read new KVS keys, and objects) runs through:
     - killing a routing pod (SIGKILL, force-delete; the StatefulSet remakes it): no call
       fails;
@@ -44,7 +44,6 @@ def ha(c, h: Dict[str, Any]) -> None:
     """The steps above; `h` holds real_e2e's helpers and state (check, kjson, pods,
     is_ready, members, container_pid, step, timings, facts, admin, key_dir, client)."""
     check, step, timings, facts = h["check"], h["step"], h["timings"], h["facts"]
-    admin = h["admin"]
 
     def pod(name: str):
         """The live V1Pod `name` of a StatefulSet (`NAME-N`: it keeps its name across
@@ -74,29 +73,7 @@ def ha(c, h: Dict[str, Any]) -> None:
         wait(f"pod {name} made again and Ready", ready, timeout, interval=0.5)
         return time.monotonic() - t
 
-    # ---- 1. the disk tier keeps its keys across a pod restart ----
-    with step("disk pod restarted keeps its keys", timings):
-        key, value = "ha/disk-only", b"kept on the volume"
-        admin.set_replication(key, memory=0, disk=1)
-        admin.put(key, value)
-        check(admin.get_all(key) == value, f"{key} not read back before the restart")
-        check(h["members"](admin).get("anna-disk-0") == "DISK",
-              f"anna-disk-0 is not a DISK member: {h['members'](admin)}")
-        t0 = time.monotonic()
-        uid = kill_pod("anna-disk-0")
-        wait("anna-disk-0 gone from routing's membership",
-             lambda: "anna-disk-0" not in h["members"](admin), 60)
-        took = remade("anna-disk-0", uid)
-        wait("anna-disk-0 a member again", lambda: h["members"](admin).get("anna-disk-0")
-             == "DISK", 60)
-        got = wait(f"{key} readable", lambda: _get_all(admin, key), 60)
-        check(got == value, f"{key} after anna-disk-0 restarted: {got!r}, not {value!r}")
-        claim = [v.persistent_volume_claim.claim_name for v in pod("anna-disk-0").spec.volumes
-                 if v.persistent_volume_claim is not None]
-        facts["disk-restart"] = (f"anna-disk-0 Ready {took:.1f} s after SIGKILL, its key read "
-                                 f"back {time.monotonic() - t0:.1f} s after (claim {claim})")
-
-    # ---- 2. the load, through kills and an upgrade ----
+    # ---- 1. the load, through kills and an upgrade ----
     with step("load pod running", timings):
         start_load(c, h["key_dir"], h["client_name"])
         log = wait("the load's READY line (or its failure)",
@@ -162,11 +139,47 @@ def ha(c, h: Dict[str, Any]) -> None:
             check(not bad, f"calls failed during {phase}: {bad[:5]}")
 
 
-def _get_all(admin, key):
+    # ---- 2. the disk tier keeps its keys across a pod restart ----
+    # every routing pod now (the upgrade replaced them all): replication changes reach each
+    from anna_core.client import Client as AnnaClient
+    from runtime.auth import CLUSTER, AuthConfig, KeyPair, format_address
+    public = KeyPair.load(str(h["key_dir"] / (CLUSTER + ".key"))).public
+    routings = [format_address(f"tcp://{p.status.pod_ip}:6450", public)
+                for p in h["pods"](c, "anna-routing")]
+    admin = AnnaClient(routings, ip=c.net_settings.gateway, timeout=5,
+                       auth=AuthConfig(str(h["key_dir"])))
     try:
-        return admin.get_all(key)
-    except Exception:  # noqa: BLE001 - not readable yet (node joining)
-        return None
+        _disk_restart(c, h, admin, kill_pod, remade, pod)
+    finally:
+        admin.close()
+
+
+def _disk_restart(c, h, admin, kill_pod, remade, pod) -> None:
+    check, step, timings, facts = h["check"], h["step"], h["timings"], h["facts"]
+    with step("disk pod restarted keeps its keys", timings):
+        key, value = "ha/disk-only", b"kept on the volume"
+        admin.set_replication(key, memory=0, disk=1)
+        admin.put(key, value)
+        check(admin.get_all(key) == value, f"{key} not read back before the restart")
+        check(h["members"](admin).get("anna-disk-0") == "DISK",
+              f"anna-disk-0 is not a DISK member: {h['members'](admin)}")
+        t0 = time.monotonic()
+        uid = kill_pod("anna-disk-0")
+        wait("anna-disk-0 gone from routing's membership",
+             lambda: "anna-disk-0" not in h["members"](admin), 60)
+        took = remade("anna-disk-0", uid)
+        wait("anna-disk-0 a member again", lambda: h["members"](admin).get("anna-disk-0")
+             == "DISK", 60)
+        got = wait(f"{key} readable", lambda: _get_all(admin, key), 60)
+        check(got == value, f"{key} after anna-disk-0 restarted: {got!r}, not {value!r}")
+        claim = [v.persistent_volume_claim.claim_name for v in pod("anna-disk-0").spec.volumes
+                 if v.persistent_volume_claim is not None]
+        facts["disk-restart"] = (f"anna-disk-0 Ready {took:.1f} s after SIGKILL, its key read "
+                                 f"back {time.monotonic() - t0:.1f} s after (claim {claim})")
+
+def _get_all(admin, key):
+    """The key's merged value; raises while it is not readable (the wait names the error)."""
+    return admin.get_all(key)
 
 
 def load_log(c) -> str:
