@@ -23,12 +23,11 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List
+from typing import Any, Dict
 
-from real_network import REPO, run, say, wait
+from real_network import run, say, wait
 
 NS = "cloudburst"
 LOAD = "ha-load"
