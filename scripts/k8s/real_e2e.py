@@ -118,7 +118,7 @@ def deployments_available(c) -> Callable[[], bool]:
     return probe
 
 
-def local_volumes(c, overlay: Path) -> List[str]:
+def local_volumes(c, overlay: Path) -> list:
     """The disk tier's local volumes (the cluster has no storage provisioner), as `cloudburst
     k8s deploy` makes them, under this test's directory; their names."""
     import yaml
