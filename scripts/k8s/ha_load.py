@@ -41,7 +41,6 @@ def main() -> None:
     schedulers = [format_address(a.strip(), public)
                   for a in os.environ["SCHEDULERS"].split(",") if a.strip()]
     client = Client(schedulers, ip=os.environ["POD_IP"], timeout=CALL_TIMEOUT,
-                    failover_timeout=1.0,
                     auth=AuthConfig(KEYS, CLIENT_PREFIX + os.environ["CLIENT_NAME"]))
 
     def work(lib, x):

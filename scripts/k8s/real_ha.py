@@ -124,6 +124,8 @@ def ha(c, h: Dict[str, Any]) -> None:
         for phase, s in summary.items():
             say(f"load {phase}: {s['ok']} ok, {s['failed']} failed, p50 {s['p50']} s, "
                 f"max {s['max']} s")
+            for f in s["failures"][:5]:
+                say(f"  failed: {json.dumps(f)[:400]}")
         facts["load-phases"] = json.dumps({k: {"ok": v["ok"], "failed": v["failed"],
                                                "p50": v["p50"], "max": v["max"]}
                                            for k, v in summary.items()})
