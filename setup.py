@@ -108,9 +108,9 @@ setup(
     name="cloudburst-hydro",
     version="0.1.0",
     description="A stateful function-as-a-service platform on the Anna lattice KVS",
-    packages=find_packages(include=["anna_core*", "hydro_proto*", "hydrocache*", "runtime*",
+    packages=find_packages(include=["anna_core*", "hydro_proto*", "hydrocache*", "runtime*", "faas*",
                                     "scheduler*",
-                                    "executor*", "cloudburst*", "k8s*"]),
+                                    "executor*", "cloudburst*", "pools*", "k8s*"]),
     # The Kubernetes manifests: `cloudburst k8s deploy` applies them from the installed package.
     package_data={"k8s": ["kustomization.yaml", "base/*.yaml", "rbac/*.yaml"]},
     ext_modules=ext_modules,

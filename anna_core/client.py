@@ -57,7 +57,7 @@ from .config import ALL, DEFAULT_MAX_VALUE_BYTES, ONE, Replication, WriteQuorum,
     check_write_quorum
 from .errors import (KeyNotFound, LatticeTypeMismatch, MalformedRequest, NoNodes,
                      NotPermitted, Timeout, ValueTooLarge, error_from_code)
-from .reporting import ClientLatencyReports
+from .client_reports import ClientLatencyReports
 from .subscription import Subscription, Update, Value, is_lattice as _is_lattice, \
     reveal_value as _reveal_value
 from .wire import MonotoneClock, lattice_to_tuple, tuple_to_lattice
@@ -264,6 +264,12 @@ class Client:
             sub.close()
             raise
         return sub
+
+    def subscription_closed(self, sub: Subscription) -> None:
+        """`sub`, made by `subscription`, was closed: the client no longer closes it with
+        itself. Unknown subscriptions are ignored."""
+        if sub in self._subscriptions:
+            self._subscriptions.remove(sub)
 
     def set_replication(self, key: str, *, memory: int, disk: int, local: int = 1,
                         memory_local: Optional[int] = None,

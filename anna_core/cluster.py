@@ -31,7 +31,6 @@ Contract:
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -145,7 +144,7 @@ class LocalCluster:
         self._finalizer = weakref.finalize(self, _kill_all, self._processes, self._tmp)
         self.policy = self._policy()
         self.monitor: Optional[Any] = None          # anna_core.monitor.Monitor when on
-        self.manager: Optional[Any] = None          # its LocalClusterManager when autoscaling
+        self.manager: Optional[Any] = None          # its pool manager (pools.local.LocalPool) when autoscaling
         self.started = False
         self.stopped = False
 
@@ -408,11 +407,11 @@ class LocalCluster:
         return None
 
     def _start_monitor(self) -> None:
-        from .autoscale.manager import LocalClusterManager
+        from .autoscale.spawner import local_pool
         from .monitor import Monitor
         autoscaling = self.config.autoscale not in (False, None)
         if autoscaling:
-            self.manager = LocalClusterManager(self, self.config.provisioning_delay)
+            self.manager = local_pool(self, self.config.provisioning_delay)
         kvs = Client(self.routing_addresses, ip=self.config.ip, auth=self.cluster_auth,
                      timeout=2.0, retries=1, max_value_bytes=self.config.max_value_bytes)
         self.monitor = Monitor(kvs, policy=self.policy, manager=self.manager,
@@ -448,15 +447,15 @@ class LocalCluster:
                             disk_sync=self.config.disk_sync,
                             disk_sync_interval_ms=self.config.disk_sync_interval_ms,
                             capacity_bytes=(self.config.memory_capacity_bytes if tier == MEMORY
-                                            else self.config.disk_capacity_bytes))
+                                            else self.config.disk_capacity_bytes),
+                            routing=list(self.routing_addresses),
+                            heartbeat_period=self.config.heartbeat_period,
+                            leave_timeout=self.config.leave_timeout,
+                            report_period=(self.policy.monitoring_period
+                                           if self.policy is not None else None),
+                            parent_pid=os.getpid())
         p = ManagedProcess(node_id, [sys.executable, "-m", "anna_core.node", "--config",
-                                     config.to_json(),
-                                     "--routing", ",".join(self.routing_addresses),
-                                     "--heartbeat-period", repr(self.config.heartbeat_period),
-                                     "--leave-timeout", repr(self.config.leave_timeout),
-                                     "--parent-pid", str(os.getpid())]
-                           + (["--report-period", repr(self.policy.monitoring_period)]
-                              if self.policy is not None else []), self.log_dir)
+                                     config.to_json()], self.log_dir)
         self._nodes[node_id] = p
         self._node_configs[node_id] = config
         return p
@@ -467,11 +466,10 @@ class LocalCluster:
                                log_level=self.config.log_level,
                                heartbeat_period=self.config.heartbeat_period,
                                heartbeat_timeout=self.config.heartbeat_timeout,
-                               key_dir=self.key_dir)
+                               key_dir=self.key_dir, parent_pid=os.getpid())
         name = "routing" if index == 0 else f"routing-{index}"
         return ManagedProcess(name, [sys.executable, "-m", "anna_core.routing", "--config",
-                                     json.dumps(config.to_dict()),
-                                     "--parent-pid", str(os.getpid())], self.log_dir)
+                                     config.to_json()], self.log_dir)
 
     def _spawn(self, p: ManagedProcess) -> None:
         p.spawn()

@@ -3,22 +3,26 @@
 Contract:
 - `Replication` is a key's replication vector (dissertation 3.2.3): nodes per tier
   (`memory_global`, `disk_global`) and threads per node (`memory_local`, `disk_local`).
-- `NodeConfig` holds the keys of the kernel's `_core.Node(config_json)` (DESIGN.md "Node
-  config keys") and `key_dir`, the directory of the cluster's CURVE keys (None:
-  authentication off). `to_json()` is the node process' configuration (`--config`): the
-  kernel's keys, plus `key_dir` when set; it never holds a key. `kernel_json(credentials)`
-  is what `_core.Node` takes: the kernel's keys, plus, with credentials
+- `NodeConfig` is the "anna node" role's configuration object (`runtime.config`: `python -m
+  anna_core.node --config PATH|JSON`, every field a flag that overrides it). It holds the
+  keys of the kernel's `_core.Node(config_json)` (DESIGN.md "Node config keys"), `key_dir`,
+  the directory of the cluster's CURVE keys (None: authentication off), and the process'
+  own settings (`PROCESS_FIELDS`: its routings, join, heartbeat, leave and report periods).
+  `to_json()` is the whole configuration; it never holds a key. `kernel_json(credentials)`
+  is what `_core.Node` takes: the kernel's keys only, plus, with credentials
   (`runtime.auth.Credentials`, loaded from `key_dir` inside the node process), the node's
   CURVE key pair and the keys it admits with their roles (`curve_public_key`,
   `curve_secret_key`, `curve_admitted`). Secret keys therefore never travel on a command
-  line; `from_json` refuses key material.
+  line; `from_json` refuses key material. A bad field raises `runtime.config.ConfigError`
+  naming the role and the field.
 - `disk_sync` (NodeConfig and ClusterConfig) says when a disk node fsyncs its write-ahead
   log: "interval" (the default: at most every `disk_sync_interval_ms`, 1000; a group commit
   as Redis's appendfsync everysec), "always" (before every write is acknowledged) or "none"
   (left to the OS). Every mode survives a process crash; only "always" keeps every
   acknowledged write through an OS crash or power loss (anna_core/DESIGN.md "Durability").
-- `RoutingConfig` configures one routing process; `port=0` binds a free port; failure
-  detection knobs (`heartbeat_period` 1.0 s, `heartbeat_timeout` 3.0 s, `recovery_period`).
+- `RoutingConfig` is the "routing" role's configuration object (`python -m anna_core.routing
+  --config PATH|JSON`); `port=0` binds a free port; failure detection knobs
+  (`heartbeat_period` 1.0 s, `heartbeat_timeout` 3.0 s, `recovery_period`).
 - `ClusterConfig` describes a `LocalCluster` (nodes and threads per tier, routers, heartbeat
   and leave knobs, fault tolerance).
 - A write quorum (`check_write_quorum`) says when a client's put is acknowledged: `"one"`
@@ -30,14 +34,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Sequence, Tuple, Union
+from dataclasses import dataclass
+from typing import Any, ClassVar, List, Mapping, Optional, Sequence, Tuple, Union
+
+from runtime.config import ConfigError, from_dict, knob, to_dict
 
 __all__ = ["Replication", "NodeConfig", "RoutingConfig", "ClusterConfig", "MEMORY", "DISK",
            "tier_number", "tier_name", "DEFAULT_MAX_VALUE_BYTES", "DEFAULT_HEARTBEAT_PERIOD",
            "DEFAULT_HEARTBEAT_TIMEOUT", "DEFAULT_LEAVE_TIMEOUT", "WriteQuorum", "ONE", "ALL",
            "check_write_quorum", "DISK_SYNC_MODES", "DEFAULT_DISK_SYNC",
-           "DEFAULT_DISK_SYNC_INTERVAL_MS", "check_disk_sync"]
+           "DEFAULT_DISK_SYNC_INTERVAL_MS", "check_disk_sync", "PROCESS_FIELDS"]
 
 MEMORY = "memory"
 DISK = "disk"
@@ -47,6 +53,10 @@ DEFAULT_MAX_VALUE_BYTES = 64 * 1024 * 1024
 _MIN_SERVICE_RATE = 0.001
 _MAX_SERVICE_RATE = 1e9
 
+
+DEFAULT_HEARTBEAT_PERIOD = 1.0
+DEFAULT_HEARTBEAT_TIMEOUT = 3.0
+DEFAULT_LEAVE_TIMEOUT = 30.0
 
 # When a disk node fsyncs its write-ahead log (the kernel reads the same names: store.hpp).
 DISK_SYNC_MODES = ("none", "interval", "always")
@@ -121,11 +131,17 @@ class Replication:
 
     @classmethod
     def coerce(cls, value: Union["Replication", Sequence[int], Mapping[str, int]]) -> "Replication":
-        """Accept a Replication, a 4-tuple in `as_tuple()` order, or a dict of field names."""
+        """Accept a Replication, a 4-tuple in `as_tuple()` order (or its "mg,ml,dg,dl" text),
+        or a dict of field names."""
         if isinstance(value, Replication):
             return value
         if isinstance(value, Mapping):
             return cls(**value)
+        if isinstance(value, str):          # "mg,ml,dg,dl", as a command line writes it
+            try:
+                value = [int(part) for part in value.split(",")]
+            except ValueError:
+                raise ValueError(f"a replication vector is mg,ml,dg,dl, got {value!r}") from None
         values = tuple(value)
         if len(values) != 4:
             raise ValueError(f"a replication vector has 4 numbers, got {values!r}")
@@ -147,50 +163,78 @@ class Replication:
 
 @dataclass
 class NodeConfig:
-    """One KVS node: `threads` worker threads in `tier`, bound on `ip` (free ports)."""
+    """One KVS node process (the "anna node" role): `threads` worker threads in `tier`, bound
+    on `ip` (free ports). The kernel's keys come first; the process' own (joining `routing`,
+    heartbeats, leave, reports) follow and never reach the kernel (`PROCESS_FIELDS`)."""
 
-    node_id: str
-    tier: str = MEMORY
-    threads: int = 1
-    ip: str = "127.0.0.1"
-    data_dir: Optional[str] = None
-    gossip_period_ms: int = 100
-    max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES
-    pin_threads: bool = True
-    log_level: str = "warning"
+    ROLE: ClassVar[str] = "anna node"
+
+    node_id: str = knob(help="this node's name, unique in the cluster (a pod's name)")
+    tier: str = knob(MEMORY, help="the node's tier: memory or disk")
+    threads: int = knob(1, help="worker threads")
+    ip: str = knob("127.0.0.1", help="the address the workers and the control socket bind")
+    data_dir: Optional[str] = knob(None, help="where a disk node keeps its data (required for "
+                                              "the disk tier)")
+    gossip_period_ms: int = knob(100, help="the workers' epoch: how often replicas exchange "
+                                           "merged updates")
+    max_value_bytes: int = knob(DEFAULT_MAX_VALUE_BYTES, help="largest value a worker accepts")
+    pin_threads: bool = knob(True, help="pin each worker thread to a core")
+    log_level: str = knob("warning", help="debug, info, warning or error")
     # Placement changes (anna_core/DESIGN.md, "Placement changes"): resend unacknowledged
     # hand-offs every handoff_retry_ms; new owners fetch missing keys from the previous owners
     # for handoff_window_ms after a change, waiting at most fetch_timeout_ms for an answer;
     # delete tombstones are kept tombstone_ttl_ms.
-    handoff_retry_ms: int = 500
-    handoff_window_ms: int = 5000
-    fetch_timeout_ms: int = 1000
-    tombstone_ttl_ms: int = 60000
+    handoff_retry_ms: int = knob(500, help="ms between re-sends of an unacknowledged hand-off")
+    handoff_window_ms: int = knob(5000, help="ms after a placement change during which new "
+                                             "owners fetch missing keys from previous owners")
+    fetch_timeout_ms: int = knob(1000, help="ms a new owner waits for such a fetch's answer")
+    tombstone_ttl_ms: int = knob(60000, help="ms delete tombstones are kept")
     # PUSH sockets each worker thread keeps open (one per destination: clients' response
     # addresses, peers); the least recently used is closed beyond it. Lowered by the kernel
     # when the process' descriptor limit cannot hold every thread's (anna_core/csrc/node.cpp).
-    max_push_sockets: int = 1024
+    max_push_sockets: int = knob(1024, help="PUSH sockets each worker thread keeps open")
     # Keys each KVS worker thread's access statistics track per report period (a Space-Saving
     # top-k; anna_core/DESIGN.md "Statistics").
-    stats_top_k: int = 1000
+    stats_top_k: int = knob(1000, help="keys each worker's access statistics track per period")
     # Capacity emulation, off by default (anna_core/DESIGN.md "Capacity emulation"): each
     # worker thread serves at most `service_rate` client GET/PUT/DELETE requests (owned key
     # tuples) per second, the time of each counting as busy, so that on a small machine a
     # node behaves like a slower one: load beyond nodes x threads x rate queues and latency
     # rises, and adding a node adds capacity. 0 = unlimited. An emulation for experiments,
     # not a production rate limiter (it limits nothing per client and drops nothing).
-    service_rate: float = 0.0
+    service_rate: float = knob(0.0, help="capacity emulation: requests/s per worker thread "
+                                         "(0: unlimited)")
     # The node's storage capacity in bytes, which the autoscaling policy compares stored
     # bytes against; each worker's report carries capacity_bytes / threads. 0 = unknown (the
     # default for both tiers: nodes sharing one machine share its memory and disks, so no
     # per-node figure would be honest without being told).
-    capacity_bytes: int = 0
+    capacity_bytes: int = knob(0, help="the node's storage capacity in bytes (0: unknown)")
     # When a disk node fsyncs its write-ahead log (module docstring; ignored by memory nodes).
-    disk_sync: str = DEFAULT_DISK_SYNC
-    disk_sync_interval_ms: int = DEFAULT_DISK_SYNC_INTERVAL_MS
+    disk_sync: str = knob(DEFAULT_DISK_SYNC, help="when a disk node fsyncs its write-ahead "
+                                                  "log: interval, always or none")
+    disk_sync_interval_ms: int = knob(DEFAULT_DISK_SYNC_INTERVAL_MS,
+                                      help="the group-commit period of disk_sync interval, ms")
     # The cluster's CURVE key directory (runtime.auth, `anna keys DIR`); None: no
     # authentication. Read by the node process, never sent to the kernel as a path.
-    key_dir: Optional[str] = None
+    key_dir: Optional[str] = knob(None, help="the cluster's CURVE key directory (`anna keys`); "
+                                             "default: no authentication")
+    # ---- the process' own settings (never sent to the kernel) ----
+    routing: List[str] = knob(factory=list, help="routing address(es): every one gets the "
+                                                 "join, the heartbeats and the leave (with "
+                                                 "key_dir, each carries #k=KEY)")
+    join_timeout: float = knob(20.0, help="give up (exit 3) if no routing acknowledges the "
+                                          "join in this many seconds")
+    join_retry: float = knob(1.0, help="re-send the join (and the leave) this often, seconds")
+    heartbeat_period: float = knob(DEFAULT_HEARTBEAT_PERIOD,
+                                   help="seconds between heartbeats to every routing "
+                                        "(routing's heartbeat_timeout must be well above it)")
+    leave_timeout: float = knob(DEFAULT_LEAVE_TIMEOUT,
+                                help="on SIGTERM, seconds allowed for the leave and the "
+                                     "hand-off of every key (then exit 4)")
+    report_period: Optional[float] = knob(None, help="report the workers' statistics into the "
+                                                     "KVS every this many seconds (the "
+                                                     "monitor's period; default: no reports)")
+    parent_pid: Optional[int] = knob(None, help="stop when this process is gone")
 
     def __post_init__(self) -> None:
         self.tier = tier_name(self.tier)
@@ -214,27 +258,31 @@ class NodeConfig:
         check_disk_sync("NodeConfig", self.disk_sync, self.disk_sync_interval_ms)
         if self.tier == DISK and not self.data_dir:
             raise ValueError(f"disk node {self.node_id!r} needs a data_dir")
+        _check_positive("NodeConfig", self, ("join_timeout", "join_retry", "heartbeat_period",
+                                             "leave_timeout"))
+        if self.report_period is not None:
+            _check_positive("NodeConfig", self, ("report_period",))
 
     def to_dict(self) -> dict:
-        """The node's configuration as a plain dict: the kernel's config keys, and `key_dir`
-        when authentication is on."""
-        d = dataclasses.asdict(self)
-        if d["data_dir"] is None:
-            d["data_dir"] = ""
+        """The node process' configuration as JSON-ready data (`from_json` reads it back);
+        `key_dir` only when authentication is on."""
+        d = to_dict(self)
         if d["key_dir"] is None:
             del d["key_dir"]
         return d
 
     def to_json(self) -> str:
-        """The node process' configuration (`python -m anna_core.node --config`); without
-        `key_dir` it is also exactly what `_core.Node(config_json)` takes."""
+        """The node process' configuration (`python -m anna_core.node --config`)."""
         return json.dumps(self.to_dict())
 
     def kernel_json(self, credentials: Any = None) -> str:
-        """The JSON `_core.Node(config_json)` takes: without `key_dir`, and with the CURVE
-        keys of `credentials` (a `runtime.auth.Credentials`; None: authentication off)."""
-        d = self.to_dict()
-        d.pop("key_dir", None)
+        """The JSON `_core.Node(config_json)` takes: the kernel's keys only (no `key_dir`,
+        none of `PROCESS_FIELDS`), with the CURVE keys of `credentials` (a
+        `runtime.auth.Credentials`; None: authentication off)."""
+        d = {k: v for k, v in self.to_dict().items()
+             if k not in PROCESS_FIELDS and k != "key_dir"}
+        if d["data_dir"] is None:
+            d["data_dir"] = ""
         if credentials is not None:
             d["curve_public_key"] = credentials.keypair.public.decode("ascii")
             d["curve_secret_key"] = credentials.keypair.secret.decode("ascii")
@@ -247,21 +295,37 @@ class NodeConfig:
 
     @classmethod
     def from_json(cls, text: str) -> "NodeConfig":
-        """Inverse of `to_json()`; unknown keys are rejected, and so is key material (a
-        node is given `key_dir`, never keys: they would show on its command line)."""
-        d = json.loads(text)
-        keys = sorted(k for k in d if k.startswith("curve_"))
+        """Inverse of `to_json()`; unknown keys are rejected (`runtime.config.ConfigError`
+        naming the field), and so is key material (a node is given `key_dir`, never keys:
+        they would show on its command line)."""
+        return cls.from_dict(json.loads(text))
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "NodeConfig":
+        """`from_json` of already parsed JSON."""
+        keys = sorted(k for k in d if isinstance(k, str) and k.startswith("curve_"))
         if keys:
-            raise ValueError(f"NodeConfig takes key_dir, not keys ({', '.join(keys)}): keys on "
-                             f"a command line can be read by every user of the host")
+            raise ConfigError(cls.ROLE, keys[0], f"NodeConfig takes key_dir, not keys "
+                              f"({', '.join(keys)}): keys on a command line can be read by "
+                              f"every user of the host")
         if d.get("data_dir") == "":
-            d["data_dir"] = None
-        return cls(**d)
+            d = {**d, "data_dir": None}
+        return from_dict(cls, d)
 
 
-DEFAULT_HEARTBEAT_PERIOD = 1.0
-DEFAULT_HEARTBEAT_TIMEOUT = 3.0
-DEFAULT_LEAVE_TIMEOUT = 30.0
+# The NodeConfig fields the node process uses itself and never passes to the kernel.
+PROCESS_FIELDS = frozenset({"routing", "join_timeout", "join_retry", "heartbeat_period",
+                            "leave_timeout", "report_period", "parent_pid"})
+
+
+def _check_positive(owner: str, config: Any, names: Sequence[str]) -> None:
+    for name in names:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not math.isfinite(value) or not value > 0:
+            raise ValueError(f"{owner}.{name} must be a number > 0, got {value!r}")
+
+
 
 
 def _check_liveness(owner: str, period: float, timeout: float) -> None:
@@ -287,17 +351,29 @@ class RoutingConfig:
     routing, so several routings converge on the same overrides.
     """
 
-    ip: str = "127.0.0.1"
-    port: int = 0
-    default_replication: Replication = field(default_factory=Replication)
-    vnodes: int = 64
-    log_level: str = "warning"
-    heartbeat_period: float = DEFAULT_HEARTBEAT_PERIOD
-    heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT
-    recovery_period: Optional[float] = None
-    override_refresh_period: float = 5.0
+    ROLE: ClassVar[str] = "routing"
+
+    ip: str = knob("127.0.0.1", help="the address the request socket binds")
+    port: int = knob(0, help="the request socket's port (0: a free one)")
+    default_replication: Replication = knob(factory=Replication,
+                                            help="the default replication vector: "
+                                                 "mg,ml,dg,dl or a JSON object")
+    vnodes: int = knob(64, help="virtual nodes per member on every hash ring")
+    log_level: str = knob("warning", help="debug, info, warning or error")
+    heartbeat_period: float = knob(DEFAULT_HEARTBEAT_PERIOD,
+                                   help="seconds between a node's heartbeats; paces re-sends "
+                                        "and is the default recovery period")
+    heartbeat_timeout: float = knob(DEFAULT_HEARTBEAT_TIMEOUT,
+                                    help="a node silent for longer is removed from the ring")
+    recovery_period: Optional[float] = knob(None, help="after a restart, collect heartbeats "
+                                                       "this long before the first broadcast "
+                                                       "(default: 1.25 heartbeat periods)")
+    override_refresh_period: float = knob(5.0, help="seconds between reads of the replication "
+                                                    "overrides stored in the KVS (0: never)")
     # CURVE keys (runtime/auth.py): the cluster's key directory, None = authentication off.
-    key_dir: Optional[str] = None
+    key_dir: Optional[str] = knob(None, help="the cluster's CURVE key directory (`anna keys`); "
+                                             "default: unauthenticated sockets")
+    parent_pid: Optional[int] = knob(None, help="stop when this process is gone")
 
     def __post_init__(self) -> None:
         self.default_replication = Replication.coerce(self.default_replication)
@@ -315,10 +391,19 @@ class RoutingConfig:
             else self.recovery_period
 
     def to_dict(self) -> dict:
-        """This configuration as JSON-ready data (`RoutingConfig(**d)` reads it back)."""
-        d = dataclasses.asdict(self)
+        """This configuration as JSON-ready data (`from_dict` reads it back)."""
+        d = to_dict(self)
         d["default_replication"] = list(self.default_replication.as_tuple())
         return d
+
+    def to_json(self) -> str:
+        """The routing process' configuration (`python -m anna_core.routing --config`)."""
+        return json.dumps(self.to_dict())
+
+    @classmethod
+    def from_json(cls, text: str) -> "RoutingConfig":
+        """Inverse of `to_json()`; a bad field raises `runtime.config.ConfigError`."""
+        return from_dict(cls, json.loads(text))
 
     @property
     def bind_address(self) -> str:

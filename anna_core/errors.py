@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 import runtime.process as _runtime_process
+from pools.errors import LeaveFailed as _PoolLeaveFailed
 
 __all__ = [
     "AnnaError", "KeyNotFound", "LatticeTypeMismatch", "ValueTooLarge", "UnknownLatticeType",
@@ -113,10 +114,11 @@ class DiskFull(StoreFailed):
     directory and its free space (server code DISK_FULL)."""
 
 
-class LeaveFailed(AnnaError):
+class LeaveFailed(AnnaError, _PoolLeaveFailed):
     """A node asked to leave gracefully did not finish: it exited with a non-zero status
     (`status`: 4 = its keys were not all handed off in time, 5 = no routing acknowledged the
-    leave) or did not exit in time (`status` None). `address` is the node id."""
+    leave) or did not exit in time (`status` None). `address` is the node id. Also the node
+    pools' `pools.errors.LeaveFailed`, which a pool manager reports a failed removal with."""
 
     def __init__(self, message: str, *, node_id: str, status: Optional[int]) -> None:
         super().__init__(message, address=node_id)

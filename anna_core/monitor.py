@@ -25,19 +25,19 @@ Contract (dissertation 3.2.4 and 3.3; the decisions are `autoscale/`'s pure core
   period up), and the status carries `"backups"`: the schedule and the last backup's result.
   `stop()` waits for a running backup.
 
-Run standalone: `python -m anna_core.monitor --routing ADDR [--key-dir D] [--period T]
-[--backup-to s3://bucket/prefix --backup-every S]` observes. With `--autoscale
---kubernetes-namespace NS [--memory-deployment D] [--disk-deployment D] [--policy-config
-JSON] [--kubeconfig PATH]` it autoscales a cluster on Kubernetes: it builds a
-`KubernetesClusterManager` (k8s/pool.py) from the pod's ServiceAccount
+Run standalone: `python -m anna_core.monitor --config PATH|JSON` (a `MonitorConfig`,
+anna_core/monitor_config.py; every field is also a flag that overrides it, e.g. `--routing
+ADDR --period T --backup-to s3://bucket/prefix --backup-every S`) observes. With
+`autoscale`, `kubernetes_namespace` (and optionally `memory_deployment`, `disk_deployment`,
+`policy_config`, `kubeconfig`) it autoscales a cluster on Kubernetes: it builds a
+`KubernetesPool` (k8s/pool.py) from the pod's ServiceAccount
 (or the kubeconfig) and carries the policy out through it; the `anna-monitor` pod runs it so
-when the ConfigMap says `AUTOSCALE: "true"` (k8s/entrypoint.py). Node ids are pod names (each
-node is named after its pod), so a RemoveNode names the pod to delete. `anna local
---autoscale` runs one in-process with a local cluster manager.
+when the ConfigMap turns autoscaling on. Node ids are pod names (each node is named after
+its pod), so a RemoveNode names the pod to delete. `anna local --autoscale` runs one
+in-process with a local cluster manager.
 """
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import logging
@@ -47,15 +47,15 @@ import threading
 import time
 from typing import Any, Deque, Dict, List, Optional, Sequence, Set, Tuple
 
-from k8s.api import add_api_arguments
 from k8s.errors import KubernetesError
-from k8s.names import DISK_SCALED as DISK_WORKLOAD, MEMORY as MEMORY_WORKLOAD
 from runtime.limits import raise_descriptor_limit
 from runtime.logs import configure_logging
-from runtime.cli import knobs_from_json, positive_float
+from runtime.config import parse_config, role_parser
 
 from .autoscale.actions import Note
-from .autoscale.manager import ClusterManager, apply
+from pools.manager import PoolManager
+
+from .autoscale.manager import apply
 from .autoscale.policy import PolicyEngine
 from .autoscale.policy_config import PolicyConfig
 from .autoscale.reports import (STATUS_KEY, bucket_of, client_reports_key,
@@ -65,6 +65,7 @@ from .autoscale.status import build_status
 from .autoscale.summaries import ClientReport, WorkerReport, summarize
 from .config import DISK, MEMORY, Replication
 from .errors import AnnaError, KeyNotFound
+from .monitor_config import MonitorConfig
 from .membership import REPLICATION_INDEX_KEY, loaded_overrides, replication_metadata_key
 
 __all__ = ["Monitor", "MONITOR_PHASE", "main", "parse_args", "policy_of", "kubernetes_manager"]
@@ -86,7 +87,7 @@ class Monitor:
     """The autoscaling monitor service (see the module contract)."""
 
     def __init__(self, kvs: Any, *, policy: Optional[PolicyConfig] = None,
-                 manager: Optional[ClusterManager] = None, autoscale: bool = True,
+                 manager: Optional[PoolManager] = None, autoscale: bool = True,
                  default_replication: Replication = Replication(),
                  history_limit: int = 10_000, logger: logging.Logger = log,
                  backups: Optional[Any] = None) -> None:
@@ -176,23 +177,31 @@ class Monitor:
     def _members(self) -> Optional[Dict[str, List[str]]]:
         if self.manager is None:
             return None
-        return {t: self.manager.nodes(t) + self.manager.leaving(t) for t in (MEMORY, DISK)}
+        return {t: self._of(t, "nodes") + self._of(t, "leaving") for t in (MEMORY, DISK)}
 
     def _listing(self, which: str) -> Dict[str, List[str]]:
         if self.manager is None:
             return {}
-        return {t: list(getattr(self.manager, which)(t)) for t in (MEMORY, DISK)}
+        return {t: self._of(t, which) for t in (MEMORY, DISK)}
+
+    def _of(self, tier: str, which: str) -> List[str]:
+        """The manager's `which` (nodes, pending, leaving) of `tier`; [] for a tier it does
+        not manage (e.g. a cluster on Kubernetes without a disk tier)."""
+        assert self.manager is not None
+        if tier not in self.manager.pools():
+            return []
+        return list(getattr(self.manager, which)(tier))
 
     def _act(self, summary: Any, now: float, problems: List[str]) -> List[str]:
         assert self.manager is not None
         for event in self.manager.poll(now):
             if event.error is not None:
-                self.log.warning("%s node %s: %s: %s", event.tier, event.node_id, event.kind,
+                self.log.warning("%s node %s: %s: %s", event.pool, event.node_id, event.kind,
                                  event.error)
-                problems.append(f"{event.tier} node {event.node_id}: {event.kind}: "
+                problems.append(f"{event.pool} node {event.node_id}: {event.kind}: "
                                 f"{event.error}")
             else:
-                self.log.info("%s node %s: %s", event.tier, event.node_id, event.kind)
+                self.log.info("%s node %s: %s", event.pool, event.node_id, event.kind)
         actions = self.engine.decide(summary, now)
         notes = [a for a in actions if isinstance(a, Note)]
         self._log_notes(notes)
@@ -292,94 +301,42 @@ def _describe(action: Any) -> str:
     return reason
 
 
-def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    """The command line of `python -m anna_core.monitor` (see `--help`)."""
-    p = argparse.ArgumentParser(prog="python -m anna_core.monitor",
-                                description="Anna monitor: summarises the cluster's reports "
-                                            "every period and publishes them for `anna status` "
-                                            "(nodes must run with --report-period). With "
-                                            "--autoscale and --kubernetes-namespace it also "
-                                            "acts: nodes are the pods of one Deployment per "
-                                            "tier, added and removed through the Kubernetes "
-                                            "API (KubernetesClusterManager).")
-    p.add_argument("--routing", required=True, action="append", help="routing address(es)")
-    p.add_argument("--key-dir", help="the cluster's key directory (the monitor uses the "
-                                     "cluster key)")
-    p.add_argument("--period", type=positive_float, default=PolicyConfig().monitoring_period,
-                   help="monitoring period T in seconds (the nodes' --report-period)")
-    p.add_argument("--backup-to", metavar="s3://BUCKET/PREFIX", default=None,
-                   help="back the cluster up under this prefix (a dated prefix per backup; "
-                        "AWS settings from the standard AWS configuration)")
-    p.add_argument("--backup-every", type=positive_float, default=24 * 3600.0, metavar="S",
-                   help="seconds between scheduled backups (with --backup-to)")
-    k = p.add_argument_group("autoscaling on Kubernetes")
-    k.add_argument("--autoscale", action="store_true",
-                   help="carry the policy's decisions out (replication through routing, nodes "
-                        "through Kubernetes); needs --kubernetes-namespace. Without it the "
-                        "monitor only observes")
-    k.add_argument("--kubernetes-namespace", metavar="NS", default=None,
-                   help="the namespace of the Anna Deployments (with --autoscale)")
-    k.add_argument("--memory-deployment", default=MEMORY_WORKLOAD, metavar="NAME",
-                   help="the memory tier's Deployment")
-    k.add_argument("--disk-deployment", default=DISK_WORKLOAD, metavar="NAME",
-                   help="the disk tier's workload: a Deployment's name or statefulset/NAME "
-                        "(default: the disk StatefulSet; '': no disk tier is managed)")
-    k.add_argument("--policy-config", metavar="JSON", default="",
-                   help="a JSON object of PolicyConfig knobs (anna_core/autoscale/"
-                        "policy_config.py), e.g. '{\"grace_period\": 60, \"max_nodes\": 6}'; "
-                        "the monitoring period is --period (an observing monitor uses the "
-                        "latency SLO for its status)")
-    add_api_arguments(k, pods="Anna", leave_default=150.0)
-    p.add_argument("--ip", default="127.0.0.1",
-                   help="the address this process' reply sockets bind and give to routing and "
-                        "the nodes; they must reach it (a pod's own address in Kubernetes)")
-    p.add_argument("--log-level", default="info", help="debug, info, warning or error")
-    args = p.parse_args(argv)
-    if args.autoscale and not args.kubernetes_namespace:
-        p.error("--autoscale needs a cluster manager: pass --kubernetes-namespace (the monitor "
-                "process manages Kubernetes Deployments; `anna local --autoscale` runs a "
-                "local cluster's monitor)")
-    if args.kubernetes_namespace and not args.autoscale:
-        p.error("--kubernetes-namespace is for --autoscale (an observing monitor does not "
-                "call the Kubernetes API)")
-    if args.kubeconfig and not args.autoscale:
-        p.error("--kubeconfig needs --autoscale")
-    if args.autoscale and not args.memory_deployment:
-        p.error("--memory-deployment must name the memory tier's Deployment")
-    return args
+def parse_args(argv: Optional[Sequence[str]] = None) -> MonitorConfig:
+    """The configuration of `python -m anna_core.monitor` (`--config PATH|JSON`, every
+    MonitorConfig field a flag over it; see `--help`); a bad field exits 2 naming it."""
+    p = role_parser(MonitorConfig, "python -m anna_core.monitor",
+                    "Anna monitor: summarises the cluster's reports every period and publishes "
+                    "them for `anna status` (nodes must run with report_period). With "
+                    "autoscale and kubernetes_namespace it also acts: nodes are the pods of "
+                    "one Deployment per tier, added and removed through the Kubernetes API "
+                    "(KubernetesPool).")
+    config, _ = parse_config(p, MonitorConfig, argv)
+    return config
 
 
-def policy_of(args: argparse.Namespace) -> PolicyConfig:
-    """PolicyConfig from --period and --policy-config (ValueError naming a bad knob)."""
-    knobs = knobs_from_json(getattr(args, "policy_config", "") or "", PolicyConfig,
-                            "--policy-config")
-    if "monitoring_period" in knobs and knobs["monitoring_period"] != args.period:
-        raise ValueError("--policy-config may not set monitoring_period: it is --period, "
-                         "which must equal the nodes' --report-period")
-    for name in ("memory_storage_bounds", "disk_storage_bounds", "latency_bounds",
-                 "compute_bounds"):
-        if isinstance(knobs.get(name), list):
-            knobs[name] = tuple(knobs[name])
-    return PolicyConfig(**{**knobs, "monitoring_period": args.period})
+def policy_of(config: MonitorConfig) -> PolicyConfig:
+    """PolicyConfig from the configuration's period and policy knobs (ValueError naming a
+    bad knob)."""
+    return config.policy()
 
 
-def kubernetes_manager(args: argparse.Namespace) -> Optional[ClusterManager]:
-    """The KubernetesClusterManager --autoscale asks for (None without it): the API client
-    from --kubeconfig or the pod's ServiceAccount, one Deployment per tier. Node ids are pod
-    names, and k8s/entrypoint.py names each Anna node after its pod (POD_NAME), so the ids in
+def kubernetes_manager(config: MonitorConfig) -> Optional[PoolManager]:
+    """The KubernetesPool `autoscale` asks for (None without it): the API client from
+    `kubeconfig` or the pod's ServiceAccount, one workload per tier. Node ids are pod
+    names, and each Anna node is named after its pod (its node_id is POD_NAME), so the ids in
     the nodes' reports are the ids the manager lists and removes. Raises `KubernetesError`
     naming the call that failed (RBAC, a missing Deployment, an unreachable API)."""
-    if not args.autoscale:
+    if not config.autoscale:
         return None
     from k8s.api import connect
-    from k8s.pool import KubernetesClusterManager
-    deployments = {MEMORY: args.memory_deployment}
-    if args.disk_deployment:
-        deployments[DISK] = args.disk_deployment
-    return KubernetesClusterManager(connect(args.kubeconfig), args.kubernetes_namespace,
-                                    deployments, startup_timeout=args.pod_startup_timeout,
-                                    leave_timeout=args.pod_leave_timeout,
-                                    request_timeout=args.request_timeout)
+    from k8s.pool import KubernetesPool
+    deployments = {MEMORY: config.memory_deployment}
+    if config.disk_deployment:
+        deployments[DISK] = config.disk_deployment
+    return KubernetesPool(connect(config.kubeconfig), config.kubernetes_namespace, deployments,
+                          startup_timeout=config.pod_startup_timeout,
+                          leave_timeout=config.pod_leave_timeout,
+                          request_timeout=config.request_timeout)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -387,29 +344,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     --kubernetes-namespace, the autoscaler of a cluster on Kubernetes."""
     from runtime.auth import AuthConfig
     from .client import Client
-    args = parse_args(argv)
-    configure_logging(args.log_level, "monitor", family="anna")
+    config = parse_args(argv)
+    configure_logging(config.log_level, "monitor", family="anna")
     raise_descriptor_limit()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    try:
-        policy = policy_of(args)
-    except ValueError as e:
-        print(f"monitor: {e}", file=sys.stderr)
-        return 2
-    auth = AuthConfig(args.key_dir) if args.key_dir else None
+    policy = policy_of(config)          # checked with the configuration
+    auth = AuthConfig(config.key_dir) if config.key_dir else None
     backups = None
-    if args.backup_to:
+    if config.backup_to:
         from .backup_schedule import BackupSchedule
         try:
-            backups = BackupSchedule(args.backup_to, args.backup_every, args.routing, auth,
-                                     ip=args.ip)
+            backups = BackupSchedule(config.backup_to, config.backup_every, config.routing, auth,
+                                     ip=config.ip)
         except (AnnaError, ValueError) as e:
             print(f"monitor: {e}", file=sys.stderr)
             return 2
     try:
-        manager = kubernetes_manager(args)
+        manager = kubernetes_manager(config)
     except (AnnaError, KubernetesError) as e:
         print(f"monitor: cannot manage the cluster's nodes: {e}", file=sys.stderr)
         return 1
@@ -417,8 +370,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         log.info("autoscaling on: %s", ", ".join(
             f"{t} {manager.deployments[t]}" for t in manager.deployments))   # type: ignore
     try:
-        with Client(args.routing, auth=auth, timeout=2.0, retries=1, ip=args.ip) as kvs:
-            monitor = Monitor(kvs, policy=policy, manager=manager, autoscale=args.autoscale,
+        with Client(config.routing, auth=auth, timeout=2.0, retries=1, ip=config.ip) as kvs:
+            monitor = Monitor(kvs, policy=policy, manager=manager, autoscale=config.autoscale,
                               backups=backups).start()
             while not stop.wait(1.0):
                 pass

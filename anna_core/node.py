@@ -18,7 +18,7 @@ Contract (DESIGN.md "Processes", "Routing and membership"):
    hand-off completed, 4 when it timed out (an ERROR says how many keys were pending),
    5 when no routing acknowledged the leave.
    With `--report-period T`, a reporter thread adds the workers' statistics to the KVS once
-   per period (reporting.NodeReporter) from readiness until the leave starts.
+   per period (node_reporting.NodeReporter) from readiness until the leave starts.
    SIGINT, or the parent's exit with `--parent-pid`: stop at once without leaving (the
    cluster's failure detector removes the node); exit 0. SIGKILL skips everything.
 5. Authentication (`NodeConfig.key_dir` set; DESIGN.md "Authentication"): the process loads
@@ -33,7 +33,12 @@ Contract (DESIGN.md "Processes", "Routing and membership"):
    else (`runtime.limits`); the kernel sizes its workers' socket caches from what is left,
    and the process' own socket caches share what the kernel does not claim.
 
-Run: `python -m anna_core.node --config '<NodeConfig JSON>' --routing tcp://... [--routing ...]`.
+7. Configuration: one `NodeConfig` (anna_core/config.py), read with `--config PATH|JSON`
+   (`runtime.config`); every field is also a flag that overrides it (`--routing`,
+   `--leave-timeout`, ...), so the options named above are NodeConfig fields. A bad or
+   missing field exits 2 with one line naming it.
+
+Run: `python -m anna_core.node --config node.json [--routing tcp://... ...] [--ready-file F]`.
 """
 from __future__ import annotations
 
@@ -42,12 +47,12 @@ import logging
 import signal
 import sys
 import threading
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import zmq
 
 from runtime.auth import AuthConfig, KeyFileError, Security, credentials_of, parse_address
-from runtime.cli import positive_float
+from runtime.config import ConfigError, parse_config, role_parser
 from runtime.limits import claim_descriptors, raise_descriptor_limit
 from runtime.logs import configure_logging
 from runtime.process import announce_ready, parent_gone
@@ -55,55 +60,33 @@ from runtime.sockets import bind_pull
 
 from . import _core
 from .client import routing_addresses
-from .config import DEFAULT_HEARTBEAT_PERIOD, DEFAULT_LEAVE_TIMEOUT, NodeConfig
+from .config import NodeConfig
 from .errors import Timeout
 from .node_control import Heartbeater, join_cluster, leave_cluster
-from .reporting import NodeReporter
+from .node_reporting import NodeReporter
 
 __all__ = ["join_cluster", "main"]
 
 log = logging.getLogger("anna.node")
 
 
-def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    """The node's command line."""
-    p = argparse.ArgumentParser(prog="python -m anna_core.node", description="Anna KVS node")
-    p.add_argument("--config", required=True,
-                   help="NodeConfig as JSON, or @path to a file holding it")
-    p.add_argument("--routing", required=True, action="append",
-                   help="routing address, e.g. tcp://127.0.0.1:5000; repeat the option or "
-                        "separate addresses with commas when several routings serve the "
-                        "cluster (every one gets the join, the heartbeats and the leave)")
+def parse_args(argv: Optional[Sequence[str]] = None) -> Tuple[NodeConfig, argparse.Namespace]:
+    """The node's configuration (`--config PATH|JSON`, every NodeConfig field a flag over
+    it) and the remaining options (`--ready-file`); a bad field exits 2 naming it."""
+    p = role_parser(NodeConfig, "python -m anna_core.node", "Anna KVS node.")
     p.add_argument("--ready-file", help="also write the readiness JSON here")
-    p.add_argument("--join-timeout", type=positive_float, default=20.0,
-                   help="give up (exit 3) if no routing acknowledges the join in this many "
-                        "seconds (default 20)")
-    p.add_argument("--join-retry", type=positive_float, default=1.0,
-                   help="re-send the join (and, when leaving, the leave) this often (default 1 s)")
-    p.add_argument("--heartbeat-period", type=positive_float, default=DEFAULT_HEARTBEAT_PERIOD,
-                   help="seconds between heartbeats to every routing (default "
-                        f"{DEFAULT_HEARTBEAT_PERIOD:g}); routing's --heartbeat-timeout must "
-                        "be well above it")
-    p.add_argument("--leave-timeout", type=positive_float, default=DEFAULT_LEAVE_TIMEOUT,
-                   help="on SIGTERM, seconds allowed for the leave and the hand-off of every "
-                        f"key (default {DEFAULT_LEAVE_TIMEOUT:g}); past it the node logs how "
-                        "many keys are pending and exits with status 4")
-    p.add_argument("--report-period", type=positive_float, default=None,
-                   help="report the workers' statistics into the KVS every this many seconds "
-                        "(the autoscaling monitor's period; default: no reports)")
-    p.add_argument("--parent-pid", type=int, help="stop when this parent process is gone")
-    return p.parse_args(argv)
+    config, args = parse_config(p, NodeConfig, argv)
+    if not config.routing:
+        p.error(str(ConfigError(NodeConfig.ROLE, "routing", "give at least one routing "
+                                "address (--routing, or \"routing\" in --config)")))
+    config.routing = routing_addresses(config.routing)
+    return config, args
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of `python -m anna_core.node`."""
-    args = parse_args(argv)
-    routing: List[str] = routing_addresses(args.routing)
-    text = args.config
-    if text.startswith("@"):
-        with open(text[1:]) as f:
-            text = f.read()
-    config = NodeConfig.from_json(text)
+    config, args = parse_args(argv)
+    routing: List[str] = config.routing
     configure_logging(config.log_level, f"node[{config.node_id}]", family="anna")
     raise_descriptor_limit()
 
@@ -147,26 +130,26 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         log.info("node %s started %d workers: %s", config.node_id, len(addresses), addresses)
         try:
             membership = join_cluster(context, config, addresses, routing, control,
-                                      control_address, timeout=args.join_timeout,
-                                      retry=args.join_retry, auth=auth)
+                                      control_address, timeout=config.join_timeout,
+                                      retry=config.join_retry, auth=auth)
         except Timeout as e:
             log.error("node %s: %s", config.node_id, e)
             print(f"node {config.node_id}: {e}", file=sys.stderr, flush=True)
             return 3
         heartbeater = Heartbeater(context, config, addresses, routing, control_address,
-                                  node.stats, period=args.heartbeat_period, auth=auth).start()
+                                  node.stats, period=config.heartbeat_period, auth=auth).start()
         announce_ready({"node_id": config.node_id, "tier": config.tier,
                         "worker_addresses": addresses, "control_address": control_address,
                         "membership_version": membership.version}, args.ready_file)
-        if args.report_period is not None:
+        if config.report_period is not None:
             reporter = NodeReporter(node, config.node_id, config.tier, routing,
-                                    args.report_period, ip=config.ip,
+                                    config.report_period, ip=config.ip,
                                     auth=AuthConfig(config.key_dir) if config.key_dir else None
                                     ).start()
         while not stopping.wait(0.2):
             while control.poll(0):
                 control.recv()   # late join acks and heartbeat admissions: nothing to do
-            if parent_gone(args.parent_pid):
+            if parent_gone(config.parent_pid):
                 log.warning("parent process exited; node %s stops", config.node_id)
                 break
         heartbeater.stop()
@@ -174,8 +157,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             reporter.stop()   # its report PUTs would race the hand-off
         if how["leave"]:
             outcome = leave_cluster(context, config, routing, node.stats,
-                                    timeout=args.leave_timeout, retry=min(args.join_retry, 0.5),
-                                    ack_grace=args.heartbeat_period, auth=auth)
+                                    timeout=config.leave_timeout, retry=min(config.join_retry, 0.5),
+                                    ack_grace=config.heartbeat_period, auth=auth)
             if outcome.ok:
                 log.info("%s", outcome.message)
             else:

@@ -27,12 +27,12 @@ Contract (DESIGN.md, proto/anna.proto, dissertation 3.2.5-3.2.7):
 - Wrong frame counts, unknown kinds and unparsable payloads are logged and dropped; the loop
   never dies on input. Routing state is soft: rebuilt from joins and heartbeats.
 
-Run: `python -m anna_core.routing [--ip IP] [--port N] [--replication mg,ml,dg,dl] ...`.
+Run: `python -m anna_core.routing [--config PATH|JSON] [--ip IP] [--port N]
+[--default-replication mg,ml,dg,dl] ...`: the configuration is a `RoutingConfig`
+(`runtime.config`: every field is a flag that overrides the file's).
 """
 from __future__ import annotations
 
-import argparse
-import json
 import logging
 import queue
 import signal
@@ -48,7 +48,7 @@ from hydro_proto import anna_pb2
 
 from runtime.auth import AuthConfig, Security, credentials_of, may_send, role_of
 from runtime.framing import FrameError, split_frames
-from runtime.cli import positive_float
+from runtime.config import parse_config, role_parser
 from runtime.limits import raise_descriptor_limit
 from runtime.logs import configure_logging
 from runtime.process import announce_ready, parent_gone
@@ -305,45 +305,11 @@ class RoutingService:
             self.context.term()
 
 
-def _parse_replication(text: str) -> Replication:
-    parts = [int(p) for p in text.split(",")]
-    return Replication.coerce(parts)
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of `python -m anna_core.routing`."""
-    p = argparse.ArgumentParser(prog="python -m anna_core.routing",
-                                description="Anna routing service")
-    p.add_argument("--config", help="RoutingConfig as JSON (overrides the other options)")
-    p.add_argument("--ip", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=0, help="0 = a free port")
-    p.add_argument("--replication", type=_parse_replication, default=Replication(),
-                   help="default replication vector mg,ml,dg,dl (default 1,1,0,1)")
-    p.add_argument("--vnodes", type=int, default=64,
-                   help="virtual nodes per member on every hash ring (default 64)")
-    p.add_argument("--heartbeat-period", type=positive_float, default=1.0,
-                   help="seconds between a node's heartbeats (default 1.0); paces re-sends "
-                        "and is the default recovery period")
-    p.add_argument("--heartbeat-timeout", type=positive_float, default=3.0,
-                   help="a node silent for longer is removed from the ring (default 3.0 s)")
-    p.add_argument("--recovery-period", type=float, default=None,
-                   help="after a restart, collect heartbeats this long before the first "
-                        "broadcast (default: 1.25 heartbeat periods)")
-    p.add_argument("--key-dir", help="the cluster's CURVE key directory (`anna keys`); "
-                                      "without it routing's sockets are unauthenticated")
-    p.add_argument("--log-level", default="warning", help="debug, info, warning (default)")
+    p = role_parser(RoutingConfig, "python -m anna_core.routing", "Anna routing service.")
     p.add_argument("--ready-file", help="also write the bound address here, as JSON")
-    p.add_argument("--parent-pid", type=int, help="exit when this parent process is gone")
-    args = p.parse_args(argv)
-    if args.config:
-        d = json.loads(args.config)
-        config = RoutingConfig(**d)
-    else:
-        config = RoutingConfig(ip=args.ip, port=args.port, default_replication=args.replication,
-                               vnodes=args.vnodes, log_level=args.log_level,
-                               heartbeat_period=args.heartbeat_period,
-                               heartbeat_timeout=args.heartbeat_timeout,
-                               recovery_period=args.recovery_period, key_dir=args.key_dir)
+    config, args = parse_config(p, RoutingConfig, argv)
     configure_logging(config.log_level, "routing", family="anna")
     raise_descriptor_limit()
     service = RoutingService(config)
@@ -357,7 +323,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     announce_ready({"address": service.address}, args.ready_file)
     log.info("routing listening on %s", service.address)
     try:
-        service.serve(parent_pid=args.parent_pid)
+        service.serve(parent_pid=config.parent_pid)
     finally:
         service.close()
     return 0

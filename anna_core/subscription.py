@@ -4,7 +4,9 @@ subscriber, and `Update`, one of them.
 Contract (DESIGN.md "Gossip"): a worker pushes at most one UPDATE per subscribed key per epoch
 (a `KeyResponse` of type UPDATE; tuple error KEY_DNE after a delete). Subscriptions move with
 their keys on every placement change. `Subscription.poll/next/updates` each take a deadline;
-anything that is not a well-formed UPDATE is discarded.
+anything that is not a well-formed UPDATE is discarded. A subscription made by
+`Client.subscription` unsubscribes its keys when closed and tells its client through the
+client's public `unsubscribe` and `subscription_closed`.
 """
 from __future__ import annotations
 
@@ -130,8 +132,8 @@ class Subscription:
                     self._client.unsubscribe(key, self.address)
                 except AnnaError:
                     pass
-        if self._client is not None and self in self._client._subscriptions:
-            self._client._subscriptions.remove(self)
+        if self._client is not None:
+            self._client.subscription_closed(self)
         self._client = None
         if self._socket.closed:
             return

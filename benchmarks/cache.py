@@ -47,7 +47,7 @@ class DirectReader:
         import time as _time
 
         import anna_core
-        from runtime.values import loads     # the decoding lib.get does (plain data)
+        from faas.values import loads     # the decoding lib.get does (plain data)
         if self.kvs is None:
             self.kvs = anna_core.Client(self.kvs_address, timeout=10.0, auth=self.auth)
         out: Dict[str, float] = {}

@@ -29,7 +29,7 @@ READ_BUDGET = 120.0           # seconds past `settle` reading back may take; the
 
 def decode_versions(lattice: Any) -> List[Dict[str, Any]]:
     """The records a replica's lattice holds (every concurrent version of a causal key)."""
-    from runtime.values import CAUSAL_LATTICES, loads
+    from faas.values import CAUSAL_LATTICES, loads
     values = lattice.reveal() if lattice.lattice_type in CAUSAL_LATTICES else [lattice.reveal()]
     return [loads(v) for v in values]
 

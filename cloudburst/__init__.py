@@ -38,7 +38,7 @@ from typing import Any
 
 from runtime.auth import AuthConfig, KeyFileError
 from runtime.actors import ActorHandle
-from runtime.values import Reference
+from faas.values import Reference
 from executor.calling import current_library
 
 from . import errors
@@ -52,7 +52,7 @@ from .errors import (Aborted, AuthenticationError, AuthenticationRequired, Cance
                      ObjectNotFound, SchedulerUnavailable, Timeout, UnsafeValue, NotPermitted,
                      CorruptRecord, WorkerDied, ActorDied, ActorCallCycle, ValueTooLarge)
 from .local import LocalCluster
-from scheduler.executor_policy import ExecutorPolicyConfig
+from .executor_policy import ExecutorPolicyConfig
 
 __all__ = ["Client", "Future", "Listing", "CausalStats", "LocalCluster", "Reference", "errors",
            "RegisteredFunction", "gather", "wait", "InvalidFunction",

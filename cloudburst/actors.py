@@ -21,10 +21,10 @@ from typing import Any, Mapping, Sequence, Tuple
 
 from hydro_proto import cloudburst_pb2 as pb
 from runtime.actors import ActorHandle, public_methods
-from runtime.errors import InvalidFunction
-from runtime.values import dumps_function
+from faas.errors import InvalidFunction
 
 from .arguments import encode
+from .pickling import dumps_function
 
 __all__ = ["creation", "method_call", "kill_call"]
 

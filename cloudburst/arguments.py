@@ -18,7 +18,7 @@ from typing import Any, List, Mapping, Sequence
 
 from hydro_proto import cloudburst_pb2 as pb
 
-from runtime.values import encode_args
+from faas.values import encode_args
 
 from .futures import Future
 

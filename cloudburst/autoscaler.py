@@ -3,11 +3,13 @@
 Contract:
 - `ExecutorAutoscalerService(policy, manager, link)` runs `step()` every `policy.config.tick`
   seconds on its own thread (`start()` / `stop()`), or when a caller calls `step()`.
+  `manager` is a `pools.PoolManager` with the pool "executor" (`pools.EXECUTORS`): local
+  processes (`cloudburst.executor_spawner.local_pool`) or pods (`k8s.pool.KubernetesPool`).
   One step: `manager.poll()` (nodes that came up, were removed or failed: logged), then
-  `link.statuses()` (every scheduler's `status`), `build_sample` of them, `policy.decide`,
-  and each action carried out in order: `AddNodes` -> `manager.add_nodes`, `Drain` /
-  `Undrain` -> `link.drain` (a `drain` message to every scheduler), `Remove` ->
-  `manager.remove_node`, `Note` -> nothing. Every action is logged at INFO with its reason
+  `link.statuses()` (every scheduler's `status`), `build_sample` of them, `policy.decide`
+  (`cloudburst/executor_policy.py`, pure), and each action carried out in order: `AddNodes`
+  -> `manager.add_nodes`, `Drain` / `Undrain` -> `link.drain` (a `drain` message to every
+  scheduler), `Remove` -> `manager.remove_node`, `Note` -> nothing. Every action is logged at INFO with its reason
   (a failed one at WARNING with why; a `Note` the same as the one before, numbers aside, at
   DEBUG) and kept in `history` (bounded) as an `Applied`.
 - `build_sample(statuses)` (pure): one `ExecutorNodeStats` per executor node any scheduler
@@ -37,7 +39,6 @@ Contract:
 """
 from __future__ import annotations
 
-import argparse
 import collections
 import logging
 import re
@@ -49,18 +50,17 @@ from typing import Callable, Deque, Dict, List, Optional, Sequence
 import zmq
 
 from hydro_proto import cloudburst_pb2 as pb
-from k8s.api import add_api_arguments
-from k8s.names import EXECUTOR
 from runtime.auth import AuthConfig, Security, credentials_of
-from runtime.cli import knobs_from_json
-from runtime.errors import CloudburstError
+from faas.errors import CloudburstError
+from k8s.errors import KubernetesError
+from pools.errors import PoolError
+from pools.manager import EXECUTORS, FAILED, PoolManager
 from runtime.sockets import PushCache
-from scheduler.executor_policy import (Action, AddNodes, Drain, ExecutorAutoscaler,
-                                       ExecutorPolicyConfig,
-                                       ExecutorNodeStats, ExecutorSample, Note, Remove, Undrain)
 
+from .autoscaler_config import ExecutorAutoscalerConfig, executor_policy_of
 from .client import Client
-from .executor_manager import FAILED, ExecutorManager, ExecutorManagerError
+from .executor_policy import (Action, AddNodes, Drain, ExecutorAutoscaler, ExecutorNodeStats,
+                              ExecutorSample, Note, Remove, Undrain)
 from .status import ClusterStatus
 
 __all__ = ["ExecutorAutoscalerService", "SchedulerLink", "Applied", "build_sample", "main",
@@ -165,14 +165,14 @@ class ExecutorAutoscalerService:
     """The autoscaler's loop; see the module contract.
 
     Args:
-        policy: the pure decision core (`scheduler.executor_policy.ExecutorAutoscaler`).
-        manager: adds and removes executor nodes (`LocalExecutorManager`, or another).
+        policy: the pure decision core (`cloudburst.executor_policy.ExecutorAutoscaler`).
+        manager: adds and removes executor nodes (a `PoolManager` with the pool "executor").
         link: the schedulers (`SchedulerLink`).
         clock: monotonic seconds (tests may pass another).
         max_history: how many `Applied` records are kept.
     """
 
-    def __init__(self, policy: ExecutorAutoscaler, manager: ExecutorManager,
+    def __init__(self, policy: ExecutorAutoscaler, manager: PoolManager,
                  link: SchedulerLink, clock: Callable[[], float] = time.monotonic,
                  max_history: int = 10000) -> None:
         self.policy = policy
@@ -226,13 +226,13 @@ class ExecutorAutoscalerService:
     def _apply(self, action: Action, now: float) -> Applied:
         try:
             if isinstance(action, AddNodes):
-                ids = self.manager.add_nodes(action.count)
+                ids = self.manager.add_nodes(action.pool, action.count)
                 log.info("%s -> %s", action.reason, ", ".join(ids))
             elif isinstance(action, (Drain, Undrain)):
                 epoch = self.link.drain(action.node_id, isinstance(action, Drain))
                 log.info("%s (epoch %d)", action.reason, epoch)
             elif isinstance(action, Remove):
-                self.manager.remove_node(action.node_id)
+                self.manager.remove_node(EXECUTORS, action.node_id)
                 log.info("%s", action.reason)
             elif isinstance(action, Note):
                 # the same note every tick (e.g. scale-in held in panic) is logged once
@@ -243,61 +243,28 @@ class ExecutorAutoscalerService:
                     log.debug("held: %s", action.reason)
                 self._last_note = shape
             return Applied(now, action)
-        except (ExecutorManagerError, OSError, ValueError, RuntimeError) as e:
+        except (PoolError, KubernetesError, OSError, ValueError, RuntimeError) as e:
             log.warning("could not carry out %s: %s", action, e)
             return Applied(now, action, ok=False, error=f"{type(e).__name__}: {e}")
 
     def node_count(self) -> int:
         """Executor nodes up and not being removed, per the manager."""
-        return len(self.manager.nodes())
+        return len(self.manager.nodes(EXECUTORS))
 
 
 # ---- the process: `python -m cloudburst.autoscaler` (executor autoscaling on Kubernetes) ------
 
-def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    """The command line of `python -m cloudburst.autoscaler` (see `--help`)."""
-    from runtime.cli import add_common, positive_float
-    p = argparse.ArgumentParser(
-        prog="python -m cloudburst.autoscaler",
-        description="Executor autoscaling on Kubernetes: samples every scheduler's status, "
-                    "decides with the executor policy (scheduler/executor_policy.py), drains "
-                    "executor nodes through the schedulers and adds or removes them as pods "
-                    "of the executor Deployment (KubernetesExecutorManager). Runs in the "
-                    "cloudburst-autoscaler pod (k8s/base/autoscaler.yaml), or outside the "
-                    "cluster with --kubeconfig.")
-    p.add_argument("--scheduler", action="append", required=True, metavar="ADDR",
-                   help="a scheduler's address (repeat for each; with --key-dir, the address "
-                        "carries the cluster's public key: tcp://host:port#k=...)")
-    p.add_argument("--ip", default="127.0.0.1",
-                   help="the address this process' answer sockets bind; the schedulers must "
-                        "reach it (a pod's own address in Kubernetes)")
-    p.add_argument("--key-dir", default=None,
-                   help="the cluster's key directory: the autoscaler speaks to the schedulers "
-                        "as the cluster (drains are refused from client keys)")
-    p.add_argument("--kubernetes-namespace", required=True, metavar="NS",
-                   help="the executor Deployment's namespace")
-    p.add_argument("--executor-deployment", default=EXECUTOR, metavar="NAME",
-                   help="the executor nodes' Deployment")
-    p.add_argument("--policy-config", default="", metavar="JSON",
-                   help="a JSON object of ExecutorPolicyConfig knobs (scheduler/"
-                        "executor_policy.py), e.g. '{\"min_nodes\": 1, \"max_nodes\": 4, "
-                        "\"workers_per_node\": 3}'")
-    add_api_arguments(p, pods="executor", leave_default=60.0)
-    p.add_argument("--status-timeout", type=positive_float, default=2.0, metavar="S",
-                   help="seconds to wait for a scheduler's status answer")
-    add_common(p, log_default="info")
-    return p.parse_args(argv)
-
-
-def executor_policy_of(text: str) -> ExecutorPolicyConfig:
-    """ExecutorPolicyConfig from a JSON object of its knobs ('' : the defaults); ValueError
-    naming a bad one."""
-    knobs = knobs_from_json(text, ExecutorPolicyConfig, "--policy-config")
-    config = ExecutorPolicyConfig(**knobs)   # type: ignore[arg-type]
-    if config.min_nodes < 1:
-        # the manager never removes the last node (LastNode), and a call needs a node
-        raise ValueError("--policy-config: min_nodes must be at least 1 (a call needs an "
-                         "executor node to run on; scale-to-zero is not supported)")
+def parse_args(argv: Optional[Sequence[str]] = None) -> ExecutorAutoscalerConfig:
+    """The configuration of `python -m cloudburst.autoscaler` (`--config PATH|JSON`, every
+    ExecutorAutoscalerConfig field a flag over it; see `--help`); a bad field exits 2."""
+    from runtime.config import parse_config, role_parser
+    p = role_parser(ExecutorAutoscalerConfig, "python -m cloudburst.autoscaler",
+                    "Executor autoscaling on Kubernetes: samples every scheduler's status, "
+                    "decides with the executor policy, drains executor nodes through the "
+                    "schedulers and adds or removes them as pods of the executor Deployment "
+                    "(KubernetesPool). Runs in the cloudburst-autoscaler pod, or "
+                    "outside the cluster with --kubeconfig.")
+    config, _ = parse_config(p, ExecutorAutoscalerConfig, argv)
     return config
 
 
@@ -306,35 +273,31 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import signal
     import sys
     from k8s.api import connect
-    from k8s.errors import KubernetesError
-    from k8s.pool import KubernetesExecutorManager
+    from k8s.pool import KubernetesPool
     from runtime.limits import raise_descriptor_limit
     from runtime.logs import configure_logging
-    args = parse_args(argv)
-    configure_logging(args.log_level, "autoscaler", family="cloudburst")
+    config = parse_args(argv)
+    configure_logging(config.log_level, "autoscaler", family="cloudburst")
     raise_descriptor_limit()
-    try:
-        config = executor_policy_of(args.policy_config)
-    except ValueError as e:
-        print(f"cloudburst.autoscaler: {e}", file=sys.stderr)
-        return 2
+    policy = config.policy()            # checked with the configuration
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
-        manager = KubernetesExecutorManager(
-            connect(args.kubeconfig), args.kubernetes_namespace,
-            args.executor_deployment, startup_timeout=args.pod_startup_timeout,
-            leave_timeout=args.pod_leave_timeout, request_timeout=args.request_timeout)
-    except (KubernetesError, ExecutorManagerError) as e:
+        manager = KubernetesPool(
+            connect(config.kubeconfig), config.kubernetes_namespace,
+            {EXECUTORS: config.executor_deployment}, startup_timeout=config.pod_startup_timeout,
+            leave_timeout=config.pod_leave_timeout, request_timeout=config.request_timeout)
+    except (KubernetesError, PoolError) as e:
         print(f"cloudburst.autoscaler: cannot manage the executor nodes: {e}", file=sys.stderr)
         return 1
-    auth = AuthConfig(args.key_dir) if args.key_dir else None
-    link = SchedulerLink(args.scheduler, auth, timeout=args.status_timeout, ip=args.ip)
-    service = ExecutorAutoscalerService(ExecutorAutoscaler(config), manager, link).start()
+    auth = AuthConfig(config.key_dir) if config.key_dir else None
+    link = SchedulerLink(config.schedulers, auth, timeout=config.status_timeout, ip=config.ip)
+    service = ExecutorAutoscalerService(ExecutorAutoscaler(policy), manager, link).start()
     log.info("executor autoscaling on: deployment %s/%s, %d..%s node(s), %d scheduler(s)",
-             args.kubernetes_namespace, args.executor_deployment, config.min_nodes,
-             config.max_nodes if config.max_nodes is not None else "any", len(args.scheduler))
+             config.kubernetes_namespace, config.executor_deployment, policy.min_nodes,
+             policy.max_nodes if policy.max_nodes is not None else "any",
+             len(config.schedulers))
     try:
         while not stop.wait(1.0):
             pass

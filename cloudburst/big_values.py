@@ -7,8 +7,8 @@ Contract:
   `function` (`cloudburst.arguments.encode`, values already serialized): an argument
   (positional or keyword) above `limit` raises `ValueTooLarge` naming the function, the
   argument and the limit before anything is sent or stored. With `by_reference` (plain
-  calls), one above `runtime.values.BY_REFERENCE_BYTES` is stored under a fresh
-  `runtime.keys.value_key` (every replica acknowledges it) and replaced by a reference the
+  calls), one above `faas.values.BY_REFERENCE_BYTES` is stored under a fresh
+  `faas.keys.value_key` (every replica acknowledges it) and replaced by a reference the
   worker resolves as the caller's own value (objects allowed, as inline arguments are).
   Causal calls keep arguments inline (a reference would join their read set), up to the same
   limit. Returns the keys it stored; the client names them in `Call.value_keys`, so the
@@ -25,9 +25,9 @@ import logging
 from typing import Any, Callable, Iterable, List
 
 from hydro_proto import cloudburst_pb2 as pb
-from runtime.errors import CloudburstError, ObjectNotFound
-from runtime.keys import value_key
-from runtime.values import too_large, transport
+from faas.errors import CloudburstError, ObjectNotFound
+from faas.keys import value_key
+from faas.values import too_large, transport
 
 __all__ = ["Courier"]
 

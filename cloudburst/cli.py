@@ -55,7 +55,7 @@ from runtime.cli import (HELP_FORMAT, add_common, exit_quietly_on_broken_pipe,
                          non_negative_float, non_negative_int, package_version, positive_float,
                          positive_int)
 
-from scheduler.executor_policy import ExecutorPolicyConfig
+from .executor_policy import ExecutorPolicyConfig
 
 from .errors import CloudburstError, StartupError
 from .data_dir import DataDirInUse
@@ -214,7 +214,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from runtime.values import Reference
+    from faas.values import Reference
     with LocalCluster(executor_nodes=2, executors_per_node=1, colocate_chains=False,
                       log_level=args.log_level) as cluster:
         client = cluster.client()

@@ -29,7 +29,7 @@ Contract:
   traceback, `Timeout` naming the stage that stalled, `UnsafeValue`).
 - `put` / `get` store and read objects (cloudpickled) in the KVS; `get` of a missing key
   raises `ObjectNotFound`. `get` reads plain data unless given `objects=True`: a value that
-  is more raises `UnsafeValue` and runs nothing (`runtime/values.py`, docs/SECURITY.md).
+  is more raises `UnsafeValue` and runs nothing (`faas/values.py`, docs/SECURITY.md).
   Keys starting with `__cloudburst/` are reserved. With `consistency="causal"` a put writes an `anna_core.MultiKeyCausalLattice` version (clock
   `{client id: counter}`, counter monotone per Client, no dependencies) and a get reads one
   (the first of the sorted concurrent values, or all of them with `concurrent=True`).
@@ -80,12 +80,13 @@ from hydro_proto import cloudburst_pb2 as pb
 from runtime.actors import ActorHandle
 from runtime.auth import (FUNCTION, AuthConfig, KeyFileError, Security, credentials_of,
                           parse_address)
-from runtime.keys import check_user_key
+from faas.keys import check_user_key
 from runtime.sockets import bind_pull, check_address, ipc_dir_of
 from anna_core.config import DEFAULT_MAX_VALUE_BYTES
-from runtime.values import dumps_function, too_large, transport
+from faas.values import too_large, transport
 from .arguments import encode, futures_in, merge_keywords
 from .errors import AuthenticationRequired, InvalidDag, InvalidFunction
+from .pickling import dumps_function
 from . import actors as _actors
 from .big_values import Courier
 from .functions import RegisteredFunction, check_signature

@@ -1,18 +1,18 @@
 """The errors a Cloudburst caller can catch; every one is a `CloudburstError`.
 
-They are defined in the platform's runtime layer (`runtime/errors.py`), because the services
+They are defined in the FaaS layer's shared package (`faas/errors.py`), because the services
 raise the same classes (a function's `lib.get` raises `ObjectNotFound` in the worker, and the
 SDK raises it in the client), and this module names them for users. The authentication
 errors only a client meets (`AuthenticationError`, `AuthenticationRequired`) are defined
 here; `KeyFileError` (a missing or malformed key file, named) is `runtime.auth`'s.
 """
-from runtime.errors import (STATUS_OF, Aborted, Cancelled, CloudburstError, DagNotFound, ExecutionError,
-                            FunctionNotFound, InvalidDag, InvalidFunction, MalformedValue,
-                            InvalidArguments, DependencyFailed, NoLibrary,
-                            NoResources, ObjectNotFound, SchedulerUnavailable, Timeout,
-                            UnsafeValue, NotPermitted, CorruptRecord, WorkerDied, ActorDied,
-                            ValueTooLarge, ActorCallCycle,
-                            error_from_status)
+from faas.errors import (STATUS_OF, Aborted, Cancelled, CloudburstError, DagNotFound, ExecutionError,
+                         FunctionNotFound, InvalidDag, InvalidFunction, MalformedValue,
+                         InvalidArguments, DependencyFailed, NoLibrary,
+                         NoResources, ObjectNotFound, SchedulerUnavailable, Timeout,
+                         UnsafeValue, NotPermitted, CorruptRecord, WorkerDied, ActorDied,
+                         ValueTooLarge, ActorCallCycle,
+                         error_from_status)
 from runtime.auth import AuthenticationRequired as _AuthenticationRequired, KeyFileError
 from runtime.process import StartupError
 

@@ -5,7 +5,7 @@ Contract:
   call's value or raises its typed error; `Timeout` names the stage the call stalled at.
   The value is read as plain data unless the call was made with `objects=True` or `get` is
   given `objects=True`; a value that is more raises `UnsafeValue` and runs nothing
-  (`runtime/values.py`). The result stays, so `get(objects=True)` may follow.
+  (`faas/values.py`). The result stays, so `get(objects=True)` may follow.
   `done()` never blocks. `wait(timeout)` waits without raising and says whether it is done.
 - `await future` works inside `asyncio`: the wait runs in the event loop's default
   executor, so the loop keeps running.
@@ -41,9 +41,9 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence,
 
 from hydro_proto import cloudburst_pb2 as pb
 
-from runtime.errors import (Cancelled, ExecutionError, SchedulerUnavailable, Timeout,
+from faas.errors import (Cancelled, ExecutionError, SchedulerUnavailable, Timeout,
                            error_from_status)
-from runtime.values import loads
+from faas.values import loads
 
 if TYPE_CHECKING:  # the client imports this module
     from .client import Client

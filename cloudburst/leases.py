@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Deque, Dict, Optional
 
 from hydro_proto import cloudburst_pb2 as pb
 
-from runtime.errors import CloudburstError
+from faas.errors import CloudburstError
 
 if TYPE_CHECKING:
     from .client import Client

@@ -53,7 +53,7 @@ from typing import Any, Dict, List, Optional, Union
 from runtime.auth import CLIENT_PREFIX, AuthConfig, KeyFileError, write_keys
 from runtime.process import (ManagedProcess, RestartPolicy, StartupError, stop_all,
                              wait_all_ready)
-from scheduler.executor_policy import ExecutorPolicyConfig
+from .executor_policy import ExecutorPolicyConfig
 
 from .client import Client
 from .data_dir import DataDir, sync_policy
@@ -388,13 +388,13 @@ class LocalCluster(FaultInjection):
         return self
 
     def _start_autoscaler(self) -> None:
-        from scheduler.executor_policy import ExecutorAutoscaler
+        from .executor_policy import ExecutorAutoscaler
         from .autoscaler import ExecutorAutoscalerService, SchedulerLink
-        from .executor_manager import LocalExecutorManager
+        from .executor_spawner import local_pool
         assert self.autoscale is not None
         self.autoscaler = ExecutorAutoscalerService(
             ExecutorAutoscaler(self.autoscale),
-            LocalExecutorManager(self, self.provisioning_delay),
+            local_pool(self, self.provisioning_delay),
             SchedulerLink(self.scheduler_addresses, self.cluster_auth)).start()
         log.info("executor autoscaling on: %s", self.autoscale)
 
@@ -403,7 +403,7 @@ class LocalCluster(FaultInjection):
         clients fail over between them (anna_core.Client)."""
         return ",".join(self.kvs.routing_addresses)
 
-    # ---- executor nodes (the autoscaler's LocalExecutorManager uses these) ----
+    # ---- executor nodes (the autoscaler's pool, cloudburst/executor_spawner.py, uses these) ----
     def _node_config(self, node_id: str) -> str:
         from executor.config import NodeConfig
         return NodeConfig(node_id=node_id, kvs_address=self._kvs_address(),

@@ -20,7 +20,7 @@ Contract:
   merged lattices into, is read from every replica and merged; older than the session's own
   delete of it (`deleted`, at `own`), the key is absent; still older than `own` after every
   replica, the version is gone from the KVS and the read fails naming the key.
-- `get` reads values as data (`runtime.values.loads`): plain data only unless
+- `get` reads values as data (`faas.values.loads`): plain data only unless
   `objects=True`. `ObjectNotFound` for a missing key; KVS timeouts become `Timeout`.
 - `put_bytes` / `get_bytes` (None when missing) / `delete_bytes` move raw bytes (a large
   argument or result, `cloudburst.big_values`). A value above the KVS's maximum value size
@@ -38,8 +38,8 @@ from typing import Any, Dict, Iterator, NamedTuple, Optional, Tuple
 from hydro_proto import anna_pb2
 from hydrocache.session import ABSENT, READ_ALL, STALE, plain_after_fetch
 from runtime.auth import AuthConfig
-from runtime.keys import check_user_key
-from runtime.values import CAUSAL_LATTICES, dumps, is_lattice, loads
+from faas.keys import check_user_key
+from faas.values import CAUSAL_LATTICES, dumps, is_lattice, loads
 
 from .errors import CloudburstError, ObjectNotFound, Timeout, ValueTooLarge
 from .options import _CONSISTENCY
@@ -137,7 +137,7 @@ class ObjectStore:
         `concurrent=True`. A lattice put with `put(key, lattice)` comes back as the lattice.
 
         Values are data, not code: a value is read as plain data (numbers, strings, bytes,
-        lists, tuples, dicts, sets, dates, ...; `runtime.values`) and one that is more (an
+        lists, tuples, dicts, sets, dates, ...; `faas.values`) and one that is more (an
         instance of your class, a numpy array) raises `UnsafeValue` naming the Python global
         it refers to, without running anything. `objects=True` unpickles it fully, which runs
         whatever code its writer chose: use it for keys written by someone you trust

@@ -33,10 +33,10 @@ import zmq
 from hydro_proto import cloudburst_pb2 as pb
 from runtime.actors import ActorHandle, binding
 from runtime.auth import FUNCTION, Credentials
-from runtime.errors import CloudburstError, SchedulerUnavailable, Timeout, error_from_status
+from faas.errors import CloudburstError, SchedulerUnavailable, Timeout, error_from_status
 from runtime.framing import parse, recv_frame
 from runtime.sockets import PushCache, bind_pull
-from runtime.values import dumps, encode_args, loads
+from faas.values import dumps, encode_args, loads
 
 __all__ = ["ActorCaller", "ActorFuture", "MAX_WAITING"]
 

@@ -2,7 +2,7 @@
 
 Contract:
 - `ActorTable(max_actors, load)` holds at most `max_actors` instances; `load(bytes)` unpickles
-  a creation body (the worker passes `runtime.values.loads(..., objects=True)`: the body is
+  a creation body (the worker passes `faas.values.loads(..., objects=True)`: the body is
   the registrant's code, like a function registration).
 - `target(actor)` turns one `cloudburst.ActorCall` into what the worker runs in place of a
   registered function: a callable `(lib, *args)`, run by the worker like any function (one

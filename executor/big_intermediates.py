@@ -3,11 +3,11 @@
 Contract:
 - `by_reference(schedule, size, here)`: whether a result of `size` serialized bytes goes to
   the downstream functions of `schedule` through the KVS: a plain (LWW) call, `size` above
-  `runtime.values.BY_REFERENCE_BYTES`, and at least one target on another worker than
+  `faas.values.BY_REFERENCE_BYTES`, and at least one target on another worker than
   `here` (a target on the same worker gets the bytes without any message). Causal calls
   keep intermediate values inline, as they keep arguments (a reference would join their
   read set), up to the KVS's maximum value size like every result.
-- `store(cache, push, schedule, value, what)`: names the key (`runtime.keys.intermediate_key`
+- `store(cache, push, schedule, value, what)`: names the key (`faas.keys.intermediate_key`
   of the attempt and the function), tells the call's scheduler first (a `values` report: it
   deletes the key when the call is over, whatever way it ends; scheduler/values.py), then
   writes the value through the node cache (every replica acknowledges it before the
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Any, List
 
 from hydro_proto import cloudburst_pb2 as pb
-from runtime.keys import intermediate_key
-from runtime.values import BY_REFERENCE_BYTES
+from faas.keys import intermediate_key
+from faas.values import BY_REFERENCE_BYTES
 
 from .references import FunctionError
 

@@ -6,8 +6,8 @@ Contract:
   raises `ValueTooLarge` naming the function (`what`), the size and the limit: the call fails
   with VALUE_TOO_LARGE at once, instead of a message nobody can carry. Otherwise it returns
   the `CallResult` fields that carry the result to the caller: `{"value": value}`, or, for a
-  sink's result above `runtime.values.BY_REFERENCE_BYTES`, `{"value_key": key}` after
-  writing the value under a fresh `runtime.keys.value_key(call id)` through the node cache
+  sink's result above `faas.values.BY_REFERENCE_BYTES`, `{"value_key": key}` after
+  writing the value under a fresh `faas.keys.value_key(call id)` through the node cache
   (a key a function may write; the caller reads it and deletes it). A result that goes only
   downstream (no sink) returns `{}`: it goes to the downstream functions as
   `executor/big_intermediates.py` says, up to the same limit.
@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import Any, Dict
 
 from hydro_proto import cloudburst_pb2 as pb
-from runtime.keys import value_key
-from runtime.values import too_large, transport
+from faas.keys import value_key
+from faas.values import too_large, transport
 
 __all__ = ["result_fields"]
 

@@ -23,8 +23,9 @@ import zmq
 import anna_core
 from hydro_proto import cloudburst_pb2 as pb
 from hydrocache.copies import LocalCopies
-from runtime.errors import CloudburstError, MalformedValue, NotPermitted, Timeout
-from runtime.rpc import await_reply, cache_reply
+from faas.errors import CloudburstError, MalformedValue, NotPermitted, Timeout
+from hydrocache.replies import cache_reply
+from runtime.rpc import await_reply
 from runtime.sockets import PushCache
 
 __all__ = ["CacheClient", "CausalRead", "Fenced"]

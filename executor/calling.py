@@ -28,7 +28,7 @@ import contextvars
 import inspect
 from typing import Any, Callable, Dict, Optional, Sequence
 
-from runtime.errors import InvalidArguments, InvalidFunction, NoLibrary
+from faas.errors import InvalidArguments, InvalidFunction, NoLibrary
 
 __all__ = ["Entry", "check_registrable", "entry_of", "current_library", "LIB"]
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
-from runtime.errors import CloudburstError
+from faas.errors import CloudburstError
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
 from hydrocache import versionset as vs

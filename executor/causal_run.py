@@ -25,9 +25,9 @@ import traceback
 
 from hydro_proto import cloudburst_pb2 as pb
 from hydrocache import versionset as vs
-from runtime.errors import (CorruptRecord, InvalidArguments, ObjectNotFound, Timeout,
+from faas.errors import (CorruptRecord, InvalidArguments, ObjectNotFound, Timeout,
                             ValueTooLarge)
-from runtime.values import Reference, dumps
+from faas.values import Reference, dumps
 
 from .cache_client import Fenced
 from .causal import CausalAbortError, CausalInvocation, Reusable, inputs_digest

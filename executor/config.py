@@ -1,11 +1,16 @@
-"""Configuration of an executor node and of its worker processes (passed in; no fixed ports)."""
+"""Configuration of an executor node and of its worker processes (passed in; no fixed ports).
+
+Each class is a role's configuration object (`runtime.config`): `python -m executor`,
+`python -m executor.worker` and `python -m executor.workerhost` read theirs with `--config
+PATH|JSON`, every field also a flag that overrides it."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
-from typing import List, Optional, Union
+from dataclasses import dataclass
+from typing import ClassVar, List, Optional, Union
 
 from anna_core.config import check_write_quorum
+from runtime.config import from_dict, knob, to_dict
 
 __all__ = ["NodeConfig", "WorkerConfig", "WorkerHostConfig"]
 
@@ -16,6 +21,9 @@ class NodeConfig:
 
     heartbeat_period: seconds between worker heartbeats and node key-set reports.
     fetch_threads: threads of the node cache that talk to Anna (misses and writes).
+    cache_bytes: bytes of causal values HydroCache keeps before it evicts the least recently
+        used. plain_cache_bytes / plain_cache_entries: the same bounds for the plain (LWW)
+        cache (`executor/cache.py`); an evicted key is unsubscribed, a later read fetches it.
     restart_workers: restart a worker process that exits (False: it stays gone).
     restart_backoff / restart_backoff_max: seconds before restarting a worker that exited,
         doubling for each failure in a row up to the maximum.
@@ -42,32 +50,55 @@ class NodeConfig:
         or a host that stopped reporting, counts as an exited worker (`executor/backends.py`).
     """
 
-    node_id: str
-    kvs_address: str
-    scheduler_addresses: List[str] = field(default_factory=list)
-    workers: int = 3
-    ip: str = "127.0.0.1"
-    heartbeat_period: float = 0.2
-    fetch_threads: int = 4
-    worker_start_timeout: float = 30.0
-    log_level: str = "warning"
-    parent_pid: Optional[int] = None
-    log_dir: Optional[str] = None
-    ipc_dir: Optional[str] = None       # node cache and workers bind Unix sockets here (one host)
-    cache_bytes: int = 2 << 30          # HydroCache: values' bytes kept before LRU eviction
-    restart_workers: bool = True
-    restart_backoff: float = 0.1
-    restart_backoff_max: float = 10.0
-    function_time_limit: float = 900.0
-    unresponsive_timeout: Optional[float] = None
-    key_dir: Optional[str] = None       # authenticate with the cluster's keys here (None: plain)
-    write_quorum: Union[str, int] = "all"   # replicas that hold a write before it is acked
-    worker_user: Optional[str] = None   # workers' user when the node is root (None: nobody)
-    worker_host: Optional[str] = None   # a worker host runs the workers (None: children)
-    worker_host_timeout: float = 10.0
+    ROLE: ClassVar[str] = "executor node"
+
+    node_id: str = knob(help="this node's name, unique in the cluster (a pod's name)")
+    kvs_address: str = knob(help="the Anna routing address(es), comma-separated")
+    scheduler_addresses: List[str] = knob(factory=list, help="the schedulers' addresses")
+    workers: int = knob(3, help="worker processes this node runs")
+    ip: str = knob("127.0.0.1", help="the address the node cache and workers bind")
+    heartbeat_period: float = knob(0.2, help="seconds between worker heartbeats and key-set "
+                                             "reports")
+    fetch_threads: int = knob(4, help="threads of the node cache that talk to Anna")
+    worker_start_timeout: float = knob(30.0, help="seconds a worker has to report ready")
+    log_level: str = knob("warning", help="debug, info, warning or error")
+    parent_pid: Optional[int] = knob(None, help="stop when this process is gone")
+    log_dir: Optional[str] = knob(None, help="where workers' output goes (default: a "
+                                             "temporary directory)")
+    ipc_dir: Optional[str] = knob(None, help="node cache and workers bind Unix sockets in this "
+                                             "directory (one host)")
+    cache_bytes: int = knob(2 << 30, help="bytes of values the node cache keeps before LRU "
+                                          "eviction")
+    plain_cache_bytes: int = knob(2 << 30, help="bytes of values the plain (LWW) cache keeps "
+                                                "before LRU eviction")
+    plain_cache_entries: int = knob(1 << 20, help="keys the plain (LWW) cache keeps before LRU "
+                                                  "eviction")
+    restart_workers: bool = knob(True, help="restart a worker process that exits")
+    restart_backoff: float = knob(0.1, help="seconds before restarting a worker that exited "
+                                            "(doubling for each failure in a row)")
+    restart_backoff_max: float = knob(10.0, help="the most seconds between restarts")
+    function_time_limit: float = knob(900.0, help="seconds a function may run when neither it "
+                                                  "nor its call sets a limit")
+    unresponsive_timeout: Optional[float] = knob(None, help="seconds a running worker may go "
+                                                            "without heartbeating before it is "
+                                                            "restarted (default: "
+                                                            "function_time_limit + 60)")
+    key_dir: Optional[str] = knob(None, help="the cluster's key directory (`cloudburst keys`); "
+                                             "default: plain sockets")
+    write_quorum: Union[str, int] = knob("all", help="replicas that hold a function's write "
+                                                     "before it is acknowledged: all, one or n")
+    worker_user: Optional[str] = knob(None, help="the user workers run as when the node is "
+                                                 "root (default: nobody)")
+    worker_host: Optional[str] = knob(None, help="a worker host's address that runs the "
+                                                 "workers (default: the node's children)")
+    worker_host_timeout: float = knob(10.0, help="seconds for a worker host to acknowledge a "
+                                                 "start or report")
 
     def __post_init__(self) -> None:
-        self.write_quorum = check_write_quorum(self.write_quorum)
+        try:
+            self.write_quorum = check_write_quorum(self.write_quorum)
+        except ValueError as e:
+            raise ValueError(f"NodeConfig.write_quorum: {e}") from None
         if self.worker_host and self.ipc_dir:
             raise ValueError("worker_host and ipc_dir exclude each other: a worker host's "
                              "workers reach their node over TCP (its sockets are in another "
@@ -83,11 +114,13 @@ class NodeConfig:
         return self.function_time_limit + 60.0
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self))
+        """This configuration as the JSON its process' `--config` reads."""
+        return json.dumps(to_dict(self))
 
     @classmethod
     def from_json(cls, text: str) -> "NodeConfig":
-        return cls(**json.loads(text))
+        """Inverse of `to_json()`; a bad field raises `runtime.config.ConfigError`."""
+        return from_dict(cls, json.loads(text))
 
 
 @dataclass
@@ -96,32 +129,38 @@ class WorkerConfig:
     `auth`: the worker reads its function-role credentials from stdin (the node's hand-off,
     `runtime.auth.decode_handoff`); it never gets the key directory."""
 
-    worker_id: str
-    node_id: str
-    kvs_address: str
-    cache_address: str
-    scheduler_addresses: List[str] = field(default_factory=list)
-    ip: str = "127.0.0.1"
-    heartbeat_period: float = 0.2
-    cache_timeout: float = 30.0
-    log_level: str = "warning"
-    parent_pid: Optional[int] = None
-    ipc_dir: Optional[str] = None
-    output_limit: int = 64 * 1024   # characters of a call's printed output kept for its caller
-    function_time_limit: float = 900.0   # seconds a function may run unless it sets its own
-    auth: bool = False              # credentials come on stdin (False: plain sockets)
-    # the outcomes of calls whose sink ran here are held this long, within these bytes, for
-    # later calls that take them as arguments (a Future passed to a call; executor/held.py)
-    result_ttl: float = 120.0
-    result_bytes: int = 64 << 20
-    max_actors: int = 64            # actor instances this worker holds at most
+    ROLE: ClassVar[str] = "executor worker"
+
+    worker_id: str = knob(help="this worker's name, unique in the cluster")
+    node_id: str = knob(help="its executor node's name")
+    kvs_address: str = knob(help="the Anna routing address(es)")
+    cache_address: str = knob(help="its node cache's address")
+    scheduler_addresses: List[str] = knob(factory=list, help="the schedulers' addresses")
+    ip: str = knob("127.0.0.1", help="the address the worker binds")
+    heartbeat_period: float = knob(0.2, help="seconds between heartbeats")
+    cache_timeout: float = knob(30.0, help="seconds to wait for the node cache")
+    log_level: str = knob("warning", help="debug, info, warning or error")
+    parent_pid: Optional[int] = knob(None, help="stop when this process is gone")
+    ipc_dir: Optional[str] = knob(None, help="bind Unix sockets in this directory")
+    output_limit: int = knob(64 * 1024, help="characters of a call's printed output kept for "
+                                             "its caller")
+    function_time_limit: float = knob(900.0, help="seconds a function may run unless it sets "
+                                                  "its own")
+    auth: bool = knob(False, help="read function-role credentials from stdin (default: plain "
+                                  "sockets)")
+    result_ttl: float = knob(120.0, help="seconds the outcomes of calls whose sink ran here "
+                                         "are held for later calls")
+    result_bytes: int = knob(64 << 20, help="bytes of such outcomes held at most")
+    max_actors: int = knob(64, help="actor instances this worker holds at most")
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self))
+        """This configuration as the JSON its process' `--config` reads."""
+        return json.dumps(to_dict(self))
 
     @classmethod
     def from_json(cls, text: str) -> "WorkerConfig":
-        return cls(**json.loads(text))
+        """Inverse of `to_json()`; a bad field raises `runtime.config.ConfigError`."""
+        return from_dict(cls, json.loads(text))
 
 
 @dataclass
@@ -136,18 +175,24 @@ class WorkerHostConfig:
     stop_grace: seconds between SIGTERM and SIGKILL when it stops its workers.
     """
 
-    ip: str = "127.0.0.1"
-    port: int = 0
-    key_dir: Optional[str] = None
-    max_workers: int = 64
-    report_period: float = 1.0
-    stop_grace: float = 5.0
-    log_dir: Optional[str] = None
-    log_level: str = "warning"
+    ROLE: ClassVar[str] = "worker host"
+
+    ip: str = knob("127.0.0.1", help="the address its request socket binds")
+    port: int = knob(0, help="its request socket's port (0: a free one)")
+    key_dir: Optional[str] = knob(None, help="the function role's keys and the cluster's "
+                                             "public key (default: plain sockets)")
+    max_workers: int = knob(64, help="the most workers it runs at once")
+    report_period: float = knob(1.0, help="seconds between its reports to the node")
+    stop_grace: float = knob(5.0, help="seconds between SIGTERM and SIGKILL when it stops "
+                                       "its workers")
+    log_dir: Optional[str] = knob(None, help="where workers' output goes")
+    log_level: str = knob("warning", help="debug, info, warning or error")
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self))
+        """This configuration as the JSON its process' `--config` reads."""
+        return json.dumps(to_dict(self))
 
     @classmethod
     def from_json(cls, text: str) -> "WorkerHostConfig":
-        return cls(**json.loads(text))
+        """Inverse of `to_json()`; a bad field raises `runtime.config.ConfigError`."""
+        return from_dict(cls, json.loads(text))

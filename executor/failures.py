@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Tuple
 
 from hydro_proto import cloudburst_pb2 as pb
-from runtime.errors import CorruptRecord, InvalidArguments, ValueTooLarge
+from faas.errors import CorruptRecord, InvalidArguments, ValueTooLarge
 
 from .actors import ActorGone, ActorTableFull
 from .references import ArgumentRefused

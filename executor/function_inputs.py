@@ -21,9 +21,9 @@ from typing import Any, Dict, List, Tuple
 from google.protobuf.message import DecodeError
 
 from hydro_proto import cloudburst_pb2 as pb
-from runtime.errors import CorruptRecord
-from runtime.keys import function_key
-from runtime.values import Reference, loads
+from faas.errors import CorruptRecord
+from faas.keys import function_key
+from faas.values import Reference, loads
 
 from .big_intermediates import resolve
 from .calling import Entry, entry_of

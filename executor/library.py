@@ -4,8 +4,8 @@
 Contract:
 - `lib.get(key, default=...)` returns the object stored under `key` (read through the node
   cache); a list of keys returns `{key: object}`. A missing key raises
-  `runtime.errors.ObjectNotFound` unless `default` is given. Values are read as plain data
-  (`runtime/values.py`): one that is more raises `runtime.errors.UnsafeValue` naming the key
+  `faas.errors.ObjectNotFound` unless `default` is given. Values are read as plain data
+  (`faas/values.py`): one that is more raises `faas.errors.UnsafeValue` naming the key
   and the global it refers to, and runs nothing; `objects=True` unpickles fully, running
   whatever code the value's writer chose (docs/SECURITY.md).
 - `lib.put(key, value)` stores `value` (through the node cache, written through to Anna):
@@ -23,15 +23,15 @@ Contract:
   `getid()`); `lib.recv(timeout=5.0)` returns every message received so far as a list of
   `(sender_id, bytes)`, waiting up to `timeout` seconds for the first one (`timeout=0`: do
   not wait, possibly return []); with `timeout > 0` and nothing received it raises
-  `runtime.errors.Timeout`.
+  `faas.errors.Timeout`.
 """
 from __future__ import annotations
 
 from typing import Any, Dict, List, Sequence, Tuple, Union
 
-from runtime.keys import check_user_key
-from runtime.values import dumps, is_lattice, loads
-from runtime.errors import ObjectNotFound
+from faas.keys import check_user_key
+from faas.values import dumps, is_lattice, loads
+from faas.errors import ObjectNotFound
 
 __all__ = ["UserLibrary"]
 

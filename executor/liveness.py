@@ -1,7 +1,7 @@
 """How an executor worker shows it is alive: its heartbeat thread, and dying with its node.
 
 Contract:
-- `heartbeat_loop(worker)` runs on the worker's heartbeat thread until the worker stops:
+- `heartbeat_loop(beat)` runs on the worker's heartbeat thread until `beat.stopping` is set:
   every `heartbeat_period` it sends a `WorkerStatus` (id, node, address, utilization over
   the last period, queue length, whether a function runs now, node cache and control
   addresses, restarts) to every
@@ -10,6 +10,10 @@ Contract:
   use the worker's credentials (CURVE clients when the cluster authenticates). While the
   main thread holds the interpreter in one long C call this thread cannot run; the worker's
   node vouches for its process meanwhile (`executor/node.py`, `scheduler/membership.py`).
+  `beat` is a `Heartbeat`: all this thread may touch of its worker, given by the worker
+  (identity and addresses, the ZeroMQ context and credentials, its `BusyClock`, its
+  `RunReports`, how many calls wait, the control socket and what reads it, the stop event),
+  so the thread reads no member of `Worker`.
 - `RunningCalls` is the node's pure record of what its workers run (no clocks: `now` is
   passed in): `started(worker, call_id, deadline, run)` and `ended(worker, call_id, run)`
   from the worker's own messages at a function's start and end (`run`: the worker's count
@@ -40,17 +44,20 @@ import ctypes
 import logging
 import os
 import signal
+import threading
 import time
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import zmq
 
 from hydro_proto import cloudburst_pb2 as pb
 from runtime.process import process_start
 from runtime.sockets import PushCache
 
-if TYPE_CHECKING:
-    from .worker import Worker
+from .busy import BusyClock
 
-__all__ = ["heartbeat_loop", "die_with_parent", "RunningCalls"]
+__all__ = ["Heartbeat", "heartbeat_loop", "die_with_parent", "RunningCalls", "RunReports"]
 
 log = logging.getLogger("cloudburst.worker")
 _PR_SET_PDEATHSIG = 1
@@ -154,30 +161,49 @@ def die_with_parent(parent_pid: Optional[int]) -> None:
         os._exit(1)
 
 
-def heartbeat_loop(worker: "Worker") -> None:
+@dataclass(frozen=True)
+class Heartbeat:
+    """What the heartbeat thread reads of its worker; see the module contract."""
+
+    worker_id: str
+    node_id: str
+    address: str                        # the worker's own PULL socket
+    control_address: str                # where cancels reach it
+    cache_address: str                  # its node cache (which also hears the heartbeats)
+    scheduler_addresses: Sequence[str]
+    period: float                       # seconds between two heartbeats
+    context: zmq.Context
+    credentials: Any                    # the worker's (CURVE clients), or None
+    busy: BusyClock
+    run_reports: "RunReports"
+    queued: Callable[[], int]           # calls waiting on the worker now
+    control: zmq.Socket                 # polled between heartbeats
+    on_control: Callable[[], None]      # reads what arrived on `control`
+    stopping: threading.Event
+
+
+def heartbeat_loop(beat: Heartbeat) -> None:
     """See the module contract."""
-    push = PushCache(worker._context, auth=worker.credentials)
-    config = worker.config
-    period = config.heartbeat_period
-    targets = list(config.scheduler_addresses) + [config.cache_address]
+    push = PushCache(beat.context, auth=beat.credentials)
+    targets = list(beat.scheduler_addresses) + [beat.cache_address]
     last_total, last_time = 0.0, time.monotonic()
     try:
-        while not worker._stopping.is_set():
+        while not beat.stopping.is_set():
             now = time.monotonic()
-            total = worker.busy.total(now)
+            total = beat.busy.total(now)
             utilization = min(1.0, (total - last_total) / max(1e-6, now - last_time))
             last_total, last_time = total, now
-            status = pb.WorkerStatus(worker_id=worker.worker_id, node_id=config.node_id,
-                                     address=worker.address, utilization=utilization,
-                                     queued=len(worker.pending),
-                                     running=1 if worker.busy.running else 0,
-                                     cache_address=config.cache_address,
-                                     control_address=worker.control_address,
+            status = pb.WorkerStatus(worker_id=beat.worker_id, node_id=beat.node_id,
+                                     address=beat.address, utilization=utilization,
+                                     queued=beat.queued(),
+                                     running=1 if beat.busy.running else 0,
+                                     cache_address=beat.cache_address,
+                                     control_address=beat.control_address,
                                      restarts=process_start() - 1,
-                                     ended_run=worker.run_reports.ended_run)
+                                     ended_run=beat.run_reports.ended_run)
             for address in targets:
                 push.send(address, "heartbeat", status)
-            if worker._control.poll(int(period * 1000)):
-                worker._on_control()
+            if beat.control.poll(int(beat.period * 1000)):
+                beat.on_control()
     finally:
         push.close()

@@ -5,24 +5,19 @@ Contract:
   and one for Anna's pushed UPDATEs, then `start_workers()` spawns `config.workers` worker
   processes (`python -m executor.worker`, or children forked at the node's start:
   `executor/prefork.py`), each with a unique id, and waits for them to be ready.
-- The node cache is the one place where the node's reads and writes pass: a GET hit is
-  answered from memory at once; a miss is fetched from Anna by a fetch thread, cached, and the
-  key subscribed so that Anna's pushes keep it fresh; a PUT is written through to Anna (as an
-  LWW lattice with this node's timestamp) and merged into the cache before it is acknowledged;
-  a write to Anna (a PUT, a causal commit) is acknowledged once `config.write_quorum`
-  replicas hold it (every replica by default).
-  A GET carrying its caller's session (`CacheRequest.session`, read-your-writes and
-  monotonic reads, `hydrocache/session.py`) treats a cached copy older than the key's floor
-  as a miss, and reads it from the KVS at least that new (`executor/fresh_read.py`); every
-  plain entry of a GET or PUT answer carries its LWW timestamp, which the caller's session
-  notes. A reply carries each value as its own ZeroMQ frame after the response (no protobuf copy).
-  The missing keys of one GET are fetched in parallel, in bounded pieces (at most
-  `MISS_PIECE` keys each) on the fetch threads, which take turns between requests
-  (`runtime.fairpool`): a GET of many missing keys never holds up another request's miss by
-  more than one piece per fetch thread.
-  Anna errors reach the worker as a failed `CacheResponse` naming the key; an LWW read of a
-  causal key is an error saying so. A large value a worker already holds (same tag) is not
-  resent (`hydrocache/copies.py`).
+- The node cache is the one place where the node's reads and writes pass. Its plain side
+  (CACHE_GET, CACHE_PUT, Anna's pushed LWW updates) is `executor/lww_service.py`, the I/O
+  around the pure, bounded `executor/cache.py`: a GET hit is answered from memory at once; a
+  miss is fetched from Anna on the fetch threads (`runtime.fairpool`, in bounded pieces that
+  take turns between requests), cached, and the key subscribed so that Anna's pushes keep it
+  fresh; a PUT is written through to Anna (an LWW lattice with this node's timestamp) and
+  cached before it is acknowledged; a write to Anna (a PUT, a causal commit) is acknowledged
+  once `config.write_quorum` replicas hold it (every replica by default). The plain cache
+  keeps at most `config.plain_cache_bytes` / `plain_cache_entries`, evicting the least
+  recently used keys (and unsubscribing them). A GET carrying its caller's session treats a
+  copy older than the key's floor as a miss and reads it at least that new; every plain
+  entry of an answer carries its LWW timestamp. Anna errors reach the worker as a failed
+  `CacheResponse` naming the key; an LWW read of a causal key is an error saying so.
 - Causal keys and every CAUSAL_* operation belong to HydroCache (`hydrocache/service.py`, the
   I/O around the pure core `hydrocache/node_cache.py`): the node's loop hands it those
   requests and Anna's pushed MULTI_CAUSAL values, polls its sockets (answers from other caches,
@@ -81,22 +76,19 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import threading
 import time
 import uuid
 from typing import Any, Dict, List, Optional
 
 import zmq
 
-import anna_core
-from anna_core.wire import MonotoneClock, tuple_to_lattice
+from anna_core.wire import tuple_to_lattice
 from runtime.process import ManagedProcess, RestartPolicy, Supervisor
-from runtime.values import CAUSAL_LATTICES
 from runtime.auth import (FUNCTION, AuthConfig, Security, credentials_of, encode_handoff,
                           function_credentials, role_of)
-from runtime.fairpool import FairPool, pieces
+from runtime.fairpool import FairPool
 from runtime.framing import FrameError, more, parse, recv_frame
-from runtime.keys import PREFIX as REGISTRY_PREFIX, worker_key
+from faas.keys import PREFIX as REGISTRY_PREFIX, worker_key
 from runtime.sockets import PushCache, bind_pull
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
@@ -104,27 +96,16 @@ from hydro_proto import cloudburst_pb2 as pb
 from hydrocache.service import HydroCacheService
 
 from .backends import worker_backend
-from .cache import LwwCache
-from .cache_gather import Gather, Lattice
-from .fresh_read import read_at_least
-from hydrocache.session import Floors
 from .liveness import RunningCalls
-from hydrocache.copies import ValueTags
 from .config import NodeConfig, WorkerConfig
+from .lww_service import LwwCacheService, send_reply
 from .permissions import refusal
 from .prefork import Preforked
 
-__all__ = ["ExecutorNode", "MISS_PIECE"]
+__all__ = ["ExecutorNode"]
 
 log = logging.getLogger("cloudburst.node")
 
-MISS_PIECE = 32     # keys of a GET's misses fetched by one fetch-thread turn
-
-
-def _send_reply(push: PushCache, address: str, response: pb.CacheResponse,
-                values: List[bytes]) -> None:
-    """A `cache_reply`: the response, then each found value as its own frame."""
-    push.send_with_frames(address, "cache_reply", response, values)
 
 
 class ExecutorNode:
@@ -151,15 +132,16 @@ class ExecutorNode:
         self._updates, self.update_address = bind_pull(
             self._context, config.ip, auth=creds)
         self._push = PushCache(self._context, auth=creds)
-        self.cache = LwwCache()
-        self._lock = threading.Lock()
-        self._subscribed: set = set()
-        self._clock = MonotoneClock()
-        self._local = threading.local()
-        self._clients: List[Any] = []
         self._pool = FairPool(max(1, config.fetch_threads), "cache-fetch")
-        self._tags = ValueTags()
-        self._tags_lock = threading.Lock()
+        self.plain = LwwCacheService(config.node_id, config.kvs_address, context=self._context,
+                                     credentials=creds, auth=self.auth,
+                                     update_address=self.update_address, ip=config.ip,
+                                     submit=self._pool.submit,
+                                     fetch_threads=config.fetch_threads,
+                                     write_quorum=config.write_quorum, push=self._push,
+                                     uncached_prefix=REGISTRY_PREFIX,
+                                     max_bytes=config.plain_cache_bytes,
+                                     max_entries=config.plain_cache_entries)
         self.causal = HydroCacheService(config.node_id, self.cache_address, self.update_address,
                                         config.kvs_address, self._context, self._pool.submit,
                                         self._push, ip=config.ip,
@@ -244,7 +226,7 @@ class ExecutorNode:
                 next_tick = now + period
                 periods_since_report += 1
                 self.causal.sweep(now)
-                keyset_version = (self.cache.keyset_version, self.causal.keyset_version())
+                keyset_version = (self.plain.keyset_version, self.causal.keyset_version())
                 if keyset_version != reported_version or periods_since_report >= 10:
                     reported_version = keyset_version
                     periods_since_report = 0
@@ -263,8 +245,7 @@ class ExecutorNode:
         self._backend.close()
         self._pool.shutdown(wait=True)
         self.causal.close()
-        for c in self._clients:
-            c.close()
+        self.plain.close()
         self._push.close()
         self._requests.close(0)
         self._updates.close(0)
@@ -368,19 +349,17 @@ class ExecutorNode:
             if info["worker_id"] == self._worker_ids[p.name]:
                 info.update(p.info, pid=p.pid)
                 if "address" in p.info:
-                    self._pool.submit(self._publish, info["worker_id"], p.info["address"])
+                    self._pool.submit(p.name, self._publish, info["worker_id"], p.info["address"])
 
     def _publish(self, worker_id: str, address: str) -> None:
         """The worker's directory entry (for `lib.send`), written with the cluster key."""
         try:
-            self._thread_state().kvs.put_all(worker_key(worker_id), address.encode())
+            self.plain.kvs().put_all(worker_key(worker_id), address.encode())
         except Exception as e:        # lib.send to it fails naming the id; the node serves on
             log.error("could not publish the address of worker %s: %s", worker_id, e)
 
     def _report_keys(self) -> None:
-        with self._lock:
-            keys = sorted(self.cache.keys())
-        keys = sorted(set(keys) | set(self.causal.keys()))
+        keys = sorted(set(self.plain.keys()) | set(self.causal.keys()))
         message = pb.CacheKeySet(node_id=self.config.node_id, keys=keys)
         for address in self.config.scheduler_addresses:
             self._push.send(address, "keyset", message)
@@ -406,178 +385,20 @@ class ExecutorNode:
             if refused is not None:       # the function gets it as NotPermitted naming the key
                 log.warning("refused a function's %s: %s", pb.CacheOp.Name(req.op)
                             if req.op in pb.CacheOp.values() else req.op, refused)
-                return _send_reply(self._push, req.response_address, pb.CacheResponse(
+                return send_reply(self._push, req.response_address, pb.CacheResponse(
                     request_id=req.request_id, status=pb.NOT_PERMITTED,
                     message=f"node cache {self.config.node_id}: {refused}"), [])
-        if req.op not in (pb.CACHE_GET, pb.CACHE_PUT):
-            return self.causal.handle(req)
-        if req.op == pb.CACHE_GET:
-            floors = Floors(req.session) if req.HasField("session") else None
-            with self._lock:      # a copy older than the session's floor is a miss
-                stamps = {k: self.cache.timestamp(k) for k in req.keys}
-                values = [self.cache.get(k) if floors is None or floors.fresh(k, stamps[k])
-                          else None for k in req.keys]
-            if all(v is not None for v in values):
-                response, frames = self._answer_get(req, dict(zip(req.keys, values)), stamps)
-                _send_reply(self._push, req.response_address, response, frames)
-                return
-            # misses are fetched in parallel in bounded pieces, this request taking turns
-            # with every other on the fetch threads; the last piece to finish answers
-            gather = Gather(req, dict(zip(req.keys, values)), stamps, floors)
-            for piece in pieces(gather.missing, self.config.fetch_threads, MISS_PIECE):
-                self._pool.submit(gather, self._fetch_for, gather, piece)
-            return
-        self._pool.submit(object(), self._put_in_thread, req)     # its own turn
-
-    def _fetch_for(self, gather: "Gather", keys: List[str]) -> None:
-        state = self._thread_state()
-        for key in keys:
-            try:
-                (value, stamp), error = self._fetch(state.kvs, key, gather.floors), None
-            except Exception as e:
-                value, stamp, error = None, None, e
-            if gather.record(key, value, error, stamp):
-                self._answer_gathered(state, gather)
-
-    def _answer_gathered(self, state: Any, gather: "Gather") -> None:
-        """Every miss of `gather` is fetched: answer its GET."""
-        req = gather.request
-        if gather.error is not None:
-            log.warning("cache request %s failed: %s", req.request_id, gather.error)
-            response = pb.CacheResponse(request_id=req.request_id, status=pb.EXECUTION_ERROR,
-                                        message=f"node cache {self.config.node_id}: {gather.error}")
-            return _send_reply(state.push, req.response_address, response, [])
-        try:
-            response, frames = self._answer_get(req, gather.values, gather.stamps)
-        except Exception as e:      # never leave the worker waiting for an answer
-            log.exception("answering cache request %s failed", req.request_id)
-            response, frames = pb.CacheResponse(
-                request_id=req.request_id, status=pb.EXECUTION_ERROR,
-                message=f"node cache {self.config.node_id}: {type(e).__name__}: {e}"), []
-        _send_reply(state.push, req.response_address, response, frames)
-
-    def _answer_get(self, req: pb.CacheRequest, values: Dict[str, Optional[bytes]],
-                    stamps: Dict[str, Optional[int]]) -> "tuple[pb.CacheResponse, List[bytes]]":
-        """A GET's answer; a large value the worker already holds (same tag) is not resent."""
-        response = pb.CacheResponse(request_id=req.request_id)
-        frames: List[bytes] = []
-        for k in req.keys:
-            v = values.get(k)
-            e = response.entries.add(key=k, found=v is not None)
-            if v is None:
-                continue
-            if isinstance(v, Lattice):
-                e.lattice_type, e.value_count = v.lattice_type, 1
-                frames.append(v.payload)
-                continue
-            e.timestamp = stamps.get(k) or 0
-            with self._tags_lock:
-                e.tag = self._tags.tag(v, len(v))
-            if e.tag and req.have.get(k) == e.tag:
-                e.unchanged = True
-            else:
-                e.value_count = 1
-                frames.append(v)
-        return response, frames
-
-    def _thread_state(self) -> Any:
-        state = self._local
-        if not hasattr(state, "kvs"):
-            state.kvs = anna_core.Client(self.config.kvs_address, timeout=5.0, ip=self.config.ip,
-                                         context=self._context, auth=self.auth)
-            state.push = PushCache(self._context, auth=self._credentials)
-            with self._lock:
-                self._clients.append(state.kvs)
-        return state
-
-    def _put_in_thread(self, req: pb.CacheRequest) -> None:
-        """A CACHE_PUT: written through to Anna, then into the cache, then acknowledged."""
-        state = self._thread_state()
-        response = pb.CacheResponse(request_id=req.request_id)
-        try:
-            if len(req.values) != len(req.keys):
-                raise ValueError(f"PUT of {len(req.keys)} keys with {len(req.values)} values")
-            for key, value in zip(req.keys, req.values):
-                if req.lattice_type:          # merged in Anna; not cached here (see _fetch)
-                    state.kvs.put(key, anna_core.deserialize(req.lattice_type, value),
-                                  quorum=self.config.write_quorum)
-                    response.entries.add(key=key, found=True)
-                    continue
-                with self._lock:
-                    lattice = anna_core.LWWLattice(self._clock.next(), value)
-                state.kvs.put(key, lattice, quorum=self.config.write_quorum)
-                with self._lock:
-                    self.cache.merge(key, lattice)
-                self._subscribe(state.kvs, key)
-                response.entries.add(key=key, found=True, timestamp=lattice.timestamp)
-        except Exception as e:
-            log.warning("cache request %s failed: %s", req.request_id, e)
-            response = pb.CacheResponse(request_id=req.request_id, status=pb.EXECUTION_ERROR,
-                                        message=f"node cache {self.config.node_id}: {e}")
-        _send_reply(state.push, req.response_address, response, [])
-
-    def _fetch(self, kvs: Any, key: str, floors: Optional[Floors] = None
-               ) -> "tuple[Optional[bytes], Optional[int]]":
-        """(value, its LWW timestamp) read from Anna: at least as new as the session's
-        floor, if any."""
-        if floors is None:
-            try:
-                lattice = kvs.get_lattice(key)
-            except anna_core.KeyNotFound:
-                return None, None
+        if req.op in (pb.CACHE_GET, pb.CACHE_PUT):
+            self.plain.handle(req)
         else:
-            floor, own = floors.floor(key)
-            lattice = read_at_least(kvs, key, floor, own, floors.merged(key),
-                                    floors.deleted(key))
-            if lattice is None:
-                return None, None
-        if key.startswith(REGISTRY_PREFIX) and lattice.lattice_type == anna_pb2.LWW:
-            return lattice.reveal(), None   # the registry: read from Anna every time, never cached
-        if lattice.lattice_type in CAUSAL_LATTICES:
-            raise TypeError(f"key {key!r} holds a causal value: read it in a causal call "
-                            f"(consistency='causal')")
-        if lattice.lattice_type != anna_pb2.LWW:
-            # a lattice merged by `put(key, lattice)`: read from Anna every time, never cached
-            # here, so a reader sees every merge that reached the replica it reads
-            return Lattice(lattice.lattice_type, lattice.serialize()), None
-        with self._lock:
-            self.cache.merge(key, lattice)
-            value, stamp = self.cache.get(key), self.cache.timestamp(key)
-        self._subscribe(kvs, key)
-        return value, stamp
-
-    def _subscribe(self, kvs: Any, key: str) -> None:
-        with self._lock:
-            if key in self._subscribed:
-                return
-            self._subscribed.add(key)
-        try:
-            kvs.subscribe(key, self.update_address)
-        except anna_core.AnnaError as e:
-            log.warning("could not subscribe to %r: %s", key, e)
-            with self._lock:
-                self._subscribed.discard(key)
-            return
-        # A write between the read that led here and the subscription taking effect is
-        # never pushed: read the key once more and merge it.
-        try:
-            lattice = kvs.get_lattice(key)
-        except anna_core.KeyNotFound:
-            return
-        except anna_core.AnnaError as e:
-            log.warning("could not re-read %r after subscribing: %s", key, e)
-            return
-        if lattice.lattice_type == anna_pb2.LWW:
-            with self._lock:
-                self.cache.merge(key, lattice)
+            self.causal.handle(req)
 
     def _on_update(self, frame: bytes) -> None:
         try:
             message = anna_pb2.KeyResponse.FromString(frame)
             for t in message.tuples:
                 if t.error == anna_pb2.KEY_DNE:     # deleted in Anna: a later read misses
-                    with self._lock:
-                        self.cache.evict(t.key)
+                    self.plain.on_deleted(t.key)
                     continue
                 if t.error != anna_pb2.NO_ERROR or not t.payload:
                     continue
@@ -585,9 +406,7 @@ class ExecutorNode:
                 if lattice.lattice_type == anna_pb2.MULTI_CAUSAL:
                     self.causal.on_update(t.key, lattice)
                     continue
-                if lattice.lattice_type != anna_pb2.LWW:
-                    continue
-                with self._lock:
-                    self.cache.merge(t.key, lattice)
+                if lattice.lattice_type == anna_pb2.LWW:
+                    self.plain.on_update(t.key, lattice)
         except Exception as e:
             log.warning("ignored a pushed update: %s", e)

@@ -21,7 +21,7 @@ from google.protobuf.message import DecodeError
 
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
-from runtime.keys import PREFIX as REGISTRY_PREFIX
+from faas.keys import PREFIX as REGISTRY_PREFIX
 
 __all__ = ["FUNCTION_OPS", "RESERVED_PREFIXES", "refusal", "reserved"]
 

@@ -3,7 +3,7 @@
 Contract:
 - `load_reference(ref, data)` is the value (or, for a concurrent causal reference, the list of
   values) `ref` points at, from the bytes read for it: a lattice as stored; otherwise plain
-  data (`runtime.values.loads`) unless `ref.objects` asks for Python objects. A value that is
+  data (`faas.values.loads`) unless `ref.objects` asks for Python objects. A value that is
   more than plain data raises `ArgumentRefused`: the call fails with UNSAFE_VALUE before its
   function runs. `resolve(invocation, ref)` does the same from a causal invocation's snapshot
   (`FunctionError` when the key holds nothing).
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from runtime.errors import UnsafeValue
-from runtime.values import Reference, is_lattice, loads
+from faas.errors import UnsafeValue
+from faas.values import Reference, is_lattice, loads
 
 from .causal import CausalInvocation
 

@@ -33,8 +33,8 @@ from typing import Any, Dict, List, Tuple
 
 from hydro_proto import cloudburst_pb2 as pb
 from runtime.auth import parse_address
-from runtime.errors import error_from_status
-from runtime.values import decode_arg, loads
+from faas.errors import error_from_status
+from faas.values import decode_arg, loads
 
 from .held import HeldResults, Outcome
 

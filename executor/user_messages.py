@@ -21,9 +21,9 @@ from typing import List, Tuple
 
 from hydro_proto import cloudburst_pb2 as pb
 from runtime.auth import parse_address
-from runtime.errors import Timeout
+from faas.errors import Timeout
 from runtime.framing import encode, recv_frame
-from runtime.keys import worker_key
+from faas.keys import worker_key
 
 __all__ = ["UserMessaging", "INBOX_LIMIT"]
 

@@ -75,8 +75,8 @@ from runtime.auth import (FUNCTION, Credentials, KeyFileError, Security, credent
                           decode_handoff, role_of)
 from runtime.framing import FrameError, parse, recv_frame
 from runtime.sockets import PushCache, bind_pull
-from runtime.values import dumps, loads
-from runtime.errors import CorruptRecord, InvalidArguments, ValueTooLarge
+from faas.values import dumps, loads
+from faas.errors import CorruptRecord, InvalidArguments, ValueTooLarge
 from anna_core.config import DEFAULT_MAX_VALUE_BYTES
 from hydro_proto import cloudburst_pb2 as pb
 
@@ -100,7 +100,7 @@ from .guard import FunctionGuard, Interrupted
 from .retrying import exception_names, may_retry, retry_request
 from .held import HeldResults, Outcome
 from .library import UserLibrary
-from .liveness import RunReports, die_with_parent, heartbeat_loop
+from .liveness import Heartbeat, RunReports, die_with_parent, heartbeat_loop
 from .output import CallOutput, Capture, UpstreamLogs, join_logs, section
 from .privilege import drop_capabilities, hide_paths
 from .failures import ACTOR_FAILURES, CALL_FAILURES, failure
@@ -181,8 +181,12 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
         self._stopping.set()
 
     def serve(self) -> None:
-        beat = threading.Thread(target=heartbeat_loop, args=(self,), name="heartbeat",
-                                daemon=True)
+        c = self.config
+        beat = threading.Thread(target=heartbeat_loop, name="heartbeat", daemon=True, args=(
+            Heartbeat(self.worker_id, c.node_id, self.address, self.control_address,
+                      c.cache_address, c.scheduler_addresses, c.heartbeat_period,
+                      self._context, self.credentials, self.busy, self.run_reports,
+                      self.pending.__len__, self._control, self._on_control, self._stopping),))
         beat.start()
         self._pull.setsockopt(zmq.RCVTIMEO, 100)
         next_sweep = time.monotonic() + 0.5
@@ -535,15 +539,14 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
 
 
 def main() -> None:
-    import argparse
-
+    from runtime.config import parse_config, role_parser
     from runtime.limits import raise_descriptor_limit
     from runtime.logs import configure_logging
     from runtime.process import announce_ready
 
-    parser = argparse.ArgumentParser(prog="python -m executor.worker")
-    parser.add_argument("--config", required=True, help="WorkerConfig as JSON")
-    config = WorkerConfig.from_json(parser.parse_args().config)
+    parser = role_parser(WorkerConfig, "python -m executor.worker",
+                         "One executor worker (started by its node).")
+    config, _ = parse_config(parser, WorkerConfig)
     log_ = configure_logging(config.log_level, f"worker {config.worker_id}")
     raise_descriptor_limit()
     die_with_parent(config.parent_pid)

@@ -1,6 +1,7 @@
 """The worker host: runs an executor node's worker processes where the node's keys are not.
 
-`python -m executor.workerhost --config JSON [--ready-file PATH]` (`WorkerHostConfig`).
+`python -m executor.workerhost --config PATH|JSON [--FIELD VALUE ...] [--ready-file PATH]`
+(`WorkerHostConfig`; every field is also a flag that overrides it: `runtime.config`).
 
 Contract:
 - On Kubernetes the executor pod has two containers: the node (uid 10001, the cluster's key
@@ -213,18 +214,16 @@ class WorkerHost:
 
 
 def main() -> None:
-    import argparse
     import sys
 
+    from runtime.config import parse_config, role_parser
     from runtime.limits import raise_descriptor_limit
     from runtime.logs import configure_logging
     from runtime.process import announce_ready
 
-    parser = argparse.ArgumentParser(prog="python -m executor.workerhost", description=__doc__)
-    parser.add_argument("--config", required=True, help="WorkerHostConfig as JSON")
+    parser = role_parser(WorkerHostConfig, "python -m executor.workerhost", __doc__)
     parser.add_argument("--ready-file", help="also write the readiness JSON here")
-    args = parser.parse_args()
-    config = WorkerHostConfig.from_json(args.config)
+    config, args = parse_config(parser, WorkerHostConfig)
     log_ = configure_logging(config.log_level, "worker host")
     raise_descriptor_limit()
     try:

@@ -48,7 +48,7 @@ import anna_core
 from hydro_proto import cloudburst_pb2 as pb
 from runtime.auth import AuthConfig, Credentials
 from runtime.fairpool import pieces
-from runtime.rpc import cache_reply
+from .replies import cache_reply
 from runtime.sockets import PushCache, bind_pull
 
 from .actions import AskCache, FetchKey, PutVersions, Step, Subscribe

@@ -10,20 +10,21 @@ Contract:
     in-cluster configuration. A missing or malformed file, or an unknown context, raises
     `KubernetesConfigError` naming the file and the context.
   The client makes one retry on an unreachable server: the caller's deadline decides.
-- `add_api_arguments(parser, pods=..., leave_default=...)`: --kubeconfig,
-  --pod-startup-timeout, --pod-leave-timeout and --request-timeout, for the processes that
-  scale workloads (the Anna monitor, the executor autoscaler).
+- `ApiSettings`: the configuration fields (`runtime.config`) of the processes that scale
+  workloads (the Anna monitor, the executor autoscaler): kubeconfig, pod_startup_timeout,
+  pod_leave_timeout and request_timeout; their configuration classes derive from it.
 """
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any, Optional
 
-from runtime.cli import positive_float
+from runtime.config import knob, positive
 
 from .errors import KubernetesConfigError
 
-__all__ = ["connect", "add_api_arguments"]
+__all__ = ["connect", "ApiSettings"]
 
 
 def connect(kubeconfig: Optional[str] = None, context: Optional[str] = None) -> Any:
@@ -62,20 +63,24 @@ def connect(kubeconfig: Optional[str] = None, context: Optional[str] = None) -> 
     return client.ApiClient(cfg)
 
 
-def add_api_arguments(parser: Any, *, pods: str, leave_default: float) -> None:
-    """The command-line options of a process that scales workloads through the API:
-    --kubeconfig, --pod-startup-timeout, --pod-leave-timeout (default `leave_default`, above
-    the grace period of the `pods` it removes) and --request-timeout."""
-    parser.add_argument("--kubeconfig", metavar="PATH", default=None,
-                        help="a kubeconfig file, to run outside the cluster; default: "
-                             "$KUBECONFIG or ~/.kube/config if present, else the pod's "
-                             "ServiceAccount (in-cluster configuration)")
-    parser.add_argument("--pod-startup-timeout", type=positive_float, default=120.0,
-                        metavar="S", help=f"seconds from a scale-up to a Ready {pods} pod "
-                                          f"before the start fails and is withdrawn")
-    parser.add_argument("--pod-leave-timeout", type=positive_float, default=leave_default,
-                        metavar="S", help=f"seconds from a removal until the pod must be gone "
-                                          f"(above the {pods} pods' "
-                                          f"terminationGracePeriodSeconds)")
-    parser.add_argument("--request-timeout", type=positive_float, default=10.0, metavar="S",
-                        help="seconds for every Kubernetes API request")
+@dataclass
+class ApiSettings:
+    """The settings of a process that scales workloads through the API (the Anna monitor,
+    the executor autoscaler): the fields their configuration objects share
+    (`runtime.config`). A role redeclares `pod_leave_timeout` with a default above the grace
+    period of the pods it removes."""
+
+    kubeconfig: Optional[str] = knob(None, help="a kubeconfig file, to run outside the "
+                                                "cluster (default: $KUBECONFIG or "
+                                                "~/.kube/config if present, else the pod's "
+                                                "ServiceAccount)")
+    pod_startup_timeout: float = knob(120.0, help="seconds from a scale-up to a Ready pod "
+                                                  "before the start fails and is withdrawn")
+    pod_leave_timeout: float = knob(60.0, help="seconds from a removal until the pod must be "
+                                               "gone (above its terminationGracePeriodSeconds)")
+    request_timeout: float = knob(10.0, help="seconds for every Kubernetes API request")
+
+    def check_api_settings(self) -> None:
+        """Raise ValueError naming the first timeout that is not a number > 0."""
+        positive(type(self).__name__, self, ("pod_startup_timeout", "pod_leave_timeout",
+                                             "request_timeout"))

@@ -21,7 +21,7 @@ The rules:
 - `leave(pod)` is allowed for a node (Ready, not terminating, not already leaving) that is not
   the tier's last, and only when the scale-down will pick it: the ReplicaSet deletes pods not
   Ready, pending or unscheduled before it looks at `pod-deletion-cost`, so while any pod of the
-  tier is not Ready, or a request has no pod yet, `leave` raises `TierBusy`.
+  tier is not Ready, or a request has no pod yet, `leave` raises `PoolBusy`.
 - A leaving pod is REMOVED when it is gone from the API and its containers did not exit with
   a non-zero status (Anna's node exits 4 or 5 when its hand-off failed); otherwise FAILED with
   `LeaveFailed`. Still there `leave_timeout` seconds after `leave`: FAILED (`status` None).
@@ -34,21 +34,15 @@ import logging
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Tuple
 
-from anna_core.errors import LeaveFailed, StartupError
-from runtime.node_events import NodeEvent
+from pools.errors import LastNode, LeaveFailed, NodeLeaving, PoolBusy, UnknownNode
+from pools.manager import FAILED, READY, REMOVED, NodeEvent
+from runtime.process import StartupError
 
-from anna_core.autoscale.manager import FAILED, READY, REMOVED, ClusterManagerError, Event, LastNode, NodeLeaving, \
-    UnknownNode
+Event = NodeEvent
 
-__all__ = ["PodView", "Withdraw", "TierPods", "TierBusy"]
+__all__ = ["PodView", "Withdraw", "TierPods"]
 
 log = logging.getLogger("k8s.pods")
-
-
-class TierBusy(ClusterManagerError):
-    """A removal cannot choose its pod now: some pod of the tier is not Ready yet (or a
-    requested pod was not created yet), and Kubernetes deletes such pods first on a
-    scale-down. Retry once the tier's pods are Ready."""
 
 
 @dataclass(frozen=True)
@@ -156,10 +150,10 @@ class TierPods:
         self._unbound = [(p, d) for p, d in self._unbound if p not in drop]
 
     def check_leave(self, pod: str) -> None:
-        """Raise UnknownNode, NodeLeaving, LastNode or TierBusy if `pod` cannot leave now."""
+        """Raise UnknownNode, NodeLeaving, LastNode or PoolBusy if `pod` cannot leave now."""
         if pod in self._leaving:
             raise NodeLeaving(f"pod {pod} ({self.tier}) is already leaving", node_id=pod,
-                              tier=self.tier)
+                              pool=self.tier)
         if pod not in self._nodes:
             if pod in self._starting or any(p == pod for p, _ in self._unbound):
                 why = "is still starting (pending), not running"
@@ -169,14 +163,14 @@ class TierPods:
                 why = "does not exist"
             raise UnknownNode(f"cannot remove pod {pod} from the {self.tier} tier: it {why}; "
                               f"running {self.tier} pods: {self._nodes}", node_id=pod,
-                              tier=self.tier)
+                              pool=self.tier)
         if len(self._nodes) == 1:
             raise LastNode(f"cannot remove pod {pod}: it is the {self.tier} tier's last running "
-                           f"pod", node_id=pod, tier=self.tier)
+                           f"pod", node_id=pod, pool=self.tier)
         busy = self.busy_reason()
         if busy is not None:
-            raise TierBusy(f"cannot remove pod {pod} now: {busy}; Kubernetes would delete one "
-                           f"of those instead on a scale-down", node_id=pod, tier=self.tier)
+            raise PoolBusy(f"cannot remove pod {pod} now: {busy}; Kubernetes would delete one "
+                           f"of those instead on a scale-down", node_id=pod, pool=self.tier)
 
     def leave(self, pod: str, now: float) -> None:
         """Mark `pod` leaving (after `check_leave` passed and before the scale-down)."""
@@ -220,7 +214,7 @@ class TierPods:
                 self._ignored.discard(name)
                 self._nodes.append(name)
                 return [NodeEvent(READY, name, f"pod {name} became Ready late; it joined "
-                              f"the {self.tier} tier", tier=self.tier)]
+                              f"the {self.tier} tier", pool=self.tier)]
             return []
         if view.terminating or view.phase in ("Failed", "Succeeded"):
             return self._stopped(view)
@@ -237,7 +231,7 @@ class TierPods:
             how = (f" (requested as {start.placeholder})" if start.placeholder
                    else " (not requested by this manager)")
             return [NodeEvent(READY, name, f"pod {name} is Ready; it joined the "
-                          f"{self.tier} tier{how}", tier=self.tier)]
+                          f"{self.tier} tier{how}", pool=self.tier)]
         return []
 
     def tick(self, now: float) -> Tuple[List[Event], List[Withdraw]]:
@@ -267,8 +261,8 @@ class TierPods:
                 self._ignored.add(name)
                 error = LeaveFailed(f"pod {name} ({self.tier}) was still there "
                                     f"{self.leave_timeout:g} s after it was asked to leave",
-                                    node_id=name, status=None)
-                events.append(NodeEvent(FAILED, name, str(error), error, tier=self.tier))
+                                    node_id=name, pool=self.tier, status=None)
+                events.append(NodeEvent(FAILED, name, str(error), error, pool=self.tier))
         return events, withdrawals
 
     # -- internals --
@@ -286,7 +280,7 @@ class TierPods:
     def _start_failed(self, node_id: str, why: str) -> Event:
         error = StartupError(f"{self.tier} node {node_id} did not start: {why}")
         return NodeEvent(FAILED, node_id, f"{self.tier} node {node_id} did not start: "
-                     f"{why}", error, tier=self.tier)
+                     f"{why}", error, pool=self.tier)
 
     def _stopped(self, view: PodView) -> List[Event]:
         """A pod terminating or finished that nobody asked to leave."""
@@ -313,9 +307,10 @@ class TierPods:
             if last:
                 error = LeaveFailed(f"pod {name} ({self.tier}) exited with status {last} while "
                                     f"leaving (4: keys not all handed off, 5: no routing "
-                                    f"acknowledged the leave)", node_id=name, status=last)
-                return [NodeEvent(FAILED, name, str(error), error, tier=self.tier)]
-            return [NodeEvent(REMOVED, name, f"pod {name} left the {self.tier} tier", tier=self.tier)]
+                                    f"acknowledged the leave)", node_id=name, pool=self.tier,
+                                    status=last)
+                return [NodeEvent(FAILED, name, str(error), error, pool=self.tier)]
+            return [NodeEvent(REMOVED, name, f"pod {name} left the {self.tier} tier", pool=self.tier)]
         events = self._stopped(view) if (name in self._nodes or name in self._starting) else []
         self._ignored.discard(name)
         return events

@@ -1,8 +1,7 @@
 """`DeploymentPods`: nodes as the pods of Deployments, through the Kubernetes API.
 
-The machinery every Kubernetes node manager shares: Anna's `KubernetesClusterManager` and
-Cloudburst's `KubernetesExecutorManager` (`k8s/pool.py`: one Deployment per tier, and the
-executor Deployment) are thin adapters over it. A *group* is one Deployment's pods (an Anna tier, or
+The machinery of `KubernetesPool` (`k8s/pool.py`), the pool manager both autoscalers use on
+Kubernetes. A *group* is one Deployment's pods (an Anna tier, or
 the executor nodes); every method takes the group's name.
 
 - A node is a pod; its id is the pod's name. `add_nodes(group, n)` scales the group's
@@ -15,11 +14,10 @@ the executor nodes); every method takes the group's name.
   the lowest value and scales the Deployment down by one: the ReplicaSet deletes the cheapest
   Ready pod, which receives SIGTERM. Because the ReplicaSet deletes pods that are not Ready
   before it reads deletion costs, a removal while some pod of the group is not Ready raises
-  `TierBusy`.
-- A group's workload may be a StatefulSet, named `statefulset/NAME` (the Anna disk tier):
-  it is scaled through `statefulsets/scale`, and since a StatefulSet always removes its
-  highest ordinal, `remove_node` of any other pod raises `NotHighestOrdinal` (a `TierBusy`,
-  naming the pod that can go) and changes nothing.
+  `PoolBusy`.
+- A group may be a StatefulSet instead (`statefulset/NAME`): it always deletes its highest
+  ordinal on a scale-down, so `remove_node(group, pod)` removes that pod
+  (`pools.removal.removal`, rule `HIGHEST_ORDINAL`) and sets no deletion cost.
 - Pods are followed by one watch per group (the Deployment's selector, read from the scale
   subresource; the groups' selectors must not overlap), each on a thread that feeds a queue;
   `poll()` drains the queue and does not wait for pods (it calls the API only to withdraw a
@@ -34,7 +32,8 @@ the executor nodes); every method takes the group's name.
   `ApiTimeout`, `ApiUnavailable`, `ApiConflict`.
 
 Permissions it needs (k8s/rbac/cluster-manager.yaml): pods get/list/watch/patch,
-deployments/scale get/patch on its Deployments, in its namespace.
+deployments/scale get/patch on its Deployments (statefulsets/scale on its StatefulSets), in
+its namespace.
 """
 from __future__ import annotations
 
@@ -44,31 +43,19 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from runtime.node_events import FAILED, NodeEvent as Event
+from pools.manager import FAILED, NodeEvent as Event
 
 from .errors import ApiConflict, KubernetesError, api_error, client_errors
-from .pod_state import PodView, TierBusy, TierPods, Withdraw
+from pools.manager import check_count
+from pools.removal import CHOSEN, HIGHEST_ORDINAL, removal
 
-__all__ = ["DeploymentPods", "TierBusy", "NotHighestOrdinal", "highest_ordinal", "pod_view",
-           "DELETION_COST", "LOWEST_COST"]
+from .pod_state import PodView, TierPods, Withdraw
+
+__all__ = ["DeploymentPods", "pod_view", "workload", "DELETION_COST", "LOWEST_COST"]
 
 log = logging.getLogger("k8s.pods")
 
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
-STATEFULSET = "statefulset/"       # a group's workload named "statefulset/NAME"
-
-
-class NotHighestOrdinal(TierBusy):
-    """A StatefulSet's group can lose only its pod of the highest ordinal (StatefulSets
-    always remove that one); the message names the pod that can go."""
-
-
-def highest_ordinal(pods: List[str]) -> Optional[str]:
-    """The StatefulSet pod (`NAME-N`) of the highest ordinal N among `pods` (pure)."""
-    def ordinal(pod: str) -> int:
-        tail = pod.rsplit("-", 1)[-1]
-        return int(tail) if tail.isdigit() else -1
-    return max(pods, key=ordinal, default=None)
 LOWEST_COST = -2147483648          # the annotation is an int32
 
 
@@ -106,6 +93,16 @@ def pod_view(pod: Any) -> PodView:
 
 # ---- the pods of Deployments --------------------------------------------------------------
 
+STATEFULSET = "statefulset/"
+
+
+def workload(spec: str) -> Tuple[str, str, str]:
+    """`NAME` (a Deployment) or `statefulset/NAME`: (kind, name, its scale resource)."""
+    if spec.startswith(STATEFULSET):
+        return "StatefulSet", spec[len(STATEFULSET):], "statefulsets/scale"
+    return "Deployment", spec, "deployments/scale"
+
+
 
 class DeploymentPods:
     """Nodes as the pods of one Deployment per group; see the module docstring.
@@ -114,9 +111,8 @@ class DeploymentPods:
         api_client: a `kubernetes.client.ApiClient` (e.g. `config.new_client_from_config()`).
         namespace: where the Deployments are.
         deployments: group -> Deployment name, e.g. {"memory": "anna-memory"}, or
-            "statefulset/NAME" for a StatefulSet (its scale subresource; a removal must name
-            its highest ordinal, else `NotHighestOrdinal`); groups left out are not managed
-            (their `nodes()` are empty, changes raise ValueError).
+            `statefulset/NAME` for a StatefulSet; groups left out are not managed (their
+            `nodes()` are empty, changes raise ValueError).
         startup_timeout: seconds from `add_nodes` to a Ready pod before FAILED (and the
             request withdrawn).
         leave_timeout: seconds from `remove_node` until the pod must be gone; longer than the
@@ -140,7 +136,8 @@ class DeploymentPods:
         if not deployments:
             raise ValueError("deployments must name at least one Deployment")
         self.namespace = namespace
-        self.deployments = dict(deployments)
+        self.workloads = {g: workload(spec) for g, spec in deployments.items()}
+        self.deployments = {g: w[1] for g, w in self.workloads.items()}
         self.request_timeout = float(request_timeout)
         self.watch_timeout = int(watch_timeout)
         self.clock = clock
@@ -159,8 +156,9 @@ class DeploymentPods:
             scale = self._read_scale(group)
             selector = getattr(scale.status, "selector", None)
             if not selector:
-                raise KubernetesError(f"deployments/scale {namespace}/{name} has no selector in "
-                                      f"its status", verb="get", resource="deployments/scale",
+                resource = self.workloads[group][2]
+                raise KubernetesError(f"{resource} {namespace}/{name} has no selector in "
+                                      f"its status", verb="get", resource=resource,
                                       name=name, namespace=namespace)
             self._selectors[group] = selector
         try:
@@ -203,32 +201,36 @@ class DeploymentPods:
 
     def add_nodes(self, group: str, count: int) -> List[str]:
         state = self._state(group)
-        if not isinstance(count, int) or count < 1:
-            raise ValueError(f"add_nodes: count must be an int >= 1, got {count!r}")
+        check_count(count)
         placeholders = state.request(count, self.clock())
         try:
             replicas = self._scale(group, count)
         except KubernetesError:
             state.cancel(placeholders)
             raise
-        log.info("requested %d %s pod(s) %s: deployment %s/%s scaled to %d", count, group,
-                 ", ".join(placeholders), self.namespace, self.deployments[group], replicas)
+        log.info("requested %d %s pod(s) %s: %s %s/%s scaled to %d", count, group,
+                 ", ".join(placeholders), self.workloads[group][0], self.namespace,
+                 self.deployments[group], replicas)
         return placeholders
 
-    def remove_node(self, group: str, node_id: str) -> None:
+    def remove_node(self, group: str, node_id: str) -> str:
+        """Ask `node_id` to leave (for a StatefulSet: its highest ordinal, which the
+        controller deletes); the pod that leaves."""
         state = self._state(group)
-        if self.deployments[group].startswith(STATEFULSET):
-            last = highest_ordinal(state.nodes() + state.pending() + state.leaving())
-            if node_id != last:
-                raise NotHighestOrdinal(f"{group} is the StatefulSet "
-                                        f"{self.deployments[group][len(STATEFULSET):]}, which "
-                                        f"removes its highest ordinal: {last}, not {node_id}",
-                                        node_id=node_id, tier=group)
-        state.leave(node_id, self.clock())          # raises UnknownNode/NodeLeaving/LastNode/...
+        kind = self.workloads[group][0]
+        state.check_leave(node_id)                  # raises UnknownNode/NodeLeaving/LastNode/...
+        target = removal(node_id, state.nodes(),
+                         HIGHEST_ORDINAL if kind == "StatefulSet" else CHOSEN, group)
+        if target != node_id:
+            log.info("%s: removing pod %s instead of %s: a StatefulSet deletes its highest "
+                     "ordinal", group, target, node_id)
+        node_id = target
+        state.leave(node_id, self.clock())
         annotated = False
         try:
-            self._set_cost(node_id, LOWEST_COST)
-            annotated = True
+            if kind == "Deployment":
+                self._set_cost(node_id, LOWEST_COST)
+                annotated = True
             replicas = self._scale(group, -1)
         except KubernetesError:
             state.unleave(node_id)
@@ -238,8 +240,9 @@ class DeploymentPods:
                 except KubernetesError as e:
                     log.warning("could not clear the deletion cost of pod %s: %s", node_id, e)
             raise
-        log.info("asked %s pod %s to leave: deletion cost %d, deployment %s/%s scaled to %d",
-                 group, node_id, LOWEST_COST, self.namespace, self.deployments[group], replicas)
+        log.info("asked %s pod %s to leave: %s %s/%s scaled to %d", group, node_id, kind,
+                 self.namespace, self.deployments[group], replicas)
+        return node_id
 
     def poll(self, now: Optional[float] = None) -> List[Event]:
         now = self.clock() if now is None else now
@@ -348,6 +351,7 @@ class DeploymentPods:
         (another scaler got there first), and the change is retried from a fresh read. A 422
         with the count unchanged is a genuine refusal and is raised."""
         name = self.deployments[group]
+        kind, _, resource = self.workloads[group]
         refused: Optional[Tuple[int, KubernetesError]] = None
         for _ in range(attempts):
             scale = self._read_scale(group)
@@ -356,38 +360,30 @@ class DeploymentPods:
                 raise refused[1]
             target = current + delta
             if target < 0:
-                raise ValueError(f"deployment {self.namespace}/{name} has {current} replicas; "
+                raise ValueError(f"{kind} {self.namespace}/{name} has {current} replicas; "
                                  f"cannot change by {delta}")
             patch = ([{"op": "test", "path": "/spec/replicas", "value": current}] if current
                      else []) + [{"op": "add", "path": "/spec/replicas", "value": target}]
             try:
-                resource, workload = self._workload(group)
                 patch_scale = (self.apps.patch_namespaced_stateful_set_scale
-                               if resource.startswith("statefulsets") else
-                               self.apps.patch_namespaced_deployment_scale)
-                self._call("patch", resource, workload, patch_scale, workload, self.namespace,
+                               if kind == "StatefulSet"
+                               else self.apps.patch_namespaced_deployment_scale)
+                self._call("patch", resource, name, patch_scale, name, self.namespace,
                            patch, _content_type="application/json-patch+json")
                 return target
             except KubernetesError as e:
                 if e.status not in (409, 422):
                     raise
-                log.info("deployment %s/%s: replicas no longer %d (%s); retrying",
-                         self.namespace, name, current, e.reason)
+                log.info("%s %s/%s: replicas no longer %d (%s); retrying",
+                         kind, self.namespace, name, current, e.reason)
                 refused = (current, e)
-        raise ApiConflict(f"patch deployments/scale {self.namespace}/{name}: replicas changed "
+        raise ApiConflict(f"patch {resource} {self.namespace}/{name}: replicas changed "
                           f"under every one of {attempts} attempts", verb="patch",
-                          resource="deployments/scale", name=name, namespace=self.namespace)
-
-    def _workload(self, group: str) -> Tuple[str, str]:
-        """(scale subresource, name) of the group's workload."""
-        name = self.deployments[group]
-        if name.startswith(STATEFULSET):
-            return "statefulsets/scale", name[len(STATEFULSET):]
-        return "deployments/scale", name
+                          resource=resource, name=name, namespace=self.namespace)
 
     def _read_scale(self, group: str) -> Any:
-        resource, name = self._workload(group)
-        read = (self.apps.read_namespaced_stateful_set_scale if resource.startswith("stateful")
+        kind, name, resource = self.workloads[group]
+        read = (self.apps.read_namespaced_stateful_set_scale if kind == "StatefulSet"
                 else self.apps.read_namespaced_deployment_scale)
         return self._call("get", resource, name, read, name, self.namespace)
 

@@ -12,9 +12,13 @@ generated wire schema `hydro_proto`), so nothing here can form an import cycle.
 - `process`: launching service processes, their ready announcement, supervising and
   stopping them.
 - `logs`: logging set-up for a service process.
+- `config`: how every process reads its role's configuration object (`--config PATH|JSON`,
+  flags as overrides) and the errors naming a bad field.
 - `limits`: a service's descriptor limit (raised to the hard limit at start) and the share
   of it its socket caches may use.
-- `values`: how call arguments and stored Python values are serialized; `Reference`.
-- `keys`: the KVS key names of the platform's own records.
-- `errors`: the typed errors of the FaaS layer (re-exported by `cloudburst.errors`).
+- `actors`: the actor handle (a name, plain data), so that workers can use it too.
+- `auth`, `fairpool`, `http`, `cli`, `node_events`: authentication, a thread pool that
+  takes turns between requests, a read-only metrics endpoint, command-line conventions.
+What the FaaS layer means by its errors, key names and values is not plumbing: it is in
+`faas/`; how a node cache's answer decodes is `hydrocache/replies.py`.
 """

@@ -10,7 +10,7 @@ Contract:
   `handle.kill(timeout)` kills the actor (see the caller's `kill_actor`).
 - A handle carries no connection: it pickles as `(actor_id, class_name, methods)`, so it
   can be passed to functions as an argument, stored, returned, or sent to another client;
-  it is plain data (`runtime/values.py` reads it without `objects=True`), and its
+  it is plain data (`faas/values.py` reads it without `objects=True`), and its
   constructor refuses parts that are not two strs and a tuple of strs. Who sends
   its calls is decided where it is used: the client it was made or bound by
   (`handle.bind(client)`), else the caller bound to this context (`binding(caller)`, which
@@ -81,7 +81,7 @@ class ActorHandle:
 
     def __init__(self, actor_id: str, class_name: str, methods: Sequence[str],
                  caller: Any = None) -> None:
-        # a handle may be read as plain data (runtime/values.py): its parts are checked
+        # a handle may be read as plain data (faas/values.py): its parts are checked
         if type(actor_id) is not str or type(class_name) is not str or \
                 not isinstance(methods, (tuple, list)) or \
                 any(type(m) is not str for m in methods):

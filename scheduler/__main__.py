@@ -1,15 +1,19 @@
-"""`python -m scheduler --config JSON`: run one scheduler until SIGTERM.
+"""`python -m scheduler --config PATH|JSON [--FIELD VALUE ...]`: run one scheduler until SIGTERM.
+
+The configuration is a `SchedulerConfig` (scheduler/config.py), read from a JSON file or
+inline JSON; every field is also a flag (`--kvs-address`, `--port`, ...) that overrides it
+(`runtime.config`). A bad field ends with a one-line error naming it (status 2).
 
 Prints one `READY {"address": ...}` line on stdout once bound
 (and, with `--ready-file`, writes it to that file).
 """
 from __future__ import annotations
 
-import argparse
 import signal
 import sys
 
 from runtime.auth import KeyFileError
+from runtime.config import parse_config, role_parser
 from runtime.limits import raise_descriptor_limit
 from runtime.logs import configure_logging
 from runtime.process import announce_ready
@@ -19,12 +23,10 @@ from .server import Scheduler
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m scheduler", description=__doc__)
-    parser.add_argument("--config", required=True, help="SchedulerConfig as JSON")
+    parser = role_parser(SchedulerConfig, "python -m scheduler", __doc__)
     parser.add_argument("--ready-file", help="also write the readiness JSON here (a probe "
                         "for Kubernetes: written once the scheduler is bound)")
-    args = parser.parse_args()
-    config = SchedulerConfig.from_json(args.config)
+    config, args = parse_config(parser, SchedulerConfig)
     log = configure_logging(config.log_level, "scheduler")
     raise_descriptor_limit()
     try:

@@ -3,7 +3,7 @@
 Contract (`ActorCalls`, driven by the scheduler's loop; decisions are `scheduler/actors.py`'s):
 - `call(call, now)` handles a `Call` with `actor` set:
   - ACTOR_CREATE: places the actor on one worker (`choose_actor_worker`), stores an
-    `ActorRecord` (`runtime.keys.actor_key`, written to every replica) so that every
+    `ActorRecord` (`faas.keys.actor_key`, written to every replica) so that every
     scheduler routes its calls to that worker, and sends the worker the creation as a
     one-function schedule. NO_RESOURCES when no worker is placeable. Only a client may
     create an actor (`scheduler/admission.py`).
@@ -53,9 +53,9 @@ from typing import Any, List, Optional, Tuple
 
 from anna_core import KeyNotFound
 from hydro_proto import cloudburst_pb2 as pb
-from runtime.errors import CorruptRecord, NoResources
-from runtime.keys import actor_key
-from runtime.values import dumps
+from faas.errors import CorruptRecord, NoResources
+from faas.keys import actor_key
+from faas.values import dumps
 
 from .actors import (CREATE, KILL, METHOD, ActorDirectory, ActorEntry, choose_actor_worker,
                      prefer_free)

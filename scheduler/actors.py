@@ -45,7 +45,7 @@ import random
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
-from runtime.errors import NoResources
+from faas.errors import NoResources
 
 from .policy import WorkerView
 

@@ -1,10 +1,14 @@
-"""Configuration of one scheduler process (passed in; no globals, no fixed ports)."""
+"""Configuration of one scheduler process (passed in; no globals, no fixed ports).
+
+`SchedulerConfig` is the scheduler role's configuration object (`runtime.config`): `python -m
+scheduler --config PATH|JSON` reads it, every field a flag that overrides it."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
-from typing import Optional
+from dataclasses import dataclass
+from typing import ClassVar, Optional
 
+from runtime.config import from_dict, knob, to_dict
 from runtime.sockets import DEFAULT_MAX_FRAME_BYTES
 
 from .dag import DEFAULT_MAX_DAG_FUNCTIONS
@@ -73,46 +77,69 @@ class SchedulerConfig:
         key is ever on a command line.
     """
 
-    kvs_address: str
-    ip: str = "127.0.0.1"
-    heartbeat_timeout: float = 1.5
-    unresponsive_timeout: float = 960.0
-    call_timeout: float = 60.0
-    busy_outstanding: int = 1
-    busy_utilization: float = 0.9
-    worker_slots: int = 2
-    max_worker_slots: int = 16
-    queued_work: float = 0.005
-    queue_calls: bool = True
-    max_queued_calls: int = 10000
-    seed: Optional[int] = None
-    colocate_chains: bool = True
-    log_level: str = "warning"
-    parent_pid: Optional[int] = None
-    ipc_dir: Optional[str] = None       # bind the request socket as a Unix socket here (one host)
-    max_causal_retries: int = 10
-    max_retries: int = 3                # runs again after a worker or node died (at least once)
-    gc_period: float = 5.0
-    port: int = 0                       # the request socket's TCP port; 0 picks a free one
-    metrics_port: Optional[int] = None  # serve Prometheus metrics over HTTP here (None: off)
-    bind_address: Optional[str] = None  # bind the request socket exactly here (restarts)
-    max_dag_functions: int = DEFAULT_MAX_DAG_FUNCTIONS
-    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
-    key_dir: Optional[str] = None       # authenticate with the cluster's keys here (None: plain)
-    # SIGTERM: refuse new calls (their clients send them to another scheduler) and exit once
-    # the calls accepted here are over, at most this many seconds later (0: stop at once)
-    stop_grace: float = 0.0
+    ROLE: ClassVar[str] = "scheduler"
+
+    kvs_address: str = knob(help="the Anna routing address(es), comma-separated "
+                                 "(tcp://host:port, with #k=KEY when authenticated)")
+    ip: str = knob("127.0.0.1", help="the address the scheduler binds and gives to peers")
+    heartbeat_timeout: float = knob(1.5, help="seconds without a heartbeat (the worker's, or "
+                                              "its node's vouching) before a worker is dropped")
+    unresponsive_timeout: float = knob(960.0, help="seconds without a worker's own heartbeat "
+                                                   "before it is dropped though its node "
+                                                   "vouches for it")
+    call_timeout: float = knob(60.0, help="default deadline in seconds of a call whose caller "
+                                          "gave none")
+    busy_outstanding: int = knob(1, help="the policy's back-off threshold: outstanding calls")
+    busy_utilization: float = knob(0.9, help="the policy's back-off threshold: utilisation")
+    worker_slots: int = knob(2, help="unfinished calls of this scheduler one worker may hold")
+    max_worker_slots: int = knob(16, help="the most a worker with very short calls may hold")
+    queued_work: float = knob(0.005, help="seconds of queued work a worker may hold beyond "
+                                          "worker_slots (scheduler/window.py)")
+    queue_calls: bool = knob(True, help="queue a call that finds no free worker at the "
+                                        "scheduler (off: place it on the least loaded worker)")
+    max_queued_calls: int = knob(10000, help="the most calls waiting in the queue")
+    seed: Optional[int] = knob(None, help="seed of the tie-break random generator (default: "
+                                          "random)")
+    colocate_chains: bool = knob(True, help="let functions of a chain share a worker")
+    log_level: str = knob("warning", help="debug, info, warning or error")
+    parent_pid: Optional[int] = knob(None, help="stop when this process is gone")
+    ipc_dir: Optional[str] = knob(None, help="bind the request socket as a Unix socket in this "
+                                             "directory (one host)")
+    max_causal_retries: int = knob(10, help="aborted attempts of a causal call retried before "
+                                            "it fails with ABORTED")
+    max_retries: int = knob(3, help="runs again after a worker or node died, when the call "
+                                    "does not say")
+    gc_period: float = knob(5.0, help="seconds between dependency-metadata GC rounds (0: off)")
+    port: int = knob(0, help="the request socket's TCP port (0: a free one)")
+    metrics_port: Optional[int] = knob(None, help="serve Prometheus metrics over HTTP on this "
+                                                  "port (0: a free one; default: off)")
+    bind_address: Optional[str] = knob(None, help="bind the request socket exactly here "
+                                                  "(tcp://ip:port or ipc:///path; restarts)")
+    max_dag_functions: int = knob(DEFAULT_MAX_DAG_FUNCTIONS,
+                                  help="the most functions a registered DAG may have")
+    max_frame_bytes: int = knob(DEFAULT_MAX_FRAME_BYTES, help="the largest frame the "
+                                "scheduler's sockets accept")
+    key_dir: Optional[str] = knob(None, help="the cluster's key directory (`cloudburst keys`); "
+                                             "default: plain sockets")
+    stop_grace: float = knob(0.0, help="on SIGTERM, seconds to keep serving the calls already "
+                                       "accepted while new calls are refused (their clients "
+                                       "send them to another scheduler; scheduler/stopping.py)"
+                                       "; 0: stop at once")
 
     def __post_init__(self) -> None:
-        if self.max_worker_slots < self.worker_slots or self.queued_work < 0:
-            raise ValueError(f"SchedulerConfig: max_worker_slots must be >= worker_slots and "
-                             f"queued_work >= 0, not {self.max_worker_slots!r} and "
+        if self.worker_slots < 1:
+            raise ValueError(f"SchedulerConfig.worker_slots must be >= 1, not "
+                             f"{self.worker_slots!r}")
+        if self.max_worker_slots < self.worker_slots:
+            raise ValueError(f"SchedulerConfig.max_worker_slots must be >= worker_slots "
+                             f"({self.worker_slots}), not {self.max_worker_slots!r}")
+        if self.queued_work < 0:
+            raise ValueError(f"SchedulerConfig.queued_work must be >= 0, not "
                              f"{self.queued_work!r}")
         if self.stop_grace < 0:
             raise ValueError(f"SchedulerConfig.stop_grace must be >= 0, not {self.stop_grace!r}")
-        if self.worker_slots < 1 or self.max_queued_calls < 0:
-            raise ValueError(f"SchedulerConfig: worker_slots must be >= 1 and "
-                             f"max_queued_calls >= 0, not {self.worker_slots!r} and "
+        if self.max_queued_calls < 0:
+            raise ValueError(f"SchedulerConfig.max_queued_calls must be >= 0, not "
                              f"{self.max_queued_calls!r}")
         if not 1 <= self.max_frame_bytes <= DEFAULT_MAX_FRAME_BYTES:
             raise ValueError(f"SchedulerConfig.max_frame_bytes must be in [1, "
@@ -120,8 +147,10 @@ class SchedulerConfig:
                              f"as several frames), not {self.max_frame_bytes!r}")
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self))
+        """This configuration as the JSON `python -m scheduler --config` reads."""
+        return json.dumps(to_dict(self))
 
     @classmethod
     def from_json(cls, text: str) -> "SchedulerConfig":
-        return cls(**json.loads(text))
+        """Inverse of `to_json()`; a bad field raises `runtime.config.ConfigError`."""
+        return from_dict(cls, json.loads(text))

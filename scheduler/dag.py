@@ -5,7 +5,7 @@ Contract:
   `connections` an ordered tuple of `(src, dst)` pairs. The order of `connections` is the
   registration order, and it is what orders a fan-in function's upstream results.
 - `validate(dag, known, max_functions=DEFAULT_MAX_DAG_FUNCTIONS)` raises
-  `runtime.errors.InvalidDag` whose message names the reason (empty DAG, more functions than
+  `faas.errors.InvalidDag` whose message names the reason (empty DAG, more functions than
   `max_functions` (naming the limit), duplicate function, function not registered, connection
   to a function not in the DAG, duplicate connection, cycle (with the cycle), no sink or more
   than one sink) and returns the DAG otherwise. `known` is the set of registered function
@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Collection, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from runtime.errors import InvalidDag
+from faas.errors import InvalidDag
 
 __all__ = ["Dag", "validate", "check_size", "find_cycle", "foreign_arguments",
            "DEFAULT_MAX_DAG_FUNCTIONS"]

@@ -26,7 +26,8 @@ import anna_core
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
 from runtime.auth import AuthConfig, Credentials
-from runtime.rpc import cache_reply, collect_replies
+from hydrocache.replies import cache_reply
+from runtime.rpc import collect_replies
 from runtime.sockets import PushCache, bind_pull
 from hydrocache.gc import frontier_from_reports
 

@@ -2,7 +2,7 @@
 
 Contract (dissertation 4.1): `choose_executors(functions, references, workers,
 node_keys, rng)` returns `{function: worker_id}` for every function of a call, picked up
-front, or raises `runtime.errors.NoResources` when `workers` is empty. For each function,
+front, or raises `faas.errors.NoResources` when `workers` is empty. For each function,
 in order:
 1. back-off: workers that are *busy* (outstanding calls >= `busy_outstanding`, or reported
    utilization >= `busy_utilization`) are skipped unless every worker is busy;
@@ -35,7 +35,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
-from runtime.errors import NoResources
+from faas.errors import NoResources
 
 __all__ = ["WorkerView", "choose_executors", "choose_one_node", "dag_relations", "is_busy"]
 

@@ -2,7 +2,7 @@
 
 Contract:
 - Records are `cloudburst.FunctionRecord` / `cloudburst.DagRecord` protobufs stored as LWW
-  values under `runtime.keys.function_key(name)` / `dag_key(name)`; the names are also
+  values under `faas.keys.function_key(name)` / `dag_key(name)`; the names are also
   added to two `SetLattice` indexes (for `list`). Deleting a function or a DAG writes a
   tombstone record (`deleted = true`), so that the deletion reaches other schedulers as a
   pushed update.
@@ -30,8 +30,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from anna_core import AnnaError, KeyNotFound, SetLattice
 
-from runtime.errors import CorruptRecord
-from runtime.keys import DAGS_INDEX, FUNCTIONS_INDEX, PREFIX, dag_key, function_key
+from faas.errors import CorruptRecord
+from faas.keys import DAGS_INDEX, FUNCTIONS_INDEX, PREFIX, dag_key, function_key
 from hydro_proto import cloudburst_pb2 as pb
 
 __all__ = ["Registry"]

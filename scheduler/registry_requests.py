@@ -20,7 +20,7 @@ import uuid
 from anna_core.wire import tuple_to_lattice
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
-from runtime.errors import InvalidDag
+from faas.errors import InvalidDag
 
 from .dag import Dag, check_size, validate
 

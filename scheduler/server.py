@@ -76,9 +76,9 @@ from google.protobuf.message import DecodeError
 import anna_core
 from runtime.auth import AuthConfig, Security, credentials_of
 from runtime.framing import FrameError, more, parse, recv_frame
-from runtime.keys import PREFIX
+from faas.keys import PREFIX
 from runtime.sockets import PushCache, bind_pull
-from runtime.errors import CorruptRecord, NoResources
+from faas.errors import CorruptRecord, NoResources
 from runtime.http import TextEndpoint
 from hydro_proto import cloudburst_pb2 as pb
 

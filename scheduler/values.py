@@ -26,7 +26,7 @@ import collections
 from dataclasses import dataclass, field
 from typing import Iterable, List, OrderedDict, Set
 
-from runtime.keys import VALUES_PREFIX
+from faas.keys import VALUES_PREFIX
 
 __all__ = ["ValueKeys"]
 

@@ -391,7 +391,7 @@ class ControlPlane:
             f"--kubeconfig={kubeconfig}", "--leader-elect=false", "--secure-port=0",
             f"--service-account-private-key-file={self.dir / 'sa.key'}",
             f"--root-ca-file={self.ca_file}", "--use-service-account-credentials=false",
-            "--controllers=deployment-controller,replicaset-controller,"
+            "--controllers=deployment-controller,replicaset-controller,statefulset-controller,"
             "garbage-collector-controller,namespace-controller,serviceaccount-controller,"
             "resourcequota-controller,node-lifecycle-controller,statefulset-controller,"
             "persistentvolume-binder-controller,persistentvolumeclaim-protection-controller,"

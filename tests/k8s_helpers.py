@@ -71,10 +71,33 @@ def _api(target):
     return target.api_client() if hasattr(target, "api_client") else target
 
 
-def replicas(target, ns, name):
-    """The replica count Deployment `name` asks for (its scale subresource)."""
-    return client.AppsV1Api(_api(target)).read_namespaced_deployment_scale(
-        name, ns, _request_timeout=10).spec.replicas or 0
+def statefulset(cp, ns, name, tier, replicas):
+    """A StatefulSet `name` (pods `name-0`, `name-1`, ...; kwok makes them Ready), labelled
+    like `deployment(...)`'s pods."""
+    labels = {"app": "anna", "tier": tier, "deployment": name}
+    body = client.V1StatefulSet(
+        metadata=client.V1ObjectMeta(name=name),
+        spec=client.V1StatefulSetSpec(
+            replicas=replicas, service_name=name, pod_management_policy="Parallel",
+            selector=client.V1LabelSelector(match_labels=labels),
+            template=client.V1PodTemplateSpec(
+                metadata=client.V1ObjectMeta(labels=labels),
+                spec=client.V1PodSpec(
+                    termination_grace_period_seconds=30,
+                    automount_service_account_token=False,
+                    containers=[client.V1Container(name="node", image="anna:test",
+                                                   image_pull_policy="Never")]))))
+    client.AppsV1Api(cp.api_client()).create_namespaced_stateful_set(ns, body,
+                                                                      _request_timeout=10)
+
+
+def replicas(target, ns, name, kind="Deployment"):
+    """The replica count Deployment (or `kind` StatefulSet) `name` asks for (its scale
+    subresource)."""
+    apps = client.AppsV1Api(_api(target))
+    read = (apps.read_namespaced_stateful_set_scale if kind == "StatefulSet"
+            else apps.read_namespaced_deployment_scale)
+    return read(name, ns, _request_timeout=10).spec.replicas or 0
 
 
 def pods(target, ns, name, label=TEST_LABEL):

@@ -9,8 +9,8 @@ from hypothesis import given, settings, strategies as st
 from hydro_proto import cloudburst_pb2 as pb
 from runtime.actors import ActorHandle, binding, public_methods
 from runtime.auth import CLUSTER, FUNCTION
-from runtime.errors import NoResources
-from runtime.values import dumps, loads
+from faas.errors import NoResources
+from faas.values import dumps, loads
 from scheduler.actors import (CREATE, KILL, METHOD, ActorDirectory, ActorEntry,
                               choose_actor_worker, find_wait_cycle, prefer_free)
 from scheduler.policy import WorkerView
@@ -274,7 +274,7 @@ class _Recorder:
 
 
 def test_a_handle_is_plain_data_and_its_parts_are_checked():
-    from runtime.errors import MalformedValue
+    from faas.errors import MalformedValue
     h = ActorHandle("id1", "Counter", ("incr",), _Recorder())
     got = loads(dumps(h))                   # plain data: no objects=True needed
     assert got == h and got.methods == ("incr",) and got._bound is None

@@ -254,3 +254,30 @@ def test_closing_a_client_closes_its_subscriptions(cluster):
     client.close()  # must not hang on the shared ZMQ context
     assert client.closed
     sub.close()  # idempotent
+
+
+def test_a_subscription_closes_through_its_client_s_public_interface():
+    """Closing a `Subscription` made for a client unsubscribes its keys and tells the client
+    through `unsubscribe` and `subscription_closed` only (no private member of the client)."""
+    from anna_core.subscription import Subscription
+
+    class PublicOnly:
+        __slots__ = ("closed", "calls")
+
+        def __init__(self):
+            self.closed, self.calls = False, []
+
+        def unsubscribe(self, key, address):
+            self.calls.append(("unsubscribe", key, address))
+
+        def subscription_closed(self, sub):
+            self.calls.append(("closed", sub))
+
+    client = PublicOnly()
+    sub = Subscription(client=client, keys=("a", "b"))
+    address = sub.address
+    sub.close()
+    sub.close()       # idempotent: the client is told once
+    assert client.calls == [("unsubscribe", "a", address), ("unsubscribe", "b", address),
+                            ("closed", sub)]
+

@@ -52,7 +52,7 @@ def test_replication_coercion_and_proto_round_trip():
 
 def test_node_config_json_has_the_kernel_keys():
     c = NodeConfig(node_id="disk-0", tier="disk", threads=2, data_dir="/tmp/x")
-    d = json.loads(c.to_json())
+    d = json.loads(c.kernel_json())         # the process' own settings stay out of the kernel
     assert set(d) == {"node_id", "tier", "threads", "ip", "data_dir", "gossip_period_ms",
                       "max_value_bytes", "pin_threads", "log_level", "handoff_retry_ms",
                       "handoff_window_ms", "fetch_timeout_ms", "tombstone_ttl_ms",
@@ -71,7 +71,7 @@ def test_placement_knobs_are_positive_and_the_kernel_reads_them():
     from anna_core import _core
     c = NodeConfig(node_id="m", handoff_retry_ms=7, handoff_window_ms=8, fetch_timeout_ms=9,
                    tombstone_ttl_ms=10)
-    kernel = _core.parse_node_config(c.to_json())
+    kernel = _core.parse_node_config(c.kernel_json())
     assert [kernel[k] for k in ("handoff_retry_ms", "handoff_window_ms", "fetch_timeout_ms",
                                 "tombstone_ttl_ms")] == [7, 8, 9, 10]
     defaults = _core.parse_node_config(json.dumps({"node_id": "m", "handoff_retry_ms": None}))

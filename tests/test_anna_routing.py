@@ -25,7 +25,7 @@ TIMEOUT_MS = 5000
 def routing(tmp_path):
     ready = tmp_path / "routing.ready"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
-    proc = subprocess.Popen([sys.executable, "-m", "anna_core.routing", "--replication", "1,1,1,1",
+    proc = subprocess.Popen([sys.executable, "-m", "anna_core.routing", "--default-replication", "1,1,1,1",
                              "--ready-file", str(ready), "--log-level", "info"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
     try:

@@ -335,7 +335,7 @@ def test_capacity_bytes_is_split_over_the_threads(running, sender):
     reports = node.take_report(timeout_ms=int(DEADLINE * 1000))
     assert [r["capacity_bytes"] for r in reports] == [501, 500]
     assert sum(r["capacity_bytes"] for r in reports) == 1001
-    assert _core.parse_node_config(NodeConfig(node_id="m", capacity_bytes=7).to_json())[
+    assert _core.parse_node_config(NodeConfig(node_id="m", capacity_bytes=7).kernel_json())[
         "capacity_bytes"] == 7
     node2, _ = running()
     assert report(node2)["capacity_bytes"] == 0  # default: unknown

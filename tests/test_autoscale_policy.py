@@ -189,7 +189,7 @@ def test_promotion_that_does_not_fit_adds_memory_nodes_when_the_budget_allows():
     actions = PolicyEngine(PolicyConfig(max_nodes=10)).decide(s, 0.0)
     assert not of(actions, Promote)
     (add,) = of(actions, AddNodes)
-    assert add.tier == "memory" and add.count == 1       # 1150 B at 0.6 x 1000: 2 nodes
+    assert add.pool == "memory" and add.count == 1       # 1150 B at 0.6 x 1000: 2 nodes
     assert "do not fit" in add.reason
 
 
@@ -326,7 +326,7 @@ def busy(latency, occupancy=0.8, nodes=4):
 
 def test_all_busy_memory_tier_adds_nodes_sized_by_the_ratio():
     (add,) = of(PolicyEngine().decide(busy(3.5 * MS), 0.0), AddNodes)
-    assert (add.tier, add.count) == ("memory", 2)           # ceil(4 x 1.4) - 4
+    assert (add.pool, add.count) == ("memory", 2)           # ceil(4 x 1.4) - 4
     assert "mean latency 3.5 ms > 0.75 x SLO 2.5 ms at occupancy 0.80" in add.reason
     engine = PolicyEngine(PolicyConfig(latency_statistic="p99"))
     s = summary({f"m{i}": 0.8 for i in range(4)}, latency=1 * MS, p99=3.5 * MS)
@@ -366,7 +366,7 @@ def test_storage_above_s_upper_adds_disk_nodes():
     s = summary({"m0": 0.1}, {"d0": 0.1, "d1": 0.1}, stored={"d0": 900, "d1": 900},
                 capacity={"d0": 1000, "d1": 1000})
     (add,) = of(PolicyEngine().decide(s, 0.0), AddNodes)
-    assert (add.tier, add.count) == ("disk", 1)             # 1800 / (0.75 x 1000) -> 3
+    assert (add.pool, add.count) == ("disk", 1)             # 1800 / (0.75 x 1000) -> 3
     assert "S_upper 0.75" in add.reason
 
 
@@ -462,7 +462,7 @@ class World:
             if isinstance(a, AddNodes):
                 for _ in range(a.count):
                     self.serial += 1
-                    self.joining.append((now + self.join_delay, a.tier, f"n{self.serial}"))
+                    self.joining.append((now + self.join_delay, a.pool, f"n{self.serial}"))
             elif isinstance(a, RemoveNode):
                 assert a.node_id in self.nodes[a.tier]
                 assert a.node_id not in [n for _, n in self.leaving]
@@ -578,7 +578,7 @@ def test_a_steady_summary_never_makes_a_tier_grow_and_shrink(world):
     for i in range(80):                                   # 2 minutes of 1.5 s periods
         for a in engine.decide(s, i * T):
             if isinstance(a, AddNodes):
-                directions[a.tier].add("up")
+                directions[a.pool].add("up")
             elif isinstance(a, RemoveNode):
                 directions[a.tier].add("down")
             elif isinstance(a, SetReplication) and a.key == "hot" and (

@@ -11,7 +11,7 @@ from anna_core.autoscale.reports import (LatencyRecorder, MAX_REPORT_BYTES, buck
                                          worker_reports_key)
 from anna_core.autoscale.status import build_status, format_status, memory_get_share
 from anna_core.autoscale.summaries import ClientReport, summarize
-from anna_core.reporting import next_report_time
+from anna_core.client_reports import next_report_time
 
 
 def worker(thread=0, gets=10, hottest=(("k", 7),)):
@@ -95,3 +95,27 @@ def test_the_status_shows_what_the_monitor_saw():
     text = format_status(status, now_wall=101.0)
     assert "VIOLATED" in text and "75%" in text and "add 1 memory node(s)" in text
     assert "1.0 s old" in text
+
+
+def test_the_client_s_reports_and_the_node_s_reporter_make_no_import_cycle():
+    """The client imports its latency reports (`client_reports`), which import no client;
+    the node's reporter (`node_reporting`) imports the client, which never imports it."""
+    import ast
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parent.parent / "anna_core"
+
+    def imported(name):
+        out = set()
+        for node in ast.walk(ast.parse((root / name).read_text())):
+            if isinstance(node, ast.ImportFrom):
+                out.add(("." * node.level) + (node.module or ""))
+            elif isinstance(node, ast.Import):
+                out.update(alias.name for alias in node.names)
+        return out
+
+    assert ".client_reports" in imported("client.py")
+    assert not {".node_reporting", "anna_core.node_reporting"} & imported("client.py")
+    assert not {".client", "anna_core.client", ".node_reporting"} & \
+        imported("client_reports.py")
+    assert ".client" in imported("node_reporting.py")

@@ -17,7 +17,7 @@ from zmq.utils.monitor import recv_monitor_message
 import anna_core
 from hydro_proto import cloudburst_pb2 as pb
 from runtime.auth import Security, make_client, parse_address
-from runtime.errors import InvalidDag
+from faas.errors import InvalidDag
 from runtime.framing import encode
 from scheduler.dag import DEFAULT_MAX_DAG_FUNCTIONS, Dag, validate
 from scheduler.policy import dag_relations

@@ -12,8 +12,8 @@ from cloudburst.big_values import Courier
 from executor.big_results import result_fields
 from executor.permissions import refusal
 from hydro_proto import cloudburst_pb2 as pb
-from runtime.keys import VALUES_PREFIX
-from runtime.values import BY_REFERENCE_BYTES, loads, too_large, transport
+from faas.keys import VALUES_PREFIX
+from faas.values import BY_REFERENCE_BYTES, loads, too_large, transport
 
 MiB = 1 << 20
 

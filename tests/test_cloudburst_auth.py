@@ -24,9 +24,10 @@ from hydro_proto import cloudburst_pb2 as pb
 from runtime.auth import (AuthConfig, AuthenticationRequired, KeyFileError, parse_address,
                           strip_key, write_keys)
 from runtime.framing import encode, parse
-from runtime.keys import worker_key
+from faas.keys import worker_key
 from runtime.sockets import PushCache
-from runtime.values import dumps, dumps_function, encode_args
+from cloudburst.pickling import dumps_function
+from faas.values import dumps, encode_args
 from scheduler.admission import CLIENT_KINDS
 from scheduler.stats import CallStats, render_prometheus
 from peers import Peer, handshake

@@ -2,7 +2,7 @@
 import pytest
 
 from cloudburst import Reference
-from runtime.values import decode_arg, encode_args
+from faas.values import decode_arg, encode_args
 from cloudburst.client import _consistency_and_protocol
 from cloudburst.futures import CausalStats
 from cloudburst.errors import Aborted, STATUS_OF, error_from_status

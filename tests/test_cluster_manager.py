@@ -10,8 +10,9 @@ import pytest
 
 import anna_core
 from anna_core.autoscale import AddNodes, Note, RemoveNode, SetReplication
-from anna_core.autoscale.manager import (FAILED, READY, REMOVED, LastNode, LocalClusterManager,
-                                         NodeLeaving, UnknownNode, apply)
+from anna_core.autoscale.manager import apply
+from anna_core.autoscale.spawner import local_pool
+from pools import FAILED, READY, REMOVED, LastNode, NodeLeaving, UnknownNode
 from anna_core.config import Replication
 from waiting import poll_until
 
@@ -51,7 +52,7 @@ def wait_events(manager, want, timeout=30.0):
 
 def test_add_with_provisioning_delay_is_pending_then_running(cluster):
     client, keys = put_keys(cluster)
-    manager = LocalClusterManager(cluster, provisioning_delay=1.0)
+    manager = local_pool(cluster, provisioning_delay=1.0)
     assert manager.nodes("memory") == ["memory-0", "memory-1"]
     start = time.monotonic()
     ids = manager.add_nodes("memory", 1)
@@ -70,7 +71,7 @@ def test_add_with_provisioning_delay_is_pending_then_running(cluster):
 def test_remove_chosen_node_keeps_keys_and_refuses_bad_removals(cluster):
     client, keys = put_keys(cluster)
     assert cluster.replication.memory_global == 2      # both nodes hold every key
-    manager = LocalClusterManager(cluster)
+    manager = local_pool(cluster)
     with pytest.raises(UnknownNode, match="memory-7"):
         manager.remove_node("memory", "memory-7")
     with pytest.raises(UnknownNode, match="memory-0.*memory node"):
@@ -81,7 +82,7 @@ def test_remove_chosen_node_keeps_keys_and_refuses_bad_removals(cluster):
         manager.remove_node("memory", "memory-1")
     with pytest.raises(LastNode, match="memory-0") as info:
         manager.remove_node("memory", "memory-0")
-    assert info.value.node_id == "memory-0" and info.value.tier == "memory"
+    assert info.value.node_id == "memory-0" and info.value.pool == "memory"
     events = wait_events(manager, {(REMOVED, "memory-1")})
     assert [e.kind for e in events] == [REMOVED]
     assert not cluster.is_running("memory-1") and manager.leaving("memory") == []
@@ -93,7 +94,7 @@ def test_remove_chosen_node_keeps_keys_and_refuses_bad_removals(cluster):
 def test_apply_carries_out_engine_actions(cluster, caplog):
     client, keys = put_keys(cluster, 10)
     kvs = cluster.client(auth=cluster.cluster_auth)
-    manager = LocalClusterManager(cluster)
+    manager = local_pool(cluster)
     actions = [SetReplication("k1", Replication(1, 1, 0, 1), "k1 cooled (test)"),
                AddNodes("memory", 1, "latency above the SLO (test)"),
                RemoveNode("memory", "memory-1", "memory-1 idle (test)"),
@@ -125,7 +126,7 @@ class FakeManager:
     def remove_node(self, tier, node_id):
         self.calls.append(("remove", tier, node_id))
         if node_id == "gone":
-            raise UnknownNode(f"no node {node_id}", node_id=node_id, tier=tier)
+            raise UnknownNode(f"no node {node_id}", node_id=node_id, pool=tier)
 
 
 class FailingKVS:
@@ -154,7 +155,7 @@ def test_apply_records_typed_errors_and_needs_kvs_for_replication():
 
 
 def test_failed_start_and_failed_leave_are_reported(cluster, monkeypatch):
-    manager = LocalClusterManager(cluster)
+    manager = local_pool(cluster)
     manager.add_nodes("disk", 1)
 
     def no_boot(*args, **kwargs):

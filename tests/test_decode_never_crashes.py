@@ -12,7 +12,7 @@ that do not decode raise `MalformedValue` (an `UnsafeValue`) naming the key.
   method, old pickles' `__setstate__` with junk). Before this change the first `repr` died
   with SIGSEGV (or std::bad_alloc).
 - Hypothesis over random bytes and mutated valid encodings, on every decode path: the
-  plain-data reader (`runtime.values.loads`, which `cloudburst.Client.get`, `lib.get` and
+  plain-data reader (`faas.values.loads`, which `cloudburst.Client.get`, `lib.get` and
   call results use), the kernel's codec as `anna_core.Client` uses it
   (`anna_core.wire.tuple_to_lattice`), the causal node cache's pure core (commits and cache
   replies carrying junk), and end to end on a real cluster: `cloudburst.Client.get`,
@@ -34,8 +34,8 @@ from anna_core.wire import lattice_to_tuple, tuple_to_lattice
 from cloudburst.errors import ExecutionError
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
-from runtime.errors import MalformedValue, UnsafeValue
-from runtime.values import dumps, loads
+from faas.errors import MalformedValue, UnsafeValue
+from faas.values import dumps, loads
 
 LATTICE_CLASSES = ["LWWLattice", "SetLattice", "OrderedSetLattice", "MaxLattice", "MapLattice",
                    "PriorityLattice", "SingleKeyCausalLattice", "MultiKeyCausalLattice"]
@@ -71,8 +71,8 @@ def exercise(value):
 PROBE = textwrap.dedent("""
     import copyreg, pickle, sys
     from anna_core import _core
-    from runtime.errors import UnsafeValue
-    from runtime.values import loads
+    from faas.errors import UnsafeValue
+    from faas.values import loads
     name = sys.argv[1]
     cls = getattr(_core, name)
     bad = b"\\x80\\x04canna_core._core\\n" + name.encode() + b"\\n)\\x81."

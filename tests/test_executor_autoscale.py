@@ -15,10 +15,10 @@ from cloudburst import LocalCluster
 from hydro_proto import cloudburst_pb2 as pb
 from cloudburst.autoscaler import ExecutorAutoscalerService, SchedulerLink, build_sample
 from cloudburst.cli import main as cli_main
-from cloudburst.executor_manager import (REMOVED, ExecutorManager, LastNode,
-                                         LocalExecutorManager, UnknownNode)
+from cloudburst.executor_spawner import local_pool
+from pools import EXECUTORS, REMOVED, LastNode, PoolManager, UnknownNode
 from cloudburst.status import ClusterStatus, ExecutorNodeStatus, format_status
-from scheduler.executor_policy import (AddNodes, Drain, ExecutorAutoscaler, ExecutorPolicyConfig,
+from cloudburst.executor_policy import (AddNodes, Drain, ExecutorAutoscaler, ExecutorPolicyConfig,
                                        Remove)
 from scheduler.membership import CallRecord, ExecutorTable
 from scheduler.stats import CallStats, render_prometheus
@@ -110,31 +110,36 @@ def test_calls_placed_by_any_scheduler_keep_a_drained_node_from_removal():
     assert [a.node_id for a in actions if isinstance(a, Remove)] == ["n0"]
 
 
-class _Manager(ExecutorManager):
+class _Manager(PoolManager):
     """Nodes appear when added; removals of node 'stuck' are refused."""
 
     def __init__(self, nodes):
         self.up, self.removed, self.added = list(nodes), [], 0
 
-    def add_nodes(self, count):
+    def pools(self):
+        return (EXECUTORS,)
+
+    def add_nodes(self, pool, count):
+        self.check_pool(pool)
         ids = [f"new{self.added + i}" for i in range(count)]
         self.added += count
         self.up += ids
         return ids
 
-    def remove_node(self, node_id):
+    def remove_node(self, pool, node_id):
+        self.check_pool(pool)
         if node_id == "stuck":
-            raise UnknownNode("stuck is not running", node_id=node_id)
+            raise UnknownNode("stuck is not running", node_id=node_id, pool=pool)
         self.up.remove(node_id)
         self.removed.append(node_id)
 
-    def nodes(self):
+    def nodes(self, pool):
         return list(self.up)
 
-    def pending(self):
+    def pending(self, pool):
         return []
 
-    def leaving(self):
+    def leaving(self, pool):
         return []
 
     def poll(self, now=None):
@@ -165,14 +170,14 @@ def test_the_service_carries_out_and_logs_every_action_with_its_reason(caplog):
     link.views = [_node("n0", outstanding=8, running=2)]          # a spike on one node
     actions = service.step(0.0)
     added = [a for a in actions if isinstance(a, AddNodes)]
-    assert added and manager.nodes() == ["n0", "new0", "new1"]
+    assert added and manager.nodes(EXECUTORS) == ["n0", "new0", "new1"]
     assert any("panic" in r.message and "new0" in r.message for r in caplog.records)
     # idle again: after the panic, the idle nodes are drained, then removed once drained
-    link.views = [_node(n) for n in manager.nodes()]
+    link.views = [_node(n) for n in manager.nodes(EXECUTORS)]
     now = 0.5
     while not manager.removed and now < 30:
         link.views = [_node(n, draining=(n, True) in link.drains and (n, False) not in
-                            link.drains) for n in manager.nodes()]
+                            link.drains) for n in manager.nodes(EXECUTORS)]
         service.step(now)
         now += 0.5
     assert manager.removed, list(service.history)
@@ -244,7 +249,7 @@ def test_a_call_placed_before_the_drain_runs_and_keeps_its_node_up():
         clients = [cluster.client(0), cluster.client(1)]
         clients[0].register(_sleep, "sleep")
         link = SchedulerLink(cluster.scheduler_addresses, cluster.cluster_auth)
-        manager = LocalExecutorManager(cluster)
+        manager = local_pool(cluster)
         try:
             first = clients[0].call("sleep", 1.5, "first")
             placed = poll_until(lambda: [n for n, v in _views(link)[0].items()
@@ -283,13 +288,13 @@ def test_a_call_placed_before_the_drain_runs_and_keeps_its_node_up():
                 f"{busy} empty")
             assert node.draining
             with pytest.raises(UnknownNode):
-                manager.remove_node("node9")
-            manager.remove_node(busy)
+                manager.remove_node(EXECUTORS, "node9")
+            manager.remove_node(EXECUTORS, busy)
             events = poll_until(lambda: manager.poll(), 20, f"{busy} removed")
             assert [(e.kind, e.node_id) for e in events] == [(REMOVED, busy)]
             assert cluster.executor_node_ids() == [idle]
             with pytest.raises(LastNode):
-                manager.remove_node(idle)
+                manager.remove_node(EXECUTORS, idle)
             assert clients[1].call("sleep", 0.0, "after").get(timeout=20) == "after"
         finally:
             link.close()

@@ -1,4 +1,4 @@
-"""Executor-node autoscaling (scheduler/executor_policy.py): stable and panic windows, drain
+"""Executor-node autoscaling (cloudburst/executor_policy.py): stable and panic windows, drain
 before remove, bounds, and properties over random load (spikes acted on within the panic
 window, no removal with calls in flight, no scale-in in panic, no oscillation). Pure code."""
 import math
@@ -6,7 +6,7 @@ import math
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from scheduler.executor_policy import (DOWN, UP, AddNodes, Drain, ExecutorAutoscaler,
+from cloudburst.executor_policy import (DOWN, UP, AddNodes, Drain, ExecutorAutoscaler,
                                        ExecutorNodeStats, ExecutorPolicyConfig, ExecutorSample,
                                        Note, Remove, Undrain, demand)
 

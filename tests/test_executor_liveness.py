@@ -156,3 +156,53 @@ def test_a_near_deadline_or_a_later_deadline_is_told_at_once():
     assert earlier is not None
     assert r.end("c3", 400.0, 100.0, follows=True) is None
     assert r.start("c3", 399.0) is not None                       # an earlier one: told too
+
+
+def test_the_heartbeat_thread_needs_only_its_heartbeat_view_not_a_worker():
+    """`heartbeat_loop` runs from a `Heartbeat` built of plain parts (no `Worker`): it
+    reports the view's identity, load and run state to every target, reads the control
+    socket when something arrives, and stops with the stop event."""
+    import threading
+
+    import zmq
+
+    from executor.busy import BusyClock
+    from executor.liveness import Heartbeat, RunReports, heartbeat_loop
+    from hydro_proto import cloudburst_pb2 as pb
+    from runtime.framing import parse
+    from runtime.sockets import PushCache, bind_pull
+    from waiting import poll_until
+
+    context = zmq.Context()
+    scheduler, scheduler_address = bind_pull(context, "127.0.0.1")
+    cache, cache_address = bind_pull(context, "127.0.0.1")
+    control, control_address = bind_pull(context, "127.0.0.1")
+    busy, reports, stopping, controls = BusyClock(), RunReports(), threading.Event(), []
+    busy.start(time.monotonic())
+    reports.ended_run = 7
+    beat = Heartbeat("w9", "n9", "tcp://w9:1", control_address, cache_address,
+                     [scheduler_address], 0.05, context, None, busy, reports, lambda: 3,
+                     control, lambda: controls.append(control.recv()), stopping)
+    thread = threading.Thread(target=heartbeat_loop, args=(beat,), daemon=True)
+    thread.start()
+    push = PushCache(context)
+    try:
+        for sock in (scheduler, cache):
+            assert sock.poll(5000), "no heartbeat arrived"
+            kind, payload = parse(sock.recv())
+            status = pb.WorkerStatus.FromString(payload)
+            assert (kind, status.worker_id, status.node_id, status.address) == \
+                ("heartbeat", "w9", "n9", "tcp://w9:1")
+            assert (status.queued, status.running, status.ended_run) == (3, 1, 7)
+            assert (status.control_address, status.cache_address) == (control_address,
+                                                                      cache_address)
+        push.send(control_address, "abort", pb.CallDone(call_id="c1"))
+        poll_until(lambda: controls, what="the control socket read by the heartbeat thread")
+    finally:
+        stopping.set()
+        thread.join(5)
+        assert not thread.is_alive()
+        push.close()
+        for sock in (scheduler, cache, control):
+            sock.close(0)
+        context.term()

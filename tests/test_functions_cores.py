@@ -13,7 +13,7 @@ from hydro_proto import cloudburst_pb2 as pb
 from executor.calling import Entry, check_registrable, current_library, entry_of
 from executor.dagstate import PendingCalls
 from executor.held import HeldResults, Outcome
-from runtime.errors import InvalidArguments, InvalidFunction, NoLibrary
+from faas.errors import InvalidArguments, InvalidFunction, NoLibrary
 from scheduler.results import ResultHolders
 
 
@@ -182,7 +182,7 @@ def test_an_invocation_waits_for_its_named_inputs():
 def test_prepare_substitutes_fetched_results_and_names_missing_ones():
     from executor.dagstate import Ready
     from executor.sharing import DependencyError, Unavailable, call_inputs, prepare
-    from runtime.values import dumps
+    from faas.values import dumps
 
     s = pb.Schedule(call_id="c", function="g")
     s.args.args.add(value=dumps(1))

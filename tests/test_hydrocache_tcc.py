@@ -122,7 +122,7 @@ def test_a_dependency_that_never_arrives_times_out_naming_the_stage(cluster, pro
     p = uuid.uuid4().hex[:6]
     kvs = cluster.kvs.client()
     try:
-        from runtime.values import dumps
+        from faas.values import dumps
         kvs.put(f"{p}b", Version.new(f"{p}b", {"w": 1}, {f"{p}a": {"w": 7}}, [dumps(1)]).lattice)
     finally:
         kvs.close()

@@ -2,10 +2,11 @@
 Ready, no kubelet, so no process runs in them): the executor manager over the executor
 Deployment, the executor autoscaler's loop driving it, and the Anna monitor built from its
 command line (a kubeconfig of the cluster manager's ServiceAccount) driving
-KubernetesClusterManager. Everything runs with the Role of k8s/rbac/cluster-manager.yaml; the
+KubernetesPool. Everything runs with the Role of k8s/rbac/cluster-manager.yaml; the
 admin client only sets up and reads. Skipped unless the control plane is built
 (`scripts/test_k8s.sh` builds it and runs this file)."""
 import json
+import pathlib
 import time
 
 import pytest
@@ -13,13 +14,13 @@ import yaml
 
 from k8s.errors import PermissionDenied
 from k8s.pods import DELETION_COST, LOWEST_COST
-from anna_core.errors import StartupError
 from cloudburst.autoscaler import ExecutorAutoscalerService
-from cloudburst.executor_manager import FAILED, READY, REMOVED, LastNode, NodeLeaving, \
-    UnknownNode
-from k8s.pool import ExecutorApiError, KubernetesExecutorManager, NodesNotReady
+from k8s.pool import KubernetesPool
+from pools import (EXECUTORS as POOL, FAILED, READY, REMOVED, LastNode, NodeLeaving, PoolBusy,
+                   UnknownNode)
+from runtime.process import StartupError
 from cloudburst.status import ClusterStatus, ExecutorNodeStatus
-from scheduler.executor_policy import AddNodes, ExecutorAutoscaler, ExecutorPolicyConfig, Remove
+from cloudburst.executor_policy import AddNodes, ExecutorAutoscaler, ExecutorPolicyConfig, Remove
 
 pytest.importorskip("k8s_controlplane")
 from kubernetes import client  # noqa: E402
@@ -33,8 +34,8 @@ pytestmark = pytest.mark.timeout(180)
 EXECUTORS = "cloudburst-executor"
 
 
-def executors(api, ns, **kw):
-    return KubernetesExecutorManager(api, ns, EXECUTORS, request_timeout=10, **kw)
+def executors(api, ns, deployment=EXECUTORS, **kw):
+    return KubernetesPool(api, ns, {POOL: deployment}, request_timeout=10, **kw)
 
 
 def names(cp, ns, name):
@@ -57,36 +58,36 @@ def deletion_cost(cp, ns, pod):
 def test_executor_pods_scale_up_and_the_drained_pod_is_the_one_removed(cp, ns):
     deployment(cp, ns, EXECUTORS, "executor", 2)
     with executors(apply_rbac(cp, ns), ns) as m:
-        poll_until(m, lambda ev: len(m.nodes()) == 2)
-        assert sorted(m.nodes()) == sorted(names(cp, ns, EXECUTORS))
-        ids = m.add_nodes(1)
-        assert ids == ["executor+1"] and m.pending() == ids
+        poll_until(m, lambda ev: len(m.nodes(POOL)) == 2)
+        assert sorted(m.nodes(POOL)) == sorted(names(cp, ns, EXECUTORS))
+        ids = m.add_nodes(POOL, 1)
+        assert ids == ["executor+1"] and m.pending(POOL) == ids
         assert replicas(cp, ns, EXECUTORS) == 3
         # while the new pod is not Ready, Kubernetes would delete it first: refused, typed
-        with pytest.raises(NodesNotReady, match="not created yet|not Ready yet"):
-            m.remove_node(m.nodes()[0])
+        with pytest.raises(PoolBusy, match="not created yet|not Ready yet"):
+            m.remove_node(POOL, m.nodes(POOL)[0])
         events = poll_until(m, lambda ev: any(e.kind == READY for e in ev))
-        new = m.bound_to(ids[0])
-        assert [(e.kind, e.node_id, e.tier) for e in events] == [(READY, new, "")]
+        new = m.bound_to(POOL, ids[0])
+        assert [(e.kind, e.node_id, e.pool) for e in events] == [(READY, new, POOL)]
         # the oldest pod: without its deletion cost the ReplicaSet would delete the newest
         before = names(cp, ns, EXECUTORS)
         victim = before[0]
-        m.remove_node(victim)
-        assert m.leaving() == [victim] and victim not in m.nodes()
+        m.remove_node(POOL, victim)
+        assert m.leaving(POOL) == [victim] and victim not in m.nodes(POOL)
         assert deletion_cost(cp, ns, victim) in (str(LOWEST_COST), "gone")
         with pytest.raises(NodeLeaving, match=victim):
-            m.remove_node(victim)
+            m.remove_node(POOL, victim)
         events = poll_until(m, lambda ev: any(e.kind == REMOVED for e in ev))
         assert [(e.kind, e.node_id) for e in events] == [(REMOVED, victim)]
         assert replicas(cp, ns, EXECUTORS) == 2
-        assert names(cp, ns, EXECUTORS) == before[1:] and sorted(m.nodes()) == sorted(before[1:])
+        assert names(cp, ns, EXECUTORS) == before[1:] and sorted(m.nodes(POOL)) == sorted(before[1:])
         # the interface's refusals, naming the pod
         with pytest.raises(UnknownNode, match="no-such-pod"):
-            m.remove_node("no-such-pod")
-        m.remove_node(before[1])
+            m.remove_node(POOL, "no-such-pod")
+        m.remove_node(POOL, before[1])
         poll_until(m, lambda ev: any(e.kind == REMOVED for e in ev))
         with pytest.raises(LastNode, match=before[2]):
-            m.remove_node(before[2])
+            m.remove_node(POOL, before[2])
         assert replicas(cp, ns, EXECUTORS) == 1
 
 
@@ -94,24 +95,24 @@ def test_an_executor_pod_that_never_becomes_ready_fails_at_its_deadline(cp, ns):
     deployment(cp, ns, EXECUTORS, "executor", 0, node_selector={"no-such": "node"})
     with executors(apply_rbac(cp, ns), ns, startup_timeout=2) as m:
         start = time.monotonic()
-        ids = m.add_nodes(1)
+        ids = m.add_nodes(POOL, 1)
         events = poll_until(m, lambda ev: any(e.kind == FAILED for e in ev), timeout=20)
         assert time.monotonic() - start >= 2          # not before its deadline
-        pod = m.bound_to(ids[0])
+        pod = m.bound_to(POOL, ids[0])
         assert [(e.kind, e.node_id) for e in events] == [(FAILED, pod)]
         assert isinstance(events[0].error, StartupError)
         assert f"pod {pod} was not Ready within 2 s" in events[0].detail
-        assert replicas(cp, ns, EXECUTORS) == 0 and m.pending() == []   # withdrawn
+        assert replicas(cp, ns, EXECUTORS) == 0 and m.pending(POOL) == []   # withdrawn
 
 
 def test_rbac_denials_reach_the_executor_autoscaler_typed_and_naming_the_object(cp, ns):
     deployment(cp, ns, EXECUTORS, "executor", 2)
     deployment(cp, ns, "some-other-app", "other", 1)
-    with pytest.raises(ExecutorApiError) as info:     # the Role names only its Deployments
-        KubernetesExecutorManager(apply_rbac(cp, ns), ns, "some-other-app", request_timeout=10)
-    assert isinstance(info.value.error, PermissionDenied) and info.value.status == 403
+    with pytest.raises(PermissionDenied) as info:     # the Role names only its Deployments
+        executors(apply_rbac(cp, ns), ns, deployment="some-other-app")
+    assert isinstance(info.value, PermissionDenied) and info.value.status == 403
     assert f"get deployments/scale {ns}/some-other-app: forbidden" in str(info.value)
-    assert info.value.node_id == "some-other-app"
+    assert info.value.name == "some-other-app"
     # the Role without `patch pods`: the removal is refused, named, and undone
     docs = list(yaml.safe_load_all(RBAC.read_text()))
     docs[0]["metadata"]["name"] = docs[2]["subjects"][0]["name"] = "no-patch"
@@ -119,15 +120,15 @@ def test_rbac_denials_reach_the_executor_autoscaler_typed_and_naming_the_object(
         "no-patch"
     docs[1]["rules"][0]["verbs"] = ["get", "list", "watch"]
     with executors(apply_rbac(cp, ns, docs), ns) as m:
-        poll_until(m, lambda ev: len(m.nodes()) == 2)
-        pod = m.nodes()[0]
-        with pytest.raises(ExecutorApiError) as info:
-            m.remove_node(pod)
-        assert isinstance(info.value.error, PermissionDenied)
-        assert (info.value.verb, info.value.resource, info.value.node_id) == ("patch", "pods",
-                                                                              pod)
+        poll_until(m, lambda ev: len(m.nodes(POOL)) == 2)
+        pod = m.nodes(POOL)[0]
+        with pytest.raises(PermissionDenied) as info:
+            m.remove_node(POOL, pod)
+        assert isinstance(info.value, PermissionDenied)
+        assert (info.value.verb, info.value.resource, info.value.name) == ("patch", "pods",
+                                                                           pod)
         assert f"patch pods {ns}/{pod}: forbidden" in str(info.value)
-        assert pod in m.nodes() and m.leaving() == [] and replicas(cp, ns, EXECUTORS) == 2
+        assert pod in m.nodes(POOL) and m.leaving(POOL) == [] and replicas(cp, ns, EXECUTORS) == 2
 
 
 class _Schedulers:
@@ -161,20 +162,20 @@ def test_the_executor_autoscaler_adds_a_pod_under_load_and_removes_a_drained_one
                                                 max_nodes=2, workers_per_node=2)),
         manager, link)
     try:
-        poll_until(manager, lambda ev: len(manager.nodes()) == 1)
-        first, = manager.nodes()
+        poll_until(manager, lambda ev: len(manager.nodes(POOL)) == 1)
+        first, = manager.nodes(POOL)
         link.load = {first: 8}                                 # a spike on the only node
         service.step()
         assert any(isinstance(a.action, AddNodes) and a.ok for a in service.history)
         assert replicas(cp, ns, EXECUTORS) == 2
-        poll_until(manager, lambda ev: len(manager.nodes()) == 2)
-        second = (set(manager.nodes()) - {first}).pop()
+        poll_until(manager, lambda ev: len(manager.nodes(POOL)) == 2)
+        second = (set(manager.nodes(POOL)) - {first}).pop()
         service.step()                    # the policy sees the new node in the next sample
         # idle: the policy drains a node, then removes it once drained, through its pod
         deadline = time.monotonic() + 30
         while not any(isinstance(a.action, Remove) for a in service.history):
             assert time.monotonic() < deadline, list(service.history)
-            link.load = {n: 0 for n in manager.nodes() + manager.leaving()}
+            link.load = {n: 0 for n in manager.nodes(POOL) + manager.leaving(POOL)}
             service.step()
             manager.wait(0.25)            # the policy's tick: the watch's news, or time
         removed, = [a.action.node_id for a in service.history if isinstance(a.action, Remove)]
@@ -233,16 +234,22 @@ class _Set:
 
 
 def test_the_monitor_from_its_command_line_adds_a_memory_pod_and_removes_the_idle_one(
-        cp, ns, tmp_path):
+        cp, ns, tmp_path, monkeypatch):
     from anna_core.monitor import Monitor, kubernetes_manager, parse_args, policy_of
     from k8s.entrypoint import command
+    from k8s.manifests import render
     deployment(cp, ns, "anna-memory", "memory", 1)
     kubeconfig = write_kubeconfig(cp, apply_rbac(cp, ns), tmp_path / "sa.kubeconfig")
-    # the monitor's command line as the entrypoint builds it from the ConfigMap (AUTOSCALE)
-    argv = command("monitor", {
-        "ANNA_ROUTING": "tcp://anna-routing:6450", "REPORT_PERIOD": "1", "AUTOSCALE": "true",
-        "POD_NAMESPACE": ns, "POD_IP": "10.1.2.3", "DISK_DEPLOYMENT": "", "POD_STARTUP_TIMEOUT": "30",
-        "POLICY_CONFIG": json.dumps({"grace_period": 0, "max_nodes": 2})}, [])
+    # the monitor's command line as the entrypoint builds it from the ConfigMap (AUTOSCALE),
+    # in a pod whose environment has the ConfigMap's settings and its own namespace
+    k8s_dir = pathlib.Path(__file__).resolve().parent.parent / "k8s"
+    (configmap,) = [o["data"] for o in render(k8s_dir) if o["kind"] == "ConfigMap"]
+    env = dict(configmap, REPORT_PERIOD="1", AUTOSCALE="true", POD_NAMESPACE=ns,
+               POD_IP="10.1.2.3", DISK_DEPLOYMENT="", POD_STARTUP_TIMEOUT="30", KEY_DIR="",
+               POLICY_CONFIG=json.dumps({"grace_period": 0, "max_nodes": 2}))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    argv = command("monitor", env, [])
     args = parse_args(argv[3:] + ["--kubeconfig", str(kubeconfig)])
     manager = kubernetes_manager(args)
     kvs = _Reports()
@@ -311,13 +318,13 @@ def test_the_autoscaler_processes_start_from_a_kubeconfig_and_stop_on_sigterm(cp
         s.bind(("127.0.0.1", 0))
         nobody = f"tcp://127.0.0.1:{s.getsockname()[1]}"
     procs = {
-        "executors": _start(["cloudburst.autoscaler", "--scheduler", nobody,
+        "executors": _start(["cloudburst.autoscaler", "--schedulers", nobody,
                              "--kubernetes-namespace", ns, "--kubeconfig", kubeconfig,
                              "--log-level", "info"]),
         "monitor": _start(["anna_core.monitor", "--routing", nobody, "--autoscale",
                            "--kubernetes-namespace", ns, "--disk-deployment", "",
                            "--kubeconfig", kubeconfig, "--log-level", "info"]),
-        "denied": _start(["cloudburst.autoscaler", "--scheduler", nobody,
+        "denied": _start(["cloudburst.autoscaler", "--schedulers", nobody,
                           "--kubernetes-namespace", ns, "--executor-deployment", "other",
                           "--kubeconfig", kubeconfig]),
     }

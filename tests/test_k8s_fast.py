@@ -6,23 +6,23 @@ import pytest
 import yaml
 
 from k8s.errors import ObjectNotFound, PermissionDenied
-from k8s.pods import DELETION_COST, NotHighestOrdinal
-from k8s.pod_state import TierBusy
-from k8s.pool import KubernetesClusterManager
-from anna_core.autoscale.manager import FAILED, READY, REMOVED, LastNode
-from anna_core.errors import StartupError
+from k8s.pods import DELETION_COST
+from k8s.pool import KubernetesPool
+from pools import FAILED, READY, REMOVED, LastNode, PoolBusy
+from runtime.process import StartupError
 
 pytest.importorskip("k8s_controlplane")
 from kubernetes import client  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
 
-from k8s_helpers import RBAC, apply_rbac, deployment, pods, poll_until, replicas, role  # noqa: E402
+from k8s_helpers import (RBAC, apply_rbac, deployment, pods, poll_until, replicas, role,  # noqa: E402
+                         statefulset)
 
 pytestmark = pytest.mark.timeout(180)
 
 
 def manager_for(api, ns, name, **kw):
-    return KubernetesClusterManager(api, ns, {"memory": name}, request_timeout=10, **kw)
+    return KubernetesPool(api, ns, {"memory": name}, request_timeout=10, **kw)
 
 
 def test_scale_up_makes_ready_pods_reported_as_ready_events(cp, ns):
@@ -76,7 +76,7 @@ def test_removal_waits_while_a_pod_is_not_ready(cp, ns):
         poll_until(m, lambda ev: len(m.nodes("memory")) == 2)
         first = m.nodes("memory")[0]
         m.add_nodes("memory", 1)
-        with pytest.raises(TierBusy, match="not created yet|not Ready yet"):
+        with pytest.raises(PoolBusy, match="not created yet|not Ready yet"):
             m.remove_node("memory", first)
         assert replicas(cp, ns, "anna-memory") == 3 and m.leaving("memory") == []
 
@@ -112,50 +112,6 @@ def test_a_missing_deployment_is_named(cp, ns):
         manager_for(apply_rbac(cp, ns), ns, "anna-memory")
     assert info.value.status == 404
     assert f"get deployments/scale {ns}/anna-memory: not found" in str(info.value)
-    # anna-disk is the Role's StatefulSet
-    with pytest.raises(ObjectNotFound) as info:
-        manager_for(apply_rbac(cp, ns, _renamed("again")), ns, "statefulset/anna-disk")
-    assert f"get statefulsets/scale {ns}/anna-disk: not found" in str(info.value)
-
-
-def _renamed(name):
-    """The repository's least-privilege RBAC under another name (a second binding)."""
-    docs = list(yaml.safe_load_all(RBAC.read_text()))
-    docs[0]["metadata"]["name"] = docs[2]["subjects"][0]["name"] = name
-    docs[1]["metadata"]["name"] = docs[2]["metadata"]["name"] = docs[2]["roleRef"]["name"] = name
-    return docs
-
-
-def test_a_statefulset_tier_loses_only_its_highest_ordinal(cp, ns):
-    """The disk tier is a StatefulSet: it can only remove its highest ordinal, so a removal
-    of another node is refused (typed, naming the one that can go) and changes nothing; the
-    highest ordinal's removal scales the StatefulSet down through its scale subresource."""
-    labels = {"app": "anna", "tier": "disk", "statefulset": "anna-disk"}
-    apps = client.AppsV1Api(cp.api_client())
-    apps.create_namespaced_stateful_set(ns, client.V1StatefulSet(
-        metadata=client.V1ObjectMeta(name="anna-disk"),
-        spec=client.V1StatefulSetSpec(
-            replicas=3, service_name="anna-disk", pod_management_policy="Parallel",
-            selector=client.V1LabelSelector(match_labels=labels),
-            template=client.V1PodTemplateSpec(
-                metadata=client.V1ObjectMeta(labels=labels),
-                spec=client.V1PodSpec(containers=[client.V1Container(
-                    name="node", image="anna:test", image_pull_policy="Never")])))),
-        _request_timeout=10)
-    api = apply_rbac(cp, ns)
-    with KubernetesClusterManager(api, ns, {"disk": "statefulset/anna-disk"},
-                                  request_timeout=10) as m:
-        poll_until(m, lambda ev: len(m.nodes("disk")) == 3)
-        assert sorted(m.nodes("disk")) == ["anna-disk-0", "anna-disk-1", "anna-disk-2"]
-        with pytest.raises(NotHighestOrdinal, match="anna-disk-2, not anna-disk-0"):
-            m.remove_node("disk", "anna-disk-0")
-        assert m.leaving("disk") == []
-        assert apps.read_namespaced_stateful_set_scale("anna-disk", ns).spec.replicas == 3
-        m.remove_node("disk", "anna-disk-2")
-        assert m.leaving("disk") == ["anna-disk-2"]
-        assert apps.read_namespaced_stateful_set_scale("anna-disk", ns).spec.replicas == 2
-        poll_until(m, lambda ev: sorted(m.nodes("disk")) == ["anna-disk-0", "anna-disk-1"]
-                   and not m.leaving("disk"))
 
 
 def test_the_role_scales_only_the_deployments_it_names(cp, ns):
@@ -223,3 +179,24 @@ def test_the_policy_engines_actions_reach_kubernetes_through_apply(cp, ns):
         events = poll_until(m, lambda ev: any(e.kind == REMOVED for e in ev))
         assert [e.node_id for e in events if e.kind == REMOVED] == [oldest]
         assert replicas(cp, ns, "anna-memory") == 2
+
+
+def test_a_statefulset_pool_removes_its_highest_ordinal_whichever_node_was_asked(cp, ns):
+    statefulset(cp, ns, "anna-disk", "disk", 3)
+    api = apply_rbac(cp, ns, role("disk-scaler", [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["apps"], "resources": ["statefulsets/scale"],
+         "resourceNames": ["anna-disk"], "verbs": ["get", "patch"]}]))
+    with KubernetesPool(api, ns, {"disk": "statefulset/anna-disk"}, request_timeout=10) as m:
+        poll_until(m, lambda ev: len(m.nodes("disk")) == 3)
+        assert sorted(m.nodes("disk")) == ["anna-disk-0", "anna-disk-1", "anna-disk-2"]
+        m.remove_node("disk", "anna-disk-0")        # the controller deletes anna-disk-2
+        assert m.leaving("disk") == ["anna-disk-2"]
+        assert replicas(cp, ns, "anna-disk", "StatefulSet") == 2
+        events = poll_until(m, lambda ev: any(e.kind == REMOVED for e in ev))
+        assert [(e.kind, e.node_id, e.pool) for e in events] == [(REMOVED, "anna-disk-2", "disk")]
+        assert sorted(m.nodes("disk")) == ["anna-disk-0", "anna-disk-1"]
+        ids = m.add_nodes("disk", 1)
+        events = poll_until(m, lambda ev: any(e.kind == READY for e in ev))
+        assert [e.node_id for e in events if e.kind == READY] == ["anna-disk-2"]
+        assert m.bound_to("disk", ids[0]) == "anna-disk-2"

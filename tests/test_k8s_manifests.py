@@ -1,12 +1,15 @@
 """The manifests in k8s/ (`kubectl apply -k k8s/`) and the pods' entrypoint (k8s.entrypoint).
 
 Always run: every Deployment starts `k8s.entrypoint` with a real role, has the probes and
-resources it should, and the command the entrypoint builds from the ConfigMap parses with the
-processes' own configuration classes. With the local control plane built
+resources it should, and the configuration the entrypoint hands each role from the ConfigMap
+loads as the role's own configuration object, filled in with the pod's environment. With the local control plane built
 (scripts/k8s/build.sh), the rendered objects are created in a real kube-apiserver (which
 validates them) and every Deployment becomes Available (kwok makes pods Ready; no process
 runs). With kubectl present, `kubectl kustomize k8s` must render the same objects.
 """
+import copy
+import signal
+import functools
 import json
 import os
 import shutil
@@ -20,6 +23,7 @@ import yaml
 
 from k8s.manifests import render as _render
 from k8s import entrypoint
+from runtime.config import to_dict
 
 ROOT = Path(__file__).resolve().parent.parent
 K8S = ROOT / "k8s"
@@ -27,11 +31,16 @@ REASON = ("the Kubernetes control plane is not built; run scripts/k8s/build.sh (
           "first time on 2 cores, cached after) to validate the manifests against it")
 
 
+@functools.lru_cache(maxsize=None)
+def _rendered(directory: Path, namespace):
+    return _render(directory, namespace=namespace)
+
+
 def render(directory: Path = K8S, namespace=None):
     """The objects of `kubectl kustomize directory`, as `cloudburst k8s deploy` renders them
     (k8s.manifests; test_kubectl_kustomize_renders_the_same_objects checks the
-    two agree)."""
-    return _render(directory, namespace=namespace)
+    two agree). Rendered once per directory; each caller gets its own copy."""
+    return copy.deepcopy(_rendered(directory, namespace))
 
 
 def deployments():
@@ -62,7 +71,7 @@ def test_every_role_has_a_deployment_with_probes_resources_and_keys():
         assert spec["securityContext"]["runAsNonRoot"] is True
     assert sorted(roles.values()) == sorted(["routing", "node", "node", "monitor", "scheduler",
                                              "executor", "workers", "executor-autoscaler"])
-    # the Anna tiers' selectors must not overlap (KubernetesClusterManager)
+    # the Anna tiers' selectors must not overlap (KubernetesPool)
     sel = [deployments()[n]["spec"]["selector"]["matchLabels"] for n in ("anna-memory", "anna-disk")]
     assert sel[0] != sel[1]
 
@@ -136,17 +145,32 @@ def keys(tmp_path_factory):
     return directory
 
 
+def role_config(role, env, extra=()):
+    """The configuration object `role`'s process reads from the command the entrypoint
+    builds in a pod with environment `env` (its `${NAME}` references filled in from `env`,
+    as the process fills them in from its own)."""
+    from anna_core.config import NodeConfig as AnnaNodeConfig, RoutingConfig
+    from anna_core.monitor_config import MonitorConfig
+    from cloudburst.autoscaler_config import ExecutorAutoscalerConfig
+    from executor.config import NodeConfig as ExecutorNodeConfig, WorkerHostConfig
+    from runtime.config import from_dict, read_config_text
+    from scheduler.config import SchedulerConfig
+    classes = {"routing": RoutingConfig, "node": AnnaNodeConfig, "monitor": MonitorConfig,
+               "scheduler": SchedulerConfig, "executor": ExecutorNodeConfig,
+               "workers": WorkerHostConfig, "executor-autoscaler": ExecutorAutoscalerConfig}
+    argv = entrypoint.command(role, env, list(extra))
+    assert argv[1:5] == ["-m", entrypoint.ROLES[role].module, "--config",
+                         env[entrypoint.ROLES[role].variable]]
+    return from_dict(classes[role], read_config_text(argv[4]), environ=env)
+
+
 @pytest.mark.parametrize("autoscale", ["false", "true"])
 def test_the_entrypoint_builds_configurations_the_processes_accept(keys, autoscale):
-    from anna_core.config import NodeConfig as AnnaNodeConfig
-    from executor.config import NodeConfig as ExecutorNodeConfig
-    from scheduler.config import SchedulerConfig
-    from executor.config import WorkerHostConfig
-    parsers = {"anna_core.node": AnnaNodeConfig.from_json, "scheduler": SchedulerConfig.from_json,
-               "executor": ExecutorNodeConfig.from_json,
-               "executor.workerhost": WorkerHostConfig.from_json}
+    from runtime.auth import CLUSTER, KeyPair
+    public = KeyPair.load(str(keys / f"{CLUSTER}.key")).public_hex
     containers = [(name, i) for name, d in deployments().items()
                   for i in range(len(d["spec"]["template"]["spec"]["containers"]))]
+    modules = set()
     for name, container in containers:
         role, env = pod_env(name, keys, container)
         if role == "workers":
@@ -154,29 +178,33 @@ def test_the_entrypoint_builds_configurations_the_processes_accept(keys, autosca
         env["AUTOSCALE"] = autoscale
         if autoscale == "false" and role not in ("monitor", "executor-autoscaler"):
             continue              # the same command either way
-        argv = entrypoint.command(role, env, [])
-        module = argv[argv.index("-m") + 1]
-        if "--config" in argv:
-            config = parsers[module](argv[argv.index("--config") + 1])
-            assert config.key_dir == str(keys)
-            if role == "executor":        # its workers run in the pod's `workers` container
-                assert config.worker_host == "tcp://127.0.0.1:7100"
-            if role == "workers":
-                assert (config.ip, config.port) == ("127.0.0.1", 7100)
-                continue
-        text = " ".join(argv)
+        config = role_config(role, env)
+        modules.add(entrypoint.ROLES[role].module)
+        assert config.key_dir == str(keys)
+        if role == "executor":        # its workers run in the pod's `workers` container
+            assert config.worker_host == "tcp://127.0.0.1:7100"
+        if role == "workers":
+            assert (config.ip, config.port) == ("127.0.0.1", 7100)
+            continue
+        assert config.ip == "10.0.0.7", name          # the pod's own address
+        text = json.dumps(to_dict(config))
         if role == "executor-autoscaler":
             for i in (0, 1):      # every scheduler by its stable name, each with the key
-                assert (f"tcp://cloudburst-scheduler-{i}.cloudburst-scheduler-pods:6500#k="
-                        in text), name
+                assert (f"tcp://cloudburst-scheduler-{i}.cloudburst-scheduler-pods:6500"
+                        f"#k={public}" in text), name
         elif role != "routing":
             for i in (0, 1):      # every routing by its stable name, each with the key
-                assert f"tcp://anna-routing-{i}.anna-routing-pods:6450#k=" in text, name
-        # the flags are real: the process' own parser accepts them
-        out = subprocess.run(argv[:3] + ["--help"], capture_output=True, text=True, cwd=ROOT,
-                             env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
-        for flag in (a for a in argv[3:] if a.startswith("--")):
-            assert flag in out.stdout, (name, flag)
+                assert f"tcp://anna-routing-{i}.anna-routing-pods:6450#k={public}" in text, name
+        if role in ("node", "executor"):
+            assert config.node_id == f"{name}-abc12"     # named after its pod
+    # the options are real: each process' own parser accepts them
+    for module in sorted(modules) if autoscale == "true" else ():
+        out = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True,
+                             text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                             timeout=60)
+        assert "--config" in out.stdout, module
+        if module not in ("anna_core.monitor", "cloudburst.autoscaler"):
+            assert "--ready-file" in out.stdout, module
 
 
 def test_the_autoscalers_run_as_the_cluster_manager_one_at_a_time():
@@ -227,50 +255,49 @@ def test_pods_are_given_up_on_only_after_their_grace_period():
 
 
 def test_the_entrypoint_maps_autoscale_settings_onto_the_monitor():
-    from anna_core.monitor import kubernetes_manager, parse_args, policy_of
+    from anna_core.monitor import kubernetes_manager, policy_of
+    from runtime.config import ConfigError
     env = dict(configmap(), POD_NAMESPACE="cb", POD_IP="10.1.2.3", KEY_DIR="")
     observe = entrypoint.command("monitor", env, [])
-    assert "--autoscale" not in observe and "--kubernetes-namespace" not in observe
-    args = parse_args(observe[3:])
-    assert kubernetes_manager(args) is None            # observing: no API client at all
-    assert args.ip == "10.1.2.3"      # routing and the nodes answer the pod's own address
-    on = entrypoint.command("monitor", dict(env, AUTOSCALE="True"), [])
-    args = parse_args(on[3:])
-    assert args.autoscale and args.kubernetes_namespace == "cb"
-    assert (args.memory_deployment, args.disk_deployment) == ("anna-memory",
-                                                              "statefulset/anna-disk")
-    assert (args.pod_startup_timeout, args.pod_leave_timeout) == (120.0, 60.0)
-    policy = policy_of(args)
+    assert observe[3:] == ["--config", configmap()["MONITOR_CONFIG"]]   # the config, no flags
+    config = role_config("monitor", env)
+    assert not config.autoscale and kubernetes_manager(config) is None   # no API client
+    assert config.ip == "10.1.2.3"    # routing and the nodes answer the pod's own address
+    config = role_config("monitor", dict(env, AUTOSCALE="true"))
+    assert config.autoscale and config.kubernetes_namespace == "cb"
+    assert (config.memory_deployment, config.disk_deployment) == ("anna-memory",
+                                                                  "statefulset/anna-disk")
+    assert (config.pod_startup_timeout, config.pod_leave_timeout) == (120.0, 60.0)
+    policy = policy_of(config)
     knobs = json.loads(configmap()["POLICY_CONFIG"])
     assert all(getattr(policy, k) == v for k, v in knobs.items())
     assert policy.monitoring_period == float(configmap()["REPORT_PERIOD"])
-    no_disk = parse_args(entrypoint.command("monitor", dict(env, AUTOSCALE="1",
-                                                            DISK_DEPLOYMENT=""), [])[3:])
+    no_disk = role_config("monitor", dict(env, AUTOSCALE="true", DISK_DEPLOYMENT=""))
     assert no_disk.disk_deployment == ""
-    for bad, message in ((dict(AUTOSCALE="maybe"), "AUTOSCALE must be true or false"),
-                         (dict(AUTOSCALE="true", POD_NAMESPACE=""), "POD_NAMESPACE"),
-                         (dict(POLICY_CONFIG="[1]"), "POLICY_CONFIG must be a JSON object"),
-                         (dict(AUTOSCALE="true", POD_LEAVE_TIMEOUT="-3"),
-                          "POD_LEAVE_TIMEOUT must be a positive number")):
-        with pytest.raises(entrypoint.EntrypointError, match=message):
-            entrypoint.command("monitor", dict(env, **bad), [])
+    for bad, field in ((dict(AUTOSCALE="maybe"), "autoscale"),
+                       (dict(AUTOSCALE="true", POD_NAMESPACE=""), "kubernetes_namespace"),
+                       (dict(POLICY_CONFIG="[1]"), "policy_config"),
+                       (dict(AUTOSCALE="true", POD_LEAVE_TIMEOUT="-3"), "pod_leave_timeout")):
+        with pytest.raises(ConfigError) as info:
+            role_config("monitor", dict(env, **bad))
+        assert (info.value.role, info.value.field) == ("anna monitor", field), str(info.value)
     # knobs the policy does not have, or a second monitoring period, are refused by name
     with pytest.raises(ValueError, match="unknown PolicyConfig knob"):
-        policy_of(parse_args(entrypoint.command(
-            "monitor", dict(env, POLICY_CONFIG='{"grace": 1}'), [])[3:]))
+        role_config("monitor", dict(env, POLICY_CONFIG='{"grace": 1}'))
     with pytest.raises(ValueError, match="monitoring_period"):
-        policy_of(parse_args(entrypoint.command(
-            "monitor", dict(env, POLICY_CONFIG='{"monitoring_period": 3}'), [])[3:]))
+        role_config("monitor", dict(env, POLICY_CONFIG='{"monitoring_period": 3}'))
 
 
 def test_the_monitor_refuses_kubernetes_options_that_cannot_work(capsys):
-    from anna_core.monitor import parse_args
-    for argv, message in ((["--autoscale"], "--autoscale needs a cluster manager"),
-                          (["--kubernetes-namespace", "x"], "is for --autoscale"),
-                          (["--kubeconfig", "k"], "--kubeconfig needs --autoscale")):
+    from anna_core.monitor import kubernetes_manager, parse_args
+    for argv, message in ((["--autoscale"], "kubernetes_namespace is needed with autoscale"),
+                          (["--kubeconfig", "k"], "kubeconfig needs autoscale")):
         with pytest.raises(SystemExit) as info:
             parse_args(["--routing", "tcp://r:1"] + argv)
         assert info.value.code == 2 and message in capsys.readouterr().err
+    # a pod always gives its namespace: observing with one calls no API either
+    observing = parse_args(["--routing", "tcp://r:1", "--kubernetes-namespace", "x"])
+    assert not observing.autoscale and kubernetes_manager(observing) is None
 
 
 def test_the_monitor_without_a_cluster_says_where_it_looked(tmp_path, monkeypatch):
@@ -285,23 +312,25 @@ def test_the_monitor_without_a_cluster_says_where_it_looked(tmp_path, monkeypatc
 
 
 def test_the_entrypoint_maps_settings_onto_the_executor_autoscaler():
-    from cloudburst.autoscaler import executor_policy_of, parse_args
+    from cloudburst.autoscaler import executor_policy_of
+    from runtime.config import ConfigError
     env = dict(configmap(), POD_NAMESPACE="cb", POD_IP="10.1.2.4", KEY_DIR="",
                SCHEDULERS="tcp://s0:6500, tcp://s1:6500")
-    args = parse_args(entrypoint.command("executor-autoscaler", env, [])[3:])
-    assert args.scheduler == ["tcp://s0:6500", "tcp://s1:6500"]
-    assert args.ip == "10.1.2.4"      # the schedulers answer the pod's own address
-    assert (args.kubernetes_namespace, args.executor_deployment) == ("cb", "cloudburst-executor")
-    assert (args.pod_startup_timeout, args.pod_leave_timeout) == (120.0, 60.0)
-    config = executor_policy_of(args.policy_config)
+    config = role_config("executor-autoscaler", env)
+    assert config.schedulers == ["tcp://s0:6500", "tcp://s1:6500"]
+    assert config.ip == "10.1.2.4"    # the schedulers answer the pod's own address
+    assert (config.kubernetes_namespace, config.executor_deployment) == ("cb",
+                                                                         "cloudburst-executor")
+    assert (config.pod_startup_timeout, config.pod_leave_timeout) == (120.0, 60.0)
+    policy = config.policy()
     knobs = json.loads(configmap()["EXECUTOR_POLICY_CONFIG"])
-    assert all(getattr(config, k) == v for k, v in knobs.items())
-    assert config.workers_per_node == json.loads(configmap()["EXECUTOR_CONFIG"])["workers"]
+    assert all(getattr(policy, k) == v for k, v in knobs.items())
+    assert policy.workers_per_node == json.loads(configmap()["EXECUTOR_CONFIG"])["workers"]
     explicit = dict(env, EXECUTOR_POLICY_CONFIG='{"workers_per_node": 7}')
-    args = parse_args(entrypoint.command("executor-autoscaler", explicit, [])[3:])
-    assert executor_policy_of(args.policy_config).workers_per_node == 7
-    with pytest.raises(entrypoint.EntrypointError, match="SCHEDULERS"):
-        entrypoint.command("executor-autoscaler", dict(env, SCHEDULERS=""), [])
+    assert role_config("executor-autoscaler", explicit).policy().workers_per_node == 7
+    with pytest.raises(ConfigError, match="schedulers") as info:
+        role_config("executor-autoscaler", dict(env, SCHEDULERS=""))
+    assert info.value.role == "executor autoscaler"
     with pytest.raises(ValueError, match="unknown ExecutorPolicyConfig knob"):
         executor_policy_of('{"max_executors": 3}')
     with pytest.raises(ValueError, match="min_nodes must be at least 1"):
@@ -309,20 +338,25 @@ def test_the_entrypoint_maps_settings_onto_the_executor_autoscaler():
 
 
 def test_the_entrypoint_names_what_is_missing():
-    with pytest.raises(entrypoint.EntrypointError, match="POD_IP"):
-        entrypoint.command("routing", {"ROUTING_PORT": "1"}, [])
+    from runtime.config import ConfigError
     with pytest.raises(entrypoint.EntrypointError, match="unknown role"):
         entrypoint.command("nope", {}, [])
-    with pytest.raises(entrypoint.EntrypointError, match="WORKER_HOST_PORT"):
-        entrypoint.command("workers", {}, [])
-    with pytest.raises(entrypoint.EntrypointError, match="WORKER_HOST_PORT must be a port"):
-        entrypoint.command("workers", {"WORKER_HOST_PORT": "x"}, [])
-    # with authentication on, the worker host needs the function keys, never KEY_DIR's
-    with pytest.raises(entrypoint.EntrypointError, match="FUNCTION_KEY_DIR"):
-        entrypoint.command("workers", {"WORKER_HOST_PORT": "7100", "KEY_DIR": "/keys"}, [])
-    with pytest.raises(entrypoint.EntrypointError, match="NODE_CONFIG is not valid JSON"):
-        entrypoint.command("node", {"ANNA_TIER": "memory", "POD_NAME": "p", "POD_IP": "1.2.3.4",
-                                    "ANNA_ROUTING": "tcp://r:1", "NODE_CONFIG": "{"}, [])
+    with pytest.raises(entrypoint.EntrypointError, match="ROUTING_CONFIG"):
+        entrypoint.command("routing", {"ROUTING_PORT": "1"}, [])
+    env = dict(configmap())
+    with pytest.raises(ConfigError, match="POD_IP") as info:
+        role_config("routing", env)                 # the pod's address is not given
+    assert (info.value.role, info.value.field) == ("routing", "ip")
+    with pytest.raises(ConfigError, match="WORKER_HOST_PORT"):
+        role_config("workers", dict(env, FUNCTION_KEY_DIR="/f"))
+    with pytest.raises(ConfigError, match="expected an int") as info:
+        role_config("workers", dict(env, FUNCTION_KEY_DIR="/f", WORKER_HOST_PORT="x"))
+    assert info.value.field == "port"
+    # the worker host gets the function keys, never KEY_DIR's: without them it refuses
+    with pytest.raises(ConfigError, match="FUNCTION_KEY_DIR"):
+        role_config("workers", dict(env, WORKER_HOST_PORT="7100"))
+    with pytest.raises(ConfigError, match="NODE_CONFIG is not valid JSON|not valid JSON"):
+        role_config("node", {"POD_NAME": "p", "POD_IP": "1.2.3.4", "NODE_CONFIG": "{"})
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
@@ -387,15 +421,14 @@ def test_the_manifests_apply_to_a_real_apiserver_and_become_available(keys):
 
 
 def test_the_entrypoint_maps_scheduled_backups_onto_the_monitor():
-    from anna_core.monitor import parse_args
+    from runtime.config import ConfigError
     env = dict(configmap(), POD_NAMESPACE="cb", POD_IP="10.1.2.3", KEY_DIR="")
-    assert "--backup-to" not in entrypoint.command("monitor", env, [])   # off by default
-    on = entrypoint.command("monitor", dict(env, BACKUP_TO="s3://b/anna", BACKUP_EVERY="3600"),
-                            [])
-    args = parse_args(on[3:])
-    assert (args.backup_to, args.backup_every) == ("s3://b/anna", 3600.0)
-    with pytest.raises(entrypoint.EntrypointError, match="BACKUP_EVERY"):
-        entrypoint.command("monitor", dict(env, BACKUP_TO="s3://b/anna", BACKUP_EVERY=""), [])
+    assert role_config("monitor", env).backup_to is None                 # off by default
+    on = role_config("monitor", dict(env, BACKUP_TO="s3://b/anna", BACKUP_EVERY="3600"))
+    assert (on.backup_to, on.backup_every) == ("s3://b/anna", 3600.0)
+    with pytest.raises(ConfigError) as info:
+        role_config("monitor", dict(env, BACKUP_TO="s3://b/anna", BACKUP_EVERY=""))
+    assert info.value.field == "backup_every"
     monitor = deployments()["anna-monitor"]["spec"]["template"]["spec"]["containers"][0]
     assert {"secretRef": {"name": "cloudburst-aws", "optional": True}} in monitor["envFrom"]
 
@@ -413,3 +446,55 @@ def test_the_workload_names_name_objects_of_the_manifests():
     assert ("StatefulSet", names.DISK) in objects
     assert configmap()["DISK_DEPLOYMENT"] == names.DISK_SCALED == f"statefulset/{names.DISK}"
     assert {o["metadata"].get("namespace") for o in render()} - {None} == {names.NAMESPACE}
+
+
+def test_the_pods_processes_start_from_the_configmap_through_the_entrypoint(keys, tmp_path):
+    """Each role's process, started as its pod starts it (`python -m k8s.entrypoint ROLE`,
+    with the ConfigMap and the pod's own settings in its environment), runs from the
+    configuration the ConfigMap holds, authenticated with the cluster's keys: routing, a
+    memory node that joins it, a scheduler, and an executor node whose workers run in a
+    worker host with only the function keys. Free ports stand in for the pods' own (the
+    ports are settings, 0 here), on loopback."""
+    import socket
+    from runtime.auth import CLUSTER, FUNCTION, strip_key
+    from runtime.process import ManagedProcess, stop_all, wait_all_ready
+    function_keys = tmp_path / "function-keys"
+    function_keys.mkdir(mode=0o700)
+    for name in (FUNCTION + ".key", FUNCTION + ".key_secret", CLUSTER + ".key"):
+        shutil.copy(keys / name, function_keys / name)
+    with socket.socket() as s:              # the worker host's port: a setting, so chosen
+        s.bind(("127.0.0.1", 0))
+        host_port = str(s.getsockname()[1])
+    shared = dict(configmap(), KEY_DIR=str(keys), LOG_LEVEL="info", ROUTING_PORT="0",
+                  SCHEDULER_PORT="0", METRICS_PORT="0", POD_IP="127.0.0.1",
+                  POD_NAMESPACE="cloudburst", WORKER_HOST_PORT=host_port,
+                  FUNCTION_KEY_DIR=str(function_keys))
+    procs = []
+
+    def pod(name, role, **env):
+        env = dict(shared, POD_NAME=name, READY_FILE=str(tmp_path / f"{name}.ready"), **env)
+        if role == "node":
+            env["NODE_CONFIG"] = env["MEMORY_NODE_CONFIG"]
+        p = ManagedProcess(name, ["env"] + [f"{k}={v}" for k, v in env.items()]
+                           + [sys.executable, "-m", "k8s.entrypoint", role], str(tmp_path))
+        procs.append(p.spawn())
+        return p
+
+    try:
+        routing = pod("anna-routing-0", "routing")
+        host = pod("cloudburst-executor-x-workers", "workers")
+        wait_all_ready([routing], 60)
+        anna = strip_key(routing.info["address"])         # the pods name it without its key
+        node = pod("anna-memory-abc12", "node", ANNA_ROUTING=anna)
+        scheduler = pod("cloudburst-scheduler-0", "scheduler", ANNA_ROUTING=anna)
+        wait_all_ready([node, scheduler, host], 60)
+        assert node.info["node_id"] == "anna-memory-abc12"           # named after its pod
+        executor = pod("cloudburst-executor-x", "executor", ANNA_ROUTING=anna,
+                       SCHEDULERS=strip_key(scheduler.info["address"]))
+        wait_all_ready([executor], 60)
+        assert executor.info["node_id"] == "cloudburst-executor-x"
+        assert len(executor.info["workers"]) == json.loads(configmap()["EXECUTOR_CONFIG"])[
+            "workers"]
+        assert (tmp_path / "cloudburst-scheduler-0.ready").exists()   # the probe's file
+    finally:
+        stop_all(procs, 10, signal.SIGINT)

@@ -27,7 +27,7 @@ from hydro_proto import cloudburst_pb2 as pb
 from runtime.auth import (CLUSTER, FUNCTION, AuthConfig, Authenticator, KeyFileError, KeyPair,
                           decode_handoff, encode_handoff, function_credentials, make_client,
                           make_server, write_keys)
-from runtime.keys import FUNCTIONS_INDEX, function_key
+from faas.keys import FUNCTIONS_INDEX, function_key
 from executor.permissions import refusal
 from executor.privilege import WorkerIdentity, landlock_abi, resolve_identity
 from waiting import poll_until

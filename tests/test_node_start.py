@@ -8,6 +8,8 @@ import tempfile
 
 import pytest
 
+import anna_core
+from faas.keys import worker_key
 from cloudburst import LocalCluster
 from cloudburst.faults import process_alive
 from runtime.auth import AuthConfig
@@ -111,10 +113,19 @@ def test_a_forked_worker_holds_no_cluster_secret(cluster):
 
 def test_a_forked_worker_that_dies_is_started_again_the_usual_way(cluster):
     worker = next(w for w in cluster.workers if w["node_id"] == "node1")   # forked (above)
-    cluster.kill_worker(worker["worker_id"])
-    cb = cluster.client()
-    poll_until(lambda: worker["worker_id"] in ran_on(cb, cluster), 30.0,
-               f"a call on the restarted worker {worker['worker_id']}")
+    admin = anna_core.Client(cluster.kvs.routing_address, auth=cluster.cluster_auth)
+    key = worker_key(worker["worker_id"])
+    try:
+        before = admin.get(key)
+        cluster.kill_worker(worker["worker_id"])
+        cb = cluster.client()
+        poll_until(lambda: worker["worker_id"] in ran_on(cb, cluster), 30.0,
+                   f"a call on the restarted worker {worker['worker_id']}")
+        # its directory entry (for `lib.send`) names the new process' address
+        poll_until(lambda: admin.get(key) != before, 10.0,
+                   f"the restarted worker {worker['worker_id']}'s new address published")
+    finally:
+        admin.close()
 
 
 def test_stopping_the_cluster_leaves_no_standby_or_forked_worker(cluster):

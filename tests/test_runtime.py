@@ -1,6 +1,7 @@
 """The runtime layer: framing, request/reply with a deadline, launching and supervising
 processes, and the package layering it exists to keep."""
 import ast
+import functools
 import pathlib
 import sys
 import time
@@ -14,27 +15,23 @@ from runtime import framing
 from runtime.logs import configure_logging, parse_level
 from runtime.process import (ManagedProcess, RestartPolicy, StartupError, Supervisor,
                              stop_all, wait_all_ready)
-from runtime.rpc import cache_reply, collect_replies
+from hydrocache.replies import cache_reply
+from runtime.rpc import collect_replies
 from runtime.sockets import PushCache, bind_pull
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-# The layers' order, lowest first: runtime -> Kubernetes (k8s) -> anna_core -> hydrocache ->
-# scheduler and executor -> cloudburst. A package may import only packages to its left (the
-# Anna monitor and the executor autoscaler drive pods through k8s; k8s knows neither).
-LAYERS = ["runtime", "k8s", "anna_core", "hydrocache", "scheduler", "executor", "cloudburst"]
-ALLOWED = {"runtime": set(), "k8s": {"runtime"},
-           "anna_core": {"runtime", "k8s"},
-           "hydrocache": {"runtime", "k8s", "anna_core"},
-           "scheduler": {"runtime", "k8s", "anna_core", "hydrocache"},
-           "executor": {"runtime", "k8s", "anna_core", "hydrocache"},
-           "cloudburst": {"runtime", "k8s", "anna_core", "hydrocache", "scheduler", "executor"}}
-# Imports against the order that are known and bounded: the Kubernetes node managers still
-# implement the two autoscalers' own manager interfaces and errors.
-KNOWN_UPWARD = {("k8s/pod_state.py", "anna_core.errors"),
-                ("k8s/pod_state.py", "anna_core.autoscale.manager"),
-                ("k8s/pool.py", "anna_core.autoscale"),
-                ("k8s/pool.py", "anna_core.autoscale.manager"),
-                ("k8s/pool.py", "cloudburst.executor_manager")}
+# The layers' order, lowest first: runtime -> node pools (pools) -> Kubernetes (k8s) ->
+# anna_core -> hydrocache -> (faas, placed below) -> scheduler and executor -> cloudburst. A
+# package may import only packages to its left: both autoscalers (the Anna monitor, cloudburst's executor autoscaler)
+# change nodes through pools, on Kubernetes through k8s; neither pools nor k8s knows them.
+LAYERS = ["runtime", "pools", "k8s", "anna_core", "hydrocache", "scheduler", "executor",
+          "cloudburst"]
+_BELOW = {name: set(LAYERS[:i]) for i, name in enumerate(LAYERS)}
+ALLOWED = {"runtime": set(), "pools": {"runtime"}, "k8s": {"runtime", "pools"},
+           "anna_core": _BELOW["anna_core"], "hydrocache": _BELOW["hydrocache"],
+           "scheduler": _BELOW["scheduler"],
+           "executor": _BELOW["scheduler"],          # scheduler and executor: one level
+           "cloudburst": _BELOW["cloudburst"]}
 # Only these may import the `kubernetes` client (besides tests/).
 KUBERNETES_CLIENT_USERS = ("k8s",)
 
@@ -58,12 +55,17 @@ def test_packages_import_only_lower_layers_and_no_private_sdk_module(package):
     for path, module in _imports(package):
         top = module.split(".")[0]
         where = str(path.relative_to(ROOT))
-        if (where, module) in KNOWN_UPWARD:
-            continue
         if top in LAYERS and top != package:
             assert top in ALLOWED[package], f"{where} imports {module}"
         if package != "cloudburst":
             assert not module.startswith("cloudburst"), f"{where} imports {module}"
+
+
+def test_the_layers_order_is_stated_once_and_each_layer_sees_only_those_below():
+    for i, name in enumerate(LAYERS):
+        assert ALLOWED[name] <= set(LAYERS[:i]), name
+    assert ALLOWED["pools"] == {"runtime"} and ALLOWED["k8s"] == {"runtime", "pools"}
+    assert {"pools", "k8s"} <= ALLOWED["anna_core"] and "scheduler" not in ALLOWED["executor"]
 
 
 def test_only_the_k8s_package_and_tests_import_the_kubernetes_client():
@@ -209,3 +211,103 @@ def test_supervisor_tells_when_a_restarted_process_is_ready(tmp_path):
         assert ready == [p] and p.info == {"start": 2}
     finally:
         stop_all([p], timeout=2)
+
+
+# ---- Every package, and modules named in strings ----
+# The FaaS layer's shared vocabulary (`faas/`: errors, key names, values) sits right above
+# hydrocache; Kubernetes (`k8s/`), where the order above does not name it, right above
+# runtime. A package put in the order here may import what the package below it may, and
+# that package; it may be imported by whatever may import the package below it. The
+# generated wire schema (`hydro_proto`) is layer 0.
+WIRE = "hydro_proto"
+ORDER = list(LAYERS)
+PLACED = {"faas": "hydrocache"} if "k8s" in ORDER else {"k8s": "runtime", "faas": "hydrocache"}
+for _package, _below in PLACED.items():
+    ORDER.insert(ORDER.index(_below) + 1, _package)
+PACKAGES = sorted(p.parent.name for p in ROOT.glob("*/__init__.py"))
+_NAMED_IMPORTERS = {"import_module", "__import__", "find_spec", "reload"}
+
+
+def _allowed(package):
+    """The packages `package` may import (the module comment above)."""
+    if package == WIRE:
+        return set()
+    if package in PLACED:
+        below = PLACED[package]
+        return _allowed(below) | {below}
+    allowed = set(ALLOWED[package]) | {WIRE}
+    return allowed | {p for p, below in PLACED.items() if below in allowed}
+
+
+def _module_file(name):
+    """The file of our module `name` (a dotted name), or None."""
+    parts = name.split(".")
+    if parts[0] not in PACKAGES or not all(p.isidentifier() for p in parts):
+        return None
+    base = ROOT.joinpath(*parts)
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    found = sorted(base.parent.glob(base.name + ".*.so"))
+    return found[0] if found else None
+
+
+@functools.lru_cache(maxsize=None)
+def _is_program(path):
+    """A module run as its own process (`python -m`): naming it starts it, not imports it."""
+    if path.suffix != ".py":
+        return False
+    if path.name == "__init__.py" and (path.parent / "__main__.py").is_file():
+        return True
+    text = path.read_text()
+    return "__name__ == \"__main__\"" in text or "__name__ == '__main__'" in text
+
+
+def _named_modules(path):
+    """Modules of ours that `path` names: imports, string arguments of importlib and
+    `__import__`, and every other string that is the dotted name of one of our modules
+    (pickle globals, lazy imports); programs started by name are not imports, and a bare
+    word is not taken for a package ("cloudburst" is also the product's name)."""
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.module
+        elif isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name in _NAMED_IMPORTERS:
+                yield node.args[0].value
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "." in node.value:
+            target = _module_file(node.value)
+            if target is not None and not _is_program(target):
+                yield node.value
+
+
+def test_every_package_has_a_place_in_the_layer_order():
+    assert {"faas", "k8s", WIRE} <= set(PACKAGES)
+    assert set(PACKAGES) == set(ORDER) | {WIRE}, "a package with no place in the order"
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_packages_name_only_lower_layers_in_imports_and_in_strings(package):
+    allowed = _allowed(package)
+    for path in (ROOT / package).rglob("*.py"):
+        where = path.relative_to(ROOT)
+        for module in _named_modules(path):
+            top = module.split(".")[0]
+            if top in PACKAGES and top != package:
+                assert top in allowed, f"{where} names {module!r} ({package} is below {top})"
+
+
+def test_the_string_check_sees_importlib_dunder_import_and_module_names(tmp_path):
+    source = tmp_path / "probe.py"
+    source.write_text("import importlib\nimportlib.import_module('cloudburst.client')\n"
+                      "__import__('scheduler.server')\nGLOBAL = ('executor.node', 'X')\n"
+                      "LOGGER = 'cloudburst.nothing_here'\nRUN = 'executor.worker'\n")
+    named = set(_named_modules(source))
+    assert {"cloudburst.client", "scheduler.server", "executor.node"} <= named
+    assert "cloudburst.nothing_here" not in named     # names no module: a logger's name
+    assert "executor.worker" not in named             # a program, started by name

@@ -18,7 +18,7 @@ import cloudburst
 from executor.big_intermediates import ByReference, by_reference, resolve, store
 from executor.references import FunctionError
 from hydro_proto import cloudburst_pb2 as pb
-from runtime.keys import VALUES_PREFIX, intermediate_key
+from faas.keys import VALUES_PREFIX, intermediate_key
 from scheduler.results import ResultHolders
 from scheduler.values import ValueKeys
 from waiting import poll_until

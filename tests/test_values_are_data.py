@@ -21,7 +21,7 @@ import anna_core
 import cloudburst
 from cloudburst import Reference, UnsafeValue
 from cloudburst.errors import ExecutionError
-from runtime.values import PLAIN_GLOBALS, dumps, loads
+from faas.values import PLAIN_GLOBALS, dumps, loads
 
 SYSTEM = f"{os.system.__module__}.system"      # how pickle names os.system ("posix.system")
 
@@ -103,7 +103,7 @@ def test_objects_true_is_the_full_unpickler():
 
 def test_the_allowlist_is_small_and_names_no_callable_that_reaches_code():
     modules = {m for m, _ in PLAIN_GLOBALS}
-    assert modules == {"builtins", "datetime", "decimal", "runtime.values", "anna_core.wire",
+    assert modules == {"builtins", "datetime", "decimal", "faas.values", "anna_core.wire",
                        "runtime.actors"}
     assert {n for m, n in PLAIN_GLOBALS if m == "builtins"} == {"complex"}
 
@@ -189,7 +189,7 @@ def test_lib_get_refuses_a_crafted_value(client, crafted):
     assert f"lib.get({key!r}, objects=True)" in str(e.value)
 
     def probe(lib, key):         # the error is typed inside the function too
-        from runtime.errors import UnsafeValue
+        from faas.errors import UnsafeValue
         try:
             lib.get(key)
         except UnsafeValue as refused:
@@ -296,3 +296,22 @@ def test_an_object_argument_of_the_callers_own_needs_no_opt_in(client):
     """The caller's own arguments are unpickled fully on the executor (its choice)."""
     client.register(lambda lib, f: int(f * 3), "triple")
     assert client.call("triple", fractions.Fraction(1, 3)).get(timeout=10) == 1
+
+
+def test_a_reference_pickled_by_an_earlier_version_still_reads_as_plain_data():
+    """`Reference` was `runtime.values.Reference` before it moved to `faas.values`: a value
+    stored then (a Reference inside a list) still reads, as the same plain value."""
+    import types
+
+    ref = Reference("k", concurrent=True)
+    earlier = types.ModuleType("runtime.values")
+    earlier.Reference = Reference
+    saved = Reference.__module__
+    sys.modules["runtime.values"], Reference.__module__ = earlier, "runtime.values"
+    try:
+        stored = pickle.dumps([ref], protocol=5)
+    finally:
+        del sys.modules["runtime.values"]
+        Reference.__module__ = saved
+    assert b"runtime.values" in stored and b"faas" not in stored
+    assert loads(stored) == [ref]

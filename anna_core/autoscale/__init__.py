@@ -11,10 +11,9 @@ cluster manager (nodes). Nothing in this package opens a socket, reads a clock o
 - `policy.PolicyEngine`: Algorithm 5 over `tiering` (Alg. 1), `replication` (Alg. 2) and
   `elasticity` (Alg. 3, 4 and the budget).
 - `actions`: `AddNodes`, `RemoveNode`, `SetReplication` (`Promote`, `Demote`), `Note`.
-- `manager` (not imported here: it is not pure): `ClusterManager`, the interface the actions
-  are carried out through, `LocalClusterManager`, and `apply(actions, manager, kvs)`.
-- On Kubernetes, `k8s.pool.KubernetesClusterManager` (the `k8s` package): pods of one
-  Deployment per tier.
+- `manager` (not imported here: it is not pure): `apply(actions, manager, kvs)`, which
+  carries the actions out through a `pools.PoolManager` (the node-pool layer below this
+  package: local processes through `spawner.AnnaSpawner`, or `k8s.pool.KubernetesPool`).
 See DESIGN.md in this folder.
 """
 from .actions import (NODE_ACTIONS, Action, AddNodes, Demote, Note, Promote, RemoveNode,

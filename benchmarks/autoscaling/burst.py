@@ -43,7 +43,7 @@ def log(text: str) -> None:
 
 def run(args: argparse.Namespace, variant: str) -> Dict[str, Any]:
     from cloudburst import LocalCluster
-    from scheduler.executor_policy import ExecutorPolicyConfig
+    from cloudburst.executor_policy import ExecutorPolicyConfig
     autoscale = None if variant == "static" else ExecutorPolicyConfig(
         min_nodes=1, max_nodes=args.max_nodes)
     nodes = args.max_nodes if variant == "static" else 1

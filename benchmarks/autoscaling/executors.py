@@ -154,7 +154,7 @@ def monitor(cluster: Any, start: float, stop: threading.Event,
 
 def run(args: argparse.Namespace, autoscale: bool, queue_calls: bool = True) -> Dict[str, Any]:
     from cloudburst import LocalCluster
-    from scheduler.executor_policy import ExecutorPolicyConfig
+    from cloudburst.executor_policy import ExecutorPolicyConfig
     name = ("autoscaled" if queue_calls else "placed at once") if autoscale else "control"
     config = ExecutorPolicyConfig(stable_window=args.stable_window,
                                   panic_window=args.panic_window, tick=args.tick,

@@ -438,7 +438,7 @@ def monitor_series(history: Sequence[Dict[str, Any]], start_wall: float, seconds
     period's reports: the clients' mean latency (ms) the policy saw and the share of GETs
     served by memory, with `window` = the seconds those reports cover. (Reporters write a
     quarter into each period and the monitor reads three quarters in, so a status at t
-    covers about [t - 1.5 T, t - 0.5 T]; see anna_core/reporting.py.) Also the actions."""
+    covers about [t - 1.5 T, t - 0.5 T]; see anna_core/client_reports.py.) Also the actions."""
     out = []
     for s in history:
         t = s["time"] - start_wall

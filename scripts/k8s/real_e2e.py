@@ -190,7 +190,7 @@ def e2e(c) -> None:
     from anna_core.errors import KeyNotFound
     from cloudburst.client import Client
     from runtime.auth import CLIENT_PREFIX, AuthConfig, KeyPair, format_address
-    from runtime.values import Reference
+    from faas.values import Reference
 
     timings: Dict[str, float] = {}
     facts: Dict[str, str] = {}

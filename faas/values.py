@@ -9,16 +9,16 @@ Contract:
   when known), the global, and how to opt in. A lattice is rebuilt only by the kernel's
   lattice codec (lattices pickle as `anna_core.wire.lattice_from_payload(lattice_type,
   payload)`, which this reader runs as `anna_core._core.deserialize`), never by its class,
-  so no pickle can make a lattice object without a valid value.
+  so no pickle can make a lattice object without a valid value. A `Reference` pickled by an
+  earlier version of the platform (when it lived in `runtime.values`) still reads.
   Bytes that do not decode (truncated, corrupt, a payload the codec rejects) raise
   `MalformedValue` (an `UnsafeValue`) naming the value; no other exception escapes a plain
   read. `loads(data, objects=True)` is the full
   unpickler, for a caller who asked for Python objects and trusts whoever wrote them
   (unpickling runs whatever code the writer chose). docs/SECURITY.md is the trust model.
-- `dumps` serializes any Python value (cloudpickle, protocol 5). `dumps_function`
-  serializes a function or `(class, init_args)` for registration, pickling the user's own
-  modules (and any named in `modules`) by value so executors need nothing but the
-  registration. Registrations are code by design; only executors unpickle them.
+- `dumps` serializes any Python value (cloudpickle, protocol 5). (A registration, a function
+  or class pickled with the user's own modules by value, is the SDK's:
+  `cloudburst/pickling.py`. Registrations are code by design; only executors unpickle them.)
 - `encode_args`/`decode_arg` move call arguments in and out of `cloudburst.Argument`: a
   top-level `Reference` travels as a key (so schedulers see it) with its `concurrent` and
   `objects` flags, anything else as bytes, which the executor unpickles fully: they are the
@@ -35,7 +35,7 @@ Contract:
   their serialized bytes) instead of the first one.
 - Size: `transport(size, limit)` is how a serialized argument or result of `size` bytes
   travels: "inline" (in the message) up to `BY_REFERENCE_BYTES`, "reference" (through the
-  KVS under a `runtime.keys.value_key`, the message carrying the key) up to `limit` (the KVS's
+  KVS under a `faas.keys.value_key`, the message carrying the key) up to `limit` (the KVS's
   maximum value size), else "too_large" (`too_large(what, size, limit)` is the
   `ValueTooLarge` to raise, naming what and the limit).
 """
@@ -43,21 +43,19 @@ from __future__ import annotations
 
 import importlib
 import io
-import os
 import pickle
-import sys
-import sysconfig
 from dataclasses import dataclass
 from typing import Any, Iterable, List, Optional
 
 import cloudpickle
 
+from anna_core._core import deserialize as _lattice_codec
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
 
 from .errors import MalformedValue, UnsafeValue, ValueTooLarge
 
-__all__ = ["Reference", "is_lattice", "CAUSAL_LATTICES", "PLAIN_GLOBALS", "dumps", "dumps_function",
+__all__ = ["Reference", "is_lattice", "CAUSAL_LATTICES", "PLAIN_GLOBALS", "dumps",
            "loads", "encode_args", "decode_arg", "references_of", "BY_REFERENCE_BYTES",
            "transport", "too_large"]
 
@@ -84,11 +82,6 @@ class Reference:
             raise TypeError(f"Reference objects must be a bool, got {self.objects!r}")
 
 
-# The platform's own packages: executors import them, so they are pickled by reference.
-_PLATFORM_PACKAGES = ("cloudburst", "scheduler", "executor", "anna_core", "hydrocache", "runtime",
-                      "hydro_proto")
-
-
 # anna.LatticeType numbers of the causal lattices (proto/anna.proto)
 CAUSAL_LATTICES = frozenset({anna_pb2.SINGLE_CAUSAL, anna_pb2.MULTI_CAUSAL})
 
@@ -103,42 +96,6 @@ def dumps(value: Any) -> bytes:
     return cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def _user_module(obj: Any) -> Any:
-    """The module defining `obj` if it is the user's own code (not stdlib, not installed)."""
-    name = getattr(obj, "__module__", None)
-    module = sys.modules.get(name) if name else None
-    path = getattr(module, "__file__", None)
-    if module is None or name == "__main__" or not path:
-        return None
-    if name.split(".")[0] in _PLATFORM_PACKAGES:
-        return None
-    path = os.path.realpath(path)
-    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
-        root = sysconfig.get_paths().get(key)
-        if root and path.startswith(os.path.realpath(root) + os.sep):
-            return None
-    return module
-
-
-def dumps_function(obj: Any, modules: Iterable[Any] = ()) -> bytes:
-    """Serialize a function or `(class, init_args)` for registration. Functions and classes
-    defined in the user's own modules (e.g. a test file or script that executors cannot
-    import) are pickled by value, and so is every module in `modules` (what the function
-    uses from them travels with it), so executors need nothing but the registration."""
-    target = obj[0] if isinstance(obj, tuple) else obj
-    by_value = [m for m in [_user_module(target), *modules] if m is not None]
-    registered = []
-    try:
-        for module in by_value:
-            if module.__name__ not in cloudpickle.list_registry_pickle_by_value():
-                cloudpickle.register_pickle_by_value(module)
-                registered.append(module)
-        return dumps(obj)
-    finally:
-        for module in registered:
-            cloudpickle.unregister_pickle_by_value(module)
-
-
 # The only globals a plain-data pickle may name. Protocol 5 has opcodes of its own for None,
 # bool, int, float, str, bytes, bytearray, list, tuple, dict, set and frozenset, so these
 # are the plain values that need a global; each is a constructor of an inert value from
@@ -151,7 +108,7 @@ PLAIN_GLOBALS = frozenset({
     ("datetime", "timedelta"),
     ("datetime", "timezone"),       # the tzinfo of an aware datetime (a fixed offset)
     ("decimal", "Decimal"),         # exact decimal numbers, rebuilt from a str
-    ("runtime.values", "Reference"),  # the platform's pointer to a key (a str and two bools)
+    ("faas.values", "Reference"),  # the platform's pointer to a key (a str and two bools)
     ("runtime.actors", "ActorHandle"),  # an actor's name (two strs and a tuple of strs),
                                         # checked by its constructor; it holds no connection
     # the KVS's own lattices, as they pickle: lattice_from_payload(lattice_type: int,
@@ -161,6 +118,10 @@ PLAIN_GLOBALS = frozenset({
 })
 
 
+# Globals of PLAIN_GLOBALS that earlier versions pickled under another module name.
+_MOVED = {("runtime.values", "Reference"): ("faas.values", "Reference")}
+
+
 def _lattice_from_codec(lattice_type: Any, payload: Any) -> Any:
     """`anna_core.wire.lattice_from_payload` as a plain-data pickle calls it: an int type and a
     bytes payload, decoded by the kernel's codec; anything else is `_Malformed`."""
@@ -168,10 +129,8 @@ def _lattice_from_codec(lattice_type: Any, payload: Any) -> Any:
         raise _Malformed(f"a lattice must be pickled as lattice_from_payload(int, bytes), got "
                          f"lattice_from_payload({type(lattice_type).__name__}, "
                          f"{type(payload).__name__})")
-    # the KVS's module (a layer above this one), imported only when a value holds a lattice
-    codec = importlib.import_module("anna_core._core").deserialize
     try:
-        return codec(lattice_type, payload)
+        return _lattice_codec(lattice_type, payload)
     except ValueError as e:
         raise _Malformed(f"its lattice does not decode ({e})") from None
 
@@ -194,6 +153,7 @@ class _PlainDataUnpickler(pickle.Unpickler):
     the base class, as no handler is given."""
 
     def find_class(self, module: str, name: str) -> Any:
+        module, name = _MOVED.get((module, name), (module, name))
         if (module, name) not in PLAIN_GLOBALS:
             raise _Refused(module, name)
         if (module, name) == ("anna_core.wire", "lattice_from_payload"):

@@ -26,7 +26,8 @@ Contract:
   the whole window: one busy sample (a warm-up call) read as demand sustained over the
   window and added a node to an idle cluster. A sustained overload right after the start
   is still acted on within the panic window.
-- Scale out: draining nodes are taken back first (`Undrain`), then `AddNodes(count)`; the
+- Scale out: draining nodes are taken back first (`Undrain`), then `AddNodes("executor",
+  count)` (`pools.actions`, shared with Anna's policy); the
   requested nodes count as pending until that many new nodes appear in a sample (or for
   `pending_node_timeout`), and nothing is added on top of pending nodes beyond the desired
   count, nor past `max_nodes` (counting every node that still runs).
@@ -58,6 +59,9 @@ import collections
 import math
 from dataclasses import dataclass
 from typing import Deque, Dict, List, Optional, Sequence, Set, Tuple, Union
+
+from pools.actions import AddNodes, Note
+from pools.manager import EXECUTORS
 
 __all__ = ["ExecutorPolicyConfig", "ExecutorNodeStats", "ExecutorSample", "ExecutorAutoscaler",
            "AddNodes", "Drain", "Undrain", "Remove", "Note", "Action", "UP", "DOWN", "demand"]
@@ -168,14 +172,6 @@ def demand(sample: ExecutorSample) -> float:
 # ---- actions --------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class AddNodes:
-    """Start `count` executor nodes."""
-
-    count: int
-    reason: str
-
-
-@dataclass(frozen=True)
 class Drain:
     """Stop placing calls on `node_id`; it finishes what it has."""
 
@@ -196,13 +192,6 @@ class Remove:
     """Stop node `node_id` (drained, nothing in flight)."""
 
     node_id: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class Note:
-    """No action: what the autoscaler held back or forgot, and why."""
-
     reason: str
 
 
@@ -351,7 +340,7 @@ class ExecutorAutoscaler:
                                   f"pending)"))
             need = min(need, room)
         if need > 0:
-            actions.append(AddNodes(need, f"added {need} executor node(s): {why}"))
+            actions.append(AddNodes(EXECUTORS, need, f"added {need} executor node(s): {why}"))
             self.pending_adds.extend([now] * need)
 
     def _scale_in(self, surplus: int, active: Sequence[ExecutorNodeStats], why: str, now: float,

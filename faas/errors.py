@@ -112,7 +112,7 @@ class ObjectNotFound(CloudburstError, KeyError):
 
 class UnsafeValue(CloudburstError):
     """A value read as plain data (the default) names a Python global outside the plain-data
-    allowlist (`runtime.values`), so it was not unpickled: unpickling it could run code.
+    allowlist (`faas.values`), so it was not unpickled: unpickling it could run code.
     The message names the value (its key, when it has one), the refused global, and how to
     opt in (`objects=True`) for a writer you trust. `key` and `global_name` are set when
     raised in this process (None when the error came from a remote process)."""
