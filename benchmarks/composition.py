@@ -9,6 +9,9 @@ In one run on this machine:
    result passes between the functions without a socket), and with `colocate_chains=False`,
    so the two functions run in different worker processes and the result crosses
    client -> scheduler -> worker -> worker -> client (4 hops, like the reference below).
+   Third, with `Client(direct=True)`: the client holds a worker lease (granted by the
+   scheduler) and sends each call straight to the leased worker (client -> worker -> client,
+   2 hops; the scheduler hears of the calls afterwards, batched).
 2. Ray: the same chain (`square.remote(increment.remote(x))`, `ray.get`) on a local Ray
    (`ray.init(num_cpus=2)`), installed by this script into its own venv (`--ray-venv`,
    default ~/.cache/cloudburst-bench/ray-venv; `pip install ray==2.60.*`, or the closest
@@ -26,6 +29,13 @@ process of its own, without Ray), then, with `--before DIR`, the same for anothe
 other one and Ray alternate and see the same drift in the machine's load. Prints each
 round's p50s and ratios with the load average, then the medians over the rounds of the
 p50s and of each round's Ray / Cloudburst ratio.
+
+    python benchmarks/composition.py --direct-ab [--calls 600] [--spread]
+
+The direct leased path against the scheduler's, on one LocalCluster (1 executor node, 2
+workers; `--spread`: `colocate_chains=False`): two clients, one with `direct=True`, call the
+`increment -> square` DAG in alternating blocks of 50 calls, so drift in the machine's load
+hits both alike; p50 of each and their ratio.
 
     python benchmarks/composition.py --session-cost [--calls 300] [--runs 3]
 
@@ -65,13 +75,15 @@ def summary(samples: List[float]) -> Dict[str, float]:
 
 # ---- Cloudburst ----
 def bench_cloudburst(calls: int, workers: int, transport: str = "tcp",
-                     colocate: bool = True, **options) -> Dict[str, float]:
-    """p50/p99 of a two-function DAG call; `options` go to `cloudburst.LocalCluster`."""
+                     colocate: bool = True, direct: bool = False,
+                     **options) -> Dict[str, float]:
+    """p50/p99 of a two-function DAG call; `options` go to `cloudburst.LocalCluster`;
+    `direct`: the client sends its calls on the direct leased path."""
     import cloudburst
     with cloudburst.LocalCluster(executor_nodes=1, executors_per_node=workers,
                                  transport=transport, colocate_chains=colocate,
                                  **options) as cluster:
-        client = cluster.client()
+        client = cluster.client(direct=True) if direct else cluster.client()
         client.register(lambda lib, x: x + 1, "increment")
         client.register(lambda lib, x: x * x, "square")
         client.register_dag("composition", ["increment", "square"], [("increment", "square")])
@@ -84,6 +96,34 @@ def bench_cloudburst(calls: int, workers: int, transport: str = "tcp",
             samples.append(time.perf_counter() - start)
             assert value == (i + 1) ** 2
     return summary(samples)
+
+
+def bench_direct_ab(calls: int, spread: bool = False, block: int = 50) -> Dict[str, Dict]:
+    """See the module docstring (`--direct-ab`)."""
+    import cloudburst
+    with cloudburst.LocalCluster(executor_nodes=1, executors_per_node=2,
+                                 colocate_chains=not spread) as cluster:
+        clients = {"scheduler": cluster.client(), "direct": cluster.client(direct=True)}
+        c = clients["scheduler"]
+        c.register(lambda lib, x: x + 1, "increment")
+        c.register(lambda lib, x: x * x, "square")
+        c.register_dag("composition", ["increment", "square"], [("increment", "square")])
+        for client in clients.values():
+            for i in range(100):
+                client.call_dag("composition", {"increment": [i]}).get(timeout=10)
+        samples: Dict[str, List[float]] = {name: [] for name in clients}
+        while len(samples["direct"]) < calls:
+            for name, client in clients.items():
+                for i in range(block):
+                    start = time.perf_counter()
+                    client.call_dag("composition", {"increment": [i]}).get(timeout=10)
+                    samples[name].append(time.perf_counter() - start)
+        out = {name: summary(s) for name, s in samples.items()}
+        out["direct_over_scheduler_p50"] = round(
+            out["direct"]["p50_us"] / out["scheduler"]["p50_us"], 2)
+        out["leases"] = clients["direct"].worker_leases
+        out["load"] = round(os.getloadavg()[0], 2)
+    return out
 
 
 # ---- bare ZeroMQ 4-hop ----
@@ -177,14 +217,19 @@ def ray_python(venv: str) -> str:
     return python
 
 
-def bench_ray(calls: int, venv: str) -> Dict[str, float]:
+def bench_ray(calls: int, venv: str, attempts: int = 3) -> Dict[str, float]:
+    """Ray's p50/p99; a Ray whose node timed out starting (a loaded machine) is started
+    again, up to `attempts` times."""
     python = ray_python(venv)
-    out = subprocess.run([python, "-c", RAY_SCRIPT, str(calls)], capture_output=True, text=True,
-                         timeout=900)
-    for line in out.stdout.splitlines():
-        if line.startswith("RAY_RESULT "):
-            data = json.loads(line[len("RAY_RESULT "):])
-            return dict(summary(data["samples"]), version=data["version"])
+    for attempt in range(attempts):
+        out = subprocess.run([python, "-c", RAY_SCRIPT, str(calls)], capture_output=True,
+                             text=True, timeout=900)
+        for line in out.stdout.splitlines():
+            if line.startswith("RAY_RESULT "):
+                data = json.loads(line[len("RAY_RESULT "):])
+                return dict(summary(data["samples"]), version=data["version"])
+        print(f"Ray failed (attempt {attempt + 1} of {attempts}): "
+              f"{out.stderr.strip().splitlines()[-1:] or out.stdout[-200:]}", flush=True)
     raise RuntimeError(f"Ray benchmark failed:\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}")
 
 
@@ -292,17 +337,31 @@ def rounds(args: argparse.Namespace) -> Dict:
         for name, root in roots.items():
             res = _one_round(root, args.calls, args.workers)
             per[name].append(res)
+            direct = f" / direct {res['cloudburst_direct']['p50_us']:.0f}" \
+                if "cloudburst_direct" in res else ""
             line.append(f"{name}: chain {res['cloudburst']['p50_us']:.0f} / spread "
-                        f"{res['cloudburst_spread']['p50_us']:.0f} us (bare 4-hop "
+                        f"{res['cloudburst_spread']['p50_us']:.0f}{direct} us (bare 4-hop "
                         f"{res['zmq_4hop']['p50_us']:.0f})")
         if not args.no_ray:
-            ray.append(bench_ray(args.calls, args.ray_venv))
+            try:
+                ray.append(bench_ray(args.calls, args.ray_venv))
+            except RuntimeError:          # Ray could not start on this loaded machine
+                for name in roots:        # this round's figures are not paired with Ray's
+                    per[name][-1]["no_ray"] = True
+                line.append("Ray did not start in this round")
+                print("; ".join(line), flush=True)
+                continue
             line.append(f"Ray {ray[-1]['p50_us']:.0f} us; Ray/chain " + ", ".join(
                 f"{name} {ray[-1]['p50_us'] / per[name][-1]['cloudburst']['p50_us']:.2f}x"
-                for name in roots))
+                for name in roots) + "".join(
+                f"; Ray/direct {name} "
+                f"{ray[-1]['p50_us'] / per[name][-1]['cloudburst_direct']['p50_us']:.2f}x"
+                for name in roots if "cloudburst_direct" in per[name][-1]))
         print("; ".join(line), flush=True)
     med = statistics.median
     out: Dict = {"rounds": args.rounds, "calls": args.calls}
+    # a round's ratio pairs it with Ray's run of that round (rounds without Ray are left out)
+    paired = {name: [x for x in per[name] if not x.get("no_ray")] for name in roots}
     for name in roots:
         out[name] = {shape: med(x[key]["p50_us"] for x in per[name])
                      for shape, key in (("chain_p50_us", "cloudburst"),
@@ -310,11 +369,19 @@ def rounds(args: argparse.Namespace) -> Dict:
                                         ("bare_4hop_p50_us", "zmq_4hop"))}
         out[name]["runs"] = [{k: x[k]["p50_us"] for k in ("cloudburst", "cloudburst_spread",
                                                            "zmq_4hop")} for x in per[name]]
+        if all("cloudburst_direct" in x for x in per[name]):
+            out[name]["direct_p50_us"] = med(x["cloudburst_direct"]["p50_us"] for x in per[name])
+            for run, x in zip(out[name]["runs"], per[name]):
+                run["cloudburst_direct"] = x["cloudburst_direct"]["p50_us"]
+            if ray:
+                out[name]["ray_over_direct"] = round(med(
+                    y["p50_us"] / x["cloudburst_direct"]["p50_us"]
+                    for x, y in zip(paired[name], ray)), 2)
         if ray:
             out[name]["ray_over_chain"] = round(med(
-                y["p50_us"] / x["cloudburst"]["p50_us"] for x, y in zip(per[name], ray)), 2)
+                y["p50_us"] / x["cloudburst"]["p50_us"] for x, y in zip(paired[name], ray)), 2)
             out[name]["ray_over_spread"] = round(med(
-                y["p50_us"] / x["cloudburst_spread"]["p50_us"] for x, y in zip(per[name], ray)), 2)
+                y["p50_us"] / x["cloudburst_spread"]["p50_us"] for x, y in zip(paired[name], ray)), 2)
     if ray:
         out["ray"] = {"p50_us": med(y["p50_us"] for y in ray), "version": ray[0]["version"],
                       "runs": [y["p50_us"] for y in ray]}
@@ -323,7 +390,10 @@ def rounds(args: argparse.Namespace) -> Dict:
         print(f"{name}: median chain p50 {o['chain_p50_us']:.0f} us, spread "
               f"{o['spread_p50_us']:.0f} us" + (f"; median Ray/Cloudburst {o['ray_over_chain']}x"
                                                  f" (spread {o['ray_over_spread']}x)"
-                                                 if ray else ""))
+                                                 if ray else "")
+              + (f"; direct {o['direct_p50_us']:.0f} us" if "direct_p50_us" in o else "")
+              + (f", median Ray/direct {o['ray_over_direct']}x" if "ray_over_direct" in o
+                 else ""))
     return out
 
 
@@ -342,7 +412,19 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=0,
                         help="alternate this checkout, --before and Ray for this many rounds")
     parser.add_argument("--before", help="with --rounds: another checkout, measured as `before`")
+    parser.add_argument("--direct-ab", action="store_true",
+                        help="only the direct path against the scheduler's, interleaved")
+    parser.add_argument("--spread", action="store_true",
+                        help="with --direct-ab: the DAG's functions on two workers")
     args = parser.parse_args()
+    if args.direct_ab:
+        result = bench_direct_ab(args.calls, args.spread)
+        print(f"load {result['load']}: scheduler's path p50 "
+              f"{result['scheduler']['p50_us']:.0f} us, direct p50 "
+              f"{result['direct']['p50_us']:.0f} us, direct / scheduler's "
+              f"{result['direct_over_scheduler_p50']}")
+        print(json.dumps(result))
+        return
     if args.rounds:
         result = rounds(args)
         print(json.dumps(result))
@@ -379,6 +461,10 @@ def main() -> None:
     results["cloudburst_spread"] = bench_cloudburst(args.calls, args.workers, colocate=False)
     print(f"Cloudburst, 2 worker procs  : p50 {results['cloudburst_spread']['p50_us']:8.1f} us   "
           f"p99 {results['cloudburst_spread']['p99_us']:8.1f} us   (worker -> worker hop)",
+          flush=True)
+    results["cloudburst_direct"] = bench_cloudburst(args.calls, args.workers, direct=True)
+    print(f"Cloudburst, direct (leased) : p50 {results['cloudburst_direct']['p50_us']:8.1f} us   "
+          f"p99 {results['cloudburst_direct']['p99_us']:8.1f} us   (client -> worker -> client)",
           flush=True)
     if not args.no_ray:
         results["ray"] = bench_ray(args.calls, args.ray_venv)

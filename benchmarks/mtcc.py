@@ -38,7 +38,9 @@ p99; only when matplotlib is importable), and a JSON summary (printed; also `--j
 
 Throughput (`--duration S`): each client thread calls in a closed loop for S seconds after its
 warm-up instead of a fixed count; a cell then also reports DAGs/s (successful calls over the
-measured seconds) and, for causal modes, the aborts per DAG. `--throughput` is the preset of
+measured seconds) and, for causal modes, the aborts per DAG. Every cell reports the CPU
+milliseconds per successful DAG of this process and every process below it (the cluster), over
+the measured calls: steadier than time on a shared machine. `--throughput` is the preset of
 that workload: 8 client threads, 2 executor nodes x 2 workers, 30 keys per cell, Zipf 1.5,
 linear DAG, 20 s per mode, every mode (LWW in the same run), and prints each mode's
 throughput over LWW's (goal: HB >= 0.6x; OPT gives up on no DAG).
@@ -343,6 +345,29 @@ def put_cost(kvs: Any, n: int, keys: int = 50, block: int = 50) -> Dict[str, Any
     return {q: summary(out) for q, out in samples.items()}
 
 
+def tree_cpu_seconds() -> float:
+    """User and system CPU seconds of this process and every process below it (the cluster),
+    from /proc (Linux)."""
+    stats: Dict[int, Tuple[int, float]] = {}     # pid -> (parent, CPU seconds)
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:                        # gone meanwhile
+            continue
+        stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+    mine = {os.getpid()}
+    grew = True
+    while grew:
+        below = {pid for pid, (parent, _) in stats.items() if parent in mine} - mine
+        grew = bool(below)
+        mine |= below
+    return sum(stats[pid][1] for pid in mine if pid in stats)
+
+
 def run_cell(clients: Sequence[Any], pool: ThreadPoolExecutor, topology: str, zipf_s: float,
              mode: str, args: argparse.Namespace) -> Dict[str, Any]:
     keys = cell_keys(mode, topology, zipf_s, args.keys)
@@ -351,7 +376,8 @@ def run_cell(clients: Sequence[Any], pool: ThreadPoolExecutor, topology: str, zi
     warm = prewarm(clients, pool, keys, mode, args.nodes, args.nodes * args.executors,
                    args.call_timeout)
     t1 = time.perf_counter()
-    barrier = threading.Barrier(len(clients))
+    cpu: List[float] = []          # CPU seconds of this process and the cluster's, at the start
+    barrier = threading.Barrier(len(clients), action=lambda: cpu.append(tree_cpu_seconds()))
     futures = [pool.submit(run_calls, c, i, topology, mode, keys, zipf_s, args.warmup,
                            args.calls, args.seed, args.call_timeout, barrier, args.duration)
                for i, c in enumerate(clients)]
@@ -362,7 +388,12 @@ def run_cell(clients: Sequence[Any], pool: ThreadPoolExecutor, topology: str, zi
         records.extend(rec)
         results.extend(res)
     t2 = time.perf_counter()
+    cpu_used = tree_cpu_seconds() - cpu[0] if cpu else None
     out = classify(records, mode)
+    if cpu_used is not None and out["ok"]:
+        # every process of the run (clients, scheduler, nodes and their workers, Anna) over
+        # the measured calls: steadier than time on a shared machine
+        out["cpu_ms_per_dag"] = round(1000 * cpu_used / out["ok"], 2)
     if args.duration is not None:
         out["dags_per_s"] = round(out["ok"] / (t2 - t1), 1)
         if mode != "lww":
@@ -393,6 +424,8 @@ def progress_line(n: int, total: int, topology: str, zipf_s: float, mode: str,
     if "dags_per_s" in cell:
         parts.append(f"{cell['dags_per_s']} DAGs/s" + (
             f" ({cell['aborts_per_dag']} aborts/DAG)" if "aborts_per_dag" in cell else ""))
+    if "cpu_ms_per_dag" in cell:
+        parts.append(f"{cell['cpu_ms_per_dag']} ms CPU/DAG")
     if cell["errors"]:
         parts.append("errors " + ",".join(f"{k}={v}" for k, v in cell["errors"].items()))
     if "hb_shares_pct" in cell:

@@ -10,6 +10,8 @@ machine's load hits both alike:
    client sends `--calls` calls of a registered no-op function (`client.call`, each a
    `Future`), then gathers them all (`cloudburst.gather`); calls per second from the first
    send to the last result. A warm-up of 200 calls (serial, then in flight) comes first.
+   Then the same with `Client(direct=True)` (`direct`): calls within the client's worker
+   lease go straight to the leased worker, the rest through the scheduler as before.
 2. Ray: the same on a local Ray (`ray.init(num_cpus=--workers)`): `f.remote()` `--calls`
    times, then `ray.get` of the list; the same warm-up. Ray is installed into its own venv
    as `benchmarks/composition.py` does (`--ray-venv`, default
@@ -38,9 +40,9 @@ CLOUDBURST_SCRIPT = r"""
 import json, os, sys, time
 sys.path.insert(0, sys.argv[1])
 import cloudburst
-calls, workers = int(sys.argv[2]), int(sys.argv[3])
+calls, workers, direct = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "direct"
 with cloudburst.LocalCluster(executor_nodes=1, executors_per_node=workers) as cluster:
-    client = cluster.client()
+    client = cluster.client(direct=True) if direct else cluster.client()
     client.register(lambda: None, "noop")
     for _ in range(100):
         client.call("noop").get(timeout=30)
@@ -83,11 +85,13 @@ def _result(out: subprocess.CompletedProcess, tag: str) -> Dict:
     raise RuntimeError(f"{tag} run failed:\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}")
 
 
-def run_cloudburst(root: str, calls: int, workers: int) -> Dict:
-    """One fresh cluster of the checkout at `root`, in a process of its own."""
+def run_cloudburst(root: str, calls: int, workers: int, direct: bool = False) -> Dict:
+    """One fresh cluster of the checkout at `root`, in a process of its own; `direct`: the
+    client uses the direct leased path."""
     env = dict(os.environ, PYTHONPATH=root)
     out = subprocess.run([sys.executable, "-c", CLOUDBURST_SCRIPT, root, str(calls),
-                          str(workers)], capture_output=True, text=True, timeout=600, env=env)
+                          str(workers), "direct" if direct else "scheduler"],
+                         capture_output=True, text=True, timeout=600, env=env)
     data = _result(out, "CB_RESULT")
     if not data["module"].startswith(os.path.realpath(root)) and \
             not data["module"].startswith(root):
@@ -95,10 +99,20 @@ def run_cloudburst(root: str, calls: int, workers: int) -> Dict:
     return data
 
 
-def run_ray(python: str, calls: int, workers: int) -> Dict:
-    out = subprocess.run([python, "-c", RAY_SCRIPT, str(calls), str(workers)],
-                         capture_output=True, text=True, timeout=900)
-    return _result(out, "RAY_RESULT")
+def run_ray(python: str, calls: int, workers: int, attempts: int = 3) -> Dict:
+    """Ray's run; a Ray whose node timed out starting (a loaded machine) is started again,
+    up to `attempts` times."""
+    for attempt in range(attempts):
+        out = subprocess.run([python, "-c", RAY_SCRIPT, str(calls), str(workers)],
+                             capture_output=True, text=True, timeout=900)
+        try:
+            return _result(out, "RAY_RESULT")
+        except RuntimeError:
+            if attempt == attempts - 1:
+                raise
+            print(f"Ray failed (attempt {attempt + 1} of {attempts}); starting it again",
+                  flush=True)
+    raise AssertionError("unreachable")
 
 
 def main() -> None:
@@ -115,7 +129,8 @@ def main() -> None:
     args = parser.parse_args()
     from composition import ray_python      # benchmarks/composition.py installs Ray
     python: Optional[str] = None if args.no_ray else ray_python(args.ray_venv)
-    systems = {"cloudburst": lambda: run_cloudburst(ROOT, args.calls, args.workers)}
+    systems = {"cloudburst": lambda: run_cloudburst(ROOT, args.calls, args.workers),
+               "direct": lambda: run_cloudburst(ROOT, args.calls, args.workers, True)}
     if args.cloudburst_root:
         before = os.path.abspath(args.cloudburst_root)
         systems["before"] = lambda: run_cloudburst(before, args.calls, args.workers)
@@ -139,7 +154,7 @@ def main() -> None:
                      "median_calls_per_s": {n: round(statistics.median(v)) for n, v in rates.items()}}
     med = summary["median_calls_per_s"]
     if "ray" in med:
-        for name in ("cloudburst", "before"):
+        for name in ("cloudburst", "direct", "before"):
             if name in med:
                 summary[f"{name}_over_ray"] = round(med[name] / med["ray"], 2)
     print("median calls/s: " + ", ".join(f"{n} {v:,}" for n, v in med.items()) + "".join(

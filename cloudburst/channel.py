@@ -23,6 +23,14 @@ works on (`addresses`, `_current`, `_connections`, `_pull`, `_send_lock`, `_cond
 - `_scheduler_lost` says why a call's scheduler is gone (its connection dropped, or it does
   not answer a `where` within `failover_timeout`), None while it is there; `_where` names
   the stage a call stalled at; `_cancel` asks a scheduler to stop a call (no answer awaited).
+- Direct calls (`cloudburst/direct.py`, when the client has `_direct`): `worker_lease`
+  messages (from the cluster only) and results go through the direct path first, which
+  may keep a result for itself (a refused direct call, sent again through the scheduler);
+  what it recorded is carried out once the answer lock is released. A direct call's cancel
+  names its lease; its `where` names its worker. A registry change gives the leases back (a
+  lease runs the versions of the functions it was granted for).
+- `ClientLink(channel)` is the one door a `Future` (`futures.CallOwner`) and the direct path
+  (`direct.LeaseOwner`) have to their client.
 """
 from __future__ import annotations
 
@@ -42,7 +50,10 @@ from .futures import SchedulerUnavailable
 
 __all__ = ["SchedulerChannel"]
 
-_ANSWERS = {"reply": pb.Reply, "accepted": pb.Accepted, "result": pb.CallResult}
+_ANSWERS = {"reply": pb.Reply, "accepted": pb.Accepted, "result": pb.CallResult,
+            "worker_lease": pb.WorkerLease}
+_REGISTRY_CHANGES = frozenset({"register_fn", "register_dag", "delete_dag", "delete_fn"})
+MAX_FINISHED = 4096       # finished calls kept to report with the next call (bounded)
 _PREFER_CURRENT = 0.5     # seconds a send waits for the current scheduler before the others
 log = logging.getLogger("cloudburst.client")    # the client's logger: same records as before
 
@@ -54,8 +65,77 @@ class _Slot:
         self.answer: Any = None          # pb.Reply, pb.Accepted or pb.CallResult
 
 
+class ClientLink:
+    """`futures.CallOwner` and `direct.LeaseOwner` over a client's channel (module contract)."""
+
+    def __init__(self, channel: "SchedulerChannel") -> None:
+        self._channel = channel
+
+    # ---- CallOwner (cloudburst/futures.py) ----
+    @property
+    def failover_timeout(self) -> float:
+        return self._channel.failover_timeout
+
+    def current_scheduler(self) -> str:
+        return self._channel.address
+
+    def peek(self, rid: str) -> Any:
+        return self._channel._peek(rid)
+
+    def wait_for(self, rid: str, timeout: float) -> Any:
+        slot = self._channel._wait(rid, timeout)
+        return None if slot is None else slot.answer
+
+    def scheduler_lost(self, scheduler: str, since: float, rid: str) -> Optional[str]:
+        return self._channel._scheduler_lost(scheduler, since, rid)
+
+    def sent_to(self, rid: str) -> Optional[Tuple[str, float]]:
+        return self._channel._sent_to(rid)
+
+    def where(self, rid: str, what: str, scheduler: str) -> str:
+        return self._channel._where(rid, what, scheduler)
+
+    def cancel(self, rid: str, scheduler: str) -> None:
+        self._channel._cancel(rid, scheduler)
+
+    def forget(self, rid: str) -> None:
+        self._channel._forget(rid)
+
+    def abandon(self, rid: str, fire_and_forget: bool) -> None:
+        self._channel._abandon(rid, fire_and_forget)
+
+    def collected(self, rid: str, result: Any) -> None:
+        self._channel._collected(rid, result)
+
+    def release_values(self, keys: List[str]) -> None:
+        self._channel._courier.release(keys)
+
+    def take_value(self, key: str, what: str) -> bytes:
+        return self._channel._courier.take(key, what)
+
+    # ---- LeaseOwner (cloudburst/direct.py) ----
+    @property
+    def response_address(self) -> str:
+        return self._channel.response_address
+
+    def resend_call(self, call: pb.Call) -> str:
+        client = self._channel
+        return client._send("call", call)
+
+    def ask_lease(self, request: pb.LeaseRequest, to: Optional[str] = None) -> str:
+        client = self._channel
+        return client._send("lease_worker", request, to=to)
+
+    def deliver(self, result: pb.CallResult) -> None:
+        with self._channel._cond:
+            self._channel._store([("result", result)])
+            self._channel._cond.notify_all()
+
+
 class SchedulerChannel:
     """The request/answer plumbing `Client` inherits; see the module contract."""
+
+    _direct: Any = None        # cloudburst.direct.DirectPath when direct calls are on
 
     def _new_slot(self) -> str:
         with self._cond:
@@ -107,6 +187,8 @@ class SchedulerChannel:
                 poller.poll(max(1, int(min(left, 0.05) * 1000)))
 
     def _ask(self, kind: str, message: Any, what: str, timeout: Optional[float] = None) -> pb.Reply:
+        if kind in _REGISTRY_CHANGES and self._direct is not None:
+            self._direct.release_all()      # leases run the versions they were granted for
         rid = self._new_slot()
         message.request_id = rid
         message.response_address = self.response_address
@@ -144,8 +226,10 @@ class SchedulerChannel:
 
     def _cancel(self, rid: str, scheduler: Optional[str] = None) -> None:
         """Ask the scheduler to stop call `rid` wherever it runs (no answer is awaited)."""
+        lease = self._direct.lease_of(rid) if self._direct is not None else None
         try:
-            self._send("cancel", pb.NameRequest(name=rid), to=scheduler)
+            self._send("cancel", pb.NameRequest(name=rid, lease_id=lease[0] if lease else ""),
+                       to=scheduler)
         except (SchedulerUnavailable, AuthenticationError):
             pass    # nothing runs for a scheduler that is gone but what it already placed
 
@@ -234,6 +318,16 @@ class SchedulerChannel:
                     self._kept_calls[rid] = (call, refused_by, to, time.monotonic())
             self._leases.moved(rid, to)
 
+    def _collected(self, rid: str, result: Any) -> None:
+        """A Future took its result: forget the call, report it with the next call (bounded:
+        the worker's own `done` reports it anyway), note what it read in the session."""
+        self._forget(rid)
+        with self._cond:
+            self._finished.append(rid)
+            if len(self._finished) > MAX_FINISHED:
+                del self._finished[:len(self._finished) - MAX_FINISHED]
+        self._observed(result)
+
     def _abandon(self, rid: str, fire_and_forget: bool) -> None:
         """A `Future` was collected: forget its slot; a call still in flight (not
         fire-and-forget) is cancelled by the lease thread (a finalizer must not send)."""
@@ -249,21 +343,31 @@ class SchedulerChannel:
             slot = self._slots.get(rid)
             if slot is not None and slot.answer is not None:
                 return slot.answer
-        if self._cond.acquire(blocking=False):  # opportunistically read what has arrived
+        self._read_arrived()                    # opportunistically read what has arrived
+        with self._cond:
+            slot = self._slots.get(rid)
+            return slot.answer if slot is not None else None
+
+    def _read_arrived(self) -> None:
+        """Hand out what has arrived on the answer socket, unless a thread is reading it."""
+        if self._cond.acquire(blocking=False):
             try:
                 if not self._reading:
                     self._store(self._drain(0))
             finally:
                 self._cond.release()
+            if self._direct is not None:
+                self._direct.flush()
             if self._refused:
                 self._resend_refused()
-        with self._cond:
-            slot = self._slots.get(rid)
-            return slot.answer if slot is not None else None
 
     def _where(self, rid: str, what: str, scheduler: Optional[str] = None) -> str:
         """Name the stage a call stalled at: ask the scheduler where it placed the call."""
         scheduler = scheduler or self.address
+        lease = self._direct.lease_of(rid) if self._direct is not None else None
+        if lease is not None:
+            return (f"the result of {what} (sent directly to executor worker {lease[1]} under "
+                    f"a worker lease)")
         qid = self._new_slot()
         try:
             self._send("where", pb.NameRequest(request_id=qid, response_address=self.response_address,
@@ -311,6 +415,8 @@ class SchedulerChannel:
                     self._reading = False
                     self._store(messages)
                     self._cond.notify_all()
+            if self._direct is not None:
+                self._direct.flush()
             if self._refused:
                 self._resend_refused()
 
@@ -336,6 +442,16 @@ class SchedulerChannel:
     def _store(self, messages: List[Tuple[str, Any]]) -> None:
         """Hand messages to their slots (caller holds the lock); unknown ids are dropped."""
         for kind, m in messages:
+            if self._direct is not None:
+                if kind == "worker_lease":
+                    self._direct.on_lease(m)
+                    continue
+                if kind == "result":
+                    m = self._direct.on_result(m)
+                    if m is None:           # the direct path's own (sent again)
+                        continue
+            elif kind == "worker_lease":
+                continue
             # a retried call's attempt answers as "<request id>#r<n>" (scheduler/retries.py)
             rid = m.request_id.split("#", 1)[0]
             slot = self._slots.get(rid)

@@ -91,7 +91,8 @@ from . import actors as _actors
 from .big_values import Courier
 from .functions import RegisteredFunction, check_signature
 from .futures import Future, SchedulerUnavailable, gather
-from .channel import SchedulerChannel
+from .channel import ClientLink, SchedulerChannel
+from .direct import DirectPath
 from .connections import HOW_TO_AUTHENTICATE, SchedulerConnections
 from .objects import ObjectStore
 from .options import _consistency_and_protocol, _retry_policy, _time_limit
@@ -134,13 +135,19 @@ class Client(SchedulerChannel):
         session: read-your-writes and monotonic reads into every call (module contract);
             False turns them off for this client.
         session_keys: how many keys' versions the session keeps exactly.
+        direct: send calls straight to a worker this client holds a scheduler-granted lease
+            on (`cloudburst/direct.py`): the first call of a function or DAG asks for the
+            lease, later ones skip the scheduler. Calls that cannot go direct (causal, actor,
+            `output_key`, `Future` arguments, large arguments, exception retries) and calls
+            beyond the lease's slots take the scheduler's path as before.
     """
 
     def __init__(self, address: Union[str, Sequence[str]], *, timeout: float = 30.0,
                  ip: str = "127.0.0.1", failover_timeout: float = 3.0,
                  auth: Optional[AuthConfig] = None,
                  kvs_address: Optional[str] = None, session: bool = True,
-                 session_keys: int = DEFAULT_MAX_KEYS, lease_ttl: float = 5.0) -> None:
+                 session_keys: int = DEFAULT_MAX_KEYS, lease_ttl: float = 5.0,
+                 direct: bool = False) -> None:
         addresses = [address] if isinstance(address, str) else list(address)
         if not addresses:
             raise ValueError("a Client needs at least one scheduler address")
@@ -192,6 +199,8 @@ class Client(SchedulerChannel):
         self._session = ClientSession(session_keys) if session else None
         self.closed = False
         self._leases = ClientLeases(self, lease_ttl)
+        self._link = ClientLink(self)      # what Futures and the direct path see of this client
+        self._direct = DirectPath(self._link, self._context, creds) if direct else None
         try:
             info = self._ask("info", pb.NameRequest(),
                              "answer `info` (is a scheduler running there?)",
@@ -440,20 +449,26 @@ class Client(SchedulerChannel):
             call.lease_ttl = self._leases.ttl
         # its scheduler deletes them when the call is over, even if this client is gone
         call.value_keys.extend(stored)
-        if self._finished:
-            with self._cond:
-                finished, self._finished = self._finished, []
-            call.finished.extend(finished)
         sent_at = time.monotonic()
-        try:
-            scheduler = self._send("call", call)
-        except BaseException:
-            self._courier.release(stored)
-            raise
+        scheduler = None
+        if self._direct is not None and self._direct.eligible(call, stored, inputs):
+            scheduler = self._direct.send(call)      # straight to a leased worker, if any
+        if scheduler is None:
+            if self._finished:
+                with self._cond:
+                    finished, self._finished = self._finished, []
+                call.finished.extend(finished)
+            try:
+                scheduler = self._send("call", call)
+            except BaseException:
+                self._courier.release(stored)
+                raise
         if not keep:
             self._leases.hold(rid, scheduler)
         self._keep_call(rid, call, scheduler, sent_at)
-        return Future(self, rid, what, wait, scheduler=scheduler, sent_at=sent_at,
+        if self._direct is not None:
+            self._direct.flush()         # lease requests and renewals, after the call
+        return Future(self._link, rid, what, wait, scheduler=scheduler, sent_at=sent_at,
                       objects=objects, stored=stored, fire_and_forget=keep,
                       consistency="causal" if call.consistency == pb.CAUSAL else "lww",
                       inputs=inputs)
@@ -545,6 +560,15 @@ class Client(SchedulerChannel):
         return value
 
     @property
+    def worker_leases(self) -> List[Dict[str, Any]]:
+        """The worker leases this client holds now (`direct=True`; else []): for each, the
+        `target` (function or DAG name), `dag`, `worker_id`, `slots` and calls `in_flight`."""
+        if self._direct is None:
+            return []
+        self._read_arrived()          # grants and revocations that came meanwhile
+        return self._direct.held()
+
+    @property
     def session(self) -> Optional[Session]:
         """This client's session (None when off): the floors its calls carry."""
         return None if self._session is None else self._session.session
@@ -567,6 +591,8 @@ class Client(SchedulerChannel):
         if self.closed:
             return
         self._leases.leave()          # the calls still in flight are cancelled
+        if self._direct is not None:
+            self._direct.close()      # its leases go back to their schedulers
         self.closed = True
         if self._objects is not None:
             self._objects.close()

@@ -4,7 +4,8 @@ Contract: `FaultInjection` is a mixin of `LocalCluster` (which holds the process
 on: `_nodes`, `_node(node_id)`, `_schedulers` and `workers`). `kill_node` SIGKILLs an
 executor node and returns once its workers died with it; `signal_node` sends a signal to a
 node and its workers (SIGSTOP / SIGCONT: a stalled node; SIGKILL: a crashed one);
-`kill_scheduler` and `kill_worker` SIGKILL one scheduler or one worker process. They touch
+`kill_scheduler` and `kill_worker` SIGKILL one scheduler or one worker process;
+`signal_scheduler` sends a signal to one scheduler (SIGSTOP / SIGCONT: a stalled one). They touch
 only processes the cluster started.
 """
 from __future__ import annotations
@@ -57,11 +58,17 @@ class FaultInjection:
             os.kill(pid, sig)
         return pids
 
-    def kill_scheduler(self, scheduler: int = 0, sig: int = signal.SIGKILL) -> int:
-        """SIGKILL (or `sig`, e.g. SIGTERM: a graceful stop) scheduler number `scheduler`;
-        returns its pid."""
+    def signal_scheduler(self, scheduler: int, sig: int) -> int:
+        """Send `sig` to scheduler number `scheduler` (SIGSTOP then SIGCONT: a stalled
+        scheduler); returns its pid."""
         pid = self._schedulers[scheduler].pid
         os.kill(pid, sig)
+        return pid
+
+    def kill_scheduler(self, scheduler: int = 0) -> int:
+        """SIGKILL scheduler number `scheduler`; returns its pid."""
+        pid = self._schedulers[scheduler].pid
+        os.kill(pid, signal.SIGKILL)
         return pid
 
     def kill_worker(self, worker_id: str) -> None:

@@ -30,6 +30,8 @@ Contract:
   `Client.failover_timeout` of waiting); it is not retried: it may have run. A call a
   stopping scheduler refused (it never started there) is sent to another scheduler instead
   (`cloudburst/channel.py`), and `scheduler` then names that one.
+- A `Future` reaches its client only through `CallOwner`, the small interface below, which
+  the client implements (`cloudburst/channel.py`'s `FutureLink`).
 """
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ import asyncio
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Protocol, Sequence, Tuple
 
 from hydro_proto import cloudburst_pb2 as pb
 
@@ -45,10 +47,51 @@ from faas.errors import (Cancelled, ExecutionError, SchedulerUnavailable, Timeou
                            error_from_status)
 from faas.values import loads
 
-if TYPE_CHECKING:  # the client imports this module
-    from .client import Client
+__all__ = ["CallOwner", "CausalStats", "Future", "SchedulerUnavailable", "explain_protocol",
+           "gather", "wait"]
 
-__all__ = ["CausalStats", "Future", "SchedulerUnavailable", "explain_protocol", "gather", "wait"]
+
+class CallOwner(Protocol):
+    """What a `Future` needs from the client that made its call, and nothing more."""
+
+    failover_timeout: float        # seconds between two checks that the scheduler is there
+
+    def current_scheduler(self) -> str:
+        """The scheduler the client talks to now."""
+
+    def peek(self, rid: str) -> Optional[pb.CallResult]:
+        """The call's answer if it has arrived (reads what is waiting, never blocks)."""
+
+    def wait_for(self, rid: str, timeout: float) -> Optional[pb.CallResult]:
+        """The call's answer, waiting up to `timeout` s; None if it has not arrived."""
+
+    def scheduler_lost(self, scheduler: str, since: float, rid: str) -> Optional[str]:
+        """Why the call's scheduler is gone, or None while it is there."""
+
+    def sent_to(self, rid: str) -> Optional[Tuple[str, float]]:
+        """(scheduler, time sent) of the call's latest send, when a stopping scheduler
+        refused it and it went to another; None otherwise (or once it is over)."""
+
+    def where(self, rid: str, what: str, scheduler: str) -> str:
+        """The stage a call stalled at, in words (for `Timeout`)."""
+
+    def cancel(self, rid: str, scheduler: str) -> None:
+        """Stop the call where it runs (no answer awaited)."""
+
+    def forget(self, rid: str) -> None:
+        """The client keeps nothing more for the call."""
+
+    def abandon(self, rid: str, fire_and_forget: bool) -> None:
+        """The Future was collected unawaited (a finalizer: must not send)."""
+
+    def collected(self, rid: str, result: pb.CallResult) -> None:
+        """The call's result was taken: reported to the scheduler, noted in the session."""
+
+    def release_values(self, keys: List[str]) -> None:
+        """Delete these large values of the call from the KVS (done with them)."""
+
+    def take_value(self, key: str, what: str) -> bytes:
+        """Read (and delete) a large result stored by reference under `key`."""
 
 PROTOCOL_NAMES = {pb.HB: "hb", pb.CT: "ct", pb.OPT: "opt", pb.CON: "con"}
 
@@ -105,7 +148,7 @@ class CausalStats:
 class Future:
     """The eventual result of one call; see the module contract."""
 
-    def __init__(self, client: "Client", request_id: str, what: str, timeout: float,
+    def __init__(self, client: CallOwner, request_id: str, what: str, timeout: float,
                  scheduler: str = "", sent_at: Optional[float] = None,
                  objects: bool = False, stored: Sequence[str] = (),
                  consistency: str = "lww", fire_and_forget: bool = False,
@@ -116,7 +159,7 @@ class Future:
         self._inputs = tuple(inputs)
         self.request_id = request_id
         self.what = what
-        self.scheduler = scheduler or client.address    # where the call was sent
+        self.scheduler = scheduler or client.current_scheduler()   # where the call was sent
         self._sent_at = time.monotonic() if sent_at is None else sent_at
         self._timeout = timeout
         self._deadline = time.monotonic() + timeout
@@ -128,12 +171,12 @@ class Future:
         # an output_key call: kept running when its caller leaves or drops this Future
         self.fire_and_forget = fire_and_forget
         self.consistency = consistency   # of the call: "lww" or "causal"
-        self._finalizer = weakref.finalize(self, client._abandon, request_id, fire_and_forget)
+        self._finalizer = weakref.finalize(self, client.abandon, request_id, fire_and_forget)
         # large values of this call in the KVS (its arguments, then its result): deleted once
         # the call is over, or when the future is dropped unread
         self._stored: List[str] = list(stored)
         self._value: Optional[bytes] = None
-        self._release = weakref.finalize(self, client._courier.release, self._stored)
+        self._release = weakref.finalize(self, client.release_values, self._stored)
         self._release.atexit = False
 
     def __repr__(self) -> str:
@@ -149,7 +192,7 @@ class Future:
         if self._cancelled:
             return True
         if self._result is None:
-            self._result = self._client._peek(self.request_id)
+            self._result = self._client.peek(self.request_id)
             if self._result is not None:
                 self._collected()
         return self._result is not None or self._lost is not None
@@ -168,33 +211,33 @@ class Future:
                 raise
             if slot is None:
                 return self.done() or self._lost is not None
-            self._result = slot.answer
+            self._result = slot
             self._collected()
         return True
 
-    def _await_slot(self, timeout: Optional[float]) -> Any:
-        """The answer's slot; None when `timeout` passed first or the scheduler was lost
+    def _await_slot(self, timeout: Optional[float]) -> Optional[pb.CallResult]:
+        """The answer; None when `timeout` passed first or the scheduler was lost
         (`_lost` set) or the result came through `done()`."""
         client = self._client
         deadline = time.monotonic() + (self._timeout if timeout is None else max(0.0, timeout))
         while True:
             left = deadline - time.monotonic()
-            slot = client._wait(self.request_id, max(0.0, min(left, client.failover_timeout)))
+            slot = client.wait_for(self.request_id, max(0.0, min(left, client.failover_timeout)))
             if slot is not None:
                 return slot
             if time.monotonic() >= deadline:
                 return None
             # a stopping scheduler may have refused the call, which went elsewhere
-            self.scheduler, self._sent_at = client._sent_to(self.request_id) or (
+            self.scheduler, self._sent_at = client.sent_to(self.request_id) or (
                 self.scheduler, self._sent_at)
-            lost = client._scheduler_lost(self.scheduler, self._sent_at, self.request_id)
+            lost = client.scheduler_lost(self.scheduler, self._sent_at, self.request_id)
             if self.done():                  # the result came meanwhile
                 return None
             if lost is not None:
                 self._lost = f"{self.what}: {lost} while the call was in flight; it was " \
                              f"not retried (it may or may not have run)"
                 self._finalizer.detach()
-                client._forget(self.request_id)
+                client.forget(self.request_id)
                 return None
 
     def cancel(self) -> bool:
@@ -206,8 +249,8 @@ class Future:
             return False
         self._cancelled = True
         self._finalizer.detach()
-        self._client._cancel(self.request_id, self.scheduler)
-        self._client._forget(self.request_id)
+        self._client.cancel(self.request_id, self.scheduler)
+        self._client.forget(self.request_id)
         return True
 
     def cancelled(self) -> bool:
@@ -223,7 +266,7 @@ class Future:
             raise Cancelled(f"{self.what} was cancelled")
         if not self.wait(timeout):
             wait = self._timeout if timeout is None else timeout
-            where = self._client._where(self.request_id, self.what, self.scheduler)
+            where = self._client.where(self.request_id, self.what, self.scheduler)
             if not self.done():           # the result may have come while we asked where
                 past_deadline = time.monotonic() >= self._deadline
                 # cancelling fails when the result arrives just now: then report the result
@@ -238,8 +281,7 @@ class Future:
             self.causal = CausalStats.from_proto(r.causal)
         if r.status == pb.OK:
             if r.value_key and self._value is None:     # a large result, by reference
-                self._value = self._client._courier.take(r.value_key,
-                                                         f"the result of {self.what}")
+                self._value = self._client.take_value(r.value_key, f"the result of {self.what}")
                 if r.value_key in self._stored:
                     self._stored.remove(r.value_key)
             return loads(r.value if not r.value_key else self._value,
@@ -260,7 +302,7 @@ class Future:
         has not finished within `timeout`."""
         if not self.wait(timeout):
             wait = self._timeout if timeout is None else timeout
-            raise Timeout(self._client._where(self.request_id, self.what, self.scheduler), wait)
+            raise Timeout(self._client.where(self.request_id, self.what, self.scheduler), wait)
         return self._result.logs if self._result is not None else ""
 
     def __await__(self):
@@ -270,16 +312,14 @@ class Future:
 
     def _collected(self) -> None:
         self._finalizer.detach()
-        moved = self._client._sent_to(self.request_id)   # refused by a stopping scheduler
+        moved = self._client.sent_to(self.request_id)   # refused by a stopping scheduler
         if moved is not None:
             self.scheduler = moved[0]
-        self._client._forget(self.request_id)
-        self._client._finished.append(self.request_id)
-        self._client._observed(self._result)      # the client's session notes what it read
+        self._client.collected(self.request_id, self._result)
         arguments, self._stored[:] = list(self._stored), []
         if self._result is not None and self._result.value_key:
             self._stored.append(self._result.value_key)   # until get() takes it
-        self._client._courier.release(arguments)
+        self._client.release_values(arguments)
 
 
 def gather(futures: Iterable[Future], timeout: Optional[float] = None) -> List[Any]:

@@ -108,6 +108,7 @@ class LocalCluster(FaultInjection):
             worker, where it waits (the previous behaviour, for comparisons).
         max_causal_retries: aborted attempts of a causal call the schedulers retry before
             failing it with `Aborted`.
+        hb_snapshot: when an HB call takes its snapshot round (`SchedulerConfig.hb_snapshot`).
         port: the first scheduler's TCP port (0: a free port); the others pick free ports.
         restart_workers: executor nodes restart worker processes that exit (with back-off);
             False leaves them gone (fault tests of the schedulers).
@@ -157,7 +158,8 @@ class LocalCluster(FaultInjection):
                  startup_timeout: float = 60.0, seed: Optional[int] = None,
                  transport: str = "tcp", colocate_chains: bool = True,
                  queue_calls: bool = True,
-                 max_causal_retries: int = 10, log_dir: Optional[str] = None,
+                 max_causal_retries: int = 10, hb_snapshot: str = "adaptive",
+                 log_dir: Optional[str] = None,
                  port: int = 0, metrics_port: Optional[int] = None,
                  function_time_limit: float = 900.0, restart_workers: bool = True,
                  kvs_nodes: int = 1, kvs_replication: Any = None,
@@ -201,6 +203,7 @@ class LocalCluster(FaultInjection):
         self.colocate_chains = colocate_chains
         self.queue_calls = queue_calls
         self.max_causal_retries = max_causal_retries
+        self.hb_snapshot = hb_snapshot
         self.port = port
         self.metrics_port = metrics_port
         self.function_time_limit = function_time_limit
@@ -352,6 +355,7 @@ class LocalCluster(FaultInjection):
                                          colocate_chains=self.colocate_chains,
                                          queue_calls=self.queue_calls,
                                          max_causal_retries=self.max_causal_retries,
+                                         hb_snapshot=self.hb_snapshot,
                                          port=self.port if i == 0 else 0,
                                          metrics_port=None if self.metrics_port is None
                                          else self.metrics_port if i == 0 else 0,

@@ -180,6 +180,7 @@ class Heartbeat:
     control: zmq.Socket                 # polled between heartbeats
     on_control: Callable[[], None]      # reads what arrived on `control`
     stopping: threading.Event
+    direct_address: str = ""            # where clients' direct calls go ("": none)
 
 
 def heartbeat_loop(beat: Heartbeat) -> None:
@@ -199,6 +200,7 @@ def heartbeat_loop(beat: Heartbeat) -> None:
                                      running=1 if beat.busy.running else 0,
                                      cache_address=beat.cache_address,
                                      control_address=beat.control_address,
+                                     direct_address=beat.direct_address,
                                      restarts=process_start() - 1,
                                      ended_run=beat.run_reports.ended_run)
             for address in targets:

@@ -119,8 +119,9 @@ class ExecutorNode:
         self._security = Security.start(self._context, self.auth)
         creds = self._credentials = credentials_of(self._security)
         # what its workers run with: the function pair (handed over a pipe), another uid
+        # (and the authorized clients' public keys: their direct calls, executor/direct_calls.py)
         self._handoff = None if creds is None else encode_handoff(function_credentials(
-            creds.keypair.public, self.auth.function_keypair(), creds.domain),
+            creds.keypair.public, self.auth.function_keypair(), creds.domain, creds.allowed),
             hide=[os.path.abspath(config.key_dir)])
         # where workers run: the node's children (another uid or Landlock), or a worker host
         self._backend, self._worker_ipc_dir = worker_backend(config, self._context, creds,

@@ -38,6 +38,10 @@ Contract:
   the node cache once the scheduler grants the call's one commit (`executor/causal.py`); a
   commit (or read) refused because its attempt is fenced is reported to the scheduler as a
   `causal_abort` and nothing goes to the caller (hydrocache/DESIGN.md, "Fencing").
+- Direct calls: a client holding a worker lease sends calls to the worker's direct-call
+  socket; they run only within a lease its scheduler told the worker of
+  (`executor/direct_calls.py`, deciding in `executor/leased.py`), and their end frees the
+  lease's slot instead of sending a `done`.
 - What a function prints (stdout and stderr) is captured per call (`executor/output.py`): it
   goes to the worker's log, each line tagged with the call id and function, and travels with
   the call (`Trigger.logs`, then `CallResult.logs`) to the caller, bounded by `output_limit`.
@@ -94,6 +98,7 @@ from .causal import CausalInvocation, Reusable
 from .causal_run import CausalRunning
 from .config import WorkerConfig
 from .dagstate import PendingCalls, Ready
+from .direct_calls import DirectCalls, schedule_credentials
 from .done_reports import DoneReports
 from .function_inputs import FunctionInputs
 from .guard import FunctionGuard, Interrupted
@@ -121,7 +126,7 @@ DONE_BATCH_CALLS = 4
 DONE_HOLD_SECONDS = 0.005
 
 
-class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
+class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, DirectCalls):
     """One executor worker; see the module contract."""
 
     def __init__(self, config: WorkerConfig, credentials: Optional[Credentials] = None) -> None:
@@ -132,8 +137,9 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
             raise KeyFileError(f"worker {config.worker_id} was started with authentication "
                                f"but no function keys were handed to it")
         # the ZAP handler runs before any bind
+        # (the clients' keys only for the direct socket, on a context of its own)
         self._security = None if credentials is None else \
-            Security.of_credentials(self._context, credentials)
+            Security.of_credentials(self._context, schedule_credentials(credentials))
         creds = self.credentials = credentials_of(self._security)
         self._pull, self.address = bind_pull(self._context, config.ip, ipc_dir=config.ipc_dir,
                                              auth=creds, audience=FUNCTION)
@@ -174,7 +180,8 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
                                         config.ipc_dir, creds)
         self._handlers = {"schedule": self._on_schedule, "trigger": self._on_trigger,
                           "abort": self._on_abort, "msg": self._on_msg, "fetch": self._on_fetch,
-                          "moved": self._on_moved}
+                          "moved": self._on_moved, "worker_lease": self._on_worker_lease}
+        self._init_direct_calls(credentials)     # clients' direct calls: their own socket
 
     # ---- lifecycle ----
     def stop(self) -> None:
@@ -186,7 +193,8 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
             Heartbeat(self.worker_id, c.node_id, self.address, self.control_address,
                       c.cache_address, c.scheduler_addresses, c.heartbeat_period,
                       self._context, self.credentials, self.busy, self.run_reports,
-                      self.pending.__len__, self._control, self._on_control, self._stopping),))
+                      self.pending.__len__, self._control, self._on_control, self._stopping,
+                      self.direct_address),))
         beat.start()
         self._pull.setsockopt(zmq.RCVTIMEO, 100)
         next_sweep = time.monotonic() + 0.5
@@ -198,6 +206,7 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
                     self._on_stalled(stalled)
                 self._expire_reuse(now)
                 self._expire_held(now)
+                self.leased.expire(now)
                 if self.config.parent_pid and os.getppid() != self.config.parent_pid:
                     log.warning("parent process exited; stopping")
                     break
@@ -208,7 +217,8 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
                 else:
                     self._dispatch(self._backlog.popleft())
             try:
-                frame = self._admitted(recv_frame(self._pull, copy=False))
+                # the schedule socket's next frame; direct calls are handled on the way
+                frame = self._admitted(self._next_frame())
             except zmq.Again:
                 frame = None
             if frame is not None:
@@ -225,7 +235,9 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
                    hold: bool = False) -> None:
         """Tell the scheduler a call finished (its load accounting depends on it), when
         `executor/done_reports.py` says: batched while messages wait, one held briefly for
-        the caller's own report."""
+        the caller's own report. A direct call's client reports it instead."""
+        if self.leased.finished(call_id):
+            return
         if not self.dones:       # the loop comes back to send them (at the hold's end)
             self._pull.setsockopt(zmq.RCVTIMEO, max(1, round(DONE_HOLD_SECONDS * 1000)))
         self.dones.add(scheduler_address, call_id, ok, self.busy.take_finished(),
@@ -244,6 +256,7 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
         self._pull.close(0)
         self._replies.close(0)
         self._control.close(0)      # the heartbeat thread that reads it has ended (serve)
+        self._close_direct_calls()
         if self._security is not None:
             self._security.stop()
         self._context.term()
@@ -272,7 +285,8 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
             try:
                 message = {"schedule": pb.Schedule, "trigger": pb.Trigger, "abort": pb.CallDone,
                            "msg": pb.UserMessage, "fetch": pb.ResultRequest,
-                           "moved": pb.CallRef}[kind].FromString(payload)
+                           "moved": pb.CallRef,
+                           "worker_lease": pb.WorkerLease}[kind].FromString(payload)
             except DecodeError as e:
                 raise FrameError(f"{kind!r} payload does not parse ({e})") from None
             handler(message)
@@ -313,6 +327,7 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging):
 
     def _on_abort(self, message: pb.CallDone) -> None:
         self.pending.abort(message.call_id)
+        self.leased.cancel(message.call_id, time.monotonic())   # a direct call's slot is free
         if message.status and not message.retried:   # a verdict, for Future arguments
             self._keep_outcome(message.call_id, Outcome(
                 message.status, message=message.message or "it was stopped"))

@@ -17,7 +17,7 @@ from typing import Optional
 __all__ = ["CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "InvalidFunction",
            "InvalidArguments", "DependencyFailed", "NoLibrary", "NoResources",
            "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "Cancelled", "UnsafeValue",
-           "MalformedValue", "NotPermitted", "CorruptRecord", "WorkerDied", "ActorDied", "ActorCallCycle",
+           "MalformedValue", "NotPermitted", "CorruptRecord", "WorkerDied", "ActorDied", "ActorCallCycle", "LeaseRefused",
            "ValueTooLarge",
            "STATUS_OF",
            "error_from_status"]
@@ -196,12 +196,20 @@ class ValueTooLarge(CloudburstError, ValueError):
     worker that made it."""
 
 
+class LeaseRefused(CloudburstError):
+    """A worker refused a direct call: no live worker lease of this client allows it there
+    (the lease is unknown to the worker, expired, revoked, or all its slots are in use). The
+    message names the worker and why. The call did not run; `Client` sends it through its
+    scheduler instead, so a caller meets this only when sending direct calls by hand."""
+
+
 # cloudburst.Status numbers (proto/cloudburst.proto); kept here so this module has no dependencies.
 STATUS_OF = {
     FunctionNotFound: 1, DagNotFound: 2, InvalidDag: 3, NoResources: 4, ExecutionError: 5,
     Timeout: 6, ObjectNotFound: 7, Aborted: 10, Cancelled: 11, UnsafeValue: 12,
     NotPermitted: 13, CorruptRecord: 14, InvalidArguments: 20, DependencyFailed: 21,
     WorkerDied: 22, ActorDied: 24, ValueTooLarge: 26, ActorCallCycle: 230,
+    LeaseRefused: 300,
 }
 
 

@@ -27,8 +27,10 @@ Contract:
   the function key, whose holders send it results). A missing or unreadable key file
   raises `KeyFileError` naming the file; `AuthConfig.function_keypair()` reads the function
   pair (KeyFileError naming `function.key_secret` and how to create it when missing).
-  `function_credentials(cluster_public, pair)` are a worker's credentials: the function pair,
-  admitting the cluster key and the function key.
+  `function_credentials(cluster_public, pair, domain, clients)` are a worker's credentials:
+  the function pair, admitting the cluster key, the function key and the authorized client
+  keys (public keys only; the hand-off carries them), which a worker admits only for direct
+  calls under a worker lease.
 - **Addresses carry their server's key.** A socket bound with credentials is a CURVE server;
   peers connect to it with the address `format_address(endpoint, public)`, i.e.
   `tcp://host:port#k=<public key as 64 hex digits>`. Hex, not Z85, because Z85 uses
@@ -351,10 +353,15 @@ class AuthConfig:
 
 
 def function_credentials(cluster_public: bytes, pair: KeyPair,
-                         domain: str = ZAP_DOMAIN) -> Credentials:
+                         domain: str = ZAP_DOMAIN,
+                         clients: Optional[Mapping[bytes, str]] = None) -> Credentials:
     """The credentials of a process running user code: the function pair, admitting the
-    cluster key (schedules, cache replies) and the function key (other workers)."""
-    return Credentials(pair, FUNCTION, {cluster_public: CLUSTER, pair.public: FUNCTION}, domain)
+    cluster key (schedules, cache replies), the function key (other workers) and the
+    authorized clients' public keys `clients` (Z85 -> "client:NAME": their direct calls
+    under a worker lease, on a socket bound for audience "all")."""
+    allowed = {k: r for k, r in (clients or {}).items() if r.startswith(CLIENT_PREFIX)}
+    allowed.update({cluster_public: CLUSTER, pair.public: FUNCTION})
+    return Credentials(pair, FUNCTION, allowed, domain)
 
 
 def encode_handoff(credentials: Credentials, hide: Iterable[str] = ()) -> bytes:
@@ -364,9 +371,11 @@ def encode_handoff(credentials: Credentials, hide: Iterable[str] = ()) -> bytes:
     if credentials.role != FUNCTION:
         raise ValueError(f"only function credentials are handed over, not {credentials.role!r}")
     cluster = next(k for k, r in credentials.allowed.items() if r == CLUSTER)
+    clients = {k.decode("ascii"): r for k, r in credentials.allowed.items()
+               if r.startswith(CLIENT_PREFIX)}
     return json.dumps({"public": credentials.keypair.public.decode("ascii"),
                        "secret": credentials.keypair.secret.decode("ascii"),
-                       "cluster": cluster.decode("ascii"),
+                       "cluster": cluster.decode("ascii"), "clients": clients,
                        "domain": credentials.domain, "hide": list(hide)}).encode("utf-8")
 
 
@@ -379,11 +388,14 @@ def decode_handoff(data: bytes) -> Tuple[Credentials, List[str]]:
         cluster = d["cluster"].encode("ascii")
         domain = d["domain"]
         hide = [str(p) for p in d.get("hide", [])]
+        clients = {str(k).encode("ascii"): str(r) for k, r in d.get("clients", {}).items()}
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise KeyFileError(f"the function keys handed over are malformed ({e})") from None
     if len(pair.public) != 40 or len(pair.secret) != 40 or len(cluster) != 40:
         raise KeyFileError("the function keys handed over are not 40-character Z85 keys")
-    return function_credentials(cluster, pair, domain), hide
+    if any(len(k) != 40 for k in clients):
+        raise KeyFileError("a client key handed over is not a 40-character Z85 key")
+    return function_credentials(cluster, pair, domain, clients), hide
 
 
 # --- addresses -------------------------------------------------------------------------------

@@ -39,7 +39,8 @@ __all__ = ["CLIENT_KINDS", "FUNCTION_KINDS", "REFUSAL_LOG_PERIOD", "Admission"]
 log = logging.getLogger("scheduler")
 
 CLIENT_KINDS = frozenset({"register_fn", "register_dag", "delete_dag", "delete_fn", "list",
-                          "info", "status", "call", "where", "cancel", "lease"})
+                          "info", "status", "call", "where", "cancel", "lease",
+                          "lease_worker"})
 FUNCTION_KINDS = frozenset({"heartbeat", "done", "causal_abort", "values"})
 REFUSAL_LOG_PERIOD = 10.0  # seconds between two warnings about one (role, kind) dropped
 

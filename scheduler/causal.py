@@ -36,6 +36,9 @@ requests are `f"{c}#snap-{n}"` / `f"{c}#fetch-{n}"`. `caller_of(id)` gives back 
 of them, so the scheduler routes replies and reports without an index of its own.
 Placement (function -> worker, and so function -> node cache) is fixed for the whole call.
 
+`hb_eager=False` runs HB lazily: no snapshot round until its OPT attempt aborts
+(`scheduler.mtcc.HbFlow`, chosen per DAG by `scheduler.hb_policy.SnapshotPolicy`).
+
 `engine` turns snapshot pieces into plans (default: `HydroEngine`, over hydrocache.protocols).
 """
 from __future__ import annotations
@@ -134,7 +137,7 @@ class CausalCall:
                  upstreams: Mapping[str, Sequence[str]], keys: Mapping[str, Sequence[str]],
                  caches: Mapping[str, str], reply_address: str, now: float, timeout: float,
                  max_retries: int = 10, engine: Any = None, name: str = "",
-                 session: Optional[pb.Session] = None) -> None:
+                 session: Optional[pb.Session] = None, hb_eager: bool = True) -> None:
         self.call_id = call_id
         # the caller's floors: snapshots are at least this new
         self.session = None if session is None else Floors(session)
@@ -157,7 +160,7 @@ class CausalCall:
         self.coord_deadline = now + 0.9 * timeout
         self.max_retries = max_retries
         self.engine = engine if engine is not None else HydroEngine()
-        self.flow: Flow = flow_for(requested, call_id)
+        self.flow: Flow = flow_for(requested, call_id, hb_eager)
         self.attempts: Dict[str, Attempt] = {}
         self.aborts = 0
         self.last_reason = ""
@@ -195,7 +198,7 @@ class CausalCall:
             return []   # a reply to a request no longer awaited (prefetch, cancelled round)
         if now > self.coord_deadline:
             return self._coord_timeout()
-        fn, cache = r.pending.pop(resp.request_id)
+        fn, cache, shares = r.pending.pop(resp.request_id)
         if resp.status != pb.OK:
             who = resp.responder or cache
             if resp.status == pb.TIMEOUT:
@@ -205,7 +208,11 @@ class CausalCall:
             return self.fail(resp.status, f"{self.name}: {r.stage}: cache {who} failed "
                                           f"{r.op_name} for {fn}: {resp.message}")
         if r.op == pb.CAUSAL_SNAPSHOT:
-            r.pieces.setdefault(fn, []).extend(resp.pieces)
+            if not shares:
+                r.pieces.setdefault(fn, []).extend(resp.pieces)
+            for name, keys in shares:       # one cache's reply for several functions
+                r.pieces.setdefault(name, []).extend(p for p in resp.pieces
+                                                     if p.local.key in keys)
         if r.pending:
             return []
         self._rounds.remove(r)
@@ -304,24 +311,29 @@ class CausalCall:
 
     def snapshot_round(self, attempt_id: str, stage: str, now: float,
                        then: Continuation) -> List[Action]:
-        """CAUSAL_SNAPSHOT to every function's cache under `attempt_id`; `then` resumes the
-        flow with the pieces once every reply is in."""
+        """CAUSAL_SNAPSHOT under `attempt_id`, one request per cache for all the functions
+        placed on it (its keys are theirs together, and one cut serves them all); `then`
+        resumes the flow with the pieces, per function, once every reply is in."""
         r = Round(pb.CAUSAL_SNAPSHOT, attempt_id, stage, then)
-        out: List[Action] = []
+        by_cache: Dict[str, List[Tuple[str, List[str]]]] = {}
         for fn in self.order:
-            rid = self._rid("snap")
-            cache = self.caches[fn]
-            r.pending[rid] = Awaited(fn, cache)
             # the sink's cache snapshots every key of the DAG: a write at the sink inherits
             # the dependencies of the version the DAG read of its key (hydrocache/writer.py),
             # so the sink must be able to bind any key read upstream
             keys = self.dag_keys if fn == self.order[-1] else self.keys[fn]
+            by_cache.setdefault(self.caches[fn], []).append((fn, list(keys)))
+        out: List[Action] = []
+        for cache, fns in by_cache.items():
+            rid = self._rid("snap")
+            keys = list(dict.fromkeys(k for _, ks in fns for k in ks))
+            shares = tuple((fn, frozenset(ks)) for fn, ks in fns) if len(fns) > 1 else ()
+            r.pending[rid] = Awaited(fns[0][0], cache, shares)
             out.append(CacheSend(cache, self._request(
                 pb.CAUSAL_SNAPSHOT, attempt_id, now, request_id=rid,
                 response_address=self.reply_address, keys=keys,
                 dag_keys=self.dag_keys, dag_keys_known=True,
                 session=None if self.session is None else
-                self.session.restrict(list(keys) + self.dag_keys))))
+                self.session.restrict(keys + self.dag_keys))))
         return out + self._await(r, now)
 
     def fetch_round(self, attempt_id: str, stage: str, fetches: FetchSets, now: float,
@@ -382,18 +394,31 @@ class CausalCall:
                                timeout=max(self.coord_deadline - now, 0.001), **fields)
 
     def _fetches(self, r: Round, fetches: FetchSets, now: float, wait: bool) -> List[Action]:
-        out: List[Action] = []
+        """One CAUSAL_FETCH per cache, of the fetch sets of the functions placed on it
+        together (Algorithm 10 gives a key one version, from the union S; a key two of them
+        name differently would go in separate requests)."""
+        by_cache: Dict[str, List[Tuple[str, Dict[str, Any]]]] = {}
         for fn in self.order:
             versions = fetches.get(fn)
             if not versions:
                 continue
-            rid = self._rid("fetch")
-            cache = self.caches[fn]
-            if wait:
-                r.pending[rid] = Awaited(fn, cache)
-            out.append(CacheSend(cache, self._request(
-                pb.CAUSAL_FETCH, r.attempt_id, now, request_id=rid,
-                response_address=self.reply_address if wait else "", versions=versions)))
+            groups = by_cache.setdefault(self.caches[fn], [])
+            for group in groups:
+                if all(group[1].get(v.key, v) == v for v in versions):
+                    group[1].update((v.key, v) for v in versions)
+                    break
+            else:
+                groups.append((fn, {v.key: v for v in versions}))
+        out: List[Action] = []
+        for cache, groups in by_cache.items():
+            for fn, versions in groups:
+                rid = self._rid("fetch")
+                if wait:
+                    r.pending[rid] = Awaited(fn, cache)
+                out.append(CacheSend(cache, self._request(
+                    pb.CAUSAL_FETCH, r.attempt_id, now, request_id=rid,
+                    response_address=self.reply_address if wait else "",
+                    versions=list(versions.values()))))
         return out
 
     def _await(self, r: Round, now: float) -> List[Action]:

@@ -1,8 +1,11 @@
 """The causal calls in flight at one scheduler: one record per call, its coordinator's
 actions carried out.
 
-Contract: `CausalCalls(push, table, address, max_retries)` is the I/O side of
-`scheduler.causal`; the scheduler's loop hands it the causal events with `now`:
+Contract: `CausalCalls(push, table, address, max_retries, hb_snapshot)` is the I/O side of
+`scheduler.causal`; the scheduler's loop hands it the causal events with `now`.
+`hb_snapshot` says when an HB call takes its snapshot round: "adaptive" (per DAG, eager while
+its OPT attempts abort often: `scheduler.hb_policy.SnapshotPolicy`, which learns from every
+HB call that ends), "always" (at the start, as written) or "on_abort" (only after OPT aborted).
 - `begin(call, dag, versions, placement, caches, timeout, now)`: keeps an `InFlight` record
   (the caller's `Call`, the DAG, the function versions, the placement, the coordinator),
   counts the call's load on its workers at once (a reservation under the caller's id in the
@@ -36,12 +39,17 @@ from typing import Dict, Iterable, Mapping, Optional
 from hydro_proto import cloudburst_pb2 as pb
 
 from .causal import CausalCall, caller_of
-from .causal_records import AbortAttempt, Action, CacheSend, Fail, Finished, StartAttempt
+from .hb_policy import SnapshotPolicy
+from .causal_records import (AbortAttempt, Action, AttemptState, CacheSend, Fail, Finished,
+                             StartAttempt)
 from .dag import Dag
 from .membership import CallRecord, ExecutorTable
+from .mtcc import HbFlow
 from .schedule import build_schedules, references_by_function
 
-__all__ = ["CausalCalls", "InFlight"]
+__all__ = ["CausalCalls", "InFlight", "HB_SNAPSHOT_MODES"]
+
+HB_SNAPSHOT_MODES = ("adaptive", "always", "on_abort")
 
 log = logging.getLogger("cloudburst.scheduler")
 
@@ -61,7 +69,12 @@ class CausalCalls:
     """The causal calls in flight; see the module contract."""
 
     def __init__(self, push: object, table: ExecutorTable, address: str,
-                 max_retries: int) -> None:
+                 max_retries: int, hb_snapshot: str = "adaptive") -> None:
+        if hb_snapshot not in HB_SNAPSHOT_MODES:
+            raise ValueError(f"hb_snapshot must be one of {HB_SNAPSHOT_MODES}, "
+                             f"not {hb_snapshot!r}")
+        self._hb_snapshot = hb_snapshot
+        self.hb_policy = SnapshotPolicy()
         self._push = push              # anything with send(address, kind, message)
         self._table = table
         self._address = address
@@ -88,7 +101,8 @@ class CausalCalls:
             call.request_id, call.protocol, dag.functions,
             {fn: dag.upstreams(fn) for fn in dag.functions}, references_by_function(call),
             caches, self._address, now, timeout, max_retries=self._max_retries, name=dag.name,
-            session=call.session if call.HasField("session") else None)
+            session=call.session if call.HasField("session") else None,
+            hb_eager=self._hb_eager(dag.name))
         rec = InFlight(call, dag, versions, dict(placement), coordinator)
         self.records[call.request_id] = rec
         self._table.start_call(CallRecord(call.request_id, dag.name, dict(placement),
@@ -198,7 +212,26 @@ class CausalCalls:
                                           dict(rec.placement), rec.call.response_address,
                                           now + action.timeout + 5), new_call=False)
 
+    def _hb_eager(self, dag: str) -> bool:
+        if self._hb_snapshot == "adaptive":
+            return self.hb_policy.eager(dag)
+        return self._hb_snapshot == "always"
+
     def _forget(self, rec: InFlight) -> None:
+        flow = rec.coordinator.flow
+        if isinstance(flow, HbFlow) and flow.opt:       # what HB's policy learns: did OPT abort?
+            name = rec.dag.name
+            was = self.hb_policy.eager(name)
+            if flow.opt_aborted:
+                self.hb_policy.record(name, True)
+            elif rec.coordinator.granted == flow.opt or rec.coordinator.attempts[
+                    flow.opt].state is AttemptState.DONE:
+                self.hb_policy.record(name, False)
+            if self.hb_policy.eager(name) != was:
+                log.info("HB calls of DAG %s now take their snapshot round %s (OPT aborted "
+                         "in %.0f%% of its recent calls)", name,
+                         "at the start" if not was else "only after an OPT abort",
+                         100 * self.hb_policy.rate(name))
         cid = rec.call.request_id
         self.records.pop(cid, None)
         self._table.finish_call(cid)

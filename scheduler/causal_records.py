@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, NamedTuple, Union
+from typing import Any, Dict, FrozenSet, List, NamedTuple, Tuple, Union
 
 from hydro_proto import cloudburst_pb2 as pb
 
@@ -89,8 +89,11 @@ class Attempt:
 class Awaited(NamedTuple):
     """A cache request whose reply a round waits for."""
 
-    function: str                      # the function whose cache it went to
+    function: str                      # the (first) function whose cache it went to
     cache: str                         # that cache's address
+    # a snapshot request standing for several functions on one cache: each function's share
+    # of the reply, by key (empty: the whole reply is `function`'s)
+    shares: Tuple[Tuple[str, FrozenSet[str]], ...] = ()
 
 
 class Waiting(NamedTuple):

@@ -49,6 +49,10 @@ class SchedulerConfig:
     ipc_dir: when set, the request socket is a Unix socket in this directory (single host).
     max_causal_retries: aborted attempts of a causal call (OPT, HB, unknown read sets) that are
         retried before the call fails with ABORTED.
+    hb_snapshot: when an HB call takes its snapshot round: "adaptive" (default: per DAG, at
+        the start while its OPT attempts aborted often lately, otherwise only after OPT
+        aborts; `scheduler/hb_policy.py`), "always" (at the start, as the protocol is
+        written) or "on_abort" (only after OPT aborted). Consistency is the same in all three.
     max_retries: how many more times a call runs after its worker or node died, when neither
         the call nor its functions say (`scheduler/retries.py`; Ray's default for tasks).
     gc_period: seconds between dependency-metadata GC rounds over every live node cache
@@ -75,6 +79,8 @@ class SchedulerConfig:
         from them only the kinds clients send (`scheduler.admission.CLIENT_KINDS`). None: plain
         sockets, anyone who can reach them is trusted. The process reads the keys itself: no
         key is ever on a command line.
+    worker_leases / worker_lease_ttl: whether clients that ask get worker leases (the direct
+        call path: `scheduler/worker_leases.py`), and how long one lasts unless renewed.
     """
 
     ROLE: ClassVar[str] = "scheduler"
@@ -107,6 +113,9 @@ class SchedulerConfig:
                                              "directory (one host)")
     max_causal_retries: int = knob(10, help="aborted attempts of a causal call retried before "
                                             "it fails with ABORTED")
+    hb_snapshot: str = knob("adaptive", help="when an HB call takes its snapshot round: "
+                                             "adaptive (per DAG, while OPT aborts often), "
+                                             "always, or on_abort")
     max_retries: int = knob(3, help="runs again after a worker or node died, when the call "
                                     "does not say")
     gc_period: float = knob(5.0, help="seconds between dependency-metadata GC rounds (0: off)")
@@ -121,6 +130,8 @@ class SchedulerConfig:
                                 "scheduler's sockets accept")
     key_dir: Optional[str] = knob(None, help="the cluster's key directory (`cloudburst keys`); "
                                              "default: plain sockets")
+    worker_leases: bool = knob(True, help="grant clients worker leases (the direct call path)")
+    worker_lease_ttl: float = knob(2.0, help="seconds a worker lease lasts unless renewed")
     stop_grace: float = knob(0.0, help="on SIGTERM, seconds to keep serving the calls already "
                                        "accepted while new calls are refused (their clients "
                                        "send them to another scheduler; scheduler/stopping.py)"

@@ -49,6 +49,7 @@ class ExecutorEvents:
                    "interpreter (stuck in C code); the worker is being killed and restarted")
             log.warning("worker %s of node %s %s", s.worker_id, s.node_id, how)
             self._actors.worker_lost(s.worker_id, how)
+            self._leases_lost(s.worker_id, how)
             for record in self.table.drop_worker(s.worker_id):
                 self._orphaned(record, s.worker_id, f"executor worker {s.worker_id} {how}",
                                time.monotonic(),
@@ -67,10 +68,13 @@ class ExecutorEvents:
                 how = f"was killed by signal {-s.exit_code}"
             log.warning("worker %s of node %s %s", s.worker_id, s.node_id, how)
             self._actors.worker_lost(s.worker_id, how)
+            self._leases_lost(s.worker_id, how)
             for record in self.table.drop_worker(s.worker_id):
                 self._orphaned(record, s.worker_id, f"executor worker {s.worker_id} {how}",
                                time.monotonic(), status)
             return
+        if s.direct_address:    # where its leases' direct calls go (scheduler/lease_grants.py)
+            self._note_direct(s.worker_id, s.direct_address)
         if not s.address:       # its node vouches that the worker's process is alive
             self.table.vouch(s.worker_id, s.node_id, time.monotonic())
             return
@@ -106,6 +110,7 @@ class ExecutorEvents:
         for wid in expired.dead_workers:
             log.warning("worker %s %s; dropped from scheduling", wid, expired.reasons[wid])
             self._actors.worker_lost(wid, expired.reasons[wid])
+            self._leases_lost(wid, expired.reasons[wid])
             self._windows.forget(wid)
         for record in expired.overdue_calls:
             self.stats.finished(caller_of_attempt(record.call_id), False, now)

@@ -15,6 +15,9 @@ mechanics (attempts, cache request rounds, the retry budget, failing, releasing)
 Continuations: `ConSnapshotTaken(attempt_id, reuse)` (CON's CAUSAL_SNAPSHOT replies are in),
 `ConFetched(attempt_id, snapshot_attempt, reuse)` (its CAUSAL_FETCHes are acknowledged),
 `HbSnapshotTaken()` (HB's "#s" snapshot is complete).
+HB's snapshot round is eager (taken at the start, as written) or lazy (taken only when the
+OPT attempt aborts); `scheduler.hb_policy.SnapshotPolicy` chooses per DAG, from how often
+OPT aborted lately, and `HbFlow.opt_aborted` is what it learns from each call.
 """
 from __future__ import annotations
 
@@ -157,35 +160,46 @@ class HbFlow(ConFlow):
     An abort naming new keys (or an abort of HB's CON attempt) drops the "#s" snapshot and
     runs CON from a fresh snapshot that covers them. Only the attempt the coordinator grants
     the call's commit to writes and answers (`CausalCall.grant`): OPT and CON never both
-    commit."""
+    commit.
+
+    Lazy (`eager=False`): OPT alone at first, with no snapshot round, simulation or
+    prefetch; when OPT aborts, CON from a fresh snapshot round reusing the OPT attempt's
+    results. What the caller gets is the same in both modes (OPT's validation or CON's
+    complete snapshot); only where the cost falls differs."""
 
     protocol = pb.HB
 
-    def __init__(self, call_id: str) -> None:
+    def __init__(self, call_id: str, eager: bool = True) -> None:
         self.snapshot_id = f"{call_id}#s"
+        self.eager = eager
         self.opt = ""                           # the OPT attempt
         self.pieces: Optional[Pieces] = None    # the "#s" snapshot, once complete
         self.waiting = False                    # OPT aborted before the snapshot was in
+        self.opt_aborted = False                # the OPT attempt aborted (or early-aborted)
         self._started = False
 
     def held_snapshots(self) -> List[str]:
         return [self.snapshot_id] if self._started else []
 
     def start(self, call: "CausalCall", now: float) -> List[Action]:
+        self.opt = call.new_attempt()
+        if not self.eager:                      # OPT alone; a snapshot only if it aborts
+            return call.start_attempt(self.opt, pb.OPT, now)
         # OPT at once, and the snapshot for the simulation at the same moment
         self._started = True
-        self.opt = call.new_attempt()
         out = call.start_attempt(self.opt, pb.OPT, now, snapshot_attempt=self.snapshot_id)
         return out + call.snapshot_round(self.snapshot_id, "HB snapshot for the OPT simulation",
                                          now, then=HbSnapshotTaken())
 
     def retry(self, call: "CausalCall", abort: pb.CausalAbort, now: float) -> List[Action]:
-        if abort.attempt_id == self.opt and not any(abort.new_keys):
+        if abort.attempt_id == self.opt:
+            self.opt_aborted = True
+        if self.eager and abort.attempt_id == self.opt and not any(abort.new_keys):
             if self.pieces is not None:
                 return self._con_on_snapshot(call, now)
             self.waiting = True                 # the snapshot round is still out
             return []
-        # new keys (or HB's CON attempt aborted): a fresh snapshot covering them
+        # lazy, new keys, or HB's CON attempt aborted: a fresh snapshot (covering them)
         call.cancel_rounds()
         self.pieces = None
         self.waiting = False
@@ -211,6 +225,7 @@ class HbFlow(ConFlow):
         if not sim.abort:
             return call.prefetch(self.snapshot_id, "HB prefetch", sim.fetches, now)
         # early abort: OPT would abort; stop it and run CON on the snapshot we have
+        self.opt_aborted = True
         out = call.give_up(self.opt, f"HB simulation: {sim.reason or 'OPT would abort'}")
         if call.finished:                       # that was the last abort the budget allowed
             return out
@@ -224,12 +239,13 @@ class HbFlow(ConFlow):
                                 then=ConFetched(aid, self.snapshot_id, self.opt))
 
 
-def flow_for(protocol: int, call_id: str) -> Flow:
-    """The flow of `protocol` for call `call_id` (HB for anything else)."""
+def flow_for(protocol: int, call_id: str, hb_eager: bool = True) -> Flow:
+    """The flow of `protocol` for call `call_id` (HB for anything else; `hb_eager`: HB takes
+    its snapshot round at the start)."""
     if protocol == pb.CT:
         return CtFlow()
     if protocol == pb.OPT:
         return OptFlow()
     if protocol == pb.CON:
         return ConFlow()
-    return HbFlow(call_id)
+    return HbFlow(call_id, eager=hb_eager)

@@ -44,7 +44,8 @@ class CallQueueing:
     def _placeable(self) -> List[Any]:
         """The workers plain calls may use: a worker that hosts an actor takes them only when
         no other worker is placeable. The queue and the policy both see these."""
-        return self._actors.placeable(self.table.placeable())
+        # leased slots count as load (scheduler/lease_grants.py)
+        return self._with_leases(self._actors.placeable(self.table.placeable()))
 
     def _pump(self, now: float) -> None:
         """Place the waiting calls a free worker can take now, fail the overdue ones."""

@@ -16,6 +16,10 @@ listed for schedulers in proto/cloudburst.proto, plus one for Anna's pushed regi
   gets nothing until the result (one message fewer per call); a caller whose wait times out
   asks `where` and gets the call's placement, or its place in the queue (`accepted`), to
   name the stalled stage; a `cancel` of a waiting call takes it out of the queue.
+- `lease_worker` grants, renews and releases clients' worker leases (the direct call path,
+  `scheduler/lease_grants.py`, deciding in `scheduler/worker_leases.py`); leased slots count
+  as their worker's load, and leases are revoked on expiry, on their worker's death and
+  when calls wait in the queue; `cancel` naming a lease stops a direct call on its worker.
 - Heartbeats feed `membership.ExecutorTable` (`scheduler/executor_events.py`): a worker's
   own, its node's vouching for its process, or its exit. Every `tick` seconds dead workers
   (the table's "Liveness" rules) are dropped and the calls in flight on them run again
@@ -74,7 +78,7 @@ import zmq
 from google.protobuf.message import DecodeError
 
 import anna_core
-from runtime.auth import AuthConfig, Security, credentials_of
+from runtime.auth import AuthConfig, Security, credentials_of, role_of
 from runtime.framing import FrameError, more, parse, recv_frame
 from faas.keys import PREFIX
 from runtime.sockets import PushCache, bind_pull
@@ -99,6 +103,7 @@ from .queueing import CallQueueing
 from .registry import Registry
 from .registry_requests import RegistryRequests, dag_from_record
 from .lifecycle import CallLifecycle
+from .lease_grants import WorkerLeasing
 from .retries import caller_of_attempt
 from .results import ResultHolders
 from .value_deleter import ValueDeleter
@@ -116,7 +121,7 @@ METRICS_PERIOD = 1.0      # seconds between refreshes of the /metrics text
 MAX_WARM = 10000          # functions whose last worker is remembered (bounded)
 STALL_CREDIT = 0.1        # a handler longer than this is forgiven to every worker's liveness
 
-class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents):
+class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents, WorkerLeasing):
     """One scheduler process' state and loop; see the module contract."""
 
     def __init__(self, config: SchedulerConfig) -> None:
@@ -174,10 +179,11 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents):
             "lease": lambda payload: self.lifecycle.lease(payload, time.monotonic()),
             "values": self._value_keys,
         }
+        self._init_worker_leases()        # the direct call path (scheduler/lease_grants.py)
         # causal calls in flight; `_causal` (caller's id -> record) is their one table, and
         # empty whenever none is in flight: the LWW path tests it before anything else
         self._causal_calls = CausalCalls(self._push, self.table, self.address,
-                                         config.max_causal_retries)
+                                         config.max_causal_retries, config.hb_snapshot)
         self._causal = self._causal_calls.records
         # what this scheduler saw of its calls (`status`, and `/metrics` when asked for)
         self.stats = CallStats()
@@ -266,6 +272,7 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents):
                 if self._causal:
                     self._causal_calls.tick(now)
                 self.lifecycle.tick(now)
+                self._lease_tick(now)
                 if self._warming is not None and (self.table.live() or now >= self._warming):
                     self._end_warmup()
                 if self.metrics is not None and now >= next_metrics:
@@ -300,6 +307,8 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents):
             kind, payload = parse(frame)
             if not self.admission.admits(frame, kind, payload):
                 return
+            if kind == "lease_worker":    # a lease is its client's: the sender's role matters
+                return self._lease_worker(payload, role_of(frame) or "")
             handler = self._handlers.get(kind)
             if handler is None:
                 raise FrameError(f"kind {kind!r} is not for a scheduler")
@@ -479,7 +488,10 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents):
     def _cancel(self, payload: bytes) -> None:
         """The caller cancelled a call (or stopped waiting): every worker of it drops the call,
         a running function is stopped, and the call's load is released."""
-        self.cancel_call(pb.NameRequest.FromString(payload).name)
+        req = pb.NameRequest.FromString(payload)
+        if req.lease_id:                  # a direct call (scheduler/lease_grants.py)
+            return self._cancel_direct(req)
+        self.cancel_call(req.name)
 
     def cancel_call(self, caller_id: str) -> None:
         """Stop call `caller_id` (its attempt in flight) where it runs; see `_cancel`."""

@@ -87,8 +87,13 @@ class CallStats:
         if entry is None:
             return
         name, started = entry
+        self.record(name, ok, now - started)
+
+    def record(self, name: str, ok: bool, latency: float) -> None:
+        """Count one finished call of `name` that this scheduler did not see start (a direct
+        call under a worker lease, reported by its client afterwards)."""
         s = self._names.setdefault(name, NameStats(recent=collections.deque(maxlen=self.recent)))
-        latency = max(0.0, now - started)
+        latency = max(0.0, latency)
         s.calls += 1
         s.errors += 0 if ok else 1
         s.latency_sum += latency

@@ -30,21 +30,30 @@ def zipf_keys(rng: random.Random, prefix: str, n: int, s: float = 1.5) -> List[s
     return [f"{prefix}{i}" for i in rng.choices(range(KEYS), weights, k=n)]
 
 
+def _workload_cluster(**options: Any) -> Any:
+    c = cloudburst.LocalCluster(executor_nodes=2, executors_per_node=2, colocate_chains=False,
+                                **options)
+    c.start()
+    client = c.client()
+    client.register(read_step, "r1")
+    client.register(read_step, "r2")
+    client.register(write_step, "w")
+    client.register_dag("linear", ["r1", "r2", "w"], [("r1", "r2"), ("r2", "w")])
+    client.register_dag("vee", ["r1", "r2", "w"], [("r1", "w"), ("r2", "w")])
+    return c
+
+
 @pytest.fixture(scope="module")
 def cluster():
-    with cloudburst.LocalCluster(executor_nodes=2, executors_per_node=2,
-                                 colocate_chains=False) as c:
-        client = c.client()
-        client.register(read_step, "r1")
-        client.register(read_step, "r2")
-        client.register(write_step, "w")
-        client.register_dag("linear", ["r1", "r2", "w"], [("r1", "r2"), ("r2", "w")])
-        client.register_dag("vee", ["r1", "r2", "w"], [("r1", "w"), ("r2", "w")])
+    c = _workload_cluster()
+    try:
         yield c
+    finally:
+        c.stop()
 
 
 def run(cluster: Any, mode: str, dag: str, calls: int, threads: int = 3,
-        stop_at_violation: bool = False) -> Dict[str, Any]:
+        stop_at_violation: bool = False, protocols: bool = False) -> Dict[str, Any]:
     causal = mode != "lww"
     prefix = f"{mode}-{dag}-{uuid.uuid4().hex[:4]}/"
     setup = cluster.client()
@@ -53,6 +62,7 @@ def run(cluster: Any, mode: str, dag: str, calls: int, threads: int = 3,
                   consistency="causal" if causal else "lww")
     history: List[Any] = []
     errors: List[str] = []
+    used: List[str] = []           # the protocol each causal result came from
     lock = threading.Lock()
     found = threading.Event()
 
@@ -68,12 +78,15 @@ def run(cluster: Any, mode: str, dag: str, calls: int, threads: int = 3,
             args["w"].append(rng.randrange(1000))
             kwargs = {"consistency": "causal", "protocol": mode} if causal else {}
             try:
-                result = client.call_dag(dag, args, timeout=20, **kwargs).get(timeout=25)
+                future = client.call_dag(dag, args, timeout=20, **kwargs)
+                result = future.get(timeout=25)
             except cloudburst.errors.Aborted as e:      # OPT may run out of retries
                 with lock:
                     errors.append(f"aborted: {e}")
                 continue
             with lock:
+                if protocols and future.causal is not None:
+                    used.append(future.causal.protocol)
                 history.append(transaction(result, f"{t}/{n}"))
                 if stop_at_violation and n % 10 == 9 and check(history):
                     found.set()
@@ -84,7 +97,8 @@ def run(cluster: Any, mode: str, dag: str, calls: int, threads: int = 3,
     for w in workers:
         w.join(120)
     assert not any(w.is_alive() for w in workers), "client threads did not finish"
-    return {"history": history, "violations": check(history), "errors": errors}
+    return {"history": history, "violations": check(history), "errors": errors,
+            "protocols": used}
 
 
 @pytest.mark.parametrize("dag", ["linear", "vee"])
@@ -98,6 +112,23 @@ def test_every_protocol_reads_snapshots_and_writes_atomically(cluster, protocol,
     # the workload really contends: many transactions wrote keys others then read
     written = {w.key for t in out["history"] for w in t.writes}
     assert len(written) >= 3
+
+
+def test_hb_without_its_snapshot_round_stays_causal():
+    """HB whose snapshot round is taken only after its OPT attempt aborted (the lazy mode the
+    scheduler picks for a DAG whose OPT seldom aborts): OPT's validation and CON's snapshot
+    on the fallback keep every read set a snapshot; the fallback really ran."""
+    c = _workload_cluster(hb_snapshot="on_abort")
+    used: List[str] = []
+    try:
+        for dag in ("linear", "vee"):
+            out = run(c, "hb", dag, calls=20, threads=4, protocols=True)
+            assert out["violations"] == [], out["violations"][:3]
+            assert out["errors"] == [] and len(out["history"]) == 80
+            used += out["protocols"]
+    finally:
+        c.stop()
+    assert used.count("con") >= 2, used        # the fallback ran
 
 
 def test_lww_control_shows_violations(cluster):

@@ -1,5 +1,7 @@
-"""The pure pieces of benchmarks/mtcc.py's throughput mode: the preset and the ratios."""
+"""The pure pieces of benchmarks/mtcc.py's throughput mode: the preset, the ratios, and the
+CPU accounting of the process tree."""
 from benchmarks import mtcc
+from waiting import poll_until
 
 
 def test_throughput_preset_sets_the_workload_unless_overridden():
@@ -21,3 +23,20 @@ def test_throughput_ratios_over_lww():
         "linear": {"1.5": {"lww": 1.0, "hb": 0.61, "opt": None}}}
     assert mtcc.throughput_ratios({"v": {"1": {"hb": {"dags_per_s": 3.0}}}}) == \
         {"v": {"1": {"hb": None}}}
+
+
+def test_cpu_of_the_process_tree_counts_a_busy_child():
+    """`tree_cpu_seconds` sums this process and every process below it: a child burning CPU
+    shows up in it (the per-DAG CPU figure of every cell depends on that)."""
+    import subprocess
+    import sys
+    before = mtcc.tree_cpu_seconds()
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import time\nt = time.process_time()\n"
+                              "while time.process_time() - t < 0.3: pass\n"
+                              "input()"], stdin=subprocess.PIPE)
+    try:
+        poll_until(lambda: mtcc.tree_cpu_seconds() - before >= 0.3, timeout=20,
+                   what="the child's CPU in the process tree's")
+    finally:
+        child.communicate(b"\n", timeout=10)

@@ -40,12 +40,13 @@ class FakeEngine:
 
 
 def make(protocol, engine=None, max_retries=10, timeout=10.0, functions=("f", "g"),
-         upstreams=None, keys=None, caches=None):
+         upstreams=None, keys=None, caches=None, hb_eager=True):
     return CausalCall("c1", protocol, list(functions),
                       upstreams if upstreams is not None else {"g": ["f"]},
                       keys if keys is not None else {"f": ["a"], "g": ["b"]},
                       caches or {"f": C1, "g": C2}, "tcp://sched", now=0.0, timeout=timeout,
-                      max_retries=max_retries, engine=engine or FakeEngine(), name="dag")
+                      max_retries=max_retries, engine=engine or FakeEngine(), name="dag",
+                      hb_eager=hb_eager)
 
 
 def of(actions, cls):
@@ -282,6 +283,54 @@ def test_hb_new_keys_abort_builds_a_fresh_snapshot():
     (s,) = of(c.on_cache_reply(reply(fresh[1]), 0.2), StartAttempt)
     assert s.plan.protocol == pb.CON and s.plan.snapshot_attempt == "c1#1"
     assert s.plan.reuse_attempt == "c1#0"
+
+
+def test_lazy_hb_starts_opt_alone_with_no_snapshot_round():
+    eng = FakeEngine()
+    c = make(pb.HB, engine=eng, hb_eager=False)
+    out = c.start(0.0)
+    (s,) = of(out, StartAttempt)
+    assert s.plan.protocol == pb.OPT and s.plan.requested == pb.HB
+    assert s.plan.snapshot_attempt == ""          # no "#s": nothing was prefetched for it
+    assert of(out, CacheSend) == []               # no snapshot, no simulation, no prefetch
+    out = c.on_done("c1#0", 1.0)
+    assert of(out, Finished) and eng.simulate_calls == []
+    assert sorted(released(out)) == [(C1, "c1#0"), (C2, "c1#0")]   # no "#s" to release
+    assert not c.flow.opt_aborted
+
+
+def test_lazy_hb_opt_abort_runs_con_on_a_fresh_snapshot_reusing_opt():
+    eng = FakeEngine(fetches={"g": [kv("a", x=1)]})
+    c = make(pb.HB, engine=eng, hb_eager=False)
+    c.start(0.0)
+    out = c.on_abort(pb.CausalAbort(attempt_id="c1#0", reason="stale"), 0.1)
+    assert [a.attempt_id for a in of(out, AbortAttempt)] == ["c1#0"]
+    assert not of(out, StartAttempt)              # CON waits for its complete snapshot
+    snaps = requests(out, pb.CAUSAL_SNAPSHOT)
+    assert {r.request.attempt_id for r in snaps} == {"c1#1"}
+    # the sink's cache snapshots every key of the DAG, as CON's does
+    assert [list(r.request.keys) for r in snaps] == [["a"], ["a", "b"]]
+    c.on_cache_reply(reply(snaps[0], pieces=["a"]), 0.2)
+    out = c.on_cache_reply(reply(snaps[1], pieces=["b"]), 0.2)
+    assert not of(out, StartAttempt)              # Algorithm 10's fetches come first
+    (fetch,) = requests(out, pb.CAUSAL_FETCH)
+    assert fetch.request.attempt_id == "c1#1" and fetch.request.response_address
+    (s,) = of(c.on_cache_reply(reply(fetch), 0.3), StartAttempt)
+    assert s.plan.protocol == pb.CON and s.plan.requested == pb.HB
+    assert s.plan.snapshot_attempt == "c1#1" and s.plan.reuse_attempt == "c1#0"
+    assert c.flow.opt_aborted and c.aborts == 1 and eng.simulate_calls == []
+    out = c.on_done("c1#1", 1.0)
+    assert {aid for _, aid in released(out)} == {"c1#1"}   # c1#0 was released at its abort
+
+
+def test_hb_records_whether_its_opt_attempt_aborted():
+    c, snaps = _hb_start(FakeEngine(sim=SimResult(True, reason="stale")))
+    c.on_cache_reply(reply(snaps[0]), 0.1)
+    c.on_cache_reply(reply(snaps[1]), 0.1)
+    assert c.flow.opt_aborted                    # the simulation's early abort counts
+    c, _ = _hb_start(FakeEngine())
+    c.on_abort(pb.CausalAbort(attempt_id="c1#0", reason="stale"), 0.1)
+    assert c.flow.opt_aborted
 
 
 def test_hb_budget_zero_fails_on_simulated_abort():
@@ -530,7 +579,9 @@ def test_opt_never_exceeds_its_retry_budget(max_retries, events):
 def test_every_protocol_keeps_its_budget_and_ends_once(protocol, max_retries, sim_abort,
                                                        events):
     eng = FakeEngine(fetches={"g": [kv("a", x=1)]}, sim=SimResult(sim_abort, reason="sim"))
-    c = make(protocol, engine=eng, max_retries=max_retries)
+    # HB's snapshot round eager or lazy (sim_abort picks one: both are drawn)
+    c = make(protocol, engine=eng, max_retries=max_retries,
+             hb_eager=sim_abort or protocol != pb.HB or max_retries % 2 == 0)
     batches = [c.start(0.0)]
     awaited = []
     for n, (kind, pick, new_key) in enumerate(events):
@@ -579,19 +630,24 @@ class FakePush:
         return out
 
 
-def _calls(protocol, call_id="req1", max_retries=3):
+def _calls(protocol, call_id="req1", max_retries=3, hb_snapshot="adaptive"):
     table = ExecutorTable(heartbeat_timeout=5.0)
     table.heartbeat("w1", "n1", "tcp://w1", 0.0, 0.0, cache_address=C1)
     table.heartbeat("w2", "n2", "tcp://w2", 0.0, 0.0, cache_address=C2)
     push = FakePush()
-    calls = CausalCalls(push, table, "tcp://sched", max_retries=max_retries)
+    calls = CausalCalls(push, table, "tcp://sched", max_retries=max_retries,
+                        hb_snapshot=hb_snapshot)
+    _begin(calls, protocol, call_id)
+    return calls, table, push
+
+
+def _begin(calls, protocol, call_id):
     dag = Dag.create("dag", ["f", "g"], [("f", "g")])
     call = pb.Call(request_id=call_id, response_address="tcp://caller", dag="dag",
                    consistency=pb.CAUSAL, protocol=protocol)
     call.args["f"].args.add().reference = "a"
     calls.begin(call, dag, {"f": "v1", "g": "v2"}, {"f": "w1", "g": "w2"},
                 {"f": C1, "g": C2}, 10.0, 0.0)
-    return calls, table, push
 
 
 def _load(table):
@@ -674,3 +730,89 @@ def test_causal_calls_an_attempt_on_a_dead_worker_fails_at_start():
     (_, result), = push.take("result")
     assert result.status == pb.EXECUTION_ERROR and "no longer live" in result.message
     assert push.take("schedule") == [] and calls.records == {}
+
+
+def _snapshots_sent(push):
+    return [m for _, m in push.take("cache") if m.op == pb.CAUSAL_SNAPSHOT]
+
+
+def test_hb_takes_its_snapshot_round_only_while_opt_aborts_often():
+    """Adaptive HB: eager for a new DAG, lazy once its OPT attempts seldom abort, eager again
+    when they abort often; every HB call that ends teaches the policy."""
+    calls, table, push = _calls(pb.HB, call_id="h0")
+    assert _snapshots_sent(push)                         # a new DAG: HB as written
+    policy = calls.hb_policy
+    calls.done("h0#0", 0.5)                              # OPT finished: no abort
+    n = 1
+    while policy.eager("dag"):
+        assert n <= policy.min_outcomes, "never went lazy on a DAG whose OPT never aborts"
+        _begin(calls, pb.HB, f"h{n}")
+        assert _snapshots_sent(push)
+        calls.done(f"h{n}#0", 0.5)
+        n += 1
+    _begin(calls, pb.HB, "lazy1")
+    assert _snapshots_sent(push) == []                   # OPT alone
+    calls.abort(pb.CausalAbort(attempt_id="lazy1#0", reason="stale"), 0.5)
+    assert {m.attempt_id for m in _snapshots_sent(push)} == {"lazy1#1"}   # CON's own round
+    assert "lazy1" in calls.records
+    calls.done("lazy1", 0.7)                             # the caller reported its result
+    assert calls.records == {}
+    m = 0
+    while not policy.eager("dag"):                       # OPT now aborts every time
+        assert policy.rate("dag") < policy.eager_above
+        assert m <= policy.window, "stayed lazy on a DAG whose OPT always aborts"
+        _begin(calls, pb.HB, f"a{m}")
+        assert _snapshots_sent(push) == []
+        calls.abort(pb.CausalAbort(attempt_id=f"a{m}#0", reason="stale"), 0.5)
+        assert {m.attempt_id for m in _snapshots_sent(push)} == {f"a{m}#1"}
+        calls.stop(calls.records[f"a{m}"], 0.6)           # ended: the policy learns
+        m += 1
+    _begin(calls, pb.HB, "eager-again")
+    assert _snapshots_sent(push)
+
+
+@pytest.mark.parametrize("mode, first, later", [("always", True, True),
+                                                ("on_abort", False, False)])
+def test_hb_snapshot_modes_always_and_on_abort_ignore_the_history(mode, first, later):
+    calls, table, push = _calls(pb.HB, call_id="h0", hb_snapshot=mode)
+    assert bool(_snapshots_sent(push)) is first
+    for n in range(1, 40):
+        calls.done(f"h{n - 1}#0", 0.5)
+        _begin(calls, pb.HB, f"h{n}")
+        assert bool(_snapshots_sent(push)) is later
+    with pytest.raises(ValueError, match="hb_snapshot"):
+        CausalCalls(FakePush(), table, "tcp://sched", max_retries=3, hb_snapshot="sometimes")
+
+
+def test_one_snapshot_and_one_fetch_request_per_cache_for_the_functions_on_it():
+    """f and h share cache C1: CON asks C1 once for both functions' keys, splits the reply
+    between them by key, and fetches both functions' versions from C1 in one request."""
+    eng = FakeEngine(fetches={"f": [kv("a", x=2)], "g": [kv("b", y=1)],
+                              "h": [kv("a", x=2), kv("c", z=1)]})
+    c = make(pb.CON, engine=eng, functions=("f", "g", "h"),
+             upstreams={"g": ["f"], "h": ["g"]}, keys={"f": ["a"], "g": ["b"], "h": ["c"]},
+             caches={"f": C1, "g": C2, "h": C1})
+    snaps = requests(c.start(0.0), pb.CAUSAL_SNAPSHOT)
+    assert [(s.address, list(s.request.keys)) for s in snaps] == \
+        [(C1, ["a", "b", "c"]), (C2, ["b"])]          # the sink h's keys are every DAG key
+    c.on_cache_reply(reply(snaps[1], pieces=["b"]), 0.1)
+    out = c.on_cache_reply(reply(snaps[0], pieces=["a", "b", "c"]), 0.1)
+    (pieces,) = eng.distributed_calls
+    assert {fn: sorted(p.local.key for p in ps) for fn, ps in pieces.items()} == \
+        {"f": ["a"], "g": ["b"], "h": ["a", "b", "c"]}
+    fetches = requests(out, pb.CAUSAL_FETCH)
+    assert sorted((f.address, sorted(v.key for v in f.request.versions)) for f in fetches) == \
+        [(C1, ["a", "c"]), (C2, ["b"])]
+    out = []
+    for f in fetches:
+        out += c.on_cache_reply(reply(f), 0.2)
+    (s,) = of(out, StartAttempt)
+    assert s.plan.protocol == pb.CON and s.plan.snapshot_attempt == "c1#0"
+
+
+def test_fetch_sets_that_disagree_on_a_key_stay_separate_requests():
+    c = make(pb.CON, functions=("f", "g"), caches={"f": C1, "g": C1})
+    out = c.fetch_round("c1#0", "stage", {"f": [kv("a", x=1)], "g": [kv("a", x=2)]}, 0.0,
+                        then=ConFetched("c1#0", "c1#0"))
+    fetches = requests(out, pb.CAUSAL_FETCH)
+    assert [[dict(v.vc) for v in f.request.versions] for f in fetches] == [[{"x": 1}], [{"x": 2}]]

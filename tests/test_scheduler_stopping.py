@@ -76,7 +76,7 @@ def test_a_stopping_scheduler_ends_its_calls_and_sends_new_ones_elsewhere():
         assert c.call("inc", 1).get(timeout=10) == 2
         in_flight = [c.call("slow", i) for i in range(3)]
         assert {f.scheduler for f in in_flight} == {stopping}
-        pid = cluster.kill_scheduler(0, signal.SIGTERM)
+        pid = cluster.signal_scheduler(0, signal.SIGTERM)
         start = time.monotonic()
         # new calls meet a stopping scheduler: refused there, sent to the other one
         later = [c.call("inc", i) for i in range(10)]

@@ -1,0 +1,201 @@
+"""Direct calls at the worker: calls a client sends straight to the worker under a worker
+lease, admitted by the pure `executor/leased.py`, run as the scheduler's schedules are.
+
+Contract (mixed into `executor.worker.Worker`):
+- Direct calls come on a socket of their own (`direct_address`, reported in the worker's
+  heartbeats), on a ZeroMQ context of its own whose authenticator admits the authorized
+  clients' public keys (which the node hands the worker with its function key), bound for
+  every role (audience "all"); it takes only `direct` messages. The worker's other sockets
+  know no client key (`schedule_credentials` leaves them out) and refuse clients at the
+  handshake, as before. A worker handed no client key (one a worker host runs, on
+  Kubernetes) binds no direct socket and reports none, so no lease is granted on it.
+  `_next_frame()` waits on both while the worker holds a lease or runs a direct call: it
+  returns the schedule socket's next frame, else handles the direct calls that arrived
+  (zmq.Again), so a grant that arrived with a call naming it is taken first. Without either
+  it receives from the schedule socket alone, as a worker did before leases, and handles
+  direct calls (to refuse them) between receives, within one receive timeout. A call that arrives before its lease's grant (the grant goes to the worker
+  first, then to the client, but over another connection) is refused as unknown; `Client`
+  then sends it through the scheduler.
+- `worker_lease` (from the cluster: a scheduler) grants, renews or revokes a lease
+  (`LeaseAdmission.told`); a grant carries the schedules of the target's sources, built by
+  the scheduler.
+- `direct` (a `Call` naming `lease_id`) runs only if `LeaseAdmission.admit` admits it:
+  the lease is live, the sender's role is the lease's client, a slot is free. The call supplies only its id, its arguments
+  per function, its answer address, deadline, time limit and session; everything else (the
+  functions, versions, where results go between them) is the scheduler's schedule, so a
+  client cannot make the worker run another function or send triggers elsewhere. A call
+  that is not admitted gets a `result` with status LEASE_REFUSED naming the worker and why
+  (it did not run); one that names functions outside the lease's target, passes `Future`s,
+  asks for an `output_key` or causal consistency gets INVALID_ARGUMENTS (those take the
+  scheduler's path; `Client` never sends them direct).
+- On the direct socket any other kind is dropped and logged.
+- A direct call's end frees its slot (`LeaseAdmission.finished`, from the worker's
+  `done` and `abort` paths); the worker sends the scheduler no `done` for it: its client
+  reports it, batched, with its lease renewals.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, List, Optional
+
+import zmq
+from google.protobuf.message import DecodeError
+
+from hydro_proto import cloudburst_pb2 as pb
+from runtime.auth import CLIENT_PREFIX, Credentials, Security, credentials_of, role_of
+from runtime.framing import FrameError, parse, recv_frame
+from runtime.sockets import bind_pull
+
+from .leased import CANCELLED, LeaseAdmission
+
+__all__ = ["DirectCalls", "CLIENT_KINDS", "schedule_credentials"]
+
+log = logging.getLogger("cloudburst.worker")
+
+CLIENT_KINDS = frozenset({"direct"})     # what the direct socket takes
+
+
+def schedule_credentials(credentials: Credentials) -> Credentials:
+    """A worker's credentials without the clients' keys: for every socket but the direct one."""
+    return Credentials(credentials.keypair, credentials.role,
+                       {k: r for k, r in credentials.allowed.items()
+                        if not r.startswith(CLIENT_PREFIX)}, credentials.domain)
+
+
+class DirectCalls:
+    """Direct calls' glue; mixed into the worker (module contract)."""
+
+    leased: LeaseAdmission
+
+    def _init_direct_calls(self, credentials: Optional[Credentials]) -> None:
+        self.leased = LeaseAdmission()
+        self._direct = None
+        self.direct_address = ""
+        if credentials is not None and not any(r.startswith(CLIENT_PREFIX)
+                                               for r in credentials.allowed.values()):
+            # no client key was handed over (a worker host's workers): no client could
+            # connect, so none is told of a direct socket and no lease is granted here
+            return
+        self._direct_context = zmq.Context()
+        self._direct_security = None if credentials is None else \
+            Security.of_credentials(self._direct_context, credentials)
+        self._direct, self.direct_address = bind_pull(
+            self._direct_context, self.config.ip, ipc_dir=self.config.ipc_dir,
+            auth=credentials_of(self._direct_security), audience="all")
+        self._poller = zmq.Poller()
+        self._poller.register(self._pull, zmq.POLLIN)
+        self._poller.register(self._direct, zmq.POLLIN)
+
+    def _close_direct_calls(self) -> None:
+        if self._direct is None:
+            return
+        self._direct.close(0)
+        if self._direct_security is not None:
+            self._direct_security.stop()
+        self._direct_context.term()
+
+    def _next_frame(self) -> Any:
+        if self._direct is None:
+            return recv_frame(self._pull, copy=False)
+        if not self.leased.busy():
+            # no lease here: the schedule socket as before (one blocking receive), and a
+            # direct call (to be refused) is seen within one receive timeout
+            if self._direct.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                self._read_direct()
+            return recv_frame(self._pull, copy=False)
+        ready = dict(self._poller.poll(self._pull.getsockopt(zmq.RCVTIMEO)))
+        if self._pull in ready:      # first: it may hold the grant of the lease a call names
+            return recv_frame(self._pull, zmq.NOBLOCK, copy=False)
+        if self._direct in ready:
+            self._read_direct()
+        raise zmq.Again()
+
+    def _read_direct(self) -> None:
+        while True:
+            try:
+                frame = recv_frame(self._direct, zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            data = frame.bytes if isinstance(frame, zmq.Frame) else bytes(frame)
+            self._from_client(data, role_of(frame) or "")
+
+    def _on_worker_lease(self, m: pb.WorkerLease) -> None:
+        self.leased.told(m.lease_id, m.client, m.slots, m.ttl, time.monotonic(),
+                         list(m.templates) if m.templates else None, m.revoked, m.reason)
+
+    def _from_client(self, data: bytes, role: str) -> None:
+        """A frame on the direct socket: only a direct call is taken."""
+        try:
+            kind, payload = parse(data)
+            if kind not in CLIENT_KINDS:
+                raise FrameError(f"a worker's direct socket takes only "
+                                 f"{sorted(CLIENT_KINDS)}, not {kind!r}")
+            call = pb.Call.FromString(payload)
+        except (FrameError, DecodeError) as e:
+            log.warning("dropped a message from client %s: %s", role, e)
+            return
+        self._on_direct(call, role)
+
+    def _on_direct(self, call: pb.Call, role: str) -> None:
+        now = time.monotonic()
+        why, templates = self.leased.admit(call.lease_id, role, call.request_id,
+                                           now + max(0.0, call.timeout), now)
+        if why == CANCELLED:                 # its cancel overtook it: it never runs
+            return self._refuse_direct(call, pb.CANCELLED, why)
+        if why is not None:
+            return self._refuse_direct(call, pb.LEASE_REFUSED, why)
+        problem = _not_direct(call, templates)
+        if problem:
+            self.leased.finished(call.request_id)
+            return self._refuse_direct(call, pb.INVALID_ARGUMENTS, problem)
+        for template in templates:
+            self._on_schedule(_schedule_of(call, template))
+
+    def _refuse_direct(self, call: pb.Call, status: int, why: str) -> None:
+        log.info("refused direct call %s: %s", call.request_id, why)
+        if call.response_address:
+            self._push.send(call.response_address, "result", pb.CallResult(
+                request_id=call.request_id, status=status,
+                message=f"worker {self.worker_id} refused direct call {call.request_id}: "
+                        f"{why}"))
+
+
+def _functions(templates: List[pb.Schedule]) -> set:
+    names = set()
+    for t in templates:
+        names.add(t.function)
+        names.update(f.function for f in t.forward)
+    return names
+
+
+def _not_direct(call: pb.Call, templates: List[pb.Schedule]) -> str:
+    """Why `call` cannot run as a direct call ("" if it can)."""
+    if call.timeout <= 0:
+        return "a direct call needs a deadline (Call.timeout)"
+    if call.output_key or call.consistency != pb.LWW or call.HasField("actor"):
+        return "calls with an output_key, causal calls and actor calls take the scheduler's path"
+    foreign = sorted(set(call.args) - _functions(templates))
+    if foreign:
+        return f"arguments for {foreign}, which the lease's target does not have"
+    for arglist in call.args.values():
+        if any(a.WhichOneof("kind") == "call" for a in
+               list(arglist.args) + list(arglist.kwargs.values())):
+            return "Future arguments take the scheduler's path"
+    return ""
+
+
+def _schedule_of(call: pb.Call, template: pb.Schedule) -> pb.Schedule:
+    """The scheduler's schedule of one source, filled with the call's own fields."""
+    s = pb.Schedule()
+    s.CopyFrom(template)
+    for one in [s, *s.forward]:
+        one.call_id = call.request_id
+        one.response_address = call.response_address
+        one.time_limit = call.time_limit
+        if one.function in call.args:
+            one.args.CopyFrom(call.args[one.function])
+    s.timeout = call.timeout
+    if call.HasField("session"):
+        s.session.CopyFrom(call.session)
+    return s

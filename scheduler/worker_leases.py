@@ -1,0 +1,170 @@
+"""Worker leases, the scheduler's side (pure): which client may send calls straight to which
+worker, for how long, and when that right is taken back.
+
+A worker lease lets a client send the calls of one target (a function, or a DAG placed whole
+on one worker) straight to a warm worker, `slots` at a time, without the scheduler in the
+call's path; the client tells the scheduler afterwards, batched, how many it made. The
+scheduler keeps the decisions:
+
+Contract: `LeaseBook(ttl, max_leases, max_per_client)` is pure state; every method takes
+`now` (any monotonic clock) and returns what to do; nothing here sends or sleeps.
+- `grant(lease_id, client, answer, target, dag, worker_id, slots, now, waiting)` returns the
+  new `Lease`, or a `str` saying why none is granted: calls wait in the scheduler's queue
+  (`waiting` > 0: the capacity is wanted by calls that already wait), the book is full
+  (`max_leases`), or the client holds `max_per_client` leases. A client asking again for a
+  target it holds a live lease on gets that lease back, renewed (one lease per client and
+  target, so a client cannot multiply its slots by asking twice).
+- `renew(lease_id, client, now, waiting, versions)`: a live lease of that client runs for
+  `ttl` more seconds (`Lease`); while calls wait in the queue it is revoked instead
+  (`Revoked`: the capacity goes back to them), and so it is when `versions` (its functions'
+  registered versions now) differ from those it was granted with (a re-registration reaches
+  leased calls at the next renewal); an unknown, expired or foreign lease gives None.
+- `release(lease_id, client)`: the client gives it back (None if not its own).
+- `expire(now)`: the leases whose time ran out, revoked.
+- `worker_lost(worker_id)`: every lease on a worker that died, revoked with `worker_died`
+  (calls in flight there are lost; their client retries them within their budget).
+- `reclaim(waiting)`: calls wait for a worker: revoke leases, oldest first, until their
+  slots cover `waiting` calls (all of them when fewer slots are leased). So calls keep
+  following capacity: a lease never holds a worker that waiting calls need.
+- `reserved()`: worker id -> slots leased on it. The scheduler counts them as that worker's
+  load, so its own placement treats a leased slot as taken.
+- `lease(lease_id)`: the live lease, or None.
+Bounded: at most `max_leases` leases, `max_per_client` per client.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Union
+
+__all__ = ["Lease", "Revoked", "LeaseBook", "DEFAULT_TTL", "MAX_LEASES", "MAX_PER_CLIENT"]
+
+DEFAULT_TTL = 2.0          # seconds a lease lasts unless renewed
+MAX_LEASES = 4096          # leases one scheduler keeps at once
+MAX_PER_CLIENT = 16        # leases one client holds at once
+
+
+@dataclass
+class Lease:
+    """One granted lease. `client` is the holder's role ("" on a plain cluster); `answer`
+    its answer address, where grants, renewals and revocations go."""
+
+    lease_id: str
+    client: str
+    answer: str
+    target: str
+    dag: bool
+    worker_id: str
+    slots: int
+    expires: float
+    granted: float
+    versions: Dict[str, Any] = field(default_factory=dict)   # what it was granted to run
+
+
+@dataclass
+class Revoked:
+    """A lease taken back: tell its worker and its client why."""
+
+    lease: Lease
+    reason: str
+    worker_died: bool = False
+
+
+class LeaseBook:
+    """The scheduler's worker leases; see the module contract."""
+
+    def __init__(self, ttl: float = DEFAULT_TTL, max_leases: int = MAX_LEASES,
+                 max_per_client: int = MAX_PER_CLIENT) -> None:
+        if not ttl > 0 or max_leases < 1 or max_per_client < 1:
+            raise ValueError(f"LeaseBook: need ttl > 0 and positive bounds, not {ttl!r}, "
+                             f"{max_leases!r}, {max_per_client!r}")
+        self.ttl = float(ttl)
+        self.max_leases = max_leases
+        self.max_per_client = max_per_client
+        self._leases: Dict[str, Lease] = {}
+
+    def __len__(self) -> int:
+        return len(self._leases)
+
+    def lease(self, lease_id: str) -> Optional[Lease]:
+        return self._leases.get(lease_id)
+
+    def grant(self, lease_id: str, client: str, answer: str, target: str, dag: bool,
+              worker_id: str, slots: int, now: float, waiting: int = 0,
+              versions: Optional[Dict[str, Any]] = None) -> Union[Lease, str]:
+        """A new lease, the client's live one for `target` renewed, or why none."""
+        if waiting > 0:
+            return (f"{waiting} call(s) wait in the scheduler's queue for a free worker: "
+                    f"its capacity goes to them, not to a lease")
+        for held in self._leases.values():
+            if held.client == client and held.answer == answer and held.target == target \
+                    and held.dag == dag and held.expires > now:
+                held.expires = now + self.ttl
+                return held
+        if len(self._leases) >= self.max_leases:
+            return f"the scheduler holds its most leases ({self.max_leases})"
+        mine = sum(1 for held in self._leases.values()
+                   if held.client == client and held.answer == answer)
+        if mine >= self.max_per_client:
+            return f"this client holds its most leases ({self.max_per_client})"
+        if slots < 1:
+            return "no slot to lease"
+        lease = Lease(lease_id, client, answer, target, dag, worker_id, int(slots),
+                      now + self.ttl, now, dict(versions or {}))
+        self._leases[lease_id] = lease
+        return lease
+
+    def renew(self, lease_id: str, client: str, now: float, waiting: int = 0,
+              versions: Optional[Dict[str, Any]] = None) -> Union[Lease, Revoked, None]:
+        lease = self._leases.get(lease_id)
+        if lease is None or lease.client != client or lease.expires <= now:
+            return None
+        if versions is not None and versions != lease.versions:
+            del self._leases[lease_id]
+            return Revoked(lease, "its functions were registered again since it was granted")
+        if waiting > 0:
+            del self._leases[lease_id]
+            return Revoked(lease, f"{waiting} call(s) wait for a free worker: the lease's "
+                                  f"slots go back to the scheduler")
+        lease.expires = now + self.ttl
+        return lease
+
+    def release(self, lease_id: str, client: str) -> Optional[Lease]:
+        lease = self._leases.get(lease_id)
+        if lease is None or lease.client != client:
+            return None
+        return self._leases.pop(lease_id)
+
+    def expire(self, now: float) -> List[Revoked]:
+        out = [Revoked(lease, f"it expired ({self.ttl:g} s without a renewal)")
+               for lease in self._leases.values() if lease.expires <= now]
+        for r in out:
+            del self._leases[r.lease.lease_id]
+        return out
+
+    def worker_lost(self, worker_id: str, why: str = "died") -> List[Revoked]:
+        out = [Revoked(lease, f"its worker {worker_id} {why}", worker_died=True)
+               for lease in self._leases.values() if lease.worker_id == worker_id]
+        for r in out:
+            del self._leases[r.lease.lease_id]
+        return out
+
+    def reclaim(self, waiting: int) -> List[Revoked]:
+        if waiting <= 0:
+            return []
+        out: List[Revoked] = []
+        freed = 0
+        for lease in sorted(self._leases.values(), key=lambda held: held.granted):
+            if freed >= waiting:
+                break
+            out.append(Revoked(lease, f"{waiting} call(s) wait for a free worker: the "
+                                      f"lease's slots go back to the scheduler"))
+            freed += lease.slots
+        for r in out:
+            del self._leases[r.lease.lease_id]
+        return out
+
+    def reserved(self) -> Dict[str, int]:
+        out: Dict[str, int] = {}
+        for lease in self._leases.values():
+            out[lease.worker_id] = out.get(lease.worker_id, 0) + lease.slots
+        return out

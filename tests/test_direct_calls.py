@@ -1,0 +1,237 @@
+"""The direct leased call path on real processes: a client holding a worker lease sends its
+calls straight to the worker; the worker admits only calls within a lease the scheduler
+granted; a lease follows worker deaths and gives way to calls waiting for capacity."""
+import signal
+import threading
+
+import pytest
+import zmq
+
+from cloudburst import LocalCluster
+from cloudburst.errors import LeaseRefused, ObjectNotFound, WorkerDied, error_from_status
+from hydro_proto import cloudburst_pb2 as pb
+from runtime.auth import FUNCTION, Security, credentials_of
+from runtime.framing import parse, recv_frame
+from runtime.sockets import PushCache, bind_pull
+from waiting import poll_until
+
+
+def where(lib, x):
+    return (x, lib.getid())
+
+
+def mark(lib, x):
+    lib.put(f"direct-mark-{x}", x)
+    return x
+
+
+def slow(lib, seconds):
+    import time
+    time.sleep(seconds)
+    return lib.getid()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with LocalCluster(executor_nodes=1, executors_per_node=2) as c:
+        cb = c.client()
+        cb.register(where, "where")
+        cb.register(mark, "mark")
+        cb.register(slow, "slow")
+        yield c
+
+
+def _leased(cb, target, *args):
+    """The client's lease on `target`; with `args`, calls it until it holds one (a client
+    asks for a lease when it calls, and not again for a second after a refusal)."""
+    def held():
+        if args:
+            cb.call(target, *args).get(30)
+        return [h for h in cb.worker_leases if h["target"] == target]
+    return poll_until(held, 15.0, f"a worker lease on {target!r}", interval=0.2)[0]
+
+
+def test_calls_go_straight_to_the_leased_worker_and_are_reported_afterwards(cluster):
+    cb = cluster.client(direct=True)
+    assert cb.call("where", 0).get(10)[0] == 0          # the scheduler's path; asks a lease
+    lease = _leased(cb, "where")
+    # with the scheduler stopped, only calls that do not pass through it can finish
+    cluster.signal_scheduler(0, signal.SIGSTOP)
+    try:
+        got = [cb.call("where", i).get(5) for i in range(1, 21)]
+    finally:
+        cluster.signal_scheduler(0, signal.SIGCONT)
+    assert [x for x, _ in got] == list(range(1, 21))
+    assert {w for _, w in got} == {lease["worker_id"]}
+    cb.close()                       # gives the lease back with the calls it made under it
+    observer = cluster.client()
+    poll_until(lambda: any(s.name == "where" and s.calls >= 21
+                           for s in observer.status().functions), 10.0,
+               "the scheduler counting the direct calls its client reported")
+
+
+class RawClient:
+    """A client speaking the wire protocol itself, with the cluster's client key: it can
+    send whatever it likes, as an abusive client would."""
+
+    def __init__(self, cluster):
+        self.context = zmq.Context()
+        self.security = Security.start(self.context, cluster.client_auth)
+        creds = credentials_of(self.security)
+        self.pull, self.address = bind_pull(self.context, "127.0.0.1", auth=creds,
+                                            audience=FUNCTION)
+        self.push = PushCache(self.context, auth=creds, linger_ms=0)
+        self.scheduler = cluster.address
+        self.n = 0
+
+    def recv(self, kind, request_id, timeout=10.0):
+        def one():
+            if not self.pull.poll(100):
+                return None
+            k, payload = parse(recv_frame(self.pull))
+            m = {"worker_lease": pb.WorkerLease, "result": pb.CallResult}[k].FromString(payload)
+            return m if (k == kind and m.request_id == request_id) else None
+        return poll_until(one, timeout, f"a {kind} answering {request_id}", interval=0)
+
+    def lease(self, target):
+        self.n += 1
+        rid = f"lease-{self.n}"
+        assert self.push.send(self.scheduler, "lease_worker", pb.LeaseRequest(
+            request_id=rid, response_address=self.address, target=target))
+        m = self.recv("worker_lease", rid)
+        assert m.status == pb.OK and m.lease_id and m.worker_address, m
+        return m
+
+    def release(self, lease):
+        assert self.push.send(self.scheduler, "lease_worker", pb.LeaseRequest(
+            response_address=self.address, release=[lease.lease_id]))
+
+    def direct(self, lease, x, lease_id=None):
+        self.n += 1
+        call = pb.Call(request_id=f"raw-{self.n}", function="mark", timeout=10.0,
+                       response_address=self.address,
+                       lease_id=lease.lease_id if lease_id is None else lease_id)
+        call.args["mark"].args.add(value=__import__("cloudpickle").dumps(x))
+        assert self.push.send(lease.worker_address, "direct", call)
+        return self.recv("result", call.request_id)
+
+    def close(self):
+        self.push.close()
+        self.pull.close(0)
+        self.security.stop()
+        self.context.term()
+
+
+def _refused(result, why):
+    assert result.status == pb.LEASE_REFUSED, result
+    error = error_from_status(result.status, result.message)
+    assert isinstance(error, LeaseRefused) and why in str(error), str(error)
+    return True
+
+
+def _first_refusal(raw, lease, xs, interval):
+    """Send direct calls (marking x) until one is refused; (x, its result)."""
+    xs = iter(xs)
+
+    def one():
+        x = next(xs)
+        r = raw.direct(lease, x)
+        return (x, r) if r.status != pb.OK else None
+    return poll_until(one, 10.0, "a direct call refused", interval=interval)
+
+
+def test_a_forged_a_revoked_and_an_expired_lease_are_refused_typed_and_nothing_runs(cluster):
+    cb = cluster.client()
+    raw = RawClient(cluster)
+    try:
+        lease = raw.lease("mark")
+        admitted = lambda lease, x: raw.direct(lease, x).status == pb.OK   # noqa: E731
+        # a granted lease admits (once the worker has the grant, which goes to it first but
+        # over another connection than the client's)
+        poll_until(lambda: admitted(lease, 1), 5.0, "a direct call admitted")
+        assert cb.get("direct-mark-1") == 1
+        _refused(raw.direct(lease, 2, lease_id="f" * 32), "no lease of that id was granted")
+        raw.release(lease)                                 # the scheduler revokes it
+        revoked_x, revoked = _first_refusal(raw, lease, range(100, 200), 0.02)
+        _refused(revoked, "revoked")
+        second = raw.lease("mark")                         # never renewed: expires (2 s)
+        poll_until(lambda: admitted(second, 3), 5.0, "a direct call admitted")
+        expired_x, expired = _first_refusal(raw, second, range(200, 300), 0.2)
+        _refused(expired, "expired")
+        for x in (2, revoked_x, expired_x):                # refused calls never ran
+            with pytest.raises(ObjectNotFound):
+                cb.get(f"direct-mark-{x}")
+    finally:
+        raw.close()
+
+
+def test_a_worker_dying_under_a_lease_retries_the_call_or_fails_it_typed(cluster):
+    cb = cluster.client(direct=True)
+    cb.call("slow", 0.0).get(10)
+    lease = _leased(cb, "slow")
+    retried = cb.call("slow", 2.0, timeout=30)
+    assert _leased(cb, "slow")["in_flight"] == 1           # it went direct
+    poll_until(lambda: any(w["worker_id"] == lease["worker_id"] for w in cluster.workers),
+               5.0, "the leased worker listed")
+    cluster.kill_worker(lease["worker_id"])
+    assert retried.get(30)                                 # ran again through the scheduler
+    lease = _leased(cb, "slow", 0.0)
+    lost = cb.call("slow", 2.0, timeout=30, max_retries=0)
+    assert _leased(cb, "slow")["in_flight"] == 1
+    cluster.kill_worker(lease["worker_id"])
+    with pytest.raises(WorkerDied) as e:
+        lost.get(30)
+    assert "direct call under a worker lease" in str(e.value)
+    cluster.wait_for_workers([w["worker_id"] for w in cluster.workers], timeout=20)
+
+
+def test_a_lease_gives_its_worker_back_to_calls_that_wait(cluster):
+    """Calls follow capacity: a lease in use holds its worker only until calls wait for one."""
+    cluster.wait_for_workers([w["worker_id"] for w in cluster.workers], timeout=20)
+    raw = RawClient(cluster)
+    stop = threading.Event()
+    renewer = None
+    try:
+        lease = raw.lease("where")                 # every slot of an idle worker
+        assert lease.slots == 2, lease
+
+        def keep_renewing():                       # a client using its lease all along
+            while not stop.wait(0.2):
+                raw.push.send(raw.scheduler, "lease_worker", pb.LeaseRequest(
+                    response_address=raw.address, renew=[lease.lease_id]))
+
+        renewer = threading.Thread(target=keep_renewing, daemon=True)
+        renewer.start()
+        cb = cluster.client()
+        calls = [cb.call("slow", 1.0, timeout=30) for _ in range(3)]
+        ran_on = [c.get(30) for c in calls]
+    finally:
+        stop.set()
+        if renewer is not None:
+            renewer.join(5)
+        raw.close()
+    # two fill the other worker's slots; the third waits, the lease is revoked, and it runs
+    # on the leased worker instead of waiting for the other worker's calls to end
+    assert lease.worker_id in ran_on, (lease.worker_id, ran_on)
+
+
+def test_a_direct_call_is_cancelled_and_stopped_at_its_time_limit(cluster):
+    from cloudburst.errors import Cancelled, Timeout
+    cluster.wait_for_workers([w["worker_id"] for w in cluster.workers], timeout=20)
+    cb = cluster.client(direct=True)
+    lease = _leased(cb, "slow", 0.0)
+    running = cb.call("slow", 30.0, timeout=60)
+    assert _leased(cb, "slow")["in_flight"] == 1             # it went direct
+    assert running.cancel()
+    with pytest.raises(Cancelled):
+        running.get(5)
+    # the function was stopped: its worker answered for it, and runs the next call at once
+    poll_until(lambda: _leased(cb, "slow")["in_flight"] == 0, 10.0, "the cancelled call's end")
+    nxt = cb.call("slow", 0.0, timeout=10)
+    assert _leased(cb, "slow")["in_flight"] == 1
+    assert nxt.get(10) == lease["worker_id"]
+    limited = cb.call("slow", 30.0, timeout=60, time_limit=0.5)
+    assert _leased(cb, "slow")["in_flight"] == 1
+    with pytest.raises(Timeout) as e:
+        limited.get(20)
+    assert "time limit" in str(e.value)

@@ -1,0 +1,208 @@
+"""Worker leases' rules, tested directly: the scheduler's `LeaseBook` (grant, renew, revoke,
+reclaim) and the worker's `LeaseAdmission` (admit, slots, expiry, revocation)."""
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from executor.leased import CANCELLED, LATE_GRACE, LeaseAdmission
+from scheduler.worker_leases import Lease, LeaseBook, Revoked
+
+T = ["t0"]          # the worker's sources' schedules (opaque to the core)
+
+
+def _grant(book, lid="L1", client="client:a", answer="A", target="f", worker="w1", slots=2,
+           now=0.0, waiting=0):
+    return book.grant(lid, client, answer, target, False, worker, slots, now, waiting)
+
+
+# ---- the scheduler's book ----
+def test_a_grant_is_bounded_in_time_and_renewed_only_by_its_client():
+    book = LeaseBook(ttl=2.0)
+    lease = _grant(book)
+    assert isinstance(lease, Lease) and lease.expires == 2.0 and book.reserved() == {"w1": 2}
+    assert book.renew("L1", "client:other", 1.0) is None        # not its lease
+    assert book.renew("L1", "client:a", 1.0).expires == 3.0
+    assert book.renew("L1", "client:a", 3.0) is None            # expired: no renewal
+    revoked = book.expire(3.0)
+    assert [r.lease.lease_id for r in revoked] == ["L1"] and not book.reserved()
+
+
+def test_no_grant_while_calls_wait_and_a_renewal_then_gives_the_slots_back():
+    book = LeaseBook(ttl=2.0)
+    assert "wait in the scheduler's queue" in _grant(book, waiting=3)
+    _grant(book)
+    r = book.renew("L1", "client:a", 0.5, waiting=1)
+    assert isinstance(r, Revoked) and not r.worker_died and book.lease("L1") is None
+
+
+def test_one_lease_per_client_and_target_and_bounds():
+    book = LeaseBook(ttl=2.0, max_leases=3, max_per_client=2)
+    first = _grant(book, "L1")
+    again = _grant(book, "L2", now=1.0)
+    assert again is first and first.expires == 3.0 and len(book) == 1
+    _grant(book, "L3", target="g")
+    assert "this client holds its most leases" in _grant(book, "L4", target="h")
+    _grant(book, "L5", client="client:b", answer="B", target="h")
+    assert "the scheduler holds its most leases" in _grant(book, "L6", client="client:c",
+                                                           answer="C")
+
+
+def test_a_dead_worker_revokes_its_leases_as_lost():
+    book = LeaseBook()
+    _grant(book, "L1", worker="w1")
+    _grant(book, "L2", target="g", worker="w2")
+    revoked = book.worker_lost("w1", "died")
+    assert [(r.lease.lease_id, r.worker_died) for r in revoked] == [("L1", True)]
+    assert "w1 died" in revoked[0].reason and book.reserved() == {"w2": 2}
+
+
+def test_reclaim_revokes_the_oldest_leases_until_the_waiting_calls_are_covered():
+    book = LeaseBook()
+    _grant(book, "L1", worker="w1", slots=2, now=0.0)
+    _grant(book, "L2", target="g", worker="w2", slots=2, now=1.0)
+    _grant(book, "L3", target="h", worker="w3", slots=2, now=2.0)
+    assert book.reclaim(0) == []
+    assert [r.lease.lease_id for r in book.reclaim(3)] == ["L1", "L2"]
+    assert book.reserved() == {"w3": 2}
+
+
+def test_release_is_the_clients_own():
+    book = LeaseBook()
+    _grant(book)
+    assert book.release("L1", "client:b") is None
+    assert book.release("L1", "client:a").lease_id == "L1" and len(book) == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["grant", "renew", "release", "expire", "lost",
+                                           "reclaim"]),
+                          st.integers(0, 5), st.integers(0, 2), st.integers(0, 3),
+                          st.integers(0, 10)), max_size=40))
+def test_the_book_never_exceeds_its_bounds_nor_reserves_for_dead_or_expired_leases(ops):
+    book = LeaseBook(ttl=1.0, max_leases=4, max_per_client=2)
+    now, n = 0.0, 0
+    for op, lease, client, worker, dt in ops:
+        now += dt / 10
+        c = f"client:{client}"
+        if op == "grant":
+            n += 1
+            _grant(book, f"L{n}", c, c, f"t{lease}", f"w{worker}", 1 + worker, now)
+        elif op == "renew":
+            book.renew(f"L{lease}", c, now, waiting=worker % 2)
+        elif op == "release":
+            book.release(f"L{lease}", c)
+        elif op == "expire":
+            book.expire(now)
+        elif op == "lost":
+            book.worker_lost(f"w{worker}")
+            assert f"w{worker}" not in book.reserved()
+        else:
+            book.reclaim(worker)
+        assert len(book) <= 4
+        per_client = {}
+        for lid in [f"L{i}" for i in range(n + 1)]:
+            held = book.lease(lid)
+            if held is not None:
+                per_client[held.client] = per_client.get(held.client, 0) + 1
+        assert all(v <= 2 for v in per_client.values())
+    book.expire(now + 1.0)
+    assert book.reserved() == {} and len(book) == 0
+
+
+# ---- the worker's admission ----
+def test_a_call_is_admitted_only_within_a_lease_the_scheduler_told_of():
+    a = LeaseAdmission()
+    why, _ = a.admit("forged", "client:a", "c1", 10.0, 0.0)
+    assert "no lease of that id" in why
+    a.told("L1", "client:a", 2, 2.0, 0.0, T)
+    assert a.admit("L1", "client:b", "c1", 10.0, 0.5)[0] == "the lease belongs to another client"
+    assert a.admit("L1", "client:a", "c1", 10.0, 0.5) == (None, T)
+    assert "already admitted" in a.admit("L1", "client:a", "c1", 10.0, 0.5)[0]
+    assert a.admit("L1", "client:a", "c2", 10.0, 0.5)[0] is None
+    assert "every slot" in a.admit("L1", "client:a", "c3", 10.0, 0.5)[0]
+    assert a.finished("c1") and not a.finished("c1")          # once, and a slot is free
+    assert a.admit("L1", "client:a", "c3", 10.0, 0.5)[0] is None
+
+
+def test_expired_and_revoked_leases_admit_nothing_but_admitted_calls_run_on():
+    a = LeaseAdmission()
+    a.told("L1", "client:a", 1, 2.0, 0.0, T)
+    assert a.admit("L1", "client:a", "c1", 10.0, 0.0)[0] is None
+    assert a.admit("L1", "client:a", "c2", 10.0, 2.0)[0] == "its lease expired"
+    a.told("L1", "client:a", 1, 2.0, 1.0)                     # renewed before the end
+    assert a.admit("L1", "client:a", "c2", 10.0, 2.5)[0] is not None   # one slot, in use
+    a.told("L1", "", 0, 0.0, 2.6, revoked=True, reason="its client gave it back")
+    assert "revoked (its client gave it back)" in a.admit("L1", "client:a", "c3", 10.0, 2.6)[0]
+    assert a.finished("c1")                                   # the admitted call ended
+    a.told("L1", "client:a", 1, 2.0, 2.7)                     # a late renewal: stays revoked
+    assert a.admit("L1", "client:a", "c4", 10.0, 2.8)[0] is not None
+    a.told("L2", "client:a", 1, 1.0, 3.0, T)
+    a.expire(4.0)
+    assert "revoked (it expired)" in a.admit("L2", "client:a", "c5", 10.0, 4.0)[0]
+
+
+def test_a_renewal_of_an_unknown_lease_grants_nothing_and_slots_are_freed_past_deadlines():
+    a = LeaseAdmission()
+    a.told("L1", "client:a", 1, 5.0, 0.0)                     # no schedules: not a grant
+    assert "no lease of that id" in a.admit("L1", "client:a", "c1", 1.0, 0.0)[0]
+    a.told("L1", "client:a", 1, 50.0, 0.0, T)
+    assert a.admit("L1", "client:a", "c1", 1.0, 0.0)[0] is None
+    a.expire(1.0 + LATE_GRACE + 0.1)                          # its end never came
+    assert a.in_flight("L1") == 0 and a.admit("L1", "client:a", "c2", 99.0, 7.0)[0] is None
+
+
+def test_the_worker_keeps_a_bounded_number_of_leases():
+    a = LeaseAdmission(max_leases=2)
+    for i in range(3):
+        a.told(f"L{i}", "c", 1, 1.0 + i, 0.0, T)
+    assert len(a) == 2 and "revoked" in a.admit("L0", "c", "x", 9.0, 0.0)[0]
+    with pytest.raises(ValueError):
+        LeaseAdmission(0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["told", "revoke", "admit", "finish", "expire"]),
+                          st.integers(0, 3), st.integers(0, 1), st.integers(0, 8),
+                          st.integers(0, 7)), max_size=40))
+def test_admitted_calls_never_exceed_a_leases_slots_nor_come_from_another_client(ops):
+    a = LeaseAdmission(max_leases=3)
+    now = 0.0
+    owner, slots, live_until, revoked = {}, {}, {}, set()
+    admitted = {}
+    for op, lease, client, call, dt in ops:
+        now += dt / 10
+        lid, c, cid = f"L{lease}", f"client:{client}", f"c{call}"
+        if op == "told":
+            a.told(lid, c, 1 + client, 1.0, now, T)
+            owner.setdefault(lid, c)
+            slots.setdefault(lid, 1 + client)
+        elif op == "revoke":
+            a.told(lid, "", 0, 0, now, revoked=True)
+            revoked.add(lid)
+        elif op == "admit":
+            why, schedules = a.admit(lid, c, cid, now + 5.0, now)
+            if why is None:
+                assert schedules == T and owner.get(lid) == c and lid not in revoked
+                admitted[cid] = lid
+                assert a.in_flight(lid) <= slots[lid]
+        elif op == "finish":
+            if a.finished(cid):
+                admitted.pop(cid)
+        else:
+            a.expire(now)
+
+
+def test_a_renewal_after_a_re_registration_revokes_the_lease():
+    book = LeaseBook()
+    book.grant("L1", "client:a", "A", "f", False, "w1", 2, 0.0, versions={"f": "v1"})
+    assert isinstance(book.renew("L1", "client:a", 0.5, versions={"f": "v1"}), Lease)
+    r = book.renew("L1", "client:a", 0.6, versions={"f": "v2"})
+    assert isinstance(r, Revoked) and "registered again" in r.reason and len(book) == 0
+
+
+def test_a_cancel_that_overtakes_its_direct_call_keeps_it_from_running():
+    a = LeaseAdmission()
+    a.told("L1", "client:a", 1, 5.0, 0.0, T)
+    assert not a.cancel("c1", 0.0)                           # not arrived yet: remembered
+    assert a.admit("L1", "client:a", "c1", 10.0, 0.1) == (CANCELLED, None)
+    assert a.admit("L1", "client:a", "c2", 10.0, 0.1)[0] is None
+    assert a.cancel("c2", 0.2) and a.in_flight("L1") == 0    # admitted: its slot is free
