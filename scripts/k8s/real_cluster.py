@@ -48,9 +48,15 @@ from real_network import (COREDNS_RBAC, T0, NetSettings, PodNetwork, corefile,  
 NODE = "cb-real-node"
 NS = "default"
 # controllers real pods need besides the fast tier's: Services' endpoints (kube-proxy,
-# CoreDNS) and the kube-root-ca.crt ConfigMap that mounted ServiceAccount tokens use
+# CoreDNS), the kube-root-ca.crt ConfigMap that mounted ServiceAccount tokens use, and those
+# of the platform's kinds
 EXTRA_CONTROLLERS = ("endpointslice-controller", "endpoints-controller",
-                     "root-ca-certificate-publisher-controller")
+                     "root-ca-certificate-publisher-controller",
+                     # routing, the schedulers and the disk tier are StatefulSets; the disk
+                     # tier's claims bind to local volumes; every tier has a disruption budget
+                     "statefulset-controller", "persistentvolume-binder-controller",
+                     "persistentvolumeclaim-protection-controller",
+                     "persistentvolume-protection-controller", "disruption-controller")
 
 
 class Cluster:
