@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, List, Optional
 
 from k8s.api import ApiSettings
-from k8s.names import DISK as DISK_WORKLOAD, MEMORY as MEMORY_WORKLOAD
+from k8s.names import DISK_SCALED as DISK_WORKLOAD, MEMORY as MEMORY_WORKLOAD
 from runtime.config import knob, positive
 
 from .autoscale.policy_config import PolicyConfig
@@ -59,7 +59,7 @@ class MonitorConfig(ApiSettings):
                                                           "workloads (used with autoscale; "
                                                           "a pod gives its own)")
     memory_deployment: str = knob(MEMORY_WORKLOAD, help="the memory tier's workload")
-    disk_deployment: str = knob(DISK_WORKLOAD, help="the disk tier's workload (\"\": no disk "
+    disk_deployment: str = knob(DISK_WORKLOAD, help="the disk tier's workload: a Deployment or statefulset/NAME (\"\": no disk "
                                                     "tier is managed)")
     # (kubeconfig, pod_startup_timeout, request_timeout: k8s.api.ApiSettings)
     pod_leave_timeout: float = knob(150.0, help="seconds from a removal until the pod must be "

@@ -15,6 +15,11 @@ works on (`addresses`, `_current`, `_connections`, `_pull`, `_send_lock`, `_cond
 - Every request has a slot (`_new_slot`); whichever thread waits (`_wait`) reads the answer
   socket and hands each answer to its slot (`_store`); an answer for an unknown request is
   dropped, as is a frame a function key may not send (anything but a `result`).
+- A call's `result` with status SCHEDULER_STOPPING (its scheduler is stopping and refused
+  it: it never started there) is not handed to its slot: after the lock is released the
+  call (kept by `_keep_call` while in flight) is sent again, same request id, to a scheduler
+  that has not refused it, which becomes current; `_sent_to` tells its `Future` where it
+  went. With no such scheduler left, the refusal is handed to the slot (the call's error).
 - `_scheduler_lost` says why a call's scheduler is gone (its connection dropped, or it does
   not answer a `where` within `failover_timeout`), None while it is there; `_where` names
   the stage a call stalled at; `_cancel` asks a scheduler to stop a call (no answer awaited).
@@ -83,6 +88,9 @@ class ClientLink:
 
     def scheduler_lost(self, scheduler: str, since: float, rid: str) -> Optional[str]:
         return self._channel._scheduler_lost(scheduler, since, rid)
+
+    def sent_to(self, rid: str) -> Optional[Tuple[str, float]]:
+        return self._channel._sent_to(rid)
 
     def where(self, rid: str, what: str, scheduler: str) -> str:
         return self._channel._where(rid, what, scheduler)
@@ -258,7 +266,57 @@ class SchedulerChannel:
     def _forget(self, rid: str) -> None:
         with self._cond:
             self._slots.pop(rid, None)
+            self._kept_calls.pop(rid, None)
         self._leases.release(rid)
+
+    def _keep_call(self, rid: str, call: Any, scheduler: str, sent_at: float) -> None:
+        """Keep call `rid`, sent to `scheduler`, until it is over: a stopping scheduler may
+        refuse it and it then goes to another one."""
+        with self._cond:
+            if rid in self._slots:
+                self._kept_calls[rid] = (call, (), scheduler, sent_at)
+
+    def _sent_to(self, rid: str) -> Optional[Tuple[str, float]]:
+        """(scheduler, time sent) of call `rid`'s latest send, if it is kept."""
+        with self._cond:
+            kept = self._kept_calls.get(rid)
+        return (kept[2], kept[3]) if kept is not None else None
+
+    def _resend_refused(self) -> None:
+        """Send the calls stopping schedulers refused to schedulers that have not (module
+        contract); called without the lock."""
+        while True:
+            with self._cond:
+                if not self._refused:
+                    return
+                rid, answer = self._refused.pop(0)
+                kept = self._kept_calls.get(rid)
+                slot = self._slots.get(rid)
+                if kept is None or slot is None:
+                    continue
+                call, refused_by, sent_to, _ = kept
+                refused_by = refused_by + (sent_to,)
+                left = [a for a in self.addresses if a not in refused_by]
+                if not left:
+                    slot.answer = answer            # nowhere else to go: the refusal stands
+                    self._cond.notify_all()
+                    continue
+            if self.address in refused_by:
+                self._current = self.addresses.index(left[0])
+            log.info("%s; sending call %s to %s", answer.message, rid, left[0])
+            try:
+                to = self._send("call", call)
+            except (SchedulerUnavailable, AuthenticationError) as e:
+                with self._cond:
+                    if slot.answer is None:
+                        slot.answer = pb.CallResult(request_id=rid, status=answer.status,
+                                                    message=f"{answer.message}; {e}")
+                        self._cond.notify_all()
+                continue
+            with self._cond:
+                if rid in self._kept_calls:
+                    self._kept_calls[rid] = (call, refused_by, to, time.monotonic())
+            self._leases.moved(rid, to)
 
     def _collected(self, rid: str, result: Any) -> None:
         """A Future took its result: forget the call, report it with the next call (bounded:
@@ -300,6 +358,8 @@ class SchedulerChannel:
                 self._cond.release()
             if self._direct is not None:
                 self._direct.flush()
+            if self._refused:
+                self._resend_refused()
 
     def _where(self, rid: str, what: str, scheduler: Optional[str] = None) -> str:
         """Name the stage a call stalled at: ask the scheduler where it placed the call."""
@@ -357,6 +417,8 @@ class SchedulerChannel:
                     self._cond.notify_all()
             if self._direct is not None:
                 self._direct.flush()
+            if self._refused:
+                self._resend_refused()
 
     def _drain(self, timeout: float) -> List[Tuple[str, Any]]:
         """Read what arrives within `timeout` (then everything queued), without the lock."""
@@ -391,8 +453,13 @@ class SchedulerChannel:
             elif kind == "worker_lease":
                 continue
             # a retried call's attempt answers as "<request id>#r<n>" (scheduler/retries.py)
-            slot = self._slots.get(m.request_id.split("#", 1)[0])
+            rid = m.request_id.split("#", 1)[0]
+            slot = self._slots.get(rid)
             if slot is None:
+                continue
+            if (kind == "result" and m.status == pb.SCHEDULER_STOPPING
+                    and rid in self._kept_calls):
+                self._refused.append((rid, m))      # sent elsewhere once the lock is free
                 continue
             if slot.answer is None:
                 slot.answer = m

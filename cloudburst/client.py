@@ -7,7 +7,9 @@ Contract:
   own `put`/`get` (a client outside the cluster's network). Results, replies and
   acknowledgements come back on one PULL socket of the client's own: the sink's result is
   pushed straight to it; nothing polls the KVS.
-- Failover (`cloudburst/channel.py`, which `Client` inherits). A message goes to the
+- Failover (`cloudburst/channel.py`, which `Client` inherits). A call refused by a stopping
+  scheduler (SCHEDULER_STOPPING: it never started there) is sent again, same request id, to
+  a scheduler that has not refused it; with none left the refusal is the call's error. A message goes to the
   current scheduler if its connection is up (ZeroMQ `IMMEDIATE`: a message is never queued
   for a scheduler that is not connected), else to the
   next one that is, which becomes current; with none connected within `failover_timeout`
@@ -184,6 +186,10 @@ class Client(SchedulerChannel):
         self._send_lock = threading.Lock()
         self._cond = threading.Condition()
         self._slots: Dict[str, Any] = {}   # request id -> its answer slot (channel)
+        # calls in flight -> (the Call, the schedulers that refused it): sent again to
+        # another scheduler when theirs is stopping (channel)
+        self._kept_calls: Dict[str, Any] = {}
+        self._refused: List[Any] = []
         self._reading = False
         self._finished: List[str] = []   # results received, to tell the scheduler with the next call
         self._prefix = uuid.uuid4().hex[:10]
@@ -459,6 +465,7 @@ class Client(SchedulerChannel):
                 raise
         if not keep:
             self._leases.hold(rid, scheduler)
+        self._keep_call(rid, call, scheduler, sent_at)
         if self._direct is not None:
             self._direct.flush()         # lease requests and renewals, after the call
         return Future(self._link, rid, what, wait, scheduler=scheduler, sent_at=sent_at,

@@ -27,7 +27,9 @@ Contract:
   many times it ran.
 - A call whose scheduler stops (its connection drops) or stops answering while the caller
   waits fails with `SchedulerUnavailable` naming the scheduler (checked every
-  `Client.failover_timeout` of waiting); it is not retried: it may have run.
+  `Client.failover_timeout` of waiting); it is not retried: it may have run. A call a
+  stopping scheduler refused (it never started there) is sent to another scheduler instead
+  (`cloudburst/channel.py`), and `scheduler` then names that one.
 - A `Future` reaches its client only through `CallOwner`, the small interface below, which
   the client implements (`cloudburst/channel.py`'s `FutureLink`).
 """
@@ -65,6 +67,10 @@ class CallOwner(Protocol):
 
     def scheduler_lost(self, scheduler: str, since: float, rid: str) -> Optional[str]:
         """Why the call's scheduler is gone, or None while it is there."""
+
+    def sent_to(self, rid: str) -> Optional[Tuple[str, float]]:
+        """(scheduler, time sent) of the call's latest send, when a stopping scheduler
+        refused it and it went to another; None otherwise (or once it is over)."""
 
     def where(self, rid: str, what: str, scheduler: str) -> str:
         """The stage a call stalled at, in words (for `Timeout`)."""
@@ -221,6 +227,9 @@ class Future:
                 return slot
             if time.monotonic() >= deadline:
                 return None
+            # a stopping scheduler may have refused the call, which went elsewhere
+            self.scheduler, self._sent_at = client.sent_to(self.request_id) or (
+                self.scheduler, self._sent_at)
             lost = client.scheduler_lost(self.scheduler, self._sent_at, self.request_id)
             if self.done():                  # the result came meanwhile
                 return None
@@ -303,6 +312,9 @@ class Future:
 
     def _collected(self) -> None:
         self._finalizer.detach()
+        moved = self._client.sent_to(self.request_id)   # refused by a stopping scheduler
+        if moved is not None:
+            self.scheduler = moved[0]
         self._client.collected(self.request_id, self._result)
         arguments, self._stored[:] = list(self._stored), []
         if self._result is not None and self._result.value_key:

@@ -7,6 +7,8 @@ Contract: `ClientLeases(client, ttl)` belongs to one `Client`.
   seconds, sends each scheduler holding one of this client's calls a `lease`
   (`ClientLease(client=<answer address>, ttl)`), and cancels abandoned calls.
 - `release(rid)`: the call ended (result collected, cancelled, given up on).
+- `moved(rid, scheduler)`: a held call was sent again to another scheduler (its own was
+  stopping): the lease is renewed there.
 - `abandon(rid)`: its `Future` was collected unawaited; the thread cancels it (a finalizer
   runs inside any allocation, maybe while the client's send lock is held, so it only
   records the call).
@@ -78,6 +80,12 @@ class ClientLeases:
     def release(self, rid: str) -> None:
         with self._lock:
             self._calls.pop(rid, None)
+
+    def moved(self, rid: str, scheduler: str) -> None:
+        """Call `rid` went to another scheduler: its lease is renewed there (if held)."""
+        with self._lock:
+            if rid in self._calls:
+                self._calls[rid] = scheduler
 
     def abandon(self, rid: str) -> None:
         self._abandoned.append(rid)       # deque.append is atomic: no lock in a finalizer

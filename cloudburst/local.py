@@ -118,6 +118,9 @@ class LocalCluster(FaultInjection):
             (0: a free one; the others then use free ones); None (default): off.
         log_dir: where every process logs (`<name>.log`; the KVS's under `kvs/`); kept after
             `stop()`. Default: a temporary directory removed by `stop()`.
+        scheduler_stop_grace: a scheduler given SIGTERM refuses new calls (its clients send
+            them to another scheduler) and ends the ones in flight, for at most this many
+            seconds (`scheduler.config.SchedulerConfig.stop_grace`; 0: it stops at once).
         supervise: restart schedulers and executor nodes that exit (with back-off from
             `restart_backoff` doubling up to 5 s); False leaves them gone.
         unresponsive_timeout: seconds a worker whose process runs may go without heartbeating
@@ -162,6 +165,7 @@ class LocalCluster(FaultInjection):
                  kvs_nodes: int = 1, kvs_replication: Any = None,
                  kvs_options: Optional[Dict[str, Any]] = None,
                  write_quorum: Union[str, int] = "all", supervise: bool = True,
+                 scheduler_stop_grace: float = 0.0,
                  restart_backoff: float = 0.1,
                  unresponsive_timeout: Optional[float] = None, auth: bool = True,
                  key_dir: Optional[str] = None,
@@ -205,6 +209,7 @@ class LocalCluster(FaultInjection):
         self.function_time_limit = function_time_limit
         self.restart_workers = restart_workers
         self.supervise = supervise
+        self.scheduler_stop_grace = scheduler_stop_grace
         self.unresponsive_timeout = unresponsive_timeout
         if provisioning_delay < 0:
             raise ValueError(f"provisioning_delay must be >= 0, got {provisioning_delay!r}")
@@ -342,7 +347,7 @@ class LocalCluster(FaultInjection):
                                               **self.kvs_options)
             self.kvs.start()
             for i in range(self.scheduler_count):
-                config = SchedulerConfig(kvs_address=self.kvs.routing_address,
+                config = SchedulerConfig(kvs_address=self._kvs_address(),
                                          heartbeat_timeout=self.heartbeat_timeout,
                                          log_level=self.log_level, parent_pid=os.getpid(),
                                          seed=None if self.seed is None else self.seed + i,
@@ -356,7 +361,8 @@ class LocalCluster(FaultInjection):
                                          else self.metrics_port if i == 0 else 0,
                                          unresponsive_timeout=self._node_unresponsive()
                                          + 2 * self.heartbeat_timeout,
-                                         key_dir=self.key_dir)
+                                         key_dir=self.key_dir,
+                                         stop_grace=self.scheduler_stop_grace)
                 self._scheduler_configs.append(config)
                 self._schedulers.append(ManagedProcess(
                     f"scheduler-{i}", [sys.executable, "-m", "scheduler", "--config",
@@ -396,10 +402,15 @@ class LocalCluster(FaultInjection):
             SchedulerLink(self.scheduler_addresses, self.cluster_auth)).start()
         log.info("executor autoscaling on: %s", self.autoscale)
 
+    def _kvs_address(self) -> str:
+        """Every Anna routing address, comma-separated: the schedulers, executor nodes and
+        clients fail over between them (anna_core.Client)."""
+        return ",".join(self.kvs.routing_addresses)
+
     # ---- executor nodes (the autoscaler's pool, cloudburst/executor_spawner.py, uses these) ----
     def _node_config(self, node_id: str) -> str:
         from executor.config import NodeConfig
-        return NodeConfig(node_id=node_id, kvs_address=self.kvs.routing_address,
+        return NodeConfig(node_id=node_id, kvs_address=self._kvs_address(),
                             scheduler_addresses=self.scheduler_addresses,
                             workers=self.executors_per_node,
                             heartbeat_period=self.heartbeat_period,

@@ -16,8 +16,14 @@ Contract:
   idempotent. A scalable Deployment that already exists keeps its current replica count
   unless a count is given (so a re-deploy does not undo `scale` or an autoscaler). The pod
   templates carry the keys' hash, so a re-deploy after adding a client restarts the pods
-  (they read keys at start). Then it waits until every Deployment is done (`state`).
-- `scale(role, n)`: the scale subresource of a scalable role's Deployment (`SCALABLE`);
+  (they read keys at start). Before the workloads it makes the disk tier's local volumes
+  (`volumes`: one per ordinal the tier may reach, for clusters without a storage
+  provisioner); after them it prunes: objects of ours (labelled `MANAGED_BY`) of the
+  `prune.PRUNABLE` kinds that the manifests no longer hold are deleted (never the key
+  Secrets, never volumes). Then it waits until every Deployment and StatefulSet is done
+  (`state`).
+- `scale(role, n)`: the scale subresource of a scalable role's Deployment (`SCALABLE`; the
+  disk tier's StatefulSet, `STATEFUL`, whose new ordinals get their local volumes first);
   other roles, and unsafe changes of Anna's tiers (`check_scale`: one node less at a time,
   never empty), raise `RoleRefused` saying why.
 - `delete()`: deletes the manifests' namespaced objects and the key Secrets (foreground, so
@@ -40,6 +46,8 @@ from .errors import (ApiConflict, KubernetesError, ObjectNotFound, RoleRefused, 
                      api_error, client_errors)
 from .names import DISK, EXECUTOR, MEMORY, SCHEDULER_SERVICE as _SCHEDULER_SERVICE
 from .manifests import MANAGED_BY, apply_order, render
+from .prune import PRUNABLE, stale
+from .volumes import local_volumes
 from .status import PlatformStatus, summarize
 
 __all__ = ["Platform", "SCALABLE", "REFUSED", "CREATED_BY", "SECRETS", "secret_files",
@@ -55,17 +63,22 @@ KEYS_HASH = "cloudburst.io/keys-sha256"
 # the cluster's keys, the authorized clients' public keys, and what the executor pods'
 # `workers` containers get: the function role's pair and the cluster's public key only
 SECRETS = ("cloudburst-cluster-key", "cloudburst-authorized-keys", "cloudburst-function-key")
-# Roles `scale` changes, and their Deployments.
+# Roles `scale` changes, and their workloads (Deployments, but the disk tier's StatefulSet).
 SCALABLE = {"executor": EXECUTOR, "memory": MEMORY, "disk": DISK}
+STATEFUL = {"disk"}
 # Roles `scale` refuses, and why.
 REFUSED = {
-    "scheduler": "executor nodes heartbeat to every scheduler by address and clients connect "
-                 "to one Service; more schedulers need a StatefulSet listed in SCHEDULERS",
-    "routing": "nodes join every routing node by address (ANNA_ROUTING); more need a "
-               "StatefulSet listed there",
+    "scheduler": "every process is given every scheduler's stable name (SCHEDULERS in the "
+                 "ConfigMap): change the StatefulSet's replicas and SCHEDULERS together in "
+                 "the manifests and deploy",
+    "routing": "every process is given every routing's stable name (ANNA_ROUTING in the "
+               "ConfigMap): change the StatefulSet's replicas and ANNA_ROUTING together in "
+               "the manifests and deploy",
     "monitor": "one monitor summarises the nodes' reports; a second would double-count them",
 }
 SCHEDULER_SERVICE = _SCHEDULER_SERVICE
+# Where the disk tier's local volumes are made on the nodes (claims of LOCAL_CLASS).
+DEFAULT_VOLUME_ROOT = "/var/lib/cloudburst/volumes"
 
 
 def secret_files(key_dir: str) -> Dict[str, Dict[str, bytes]]:
@@ -268,9 +281,19 @@ class Platform:
         """Every Deployment and pod of the namespace (`state.summarize`)."""
         deps = self._call("list", "deployments", "", self.apps.list_namespaced_deployment,
                           self.namespace).items
+        sets = self._call("list", "statefulsets", "", self.apps.list_namespaced_stateful_set,
+                          self.namespace).items
         pods = self._call("list", "pods", "", self.core.list_namespaced_pod,
                           self.namespace).items
-        return summarize(self.namespace, deps, pods)
+        return summarize(self.namespace, list(deps) + list(sets), pods)
+
+    def _replicas(self) -> Dict[str, Optional[int]]:
+        """Workload name -> its replicas, for the Deployments and StatefulSets that exist."""
+        deps = self._call("list", "deployments", "", self.apps.list_namespaced_deployment,
+                          self.namespace).items
+        sets = self._call("list", "statefulsets", "", self.apps.list_namespaced_stateful_set,
+                          self.namespace).items
+        return {d.metadata.name: d.spec.replicas for d in list(deps) + list(sets)}
 
     def wait_ready(self, timeout: float, names: Optional[Iterable[str]] = None) -> PlatformStatus:
         """Wait until the Deployments `names` (default: all in the namespace) are done,
@@ -302,7 +325,8 @@ class Platform:
 
     def deploy(self, key_dir: str, *, image: Optional[str] = None,
                replicas: Optional[Mapping[str, int]] = None, client_name: str = "admin",
-               wait: float = 300.0, manifests: Any = None) -> ConnectInfo:
+               wait: float = 300.0, manifests: Any = None,
+               volume_root: str = DEFAULT_VOLUME_ROOT) -> ConnectInfo:
         """Create or update the platform (see the module contract); how to connect.
 
         Args:
@@ -312,7 +336,9 @@ class Platform:
             replicas: role (`SCALABLE`) -> count; roles left out keep their current count
                 (a new Deployment gets the manifests').
             wait: seconds to wait for every Deployment to be Available (0: do not wait).
-            manifests: another kustomization directory (tests); default the package's."""
+            manifests: another kustomization directory (tests); default the package's.
+            volume_root: the node directory under which the disk tier's local volumes
+                live (`volumes.local_volumes`)."""
         replica_counts(replicas or {}, {})           # bad input fails before any I/O
         render(manifests, namespace=self.namespace, image=image)
         keys = self._keys(key_dir, client_name)
@@ -323,25 +349,67 @@ class Platform:
                                   f"is gone (`cloudburst k8s delete --wait`) and deploy again",
                                   verb="apply", resource="namespaces", name=self.namespace,
                                   namespace="")
-        existing = {d.metadata.name: d.spec.replicas for d in self._call(
-            "list", "deployments", "", self.apps.list_namespaced_deployment,
-            self.namespace).items} if namespace is not None else {}
+        existing = self._replicas() if namespace is not None else {}
         counts = replica_counts(replicas or {}, existing)
         objects = render(manifests, namespace=self.namespace, image=image, replicas=counts)
         self._namespace(objects, exists=namespace is not None)
         digest = self._secrets(keys)
+        self._volumes(objects, volume_root)
         for obj in apply_order(o for o in objects if o["kind"] != "Namespace"):
-            if obj["kind"] == "Deployment":
+            if obj["kind"] in ("Deployment", "StatefulSet"):
                 template = obj["spec"]["template"].setdefault("metadata", {})
                 template.setdefault("annotations", {})[KEYS_HASH] = digest
             self.apply(obj)
             self.say(f"applied {obj['kind']} {self.namespace}/{obj['metadata']['name']}")
-        names = [o["metadata"]["name"] for o in objects if o["kind"] == "Deployment"]
+        self.prune(objects)
+        names = [o["metadata"]["name"] for o in objects
+                 if o["kind"] in ("Deployment", "StatefulSet")]
         if wait > 0:
-            self.say(f"waiting up to {wait:g} s for {len(names)} Deployment(s) to be Available")
+            self.say(f"waiting up to {wait:g} s for {len(names)} workload(s) to be ready")
             self.wait_ready(wait, names)
-            self.say("every Deployment is Available")
+            self.say("every Deployment is Available and every StatefulSet ready")
         return self.connect_info(objects, key_dir)
+
+    def _volumes(self, objects: List[Dict[str, Any]], root: str,
+                 at_least: int = 0) -> None:
+        """A local volume for each claim of `LOCAL_CLASS` of each StatefulSet, for every
+        ordinal up to the most it may have: its replicas, the Anna policy's `max_nodes`
+        (POLICY_CONFIG in the ConfigMap: what the monitor may scale to) and `at_least`.
+        Volumes that exist are left as they are (they hold data)."""
+        config = next((o.get("data", {}) for o in objects if o["kind"] == "ConfigMap"), {})
+        try:
+            most = int(json.loads(config.get("POLICY_CONFIG") or "{}").get("max_nodes", 0))
+        except (ValueError, TypeError, AttributeError):
+            most = 0
+        for sts in (o for o in objects if o["kind"] == "StatefulSet"):
+            count = max(sts["spec"].get("replicas", 1), most, at_least)
+            for pv in local_volumes(self.namespace, sts, range(count), root):
+                if self._exists(pv):
+                    continue
+                self.apply(pv)
+                self.say(f"made local volume {pv['metadata']['name']} "
+                         f"({pv['spec']['hostPath']['path']})")
+
+    def prune(self, objects: Iterable[Mapping[str, Any]]) -> List[str]:
+        """Delete the objects of ours (labelled `MANAGED_BY`) in the namespace that the
+        manifests no longer hold (`prune.stale`); their names."""
+        selector = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
+        live = []
+        for api_version, kind in PRUNABLE:
+            plural, _ = self._resource(api_version, kind)
+            base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+            items = self._call("list", plural, "", self._raw, "GET",
+                               f"{base}/namespaces/{self.namespace}/{plural}",
+                               [("labelSelector", selector)]).get("items", [])
+            live += [(api_version, kind, i["metadata"]["name"]) for i in items]
+        pruned = []
+        for api_version, kind, name in stale(live, objects, keep=SECRETS):
+            obj = {"apiVersion": api_version, "kind": kind,
+                   "metadata": {"name": name, "namespace": self.namespace}}
+            if self._delete(obj):
+                pruned.append(f"{kind} {self.namespace}/{name}")
+                self.say(f"pruned {kind} {self.namespace}/{name} (no longer in the manifests)")
+        return pruned
 
     def _keys(self, key_dir: str, client_name: str) -> Dict[str, Dict[str, bytes]]:
         """The Secrets' contents (name -> file -> bytes), making the keys if missing."""
@@ -401,8 +469,15 @@ class Platform:
             raise RoleRefused(f"unknown role {role!r}; scalable roles are "
                               f"{', '.join(sorted(SCALABLE))}")
         name = SCALABLE[role]
-        before = self._call("get", "deployments/scale", name,
-                            self.apps.read_namespaced_deployment_scale, name,
+        if role in STATEFUL:
+            resource, read, patch_scale = ("statefulsets/scale",
+                                           self.apps.read_namespaced_stateful_set_scale,
+                                           self.apps.patch_namespaced_stateful_set_scale)
+        else:
+            resource, read, patch_scale = ("deployments/scale",
+                                           self.apps.read_namespaced_deployment_scale,
+                                           self.apps.patch_namespaced_deployment_scale)
+        before = self._call("get", resource, name, read, name,
                             self.namespace).spec.replicas or 0
         refusal = check_scale(role, before, replicas)
         if refusal:
@@ -410,20 +485,23 @@ class Platform:
                               f"to {replicas}: {refusal}")
         patch = [{"op": "test", "path": "/spec/replicas", "value": before},
                  {"op": "replace", "path": "/spec/replicas", "value": replicas}]
+        if role in STATEFUL and replicas > before:      # its new pods' local volumes
+            self._volumes(render(None, namespace=self.namespace), DEFAULT_VOLUME_ROOT,
+                          at_least=replicas)
         try:
-            self._call("patch", "deployments/scale", name,
-                       self.apps.patch_namespaced_deployment_scale, name, self.namespace,
+            self._call("patch", resource, name, patch_scale, name, self.namespace,
                        patch if before else patch[1:],
                        _content_type="application/json-patch+json")
         except KubernetesError as e:
             if e.status != 422:
                 raise
-            raise ApiConflict(f"patch deployments/scale {self.namespace}/{name}: its replicas "
+            raise ApiConflict(f"patch {resource} {self.namespace}/{name}: its replicas "
                               f"changed from {before} while scaling (an autoscaler?); run the "
-                              f"command again", verb="patch", resource="deployments/scale",
+                              f"command again", verb="patch", resource=resource,
                               name=name, namespace=self.namespace, status=422,
                               reason=e.reason) from e
-        self.say(f"Deployment {self.namespace}/{name}: replicas {before} -> {replicas}")
+        self.say(f"{'StatefulSet' if role in STATEFUL else 'Deployment'} "
+                 f"{self.namespace}/{name}: replicas {before} -> {replicas}")
         if wait > 0:
             return self.wait_ready(wait, [name])
         return self.status()

@@ -35,7 +35,8 @@ _CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "CustomReso
                    "PriorityClass", "StorageClass", "PersistentVolume"}
 # Creation order: what others refer to first (the namespace, accounts, configuration).
 _ORDER = ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
-          "RoleBinding", "ConfigMap", "Secret", "PersistentVolumeClaim", "Service"]
+          "RoleBinding", "ConfigMap", "Secret", "StorageClass", "PersistentVolumeClaim",
+          "Service"]
 
 
 class ManifestError(ValueError):
@@ -144,7 +145,7 @@ def render(root: Any = None, *, namespace: Optional[str] = None, image: Optional
         namespace: put everything in this namespace (like kustomize's `namespace:`).
         image: replace the platform image (every container image the kustomizations'
             `images:` entries name) with this one, e.g. `registry.example/cloudburst:1.2`.
-        replicas: Deployment name -> replica count.
+        replicas: Deployment or StatefulSet name -> replica count.
     Raises ManifestError (a file, or a field it does not support) and ValueError (an
     override names no object)."""
     objects, rules = _load(root if root is not None else package_root())
@@ -161,10 +162,11 @@ def render(root: Any = None, *, namespace: Optional[str] = None, image: Optional
             for c in _containers(obj):
                 if image_name(c.get("image", "")) in platform:
                     c["image"] = image
-    deployments = {o["metadata"]["name"]: o for o in objects if o.get("kind") == "Deployment"}
+    deployments = {o["metadata"]["name"]: o for o in objects
+                   if o.get("kind") in ("Deployment", "StatefulSet")}
     for name, count in (replicas or {}).items():
         if name not in deployments:
-            raise ValueError(f"no Deployment {name!r} in the manifests "
+            raise ValueError(f"no Deployment or StatefulSet {name!r} in the manifests "
                              f"(they have {sorted(deployments)})")
         deployments[name]["spec"]["replicas"] = int(count)
     for obj in objects:

@@ -3,13 +3,14 @@ CLI, the monitor's and the autoscaler's defaults. They match the objects in `k8s
 (tests/test_k8s_manifests.py checks that each names an object of the manifests)."""
 from __future__ import annotations
 
-__all__ = ["ROUTING", "MEMORY", "DISK", "MONITOR", "SCHEDULER", "EXECUTOR", "AUTOSCALER",
+__all__ = ["ROUTING", "MEMORY", "DISK", "DISK_SCALED", "MONITOR", "SCHEDULER", "EXECUTOR", "AUTOSCALER",
            "SCHEDULER_SERVICE", "TIER_WORKLOADS", "NAMESPACE"]
 
 NAMESPACE = "cloudburst"             # the namespace `k8s/kustomization.yaml` deploys into
 ROUTING = "anna-routing"
 MEMORY = "anna-memory"               # the memory tier's nodes
-DISK = "anna-disk"                   # the disk tier's nodes
+DISK = "anna-disk"                   # the disk tier's nodes (a StatefulSet)
+DISK_SCALED = "statefulset/" + DISK  # the disk tier as the node pools scale it (k8s/pods.py)
 MONITOR = "anna-monitor"
 SCHEDULER = "cloudburst-scheduler"
 EXECUTOR = "cloudburst-executor"     # the executor nodes

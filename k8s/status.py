@@ -1,11 +1,13 @@
 """What the platform's Deployments and pods say, as plain data: the pure core of
 `cloudburst k8s status` and of every wait (deploy, scale).
 
-Contract: `summarize(deployments, pods)` takes `V1Deployment` and `V1Pod` objects (as the
-kubernetes client returns them, or built by hand in tests) and returns a `PlatformStatus`; it
-calls nothing. A Deployment is *done* when the controller has seen its latest spec
-(observedGeneration), every desired replica is updated, ready and available, no old replica
-is left, and (with replicas) its Available condition is True. `why` says what is not done: the
+Contract: `summarize(deployments, pods)` takes `V1Deployment`, `V1StatefulSet` and `V1Pod`
+objects (as the kubernetes client returns them, or built by hand in tests) and returns a
+`PlatformStatus`; it calls nothing (a StatefulSet counts as a Deployment below). A Deployment
+is *done* when the controller has seen its latest spec (observedGeneration), every desired
+replica is updated, ready and available, no old replica is left, and (with replicas) its
+Available condition is True; a StatefulSet, which has no such condition, when its current
+revision is its update revision instead. `why` says what is not done: the
 failing conditions and the reasons of its pods that are not Ready (from
 `k8s.pods.pod_view`, the node managers' reading of a pod).
 """
@@ -115,7 +117,11 @@ def deployment_state(d: Any, pods: Iterable[PodState] = ()) -> DeploymentState:
         if bad:
             why.append(f"{kind}={c.status}: {c.reason or ''}"
                        + (f": {c.message}" if c.message else ""))
-    if spec_replicas and "Available" not in conditions and not why:
+    stateful = _is_statefulset(d)
+    if stateful and status is not None and status.update_revision and \
+            status.current_revision != status.update_revision and spec_replicas:
+        why.append(f"rolling update: {updated} of {spec_replicas} pod(s) at the new revision")
+    if spec_replicas and "Available" not in conditions and not why and not stateful:
         why.append("no Available condition yet")
     # pods that wait for the same reason are named together, so that a hundred executor
     # pods failing to pull one image make one line, not a hundred
@@ -129,13 +135,22 @@ def deployment_state(d: Any, pods: Iterable[PodState] = ()) -> DeploymentState:
     done = (observed >= (d.metadata.generation or 0) and updated == spec_replicas
             and ready == spec_replicas and available == spec_replicas and total == spec_replicas
             and (spec_replicas == 0 or (conditions.get("Available") is not None
-                                        and conditions["Available"].status == "True")))
+                                        and conditions["Available"].status == "True")
+                 or (stateful and status is not None
+                     and status.current_revision == status.update_revision)))
     if not done and not why:
         why.append(f"{total} replica(s) exist, {updated} updated, {available} available of "
                    f"{spec_replicas}")
     return DeploymentState(name=d.metadata.name, desired=spec_replicas, ready=ready,
                            available=available, updated=updated, done=done,
                            why=[] if done else why)
+
+
+def _is_statefulset(d: Any) -> bool:
+    """A V1StatefulSet (no Available condition: done when every replica is Ready at the
+    update revision)."""
+    return getattr(d.spec, "service_name", None) is not None or \
+        getattr(d, "kind", None) == "StatefulSet"
 
 
 def summarize(namespace: str, deployments: Iterable[Any], pods: Iterable[Any]) -> PlatformStatus:

@@ -34,7 +34,9 @@ def main() -> None:
     except KeyFileError as e:          # a missing or malformed key file, named
         log.error("cannot start: %s", e)
         sys.exit(2)
-    signal.signal(signal.SIGTERM, lambda *_: scheduler.stop())
+    # SIGTERM: a graceful stop when `stop_grace` is set (calls in flight end, new ones are
+    # sent elsewhere); SIGINT: at once
+    signal.signal(signal.SIGTERM, lambda *_: scheduler.stop(graceful=True))
     signal.signal(signal.SIGINT, lambda *_: scheduler.stop())
     announce_ready({"address": scheduler.address, "pid": __import__("os").getpid()},
                    args.ready_file)

@@ -69,6 +69,10 @@ class SchedulerConfig:
         passes the address it had, so clients and nodes reach it again without being told.
     metrics_port: when set, `GET /metrics` on this port (0: a free one) gives the scheduler's
         calls, errors, latency histograms and workers in the Prometheus text format.
+    stop_grace: on SIGTERM, seconds to keep serving the calls already accepted while every
+        new call is refused with SCHEDULER_STOPPING, which makes its client send it to
+        another scheduler (scheduler/stopping.py); 0 (default) stops at once. Rolling
+        upgrades with several schedulers set it below the pod's grace period.
     key_dir: the cluster's key directory (`cloudburst keys`): the scheduler authenticates
         every socket with the cluster's key pair (identity "cluster"), admits the clients
         whose public keys are in `key_dir/authorized/` on its request socket only, and takes
@@ -128,6 +132,10 @@ class SchedulerConfig:
                                              "default: plain sockets")
     worker_leases: bool = knob(True, help="grant clients worker leases (the direct call path)")
     worker_lease_ttl: float = knob(2.0, help="seconds a worker lease lasts unless renewed")
+    stop_grace: float = knob(0.0, help="on SIGTERM, seconds to keep serving the calls already "
+                                       "accepted while new calls are refused (their clients "
+                                       "send them to another scheduler; scheduler/stopping.py)"
+                                       "; 0: stop at once")
 
     def __post_init__(self) -> None:
         if self.worker_slots < 1:
@@ -139,6 +147,8 @@ class SchedulerConfig:
         if self.queued_work < 0:
             raise ValueError(f"SchedulerConfig.queued_work must be >= 0, not "
                              f"{self.queued_work!r}")
+        if self.stop_grace < 0:
+            raise ValueError(f"SchedulerConfig.stop_grace must be >= 0, not {self.stop_grace!r}")
         if self.max_queued_calls < 0:
             raise ValueError(f"SchedulerConfig.max_queued_calls must be >= 0, not "
                              f"{self.max_queued_calls!r}")

@@ -46,7 +46,10 @@ listed for schedulers in proto/cloudburst.proto, plus one for Anna's pushed regi
   (a worker's `values` report) are deleted when the call ends (`scheduler/lifecycle.py`,
   `scheduler/values.py`), off the loop. A retried call's new sink is its result's holder
   for `Future` arguments; consumers given the old one are sent a `moved`.
-- `serve()` runs until `stop()` (e.g. from a SIGTERM handler) or until the parent exits.
+- `serve()` runs until `stop()` or until the parent exits. `stop(graceful=True)` (SIGTERM)
+  with `stop_grace` > 0 refuses every new call with SCHEDULER_STOPPING (its client sends it
+  to another scheduler) and returns once the calls accepted here are over
+  (`scheduler/stopping.py`).
 - Authentication (`config.key_dir`; `runtime.auth`). The request socket is a CURVE server
   open to cluster, function and client keys (audience "all"); the registry-update and GC
   sockets admit cluster keys only; every push is a CURVE client; the scheduler reads the
@@ -107,6 +110,7 @@ from .value_deleter import ValueDeleter
 from .schedule import build_schedules, references_by_function
 from hydrocache.session import refusal
 from .stats import CallStats, WorkerGauge, render_prometheus
+from .stopping import GracefulStop
 
 __all__ = ["Scheduler", "CLIENT_KINDS"]
 
@@ -155,6 +159,7 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents, WorkerLeasing):
                                 enabled=config.queue_calls, window=self._windows.slots)
         self._dags: Dict[str, Any] = {}   # name -> (version, Dag, concurrent_with, neighbours)
         self._stopping = False
+        self._graceful = GracefulStop(config.stop_grace)
         # a scheduler (re)started after its workers holds the calls it gets before it has
         # heard any worker, for up to one heartbeat timeout, instead of NO_RESOURCES
         self._warming: Optional[float] = time.monotonic() + config.heartbeat_timeout
@@ -214,8 +219,19 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents, WorkerLeasing):
             self._call(payload)
 
     # ---- loop ----
-    def stop(self) -> None:
-        self._stopping = True
+    def stop(self, graceful: bool = False) -> None:
+        """Stop serving: at once, or (`graceful`) as `scheduler/stopping.py` says."""
+        if graceful and self.config.stop_grace > 0:
+            self._graceful.begin(time.monotonic())
+            log.info("stopping: new calls are refused; exiting once the %d call(s) in flight "
+                     "are over (at most %g s)", self._in_flight(), self.config.stop_grace)
+        else:
+            self._stopping = True
+
+    def _in_flight(self) -> int:
+        """Calls accepted here and not over: placed, queued or held."""
+        return (sum(w.outstanding for w in self.table.live()) + len(self._queue)
+                + len(self._deferred))
 
     def serve(self, tick: float = 0.1) -> None:
         # One blocking recv per message (no poll, no exception) keeps the per-call cost low;
@@ -262,6 +278,9 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents, WorkerLeasing):
                 if self.metrics is not None and now >= next_metrics:
                     next_metrics = now + METRICS_PERIOD
                     self._publish_metrics()
+                if self._graceful.finished(now, self._in_flight()):
+                    log.info("stopped after refusing %d call(s)", self._graceful.refusals)
+                    break
                 if self.config.parent_pid and os.getppid() != self.config.parent_pid:
                     log.warning("parent process exited; stopping")
                     break
@@ -329,11 +348,21 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents, WorkerLeasing):
     # ---- registry requests: scheduler/registry_requests.py;
     # ---- executors' reports and lost workers: scheduler/executor_events.py
     # ---- calls (the call queue's glue: scheduler/queueing.py) ----
+    def _refuse(self, call: pb.Call) -> None:
+        """A stopping scheduler's answer to a new call: it never starts here."""
+        for call_id in call.finished:           # the client's notes still count
+            self._finish_one(self.lifecycle.finished(call_id))
+        self._graceful.refused(time.monotonic())
+        self._fail(call, pb.SCHEDULER_STOPPING, f"the scheduler at {self.address} is "
+                   f"stopping; the call did not start there")
+
     def _fail(self, call: pb.Call, status: int, message: str) -> None:
         self._push.send(call.response_address, "result",
                         pb.CallResult(request_id=call.request_id, status=status, message=message))
 
     def _call(self, payload: bytes) -> None:
+        if self._graceful.refuses():
+            return self._refuse(pb.Call.FromString(payload))
         if self._warming is not None:
             if not self.table.live() and time.monotonic() < self._warming:
                 self._deferred.append(payload)   # a fresh scheduler: workers not heard yet

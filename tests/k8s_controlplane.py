@@ -393,7 +393,9 @@ class ControlPlane:
             f"--root-ca-file={self.ca_file}", "--use-service-account-credentials=false",
             "--controllers=deployment-controller,replicaset-controller,statefulset-controller,"
             "garbage-collector-controller,namespace-controller,serviceaccount-controller,"
-            "resourcequota-controller,node-lifecycle-controller"
+            "resourcequota-controller,node-lifecycle-controller,statefulset-controller,"
+            "persistentvolume-binder-controller,persistentvolumeclaim-protection-controller,"
+            "persistentvolume-protection-controller,disruption-controller"
             + "".join("," + c for c in self.extra_controllers),
             "--concurrent-deployment-syncs=2", "--concurrent-replicaset-syncs=2", "--v=1"])
         self._spawn("kube-scheduler", [

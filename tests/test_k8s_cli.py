@@ -54,6 +54,11 @@ def deployments(cp, ns):
             .list_namespaced_deployment(ns, _request_timeout=10).items}
 
 
+def statefulsets(cp, ns):
+    return {d.metadata.name: d for d in client.AppsV1Api(cp.api_client())
+            .list_namespaced_stateful_set(ns, _request_timeout=10).items}
+
+
 def test_deploy_status_scale_redeploy_delete(cp, kubeconfig, tmp_path, capsys):
     ns, keys = fresh_ns(), tmp_path / "keys"
     common = ["--kubeconfig", kubeconfig, "--namespace", ns]
@@ -85,13 +90,35 @@ def test_deploy_status_scale_redeploy_delete(cp, kubeconfig, tmp_path, capsys):
         assert {c.image for c in d.spec.template.spec.containers} == {IMAGE}, d.metadata.name
         assert (d.status.available_replicas or 0) == d.spec.replicas, d.metadata.name
     assert deps["cloudburst-executor"].spec.replicas == 3
+    sets = statefulsets(cp, ns)
+    assert set(sets) == {o["metadata"]["name"] for o in wanted if o["kind"] == "StatefulSet"}
+    for s in sets.values():
+        assert (s.status.ready_replicas or 0) == s.spec.replicas >= 1, s.metadata.name
+    assert sets["anna-routing"].spec.replicas == sets["cloudburst-scheduler"].spec.replicas == 2
+    # the disk tier's claim is bound to the local volume made for its ordinal, and there is
+    # one for every ordinal the Anna policy may scale the tier to (max_nodes)
+    claim = core.read_namespaced_persistent_volume_claim("data-anna-disk-0", ns,
+                                                         _request_timeout=10)
+    assert claim.status.phase == "Bound"
+    assert claim.spec.volume_name == f"cloudburst-{ns}-data-anna-disk-0"
+    volumes = [v for v in core.list_persistent_volume(_request_timeout=10).items
+               if v.spec.claim_ref is not None and v.spec.claim_ref.namespace == ns]
+    max_nodes = json.loads(next(o for o in wanted if o["kind"] == "ConfigMap")["data"]
+                           ["POLICY_CONFIG"])["max_nodes"]
+    assert sorted(v.spec.claim_ref.name for v in volumes) == sorted(
+        f"data-anna-disk-{i}" for i in range(max_nodes))
+    assert {v.spec.persistent_volume_reclaim_policy for v in volumes} == {"Retain"}
     rbac = client.RbacAuthorizationV1Api(api)
     read = {"Namespace": lambda name, _: core.read_namespace(name, _request_timeout=10),
             "Service": core.read_namespaced_service,
             "ConfigMap": core.read_namespaced_config_map,
             "ServiceAccount": core.read_namespaced_service_account,
             "Role": rbac.read_namespaced_role, "RoleBinding": rbac.read_namespaced_role_binding,
-            "Deployment": client.AppsV1Api(api).read_namespaced_deployment}
+            "Deployment": client.AppsV1Api(api).read_namespaced_deployment,
+            "StatefulSet": client.AppsV1Api(api).read_namespaced_stateful_set,
+            "PodDisruptionBudget": client.PolicyV1Api(api).read_namespaced_pod_disruption_budget,
+            "StorageClass": lambda name, _: client.StorageV1Api(api).read_storage_class(
+                name, _request_timeout=10)}
     for o in wanted:                 # every object of the manifests, whatever they list
         live = read[o["kind"]](o["metadata"]["name"], ns)
         assert live.metadata.labels["app.kubernetes.io/managed-by"] == "cloudburst-k8s"
@@ -106,9 +133,9 @@ def test_deploy_status_scale_redeploy_delete(cp, kubeconfig, tmp_path, capsys):
     status = json.loads(out)
     assert code == 0 and status["ready"] is True
     assert {d["name"]: d["ready"] for d in status["deployments"]} == \
-        {n: d.spec.replicas for n, d in deps.items()}
+        {n: d.spec.replicas for n, d in {**deps, **sets}.items()}
     live = [p for p in status["pods"] if not p["terminating"]]
-    assert len(live) == sum(d.spec.replicas for d in deps.values())
+    assert len(live) == sum(d.spec.replicas for d in {**deps, **sets}.values())
     assert all(p["ready"] and p["node"] == k8s_controlplane.NODE_NAME and p["deployment"]
                for p in live)
 
@@ -123,7 +150,18 @@ def test_deploy_status_scale_redeploy_delete(cp, kubeconfig, tmp_path, capsys):
     assert deployments(cp, ns)["anna-memory"].spec.replicas == 2
     code, _, err = k8s(capsys, "scale", *common, "scheduler", "2")
     assert code == 1 and "refusing to scale scheduler" in err and "StatefulSet" in err
-    assert deployments(cp, ns)["cloudburst-scheduler"].spec.replicas == 1
+    assert statefulsets(cp, ns)["cloudburst-scheduler"].spec.replicas == 2
+    # the disk tier's StatefulSet scales through its own scale subresource
+    code, out, err = k8s(capsys, "scale", *common, "disk", "2", "--wait", "60")
+    assert code == 0, err
+    assert statefulsets(cp, ns)["anna-disk"].spec.replicas == 2 and "anna-disk: 2/2 ready" in out
+
+    # objects of ours that the manifests no longer hold are pruned by the next deploy; what
+    # is not ours (no label) is left alone
+    for name, labels in (("cloudburst-dropped", {"app.kubernetes.io/managed-by":
+                                                 "cloudburst-k8s"}), ("users-own", {})):
+        core.create_namespaced_config_map(ns, client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name=name, labels=labels)), _request_timeout=10)
 
     # re-deploy: idempotent, keeps the scaled counts, changes nothing it owns
     before = core.read_namespaced_config_map("cloudburst-config", ns, _request_timeout=10)
@@ -136,7 +174,12 @@ def test_deploy_status_scale_redeploy_delete(cp, kubeconfig, tmp_path, capsys):
     again = deployments(cp, ns)
     assert again["anna-memory"].spec.replicas == 2
     assert again["cloudburst-executor"].spec.replicas == 3
-    assert again["anna-routing"].metadata.generation == deps["anna-routing"].metadata.generation
+    assert statefulsets(cp, ns)["anna-disk"].spec.replicas == 2
+    assert again["anna-monitor"].metadata.generation == deps["anna-monitor"].metadata.generation
+    assert f"pruned ConfigMap {ns}/cloudburst-dropped" in out
+    names = {c.metadata.name for c in core.list_namespaced_config_map(
+        ns, _request_timeout=10).items}
+    assert "cloudburst-dropped" not in names and {"users-own", "cloudburst-config"} <= names
 
     # a new client: re-deploy updates the Secret and restarts the pods (keys are read at start)
     write_keys(str(keys), ["bob"], add_clients=True)
@@ -146,8 +189,10 @@ def test_deploy_status_scale_redeploy_delete(cp, kubeconfig, tmp_path, capsys):
     authorized = core.read_namespaced_secret(SECRETS[1], ns, _request_timeout=10)
     assert set(authorized.data) == {"alice.key", "bob.key"}
     rolled = deployments(cp, ns)
-    generation = deps["anna-routing"].metadata.generation
-    assert rolled["anna-routing"].metadata.generation == generation + 1
+    generation = deps["anna-monitor"].metadata.generation
+    assert rolled["anna-monitor"].metadata.generation == generation + 1
+    assert statefulsets(cp, ns)["anna-routing"].metadata.generation == \
+        sets["anna-routing"].metadata.generation + 1
     assert all((d.status.updated_replicas or 0) == d.spec.replicas for d in rolled.values())
 
     # delete: everything, and the namespace deploy created
@@ -167,7 +212,7 @@ def test_delete_keeps_a_namespace_that_existed_and_a_timeout_names_the_condition
                        "--wait", "60")
     assert code == 0, err
     # a disk pod that can never be scheduled: scale waits, then names the Deployment and why
-    client.AppsV1Api(cp.api_client()).patch_namespaced_deployment(
+    client.AppsV1Api(cp.api_client()).patch_namespaced_stateful_set(
         "anna-disk", ns, {"spec": {"template": {"spec": {"nodeSelector": {"no-such": "node"}}}}},
         _request_timeout=10)
     code, _, err = k8s(capsys, "scale", *common, "disk", "2", "--wait", "3")
@@ -181,7 +226,7 @@ def test_delete_keeps_a_namespace_that_existed_and_a_timeout_names_the_condition
     assert f"keeping Namespace {ns} (it existed before deploy)" in out
     core = client.CoreV1Api(cp.api_client())
     assert core.read_namespace(ns, _request_timeout=10).status.phase == "Active"
-    assert deployments(cp, ns) == {}
+    assert deployments(cp, ns) == {} and statefulsets(cp, ns) == {}
     assert not [s for s in core.list_namespaced_secret(ns, _request_timeout=10).items
                 if s.metadata.name in SECRETS]
     assert not core.list_namespaced_pod(ns, _request_timeout=10).items
@@ -206,7 +251,8 @@ def test_rbac_denials_name_the_object(cp, tmp_path, capsys):
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
         "metadata": {"name": "viewer"},
         "rules": [{"apiGroups": ["", "apps"], "resources": ["pods", "deployments",
-                                                           "deployments/scale"],
+                                                           "deployments/scale", "statefulsets",
+                                                           "statefulsets/scale"],
                    "verbs": ["get", "list"]}]}, _request_timeout=10)
     rbac.create_namespaced_role_binding(ns, {
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",

@@ -50,20 +50,27 @@ def test_render_reads_the_packaged_kustomization_with_overrides():
         assert o["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "cloudburst-k8s"
         if o["kind"] == "Namespace":
             assert o["metadata"]["name"] == "elsewhere"
+        elif o["kind"] == "StorageClass":         # cluster-wide: no namespace
+            assert "namespace" not in o["metadata"]
         else:
             assert o["metadata"]["namespace"] == "elsewhere"
-        if o["kind"] == "Deployment":
-            assert {c["image"] for c in o["spec"]["template"]["spec"]["containers"]} == \
-                {"reg.example:5000/cb:7"}     # every container (executor pods have two)
+        if o["kind"] in ("Deployment", "StatefulSet"):
+            spec = o["spec"]["template"]["spec"]
+            assert {c["image"] for c in spec["containers"] + spec.get("initContainers", [])} \
+                == {"reg.example:5000/cb:7"}  # every container (executor pods have two)
         if o["kind"] == "RoleBinding":
             assert all(s["namespace"] == "elsewhere" for s in o["subjects"])
     disk = [o for o in objects
-            if o["kind"] == "Deployment" and o["metadata"]["name"] == "anna-disk"]
+            if o["kind"] == "StatefulSet" and o["metadata"]["name"] == "anna-disk"]
     assert disk[0]["spec"]["replicas"] == 4
     order = [o["kind"] for o in apply_order(objects)]
     assert order[0] == "Namespace" and order.index("ServiceAccount") < order.index("Deployment")
-    assert max(i for i, k in enumerate(order) if k != "Deployment") < order.index("Deployment")
-    with pytest.raises(ValueError, match="no Deployment 'nope'"):
+    # what the workloads use (accounts, configuration, Services, the disk claims' storage
+    # class) comes before every workload
+    first = min(order.index(k) for k in ("Deployment", "StatefulSet"))
+    assert max(i for i, k in enumerate(order)
+               if k not in ("Deployment", "StatefulSet", "PodDisruptionBudget")) < first
+    with pytest.raises(ValueError, match="no Deployment or StatefulSet 'nope'"):
         render(replicas={"nope": 1})
 
 

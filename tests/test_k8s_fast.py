@@ -107,11 +107,11 @@ def test_rbac_denials_are_typed_and_name_verb_and_resource(cp, ns):
 
 
 def test_a_missing_deployment_is_named(cp, ns):
-    # anna-disk is one of the Role's Deployments, and this namespace has none
+    # anna-memory is one of the Role's Deployments, and this namespace has none
     with pytest.raises(ObjectNotFound) as info:
-        manager_for(apply_rbac(cp, ns), ns, "anna-disk")
+        manager_for(apply_rbac(cp, ns), ns, "anna-memory")
     assert info.value.status == 404
-    assert f"get deployments/scale {ns}/anna-disk: not found" in str(info.value)
+    assert f"get deployments/scale {ns}/anna-memory: not found" in str(info.value)
 
 
 def test_the_role_scales_only_the_deployments_it_names(cp, ns):

@@ -44,7 +44,9 @@ def render(directory: Path = K8S, namespace=None):
 
 
 def deployments():
-    return {o["metadata"]["name"]: o for o in render() if o["kind"] == "Deployment"}
+    """Every workload: the Deployments and the StatefulSets (routing, schedulers, disk)."""
+    return {o["metadata"]["name"]: o for o in render()
+            if o["kind"] in ("Deployment", "StatefulSet")}
 
 
 def configmap():
@@ -187,10 +189,12 @@ def test_the_entrypoint_builds_configurations_the_processes_accept(keys, autosca
         assert config.ip == "10.0.0.7", name          # the pod's own address
         text = json.dumps(to_dict(config))
         if role == "executor-autoscaler":
-            assert f"tcp://cloudburst-scheduler:6500#k={public}" in text, name
+            for i in (0, 1):      # every scheduler by its stable name, each with the key
+                assert (f"tcp://cloudburst-scheduler-{i}.cloudburst-scheduler-pods:6500"
+                        f"#k={public}" in text), name
         elif role != "routing":
-            # the cluster key is appended
-            assert f"tcp://anna-routing:6450#k={public}" in text, name
+            for i in (0, 1):      # every routing by its stable name, each with the key
+                assert f"tcp://anna-routing-{i}.anna-routing-pods:6450#k={public}" in text, name
         if role in ("node", "executor"):
             assert config.node_id == f"{name}-abc12"     # named after its pod
     # the options are real: each process' own parser accepts them
@@ -226,15 +230,21 @@ def test_the_autoscalers_run_as_the_cluster_manager_one_at_a_time():
 def test_the_role_allows_scaling_exactly_the_configured_deployments():
     (role,) = [o for o in render() if o["kind"] == "Role"]
     rules = {tuple(r["resources"]): r for r in role["rules"]}
-    assert set(rules) == {("pods",), ("deployments/scale",)}
+    assert set(rules) == {("pods",), ("deployments/scale",), ("statefulsets/scale",)}
     assert sorted(rules[("pods",)]["verbs"]) == ["get", "list", "patch", "watch"]
     assert "resourceNames" not in rules[("pods",)]      # the ReplicaSet names pods
-    scale = rules[("deployments/scale",)]
-    assert sorted(scale["verbs"]) == ["get", "patch"]
     cm = configmap()
+    # the disk tier is a StatefulSet, named with its kind ("statefulset/anna-disk")
     wanted = {cm["MEMORY_DEPLOYMENT"], cm["DISK_DEPLOYMENT"], cm["EXECUTOR_DEPLOYMENT"]}
-    assert set(scale["resourceNames"]) == wanted
-    assert wanted <= set(deployments())
+    kind_of = {"deployments/scale": "Deployment", "statefulsets/scale": "StatefulSet"}
+    allowed = set()
+    for resource, kind in kind_of.items():
+        scale = rules[(resource,)]
+        assert sorted(scale["verbs"]) == ["get", "patch"]
+        for name in scale["resourceNames"]:
+            assert deployments()[name]["kind"] == kind, name
+            allowed.add(name if kind == "Deployment" else f"statefulset/{name}")
+    assert allowed == wanted
 
 
 def test_pods_are_given_up_on_only_after_their_grace_period():
@@ -255,7 +265,8 @@ def test_the_entrypoint_maps_autoscale_settings_onto_the_monitor():
     assert config.ip == "10.1.2.3"    # routing and the nodes answer the pod's own address
     config = role_config("monitor", dict(env, AUTOSCALE="true"))
     assert config.autoscale and config.kubernetes_namespace == "cb"
-    assert (config.memory_deployment, config.disk_deployment) == ("anna-memory", "anna-disk")
+    assert (config.memory_deployment, config.disk_deployment) == ("anna-memory",
+                                                                  "statefulset/anna-disk")
     assert (config.pod_startup_timeout, config.pod_leave_timeout) == (120.0, 60.0)
     policy = policy_of(config)
     knobs = json.loads(configmap()["POLICY_CONFIG"])
@@ -389,7 +400,8 @@ def test_the_manifests_apply_to_a_real_apiserver_and_become_available(keys):
         secret("cloudburst-function-key", [keys / "function.key", keys / "function.key_secret",
                                            keys / "cluster.key"])
         apps = client.AppsV1Api(api)
-        wanted = {n: d["spec"]["replicas"] for n, d in deployments().items()}
+        wanted = {n: d["spec"]["replicas"] for n, d in deployments().items()
+                  if d["kind"] == "Deployment"}
         deadline = time.monotonic() + 90
         while True:
             have = {d.metadata.name: d.status.available_replicas or 0
@@ -430,6 +442,9 @@ def test_the_workload_names_name_objects_of_the_manifests():
         assert any(n == name and kind in ("Deployment", "StatefulSet") for kind, n in objects), name
     assert ("Service", names.SCHEDULER_SERVICE) in objects
     assert names.TIER_WORKLOADS == {"memory": names.MEMORY, "disk": names.DISK}
+    # the disk tier is a StatefulSet, which the node pools scale as "statefulset/NAME"
+    assert ("StatefulSet", names.DISK) in objects
+    assert configmap()["DISK_DEPLOYMENT"] == names.DISK_SCALED == f"statefulset/{names.DISK}"
     assert {o["metadata"].get("namespace") for o in render()} - {None} == {names.NAMESPACE}
 
 

@@ -48,9 +48,15 @@ from real_network import (COREDNS_RBAC, T0, NetSettings, PodNetwork, corefile,  
 NODE = "cb-real-node"
 NS = "default"
 # controllers real pods need besides the fast tier's: Services' endpoints (kube-proxy,
-# CoreDNS) and the kube-root-ca.crt ConfigMap that mounted ServiceAccount tokens use
+# CoreDNS), the kube-root-ca.crt ConfigMap that mounted ServiceAccount tokens use, and those
+# of the platform's kinds
 EXTRA_CONTROLLERS = ("endpointslice-controller", "endpoints-controller",
-                     "root-ca-certificate-publisher-controller")
+                     "root-ca-certificate-publisher-controller",
+                     # routing, the schedulers and the disk tier are StatefulSets; the disk
+                     # tier's claims bind to local volumes; every tier has a disruption budget
+                     "statefulset-controller", "persistentvolume-binder-controller",
+                     "persistentvolumeclaim-protection-controller",
+                     "persistentvolume-protection-controller", "disruption-controller")
 
 
 class Cluster:
@@ -352,6 +358,11 @@ def main():
                       help="only a pod `anna demo` to Succeeded (quick checks)")
     ap.add_argument("--deployment", action="store_true",
                     help="with --quick: also a Deployment whose pod is deleted and replaced")
+    ap.add_argument("--ha", choices=["routing", "all"], default="routing",
+                    help="with --e2e, the no-single-point steps: 'routing' (default) kills a "
+                         "routing pod under load; 'all' also kills a scheduler pod, upgrades "
+                         "every tier and restarts a disk pod (scripts/k8s/real_ha.py; not "
+                         "all of those pass yet, see k8s/README.md)")
     args = ap.parse_args()
     if args.deployment and not args.quick:
         ap.error("--deployment goes with --quick")

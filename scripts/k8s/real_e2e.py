@@ -4,8 +4,10 @@ used from this machine through its Services.
 
 Steps (each timed; the first failure raises E2EFailure naming the step and the object):
  1. keys: `cloudburst keys DIR --client e2e`, the Secrets cloudburst-cluster-key,
-    cloudburst-authorized-keys and cloudburst-function-key, then `kubectl apply -k scripts/k8s/e2e` (k8s/ with the test
-    overlay); every Deployment must become Available.
+    cloudburst-authorized-keys and cloudburst-function-key, the disk tier's local volumes
+    (k8s.volumes, under the test's directory: the cluster has no storage
+    provisioner), then `kubectl apply -k scripts/k8s/e2e` (k8s/ with the test overlay);
+    every Deployment must become Available and every StatefulSet Ready.
  2. the monitor pod's mounted ServiceAccount token lists the namespace's pods through
     https://kubernetes.default.svc (cluster DNS, the `kubernetes` Service via kube-proxy,
     RBAC of k8s/rbac/cluster-manager.yaml); the kubelet's port is closed to that pod;
@@ -29,7 +31,10 @@ Steps (each timed; the first failure raises E2EFailure naming the step and the o
     memory-only key is gone (KeyNotFound: its only replica lived in the killed process'
     memory), and can be put again and read back; the DAG runs again after re-registering
     its functions (registrations are KVS keys of the default, memory-only, replication).
- 6. autoscaling, both autoscalers in their pods acting through the API: a memory node added
+ 6. no single point of failure (scripts/k8s/real_ha.py): a disk pod restarted keeps its
+    keys; under load from a pod, a routing pod and then a scheduler pod are killed and every
+    tier is upgraded (rolling) to a re-tagged image.
+ 7. autoscaling, both autoscalers in their pods acting through the API: a memory node added
     and removed by the Anna monitor, an executor node added and removed by the executor
     autoscaler, losing no data and no call (scripts/k8s/real_autoscale.py).
 """
@@ -88,20 +93,43 @@ def kjson(c, *a) -> dict:
 
 
 def deployments_available(c) -> Callable[[], bool]:
+    """Every Deployment Available and every StatefulSet with all its replicas Ready at its
+    current revision."""
     def probe():
-        items = kjson(c, "-n", NS, "get", "deployments")["items"]
-        check(len(items) >= 6, f"expected 6 Deployments in {NS}, found {len(items)}")
+        deps = kjson(c, "-n", NS, "get", "deployments")["items"]
+        sets = kjson(c, "-n", NS, "get", "statefulsets")["items"]
+        check(len(deps) >= 4 and len(sets) >= 3, f"expected 4 Deployments and 3 StatefulSets "
+              f"in {NS}, found {len(deps)} and {len(sets)}")
         pending = []
-        for d in items:
+        for d in deps:
             st = d.get("status", {})
             avail = any(x["type"] == "Available" and x["status"] == "True"
                         for x in st.get("conditions", []))
             if not (avail and st.get("readyReplicas", 0) == d["spec"]["replicas"]):
                 pending.append(d["metadata"]["name"])
+        for s in sets:
+            st = s.get("status", {})
+            if not (st.get("readyReplicas", 0) == s["spec"]["replicas"]
+                    and st.get("currentRevision") == st.get("updateRevision")):
+                pending.append(s["metadata"]["name"])
         probe.pending = pending
         return not pending
     probe.pending = []
     return probe
+
+
+def local_volumes(c, overlay: Path) -> list:
+    """The disk tier's local volumes (the cluster has no storage provisioner), as `cloudburst
+    k8s deploy` makes them, under this test's directory; their names."""
+    import yaml
+    from k8s.volumes import local_volumes as volumes_for
+    objects = [o for o in yaml.safe_load_all(c.kubectl("kustomize", str(overlay)).stdout) if o]
+    pvs = [pv for o in objects if o["kind"] == "StatefulSet"
+           for pv in volumes_for(NS, o, range(2), str(c.dir / "volumes"))]
+    path = c.dir / "volumes.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": pvs}))
+    c.kubectl("apply", "-f", str(path))
+    return [pv["metadata"]["name"] for pv in pvs]
 
 
 def dump_namespace(c) -> None:
@@ -189,6 +217,7 @@ def e2e(c) -> None:
                       f"--from-file={key_dir / 'cluster.key'}")
 
         with step("deploy to Available", timings):
+            facts["volumes"] = ", ".join(local_volumes(c, OVERLAY))
             c.kubectl("apply", "-k", str(OVERLAY), timeout=60)
             probe = deployments_available(c)
             try:
@@ -237,7 +266,7 @@ def e2e(c) -> None:
         routing_addr = format_address(f"tcp://{svc['anna-routing']}:6450", public)
 
         with step("scheduler address", timings):
-            logs = c.kubectl("-n", NS, "logs", "deploy/cloudburst-scheduler").stdout
+            logs = c.kubectl("-n", NS, "logs", "cloudburst-scheduler-0").stdout
             m = re.search(r'READY (\{.*\})', logs)
             check(m is not None, "the scheduler's log has no READY line")
             logged = json.loads(m.group(1))["address"]
@@ -336,7 +365,13 @@ def e2e(c) -> None:
 
         kvs = AnnaClient(routing_addr, ip=gateway, timeout=5,
                          auth=AuthConfig(str(key_dir), CLIENT_PREFIX + CLIENT))
-        admin = AnnaClient(routing_addr, ip=gateway, timeout=5, auth=AuthConfig(str(key_dir)))
+        # replication changes must reach every routing (each keeps its own overrides): the
+        # cluster-key client is given every routing pod, as processes in the cluster are
+        # given every routing's stable name (which this machine cannot resolve)
+        routings = [format_address(f"tcp://{p.status.pod_ip}:6450", public)
+                    for p in pods(c, "anna-routing")]
+        check(len(routings) >= 2, f"expected 2 routing pods, found {routings}")
+        admin = AnnaClient(routings, ip=gateway, timeout=5, auth=AuthConfig(str(key_dir)))
         closers += [kvs, admin]
         with step("Anna put/get through the routing Service", timings):
             kvs.put("e2e/plain", b"memory only")
@@ -413,7 +448,11 @@ def e2e(c) -> None:
             facts["dag-after"] = f"{(time.monotonic() - t) * 1e3:.0f} ms"
 
         from real_autoscale import anna_autoscaling, executor_autoscaling
+        from real_ha import ha
         helpers = dict(check=check, pods=pods, is_ready=is_ready, members=members)
+        ha(c, dict(helpers, kjson=kjson, container_pid=container_pid, step=step,
+                   timings=timings, facts=facts, admin=admin, key_dir=key_dir,
+                   client_name=CLIENT))
         reporting = AnnaClient(routing_addr, ip=gateway, timeout=5, report_period=2,
                                client_id="e2e", auth=AuthConfig(str(key_dir),
                                                                CLIENT_PREFIX + CLIENT))

@@ -12,7 +12,10 @@
 #   ServiceAccount token used against the `kubernetes` Service, a DAG and a causal DAG from
 #   this machine through the scheduler Service, Anna puts/gets through the routing Service,
 #   then the anna-memory pod's process is killed: routing drops it, a new pod joins, and what
-#   survives is checked. Prints each step's time and a summary. ~70-85 s when cached.
+#   survives is checked; then no single point of failure (real_ha.py): under load from a pod,
+#   a routing pod killed; with --ha all also a scheduler pod killed, every tier upgraded, and
+#   a disk pod restarted keeping its keys (not all passing yet). Prints each step's time and
+#   a summary.
 # --quick: a pod `anna demo` (restartPolicy Never) must reach Succeeded and its log (through
 #   the apiserver) contain "demo done"; with --deployment a 1-replica Deployment's pod is
 #   deleted and must be replaced by a new Running pod. ~45 s.
@@ -25,7 +28,7 @@
 # is undone on exit, failure or Ctrl-C (see scripts/k8s/real_cluster.py). Not part of the
 # default test suite.
 set -euo pipefail
-case "${1:-}" in -h|--help) sed -n '2,26p' "$0"; exit 0 ;; esac
+case "${1:-}" in -h|--help) sed -n '2,29p' "$0"; exit 0 ;; esac
 cd "$(dirname "$0")/../.."
 START=$SECONDS
 say() { echo "[$(date +%H:%M:%S) +$(( SECONDS - START ))s] $*"; }
