@@ -24,7 +24,8 @@ import os
 import statistics
 import sys
 
-from anna_core import _core
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from anna_core import _core  # noqa: E402 - after the checkout's root is on the path
 
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 

@@ -43,7 +43,11 @@ import uuid
 
 import zmq
 
-import anna_core
+try:
+    import anna_core
+except ImportError:     # run from a checkout that is not installed: use the checkout's
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import anna_core
 from anna_core import _core
 from hydro_proto import anna_pb2
 
