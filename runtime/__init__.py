@@ -17,8 +17,8 @@ generated wire schema `hydro_proto`), so nothing here can form an import cycle.
 - `limits`: a service's descriptor limit (raised to the hard limit at start) and the share
   of it its socket caches may use.
 - `actors`: the actor handle (a name, plain data), so that workers can use it too.
-- `auth`, `fairpool`, `http`, `cli`, `node_events`: authentication, a thread pool that
-  takes turns between requests, a read-only metrics endpoint, command-line conventions.
+- `auth`, `fairpool`, `http`, `cli`: authentication, a thread pool that takes turns between
+  requests, a read-only metrics endpoint, command-line conventions.
 What the FaaS layer means by its errors, key names and values is not plumbing: it is in
 `faas/`; how a node cache's answer decodes is `hydrocache/replies.py`.
 """
