@@ -204,7 +204,7 @@ def _members(kvs: Client, deadline_s: float) -> anna_pb2.Membership:
         for address in kvs._routing_order():
             request = anna_pb2.MembersRequest(response_address=kvs.response_address,
                                               request_id=kvs._next_id())
-            kvs._push.send_kind(address, "members", request)
+            kvs.send_kind(address, "members", request)
             tried.append(address)
             wait = min(deadline, time.monotonic() + kvs.routing_timeout)
             answer = kvs._collect({request.request_id: address}, wait, anna_pb2.MembersResponse)
@@ -223,7 +223,7 @@ def _scan_page(kvs: Client, address: str, cursor: bytes, attempts: int) -> Any:
         request = anna_pb2.ScanRequest(response_address=kvs.response_address,
                                        request_id=kvs._next_id(), cursor=cursor,
                                        max_keys=SCAN_PAGE_KEYS, max_bytes=SCAN_PAGE_BYTES)
-        kvs._push.send_kind(address, "scan", request)
+        kvs.send_kind(address, "scan", request)
         answer = kvs._collect({request.request_id: address}, time.monotonic() + kvs.timeout,
                               anna_pb2.ScanResponse)
         if answer:
@@ -413,7 +413,7 @@ class _Writer:
             request = anna_pb2.KeyRequest(type=anna_pb2.PUT, response_address=kvs.response_address,
                                           request_id=kvs._next_id())
             request.tuples.extend(tuples)
-            kvs._push.send_kind(address, "request", request)
+            kvs.send_kind(address, "request", request)
             pending[request.request_id] = (address, tuples)
         answers = kvs._collect({rid: a for rid, (a, _) in pending.items()},
                                time.monotonic() + kvs.timeout)

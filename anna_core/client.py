@@ -143,7 +143,6 @@ class Client:
         self._transport = Transport(ip, auth, self.max_value_bytes)
         self.max_answer_bytes = self._transport.max_answer_bytes
         self.response_address = self._transport.address
-        self._push = self._transport          # send_kind / send_request, as a PushCache
         self._addresses: Dict[Tuple[str, bool], List[str]] = {}
         self._clock = MonotoneClock()
         self._id_prefix = uuid.uuid4().hex[:12]
@@ -359,12 +358,18 @@ class Client:
         self._seq += 1
         return f"{self._id_prefix}-{self._seq}"
 
+    def send_kind(self, address: str, kind: str, message: Any) -> None:
+        """Send `message` of kind `kind` ("members", "scan", ...) to a node or routing at
+        `address` through this client's transport; its answer comes to `response_address`.
+        For tools speaking Anna's other requests (backups); raises as the transport does."""
+        self._transport.send_kind(address, kind, message)
+
     def _send_key_request(self, address: str, req_type: int, key_tuple: Any) -> str:
         request_id = self._next_id()
         request = anna_pb2.KeyRequest(type=req_type, response_address=self.response_address,
                                       request_id=request_id)
         request.tuples.append(key_tuple)
-        self._push.send_request(address, request)
+        self._transport.send_request(address, request)
         return request_id
 
     def _collect(self, pending: Dict[str, str], deadline: float,
@@ -411,7 +416,7 @@ class Client:
             targets = order if everyone else order[:1]
             request.request_id = self._next_id()
             for address in targets:
-                self._push.send_kind(address, kind, request)
+                self._transport.send_kind(address, kind, request)
             asked.extend(a for a in targets if a not in asked)
             wait_until = min(deadline, time.monotonic() + self.routing_timeout)
             answers = self._collect({request.request_id: targets[0]}, wait_until,
