@@ -351,14 +351,18 @@ class LocalCluster:
         self.stop_node(node_id, kill=kill)
         return self.start_node(node_id)
 
-    def add_node(self, tier: str = MEMORY, threads: Optional[int] = None) -> str:
-        """Start one more node in `tier`; returns its id once it has joined."""
-        node_id = self.spawn_node(tier, threads)
+    def add_node(self, tier: str = MEMORY, threads: Optional[int] = None,
+                 routing: Optional[Sequence[str]] = None) -> str:
+        """Start one more node in `tier`; returns its id once it has joined. `routing`: the
+        routing addresses it is given (default all; fewer plays a node that cannot reach
+        every routing yet, as a pod whose name for one does not resolve)."""
+        node_id = self.spawn_node(tier, threads, routing=routing)
         wait_all_ready([self._nodes[node_id]], self.config.startup_timeout)
         return node_id
 
     def spawn_node(self, tier: str = MEMORY, threads: Optional[int] = None,
-                   node_id: Optional[str] = None) -> str:
+                   node_id: Optional[str] = None,
+                   routing: Optional[Sequence[str]] = None) -> str:
         """Start one more node in `tier` without waiting for it; returns its id at once.
         `node_ready(node_id)` tells when it has joined. `node_id` (default "<tier>-<i>", the
         next free index) must not name a node this cluster already has."""
@@ -374,7 +378,7 @@ class LocalCluster:
             raise ValueError(f"node id {node_id!r} is already used in this cluster")
         if threads is None:
             threads = self.config.memory_threads if tier == MEMORY else self.config.disk_threads
-        p = self._make_node(tier, 0, max(1, threads), node_id=node_id)
+        p = self._make_node(tier, 0, max(1, threads), node_id=node_id, routing=routing)
         self._spawn(p)
         return p.name
 
@@ -424,8 +428,8 @@ class LocalCluster:
         except KeyError:
             raise KeyError(f"no node {node_id!r} in this cluster; nodes: {self.node_ids}") from None
 
-    def _make_node(self, tier: str, index: int, threads: int,
-                   node_id: Optional[str] = None) -> ManagedProcess:
+    def _make_node(self, tier: str, index: int, threads: int, node_id: Optional[str] = None,
+                   routing: Optional[Sequence[str]] = None) -> ManagedProcess:
         node_id = node_id or f"{tier}-{index}"
         # The kernel keeps a disk worker's RocksDB at <data_dir>/<node_id>/<thread_id>.
         data_dir = self.data_dir if tier == DISK else None
@@ -448,7 +452,7 @@ class LocalCluster:
                             disk_sync_interval_ms=self.config.disk_sync_interval_ms,
                             capacity_bytes=(self.config.memory_capacity_bytes if tier == MEMORY
                                             else self.config.disk_capacity_bytes),
-                            routing=list(self.routing_addresses),
+                            routing=list(routing or self.routing_addresses),
                             heartbeat_period=self.config.heartbeat_period,
                             leave_timeout=self.config.leave_timeout,
                             report_period=(self.policy.monitoring_period

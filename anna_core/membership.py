@@ -12,8 +12,9 @@ Contract (DESIGN.md "Routing and membership", proto/anna.proto, dissertation 3.2
   * `leave(NodeLeave)`: removes the node; broadcasts to every remaining worker AND to the
     leaving node's workers (they must learn the new owners to hand their keys off); acks
     `control_address` with the new Membership. An unknown node is logged and acked. The last
-    node is refused (its ack still names it: nobody could take its keys). Later heartbeats of
-    a node that left are ignored until it joins again.
+    node of its tier (in this routing's view) is refused: its ack still names it, since
+    nobody could take the keys that live in that tier only. Later heartbeats of a node that
+    left are ignored until it joins again.
   * `heartbeat(NodeHeartbeat, now)`: records that the node is alive. An unknown node (routing
     restarted, or a node declared failed that is alive after all) is admitted like a join.
     A heartbeat reaching a routing that knows no node starts the recovery phase (below) when
@@ -196,9 +197,14 @@ class ClusterMembership:
         effects = Effects()
         if not leave.node_id:
             return effects.warn(f"dropped leave without node_id: {leave!r}")
-        if self.node_ids() == [leave.node_id]:
-            effects.warn(f"leave of {leave.node_id} refused: it is the last node, nobody could "
-                         f"take its keys; acknowledged with a membership still naming it")
+        tier = self._tier_of(leave.node_id)
+        if tier is not None and self._tier_members(tier) == [leave.node_id]:
+            # Its keys may live in its tier only (replication 0 elsewhere): with no other node
+            # of the tier in this routing's view, a map without it gives them no owner. On
+            # Kubernetes this routing may also just not know the tier's new node yet.
+            effects.warn(f"leave of {leave.node_id} refused: it is the last node of tier "
+                         f"{tier} known here, nobody could take its keys; acknowledged with a "
+                         f"membership still naming it")
             return self._ack_only(effects, leave.control_address)
         self.departed[leave.node_id] = self.now
         addresses = self._remove(leave.node_id)
@@ -409,6 +415,17 @@ class ClusterMembership:
         if not self._ever_had_nodes:
             self._ever_had_nodes = True
             effects.load_overrides = True
+
+    def _tier_of(self, node_id: str) -> Optional[int]:
+        """The member's tier, or None if it is not a member."""
+        for member, tier, _addresses in self.cluster_map.nodes():
+            if member == node_id:
+                return int(tier)
+        return None
+
+    def _tier_members(self, tier: int) -> List[str]:
+        """The ids of the members of `tier`."""
+        return [n for n, t, _a in self.cluster_map.nodes() if int(t) == tier]
 
     def _remove(self, node_id: str) -> Optional[List[str]]:
         """Remove a member; its worker addresses, or None if it was not a member."""

@@ -158,7 +158,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if how["leave"]:
             outcome = leave_cluster(context, config, routing, node.stats,
                                     timeout=config.leave_timeout, retry=min(config.join_retry, 0.5),
-                                    ack_grace=config.heartbeat_period, auth=auth)
+                                    ack_grace=config.heartbeat_period, auth=auth,
+                                    worker_addresses=addresses)
             if outcome.ok:
                 log.info("%s", outcome.message)
             else:

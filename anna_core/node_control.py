@@ -12,12 +12,14 @@ one cluster, and each runs the same membership core.
 - `leave_cluster` is the graceful leave: `NodeLeave` to every routing (each on its own
   acknowledgement socket, re-sent every `retry` s), wait for each routing's `Membership`
   without this node (all of them, or the first plus `ack_grace` s), then wait until every
-  worker has applied a version >= the highest acknowledged one and reports no hand-off
-  pending (an ack still naming the node is a refusal: routing refuses the last node). A
-  routing's broadcasts that still named this node all have lower versions than
-  its ack, so a worker past every ack's version has applied a membership without the node
-  and has handed its keys to their new owners. Returns a `LeaveOutcome`; it never raises on
-  a slow or silent cluster.
+  worker has applied a version >= the highest acknowledged one, no worker's map names the
+  node (a routing with a lagging view may re-broadcast one that does) and no hand-off is
+  pending (orphans included: keys whose tier had no node in the map; an ack still naming
+  the node is a refusal: routing refuses the last node of a tier). While it waits, the
+  leave is re-sent every max(`retry`, 1) s and the newest acknowledging Membership above
+  what the workers applied is passed on to them (`worker_addresses`), so one routing that
+  knows where the keys go overtakes another whose view lags. Returns a `LeaveOutcome`; it
+  never raises on a slow or silent cluster.
 - `worker_progress` tolerates a kernel whose stats lack `membership_version` /
   `handoff_pending` (`supported` is then False and both read 0: unknown).
 - Authentication: every function takes `auth` (the node's `runtime.auth.Credentials`, None
@@ -52,12 +54,14 @@ log = logging.getLogger("anna.node")
 
 class WorkerProgress(NamedTuple):
     """The node's workers at a glance: the membership version all have applied (their
-    minimum), keys and subscriptions handed off but not yet acknowledged (their sum), and
-    whether the kernel reports both at all."""
+    minimum), keys and subscriptions handed off but not yet acknowledged (their sum),
+    whether the kernel reports both at all, and whether some worker's map in force still
+    names this node (False when the kernel does not say)."""
 
     membership_version: int
     handoff_pending: int
     supported: bool
+    member: bool = False
 
 
 def worker_progress(stats: Sequence[Dict[str, Any]]) -> WorkerProgress:
@@ -65,7 +69,8 @@ def worker_progress(stats: Sequence[Dict[str, Any]]) -> WorkerProgress:
     if not stats or not all("membership_version" in s and "handoff_pending" in s for s in stats):
         return WorkerProgress(0, 0, False)
     return WorkerProgress(min(int(s["membership_version"]) for s in stats),
-                          sum(int(s["handoff_pending"]) for s in stats), True)
+                          sum(int(s["handoff_pending"]) for s in stats), True,
+                          any(bool(s.get("member", False)) for s in stats))
 
 
 def node_info(config: NodeConfig, worker_addresses: Sequence[str]) -> anna_pb2.NodeInfo:
@@ -184,8 +189,11 @@ LEAVE_TIMED_OUT = 4     # exit status: hand-off not acknowledged before the dead
 def leave_cluster(context: zmq.Context, config: NodeConfig, routing_addresses: Sequence[str],
                   stats, *, timeout: float = 30.0, retry: float = 0.5,
                   ack_grace: float = 1.0, poll: float = 0.05,
-                  auth: Optional[Credentials] = None) -> LeaveOutcome:
-    """The graceful leave described in the module contract; `timeout` bounds all of it."""
+                  auth: Optional[Credentials] = None,
+                  worker_addresses: Sequence[str] = ()) -> LeaveOutcome:
+    """The graceful leave described in the module contract; `timeout` bounds all of it.
+    `worker_addresses`: this node's workers, which get the newest acknowledging Membership
+    while the hand-off waits (none: they rely on routing's broadcasts alone)."""
     started = time.monotonic()
     deadline = started + timeout
     node_id = config.node_id
@@ -236,8 +244,9 @@ def leave_cluster(context: zmq.Context, config: NodeConfig, routing_addresses: S
                 poller.poll(max(1, int(wait * 1000)))
         if not acked and refused:
             return LeaveOutcome(False, LEAVE_NOT_ACKED,
-                                f"node {node_id}: routing refused the leave (the last node: "
-                                f"nobody could take its keys); stopping without hand-off")
+                                f"node {node_id}: routing refused the leave (the last node of "
+                                f"its tier: nobody could take its keys); stopping without "
+                                f"hand-off")
         if not acked:
             return LeaveOutcome(False, LEAVE_NOT_ACKED,
                                 f"node {node_id}: no routing acknowledged the leave within "
@@ -247,16 +256,59 @@ def leave_cluster(context: zmq.Context, config: NodeConfig, routing_addresses: S
         log.info("node %s: leave acknowledged by %d of %d routing(s) (membership version %d)%s;"
                  " waiting for the hand-off", node_id, len(acked), len(leaves), version,
                  f"; silent: {', '.join(missing)}" if missing else "")
+        return _await_handoff(node_id, version, stats, deadline, timeout, poll,
+                              _Resender(leaves, pushes, retry, worker_addresses))
     finally:
         for s in sockets:
             s.close(0)
         pushes.close()
-    return _await_handoff(node_id, version, stats, deadline, timeout, poll)
+
+
+class _Resender:
+    """While the hand-off waits: the leave is sent again to every routing every max(`retry`,
+    1) s,
+    and an acknowledging Membership (one without this node) newer than what the workers
+    applied is passed on to them. A routing whose view lagged (it re-broadcast a membership
+    still naming the node, or one where the node's keys have no owner) is thus overtaken by
+    the view of a routing that knows where they go."""
+
+    def __init__(self, leaves, pushes: PushCache, retry: float,
+                 worker_addresses: Sequence[str]) -> None:
+        self._leaves = leaves
+        self._pushes = pushes
+        self._workers = list(worker_addresses)
+        self._retry = max(retry, 1.0)   # routings log each repeated leave
+        self._resend_at = time.monotonic() + self._retry
+        self.newest: Optional[anna_pb2.Membership] = None
+
+    def step(self, node_id: str, applied: int) -> None:
+        """Send again when due; read acks; pass the newest on when it is above `applied`."""
+        now = time.monotonic()
+        if now >= self._resend_at:
+            for address, (_, leave) in self._leaves.items():
+                self._pushes.send_kind(address, "leave", leave)
+            self._resend_at = now + self._retry
+        for socket, _ in self._leaves.values():
+            while socket.poll(0):
+                try:
+                    membership = anna_pb2.Membership.FromString(socket.recv())
+                except DecodeError:
+                    continue
+                if all(n.node_id != node_id for n in membership.nodes) and (
+                        self.newest is None or membership.version > self.newest.version):
+                    self.newest = membership
+        if self.newest is not None and self.newest.version > applied and self._workers:
+            log.info("node %s leaving: its workers are at version %d; passing on routing's "
+                     "acknowledgement at version %d", node_id, applied, self.newest.version)
+            for address in self._workers:
+                self._pushes.send_kind(address, "membership", self.newest)
+            self.newest = None
 
 
 def _await_handoff(node_id: str, version: int, stats, deadline: float, timeout: float,
-                   poll: float) -> LeaveOutcome:
-    """Wait until every worker applied `version` and has nothing left to hand off."""
+                   poll: float, resender: _Resender) -> LeaveOutcome:
+    """Wait until every worker applied `version`, no worker's map names this node any more,
+    and nothing is left to hand off."""
     report_at = time.monotonic() + 1.0
     progress = worker_progress(stats())
     while True:
@@ -264,7 +316,8 @@ def _await_handoff(node_id: str, version: int, stats, deadline: float, timeout: 
             log.warning("node %s: the kernel reports no hand-off progress "
                         "(membership_version/handoff_pending); leaving without waiting", node_id)
             return LeaveOutcome(True, 0, f"node {node_id} left (hand-off not tracked)")
-        if progress.membership_version >= version and progress.handoff_pending == 0:
+        if (progress.membership_version >= version and progress.handoff_pending == 0
+                and not progress.member):
             return LeaveOutcome(True, 0, f"node {node_id} left: every worker applied "
                                          f"version >= {version} and handed everything off")
         now = time.monotonic()
@@ -274,11 +327,14 @@ def _await_handoff(node_id: str, version: int, stats, deadline: float, timeout: 
                 f"node {node_id}: leave timed out after {timeout:g} s with "
                 f"{progress.handoff_pending} keys/subscriptions still pending hand-off "
                 f"(workers at membership version {progress.membership_version}, "
-                f"needed {version})")
+                f"needed {version}"
+                f"{'; a routing still names the node' if progress.member else ''})")
         if now >= report_at:
             log.info("node %s leaving: %d keys/subscriptions pending hand-off, workers at "
-                     "version %d of %d", node_id, progress.handoff_pending,
-                     progress.membership_version, version)
+                     "version %d of %d%s", node_id, progress.handoff_pending,
+                     progress.membership_version, version,
+                     " (their map still names the node)" if progress.member else "")
             report_at = now + 1.0
+        resender.step(node_id, progress.membership_version)
         time.sleep(min(poll, max(0.0, deadline - now)))
         progress = worker_progress(stats())

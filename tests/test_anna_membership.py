@@ -555,6 +555,24 @@ def test_the_last_node_cannot_leave():
     assert effects.log[0][0] == logging.WARNING and "last node" in effects.log[0][1]
 
 
+def test_the_last_node_of_a_tier_cannot_leave_while_the_other_tier_has_nodes():
+    # Memory-only keys would have no owner in a map without a memory node; a routing that
+    # does not know the tier's new node yet (a rolling upgrade) must refuse, not empty it.
+    core = ClusterMembership()
+    core.join(join_message("memory-a", anna_pb2.MEMORY, ["tcp://a:0"]))
+    core.join(join_message("disk-d", anna_pb2.DISK, ["tcp://d:0"]))
+    effects = core.leave(anna_pb2.NodeLeave(node_id="memory-a", control_address="tcp://a-ctl:1"))
+    assert core.node_ids() == ["disk-d", "memory-a"] and memberships(effects) == {}
+    (ack,) = effects.send
+    assert "memory-a" in [n.node_id for n in ack.message.nodes]
+    assert effects.log[0][0] == logging.WARNING and "last node of tier" in effects.log[0][1]
+    # Once the tier has another node, the same leave is accepted and broadcast.
+    core.join(join_message("memory-b", anna_pb2.MEMORY, ["tcp://b:0"]))
+    effects = core.leave(anna_pb2.NodeLeave(node_id="memory-a", control_address="tcp://a-ctl:1"))
+    assert core.node_ids() == ["disk-d", "memory-b"]
+    assert set(memberships(effects)) == {"tcp://a:0", "tcp://b:0", "tcp://d:0"}
+
+
 def test_a_periodic_refresh_adopts_overrides_set_through_another_routing():
     core = ClusterMembership(override_refresh_period=5.0, heartbeat_timeout=100.0)
     core.join(join_message("a", 0, ["tcp://a:0"]), now=0.0)
