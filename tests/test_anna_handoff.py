@@ -124,6 +124,42 @@ def test_a_leaving_worker_hands_every_key_and_subscription_to_the_new_owners():
         assert [(d, u.tuples[0].key) for d, u in pushes] == [(who, key)]
 
 
+def test_a_key_with_no_replica_under_the_new_map_is_kept_until_a_map_names_one():
+    # A memory-only key on the tier's only node. A routing that does not know the tier's new
+    # node removes the leaver: the map has no memory node, so the key has no replica at all.
+    nodes: Nodes = {"a": (0, 1), "d": (1, 1)}
+    a = core("a", nodes)
+    values = fill(a, ["reg-1", "reg-2"])
+    subscribe(a, "reg-1")
+    assert a.handle("membership", membership(2, {"d": (1, 1)})) == []
+    # Kept, not dropped; while a's node is out of the map they are pending hand-off, so a
+    # leave waits for them instead of finishing without them.
+    assert a.keys() == ["reg-1", "reg-2"]
+    stats = a.stats()
+    assert stats["orphaned"] == 2 and stats["handoff_pending"] == 2 and not stats["member"]
+    # The map that names the new memory node arrives: everything goes to it and is dropped.
+    later: Nodes = {"b": (0, 1), "d": (1, 1)}
+    out = a.handle("membership", membership(3, later))
+    assert sent_keys(out) == {addr("b"): values}
+    b = core("b", later, version=3)
+    assert deliver({addr("a"): a, addr("b"): b}, out) == []
+    assert {k: b.value(k) for k in b.keys()} == values
+    assert a.keys() == [] and a.stats()["orphaned"] == 0 and a.stats()["handoff_pending"] == 0
+    put(b, "reg-1", _core.SetLattice([b"later"]))         # its subscription moved with it
+    assert [u.tuples[0].key for _, u in updates_of([m for m in b.end_epoch() if m[1] == ""])] \
+        == ["reg-1"]
+
+
+def test_a_member_keeps_a_key_whose_tier_has_no_node_without_counting_it_pending():
+    # A memory node holds a key placed in the disk tier only, and no disk node exists.
+    a = core("a", {"a": (0, 1)}, rep=(1, 1, 0, 1))
+    fill(a, ["cold"])
+    assert a.handle("membership", membership(2, {"a": (0, 1)}, overrides={"cold": (0, 1, 1, 1)})) == []
+    stats = a.stats()
+    assert a.keys() == ["cold"] and stats["orphaned"] == 1 and stats["handoff_pending"] == 0
+    assert stats["member"]
+
+
 def test_subscriptions_move_with_their_key_on_a_join_and_on_a_replication_change():
     key = moved_keys(PAIR, TRIO, "a", "c")[0]
     a = core("a", PAIR)

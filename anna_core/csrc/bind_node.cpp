@@ -201,6 +201,8 @@ py::dict worker_stats_dict(const WorkerStats& s) {
   d["handoff_resent"] = s.handoff_resent;
   d["handoff_pending"] = s.handoff_pending;
   d["membership_version"] = s.membership_version;
+  d["orphaned"] = s.orphaned;
+  d["member"] = s.member;
   d["fetches_out"] = s.fetches_out;
   d["deferred"] = s.deferred;
   d["tombstones"] = s.tombstones;

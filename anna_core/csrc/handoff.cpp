@@ -28,6 +28,11 @@
 //     map is dropped (value and subscriptions). Until then the worker keeps it, answering
 //     WRONG_OWNER to clients but "fetch" from new owners. A key with no target that the worker
 //     no longer holds is dropped at once (its other replicas already hold it).
+//   * A key with no replica at all under the new map (its tier has no node in that map) is
+//     never dropped: it is an *orphan*, kept with its subscriptions (WRONG_OWNER to clients,
+//     "fetch" served) and planned again at the next change. Orphans are counted in
+//     `orphaned`, and in `handoff_pending` while this worker's node is not in the map, so a
+//     leaving node waits for a map that gives them an owner instead of leaving without them.
 //   * Targets that have not acked get the key again every handoff_retry_ms (end_epoch), with
 //     no limit: a hand-off ends only by its acks or by a re-plan (the key is held again, or
 //     the target is no longer a replica).
@@ -134,6 +139,7 @@ void WorkerCore::placement_changed(const ClusterMap* old, const std::vector<std:
   }
   std::sort(keys.begin(), keys.end());
   keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  if (only_keys == nullptr) orphans_.clear();  // every held key is planned again below
   std::vector<std::string> to_send, to_drop;
   for (const auto& key : keys) plan_handoff(key, old, me_present, &to_send, &to_drop);
   send_handoffs(to_send, false, out);
@@ -141,16 +147,33 @@ void WorkerCore::placement_changed(const ClusterMap* old, const std::vector<std:
   if (!to_drop.empty())
     log_info("worker " + id_.address + ": dropped " + std::to_string(to_drop.size()) +
              " keys it no longer holds");
+  if (!orphans_.empty())
+    log_warning("worker " + id_.address + ": " + std::to_string(orphans_.size()) +
+                " keys have no replica under membership version " +
+                std::to_string(membership_version_) + "; kept until a map names one");
 }
 
 void WorkerCore::plan_handoff(const std::string& key, const ClusterMap* old, bool me_present,
                               std::vector<std::string>* to_send, std::vector<std::string>* to_drop) {
   std::vector<WorkerRef> now, before;
   replicas_of(key, map_, &now);
+  auto it = handoff_.find(key);
+  if (now.empty()) {
+    // No replica anywhere under this map: its tier has no node in it (the tier's last node
+    // left or was declared failed, or the map comes from a routing that does not know the
+    // tier's other nodes). Nobody else holds the key, so dropping it would lose it: keep it
+    // (and its subscriptions) and hand it off once a map names a replica.
+    if (it != handoff_.end()) {
+      handoff_items_ -= it->second.items;
+      handoff_.erase(it);
+    }
+    orphans_.insert(key);
+    return;
+  }
+  orphans_.erase(key);
   const bool held = std::any_of(now.begin(), now.end(), [&](const WorkerRef& r) { return is_self(r); });
   const bool compare = old != nullptr && me_present;  // else every replica is a target
   if (compare) replicas_of(key, *old, &before);
-  auto it = handoff_.find(key);
   std::vector<std::string> targets;
   for (const auto& r : now) {
     if (is_self(r)) continue;

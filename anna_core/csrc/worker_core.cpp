@@ -122,7 +122,10 @@ PeriodReport WorkerCore::take_report() {
 
 WorkerStats WorkerCore::stats() const {
   WorkerStats s = stats_;
-  s.handoff_pending = handoff_items_;
+  s.member = has_membership_ && map_.find_node(id_.node_id) != nullptr;
+  s.orphaned = orphans_.size();
+  // A node out of the map must still place its orphans: a leave waits for them.
+  s.handoff_pending = handoff_items_ + (s.member ? 0 : orphans_.size());
   s.membership_version = has_membership_ ? membership_version_ : 0;
   s.deferred = deferred_.size();
   s.tombstones = tombstones_.size();

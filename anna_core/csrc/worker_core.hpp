@@ -100,6 +100,8 @@ struct WorkerStats {
   std::uint64_t handoff_resent = 0;  // hand-off messages sent again for want of an ack
   std::uint64_t handoff_pending = 0; // keys + subscriptions handed off and not yet acked
   std::uint64_t membership_version = 0;  // of the Membership in force (0: none yet)
+  std::uint64_t orphaned = 0;        // held keys with no replica under the map in force
+  bool member = false;               // this worker's node is in the map in force
   std::uint64_t fetches_out = 0;     // "fetch" messages sent for deferred GETs
   std::uint64_t deferred = 0;        // GETs waiting for previous owners now
   std::uint64_t tombstones = 0;      // delete tombstones kept now
@@ -258,6 +260,8 @@ class WorkerCore {
   };
   std::unordered_map<std::string, PendingHandoff> handoff_;
   std::uint64_t handoff_items_ = 0;
+  // Held keys with no replica under the map in force (handoff.cpp): never dropped.
+  std::unordered_set<std::string> orphans_;
   std::uint64_t next_id_ = 0;  // request ids of hand-offs and fetches
 
   // GETs waiting for previous owners (fetch window).
