@@ -26,7 +26,7 @@ Contract:
   new node without waiting and `node_ready` says, without blocking, whether it has joined
   (what a non-blocking cluster manager builds on; `add_node` is the two with a wait).
 - Routing: `routing_addresses` (all), `routing_address` (the first); `stop_routing(i)`,
-  `start_routing(i)` (same port), `restart_routing(i)`; a started routing recovers the
+  `start_routing(i)` (same port), `restart_routing(i)`, `signal_routing(i, signum)`; a started routing recovers the
   membership from the nodes' heartbeats and the overrides from the KVS.
 """
 from __future__ import annotations
@@ -251,6 +251,11 @@ class LocalCluster:
     def node_pid(self, node_id: str) -> int:
         """The operating-system process id of a running node (benchmarks read its CPU time)."""
         return self._node(node_id).pid
+
+    def signal_routing(self, index: int, signum: int) -> None:
+        """Send `signum` to routing `index` (tests pause one with SIGSTOP and SIGCONT, to play
+        a routing that handles a message later than the others)."""
+        self._routers[index].signal(signum)
 
     def log_tail(self, name: str, lines: int = 20) -> str:
         """The last log lines of "routing" (the first), "routing-<i>" or a node id."""

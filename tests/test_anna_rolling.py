@@ -9,6 +9,8 @@ nodes, with no acknowledged key lost.
   new addresses (a StatefulSet pod): its keys are readable again within a deadline, every
   time.
 """
+import signal
+import threading
 import time
 
 import pytest
@@ -21,14 +23,15 @@ MEMORY_ONLY = (1, 1, 0, 1)      # one replica, in the memory tier only
 
 
 def test_a_rolling_upgrade_of_the_memory_tier_under_load_loses_no_memory_only_key():
-    """Every original memory node is replaced as a Deployment's rolling update does it: a new
-    node joins, then an old one leaves on SIGTERM. The new nodes reach only the first of the
-    two routings, as a pod does on Kubernetes while its name for the other routing does not
-    resolve yet (or resolves to a replaced pod): the other routing sees the old node's leave
-    empty the memory tier. Nothing acknowledged may be lost, and every leave must end by
-    handing its keys off (exit 0)."""
-    with anna_core.LocalCluster(memory_threads=1, disk_threads=1, nodes=2, routers=2,
-                                replication=MEMORY_ONLY, **HEARTBEAT) as c:
+    """The memory tier's node is replaced as a Deployment's rolling update does it: a new node
+    joins, then the old one leaves on SIGTERM, under write load. As on Kubernetes while the
+    new pod's name for the second routing does not resolve yet (or resolves to a replaced
+    pod), the new node reaches only the first routing; and the second routing handles the
+    leave first (the first is paused meanwhile). In the second routing's view the leave
+    empties the memory tier. No acknowledged key may be lost, and the leave must end by
+    handing the keys off (exit 0)."""
+    with anna_core.LocalCluster(memory_threads=1, disk_threads=1, nodes=1, routers=2,
+                                replication=MEMORY_ONLY, log_level="info", **HEARTBEAT) as c:
         original = [n for n in c.node_ids if c.tier_of(n) == "memory"]
         with Writers(c, 2, single=True, pace=0.005) as writers:
             poll_until(lambda: writers.count() >= 50, 10.0, "50 acknowledged writes")
@@ -37,7 +40,7 @@ def test_a_rolling_upgrade_of_the_memory_tier_under_load_loses_no_memory_only_ke
                 mark = time.monotonic()
                 poll_until(lambda: writers.ok_started_after(mark) >= 10, 10.0,
                            f"writes acknowledged after {new} joined")
-                c.remove_node(old, timeout=30.0)
+                _leave_second_routing_first(c, old)
                 mark = time.monotonic()
                 poll_until(lambda: writers.ok_started_after(mark) >= 10, 10.0,
                            f"writes acknowledged after {old} left")
@@ -50,6 +53,32 @@ def test_a_rolling_upgrade_of_the_memory_tier_under_load_loses_no_memory_only_ke
             assert_all_readable(kvs, writers.acked)
         finally:
             kvs.close()
+
+
+def _leave_second_routing_first(c, node_id: str) -> None:
+    """`remove_node(node_id)` while the first routing is paused until the second has handled
+    the leave (its log, at level info, names it); raises what remove_node raises."""
+    outcome = {}
+
+    def leave():
+        try:
+            c.remove_node(node_id, timeout=30.0)
+        except BaseException as e:      # handed to the test's thread below
+            outcome["error"] = e
+
+    c.signal_routing(0, signal.SIGSTOP)
+    try:
+        leaving = threading.Thread(target=leave, daemon=True)
+        leaving.start()
+        poll_until(lambda: f"leave of {node_id}" in c.log_tail("routing-1", 50)
+                   or f"node {node_id} leaves" in c.log_tail("routing-1", 50), 10.0,
+                   f"the second routing handling {node_id}'s leave")
+    finally:
+        c.signal_routing(0, signal.SIGCONT)
+    leaving.join(40.0)
+    assert not leaving.is_alive(), f"{node_id}'s leave did not end"
+    if "error" in outcome:
+        raise outcome["error"]
 
 
 DISK_ONLY = (0, 1, 1, 1)
