@@ -459,6 +459,7 @@ def test_bad_configuration_is_refused_but_bad_input_never_raises():
 # ---------------------------------------------------------------- properties: random histories
 
 NAMES = ["a", "b", "c", "d"]
+TIER = {"a": 0, "b": 0, "c": 0, "d": 1}      # d is a disk node, the others memory nodes
 TIMEOUT = 3.0
 steps = st.lists(st.one_of(
     st.tuples(st.just("join"), st.sampled_from(NAMES), st.integers(0, 2)),
@@ -492,12 +493,13 @@ def test_random_histories_keep_liveness_versions_and_broadcasts_right(history):
         if kind == "join":
             incarnation[step[1]] = step[2]
             ever_had = True
-            effects = core.join(join_message(step[1], 0, addresses(step[1])), now)
+            effects = core.join(join_message(step[1], TIER[step[1]], addresses(step[1])), now)
             members[step[1]] = now
             departed.pop(step[1], None)
         elif kind == "leave":
             effects = core.leave(anna_pb2.NodeLeave(node_id=step[1], control_address=CONTROL), now)
-            if list(members) != [step[1]]:   # the last node is refused
+            if [n for n in members if TIER[n] == TIER[step[1]]] != [step[1]]:
+                # (the last node of its tier is refused)
                 members.pop(step[1], None)
                 departed[step[1]] = now
         elif kind == "heartbeat":
@@ -506,7 +508,8 @@ def test_random_histories_keep_liveness_versions_and_broadcasts_right(history):
             if (not members and recovering_until is None and step[1] not in departed
                     and (reported > core.version or not ever_had)):
                 recovering_until = now + 1.25
-            effects = core.heartbeat(heartbeat_message(step[1], addresses(step[1]), reported), now)
+            effects = core.heartbeat(heartbeat_message(step[1], addresses(step[1]), reported,
+                                                       TIER[step[1]]), now)
             if step[1] not in departed:
                 members[step[1]] = now
                 ever_had = True
