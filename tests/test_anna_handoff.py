@@ -150,6 +150,19 @@ def test_a_key_with_no_replica_under_the_new_map_is_kept_until_a_map_names_one()
         == ["reg-1"]
 
 
+def test_an_orphan_deleted_meanwhile_is_no_longer_pending():
+    nodes: Nodes = {"a": (0, 1), "d": (1, 1)}
+    a = core("a", nodes, now_ns=1000 * MS)
+    fill(a, ["reg-1", "reg-2"])
+    a.handle("membership", membership(2, {"d": (1, 1)}))
+    assert a.stats()["handoff_pending"] == 2
+    gossip = anna_pb2.KeyRequest(type=anna_pb2.DELETE)
+    gossip.tuples.add(key="reg-1", timestamp=2000 * MS)
+    a.handle("gossip", gossip.SerializeToString())
+    assert a.keys() == ["reg-2"]
+    assert a.stats()["orphaned"] == 1 and a.stats()["handoff_pending"] == 1
+
+
 def test_a_member_keeps_a_key_whose_tier_has_no_node_without_counting_it_pending():
     # A memory node holds a key placed in the disk tier only, and no disk node exists.
     a = core("a", {"a": (0, 1)}, rep=(1, 1, 0, 1))

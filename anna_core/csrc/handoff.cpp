@@ -301,6 +301,7 @@ void WorkerCore::drop_if_not_held(const std::string& key) {
                 AnnaError_Name(err) + ")");
   subscribers_.erase(key);
   touched_.erase(key);
+  orphans_.erase(key);
 }
 
 void WorkerCore::handle_handoff(const KeyRequest& handoff, std::vector<OutMessage>* out) {

@@ -436,6 +436,11 @@ AnnaError WorkerCore::apply_delete(const std::string& key, std::uint64_t ts) {
     if (it->second.ts > ts) store_->merge(key, it->second.value);
     else changeset_.erase(it);  // the delete outvotes this epoch's writes accepted before it
   }
+  // Nothing left to place (a leaving node must not wait for it).
+  AnyLattice left;
+  if (orphans_.count(key) > 0 && subscribers_.count(key) == 0 &&
+      store_->get(key, &left) != NO_ERROR)
+    orphans_.erase(key);
   touch(key);
   return err;
 }
