@@ -103,13 +103,8 @@ def _read(kvs, key):
 
 
 def test_a_disk_node_killed_and_restarted_on_its_data_serves_its_keys_again(tmp_path):
-    with anna_core.LocalCluster(memory_threads=1, disk_threads=1, nodes=1, routers=2,
-                                replication=DISK_ONLY, data_dir=str(tmp_path),
-                                **HEARTBEAT) as c:
-        kvs = c.client(timeout=0.5, retries=3)
-        keys = {f"disk-{i}": b"kept %d" % i for i in range(20)}
-        for k, v in keys.items():
-            kvs.put(k, v)
+    with _disk_cluster(tmp_path) as c:
+        kvs, keys = _disk_only_keys(c)
         for round_ in range(2):
             before = c.worker_addresses("disk-0")
             c.kill_node("disk-0")
@@ -122,13 +117,8 @@ def test_a_disk_node_killed_and_restarted_on_its_data_serves_its_keys_again(tmp_
 
 
 def test_a_disk_node_restarted_gracefully_as_a_statefulset_pod_keeps_its_only_copy(tmp_path):
-    with anna_core.LocalCluster(memory_threads=1, disk_threads=1, nodes=1, routers=2,
-                                replication=DISK_ONLY, data_dir=str(tmp_path),
-                                **HEARTBEAT) as c:
-        kvs = c.client(timeout=0.5, retries=3)
-        keys = {f"disk-{i}": b"kept %d" % i for i in range(20)}
-        for k, v in keys.items():
-            kvs.put(k, v)
+    with _disk_cluster(tmp_path) as c:
+        kvs, keys = _disk_only_keys(c)
         # The tier's only node: every routing refuses its leave (its keys have nowhere to
         # go), so it stops without handing off or dropping anything (exit 5).
         with pytest.raises(anna_core.LeaveFailed) as refused:
@@ -137,6 +127,21 @@ def test_a_disk_node_restarted_gracefully_as_a_statefulset_pod_keeps_its_only_co
         c.start_node("disk-0")
         poll_until(lambda: all(_read(kvs, k) == v for k, v in keys.items()), 10.0,
                    "every disk-only key readable after the restart")
+
+
+def _disk_cluster(tmp_path) -> anna_core.LocalCluster:
+    """One memory and one disk node, two routings; keys live on the disk tier only."""
+    return anna_core.LocalCluster(memory_threads=1, disk_threads=1, nodes=1, routers=2,
+                                  replication=DISK_ONLY, data_dir=str(tmp_path), **HEARTBEAT)
+
+
+def _disk_only_keys(c):
+    """A client and the 20 keys it put (acknowledged by the disk node)."""
+    kvs = c.client(timeout=0.5, retries=3)
+    keys = {f"disk-{i}": b"kept %d" % i for i in range(20)}
+    for k, v in keys.items():
+        kvs.put(k, v)
+    return kvs, keys
 
 
 def _routed_to(kvs, key):
