@@ -17,9 +17,10 @@ Contract (DESIGN.md "Routing and membership", proto/anna.proto, dissertation 3.2
     left are ignored until it joins again.
   * `heartbeat(NodeHeartbeat, now)`: records that the node is alive. An unknown node (routing
     restarted, or a node declared failed that is alive after all) is admitted like a join.
-    A heartbeat reaching a routing that knows no node starts the recovery phase (below) when
-    it reports a version above routing's or routing never had a node (nodes heartbeat only
-    after a join was acknowledged, so routing must have restarted). A node reporting an older version than routing's is sent the
+    A heartbeat of a node routing does not know starts the recovery phase (below) when it
+    reports a version above routing's, or when routing never had a node (nodes heartbeat only
+    after a join was acknowledged, so routing must have restarted; a new node's join may
+    have reached the restarted routing first). A node reporting an older version than routing's is sent the
     current Membership again (at most once per heartbeat period).
   * `tick(now)`: nodes silent for more than `heartbeat_timeout` are removed (a WARNING names
     each and how long it was silent) and the new Membership is broadcast; ends recovery.
@@ -227,17 +228,20 @@ class ClusterMembership:
             return effects.debug(f"heartbeat of {node.node_id}, which left, ignored")
         reported = int(heartbeat.membership_version)
         members = {n: (t, list(a)) for n, t, a in self.cluster_map.nodes()}
-        if not members and not self.recovering and (
-                reported > self.version or not self._ever_had_nodes):
+        if node.node_id not in members and not self.recovering and (
+                reported > self.version or (not members and not self._ever_had_nodes)):
             # Nodes only heartbeat after a join was acknowledged: a heartbeat reaching a
-            # routing that never had a node, or reporting a newer version than it ever made,
-            # means this routing restarted while the cluster ran.
+            # routing that never had a node, or one from a node it does not know reporting a
+            # newer version than it ever made, means this routing restarted while the cluster
+            # ran (perhaps a new node's join reached it first: a restarted routing pod). Admitting
+            # the nodes one heartbeat at a time would broadcast partial rings above the
+            # cluster's version; collect them all first.
             self.recovering_until = self.now + self.recovery_period
             effects.load_overrides = True
-            effects.info(f"heartbeat of {node.node_id} (membership version {reported}) reaches "
-                         f"a routing without nodes at version {self.version}: routing "
-                         f"restarted; collecting heartbeats for {self.recovery_period:g} s "
-                         f"before broadcasting")
+            effects.info(f"heartbeat of unknown node {node.node_id} (membership version "
+                         f"{reported}) reaches a routing with {len(members)} nodes at version "
+                         f"{self.version}: routing restarted; collecting heartbeats for "
+                         f"{self.recovery_period:g} s before broadcasting")
         self.reported = max(self.reported, reported)
         self.last_seen[node.node_id] = self.now
         current = members.get(node.node_id)

@@ -505,8 +505,9 @@ def test_random_histories_keep_liveness_versions_and_broadcasts_right(history):
         elif kind == "heartbeat":
             reported = {"current": core.version, "behind": max(0, core.version - 1),
                         "ahead": core.version + 3, "zero": 0}[step[2]]
-            if (not members and recovering_until is None and step[1] not in departed
-                    and (reported > core.version or not ever_had)):
+            if (step[1] not in members and recovering_until is None
+                    and step[1] not in departed
+                    and (reported > core.version or (not members and not ever_had))):
                 recovering_until = now + 1.25
             effects = core.heartbeat(heartbeat_message(step[1], addresses(step[1]), reported,
                                                        TIER[step[1]]), now)
@@ -556,6 +557,24 @@ def test_the_last_node_cannot_leave():
     (ack,) = effects.send
     assert ack.address == "tcp://a-ctl:1" and [n.node_id for n in ack.message.nodes] == ["a"]
     assert effects.log[0][0] == logging.WARNING and "last node" in effects.log[0][1]
+
+
+def test_a_restarted_routing_reached_first_by_a_new_nodes_join_recovers_before_broadcasting():
+    # A routing pod replaced during a rolling upgrade: the first message it gets is a new
+    # memory node's join, then the running nodes' heartbeats (version 10). Admitting them one
+    # heartbeat at a time would broadcast partial rings (no disk node) above the cluster's.
+    core = ClusterMembership(heartbeat_period=1.0, recovery_period=1.25)
+    core.join(join_message("memory-new", anna_pb2.MEMORY, ["tcp://n:0"]), now=0.0)
+    effects = core.heartbeat(heartbeat_message("memory-old", ["tcp://m:0"], 10), now=0.1)
+    assert core.recovering and memberships(effects) == {}
+    effects = core.heartbeat(heartbeat_message("disk-0", ["tcp://d:0"], 10, anna_pb2.DISK),
+                             now=0.2)
+    assert memberships(effects) == {}
+    assert memberships(core.tick(1.0)) == {}
+    sent = memberships(core.tick(1.4))
+    assert set(sent) == {"tcp://n:0", "tcp://m:0", "tcp://d:0"}
+    assert {m.version for m in sent.values()} == {11}
+    assert [n.node_id for n in sent["tcp://d:0"].nodes] == ["disk-0", "memory-new", "memory-old"]
 
 
 def test_the_last_node_of_a_tier_cannot_leave_while_the_other_tier_has_nodes():
