@@ -106,6 +106,7 @@ from .retrying import exception_names, may_retry, retry_request
 from .held import HeldResults, Outcome
 from .library import UserLibrary
 from .liveness import Heartbeat, RunReports, die_with_parent, heartbeat_loop
+from .run_slot import SlotReports
 from .output import CallOutput, Capture, UpstreamLogs, join_logs, section
 from .privilege import drop_capabilities, hide_paths
 from .failures import ACTOR_FAILURES, CALL_FAILURES, failure
@@ -129,7 +130,8 @@ DONE_HOLD_SECONDS = 0.005
 class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, DirectCalls):
     """One executor worker; see the module contract."""
 
-    def __init__(self, config: WorkerConfig, credentials: Optional[Credentials] = None) -> None:
+    def __init__(self, config: WorkerConfig, credentials: Optional[Credentials] = None,
+                 run_reports: Optional[SlotReports] = None) -> None:
         self.config = config
         self.worker_id = config.worker_id
         self._context = zmq.Context()
@@ -161,7 +163,8 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, Direct
         self._backlog: Deque[Any] = collections.deque()
         self._inbox: Deque[Tuple[str, bytes]] = collections.deque()
         self.busy = BusyClock()             # time spent running functions (heartbeats)
-        self.run_reports = RunReports()     # what the node is told of functions (liveness)
+        # what the node is told of functions (liveness): a shared slot, else messages
+        self.run_reports = run_reports or RunReports()
         self._stopping = threading.Event()
         self.dones = DoneReports(DONE_HOLD_SECONDS, DONE_BATCH_CALLS)   # `done`s owed
         self.invocation: Optional[CausalInvocation] = None   # the causal function running now
@@ -566,6 +569,8 @@ def main() -> None:
     raise_descriptor_limit()
     die_with_parent(config.parent_pid)
     try:
+        # the node's shared slot is opened before the sandbox below (executor/run_slot.py)
+        run_reports = SlotReports(config.run_slot) if config.run_slot else None
         # the function keys come on stdin, never on the command line or in the environment;
         # the key directory is hidden from this process before any user code runs
         credentials = None
@@ -581,7 +586,7 @@ def main() -> None:
                              "worker's uid %d", ", ".join(hide), os.getuid())
         if os.geteuid() == 0:          # the node could not give it another uid
             drop_capabilities()
-        worker = Worker(config, credentials)
+        worker = Worker(config, credentials, run_reports)
     except (KeyFileError, OSError) as e:  # missing or malformed keys, or no sandbox: named
         log_.error("cannot start: %s", e)
         sys.exit(2)
