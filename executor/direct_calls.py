@@ -5,7 +5,8 @@ Contract (mixed into `executor.worker.Worker`):
 - Direct calls come on a socket of their own (`direct_address`, reported in the worker's
   heartbeats), on a ZeroMQ context of its own whose authenticator admits the authorized
   clients' public keys (which the node hands the worker with its function key), bound for
-  every role (audience "all"); it takes only `direct` messages. The worker's other sockets
+  every role (audience "all"); it takes only `direct` messages and `direct_batch`es of
+  them (at most `MAX_BATCH` calls, each admitted on its own as a `direct` call is). The worker's other sockets
   know no client key (`schedule_credentials` leaves them out) and refuse clients at the
   handshake, as before. A worker handed no client key (one a worker host runs, on
   Kubernetes) binds no direct socket and reports none, so no lease is granted on it.
@@ -53,7 +54,8 @@ __all__ = ["DirectCalls", "CLIENT_KINDS", "schedule_credentials"]
 
 log = logging.getLogger("cloudburst.worker")
 
-CLIENT_KINDS = frozenset({"direct"})     # what the direct socket takes
+CLIENT_KINDS = frozenset({"direct", "direct_batch"})     # what the direct socket takes
+MAX_BATCH = 256                          # calls in one direct_batch message
 
 
 def schedule_credentials(credentials: Credentials) -> Credentials:
@@ -131,11 +133,16 @@ class DirectCalls:
             if kind not in CLIENT_KINDS:
                 raise FrameError(f"a worker's direct socket takes only "
                                  f"{sorted(CLIENT_KINDS)}, not {kind!r}")
-            call = pb.Call.FromString(payload)
+            calls = [pb.Call.FromString(payload)] if kind == "direct" else \
+                list(pb.DirectBatch.FromString(payload).calls)
+            if len(calls) > MAX_BATCH:
+                raise FrameError(f"a direct_batch holds at most {MAX_BATCH} calls, "
+                                 f"not {len(calls)}")
         except (FrameError, DecodeError) as e:
             log.warning("dropped a message from client %s: %s", role, e)
             return
-        self._on_direct(call, role)
+        for call in calls:
+            self._on_direct(call, role)
 
     def _on_direct(self, call: pb.Call, role: str) -> None:
         now = time.monotonic()

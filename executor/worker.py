@@ -165,6 +165,7 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, Direct
         self.busy = BusyClock()             # time spent running functions (heartbeats)
         # what the node is told of functions (liveness): a shared slot, else messages
         self.run_reports = run_reports or RunReports()
+        self.direct_work = (0, 0.0)         # direct calls finished, their seconds (totals)
         self._stopping = threading.Event()
         self.dones = DoneReports(DONE_HOLD_SECONDS, DONE_BATCH_CALLS)   # `done`s owed
         self.invocation: Optional[CausalInvocation] = None   # the causal function running now
@@ -197,7 +198,7 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, Direct
                       c.cache_address, c.scheduler_addresses, c.heartbeat_period,
                       self._context, self.credentials, self.busy, self.run_reports,
                       self.pending.__len__, self._control, self._on_control, self._stopping,
-                      self.direct_address),))
+                      self.direct_address, lambda: self.direct_work),))
         beat.start()
         self._pull.setsockopt(zmq.RCVTIMEO, 100)
         next_sweep = time.monotonic() + 0.5
@@ -240,6 +241,8 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, Direct
         `executor/done_reports.py` says: batched while messages wait, one held briefly for
         the caller's own report. A direct call's client reports it instead."""
         if self.leased.finished(call_id):
+            calls, busy = self.direct_work      # one assignment: the heartbeat reads it
+            self.direct_work = (calls + 1, busy + self.busy.take_finished())
             return
         if not self.dones:       # the loop comes back to send them (at the hold's end)
             self._pull.setsockopt(zmq.RCVTIMEO, max(1, round(DONE_HOLD_SECONDS * 1000)))

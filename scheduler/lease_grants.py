@@ -83,6 +83,7 @@ class WorkerLeasing:
             renewed = book.renew(lease_id, role, now, waiting,
                                  self._versions(held) if held is not None else None)
             if isinstance(renewed, Lease):
+                self._resize(renewed)
                 self._tell(renewed, request_id=req.request_id)
             elif isinstance(renewed, Revoked):
                 self._revoke([renewed])
@@ -93,6 +94,15 @@ class WorkerLeasing:
                            "was revoked)", scheduler_address=self.address))
         if req.target:
             self._grant(req, role, now, waiting)
+
+    def _resize(self, lease: Lease) -> None:
+        """A renewed lease takes the worker's window now, less what else it holds (the
+        window learns from the direct calls' run times too: scheduler/window.py)."""
+        view = next((w for w in self._placeable() if w.worker_id == lease.worker_id), None)
+        if view is not None:
+            others = view.outstanding - lease.slots
+            self.worker_leases.resize(lease.lease_id,
+                                      self._windows.slots(lease.worker_id) - others)
 
     def _versions(self, lease: Lease) -> Dict[str, Any]:
         """The registered versions of the lease's functions now (None: not registered)."""
@@ -136,6 +146,10 @@ class WorkerLeasing:
                 f"{req.target!r} retries exceptions, which the scheduler decides: it takes "
                 f"the scheduler's path"))
         views = [w for w in self._placeable() if w.worker_id in self._direct_addresses]
+        if req.spread:         # another worker than those this client holds the target on
+            mine = set(self.worker_leases.workers_of(role, req.response_address, req.target,
+                                                     req.dag, now))
+            views = [w for w in views if w.worker_id not in mine]
         room = {w.worker_id: self._windows.slots(w.worker_id) - w.outstanding for w in views}
         open_ = [w for w in views if room[w.worker_id] > 0]
         if not open_:
@@ -147,7 +161,7 @@ class WorkerLeasing:
                       min(open_, key=lambda w: (w.outstanding, w.utilization, w.worker_id)))
         granted = self.worker_leases.grant(
             secrets.token_hex(16), role, req.response_address, req.target, req.dag,
-            worker.worker_id, room[worker.worker_id], now, waiting, versions)
+            worker.worker_id, room[worker.worker_id], now, waiting, versions, req.spread)
         if isinstance(granted, str):
             return self._refuse(req, pb.NO_RESOURCES, granted)
         placement = {fn: worker.worker_id for fn in dag.functions}

@@ -13,7 +13,15 @@ Contract: `LeaseBook(ttl, max_leases, max_per_client)` is pure state; every meth
   (`waiting` > 0: the capacity is wanted by calls that already wait), the book is full
   (`max_leases`), or the client holds `max_per_client` leases. A client asking again for a
   target it holds a live lease on gets that lease back, renewed (one lease per client and
-  target, so a client cannot multiply its slots by asking twice).
+  target, so a client cannot multiply its slots by asking twice); with `spread` (a client
+  whose calls queue against the slots it holds) it may hold one per worker: asking again
+  for the same worker gets that lease back. Either way a lease takes only free slots, which
+  then count as the worker's load, so spreading never takes more than the workers have
+  free, and a client's leases stay within `max_per_client`.
+- `workers_of(client, answer, target, dag, now)`: the workers this client holds live
+  leases of the target on.
+- `resize(lease_id, slots)`: at a renewal, a lease grows to what its worker's window
+  leaves it now (never shrinks: its client may have calls in flight on those slots).
 - `renew(lease_id, client, now, waiting, versions)`: a live lease of that client runs for
   `ttl` more seconds (`Lease`); while calls wait in the queue it is revoked instead
   (`Revoked`: the capacity goes back to them), and so it is when `versions` (its functions'
@@ -90,14 +98,16 @@ class LeaseBook:
 
     def grant(self, lease_id: str, client: str, answer: str, target: str, dag: bool,
               worker_id: str, slots: int, now: float, waiting: int = 0,
-              versions: Optional[Dict[str, Any]] = None) -> Union[Lease, str]:
+              versions: Optional[Dict[str, Any]] = None,
+              spread: bool = False) -> Union[Lease, str]:
         """A new lease, the client's live one for `target` renewed, or why none."""
         if waiting > 0:
             return (f"{waiting} call(s) wait in the scheduler's queue for a free worker: "
                     f"its capacity goes to them, not to a lease")
         for held in self._leases.values():
             if held.client == client and held.answer == answer and held.target == target \
-                    and held.dag == dag and held.expires > now:
+                    and held.dag == dag and held.expires > now \
+                    and (not spread or held.worker_id == worker_id):
                 held.expires = now + self.ttl
                 return held
         if len(self._leases) >= self.max_leases:
@@ -112,6 +122,19 @@ class LeaseBook:
                       now + self.ttl, now, dict(versions or {}))
         self._leases[lease_id] = lease
         return lease
+
+    def resize(self, lease_id: str, slots: int) -> None:
+        """The lease holds `slots` from now if that is more: its worker's window grew. Never
+        fewer: its client may have calls in flight on them (reclaiming is `reclaim`'s)."""
+        lease = self._leases.get(lease_id)
+        if lease is not None:
+            lease.slots = max(lease.slots, int(slots))
+
+    def workers_of(self, client: str, answer: str, target: str, dag: bool,
+                   now: float) -> List[str]:
+        return sorted({held.worker_id for held in self._leases.values()
+                       if held.client == client and held.answer == answer
+                       and held.target == target and held.dag == dag and held.expires > now})
 
     def renew(self, lease_id: str, client: str, now: float, waiting: int = 0,
               versions: Optional[Dict[str, Any]] = None) -> Union[Lease, Revoked, None]:
