@@ -31,6 +31,13 @@ def slow(lib, seconds):
     return lib.getid()
 
 
+def slow_mark(lib, x, seconds):
+    import time
+    time.sleep(seconds)
+    lib.put(f"direct-slow-mark-{x}", x)
+    return x
+
+
 @pytest.fixture(scope="module")
 def cluster():
     with LocalCluster(executor_nodes=1, executors_per_node=2) as c:
@@ -38,6 +45,7 @@ def cluster():
         cb.register(where, "where")
         cb.register(mark, "mark")
         cb.register(slow, "slow")
+        cb.register(slow_mark, "slow_mark")
         yield c
 
 
@@ -106,14 +114,24 @@ class RawClient:
         assert self.push.send(self.scheduler, "lease_worker", pb.LeaseRequest(
             response_address=self.address, release=[lease.lease_id]))
 
-    def direct(self, lease, x, lease_id=None):
+    def _call(self, lease, x, lease_id=None):
         self.n += 1
         call = pb.Call(request_id=f"raw-{self.n}", function="mark", timeout=10.0,
                        response_address=self.address,
                        lease_id=lease.lease_id if lease_id is None else lease_id)
         call.args["mark"].args.add(value=__import__("cloudpickle").dumps(x))
+        return call
+
+    def direct(self, lease, x, lease_id=None):
+        call = self._call(lease, x, lease_id)
         assert self.push.send(lease.worker_address, "direct", call)
         return self.recv("result", call.request_id)
+
+    def batch(self, lease, xs_and_lease_ids):
+        """One direct_batch to the lease's worker; the results, in the calls' order."""
+        calls = [self._call(lease, x, lid) for x, lid in xs_and_lease_ids]
+        assert self.push.send(lease.worker_address, "direct_batch", pb.DirectBatch(calls=calls))
+        return [self.recv("result", c.request_id) for c in calls]
 
     def close(self):
         self.push.close()
@@ -235,3 +253,60 @@ def test_a_direct_call_is_cancelled_and_stopped_at_its_time_limit(cluster):
     with pytest.raises(Timeout) as e:
         limited.get(20)
     assert "time limit" in str(e.value)
+
+
+def test_a_batch_of_direct_calls_admits_each_call_only_within_its_lease(cluster):
+    cb = cluster.client()
+    raw = RawClient(cluster)
+    try:
+        lease = raw.lease("mark")
+        poll_until(lambda: raw.direct(lease, 400).status == pb.OK, 5.0,
+                   "a direct call admitted")
+        ok, forged = raw.batch(lease, [(401, None), (402, "f" * 32)])
+        assert ok.status == pb.OK and cb.get("direct-mark-401") == 401
+        _refused(forged, "no lease of that id was granted")
+        with pytest.raises(ObjectNotFound):                # the forged one never ran
+            cb.get("direct-mark-402")
+    finally:
+        raw.close()
+
+
+def test_a_burst_queues_at_the_client_against_leases_on_both_workers(cluster):
+    """Calls beyond its leases' slots wait in the client's own queue (not the scheduler's),
+    and the client holds a lease on each worker: with the scheduler stopped, a burst of
+    calls in flight still completes, on both workers."""
+    cluster.wait_for_workers([w["worker_id"] for w in cluster.workers], timeout=20)
+    cb = cluster.client(direct=True)
+    cb.call("where", 0).get(10)
+
+    def spread():          # calls queued at the client make it ask for a second lease
+        [f.get(30) for f in [cb.call("where", i) for i in range(20)]]
+        return len({h["worker_id"] for h in cb.worker_leases if h["target"] == "where"}) == 2
+    poll_until(spread, 15.0, "leases on both workers", interval=0.1)
+    cluster.signal_scheduler(0, signal.SIGSTOP)
+    try:
+        futures = [cb.call("where", i) for i in range(40)]
+        got = [f.get(5) for f in futures]
+    finally:
+        cluster.signal_scheduler(0, signal.SIGCONT)
+    assert [x for x, _ in got] == list(range(40))
+    assert len({w for _, w in got}) == 2, got
+    cb.close()
+
+
+def test_a_call_cancelled_while_queued_at_the_client_never_runs(cluster):
+    from cloudburst.errors import Cancelled
+    cluster.wait_for_workers([w["worker_id"] for w in cluster.workers], timeout=20)
+    cb = cluster.client(direct=True)
+    _leased(cb, "slow_mark", -1, 0.0)
+    futures = [cb.call("slow_mark", 500 + i, 0.2, timeout=30) for i in range(12)]
+    last = futures[-1]
+    assert cb.worker_leases and sum(h["in_flight"] for h in cb.worker_leases
+                                    if h["target"] == "slow_mark") < 12   # some queued here
+    assert last.cancel()
+    with pytest.raises(Cancelled):
+        last.get(5)
+    assert [f.get(30) for f in futures[:-1]] == [500 + i for i in range(11)]
+    with pytest.raises(ObjectNotFound):
+        cb.get("direct-slow-mark-511")
+    cb.close()

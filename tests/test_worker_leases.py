@@ -206,3 +206,26 @@ def test_a_cancel_that_overtakes_its_direct_call_keeps_it_from_running():
     assert a.admit("L1", "client:a", "c1", 10.0, 0.1) == (CANCELLED, None)
     assert a.admit("L1", "client:a", "c2", 10.0, 0.1)[0] is None
     assert a.cancel("c2", 0.2) and a.in_flight("L1") == 0    # admitted: its slot is free
+
+
+def test_a_spreading_client_holds_one_lease_per_worker_within_its_bounds():
+    book = LeaseBook(ttl=2.0, max_per_client=2)
+    first = _grant(book, "L1", worker="w1")
+    # without spread a second ask for the target gets the same lease back
+    assert _grant(book, "L2", worker="w2").lease_id == "L1"
+    second = book.grant("L2", "client:a", "A", "f", False, "w2", 3, 0.5, spread=True)
+    assert isinstance(second, Lease) and second.lease_id == "L2"
+    assert book.workers_of("client:a", "A", "f", False, 0.5) == ["w1", "w2"]
+    assert book.workers_of("client:b", "A", "f", False, 0.5) == []
+    # asking again on a worker it holds gives that lease back, renewed
+    assert book.grant("L3", "client:a", "A", "f", False, "w2", 3, 1.0,
+                      spread=True).lease_id == "L2"
+    # the client's bound holds with spreading too
+    assert "most leases" in book.grant("L4", "client:a", "A", "f", False, "w3", 3, 1.0,
+                                       spread=True)
+    assert book.reserved() == {"w1": 2, "w2": 3}
+    # a renewal may grow a lease to its worker's window, never shrink it
+    book.resize("L1", 9)
+    book.resize("L1", 1)
+    assert book.lease("L1").slots == 9 and first.slots == 9
+    assert book.workers_of("client:a", "A", "f", False, 10.0) == []    # expired
