@@ -256,6 +256,7 @@ def test_a_direct_call_is_cancelled_and_stopped_at_its_time_limit(cluster):
 
 
 def test_a_batch_of_direct_calls_admits_each_call_only_within_its_lease(cluster):
+    cluster.wait_for_workers([w["worker_id"] for w in cluster.workers], timeout=20)
     cb = cluster.client()
     raw = RawClient(cluster)
     try:
@@ -299,14 +300,15 @@ def test_a_call_cancelled_while_queued_at_the_client_never_runs(cluster):
     cluster.wait_for_workers([w["worker_id"] for w in cluster.workers], timeout=20)
     cb = cluster.client(direct=True)
     _leased(cb, "slow_mark", -1, 0.0)
-    futures = [cb.call("slow_mark", 500 + i, 0.2, timeout=30) for i in range(12)]
+    # more calls than two leases can hold (a lease holds at most 16 slots)
+    futures = [cb.call("slow_mark", 500 + i, 0.05, timeout=30) for i in range(40)]
     last = futures[-1]
     assert cb.worker_leases and sum(h["in_flight"] for h in cb.worker_leases
-                                    if h["target"] == "slow_mark") < 12   # some queued here
+                                    if h["target"] == "slow_mark") < 40   # some queued here
     assert last.cancel()
     with pytest.raises(Cancelled):
         last.get(5)
-    assert [f.get(30) for f in futures[:-1]] == [500 + i for i in range(11)]
+    assert [f.get(30) for f in futures[:-1]] == [500 + i for i in range(39)]
     with pytest.raises(ObjectNotFound):
-        cb.get("direct-slow-mark-511")
+        cb.get("direct-slow-mark-539")
     cb.close()
