@@ -19,7 +19,9 @@ Contract (mixed into `executor.worker.Worker`):
   then sends it through the scheduler.
 - `worker_lease` (from the cluster: a scheduler) grants, renews or revokes a lease
   (`LeaseAdmission.told`); a grant carries the schedules of the target's sources, built by
-  the scheduler.
+  the scheduler. A revocation with `holder_gone` (the lease's client was killed or left)
+  also cancels the calls admitted under it: those waiting here are dropped, and the one
+  running is stopped through the control socket, which takes that revocation too.
 - `direct` (a `Call` naming `lease_id`) runs only if `LeaseAdmission.admit` admits it:
   the lease is live, the sender's role is the lease's client, a slot is free. The call supplies only its id, its arguments
   per function, its answer address, deadline, time limit and session; everything else (the
@@ -123,6 +125,10 @@ class DirectCalls:
             self._from_client(data, role_of(frame) or "")
 
     def _on_worker_lease(self, m: pb.WorkerLease) -> None:
+        if m.revoked and m.holder_gone:     # its client is gone: what it sent is cancelled
+            for call_id in self.leased.calls_of(m.lease_id):
+                self._on_abort(pb.CallDone(call_id=call_id, status=pb.CANCELLED,
+                                           message=f"its client is gone: {m.reason}"))
         self.leased.told(m.lease_id, m.client, m.slots, m.ttl, time.monotonic(),
                          list(m.templates) if m.templates else None, m.revoked, m.reason)
 

@@ -383,17 +383,23 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, Direct
         self._push.send(self.config.cache_address, "heartbeat", status)
 
     def _on_control(self) -> None:
-        """Cancels (heartbeat thread): stop the running function if it belongs to the call."""
+        """Cancels (heartbeat thread): stop the running function if it belongs to the call,
+        or to a lease whose holder is gone (executor/direct_calls.py)."""
         while self._control.poll(0):
             try:
                 kind, payload = parse(recv_frame(self._control))
-                if kind != "abort":
+                if kind == "abort":
+                    call_ids = [pb.CallDone.FromString(payload).call_id]
+                elif kind == "worker_lease":
+                    m = pb.WorkerLease.FromString(payload)
+                    call_ids = self.leased.calls_of(m.lease_id) if m.holder_gone else []
+                else:
                     raise FrameError(f"kind {kind!r} is not a control message")
-                call_id = pb.CallDone.FromString(payload).call_id
             except Exception as e:
                 log.warning("dropped a malformed control message: %s", e)
                 continue
-            self.guard.cancel(call_id)
+            for call_id in call_ids:
+                self.guard.cancel(call_id)
 
     # ---- running a function (causal calls: executor/causal_run.py) ----
     def _run(self, ready: Ready) -> None:

@@ -12,7 +12,10 @@ warm-worker map, stats and push cache it uses):
 - A grant places the whole target on one worker with a free slot (its window,
   `scheduler/window.py`, less its outstanding calls and leased slots), the target's warm
   worker first (`scheduler/policy.py`: the client's call that asked is placed just before),
-  else the least loaded, with the slots it has free. The worker's grant
+  else the least loaded, with the slots it has free; a request with `spread` (a client whose
+  calls queue at it) excludes the workers that client already holds the target on. A
+  renewal grows the lease to what its worker's window leaves it now (the window learns
+  from the direct calls' run times, which workers report in their heartbeats). The worker's grant
   carries the sources' schedules, built once by `scheduler/schedule.py`, filled with each call's
   id, arguments, answer address and deadline: the worker keeps them, and a client's direct
   call carries only those (so it cannot name other functions or workers). The worker is
@@ -24,6 +27,10 @@ warm-worker map, stats and push cache it uses):
   leases as they need (`LeaseBook.reclaim`); `_leases_lost(worker_id, why)` revokes the leases
   on a worker that died, telling their clients `worker_died` (they retry or fail the calls in
   flight there). `_with_leases(views)` counts leased slots as load in the workers' views.
+- `_client_lease(payload)` takes a client's `lease` on its calls (to `scheduler/lifecycle.py`)
+  and notes from it whether a holder of worker leases lives; `_lease_tick` then revokes
+  with `holder_gone`, to the worker's schedule and control sockets, every ended lease whose
+  holder is gone (`LeaseBook.gone`): the worker cancels the calls it admitted under it.
 - `_cancel_direct(req)` stops a direct call where it runs (the lease's worker, and its
   control socket for a running function), as `cancel` does for a scheduled call.
 """
@@ -65,6 +72,7 @@ class WorkerLeasing:
         req = pb.LeaseRequest.FromString(payload)
         now = time.monotonic()
         book = self.worker_leases
+        book.heard(req.response_address, None, now)           # its holder lives
         for usage in req.usage:
             lease = book.lease(usage.lease_id)
             if lease is None or lease.client != role:
@@ -103,6 +111,17 @@ class WorkerLeasing:
             others = view.outstanding - lease.slots
             self.worker_leases.resize(lease.lease_id,
                                       self._windows.slots(lease.worker_id) - others)
+
+    def _client_lease(self, payload: bytes) -> None:
+        """A client's `lease` on its calls (scheduler/lifecycle.py), which also says whether
+        the holder of worker leases lives (its direct calls are held under it too)."""
+        now = time.monotonic()
+        self.lifecycle.lease(payload, now)
+        lease = pb.ClientLease.FromString(payload)
+        if lease.ttl > 0:
+            self.worker_leases.heard(lease.client, lease.ttl, now)
+        else:
+            self.worker_leases.left(lease.client)
 
     def _versions(self, lease: Lease) -> Dict[str, Any]:
         """The registered versions of the lease's functions now (None: not registered)."""
@@ -202,19 +221,26 @@ class WorkerLeasing:
         for r in revoked:
             log.info("worker lease %s on %s for %s revoked: %s", r.lease.lease_id[:8],
                      r.lease.worker_id, r.lease.target, r.reason)
-            fields = dict(revoked=True, reason=r.reason, worker_died=r.worker_died)
+            fields = dict(revoked=True, reason=r.reason, worker_died=r.worker_died,
+                          holder_gone=r.holder_gone)
+            if r.holder_gone:    # the worker cancels what it admitted under it, running too
+                self._tell_worker(r.lease, **fields)
+                control = self.table.control_address(r.lease.worker_id)
+                if control:
+                    self._push.send(control, "worker_lease", self._message(r.lease, **fields))
+                continue
             if not r.worker_died:
                 self._tell_worker(r.lease, **fields)
             self._push.send(r.lease.answer, "worker_lease", self._message(r.lease, **fields))
 
     # ---- time, lost workers, load ----
     def _lease_tick(self, now: float) -> None:
-        if not len(self.worker_leases):
+        if self.worker_leases.idle():
             return
         revoked = self.worker_leases.expire(now)
         if self._queue:
             revoked += self.worker_leases.reclaim(len(self._queue))
-        self._revoke(revoked)
+        self._revoke(revoked + self.worker_leases.gone(now))
 
     def _leases_lost(self, worker_id: str, why: str) -> None:
         self._direct_addresses.pop(worker_id, None)     # a restarted worker reports anew

@@ -1,8 +1,14 @@
 """The direct leased call path on real processes: a client holding a worker lease sends its
 calls straight to the worker; the worker admits only calls within a lease the scheduler
 granted; a lease follows worker deaths and gives way to calls waiting for capacity."""
+import os
 import signal
+import subprocess
+import sys
+import textwrap
 import threading
+import time
+import uuid
 
 import pytest
 import zmq
@@ -31,6 +37,14 @@ def slow(lib, seconds):
     return lib.getid()
 
 
+def ticker(lib, key, n):
+    import time
+    for i in range(n):
+        lib.put(key, i)
+        time.sleep(0.1)
+    return n
+
+
 def slow_mark(lib, x, seconds):
     import time
     time.sleep(seconds)
@@ -46,6 +60,7 @@ def cluster():
         cb.register(mark, "mark")
         cb.register(slow, "slow")
         cb.register(slow_mark, "slow_mark")
+        cb.register(ticker, "ticker")
         yield c
 
 
@@ -91,6 +106,9 @@ class RawClient:
         self.push = PushCache(self.context, auth=creds, linger_ms=0)
         self.scheduler = cluster.address
         self.n = 0
+        # call ids unique across clients, as a real client's are (a worker keeps the
+        # outcomes of the calls it ran under their ids)
+        self.prefix = __import__("uuid").uuid4().hex[:8]
 
     def recv(self, kind, request_id, timeout=10.0):
         def one():
@@ -116,7 +134,7 @@ class RawClient:
 
     def _call(self, lease, x, lease_id=None):
         self.n += 1
-        call = pb.Call(request_id=f"raw-{self.n}", function="mark", timeout=10.0,
+        call = pb.Call(request_id=f"raw-{self.prefix}-{self.n}", function="mark", timeout=10.0,
                        response_address=self.address,
                        lease_id=lease.lease_id if lease_id is None else lease_id)
         call.args["mark"].args.add(value=__import__("cloudpickle").dumps(x))
@@ -312,3 +330,60 @@ def test_a_call_cancelled_while_queued_at_the_client_never_runs(cluster):
     with pytest.raises(ObjectNotFound):
         cb.get("direct-slow-mark-539")
     cb.close()
+
+
+HOLDER = textwrap.dedent("""
+    import sys, time, cloudburst
+    address, key_dir, name, key = sys.argv[1:5]
+    c = cloudburst.Client(address, auth=cloudburst.AuthConfig(key_dir, name), lease_ttl=1.0,
+                          direct=True)
+    deadline = time.monotonic() + 20
+    while not [h for h in c.worker_leases if h["target"] == "ticker"]:
+        assert time.monotonic() < deadline, "no lease"
+        c.call("ticker", key + "-warm", 1).get(30)
+        time.sleep(0.1)
+    future = c.call("ticker", key, 600, timeout=120)
+    assert [h["in_flight"] for h in c.worker_leases if h["target"] == "ticker"] == [1]
+    print("direct", flush=True)
+    future.get(timeout=120)          # killed while waiting here
+""")
+
+
+def test_a_direct_call_of_a_client_killed_mid_lease_is_stopped(cluster):
+    """The lease's holder is gone (killed with SIGKILL): its worker lease lapses, the
+    scheduler hears no more of the client, and the worker stops the call it admitted."""
+    cluster.wait_for_workers([w["worker_id"] for w in cluster.workers], timeout=20)
+    cb = cluster.client()
+    key = f"ticks-{uuid.uuid4().hex[:8]}"
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, cluster.address, cluster.key_dir,
+                             cluster.client_auth.identity, key],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ))
+    try:
+        assert proc.stdout.readline().strip() == "direct", proc.stderr.read()
+
+        def tick():
+            try:
+                return cb.get(key)
+            except ObjectNotFound:
+                return None
+        poll_until(lambda: (tick() or 0) >= 2, 15, "the direct call ticking")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        killed = time.monotonic()
+
+        def stopped():
+            before = tick()
+            time.sleep(0.5)
+            return tick() == before
+        # the lease lapses (2 s), the client's own lease on its calls (1 s) runs out: then
+        # the worker is told, well before the call's 60 s of ticks would end
+        poll_until(stopped, 12, "the killed client's direct call stopped", interval=0)
+        assert time.monotonic() - killed < 12
+        last = tick()
+        time.sleep(1.5)                      # an observation window: it stays stopped
+        assert tick() == last < 550
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
