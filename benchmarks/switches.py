@@ -123,7 +123,8 @@ def main() -> None:
                 "--calls", str(args.calls), "--mode", args.mode] + \
             (["--direct"] if args.direct else [])
         env = dict(os.environ, PYTHONPATH=os.path.abspath(args.root), SWITCHES_ROOT=args.root)
-        subprocess.run(argv, env=env, check=True)
+        # cwd: the cluster's `python -m` services import from their working directory
+        subprocess.run(argv, env=env, check=True, cwd=os.path.abspath(args.root))
         return
     sys.path.insert(0, os.environ.get("SWITCHES_ROOT", ROOT))
     print(json.dumps(measure(args.calls, args.mode, args.direct)))

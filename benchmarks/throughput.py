@@ -92,7 +92,8 @@ def run_cloudburst(root: str, calls: int, workers: int, direct: bool = False) ->
     env = dict(os.environ, PYTHONPATH=root)
     out = subprocess.run([sys.executable, "-c", CLOUDBURST_SCRIPT, root, str(calls),
                           str(workers), "direct" if direct else "scheduler"],
-                         capture_output=True, text=True, timeout=600, env=env)
+                         capture_output=True, text=True, timeout=600, env=env,
+                         cwd=root)   # `python -m` services import from their working directory
     data = _result(out, "CB_RESULT")
     if not data["module"].startswith(os.path.realpath(root)) and \
             not data["module"].startswith(root):
