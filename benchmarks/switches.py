@@ -89,8 +89,10 @@ def measure(calls: int, mode: str, direct: bool) -> Dict[str, Dict[str, float]]:
             client.register(lambda: None, "noop")
             run = lambda n: cloudburst.gather([client.call("noop", timeout=120)
                                                for _ in range(n)], timeout=120)
+        if mode == "burst":       # serial first: a direct client's lease is held by then
+            for _ in range(100):
+                client.call("noop").get(timeout=30)
         run(200)
-        time.sleep(0.5)           # let the warm-up's stragglers settle before counting
         before = _snapshot()
         start = time.perf_counter()
         run(calls)

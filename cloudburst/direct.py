@@ -37,7 +37,9 @@ client's `LeaseOwner` side (sending to a scheduler, delivering an answer to a wa
   while their retry budget (the call's own `max_retries`, else the target's, which the grant
   carries) lasts, else fail with WORKER_DIED.
 - `flush()` does what those recorded (resends, failures, renewals and usage reports), outside
-  the lock. A lease in use (a call sent under it, or calls in flight: `flush` runs while the
+  the lock, and gives lapsed leases back with their usage. The client's lease thread calls
+  it too (`cloudburst/leases.py`), so an idle client's direct calls reach the scheduler's
+  statistics within seconds. A lease in use (a call sent under it, or calls in flight: `flush` runs while the
   client waits for answers) is renewed once less than half its ttl is left; one not used
   lapses.
 - `held()`: the leases held now (target, worker, slots, calls in flight), for
@@ -349,6 +351,8 @@ class DirectPath:
     def flush(self) -> None:
         now = time.monotonic()
         with self._lock:
+            for key in list(self._held):           # lapsed: given back with their usage
+                self._live(key, now)
             for leases in self._held.values():     # in use: kept while calls run under it
                 for held in leases:
                     if held.in_flight and not held.renewing and \

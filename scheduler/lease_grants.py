@@ -54,6 +54,8 @@ __all__ = ["WorkerLeasing"]
 
 log = logging.getLogger("cloudburst.scheduler")
 
+DAG_KEY = "\0dag"     # in a DAG lease's versions: its DAG record (no function's name)
+
 
 class WorkerLeasing:
     """Worker leases' glue; mixed into the scheduler (module contract)."""
@@ -127,6 +129,11 @@ class WorkerLeasing:
         """The registered versions of the lease's functions now (None: not registered)."""
         out: Dict[str, Any] = {}
         for fn in lease.versions:
+            if fn == DAG_KEY:
+                record = self.registry.dag(lease.target)
+                out[fn] = None if record is None else \
+                    record.SerializeToString(deterministic=True)
+                continue
             f = self.registry.function(fn)
             out[fn] = f.version if f is not None else None
         return out
@@ -158,6 +165,8 @@ class WorkerLeasing:
                 return self._refuse(req, pb.FUNCTION_NOT_FOUND,
                                     f"no function named {fn!r} is registered")
             versions[fn] = f.version
+        if req.dag:              # the DAG deleted or registered again revokes it (renew)
+            versions[DAG_KEY] = record.SerializeToString(deterministic=True)
             policies.append(f.retry if f.HasField("retry") else None)
         policy = resolve(None, policies, self.lifecycle.default)
         if policy.exceptions:

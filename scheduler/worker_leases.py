@@ -159,7 +159,8 @@ class LeaseBook:
             return None
         if versions is not None and versions != lease.versions:
             self._end(self._leases.pop(lease_id))
-            return Revoked(lease, "its functions were registered again since it was granted")
+            return Revoked(lease, "its functions were registered again (or its DAG deleted) "
+                                  "since it was granted")
         if waiting > 0:
             self._end(self._leases.pop(lease_id))
             return Revoked(lease, f"{waiting} call(s) wait for a free worker: the lease's "
