@@ -24,7 +24,8 @@ warm-worker map, stats and push cache it uses):
 - Every grant, renewal and revocation goes to both the worker (which admits direct calls
   only within leases it was told of: `executor/leased.py`) and the client.
 - `_lease_tick(now)` revokes expired leases and, while calls wait in the queue, as many
-  leases as they need (`LeaseBook.reclaim`); `_leases_lost(worker_id, why)` revokes the leases
+  leases as they need (`LeaseBook.reclaim`); a stopping scheduler (`scheduler/stopping.py`)
+  revokes every lease and grants none, so its clients' calls go to another scheduler; `_leases_lost(worker_id, why)` revokes the leases
   on a worker that died, telling their clients `worker_died` (they retry or fail the calls in
   flight there). `_with_leases(views)` counts leased slots as load in the workers' views.
 - `_client_lease(payload)` takes a client's `lease` on its calls (to `scheduler/lifecycle.py`)
@@ -146,6 +147,9 @@ class WorkerLeasing:
     def _grant(self, req: Any, role: str, now: float, waiting: int) -> None:
         if not self.config.worker_leases:
             return self._refuse(req, pb.NO_RESOURCES, "this scheduler grants no worker leases")
+        if self._graceful.refuses():
+            return self._refuse(req, pb.NO_RESOURCES, f"the scheduler at {self.address} is "
+                                                      f"stopping: it grants no lease")
         if req.dag:
             record = self.registry.dag(req.target)
             if record is None:
@@ -247,6 +251,9 @@ class WorkerLeasing:
         if self.worker_leases.idle():
             return
         revoked = self.worker_leases.expire(now)
+        if self._graceful.refuses():      # stopping: its clients' calls go elsewhere
+            revoked += self.worker_leases.revoke_all(
+                f"its scheduler {self.address} is stopping")
         if self._queue:
             revoked += self.worker_leases.reclaim(len(self._queue))
         self._revoke(revoked + self.worker_leases.gone(now))

@@ -45,6 +45,8 @@ Contract: `LeaseBook(ttl, max_leases, max_per_client)` is pure state; every meth
   worker then cancels what it admitted under them. A living client renews its `lease`
   while it has calls in flight, direct ones included, so its calls are never cancelled
   so; one with none left has nothing to cancel. `idle()`: no lease, live or ended.
+- `revoke_all(reason)`: every live lease, revoked (a stopping scheduler's: its clients'
+  calls then go to another scheduler).
 - `reserved()`: worker id -> slots leased on it. The scheduler counts them as that worker's
   load, so its own placement treats a leased slot as taken.
 - `lease(lease_id)`: the live lease, or None.
@@ -242,6 +244,13 @@ class LeaseBook:
                 del self._ended[lease_id]
         for answer in [a for a in self._holders if not self._holds(a)]:
             del self._holders[answer]
+        return out
+
+    def revoke_all(self, reason: str) -> List[Revoked]:
+        """Every live lease, revoked (the scheduler is stopping)."""
+        out = [Revoked(lease, reason) for lease in self._leases.values()]
+        for r in out:
+            self._end(self._leases.pop(r.lease.lease_id))
         return out
 
     def idle(self) -> bool:
