@@ -20,7 +20,8 @@ Prints each round's figures with the load average, the median of the rounds for 
 system, and the ratio of the medians (Cloudburst / Ray), and a JSON summary (`--json`).
 
 `--cloudburst-root DIR` runs another checkout's Cloudburst (with its built kernel) in the
-same rounds, e.g. the code before a change: its figures are reported as `before`.
+same rounds, e.g. the code before a change: its figures are reported as `before` (and
+`before_direct` for its direct path).
 """
 from __future__ import annotations
 
@@ -91,7 +92,8 @@ def run_cloudburst(root: str, calls: int, workers: int, direct: bool = False) ->
     env = dict(os.environ, PYTHONPATH=root)
     out = subprocess.run([sys.executable, "-c", CLOUDBURST_SCRIPT, root, str(calls),
                           str(workers), "direct" if direct else "scheduler"],
-                         capture_output=True, text=True, timeout=600, env=env)
+                         capture_output=True, text=True, timeout=600, env=env,
+                         cwd=root)   # `python -m` services import from their working directory
     data = _result(out, "CB_RESULT")
     if not data["module"].startswith(os.path.realpath(root)) and \
             not data["module"].startswith(root):
@@ -134,6 +136,8 @@ def main() -> None:
     if args.cloudburst_root:
         before = os.path.abspath(args.cloudburst_root)
         systems["before"] = lambda: run_cloudburst(before, args.calls, args.workers)
+        systems["before_direct"] = lambda: run_cloudburst(before, args.calls, args.workers,
+                                                          True)
     if python is not None:
         systems["ray"] = lambda: run_ray(python, args.calls, args.workers)
     rates: Dict[str, List[float]] = {name: [] for name in systems}
@@ -154,7 +158,7 @@ def main() -> None:
                      "median_calls_per_s": {n: round(statistics.median(v)) for n, v in rates.items()}}
     med = summary["median_calls_per_s"]
     if "ray" in med:
-        for name in ("cloudburst", "direct", "before"):
+        for name in ("cloudburst", "direct", "before", "before_direct"):
             if name in med:
                 summary[f"{name}_over_ray"] = round(med[name] / med["ray"], 2)
     print("median calls/s: " + ", ".join(f"{n} {v:,}" for n, v in med.items()) + "".join(

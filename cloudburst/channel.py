@@ -226,6 +226,8 @@ class SchedulerChannel:
 
     def _cancel(self, rid: str, scheduler: Optional[str] = None) -> None:
         """Ask the scheduler to stop call `rid` wherever it runs (no answer is awaited)."""
+        if self._direct is not None and self._direct.drop_queued(rid):
+            return      # it waited in this client's own queue for a leased slot: never ran
         lease = self._direct.lease_of(rid) if self._direct is not None else None
         try:
             self._send("cancel", pb.NameRequest(name=rid, lease_id=lease[0] if lease else ""),

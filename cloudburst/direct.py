@@ -13,11 +13,22 @@ client's `LeaseOwner` side (sending to a scheduler, delivering an answer to a wa
   exception retries, and that are not actor calls. Everything else takes the scheduler's
   path, as does every call while no lease with a free slot is held.
 - `send(call)` sends `call` direct and returns the lease's scheduler if a live lease of its
-  target has a free slot (the call then counts against it until its answer arrives); else it
-  records a request for a lease (once per target at a time, again `RETRY_ASK` s after a
-  refusal) and returns None: the caller sends the call through the scheduler, then
-  `flush`es, so the scheduler places the call before it leases (the call's warm worker,
-  with its slot taken, rather than a lease that makes the call wait for its own worker).
+  target has a free slot (the call then counts against it until its answer arrives). When
+  the client holds live leases of the target but every slot is in use, the call waits in
+  the client's own queue for a slot of those leases, as Ray's owners queue against the
+  workers they lease (at most `MAX_QUEUED` calls; beyond, the scheduler's path), and the
+  client asks for one more lease of the target on another worker (`LeaseRequest.spread`,
+  up to `MAX_SPREAD` leases per target, again `RETRY_ASK` s after a refusal); it returns
+  the scheduler of a lease. Without a live lease it records a request for one (once per
+  target at a time, again `RETRY_ASK` s after a refusal) and returns None: the caller
+  sends the call through the scheduler, then `flush`es, so the scheduler places the call
+  before it leases (the call's warm worker, with its slot taken, rather than a lease that
+  makes the call wait for its own worker).
+- Queued calls go out in `flush`, first in first out, as slots free: the calls for one
+  worker in one `direct_batch` message (`DirectBatch`, each call admitted on its own by
+  the worker). When the target's last lease ends (lapsed, revoked, its worker died, or
+  refused at the worker), its queued calls go through the scheduler. `drop_queued(rid)`
+  takes a cancelled call out of the queue (True if it was there: it never ran).
 - `on_lease(message)` and `on_result(result)` take what arrives on the client's answer
   socket (called with the client's answer lock held: they only record). `on_result` returns
   the result to deliver, or None when it is the path's own business: a call the worker
@@ -26,7 +37,9 @@ client's `LeaseOwner` side (sending to a scheduler, delivering an answer to a wa
   while their retry budget (the call's own `max_retries`, else the target's, which the grant
   carries) lasts, else fail with WORKER_DIED.
 - `flush()` does what those recorded (resends, failures, renewals and usage reports), outside
-  the lock. A lease in use (a call sent under it, or calls in flight: `flush` runs while the
+  the lock, and gives lapsed leases back with their usage. The client's lease thread calls
+  it too (`cloudburst/leases.py`), so an idle client's direct calls reach the scheduler's
+  statistics within seconds. A lease in use (a call sent under it, or calls in flight: `flush` runs while the
   client waits for answers) is renewed once less than half its ttl is left; one not used
   lapses.
 - `held()`: the leases held now (target, worker, slots, calls in flight), for
@@ -44,7 +57,8 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Protocol, Sequence, Set, Tuple
+from collections import deque
+from typing import Any, Deque, Dict, List, Optional, Protocol, Sequence, Set, Tuple
 
 import zmq
 
@@ -53,11 +67,14 @@ from hydro_proto import cloudburst_pb2 as pb
 from faas.errors import CloudburstError
 from runtime.sockets import PushCache
 
-__all__ = ["DirectPath", "LeaseOwner", "RETRY_ASK"]
+__all__ = ["DirectPath", "LeaseOwner", "RETRY_ASK", "MAX_QUEUED", "MAX_SPREAD"]
 
 log = logging.getLogger("cloudburst.client")
 
 RETRY_ASK = 1.0          # seconds before a target whose lease was refused is asked for again
+MAX_QUEUED = 10_000      # calls waiting in a client's own queue for its leases' slots
+MAX_SPREAD = 8           # leases one client holds of one target (one per worker)
+MAX_BATCH = 64           # calls in one direct_batch message
 MARGIN = 0.2             # seconds before its end a lease is no longer used (in flight to it)
 MAX_LATENCIES = 64       # latencies reported per lease and report (bounded)
 
@@ -93,6 +110,9 @@ class _Held:
     renewing: bool = False
 
 
+Key = Tuple[str, bool]       # a target: (name, whether a DAG)
+
+
 class DirectPath:
     """A client's worker leases and direct calls; see the module contract."""
 
@@ -100,10 +120,12 @@ class DirectPath:
         self._owner = owner
         self._push = PushCache(context, auth=credentials)
         self._lock = threading.Lock()
-        self._held: Dict[Tuple[str, bool], _Held] = {}
-        self._asked: Dict[Tuple[str, bool], float] = {}      # target -> when asked/refused
-        # request id -> (target, the call, when sent, its worker)
-        self._calls: Dict[str, Tuple[Tuple[str, bool], pb.Call, float, str]] = {}
+        self._held: Dict[Key, List[_Held]] = {}              # target -> its live leases
+        self._asked: Dict[Key, float] = {}      # target -> when a lease was asked/refused
+        # request id -> (target, the call, when sent, its worker: "" while queued here)
+        self._calls: Dict[str, Tuple[Key, pb.Call, float, str]] = {}
+        self._queued: Dict[Key, Deque[pb.Call]] = {}           # waiting for a slot here
+        self._queued_count = 0
         self._resend: List[pb.Call] = []
         self._fail: List[pb.CallResult] = []
         self._ask: List[Tuple[pb.LeaseRequest, Optional[str]]] = []   # and to which scheduler
@@ -117,40 +139,84 @@ class DirectPath:
                 and not inputs and not call.HasField("actor")
                 and not (call.HasField("retry") and call.retry.has_exceptions))
 
+    def _live(self, key: Key, now: float) -> List[_Held]:
+        """The target's leases still usable (lapsed ones are dropped, their usage kept)."""
+        leases = self._held.get(key, [])
+        live = [h for h in leases if h.expires - MARGIN > now]
+        if len(live) != len(leases):
+            self._gone.extend(h for h in leases if h.expires - MARGIN <= now)
+            self._set_leases(key, live)
+        return live
+
+    def _set_leases(self, key: Key, leases: List[_Held]) -> None:
+        if leases:
+            self._held[key] = leases
+            return
+        self._held.pop(key, None)
+        queued = self._queued.pop(key, None)        # no lease left: the scheduler's path
+        if queued:
+            self._queued_count -= len(queued)
+            for call in queued:
+                self._calls.pop(call.request_id, None)
+                self._resend.append(call)
+
+    def _maybe_ask(self, key: Key, now: float, spread: bool) -> None:
+        asked = self._asked.get(key)
+        if asked is None or now - asked >= RETRY_ASK:
+            self._asked[key] = now
+            self._ask.append((pb.LeaseRequest(target=key[0], dag=key[1], spread=spread), None))
+
+    def _admit(self, held: _Held, call: pb.Call, key: Key, now: float) -> None:
+        """`call` counts against `held` from now (lock held)."""
+        call.lease_id = held.lease_id
+        held.in_flight.add(call.request_id)
+        self._calls[call.request_id] = (key, call, now, held.worker_id)
+        if not held.renewing and held.expires - now < held.ttl / 2:
+            held.renewing = True
+            self._ask.append((self._renewal(held), held.scheduler))
+
     def send(self, call: pb.Call) -> Optional[str]:
         key = (call.dag or call.function, bool(call.dag))
         now = time.monotonic()
         with self._lock:
-            held = self._held.get(key)
-            if held is not None and held.expires - MARGIN <= now:
-                del self._held[key]               # lapsed: report its usage, ask again
-                self._gone.append(held)
-                held = None
-            if held is None:
-                asked = self._asked.get(key)
-                if asked is None or now - asked >= RETRY_ASK:
-                    self._asked[key] = now
-                    self._ask.append((pb.LeaseRequest(target=key[0], dag=key[1]), None))
-                free = False
-            else:
-                free = len(held.in_flight) < held.slots
-            if free:
-                call.lease_id = held.lease_id
-                held.in_flight.add(call.request_id)
-                self._calls[call.request_id] = (key, call, now, held.worker_id)
-                if not held.renewing and held.expires - now < held.ttl / 2:
-                    held.renewing = True
-                    self._ask.append((self._renewal(held), held.scheduler))
-        sent = False
-        if free:
-            with self._push_lock:
-                sent = self._push.send(held.worker_address, "direct", call)
-        if free and not sent:                     # the worker is not reachable: the long way
+            leases = self._live(key, now)
+            if not leases:
+                self._maybe_ask(key, now, spread=False)
+                return None
+            held = max(leases, key=lambda h: h.slots - len(h.in_flight))
+            if len(held.in_flight) >= held.slots or self._queued.get(key):
+                if self._queued_count >= MAX_QUEUED:
+                    return None                   # the client's queue is full: the long way
+                self._queued.setdefault(key, deque()).append(call)
+                self._queued_count += 1
+                self._calls[call.request_id] = (key, call, now, "")
+                if len(leases) < MAX_SPREAD:
+                    self._maybe_ask(key, now, spread=True)
+                return held.scheduler
+            self._admit(held, call, key, now)
+        with self._push_lock:
+            sent = self._push.send(held.worker_address, "direct", call)
+        if not sent:                              # the worker is not reachable: the long way
             with self._lock:
                 held.in_flight.discard(call.request_id)
                 self._calls.pop(call.request_id, None)
             call.ClearField("lease_id")
-        return held.scheduler if sent else None
+            return None
+        return held.scheduler
+
+    def drop_queued(self, rid: str) -> bool:
+        """A cancelled call still in the client's queue leaves it (True: it never ran)."""
+        with self._lock:
+            entry = self._calls.get(rid)
+            if entry is None or entry[3]:
+                return False
+            queue = self._queued.get(entry[0])
+            if queue is None or entry[1] not in queue:
+                return False
+            queue.remove(entry[1])
+            self._queued_count -= 1
+            del self._calls[rid]
+            return True
 
     def _renewal(self, held: _Held) -> pb.LeaseRequest:
         req = pb.LeaseRequest(renew=[held.lease_id])
@@ -165,34 +231,46 @@ class DirectPath:
             held.calls, held.failed, held.latencies = 0, 0, []
 
     # ---- what arrives (the client's answer lock is held: record only) ----
+    def _find(self, key: Key, lease_id: str) -> Optional[_Held]:
+        return next((h for h in self._held.get(key, []) if h.lease_id == lease_id), None)
+
+    def _drop(self, key: Key, held: _Held) -> None:
+        self._set_leases(key, [h for h in self._held.get(key, []) if h is not held])
+
     def on_lease(self, m: pb.WorkerLease) -> None:
         key = (m.target, m.dag)
         now = time.monotonic()
         with self._lock:
-            held = self._held.get(key)
+            held = self._find(key, m.lease_id)
             if m.status != pb.OK:                 # refused: the scheduler's path meanwhile
                 self._asked[key] = now
                 log.info("no worker lease for %s: %s", m.target, m.reason)
                 return
             if m.revoked:
-                if held is None or held.lease_id != m.lease_id:
+                if held is None:
                     return
-                del self._held[key]
                 self._gone.append(held)
                 if m.worker_died:
                     self._lost(held, m.reason)
+                self._drop(key, held)
                 return
-            if held is not None and held.lease_id == m.lease_id:       # renewed
+            if held is not None:                  # renewed
                 held.expires, held.renewing = now + m.ttl, False
                 held.slots = max(1, m.slots)
                 return
-            if held is not None:                  # another lease for the target: keep one
-                self._gone.append(held)
-            self._held[key] = _Held(m.lease_id, m.worker_id, m.worker_address,
-                                    m.scheduler_address, max(1, m.slots), m.ttl, now + m.ttl,
-                                    m.max_retries)
-            if held is not None:
-                self._held[key].in_flight = held.in_flight
+            leases = self._held.get(key, [])
+            same = next((h for h in leases if h.worker_id == m.worker_id), None)
+            fresh = _Held(m.lease_id, m.worker_id, m.worker_address, m.scheduler_address,
+                          max(1, m.slots), m.ttl, now + m.ttl, m.max_retries)
+            if same is not None:                  # another lease on that worker: keep one
+                self._gone.append(same)
+                fresh.in_flight = same.in_flight
+                leases = [h for h in leases if h is not same]
+            if len(leases) >= MAX_SPREAD:         # bounded: give the new one back
+                self._gone.append(fresh)
+                return
+            self._held[key] = leases + [fresh]
+            self._asked.pop(key, None)            # a spread lease may be asked for again
 
     def _lost(self, held: _Held, reason: str) -> None:
         for rid in sorted(held.in_flight):
@@ -216,22 +294,23 @@ class DirectPath:
     def on_result(self, result: pb.CallResult) -> Optional[pb.CallResult]:
         rid = result.request_id.split("#", 1)[0]
         with self._lock:
-            entry = self._calls.pop(rid, None)
-            if entry is None:
+            entry = self._calls.get(rid)
+            if entry is None or not entry[3]:     # not a direct call in flight
                 return result
+            del self._calls[rid]
             key, call, sent_at, _ = entry
-            held = self._held.get(key)
-            if held is not None and held.lease_id == call.lease_id:
+            held = self._find(key, call.lease_id)
+            if held is not None:
                 held.in_flight.discard(rid)
             if result.status == pb.LEASE_REFUSED:     # it did not run: the long way
                 log.info("%s", result.message)
-                if held is not None and held.lease_id == call.lease_id \
-                        and "no lease of that id" not in result.message:
-                    del self._held[key]               # revoked or expired there
+                if held is not None and "no lease of that id" not in result.message:
+                    self._gone.append(held)           # revoked or expired there
+                    self._drop(key, held)
                 call.ClearField("lease_id")
                 self._resend.append(call)
                 return None
-            if held is not None and held.lease_id == call.lease_id:
+            if held is not None:
                 held.calls += 1
                 held.failed += result.status != pb.OK
                 if len(held.latencies) < MAX_LATENCIES:
@@ -243,23 +322,45 @@ class DirectPath:
         with self._lock:
             return [{"target": key[0], "dag": key[1], "worker_id": h.worker_id,
                      "slots": h.slots, "in_flight": len(h.in_flight)}
-                    for key, h in sorted(self._held.items())]
+                    for key, leases in sorted(self._held.items()) for h in leases]
 
     def lease_of(self, rid: str) -> Optional[Tuple[str, str]]:
         with self._lock:
             entry = self._calls.get(rid)
-            return None if entry is None else (entry[1].lease_id, entry[3])
+            return None if entry is None or not entry[3] else (entry[1].lease_id, entry[3])
 
     # ---- carrying it out (no lock held) ----
+    def _take_queued(self, now: float) -> List[Tuple[_Held, List[pb.Call]]]:
+        """Queued calls that now have a slot, per lease (lock held)."""
+        out = []
+        for key in list(self._queued):
+            queue = self._queued[key]
+            for held in self._live(key, now):
+                batch = []
+                while queue and len(held.in_flight) < held.slots and len(batch) < MAX_BATCH:
+                    call = queue.popleft()
+                    self._queued_count -= 1
+                    self._admit(held, call, key, now)
+                    batch.append(call)
+                if batch:
+                    out.append((held, batch))
+            if not queue:
+                self._queued.pop(key, None)
+        return out
+
     def flush(self) -> None:
         now = time.monotonic()
         with self._lock:
-            for held in self._held.values():       # in use: kept while calls run under it
-                if held.in_flight and not held.renewing and \
-                        held.expires - now < held.ttl / 2:
-                    held.renewing = True
-                    self._ask.append((self._renewal(held), held.scheduler))
-            if not (self._resend or self._fail or self._ask or self._gone):
+            for key in list(self._held):           # lapsed: given back with their usage
+                self._live(key, now)
+            for leases in self._held.values():     # in use: kept while calls run under it
+                for held in leases:
+                    if held.in_flight and not held.renewing and \
+                            held.expires - now < held.ttl / 2:
+                        held.renewing = True
+                        self._ask.append((self._renewal(held), held.scheduler))
+            batches = self._take_queued(now) if self._queued else []
+            if not (self._resend or self._fail or self._ask or self._gone or batches):
                 return
             resend, self._resend = self._resend, []
             fail, self._fail = self._fail, []
@@ -269,6 +370,19 @@ class DirectPath:
                 req = pb.LeaseRequest(release=[held.lease_id])
                 self._report(held, req)
                 ask.append((req, held.scheduler))
+        for held, calls in batches:
+            with self._push_lock:
+                sent = self._push.send(held.worker_address, "direct", calls[0]) \
+                    if len(calls) == 1 else \
+                    self._push.send(held.worker_address, "direct_batch",
+                                    pb.DirectBatch(calls=calls))
+            if not sent:                           # the worker is not reachable: the long way
+                with self._lock:
+                    for call in calls:
+                        held.in_flight.discard(call.request_id)
+                        self._calls.pop(call.request_id, None)
+                        call.ClearField("lease_id")
+                resend.extend(calls)
         for result in fail:
             self._owner.deliver(result)
         for call in resend:
@@ -289,13 +403,15 @@ class DirectPath:
     def release_all(self) -> None:
         """Give every lease back (at the next `flush`): the registry changed."""
         with self._lock:
-            self._gone.extend(self._held.values())
-            self._held.clear()
+            for key in list(self._held):
+                self._gone.extend(self._held[key])
+                self._set_leases(key, [])
 
     def close(self) -> None:
         with self._lock:
-            self._gone.extend(self._held.values())
-            self._held.clear()
+            for key in list(self._held):
+                self._gone.extend(self._held[key])
+                self._set_leases(key, [])
         try:
             self.flush()
         finally:

@@ -12,6 +12,8 @@ Contract: `ClientLeases(client, ttl)` belongs to one `Client`.
 - `abandon(rid)`: its `Future` was collected unawaited; the thread cancels it (a finalizer
   runs inside any allocation, maybe while the client's send lock is held, so it only
   records the call).
+- The same thread flushes the client's direct path (`cloudburst/direct.py`) every `ttl / 4`
+  seconds: lapsed worker leases go back with the usage reports of the calls made under them.
 - `leave()`: the client closes: the thread stops and each scheduler gets a `lease` with
   ttl 0, which cancels every call of this client there at once.
 A client that is killed sends nothing more: its schedulers cancel its calls when the lease
@@ -116,6 +118,11 @@ class ClientLeases:
                     client._cancel(rid, scheduler)
             with self._lock:
                 schedulers = sorted(set(self._calls.values()))
+            if client._direct is not None:     # lapsed leases back, with their usage
+                try:
+                    client._direct.flush()
+                except Exception as e:           # never the end of this thread
+                    log.warning("the direct path's flush failed: %s", e)
             del client
             self._send_all(schedulers, self.ttl)
 

@@ -152,6 +152,8 @@ class WorkerConfig:
                                          "are held for later calls")
     result_bytes: int = knob(64 << 20, help="bytes of such outcomes held at most")
     max_actors: int = knob(64, help="actor instances this worker holds at most")
+    run_slot: str = knob("", help="the shared file its node reads what it runs from "
+                                  "(executor/run_slot.py; \"\": tell the node by message)")
 
     def to_json(self) -> str:
         """This configuration as the JSON its process' `--config` reads."""

@@ -5,7 +5,8 @@ Contract (mixed into `executor.worker.Worker`):
 - Direct calls come on a socket of their own (`direct_address`, reported in the worker's
   heartbeats), on a ZeroMQ context of its own whose authenticator admits the authorized
   clients' public keys (which the node hands the worker with its function key), bound for
-  every role (audience "all"); it takes only `direct` messages. The worker's other sockets
+  every role (audience "all"); it takes only `direct` messages and `direct_batch`es of
+  them (at most `MAX_BATCH` calls, each admitted on its own as a `direct` call is). The worker's other sockets
   know no client key (`schedule_credentials` leaves them out) and refuse clients at the
   handshake, as before. A worker handed no client key (one a worker host runs, on
   Kubernetes) binds no direct socket and reports none, so no lease is granted on it.
@@ -18,7 +19,9 @@ Contract (mixed into `executor.worker.Worker`):
   then sends it through the scheduler.
 - `worker_lease` (from the cluster: a scheduler) grants, renews or revokes a lease
   (`LeaseAdmission.told`); a grant carries the schedules of the target's sources, built by
-  the scheduler.
+  the scheduler. A revocation with `holder_gone` (the lease's client was killed or left)
+  also cancels the calls admitted under it: those waiting here are dropped, and the one
+  running is stopped through the control socket, which takes that revocation too.
 - `direct` (a `Call` naming `lease_id`) runs only if `LeaseAdmission.admit` admits it:
   the lease is live, the sender's role is the lease's client, a slot is free. The call supplies only its id, its arguments
   per function, its answer address, deadline, time limit and session; everything else (the
@@ -53,7 +56,8 @@ __all__ = ["DirectCalls", "CLIENT_KINDS", "schedule_credentials"]
 
 log = logging.getLogger("cloudburst.worker")
 
-CLIENT_KINDS = frozenset({"direct"})     # what the direct socket takes
+CLIENT_KINDS = frozenset({"direct", "direct_batch"})     # what the direct socket takes
+MAX_BATCH = 256                          # calls in one direct_batch message
 
 
 def schedule_credentials(credentials: Credentials) -> Credentials:
@@ -121,6 +125,10 @@ class DirectCalls:
             self._from_client(data, role_of(frame) or "")
 
     def _on_worker_lease(self, m: pb.WorkerLease) -> None:
+        if m.revoked and m.holder_gone:     # its client is gone: what it sent is cancelled
+            for call_id in self.leased.calls_of(m.lease_id):
+                self._on_abort(pb.CallDone(call_id=call_id, status=pb.CANCELLED,
+                                           message=f"its client is gone: {m.reason}"))
         self.leased.told(m.lease_id, m.client, m.slots, m.ttl, time.monotonic(),
                          list(m.templates) if m.templates else None, m.revoked, m.reason)
 
@@ -131,11 +139,16 @@ class DirectCalls:
             if kind not in CLIENT_KINDS:
                 raise FrameError(f"a worker's direct socket takes only "
                                  f"{sorted(CLIENT_KINDS)}, not {kind!r}")
-            call = pb.Call.FromString(payload)
+            calls = [pb.Call.FromString(payload)] if kind == "direct" else \
+                list(pb.DirectBatch.FromString(payload).calls)
+            if len(calls) > MAX_BATCH:
+                raise FrameError(f"a direct_batch holds at most {MAX_BATCH} calls, "
+                                 f"not {len(calls)}")
         except (FrameError, DecodeError) as e:
             log.warning("dropped a message from client %s: %s", role, e)
             return
-        self._on_direct(call, role)
+        for call in calls:
+            self._on_direct(call, role)
 
     def _on_direct(self, call: pb.Call, role: str) -> None:
         now = time.monotonic()

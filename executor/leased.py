@@ -20,6 +20,9 @@ monotonic clock); nothing here sends or sleeps.
 - `finished(call_id)`: the call ended (its result or failure was sent, or it was aborted);
   True if it was a direct call (its slot is free again; the worker owes the scheduler no
   `done` for it: the client reports it).
+- `calls_of(lease_id)`: the calls admitted under a lease (revoked or not) that have not
+  ended: what a worker cancels when the lease's holder is gone. Readable from another
+  thread (the heartbeat thread's control socket).
 - `expire(now)`: forget leases past their end and direct calls past their deadline.
 - `busy()`: whether any lease is held or any admitted direct call has not ended.
 - `cancel(call_id, now)`: the call was cancelled: if admitted, `finished`; if not arrived
@@ -124,6 +127,11 @@ class LeaseAdmission:
         lease.calls.add(call_id)
         self._calls[call_id] = (lease_id, deadline)
         return None, lease.schedules
+
+    def calls_of(self, lease_id: str) -> List[str]:
+        """The calls admitted under the lease that have not ended (revoked or not). Safe to
+        call from another thread than the one changing the state (it copies first)."""
+        return sorted(cid for cid, (lid, _) in list(self._calls.items()) if lid == lease_id)
 
     def finished(self, call_id: str) -> bool:
         entry = self._calls.pop(call_id, None)

@@ -12,7 +12,9 @@ Contract:
   node vouches for its process meanwhile (`executor/node.py`, `scheduler/membership.py`).
   `beat` is a `Heartbeat`: all this thread may touch of its worker, given by the worker
   (identity and addresses, the ZeroMQ context and credentials, its `BusyClock`, its
-  `RunReports`, how many calls wait, the control socket and what reads it, the stop event),
+  `RunReports`, how many calls wait, the control socket and what reads it, the stop event,
+  the totals of direct calls finished and their run time, sent as the differences since
+  the last heartbeat),
   so the thread reads no member of `Worker`.
 - `RunningCalls` is the node's pure record of what its workers run (no clocks: `now` is
   passed in): `started(worker, call_id, deadline, run)` and `ended(worker, call_id, run)`
@@ -181,6 +183,8 @@ class Heartbeat:
     on_control: Callable[[], None]      # reads what arrived on `control`
     stopping: threading.Event
     direct_address: str = ""            # where clients' direct calls go ("": none)
+    # totals of direct calls finished and the seconds they ran (reported as differences)
+    direct_work: Callable[[], Tuple[int, float]] = lambda: (0, 0.0)
 
 
 def heartbeat_loop(beat: Heartbeat) -> None:
@@ -188,6 +192,7 @@ def heartbeat_loop(beat: Heartbeat) -> None:
     push = PushCache(beat.context, auth=beat.credentials)
     targets = list(beat.scheduler_addresses) + [beat.cache_address]
     last_total, last_time = 0.0, time.monotonic()
+    last_direct = (0, 0.0)
     try:
         while not beat.stopping.is_set():
             now = time.monotonic()
@@ -203,6 +208,11 @@ def heartbeat_loop(beat: Heartbeat) -> None:
                                      direct_address=beat.direct_address,
                                      restarts=process_start() - 1,
                                      ended_run=beat.run_reports.ended_run)
+            direct = beat.direct_work()
+            if direct[0] > last_direct[0]:
+                status.direct_calls = direct[0] - last_direct[0]
+                status.direct_busy_seconds = max(0.0, direct[1] - last_direct[1])
+                last_direct = direct
             for address in targets:
                 push.send(address, "heartbeat", status)
             if beat.control.poll(int(beat.period * 1000)):

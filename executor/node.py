@@ -101,6 +101,7 @@ from .config import NodeConfig, WorkerConfig
 from .lww_service import LwwCacheService, send_reply
 from .permissions import refusal
 from .prefork import Preforked
+from .run_slot import RunSlots, sync
 
 __all__ = ["ExecutorNode"]
 
@@ -126,6 +127,10 @@ class ExecutorNode:
         # where workers run: the node's children (another uid or Landlock), or a worker host
         self._backend, self._worker_ipc_dir = worker_backend(config, self._context, creds,
                                                              self.auth, self._handoff, preforked)
+        # what local workers run, read from shared slots (executor/run_slot.py); a worker
+        # host's workers tell it by message
+        self._slots = None if config.worker_host else RunSlots(self._backend.uid,
+                                                               self._backend.gid)
         self._requests, self.cache_address = bind_pull(self._context, config.ip,
                                                        ipc_dir=config.ipc_dir, auth=creds,
                                                        audience=FUNCTION)
@@ -175,7 +180,8 @@ class ExecutorNode:
                               log_level=self.config.log_level, parent_pid=os.getpid(),
                               ipc_dir=self._worker_ipc_dir,
                               function_time_limit=self.config.function_time_limit,
-                              auth=self._handoff is not None)
+                              auth=self._handoff is not None,
+                              run_slot=self._slots.create(wid) if self._slots else "")
             p = self._backend.make(f"worker-{wid}", wc)
             self._worker_ids[p.name] = wid
             self.workers.append(p.spawn())
@@ -244,6 +250,8 @@ class ExecutorNode:
     def close(self) -> None:
         self._backend.stop(self.workers, timeout=5.0)
         self._backend.close()
+        if self._slots is not None:
+            self._slots.close()
         self._pool.shutdown(wait=True)
         self.causal.close()
         self.plain.close()
@@ -256,6 +264,10 @@ class ExecutorNode:
 
     def _report_overruns(self, now: float) -> None:
         """Tell the schedulers of every function stuck past its time limit (module contract)."""
+        if self._slots is not None:
+            for p in self.workers:
+                wid = self._worker_ids[p.name]
+                sync(self._calls, wid, p.pid if p.running() else None, self._slots.read(wid))
         for wid, call_id in self._calls.overran(now, 2 * self.config.heartbeat_period):
             log.warning("worker %s: call %s is past its time limit and the worker is silent "
                         "(stuck in C code); failing the call, the worker will be killed",

@@ -106,6 +106,7 @@ from .retrying import exception_names, may_retry, retry_request
 from .held import HeldResults, Outcome
 from .library import UserLibrary
 from .liveness import Heartbeat, RunReports, die_with_parent, heartbeat_loop
+from .run_slot import SlotReports
 from .output import CallOutput, Capture, UpstreamLogs, join_logs, section
 from .privilege import drop_capabilities, hide_paths
 from .failures import ACTOR_FAILURES, CALL_FAILURES, failure
@@ -129,7 +130,8 @@ DONE_HOLD_SECONDS = 0.005
 class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, DirectCalls):
     """One executor worker; see the module contract."""
 
-    def __init__(self, config: WorkerConfig, credentials: Optional[Credentials] = None) -> None:
+    def __init__(self, config: WorkerConfig, credentials: Optional[Credentials] = None,
+                 run_reports: Optional[SlotReports] = None) -> None:
         self.config = config
         self.worker_id = config.worker_id
         self._context = zmq.Context()
@@ -161,7 +163,9 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, Direct
         self._backlog: Deque[Any] = collections.deque()
         self._inbox: Deque[Tuple[str, bytes]] = collections.deque()
         self.busy = BusyClock()             # time spent running functions (heartbeats)
-        self.run_reports = RunReports()     # what the node is told of functions (liveness)
+        # what the node is told of functions (liveness): a shared slot, else messages
+        self.run_reports = run_reports or RunReports()
+        self.direct_work = (0, 0.0)         # direct calls finished, their seconds (totals)
         self._stopping = threading.Event()
         self.dones = DoneReports(DONE_HOLD_SECONDS, DONE_BATCH_CALLS)   # `done`s owed
         self.invocation: Optional[CausalInvocation] = None   # the causal function running now
@@ -194,7 +198,7 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, Direct
                       c.cache_address, c.scheduler_addresses, c.heartbeat_period,
                       self._context, self.credentials, self.busy, self.run_reports,
                       self.pending.__len__, self._control, self._on_control, self._stopping,
-                      self.direct_address),))
+                      self.direct_address, lambda: self.direct_work),))
         beat.start()
         self._pull.setsockopt(zmq.RCVTIMEO, 100)
         next_sweep = time.monotonic() + 0.5
@@ -237,6 +241,8 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, Direct
         `executor/done_reports.py` says: batched while messages wait, one held briefly for
         the caller's own report. A direct call's client reports it instead."""
         if self.leased.finished(call_id):
+            calls, busy = self.direct_work      # one assignment: the heartbeat reads it
+            self.direct_work = (calls + 1, busy + self.busy.take_finished())
             return
         if not self.dones:       # the loop comes back to send them (at the hold's end)
             self._pull.setsockopt(zmq.RCVTIMEO, max(1, round(DONE_HOLD_SECONDS * 1000)))
@@ -377,17 +383,23 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, Direct
         self._push.send(self.config.cache_address, "heartbeat", status)
 
     def _on_control(self) -> None:
-        """Cancels (heartbeat thread): stop the running function if it belongs to the call."""
+        """Cancels (heartbeat thread): stop the running function if it belongs to the call,
+        or to a lease whose holder is gone (executor/direct_calls.py)."""
         while self._control.poll(0):
             try:
                 kind, payload = parse(recv_frame(self._control))
-                if kind != "abort":
+                if kind == "abort":
+                    call_ids = [pb.CallDone.FromString(payload).call_id]
+                elif kind == "worker_lease":
+                    m = pb.WorkerLease.FromString(payload)
+                    call_ids = self.leased.calls_of(m.lease_id) if m.holder_gone else []
+                else:
                     raise FrameError(f"kind {kind!r} is not a control message")
-                call_id = pb.CallDone.FromString(payload).call_id
             except Exception as e:
                 log.warning("dropped a malformed control message: %s", e)
                 continue
-            self.guard.cancel(call_id)
+            for call_id in call_ids:
+                self.guard.cancel(call_id)
 
     # ---- running a function (causal calls: executor/causal_run.py) ----
     def _run(self, ready: Ready) -> None:
@@ -566,6 +578,8 @@ def main() -> None:
     raise_descriptor_limit()
     die_with_parent(config.parent_pid)
     try:
+        # the node's shared slot is opened before the sandbox below (executor/run_slot.py)
+        run_reports = SlotReports(config.run_slot) if config.run_slot else None
         # the function keys come on stdin, never on the command line or in the environment;
         # the key directory is hidden from this process before any user code runs
         credentials = None
@@ -581,7 +595,7 @@ def main() -> None:
                              "worker's uid %d", ", ".join(hide), os.getuid())
         if os.geteuid() == 0:          # the node could not give it another uid
             drop_capabilities()
-        worker = Worker(config, credentials)
+        worker = Worker(config, credentials, run_reports)
     except (KeyFileError, OSError) as e:  # missing or malformed keys, or no sandbox: named
         log_.error("cannot start: %s", e)
         sys.exit(2)

@@ -12,7 +12,10 @@ warm-worker map, stats and push cache it uses):
 - A grant places the whole target on one worker with a free slot (its window,
   `scheduler/window.py`, less its outstanding calls and leased slots), the target's warm
   worker first (`scheduler/policy.py`: the client's call that asked is placed just before),
-  else the least loaded, with the slots it has free. The worker's grant
+  else the least loaded, with the slots it has free; a request with `spread` (a client whose
+  calls queue at it) excludes the workers that client already holds the target on. A
+  renewal grows the lease to what its worker's window leaves it now (the window learns
+  from the direct calls' run times, which workers report in their heartbeats). The worker's grant
   carries the sources' schedules, built once by `scheduler/schedule.py`, filled with each call's
   id, arguments, answer address and deadline: the worker keeps them, and a client's direct
   call carries only those (so it cannot name other functions or workers). The worker is
@@ -21,9 +24,14 @@ warm-worker map, stats and push cache it uses):
 - Every grant, renewal and revocation goes to both the worker (which admits direct calls
   only within leases it was told of: `executor/leased.py`) and the client.
 - `_lease_tick(now)` revokes expired leases and, while calls wait in the queue, as many
-  leases as they need (`LeaseBook.reclaim`); `_leases_lost(worker_id, why)` revokes the leases
+  leases as they need (`LeaseBook.reclaim`); a stopping scheduler (`scheduler/stopping.py`)
+  revokes every lease and grants none, so its clients' calls go to another scheduler; `_leases_lost(worker_id, why)` revokes the leases
   on a worker that died, telling their clients `worker_died` (they retry or fail the calls in
   flight there). `_with_leases(views)` counts leased slots as load in the workers' views.
+- `_client_lease(payload)` takes a client's `lease` on its calls (to `scheduler/lifecycle.py`)
+  and notes from it whether a holder of worker leases lives; `_lease_tick` then revokes
+  with `holder_gone`, to the worker's schedule and control sockets, every ended lease whose
+  holder is gone (`LeaseBook.gone`): the worker cancels the calls it admitted under it.
 - `_cancel_direct(req)` stops a direct call where it runs (the lease's worker, and its
   control socket for a running function), as `cancel` does for a scheduled call.
 """
@@ -47,6 +55,8 @@ __all__ = ["WorkerLeasing"]
 
 log = logging.getLogger("cloudburst.scheduler")
 
+DAG_KEY = "\0dag"     # in a DAG lease's versions: its DAG record (no function's name)
+
 
 class WorkerLeasing:
     """Worker leases' glue; mixed into the scheduler (module contract)."""
@@ -65,6 +75,7 @@ class WorkerLeasing:
         req = pb.LeaseRequest.FromString(payload)
         now = time.monotonic()
         book = self.worker_leases
+        book.heard(req.response_address, None, now)           # its holder lives
         for usage in req.usage:
             lease = book.lease(usage.lease_id)
             if lease is None or lease.client != role:
@@ -83,6 +94,7 @@ class WorkerLeasing:
             renewed = book.renew(lease_id, role, now, waiting,
                                  self._versions(held) if held is not None else None)
             if isinstance(renewed, Lease):
+                self._resize(renewed)
                 self._tell(renewed, request_id=req.request_id)
             elif isinstance(renewed, Revoked):
                 self._revoke([renewed])
@@ -94,10 +106,35 @@ class WorkerLeasing:
         if req.target:
             self._grant(req, role, now, waiting)
 
+    def _resize(self, lease: Lease) -> None:
+        """A renewed lease takes the worker's window now, less what else it holds (the
+        window learns from the direct calls' run times too: scheduler/window.py)."""
+        view = next((w for w in self._placeable() if w.worker_id == lease.worker_id), None)
+        if view is not None:
+            others = view.outstanding - lease.slots
+            self.worker_leases.resize(lease.lease_id,
+                                      self._windows.slots(lease.worker_id) - others)
+
+    def _client_lease(self, payload: bytes) -> None:
+        """A client's `lease` on its calls (scheduler/lifecycle.py), which also says whether
+        the holder of worker leases lives (its direct calls are held under it too)."""
+        now = time.monotonic()
+        self.lifecycle.lease(payload, now)
+        lease = pb.ClientLease.FromString(payload)
+        if lease.ttl > 0:
+            self.worker_leases.heard(lease.client, lease.ttl, now)
+        else:
+            self.worker_leases.left(lease.client)
+
     def _versions(self, lease: Lease) -> Dict[str, Any]:
         """The registered versions of the lease's functions now (None: not registered)."""
         out: Dict[str, Any] = {}
         for fn in lease.versions:
+            if fn == DAG_KEY:
+                record = self.registry.dag(lease.target)
+                out[fn] = None if record is None else \
+                    record.SerializeToString(deterministic=True)
+                continue
             f = self.registry.function(fn)
             out[fn] = f.version if f is not None else None
         return out
@@ -110,6 +147,9 @@ class WorkerLeasing:
     def _grant(self, req: Any, role: str, now: float, waiting: int) -> None:
         if not self.config.worker_leases:
             return self._refuse(req, pb.NO_RESOURCES, "this scheduler grants no worker leases")
+        if self._graceful.refuses():
+            return self._refuse(req, pb.NO_RESOURCES, f"the scheduler at {self.address} is "
+                                                      f"stopping: it grants no lease")
         if req.dag:
             record = self.registry.dag(req.target)
             if record is None:
@@ -129,6 +169,8 @@ class WorkerLeasing:
                 return self._refuse(req, pb.FUNCTION_NOT_FOUND,
                                     f"no function named {fn!r} is registered")
             versions[fn] = f.version
+        if req.dag:              # the DAG deleted or registered again revokes it (renew)
+            versions[DAG_KEY] = record.SerializeToString(deterministic=True)
             policies.append(f.retry if f.HasField("retry") else None)
         policy = resolve(None, policies, self.lifecycle.default)
         if policy.exceptions:
@@ -136,6 +178,10 @@ class WorkerLeasing:
                 f"{req.target!r} retries exceptions, which the scheduler decides: it takes "
                 f"the scheduler's path"))
         views = [w for w in self._placeable() if w.worker_id in self._direct_addresses]
+        if req.spread:         # another worker than those this client holds the target on
+            mine = set(self.worker_leases.workers_of(role, req.response_address, req.target,
+                                                     req.dag, now))
+            views = [w for w in views if w.worker_id not in mine]
         room = {w.worker_id: self._windows.slots(w.worker_id) - w.outstanding for w in views}
         open_ = [w for w in views if room[w.worker_id] > 0]
         if not open_:
@@ -147,7 +193,7 @@ class WorkerLeasing:
                       min(open_, key=lambda w: (w.outstanding, w.utilization, w.worker_id)))
         granted = self.worker_leases.grant(
             secrets.token_hex(16), role, req.response_address, req.target, req.dag,
-            worker.worker_id, room[worker.worker_id], now, waiting, versions)
+            worker.worker_id, room[worker.worker_id], now, waiting, versions, req.spread)
         if isinstance(granted, str):
             return self._refuse(req, pb.NO_RESOURCES, granted)
         placement = {fn: worker.worker_id for fn in dag.functions}
@@ -188,19 +234,29 @@ class WorkerLeasing:
         for r in revoked:
             log.info("worker lease %s on %s for %s revoked: %s", r.lease.lease_id[:8],
                      r.lease.worker_id, r.lease.target, r.reason)
-            fields = dict(revoked=True, reason=r.reason, worker_died=r.worker_died)
+            fields = dict(revoked=True, reason=r.reason, worker_died=r.worker_died,
+                          holder_gone=r.holder_gone)
+            if r.holder_gone:    # the worker cancels what it admitted under it, running too
+                self._tell_worker(r.lease, **fields)
+                control = self.table.control_address(r.lease.worker_id)
+                if control:
+                    self._push.send(control, "worker_lease", self._message(r.lease, **fields))
+                continue
             if not r.worker_died:
                 self._tell_worker(r.lease, **fields)
             self._push.send(r.lease.answer, "worker_lease", self._message(r.lease, **fields))
 
     # ---- time, lost workers, load ----
     def _lease_tick(self, now: float) -> None:
-        if not len(self.worker_leases):
+        if self.worker_leases.idle():
             return
         revoked = self.worker_leases.expire(now)
+        if self._graceful.refuses():      # stopping: its clients' calls go elsewhere
+            revoked += self.worker_leases.revoke_all(
+                f"its scheduler {self.address} is stopping")
         if self._queue:
             revoked += self.worker_leases.reclaim(len(self._queue))
-        self._revoke(revoked)
+        self._revoke(revoked + self.worker_leases.gone(now))
 
     def _leases_lost(self, worker_id: str, why: str) -> None:
         self._direct_addresses.pop(worker_id, None)     # a restarted worker reports anew

@@ -176,7 +176,7 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents, WorkerLeasing):
             "causal_abort": self._causal_abort, "cache_reply": self._cache_reply,
             "cache": self._cache_request,
             "drain": self._drain, "node_status": self._node_status,
-            "lease": lambda payload: self.lifecycle.lease(payload, time.monotonic()),
+            "lease": self._client_lease,     # scheduler/lease_grants.py
             "values": self._value_keys,
         }
         self._init_worker_leases()        # the direct call path (scheduler/lease_grants.py)

@@ -13,7 +13,15 @@ Contract: `LeaseBook(ttl, max_leases, max_per_client)` is pure state; every meth
   (`waiting` > 0: the capacity is wanted by calls that already wait), the book is full
   (`max_leases`), or the client holds `max_per_client` leases. A client asking again for a
   target it holds a live lease on gets that lease back, renewed (one lease per client and
-  target, so a client cannot multiply its slots by asking twice).
+  target, so a client cannot multiply its slots by asking twice); with `spread` (a client
+  whose calls queue against the slots it holds) it may hold one per worker: asking again
+  for the same worker gets that lease back. Either way a lease takes only free slots, which
+  then count as the worker's load, so spreading never takes more than the workers have
+  free, and a client's leases stay within `max_per_client`.
+- `workers_of(client, answer, target, dag, now)`: the workers this client holds live
+  leases of the target on.
+- `resize(lease_id, slots)`: at a renewal, a lease grows to what its worker's window
+  leaves it now (never shrinks: its client may have calls in flight on those slots).
 - `renew(lease_id, client, now, waiting, versions)`: a live lease of that client runs for
   `ttl` more seconds (`Lease`); while calls wait in the queue it is revoked instead
   (`Revoked`: the capacity goes back to them), and so it is when `versions` (its functions'
@@ -26,6 +34,19 @@ Contract: `LeaseBook(ttl, max_leases, max_per_client)` is pure state; every meth
 - `reclaim(waiting)`: calls wait for a worker: revoke leases, oldest first, until their
   slots cover `waiting` calls (all of them when fewer slots are leased). So calls keep
   following capacity: a lease never holds a worker that waiting calls need.
+- Holders that die. Calls a worker admitted under a lease run on after the lease ends
+  (revoked, expired, given back). So that a client killed mid-lease does not leave them
+  running to their time limits, the book keeps each ended lease (`ended`, at most
+  `max_leases`, for at most `ENDED_KEEP` s) and hears of its holder: `heard(answer, ttl,
+  now)` for every sign of life (a `lease` renewal of the client's calls with its ttl, or a
+  lease request: the last ttl heard, else `HOLDER_TTL`); `left(answer)` when the client
+  said it leaves (a `lease` with ttl 0). `gone(now)` returns, once each, the ended leases
+  whose holder left or has been silent past its ttl, as `Revoked` with `holder_gone`: the
+  worker then cancels what it admitted under them. A living client renews its `lease`
+  while it has calls in flight, direct ones included, so its calls are never cancelled
+  so; one with none left has nothing to cancel. `idle()`: no lease, live or ended.
+- `revoke_all(reason)`: every live lease, revoked (a stopping scheduler's: its clients'
+  calls then go to another scheduler).
 - `reserved()`: worker id -> slots leased on it. The scheduler counts them as that worker's
   load, so its own placement treats a leased slot as taken.
 - `lease(lease_id)`: the live lease, or None.
@@ -34,11 +55,13 @@ Bounded: at most `max_leases` leases, `max_per_client` per client.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 __all__ = ["Lease", "Revoked", "LeaseBook", "DEFAULT_TTL", "MAX_LEASES", "MAX_PER_CLIENT"]
 
 DEFAULT_TTL = 2.0          # seconds a lease lasts unless renewed
+HOLDER_TTL = 5.0           # a holder's lease on its calls when none was heard (Client's default)
+ENDED_KEEP = 600.0         # seconds an ended lease waits for its holder's verdict at most
 MAX_LEASES = 4096          # leases one scheduler keeps at once
 MAX_PER_CLIENT = 16        # leases one client holds at once
 
@@ -67,6 +90,7 @@ class Revoked:
     lease: Lease
     reason: str
     worker_died: bool = False
+    holder_gone: bool = False      # its client is gone: cancel the calls admitted under it
 
 
 class LeaseBook:
@@ -78,6 +102,8 @@ class LeaseBook:
             raise ValueError(f"LeaseBook: need ttl > 0 and positive bounds, not {ttl!r}, "
                              f"{max_leases!r}, {max_per_client!r}")
         self.ttl = float(ttl)
+        self._ended: Dict[str, Tuple[Lease, float]] = {}   # lease id -> (lease, when it ended)
+        self._holders: Dict[str, Tuple[float, float]] = {}  # answer -> (last heard, its ttl)
         self.max_leases = max_leases
         self.max_per_client = max_per_client
         self._leases: Dict[str, Lease] = {}
@@ -90,14 +116,16 @@ class LeaseBook:
 
     def grant(self, lease_id: str, client: str, answer: str, target: str, dag: bool,
               worker_id: str, slots: int, now: float, waiting: int = 0,
-              versions: Optional[Dict[str, Any]] = None) -> Union[Lease, str]:
+              versions: Optional[Dict[str, Any]] = None,
+              spread: bool = False) -> Union[Lease, str]:
         """A new lease, the client's live one for `target` renewed, or why none."""
         if waiting > 0:
             return (f"{waiting} call(s) wait in the scheduler's queue for a free worker: "
                     f"its capacity goes to them, not to a lease")
         for held in self._leases.values():
             if held.client == client and held.answer == answer and held.target == target \
-                    and held.dag == dag and held.expires > now:
+                    and held.dag == dag and held.expires > now \
+                    and (not spread or held.worker_id == worker_id):
                 held.expires = now + self.ttl
                 return held
         if len(self._leases) >= self.max_leases:
@@ -113,16 +141,30 @@ class LeaseBook:
         self._leases[lease_id] = lease
         return lease
 
+    def resize(self, lease_id: str, slots: int) -> None:
+        """The lease holds `slots` from now if that is more: its worker's window grew. Never
+        fewer: its client may have calls in flight on them (reclaiming is `reclaim`'s)."""
+        lease = self._leases.get(lease_id)
+        if lease is not None:
+            lease.slots = max(lease.slots, int(slots))
+
+    def workers_of(self, client: str, answer: str, target: str, dag: bool,
+                   now: float) -> List[str]:
+        return sorted({held.worker_id for held in self._leases.values()
+                       if held.client == client and held.answer == answer
+                       and held.target == target and held.dag == dag and held.expires > now})
+
     def renew(self, lease_id: str, client: str, now: float, waiting: int = 0,
               versions: Optional[Dict[str, Any]] = None) -> Union[Lease, Revoked, None]:
         lease = self._leases.get(lease_id)
         if lease is None or lease.client != client or lease.expires <= now:
             return None
         if versions is not None and versions != lease.versions:
-            del self._leases[lease_id]
-            return Revoked(lease, "its functions were registered again since it was granted")
+            self._end(self._leases.pop(lease_id))
+            return Revoked(lease, "its functions were registered again (or its DAG deleted) "
+                                  "since it was granted")
         if waiting > 0:
-            del self._leases[lease_id]
+            self._end(self._leases.pop(lease_id))
             return Revoked(lease, f"{waiting} call(s) wait for a free worker: the lease's "
                                   f"slots go back to the scheduler")
         lease.expires = now + self.ttl
@@ -132,13 +174,14 @@ class LeaseBook:
         lease = self._leases.get(lease_id)
         if lease is None or lease.client != client:
             return None
-        return self._leases.pop(lease_id)
+        self._end(self._leases.pop(lease_id))
+        return lease
 
     def expire(self, now: float) -> List[Revoked]:
         out = [Revoked(lease, f"it expired ({self.ttl:g} s without a renewal)")
                for lease in self._leases.values() if lease.expires <= now]
         for r in out:
-            del self._leases[r.lease.lease_id]
+            self._end(self._leases.pop(r.lease.lease_id))
         return out
 
     def worker_lost(self, worker_id: str, why: str = "died") -> List[Revoked]:
@@ -160,8 +203,59 @@ class LeaseBook:
                                       f"lease's slots go back to the scheduler"))
             freed += lease.slots
         for r in out:
-            del self._leases[r.lease.lease_id]
+            self._end(self._leases.pop(r.lease.lease_id))
         return out
+
+    # ---- holders that die ----
+    def _end(self, lease: Lease) -> None:
+        """The lease ended with calls perhaps still running under it: kept for `gone`."""
+        if len(self._ended) >= self.max_leases:
+            del self._ended[min(self._ended, key=lambda lid: self._ended[lid][1])]
+        self._ended[lease.lease_id] = (lease, lease.expires + ENDED_KEEP)
+
+    def _holds(self, answer: str) -> bool:
+        return any(held.answer == answer for held in self._leases.values()) or \
+            any(lease.answer == answer for lease, _ in self._ended.values())
+
+    def heard(self, answer: str, ttl: Optional[float], now: float) -> None:
+        """A sign of life from the holder at `answer` (its calls' lease ttl, if it said)."""
+        if answer not in self._holders and not self._holds(answer):
+            return                            # not a holder: nothing to keep (bounded)
+        last = self._holders.get(answer)
+        self._holders[answer] = (now, ttl if ttl else (last[1] if last else HOLDER_TTL))
+
+    def left(self, answer: str) -> None:
+        """The holder said it leaves: its ended leases' calls are cancelled at `gone`."""
+        if answer in self._holders or self._holds(answer):
+            self._holders[answer] = (float("-inf"), 0.0)
+
+    def gone(self, now: float) -> List[Revoked]:
+        out: List[Revoked] = []
+        for lease_id, (lease, keep_until) in list(self._ended.items()):
+            heard = self._holders.get(lease.answer)
+            if heard is None:                 # never heard since: from when it ended
+                heard = (lease.expires - self.ttl, HOLDER_TTL)
+                self._holders[lease.answer] = heard
+            if now > heard[0] + heard[1]:
+                del self._ended[lease_id]
+                out.append(Revoked(lease, "its client is gone (it stopped renewing its "
+                                          "lease, or left)", holder_gone=True))
+            elif now > keep_until:
+                del self._ended[lease_id]
+        for answer in [a for a in self._holders if not self._holds(a)]:
+            del self._holders[answer]
+        return out
+
+    def revoke_all(self, reason: str) -> List[Revoked]:
+        """Every live lease, revoked (the scheduler is stopping)."""
+        out = [Revoked(lease, reason) for lease in self._leases.values()]
+        for r in out:
+            self._end(self._leases.pop(r.lease.lease_id))
+        return out
+
+    def idle(self) -> bool:
+        """No lease, live or ended: nothing for a tick to do."""
+        return not self._leases and not self._ended
 
     def reserved(self) -> Dict[str, int]:
         out: Dict[str, int] = {}

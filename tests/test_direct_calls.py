@@ -1,8 +1,14 @@
 """The direct leased call path on real processes: a client holding a worker lease sends its
 calls straight to the worker; the worker admits only calls within a lease the scheduler
 granted; a lease follows worker deaths and gives way to calls waiting for capacity."""
+import os
 import signal
+import subprocess
+import sys
+import textwrap
 import threading
+import time
+import uuid
 
 import pytest
 import zmq
@@ -31,6 +37,21 @@ def slow(lib, seconds):
     return lib.getid()
 
 
+def ticker(lib, key, n):
+    import time
+    for i in range(n):
+        lib.put(key, i)
+        time.sleep(0.1)
+    return n
+
+
+def slow_mark(lib, x, seconds):
+    import time
+    time.sleep(seconds)
+    lib.put(f"direct-slow-mark-{x}", x)
+    return x
+
+
 @pytest.fixture(scope="module")
 def cluster():
     with LocalCluster(executor_nodes=1, executors_per_node=2) as c:
@@ -38,6 +59,8 @@ def cluster():
         cb.register(where, "where")
         cb.register(mark, "mark")
         cb.register(slow, "slow")
+        cb.register(slow_mark, "slow_mark")
+        cb.register(ticker, "ticker")
         yield c
 
 
@@ -83,6 +106,9 @@ class RawClient:
         self.push = PushCache(self.context, auth=creds, linger_ms=0)
         self.scheduler = cluster.address
         self.n = 0
+        # call ids unique across clients, as a real client's are (a worker keeps the
+        # outcomes of the calls it ran under their ids)
+        self.prefix = __import__("uuid").uuid4().hex[:8]
 
     def recv(self, kind, request_id, timeout=10.0):
         def one():
@@ -106,14 +132,24 @@ class RawClient:
         assert self.push.send(self.scheduler, "lease_worker", pb.LeaseRequest(
             response_address=self.address, release=[lease.lease_id]))
 
-    def direct(self, lease, x, lease_id=None):
+    def _call(self, lease, x, lease_id=None):
         self.n += 1
-        call = pb.Call(request_id=f"raw-{self.n}", function="mark", timeout=10.0,
+        call = pb.Call(request_id=f"raw-{self.prefix}-{self.n}", function="mark", timeout=10.0,
                        response_address=self.address,
                        lease_id=lease.lease_id if lease_id is None else lease_id)
         call.args["mark"].args.add(value=__import__("cloudpickle").dumps(x))
+        return call
+
+    def direct(self, lease, x, lease_id=None):
+        call = self._call(lease, x, lease_id)
         assert self.push.send(lease.worker_address, "direct", call)
         return self.recv("result", call.request_id)
+
+    def batch(self, lease, xs_and_lease_ids):
+        """One direct_batch to the lease's worker; the results, in the calls' order."""
+        calls = [self._call(lease, x, lid) for x, lid in xs_and_lease_ids]
+        assert self.push.send(lease.worker_address, "direct_batch", pb.DirectBatch(calls=calls))
+        return [self.recv("result", c.request_id) for c in calls]
 
     def close(self):
         self.push.close()
@@ -235,3 +271,119 @@ def test_a_direct_call_is_cancelled_and_stopped_at_its_time_limit(cluster):
     with pytest.raises(Timeout) as e:
         limited.get(20)
     assert "time limit" in str(e.value)
+
+
+def test_a_batch_of_direct_calls_admits_each_call_only_within_its_lease(cluster):
+    cluster.wait_for_workers([w["worker_id"] for w in cluster.workers], timeout=20)
+    cb = cluster.client()
+    raw = RawClient(cluster)
+    try:
+        lease = raw.lease("mark")
+        poll_until(lambda: raw.direct(lease, 400).status == pb.OK, 5.0,
+                   "a direct call admitted")
+        ok, forged = raw.batch(lease, [(401, None), (402, "f" * 32)])
+        assert ok.status == pb.OK and cb.get("direct-mark-401") == 401
+        _refused(forged, "no lease of that id was granted")
+        with pytest.raises(ObjectNotFound):                # the forged one never ran
+            cb.get("direct-mark-402")
+    finally:
+        raw.close()
+
+
+def test_a_burst_queues_at_the_client_against_leases_on_both_workers(cluster):
+    """Calls beyond its leases' slots wait in the client's own queue (not the scheduler's),
+    and the client holds a lease on each worker: with the scheduler stopped, a burst of
+    calls in flight still completes, on both workers."""
+    cluster.wait_for_workers([w["worker_id"] for w in cluster.workers], timeout=20)
+    cb = cluster.client(direct=True)
+    cb.call("where", 0).get(10)
+
+    def spread():          # calls queued at the client make it ask for a second lease
+        [f.get(30) for f in [cb.call("where", i) for i in range(20)]]
+        return len({h["worker_id"] for h in cb.worker_leases if h["target"] == "where"}) == 2
+    poll_until(spread, 15.0, "leases on both workers", interval=0.1)
+    cluster.signal_scheduler(0, signal.SIGSTOP)
+    try:
+        futures = [cb.call("where", i) for i in range(40)]
+        got = [f.get(5) for f in futures]
+    finally:
+        cluster.signal_scheduler(0, signal.SIGCONT)
+    assert [x for x, _ in got] == list(range(40))
+    assert len({w for _, w in got}) == 2, got
+    cb.close()
+
+
+def test_a_call_cancelled_while_queued_at_the_client_never_runs(cluster):
+    from cloudburst.errors import Cancelled
+    cluster.wait_for_workers([w["worker_id"] for w in cluster.workers], timeout=20)
+    cb = cluster.client(direct=True)
+    _leased(cb, "slow_mark", -1, 0.0)
+    # more calls than two leases can hold (a lease holds at most 16 slots)
+    futures = [cb.call("slow_mark", 500 + i, 0.05, timeout=30) for i in range(40)]
+    last = futures[-1]
+    assert cb.worker_leases and sum(h["in_flight"] for h in cb.worker_leases
+                                    if h["target"] == "slow_mark") < 40   # some queued here
+    assert last.cancel()
+    with pytest.raises(Cancelled):
+        last.get(5)
+    assert [f.get(30) for f in futures[:-1]] == [500 + i for i in range(39)]
+    with pytest.raises(ObjectNotFound):
+        cb.get("direct-slow-mark-539")
+    cb.close()
+
+
+HOLDER = textwrap.dedent("""
+    import sys, time, cloudburst
+    address, key_dir, name, key = sys.argv[1:5]
+    c = cloudburst.Client(address, auth=cloudburst.AuthConfig(key_dir, name), lease_ttl=1.0,
+                          direct=True)
+    deadline = time.monotonic() + 20
+    while not [h for h in c.worker_leases if h["target"] == "ticker"]:
+        assert time.monotonic() < deadline, "no lease"
+        c.call("ticker", key + "-warm", 1).get(30)
+        time.sleep(0.1)
+    future = c.call("ticker", key, 600, timeout=120)
+    assert [h["in_flight"] for h in c.worker_leases if h["target"] == "ticker"] == [1]
+    print("direct", flush=True)
+    future.get(timeout=120)          # killed while waiting here
+""")
+
+
+def test_a_direct_call_of_a_client_killed_mid_lease_is_stopped(cluster):
+    """The lease's holder is gone (killed with SIGKILL): its worker lease lapses, the
+    scheduler hears no more of the client, and the worker stops the call it admitted."""
+    cluster.wait_for_workers([w["worker_id"] for w in cluster.workers], timeout=20)
+    cb = cluster.client()
+    key = f"ticks-{uuid.uuid4().hex[:8]}"
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, cluster.address, cluster.key_dir,
+                             cluster.client_auth.identity, key],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ))
+    try:
+        assert proc.stdout.readline().strip() == "direct", proc.stderr.read()
+
+        def tick():
+            try:
+                return cb.get(key)
+            except ObjectNotFound:
+                return None
+        poll_until(lambda: (tick() or 0) >= 2, 15, "the direct call ticking")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        killed = time.monotonic()
+
+        def stopped():
+            before = tick()
+            time.sleep(0.5)
+            return tick() == before
+        # the lease lapses (2 s), the client's own lease on its calls (1 s) runs out: then
+        # the worker is told, well before the call's 60 s of ticks would end
+        poll_until(stopped, 12, "the killed client's direct call stopped", interval=0)
+        assert time.monotonic() - killed < 12
+        last = tick()
+        time.sleep(1.5)                      # an observation window: it stays stopped
+        assert tick() == last < 550
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)

@@ -90,3 +90,36 @@ def test_a_stopping_scheduler_ends_its_calls_and_sends_new_ones_elsewhere():
         assert process.returncode == 0 and time.monotonic() - start < 9
         assert c.address == cluster.scheduler_addresses[1]
         assert c.call("inc", 41).get(timeout=10) == 42
+
+
+@pytest.mark.slow     # about 15 s: the slow tier runs it (scripts/test_slow.sh)
+def test_a_stopping_scheduler_revokes_its_worker_leases_so_direct_calls_go_elsewhere():
+    with cloudburst.LocalCluster(executor_nodes=1, executors_per_node=2, schedulers=2,
+                                 supervise=False, scheduler_stop_grace=20) as cluster:
+        stopping, other = cluster.scheduler_addresses
+        c = cluster.client(timeout=20, failover_timeout=1.0, direct=True)
+        assert c.address == stopping
+
+        def slow(lib, x):
+            import time as t
+            t.sleep(x)
+            return x
+
+        c.register(slow, "slow")
+        c.register(lambda lib, x: x + 1, "inc")
+        poll_until(lambda: c.call("inc", 1).get(timeout=10) == 2 and c.worker_leases, 10,
+                   "a worker lease from the first scheduler")
+        keeper = cluster.client(timeout=20, failover_timeout=1.0)    # the scheduler's path
+        held = keeper.call("slow", 5)          # keeps the stopping scheduler alive meanwhile
+        cluster.signal_scheduler(0, signal.SIGTERM)
+        start = time.monotonic()
+
+        def elsewhere():
+            f = c.call("inc", 5)
+            return f.get(timeout=10) == 6 and f.scheduler == other
+        # its lease is revoked at once: calls meet the stopping scheduler, are refused and
+        # go to the other one, long before the stopping one exits
+        poll_until(elsewhere, 4, "direct calls going to the other scheduler", interval=0.05)
+        assert time.monotonic() - start < 4
+        assert all(c.call("inc", i).scheduler == other for i in range(5))
+        assert held.get(timeout=20) == 5

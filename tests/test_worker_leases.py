@@ -206,3 +206,55 @@ def test_a_cancel_that_overtakes_its_direct_call_keeps_it_from_running():
     assert a.admit("L1", "client:a", "c1", 10.0, 0.1) == (CANCELLED, None)
     assert a.admit("L1", "client:a", "c2", 10.0, 0.1)[0] is None
     assert a.cancel("c2", 0.2) and a.in_flight("L1") == 0    # admitted: its slot is free
+
+
+def test_a_spreading_client_holds_one_lease_per_worker_within_its_bounds():
+    book = LeaseBook(ttl=2.0, max_per_client=2)
+    first = _grant(book, "L1", worker="w1")
+    # without spread a second ask for the target gets the same lease back
+    assert _grant(book, "L2", worker="w2").lease_id == "L1"
+    second = book.grant("L2", "client:a", "A", "f", False, "w2", 3, 0.5, spread=True)
+    assert isinstance(second, Lease) and second.lease_id == "L2"
+    assert book.workers_of("client:a", "A", "f", False, 0.5) == ["w1", "w2"]
+    assert book.workers_of("client:b", "A", "f", False, 0.5) == []
+    # asking again on a worker it holds gives that lease back, renewed
+    assert book.grant("L3", "client:a", "A", "f", False, "w2", 3, 1.0,
+                      spread=True).lease_id == "L2"
+    # the client's bound holds with spreading too
+    assert "most leases" in book.grant("L4", "client:a", "A", "f", False, "w3", 3, 1.0,
+                                       spread=True)
+    assert book.reserved() == {"w1": 2, "w2": 3}
+    # a renewal may grow a lease to its worker's window, never shrink it
+    book.resize("L1", 9)
+    book.resize("L1", 1)
+    assert book.lease("L1").slots == 9 and first.slots == 9
+    assert book.workers_of("client:a", "A", "f", False, 10.0) == []    # expired
+
+
+def test_an_ended_lease_s_calls_are_cancelled_once_its_holder_is_gone_and_only_then():
+    book = LeaseBook(ttl=2.0)
+    _grant(book, "L1", answer="A")
+    _grant(book, "L2", client="client:b", answer="B")
+    book.heard("A", 1.0, 0.5)                   # A's lease on its calls: 1 s
+    book.heard("B", 5.0, 0.5)
+    book.heard("stranger", 5.0, 0.5)            # not a holder: not kept
+    assert [r.lease.lease_id for r in book.expire(2.0)] == ["L1", "L2"]
+    assert book.gone(1.4) == []                 # A heard 0.9 s ago: alive
+    book.heard("A", None, 1.4)                  # a lease request: alive, its ttl kept
+    assert book.gone(2.3) == []
+    gone = book.gone(2.5)                       # A silent for more than its 1 s
+    assert [(r.lease.lease_id, r.holder_gone) for r in gone] == [("L1", True)]
+    assert book.gone(2.6) == []                 # once
+    assert book.gone(5.4) == []                 # B heard at 0.5 with 5 s
+    book.left("B")                              # B said it leaves: at once
+    assert [r.lease.lease_id for r in book.gone(5.5)] == ["L2"]
+    assert book.idle()
+    # a living holder's ended lease is forgotten after ENDED_KEEP without a verdict
+    from scheduler.worker_leases import ENDED_KEEP
+    _grant(book, "L3", answer="C", now=10.0)
+    book.release("L3", "client:a")
+    for t in range(11, 20):
+        book.heard("C", 5.0, float(t))
+    assert book.gone(19.0) == [] and not book.idle()
+    book.heard("C", 5.0, 12.0 + ENDED_KEEP)
+    assert book.gone(13.0 + ENDED_KEEP) == [] and book.idle()
