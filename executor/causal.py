@@ -34,6 +34,7 @@ from faas.errors import CloudburstError
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
 from hydrocache import versionset as vs
+from hydrocache.carried import Carried, ReadDeps
 from hydrocache.protocols import parallel_flow, parallel_stale
 from hydrocache.session import Floors
 from hydrocache.writer import ExecutorWriter
@@ -72,8 +73,17 @@ class CausalInvocation:
         self.bound: Dict[str, Optional[CausalRead]] = {}
         self.writes: Dict[str, bytes] = {}
         self.remote_fetches = max((c.remote_fetches for c in upstreams), default=0)
+        # what goes down with the context besides S and R: the upstream caches' versions of
+        # S (a downstream cache then asks no holder) and the dependencies of each version
+        # read (the sink then binds no key again); hydrocache/carried.py
+        self.carried = Carried()
+        self.read_deps = ReadDeps()
         for c in upstreams:             # in upstream order; a later branch's write wins
             self.writes.update(c.writes)
+            self.carried.extend(c.carried)
+            self.read_deps.extend(c.read_deps)
+        # ask the cache for its versions of S_d only when a downstream may run elsewhere
+        self._carry = not schedule.sink and len(set(self.plan.caches.values())) > 1
         if self.plan.protocol != pb.OPT:
             for c in upstreams:
                 self.read_set = vs.union(self.read_set, vs.from_proto(c.read_set))
@@ -115,6 +125,7 @@ class CausalInvocation:
             own = pb.CausalContext(remote_fetches=self.remote_fetches)
             own.snapshot.extend(vs.to_proto(self.snapshot))
             own.read_set.extend(vs.to_proto(self.read_set))
+            own.carried.extend(self.carried.to_proto())
             contexts = [own]
         if not keys:
             # nothing to read: only the parallel flow check (Algorithm 8) is left
@@ -130,7 +141,8 @@ class CausalInvocation:
             return
         req = pb.CacheRequest(op=pb.CAUSAL_BIND, attempt_id=self.schedule.call_id, keys=keys,
                               prefetch_attempt=self.plan.snapshot_attempt
-                              if self.plan.requested == pb.HB else "")
+                              if self.plan.requested == pb.HB else "",
+                              carry_versions=self._carry)
         req.upstreams.extend(contexts)
         req.refresh.extend(self.plan.refresh_keys)
         self._dag_keys(req, keys)
@@ -141,8 +153,12 @@ class CausalInvocation:
         self.snapshot = vs.from_proto(response.context.snapshot)
         self.read_set = vs.from_proto(response.context.read_set)
         self.remote_fetches = max(self.remote_fetches, response.context.remote_fetches)
+        self.carried.extend(response.context.carried)
         for k in keys:
-            self.bound[k] = found.get(k)
+            hit = found.get(k)
+            self.bound[k] = hit
+            if hit is not None:
+                self.read_deps.note(k, hit.deps)
 
     def _read(self, keys: Sequence[str], snapshot_required: bool = False) -> None:
         req = pb.CacheRequest(op=pb.CAUSAL_READ, attempt_id=self.plan.snapshot_attempt
@@ -159,6 +175,7 @@ class CausalInvocation:
             self.bound[k] = hit
             if hit is not None:
                 self.read_set = vs.union(self.read_set, {k: vs.Entry(hit.clock)})
+                self.read_deps.note(k, hit.deps)
 
     # ---- what the function sees ----
     def value(self, key: str, concurrent: bool = False) -> Any:
@@ -185,6 +202,9 @@ class CausalInvocation:
         out.read_set.extend(vs.to_proto(self.read_set))
         for k, v in self.writes.items():
             out.writes[k] = v
+        if not self.schedule.sink:
+            out.carried.extend(self.carried.to_proto())
+            out.read_deps.extend(self.read_deps.to_proto())
         return out
 
     def commit(self, writer: ExecutorWriter, extra: Optional[Dict[str, bytes]] = None
@@ -195,14 +215,20 @@ class CausalInvocation:
         if not writes:
             return []
         # a new version of a key inherits the dependencies of the version read (transitive
-        # causality, hydrocache/writer.py); keys read upstream are bound here to learn them,
-        # on the call's own snapshot (never a newer one: its clock would become the base)
-        unbound = [k for k in writes if k in self.read_set and k not in self.bound]
+        # causality, hydrocache/writer.py): the upstream functions that read a key sent them
+        # down (`read_deps`); a key read upstream without them (an older worker) is bound
+        # here to learn them, on the call's own snapshot (never a newer one: its clock would
+        # become the base)
+        read_deps = {k: self.read_deps.get(k) for k in writes
+                     if k not in self.bound and k in self.read_set and k in self.read_deps}
+        unbound = [k for k in writes if k in self.read_set and k not in self.bound
+                   and k not in read_deps]
         if unbound and self.plan.protocol != pb.OPT:
             self._read(unbound, snapshot_required=True)
         elif unbound:
             self.bind(unbound)
-        read_deps = {k: self.bound[k].deps for k in writes if self.bound.get(k) is not None}
+        read_deps.update({k: self.bound[k].deps for k in writes
+                          if self.bound.get(k) is not None})
         versions = writer.commit(writes, self.read_set, read_deps, record=False)
         req = pb.CacheRequest(op=pb.CAUSAL_COMMIT, attempt_id=self.schedule.call_id,
                               keys=[v.key for v in versions],

@@ -78,6 +78,7 @@ from hydro_proto import cloudburst_pb2 as pb
 from . import versionset as vs
 from .actions import (DEFAULT_TIMEOUT, TEMP_SLACK, AskCache, Fenced, NotCausal, PutVersions,
                       RemoteUnavailable, Reply, StageTimeout, Step)
+from .carried import Carried, unpack
 from .copies import ValueTags
 from .keeper import CutKeeper
 from .pending import Operations, Pause, PutWait, RepliesWait
@@ -85,6 +86,7 @@ from .session import SessionUnmet, causal_stale, causal_unmet
 from .protocols import (LinearPlan, create_snapshot, finish_linear, parallel_flow,
                         parallel_stale, plan_linear)
 from .temp import TempStore
+from .vclock import supersedes
 from .version import Version, merge_versions
 
 __all__ = ["NodeCache", "Step", "StageTimeout", "NotCausal", "RemoteUnavailable", "Fenced"]
@@ -108,7 +110,8 @@ class NodeCache:
         self.keeper = CutKeeper(capacity_bytes, self._io)
         self.temp = TempStore()
         self.stats = self.keeper.stats
-        self.stats.update(binds=0, remote_fetches=0, aborts=0, session_refreshes=0)
+        self.stats.update(binds=0, remote_fetches=0, aborts=0, session_refreshes=0,
+                          carried_hits=0)
         self._tags = ValueTags()
         self._ops = Operations(self._answer, self._fail)
         self._awaiting: Dict[str, RepliesWait] = {}
@@ -339,18 +342,24 @@ class NodeCache:
         self._answer(req, response)
 
     def _remote(self, attempt: str, wanted: vs.VersionSet, deadline: float,
-                prefetch: str = "") -> Generator:
+                prefetch: str = "", carried: Optional[Dict[str, List[Version]]] = None
+                ) -> Generator:
         """The versions named by `wanted`, rebuilt from their holders' temporary versions
-        (this cache's own, and an HB prefetch, first; the other holders asked in parallel)."""
+        (this cache's own, an HB prefetch and the versions the attempt carried first; the
+        other holders asked in parallel)."""
         got: Dict[str, Version] = {}
         by_holder: Dict[str, List[str]] = {}
         for key, entry in wanted.items():
             parts = self.temp.matching(attempt, key, entry.vc)
             if prefetch:
                 parts += self.temp.matching(prefetch, key, entry.vc)
+            if carried and key in carried:
+                parts += [v for v in carried[key] if supersedes(entry.vc, v.vc)]
             merged = _merge_all(parts)
             if merged is not None and merged.vc == dict(entry.vc):
                 got[key] = merged
+                if carried and key in carried:
+                    self.stats["carried_hits"] += 1
                 continue
             for h in entry.holders:
                 if h != self.address:
@@ -424,7 +433,8 @@ class NodeCache:
         if plan.remote and not plan.abort:
             try:
                 fetched = yield from self._remote(req.attempt_id, plan.remote, deadline,
-                                                  req.prefetch_attempt)
+                                                  req.prefetch_attempt,
+                                                  unpack(req.upstreams, plan.remote))
             except (RemoteUnavailable, StageTimeout) as e:
                 # the upstream versions are gone (the attempt was released: HB's early abort)
                 # or unreachable: the attempt cannot continue, the scheduler decides what next
@@ -446,10 +456,15 @@ class NodeCache:
         expires = self._deadline(req) + TEMP_SLACK
         self.keeper.lru.touch(plan.local)
         cut = self.keeper.cut
+        carry = Carried() if req.carry_versions else None
         for key in plan.s_d:
             v = cut.get(key)
             if v is not None:
                 self.temp.add(req.attempt_id, v, expires)
+                if carry is not None:     # what a downstream cache would ask this one for
+                    carry.add(key, v.serialize())
+        if carry:
+            response.context.carried.extend(carry.to_proto())
         r_d, s_new, r_new = finish_linear(plan, up[2], up[3], fetched, self.address)
         for key in req.keys:
             self._entry(req, response, key, r_d.get(key), frames)
