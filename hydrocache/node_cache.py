@@ -590,23 +590,34 @@ class NodeCache:
                        f"{scheduler}")
         self._io.append(AskCache(scheduler, pb.CacheRequest(
             request_id=rid, op=pb.CAUSAL_GRANT, attempt_id=req.attempt_id,
-            timeout=max(deadline - self._now, 0.001))))
+            timeout=max(deadline - self._now, 0.001), requester=self.address)))
         yield from self._ops.wait(w)
         answer = w.answers[rid]
         if answer.status != pb.OK or answer.fenced:
             raise self._fenced(req.attempt_id, "the scheduler at "
                                f"{scheduler} did not grant its commit: "
                                f"{answer.message or pb.Status.Name(answer.status)}")
+        return answer
+
+    def _release_from(self, answer: pb.CacheResponse) -> None:
+        """The releases a scheduler handed this cache with a grant: as CAUSAL_RELEASE."""
+        if answer.release:
+            until = self._now + answer.release_timeout + TEMP_SLACK
+            for attempt in answer.release:
+                self.temp.release(attempt, until)
 
     def _commit(self, req: pb.CacheRequest) -> Generator:
         keeper = self.keeper
         if req.grant_address:
-            yield from self._grant(req, self._deadline(req))
+            answer = yield from self._grant(req, self._deadline(req))
             if self.temp.fenced(req.attempt_id):
                 # released while the grant travelled: the scheduler granted first, then failed
                 # the call (its caller hears the commit's outcome is unknown); it still counts
                 log.info("attempt %s commits after its release: granted before it",
                          req.attempt_id)
+            # the grant ends the call's binds: its releases (this attempt's among them) came
+            # with it; the commit, granted, goes on
+            self._release_from(answer)
         versions = []
         for raw in req.writes:
             t = anna_pb2.KeyTuple.FromString(raw)
