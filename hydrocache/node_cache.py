@@ -29,10 +29,13 @@ The operations (dissertation 4.3; `hydrocache/protocols.py` holds their decision
 - CAUSAL_BIND (OPT, Algorithms 8 and 6): an OPT retry first re-reads the keys the aborted
   attempt read too old (`refresh`) and waits at most a fifth of its time for their
   dependencies; then upstream contexts -> parallel flow -> linear flow; keys not in the cut are
-  brought in (local cut update); keys only upstream caches hold are fetched from their holders
-  (CAUSAL_TEMP_GET, in parallel) or found in this cache's temporary versions (its own, an HB
-  prefetch). Holders that fail or do not answer in time abort the attempt ("upstream versions
-  unavailable"). The reply carries the bound versions (values as frames), S_new and R_new, or
+  brought in (local cut update); keys only upstream caches hold are found in this cache's
+  temporary versions (its own, an HB prefetch) or among the versions the attempt carried
+  (`hydrocache.carried`: used only when the entry's clock supersedes them and their merge is
+  that clock), or else fetched from their holders (CAUSAL_TEMP_GET, in parallel). Holders
+  that fail or do not answer in time abort the attempt ("upstream versions
+  unavailable"). The reply carries the bound versions (values as frames), S_new and R_new
+  (with `carry_versions`, also this cache's versions of S_d in `context.carried`), or
   `abort` with the reason and the stale keys.
 - CAUSAL_READ (CT, CON): reads the attempt's snapshot; when the attempt has none (CT's first
   read) it is built from the cut for every key of R~_DAG after a local cut update (4.3.1).
@@ -51,9 +54,11 @@ The operations (dissertation 4.3; `hydrocache/protocols.py` holds their decision
   deadline plus `TEMP_SLACK` (the release's `timeout` is the call's time left); a fenced
   attempt's BIND, READ, SNAPSHOT, FETCH and COMMIT are refused with `Fenced` (reply
   `fenced`, naming the attempt and this cache). A COMMIT naming `grant_address` first asks
-  that scheduler for the grant (CAUSAL_GRANT, one per call) and writes nothing unless it is
-  granted; a refusal is `Fenced` with the scheduler's reason, no answer in time a
-  `StageTimeout` naming the grant.
+  that scheduler for the grant (CAUSAL_GRANT, one per call, naming this cache as
+  `requester`) and writes nothing unless it is granted; a refusal is `Fenced` with the
+  scheduler's reason, no answer in time a `StageTimeout` naming the grant. The releases a
+  grant's reply hands over (`release`, `release_timeout`) are applied as a CAUSAL_RELEASE;
+  the granted commit goes on.
 - Sessions (read-your-writes and monotonic reads, `hydrocache/session.py`): a CAUSAL_BIND,
   the CAUSAL_READ that builds a CT snapshot (or admits keys into it under CT), and a
   CAUSAL_SNAPSHOT carrying the caller's session first re-read from Anna every key (of the request and of R~_DAG) whose cut version
