@@ -125,7 +125,6 @@ class CausalInvocation:
             own = pb.CausalContext(remote_fetches=self.remote_fetches)
             own.snapshot.extend(vs.to_proto(self.snapshot))
             own.read_set.extend(vs.to_proto(self.read_set))
-            own.carried.extend(self.carried.to_proto())
             contexts = [own]
         if not keys:
             # nothing to read: only the parallel flow check (Algorithm 8) is left
@@ -144,6 +143,10 @@ class CausalInvocation:
                               if self.plan.requested == pb.HB else "",
                               carry_versions=self._carry)
         req.upstreams.extend(contexts)
+        for c in req.upstreams:
+            del c.carried[:]
+        if self.carried:    # the cache rebuilds versions only of the keys it binds
+            req.upstreams[0].carried.extend(self.carried.to_proto(keys))
         req.refresh.extend(self.plan.refresh_keys)
         self._dag_keys(req, keys)
         response, found = self.cache.causal(req, timeout=self.timeout)

@@ -72,8 +72,11 @@ class Carried:
         for cv in items:
             self.add(cv.key, cv.lattice)
 
-    def to_proto(self) -> List[pb.CarriedVersion]:
-        return [pb.CarriedVersion(key=k, lattice=b) for (k, b) in self._items]
+    def to_proto(self, keys: Optional[Iterable[str]] = None) -> List[pb.CarriedVersion]:
+        """The carried versions (of `keys` only, when given)."""
+        wanted = None if keys is None else set(keys)
+        return [pb.CarriedVersion(key=k, lattice=b) for (k, b) in self._items
+                if wanted is None or k in wanted]
 
 
 def unpack(contexts: Sequence[pb.CausalContext], keys: Iterable[str]

@@ -2,7 +2,8 @@
 the sink saves with it, against a scripted node cache (unit test: no sockets).
 
 - a function whose downstream may run on another cache asks its cache for the versions of S_d
-  (`carry_versions`) and passes them down with the ones it received;
+  (`carry_versions`) and passes them down with the ones it received; its own binds send the
+  cache only the carried versions of the keys they bind;
 - every function passes down the dependencies of each version it read (`read_deps`), and a
   sink writing a key read upstream takes them from there: no second CAUSAL_BIND;
 - a context without them (an older worker upstream) still gets the bind, as before.
@@ -51,7 +52,7 @@ def schedule(sink: bool, caches=("tcp://c1", "tcp://c2")) -> pb.Schedule:
     s.causal.protocol = pb.OPT
     s.causal.requested = pb.OPT
     s.causal.call_id = "c"
-    s.causal.dag_keys.extend(["k", "j"])
+    s.causal.dag_keys.extend(["k", "j", "m"])
     s.causal.dag_keys_known = True
     for i, c in enumerate(caches):
         s.causal.caches[f"fn{i}"] = c
@@ -99,18 +100,23 @@ def test_without_carried_dependencies_the_sink_binds_the_key_again():
 
 def test_a_function_with_downstreams_elsewhere_asks_for_and_passes_down_carried_versions():
     lattice = Version.new("j", {"u": 2}, {}, [b"J"]).serialize()
-    cache = ScriptedCache(versions={"j": ({"u": 2}, {"k": {"u": 1}}, b"J")},
+    cache = ScriptedCache(versions={"j": ({"u": 2}, {"k": {"u": 1}}, b"J"),
+                                    "m": ({"u": 1}, {}, b"M")},
                           carried=[("j", lattice)])
     up = upstream(read_deps=True)
     up.carried.add(key="k", lattice=Version.new("k", {"u": 1}, {}, [b"K"]).serialize())
+    up.carried.add(key="m", lattice=Version.new("m", {"u": 1}, {}, [b"M"]).serialize())
     inv = CausalInvocation(cache, schedule(sink=False), [up], 5.0)
-    inv.bind(["j"])
+    inv.bind(["m"])
     (bind,) = cache.requests
-    assert bind.carry_versions and list(bind.upstreams[0].carried) == list(up.carried)
+    # asked for its versions of S_d; sends only the carried versions of the keys it binds
+    assert bind.carry_versions and [cv.key for cv in bind.upstreams[0].carried] == ["m"]
+    inv.bind(["j"])                                    # a later read: its own context
+    assert [cv.key for cv in cache.requests[1].upstreams[0].carried] == ["j"]
     out = inv.context()
-    assert sorted(cv.key for cv in out.carried) == ["j", "k"]      # received + its own
+    assert sorted(cv.key for cv in out.carried) == ["j", "k", "m"]  # received + its own
     deps = {rd.key: {kv.key: dict(kv.vc) for kv in rd.deps} for rd in out.read_deps}
-    assert deps == {"j": {"k": {"u": 1}}, "k": {"d": {"x": 4}}}
+    assert deps == {"j": {"k": {"u": 1}}, "k": {"d": {"x": 4}}, "m": {}}
     # every function on one cache: nothing to carry, nothing asked
     cache2 = ScriptedCache(versions={"j": ({"u": 2}, {}, b"J")})
     inv2 = CausalInvocation(cache2, schedule(sink=False, caches=("tcp://c1",)),
