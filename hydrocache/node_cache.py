@@ -23,7 +23,8 @@ and carries out the `Step(replies, io)` each returns (`hydrocache.actions`):
 Every failure is answered with a status and a message naming this cache: `TIMEOUT` with the
 stage for `StageTimeout`, `EXECUTION_ERROR` otherwise; nothing is dropped silently.
 The cut and its upkeep are `hydrocache.keeper.CutKeeper`'s; each operation below is a
-generator run by `hydrocache.pending.Operations` (one path whether or not it waits).
+generator run by `hydrocache.pending.Operations` (one path whether or not it waits);
+CAUSAL_COMMIT is `hydrocache.committing.Committing`'s, mixed in.
 
 The operations (dissertation 4.3; `hydrocache/protocols.py` holds their decisions):
 - CAUSAL_BIND (OPT, Algorithms 8 and 6): an OPT retry first re-reads the keys the aborted
@@ -77,13 +78,13 @@ import uuid
 from typing import Any, Callable, Dict, Generator, Iterable, List, Optional, Sequence, Set, Tuple
 
 from anna_core.errors import AnnaError
-from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
 
 from . import versionset as vs
-from .actions import (DEFAULT_TIMEOUT, TEMP_SLACK, AskCache, Fenced, NotCausal, PutVersions,
+from .actions import (DEFAULT_TIMEOUT, TEMP_SLACK, AskCache, Fenced, NotCausal,
                       RemoteUnavailable, Reply, StageTimeout, Step)
 from .carried import Carried, unpack
+from .committing import Committing
 from .copies import ValueTags
 from .keeper import CutKeeper
 from .pending import Operations, Pause, PutWait, RepliesWait
@@ -104,7 +105,7 @@ SESSION_PAUSE = (0.002, 0.05)   # between re-reads of a key short of its session
 Upstream = Tuple[bool, str, vs.VersionSet, vs.VersionSet, int, List[str]]
 
 
-class NodeCache:
+class NodeCache(Committing):
     """The causal side of one node cache, sans I/O; see the module contract."""
 
     def __init__(self, node_id: str, address: str, capacity_bytes: int = 2 << 30) -> None:
@@ -583,63 +584,6 @@ class NodeCache:
         for v in got.values():
             self.temp.add(req.attempt_id, v, expires)
         return pb.CacheResponse(), []
-
-    # ---- the sink: CAUSAL_COMMIT ----
-    def _grant(self, req: pb.CacheRequest, deadline: float) -> Generator:
-        """Ask the call's scheduler whether this attempt may commit (the call's one commit)."""
-        rid = f"{self._rid_prefix}-{next(self._ids)}"
-        scheduler = req.grant_address
-        w = RepliesWait(self._awaiting, deadline)
-        w.expect(rid, scheduler, list(req.keys),
-                 stage=f"the commit grant of attempt {req.attempt_id} from the scheduler at "
-                       f"{scheduler}")
-        self._io.append(AskCache(scheduler, pb.CacheRequest(
-            request_id=rid, op=pb.CAUSAL_GRANT, attempt_id=req.attempt_id,
-            timeout=max(deadline - self._now, 0.001), requester=self.address)))
-        yield from self._ops.wait(w)
-        answer = w.answers[rid]
-        if answer.status != pb.OK or answer.fenced:
-            raise self._fenced(req.attempt_id, "the scheduler at "
-                               f"{scheduler} did not grant its commit: "
-                               f"{answer.message or pb.Status.Name(answer.status)}")
-        return answer
-
-    def _release_from(self, answer: pb.CacheResponse) -> None:
-        """The releases a scheduler handed this cache with a grant: as CAUSAL_RELEASE."""
-        if answer.release:
-            until = self._now + answer.release_timeout + TEMP_SLACK
-            for attempt in answer.release:
-                self.temp.release(attempt, until)
-
-    def _commit(self, req: pb.CacheRequest) -> Generator:
-        keeper = self.keeper
-        if req.grant_address:
-            answer = yield from self._grant(req, self._deadline(req))
-            if self.temp.fenced(req.attempt_id):
-                # released while the grant travelled: the scheduler granted first, then failed
-                # the call (its caller hears the commit's outcome is unknown); it still counts
-                log.info("attempt %s commits after its release: granted before it",
-                         req.attempt_id)
-            # the grant ends the call's binds: its releases (this attempt's among them) came
-            # with it; the commit, granted, goes on
-            self._release_from(answer)
-        versions = []
-        for raw in req.writes:
-            t = anna_pb2.KeyTuple.FromString(raw)
-            versions.append(keeper.collected(Version.deserialize(t.key, t.payload)))
-        if versions:
-            token = next(self._ids)
-            w = PutWait(self._puts, token, [v.key for v in versions], self._deadline(req))
-            self._io.append(PutVersions(token, versions))
-            yield from self._ops.wait(w)
-        for v in versions:
-            keeper.offer_committed(v)
-        for v in versions:
-            keeper.subscribe(v.key)
-        response = pb.CacheResponse()
-        for v in versions:
-            response.entries.add(key=v.key, found=True)
-        return response, []
 
     # ---- dependency-metadata GC (4.2.3) ----
     def _gc_report(self, req: pb.CacheRequest) -> None:

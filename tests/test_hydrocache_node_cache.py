@@ -57,7 +57,8 @@ def kinds(net: Net):
 
 
 # ---------------------------------------------------------------- purity
-@pytest.mark.parametrize("module", ["node_cache", "keeper", "pending", "lru", "actions"])
+@pytest.mark.parametrize("module", ["node_cache", "keeper", "pending", "lru", "actions",
+                                    "committing", "carried"])
 def test_the_core_modules_use_no_sockets_threads_or_clocks(module):
     import ast
     import pathlib
