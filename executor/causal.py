@@ -157,11 +157,9 @@ class CausalInvocation:
         self.read_set = vs.from_proto(response.context.read_set)
         self.remote_fetches = max(self.remote_fetches, response.context.remote_fetches)
         self.carried.extend(response.context.carried)
+        self._note_deps(response)
         for k in keys:
-            hit = found.get(k)
-            self.bound[k] = hit
-            if hit is not None:
-                self.read_deps.note(k, hit.deps)
+            self.bound[k] = found.get(k)
 
     def _read(self, keys: Sequence[str], snapshot_required: bool = False) -> None:
         req = pb.CacheRequest(op=pb.CAUSAL_READ, attempt_id=self.plan.snapshot_attempt
@@ -173,12 +171,18 @@ class CausalInvocation:
         if response.abort:
             raise CausalAbortError(response.abort_reason or "read outside the snapshot",
                                    response.new_keys)
+        self._note_deps(response)
         for k in keys:
             hit = found.get(k)
             self.bound[k] = hit
             if hit is not None:
                 self.read_set = vs.union(self.read_set, {k: vs.Entry(hit.clock)})
-                self.read_deps.note(k, hit.deps)
+
+    def _note_deps(self, response: pb.CacheResponse) -> None:
+        """Remember the dependencies of every version bound (they go downstream as sent)."""
+        for e in response.entries:
+            if e.found:
+                self.read_deps.note(e.key, e.deps)
 
     # ---- what the function sees ----
     def value(self, key: str, concurrent: bool = False) -> Any:

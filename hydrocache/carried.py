@@ -18,15 +18,16 @@ Contract (pure: no sockets, clocks or sleeps; `CausalContext` is `cloudburst_pb2
 - Read dependencies. A sink's write of a key read upstream inherits the dependencies of the
   version read (`hydrocache.writer`). `ReadDeps` keeps, per key read in the attempt so far,
   those dependencies (merged entry-wise when two functions report the key; more
-  dependencies only make the write wait for more): `note(key, deps)`, `extend(items)` with
-  `ReadDeps` protos, `get(key)`, `to_proto()`. The sink then needs no second bind.
+  dependencies only make the write wait for more): `note(key, deps)` with the bound
+  entry's `KeyVersion`s, `extend(items)` with `ReadDeps` protos, `get(key)` (a dict),
+  `to_proto()`. The sink then needs no second bind.
 Trust: both travel through the attempt's workers, as the snapshot, the read set and the
 buffered writes (`CausalContext.writes`) already do; a worker can change nothing with them it
 could not change before, and a carried version is only used when it matches the clock S names.
 """
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set
+from typing import Dict, Iterable, List, Optional, Sequence, Set
 
 from hydro_proto import cloudburst_pb2 as pb
 
@@ -103,38 +104,54 @@ Deps = Dict[str, Dict[str, int]]
 
 
 class ReadDeps:
-    """Per key read so far, the dependencies of the version read (module contract)."""
+    """Per key read so far, the dependencies of the version read (module contract). Kept as
+    the `ReadDeps` protos they arrived in, so passing them on is a copy in protobuf's C code;
+    only a key two functions report is merged (in Python), and `get` decodes one key."""
 
     __slots__ = ("_deps",)
 
     def __init__(self) -> None:
-        self._deps: Dict[str, Deps] = {}
+        self._deps: Dict[str, pb.ReadDeps] = {}
 
     def __contains__(self, key: str) -> bool:
         return key in self._deps
 
-    def note(self, key: str, deps: Mapping[str, Mapping[str, int]]) -> None:
-        mine = self._deps.get(key)
-        if mine is None:
-            self._deps[key] = {d: dict(vc) for d, vc in deps.items()}
-            return
-        for d, vc in deps.items():
-            mine[d] = vclock.merge(mine[d], vc) if d in mine else dict(vc)
-
-    def get(self, key: str) -> Optional[Deps]:
-        deps = self._deps.get(key)
-        return None if deps is None else {d: dict(vc) for d, vc in deps.items()}
+    def note(self, key: str, deps: Iterable[pb.KeyVersion]) -> None:
+        """The version read of `key` depends on `deps` (`CacheEntry.deps`)."""
+        rd = pb.ReadDeps(key=key)
+        rd.deps.extend(deps)
+        self._add(rd)
 
     def extend(self, items: Iterable[pb.ReadDeps]) -> None:
         for rd in items:
-            self.note(rd.key, {kv.key: {n: int(c) for n, c in kv.vc.items() if c}
-                               for kv in rd.deps})
+            self._add(rd)
+
+    def _add(self, rd: pb.ReadDeps) -> None:
+        mine = self._deps.get(rd.key)
+        if mine is None:
+            self._deps[rd.key] = rd
+            return
+        if mine.SerializeToString(deterministic=True) == rd.SerializeToString(deterministic=True):
+            return
+        merged = _decode(mine)
+        for d, vc in _decode(rd).items():
+            merged[d] = vclock.merge(merged[d], vc) if d in merged else vc
+        out = pb.ReadDeps(key=rd.key)
+        for d in sorted(merged):
+            out.deps.add(key=d).vc.update(merged[d])
+        self._deps[rd.key] = out
+
+    def get(self, key: str) -> Optional[Deps]:
+        rd = self._deps.get(key)
+        return None if rd is None else _decode(rd)
 
     def to_proto(self) -> List[pb.ReadDeps]:
-        out = []
-        for key in sorted(self._deps):
-            rd = pb.ReadDeps(key=key)
-            for d in sorted(self._deps[key]):
-                rd.deps.add(key=d).vc.update(self._deps[key][d])
-            out.append(rd)
-        return out
+        return [self._deps[k] for k in sorted(self._deps)]
+
+
+def _decode(rd: pb.ReadDeps) -> Deps:
+    out: Deps = {}
+    for kv in rd.deps:
+        vc = {n: int(c) for n, c in kv.vc.items() if c}
+        out[kv.key] = vclock.merge(out[kv.key], vc) if kv.key in out else vc
+    return out

@@ -37,6 +37,9 @@ class ScriptedCache:
             for k in req.keys:
                 vc, deps, value = self.versions[k]
                 found[k] = CausalRead(dict(vc), [memoryview(value)], deps)
+                e = response.entries.add(key=k, found=True)
+                for d, dvc in deps.items():
+                    e.deps.add(key=d).vc.update(dvc)
                 response.context.read_set.add(key=k).vc.update(vc)
                 response.context.snapshot.add(key=k).vc.update(vc)
             for key, lattice in self.carried:
@@ -123,3 +126,18 @@ def test_a_function_with_downstreams_elsewhere_asks_for_and_passes_down_carried_
                             [upstream(read_deps=False)], 5.0)
     inv2.bind(["j"])
     assert not cache2.requests[0].carry_versions and not inv2.context().carried
+
+
+def test_read_dependencies_of_one_key_from_two_branches_are_merged():
+    from hydrocache.carried import ReadDeps
+    a, b = pb.ReadDeps(key="k"), pb.ReadDeps(key="k")
+    a.deps.add(key="d").vc.update({"x": 4, "y": 1})
+    b.deps.add(key="d").vc.update({"x": 2, "y": 3})
+    b.deps.add(key="e").vc.update({"z": 1})
+    rd = ReadDeps()
+    rd.extend([a])
+    rd.extend([a])                         # the same again: kept once, as it came
+    assert rd.to_proto() == [a]
+    rd.extend([b])
+    assert rd.get("k") == {"d": {"x": 4, "y": 3}, "e": {"z": 1}}
+    assert rd.get("j") is None and "k" in rd
