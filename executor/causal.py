@@ -17,11 +17,17 @@ function's reads through the node cache and remembers them:
   `CausalContext.writes` and are committed at the sink (`commit`, 4.2.2): the worker's
   `hydrocache.writer.ExecutorWriter` makes them mutually dependent and dependent on the
   whole read set, and the node cache writes them to Anna before the result is sent, once
-  the call's scheduler granted the commit (one per call). The sink re-binds the written keys
-  read upstream on the call's own snapshot only (`snapshot_required`): a snapshot gone by then
-  (the attempt was released) fails the commit with `Fenced`, like a commit not granted;
-  the writer then forgets the versions it built (nothing was written).
-- `context()` is what goes downstream (`Trigger.causal`): S_new, R_new, writes, fetch count.
+  the call's scheduler granted the commit (one per call). A written key read upstream
+  inherits the dependencies of the version read, which the upstream functions sent down
+  (`read_deps`); only without them (a context from an older worker) does the sink re-bind the
+  key, on the call's own snapshot only (`snapshot_required`): a snapshot gone by then (the
+  attempt was released) fails the commit with `Fenced`, like a commit not granted; the writer
+  then forgets the versions it built (nothing was written).
+- `context()` is what goes downstream (`Trigger.causal`): S_new, R_new, writes, fetch count,
+  and (not from a sink) the carried versions of S and the read dependencies
+  (`hydrocache/carried.py`). A function whose call has functions on another cache asks its
+  cache for its versions of S_d (`carry_versions`); a bind sends the cache only the carried
+  versions of the keys it binds.
 Parallel upstream contexts of a function that reads nothing are validated here with
 `hydrocache.protocols.parallel_flow` (pure), saving a cache round trip.
 """
