@@ -17,11 +17,17 @@ function's reads through the node cache and remembers them:
   `CausalContext.writes` and are committed at the sink (`commit`, 4.2.2): the worker's
   `hydrocache.writer.ExecutorWriter` makes them mutually dependent and dependent on the
   whole read set, and the node cache writes them to Anna before the result is sent, once
-  the call's scheduler granted the commit (one per call). The sink re-binds the written keys
-  read upstream on the call's own snapshot only (`snapshot_required`): a snapshot gone by then
-  (the attempt was released) fails the commit with `Fenced`, like a commit not granted;
-  the writer then forgets the versions it built (nothing was written).
-- `context()` is what goes downstream (`Trigger.causal`): S_new, R_new, writes, fetch count.
+  the call's scheduler granted the commit (one per call). A written key read upstream
+  inherits the dependencies of the version read, which the upstream functions sent down
+  (`read_deps`); only without them (a context from an older worker) does the sink re-bind the
+  key, on the call's own snapshot only (`snapshot_required`): a snapshot gone by then (the
+  attempt was released) fails the commit with `Fenced`, like a commit not granted; the writer
+  then forgets the versions it built (nothing was written).
+- `context()` is what goes downstream (`Trigger.causal`): S_new, R_new, writes, fetch count,
+  and (not from a sink) the carried versions of S and the read dependencies
+  (`hydrocache/carried.py`). A function whose call has functions on another cache asks its
+  cache for its versions of S_d (`carry_versions`); a bind sends the cache only the carried
+  versions of the keys it binds.
 Parallel upstream contexts of a function that reads nothing are validated here with
 `hydrocache.protocols.parallel_flow` (pure), saving a cache round trip.
 """
@@ -34,6 +40,7 @@ from faas.errors import CloudburstError
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
 from hydrocache import versionset as vs
+from hydrocache.carried import Carried, ReadDeps
 from hydrocache.protocols import parallel_flow, parallel_stale
 from hydrocache.session import Floors
 from hydrocache.writer import ExecutorWriter
@@ -72,8 +79,17 @@ class CausalInvocation:
         self.bound: Dict[str, Optional[CausalRead]] = {}
         self.writes: Dict[str, bytes] = {}
         self.remote_fetches = max((c.remote_fetches for c in upstreams), default=0)
+        # what goes down with the context besides S and R: the upstream caches' versions of
+        # S (a downstream cache then asks no holder) and the dependencies of each version
+        # read (the sink then binds no key again); hydrocache/carried.py
+        self.carried = Carried()
+        self.read_deps = ReadDeps()
         for c in upstreams:             # in upstream order; a later branch's write wins
             self.writes.update(c.writes)
+            self.carried.extend(c.carried)
+            self.read_deps.extend(c.read_deps)
+        # ask the cache for its versions of S_d only when a downstream may run elsewhere
+        self._carry = not schedule.sink and len(set(self.plan.caches.values())) > 1
         if self.plan.protocol != pb.OPT:
             for c in upstreams:
                 self.read_set = vs.union(self.read_set, vs.from_proto(c.read_set))
@@ -130,8 +146,13 @@ class CausalInvocation:
             return
         req = pb.CacheRequest(op=pb.CAUSAL_BIND, attempt_id=self.schedule.call_id, keys=keys,
                               prefetch_attempt=self.plan.snapshot_attempt
-                              if self.plan.requested == pb.HB else "")
+                              if self.plan.requested == pb.HB else "",
+                              carry_versions=self._carry)
         req.upstreams.extend(contexts)
+        for c in req.upstreams:
+            del c.carried[:]
+        if self.carried:    # the cache rebuilds versions only of the keys it binds
+            req.upstreams[0].carried.extend(self.carried.to_proto(keys))
         req.refresh.extend(self.plan.refresh_keys)
         self._dag_keys(req, keys)
         response, found = self.cache.causal(req, timeout=self.timeout)
@@ -141,6 +162,8 @@ class CausalInvocation:
         self.snapshot = vs.from_proto(response.context.snapshot)
         self.read_set = vs.from_proto(response.context.read_set)
         self.remote_fetches = max(self.remote_fetches, response.context.remote_fetches)
+        self.carried.extend(response.context.carried)
+        self._note_deps(response)
         for k in keys:
             self.bound[k] = found.get(k)
 
@@ -154,11 +177,18 @@ class CausalInvocation:
         if response.abort:
             raise CausalAbortError(response.abort_reason or "read outside the snapshot",
                                    response.new_keys)
+        self._note_deps(response)
         for k in keys:
             hit = found.get(k)
             self.bound[k] = hit
             if hit is not None:
                 self.read_set = vs.union(self.read_set, {k: vs.Entry(hit.clock)})
+
+    def _note_deps(self, response: pb.CacheResponse) -> None:
+        """Remember the dependencies of every version bound (they go downstream as sent)."""
+        for e in response.entries:
+            if e.found:
+                self.read_deps.note(e.key, e.deps)
 
     # ---- what the function sees ----
     def value(self, key: str, concurrent: bool = False) -> Any:
@@ -185,6 +215,9 @@ class CausalInvocation:
         out.read_set.extend(vs.to_proto(self.read_set))
         for k, v in self.writes.items():
             out.writes[k] = v
+        if not self.schedule.sink:
+            out.carried.extend(self.carried.to_proto())
+            out.read_deps.extend(self.read_deps.to_proto())
         return out
 
     def commit(self, writer: ExecutorWriter, extra: Optional[Dict[str, bytes]] = None
@@ -195,14 +228,20 @@ class CausalInvocation:
         if not writes:
             return []
         # a new version of a key inherits the dependencies of the version read (transitive
-        # causality, hydrocache/writer.py); keys read upstream are bound here to learn them,
-        # on the call's own snapshot (never a newer one: its clock would become the base)
-        unbound = [k for k in writes if k in self.read_set and k not in self.bound]
+        # causality, hydrocache/writer.py): the upstream functions that read a key sent them
+        # down (`read_deps`); a key read upstream without them (an older worker) is bound
+        # here to learn them, on the call's own snapshot (never a newer one: its clock would
+        # become the base)
+        read_deps = {k: self.read_deps.get(k) for k in writes
+                     if k not in self.bound and k in self.read_set and k in self.read_deps}
+        unbound = [k for k in writes if k in self.read_set and k not in self.bound
+                   and k not in read_deps]
         if unbound and self.plan.protocol != pb.OPT:
             self._read(unbound, snapshot_required=True)
         elif unbound:
             self.bind(unbound)
-        read_deps = {k: self.bound[k].deps for k in writes if self.bound.get(k) is not None}
+        read_deps.update({k: self.bound[k].deps for k in writes
+                          if self.bound.get(k) is not None})
         versions = writer.commit(writes, self.read_set, read_deps, record=False)
         req = pb.CacheRequest(op=pb.CAUSAL_COMMIT, attempt_id=self.schedule.call_id,
                               keys=[v.key for v in versions],

@@ -23,16 +23,20 @@ and carries out the `Step(replies, io)` each returns (`hydrocache.actions`):
 Every failure is answered with a status and a message naming this cache: `TIMEOUT` with the
 stage for `StageTimeout`, `EXECUTION_ERROR` otherwise; nothing is dropped silently.
 The cut and its upkeep are `hydrocache.keeper.CutKeeper`'s; each operation below is a
-generator run by `hydrocache.pending.Operations` (one path whether or not it waits).
+generator run by `hydrocache.pending.Operations` (one path whether or not it waits);
+CAUSAL_COMMIT is `hydrocache.committing.Committing`'s, mixed in.
 
 The operations (dissertation 4.3; `hydrocache/protocols.py` holds their decisions):
 - CAUSAL_BIND (OPT, Algorithms 8 and 6): an OPT retry first re-reads the keys the aborted
   attempt read too old (`refresh`) and waits at most a fifth of its time for their
   dependencies; then upstream contexts -> parallel flow -> linear flow; keys not in the cut are
-  brought in (local cut update); keys only upstream caches hold are fetched from their holders
-  (CAUSAL_TEMP_GET, in parallel) or found in this cache's temporary versions (its own, an HB
-  prefetch). Holders that fail or do not answer in time abort the attempt ("upstream versions
-  unavailable"). The reply carries the bound versions (values as frames), S_new and R_new, or
+  brought in (local cut update); keys only upstream caches hold are found in this cache's
+  temporary versions (its own, an HB prefetch) or among the versions the attempt carried
+  (`hydrocache.carried`: used only when the entry's clock supersedes them and their merge is
+  that clock), or else fetched from their holders (CAUSAL_TEMP_GET, in parallel). Holders
+  that fail or do not answer in time abort the attempt ("upstream versions
+  unavailable"). The reply carries the bound versions (values as frames), S_new and R_new
+  (with `carry_versions`, also this cache's versions of S_d in `context.carried`), or
   `abort` with the reason and the stale keys.
 - CAUSAL_READ (CT, CON): reads the attempt's snapshot; when the attempt has none (CT's first
   read) it is built from the cut for every key of R~_DAG after a local cut update (4.3.1).
@@ -51,9 +55,11 @@ The operations (dissertation 4.3; `hydrocache/protocols.py` holds their decision
   deadline plus `TEMP_SLACK` (the release's `timeout` is the call's time left); a fenced
   attempt's BIND, READ, SNAPSHOT, FETCH and COMMIT are refused with `Fenced` (reply
   `fenced`, naming the attempt and this cache). A COMMIT naming `grant_address` first asks
-  that scheduler for the grant (CAUSAL_GRANT, one per call) and writes nothing unless it is
-  granted; a refusal is `Fenced` with the scheduler's reason, no answer in time a
-  `StageTimeout` naming the grant.
+  that scheduler for the grant (CAUSAL_GRANT, one per call, naming this cache as
+  `requester`) and writes nothing unless it is granted; a refusal is `Fenced` with the
+  scheduler's reason, no answer in time a `StageTimeout` naming the grant. The releases a
+  grant's reply hands over (`release`, `release_timeout`) are applied as a CAUSAL_RELEASE;
+  the granted commit goes on.
 - Sessions (read-your-writes and monotonic reads, `hydrocache/session.py`): a CAUSAL_BIND,
   the CAUSAL_READ that builds a CT snapshot (or admits keys into it under CT), and a
   CAUSAL_SNAPSHOT carrying the caller's session first re-read from Anna every key (of the request and of R~_DAG) whose cut version
@@ -72,12 +78,13 @@ import uuid
 from typing import Any, Callable, Dict, Generator, Iterable, List, Optional, Sequence, Set, Tuple
 
 from anna_core.errors import AnnaError
-from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
 
 from . import versionset as vs
-from .actions import (DEFAULT_TIMEOUT, TEMP_SLACK, AskCache, Fenced, NotCausal, PutVersions,
+from .actions import (DEFAULT_TIMEOUT, TEMP_SLACK, AskCache, Fenced, NotCausal,
                       RemoteUnavailable, Reply, StageTimeout, Step)
+from .carried import Carried, unpack
+from .committing import Committing
 from .copies import ValueTags
 from .keeper import CutKeeper
 from .pending import Operations, Pause, PutWait, RepliesWait
@@ -85,6 +92,7 @@ from .session import SessionUnmet, causal_stale, causal_unmet
 from .protocols import (LinearPlan, create_snapshot, finish_linear, parallel_flow,
                         parallel_stale, plan_linear)
 from .temp import TempStore
+from .vclock import supersedes
 from .version import Version, merge_versions
 
 __all__ = ["NodeCache", "Step", "StageTimeout", "NotCausal", "RemoteUnavailable", "Fenced"]
@@ -97,7 +105,7 @@ SESSION_PAUSE = (0.002, 0.05)   # between re-reads of a key short of its session
 Upstream = Tuple[bool, str, vs.VersionSet, vs.VersionSet, int, List[str]]
 
 
-class NodeCache:
+class NodeCache(Committing):
     """The causal side of one node cache, sans I/O; see the module contract."""
 
     def __init__(self, node_id: str, address: str, capacity_bytes: int = 2 << 30) -> None:
@@ -108,7 +116,8 @@ class NodeCache:
         self.keeper = CutKeeper(capacity_bytes, self._io)
         self.temp = TempStore()
         self.stats = self.keeper.stats
-        self.stats.update(binds=0, remote_fetches=0, aborts=0, session_refreshes=0)
+        self.stats.update(binds=0, remote_fetches=0, aborts=0, session_refreshes=0,
+                          carried_hits=0)
         self._tags = ValueTags()
         self._ops = Operations(self._answer, self._fail)
         self._awaiting: Dict[str, RepliesWait] = {}
@@ -339,18 +348,24 @@ class NodeCache:
         self._answer(req, response)
 
     def _remote(self, attempt: str, wanted: vs.VersionSet, deadline: float,
-                prefetch: str = "") -> Generator:
+                prefetch: str = "", carried: Optional[Dict[str, List[Version]]] = None
+                ) -> Generator:
         """The versions named by `wanted`, rebuilt from their holders' temporary versions
-        (this cache's own, and an HB prefetch, first; the other holders asked in parallel)."""
+        (this cache's own, an HB prefetch and the versions the attempt carried first; the
+        other holders asked in parallel)."""
         got: Dict[str, Version] = {}
         by_holder: Dict[str, List[str]] = {}
         for key, entry in wanted.items():
             parts = self.temp.matching(attempt, key, entry.vc)
             if prefetch:
                 parts += self.temp.matching(prefetch, key, entry.vc)
+            if carried and key in carried:
+                parts += [v for v in carried[key] if supersedes(entry.vc, v.vc)]
             merged = _merge_all(parts)
             if merged is not None and merged.vc == dict(entry.vc):
                 got[key] = merged
+                if carried and key in carried:
+                    self.stats["carried_hits"] += 1
                 continue
             for h in entry.holders:
                 if h != self.address:
@@ -424,7 +439,8 @@ class NodeCache:
         if plan.remote and not plan.abort:
             try:
                 fetched = yield from self._remote(req.attempt_id, plan.remote, deadline,
-                                                  req.prefetch_attempt)
+                                                  req.prefetch_attempt,
+                                                  unpack(req.upstreams, plan.remote))
             except (RemoteUnavailable, StageTimeout) as e:
                 # the upstream versions are gone (the attempt was released: HB's early abort)
                 # or unreachable: the attempt cannot continue, the scheduler decides what next
@@ -446,10 +462,15 @@ class NodeCache:
         expires = self._deadline(req) + TEMP_SLACK
         self.keeper.lru.touch(plan.local)
         cut = self.keeper.cut
+        carry = Carried() if req.carry_versions else None
         for key in plan.s_d:
             v = cut.get(key)
             if v is not None:
                 self.temp.add(req.attempt_id, v, expires)
+                if carry is not None:     # what a downstream cache would ask this one for
+                    carry.add(key, v.serialize())
+        if carry:
+            response.context.carried.extend(carry.to_proto())
         r_d, s_new, r_new = finish_linear(plan, up[2], up[3], fetched, self.address)
         for key in req.keys:
             self._entry(req, response, key, r_d.get(key), frames)
@@ -563,52 +584,6 @@ class NodeCache:
         for v in got.values():
             self.temp.add(req.attempt_id, v, expires)
         return pb.CacheResponse(), []
-
-    # ---- the sink: CAUSAL_COMMIT ----
-    def _grant(self, req: pb.CacheRequest, deadline: float) -> Generator:
-        """Ask the call's scheduler whether this attempt may commit (the call's one commit)."""
-        rid = f"{self._rid_prefix}-{next(self._ids)}"
-        scheduler = req.grant_address
-        w = RepliesWait(self._awaiting, deadline)
-        w.expect(rid, scheduler, list(req.keys),
-                 stage=f"the commit grant of attempt {req.attempt_id} from the scheduler at "
-                       f"{scheduler}")
-        self._io.append(AskCache(scheduler, pb.CacheRequest(
-            request_id=rid, op=pb.CAUSAL_GRANT, attempt_id=req.attempt_id,
-            timeout=max(deadline - self._now, 0.001))))
-        yield from self._ops.wait(w)
-        answer = w.answers[rid]
-        if answer.status != pb.OK or answer.fenced:
-            raise self._fenced(req.attempt_id, "the scheduler at "
-                               f"{scheduler} did not grant its commit: "
-                               f"{answer.message or pb.Status.Name(answer.status)}")
-
-    def _commit(self, req: pb.CacheRequest) -> Generator:
-        keeper = self.keeper
-        if req.grant_address:
-            yield from self._grant(req, self._deadline(req))
-            if self.temp.fenced(req.attempt_id):
-                # released while the grant travelled: the scheduler granted first, then failed
-                # the call (its caller hears the commit's outcome is unknown); it still counts
-                log.info("attempt %s commits after its release: granted before it",
-                         req.attempt_id)
-        versions = []
-        for raw in req.writes:
-            t = anna_pb2.KeyTuple.FromString(raw)
-            versions.append(keeper.collected(Version.deserialize(t.key, t.payload)))
-        if versions:
-            token = next(self._ids)
-            w = PutWait(self._puts, token, [v.key for v in versions], self._deadline(req))
-            self._io.append(PutVersions(token, versions))
-            yield from self._ops.wait(w)
-        for v in versions:
-            keeper.offer_committed(v)
-        for v in versions:
-            keeper.subscribe(v.key)
-        response = pb.CacheResponse()
-        for v in versions:
-            response.entries.add(key=v.key, found=True)
-        return response, []
 
     # ---- dependency-metadata GC (4.2.3) ----
     def _gc_report(self, req: pb.CacheRequest) -> None:

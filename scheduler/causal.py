@@ -22,12 +22,14 @@ waits), `give_up` (an attempt aborted: stop it, release it, count it against the
 - Whenever the call finishes or fails, one CAUSAL_RELEASE goes to every cache of the call,
   naming every attempt id used not yet released (and HB's "#s": `attempt_id` and
   `also_release`); a release fences each attempt it names at the cache until the call's
-  deadline plus slack (hydrocache/DESIGN.md, "Fencing").
+  deadline plus slack (hydrocache/DESIGN.md, "Fencing"). A call whose commit is granted
+  releases them at the grant instead, as `HeldRelease`s (below).
 - One commit per call (`grant(attempt_id, now) -> (granted, reason, actions)`): a sink's node
   cache asks before it writes anything. The grant goes to a running attempt of a call not
   finished, once per call; the other running attempts are stopped and released at that
   moment, outstanding rounds are cancelled, and no attempt starts or is granted after it
-  (`granted`). Everything else is refused with the reason. A call failed after its grant
+  (`granted`). The call's remaining attempts (the granted one included: its binds are over)
+  are released then too, as `HeldRelease`s that may ride on a later message to each cache. Everything else is refused with the reason. A call failed after its grant
   tells the caller that the granted commit may still be applied.
 
 Ids: attempt n of call c is `f"{c}#{n}"` (attempt n follows n aborted attempts, so
@@ -49,11 +51,12 @@ from hydro_proto import cloudburst_pb2 as pb
 from hydrocache.session import Floors
 
 from .causal_records import (AbortAttempt, Action, Attempt, AttemptState, Awaited, CacheSend,
-                             Fail, FetchSets, Finished, Pieces, Round, SimResult, StartAttempt,
-                             Waiting)
+                             Fail, FetchSets, Finished, HeldRelease, Pieces, Round, SimResult,
+                             StartAttempt, Waiting)
 from .mtcc import Continuation, Flow, flow_for
 
-__all__ = ["CausalCall", "StartAttempt", "CacheSend", "AbortAttempt", "Fail", "Finished",
+__all__ = ["CausalCall", "StartAttempt", "CacheSend", "HeldRelease", "AbortAttempt", "Fail",
+           "Finished",
            "SimResult", "HydroEngine", "topological_order", "caller_of", "PROTOCOL_NAMES"]
 
 PROTOCOL_NAMES = {pb.HB: "HB", pb.CT: "CT", pb.OPT: "OPT", pb.CON: "CON"}
@@ -289,6 +292,9 @@ class CausalCall:
                 other.state = ABORTED
                 out.append(AbortAttempt(aid))
                 out += self._release([aid], now)
+        # the call's binds are over (its one sink runs after every other function), so the
+        # rest of its temporary versions can go: held, to ride on the next grant to each cache
+        out += self._release(list(self.attempts) + self.flow.held_snapshots(), now, held=True)
         return True, "", out
 
     # ---- steps offered to the flows (scheduler.mtcc) ----
@@ -447,14 +453,18 @@ class CausalCall:
     def _all_caches(self) -> List[str]:
         return sorted(set(self.caches.values()))
 
-    def _release(self, attempt_ids: Sequence[str], now: Optional[float]) -> List[Action]:
+    def _release(self, attempt_ids: Sequence[str], now: Optional[float],
+                 held: bool = False) -> List[Action]:
         """CAUSAL_RELEASE (which also fences) of `attempt_ids` on every cache of the call;
-        `timeout` is the call's time left (the cache fences until then plus slack)."""
+        `timeout` is the call's time left (the cache fences until then plus slack). `held`:
+        as `HeldRelease`s, which may wait for a message going to the cache anyway."""
         fresh = [a for a in attempt_ids if a not in self._released]
         self._released.update(fresh)
         left = self.timeout if now is None else max(self.deadline - now, 0.001)
         if not fresh:
             return []
+        if held:
+            return [HeldRelease(c, fresh, left) for c in self._all_caches()]
         # one message per cache for all of them: a call's end would otherwise cost a message
         # per attempt and cache (HB ends holding its OPT attempt and its snapshot)
         return [CacheSend(c, pb.CacheRequest(op=pb.CAUSAL_RELEASE, attempt_id=fresh[0],

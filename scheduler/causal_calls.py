@@ -21,7 +21,9 @@ HB call that ends), "always" (at the start, as written) or "on_abort" (only afte
   `tick(now)` feed the coordinator.
 - `grant(CacheRequest, now)`: a node cache's CAUSAL_GRANT for a sink's commit; answered at
   once on the request's `response_address` (a `cache_reply`: OK when granted, otherwise
-  `fenced` with the reason). An attempt of no call in flight here is refused: a call this
+  `fenced` with the reason). The reply also hands the asking cache (`requester`) the
+  releases held for it (`HeldRelease`, `scheduler.release_batch`); `tick` sends the others
+  once they waited `MAX_DELAY` (`holding()`: some are held). An attempt of no call in flight here is refused: a call this
   scheduler failed, finished or forgot can never commit. Its actions: `StartAttempt` sends one `schedule` per
   source worker (the plan in every function's schedule) and tracks the attempt's load;
   `CacheSend` sends a `cache` request; `AbortAttempt` drops the attempt's load and sends
@@ -41,10 +43,11 @@ from hydro_proto import cloudburst_pb2 as pb
 from .causal import CausalCall, caller_of
 from .hb_policy import SnapshotPolicy
 from .causal_records import (AbortAttempt, Action, AttemptState, CacheSend, Fail, Finished,
-                             StartAttempt)
+                             HeldRelease, StartAttempt)
 from .dag import Dag
 from .membership import CallRecord, ExecutorTable
 from .mtcc import HbFlow
+from .release_batch import ReleaseBatch
 from .schedule import build_schedules, references_by_function
 
 __all__ = ["CausalCalls", "InFlight", "HB_SNAPSHOT_MODES"]
@@ -80,6 +83,7 @@ class CausalCalls:
         self._address = address
         self._max_retries = max_retries
         self.records: Dict[str, InFlight] = {}
+        self.releases = ReleaseBatch()
 
     # ---- routing ----
     def owner(self, call_id: str) -> Optional[InFlight]:
@@ -140,15 +144,19 @@ class CausalCalls:
             granted, reason, actions = rec.coordinator.grant(req.attempt_id, now)
         if not granted:
             log.info("refused the commit of attempt %s: %s", req.attempt_id, reason)
+        if rec is not None and actions:
+            self._apply(rec, actions, now)
         response = pb.CacheResponse(request_id=req.request_id, responder=self._address,
                                     status=pb.OK if granted else pb.ABORTED,
                                     fenced=not granted,
                                     message=f"scheduler {self._address}: {reason}" if reason
                                     else "")
         if req.response_address:
+            if req.requester:   # the releases held for that cache ride on its grant
+                held, left = self.releases.take(req.requester, now)
+                response.release.extend(held)
+                response.release_timeout = left
             self._push.send(req.response_address, "cache_reply", response)
-        if rec is not None and actions:
-            self._apply(rec, actions, now)
 
     def worker_died(self, rec: InFlight, message: str, now: float,
                     status: int = pb.EXECUTION_ERROR) -> None:
@@ -164,6 +172,12 @@ class CausalCalls:
             actions = rec.coordinator.tick(now)
             if actions:
                 self._apply(rec, actions, now)
+        for cache, request in self.releases.due(now):
+            self._push.send(cache, "cache", request)
+
+    def holding(self) -> bool:
+        """Releases are held (`tick` sends them once due, calls in flight or not)."""
+        return self.releases.held() > 0
 
     # ---- actions ----
     def _apply(self, rec: InFlight, actions: Iterable[Action], now: float) -> None:
@@ -171,6 +185,11 @@ class CausalCalls:
         for action in actions:
             if isinstance(action, CacheSend):
                 self._push.send(action.address, "cache", action.request)
+            elif isinstance(action, HeldRelease):
+                full = self.releases.add(action.address, action.attempt_ids, action.timeout,
+                                         now)
+                if full is not None:
+                    self._push.send(full[0], "cache", full[1])
             elif isinstance(action, StartAttempt):
                 self._start_attempt(rec, action, now)
             elif isinstance(action, AbortAttempt):

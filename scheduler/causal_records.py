@@ -3,7 +3,8 @@
 Contract:
 - Actions, returned in order by every `scheduler.causal.CausalCall` event for the scheduler's
   loop to carry out: `StartAttempt(attempt_id, plan, timeout)`, `CacheSend(address, request)`,
-  `AbortAttempt(attempt_id)`, `Fail(status, message, stage)`, `Finished()` (always last).
+  `HeldRelease(address, attempt_ids, timeout)`, `AbortAttempt(attempt_id)`,
+  `Fail(status, message, stage)`, `Finished()` (always last).
 - `Attempt(protocol, state)`: one attempt of a call; `state` is an `AttemptState`.
 - `Round(op, attempt_id, stage, then)`: the cache requests of one coordination stage still
   awaited (`pending`: request id -> `Awaited(function, cache)`), the snapshot pieces received
@@ -21,7 +22,7 @@ from typing import Any, Dict, FrozenSet, List, NamedTuple, Tuple, Union
 
 from hydro_proto import cloudburst_pb2 as pb
 
-__all__ = ["StartAttempt", "CacheSend", "AbortAttempt", "Fail", "Finished", "Action",
+__all__ = ["StartAttempt", "CacheSend", "HeldRelease", "AbortAttempt", "Fail", "Finished", "Action",
            "Attempt", "AttemptState", "Awaited", "Round", "Waiting", "SimResult", "Pieces",
            "FetchSets"]
 
@@ -50,6 +51,18 @@ class CacheSend:
 
 
 @dataclass
+class HeldRelease:
+    """Release (and fence) `attempt_ids` at the node cache at `address` for `timeout`
+    seconds more, when convenient: with the next commit grant answered to that cache, or
+    within a short delay (`scheduler.release_batch`). Only for a call whose commit was
+    granted: nothing reads those attempts' temporary versions any more."""
+
+    address: str
+    attempt_ids: List[str]
+    timeout: float
+
+
+@dataclass
 class AbortAttempt:
     """Tell the attempt's workers to `abort` (and drop its load)."""
 
@@ -70,7 +83,7 @@ class Finished:
     """The call needs nothing more: forget it."""
 
 
-Action = Union[StartAttempt, CacheSend, AbortAttempt, Fail, Finished]
+Action = Union[StartAttempt, CacheSend, HeldRelease, AbortAttempt, Fail, Finished]
 
 
 # ---- what the coordinator keeps ----

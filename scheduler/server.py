@@ -269,7 +269,7 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents, WorkerLeasing):
                 self._pump(now)
                 self._live_caches = sorted({w.cache_address for w in self.table.live()
                                             if w.cache_address})
-                if self._causal:
+                if self._causal or self._causal_calls.holding():
                     self._causal_calls.tick(now)
                 self.lifecycle.tick(now)
                 self._lease_tick(now)

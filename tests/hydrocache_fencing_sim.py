@@ -30,8 +30,9 @@ from hydro_proto import cloudburst_pb2 as pb
 from hydrocache import versionset as vs
 from hydrocache.writer import ExecutorWriter
 from scheduler.causal import CausalCall, caller_of
-from scheduler.causal_records import (AbortAttempt, CacheSend, Fail, Finished, SimResult,
-                                      StartAttempt)
+from scheduler.causal_records import (AbortAttempt, CacheSend, Fail, Finished, HeldRelease,
+                                      SimResult, StartAttempt)
+from scheduler.release_batch import ReleaseBatch
 
 from hydrocache_sim import CLIENT, SCHEDULER, Net, read_entries
 
@@ -179,6 +180,7 @@ class FencingWorld:
             self.net.put(k, {f"init/{k}": 1}, value=b"init")
         self.writers = [ExecutorWriter(f"e{i}") for i in range(writers)]
         self.calls: Dict[str, SimCall] = {}
+        self.releases = ReleaseBatch()      # the scheduler's held releases (CausalCalls)
         self.attempts: List[Attempt] = []
         self.busy: Dict[str, str] = {}          # executor id -> the attempt whose sink runs
 
@@ -210,8 +212,13 @@ class FencingWorld:
         if call is not None:
             granted, reason, actions = call.coordinator.grant(req.attempt_id, self.net.now)
             self.apply(call, actions)
-        return pb.CacheResponse(request_id=req.request_id, status=pb.OK if granted
-                                else pb.ABORTED, fenced=not granted, message=reason)
+        response = pb.CacheResponse(request_id=req.request_id, status=pb.OK if granted
+                                    else pb.ABORTED, fenced=not granted, message=reason)
+        if req.requester:       # the releases held for that cache ride on its grant
+            held, left = self.releases.take(req.requester, self.net.now)
+            response.release.extend(held)
+            response.release_timeout = left
+        return response
 
     def fail(self, call: SimCall) -> None:
         """The scheduler fails the call (its node missed the heartbeat timeout)."""
@@ -233,6 +240,10 @@ class FencingWorld:
                     self.net.post(a.address, req, reply_to=SCHEDULER)
                 else:                       # nobody waits for it (release, prefetch)
                     self.net.post(a.address, req, reply_to="")
+            elif isinstance(a, HeldRelease):     # as the scheduler's CausalCalls does
+                full = self.releases.add(a.address, a.attempt_ids, a.timeout, self.net.now)
+                if full is not None:
+                    self.net.post(full[0], full[1], reply_to="")
             elif isinstance(a, Fail):
                 self.result(call, False, a.message)
             elif isinstance(a, (AbortAttempt, Finished)):
@@ -261,6 +272,8 @@ class FencingWorld:
         self.net.tick(dt)
         for call in self.calls.values():
             self.apply(call, call.coordinator.tick(self.net.now))
+        for cache, request in self.releases.due(self.net.now):
+            self.net.post(cache, request, reply_to="")
 
     def run(self, steps: int) -> None:
         for _ in range(steps):

@@ -191,6 +191,30 @@ def test_commit_waits_for_the_grant_and_writes_nothing_without_it():
     assert "k0" not in net.anna
 
 
+def test_releases_handed_over_with_a_grant_fence_their_attempts_and_the_commit_goes_on():
+    from hydrocache_sim import Net
+    net = Net(1, auto=True)
+    net.put("k0", {"a": 1})
+    read = pb.CacheRequest(op=pb.CAUSAL_READ, attempt_id="old#0", keys=["k0"],
+                           dag_keys=["k0"], dag_keys_known=True)
+    assert net.ask("cache0", read)[0].status == pb.OK and "old#0" in net.cores["cache0"].temp
+    asked = []
+    net.scheduler = lambda r: (asked.append(r.requester), pb.CacheResponse(
+        request_id=r.request_id, release=["c#1", "old#0"], release_timeout=5.0))[1]
+    response, _ = net.ask("cache0", _commit_request(net, "c#1", grant=True))
+    assert asked == ["cache0"]                      # the cache names itself to the scheduler
+    assert response.status == pb.OK and not response.fenced and "k0" in net.anna
+    temp = net.cores["cache0"].temp
+    assert "old#0" not in temp and temp.fenced("old#0") and temp.fenced("c#1")
+    again = pb.CacheRequest()
+    again.CopyFrom(read)
+    again.request_id = ""
+    assert net.ask("cache0", again)[0].fenced       # as after a CAUSAL_RELEASE
+    net.tick(5 + 30 + 1)
+    net.sweep()
+    assert not temp.fenced("old#0")
+
+
 def test_scheduler_grants_one_commit_per_call():
     from scheduler.causal import CausalCall
     from scheduler.causal_records import AbortAttempt, CacheSend

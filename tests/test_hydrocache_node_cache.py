@@ -57,7 +57,8 @@ def kinds(net: Net):
 
 
 # ---------------------------------------------------------------- purity
-@pytest.mark.parametrize("module", ["node_cache", "keeper", "pending", "lru", "actions"])
+@pytest.mark.parametrize("module", ["node_cache", "keeper", "pending", "lru", "actions",
+                                    "committing", "carried"])
 def test_the_core_modules_use_no_sockets_threads_or_clocks(module):
     import ast
     import pathlib
@@ -258,6 +259,54 @@ def test_opt_bind_fetches_upstream_versions_from_their_holder():
     # a late or unknown answer changes nothing
     net.carry(C1, net.cores[C1].on_cache_reply(pb.CacheResponse(request_id="late"), net.now))
     assert net.cores[C1].pending_operations() == 0
+
+
+def _carrying_upstream(net: Net):
+    """As `opt_upstream`, with cache0 asked to return its versions of S_d for downstream."""
+    net.auto = True
+    net.put("a", {"w": 1}, value=b"a1")
+    got(net.ask(C1, bind(["a"], attempt="warm", dag=["b"])))
+    net.put("a", {"w": 2}, value=b"a2")
+    net.put("b", {"w": 2}, {"a": {"w": 2}}, value=b"b2")
+    r0, _ = net.ask(C0, bind(["b"], dag=["a"], carry_versions=True))
+    net.auto = False
+    return r0.context
+
+
+def test_opt_bind_rebuilds_upstream_versions_the_attempt_carried_without_asking_holders():
+    net = Net()
+    context = _carrying_upstream(net)
+    assert sorted(cv.key for cv in context.carried) == ["a", "b"]   # cache0's S_d versions
+    rid = net.send(C1, bind(["a"], dag=["b"], upstreams=[context]))
+    assert net.io == [] and rid in net.answers          # answered at once: no TEMP_GET
+    assert got(net.answers.pop(rid))["a"] == ({"w": 2}, [b"a2"])
+    assert net.cores[C1].stats["carried_hits"] == 1
+    # a bind not asked to carry returns none (the sink, or every function on one cache)
+    net.auto = True
+    r, _ = net.ask(C0, bind(["b"], attempt="t#1", dag=["a"]))
+    assert not r.context.carried
+
+
+@pytest.mark.parametrize("forged", ["newer", "older", "garbage"])
+def test_a_carried_version_that_is_not_the_entry_is_never_bound(forged):
+    """Only a carried version the upstream entry's clock supersedes counts, and only when
+    what they merge to is that entry: anything else is asked from the holder as before."""
+    net = Net()
+    context = _carrying_upstream(net)
+    del context.carried[:]
+    if forged == "newer":
+        context.carried.add(key="a", lattice=Version.new("a", {"w": 3}, {}, [b"forged"])
+                            .serialize())
+    elif forged == "older":
+        context.carried.add(key="a", lattice=Version.new("a", {"w": 1}, {}, [b"forged"])
+                            .serialize())
+    else:
+        context.carried.add(key="a", lattice=b"not a lattice")
+    rid = net.send(C1, bind(["a"], dag=["b"], upstreams=[context]))
+    assert [type(a) for _, a in net.io] == [AskCache]   # the holder is asked
+    net.drain_io()
+    assert got(net.answers.pop(rid))["a"] == ({"w": 2}, [b"a2"])
+    assert net.cores[C1].stats["carried_hits"] == 0
 
 
 def test_an_upstream_holder_that_does_not_answer_aborts_the_bind_at_the_deadline():

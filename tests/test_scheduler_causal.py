@@ -816,3 +816,53 @@ def test_fetch_sets_that_disagree_on_a_key_stay_separate_requests():
                         then=ConFetched("c1#0", "c1#0"))
     fetches = requests(out, pb.CAUSAL_FETCH)
     assert [[dict(v.vc) for v in f.request.versions] for f in fetches] == [[{"x": 1}], [{"x": 2}]]
+
+
+# ---- releases at the grant, held to ride on the next grant to each cache ----
+def test_a_granted_call_releases_every_attempt_at_the_grant_as_held_releases():
+    from scheduler.causal_records import HeldRelease
+    c = make(pb.HB, engine=FakeEngine(sim=SimResult(False)))
+    c.start(0.0)
+    granted, _, out = c.grant("c1#0", 1.0)
+    assert granted and not requests(out, pb.CAUSAL_RELEASE)      # nothing sent at once
+    held = of(out, HeldRelease)
+    assert sorted(h.address for h in held) == [C1, C2]
+    assert all(sorted(h.attempt_ids) == ["c1#0", "c1#s"] and h.timeout == 9.0 for h in held)
+    done = c.on_done("c1#0", 1.5)
+    assert not requests(done, pb.CAUSAL_RELEASE) and of(done, Finished)   # none twice
+    # a call that fails before any grant still releases at once, as before
+    c2 = make(pb.OPT)
+    c2.start(0.0)
+    out = c2.fail(pb.TIMEOUT, "x")
+    assert set(released(out)) == {(C1, "c1#0"), (C2, "c1#0")} and not of(out, HeldRelease)
+
+
+def test_causal_calls_hand_held_releases_to_the_next_grant_of_that_cache_or_send_them_later():
+    from scheduler.release_batch import MAX_DELAY
+    calls, table, push = _calls(pb.OPT, call_id="r1")
+    _begin(calls, pb.OPT, "r2")
+    push.take()
+    calls.grant(pb.CacheRequest(request_id="g1", op=pb.CAUSAL_GRANT, attempt_id="r1#0",
+                                response_address="tcp://c2-replies", requester=C2), 1.0)
+    (address, reply1), = push.take("cache_reply")
+    assert address == "tcp://c2-replies" and reply1.status == pb.OK
+    # r1's own attempt at C2 rides on its grant; C1's waits
+    assert list(reply1.release) == ["r1#0"] and 8.9 < reply1.release_timeout <= 9.0
+    assert not push.take("cache") and calls.holding()
+    calls.done("r1#0", 1.01)
+    calls.grant(pb.CacheRequest(request_id="g2", op=pb.CAUSAL_GRANT, attempt_id="r2#0",
+                                response_address="tcp://c1-replies", requester=C1), 1.02)
+    (_, reply2), = push.take("cache_reply")
+    assert list(reply2.release) == ["r1#0", "r2#0"]         # C1's held ones, both calls
+    calls.done("r2#0", 1.03)
+    calls.tick(1.03 + MAX_DELAY / 2)
+    assert not push.take("cache")
+    calls.tick(1.03 + MAX_DELAY)                            # C2's for r2: sent on its own
+    (address, release), = push.take("cache")
+    assert address == C2 and release.op == pb.CAUSAL_RELEASE and release.attempt_id == "r2#0"
+    assert not calls.holding()
+    # a refused grant hands nothing over and holds nothing
+    calls.grant(pb.CacheRequest(request_id="g3", op=pb.CAUSAL_GRANT, attempt_id="r9#0",
+                                response_address="tcp://c1-replies", requester=C1), 2.0)
+    (_, refused), = push.take("cache_reply")
+    assert refused.fenced and not refused.release and not calls.holding()

@@ -1,0 +1,143 @@
+"""What a causal invocation (`executor.causal.CausalInvocation`) carries downstream, and what
+the sink saves with it, against a scripted node cache (unit test: no sockets).
+
+- a function whose downstream may run on another cache asks its cache for the versions of S_d
+  (`carry_versions`) and passes them down with the ones it received; its own binds send the
+  cache only the carried versions of the keys they bind;
+- every function passes down the dependencies of each version it read (`read_deps`), and a
+  sink writing a key read upstream takes them from there: no second CAUSAL_BIND;
+- a context without them (an older worker upstream) still gets the bind, as before.
+"""
+from __future__ import annotations
+
+from typing import List
+
+from hydro_proto import anna_pb2
+from hydro_proto import cloudburst_pb2 as pb
+from hydrocache.version import Version
+from hydrocache.writer import ExecutorWriter
+
+from executor.cache_client import CausalRead
+from executor.causal import CausalInvocation
+
+
+class ScriptedCache:
+    """Answers CAUSAL_BIND with fixed versions and S/R, and acknowledges commits."""
+
+    def __init__(self, versions=None, carried=()):
+        self.requests: List[pb.CacheRequest] = []
+        self.versions = versions or {}          # key -> (clock, deps, value)
+        self.carried = list(carried)
+
+    def causal(self, req: pb.CacheRequest, timeout: float):
+        self.requests.append(req)
+        response = pb.CacheResponse()
+        found = {}
+        if req.op == pb.CAUSAL_BIND:
+            for k in req.keys:
+                vc, deps, value = self.versions[k]
+                found[k] = CausalRead(dict(vc), [memoryview(value)], deps)
+                e = response.entries.add(key=k, found=True)
+                for d, dvc in deps.items():
+                    e.deps.add(key=d).vc.update(dvc)
+                response.context.read_set.add(key=k).vc.update(vc)
+                response.context.snapshot.add(key=k).vc.update(vc)
+            for key, lattice in self.carried:
+                response.context.carried.add(key=key, lattice=lattice)
+        return response, found
+
+    def ops(self):
+        return [pb.CacheOp.Name(r.op) for r in self.requests]
+
+
+def schedule(sink: bool, caches=("tcp://c1", "tcp://c2")) -> pb.Schedule:
+    s = pb.Schedule(call_id="c#0", function="f", sink=sink, scheduler_address="tcp://sched")
+    s.causal.protocol = pb.OPT
+    s.causal.requested = pb.OPT
+    s.causal.call_id = "c"
+    s.causal.dag_keys.extend(["k", "j", "m"])
+    s.causal.dag_keys_known = True
+    for i, c in enumerate(caches):
+        s.causal.caches[f"fn{i}"] = c
+    return s
+
+
+def upstream(read_deps: bool) -> pb.CausalContext:
+    c = pb.CausalContext()
+    c.read_set.add(key="k").vc.update({"u": 1})
+    c.snapshot.add(key="k").vc.update({"u": 1})
+    if read_deps:
+        rd = c.read_deps.add(key="k")
+        rd.deps.add(key="d").vc.update({"x": 4})
+    return c
+
+
+def committed(cache: ScriptedCache) -> Version:
+    (req,) = [r for r in cache.requests if r.op == pb.CAUSAL_COMMIT]
+    (raw,) = req.writes
+    t = anna_pb2.KeyTuple.FromString(raw)
+    return Version.deserialize(t.key, t.payload)
+
+
+def test_a_sink_writing_a_key_read_upstream_takes_its_dependencies_from_the_context():
+    cache = ScriptedCache()
+    inv = CausalInvocation(cache, schedule(sink=True), [upstream(read_deps=True)], 5.0)
+    inv.bind([])                               # the sink reads nothing itself
+    inv.put("k", b"new")
+    inv.commit(ExecutorWriter("e"))
+    assert cache.ops() == ["CAUSAL_COMMIT"]    # no second bind
+    v = committed(cache)
+    assert v.deps["d"] == {"x": 4}             # the dependencies of the version read upstream
+    assert v.vc["u"] == 1                      # based on the version read upstream
+
+
+def test_without_carried_dependencies_the_sink_binds_the_key_again():
+    cache = ScriptedCache(versions={"k": ({"u": 1}, {"d": {"x": 4}}, b"old")})
+    inv = CausalInvocation(cache, schedule(sink=True), [upstream(read_deps=False)], 5.0)
+    inv.bind([])
+    inv.put("k", b"new")
+    inv.commit(ExecutorWriter("e"))
+    assert cache.ops() == ["CAUSAL_BIND", "CAUSAL_COMMIT"]
+    assert cache.requests[0].keys == ["k"] and committed(cache).deps["d"] == {"x": 4}
+
+
+def test_a_function_with_downstreams_elsewhere_asks_for_and_passes_down_carried_versions():
+    lattice = Version.new("j", {"u": 2}, {}, [b"J"]).serialize()
+    cache = ScriptedCache(versions={"j": ({"u": 2}, {"k": {"u": 1}}, b"J"),
+                                    "m": ({"u": 1}, {}, b"M")},
+                          carried=[("j", lattice)])
+    up = upstream(read_deps=True)
+    up.carried.add(key="k", lattice=Version.new("k", {"u": 1}, {}, [b"K"]).serialize())
+    up.carried.add(key="m", lattice=Version.new("m", {"u": 1}, {}, [b"M"]).serialize())
+    inv = CausalInvocation(cache, schedule(sink=False), [up], 5.0)
+    inv.bind(["m"])
+    (bind,) = cache.requests
+    # asked for its versions of S_d; sends only the carried versions of the keys it binds
+    assert bind.carry_versions and [cv.key for cv in bind.upstreams[0].carried] == ["m"]
+    inv.bind(["j"])                                    # a later read: its own context
+    assert [cv.key for cv in cache.requests[1].upstreams[0].carried] == ["j"]
+    out = inv.context()
+    assert sorted(cv.key for cv in out.carried) == ["j", "k", "m"]  # received + its own
+    deps = {rd.key: {kv.key: dict(kv.vc) for kv in rd.deps} for rd in out.read_deps}
+    assert deps == {"j": {"k": {"u": 1}}, "k": {"d": {"x": 4}}, "m": {}}
+    # every function on one cache: nothing to carry, nothing asked
+    cache2 = ScriptedCache(versions={"j": ({"u": 2}, {}, b"J")})
+    inv2 = CausalInvocation(cache2, schedule(sink=False, caches=("tcp://c1",)),
+                            [upstream(read_deps=False)], 5.0)
+    inv2.bind(["j"])
+    assert not cache2.requests[0].carry_versions and not inv2.context().carried
+
+
+def test_read_dependencies_of_one_key_from_two_branches_are_merged():
+    from hydrocache.carried import ReadDeps
+    a, b = pb.ReadDeps(key="k"), pb.ReadDeps(key="k")
+    a.deps.add(key="d").vc.update({"x": 4, "y": 1})
+    b.deps.add(key="d").vc.update({"x": 2, "y": 3})
+    b.deps.add(key="e").vc.update({"z": 1})
+    rd = ReadDeps()
+    rd.extend([a])
+    rd.extend([a])                         # the same again: kept once, as it came
+    assert rd.to_proto() == [a]
+    rd.extend([b])
+    assert rd.get("k") == {"d": {"x": 4, "y": 3}, "e": {"z": 1}}
+    assert rd.get("j") is None and "k" in rd
