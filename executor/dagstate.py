@@ -115,6 +115,15 @@ class PendingCalls:
         return Ready(key[0], key[1], e.schedule, args, e.deadline, list(e.late),
                      {i: e.results[i] for i in e.inputs})
 
+    def known(self, call_id: str, function: str) -> bool:
+        """Whether `function` of `call_id` has a schedule here or ran recently: another
+        schedule of it would be ignored (`add_schedule` returns None)."""
+        key = (call_id, function)
+        if key in self._fired:
+            return True
+        e = self._entries.get(key)
+        return e is not None and e.schedule is not None
+
     def missing(self, call_id: str, function: str) -> List[str]:
         """The upstreams and inputs a pending invocation still waits for ([] if none)."""
         e = self._entries.get((call_id, function))

@@ -30,7 +30,8 @@ Contract (mixed into `executor.worker.Worker`):
   that is not admitted gets a `result` with status LEASE_REFUSED naming the worker and why
   (it did not run); one that names functions outside the lease's target, passes `Future`s,
   asks for an `output_key` or causal consistency gets INVALID_ARGUMENTS (those take the
-  scheduler's path; `Client` never sends them direct).
+  scheduler's path; `Client` never sends them direct). So does a call whose id already ran
+  on this worker (ids are used once; the worker remembers recent ones).
 - On the direct socket any other kind is dropped and logged.
 - A direct call's end frees its slot (`LeaseAdmission.finished`, from the worker's
   `done` and `abort` paths); the worker sends the scheduler no `done` for it: its client
@@ -159,6 +160,10 @@ class DirectCalls:
         if why is not None:
             return self._refuse_direct(call, pb.LEASE_REFUSED, why)
         problem = _not_direct(call, templates)
+        if not problem and any(self.pending.known(call.request_id, t.function) for t in templates):
+            # a call id is used once: the worker would ignore the schedule, and the client
+            # would wait for an answer that never comes
+            problem = f"call id {call.request_id} already ran here; a call needs an id of its own"
         if problem:
             self.leased.finished(call.request_id)
             return self._refuse_direct(call, pb.INVALID_ARGUMENTS, problem)

@@ -132,16 +132,16 @@ class RawClient:
         assert self.push.send(self.scheduler, "lease_worker", pb.LeaseRequest(
             response_address=self.address, release=[lease.lease_id]))
 
-    def _call(self, lease, x, lease_id=None):
+    def _call(self, lease, x, lease_id=None, request_id=None):
         self.n += 1
-        call = pb.Call(request_id=f"raw-{self.prefix}-{self.n}", function="mark", timeout=10.0,
+        call = pb.Call(request_id=request_id or f"raw-{self.prefix}-{self.n}", function="mark", timeout=10.0,
                        response_address=self.address,
                        lease_id=lease.lease_id if lease_id is None else lease_id)
         call.args["mark"].args.add(value=__import__("cloudpickle").dumps(x))
         return call
 
-    def direct(self, lease, x, lease_id=None):
-        call = self._call(lease, x, lease_id)
+    def direct(self, lease, x, lease_id=None, request_id=None):
+        call = self._call(lease, x, lease_id, request_id)
         assert self.push.send(lease.worker_address, "direct", call)
         return self.recv("result", call.request_id)
 
@@ -387,3 +387,22 @@ def test_a_direct_call_of_a_client_killed_mid_lease_is_stopped(cluster):
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
+
+
+def test_a_direct_call_id_used_twice_is_refused_typed_and_frees_its_slot(cluster):
+    cb = cluster.client()
+    raw = RawClient(cluster)
+    try:
+        lease = raw.lease("mark")
+        rid = f"raw-{raw.prefix}-again"
+        poll_until(lambda: raw.direct(lease, 500, request_id=rid).status == pb.OK, 5.0,
+                   "a direct call admitted")
+        assert cb.get("direct-mark-500") == 500
+        again = raw.direct(lease, 501, request_id=rid)      # answered, not left waiting
+        assert again.status == pb.INVALID_ARGUMENTS and "already ran" in again.message, again
+        with pytest.raises(ObjectNotFound):                 # it did not run again
+            cb.get("direct-mark-501")
+        for x in range(502, 502 + lease.slots + 1):         # every slot is free again
+            assert raw.direct(lease, x).status == pb.OK
+    finally:
+        raw.close()
