@@ -148,7 +148,12 @@ def _load_summary(c, h, phases, set_phase) -> None:
     with step("load summary", timings):
         set_phase("stop")
         summary = wait("the load's summary", lambda: _summary(c), 120)
-        c.kubectl("-n", NS, "delete", "pod", LOAD, "--wait=false", check=False)
+        text = load_log(c)
+        notes = [ln for ln in text.splitlines()
+                 if "HA-RESOLVE" in ln or " WARNING " in ln or " ERROR " in ln]
+        if notes:       # the client's failovers, and names resolved when none took a call
+            say(f"the load's client said ({len(notes)} lines, the last 60):\n  "
+                + "\n  ".join(ln[:300] for ln in notes[-60:]))
         check("error" not in summary, f"the load failed: {summary.get('error')}")
         for phase, s in summary.items():
             say(f"load {phase}: {s['ok']} ok, {s['failed']} failed, p50 {s['p50']} s, "
@@ -167,6 +172,9 @@ def _load_summary(c, h, phases, set_phase) -> None:
                 bad = [f for f in bad if not (f["type"] == "SchedulerUnavailable" and
                                               "cloudburst-scheduler-0." in f.get("scheduler", ""))]
             check(not bad, f"calls failed during {phase}: {bad[:5]}")
+        # passed: the load's client may close (on a failure it stays open for a look)
+        set_phase("exit")
+        c.kubectl("-n", NS, "delete", "pod", LOAD, "--wait=false", check=False)
 
 
 def _disk_restart(c, h, admin, kill_pod, remade, pod) -> None:
