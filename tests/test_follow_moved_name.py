@@ -16,12 +16,17 @@ address within a few seconds of the name pointing there.
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import zmq
+
+from anna_core import Client
+from anna_core.config import NodeConfig, RoutingConfig
+from anna_core.errors import NoNodes, Timeout
 
 from moving_name import (KINDS, BlackHole, MovingName, can_move_names, in_namespace,
                          syn_sent_to)
@@ -95,3 +100,56 @@ def test_a_connection_follows_its_name_to_a_new_address(kind, tmp_path):
             old.close()
         context.term()
     assert b"SENDING" in out, err.decode(errors="replace")[-2000:]
+
+
+def _routing(ip: str, port: int) -> subprocess.Popen:
+    config = RoutingConfig(ip=ip, port=port, parent_pid=os.getpid())
+    return subprocess.Popen([sys.executable, "-m", "anna_core.routing", "--config",
+                             config.to_json()], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
+def _serves(routing: str):
+    """Addresses routing `routing` gives for a key (it knows a node), or None."""
+    try:
+        with Client(routing, timeout=0.5, retries=0) as kvs:
+            return kvs.addresses("any-key", refresh=True)
+    except (NoNodes, Timeout):
+        return None
+
+
+def test_a_routing_made_again_at_a_new_address_hears_its_nodes(tmp_path):
+    """The real-cluster symptom: a routing pod made again (same name, new address) must hear
+    the nodes' heartbeats, or it answers that no node is up and a node leaving meanwhile is
+    unknown to it (its keys are not handed off)."""
+    probe = _pull(zmq.Context.instance(), OLD)
+    port = int(probe.getsockopt_string(zmq.LAST_ENDPOINT).rsplit(":", 1)[1])
+    probe.close(0)
+    name = MovingName(tmp_path, NAME)
+    name.point(OLD)
+    old = _routing(OLD, port)
+    node_config = NodeConfig(node_id="mem-0", tier="memory", threads=1, ip="127.0.0.1",
+                             pin_threads=False, routing=[f"tcp://{NAME}:{port}"],
+                             parent_pid=os.getpid())
+    node = subprocess.Popen(in_namespace(name.path, [sys.executable, "-m", "anna_core.node",
+                                                     "--config", node_config.to_json()]),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    new = hole = None
+    try:
+        poll_until(lambda: _serves(f"tcp://{OLD}:{port}"), 20, "the node joining routing")
+        old.kill()                      # the routing pod is killed ...
+        old.wait(10)
+        hole = poll_until(lambda: _black_hole(OLD, port), 5, f"{OLD}:{port} free")
+        poll_until(lambda: syn_sent_to(OLD, port), 10,
+                   "the node's heartbeats trying the vanished routing address")
+        name.point(NEW)                 # ... and made again, at a new address
+        new = _routing(NEW, port)
+        poll_until(lambda: _serves(f"tcp://{NEW}:{port}"), FOLLOW_WITHIN + 2,
+                   "the new routing hearing the node's heartbeats")
+    finally:
+        for p in (node, old, new):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait(10)
+        if hole is not None:
+            hole.close()
