@@ -4,7 +4,9 @@ Contract:
 - `SchedulerConnections(context, addresses, credentials, auth)` connects one PUSH socket per
   scheduler address (a CURVE client of the address's key, else of the cluster's key, when
   `credentials` are given), with `IMMEDIATE` so nothing queues for a scheduler that is not
-  connected. `socket(address)` is that socket.
+  connected. `socket(address)` is that socket. Its connection attempts are bounded
+  (`runtime.sockets.connect_options`), so a scheduler given by name (a StatefulSet pod's
+  stable name) is reached again at its new address once it comes back.
 - Each socket's monitor reports drops and handshake outcomes; `read(address)` takes them in:
   `dropped_since(address, since)` says whether the connection dropped at or after `since`
   (monotonic seconds), and `refusals(addresses)` maps each scheduler whose last handshake
@@ -22,6 +24,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from runtime.auth import (CLUSTER, HOW_TO_AUTHENTICATE, KEYS_GIVEN_TO_A_PLAIN_CLUSTER,
                           MECHANISM_MISMATCH, AuthConfig, Credentials, make_client, parse_address)
+from runtime.sockets import connect_options
 
 __all__ = ["SchedulerConnections", "HOW_TO_AUTHENTICATE"]
 
@@ -50,6 +53,7 @@ class SchedulerConnections:
             push.setsockopt(zmq.LINGER, 500)
             push.setsockopt(zmq.SNDHWM, 100000)
             push.setsockopt(zmq.IMMEDIATE, 1)     # never queue for a scheduler not connected
+            connect_options(push)                 # a name that moved is followed
             if credentials is not None:           # the address's key, else the cluster's
                 make_client(push, credentials, server_key or cluster_key)
             self._monitors[a] = push.get_monitor_socket(_MONITORED)

@@ -27,6 +27,13 @@ Contract:
   A new socket refused with EMFILE (closed sockets not yet reaped by ZeroMQ's reaper thread)
   is retried for at most `REAPER_WAIT` (0.5 s) before the send is dropped.
   It is not thread-safe; each thread that sends keeps its own.
+- Every socket that connects (`PushCache`'s, and any other made with `connect_options`)
+  gives up a TCP connection attempt after `CONNECT_TIMEOUT_MS` and tries again, resolving the
+  address's host name afresh. A peer that went away without an answer (a pod whose address
+  vanished, SYNs dropped) therefore holds a connection attempt for at most that long, not
+  the kernel's two minutes of SYN retries, and a name that moved to a new address (a
+  StatefulSet pod made again) is followed within about `CONNECT_TIMEOUT_MS` of the name's
+  new address being resolvable.
 - Authentication (opt-in, `runtime.auth`): `bind_pull(..., auth=credentials)` makes the socket
   a CURVE server (its context needs a running `auth.Authenticator`) and returns its address
   with the server's public key (`tcp://host:port#k=<hex key>`). It admits only cluster keys
@@ -58,7 +65,7 @@ from .framing import MAX_FRAME_BYTES, encode, send, send_kind, send_request, spl
 from .limits import descriptor_budget
 
 __all__ = ["bind_pull", "check_address", "endpoint_of", "ipc_dir_of", "PushCache",
-           "ZERO_COPY_BYTES", "DEFAULT_MAX_FRAME_BYTES", "DEFAULT_MAX_SOCKETS",
+           "connect_options", "CONNECT_TIMEOUT_MS", "ZERO_COPY_BYTES", "DEFAULT_MAX_FRAME_BYTES", "DEFAULT_MAX_SOCKETS",
            "DEFAULT_EVICT_LINGER_MS", "CONTEXT_RESERVE"]
 
 log = logging.getLogger("runtime.sockets")
@@ -71,6 +78,11 @@ ZERO_COPY_BYTES = 64 * 1024
 # cannot make a process buffer more; larger payloads travel as several frames.
 DEFAULT_MAX_FRAME_BYTES = MAX_FRAME_BYTES
 
+# A TCP connection attempt is given up after this long, and the next one resolves the host
+# name again (ZeroMQ re-resolves at every attempt, but by default an attempt waits out the
+# kernel's SYN retries, about two minutes, on an address whose host vanished). The native
+# client's push sockets use the same value (anna_core/csrc/push_cache.hpp, kConnectTimeoutMs).
+CONNECT_TIMEOUT_MS = 1000
 # Sockets one PushCache keeps open before it closes the least recently used one.
 DEFAULT_MAX_SOCKETS = 512
 # How long an evicted socket may keep trying to deliver what it queued (ms since its last use).
@@ -118,6 +130,14 @@ def bind_pull(context: zmq.Context, ip: str = "127.0.0.1", port: int = 0,
         socket.close(0)
         raise
     return socket, (address if auth is None else format_address(address, auth.keypair.public))
+
+
+def connect_options(socket: zmq.Socket) -> zmq.Socket:
+    """Set what every connecting socket needs before `connect` (module contract): a
+    connection attempt is given up after `CONNECT_TIMEOUT_MS`, and the next attempt resolves
+    the address's host afresh. Returns the socket."""
+    socket.setsockopt(zmq.CONNECT_TIMEOUT, CONNECT_TIMEOUT_MS)
+    return socket
 
 
 def endpoint_of(socket: zmq.Socket) -> str:
@@ -281,6 +301,7 @@ class PushCache:
             s.setsockopt(zmq.LINGER, self._linger_ms)
             s.setsockopt(zmq.SNDHWM, self._sndhwm)
             s.setsockopt(zmq.IMMEDIATE, 0)
+            connect_options(s)
             if self._auth is not None and server_key is not None:
                 make_client(s, self._auth, server_key)
             s.connect(endpoint)

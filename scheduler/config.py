@@ -69,6 +69,11 @@ class SchedulerConfig:
         passes the address it had, so clients and nodes reach it again without being told.
     metrics_port: when set, `GET /metrics` on this port (0: a free one) gives the scheduler's
         calls, errors, latency histograms and workers in the Prometheus text format.
+    warmup: seconds a scheduler that has not heard any executor worker since it started holds
+        the calls it gets (placing them once a worker is heard) before answering
+        NO_RESOURCES: long enough for the executors to find it (a scheduler pod made again
+        at a new address is found once its name resolves there, and each connection attempt
+        to its old address is given up after a second).
     stop_grace: on SIGTERM, seconds to keep serving the calls already accepted while every
         new call is refused with SCHEDULER_STOPPING, which makes its client send it to
         another scheduler (scheduler/stopping.py); 0 (default) stops at once. Rolling
@@ -132,6 +137,8 @@ class SchedulerConfig:
                                              "default: plain sockets")
     worker_leases: bool = knob(True, help="grant clients worker leases (the direct call path)")
     worker_lease_ttl: float = knob(2.0, help="seconds a worker lease lasts unless renewed")
+    warmup: float = knob(5.0, help="seconds a scheduler that has heard no executor worker yet "
+                                   "holds the calls it gets before NO_RESOURCES")
     stop_grace: float = knob(0.0, help="on SIGTERM, seconds to keep serving the calls already "
                                        "accepted while new calls are refused (their clients "
                                        "send them to another scheduler; scheduler/stopping.py)"
@@ -147,6 +154,8 @@ class SchedulerConfig:
         if self.queued_work < 0:
             raise ValueError(f"SchedulerConfig.queued_work must be >= 0, not "
                              f"{self.queued_work!r}")
+        if self.warmup < 0:
+            raise ValueError(f"SchedulerConfig.warmup must be >= 0, not {self.warmup!r}")
         if self.stop_grace < 0:
             raise ValueError(f"SchedulerConfig.stop_grace must be >= 0, not {self.stop_grace!r}")
         if self.max_queued_calls < 0:

@@ -161,8 +161,8 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents, WorkerLeasing):
         self._stopping = False
         self._graceful = GracefulStop(config.stop_grace)
         # a scheduler (re)started after its workers holds the calls it gets before it has
-        # heard any worker, for up to one heartbeat timeout, instead of NO_RESOURCES
-        self._warming: Optional[float] = time.monotonic() + config.heartbeat_timeout
+        # heard any worker, for up to `warmup` s, instead of NO_RESOURCES
+        self._warming: Optional[float] = time.monotonic() + config.warmup
         self._deferred: List[bytes] = []
         self._new_call_only = False     # the message just handled was a call freeing nothing
         self._warm: Dict[str, str] = {}     # function -> the worker it last ran on (policy)

@@ -130,6 +130,19 @@ def test_rolling_upgrades_bring_a_new_pod_up_before_an_old_one_goes(objects):
                             "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}, name
 
 
+def test_a_routing_or_scheduler_made_again_is_found_before_the_next_one_goes(objects):
+    """A pod made again keeps its name at a new address. Its peers find it once the name
+    resolves there (the cluster DNS's TTL, 5 s) and their attempt at the old address is given
+    up (runtime.sockets.CONNECT_TIMEOUT_MS); a routing then collects heartbeats for 1.25
+    periods. A rolling update must not replace the other replica before: else both routings
+    know no node, or clients and executors reach no scheduler, at once."""
+    from runtime.sockets import CONNECT_TIMEOUT_MS
+    needed = 5 + CONNECT_TIMEOUT_MS / 1000 + 1.25 * 1.0
+    sets = of_kind(objects, "StatefulSet")
+    for name in ("anna-routing", "cloudburst-scheduler"):
+        assert sets[name]["spec"].get("minReadySeconds", 0) >= needed, name
+
+
 def test_the_autoscalers_may_scale_the_disk_statefulset_and_nothing_else(objects):
     (role,) = of_kind(objects, "Role").values()
     scale = {r["resources"][0]: set(r["resourceNames"]) for r in role["rules"]

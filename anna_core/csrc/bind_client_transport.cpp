@@ -141,7 +141,10 @@ void bind_client_transport(py::module_& m) {
       .def("exchange", &PyClientTransport::exchange, py::arg("address"), py::arg("kind"),
            py::arg("payload"), py::arg("request_id"), py::arg("id_field"), py::arg("timeout"))
       .def("stats", &PyClientTransport::stats)
-      .def("close", &PyClientTransport::close);
+      .def("close", &PyClientTransport::close)
+      .def_property_readonly_static("connect_timeout_ms", [](py::object) {
+        return PushCache::kConnectTimeoutMs;  // runtime/sockets.py's CONNECT_TIMEOUT_MS
+      });
   m.def("find_field", [](const py::bytes& payload, int field) -> py::object {
     std::string data = payload, value;
     if (!ClientTransport::find_field(data.data(), data.size(), field, &value)) return py::none();

@@ -154,9 +154,10 @@ void* PushCache::socket_for(const std::string& address) {
                   "; the context's socket limit holds the process' descriptors); dropped");
     return nullptr;
   }
-  int hwm = kSendHwm, linger = linger_ms_;
+  int hwm = kSendHwm, linger = linger_ms_, connect_timeout = kConnectTimeoutMs;
   zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm);
   zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+  zmq_setsockopt(s, ZMQ_CONNECT_TIMEOUT, &connect_timeout, sizeof connect_timeout);
   std::string why;
   if (!server_key.empty() && !make_curve_client(s, keys_, server_key, &why)) {
     warn_refused(address, why);

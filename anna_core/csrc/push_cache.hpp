@@ -22,6 +22,11 @@
 // When the context refuses a new socket (its ZMQ_MAX_SOCKETS is reached), the least recently
 // used one is closed and the socket asked for again, for at most kReaperWaitMs (the context
 // frees a closed socket's slot asynchronously); then the message is dropped (logged).
+// A TCP connection attempt is given up after kConnectTimeoutMs and tried again, resolving the
+// address's host name afresh (runtime/sockets.py's CONNECT_TIMEOUT_MS, the same value): a
+// destination whose host vanished without an answer holds an attempt that long, not the
+// kernel's two minutes of SYN retries, so a routing given by a stable name that came back at
+// a new address (a StatefulSet pod made again) is reached there.
 // Sockets are created with a bounded send queue (kSendHwm messages) and a short linger
 // (kLingerMs unless the constructor says otherwise, on destruction). Belongs to one thread (ZMQ sockets are not thread-safe);
 // closes everything on destruction.
@@ -55,6 +60,7 @@ class PushCache {
   static constexpr std::size_t kFdsPerSocket = 2;
   static constexpr int kReaperWaitMs = 200;
   static constexpr int kFloodLingerMs = 20;
+  static constexpr int kConnectTimeoutMs = 1000;
 
   // Evicted sockets that may linger at once, for a cache of `capacity`.
   static constexpr std::size_t max_lingering(std::size_t capacity) {

@@ -9,13 +9,19 @@ puts and gets an object of its own (the client's KVS client asks routing too). I
 outcome with the phase named in PHASE_FILE (written by the test with `kubectl exec`), and
 prints `HA-PROGRESS N` every 20 calls; when the phase is "stop" prints one line `HA-SUMMARY {json}`: per phase the calls that
 returned the right value, their latencies, and every failure with its type and message.
-Every wait has a deadline (CALL_TIMEOUT per call; DEADLINE for the whole run).
+Every wait has a deadline (CALL_TIMEOUT per call; DEADLINE for the whole run). The client's
+own log (its failovers) goes to stderr with times; when a call finds no scheduler, what each
+scheduler's name resolves to at that moment is printed (`HA-RESOLVE`). After the summary the
+client stays open (for a look at its connections) until the phase is "exit", at most LINGER s.
 """
 import json
+import logging
 import os
+import socket
 import sys
 import time
 import traceback
+from urllib.parse import urlsplit
 
 from cloudburst import AuthConfig, Client
 from cloudburst.futures import SchedulerUnavailable
@@ -26,6 +32,19 @@ PHASE_FILE = os.environ.get("PHASE_FILE", "/tmp/phase")
 WINDOW = int(os.environ.get("WINDOW", "4"))
 CALL_TIMEOUT = float(os.environ.get("CALL_TIMEOUT", "30"))
 DEADLINE = time.monotonic() + float(os.environ.get("DEADLINE", "900"))
+LINGER = float(os.environ.get("LINGER", "600"))
+
+
+def resolve_all(addresses) -> dict:
+    """What each address's host resolves to now (or the error), for the log."""
+    out = {}
+    for a in addresses:
+        host = urlsplit(a.split("#", 1)[0]).hostname
+        try:
+            out[host] = sorted({i[4][0] for i in socket.getaddrinfo(host, None, socket.AF_INET)})
+        except OSError as e:
+            out[host] = f"{type(e).__name__}: {e}"
+    return out
 
 
 def phase() -> str:
@@ -37,6 +56,8 @@ def phase() -> str:
 
 
 def main() -> None:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     public = KeyPair.load(os.path.join(KEYS, CLUSTER + ".key")).public
     schedulers = [format_address(a.strip(), public)
                   for a in os.environ["SCHEDULERS"].split(",") if a.strip()]
@@ -71,6 +92,9 @@ def main() -> None:
             try:
                 window.append((n, tag, time.monotonic(), client.call("ha_work", n)))
             except Exception as e:  # noqa: BLE001 - a call that could not be sent: recorded
+                if isinstance(e, SchedulerUnavailable):
+                    print(f"HA-RESOLVE {time.time():.3f} {json.dumps(resolve_all(schedulers))}",
+                          flush=True)
                 record(tag, False, 0, {"call": n, "type": type(e).__name__,
                                        "message": str(e)[:300], "at": time.time()})
             if n % 10 == 0:
@@ -113,6 +137,9 @@ def main() -> None:
                         "p50": lat[len(lat) // 2] if lat else None,
                         "max": lat[-1] if lat else None}
     print("HA-SUMMARY " + json.dumps(summary), flush=True)
+    linger_until = time.monotonic() + LINGER
+    while phase() != "exit" and time.monotonic() < linger_until:
+        time.sleep(0.5)
     client.close()
 
 

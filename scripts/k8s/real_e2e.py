@@ -93,8 +93,8 @@ def kjson(c, *a) -> dict:
 
 
 def deployments_available(c) -> Callable[[], bool]:
-    """Every Deployment Available and every StatefulSet with all its replicas Ready at its
-    current revision."""
+    """Every Deployment Available and every StatefulSet with all its replicas Ready and
+    available at its current revision."""
     def probe():
         deps = kjson(c, "-n", NS, "get", "deployments")["items"]
         sets = kjson(c, "-n", NS, "get", "statefulsets")["items"]
@@ -109,7 +109,9 @@ def deployments_available(c) -> Callable[[], bool]:
                 pending.append(d["metadata"]["name"])
         for s in sets:
             st = s.get("status", {})
+            # available: Ready for the set's minReadySeconds (what `cloudburst k8s status` says)
             if not (st.get("readyReplicas", 0) == s["spec"]["replicas"]
+                    and st.get("availableReplicas", 0) == s["spec"]["replicas"]
                     and st.get("currentRevision") == st.get("updateRevision")):
                 pending.append(s["metadata"]["name"])
         probe.pending = pending

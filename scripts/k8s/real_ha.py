@@ -1,14 +1,16 @@
 """No single point of failure, on real pods (the last steps of `scripts/k8s/test_real.sh
 --e2e`, after scripts/k8s/real_e2e.py's; every step timed). By default (`--ha routing`) only
-the load through the routing pod's kill runs; `--ha all` runs every step below. The scheduler
-kill, the rolling upgrade and the disk restart do not pass reliably yet (k8s/README.md says
-why), so CI runs the routing step only:
+the load through the routing pod's kill runs; `--ha all` runs every step below. The rolling
+upgrade does not pass reliably yet (it still fails a few calls in thousands: k8s/README.md's
+known gap), so CI runs the routing step only. A failed load still goes on to the disk step;
+each kill step waits for the load to take 40 more calls after the pod came back:
 
  2. a disk pod restarted keeps its keys (after the upgrade below): a key placed on the disk tier only (memory=0,
     disk=1, with the cluster key) is put; the anna-disk-0 pod's process gets SIGKILL and the
     pod is force-deleted; its StatefulSet makes anna-disk-0 again, on the same volume claim
-    (a local volume made for it before the deploy); routing readmits node anna-disk-0 and
-    the key reads back the same.
+    (a local volume made for it before the deploy); routing has node anna-disk-0 again at
+    its new address (dropped first, or replaced by its join when the pod is back before
+    routing's heartbeat timeout) and the key reads back the same.
  1. a load in a pod (scripts/k8s/ha_load.py, the image's client given every scheduler's
     stable name; calls that write and read new KVS keys, and objects) runs through:
     - killing a routing pod (SIGKILL, force-delete; the StatefulSet remakes it): no call
@@ -90,10 +92,21 @@ def ha(c, h: Dict[str, Any]) -> None:
                   timeout=60)
         say(f"load phase: {name}")
 
+    def load_goes_on(after: str) -> None:
+        """Wait until the load has taken 40 more calls since now (so that each phase holds
+        calls sent after its pod came back, not only those in flight at the kill)."""
+        start = load_log(c).count("HA-PROGRESS")
+        try:
+            wait(f"the load taking 40 more calls {after}",
+                 lambda: load_log(c).count("HA-PROGRESS") >= start + 2, 120, interval=1)
+        except Exception as e:  # noqa: BLE001 - the summary says what happened to the calls
+            say(f"going on: {e}")
+
     with step("kill a routing pod under load", timings):
         set_phase("routing-kill")
         uid = kill_pod("anna-routing-0")
         facts["routing-kill"] = f"anna-routing-0 remade and Ready in {remade('anna-routing-0', uid):.1f} s"
+        load_goes_on("after anna-routing-0 came back")
 
     full = getattr(c.args, "ha", "routing") == "all"
     if not full:
@@ -105,6 +118,7 @@ def ha(c, h: Dict[str, Any]) -> None:
         uid = kill_pod("cloudburst-scheduler-0")
         facts["scheduler-kill"] = (f"cloudburst-scheduler-0 remade and Ready in "
                                    f"{remade('cloudburst-scheduler-0', uid):.1f} s")
+        load_goes_on("after cloudburst-scheduler-0 came back")
 
     with step("rolling upgrade of every tier under load", timings):
         set_phase("upgrade")
@@ -117,6 +131,7 @@ def ha(c, h: Dict[str, Any]) -> None:
                       f"--timeout={ROLLOUT_TIMEOUT}s", timeout=ROLLOUT_TIMEOUT + 30)
             took[name] = round(time.monotonic() - t, 1)
             say(f"{kind}/{name} upgraded in {took[name]} s")
+        load_goes_on("after the upgrade")
         stale = [p["metadata"]["name"] for p in h["kjson"](c, "-n", NS, "get", "pods")["items"]
                  if p["metadata"]["name"] != LOAD and not p["metadata"].get("deletionTimestamp")
                  and p["status"].get("phase") == "Running"
@@ -124,7 +139,13 @@ def ha(c, h: Dict[str, Any]) -> None:
         check(not stale, f"pods still on the old image after the upgrade: {stale}")
         facts["upgrade"] = json.dumps(took)
 
-    _load_summary(c, h, ("warm", "routing-kill", "scheduler-kill", "upgrade"), set_phase)
+    # a failed load does not stop the run: the disk step still runs, then the failure counts
+    load_failure = None
+    try:
+        _load_summary(c, h, ("warm", "routing-kill", "scheduler-kill", "upgrade"), set_phase)
+    except AssertionError as e:
+        load_failure = e
+        say(f"the load failed; going on to the disk step first: {e}"[:600])
 
     # ---- 2. the disk tier keeps its keys across a pod restart ----
     # every routing pod now (the upgrade replaced them all): replication changes reach each
@@ -139,6 +160,8 @@ def ha(c, h: Dict[str, Any]) -> None:
         _disk_restart(c, h, admin, kill_pod, remade, pod)
     finally:
         admin.close()
+    if load_failure is not None:
+        raise load_failure
 
 
 def _load_summary(c, h, phases, set_phase) -> None:
@@ -148,7 +171,12 @@ def _load_summary(c, h, phases, set_phase) -> None:
     with step("load summary", timings):
         set_phase("stop")
         summary = wait("the load's summary", lambda: _summary(c), 120)
-        c.kubectl("-n", NS, "delete", "pod", LOAD, "--wait=false", check=False)
+        text = load_log(c)
+        notes = [ln for ln in text.splitlines()
+                 if "HA-RESOLVE" in ln or " WARNING " in ln or " ERROR " in ln]
+        if notes:       # the client's failovers, and names resolved when none took a call
+            say(f"the load's client said ({len(notes)} lines, the last 60):\n  "
+                + "\n  ".join(ln[:300] for ln in notes[-60:]))
         check("error" not in summary, f"the load failed: {summary.get('error')}")
         for phase, s in summary.items():
             say(f"load {phase}: {s['ok']} ok, {s['failed']} failed, p50 {s['p50']} s, "
@@ -167,6 +195,9 @@ def _load_summary(c, h, phases, set_phase) -> None:
                 bad = [f for f in bad if not (f["type"] == "SchedulerUnavailable" and
                                               "cloudburst-scheduler-0." in f.get("scheduler", ""))]
             check(not bad, f"calls failed during {phase}: {bad[:5]}")
+        # passed: the load's client may close (on a failure it stays open for a look)
+        set_phase("exit")
+        c.kubectl("-n", NS, "delete", "pod", LOAD, "--wait=false", check=False)
 
 
 def _disk_restart(c, h, admin, kill_pod, remade, pod) -> None:
@@ -178,13 +209,20 @@ def _disk_restart(c, h, admin, kill_pod, remade, pod) -> None:
         check(admin.get_all(key) == value, f"{key} not read back before the restart")
         check(h["members"](admin).get("anna-disk-0") == "DISK",
               f"anna-disk-0 is not a DISK member: {h['members'](admin)}")
+        from real_e2e import membership
+
+        def addresses():
+            """anna-disk-0's worker addresses in routing's membership (none: not a member)."""
+            return {a for n in membership(admin).nodes if n.node_id == "anna-disk-0"
+                    for a in n.worker_addresses}
+        before = addresses()
         t0 = time.monotonic()
         uid = kill_pod("anna-disk-0")
-        wait("anna-disk-0 gone from routing's membership",
-             lambda: "anna-disk-0" not in h["members"](admin), 60)
         took = remade("anna-disk-0", uid)
-        wait("anna-disk-0 a member again", lambda: h["members"](admin).get("anna-disk-0")
-             == "DISK", 60)
+        # the pod may be back before routing's heartbeat timeout: then its join replaces the
+        # node (same id, new address) without routing ever dropping it
+        wait("anna-disk-0 a member again, at its new address",
+             lambda: (lambda now: now and now != before)(addresses()), 90)
         got = wait(f"{key} readable", lambda: _get_all(admin, key), 60)
         check(got == value, f"{key} after anna-disk-0 restarted: {got!r}, not {value!r}")
         claim = [v.persistent_volume_claim.claim_name for v in pod("anna-disk-0").spec.volumes
