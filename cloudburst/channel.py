@@ -15,8 +15,8 @@ works on (`addresses`, `_current`, `_connections`, `_pull`, `_send_lock`, `_cond
 - Every request has a slot (`_new_slot`); whichever thread waits (`_wait`) reads the answer
   socket and hands each answer to its slot (`_store`); an answer for an unknown request is
   dropped, as is a frame a function key may not send (anything but a `result`).
-- A call's `result` with status SCHEDULER_STOPPING (its scheduler is stopping and refused
-  it: it never started there) is not handed to its slot: after the lock is released the
+- A call's `result` that says it never started there (`never_started`: SCHEDULER_STOPPING
+  from a stopping scheduler, or NO_RESOURCES for a first attempt) is not handed to its slot: after the lock is released the
   call (kept by `_keep_call` while in flight) is sent again, same request id, to a scheduler
   that has not refused it, which becomes current; `_sent_to` tells its `Future` where it
   went. With no such scheduler left, the refusal is handed to the slot (the call's error).
@@ -48,7 +48,7 @@ from .errors import (AuthenticationError, AuthenticationRequired, CloudburstErro
                      error_from_status)
 from .futures import SchedulerUnavailable
 
-__all__ = ["SchedulerChannel"]
+__all__ = ["SchedulerChannel", "never_started"]
 
 _ANSWERS = {"reply": pb.Reply, "accepted": pb.Accepted, "result": pb.CallResult,
             "worker_lease": pb.WorkerLease}
@@ -56,6 +56,17 @@ _REGISTRY_CHANGES = frozenset({"register_fn", "register_dag", "delete_dag", "del
 MAX_FINISHED = 4096       # finished calls kept to report with the next call (bounded)
 _PREFER_CURRENT = 0.5     # seconds a send waits for the current scheduler before the others
 log = logging.getLogger("cloudburst.client")    # the client's logger: same records as before
+
+
+def never_started(result: Any) -> bool:
+    """Whether a call's `result` says the call never started at the scheduler that sent it,
+    so that another scheduler may take it under the same request id: a stopping scheduler's
+    refusal, or a first attempt refused for want of resources (a scheduler that has not
+    heard its executors yet, as one made again in a rolling upgrade, or whose queue is
+    full). A retried attempt's answer ("<id>#r<n>") never qualifies: an earlier attempt ran."""
+    if result.status == pb.SCHEDULER_STOPPING:
+        return True
+    return result.status == pb.NO_RESOURCES and "#" not in result.request_id
 
 
 class _Slot:
@@ -459,8 +470,7 @@ class SchedulerChannel:
             slot = self._slots.get(rid)
             if slot is None:
                 continue
-            if (kind == "result" and m.status == pb.SCHEDULER_STOPPING
-                    and rid in self._kept_calls):
+            if kind == "result" and never_started(m) and rid in self._kept_calls:
                 self._refused.append((rid, m))      # sent elsewhere once the lock is free
                 continue
             if slot.answer is None:

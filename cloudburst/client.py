@@ -8,8 +8,10 @@ Contract:
   acknowledgements come back on one PULL socket of the client's own: the sink's result is
   pushed straight to it; nothing polls the KVS.
 - Failover (`cloudburst/channel.py`, which `Client` inherits). A call refused by a stopping
-  scheduler (SCHEDULER_STOPPING: it never started there) is sent again, same request id, to
-  a scheduler that has not refused it; with none left the refusal is the call's error. A message goes to the
+  scheduler (SCHEDULER_STOPPING: it never started there), or whose first attempt a scheduler
+  refused for want of resources (NO_RESOURCES, as from a scheduler made again that has not
+  heard its executors yet), is sent again, same request id, to a scheduler that has not
+  refused it; with none left the refusal is the call's error. A message goes to the
   current scheduler if its connection is up (ZeroMQ `IMMEDIATE`: a message is never queued
   for a scheduler that is not connected), else to the
   next one that is, which becomes current; with none connected within `failover_timeout`
