@@ -91,6 +91,7 @@ class PyClientTransport {
     d["link_requests"] = t_->link_requests();
     d["link_answers"] = t_->link_answers();
     d["link_failures"] = t_->link_failures();
+    d["link_resent"] = t_->link_resent();
     return d;
   }
 

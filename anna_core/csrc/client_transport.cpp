@@ -87,6 +87,7 @@ void ClientTransport::close() {
   if (ctx_ == nullptr) return;
   for (auto& [address, link] : links_) ::close(link->fd);
   links_.clear();
+  link_targets_.clear();
   push_.reset();
   if (pull_ != nullptr) {
     zmq_close(pull_);
@@ -108,12 +109,16 @@ bool ClientTransport::send(const std::string& address, const std::string& kind,
       append_frame(&frame, payload);
       if (write_all(link->fd, frame, kLinkWriteMs)) {
         ++link_requests_;
+        if (link->unanswered.size() < kMaxLinkPending) {
+          std::string id;
+          find_field(payload.data(), payload.size(), kRequestIdField, &id);
+          link->unanswered.emplace_back(std::move(id), payload);
+        }
         return true;
       }
       // A partial frame is never served: the worker closes the link at its end.
-      ++link_failures_;
       log_info("client: link to " + address + " failed on write; using ZeroMQ");
-      close_link(address);
+      fail_link(address);
     }
   }
   return push_->send(address, kind, payload);
@@ -123,7 +128,7 @@ ClientTransport::Link* ClientTransport::link_for(const std::string& address) {
   auto it = links_.find(address);
   if (it != links_.end()) return it->second.get();
   auto adv = advertised_.find(address);
-  if (adv == advertised_.end() || links_.size() >= kMaxLinks) return nullptr;
+  if (adv == advertised_.end() || links_.size() >= kMaxLinks || push_ == nullptr) return nullptr;
   std::string target = adv->second, why;
   advertised_.erase(adv);
   if (no_link_.count(target) != 0) return nullptr;
@@ -135,17 +140,32 @@ ClientTransport::Link* ClientTransport::link_for(const std::string& address) {
     log_info("client: no link to " + address + " (" + why + "); using ZeroMQ");
     return nullptr;
   }
-  auto link = std::make_unique<Link>(Link{fd, LinkReader(max_answer_bytes_)});
+  auto link = std::make_unique<Link>(Link{fd, LinkReader(max_answer_bytes_), 0, {}});
   Link* raw = link.get();
   links_.emplace(address, std::move(link));
+  link_targets_[address] = target;
   return raw;
 }
 
-void ClientTransport::close_link(const std::string& address) {
+void ClientTransport::fail_link(const std::string& address) {
   auto it = links_.find(address);
   if (it == links_.end()) return;
-  ::close(it->second->fd);
+  ++link_failures_;
+  std::unique_ptr<Link> link = std::move(it->second);
   links_.erase(it);
+  ::close(link->fd);
+  auto target = link_targets_.find(address);
+  if (target != link_targets_.end()) {
+    // Refused at once (a worker at its bound closes new links): do not try that link again.
+    if (link->answers == 0) {
+      if (no_link_.size() >= kMaxAdvertised) no_link_.clear();
+      no_link_.insert(target->second);
+    }
+    link_targets_.erase(target);
+  }
+  for (auto& [id, payload] : link->unanswered) {
+    if (push_->send(address, "", payload)) ++link_resent_;
+  }
 }
 
 void ClientTransport::read_link(const std::string& address) {
@@ -179,12 +199,19 @@ void ClientTransport::read_link(const std::string& address) {
       closed = true;
       break;
     }
+    ++link.answers;
+    std::string id;
+    if (find_field(frame.data(), frame.size(), kAnswerIdField, &id)) {
+      // Answers come in order as a rule: the front matches at once.
+      for (auto u = link.unanswered.begin(); u != link.unanswered.end(); ++u)
+        if (u->first == id) {
+          link.unanswered.erase(u);
+          break;
+        }
+    }
     link_answers_.emplace_back(frame);
   }
-  if (closed) {
-    ++link_failures_;
-    close_link(address);
-  }
+  if (closed) fail_link(address);
 }
 
 void ClientTransport::learn_link(const std::string& payload) {

@@ -34,12 +34,15 @@
 //     kMaxLinks open, connected within kLinkConnectMs) and collect() waits on the links too.
 //     A link that cannot be connected is not tried again by this transport; one that fails
 //     later (closed, a write not done within kLinkWriteMs, an answer above max_answer_bytes)
-//     is closed and the request goes over ZeroMQ (the worker tells the client again).
+//     is closed, and the requests sent on it and not answered yet (up to kMaxLinkPending)
+//     are sent again over ZeroMQ; a link that failed before its first answer (a worker at
+//     its bound of links closes new ones at once) is not tried again either.
 //   * One thread at a time (the Python client is not thread-safe, and its binding keeps it
 //     so); close() is idempotent and never waits for unsent messages (linger 0).
 #pragma once
 
 #include <chrono>
+#include <deque>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -63,6 +66,9 @@ class ClientTransport {
   static constexpr std::size_t kMaxAdvertised = 4096;
   static constexpr int kLinkConnectMs = 200;
   static constexpr int kLinkWriteMs = 1000;
+  static constexpr std::size_t kMaxLinkPending = 1024;
+  static constexpr int kRequestIdField = 4;  // KeyRequest.request_id
+  static constexpr int kAnswerIdField = 3;   // KeyResponse.request_id
   enum class Wait { kDone, kDeadline, kInterrupted, kClosed };
 
   ClientTransport(const std::string& ip, CurveKeys keys, std::size_t max_answer_bytes,
@@ -89,6 +95,7 @@ class ClientTransport {
   std::uint64_t link_requests() const { return link_requests_; }
   std::uint64_t link_answers() const { return link_answers_n_; }
   std::uint64_t link_failures() const { return link_failures_; }
+  std::uint64_t link_resent() const { return link_resent_; }
 
   // The value of the top-level length-delimited field `field` of a protobuf payload (the last
   // one, as protobuf parses), or false when the payload is not protobuf or has no such field.
@@ -98,11 +105,16 @@ class ClientTransport {
   struct Link {
     int fd;
     LinkReader reader;
+    std::uint64_t answers = 0;
+    // Requests sent on the link and not answered yet (request id, payload), oldest first, at
+    // most kMaxLinkPending: resent over ZeroMQ if the link fails.
+    std::deque<std::pair<std::string, std::string>> unanswered;
   };
   // Reads one whole message if one is waiting; false when none is.
   bool recv_one(std::string* payload, bool* dropped);
   Link* link_for(const std::string& address);
-  void close_link(const std::string& address);
+  // Closes a failed link and sends its unanswered requests again over ZeroMQ.
+  void fail_link(const std::string& address);
   // Reads what a link has (its whole frames go to link_answers_); closes it on EOF or error.
   void read_link(const std::string& address);
   // Records a link a ZeroMQ answer advertises (see the contract).
@@ -120,11 +132,12 @@ class ClientTransport {
   std::unordered_map<std::string, std::string> advertised_;  // worker address -> link address
   std::unordered_set<std::string> no_link_;                  // link addresses that failed
   std::unordered_map<std::string, std::unique_ptr<Link>> links_;  // by worker address
+  std::unordered_map<std::string, std::string> link_targets_;    // worker -> its link address
   std::vector<std::string> link_answers_;  // whole frames read, not yet matched (FIFO)
   std::size_t link_answers_taken_ = 0;
   std::vector<zmq_pollitem_t> items_;
   std::vector<std::string> polled_;  // the worker address of items_[1..]
-  std::uint64_t link_requests_ = 0, link_answers_n_ = 0, link_failures_ = 0;
+  std::uint64_t link_requests_ = 0, link_answers_n_ = 0, link_failures_ = 0, link_resent_ = 0;
 };
 
 }  // namespace anna
