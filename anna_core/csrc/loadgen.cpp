@@ -150,6 +150,7 @@ class AnnaLoad {
   struct LinkConn {
     int fd;
     std::unique_ptr<LinkReader> reader;
+    std::string out;  // requests not written yet
   };
 
  public:
@@ -251,10 +252,9 @@ class AnnaLoad {
     if (!links_.empty()) {
       auto link = links_.find(key_addresses_[key_index]);
       if (link != links_.end()) {
-        frame_.clear();
-        append_frame(&frame_, payload);
-        if (!write_all(link->second.fd, frame_, 5000))
-          throw std::runtime_error("load_anna: the link to " + link->first + " failed");
+        // Written when the answers at hand are all taken (receive()): one write per burst,
+        // as ZeroMQ's I/O thread batches what the other path queues.
+        append_frame(&link->second.out, payload);
         return;
       }
     }
@@ -304,7 +304,7 @@ class AnnaLoad {
       std::string why;
       int fd = connect_link(address, 2000, &why);
       if (fd < 0) throw std::runtime_error("load_anna: link to " + worker + ": " + why);
-      links_.emplace(worker, LinkConn{fd, std::make_unique<LinkReader>(std::size_t{64} << 20)});
+      links_.emplace(worker, LinkConn{fd, std::make_unique<LinkReader>(std::size_t{64} << 20), {}});
     }
     for (auto& [worker, link] : links_) link_workers_.push_back(&link);
   }
@@ -369,6 +369,12 @@ class AnnaLoad {
       }
       zmq_msg_close(&msg);
       if (attempt == 1) return false;
+      for (LinkConn* link : link_workers_) {
+        if (link->out.empty()) continue;
+        if (!write_all(link->fd, link->out, 5000))
+          throw std::runtime_error("load_anna: a link to a worker failed on write");
+        link->out.clear();
+      }
       items_.clear();
       items_.push_back(zmq_pollitem_t{pull_, 0, ZMQ_POLLIN, 0});
       for (LinkConn* link : link_workers_) items_.push_back(zmq_pollitem_t{nullptr, link->fd, ZMQ_POLLIN, 0});
@@ -425,7 +431,6 @@ class AnnaLoad {
   std::vector<zmq_pollitem_t> items_;
   std::vector<std::string> frames_;  // answers read from links, not yet taken
   std::size_t frame_at_ = 0;
-  std::string frame_;
   std::unordered_map<std::string, void*> pushes_;
   std::vector<Clock::time_point> sent_at_;
   std::uint64_t sequence_ = 0;
