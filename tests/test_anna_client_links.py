@@ -6,7 +6,8 @@ then sends requests over it and gets the answers back on it (and the Python clie
 writes correctly through it); an authenticating cluster never offers a link, so every request
 stays on CURVE; abuse of a link (a frame above the limit, bytes that are not a request, a
 flood of connections beyond the bound) closes or refuses that connection only, the worker
-keeps serving, and a client whose link was refused still gets its answers over ZeroMQ.
+keeps serving, and a client whose link was refused still gets its answers over ZeroMQ; the
+native load generator uses the links when asked and only then.
 """
 import socket
 import struct
@@ -232,3 +233,14 @@ def test_the_node_option_is_a_boolean_and_off_by_default():
     assert _core.parse_node_config('{"node_id": "n", "client_links": true}')["client_links"]
     with pytest.raises(ValueError, match="client_links must be a boolean"):
         _core.parse_node_config('{"node_id": "n", "client_links": "yes"}')
+
+
+def test_the_native_load_generator_uses_the_links(plain_cluster):
+    client = plain_cluster.client()
+    owners = [client.addresses(f"k{i}")[0] for i in range(50)]
+    result = _core.load_anna(owners, clients=4, duration_s=0.3, warmup_s=0.1, keys=50)
+    assert result["errors"] == 0 and result["ops"] > 0
+    assert result["links"] == len(set(owners))
+    result = _core.load_anna(owners, clients=4, duration_s=0.3, warmup_s=0.1, keys=50,
+                             links=False)
+    assert result["errors"] == 0 and result["ops"] > 0 and result["links"] == 0

@@ -85,6 +85,7 @@ struct LoadResult {
   double p50_us = 0;
   double p99_us = 0;
   int clients = 0;
+  std::size_t links = 0;  // load_anna: workers served over client links (link.hpp)
 
   py::dict to_dict() const {
     py::dict out;
@@ -95,6 +96,7 @@ struct LoadResult {
     out["p50_us"] = p50_us;
     out["p99_us"] = p99_us;
     out["clients"] = clients;
+    out["links"] = links;
     return out;
   }
 };
@@ -200,7 +202,9 @@ class AnnaLoad {
         --outstanding;
       }
     }
-    return recorder_.result("anna");
+    LoadResult result = recorder_.result("anna");
+    result.links = links_.size();
+    return result;
   }
 
  private:
