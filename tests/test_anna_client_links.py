@@ -9,7 +9,10 @@ flood of connections beyond the bound) closes or refuses that connection only, t
 keeps serving, and a client whose link was refused still gets its answers over ZeroMQ; the
 native load generator uses the links when asked and only then.
 """
+import os
+import shutil
 import socket
+import subprocess
 import struct
 import time
 
@@ -244,3 +247,40 @@ def test_the_native_load_generator_uses_the_links(plain_cluster):
     result = _core.load_anna(owners, clients=4, duration_s=0.3, warmup_s=0.1, keys=50,
                              links=False)
     assert result["errors"] == 0 and result["ops"] > 0 and result["links"] == 0
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.skipif(shutil.which("prlimit") is None, reason="needs util-linux prlimit")
+def test_a_full_descriptor_table_pauses_accepting_instead_of_spinning():
+    cluster = anna_core.LocalCluster(memory_threads=1, auth=False, warn_auth_off=False,
+                                     client_links=True)
+    cluster.start()
+    hogs = []
+    try:
+        client = cluster.client()
+        client.put("e", b"v")
+        assert client.get("e") == b"v"              # its sockets exist before the limit
+        _, link = link_of(cluster, "e")
+        pid = cluster.node_pid("memory-0")
+        in_use = len(os.listdir(f"/proc/{pid}/fd"))
+        subprocess.run(["prlimit", f"--pid={pid}", f"--nofile={in_use + 4}:{in_use + 4}"],
+                       check=True)
+        for _ in range(20):                          # beyond what the node can accept
+            hogs.append(connect(link))
+        poll_until(lambda: "cannot accept client links" in cluster.log_tail("memory-0", 50),
+                   timeout=10, what="the worker pausing its accepts")
+        before = cpu_seconds(pid)
+        started = time.monotonic()
+        assert client.get("e") == b"v"               # still served
+        time.sleep(1.0)                              # measuring idle CPU over a window
+        used = cpu_seconds(pid) - before
+        assert used < 0.25 * (time.monotonic() - started), f"the node used {used:.2f} s of CPU"
+    finally:
+        for h in hogs:
+            h.close()
+        cluster.stop()

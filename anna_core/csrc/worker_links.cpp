@@ -28,7 +28,10 @@ WorkerLinks::~WorkerLinks() {
 }
 
 void WorkerLinks::add_poll_items(std::vector<zmq_pollitem_t>* items) {
-  items->push_back(zmq_pollitem_t{nullptr, listen_fd_, ZMQ_POLLIN, 0});
+  // Events 0 while accepting is paused: the item stays, so the indexes below do not move.
+  short listen_events =
+      std::chrono::steady_clock::now() < accept_paused_until_ ? short{0} : short{ZMQ_POLLIN};
+  items->push_back(zmq_pollitem_t{nullptr, listen_fd_, listen_events, 0});
   polled_.clear();
   for (auto& [id, link] : links_) {
     short events = ZMQ_POLLIN;
@@ -66,7 +69,16 @@ void WorkerLinks::service(const zmq_pollitem_t* items, std::size_t count, const 
 void WorkerLinks::accept_all() {
   for (int i = 0; i < 64; ++i) {
     int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;  // EAGAIN, or an error that the next turn sees again
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        accept_paused_until_ = std::chrono::steady_clock::now() +
+                               std::chrono::milliseconds(kAcceptPauseMs);
+        ++refused_;
+        warn(std::string("cannot accept client links for ") + std::to_string(kAcceptPauseMs) +
+             " ms: " + std::strerror(errno));
+      }
+      return;  // EAGAIN, or an error that the next turn sees again
+    }
     if (links_.size() >= max_links_) {
       ::close(fd);
       ++refused_;
@@ -162,14 +174,16 @@ void WorkerLinks::close_link(std::uint64_t id, const std::string& why) {
   closing_.push_back(id);
   if (why.empty()) return;  // the client closed it: nothing to report
   ++dropped_;
+  warn("closed a client link: " + why + " (" + std::to_string(dropped_) + " closed so far)");
+}
+
+void WorkerLinks::warn(const std::string& what) {
   auto now = std::chrono::steady_clock::now();
   if (now - warn_window_ >= std::chrono::seconds(1)) {
     warn_window_ = now;
     warnings_ = 0;
   }
-  if (++warnings_ <= kMaxWarningsPerSecond)
-    log_warning(where_ + "closed a client link: " + why + " (" + std::to_string(dropped_) +
-                " closed so far)");
+  if (++warnings_ <= kMaxWarningsPerSecond) log_warning(where_ + what);
 }
 
 }  // namespace anna

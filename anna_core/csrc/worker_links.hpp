@@ -10,6 +10,9 @@
 //     once and counted in refused()), reads what is waiting (at most kReadBytes per link and
 //     turn, so one busy client cannot starve the rest), calls on_frame(link, payload) for every
 //     whole frame, and writes what a link has pending.
+//   * When accept fails for want of descriptors (EMFILE, ENFILE), the listener is left out of
+//     the poll set for kAcceptPauseMs (logged), so a full descriptor table never makes the
+//     worker spin; connections wait in the listen backlog meanwhile.
 //   * A frame above max_frame, a closed peer or a read/write error closes that link (logged
 //     at most kMaxWarningsPerSecond a second, counted in dropped()); the worker goes on.
 //   * queue(link, payload) appends an answer frame to that link's pending output (nothing
@@ -39,6 +42,7 @@ class WorkerLinks {
   static constexpr std::size_t kMaxPendingBytes = 256u << 20;
   static constexpr std::size_t kDefaultMaxLinks = 256;
   static constexpr int kMaxWarningsPerSecond = 10;
+  static constexpr int kAcceptPauseMs = 100;
   using OnFrame = std::function<void(std::uint64_t link, std::string_view payload)>;
 
   WorkerLinks(const std::string& ip, std::size_t max_frame, std::size_t max_links, std::string where);
@@ -69,6 +73,7 @@ class WorkerLinks {
   void read(std::uint64_t id, const OnFrame& on_frame);
   bool write(Link& link);
   void close_link(std::uint64_t id, const std::string& why);
+  void warn(const std::string& what);  // at most kMaxWarningsPerSecond a second
 
   std::string where_;
   std::size_t max_frame_, max_links_;
@@ -81,6 +86,7 @@ class WorkerLinks {
   std::uint64_t accepted_ = 0, refused_ = 0, dropped_ = 0, frames_ = 0;
   std::chrono::steady_clock::time_point warn_window_{};
   int warnings_ = 0;
+  std::chrono::steady_clock::time_point accept_paused_until_{};
 };
 
 }  // namespace anna
