@@ -13,6 +13,9 @@ Two views, each printed with the Anna/Redis ratio:
   that transport pays per request, whatever its language.
 
 Redis runs with persistence off (`--save "" --appendonly no`), as Anna's memory tier.
+Anna's plaintext nodes serve clients over their workers' own TCP links (`--links on`, the
+default; `NodeConfig.client_links`), and its worker threads are not pinned to cores (`--pin
+off`, the default), as Redis's thread is not.
 
 Security is compared like for like (`--security`): "on" is Anna with CURVE (its default: every
 socket encrypted, every peer authenticated by key) against Redis with TLS on every connection
@@ -331,6 +334,15 @@ def main(argv=None) -> int:
     p.add_argument("--security", default="on,off",
                    help="comma-separated modes: on (Anna CURVE vs Redis TLS), off (both "
                         "plaintext), mixed (Anna CURVE vs Redis plaintext); default on,off")
+    p.add_argument("--links", choices=("on", "off"), default="on",
+                   help="plaintext Anna nodes serve clients over their workers' own TCP links "
+                        "(NodeConfig.client_links), which anna_core.Client and the native "
+                        "generator then use; off: every request over ZeroMQ (default on; "
+                        "CURVE modes never use links)")
+    p.add_argument("--pin", choices=("on", "off"), default="off",
+                   help="pin Anna's worker threads to cores (NodeConfig.pin_threads). Default "
+                        "off, as Redis runs: on a machine shared with other work a pinned "
+                        "thread waits for its own core while the other one is idle")
     p.add_argument("--python-ops", type=int, default=5000)
     p.add_argument("--floor-duration", type=float, default=2.0,
                    help="seconds of the one-client native round-trip floor per run (0: skip)")
@@ -354,8 +366,10 @@ def main(argv=None) -> int:
     unknown = [m for m in modes if m not in MODES]
     if unknown or not modes:
         p.error(f"--security: unknown mode(s) {unknown}; choose from {sorted(MODES)}")
-    log(f"workload: {workload}, anna threads={args.threads}, runs={args.runs}, modes={modes}")
-    results: dict = {"workload": workload, "anna_threads": args.threads,
+    log(f"workload: {workload}, anna threads={args.threads}, runs={args.runs}, modes={modes}, "
+        f"links={args.links}, pin={args.pin}")
+    results: dict = {"workload": workload, "anna_threads": args.threads, "links": args.links,
+                     "pin": args.pin,
                      "machine_cores": os.cpu_count(), "modes": {}}
 
     servers: dict = {}
@@ -364,7 +378,9 @@ def main(argv=None) -> int:
         for mode in modes:
             servers[mode] = RedisServer(tls=(mode == "on"))
             cluster = anna_core.LocalCluster(memory_threads=args.threads, nodes=1,
-                                             auth=(mode != "off"), warn_auth_off=False)
+                                             auth=(mode != "off"), warn_auth_off=False,
+                                             client_links=(mode == "off" and args.links == "on"),
+                                             pin_threads=(args.pin == "on"))
             cluster.start()
             clusters[mode] = cluster
             log(f"{mode}: redis-server {servers[mode].version()} on port {servers[mode].port}"
@@ -386,7 +402,8 @@ def main(argv=None) -> int:
                 redis_pid, anna_pid = servers[mode].proc.pid, clusters[mode].node_pid("memory-0")
                 redis_load = dict(host="127.0.0.1", port=servers[mode].port, seed=run + 1,
                                   **servers[mode].load_args())
-                anna_load = dict(seed=run + 1, auth=credentials[mode])
+                anna_load = dict(seed=run + 1, auth=credentials[mode],
+                                 links=(args.links == "on"))
                 r = costed(redis_pid, _core.load_redis, **redis_load, **workload)
                 runs[mode]["redis"].append(r)
                 log(f"run {run + 1}/{args.runs} {mode:3s} redis: {fmt(r)}  load {r['load1']:.2f}")

@@ -87,6 +87,11 @@ class PyClientTransport {
     d["auth_refused"] = t_->auth_refused();
     d["push_refused"] = t_->push_refused();
     d["max_answer_bytes"] = t_->max_answer_bytes();
+    d["links_open"] = t_->links_open();
+    d["link_requests"] = t_->link_requests();
+    d["link_answers"] = t_->link_answers();
+    d["link_failures"] = t_->link_failures();
+    d["link_resent"] = t_->link_resent();
     return d;
   }
 

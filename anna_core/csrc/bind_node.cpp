@@ -35,6 +35,11 @@ py::dict node_worker_stats_dict(const NodeWorkerStats& s) {
   py::dict d = worker_stats_dict(s.core);
   d["auth_dropped"] = s.auth_dropped;
   d["push_refused"] = s.push_refused;
+  d["links_open"] = s.links_open;
+  d["links_accepted"] = s.links_accepted;
+  d["links_refused"] = s.links_refused;
+  d["links_dropped"] = s.links_dropped;
+  d["link_requests"] = s.link_requests;
   d["auth_refused"] = s.auth_refused;
   d["auth_accepted"] = s.auth_accepted;
   d["wal_syncs"] = s.wal_syncs;
@@ -180,6 +185,7 @@ void bind_node(py::module_& m) {
         d["capacity_bytes"] = c.capacity_bytes;
         d["disk_sync"] = disk_sync_name(c.disk_sync);
         d["disk_sync_interval_ms"] = c.disk_sync_interval_ms;
+        d["client_links"] = c.client_links;
         d["curve"] = c.curve.enabled();
         d["curve_public_key"] = c.curve.public_key;
         d["curve_admitted"] = c.curve.admitted;

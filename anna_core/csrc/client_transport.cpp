@@ -1,6 +1,8 @@
 // The Anna client's native transport. See client_transport.hpp for the contract.
 #include "client_transport.hpp"
 
+#include <sys/socket.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include <algorithm>
@@ -12,70 +14,14 @@
 
 namespace anna {
 
-namespace {
-
-// A protobuf varint at data[*at..size); false when it runs past the end or past 10 bytes.
-bool read_varint(const unsigned char* data, std::size_t size, std::size_t* at,
-                 std::uint64_t* value) {
-  std::uint64_t v = 0;
-  for (int shift = 0; shift < 64; shift += 7) {
-    if (*at >= size) return false;
-    unsigned char b = data[(*at)++];
-    v |= static_cast<std::uint64_t>(b & 0x7f) << shift;
-    if ((b & 0x80) == 0) {
-      *value = v;
-      return true;
-    }
-  }
-  return false;
-}
-
-}  // namespace
-
 bool ClientTransport::find_field(const char* data, std::size_t size, int field,
                                  std::string* value) {
-  const auto* p = reinterpret_cast<const unsigned char*>(data);
-  std::size_t at = 0;
-  bool found = false;
-  while (at < size) {
-    std::uint64_t tag;
-    if (!read_varint(p, size, &at, &tag)) return false;
-    std::uint64_t number = tag >> 3;
-    if (number == 0) return false;
-    switch (tag & 7) {
-      case 0: {
-        std::uint64_t ignored;
-        if (!read_varint(p, size, &at, &ignored)) return false;
-        break;
-      }
-      case 1:
-        if (size - at < 8) return false;
-        at += 8;
-        break;
-      case 5:
-        if (size - at < 4) return false;
-        at += 4;
-        break;
-      case 2: {
-        std::uint64_t length;
-        if (!read_varint(p, size, &at, &length) || length > size - at) return false;
-        if (number == static_cast<std::uint64_t>(field)) {
-          value->assign(data + at, static_cast<std::size_t>(length));
-          found = true;
-        }
-        at += static_cast<std::size_t>(length);
-        break;
-      }
-      default:  // groups (3, 4) are not used by the platform's schema; 6, 7 do not exist
-        return false;
-    }
-  }
-  return found;
+  return find_proto_field(data, size, field, value);
 }
 
 ClientTransport::ClientTransport(const std::string& ip, CurveKeys keys,
                                  std::size_t max_answer_bytes, std::size_t max_sockets)
-    : max_answer_bytes_(max_answer_bytes) {
+    : max_answer_bytes_(max_answer_bytes), links_enabled_(!keys.enabled()) {
   if (max_answer_bytes == 0) throw std::invalid_argument("max_answer_bytes must be > 0");
   if (max_sockets == 0) throw std::invalid_argument("max_sockets must be > 0");
   if (keys.enabled()) {
@@ -139,6 +85,9 @@ ClientTransport::~ClientTransport() { close(); }
 
 void ClientTransport::close() {
   if (ctx_ == nullptr) return;
+  for (auto& [address, link] : links_) ::close(link->fd);
+  links_.clear();
+  link_targets_.clear();
   push_.reset();
   if (pull_ != nullptr) {
     zmq_close(pull_);
@@ -153,7 +102,130 @@ void ClientTransport::close() {
 bool ClientTransport::send(const std::string& address, const std::string& kind,
                            const std::string& payload) {
   if (ctx_ == nullptr) return false;
+  if (kind.empty() && links_enabled_ && payload.size() < (1u << 31)) {
+    if (Link* link = link_for(address)) {
+      std::string frame;
+      frame.reserve(kLinkHeaderBytes + payload.size());
+      append_frame(&frame, payload);
+      if (write_all(link->fd, frame, kLinkWriteMs)) {
+        ++link_requests_;
+        if (link->unanswered.size() < kMaxLinkPending) {
+          std::string id;
+          find_field(payload.data(), payload.size(), kRequestIdField, &id);
+          link->unanswered.emplace_back(std::move(id), payload);
+        }
+        return true;
+      }
+      // A partial frame is never served: the worker closes the link at its end.
+      log_info("client: link to " + address + " failed on write; using ZeroMQ");
+      fail_link(address);
+    }
+  }
   return push_->send(address, kind, payload);
+}
+
+ClientTransport::Link* ClientTransport::link_for(const std::string& address) {
+  auto it = links_.find(address);
+  if (it != links_.end()) return it->second.get();
+  auto adv = advertised_.find(address);
+  if (adv == advertised_.end() || links_.size() >= kMaxLinks || push_ == nullptr) return nullptr;
+  std::string target = adv->second, why;
+  advertised_.erase(adv);
+  if (no_link_.count(target) != 0) return nullptr;
+  int fd = connect_link(target, kLinkConnectMs, &why);
+  if (fd < 0) {
+    ++link_failures_;
+    if (no_link_.size() >= kMaxAdvertised) no_link_.clear();
+    no_link_.insert(target);
+    log_info("client: no link to " + address + " (" + why + "); using ZeroMQ");
+    return nullptr;
+  }
+  auto link = std::make_unique<Link>(Link{fd, LinkReader(max_answer_bytes_), 0, {}});
+  Link* raw = link.get();
+  links_.emplace(address, std::move(link));
+  link_targets_[address] = target;
+  return raw;
+}
+
+void ClientTransport::fail_link(const std::string& address) {
+  auto it = links_.find(address);
+  if (it == links_.end()) return;
+  ++link_failures_;
+  std::unique_ptr<Link> link = std::move(it->second);
+  links_.erase(it);
+  ::close(link->fd);
+  auto target = link_targets_.find(address);
+  if (target != link_targets_.end()) {
+    // Refused at once (a worker at its bound closes new links): do not try that link again.
+    if (link->answers == 0) {
+      if (no_link_.size() >= kMaxAdvertised) no_link_.clear();
+      no_link_.insert(target->second);
+    }
+    link_targets_.erase(target);
+  }
+  for (auto& [id, payload] : link->unanswered) {
+    if (push_->send(address, "", payload)) ++link_resent_;
+  }
+}
+
+void ClientTransport::read_link(const std::string& address) {
+  auto it = links_.find(address);
+  if (it == links_.end()) return;
+  Link& link = *it->second;
+  bool closed = false;
+  std::size_t total = 0;
+  while (total < (1u << 20)) {  // a bounded read per turn; the next poll sees the rest
+    char* into = link.reader.prepare(64u << 10);
+    ssize_t n = ::recv(link.fd, into, 64u << 10, MSG_DONTWAIT);
+    if (n > 0) {
+      link.reader.commit(static_cast<std::size_t>(n));
+      total += static_cast<std::size_t>(n);
+      if (static_cast<std::size_t>(n) < (64u << 10)) break;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    closed = true;
+    break;
+  }
+  std::string_view frame;
+  while (true) {
+    auto next = link.reader.next(&frame);
+    if (next == LinkReader::Next::kNeedMore) break;
+    if (next == LinkReader::Next::kTooLarge) {
+      // Dropped as an oversize ZeroMQ answer is; the stream cannot be followed past it.
+      ++oversize_;
+      last_oversize_ = link.reader.declared();
+      closed = true;
+      break;
+    }
+    ++link.answers;
+    std::string id;
+    if (find_field(frame.data(), frame.size(), kAnswerIdField, &id)) {
+      // Answers come in order as a rule: the front matches at once.
+      for (auto u = link.unanswered.begin(); u != link.unanswered.end(); ++u)
+        if (u->first == id) {
+          link.unanswered.erase(u);
+          break;
+        }
+    }
+    link_answers_.emplace_back(frame);
+  }
+  if (closed) fail_link(address);
+}
+
+void ClientTransport::learn_link(const std::string& payload) {
+  std::string link, responder, link_host, responder_host;
+  int port = 0;
+  if (!find_field(payload.data(), payload.size(), kLinkAddressField, &link)) return;
+  if (!find_field(payload.data(), payload.size(), kResponderField, &responder)) return;
+  // Only a plain tcp worker address, and a link on that worker's own host.
+  if (!split_tcp_address(link, &link_host, &port) ||
+      !split_tcp_address(responder, &responder_host, &port) || link_host != responder_host)
+    return;
+  if (links_.count(responder) != 0 || no_link_.count(link) != 0) return;
+  if (advertised_.size() >= kMaxAdvertised) advertised_.clear();
+  advertised_[responder] = link;
 }
 
 bool ClientTransport::recv_one(std::string* payload, bool* dropped) {
@@ -199,22 +271,35 @@ ClientTransport::Wait ClientTransport::collect(
   for (const auto& [id, payload] : *out) wanted.erase(id);
   enough = std::min(enough, ids.size());
   std::string payload, id;
+  auto take = [&](std::string&& answer) {
+    if (!find_field(answer.data(), answer.size(), id_field, &id)) {
+      ++malformed_;
+      return;
+    }
+    auto it = wanted.find(id);
+    if (it == wanted.end()) {
+      ++stale_;
+      return;
+    }
+    wanted.erase(it);
+    out->emplace_back(std::move(id), std::move(answer));
+    id.clear();
+  };
   while (out->size() < enough) {
+    if (link_answers_taken_ < link_answers_.size()) {
+      ++link_answers_n_;
+      take(std::move(link_answers_[link_answers_taken_++]));
+      if (link_answers_taken_ == link_answers_.size()) {
+        link_answers_.clear();
+        link_answers_taken_ = 0;
+      }
+      continue;
+    }
     bool dropped;
     if (recv_one(&payload, &dropped)) {
       if (dropped) continue;
-      if (!find_field(payload.data(), payload.size(), id_field, &id)) {
-        ++malformed_;
-        continue;
-      }
-      auto it = wanted.find(id);
-      if (it == wanted.end()) {
-        ++stale_;
-        continue;
-      }
-      wanted.erase(it);
-      out->emplace_back(std::move(id), std::move(payload));
-      id.clear();
+      if (links_enabled_) learn_link(payload);
+      take(std::move(payload));
       payload.clear();
       continue;
     }
@@ -223,14 +308,23 @@ ClientTransport::Wait ClientTransport::collect(
     // Rounded up, so a wait never ends just before its deadline.
     auto wait = std::chrono::duration_cast<std::chrono::microseconds>(deadline - now).count();
     long ms = static_cast<long>((wait + 999) / 1000);
-    zmq_pollitem_t item{pull_, 0, ZMQ_POLLIN, 0};
-    int n = zmq_poll(&item, 1, ms > 0x7fffffff ? 0x7fffffff : ms);
+    items_.clear();
+    polled_.clear();
+    items_.push_back(zmq_pollitem_t{pull_, 0, ZMQ_POLLIN, 0});
+    for (const auto& [address, link] : links_) {
+      items_.push_back(zmq_pollitem_t{nullptr, link->fd, ZMQ_POLLIN, 0});
+      polled_.push_back(address);
+    }
+    int n = zmq_poll(items_.data(), static_cast<int>(items_.size()),
+                     ms > 0x7fffffff ? 0x7fffffff : ms);
     if (n < 0) {
       if (errno == EINTR) return Wait::kInterrupted;
       if (errno == ETERM) return Wait::kClosed;
       log_warning(std::string("client: poll failed: ") + zmq_strerror(errno));
       return Wait::kDeadline;
     }
+    for (std::size_t i = 1; i < items_.size(); ++i)
+      if (items_[i].revents != 0) read_link(polled_[i - 1]);
   }
   return Wait::kDone;
 }

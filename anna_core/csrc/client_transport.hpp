@@ -27,11 +27,22 @@
 //     request_id of the expected message type), read without parsing the rest; answers to
 //     other ids (stale) and payloads that are not protobuf are dropped and counted
 //     (stale(), malformed()). An id answered twice is kept once.
+//   * Client links (link.hpp), only without keys: an answer received over ZeroMQ that
+//     carries KeyResponse.link_address (a tcp address on the responder's own host) records
+//     it for its responder (at most kMaxAdvertised remembered). A later send of a request
+//     (empty kind) to that worker then goes over a TCP connection to the link (at most
+//     kMaxLinks open, connected within kLinkConnectMs) and collect() waits on the links too.
+//     A link that cannot be connected is not tried again by this transport; one that fails
+//     later (closed, a write not done within kLinkWriteMs, an answer above max_answer_bytes)
+//     is closed, and the requests sent on it and not answered yet (up to kMaxLinkPending)
+//     are sent again over ZeroMQ; a link that failed before its first answer (a worker at
+//     its bound of links closes new ones at once) is not tried again either.
 //   * One thread at a time (the Python client is not thread-safe, and its binding keeps it
 //     so); close() is idempotent and never waits for unsent messages (linger 0).
 #pragma once
 
 #include <chrono>
+#include <deque>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -41,6 +52,7 @@
 #include <vector>
 
 #include "curve.hpp"
+#include "link.hpp"
 #include "push_cache.hpp"
 #include "zap.hpp"
 
@@ -50,6 +62,13 @@ class ClientTransport {
  public:
   using Clock = std::chrono::steady_clock;
   static constexpr int kRcvHwm = 100000;
+  static constexpr std::size_t kMaxLinks = 64;
+  static constexpr std::size_t kMaxAdvertised = 4096;
+  static constexpr int kLinkConnectMs = 200;
+  static constexpr int kLinkWriteMs = 1000;
+  static constexpr std::size_t kMaxLinkPending = 1024;
+  static constexpr int kRequestIdField = 4;  // KeyRequest.request_id
+  static constexpr int kAnswerIdField = 3;   // KeyResponse.request_id
   enum class Wait { kDone, kDeadline, kInterrupted, kClosed };
 
   ClientTransport(const std::string& ip, CurveKeys keys, std::size_t max_answer_bytes,
@@ -72,14 +91,34 @@ class ClientTransport {
   std::uint64_t auth_refused() const { return zap_ ? zap_->refused() : 0; }
   std::uint64_t push_refused() const { return push_ ? push_->refused() : 0; }
   std::size_t max_answer_bytes() const { return max_answer_bytes_; }
+  std::size_t links_open() const { return links_.size(); }
+  std::uint64_t link_requests() const { return link_requests_; }
+  std::uint64_t link_answers() const { return link_answers_n_; }
+  std::uint64_t link_failures() const { return link_failures_; }
+  std::uint64_t link_resent() const { return link_resent_; }
 
   // The value of the top-level length-delimited field `field` of a protobuf payload (the last
   // one, as protobuf parses), or false when the payload is not protobuf or has no such field.
   static bool find_field(const char* data, std::size_t size, int field, std::string* value);
 
  private:
+  struct Link {
+    int fd;
+    LinkReader reader;
+    std::uint64_t answers = 0;
+    // Requests sent on the link and not answered yet (request id, payload), oldest first, at
+    // most kMaxLinkPending: resent over ZeroMQ if the link fails.
+    std::deque<std::pair<std::string, std::string>> unanswered;
+  };
   // Reads one whole message if one is waiting; false when none is.
   bool recv_one(std::string* payload, bool* dropped);
+  Link* link_for(const std::string& address);
+  // Closes a failed link and sends its unanswered requests again over ZeroMQ.
+  void fail_link(const std::string& address);
+  // Reads what a link has (its whole frames go to link_answers_); closes it on EOF or error.
+  void read_link(const std::string& address);
+  // Records a link a ZeroMQ answer advertises (see the contract).
+  void learn_link(const std::string& payload);
 
   void* ctx_ = nullptr;
   void* pull_ = nullptr;
@@ -89,6 +128,16 @@ class ClientTransport {
   std::size_t max_answer_bytes_;
   std::uint64_t stale_ = 0, malformed_ = 0, oversize_ = 0;
   std::size_t last_oversize_ = 0;
+  bool links_enabled_;
+  std::unordered_map<std::string, std::string> advertised_;  // worker address -> link address
+  std::unordered_set<std::string> no_link_;                  // link addresses that failed
+  std::unordered_map<std::string, std::unique_ptr<Link>> links_;  // by worker address
+  std::unordered_map<std::string, std::string> link_targets_;    // worker -> its link address
+  std::vector<std::string> link_answers_;  // whole frames read, not yet matched (FIFO)
+  std::size_t link_answers_taken_ = 0;
+  std::vector<zmq_pollitem_t> items_;
+  std::vector<std::string> polled_;  // the worker address of items_[1..]
+  std::uint64_t link_requests_ = 0, link_answers_n_ = 0, link_failures_ = 0, link_resent_ = 0;
 };
 
 }  // namespace anna

@@ -19,6 +19,11 @@
 // with a certificate and key file too, the client presents them (mutual TLS, as a Redis
 // started with --tls-auth-clients yes requires). The handshake has the connection's 5 s
 // deadline; a failed one is an error naming the reason, before any load is sent.
+// Client links (Anna, plaintext only; link.hpp): with `links`, a worker's answer during the
+// prefill that advertises its link (KeyResponse.link_address) moves the generator's requests
+// to that worker onto one TCP connection to it, as anna_core.Client does; the answers come
+// back on it. A link that cannot be connected or fails is an error (a benchmark must not
+// silently measure another path).
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -47,6 +52,7 @@
 
 #include "anna.pb.h"
 #include "curve.hpp"
+#include "link.hpp"
 #include "zap.hpp"
 #include "zipf.hpp"
 
@@ -79,6 +85,7 @@ struct LoadResult {
   double p50_us = 0;
   double p99_us = 0;
   int clients = 0;
+  std::size_t links = 0;  // load_anna: workers served over client links (link.hpp)
 
   py::dict to_dict() const {
     py::dict out;
@@ -89,6 +96,7 @@ struct LoadResult {
     out["p50_us"] = p50_us;
     out["p99_us"] = p99_us;
     out["clients"] = clients;
+    out["links"] = links;
     return out;
   }
 };
@@ -141,10 +149,17 @@ class Recorder {
 // ---------------------------------------------------------------- Anna
 
 class AnnaLoad {
+  struct LinkConn {
+    int fd;
+    std::unique_ptr<LinkReader> reader;
+    std::string out;  // requests not written yet
+  };
+
  public:
-  AnnaLoad(const Workload& w, const std::vector<std::string>& key_addresses, CurveKeys keys)
+  AnnaLoad(const Workload& w, const std::vector<std::string>& key_addresses, CurveKeys keys,
+           bool links)
       : w_(w), key_addresses_(key_addresses), zipf_(w.keys, w.zipf, w.seed), recorder_(w),
-        value_(w.value_size, 'x'), keys_(std::move(keys)) {
+        value_(w.value_size, 'x'), keys_(std::move(keys)), use_links_(links && !keys_.enabled()) {
     if (key_addresses_.size() != w.keys)
       throw std::invalid_argument("load_anna: key_addresses must have one address per key");
     for (const auto& address : key_addresses_) check_address(address);
@@ -161,6 +176,7 @@ class AnnaLoad {
 
   LoadResult run() {
     prefill();
+    open_links();
     recorder_.start(Clock::now());
     sent_at_.assign(w_.clients, Clock::time_point{});
     for (int c = 0; c < w_.clients; ++c) issue(c, pick_key(), !is_read());
@@ -186,7 +202,9 @@ class AnnaLoad {
         --outstanding;
       }
     }
-    return recorder_.result("anna");
+    LoadResult result = recorder_.result("anna");
+    result.links = links_.size();
+    return result;
   }
 
  private:
@@ -233,9 +251,18 @@ class AnnaLoad {
       tuple->set_payload(lww.SerializeAsString());
     }
     std::string payload = request.SerializeAsString();
-    void* sock = push_for(key_addresses_[key_index]);
     if (client >= 0 && static_cast<std::size_t>(client) < sent_at_.size())
       sent_at_[client] = Clock::now();
+    if (!links_.empty()) {
+      auto link = links_.find(key_addresses_[key_index]);
+      if (link != links_.end()) {
+        // Written when the answers at hand are all taken (receive()): one write per burst,
+        // as ZeroMQ's I/O thread batches what the other path queues.
+        append_frame(&link->second.out, payload);
+        return;
+      }
+    }
+    void* sock = push_for(key_addresses_[key_index]);
     // One frame, the kind "request" implied (node.hpp): as anna_core.Client sends requests.
     zmq_send(sock, payload.data(), payload.size(), 0);
   }
@@ -274,7 +301,21 @@ class AnnaLoad {
     if (keys_.enabled()) response_address_ = keyed_address(response_address_, keys_.public_key);
   }
 
+  // Connects the links the prefill's answers advertised (see the contract at the top).
+  void open_links() {
+    if (!use_links_) return;
+    for (const auto& [worker, address] : advertised_) {
+      std::string why;
+      int fd = connect_link(address, 2000, &why);
+      if (fd < 0) throw std::runtime_error("load_anna: link to " + worker + ": " + why);
+      links_.emplace(worker, LinkConn{fd, std::make_unique<LinkReader>(std::size_t{64} << 20), {}});
+    }
+    for (auto& [worker, link] : links_) link_workers_.push_back(&link);
+  }
+
   void close_all() {
+    for (auto& [worker, link] : links_) ::close(link.fd);
+    links_.clear();
     int linger = 0;
     for (auto& [addr, sock] : pushes_) {
       zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
@@ -313,17 +354,61 @@ class AnnaLoad {
   }
 
   bool receive(KeyResponse* response, int timeout_ms) {
-    zmq_pollitem_t item{pull_, 0, ZMQ_POLLIN, 0};
-    if (zmq_poll(&item, 1, timeout_ms) <= 0) return false;
-    zmq_msg_t msg;
-    zmq_msg_init(&msg);
-    if (zmq_msg_recv(&msg, pull_, 0) < 0) {
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      if (frame_at_ < frames_.size()) {
+        const std::string& f = frames_[frame_at_++];
+        bool ok = response->ParseFromArray(f.data(), static_cast<int>(f.size()));
+        if (frame_at_ == frames_.size()) frame_at_ = 0, frames_.clear();
+        return ok;
+      }
+      zmq_msg_t msg;
+      zmq_msg_init(&msg);
+      if (zmq_msg_recv(&msg, pull_, ZMQ_DONTWAIT) >= 0) {
+        bool ok = response->ParseFromArray(zmq_msg_data(&msg), static_cast<int>(zmq_msg_size(&msg)));
+        zmq_msg_close(&msg);
+        if (ok && use_links_ && !response->link_address().empty() &&
+            links_.count(response->responder()) == 0)
+          advertised_[response->responder()] = response->link_address();
+        return ok;
+      }
       zmq_msg_close(&msg);
-      return false;
+      if (attempt == 1) return false;
+      for (LinkConn* link : link_workers_) {
+        if (link->out.empty()) continue;
+        if (!write_all(link->fd, link->out, 5000))
+          throw std::runtime_error("load_anna: a link to a worker failed on write");
+        link->out.clear();
+      }
+      items_.clear();
+      items_.push_back(zmq_pollitem_t{pull_, 0, ZMQ_POLLIN, 0});
+      for (LinkConn* link : link_workers_) items_.push_back(zmq_pollitem_t{nullptr, link->fd, ZMQ_POLLIN, 0});
+      if (zmq_poll(items_.data(), static_cast<int>(items_.size()), timeout_ms) <= 0) return false;
+      for (std::size_t i = 1; i < items_.size(); ++i)
+        if (items_[i].revents != 0) read_link(*link_workers_[i - 1]);
     }
-    bool ok = response->ParseFromArray(zmq_msg_data(&msg), static_cast<int>(zmq_msg_size(&msg)));
-    zmq_msg_close(&msg);
-    return ok;
+    return false;
+  }
+
+  void read_link(LinkConn& link) {
+    while (true) {
+      char* into = link.reader->prepare(64u << 10);
+      ssize_t n = ::recv(link.fd, into, 64u << 10, MSG_DONTWAIT);
+      if (n > 0) {
+        link.reader->commit(static_cast<std::size_t>(n));
+        if (static_cast<std::size_t>(n) < (64u << 10)) break;
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      throw std::runtime_error("load_anna: a worker closed its link");
+    }
+    std::string_view frame;
+    while (true) {
+      auto next = link.reader->next(&frame);
+      if (next == LinkReader::Next::kNeedMore) break;
+      if (next == LinkReader::Next::kTooLarge) throw std::runtime_error("load_anna: an oversize answer on a link");
+      frames_.emplace_back(frame);
+    }
   }
 
   static bool parse_client(const std::string& request_id, int* client) {
@@ -343,6 +428,13 @@ class AnnaLoad {
   std::unique_ptr<ZapHandler> zap_;
   void* pull_ = nullptr;
   std::string response_address_;
+  bool use_links_;
+  std::unordered_map<std::string, std::string> advertised_;  // worker -> link address
+  std::unordered_map<std::string, LinkConn> links_;          // by worker address
+  std::vector<LinkConn*> link_workers_;
+  std::vector<zmq_pollitem_t> items_;
+  std::vector<std::string> frames_;  // answers read from links, not yet taken
+  std::size_t frame_at_ = 0;
   std::unordered_map<std::string, void*> pushes_;
   std::vector<Clock::time_point> sent_at_;
   std::uint64_t sequence_ = 0;
@@ -678,25 +770,26 @@ void bind_loadgen(py::module_& m) {
       "load_anna",
       [](const std::vector<std::string>& key_addresses, int clients, double duration_s,
          double warmup_s, std::size_t keys, double zipf, double read_ratio,
-         std::size_t value_size, std::uint64_t seed, const py::object& auth) {
+         std::size_t value_size, std::uint64_t seed, const py::object& auth, bool links) {
         Workload w = make_workload(clients, duration_s, warmup_s, keys, zipf, read_ratio,
                                    value_size, seed);
         CurveKeys curve = curve_keys_of(auth);
         LoadResult result;
         {
           py::gil_scoped_release release;
-          AnnaLoad load(w, key_addresses, std::move(curve));
+          AnnaLoad load(w, key_addresses, std::move(curve), links);
           result = load.run();
         }
         return result.to_dict();
       },
       "Closed-loop native load against Anna workers; key_addresses[i] owns key 'k<i>'. "
       "auth: a client's runtime.auth.Credentials when the cluster authenticates (keyed "
-      "addresses), else None.",
+      "addresses), else None. links: use the workers' client links when they advertise them "
+      "(plaintext only).",
       py::arg("key_addresses"), py::arg("clients") = 50, py::arg("duration_s") = 5.0,
       py::arg("warmup_s") = 1.0, py::arg("keys") = 100000, py::arg("zipf") = 1.0,
       py::arg("read_ratio") = 0.5, py::arg("value_size") = 256, py::arg("seed") = 1,
-      py::arg("auth") = py::none());
+      py::arg("auth") = py::none(), py::arg("links") = true);
   m.def(
       "load_redis",
       [](const std::string& host, int port, int clients, double duration_s, double warmup_s,

@@ -19,6 +19,7 @@
 #include "log.hpp"
 #include "push_cache.hpp"
 #include "store.hpp"
+#include "worker_links.hpp"
 #include "zap.hpp"
 
 namespace anna {
@@ -215,6 +216,11 @@ class WorkerThread {
             DiskStore::path_for(cfg.data_dir, cfg.node_id, tid_),
             DiskSyncPolicy{cfg.disk_sync, std::chrono::milliseconds(cfg.disk_sync_interval_ms)});
       else store = std::make_unique<MemoryStore>();
+      // Client links: plaintext only (an authenticated node keeps every request on CURVE),
+      // and not with capacity emulation, which paces the ZeroMQ socket alone.
+      if (cfg.client_links && !cfg.curve.enabled() && cfg.service_rate == 0)
+        links_ = std::make_unique<WorkerLinks>(cfg.ip, max_message_bytes(cfg),
+                                               WorkerLinks::kDefaultMaxLinks, where());
     } catch (const std::exception& e) {
       if (pull_ != nullptr) zmq_close(pull_);
       pull_ = nullptr;
@@ -237,6 +243,7 @@ class WorkerThread {
       core_.reset();  // closes the store
       pushes_.reset();
     }
+    links_.reset();
     zmq_close(pull_);
   }
 
@@ -268,8 +275,10 @@ class WorkerThread {
       }
       long wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(next_epoch - now).count();
       wait_ms = std::max(0L, std::min(wait_ms, 50L));
-      zmq_pollitem_t item{pull_, 0, ZMQ_POLLIN, 0};
-      int rc = zmq_poll(&item, 1, wait_ms);
+      items_.clear();
+      items_.push_back(zmq_pollitem_t{pull_, 0, ZMQ_POLLIN, 0});
+      if (links_) links_->add_poll_items(&items_);
+      int rc = zmq_poll(items_.data(), static_cast<int>(items_.size()), wait_ms);
       if (rc < 0) {
         if (errno == ETERM) break;
         if (errno != EINTR) log_error("zmq_poll: " + std::string(zmq_strerror(errno)));
@@ -278,7 +287,12 @@ class WorkerThread {
       auto busy_from = SteadyClock::now();
       if (rc > 0) {
         core_->set_now(wall_now_ns());  // once per batch: tombstones and timers need no finer
-        for (int i = 0; i < 1024; ++i) {
+        if (links_)
+          links_->service(items_.data() + 1, items_.size() - 1,
+                          [this](std::uint64_t link, std::string_view payload) {
+                            process_link(link, payload);
+                          });
+        for (int i = 0; i < 1024 && (items_[0].revents & ZMQ_POLLIN); ++i) {
           bool too_large = false;
           int frames = recv_message(pull_, parts, &joined_, max_message_bytes(sh_->config),
                                     &too_large);
@@ -358,6 +372,18 @@ class WorkerThread {
       }
       core_->set_sender_is_client(client);
     }
+    const std::size_t before = out_.size();
+    handle(kind, payload);
+    if (links_ && kind == kRequestKind) {
+      // Tell the client where this worker's link is (KeyResponse.link_address, appended to
+      // the serialized answer: protobuf fields may be concatenated).
+      for (std::size_t i = before; i < out_.size(); ++i)
+        if (out_[i].kind.empty())
+          append_proto_field(&out_[i].payload, kLinkAddressField, links_->address());
+    }
+  }
+
+  void handle(std::string_view kind, std::string_view payload) {
     try {
       std::string why;
       if (!core_->handle(kind, payload, &out_, &why))
@@ -365,6 +391,30 @@ class WorkerThread {
     } catch (const std::exception& e) {
       log_error(where() + "error handling a '" + printable(kind) + "' message: " + e.what());
     }
+  }
+
+  // A request read from a client link: handled as one received over ZeroMQ, and the answers
+  // to its response_address produced now go back on the link instead of through a PUSH
+  // socket (the rest, e.g. forwarded deletes, leave as usual). Links exist only without
+  // authentication, so there is no sender role to check.
+  void process_link(std::uint64_t link, std::string_view payload) {
+    ++link_requests_;
+    std::string reply_to;
+    find_proto_field(payload.data(), payload.size(), kResponseAddressField, &reply_to);
+    const std::size_t before = out_.size();
+    handle(kRequestKind, payload);
+    if (reply_to.empty()) return;
+    std::size_t kept = before;
+    for (std::size_t i = before; i < out_.size(); ++i) {
+      if (out_[i].kind.empty() && out_[i].address == reply_to) {
+        links_->queue(link, out_[i].payload);
+      } else {
+        if (kept != i) out_[kept] = std::move(out_[i]);
+        ++kept;
+      }
+    }
+    out_.resize(kept);
+    if (out_bytes_counted_ > kept) out_bytes_counted_ = kept;
   }
 
   void drop_from_client(std::string_view kind, const char* role, const char* peer) {
@@ -401,6 +451,13 @@ class WorkerThread {
     published.push_refused = pushes_->refused();
     published.wal_syncs = core_->store().syncs();
     published.wal_sync_failures = core_->store().sync_failures();
+    if (links_) {
+      published.links_open = links_->open();
+      published.links_accepted = links_->accepted();
+      published.links_refused = links_->refused();
+      published.links_dropped = links_->dropped();
+    }
+    published.link_requests = link_requests_;
     std::lock_guard<std::mutex> lock(sh_->stats_mu);  // once per epoch, off the request path
     sh_->stats[tid_] = published;
   }
@@ -437,6 +494,7 @@ class WorkerThread {
     out_.clear();
     out_bytes_counted_ = 0;
     out_bytes_ = 0;
+    if (links_) links_->flush();
   }
 
   // The payload bytes waiting in out_ (counting only what was added since the last call).
@@ -460,6 +518,9 @@ class WorkerThread {
   void* pull_ = nullptr;
   std::unique_ptr<WorkerCore> core_;
   std::unique_ptr<PushCache> pushes_;
+  std::unique_ptr<WorkerLinks> links_;  // client links (config.client_links, plaintext only)
+  std::vector<zmq_pollitem_t> items_;   // this turn's poll set: the PULL socket, then links
+  std::uint64_t link_requests_ = 0;
   std::vector<OutMessage> out_;
   std::size_t out_bytes_counted_ = 0;  // out_[0, counted) are summed in out_bytes_
   std::size_t out_bytes_ = 0;
@@ -513,6 +574,9 @@ void Node::start() {
   sh->stats.assign(config_.threads, NodeWorkerStats{});
   sh->reports.assign(config_.threads, NodeWorkerReport{});
   sh->report_gen.assign(config_.threads, 0);
+  if (config_.client_links && config_.curve.enabled())
+    log_info("node " + config_.node_id + ": client links are plaintext only; with CURVE every "
+             "request stays on the authenticated sockets");
   if (config_.curve.enabled()) {
     // Before any worker binds: a CURVE server that finds no handler refuses everyone.
     sh->zap = std::make_unique<ZapHandler>(sh->ctx, config_.curve.admitted, "node " + config_.node_id);

@@ -1,0 +1,74 @@
+// Client links: a plain TCP connection from a client straight to one KVS worker thread, which
+// reads it in its own poll loop and answers on the same connection, so that a request passes
+// no ZeroMQ I/O thread on either side (two wake-ups per round trip instead of six).
+//
+// Contract:
+//   * Only without authentication: a worker opens a link listener only when its node runs
+//     plain (no CURVE) and `client_links` is on (node_config.hpp); a client with keys never
+//     opens one. An authenticated cluster keeps every request on its CURVE sockets.
+//   * Discovery: a worker with a listener appends kLinkAddressField (KeyResponse.link_address,
+//     proto/anna.proto) to its answers to client requests that reached it over ZeroMQ; with
+//     KeyResponse.responder it tells the client which worker address the link serves.
+//   * Framing, both directions: a 4-byte little-endian length, then that many bytes of
+//     payload. Client to worker: a KeyRequest (the kind "request" implied). Worker to client:
+//     the KeyResponse answering a request of that link. Answers the worker sends later
+//     (a deferred GET, subscription updates) go to the request's response_address over
+//     ZeroMQ as before.
+//   * LinkReader buffers what was read and hands out whole frames; a frame whose declared
+//     length is above its limit is kTooLarge (the caller closes the connection: the stream
+//     cannot be resynchronised cheaply, and the peer is either broken or hostile).
+//   * listen_link / connect_link return non-blocking descriptors (TCP_NODELAY on connected
+//     ones) or -1 with *why set; connect_link waits at most timeout_ms.
+//   * find_proto_field reads a top-level length-delimited field of a protobuf payload without
+//     parsing the rest (the last occurrence, as protobuf does); false when the payload is not
+//     protobuf or lacks it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace anna {
+
+// KeyResponse.link_address (proto/anna.proto), KeyResponse.responder, KeyRequest.response_address.
+constexpr int kLinkAddressField = 530;
+constexpr int kResponderField = 5;
+constexpr int kResponseAddressField = 3;
+constexpr std::size_t kLinkHeaderBytes = 4;
+
+class LinkReader {
+ public:
+  enum class Next { kFrame, kNeedMore, kTooLarge };
+  explicit LinkReader(std::size_t max_frame) : max_frame_(max_frame) {}
+  // Room for `n` more bytes at the end of the buffer; commit(k) after writing k of them.
+  char* prepare(std::size_t n);
+  void commit(std::size_t n) { size_ += n; }
+  // The next whole frame in *frame (valid until the next prepare/next call).
+  Next next(std::string_view* frame);
+  std::size_t declared() const { return declared_; }  // the size of a kTooLarge frame
+  std::size_t buffered() const { return size_ - start_; }
+
+ private:
+  std::size_t max_frame_;
+  std::string buf_;
+  std::size_t start_ = 0, size_ = 0, declared_ = 0;
+};
+
+void append_frame(std::string* out, std::string_view payload);
+
+// A serialized protobuf with one more length-delimited field `field` = value (protobuf lets
+// fields be concatenated; a parser sees the message with that field set).
+void append_proto_field(std::string* payload, int field, std::string_view value);
+bool find_proto_field(const char* data, std::size_t size, int field, std::string* value);
+
+// "tcp://host:port" with a numeric port 1..65535; false otherwise.
+bool split_tcp_address(const std::string& address, std::string* host, int* port);
+int listen_link(const std::string& ip, std::string* address, std::string* why);
+int connect_link(const std::string& address, int timeout_ms, std::string* why);
+
+// Writes all of data to a non-blocking descriptor, waiting for room at most timeout_ms in all;
+// false on an error, a closed peer or the timeout (some bytes may have been written).
+bool write_all(int fd, std::string_view data, int timeout_ms);
+
+}  // namespace anna

@@ -1,0 +1,92 @@
+// A worker thread's client links (link.hpp): its listener and the connections it accepted,
+// read and written by the worker thread itself in its poll loop.
+//
+// Contract:
+//   * WorkerLinks(ip, max_frame, max_links, where) listens on a free port of ip (address());
+//     throws std::runtime_error when it cannot.
+//   * add_poll_items appends the listener's and every link's pollitem (POLLIN; POLLOUT too
+//     while a link has unsent answers); service(items, count, on_frame) handles the returned
+//     events of those items: accepts connections (beyond max_links a new one is closed at
+//     once and counted in refused()), reads what is waiting (at most kReadBytes per link and
+//     turn, so one busy client cannot starve the rest), calls on_frame(link, payload) for every
+//     whole frame, and writes what a link has pending.
+//   * When accept fails for want of descriptors (EMFILE, ENFILE), the listener is left out of
+//     the poll set for kAcceptPauseMs (logged), so a full descriptor table never makes the
+//     worker spin; connections wait in the listen backlog meanwhile.
+//   * A frame above max_frame, a closed peer or a read/write error closes that link (logged
+//     at most kMaxWarningsPerSecond a second, counted in dropped()); the worker goes on.
+//   * queue(link, payload) appends an answer frame to that link's pending output (nothing
+//     when the link is gone); flush() writes every link's pending output without blocking. A
+//     link whose unsent output exceeds kMaxPendingBytes (a client that stopped reading) is
+//     closed. Belongs to one thread.
+#pragma once
+
+#include <zmq.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "link.hpp"
+
+namespace anna {
+
+class WorkerLinks {
+ public:
+  static constexpr std::size_t kReadBytes = 256u << 10;
+  static constexpr std::size_t kMaxPendingBytes = 256u << 20;
+  static constexpr std::size_t kDefaultMaxLinks = 256;
+  static constexpr int kMaxWarningsPerSecond = 10;
+  static constexpr int kAcceptPauseMs = 100;
+  using OnFrame = std::function<void(std::uint64_t link, std::string_view payload)>;
+
+  WorkerLinks(const std::string& ip, std::size_t max_frame, std::size_t max_links, std::string where);
+  ~WorkerLinks();
+  WorkerLinks(const WorkerLinks&) = delete;
+  WorkerLinks& operator=(const WorkerLinks&) = delete;
+
+  const std::string& address() const { return address_; }
+  void add_poll_items(std::vector<zmq_pollitem_t>* items);
+  void service(const zmq_pollitem_t* items, std::size_t count, const OnFrame& on_frame);
+  void queue(std::uint64_t link, std::string_view payload);
+  void flush();
+
+  std::size_t open() const { return links_.size(); }
+  std::uint64_t accepted() const { return accepted_; }
+  std::uint64_t refused() const { return refused_; }
+  std::uint64_t dropped() const { return dropped_; }
+  std::uint64_t frames() const { return frames_; }
+
+ private:
+  struct Link {
+    int fd;
+    LinkReader reader;
+    std::string out;
+    std::size_t sent = 0;  // out[0, sent) is written
+  };
+  void accept_all();
+  void read(std::uint64_t id, const OnFrame& on_frame);
+  bool write(Link& link);
+  void close_link(std::uint64_t id, const std::string& why);
+  void warn(const std::string& what);  // at most kMaxWarningsPerSecond a second
+
+  std::string where_;
+  std::size_t max_frame_, max_links_;
+  int listen_fd_ = -1;
+  std::string address_;
+  std::uint64_t next_id_ = 1;
+  std::unordered_map<std::uint64_t, std::unique_ptr<Link>> links_;
+  std::vector<std::uint64_t> polled_;  // link ids in the order add_poll_items listed them
+  std::vector<std::uint64_t> closing_;
+  std::uint64_t accepted_ = 0, refused_ = 0, dropped_ = 0, frames_ = 0;
+  std::chrono::steady_clock::time_point warn_window_{};
+  int warnings_ = 0;
+  std::chrono::steady_clock::time_point accept_paused_until_{};
+};
+
+}  // namespace anna
