@@ -286,7 +286,9 @@ class SchedulerChannel:
         """Keep call `rid`, sent to `scheduler`, until it is over: a stopping scheduler may
         refuse it and it then goes to another one."""
         with self._cond:
-            if rid in self._slots:
+            kept = self._kept_calls.get(rid)
+            if rid in self._slots and (kept is None or not kept[1]):
+                # (an entry already resent elsewhere keeps where it went since)
                 self._kept_calls[rid] = (call, (), scheduler, sent_at)
 
     def _sent_to(self, rid: str) -> Optional[Tuple[str, float]]:

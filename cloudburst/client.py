@@ -460,9 +460,12 @@ class Client(SchedulerChannel):
                 with self._cond:
                     finished, self._finished = self._finished, []
                 call.finished.extend(finished)
+            # kept before it goes: a refusal answered at once finds it kept and is resent
+            self._keep_call(rid, call, self.address, sent_at)
             try:
                 scheduler = self._send("call", call)
             except BaseException:
+                self._forget(rid)
                 self._courier.release(stored)
                 raise
         if not keep:
