@@ -172,22 +172,8 @@ void ClientTransport::read_link(const std::string& address) {
   auto it = links_.find(address);
   if (it == links_.end()) return;
   Link& link = *it->second;
-  bool closed = false;
-  std::size_t total = 0;
-  while (total < (1u << 20)) {  // a bounded read per turn; the next poll sees the rest
-    char* into = link.reader.prepare(64u << 10);
-    ssize_t n = ::recv(link.fd, into, 64u << 10, MSG_DONTWAIT);
-    if (n > 0) {
-      link.reader.commit(static_cast<std::size_t>(n));
-      total += static_cast<std::size_t>(n);
-      if (static_cast<std::size_t>(n) < (64u << 10)) break;
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-    closed = true;
-    break;
-  }
+  // a bounded read per turn; the next poll sees the rest
+  bool closed = read_available(link.fd, &link.reader, 1u << 20) != ReadEnd::kOpen;
   std::string_view frame;
   while (true) {
     auto next = link.reader.next(&frame);

@@ -225,6 +225,25 @@ int connect_link(const std::string& address, int timeout_ms, std::string* why) {
   return fd;
 }
 
+ReadEnd read_available(int fd, LinkReader* reader, std::size_t budget) {
+  constexpr std::size_t kChunk = 64u << 10;
+  std::size_t total = 0;
+  while (total < budget) {
+    char* into = reader->prepare(kChunk);
+    ssize_t n = ::recv(fd, into, kChunk, MSG_DONTWAIT);
+    if (n > 0) {
+      reader->commit(static_cast<std::size_t>(n));
+      total += static_cast<std::size_t>(n);
+      if (static_cast<std::size_t>(n) < kChunk) return ReadEnd::kOpen;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return ReadEnd::kOpen;
+    return n == 0 ? ReadEnd::kClosed : ReadEnd::kFailed;
+  }
+  return ReadEnd::kOpen;
+}
+
 bool write_all(int fd, std::string_view data, int timeout_ms) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (!data.empty()) {

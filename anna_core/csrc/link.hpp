@@ -67,6 +67,12 @@ bool split_tcp_address(const std::string& address, std::string* host, int* port)
 int listen_link(const std::string& ip, std::string* address, std::string* why);
 int connect_link(const std::string& address, int timeout_ms, std::string* why);
 
+// Reads what a non-blocking descriptor has, into `reader`, up to about `budget` bytes (the
+// next poll sees the rest). kOpen: nothing more to read now; kClosed: the peer closed it;
+// kFailed: a read error, left in errno.
+enum class ReadEnd { kOpen, kClosed, kFailed };
+ReadEnd read_available(int fd, LinkReader* reader, std::size_t budget);
+
 // Writes all of data to a non-blocking descriptor, waiting for room at most timeout_ms in all;
 // false on an error, a closed peer or the timeout (some bytes may have been written).
 bool write_all(int fd, std::string_view data, int timeout_ms);

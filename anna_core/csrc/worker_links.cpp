@@ -57,13 +57,7 @@ void WorkerLinks::service(const zmq_pollitem_t* items, std::size_t count, const 
     }
     if (items[i].revents & (ZMQ_POLLIN | ZMQ_POLLERR)) read(id, on_frame);
   }
-  for (std::uint64_t id : closing_) {
-    auto it = links_.find(id);
-    if (it == links_.end()) continue;
-    ::close(it->second->fd);
-    links_.erase(it);
-  }
-  closing_.clear();
+  drop_closing();
 }
 
 void WorkerLinks::accept_all() {
@@ -93,21 +87,9 @@ void WorkerLinks::accept_all() {
 
 void WorkerLinks::read(std::uint64_t id, const OnFrame& on_frame) {
   Link& link = *links_.at(id);
-  std::size_t total = 0;
-  while (total < kReadBytes) {
-    char* into = link.reader.prepare(64u << 10);
-    ssize_t n = ::recv(link.fd, into, 64u << 10, 0);
-    if (n > 0) {
-      link.reader.commit(static_cast<std::size_t>(n));
-      total += static_cast<std::size_t>(n);
-      if (static_cast<std::size_t>(n) < (64u << 10)) break;
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-    close_link(id, n == 0 ? "" : std::string("read: ") + std::strerror(errno));
-    break;  // frames already read are still served below
-  }
+  ReadEnd end = read_available(link.fd, &link.reader, kReadBytes);
+  if (end != ReadEnd::kOpen)  // frames already read are still served below
+    close_link(id, end == ReadEnd::kClosed ? "" : std::string("read: ") + std::strerror(errno));
   std::string_view frame;
   while (true) {
     auto next = link.reader.next(&frame);
@@ -161,6 +143,10 @@ void WorkerLinks::flush() {
                   std::to_string(link->out.size() - link->sent) + " bytes unsent)");
     }
   }
+  drop_closing();
+}
+
+void WorkerLinks::drop_closing() {
   for (std::uint64_t id : closing_) {
     auto it = links_.find(id);
     if (it == links_.end()) continue;

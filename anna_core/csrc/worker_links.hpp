@@ -73,6 +73,7 @@ class WorkerLinks {
   void read(std::uint64_t id, const OnFrame& on_frame);
   bool write(Link& link);
   void close_link(std::uint64_t id, const std::string& why);
+  void drop_closing();  // closes and forgets the links close_link marked
   void warn(const std::string& what);  // at most kMaxWarningsPerSecond a second
 
   std::string where_;
