@@ -37,7 +37,7 @@ class ClientSession:
     def attach(self, call: pb.Call) -> None:
         with self._lock:
             if self._sent_at != self.session.changes:
-                self._sent = self.session.to_proto().SerializeToString()
+                self._sent = self.session.encode()
                 self._sent_at = self.session.changes
             call.session.MergeFromString(self._sent)
 

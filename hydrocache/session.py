@@ -82,6 +82,7 @@ class Session:
         self.overflow_timestamp = 0
         self.overflow_causal = False
         self.changes = 0       # counts changes, so a sender may keep the session as sent
+        self._encoded: Dict[str, bytes] = {}   # key -> its floor as sent (`encode`)
 
     def __len__(self) -> int:
         return len(self._floors)
@@ -105,9 +106,11 @@ class Session:
         new = Floor(timestamp, dict(vc or {}), merged, deleted and timestamp > 0)
         if new != old:
             self.changes += 1
+            self._encoded.pop(key, None)
         self._floors[key] = new
         while len(self._floors) > self.max_keys:
-            _, gone = self._floors.popitem(last=False)
+            gone_key, gone = self._floors.popitem(last=False)
+            self._encoded.pop(gone_key, None)
             self.overflow_timestamp = max(self.overflow_timestamp, gone.timestamp)
             self.overflow_causal = self.overflow_causal or bool(gone.vc) or gone.merged
 
@@ -146,6 +149,21 @@ class Session:
         chosen = self._floors.items() if keys is None else \
             ((k, self._floors[k]) for k in dict.fromkeys(keys) if k in self._floors)
         return _pack(out, chosen)
+
+    def encode(self) -> bytes:
+        """`to_proto()` serialised, from each floor's encoding kept since it last changed:
+        a call carries the whole session, and between two calls a few floors change.
+        (Repeated fields of concatenated encodings concatenate, in order.)"""
+        encoded = self._encoded
+        parts = []
+        for key, f in self._floors.items():
+            e = encoded.get(key)
+            if e is None:
+                e = encoded[key] = _pack(pb.Session(), ((key, f),)).SerializeToString()
+            parts.append(e)
+        parts.append(pb.Session(overflow_timestamp=self.overflow_timestamp,
+                                overflow_causal=self.overflow_causal).SerializeToString())
+        return b"".join(parts)
 
     @classmethod
     def from_proto(cls, message: pb.Session, max_keys: Optional[int] = None) -> "Session":
@@ -191,7 +209,7 @@ def index(session: Optional[pb.Session]) -> Dict[str, Floor]:
 
 
 def plain_floor(session: Optional[pb.Session], key: str,
-                entries: Optional[Mapping[str, Floor]] = None) -> Tuple[int, int]:
+                entries: "Optional[Mapping[str, Floor] | Floors]" = None) -> Tuple[int, int]:
     """(floor, own): a cached copy of `key` older than `floor` is not read (0: none); `own`
     is the key's listed floor (0: not listed), which a read from every replica must reach
     (the overflow's part of `floor` is a bound the key itself may never have reached)."""
@@ -203,7 +221,7 @@ def plain_floor(session: Optional[pb.Session], key: str,
 
 
 def merged_key(session: Optional[pb.Session], key: str,
-               entries: Optional[Mapping[str, Floor]] = None) -> bool:
+               entries: "Optional[Mapping[str, Floor] | Floors]" = None) -> bool:
     """Is `key` a merged lattice of the session, or may it be (after an overflow)? Such a
     key is read from every replica."""
     if session is None:
@@ -283,23 +301,64 @@ def causal_unmet(session: Optional[pb.Session], keys: Sequence[str],
 
 
 class Floors:
-    """A request's session, indexed by key: what a node cache asks of it per key."""
+    """A request's session, indexed by key: what a node cache asks of it per key.
 
-    __slots__ = ("session", "entries")
+    The index is built on first use and holds the received entries as they are; a key's
+    `Floor` is made only when that key is asked for. A call's session may list a thousand
+    keys while the call reads a few, so indexing costs one pass over the keys' names, not a
+    conversion of every floor (its clock) per request."""
+
+    __slots__ = ("session", "_plain", "_causal", "_stamps", "_made")
 
     def __init__(self, session: Optional[pb.Session]) -> None:
         self.session = session
-        self.entries = index(session)
+        self._plain: Optional[Dict[str, int]] = None
+        self._causal: Dict[str, pb.SessionKey] = {}
+        self._stamps: Dict[str, int] = {}       # keys listed more than once: newest timestamp
+        self._made: Dict[str, Floor] = {}
+
+    def _index(self) -> None:
+        s = self.session
+        if s is None:
+            self._plain = {}
+            return
+        # as `index`: the last plain listing of a key counts; an entry's timestamp is the
+        # newest of every listing of its key; its clock and marks are the last entry's
+        self._plain = dict(zip(s.plain_keys, s.plain_timestamps))
+        causal = self._causal
+        for k in s.keys:
+            old = causal.get(k.key)
+            if old is not None:
+                self._stamps[k.key] = max(self._stamps.get(k.key, old.timestamp), k.timestamp)
+            causal[k.key] = k
+
+    def get(self, key: str) -> Optional[Floor]:
+        """The floor of `key` (None: not listed), the same as `index(session).get(key)`."""
+        made = self._made.get(key)
+        if made is not None:
+            return made
+        if self._plain is None:
+            self._index()
+        assert self._plain is not None
+        ts = self._plain.get(key)
+        k = self._causal.get(key)
+        if k is None:
+            return None if ts is None else self._made.setdefault(key, Floor(ts))
+        stamp = max(self._stamps.get(key, k.timestamp), ts or 0)
+        return self._made.setdefault(key, Floor(stamp, dict(k.vc), k.merged, k.deleted))
+
+    def __contains__(self, key: str) -> bool:
+        return self.get(key) is not None
 
     def floor(self, key: str) -> Tuple[int, int]:
-        return plain_floor(self.session, key, self.entries)
+        return plain_floor(self.session, key, self)
 
     def merged(self, key: str) -> bool:
-        return merged_key(self.session, key, self.entries)
+        return merged_key(self.session, key, self)
 
     def deleted(self, key: str) -> bool:
         """Is the floor of `key` the session's delete of it?"""
-        e = self.entries.get(key)
+        e = self.get(key)
         return e is not None and e.deleted
 
     def fresh(self, key: str, cached_ts: Optional[int]) -> bool:
@@ -311,5 +370,9 @@ class Floors:
         s = self.session
         out = pb.Session(overflow_timestamp=s.overflow_timestamp if s else 0,
                          overflow_causal=s.overflow_causal if s else False)
-        return _pack(out, ((k, self.entries[k]) for k in dict.fromkeys(keys)
-                           if k in self.entries))
+        chosen = []
+        for k in dict.fromkeys(keys):
+            f = self.get(k)
+            if f is not None:
+                chosen.append((k, f))
+        return _pack(out, chosen)

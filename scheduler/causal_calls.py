@@ -211,9 +211,6 @@ class CausalCalls:
 
     def _start_attempt(self, rec: InFlight, action: StartAttempt, now: float) -> None:
         self._table.finish_call(rec.call.request_id)   # the reservation: the attempt carries it
-        attempt = pb.Call()
-        attempt.CopyFrom(rec.call)
-        attempt.request_id = action.attempt_id
         addresses = {wid: self._table.address(wid) for wid in set(rec.placement.values())}
         missing = sorted(w for w, a in addresses.items() if a is None)
         if missing:
@@ -221,8 +218,11 @@ class CausalCalls:
                 f"{rec.coordinator.name}: executor worker(s) {missing} placed for the call "
                 "are no longer live")), now)
             return
-        for address, schedule in build_schedules(attempt, rec.dag, rec.placement, addresses,
-                                                 rec.versions, self._address, action.timeout):
+        # the attempt's schedules name the attempt (no copy of the call: its session may be
+        # a thousand floors)
+        for address, schedule in build_schedules(rec.call, rec.dag, rec.placement, addresses,
+                                                 rec.versions, self._address, action.timeout,
+                                                 call_id=action.attempt_id):
             schedule.causal.CopyFrom(action.plan)
             for s in schedule.forward:
                 s.causal.CopyFrom(action.plan)

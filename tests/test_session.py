@@ -148,6 +148,71 @@ def test_a_delete_goes_with_the_newest_timestamp():
     assert Floors(s.to_proto()).deleted("j") and not Floors(s.to_proto()).deleted("k")
 
 
+# a session as received may list a key more than once (in both lists, or twice in one)
+listed_plain = st.lists(st.tuples(keys, st.integers(0, 50)), max_size=12)
+listed_entries = st.lists(st.tuples(keys, st.integers(0, 50),
+                                    st.dictionaries(st.sampled_from("abc"), st.integers(1, 9)),
+                                    st.booleans(), st.booleans()), max_size=12)
+
+
+@settings(max_examples=150)
+@given(listed_plain, listed_entries, st.integers(0, 60), st.booleans(),
+       st.lists(keys, max_size=8))
+def test_floors_looks_up_what_the_whole_index_holds(plain, entries, overflow_ts,
+                                                    overflow_causal, asked):
+    """`Floors` indexes a session lazily, key by key; every answer is the one the index of
+    the whole session gives, duplicates and overflow included."""
+    sent = pb.Session(overflow_timestamp=overflow_ts, overflow_causal=overflow_causal)
+    for k, ts in plain:
+        sent.plain_keys.append(k)
+        sent.plain_timestamps.append(ts)
+    for k, ts, vc, merged, deleted in entries:
+        e = sent.keys.add(key=k, timestamp=ts, merged=merged, deleted=deleted)
+        e.vc.update(vc)
+    whole = index(sent)
+    f = Floors(sent)
+    for k in asked + [f"k{i}" for i in range(12)]:
+        assert f.get(k) == whole.get(k)
+        assert (k in f) == (k in whole)
+        assert f.floor(k) == plain_floor(sent, k, whole)
+        assert f.merged(k) == ((k in whole and whole[k].merged) or overflow_causal)
+        assert f.deleted(k) == (k in whole and whole[k].deleted)
+    got = index(f.restrict(asked))
+    assert got == {k: whole[k] for k in asked if k in whole}
+    r = f.restrict(asked)
+    assert (r.overflow_timestamp, r.overflow_causal) == (overflow_ts, overflow_causal)
+    none = Floors(None)
+    assert none.get("k1") is None and none.floor("k1") == (0, 0) and not none.merged("k1")
+    assert none.restrict(["k1"]) == pb.Session()
+
+
+deletes = st.tuples(st.just("deleted"), keys, st.integers(1, 10**6))
+
+
+@settings(max_examples=100)
+@given(st.lists(st.lists(st.one_of(plain_notes, causal_notes, merged_notes, deletes),
+                         max_size=10), max_size=8), st.integers(1, 8))
+def test_the_session_as_sent_is_encoded_from_the_floors_that_changed(batches, bound):
+    """`encode` keeps each floor's encoding until it changes; after any notes, absorbs and
+    evictions, what it sends parses to exactly `to_proto()`."""
+    s = Session(bound)
+    other = Session(bound)
+    for ops in batches:
+        for kind, key, arg in ops:
+            if kind == "deleted":
+                s.note_deleted(key, arg)
+            else:
+                apply(s, [(kind, key, arg)])
+            apply(other, [(kind, key, arg)] if kind != "deleted" else [])
+        s.absorb(other.to_proto([f"k{i}" for i in range(0, 12, 3)]))
+        assert pb.Session.FromString(s.encode()) == s.to_proto()
+    cs = ClientSession(bound)
+    cs.session = s
+    call = pb.Call()
+    cs.attach(call)
+    assert call.session == s.to_proto()
+
+
 @given(st.lists(st.tuples(st.booleans(), st.integers(1, 20)), min_size=1, max_size=20))
 def test_deleted_follows_the_newest_timestamp(notes):
     s = Session()
