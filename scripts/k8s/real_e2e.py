@@ -370,11 +370,18 @@ def e2e(c) -> None:
         # replication changes must reach every routing (each keeps its own overrides): the
         # cluster-key client is given every routing pod, as processes in the cluster are
         # given every routing's stable name (which this machine cannot resolve)
-        routings = [format_address(f"tcp://{p.status.pod_ip}:6450", public)
-                    for p in pods(c, "anna-routing")]
-        check(len(routings) >= 2, f"expected 2 routing pods, found {routings}")
-        admin = AnnaClient(routings, ip=gateway, timeout=5, auth=AuthConfig(str(key_dir)))
-        closers += [kvs, admin]
+        def admin_client():
+            """A cluster-key client of every routing pod's current address (a routing pod
+            made again has a new one: the rolling upgrade replaces them all)."""
+            routings = [format_address(f"tcp://{p.status.pod_ip}:6450", public)
+                        for p in pods(c, "anna-routing")]
+            check(len(routings) >= 2, f"expected 2 routing pods, found {routings}")
+            made = AnnaClient(routings, ip=gateway, timeout=5, auth=AuthConfig(str(key_dir)))
+            closers.append(made)
+            return made
+
+        admin = admin_client()
+        closers.append(kvs)
         with step("Anna put/get through the routing Service", timings):
             kvs.put("e2e/plain", b"memory only")
             check(kvs.get("e2e/plain") == b"memory only", "e2e/plain read back differs")
@@ -453,8 +460,10 @@ def e2e(c) -> None:
         from real_ha import ha
         helpers = dict(check=check, pods=pods, is_ready=is_ready, members=members)
         ha(c, dict(helpers, kjson=kjson, container_pid=container_pid, step=step,
-                   timings=timings, facts=facts, admin=admin, key_dir=key_dir,
+                   timings=timings, facts=facts, admin=admin, admin_client=admin_client,
+                   key_dir=key_dir,
                    client_name=CLIENT))
+        admin = admin_client()      # the routings' addresses since the upgrade
         reporting = AnnaClient(routing_addr, ip=gateway, timeout=5, report_period=2,
                                client_id="e2e", auth=AuthConfig(str(key_dir),
                                                                CLIENT_PREFIX + CLIENT))

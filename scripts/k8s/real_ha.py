@@ -46,7 +46,8 @@ TIERS = [("statefulset", "anna-routing"), ("statefulset", "cloudburst-scheduler"
 
 def ha(c, h: Dict[str, Any]) -> None:
     """The steps above; `h` holds real_e2e's helpers and state (check, kjson, pods,
-    is_ready, members, container_pid, step, timings, facts, admin, key_dir, client)."""
+    is_ready, members, container_pid, step, timings, facts, admin, admin_client (a new
+    cluster-key client of the routing pods' current addresses), key_dir, client)."""
     check, step, timings, facts = h["check"], h["step"], h["timings"], h["facts"]
 
     def pod(name: str):
@@ -149,17 +150,7 @@ def ha(c, h: Dict[str, Any]) -> None:
 
     # ---- 2. the disk tier keeps its keys across a pod restart ----
     # every routing pod now (the upgrade replaced them all): replication changes reach each
-    from anna_core.client import Client as AnnaClient
-    from runtime.auth import CLUSTER, AuthConfig, KeyPair, format_address
-    public = KeyPair.load(str(h["key_dir"] / (CLUSTER + ".key"))).public
-    routings = [format_address(f"tcp://{p.status.pod_ip}:6450", public)
-                for p in h["pods"](c, "anna-routing")]
-    admin = AnnaClient(routings, ip=c.net_settings.gateway, timeout=5,
-                       auth=AuthConfig(str(h["key_dir"])))
-    try:
-        _disk_restart(c, h, admin, kill_pod, remade, pod)
-    finally:
-        admin.close()
+    _disk_restart(c, h, h["admin_client"](), kill_pod, remade, pod)
     if load_failure is not None:
         raise load_failure
 
