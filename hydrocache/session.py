@@ -18,7 +18,8 @@ Contract:
   raise a floor (never lower it: a floor is the max of what was noted, the merge of the
   clocks; `deleted` goes with the newest timestamp); `absorb(proto)` notes
   every floor of a `cloudburst.Session` (what a call read and wrote). `to_proto(keys=None)`
-  is the session as sent (every floor, or the floors of `keys` and the overflow);
+  is the session as sent (every floor, or the floors of `keys` and the overflow), and
+  `encode()` the whole of it serialised, from each floor's encoding kept until it changes;
   `Session.from_proto(message)` reads one back.
 - The decisions (plain functions of a `cloudburst.Session` message and what a cache holds):
   `plain_floor(session, key)` is `(floor, own)`: a cached copy of `key` older than `floor`
@@ -32,7 +33,8 @@ Contract:
   floor stands for is lost; the read fails naming the key).
   `causal_stale(session, keys, version_of)` lists the keys whose cached causal version does
   not supersede their floor (to re-read from the KVS before binding), and `causal_unmet`
-  those still short of it afterwards. `Floors(session)` indexes a request's session by key.
+  those still short of it afterwards. `Floors(session)` indexes a request's session by key,
+  lazily: one pass over the keys' names on first use, a key's floor made when it is asked for.
 - `refusal(session)` says why a session as received may not be used (more than
   `MAX_SENT_KEYS` floors, or plain keys and timestamps of different counts); None if it may.
 No sockets, clocks or sleeps; the node caches and the client are thin around these.
