@@ -2,7 +2,7 @@
 the node caches' decisions, a call's session on its worker, and the read from the KVS at
 least as new as a floor (against a fake KVS client: a unit test)."""
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import anna_core
 from hydro_proto import cloudburst_pb2 as pb
@@ -32,7 +32,7 @@ def apply(session, ops):
             session.note_merged(key)
 
 
-@settings(max_examples=60)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(notes, st.integers(1, 8))
 def test_the_guarantee_survives_the_bound(ops, bound):
     """Whatever was noted, the session as sent still demands it: each key's plain floor is at
@@ -155,7 +155,7 @@ listed_entries = st.lists(st.tuples(keys, st.integers(0, 50),
                                     st.booleans(), st.booleans()), max_size=12)
 
 
-@settings(max_examples=150)
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(listed_plain, listed_entries, st.integers(0, 60), st.booleans(),
        st.lists(keys, max_size=8))
 def test_floors_looks_up_what_the_whole_index_holds(plain, entries, overflow_ts,
@@ -189,7 +189,7 @@ def test_floors_looks_up_what_the_whole_index_holds(plain, entries, overflow_ts,
 deletes = st.tuples(st.just("deleted"), keys, st.integers(1, 10**6))
 
 
-@settings(max_examples=100)
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.lists(st.one_of(plain_notes, causal_notes, merged_notes, deletes),
                          max_size=10), max_size=8), st.integers(1, 8))
 def test_the_session_as_sent_is_encoded_from_the_floors_that_changed(batches, bound):
