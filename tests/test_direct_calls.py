@@ -1,6 +1,7 @@
 """The direct leased call path on real processes: a client holding a worker lease sends its
 calls straight to the worker; the worker admits only calls within a lease the scheduler
 granted; a lease follows worker deaths and gives way to calls waiting for capacity."""
+import itertools
 import os
 import signal
 import subprocess
@@ -109,14 +110,26 @@ class RawClient:
         # call ids unique across clients, as a real client's are (a worker keeps the
         # outcomes of the calls it ran under their ids)
         self.prefix = __import__("uuid").uuid4().hex[:8]
+        self.received = {}           # (kind, request id) -> answers read while waiting for another
+        self.direct_results = 0      # direct_results messages read
 
     def recv(self, kind, request_id, timeout=10.0):
         def one():
+            if (kind, request_id) in self.received:
+                return self.received.pop((kind, request_id))
             if not self.pull.poll(100):
                 return None
             k, payload = parse(recv_frame(self.pull))
+            if k == "direct_results":      # several results of a direct_batch in one message
+                self.direct_results += 1
+                for r in pb.DirectResults.FromString(payload).results:
+                    self.received[("result", r.request_id)] = r
+                return None
             m = {"worker_lease": pb.WorkerLease, "result": pb.CallResult}[k].FromString(payload)
-            return m if (k == kind and m.request_id == request_id) else None
+            if (k, m.request_id) != (kind, request_id):
+                self.received[(k, m.request_id)] = m
+                return None
+            return m
         return poll_until(one, timeout, f"a {kind} answering {request_id}", interval=0)
 
     def lease(self, target):
@@ -286,6 +299,31 @@ def test_a_batch_of_direct_calls_admits_each_call_only_within_its_lease(cluster)
         _refused(forged, "no lease of that id was granted")
         with pytest.raises(ObjectNotFound):                # the forged one never ran
             cb.get("direct-mark-402")
+    finally:
+        raw.close()
+
+
+def test_the_results_of_a_batch_of_direct_calls_come_back_together(cluster):
+    """A worker running a direct_batch answers its calls in one direct_results message
+    (executor/result_batch.py), and every call is answered once."""
+    cluster.wait_for_workers([w["worker_id"] for w in cluster.workers], timeout=20)
+    raw = RawClient(cluster)
+    try:
+        lease = raw.lease("mark")
+        poll_until(lambda: raw.direct(lease, 3000).status == pb.OK, 5.0,
+                   "a direct call admitted")
+        xs = itertools.count(3001, 2)
+
+        def together():      # a result is held at most briefly: a slow turn sends it alone
+            x = next(xs)
+            raw.push.send(raw.scheduler, "lease_worker", pb.LeaseRequest(   # kept live
+                response_address=raw.address, renew=[lease.lease_id]))
+            results = raw.batch(lease, [(x, None), (x + 1, None)])
+            assert [r.status for r in results] == [pb.OK, pb.OK], results
+            return raw.direct_results > 0
+        poll_until(together, 10.0, "two direct calls answered in one message", interval=0)
+        # nothing answered twice, or unasked
+        assert not [m for (kind, _), m in raw.received.items() if kind == "result"]
     finally:
         raw.close()
 
