@@ -328,6 +328,21 @@ def test_the_results_of_a_batch_of_direct_calls_come_back_together(cluster):
         raw.close()
 
 
+def test_another_clients_registration_reaches_a_leased_clients_next_call(cluster):
+    """A registration revokes the leases that run the name at once: the leased client's
+    next call runs what was registered, not the version its lease was granted for."""
+    cb = cluster.client(direct=True)
+    other = cluster.client()
+    other.register(lambda x: ("v1", x), "versioned")
+    _leased(cb, "versioned", 0)                  # calls it until the client holds a lease
+    assert cb.call("versioned", 1).get(10) == ("v1", 1)
+    assert _leased(cb, "versioned")              # still held: the next call would go direct
+    other.register(lambda x: ("v2", x), "versioned")
+    assert cb.call("versioned", 2).get(10) == ("v2", 2)
+    cb.close()
+    other.close()
+
+
 def test_a_burst_queues_at_the_client_against_leases_on_both_workers(cluster):
     """Calls beyond its leases' slots wait in the client's own queue (not the scheduler's),
     and the client holds a lease on each worker: with the scheduler stopped, a burst of
