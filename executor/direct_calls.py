@@ -32,6 +32,10 @@ Contract (mixed into `executor.worker.Worker`):
   asks for an `output_key` or causal consistency gets INVALID_ARGUMENTS (those take the
   scheduler's path; `Client` never sends them direct). So does a call whose id already ran
   on this worker (ids are used once; the worker remembers recent ones).
+- The results of a `direct_batch`'s calls that finish while the worker runs it go back
+  together, one `direct_results` message per client (`executor/result_batch.py` decides:
+  a result is held at most `RESULT_HOLD_SECONDS`); a lone `direct` call's result goes at
+  once, as a `result`.
 - On the direct socket any other kind is dropped and logged.
 - A direct call's end frees its slot (`LeaseAdmission.finished`, from the worker's
   `done` and `abort` paths); the worker sends the scheduler no `done` for it: its client

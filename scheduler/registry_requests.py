@@ -9,7 +9,8 @@ one request's payload and answers its `response_address` with a `reply`:
 - `list`: the registered names; `info`: the live workers, and the nodes whose caches hold
   the key named (if any).
 A registration or deletion also revokes this scheduler's worker leases that run the name
-(`LeaseBook.registered_again`), so direct calls made after it run what it registered.
+(`LeaseBook.registered_again`), so direct calls made after it run what it registered (but
+one that reaches its worker before the revocation, over another connection).
 `_on_registry_update` applies an update Anna pushed for a registry key (a bad one is
 logged and ignored). `dag_from_record` is a registry record's `scheduler.dag.Dag`.
 Uses the scheduler's `config`, `registry`, `table`, `worker_leases`, `_revoke` and `_push`.

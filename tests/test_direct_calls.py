@@ -330,7 +330,9 @@ def test_the_results_of_a_batch_of_direct_calls_come_back_together(cluster):
 
 def test_another_clients_registration_reaches_a_leased_clients_next_call(cluster):
     """A registration revokes the leases that run the name at once: the leased client's
-    next call runs what was registered, not the version its lease was granted for."""
+    next calls run what was registered, not the version its lease was granted for (a call
+    that reaches the worker before the revocation, over another connection, may still run
+    the old one: one is allowed; before, a renewal caught it, up to about a second later)."""
     cb = cluster.client(direct=True)
     other = cluster.client()
     other.register(lambda x: ("v1", x), "versioned")
@@ -338,7 +340,8 @@ def test_another_clients_registration_reaches_a_leased_clients_next_call(cluster
     assert cb.call("versioned", 1).get(10) == ("v1", 1)
     assert _leased(cb, "versioned")              # still held: the next call would go direct
     other.register(lambda x: ("v2", x), "versioned")
-    assert cb.call("versioned", 2).get(10) == ("v2", 2)
+    got = [cb.call("versioned", x).get(10) for x in (2, 3)]
+    assert got[1] == ("v2", 3) and got[0] in (("v1", 2), ("v2", 2)), got
     cb.close()
     other.close()
 
