@@ -1,5 +1,5 @@
 """The autoscaling part of the real-cluster end-to-end scenario (`scripts/k8s/test_real.sh
---e2e`, after scripts/k8s/real_e2e.py's steps): both autoscalers run in their pods and act
+--e2e`, after scripts/k8s/real_e2e.py's steps and before scripts/k8s/real_ha.py's): both autoscalers run in their pods and act
 through the Kubernetes API on real pods.
 
 Steps (each timed; a failure raises E2EFailure naming the step and the object):
