@@ -34,8 +34,8 @@ Contract (mixed into `executor.worker.Worker`):
   on this worker (ids are used once; the worker remembers recent ones).
 - The results of a `direct_batch`'s calls that finish while the worker runs it go back
   together, one `direct_results` message per client (`executor/result_batch.py` decides:
-  a result is held at most `RESULT_HOLD_SECONDS`); a lone `direct` call's result goes at
-  once, as a `result`.
+  results are held only across calls shorter than `RESULT_HOLD_SECONDS`, and for at most
+  that long); a lone `direct` call's result goes at once, as a `result`.
 - On the direct socket any other kind is dropped and logged.
 - A direct call's end frees its slot (`LeaseAdmission.finished`, from the worker's
   `done` and `abort` paths); the worker sends the scheduler no `done` for it: its client
@@ -161,9 +161,12 @@ class DirectCalls:
             self._answers.open()
         try:
             for call in calls:
+                start = time.monotonic()
                 self._on_direct(call, role)
-                if batching and self._answers.due(time.monotonic()):
-                    self._send_answers()
+                if batching:
+                    now = time.monotonic()
+                    if self._answers.due(now, now - start):
+                        self._send_answers()
         finally:
             if batching:
                 self._answers.close()

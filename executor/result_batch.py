@@ -10,9 +10,12 @@ monotonic clock) and nothing here sends or sleeps.
 - `open()` starts holding (the worker is about to run a batch); `close()` stops. Outside
   `open()`/`close()` nothing is held: `add` returns False and the caller sends at once.
 - `add(address, result, now)`: True if `result` (for the client at `address`) is held.
-- `due(now)`: whether what is held must go now: its oldest result has waited
-  `hold_seconds` (a batch of slow calls does not hold the first one's answer for long), or
-  the results held add up to `max_bytes` (a message stays well below a frame's limit).
+- `due(now, last_run=0.0)`: whether what is held must go now (asked after each call of the
+  batch, `last_run` being how long that call took): its oldest result has waited
+  `hold_seconds`, or the call just run took that long (calls this slow are not held for
+  the next one: results are held only across calls shorter than the hold, so a result
+  waits for at most one slow call it did not expect), or the results held add up to
+  `max_bytes` (a message stays well below a frame's limit).
 - `take()`: what is held, as `(address, [results])` in the order they were added, and
   forgets it.
 """
@@ -59,8 +62,9 @@ class ResultBatch:
         self._bytes += len(result.value) + len(result.logs) + len(result.message) + 64
         return True
 
-    def due(self, now: float) -> bool:
+    def due(self, now: float, last_run: float = 0.0) -> bool:
         return self._first is not None and (now - self._first >= self.hold_seconds
+                                            or last_run >= self.hold_seconds
                                             or self._bytes >= self.max_bytes)
 
     def take(self) -> List[Tuple[str, List[Any]]]:

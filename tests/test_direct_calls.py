@@ -145,12 +145,12 @@ class RawClient:
         assert self.push.send(self.scheduler, "lease_worker", pb.LeaseRequest(
             response_address=self.address, release=[lease.lease_id]))
 
-    def _call(self, lease, x, lease_id=None, request_id=None):
+    def _call(self, lease, x, lease_id=None, request_id=None, function="mark"):
         self.n += 1
-        call = pb.Call(request_id=request_id or f"raw-{self.prefix}-{self.n}", function="mark", timeout=10.0,
+        call = pb.Call(request_id=request_id or f"raw-{self.prefix}-{self.n}", function=function, timeout=10.0,
                        response_address=self.address,
                        lease_id=lease.lease_id if lease_id is None else lease_id)
-        call.args["mark"].args.add(value=__import__("cloudpickle").dumps(x))
+        call.args[function].args.add(value=__import__("cloudpickle").dumps(x))
         return call
 
     def direct(self, lease, x, lease_id=None, request_id=None):
@@ -158,9 +158,9 @@ class RawClient:
         assert self.push.send(lease.worker_address, "direct", call)
         return self.recv("result", call.request_id)
 
-    def batch(self, lease, xs_and_lease_ids):
+    def batch(self, lease, xs_and_lease_ids, function="mark"):
         """One direct_batch to the lease's worker; the results, in the calls' order."""
-        calls = [self._call(lease, x, lid) for x, lid in xs_and_lease_ids]
+        calls = [self._call(lease, x, lid, function=function) for x, lid in xs_and_lease_ids]
         assert self.push.send(lease.worker_address, "direct_batch", pb.DirectBatch(calls=calls))
         return [self.recv("result", c.request_id) for c in calls]
 
@@ -309,8 +309,8 @@ def test_the_results_of_a_batch_of_direct_calls_come_back_together(cluster):
     cluster.wait_for_workers([w["worker_id"] for w in cluster.workers], timeout=20)
     raw = RawClient(cluster)
     try:
-        lease = raw.lease("mark")
-        poll_until(lambda: raw.direct(lease, 3000).status == pb.OK, 5.0,
+        lease = raw.lease("where")         # a short call: results are held across short ones
+        poll_until(lambda: raw.batch(lease, [(0, None)], "where")[0].status == pb.OK, 5.0,
                    "a direct call admitted")
         xs = itertools.count(3001, 2)
 
@@ -318,7 +318,7 @@ def test_the_results_of_a_batch_of_direct_calls_come_back_together(cluster):
             x = next(xs)
             raw.push.send(raw.scheduler, "lease_worker", pb.LeaseRequest(   # kept live
                 response_address=raw.address, renew=[lease.lease_id]))
-            results = raw.batch(lease, [(x, None), (x + 1, None)])
+            results = raw.batch(lease, [(x, None), (x + 1, None)], "where")
             assert [r.status for r in results] == [pb.OK, pb.OK], results
             return raw.direct_results > 0
         poll_until(together, 10.0, "two direct calls answered in one message", interval=0)

@@ -39,6 +39,17 @@ def test_the_oldest_result_is_held_no_longer_than_the_hold():
     assert not b.due(5.0)             # nothing held: nothing due
 
 
+def test_a_slow_call_sends_what_is_held_at_once():
+    """Results are held only across short calls: after one as long as the hold, everything
+    held goes, its own result too, rather than waiting for the next call of the batch."""
+    b = ResultBatch(0.002)
+    b.open()
+    b.add("a", _result(1), 1.0)
+    assert not b.due(1.0005, last_run=0.0005)
+    b.add("a", _result(2), 1.0006)
+    assert b.due(1.0006, last_run=0.0021)
+
+
 def test_results_adding_up_to_the_byte_bound_are_due_at_once():
     b = ResultBatch(10.0, max_bytes=1000)
     b.open()
