@@ -83,7 +83,7 @@ def bench_cloudburst(calls: int, workers: int, transport: str = "tcp",
     with cloudburst.LocalCluster(executor_nodes=1, executors_per_node=workers,
                                  transport=transport, colocate_chains=colocate,
                                  **options) as cluster:
-        client = cluster.client(direct=True) if direct else cluster.client()
+        client = cluster.client(direct=direct)
         client.register(lambda lib, x: x + 1, "increment")
         client.register(lambda lib, x: x * x, "square")
         client.register_dag("composition", ["increment", "square"], [("increment", "square")])
@@ -103,7 +103,7 @@ def bench_direct_ab(calls: int, spread: bool = False, block: int = 50) -> Dict[s
     import cloudburst
     with cloudburst.LocalCluster(executor_nodes=1, executors_per_node=2,
                                  colocate_chains=not spread) as cluster:
-        clients = {"scheduler": cluster.client(), "direct": cluster.client(direct=True)}
+        clients = {"scheduler": cluster.client(direct=False), "direct": cluster.client(direct=True)}
         c = clients["scheduler"]
         c.register(lambda lib, x: x + 1, "increment")
         c.register(lambda lib, x: x * x, "square")

@@ -78,7 +78,7 @@ def _snapshot() -> Dict[str, List[float]]:
 def measure(calls: int, mode: str, direct: bool) -> Dict[str, Dict[str, float]]:
     import cloudburst
     with cloudburst.LocalCluster(executor_nodes=1, executors_per_node=2) as cluster:
-        client = cluster.client(direct=True) if direct else cluster.client()
+        client = cluster.client(direct=direct)
         if mode == "dag":
             client.register(lambda lib, x: x + 1, "increment")
             client.register(lambda lib, x: x * x, "square")

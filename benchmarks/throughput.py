@@ -43,7 +43,7 @@ sys.path.insert(0, sys.argv[1])
 import cloudburst
 calls, workers, direct = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "direct"
 with cloudburst.LocalCluster(executor_nodes=1, executors_per_node=workers) as cluster:
-    client = cluster.client(direct=True) if direct else cluster.client()
+    client = cluster.client(direct=direct)
     client.register(lambda: None, "noop")
     for _ in range(100):
         client.call("noop").get(timeout=30)

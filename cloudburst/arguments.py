@@ -14,6 +14,7 @@ Contract: `encode(args, kwargs)` is the `ArgumentList` of one function's argumen
 """
 from __future__ import annotations
 
+from collections import abc
 from typing import Any, List, Mapping, Sequence
 
 from hydro_proto import cloudburst_pb2 as pb
@@ -40,7 +41,7 @@ def futures_in(*groups: Any) -> List[Future]:
     the consuming call still needs that result."""
     found: List[Future] = []
     for g in groups:
-        values = g.values() if isinstance(g, Mapping) else g
+        values = g.values() if isinstance(g, (dict, abc.Mapping)) else g
         found += [v for v in values if isinstance(v, Future)]
     return found
 

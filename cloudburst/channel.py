@@ -444,10 +444,12 @@ class SchedulerChannel:
             frame = recv_frame(self._pull, copy=False)   # copy=False: the sender's role
             try:
                 kind, payload = parse(frame.bytes)
-                if kind != "result" and role_of(frame) == FUNCTION:
-                    raise ValueError("a function key may send a client only results")
-                cls = _ANSWERS[kind]
-                out.append((kind, cls.FromString(payload)))
+                if kind == "direct_results":    # a worker's results of several direct calls
+                    out.extend(("result", r) for r in pb.DirectResults.FromString(payload).results)
+                else:
+                    if kind != "result" and role_of(frame) == FUNCTION:
+                        raise ValueError("a function key may send a client only results")
+                    out.append((kind, _ANSWERS[kind].FromString(payload)))
             except Exception as e:  # malformed or not for a client: dropped, and said
                 log.warning("dropped a message a client cannot take (%d bytes): %s",
                             len(frame.bytes), e)

@@ -138,10 +138,12 @@ class Client(SchedulerChannel):
             False turns them off for this client.
         session_keys: how many keys' versions the session keeps exactly.
         direct: send calls straight to a worker this client holds a scheduler-granted lease
-            on (`cloudburst/direct.py`): the first call of a function or DAG asks for the
-            lease, later ones skip the scheduler. Calls that cannot go direct (causal, actor,
-            `output_key`, `Future` arguments, large arguments, exception retries) and calls
-            beyond the lease's slots take the scheduler's path as before.
+            on (`cloudburst/direct.py`; the default): the first call of a function or DAG
+            asks for the lease, later ones skip the scheduler. Calls that cannot go direct
+            (causal, actor, `output_key`, `Future` arguments, large arguments, exception
+            retries) take the scheduler's path, and so does every call where no lease is
+            granted (e.g. workers a worker host runs). False: every call through the
+            scheduler.
     """
 
     def __init__(self, address: Union[str, Sequence[str]], *, timeout: float = 30.0,
@@ -149,7 +151,7 @@ class Client(SchedulerChannel):
                  auth: Optional[AuthConfig] = None,
                  kvs_address: Optional[str] = None, session: bool = True,
                  session_keys: int = DEFAULT_MAX_KEYS, lease_ttl: float = 5.0,
-                 direct: bool = False) -> None:
+                 direct: bool = True) -> None:
         addresses = [address] if isinstance(address, str) else list(address)
         if not addresses:
             raise ValueError("a Client needs at least one scheduler address")
@@ -566,7 +568,7 @@ class Client(SchedulerChannel):
 
     @property
     def worker_leases(self) -> List[Dict[str, Any]]:
-        """The worker leases this client holds now (`direct=True`; else []): for each, the
+        """The worker leases this client holds now (`direct=True`, the default; else []): for each, the
         `target` (function or DAG name), `dag`, `worker_id`, `slots` and calls `in_flight`."""
         if self._direct is None:
             return []

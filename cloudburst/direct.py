@@ -1,6 +1,6 @@
 """The client's direct call path: worker leases, and calls sent straight to a leased worker.
 
-A client made with `Client(direct=True)` asks its scheduler for a worker lease on a target
+A client made with `Client(direct=True)` (the default) asks its scheduler for a worker lease on a target
 (a function, or a DAG) the first time it calls it. Once granted, the target's calls go
 straight to the leased worker, `slots` at a time: one message to the worker and the result
 back, instead of client -> scheduler -> worker -> client plus the worker's `done`. The client
@@ -131,6 +131,9 @@ class DirectPath:
         self._ask: List[Tuple[pb.LeaseRequest, Optional[str]]] = []   # and to which scheduler
         self._push_lock = threading.Lock()     # a client's threads share the sockets
         self._gone: List[_Held] = []                         # released: usage to report
+        # until then no lease lapses or is due for renewal: `send` and `flush` skip the
+        # sweep over the leases (0: sweep; any lease news resets it)
+        self._quiet_until = 0.0
 
     # ---- sending ----
     @staticmethod
@@ -142,6 +145,8 @@ class DirectPath:
     def _live(self, key: Key, now: float) -> List[_Held]:
         """The target's leases still usable (lapsed ones are dropped, their usage kept)."""
         leases = self._held.get(key, [])
+        if now < self._quiet_until:
+            return leases
         live = [h for h in leases if h.expires - MARGIN > now]
         if len(live) != len(leases):
             self._gone.extend(h for h in leases if h.expires - MARGIN <= now)
@@ -241,6 +246,7 @@ class DirectPath:
         key = (m.target, m.dag)
         now = time.monotonic()
         with self._lock:
+            self._quiet_until = 0.0
             held = self._find(key, m.lease_id)
             if m.status != pb.OK:                 # refused: the scheduler's path meanwhile
                 self._asked[key] = now
@@ -351,6 +357,10 @@ class DirectPath:
     def flush(self) -> None:
         now = time.monotonic()
         with self._lock:
+            if now < self._quiet_until and not (self._queued or self._resend or self._fail
+                                                or self._ask or self._gone):
+                return                             # the common case: nothing to do
+            self._quiet_until = 0.0
             for key in list(self._held):           # lapsed: given back with their usage
                 self._live(key, now)
             for leases in self._held.values():     # in use: kept while calls run under it
@@ -360,6 +370,9 @@ class DirectPath:
                         held.renewing = True
                         self._ask.append((self._renewal(held), held.scheduler))
             batches = self._take_queued(now) if self._queued else []
+            self._quiet_until = min((min(h.expires - MARGIN, h.expires - h.ttl / 2)
+                                     for leases in self._held.values() for h in leases),
+                                    default=0.0)
             if not (self._resend or self._fail or self._ask or self._gone or batches):
                 return
             resend, self._resend = self._resend, []

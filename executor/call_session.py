@@ -9,7 +9,8 @@ Contract (read-your-writes and monotonic reads, `hydrocache/session.py`):
 - `note(key, timestamp)` records a plain read or write the node cache answered with the
   value's LWW timestamp; `report()` is what the call read and wrote (inherited included),
   which goes downstream with the result and, from the sink, back to the caller
-  (`CallResult.session`), so the caller's next calls read those versions or newer.
+  (`CallResult.session`), so the caller's next calls read those versions or newer; None
+  when the call (and its upstreams) read and wrote nothing, so no empty session travels.
 - `UpstreamSessions` keeps the reports of upstream functions until their target runs, per
   call and target, for at most `max_calls` calls (the oldest call is forgotten first;
   `drop(call_id)` on an abort). Pure; no I/O.
@@ -57,8 +58,11 @@ class CallSession:
     def note_merged(self, key: str) -> None:
         self._report.note_merged(key)
 
-    def report(self) -> pb.Session:
-        return self._report.to_proto()
+    def report(self) -> Optional[pb.Session]:
+        r = self._report
+        if not len(r) and not r.overflow_timestamp and not r.overflow_causal:
+            return None                 # nothing read or written: nothing to raise anywhere
+        return r.to_proto()
 
 
 class UpstreamSessions:

@@ -34,6 +34,7 @@ __all__ = ["Entry", "check_registrable", "entry_of", "current_library", "LIB"]
 
 LIB = "lib"          # the parameter name that asks for the library
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+MAX_SHAPES = 16     # argument shapes remembered per function as binding (Entry.check)
 _current: contextvars.ContextVar[Any] = contextvars.ContextVar("cloudburst_lib", default=None)
 
 
@@ -119,13 +120,21 @@ class Entry:
         self.name = name
         self.signature = _signature(fn)
         self.takes_lib = _takes_lib(self.signature, name, getattr(fn, "__name__", name))
+        # argument shapes (how many positional, which keywords) known to bind: binding
+        # depends on the shape alone, so a warm function's calls skip `Signature.bind`
+        self._fits: set = set()
 
     def check(self, args: Sequence[Any], kwargs: Dict[str, Any]) -> None:
         """`InvalidArguments` naming the function if `args`/`kwargs` do not bind."""
         if self.signature is None:
             return
+        shape = (len(args), tuple(kwargs)) if kwargs else len(args)
+        if shape in self._fits:
+            return
         try:
             self.signature.bind(*((None,) if self.takes_lib else ()), *args, **kwargs)
+            if len(self._fits) < MAX_SHAPES:
+                self._fits.add(shape)
         except TypeError as e:
             shown = f"{self.name}{self.signature}"
             raise InvalidArguments(

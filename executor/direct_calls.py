@@ -32,6 +32,10 @@ Contract (mixed into `executor.worker.Worker`):
   asks for an `output_key` or causal consistency gets INVALID_ARGUMENTS (those take the
   scheduler's path; `Client` never sends them direct). So does a call whose id already ran
   on this worker (ids are used once; the worker remembers recent ones).
+- The results of a `direct_batch`'s calls that finish while the worker runs it go back
+  together, one `direct_results` message per client (`executor/result_batch.py` decides:
+  results are held only across calls shorter than `RESULT_HOLD_SECONDS`, and for at most
+  that long); a lone `direct` call's result goes at once, as a `result`.
 - On the direct socket any other kind is dropped and logged.
 - A direct call's end frees its slot (`LeaseAdmission.finished`, from the worker's
   `done` and `abort` paths); the worker sends the scheduler no `done` for it: its client
@@ -41,7 +45,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, List, Optional
+from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 
 import zmq
 from google.protobuf.message import DecodeError
@@ -51,7 +55,8 @@ from runtime.auth import CLIENT_PREFIX, Credentials, Security, credentials_of, r
 from runtime.framing import FrameError, parse, recv_frame
 from runtime.sockets import bind_pull
 
-from .leased import CANCELLED, LeaseAdmission
+from .leased import CANCELLED, MAX_LEASES, LeaseAdmission
+from .result_batch import RESULT_HOLD_SECONDS, ResultBatch
 
 __all__ = ["DirectCalls", "CLIENT_KINDS", "schedule_credentials"]
 
@@ -75,6 +80,9 @@ class DirectCalls:
 
     def _init_direct_calls(self, credentials: Optional[Credentials]) -> None:
         self.leased = LeaseAdmission()
+        # lease id -> (its schedules, the functions they name): computed once per grant
+        self._lease_functions: Dict[str, Tuple[List[pb.Schedule], FrozenSet[str]]] = {}
+        self._answers = ResultBatch(RESULT_HOLD_SECONDS)    # direct results, per client
         self._direct = None
         self.direct_address = ""
         if credentials is not None and not any(r.startswith(CLIENT_PREFIX)
@@ -148,8 +156,34 @@ class DirectCalls:
         except (FrameError, DecodeError) as e:
             log.warning("dropped a message from client %s: %s", role, e)
             return
-        for call in calls:
-            self._on_direct(call, role)
+        batching = len(calls) > 1         # their results go back together (ResultBatch)
+        if batching:
+            self._answers.open()
+        try:
+            for call in calls:
+                start = time.monotonic()
+                self._on_direct(call, role)
+                if batching:
+                    now = time.monotonic()
+                    if self._answers.due(now, now - start):
+                        self._send_answers()
+        finally:
+            if batching:
+                self._answers.close()
+                self._send_answers()
+
+    def _answer(self, address: str, result: pb.CallResult) -> None:
+        """Send a call's result: held with the others of a `direct_batch` being run, so one
+        message answers several of a client's calls; else at once."""
+        if not self._answers.add(address, result, time.monotonic()):
+            self._push.send(address, "result", result)
+
+    def _send_answers(self) -> None:
+        for address, results in self._answers.take():
+            if len(results) == 1:
+                self._push.send(address, "result", results[0])
+            else:
+                self._push.send(address, "direct_results", pb.DirectResults(results=results))
 
     def _on_direct(self, call: pb.Call, role: str) -> None:
         now = time.monotonic()
@@ -159,7 +193,7 @@ class DirectCalls:
             return self._refuse_direct(call, pb.CANCELLED, why)
         if why is not None:
             return self._refuse_direct(call, pb.LEASE_REFUSED, why)
-        problem = _not_direct(call, templates)
+        problem = _not_direct(call, self._functions_of(call.lease_id, templates))
         if not problem and any(self.pending.known(call.request_id, t.function) for t in templates):
             # a call id is used once: the worker would ignore the schedule, and the client
             # would wait for an answer that never comes
@@ -170,10 +204,21 @@ class DirectCalls:
         for template in templates:
             self._on_schedule(_schedule_of(call, template))
 
+    def _functions_of(self, lease_id: str, templates: List[pb.Schedule]) -> FrozenSet[str]:
+        """The functions a lease's schedules name (once per grant, not per call)."""
+        known = self._lease_functions.get(lease_id)
+        if known is not None and known[0] is templates:
+            return known[1]
+        if len(self._lease_functions) >= 2 * MAX_LEASES:   # bounded: forget the oldest
+            self._lease_functions.pop(next(iter(self._lease_functions)))
+        names = frozenset(_functions(templates))
+        self._lease_functions[lease_id] = (templates, names)
+        return names
+
     def _refuse_direct(self, call: pb.Call, status: int, why: str) -> None:
         log.info("refused direct call %s: %s", call.request_id, why)
         if call.response_address:
-            self._push.send(call.response_address, "result", pb.CallResult(
+            self._answer(call.response_address, pb.CallResult(
                 request_id=call.request_id, status=status,
                 message=f"worker {self.worker_id} refused direct call {call.request_id}: "
                         f"{why}"))
@@ -187,18 +232,21 @@ def _functions(templates: List[pb.Schedule]) -> set:
     return names
 
 
-def _not_direct(call: pb.Call, templates: List[pb.Schedule]) -> str:
-    """Why `call` cannot run as a direct call ("" if it can)."""
+def _not_direct(call: pb.Call, functions: FrozenSet[str]) -> str:
+    """Why `call` cannot run as a direct call ("" if it can); `functions`: the lease's."""
     if call.timeout <= 0:
         return "a direct call needs a deadline (Call.timeout)"
     if call.output_key or call.consistency != pb.LWW or call.HasField("actor"):
         return "calls with an output_key, causal calls and actor calls take the scheduler's path"
-    foreign = sorted(set(call.args) - _functions(templates))
-    if foreign:
-        return f"arguments for {foreign}, which the lease's target does not have"
-    for arglist in call.args.values():
-        if any(a.WhichOneof("kind") == "call" for a in
-               list(arglist.args) + list(arglist.kwargs.values())):
+    for name, arglist in call.args.items():
+        if name not in functions:
+            foreign = sorted(set(call.args) - functions)
+            return f"arguments for {foreign}, which the lease's target does not have"
+        for a in arglist.args:
+            if a.WhichOneof("kind") == "call":
+                return "Future arguments take the scheduler's path"
+        if arglist.kwargs and any(a.WhichOneof("kind") == "call"
+                                  for a in arglist.kwargs.values()):
             return "Future arguments take the scheduler's path"
     return ""
 

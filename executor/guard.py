@@ -77,6 +77,9 @@ class KillTimer:
     def __init__(self) -> None:
         self._timer = ctypes.c_void_p()
         self._settime = None
+        self._spec = _ITimerspec()        # filled in place by the thread that made it
+        self._spec_ref = ctypes.byref(self._spec)
+        self._owner = threading.get_ident()
         try:
             libc = ctypes.CDLL(None, use_errno=True)
             if not hasattr(libc, "timer_create"):          # glibc before 2.34: in librt
@@ -95,8 +98,13 @@ class KillTimer:
             signal.setitimer(signal.ITIMER_PROF, seconds * _CPUS)
             return
         whole = int(seconds)
-        spec = _ITimerspec(it_value=_Timespec(whole, int((seconds - whole) * 1e9)))
-        if self._settime(self._timer, 0, ctypes.byref(spec), None) != 0:
+        if threading.get_ident() == self._owner:    # armed twice per call: one structure
+            spec, ref = self._spec, self._spec_ref
+        else:                                       # a cancel, from another thread
+            spec = _ITimerspec()
+            ref = ctypes.byref(spec)
+        spec.it_value.tv_sec, spec.it_value.tv_nsec = whole, int((seconds - whole) * 1e9)
+        if self._settime(self._timer, 0, ref, None) != 0:
             raise OSError(ctypes.get_errno(), "timer_settime failed")
 
 

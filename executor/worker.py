@@ -473,9 +473,8 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, Direct
         if s.sink:
             self._keep_outcome(s.call_id, Outcome(pb.OK, value))   # for Future arguments
             if s.response_address:    # none: an actor's re-creation (scheduler/actor_calls.py)
-                self._push.send(s.response_address, "result",
-                                pb.CallResult(request_id=s.call_id, status=pb.OK, logs=logs,
-                                              session=report, **fields))
+                self._answer(s.response_address, pb.CallResult(
+                    request_id=s.call_id, status=pb.OK, logs=logs, session=report, **fields))
             # the whole call ran here: the caller's next call will come here (policy.py)
             self._call_done(s.scheduler_address, s.call_id, hold=all(
                 a == self.address for a in s.locations.values()))

@@ -91,8 +91,17 @@ def is_lattice(value: Any) -> bool:
     return type(value).__module__ == "anna_core._core" and hasattr(value, "lattice_type")
 
 
+# Values that pickle the same with the standard pickler as with cloudpickle (no global, no
+# function or class by value), which is several times faster for them.
+_SCALARS = frozenset({type(None), bool, int, float, str, bytes})
+
+
 def dumps(value: Any) -> bytes:
     """Serialize a Python value (functions, classes and lambdas included)."""
+    kind = type(value)
+    if kind in _SCALARS or (kind is tuple and len(value) <= 8
+                            and all(type(v) in _SCALARS for v in value)):
+        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     return cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
 

@@ -50,7 +50,7 @@ KIND_ORDER = (
     "keyset", "done", "schedule", "trigger", "abort", "msg", "cache_reply", "cache", "reply",
     "accepted", "result", "causal_abort", "cancel", "delete_fn", "status", "drain",
     "node_status", "fetch", "lease", "values", "moved",
-    "lease_worker", "worker_lease", "direct", "direct_batch",
+    "lease_worker", "worker_lease", "direct", "direct_batch", "direct_results",
 )
 KINDS = frozenset(KIND_ORDER)
 _CODE = {k: bytes([i + 1]) for i, k in enumerate(KIND_ORDER)}

@@ -8,9 +8,12 @@ one request's payload and answers its `response_address` with a `reply`:
 - `delete_dag` / `delete_fn`: DAG_NOT_FOUND / FUNCTION_NOT_FOUND when there is none;
 - `list`: the registered names; `info`: the live workers, and the nodes whose caches hold
   the key named (if any).
+A registration or deletion also revokes this scheduler's worker leases that run the name
+(`LeaseBook.registered_again`), so direct calls made after it run what it registered (but
+one that reaches its worker before the revocation, over another connection).
 `_on_registry_update` applies an update Anna pushed for a registry key (a bad one is
 logged and ignored). `dag_from_record` is a registry record's `scheduler.dag.Dag`.
-Uses the scheduler's `config`, `registry`, `table` and `_push`.
+Uses the scheduler's `config`, `registry`, `table`, `worker_leases`, `_revoke` and `_push`.
 """
 from __future__ import annotations
 
@@ -50,6 +53,7 @@ class RegistryRequests:
         record.version = uuid.uuid4().hex
         self.registry.put_function(record)
         log.info("registered function %s (version %s)", record.name, record.version)
+        self._revoke(self.worker_leases.registered_again(record.name, dag=False))
         self._reply(req.response_address, pb.Reply(request_id=req.request_id, status=pb.OK))
 
     def _register_dag(self, payload: bytes) -> None:
@@ -65,12 +69,14 @@ class RegistryRequests:
         req.dag.version = uuid.uuid4().hex
         req.dag.deleted = False
         self.registry.put_dag(req.dag)
+        self._revoke(self.worker_leases.registered_again(req.dag.name, dag=True))
         log.info("registered DAG %s: %s %s", dag.name, dag.functions, dag.connections)
         self._reply(req.response_address, pb.Reply(request_id=req.request_id, status=pb.OK))
 
     def _delete_dag(self, payload: bytes) -> None:
         req = pb.NameRequest.FromString(payload)
         if self.registry.delete_dag(req.name):
+            self._revoke(self.worker_leases.registered_again(req.name, dag=True))
             reply = pb.Reply(request_id=req.request_id, status=pb.OK)
         else:
             reply = pb.Reply(request_id=req.request_id, status=pb.DAG_NOT_FOUND,
@@ -80,6 +86,7 @@ class RegistryRequests:
     def _delete_fn(self, payload: bytes) -> None:
         req = pb.NameRequest.FromString(payload)
         if self.registry.delete_function(req.name):
+            self._revoke(self.worker_leases.registered_again(req.name, dag=False))
             log.info("deleted function %s", req.name)
             reply = pb.Reply(request_id=req.request_id, status=pb.OK)
         else:

@@ -45,6 +45,9 @@ Contract: `LeaseBook(ttl, max_leases, max_per_client)` is pure state; every meth
   worker then cancels what it admitted under them. A living client renews its `lease`
   while it has calls in flight, direct ones included, so its calls are never cancelled
   so; one with none left has nothing to cancel. `idle()`: no lease, live or ended.
+- `registered_again(name, dag)`: function `name` (or, with `dag`, the DAG `name`) was
+  registered again or deleted through this scheduler: the live leases that run it,
+  revoked at once (a renewal would catch it too, up to a lease's ttl later).
 - `revoke_all(reason)`: every live lease, revoked (a stopping scheduler's: its clients'
   calls then go to another scheduler).
 - `reserved()`: worker id -> slots leased on it. The scheduler counts them as that worker's
@@ -244,6 +247,15 @@ class LeaseBook:
                 del self._ended[lease_id]
         for answer in [a for a in self._holders if not self._holds(a)]:
             del self._holders[answer]
+        return out
+
+    def registered_again(self, name: str, dag: bool) -> List[Revoked]:
+        what = f"DAG {name!r}" if dag else f"function {name!r}"
+        out = [Revoked(lease, f"its {what} was registered again or deleted")
+               for lease in self._leases.values()
+               if (lease.dag and lease.target == name if dag else name in lease.versions)]
+        for r in out:
+            self._end(self._leases.pop(r.lease.lease_id))
         return out
 
     def revoke_all(self, reason: str) -> List[Revoked]:

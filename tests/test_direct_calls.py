@@ -1,6 +1,7 @@
 """The direct leased call path on real processes: a client holding a worker lease sends its
 calls straight to the worker; the worker admits only calls within a lease the scheduler
 granted; a lease follows worker deaths and gives way to calls waiting for capacity."""
+import itertools
 import os
 import signal
 import subprocess
@@ -109,14 +110,26 @@ class RawClient:
         # call ids unique across clients, as a real client's are (a worker keeps the
         # outcomes of the calls it ran under their ids)
         self.prefix = __import__("uuid").uuid4().hex[:8]
+        self.received = {}           # (kind, request id) -> answers read while waiting for another
+        self.direct_results = 0      # direct_results messages read
 
     def recv(self, kind, request_id, timeout=10.0):
         def one():
+            if (kind, request_id) in self.received:
+                return self.received.pop((kind, request_id))
             if not self.pull.poll(100):
                 return None
             k, payload = parse(recv_frame(self.pull))
+            if k == "direct_results":      # several results of a direct_batch in one message
+                self.direct_results += 1
+                for r in pb.DirectResults.FromString(payload).results:
+                    self.received[("result", r.request_id)] = r
+                return None
             m = {"worker_lease": pb.WorkerLease, "result": pb.CallResult}[k].FromString(payload)
-            return m if (k == kind and m.request_id == request_id) else None
+            if (k, m.request_id) != (kind, request_id):
+                self.received[(k, m.request_id)] = m
+                return None
+            return m
         return poll_until(one, timeout, f"a {kind} answering {request_id}", interval=0)
 
     def lease(self, target):
@@ -132,12 +145,12 @@ class RawClient:
         assert self.push.send(self.scheduler, "lease_worker", pb.LeaseRequest(
             response_address=self.address, release=[lease.lease_id]))
 
-    def _call(self, lease, x, lease_id=None, request_id=None):
+    def _call(self, lease, x, lease_id=None, request_id=None, function="mark"):
         self.n += 1
-        call = pb.Call(request_id=request_id or f"raw-{self.prefix}-{self.n}", function="mark", timeout=10.0,
+        call = pb.Call(request_id=request_id or f"raw-{self.prefix}-{self.n}", function=function, timeout=10.0,
                        response_address=self.address,
                        lease_id=lease.lease_id if lease_id is None else lease_id)
-        call.args["mark"].args.add(value=__import__("cloudpickle").dumps(x))
+        call.args[function].args.add(value=__import__("cloudpickle").dumps(x))
         return call
 
     def direct(self, lease, x, lease_id=None, request_id=None):
@@ -145,9 +158,9 @@ class RawClient:
         assert self.push.send(lease.worker_address, "direct", call)
         return self.recv("result", call.request_id)
 
-    def batch(self, lease, xs_and_lease_ids):
+    def batch(self, lease, xs_and_lease_ids, function="mark"):
         """One direct_batch to the lease's worker; the results, in the calls' order."""
-        calls = [self._call(lease, x, lid) for x, lid in xs_and_lease_ids]
+        calls = [self._call(lease, x, lid, function=function) for x, lid in xs_and_lease_ids]
         assert self.push.send(lease.worker_address, "direct_batch", pb.DirectBatch(calls=calls))
         return [self.recv("result", c.request_id) for c in calls]
 
@@ -288,6 +301,49 @@ def test_a_batch_of_direct_calls_admits_each_call_only_within_its_lease(cluster)
             cb.get("direct-mark-402")
     finally:
         raw.close()
+
+
+def test_the_results_of_a_batch_of_direct_calls_come_back_together(cluster):
+    """A worker running a direct_batch answers its calls in one direct_results message
+    (executor/result_batch.py), and every call is answered once."""
+    cluster.wait_for_workers([w["worker_id"] for w in cluster.workers], timeout=20)
+    raw = RawClient(cluster)
+    try:
+        lease = raw.lease("where")         # a short call: results are held across short ones
+        poll_until(lambda: raw.batch(lease, [(0, None)], "where")[0].status == pb.OK, 5.0,
+                   "a direct call admitted")
+        xs = itertools.count(3001, 2)
+
+        def together():      # a result is held at most briefly: a slow turn sends it alone
+            x = next(xs)
+            raw.push.send(raw.scheduler, "lease_worker", pb.LeaseRequest(   # kept live
+                response_address=raw.address, renew=[lease.lease_id]))
+            results = raw.batch(lease, [(x, None), (x + 1, None)], "where")
+            assert [r.status for r in results] == [pb.OK, pb.OK], results
+            return raw.direct_results > 0
+        poll_until(together, 10.0, "two direct calls answered in one message", interval=0)
+        # nothing answered twice, or unasked
+        assert not [m for (kind, _), m in raw.received.items() if kind == "result"]
+    finally:
+        raw.close()
+
+
+def test_another_clients_registration_reaches_a_leased_clients_next_call(cluster):
+    """A registration revokes the leases that run the name at once: the leased client's
+    next calls run what was registered, not the version its lease was granted for (a call
+    that reaches the worker before the revocation, over another connection, may still run
+    the old one: one is allowed; before, a renewal caught it, up to about a second later)."""
+    cb = cluster.client(direct=True)
+    other = cluster.client()
+    other.register(lambda x: ("v1", x), "versioned")
+    _leased(cb, "versioned", 0)                  # calls it until the client holds a lease
+    assert cb.call("versioned", 1).get(10) == ("v1", 1)
+    assert _leased(cb, "versioned")              # still held: the next call would go direct
+    other.register(lambda x: ("v2", x), "versioned")
+    got = [cb.call("versioned", x).get(10) for x in (2, 3)]
+    assert got[1] == ("v2", 3) and got[0] in (("v1", 2), ("v2", 2)), got
+    cb.close()
+    other.close()
 
 
 def test_a_burst_queues_at_the_client_against_leases_on_both_workers(cluster):

@@ -49,7 +49,7 @@ CLOUDBURST_TYPES = {
     "drain": pb.DrainRequest, "node_status": pb.NodeStatus, "fetch": pb.ResultRequest,
     "lease": pb.ClientLease, "values": pb.ValueKeys, "moved": pb.CallRef,
     "lease_worker": pb.LeaseRequest, "worker_lease": pb.WorkerLease, "direct": pb.Call,
-    "direct_batch": pb.DirectBatch,
+    "direct_batch": pb.DirectBatch, "direct_results": pb.DirectResults,
 }
 ANNA_TYPES = {
     b"request": anna_pb2.KeyRequest, b"gossip": anna_pb2.KeyRequest,

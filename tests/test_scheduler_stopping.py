@@ -63,7 +63,8 @@ def test_a_stopping_scheduler_ends_its_calls_and_sends_new_ones_elsewhere():
     with cloudburst.LocalCluster(executor_nodes=1, executors_per_node=2, schedulers=2,
                                  supervise=False, scheduler_stop_grace=10) as cluster:
         stopping = cluster.scheduler_addresses[0]
-        c = cluster.client(timeout=20, failover_timeout=1.0)
+        # the scheduler's path (a direct client's calls skip the scheduler: the test below)
+        c = cluster.client(timeout=20, failover_timeout=1.0, direct=False)
         assert c.address == stopping
 
         def slow(lib, x):

@@ -16,6 +16,7 @@ import sys
 import uuid
 
 import pytest
+from hypothesis import given, strategies as st
 
 import anna_core
 import cloudburst
@@ -53,6 +54,19 @@ PLAIN = [None, True, 0, -7, 2 ** 100, 1.5, float("inf"), 3 - 4j, "text", b"\x00b
 def test_plain_data_round_trips_without_opting_in(value):
     got = loads(dumps(value))
     assert got == value and type(got) is type(value)
+
+
+_SCALAR = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False),
+                   st.text(max_size=20), st.binary(max_size=20))
+
+
+@given(st.one_of(_SCALAR, st.lists(_SCALAR, max_size=10).map(tuple)))
+def test_plain_scalars_serialize_as_cloudpickle_does(value):
+    """`dumps` takes the standard pickler for scalars and small tuples of them (faster): the
+    bytes are the same as cloudpickle's, so nothing reading them can tell."""
+    import cloudpickle
+    assert dumps(value) == cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    assert loads(dumps(value)) == value
 
 
 def test_lattices_are_plain_data():

@@ -199,6 +199,23 @@ def test_a_renewal_after_a_re_registration_revokes_the_lease():
     assert isinstance(r, Revoked) and "registered again" in r.reason and len(book) == 0
 
 
+def test_a_registration_revokes_at_once_the_leases_that_run_the_name_and_only_those():
+    book = LeaseBook()
+    book.grant("F", "client:a", "A", "f", False, "w1", 1, 0.0, versions={"f": "v1"})
+    book.grant("G", "client:a", "A", "g", False, "w1", 1, 0.0, versions={"g": "v1"})
+    book.grant("D", "client:a", "A", "d", True, "w2", 1, 0.0,
+               versions={"f": "v1", "h": "v1", "\0dag": b"record"})
+    book.grant("E", "client:b", "B", "e", True, "w2", 1, 0.0,
+               versions={"h": "v1", "\0dag": b"record"})
+    revoked = book.registered_again("f", dag=False)      # the function, and a DAG running it
+    assert sorted(r.lease.lease_id for r in revoked) == ["D", "F"]
+    assert all("registered again" in r.reason and not r.holder_gone for r in revoked)
+    assert book.registered_again("f", dag=False) == []    # once
+    assert [r.lease.lease_id for r in book.registered_again("e", dag=True)] == ["E"]
+    assert book.registered_again("g", dag=True) == []      # a DAG named g: not function g
+    assert book.lease("G") is not None and len(book) == 1
+
+
 def test_a_cancel_that_overtakes_its_direct_call_keeps_it_from_running():
     a = LeaseAdmission()
     a.told("L1", "client:a", 1, 5.0, 0.0, T)
