@@ -10,6 +10,10 @@ Contract (DESIGN.md "The client's request path"):
   an address without a key while authentication is on, a full peer), as `runtime.sockets`.
   `send_request` sends one frame (kind implied) when the payload fits one, as
   `runtime.framing.send_request`.
+- `key_request(address, type, key, request_id, timeout, ...)` is a single-key request in one
+  native call (`_core.ClientTransport.key_request`, csrc/client_ops.hpp): the request built,
+  sent, awaited and its answer decoded in C++ with the GIL released; it returns the answer's
+  fields for the key, or None when none came in `timeout`. `key_wait` waits longer for one.
 - `exchange(address, request, deadline)` sends a `KeyRequest` and waits for the
   `KeyResponse` with its request id, in one native call with the GIL released: the answer, or
   None at the deadline. `collect(pending, deadline, message_type, enough)` waits for answers
@@ -69,6 +73,9 @@ class Transport:
         self._native = _core.ClientTransport(ip, public, secret, cluster_keys,
                                              self.max_answer_bytes, DEFAULT_MAX_SOCKETS)
         self.address: str = self._native.address
+        # bound as they are: a get/put calls into C++ without a Python layer in between
+        self.key_request = self._native.key_request
+        self.key_wait = self._native.key_wait
 
     def send_kind(self, address: str, kind: str, message: Any) -> bool:
         """Send an Anna `[kind][payload]`; False if it was not queued."""
