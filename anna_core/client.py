@@ -37,7 +37,8 @@ Contract (DESIGN.md "Processes", dissertation 3.2.5):
 - Server error codes become typed errors (`anna_core.errors`). A Client is not thread-safe.
 - The request path is native (`_core.ClientTransport`, csrc/client_transport.hpp): the
   answer socket, the sockets to workers and routing, CURVE and the wait for an answer are
-  C++, and each request is one call that sends and waits with the GIL released. With `auth`
+  C++, and each get/put/delete attempt is one call (`Transport.key_request`) that builds the
+  request, sends it, waits and decodes the answer with the GIL released. With `auth`
   the answer socket is a CURVE server admitting only the cluster's key, and requests go only
   to addresses carrying their server's key, as every other client of the platform. An
   answer above `max_answer_bytes` (the largest value plus a scan page) is dropped unread and
