@@ -135,7 +135,8 @@ def main(argv=None) -> int:
         for side in sides:
             m = s[side]
             print(f"{mode:3s} {side:6s}: p50 {m['p50_us']:7.1f} us   python side "
-                  f"{m['python_us_per_op']:5.1f} us/op   client CPU {m['client_cpu_us_per_op']:6.1f} "
+                  f"{m['python_us_per_op']:5.1f} us/op   client CPU "
+                  f"{m['client_cpu_us_per_op']:6.1f} "
                   f"us/op (medians of {args.rounds})")
     return 0
 
