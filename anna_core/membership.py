@@ -46,7 +46,8 @@ Contract (DESIGN.md "Routing and membership", proto/anna.proto, dissertation 3.2
   the end; then one broadcast at max(reported) + 1, and the acks. `Effects.load_overrides`
   asks the service to read the persisted overrides back (also when a fresh routing first
   gets a node).
-- `membership()` is the full current `Membership`, exactly what workers receive.
+- `membership()` is the full current `Membership`, exactly what workers receive. `serving` is
+  true once routing has a member and no recovery phase runs (what a readiness probe asks).
 """
 from __future__ import annotations
 
@@ -132,6 +133,12 @@ class ClusterMembership:
         for key, replication in self.overrides.items():
             m.overrides.add(key=key, replication=replication.to_proto())
         return m
+
+    @property
+    def serving(self) -> bool:
+        """Whether routing can place keys: it has a member and is not collecting heartbeats
+        (a restarted routing's recovery). A readiness probe's answer."""
+        return not self.recovering and bool(self.cluster_map.nodes())
 
     def node_ids(self) -> List[str]:
         """The ids of the current members."""

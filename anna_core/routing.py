@@ -6,7 +6,10 @@ the `Effects` it returns (sends, forgotten sockets, metadata PUTs, logs).
 
 Contract (DESIGN.md, proto/anna.proto, dissertation 3.2.5-3.2.7):
 - One PULL socket bound on tcp://ip:port (port 0 = free port). Its address is reported as an
-  `READY {"address": ...}` line on stdout and, with `--ready-file`, in that file.
+  `READY {"address": ...}` line on stdout once bound. With `--ready-file`, the same JSON goes
+  to that file once routing is *serving* (`ClusterMembership.serving`: it has a member and
+  no recovery phase runs), so a Kubernetes readiness probe does not count a routing made
+  again ready before the nodes' heartbeats gave it its membership back.
 - Messages are [kind][payload]: "join" (NodeJoin), "leave" (NodeLeave), "heartbeat"
   (NodeHeartbeat), "address" (KeyAddressRequest), "replicate" (SetReplication), "members"
   (MembersRequest: the membership, for backups). What each
@@ -39,7 +42,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import zmq
 from google.protobuf.message import DecodeError
@@ -51,7 +54,7 @@ from runtime.framing import FrameError, split_frames
 from runtime.config import parse_config, role_parser
 from runtime.limits import raise_descriptor_limit
 from runtime.logs import configure_logging
-from runtime.process import announce_ready, parent_gone
+from runtime.process import announce_ready, parent_gone, write_ready_file
 from runtime.sockets import PushCache, bind_pull
 
 from . import _core
@@ -111,8 +114,10 @@ class RoutingService:
 
     # ---- event loop -------------------------------------------------------------------
 
-    def serve(self, parent_pid: Optional[int] = None) -> None:
-        """Handle messages until `stopping` is set (or the parent process is gone)."""
+    def serve(self, parent_pid: Optional[int] = None,
+              on_serving: Optional[Callable[[], None]] = None) -> None:
+        """Handle messages until `stopping` is set (or the parent process is gone);
+        `on_serving` is called once, when the membership is first `serving`."""
         poller = zmq.Poller()
         poller.register(self.socket, zmq.POLLIN)
         poller.register(self.answers, zmq.POLLIN)
@@ -136,6 +141,11 @@ class RoutingService:
             if now >= next_tick:
                 next_tick = now + TICK_SECONDS
                 self.apply(self.state.tick(now))
+                if on_serving is not None and self.state.serving:
+                    log.info("serving: %d node(s) in the membership",
+                             len(self.state.node_ids()))
+                    on_serving()
+                    on_serving = None
             self._drain_loaded()
 
     def handle(self, frames: Sequence[bytes], role: Optional[str] = None) -> None:
@@ -308,7 +318,8 @@ class RoutingService:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of `python -m anna_core.routing`."""
     p = role_parser(RoutingConfig, "python -m anna_core.routing", "Anna routing service.")
-    p.add_argument("--ready-file", help="also write the bound address here, as JSON")
+    p.add_argument("--ready-file", help="write the bound address here, as JSON, once routing "
+                   "has a member and no recovery phase runs (a readiness probe)")
     config, args = parse_config(p, RoutingConfig, argv)
     configure_logging(config.log_level, "routing", family="anna")
     raise_descriptor_limit()
@@ -320,10 +331,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    announce_ready({"address": service.address}, args.ready_file)
+    info = {"address": service.address}
+    announce_ready(info)
     log.info("routing listening on %s", service.address)
+    ready_file = args.ready_file
     try:
-        service.serve(parent_pid=config.parent_pid)
+        service.serve(parent_pid=config.parent_pid,
+                      on_serving=(lambda: write_ready_file(info, ready_file)) if ready_file
+                      else None)
     finally:
         service.close()
     return 0

@@ -4,7 +4,10 @@ Contract:
 - A service announces it is ready with `announce_ready(info)` once its sockets are bound:
   one `READY <json>` line on stdout (for people and for launchers that read stdout), the
   same JSON written atomically to `ready_file` if one is given (for probes), and, when it
-  was started by `ManagedProcess`, the JSON on the launcher's ready pipe.
+  was started by `ManagedProcess`, the JSON on the launcher's ready pipe. A service whose
+  readiness for traffic comes later than its binding (a routing that has its membership back,
+  a scheduler that has heard its executors) announces at bind and calls
+  `write_ready_file(info, path)` itself once it is ready for traffic, for the probe.
 - `ManagedProcess(name, argv, log_dir)` spawns `argv` with this checkout on PYTHONPATH, in
   its own session, with stdout and stderr appended to `<log_dir>/<name>.log`, and a pipe whose
   write end the child finds in the environment variable `READY_FD_ENV`. With `stdin_data`
@@ -40,8 +43,8 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence
 
 import time
 
-__all__ = ["READY_PREFIX", "READY_FD_ENV", "StartupError", "announce_ready", "parent_gone",
-           "repo_root", "ManagedProcess", "wait_all_ready", "stop_all", "RestartPolicy",
+__all__ = ["READY_PREFIX", "READY_FD_ENV", "StartupError", "announce_ready", "write_ready_file",
+           "parent_gone", "repo_root", "ManagedProcess", "wait_all_ready", "stop_all", "RestartPolicy",
            "Supervisor", "Exit", "START_ENV", "process_start"]
 
 READY_PREFIX = "READY "
@@ -68,10 +71,7 @@ def announce_ready(info: Dict[str, Any], ready_file: Optional[str] = None) -> No
     """Tell whoever started this process that it is ready, with its addresses."""
     text = json.dumps(info)
     if ready_file:
-        tmp = f"{ready_file}.tmp{os.getpid()}"
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.replace(tmp, ready_file)  # atomic: a reader never sees half of it
+        write_ready_file(info, ready_file)
     fd = os.environ.pop(READY_FD_ENV, None)
     if fd is not None:
         try:
@@ -81,6 +81,14 @@ def announce_ready(info: Dict[str, Any], ready_file: Optional[str] = None) -> No
             pass  # the launcher is gone; it will not be waiting
     sys.stdout.write(READY_PREFIX + text + "\n")
     sys.stdout.flush()
+
+
+def write_ready_file(info: Dict[str, Any], ready_file: str) -> None:
+    """Write `info` as JSON to `ready_file`, atomically: a probe never sees half of it."""
+    tmp = f"{ready_file}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(json.dumps(info))
+    os.replace(tmp, ready_file)
 
 
 def process_start() -> int:

@@ -73,7 +73,10 @@ class SchedulerConfig:
         the calls it gets (placing them once a worker is heard) before answering
         NO_RESOURCES: long enough for the executors to find it (a scheduler pod made again
         at a new address is found once its name resolves there, and each connection attempt
-        to its old address is given up after a second).
+        to its old address is given up after a second). The warm-up ends when the first
+        worker is heard or when it runs out; only then does `--ready-file` get written, so a
+        Kubernetes rolling update does not count a scheduler ready before its executors
+        found it.
     stop_grace: on SIGTERM, seconds to keep serving the calls already accepted while every
         new call is refused with SCHEDULER_STOPPING, which makes its client send it to
         another scheduler (scheduler/stopping.py); 0 (default) stops at once. Rolling

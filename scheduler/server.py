@@ -72,7 +72,7 @@ import logging
 import os
 import random
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import zmq
 from google.protobuf.message import DecodeError
@@ -164,6 +164,8 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents, WorkerLeasing):
         # heard any worker, for up to `warmup` s, instead of NO_RESOURCES
         self._warming: Optional[float] = time.monotonic() + config.warmup
         self._deferred: List[bytes] = []
+        # called once when the warm-up ends (python -m scheduler writes its --ready-file)
+        self.on_warm: Optional[Callable[[int], None]] = None
         self._new_call_only = False     # the message just handled was a call freeing nothing
         self._warm: Dict[str, str] = {}     # function -> the worker it last ran on (policy)
         self._handlers = {
@@ -212,8 +214,15 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents, WorkerLeasing):
             if config.gc_period > 0 else None
 
     def _end_warmup(self) -> None:
-        """Heard from a worker, or waited a heartbeat timeout: place the deferred calls."""
+        """Heard from a worker, or waited `warmup`: place the deferred calls, and say the
+        scheduler is ready for traffic (`on_warm`, given the live workers' count)."""
         self._warming = None
+        live = len(self.table.live())
+        log.info("warm-up over: %d live executor worker(s)%s; %d held call(s) placed", live,
+                 "" if live else f" after waiting {self.config.warmup:g} s",
+                 len(self._deferred))
+        if self.on_warm is not None:
+            self.on_warm(live)
         deferred, self._deferred = self._deferred, []
         for payload in deferred:
             self._call(payload)

@@ -16,6 +16,7 @@ import zmq
 from anna_core import _core
 from anna_core.routing import replication_metadata_key
 from hydro_proto import anna_pb2
+from waiting import poll_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT_MS = 5000
@@ -32,8 +33,7 @@ def routing(tmp_path):
         line = proc.stdout.readline()  # the READY line; EOF if the process died
         assert line.startswith("READY "), f"routing did not start: {proc.stderr.read()}"
         address = json.loads(line.split(" ", 1)[1])["address"]
-        assert json.loads(ready.read_text())["address"] == address
-        yield proc, address
+        yield proc, address, ready
     finally:
         proc.terminate()
         try:
@@ -105,6 +105,17 @@ def peer(routing):
     p = Peer(routing[1])
     yield p
     p.close()
+
+
+def test_the_ready_file_waits_for_a_member(routing, peer):
+    """A readiness probe must not count a routing with no member ready: it would answer
+    every lookup NO_NODES (a routing pod made again, before the nodes' heartbeats)."""
+    _proc, address, ready = routing
+    assert peer.lookup(["k"]).error == anna_pb2.NO_NODES   # it serves, and knows no node
+    assert not ready.exists()
+    peer.join("memory-0", anna_pb2.MEMORY, [peer.worker()])
+    poll_until(ready.exists, 5, "the routing's ready file after a join")
+    assert json.loads(ready.read_text())["address"] == address
 
 
 def test_no_nodes_is_an_error_answer(peer):
@@ -202,7 +213,7 @@ def test_replicate_updates_broadcasts_and_persists(peer):
 
 
 def test_malformed_frames_do_not_stop_routing(routing, peer):
-    proc, _ = routing
+    proc, _, _ = routing
     peer.push.send_multipart([b"address"])                            # one frame
     peer.push.send_multipart([b"address", b"\xff\xff\xff", b"x"])    # three frames
     peer.push.send_multipart([b"nonsense", b""])                      # unknown kind

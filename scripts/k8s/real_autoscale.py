@@ -1,5 +1,5 @@
 """The autoscaling part of the real-cluster end-to-end scenario (`scripts/k8s/test_real.sh
---e2e`, after scripts/k8s/real_e2e.py's steps): both autoscalers run in their pods and act
+--e2e`, after scripts/k8s/real_e2e.py's steps and before scripts/k8s/real_ha.py's): both autoscalers run in their pods and act
 through the Kubernetes API on real pods.
 
 Steps (each timed; a failure raises E2EFailure naming the step and the object):
@@ -67,6 +67,17 @@ def _diagnose(c, admin, deployment: str) -> str:
     log = c.kubectl("-n", NS, "logs", f"deploy/{deployment}", "--tail=40", check=False)
     parts.append(f"{deployment} log:\n{log.stdout}{log.stderr}")
     return "\n".join(parts)
+
+
+def anna_autoscaling_off(c, step, timings: Dict[str, float]) -> None:
+    """`AUTOSCALE: "false"` patched into the ConfigMap and the monitor restarted (the steps
+    after this one must not see the memory tier resized)."""
+    with step("Anna autoscaling off (monitor restarted)", timings):
+        c.kubectl("-n", NS, "patch", "configmap", "cloudburst-config", "--type", "merge",
+                  "-p", json.dumps({"data": {"AUTOSCALE": "false"}}))
+        c.kubectl("-n", NS, "rollout", "restart", "deployment", "anna-monitor")
+        c.kubectl("-n", NS, "rollout", "status", "deployment", "anna-monitor",
+                  "--timeout=120s", timeout=130)
 
 
 def anna_autoscaling(c, kvs, admin, helpers: Dict[str, Callable[..., Any]],

@@ -1,5 +1,6 @@
 """No single point of failure, on real pods (the last steps of `scripts/k8s/test_real.sh
---e2e`, after scripts/k8s/real_e2e.py's; every step timed). By default (`--ha routing`) only
+--e2e`, after scripts/k8s/real_e2e.py's and the autoscaling steps, with Anna autoscaling
+off again; every step timed). By default (`--ha routing`) only
 the load through the routing pod's kill runs; `--ha all` runs every step below. The rolling
 upgrade does not pass reliably yet (it still fails a few calls in thousands: k8s/README.md's
 known gap), so CI runs the routing step only. A failed load still goes on to the disk step;
@@ -46,7 +47,8 @@ TIERS = [("statefulset", "anna-routing"), ("statefulset", "cloudburst-scheduler"
 
 def ha(c, h: Dict[str, Any]) -> None:
     """The steps above; `h` holds real_e2e's helpers and state (check, kjson, pods,
-    is_ready, members, container_pid, step, timings, facts, admin, key_dir, client)."""
+    is_ready, members, container_pid, step, timings, facts, admin, admin_client (a new
+    cluster-key client of the routing pods' current addresses), key_dir, client)."""
     check, step, timings, facts = h["check"], h["step"], h["timings"], h["facts"]
 
     def pod(name: str):
@@ -149,17 +151,7 @@ def ha(c, h: Dict[str, Any]) -> None:
 
     # ---- 2. the disk tier keeps its keys across a pod restart ----
     # every routing pod now (the upgrade replaced them all): replication changes reach each
-    from anna_core.client import Client as AnnaClient
-    from runtime.auth import CLUSTER, AuthConfig, KeyPair, format_address
-    public = KeyPair.load(str(h["key_dir"] / (CLUSTER + ".key"))).public
-    routings = [format_address(f"tcp://{p.status.pod_ip}:6450", public)
-                for p in h["pods"](c, "anna-routing")]
-    admin = AnnaClient(routings, ip=c.net_settings.gateway, timeout=5,
-                       auth=AuthConfig(str(h["key_dir"])))
-    try:
-        _disk_restart(c, h, admin, kill_pod, remade, pod)
-    finally:
-        admin.close()
+    _disk_restart(c, h, h["admin_client"](), kill_pod, remade, pod)
     if load_failure is not None:
         raise load_failure
 
