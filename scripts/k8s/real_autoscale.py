@@ -69,17 +69,6 @@ def _diagnose(c, admin, deployment: str) -> str:
     return "\n".join(parts)
 
 
-def anna_autoscaling_off(c, step, timings: Dict[str, float]) -> None:
-    """`AUTOSCALE: "false"` patched into the ConfigMap and the monitor restarted (the steps
-    after this one must not see the memory tier resized)."""
-    with step("Anna autoscaling off (monitor restarted)", timings):
-        c.kubectl("-n", NS, "patch", "configmap", "cloudburst-config", "--type", "merge",
-                  "-p", json.dumps({"data": {"AUTOSCALE": "false"}}))
-        c.kubectl("-n", NS, "rollout", "restart", "deployment", "anna-monitor")
-        c.kubectl("-n", NS, "rollout", "status", "deployment", "anna-monitor",
-                  "--timeout=120s", timeout=130)
-
-
 def anna_autoscaling(c, kvs, admin, helpers: Dict[str, Callable[..., Any]],
                      step, timings: Dict[str, float], facts: Dict[str, str]) -> None:
     """Steps 1 and 2 (see the module contract). `helpers` holds real_e2e's check, pods,
