@@ -9,7 +9,9 @@ Contract (DESIGN.md "Processes", dissertation 3.2.5):
   (the worker has no membership yet), drops them so routing is asked again.
 - Several routing addresses may be given: lookups go to one (rotating), and a routing that
   does not answer within `routing_timeout` is skipped for `ROUTING_SUSPECT_SECONDS` while
-  another is left. `set_replication` goes to every routing (first answer wins), so they all
+  another is left. A lookup answered NO_NODES asks the routings that have not said so first
+  (a routing made again knows no node until the nodes' heartbeats reach it), and raises
+  NoNodes only once every routing said it and `routing_timeout` has passed. `set_replication` goes to every routing (first answer wins), so they all
   hold the override.
 - Every operation has one deadline, `timeout * (retries + 1)`. Single-replica operations
   (get/put/delete) pick one replica (sticky per client and key, so a client reads its own
@@ -50,7 +52,7 @@ from __future__ import annotations
 import time
 import uuid
 import zlib
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Type, Union
+from typing import Any, Collection, Dict, List, Optional, Sequence, Set, Tuple, Type, Union
 
 import zmq
 
@@ -419,14 +421,23 @@ class Client:
                 + [a for a in order if a in self._routing_suspects])
 
     def _ask_routing(self, kind: str, request: Any, stage: str, key: Optional[str],
-                     everyone: bool = False) -> Any:
+                     everyone: bool = False, last: Collection[str] = ()) -> Any:
         """Ask routing, failing over between routing addresses until the deadline.
 
-        With `everyone`, the request goes to every routing (the first answer is returned)."""
+        With `everyone`, the request goes to every routing (the first answer is returned).
+        Routings in `last` are asked only after the others, even silent ones."""
+        return self._ask_routing_at(kind, request, stage, key, everyone, last)[0]
+
+    def _ask_routing_at(self, kind: str, request: Any, stage: str, key: Optional[str],
+                        everyone: bool = False, last: Collection[str] = ()) -> Tuple[Any, str]:
+        """`_ask_routing`, and the routing that answered (the first asked, with
+        `everyone`)."""
         deadline = time.monotonic() + self.timeout * (self.retries + 1)
         asked: List[str] = []
         while True:
             order = self._routing_order()
+            if last:
+                order = [a for a in order if a not in last] + [a for a in order if a in last]
             targets = order if everyone else order[:1]
             request.request_id = self._next_id()
             for address in targets:
@@ -436,7 +447,7 @@ class Client:
             answers = self._collect({request.request_id: targets[0]}, wait_until,
                                     anna_pb2.KeyAddressResponse)
             if answers:
-                return answers[request.request_id]
+                return answers[request.request_id], targets[0]
             for address in targets:
                 self._routing_suspects[address] = time.monotonic() + ROUTING_SUSPECT_SECONDS
             if time.monotonic() >= deadline:
@@ -447,13 +458,18 @@ class Client:
         cached = self._addresses.get((key, all_tiers))
         if cached:
             return cached
-        # NO_NODES is retried briefly (other routings first): a routing that just restarted
-        # learns the nodes from their heartbeats within about a heartbeat period.
+        # NO_NODES is retried (the routings that have not said it first, even one that was
+        # silent lately): a routing that just restarted knows no node until their heartbeats
+        # reach it, while another routing does. Given up once every routing said it and
+        # `routing_timeout` has passed.
         give_up = time.monotonic() + self.routing_timeout
+        said_no_nodes: Set[str] = set()
         while True:
             request = anna_pb2.KeyAddressRequest(keys=[key], all_tiers=all_tiers,
                                                  response_address=self.response_address)
-            response = self._ask_routing("address", request, f"routing lookup of {key!r}", key)
+            response, routing = self._ask_routing_at("address", request,
+                                                     f"routing lookup of {key!r}", key,
+                                                     last=said_no_nodes)
             addresses: List[str] = []
             for entry in response.addresses:
                 if entry.key == key:
@@ -461,7 +477,8 @@ class Client:
             if addresses:
                 self._addresses[(key, all_tiers)] = addresses
                 return addresses
-            if time.monotonic() >= give_up:
+            said_no_nodes.add(routing)
+            if time.monotonic() >= give_up and said_no_nodes >= set(self.routing_addresses):
                 raise NoNodes(f"routing lookup of {key!r}: no KVS node is up for the key's "
                               f"tier(s)", key=key, address=", ".join(self.routing_addresses))
             time.sleep(0.05)

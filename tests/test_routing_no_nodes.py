@@ -1,0 +1,64 @@
+"""A routing that knows no node (one made again, before the nodes' heartbeats reach it) does
+not make a lookup fail while another routing knows the nodes: the client asks the routings
+that have not answered NO_NODES first, even one that was silent lately, and raises NoNodes
+only once every routing said it (real processes: an Anna cluster, and a second routing no
+node ever joined)."""
+import signal
+import sys
+import threading
+import time
+
+import pytest
+
+import anna_core
+from anna_core import NoNodes
+from runtime.process import ManagedProcess, stop_all, wait_all_ready
+
+
+@pytest.fixture(scope="module")
+def cluster_and_empty_routing(tmp_path_factory):
+    logs = tmp_path_factory.mktemp("routing-no-nodes")
+    cluster = anna_core.LocalCluster(memory_threads=1, auth=False, log_dir=str(logs))
+    cluster.start()
+    empty = ManagedProcess("empty-routing", [sys.executable, "-m", "anna_core.routing"],
+                           str(logs)).spawn()
+    try:
+        wait_all_ready([empty], 30)
+        yield cluster, empty.info["address"]
+    finally:
+        stop_all([empty], 10)
+        cluster.stop()
+
+
+def test_a_routing_without_nodes_does_not_fail_a_lookup_another_can_answer(
+        cluster_and_empty_routing):
+    cluster, empty = cluster_and_empty_routing
+    client = anna_core.Client([empty, cluster.routing_address], timeout=5)
+    paused = False
+    try:
+        # the routing that knows the nodes stays silent past the client's routing timeout
+        # (1 s), so the client suspects it and turns to the one without nodes
+        cluster.signal_routing(0, signal.SIGSTOP)
+        paused = True
+        resume = threading.Timer(1.5, cluster.signal_routing, (0, signal.SIGCONT))
+        resume.start()
+        client.put("after-a-silence", b"stored")
+        resume.join()
+        paused = False
+        assert client.get("after-a-silence") == b"stored"
+    finally:
+        if paused:
+            cluster.signal_routing(0, signal.SIGCONT)
+        client.close()
+
+
+def test_no_nodes_from_every_routing_fails_at_once(cluster_and_empty_routing):
+    _cluster, empty = cluster_and_empty_routing
+    client = anna_core.Client([empty], timeout=5)
+    try:
+        start = time.monotonic()
+        with pytest.raises(NoNodes, match="no KVS node is up"):
+            client.put("nowhere", b"x")
+        assert time.monotonic() - start < 3     # the routing timeout, not the deadline
+    finally:
+        client.close()
