@@ -39,7 +39,8 @@ Contract (DESIGN.md "Processes", dissertation 3.2.5):
 - Server error codes become typed errors (`anna_core.errors`). A Client is not thread-safe.
 - The request path is native (`_core.ClientTransport`, csrc/client_transport.hpp): the
   answer socket, the sockets to workers and routing, CURVE and the wait for an answer are
-  C++, and each request is one call that sends and waits with the GIL released. With `auth`
+  C++, and each get/put/delete attempt is one call (`Transport.key_request`) that builds the
+  request, sends it, waits and decodes the answer with the GIL released. With `auth`
   the answer socket is a CURVE server admitting only the cluster's key, and requests go only
   to addresses carrying their server's key, as every other client of the platform. An
   answer above `max_answer_bytes` (the largest value plus a scan page) is dropped unread and
@@ -86,6 +87,13 @@ def routing_addresses(routing: Union[str, Sequence[str]]) -> List[str]:
         raise ValueError("at least one routing address is needed")
     return list(dict.fromkeys(out))
 
+
+# The fields of a single-key answer (`Transport.key_request`).
+_ERROR, _LATTICE_TYPE, _PAYLOAD, _REVEALED, _REPLICAS, _ADDRESSES, _ERROR_DETAIL, _RESPONDER = \
+    range(8)
+
+# What wrapping a value as an LWW payload adds at most (the kernel's codec).
+_LWW_OVERHEAD = _core.lww_payload_bound(0)
 
 _OP_NAMES = {anna_pb2.GET: "GET", anna_pb2.PUT: "PUT", anna_pb2.DELETE: "DELETE",
              anna_pb2.SUBSCRIBE: "SUBSCRIBE", anna_pb2.UNSUBSCRIBE: "UNSUBSCRIBE"}
@@ -167,12 +175,14 @@ class Client:
 
         Raises KeyNotFound, Timeout, NoNodes or another AnnaError.
         """
-        return _reveal_value(self.get_lattice(key))
+        answer = self._single(anna_pb2.GET, key, reveal=True)
+        if answer[_REVEALED]:
+            return answer[_PAYLOAD]        # an LWW value, decoded by the kernel's codec
+        return _reveal_value(self._decode_answer(key, answer, "GET"))
 
     def get_lattice(self, key: str) -> Any:
         """The lattice stored under `key` (an `LWWLattice` for plain bytes)."""
-        t = self._single(anna_pb2.GET, key, anna_pb2.KeyTuple(key=key))
-        return self._decode(t, "GET")
+        return self._decode_answer(key, self._single(anna_pb2.GET, key), "GET")
 
     def put(self, key: str, value: Value, *, quorum: WriteQuorum = ONE) -> None:
         """Merge `value` into `key`; returns once `quorum` replicas acknowledged.
@@ -186,9 +196,15 @@ class Client:
         nothing was stored), Timeout (naming the key and the replicas that did not
         acknowledge), ... on failure.
         """
-        quorum = check_write_quorum(quorum)
+        if quorum is not ONE:
+            quorum = check_write_quorum(quorum)
         if quorum == ONE:
-            self._single(anna_pb2.PUT, key, self._tuple_for(key, value))
+            if type(value) is bytes and len(value) + _LWW_OVERHEAD <= self.max_value_bytes:
+                # wrapped as an LWW value in C++, within the limit whatever the timestamp
+                self._single(anna_pb2.PUT, key, payload=value, lww_at=self._clock.next())
+            else:
+                t = self._tuple_for(key, value)
+                self._single(anna_pb2.PUT, key, lattice_type=t.lattice_type, payload=t.payload)
         else:
             self._all(anna_pb2.PUT, key, self._tuple_for(key, value),
                       quorum=None if quorum == ALL else int(quorum))
@@ -199,7 +215,7 @@ class Client:
         outlives the delete)."""
         timestamp = self._clock.next()
         try:
-            self._single(anna_pb2.DELETE, key, anna_pb2.KeyTuple(key=key, timestamp=timestamp))
+            self._single(anna_pb2.DELETE, key, timestamp=timestamp)
         except KeyNotFound:
             pass
         return timestamp
@@ -349,6 +365,14 @@ class Client:
                                 f"max_value_bytes; pass the same to Client)", key=key)
         return t
 
+    def _decode_answer(self, key: str, answer: Tuple, op: str) -> Any:
+        """The lattice of a `key_request` answer (see `_single`)."""
+        try:
+            return _core.deserialize(answer[_LATTICE_TYPE], answer[_PAYLOAD])
+        except ValueError as e:
+            raise MalformedRequest(f"{op} {key!r}: answer payload does not parse ({e})",
+                                   key=key, address=answer[_RESPONDER] or None) from None
+
     def _decode(self, t: Any, op: str, address: Optional[str] = None) -> Any:
         try:
             return tuple_to_lattice(t)
@@ -383,16 +407,6 @@ class Client:
         Returns {request_id: parsed answer}; unknown ids (stale answers) are discarded.
         """
         return self._transport.collect(pending, deadline, message_type, enough)
-
-    def _exchange(self, address: str, req_type: int, key_tuple: Any,
-                  deadline: float) -> Tuple[str, Optional[Any]]:
-        """Send one request to `address` and wait for its answer until `deadline`, in one
-        native call: (request id, KeyResponse or None)."""
-        request_id = self._next_id()
-        request = anna_pb2.KeyRequest(type=req_type, response_address=self.response_address,
-                                      request_id=request_id)
-        request.tuples.append(key_tuple)
-        return request_id, self._transport.exchange(address, request, deadline)
 
     def _routing_order(self) -> List[str]:
         """Routing addresses to try, rotating, those that recently stayed silent last."""
@@ -477,6 +491,8 @@ class Client:
                 if until <= now:
                     del self._suspects[address]
             candidates = [a for a in candidates if a not in self._suspects] or candidates
+        if len(candidates) == 1:
+            return candidates[0]
         return candidates[(self._salt + zlib.crc32(key.encode())) % len(candidates)]
 
     def _suspect(self, address: str) -> None:
@@ -495,17 +511,23 @@ class Client:
         # No tuple for the key: the whole request was rejected.
         return anna_pb2.KeyTuple(key=key, error=response.error or anna_pb2.MALFORMED)
 
-    def _single(self, req_type: int, key: str, key_tuple: Any) -> Any:
-        """Send one request to one replica of `key`, handling redirects and timeouts."""
+    def _single(self, req_type: int, key: str, *, lattice_type: int = 0, payload: bytes = b"",
+                timestamp: int = 0, lww_at: int = 0, reveal: bool = False) -> Tuple:
+        """Send one single-key request to one replica of `key`, handling redirects and
+        timeouts; returns the answer for the key (`Transport.key_request`: indices `_ERROR`,
+        `_LATTICE_TYPE`, `_PAYLOAD`, `_REVEALED`, ...), whose error is NO_ERROR."""
         if self.latency_reports is None:
-            return self._single_request(req_type, key, key_tuple)
+            return self._single_request(req_type, key, lattice_type, payload, timestamp,
+                                        lww_at, reveal)
         started = time.perf_counter()
         try:
-            return self._single_request(req_type, key, key_tuple)
+            return self._single_request(req_type, key, lattice_type, payload, timestamp,
+                                        lww_at, reveal)
         finally:   # a failed request's time is latency the application saw too
             self.latency_reports.record(self, key, time.perf_counter() - started)
 
-    def _single_request(self, req_type: int, key: str, key_tuple: Any) -> Any:
+    def _single_request(self, req_type: int, key: str, lattice_type: int, payload: bytes,
+                        timestamp: int, lww_at: int, reveal: bool) -> Tuple:
         op = _OP_NAMES[req_type]
         deadline = time.monotonic() + self.timeout * (self.retries + 1)
         timed_out: List[str] = []
@@ -513,23 +535,26 @@ class Client:
         redirects = 0
         while True:
             addresses = self._lookup(key, False)
-            fresh = [a for a in addresses if a not in timed_out]
+            fresh = [a for a in addresses if a not in timed_out] if timed_out else addresses
             address = self._pick(key, fresh or addresses)
             # While another replica is left to try, do not wait long for this one.
             sent_at = time.monotonic()
             wait = self.attempt_timeout if len(fresh) > 1 else self.timeout
             first_wait = min(wait, self.attempt_timeout)
-            request_id, answer = self._exchange(address, req_type, key_tuple,
-                                                min(deadline, sent_at + first_wait))
-            answers = {} if answer is None else {request_id: answer}
-            if not answers and wait > first_wait:
+            request_id = self._next_id()
+            # built, sent, awaited and decoded in one native call, the GIL released
+            answer = self._transport.key_request(
+                address, req_type, key, request_id, min(deadline, sent_at + first_wait)
+                - sent_at, lattice_type, payload, timestamp, lww_at, reveal)
+            if answer is None and wait > first_wait:
                 # The only replica is slow, or its node left or died and routing has moved
                 # the key: ask routing before waiting any longer for it.
                 self._addresses.pop((key, False), None)
                 if self._lookup(key, False) == addresses:
-                    answers = self._collect({request_id: address},
-                                            min(deadline, sent_at + wait))
-            if not answers:
+                    answer = self._transport.key_wait(
+                        request_id, key, max(0.0, min(deadline, sent_at + wait)
+                                             - time.monotonic()), reveal)
+            if answer is None:
                 if address not in timed_out:
                     timed_out.append(address)
                 self._suspect(address)
@@ -540,33 +565,35 @@ class Client:
                                   key=key, address=address,
                                   seconds=self.timeout * (self.retries + 1))
                 continue
-            self._suspects.pop(address, None)
-            response = answers[request_id]
-            t = self._tuple_of(response, key)
-            if t.error == anna_pb2.WRONG_OWNER:
+            if self._suspects:
+                self._suspects.pop(address, None)
+            error = answer[_ERROR]
+            if error == anna_pb2.WRONG_OWNER:
                 if time.monotonic() + backoff >= deadline:
                     raise Timeout(f"{op} {key!r}: an owner (workers at {address} keep "
                                   f"answering WRONG_OWNER)", key=key, address=address)
                 redirects += 1
-                if t.addresses and list(t.addresses) != addresses and redirects <= 3:
-                    self._addresses[(key, False)] = list(t.addresses)
+                owners = answer[_ADDRESSES]
+                if owners and owners != addresses and redirects <= 3:
+                    self._addresses[(key, False)] = owners
                 else:
                     self._addresses.pop((key, False), None)
                     time.sleep(backoff)  # retry pacing while membership propagates
                     backoff = min(backoff * 2, 0.1)
                 continue
-            if t.error != anna_pb2.NO_ERROR:
-                raise error_from_code(t.error, key=key, address=response.responder or address,
-                                      operation=op, detail=t.error_detail)
-            if t.replicas > len(addresses) and self._refreshed_for.get(key) != t.replicas:
+            if error != anna_pb2.NO_ERROR:
+                raise error_from_code(error, key=key, address=answer[_RESPONDER] or address,
+                                      operation=op, detail=answer[_ERROR_DETAIL])
+            replicas = answer[_REPLICAS]
+            if replicas > len(addresses) and self._refreshed_for.get(key) != replicas:
                 # the key gained replicas since its addresses were cached: ask routing again
                 # next time, so requests spread over them (once per replica count: routing
                 # may list fewer when the tier has fewer nodes than the vector asks for)
                 if len(self._refreshed_for) >= MAX_REFRESH_HINTS:
                     self._refreshed_for.clear()
-                self._refreshed_for[key] = t.replicas
+                self._refreshed_for[key] = replicas
                 self._addresses.pop((key, False), None)
-            return t
+            return answer
 
     def _all(self, req_type: int, key: str, key_tuple: Any,
              quorum: Optional[int] = None) -> List[Tuple[str, Any]]:

@@ -10,9 +10,11 @@ Contract (DESIGN.md "The client's request path"):
   an address without a key while authentication is on, a full peer), as `runtime.sockets`.
   `send_request` sends one frame (kind implied) when the payload fits one, as
   `runtime.framing.send_request`.
-- `exchange(address, request, deadline)` sends a `KeyRequest` and waits for the
-  `KeyResponse` with its request id, in one native call with the GIL released: the answer, or
-  None at the deadline. `collect(pending, deadline, message_type, enough)` waits for answers
+- `key_request(address, type, key, request_id, timeout, ...)` is a single-key request in one
+  native call (`_core.ClientTransport.key_request`, csrc/client_ops.hpp): the request built,
+  sent, awaited and its answer decoded in C++ with the GIL released; it returns the answer's
+  fields for the key, or None when none came in `timeout`. `key_wait` waits longer for one.
+- `collect(pending, deadline, message_type, enough)` waits for answers
   to several request ids (all, or `enough`) and returns the parsed ones; an answer that does
   not parse is discarded and the wait goes on.
 - An answer above `max_answer_bytes` (the largest value, plus a scan page and an envelope) is
@@ -69,6 +71,9 @@ class Transport:
         self._native = _core.ClientTransport(ip, public, secret, cluster_keys,
                                              self.max_answer_bytes, DEFAULT_MAX_SOCKETS)
         self.address: str = self._native.address
+        # bound as they are: a get/put calls into C++ without a Python layer in between
+        self.key_request = self._native.key_request
+        self.key_wait = self._native.key_wait
 
     def send_kind(self, address: str, kind: str, message: Any) -> bool:
         """Send an Anna `[kind][payload]`; False if it was not queued."""
@@ -78,19 +83,6 @@ class Transport:
         """Send a client `request` to a KVS worker; False if it was not queued."""
         payload = message.SerializeToString()
         return self._native.send(address, "" if len(payload) < PART_BYTES else "request", payload)
-
-    def exchange(self, address: str, request: Any, deadline: float) -> Optional[Any]:
-        """Send `request` (a KeyRequest) and wait until `deadline` (monotonic) for its answer."""
-        payload = request.SerializeToString()
-        raw = self._native.exchange(address, "" if len(payload) < PART_BYTES else "request",
-                                    payload, request.request_id, _KEY_RESPONSE_ID,
-                                    max(0.0, deadline - time.monotonic()))
-        if raw is None:
-            return None
-        try:
-            return anna_pb2.KeyResponse.FromString(raw)
-        except DecodeError:
-            return None        # as an unanswered request: the caller's retries decide
 
     def collect(self, pending: Dict[str, Any], deadline: float,
                 message_type: Type = anna_pb2.KeyResponse,

@@ -10,6 +10,16 @@
 //   send(address, kind, payload) -> bool; collect(ids, id_field, timeout, enough) ->
 //   list[(id, bytes)]; exchange(address, kind, payload, request_id, id_field, timeout) ->
 //   bytes | None (send, then wait for that one answer: one call, one GIL release).
+//   key_request(address, type, key, request_id, timeout, lattice_type=0, payload=b"",
+//   timestamp=0, lww_at=0, reveal=False) -> answer | None: the whole of one single-key
+//   request in one call (client_ops.hpp): builds the KeyRequest (lww_at > 0 wraps `payload` as
+//   an LWW value at that timestamp), sends it (one frame, or kind "request" above a frame
+//   part), waits for its answer and decodes it, with the GIL released from the first step to
+//   the last. answer = (error, lattice_type, payload, revealed, replicas, addresses,
+//   error_detail, responder) for the tuple of `key`; None when it was not sent, nothing came
+//   by the timeout, or what came is not a KeyResponse. key_wait(request_id, key, timeout,
+//   reveal=False) waits longer for an answer key_request gave up on. lww_payload_bound(n):
+//   the largest LWW payload a value of n bytes makes.
 //   Every call releases the GIL while it works and waits; a signal during a wait runs
 //   Python's handlers (KeyboardInterrupt reaches the caller) and the wait goes on otherwise.
 //   Calls from several threads are serialised by a lock. After close() sends return False,
@@ -19,6 +29,7 @@
 
 #include <mutex>
 
+#include "client_ops.hpp"
 #include "client_transport.hpp"
 
 namespace py = pybind11;
@@ -78,6 +89,47 @@ class PyClientTransport {
     return py::bytes(out.front().second);
   }
 
+  py::object key_request(const std::string& address, int type, const std::string& key,
+                         const std::string& request_id, double timeout, int lattice_type,
+                         const std::string& payload, std::uint64_t timestamp,
+                         std::uint64_t lww_at, bool reveal) {
+    auto deadline = deadline_after(timeout);
+    KeyRequestSpec spec;
+    spec.type = type;
+    spec.key = key;
+    spec.lattice_type = lattice_type;
+    spec.payload = payload;
+    spec.timestamp = timestamp;
+    spec.lww_at = lww_at;
+    spec.request_id = request_id;
+    KeyAnswer answer;
+    ClientTransport::Wait result;
+    {
+      py::gil_scoped_release release;
+      std::lock_guard<std::mutex> lock(mu_);
+      spec.response_address = t_->address();
+      std::string request = encode_key_request(spec);
+      if (!t_->send(address, request.size() < kFramePartBytes ? "" : "request", request))
+        result = ClientTransport::Wait::kDeadline;  // as an unanswered request
+      else
+        result = await_answer(request_id, key, reveal, deadline, &answer);
+    }
+    return finish(result, request_id, key, reveal, deadline, &answer);
+  }
+
+  py::object key_wait(const std::string& request_id, const std::string& key, double timeout,
+                      bool reveal) {
+    auto deadline = deadline_after(timeout);
+    KeyAnswer answer;
+    ClientTransport::Wait result;
+    {
+      py::gil_scoped_release release;
+      std::lock_guard<std::mutex> lock(mu_);
+      result = await_answer(request_id, key, reveal, deadline, &answer);
+    }
+    return finish(result, request_id, key, reveal, deadline, &answer);
+  }
+
   py::dict stats() const {
     py::dict d;
     d["stale"] = t_->stale();
@@ -104,13 +156,50 @@ class PyClientTransport {
   bool closed() const { return t_->closed(); }
 
  private:
-  void wait(const std::vector<std::string>& ids, int id_field, double timeout, std::size_t enough,
-            std::vector<std::pair<std::string, std::string>>* out) {
+  static ClientTransport::Clock::time_point deadline_after(double timeout) {
     if (!(timeout >= 0)) timeout = 0;  // NaN too
     if (timeout > 86400.0 * 365) timeout = 86400.0 * 365;
-    auto deadline = ClientTransport::Clock::now() +
-                    std::chrono::duration_cast<ClientTransport::Clock::duration>(
-                        std::chrono::duration<double>(timeout));
+    return ClientTransport::Clock::now() +
+           std::chrono::duration_cast<ClientTransport::Clock::duration>(
+               std::chrono::duration<double>(timeout));
+  }
+
+  // Waits (the GIL released, mu_ held) for the answer to `request_id` and decodes it: kDone
+  // with `answer` filled, kDeadline when none came or it is not a KeyResponse, kInterrupted.
+  ClientTransport::Wait await_answer(const std::string& request_id, const std::string& key,
+                                     bool reveal, ClientTransport::Clock::time_point deadline,
+                                     KeyAnswer* answer) {
+    std::vector<std::pair<std::string, std::string>> out;
+    auto result = t_->collect({request_id}, ClientTransport::kAnswerIdField, deadline, 1, &out);
+    if (result == ClientTransport::Wait::kInterrupted) return result;
+    if (out.empty()) return ClientTransport::Wait::kDeadline;
+    if (!decode_key_answer(out.front().second, key, reveal, answer))
+      return ClientTransport::Wait::kDeadline;  // as an unanswered request: retries decide
+    return ClientTransport::Wait::kDone;
+  }
+
+  // Runs Python's signal handlers while a wait is interrupted (their exception reaches the
+  // caller), then the answer as a tuple, or None.
+  py::object finish(ClientTransport::Wait result, const std::string& request_id,
+                    const std::string& key, bool reveal,
+                    ClientTransport::Clock::time_point deadline, KeyAnswer* answer) {
+    while (result == ClientTransport::Wait::kInterrupted) {
+      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+      py::gil_scoped_release release;
+      std::lock_guard<std::mutex> lock(mu_);
+      result = await_answer(request_id, key, reveal, deadline, answer);
+    }
+    if (result != ClientTransport::Wait::kDone) return py::none();
+    py::list addresses;
+    for (const auto& a : answer->addresses) addresses.append(py::str(a));
+    return py::make_tuple(answer->error, answer->lattice_type, py::bytes(answer->payload),
+                          answer->revealed, answer->replicas, std::move(addresses),
+                          py::str(answer->error_detail), py::str(answer->responder));
+  }
+
+  void wait(const std::vector<std::string>& ids, int id_field, double timeout, std::size_t enough,
+            std::vector<std::pair<std::string, std::string>>* out) {
+    auto deadline = deadline_after(timeout);
     while (true) {
       ClientTransport::Wait result;
       {
@@ -145,11 +234,19 @@ void bind_client_transport(py::module_& m) {
            py::arg("timeout"), py::arg("enough"))
       .def("exchange", &PyClientTransport::exchange, py::arg("address"), py::arg("kind"),
            py::arg("payload"), py::arg("request_id"), py::arg("id_field"), py::arg("timeout"))
+      .def("key_request", &PyClientTransport::key_request, py::arg("address"), py::arg("type"),
+           py::arg("key"), py::arg("request_id"), py::arg("timeout"), py::arg("lattice_type") = 0,
+           py::arg("payload") = std::string(), py::arg("timestamp") = std::uint64_t{0},
+           py::arg("lww_at") = std::uint64_t{0}, py::arg("reveal") = false)
+      .def("key_wait", &PyClientTransport::key_wait, py::arg("request_id"), py::arg("key"),
+           py::arg("timeout"), py::arg("reveal") = false)
       .def("stats", &PyClientTransport::stats)
       .def("close", &PyClientTransport::close)
       .def_property_readonly_static("connect_timeout_ms", [](py::object) {
         return PushCache::kConnectTimeoutMs;  // runtime/sockets.py's CONNECT_TIMEOUT_MS
       });
+  m.def("lww_payload_bound", &lww_payload_bound, py::arg("value_bytes"),
+        "The largest LWW payload a value of `value_bytes` bytes encodes to.");
   m.def("find_field", [](const py::bytes& payload, int field) -> py::object {
     std::string data = payload, value;
     if (!ClientTransport::find_field(data.data(), data.size(), field, &value)) return py::none();
