@@ -11,7 +11,8 @@ Contract (DESIGN.md "Processes", dissertation 3.2.5):
   does not answer within `routing_timeout` is skipped for `ROUTING_SUSPECT_SECONDS` while
   another is left. A lookup answered NO_NODES asks the routings that have not said so first
   (a routing made again knows no node until the nodes' heartbeats reach it), and raises
-  NoNodes only once every routing said it and `routing_timeout` has passed. `set_replication` goes to every routing (first answer wins), so they all
+  NoNodes only once every routing said it and `NO_NODES_PATIENCE` routing timeouts (3 s)
+  have passed. `set_replication` goes to every routing (first answer wins), so they all
   hold the override.
 - Every operation has one deadline, `timeout * (retries + 1)`. Single-replica operations
   (get/put/delete) pick one replica (sticky per client and key, so a client reads its own
@@ -78,6 +79,10 @@ MAX_REFRESH_HINTS = 10_000   # keys whose replica-count hint the client remember
 
 # A routing that did not answer in time is asked last for this long.
 ROUTING_SUSPECT_SECONDS = 5.0
+# How many routing timeouts a lookup answered NO_NODES by every routing keeps asking (3 s by
+# default: longer than a node's heartbeat period, so a node dropped for heartbeats that
+# came late is back)
+NO_NODES_PATIENCE = 3
 
 def routing_addresses(routing: Union[str, Sequence[str]]) -> List[str]:
     """Routing addresses from one address, a comma-separated string or a sequence."""
@@ -460,9 +465,10 @@ class Client:
             return cached
         # NO_NODES is retried (the routings that have not said it first, even one that was
         # silent lately): a routing that just restarted knows no node until their heartbeats
-        # reach it, while another routing does. Given up once every routing said it and
-        # `routing_timeout` has passed.
-        give_up = time.monotonic() + self.routing_timeout
+        # reach it, while another routing does, and a routing that dropped a node whose
+        # heartbeats came late takes it back at its next heartbeat. Given up once every
+        # routing said it and NO_NODES_PATIENCE routing timeouts have passed.
+        give_up = time.monotonic() + NO_NODES_PATIENCE * self.routing_timeout
         said_no_nodes: Set[str] = set()
         while True:
             request = anna_pb2.KeyAddressRequest(keys=[key], all_tiers=all_tiers,

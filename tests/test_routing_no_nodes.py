@@ -52,13 +52,14 @@ def test_a_routing_without_nodes_does_not_fail_a_lookup_another_can_answer(
         client.close()
 
 
-def test_no_nodes_from_every_routing_fails_at_once(cluster_and_empty_routing):
+def test_no_nodes_from_every_routing_fails_within_a_few_seconds(cluster_and_empty_routing):
     _cluster, empty = cluster_and_empty_routing
     client = anna_core.Client([empty], timeout=5)
     try:
         start = time.monotonic()
         with pytest.raises(NoNodes, match="no KVS node is up"):
             client.put("nowhere", b"x")
-        assert time.monotonic() - start < 3     # the routing timeout, not the deadline
+        # NO_NODES_PATIENCE routing timeouts (3 s), not the operation's deadline (15 s)
+        assert time.monotonic() - start < 6
     finally:
         client.close()
