@@ -1,6 +1,6 @@
 """The client's direct call path: worker leases, and calls sent straight to a leased worker.
 
-A client made with `Client(direct=True)` (the default) asks its scheduler for a worker lease on a target
+A client made with `Client(direct=True)` (opt-in) asks its scheduler for a worker lease on a target
 (a function, or a DAG) the first time it calls it. Once granted, the target's calls go
 straight to the leased worker, `slots` at a time: one message to the worker and the result
 back, instead of client -> scheduler -> worker -> client plus the worker's `done`. The client

@@ -110,7 +110,7 @@ def test_a_stopping_scheduler_revokes_its_worker_leases_so_direct_calls_go_elsew
         c.register(lambda lib, x: x + 1, "inc")
         poll_until(lambda: c.call("inc", 1).get(timeout=10) == 2 and c.worker_leases, 10,
                    "a worker lease from the first scheduler")
-        keeper = cluster.client(timeout=20, failover_timeout=1.0)    # the scheduler's path
+        keeper = cluster.client(timeout=20, failover_timeout=1.0, direct=False)  # scheduler path
         held = keeper.call("slow", 5)          # keeps the stopping scheduler alive meanwhile
         cluster.signal_scheduler(0, signal.SIGTERM)
         start = time.monotonic()
