@@ -259,10 +259,15 @@ def python_view_of(root: str, cluster, args, seed: int) -> dict:
             "auth": [auth.key_dir, auth.identity] if auth is not None else None,
             "zipf": args.zipf, "keys": args.keys, "read_ratio": args.read_ratio,
             "value_size": args.value_size, "ops": args.python_ops, "seed": seed}
-    env = dict(os.environ, PYTHONPATH=root)
-    out = subprocess.run([sys.executable, "-c", BEFORE_RUNNER, os.path.abspath(__file__),
-                          json.dumps(spec)], cwd=root, env=env, capture_output=True, text=True,
-                         timeout=600)
+    return run_in_checkout(root, [BEFORE_RUNNER, os.path.abspath(__file__), json.dumps(spec)])
+
+
+def run_in_checkout(root: str, code_and_args: "list[str]") -> dict:
+    """Run `python -c CODE ARGS...` with the checkout at `root` first on the path; its last
+    stdout line is a JSON object naming the `anna_core` it imported, which must be root's."""
+    out = subprocess.run([sys.executable, "-c", *code_and_args], cwd=root,
+                         env=dict(os.environ, PYTHONPATH=root), capture_output=True,
+                         text=True, timeout=600)
     if out.returncode != 0:
         raise RuntimeError(f"the client of {root} failed: {out.stderr[-2000:]}")
     result = json.loads(out.stdout.strip().splitlines()[-1])

@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 
 try:
@@ -35,6 +34,8 @@ except ImportError:     # a checkout that is not installed: use this one
     import anna_core
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from kvs import run_in_checkout  # noqa: E402  (benchmarks/kvs.py: runs another checkout)
 
 # Runs in a process started in one checkout: connects that checkout's client to the cluster
 # and measures (see the module docstring). Instrumentation only: it wraps the client's
@@ -89,14 +90,7 @@ def run_client(root: str, cluster, ops: int) -> dict:
     auth = cluster.client_auth
     spec = {"routing": cluster.routing_address, "ops": ops,
             "auth": [auth.key_dir, auth.identity] if auth is not None else None}
-    out = subprocess.run([sys.executable, "-c", RUNNER, json.dumps(spec)], cwd=root,
-                         env=dict(os.environ, PYTHONPATH=root), capture_output=True, text=True,
-                         timeout=600)
-    if out.returncode != 0:
-        raise RuntimeError(f"the client of {root} failed: {out.stderr[-2000:]}")
-    result = json.loads(out.stdout.strip().splitlines()[-1])
-    if not result.pop("anna_core").startswith(os.path.abspath(root)):
-        raise RuntimeError(f"the client did not import anna_core from {root}")
+    result = run_in_checkout(root, [RUNNER, json.dumps(spec)])
     result["load1"] = os.getloadavg()[0]
     return result
 
