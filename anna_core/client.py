@@ -11,8 +11,8 @@ Contract (DESIGN.md "Processes", dissertation 3.2.5):
   does not answer within `routing_timeout` is skipped for `ROUTING_SUSPECT_SECONDS` while
   another is left. A lookup answered NO_NODES asks the routings that have not said so first
   (a routing made again knows no node until the nodes' heartbeats reach it), and raises
-  NoNodes only once every routing said it and `NO_NODES_PATIENCE` routing timeouts (3 s)
-  have passed. `set_replication` goes to every routing (first answer wins), so they all
+  NoNodes only once every routing said it or stayed silent, and `NO_NODES_PATIENCE` routing
+  timeouts (3 s) have passed. `set_replication` goes to every routing (first answer wins), so they all
   hold the override.
 - Every operation has one deadline, `timeout * (retries + 1)`. Single-replica operations
   (get/put/delete) pick one replica (sticky per client and key, so a client reads its own
@@ -430,7 +430,8 @@ class Client:
         """Ask routing, failing over between routing addresses until the deadline.
 
         With `everyone`, the request goes to every routing (the first answer is returned).
-        Routings in `last` are asked only after the others, even silent ones."""
+        Routings in `last` are asked only after the others, even ones silent lately; a
+        routing silent during this call goes after every other."""
         return self._ask_routing_at(kind, request, stage, key, everyone, last)[0]
 
     def _ask_routing_at(self, kind: str, request: Any, stage: str, key: Optional[str],
@@ -439,10 +440,13 @@ class Client:
         `everyone`)."""
         deadline = time.monotonic() + self.timeout * (self.retries + 1)
         asked: List[str] = []
+        silent: Set[str] = set()
         while True:
             order = self._routing_order()
-            if last:
-                order = [a for a in order if a not in last] + [a for a in order if a in last]
+            if last or silent:
+                order = ([a for a in order if a not in last and a not in silent]
+                         + [a for a in order if a in last and a not in silent]
+                         + [a for a in order if a in silent])
             targets = order if everyone else order[:1]
             request.request_id = self._next_id()
             for address in targets:
@@ -455,6 +459,7 @@ class Client:
                 return answers[request.request_id], targets[0]
             for address in targets:
                 self._routing_suspects[address] = time.monotonic() + ROUTING_SUSPECT_SECONDS
+                silent.add(address)
             if time.monotonic() >= deadline:
                 raise Timeout(f"{stage} from routing {', '.join(asked)}", key=key,
                               address=asked[-1], seconds=self.timeout * (self.retries + 1))
@@ -467,7 +472,7 @@ class Client:
         # silent lately): a routing that just restarted knows no node until their heartbeats
         # reach it, while another routing does, and a routing that dropped a node whose
         # heartbeats came late takes it back at its next heartbeat. Given up once every
-        # routing said it and NO_NODES_PATIENCE routing timeouts have passed.
+        # routing said it or stayed silent, and NO_NODES_PATIENCE routing timeouts have passed.
         give_up = time.monotonic() + NO_NODES_PATIENCE * self.routing_timeout
         said_no_nodes: Set[str] = set()
         while True:
@@ -484,7 +489,8 @@ class Client:
                 self._addresses[(key, all_tiers)] = addresses
                 return addresses
             said_no_nodes.add(routing)
-            if time.monotonic() >= give_up and said_no_nodes >= set(self.routing_addresses):
+            heard_or_silent = said_no_nodes | set(self._routing_suspects)
+            if time.monotonic() >= give_up and heard_or_silent >= set(self.routing_addresses):
                 raise NoNodes(f"routing lookup of {key!r}: no KVS node is up for the key's "
                               f"tier(s)", key=key, address=", ".join(self.routing_addresses))
             time.sleep(0.05)

@@ -63,3 +63,22 @@ def test_no_nodes_from_every_routing_fails_within_a_few_seconds(cluster_and_empt
         assert time.monotonic() - start < 6
     finally:
         client.close()
+
+
+def test_no_nodes_from_one_routing_and_silence_from_the_other_is_no_nodes(
+        cluster_and_empty_routing):
+    """A routing that never answers must not turn a lookup every reachable routing answers
+    NO_NODES into a Timeout at the operation's deadline (15 s)."""
+    _cluster, empty = cluster_and_empty_routing
+    import socket
+    with socket.socket() as s:          # a port nothing listens on: a silent routing
+        s.bind(("127.0.0.1", 0))
+        silent = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    client = anna_core.Client([empty, silent], timeout=5)
+    try:
+        start = time.monotonic()
+        with pytest.raises(NoNodes, match="no KVS node is up"):
+            client.put("nowhere-either", b"x")
+        assert time.monotonic() - start < 8     # patience and one silent wait, not 15 s
+    finally:
+        client.close()
