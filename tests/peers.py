@@ -76,3 +76,44 @@ def handshake(monitor, timeout=10.0):
     event = recv_monitor_message(monitor)["event"]
     return {zmq.EVENT_HANDSHAKE_SUCCEEDED: "ok",
             zmq.EVENT_HANDSHAKE_FAILED_AUTH: "refused"}.get(event, "protocol")
+
+
+class AnsweringPeer:
+    """A plain PULL socket on loopback, served by a thread: each message's frames go to
+    `handle(frames)`, which returns None (no answer) or `(response_address, reply bytes)`;
+    replies go out on one PUSH socket per response address. `close()` stops it."""
+
+    def __init__(self, handle):
+        import threading
+        self._handle = handle
+        self.context = zmq.Context()
+        self.pull = self.context.socket(zmq.PULL)
+        self.pull.setsockopt(zmq.LINGER, 0)
+        self.pull.bind("tcp://127.0.0.1:*")
+        self.address = self.pull.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        push = {}
+        while not self._stop.is_set():
+            if not self.pull.poll(50):
+                continue
+            answered = self._handle(self.pull.recv_multipart())
+            if answered is None:
+                continue
+            address, reply = answered
+            if address not in push:
+                s = push[address] = self.context.socket(zmq.PUSH)
+                s.setsockopt(zmq.LINGER, 0)
+                s.connect(address)
+            push[address].send(reply)
+        for s in push.values():
+            s.close(0)
+
+    def close(self):
+        self._stop.set()
+        self._thread.join(5)
+        self.pull.close(0)
+        self.context.term()

@@ -19,52 +19,30 @@ from anna_core import _core
 from hydro_proto import anna_pb2
 from runtime.auth import AuthConfig, KeyPair, make_client, strip_key, write_keys
 from runtime.framing import MAX_FRAME_BYTES, split_frames
+from peers import AnsweringPeer
 from waiting import poll_until
 
 KEY_RESPONSE_ID = anna_pb2.KeyResponse.DESCRIPTOR.fields_by_name["request_id"].number
 
 
-class FakeRouting:
+class FakeRouting(AnsweringPeer):
     """A routing that answers every address lookup with `addresses` (plain, loopback)."""
 
     def __init__(self, addresses):
         self.addresses = list(addresses)
-        self.context = zmq.Context()
-        self.pull = self.context.socket(zmq.PULL)
-        self.pull.setsockopt(zmq.LINGER, 0)
-        self.pull.bind("tcp://127.0.0.1:*")
-        self.address = self.pull.getsockopt_string(zmq.LAST_ENDPOINT)
         self.lookups = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        super().__init__(self._answer)
 
-    def _run(self):
-        push = {}
-        while not self._stop.is_set():
-            if not self.pull.poll(50):
-                continue
-            kind, payload = split_frames(self.pull.recv_multipart())
-            if kind != "address":
-                continue
-            request = anna_pb2.KeyAddressRequest.FromString(payload)
-            self.lookups += 1
-            answer = anna_pb2.KeyAddressResponse(request_id=request.request_id)
-            for key in request.keys:
-                answer.addresses.add(key=key, addresses=self.addresses)
-            if request.response_address not in push:
-                s = push[request.response_address] = self.context.socket(zmq.PUSH)
-                s.setsockopt(zmq.LINGER, 0)
-                s.connect(request.response_address)
-            push[request.response_address].send(answer.SerializeToString())
-        for s in push.values():
-            s.close(0)
-
-    def close(self):
-        self._stop.set()
-        self._thread.join(5)
-        self.pull.close(0)
-        self.context.term()
+    def _answer(self, frames):
+        kind, payload = split_frames(frames)
+        if kind != "address":
+            return None
+        request = anna_pb2.KeyAddressRequest.FromString(payload)
+        self.lookups += 1
+        answer = anna_pb2.KeyAddressResponse(request_id=request.request_id)
+        for key in request.keys:
+            answer.addresses.add(key=key, addresses=self.addresses)
+        return request.response_address, answer.SerializeToString()
 
 
 @pytest.fixture

@@ -7,64 +7,37 @@ no answer), bad input from the caller and from the server (typed errors, the wor
 serving), and dead servers on both transports (a typed Timeout within the deadline): over
 ZeroMQ with CURVE, and over a client link whose node is killed.
 """
-import threading
 import time
 
 import pytest
-import zmq
 
 import anna_core
 from anna_core import _core
 from hydro_proto import anna_pb2
 from runtime.framing import split_frames
 
+from peers import AnsweringPeer
 from test_anna_native_client import FakeRouting
 
 ERROR, LATTICE_TYPE, PAYLOAD, REVEALED, REPLICAS, ADDRESSES, ERROR_DETAIL, RESPONDER = range(8)
 
 
-class FakeWorker:
+class FakeWorker(AnsweringPeer):
     """A worker socket that records each KeyRequest and answers it with `answer(request)`
     (bytes, or None for no answer)."""
 
     def __init__(self, answer):
         self.answer = answer
         self.requests = []
-        self.context = zmq.Context()
-        self.pull = self.context.socket(zmq.PULL)
-        self.pull.setsockopt(zmq.LINGER, 0)
-        self.pull.bind("tcp://127.0.0.1:*")
-        self.address = self.pull.getsockopt_string(zmq.LAST_ENDPOINT)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        super().__init__(self._answer)
 
-    def _run(self):
-        push = {}
-        while not self._stop.is_set():
-            if not self.pull.poll(50):
-                continue
-            frames = self.pull.recv_multipart()
-            # a request of one frame has its kind implied (csrc/push_cache.hpp)
-            payload = frames[0] if len(frames) == 1 else split_frames(frames)[1]
-            request = anna_pb2.KeyRequest.FromString(payload)
-            self.requests.append(request)
-            reply = self.answer(request)
-            if reply is None:
-                continue
-            if request.response_address not in push:
-                s = push[request.response_address] = self.context.socket(zmq.PUSH)
-                s.setsockopt(zmq.LINGER, 0)
-                s.connect(request.response_address)
-            push[request.response_address].send(reply)
-        for s in push.values():
-            s.close(0)
-
-    def close(self):
-        self._stop.set()
-        self._thread.join(5)
-        self.pull.close(0)
-        self.context.term()
+    def _answer(self, frames):
+        # a request of one frame has its kind implied (csrc/push_cache.hpp)
+        payload = frames[0] if len(frames) == 1 else split_frames(frames)[1]
+        request = anna_pb2.KeyRequest.FromString(payload)
+        self.requests.append(request)
+        reply = self.answer(request)
+        return None if reply is None else (request.response_address, reply)
 
 
 def response(request, *tuples, error=anna_pb2.NO_ERROR, responder="tcp://127.0.0.1:1"):
