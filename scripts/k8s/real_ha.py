@@ -3,7 +3,7 @@
 off again; every step timed). By default (`--ha routing`) only
 the load through the routing pod's kill runs; `--ha all` runs every step below (it
 passed in every run of the current code, benchmarks/README.md; CI runs the routing step
-only: six clean runs are not yet enough history to make the whole tier its gate). A failed load still goes on to the disk step;
+only: seven clean runs are not yet enough history to make the whole tier its gate). A failed load still goes on to the disk step;
 each kill step waits for the load to take 40 more calls after the pod came back:
 
  2. a disk pod restarted keeps its keys (after the upgrade below): a key placed on the disk tier only (memory=0,
