@@ -102,7 +102,7 @@ from .leases import ClientLeases
 from .status import ClusterStatus
 from hydrocache.session import DEFAULT_MAX_KEYS, Session
 from hydrocache.vclock import supersedes
-from .sessions import ClientSession
+from .sessions import ClientSession, named_keys
 
 __all__ = ["Client", "Listing"]
 
@@ -443,7 +443,7 @@ class Client(SchedulerChannel):
                 stored: Sequence[str] = (), inputs: Sequence[Future] = ()) -> Future:
         wait = self.timeout if timeout is None else float(timeout)
         if self._session is not None and session is not False:
-            self._session.attach(call)
+            self._session.attach(call, named_keys(call))
         rid = self._new_slot()
         call.request_id = rid
         call.response_address = self.response_address

@@ -2,7 +2,11 @@
 
 Contract (the guarantee is stated in `cloudburst/client.py`; the floors and their bound are
 `hydrocache.session.Session`'s): `ClientSession(max_keys)` holds one `Session` behind a lock.
-- `attach(call)` copies the session into a `Call` about to be sent.
+- `attach(call, keys=None)` copies the session into a `Call` about to be sent; given the
+  keys the call names (a causal call's references), a session of more than `WHOLE_UP_TO`
+  floors goes as `Session.named(keys)`: those keys' floors and a bound for the others
+  (a key the call reads without naming it is then re-read from the KVS, as after an
+  overflow), instead of every floor at every hop of the call.
 - `read_floor(key)` is what a `Client.get` of `key` must meet: `(floor, own, merged,
   deleted, vc)` (`hydrocache.session.plain_floor`; `deleted`: `own` is the client's delete).
 - `note_deleted(key, timestamp)` notes the client's delete of `key` (its tombstone's
@@ -14,12 +18,14 @@ Contract (the guarantee is stated in `cloudburst/client.py`; the floors and thei
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Iterable, Optional, Tuple
 
 from hydro_proto import cloudburst_pb2 as pb
 from hydrocache.session import MAX_SENT_KEYS, Session
 
-__all__ = ["ClientSession"]
+__all__ = ["ClientSession", "WHOLE_UP_TO", "named_keys"]
+
+WHOLE_UP_TO = 64    # floors a session sends whole even to a call that names its keys
 
 
 class ClientSession:
@@ -34,8 +40,12 @@ class ClientSession:
         self._sent: Optional[bytes] = None    # the session as sent, at `_sent_at` changes
         self._sent_at = -1
 
-    def attach(self, call: pb.Call) -> None:
+    def attach(self, call: pb.Call, keys: Optional[Iterable[str]] = None) -> None:
         with self._lock:
+            if keys is not None and len(self.session) > WHOLE_UP_TO:
+                # a call naming its keys carries their floors and a bound for the rest
+                call.session.CopyFrom(self.session.named(keys))
+                return
             if self._sent_at != self.session.changes:
                 self._sent = self.session.encode()
                 self._sent_at = self.session.changes
@@ -74,3 +84,18 @@ class ClientSession:
                 for kv in list(result.causal.read_set) + list(result.causal.writes):
                     if kv.vc:
                         self.session.note_causal(kv.key, dict(kv.vc))
+
+
+def named_keys(call: pb.Call) -> Optional[list]:
+    """The keys a causal call names (every reference among its arguments, in order), the
+    floors it carries when its session is large; None for other calls (they carry it whole:
+    their functions' reads of keys they do not name are common, and each would be re-read)."""
+    if call.consistency != pb.CAUSAL:
+        return None
+    keys = []
+    for fn in sorted(call.args):
+        lst = call.args[fn]
+        for a in list(lst.args) + [lst.kwargs[k] for k in sorted(lst.kwargs)]:
+            if a.WhichOneof("kind") == "reference":
+                keys.append(a.reference)
+    return keys

@@ -20,7 +20,10 @@ Contract:
   every floor of a `cloudburst.Session` (what a call read and wrote). `to_proto(keys=None)`
   is the session as sent (every floor, or the floors of `keys` and the overflow), and
   `encode()` the whole of it serialised, from each floor's encoding kept until it changes;
-  `Session.from_proto(message)` reads one back.
+  `Session.from_proto(message)` reads one back. `named(keys)` is the session as a call
+  naming `keys` carries it: their floors, the overflow, and the floors left out summed up
+  (`omitted_timestamp`, `omitted_causal`: bounds for keys not listed only), so a call
+  carries a few floors instead of up to 1,024.
 - The decisions (plain functions of a `cloudburst.Session` message and what a cache holds):
   `plain_floor(session, key)` is `(floor, own)`: a cached copy of `key` older than `floor`
   is not read; `own` is the key's listed floor (0: not listed), which a read from every
@@ -33,7 +36,12 @@ Contract:
   floor stands for is lost; the read fails naming the key).
   `causal_stale(session, keys, version_of)` lists the keys whose cached causal version does
   not supersede their floor (to re-read from the KVS before binding), and `causal_unmet`
-  those still short of it afterwards. `Floors(session)` indexes a request's session by key,
+  those still short of it afterwards. A key not listed in a session with floors left out
+  (`omitted_*`) is held to those as to an overflow: its plain floor is at least
+  `omitted_timestamp`, and with `omitted_causal` it is re-read from the KVS and treated as
+  possibly merged. `Floors.restrict(keys)` folds that bound into the overflow of the request
+  it makes when a key asked for is not listed, so requests never carry `omitted_*`.
+  `Floors(session)` indexes a request's session by key,
   lazily: one pass over the keys' names on first use, a key's floor made when it is asked for.
 - `refusal(session)` says why a session as received may not be used (more than
   `MAX_SENT_KEYS` floors, or plain keys and timestamps of different counts); None if it may.
@@ -85,6 +93,11 @@ class Session:
         self.overflow_causal = False
         self.changes = 0       # counts changes, so a sender may keep the session as sent
         self._encoded: Dict[str, bytes] = {}   # key -> its floor as sent (`encode`)
+        # bounds of what `named` leaves out, kept as floors change: the newest timestamp of
+        # any floor ever held (floors only rise; a forgotten one went to the overflow), and
+        # how many floors held are causal or merged
+        self._newest_timestamp = 0
+        self._causal_floors = 0
 
     def __len__(self) -> int:
         return len(self._floors)
@@ -110,9 +123,12 @@ class Session:
             self.changes += 1
             self._encoded.pop(key, None)
         self._floors[key] = new
+        self._newest_timestamp = max(self._newest_timestamp, timestamp)
+        self._causal_floors += _causal(new) - (old is not None and _causal(old))
         while len(self._floors) > self.max_keys:
             gone_key, gone = self._floors.popitem(last=False)
             self._encoded.pop(gone_key, None)
+            self._causal_floors -= _causal(gone)
             self.overflow_timestamp = max(self.overflow_timestamp, gone.timestamp)
             self.overflow_causal = self.overflow_causal or bool(gone.vc) or gone.merged
 
@@ -138,11 +154,13 @@ class Session:
             self._note(key, ts)
         for k in message.keys:
             self._note(k.key, k.timestamp, dict(k.vc), k.merged, k.deleted)
-        if message.overflow_timestamp > self.overflow_timestamp or \
-                (message.overflow_causal and not self.overflow_causal):
+        # floors `message` left out are not known here: their bound becomes an overflow
+        over_ts = max(message.overflow_timestamp, message.omitted_timestamp)
+        over_causal = message.overflow_causal or message.omitted_causal
+        if over_ts > self.overflow_timestamp or (over_causal and not self.overflow_causal):
             self.changes += 1
-        self.overflow_timestamp = max(self.overflow_timestamp, message.overflow_timestamp)
-        self.overflow_causal = self.overflow_causal or message.overflow_causal
+        self.overflow_timestamp = max(self.overflow_timestamp, over_ts)
+        self.overflow_causal = self.overflow_causal or over_causal
 
     # ---- as sent ----
     def to_proto(self, keys: Optional[Iterable[str]] = None) -> pb.Session:
@@ -167,12 +185,35 @@ class Session:
                                 overflow_causal=self.overflow_causal).SerializeToString())
         return b"".join(parts)
 
+    def named(self, keys: Iterable[str]) -> pb.Session:
+        """The session as a call naming `keys` carries it: the floors of `keys` (a key
+        without one listed with none: plain, timestamp 0), the overflow, and a bound for every floor left out (`omitted_timestamp`: at
+        least the newest timestamp left out; `omitted_causal`: a causal or merged floor was
+        left out). Exact for the listed keys; for the others as strict as an overflow."""
+        keys = list(dict.fromkeys(keys))
+        out = self.to_proto(keys)
+        listed = len(out.plain_keys) + len(out.keys)
+        if listed < len(self._floors):
+            out.omitted_timestamp = self._newest_timestamp
+            out.omitted_causal = self._causal_floors > sum(
+                1 for k in out.keys if k.vc or k.merged)
+            # a named key without a floor is listed with none (plain, timestamp 0), so the
+            # bound of what was left out does not apply to it
+            unheld = [k for k in keys if k not in self._floors]
+            out.plain_keys.extend(unheld)
+            out.plain_timestamps.extend([0] * len(unheld))
+        return out
+
     @classmethod
     def from_proto(cls, message: pb.Session, max_keys: Optional[int] = None) -> "Session":
         size = len(message.keys) + len(message.plain_keys)
         s = cls(max_keys or max(DEFAULT_MAX_KEYS, size))
         s.absorb(message)
         return s
+
+
+def _causal(f: Floor) -> bool:
+    return bool(f.vc) or f.merged
 
 
 def _pack(out: pb.Session, floors: Iterable[Tuple[str, Floor]]) -> pb.Session:
@@ -218,8 +259,9 @@ def plain_floor(session: Optional[pb.Session], key: str,
     if session is None:
         return 0, 0
     e = entries.get(key) if entries is not None else _entry(session, key)
-    own = e.timestamp if e is not None else 0
-    return max(own, session.overflow_timestamp), own
+    if e is None:        # not listed: bounded by what was left out, if anything was
+        return max(session.overflow_timestamp, session.omitted_timestamp), 0
+    return max(e.timestamp, session.overflow_timestamp), e.timestamp
 
 
 def merged_key(session: Optional[pb.Session], key: str,
@@ -229,7 +271,9 @@ def merged_key(session: Optional[pb.Session], key: str,
     if session is None:
         return False
     e = entries.get(key) if entries is not None else _entry(session, key)
-    return (e is not None and e.merged) or session.overflow_causal
+    if e is None:
+        return session.overflow_causal or session.omitted_causal
+    return e.merged or session.overflow_causal
 
 
 def refusal(session: pb.Session) -> Optional[str]:
@@ -279,8 +323,8 @@ def causal_stale(session: Optional[pb.Session], keys: Sequence[str],
         if vc is None:
             continue             # not cached: it is read from the KVS anyway
         e = entries.get(key)
-        if session.overflow_causal or (e is not None and e.vc
-                                       and not supersedes(vc, dict(e.vc))):
+        if session.overflow_causal or (e is None and session.omitted_causal) or \
+                (e is not None and e.vc and not supersedes(vc, dict(e.vc))):
             out.append(key)
     return out
 
@@ -373,8 +417,16 @@ class Floors:
         out = pb.Session(overflow_timestamp=s.overflow_timestamp if s else 0,
                          overflow_causal=s.overflow_causal if s else False)
         chosen = []
+        unlisted = False
         for k in dict.fromkeys(keys):
             f = self.get(k)
             if f is not None:
                 chosen.append((k, f))
+            else:
+                unlisted = True
+        if unlisted and s is not None:
+            # a key asked for whose floor may have been left out: held to the bound of
+            # what was left out, which in a request only the overflow can say
+            out.overflow_timestamp = max(out.overflow_timestamp, s.omitted_timestamp)
+            out.overflow_causal = out.overflow_causal or s.omitted_causal
         return _pack(out, chosen)

@@ -9,6 +9,7 @@ import uuid
 import pytest
 
 import cloudburst
+from cloudburst.sessions import WHOLE_UP_TO
 from waiting import poll_until
 
 
@@ -161,5 +162,27 @@ def test_the_session_is_bounded_and_still_guarantees(cluster):
             futures = [client.call("read_all", keys) for _ in range(4)]
             stale += sum(v < i for f in futures for v in f.get(timeout=20))
         assert stale == 0, f"{stale} of 200 reads were older than the client's puts"
+    finally:
+        client.close()
+
+
+def test_a_causal_call_with_a_large_session_reads_a_key_it_does_not_name(cluster):
+    """A causal call whose client holds more floors than it sends whole carries only the
+    floors of the keys it names (`Reference`s) and a bound for the rest: a key it reads
+    without naming it (here passed as a plain string) must still meet the client's write."""
+    client = cluster.client(timeout=20)
+    try:
+        client.register(lambda lib, key: lib.get(key), "read_unnamed")
+        for i in range(WHOLE_UP_TO + 6):          # floors enough to leave most out
+            client.put(f"filler-{i}-{uuid.uuid4().hex[:6]}", i, consistency="causal")
+        key = fresh_key(client, "unnamed", consistency="causal", reader="read_unnamed")
+        assert len(client.session) > WHOLE_UP_TO
+        stale = 0
+        for i in range(1, 16):
+            client.put(key, i, consistency="causal")
+            futures = [client.call("read_unnamed", key, consistency="causal",
+                                   protocol=("hb", "ct", "opt", "con")[j]) for j in range(4)]
+            stale += sum(f.get(timeout=20) < i for f in futures)
+        assert stale == 0, f"{stale} of 60 causal calls read a version older than the put"
     finally:
         client.close()

@@ -6,10 +6,11 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import anna_core
 from hydro_proto import cloudburst_pb2 as pb
-from cloudburst.sessions import ClientSession
-from hydrocache.session import (ABSENT, ACCEPT, MAX_SENT_KEYS, READ_ALL, STALE, Floors, Session,
+from cloudburst.sessions import WHOLE_UP_TO, ClientSession, named_keys
+from hydrocache.session import (ABSENT, ACCEPT, MAX_SENT_KEYS, READ_ALL, STALE, Floor, Floors,
+                                Session,
                                 causal_stale, causal_unmet, index, plain_after_fetch,
-                                plain_floor, plain_fresh, refusal)
+                                merged_key, plain_floor, plain_fresh, refusal)
 from hydrocache.vclock import supersedes
 from executor.call_session import CallSession, UpstreamSessions
 from executor.fresh_read import StaleRead, read_at_least
@@ -318,3 +319,82 @@ def test_read_at_least_names_a_lost_write():
         read_at_least(kvs, "k", 10, 10)
     assert read_at_least(FakeKvs(lww(5), [lww(6)]), "k", 10, 0).timestamp == 6
     assert read_at_least(FakeKvs(None, []), "k", 10, 10) is None      # deleted since
+
+
+# ---- a call's session restricted to the keys it names ----
+def demands(session, key, cached_vc):
+    """What a cache asked about `key` under `session` requires: the plain floor, whether it
+    reads every replica, and whether a cached causal version with clock `cached_vc` must be
+    re-read from the KVS first."""
+    return (plain_floor(session, key)[0], merged_key(session, key),
+            bool(causal_stale(session, [key], {key: cached_vc}.get)))
+
+
+def at_least(a, b):
+    return a[0] >= b[0] and (a[1] or not b[1]) and (a[2] or not b[2])
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(plain_notes, causal_notes, merged_notes, deletes), max_size=40),
+       st.integers(1, 12), st.lists(keys, max_size=6), st.lists(keys, max_size=6),
+       st.dictionaries(st.sampled_from("abc"), st.integers(0, 9)))
+def test_a_session_restricted_to_the_named_keys_demands_at_least_the_whole(
+        ops, bound, named, asked, cached_vc):
+    """`Session.named(keys)` lists exactly the floors of the named keys, and whatever a call
+    asks of it (the session itself, a request `Floors.restrict` makes from it, or a session
+    that absorbed it) demands at least what the whole session demands, for every key: named
+    or not. With nothing left out it is the whole session."""
+    s = Session(bound)
+    for kind, key, arg in ops:
+        if kind == "deleted":
+            s.note_deleted(key, arg)
+        else:
+            apply(s, [(kind, key, arg)])
+    whole = s.to_proto()
+    part = s.named(named)
+    listed = index(whole)
+    if set(listed) <= set(named):
+        assert part == whole                 # nothing left out: the whole session
+    else:                                    # every named key, held or not, and no other
+        assert index(part) == {k: listed.get(k, Floor(0)) for k in named}
+    absorbed = Session(64)
+    absorbed.absorb(part)
+    absorbed = absorbed.to_proto()
+    whole_req = Floors(whole).restrict(asked)
+    part_req = Floors(part).restrict(asked)
+    assert not part_req.omitted_timestamp and not part_req.omitted_causal
+    for key in [f"k{i}" for i in range(12)]:
+        assert at_least(demands(part, key, cached_vc), demands(whole, key, cached_vc))
+        assert at_least(demands(absorbed, key, cached_vc), demands(whole, key, cached_vc))
+        if key in asked:
+            assert at_least(demands(part_req, key, cached_vc),
+                            demands(whole_req, key, cached_vc))
+    if all(k in named for k in asked):       # every key asked is named: as the whole asks
+        assert (part_req.overflow_timestamp, part_req.overflow_causal) == \
+            (whole_req.overflow_timestamp, whole_req.overflow_causal)
+        assert {k: f for k, f in index(part_req).items() if f != Floor(0)} == index(whole_req)
+
+
+def test_a_causal_call_names_its_references_and_carries_only_their_floors():
+    cs = ClientSession(1024)
+    for i in range(WHOLE_UP_TO + 10):
+        cs.note("k%d" % i, type("V", (), {"timestamp": 0, "vc": {"a": i + 1},
+                                          "merged": False})())
+    call = pb.Call(consistency=pb.CAUSAL)
+    call.args["f"].args.add(reference="k1")
+    call.args["f"].args.add(value=b"x")
+    call.args["g"].kwargs["y"].reference = "k2"
+    assert named_keys(call) == ["k1", "k2"]
+    cs.attach(call, named_keys(call))
+    assert sorted(index(call.session)) == ["k1", "k2"]
+    assert call.session.omitted_causal
+    assert named_keys(pb.Call(consistency=pb.LWW)) is None
+    plain = pb.Call()
+    cs.attach(plain, None)                   # other calls carry the whole session
+    assert len(index(plain.session)) == WHOLE_UP_TO + 10
+    small = ClientSession(1024)
+    small.note("k1", type("V", (), {"timestamp": 5, "vc": {}, "merged": False})())
+    small.note("k9", type("V", (), {"timestamp": 7, "vc": {}, "merged": False})())
+    c2 = pb.Call(consistency=pb.CAUSAL)
+    small.attach(c2, ["k1"])                  # a small session goes whole
+    assert sorted(index(c2.session)) == ["k1", "k9"] and not c2.session.omitted_timestamp
