@@ -19,6 +19,8 @@
 //     cannot be resynchronised cheaply, and the peer is either broken or hostile).
 //   * listen_link / connect_link return non-blocking descriptors (TCP_NODELAY on connected
 //     ones) or -1 with *why set; connect_link waits at most timeout_ms.
+//   * Secured links (secure_link.hpp) keep this framing: their handshake frames and sealed
+//     MESSAGE frames are payloads like any other.
 //   * find_proto_field reads a top-level length-delimited field of a protobuf payload without
 //     parsing the rest (the last occurrence, as protobuf does); false when the payload is not
 //     protobuf or lacks it.
@@ -41,6 +43,7 @@ class LinkReader {
  public:
   enum class Next { kFrame, kNeedMore, kTooLarge };
   explicit LinkReader(std::size_t max_frame) : max_frame_(max_frame) {}
+  void set_max_frame(std::size_t max_frame) { max_frame_ = max_frame; }
   // Room for `n` more bytes at the end of the buffer; commit(k) after writing k of them.
   char* prepare(std::size_t n);
   void commit(std::size_t n) { size_ += n; }
@@ -72,6 +75,11 @@ int connect_link(const std::string& address, int timeout_ms, std::string* why);
 // kFailed: a read error, left in errno.
 enum class ReadEnd { kOpen, kClosed, kFailed };
 ReadEnd read_available(int fd, LinkReader* reader, std::size_t budget);
+
+// Waits at most timeout_ms for one whole frame on a non-blocking descriptor and copies it to
+// *frame; false with *why set on the timeout, a closed peer, an error or a frame above the
+// reader's limit.
+bool read_frame(int fd, LinkReader* reader, int timeout_ms, std::string* frame, std::string* why);
 
 // Writes all of data to a non-blocking descriptor, waiting for room at most timeout_ms in all;
 // false on an error, a closed peer or the timeout (some bytes may have been written).
