@@ -3,9 +3,9 @@
 // no ZeroMQ I/O thread on either side (two wake-ups per round trip instead of six).
 //
 // Contract:
-//   * Only without authentication: a worker opens a link listener only when its node runs
-//     plain (no CURVE) and `client_links` is on (node_config.hpp); a client with keys never
-//     opens one. An authenticated cluster keeps every request on its CURVE sockets.
+//   * A worker opens a link listener when `client_links` is on (node_config.hpp). With CURVE
+//     every link is secured (secure_link.hpp: a key handshake, then sealed frames); without,
+//     links are plain.
 //   * Discovery: a worker with a listener appends kLinkAddressField (KeyResponse.link_address,
 //     proto/anna.proto) to its answers to client requests that reached it over ZeroMQ; with
 //     KeyResponse.responder it tells the client which worker address the link serves.
