@@ -7,12 +7,14 @@ use a secured link with the cluster's client key, and the key's role keeps its r
 is not); an unknown key is refused with the ZAP handler's reason; a plain (unsealed) request
 is never served; a client does not talk to a link server that cannot prove the worker's key
 and falls back to ZeroMQ; tampered, replayed and oversized frames close the link while the
-worker keeps serving others; a handshake left half done is closed within its deadline.
+worker keeps serving others (any changed byte of a sealed frame, as a property); a handshake
+left half done is closed within its deadline.
 """
 import time
 
 import pytest
 import zmq
+from hypothesis import HealthCheck, given, settings, strategies as st
 from zmq.utils import z85
 
 import anna_core
@@ -259,6 +261,25 @@ def test_a_bad_frame_closes_the_link_and_the_worker_serves_others(cluster, abuse
     finally:
         p.close()
         bystander.close()
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_any_changed_byte_of_a_sealed_frame_closes_the_link(cluster, data):
+    """Whatever byte of a sealed request (counter or box) is changed, and however, the worker
+    serves nothing from it and closes the link."""
+    cluster.client().put("m", b"v")
+    _, link, server_key = link_and_key(cluster, "m")
+    p = peer(cluster, link, server_key)
+    try:
+        assert p.handshake() is None
+        f = bytearray(p.frame_for(request(anna_pb2.GET, "m", "tcp://127.0.0.1:1", "x")))
+        at = data.draw(st.integers(4, len(f) - 1), label="byte")      # after the length
+        f[at] ^= data.draw(st.integers(1, 255), label="xor")
+        p.sock.sendall(bytes(f))
+        assert p.recv() is None
+    finally:
+        p.close()
 
 
 def test_a_stalled_handshake_is_closed_within_its_deadline(cluster):
