@@ -8,7 +8,8 @@ is not); an unknown key is refused with the ZAP handler's reason; a plain (unsea
 is never served; a client does not talk to a link server that cannot prove the worker's key
 and falls back to ZeroMQ; tampered, replayed and oversized frames close the link while the
 worker keeps serving others (any changed byte of a sealed frame, as a property); a handshake
-left half done is closed within its deadline.
+left half done is closed within its deadline; the native load generator uses secured links
+with a client's credentials.
 """
 import time
 
@@ -301,3 +302,15 @@ def test_a_stalled_handshake_is_closed_within_its_deadline(cluster):
     poll_until(lambda: logged(cluster, "handshake not done within") >= before + 2, 5,
                "both stalled handshakes logged")
     assert cluster.client().get("h") == b"v"
+
+
+def test_the_native_load_generator_uses_secured_links(cluster):
+    client = cluster.client()
+    owners = [client.addresses(f"k{i}")[0] for i in range(30)]
+    auth = creds(cluster)
+    result = _core.load_anna(owners, clients=4, duration_s=0.3, warmup_s=0.1, keys=30, auth=auth)
+    assert result["errors"] == 0 and result["ops"] > 0
+    assert result["links"] == len(set(owners))
+    result = _core.load_anna(owners, clients=4, duration_s=0.3, warmup_s=0.1, keys=30, auth=auth,
+                             links=False)
+    assert result["errors"] == 0 and result["ops"] > 0 and result["links"] == 0

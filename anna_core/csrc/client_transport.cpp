@@ -146,12 +146,9 @@ ClientTransport::Link* ClientTransport::link_for(const std::string& address) {
   auto link = std::make_unique<Link>(Link{fd, LinkReader(max_answer_bytes_), 0, {}, nullptr});
   if (fd >= 0 && secured_) {
     link->cipher = std::make_unique<LinkCipher>();
-    link->reader.set_max_frame(kHandshakeFrameMax);
     if (!secure(fd, &link->reader, server_key, link->cipher.get(), &why)) {
       ::close(fd);
       fd = -1;
-    } else {
-      link->reader.set_max_frame(max_answer_bytes_ + kSealOverhead);
     }
   }
   if (fd < 0) {
@@ -174,39 +171,7 @@ bool ClientTransport::secure(int fd, LinkReader* reader, const std::string& serv
     *why = "the worker's server key is not a CURVE key";
     return false;
   }
-  auto deadline = Clock::now() + std::chrono::milliseconds(kLinkHandshakeMs);
-  auto left = [&] {
-    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    return static_cast<int>(std::max<long long>(ms, 1));
-  };
-  LinkClientHandshake handshake(public_, secret_, server);
-  std::string out, frame, hello = handshake.hello();
-  if (hello.empty()) {
-    *why = "the worker's server key is degenerate";
-    return false;
-  }
-  append_frame(&out, hello);
-  if (!write_all(fd, out, left())) {
-    *why = "handshake: HELLO not written";
-    return false;
-  }
-  std::string initiate;
-  if (!read_frame(fd, reader, left(), &frame, why) ||
-      !handshake.on_welcome(frame, &initiate, why)) {
-    *why = "handshake: " + *why;
-    return false;
-  }
-  out.clear();
-  append_frame(&out, initiate);
-  if (!write_all(fd, out, left())) {
-    *why = "handshake: INITIATE not written";
-    return false;
-  }
-  if (!read_frame(fd, reader, left(), &frame, why) || !handshake.on_ready(frame, cipher, why)) {
-    *why = "handshake: " + *why;
-    return false;
-  }
-  return true;
+  return secure_client_link(fd, reader, public_, secret_, server, kLinkHandshakeMs, cipher, why);
 }
 
 void ClientTransport::fail_link(const std::string& address) {

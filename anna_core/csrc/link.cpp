@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <algorithm>
 
 namespace anna {
 
@@ -287,6 +288,39 @@ bool read_frame(int fd, LinkReader* reader, int timeout_ms, std::string* frame, 
       return false;
     }
   }
+}
+
+bool secure_client_link(int fd, LinkReader* reader, const RawKey& client_public,
+                        const RawKey& client_secret, const RawKey& server, int timeout_ms,
+                        LinkCipher* cipher, std::string* why) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  auto left = [&] {
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                  deadline - std::chrono::steady_clock::now()).count();
+    return static_cast<int>(std::max<long long>(ms, 1));
+  };
+  const std::size_t max_frame = reader->max_frame();
+  reader->set_max_frame(kHandshakeFrameMax);
+  LinkClientHandshake handshake(client_public, client_secret, server);
+  std::string out, frame, hello = handshake.hello(), initiate;
+  bool ok = false;
+  if (hello.empty()) {
+    *why = "the worker's server key is degenerate";
+  } else if (append_frame(&out, hello), !write_all(fd, out, left())) {
+    *why = "handshake: HELLO not written";
+  } else if (!read_frame(fd, reader, left(), &frame, why) ||
+             !handshake.on_welcome(frame, &initiate, why)) {
+    *why = "handshake: " + *why;
+  } else if (out.clear(), append_frame(&out, initiate), !write_all(fd, out, left())) {
+    *why = "handshake: INITIATE not written";
+  } else if (!read_frame(fd, reader, left(), &frame, why) ||
+             !handshake.on_ready(frame, cipher, why)) {
+    *why = "handshake: " + *why;
+  } else {
+    ok = true;
+  }
+  reader->set_max_frame(max_frame + kSealOverhead);
+  return ok;
 }
 
 bool write_all(int fd, std::string_view data, int timeout_ms) {

@@ -31,6 +31,8 @@
 #include <string>
 #include <string_view>
 
+#include "secure_link.hpp"
+
 namespace anna {
 
 // KeyResponse.link_address (proto/anna.proto), KeyResponse.responder, KeyRequest.response_address.
@@ -44,6 +46,7 @@ class LinkReader {
   enum class Next { kFrame, kNeedMore, kTooLarge };
   explicit LinkReader(std::size_t max_frame) : max_frame_(max_frame) {}
   void set_max_frame(std::size_t max_frame) { max_frame_ = max_frame; }
+  std::size_t max_frame() const { return max_frame_; }
   // Room for `n` more bytes at the end of the buffer; commit(k) after writing k of them.
   char* prepare(std::size_t n);
   void commit(std::size_t n) { size_ += n; }
@@ -80,6 +83,13 @@ ReadEnd read_available(int fd, LinkReader* reader, std::size_t budget);
 // *frame; false with *why set on the timeout, a closed peer, an error or a frame above the
 // reader's limit.
 bool read_frame(int fd, LinkReader* reader, int timeout_ms, std::string* frame, std::string* why);
+
+// The client's side of a secured link's handshake (secure_link.hpp) on a connected descriptor,
+// within timeout_ms in all: true with *cipher ready, or false with *why set (a refusal's
+// reason, a server that cannot prove `server`'s key, the deadline, a closed connection).
+bool secure_client_link(int fd, LinkReader* reader, const RawKey& client_public,
+                        const RawKey& client_secret, const RawKey& server, int timeout_ms,
+                        LinkCipher* cipher, std::string* why);
 
 // Writes all of data to a non-blocking descriptor, waiting for room at most timeout_ms in all;
 // false on an error, a closed peer or the timeout (some bytes may have been written).
