@@ -343,8 +343,8 @@ def main(argv=None) -> int:
     p.add_argument("--links", choices=("on", "off"), default="on",
                    help="Anna nodes serve clients over their workers' own TCP links "
                         "(NodeConfig.client_links; secured with CURVE), which anna_core.Client "
-                        "and, in plaintext, the native generator then use; off: every request "
-                        "over ZeroMQ (default on)")
+                        "and the native generator then use; off: every request over ZeroMQ "
+                        "(default on)")
     p.add_argument("--pin", choices=("on", "off"), default="off",
                    help="pin Anna's worker threads to cores (NodeConfig.pin_threads). Default "
                         "off, as Redis runs: on a machine shared with other work a pinned "
