@@ -149,6 +149,35 @@ def test_an_unknown_key_is_refused_as_by_the_zap_handler(cluster):
     assert cluster.client().get("u") == b"still served"
 
 
+def test_a_key_whose_role_the_kvs_does_not_admit_is_refused_as_over_zeromq(cluster):
+    """The function key pair (every executor worker's) is valid in the cluster but not
+    admitted by the KVS: refused at the link's handshake with the reason the node's ZAP
+    handler gives the same key on the worker's CURVE socket."""
+    cluster.client().put("f", b"v")
+    worker, link, server_key = link_and_key(cluster, "f")
+    pair = AuthConfig(cluster.key_dir, CLUSTER).function_keypair()
+    p = LinkPeer(link, server_key, z85.decode(pair.public), z85.decode(pair.secret))
+    try:
+        link_reason = p.handshake()
+    finally:
+        p.close()
+    ctx = zmq.Context()
+    try:
+        push = ctx.socket(zmq.PUSH)
+        push.linger = 0
+        push.curve_publickey, push.curve_secretkey = pair.public, pair.secret
+        push.curve_serverkey = z85.encode(server_key)
+        push.connect(worker.split("#")[0])
+        push.send(b"x")
+        zap_line = ": unknown public key " + pair.public.decode()
+        poll_until(lambda: logged(cluster, zap_line) >= 1, 5, "the ZAP refusal logged")
+        push.close()
+    finally:
+        ctx.term()
+    assert link_reason == "unknown public key"   # the ZAP handler's reason, word for word
+    assert logged(cluster, "refused a link from key " + pair.public.decode() + ": " + link_reason)
+
+
 def test_a_plain_request_on_a_secured_link_is_never_served(cluster):
     cluster.client().put("p", b"v")
     _, link, _ = link_and_key(cluster, "p")
