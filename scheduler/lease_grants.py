@@ -10,7 +10,8 @@ warm-worker map, stats and push cache it uses):
   NO_RESOURCES when no worker has a free slot, calls wait in the queue, or the target cannot take the
   direct path: functions that retry exceptions, DAGs too large to forward).
 - A grant places the whole target on one worker with a free slot (its window,
-  `scheduler/window.py`, less its outstanding calls and leased slots), the target's warm
+  `scheduler/window.py`, less its outstanding calls and leased slots, less one slot a lease
+  never takes: `worker_leases.leasable`), the target's warm
   worker first (`scheduler/policy.py`: the client's call that asked is placed just before),
   else the least loaded, with the slots it has free; a request with `spread` (a client whose
   calls queue at it) excludes the workers that client already holds the target on. A
@@ -24,7 +25,8 @@ warm-worker map, stats and push cache it uses):
 - Every grant, renewal and revocation goes to both the worker (which admits direct calls
   only within leases it was told of: `executor/leased.py`) and the client.
 - `_lease_tick(now)` revokes expired leases and, while calls wait in the queue, as many
-  leases as they need (`LeaseBook.reclaim`); a stopping scheduler (`scheduler/stopping.py`)
+  leases as they need (`LeaseBook.reclaim`: those on the workers running the fewest of the
+  scheduler's calls first); a stopping scheduler (`scheduler/stopping.py`)
   revokes every lease and grants none, so its clients' calls go to another scheduler; `_leases_lost(worker_id, why)` revokes the leases
   on a worker that died, telling their clients `worker_died` (they retry or fail the calls in
   flight there). `_with_leases(views)` counts leased slots as load in the workers' views.
@@ -49,7 +51,7 @@ from .dag import Dag
 from .registry_requests import dag_from_record
 from .retries import resolve
 from .schedule import FORWARD_MAX_FUNCTIONS, build_schedules
-from .worker_leases import Lease, LeaseBook, Revoked
+from .worker_leases import Lease, LeaseBook, Revoked, leasable
 
 __all__ = ["WorkerLeasing"]
 
@@ -113,7 +115,7 @@ class WorkerLeasing:
         if view is not None:
             others = view.outstanding - lease.slots
             self.worker_leases.resize(lease.lease_id,
-                                      self._windows.slots(lease.worker_id) - others)
+                                      leasable(self._windows.slots(lease.worker_id), others))
 
     def _client_lease(self, payload: bytes) -> None:
         """A client's `lease` on its calls (scheduler/lifecycle.py), which also says whether
@@ -182,7 +184,8 @@ class WorkerLeasing:
             mine = set(self.worker_leases.workers_of(role, req.response_address, req.target,
                                                      req.dag, now))
             views = [w for w in views if w.worker_id not in mine]
-        room = {w.worker_id: self._windows.slots(w.worker_id) - w.outstanding for w in views}
+        room = {w.worker_id: leasable(self._windows.slots(w.worker_id), w.outstanding)
+                for w in views}
         open_ = [w for w in views if room[w.worker_id] > 0]
         if not open_:
             return self._refuse(req, pb.NO_RESOURCES, "no executor worker has a free slot (" +
@@ -254,8 +257,10 @@ class WorkerLeasing:
         if self._graceful.refuses():      # stopping: its clients' calls go elsewhere
             revoked += self.worker_leases.revoke_all(
                 f"its scheduler {self.address} is stopping")
-        if self._queue:
-            revoked += self.worker_leases.reclaim(len(self._queue))
+        if self._queue:     # idle workers' leases first (worker_leases.py `reclaim`)
+            loads = {w.worker_id: w.outstanding
+                     for w in self.table.placeable()}
+            revoked += self.worker_leases.reclaim(len(self._queue), loads)
         self._revoke(revoked + self.worker_leases.gone(now))
 
     def _leases_lost(self, worker_id: str, why: str) -> None:
@@ -267,7 +272,8 @@ class WorkerLeasing:
         if not len(self.worker_leases):
             return views
         reserved = self.worker_leases.reserved()
-        return [dataclasses.replace(w, outstanding=w.outstanding + reserved[w.worker_id])
+        return [dataclasses.replace(w, outstanding=w.outstanding + reserved[w.worker_id],
+                                    leased=reserved[w.worker_id])
                 if w.worker_id in reserved else w for w in views]
 
     def _cancel_direct(self, req: Any) -> None:
