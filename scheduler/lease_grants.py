@@ -141,34 +141,34 @@ class WorkerLeasing:
             out[fn] = f.version if f is not None else None
         return out
 
-    def _refuse(self, req: Any, status: int, reason: str) -> None:
+    def _refuse_lease(self, req: Any, status: int, reason: str) -> None:
         self._push.send(req.response_address, "worker_lease", pb.WorkerLease(
             target=req.target, dag=req.dag, request_id=req.request_id, status=status,
             reason=reason, scheduler_address=self.address))
 
     def _grant(self, req: Any, role: str, now: float, waiting: int) -> None:
         if not self.config.worker_leases:
-            return self._refuse(req, pb.NO_RESOURCES, "this scheduler grants no worker leases")
+            return self._refuse_lease(req, pb.NO_RESOURCES, "this scheduler grants no worker leases")
         if self._graceful.refuses():
-            return self._refuse(req, pb.NO_RESOURCES, f"the scheduler at {self.address} is "
+            return self._refuse_lease(req, pb.NO_RESOURCES, f"the scheduler at {self.address} is "
                                                       f"stopping: it grants no lease")
         if req.dag:
             record = self.registry.dag(req.target)
             if record is None:
-                return self._refuse(req, pb.DAG_NOT_FOUND,
+                return self._refuse_lease(req, pb.DAG_NOT_FOUND,
                                     f"no DAG named {req.target!r} is registered")
             dag = dag_from_record(record)
         else:
             dag = Dag.create(req.target, [req.target])
         if len(dag.functions) > FORWARD_MAX_FUNCTIONS:
-            return self._refuse(req, pb.NO_RESOURCES, f"DAG {req.target!r} has more than "
+            return self._refuse_lease(req, pb.NO_RESOURCES, f"DAG {req.target!r} has more than "
                                 f"{FORWARD_MAX_FUNCTIONS} functions: it takes the "
                                 f"scheduler's path")
         versions, policies = {}, []
         for fn in dag.functions:
             f = self.registry.function(fn)
             if f is None:
-                return self._refuse(req, pb.FUNCTION_NOT_FOUND,
+                return self._refuse_lease(req, pb.FUNCTION_NOT_FOUND,
                                     f"no function named {fn!r} is registered")
             versions[fn] = f.version
         if req.dag:              # the DAG deleted or registered again revokes it (renew)
@@ -176,7 +176,7 @@ class WorkerLeasing:
             policies.append(f.retry if f.HasField("retry") else None)
         policy = resolve(None, policies, self.lifecycle.default)
         if policy.exceptions:
-            return self._refuse(req, pb.NO_RESOURCES, (
+            return self._refuse_lease(req, pb.NO_RESOURCES, (
                 f"{req.target!r} retries exceptions, which the scheduler decides: it takes "
                 f"the scheduler's path"))
         views = [w for w in self._placeable() if w.worker_id in self._direct_addresses]
@@ -188,7 +188,7 @@ class WorkerLeasing:
                 for w in views}
         open_ = [w for w in views if room[w.worker_id] > 0]
         if not open_:
-            return self._refuse(req, pb.NO_RESOURCES, "no executor worker has a free slot (" +
+            return self._refuse_lease(req, pb.NO_RESOURCES, "no executor worker has a free slot (" +
                                 ", ".join(f"{w.worker_id}: {w.outstanding} call(s) or leased "
                                           f"slot(s)" for w in views) + ")")
         warm = self._warm.get(dag.sink()) or self._warm.get(dag.functions[0])
@@ -198,7 +198,7 @@ class WorkerLeasing:
             secrets.token_hex(16), role, req.response_address, req.target, req.dag,
             worker.worker_id, room[worker.worker_id], now, waiting, versions, req.spread)
         if isinstance(granted, str):
-            return self._refuse(req, pb.NO_RESOURCES, granted)
+            return self._refuse_lease(req, pb.NO_RESOURCES, granted)
         placement = {fn: worker.worker_id for fn in dag.functions}
         templates = [s for _, s in build_schedules(
             pb.Call(), dag, placement, {worker.worker_id: worker.address}, versions,
