@@ -19,7 +19,10 @@ in order:
 Load and back-off count the calls placed on a worker, not the slots leased
 to clients on it (`WorkerView.leased`, part of `outstanding`: they limit how many calls the
 worker may hold, `scheduler/dispatch.py`, but a leased slot may be idle): a call goes to an
-idle leased worker rather than behind a call already running elsewhere, which may be long.
+idle leased worker rather than behind a call already running elsewhere, which may be long;
+among workers running as few placed calls, those with the fewest leased slots come first
+(right after the least loaded, before the warm worker), so that the scheduler's calls keep
+off the workers where clients send calls direct, which would wait behind them.
 A choice counts as one more outstanding call on that worker for the later functions of the
 same call that may run at the same time (`concurrent_with`; by default every other function
 of the call), so parallel branches spread out while a chain, whose functions never run at
@@ -124,6 +127,8 @@ def choose_executors(functions: Sequence[str], references: Mapping[str, Collecti
             pool = [w for w in pool if score(w) == best]
         fewest = min(load[w.worker_id] for w in pool)
         pool = [w for w in pool if load[w.worker_id] == fewest]
+        unleased = min(w.leased for w in pool)      # not where a client's calls go direct
+        pool = [w for w in pool if w.leased == unleased]
         last = warm.get(fn) if warm else None
         if last is not None and len(pool) > 1:
             pool = [w for w in pool if w.worker_id == last] or pool
