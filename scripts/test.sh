@@ -6,4 +6,5 @@ cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 # Incremental: only sources newer than their objects (or any changed header) recompile.
 "$PYTHON" setup.py -q build_ext --inplace >/dev/null
-exec "$PYTHON" -m pytest -q "$@" tests
+# The Kubernetes fast tier (marked k8s_tier) is one of the slow tiers: scripts/test_k8s.sh.
+exec "$PYTHON" -m pytest -q -m "not slow and not k8s_tier" "$@" tests

@@ -63,6 +63,7 @@ def send_and_wait_for_disconnect(address, frames, timeout=20.0, auth=None):
         ctx.term()
 
 
+@pytest.mark.slow     # over 10 s: the slow tier runs it (scripts/test_slow.sh)
 def test_a_512_mib_frame_to_a_kvs_worker_is_refused_and_costs_it_no_memory():
     with anna_core.LocalCluster(memory_threads=1, nodes=1) as cluster:
         client = cluster.client(timeout=5.0)

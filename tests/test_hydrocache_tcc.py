@@ -114,6 +114,7 @@ def test_every_protocol_reads_snapshots_and_writes_atomically(cluster, protocol,
     assert len(written) >= 3
 
 
+@pytest.mark.slow     # over 10 s: the slow tier runs it (scripts/test_slow.sh)
 def test_hb_without_its_snapshot_round_stays_causal():
     """HB whose snapshot round is taken only after its OPT attempt aborted (the lazy mode the
     scheduler picks for a DAG whose OPT seldom aborts): OPT's validation and CON's snapshot

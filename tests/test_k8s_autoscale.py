@@ -29,7 +29,8 @@ from kubernetes.client.exceptions import ApiException  # noqa: E402
 from k8s_helpers import (RBAC, apply_rbac, deployment, pods, poll_until, replicas,  # noqa: E402
                          write_kubeconfig)
 
-pytestmark = pytest.mark.timeout(180)
+# the Kubernetes fast tier: scripts/test_k8s.sh runs it (a slow tier), scripts/test.sh leaves it out
+pytestmark = [pytest.mark.timeout(180), pytest.mark.k8s_tier]
 
 EXECUTORS = "cloudburst-executor"
 

@@ -26,7 +26,8 @@ from kubernetes.client.exceptions import ApiException  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 IMAGE = "registry.example.com/cloudburst:1.2"
 
-pytestmark = pytest.mark.timeout(180)
+# the Kubernetes fast tier: scripts/test_k8s.sh runs it (a slow tier), scripts/test.sh leaves it out
+pytestmark = [pytest.mark.timeout(180), pytest.mark.k8s_tier]
 
 
 # `cp` (a started control plane, one per module) is tests/conftest.py's.

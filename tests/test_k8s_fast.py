@@ -18,7 +18,8 @@ from kubernetes.client.exceptions import ApiException  # noqa: E402
 from k8s_helpers import (RBAC, apply_rbac, deployment, pods, poll_until, replicas, role,  # noqa: E402
                          statefulset)
 
-pytestmark = pytest.mark.timeout(180)
+# the Kubernetes fast tier: scripts/test_k8s.sh runs it (a slow tier), scripts/test.sh leaves it out
+pytestmark = [pytest.mark.timeout(180), pytest.mark.k8s_tier]
 
 
 def manager_for(api, ns, name, **kw):

@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from k8s.manifests import render as _render
+from waiting import poll_until
 from k8s import entrypoint
 from runtime.config import to_dict
 
@@ -498,6 +499,9 @@ def test_the_pods_processes_start_from_the_configmap_through_the_entrypoint(keys
         assert executor.info["node_id"] == "cloudburst-executor-x"
         assert len(executor.info["workers"]) == json.loads(configmap()["EXECUTOR_CONFIG"])[
             "workers"]
-        assert (tmp_path / "cloudburst-scheduler-0.ready").exists()   # the probe's file
+        # the probe's file: the scheduler writes it once it has heard the executor's
+        # workers, which may be a heartbeat after the executor itself is ready
+        ready = tmp_path / "cloudburst-scheduler-0.ready"
+        poll_until(ready.exists, 30, "the scheduler's ready file after its executor joined")
     finally:
         stop_all(procs, 10, signal.SIGINT)
