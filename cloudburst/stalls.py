@@ -26,7 +26,7 @@ from typing import Dict, Hashable, Optional
 
 __all__ = ["CallTimes", "held_up", "FLOOR", "FACTOR", "MAX_TARGETS"]
 
-FLOOR = 0.1          # seconds: a call out this long holds its lease up, whatever the target
+FLOOR = 0.5          # seconds: a call out this long holds its lease up, whatever the target
 FACTOR = 10.0        # ... or this many times the target's usual time, if that is longer
 WEIGHT = 0.2         # weight of a new answer in the mean
 MAX_TARGETS = 1024   # targets whose usual time is remembered

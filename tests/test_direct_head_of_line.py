@@ -14,11 +14,11 @@ from waiting import poll_until
 
 
 def work(lib, marker=None):
-    """Short without a marker; with one, a long call: it works 0.3 s, says it started,
+    """Short without a marker; with one, a long call: it works 0.7 s (longer than a lease may be held up), says it started,
     then runs until the key says stop (at most 30 s)."""
     import time
     if marker is not None:
-        time.sleep(0.3)
+        time.sleep(0.7)
         lib.put(marker, "started")
         end = time.monotonic() + 30
         while lib.get(marker, default=None) != "stop" and time.monotonic() < end:
