@@ -23,7 +23,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       ca-certificates \
       build-essential pkg-config \
-      libzmq3-dev cppzmq-dev libssl-dev \
+      libzmq3-dev cppzmq-dev libsodium-dev libssl-dev \
       libprotobuf-dev protobuf-compiler \
       librocksdb-dev \
       python3 python3-dev python3-venv \

@@ -98,7 +98,7 @@ ext_modules = [
         "anna_core._core",
         kernel_sources,
         include_dirs=[os.path.join("anna_core", "csrc"), CPP_GEN_DIR],
-        libraries=["zmq", "protobuf", "rocksdb", "ssl", "crypto", "pthread"],
+        libraries=["zmq", "sodium", "protobuf", "rocksdb", "ssl", "crypto", "pthread"],
         cxx_std=17,
         extra_compile_args=["-O2", "-g0", "-Wall", "-Wno-unused-parameter"],
     ),

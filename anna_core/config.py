@@ -215,10 +215,11 @@ class NodeConfig:
     disk_sync_interval_ms: int = knob(DEFAULT_DISK_SYNC_INTERVAL_MS,
                                       help="the group-commit period of disk_sync interval, ms")
     # Client links (anna_core/DESIGN.md "Client links"): each worker also serves clients over
-    # its own plain TCP listener, so a request passes no ZeroMQ I/O thread. Plaintext only:
-    # ignored when the node authenticates (key_dir), which keeps every request on CURVE.
-    client_links: bool = knob(False, help="workers also serve plain clients over their own "
-                                          "TCP links (ignored with key_dir)")
+    # its own TCP listener, so a request passes no ZeroMQ I/O thread. With key_dir the links
+    # are secured: a CURVE key handshake (the keys and roles the node admits), then every
+    # frame sealed.
+    client_links: bool = knob(False, help="workers also serve clients over their own TCP "
+                                          "links (secured with the node's keys with key_dir)")
     # The cluster's CURVE key directory (runtime.auth, `anna keys DIR`); None: no
     # authentication. Read by the node process, never sent to the kernel as a path.
     key_dir: Optional[str] = knob(None, help="the cluster's CURVE key directory (`anna keys`); "
@@ -460,7 +461,7 @@ class ClusterConfig:
     handoff_window_ms: int = 5000     # NodeConfig.handoff_window_ms: new owners read through
     auth: bool = True
     key_dir: Optional[str] = None
-    # NodeConfig.client_links for every node (plaintext clusters only).
+    # NodeConfig.client_links for every node (secured links when auth is on).
     client_links: bool = False
     warn_auth_off: bool = True
     # Autoscaling: False (off), True (the local defaults of autoscale.PolicyConfig, with this

@@ -13,8 +13,9 @@ Two views, each printed with the Anna/Redis ratio:
   that transport pays per request, whatever its language.
 
 Redis runs with persistence off (`--save "" --appendonly no`), as Anna's memory tier.
-Anna's plaintext nodes serve clients over their workers' own TCP links (`--links on`, the
-default; `NodeConfig.client_links`), and its worker threads are not pinned to cores (`--pin
+Anna's nodes serve clients over their workers' own TCP links (`--links on`, the default;
+`NodeConfig.client_links`; with CURVE, secured links: a key handshake, then every frame
+sealed), and its worker threads are not pinned to cores (`--pin
 off`, the default), as Redis's thread is not.
 
 Security is compared like for like (`--security`): "on" is Anna with CURVE (its default: every
@@ -340,10 +341,10 @@ def main(argv=None) -> int:
                    help="comma-separated modes: on (Anna CURVE vs Redis TLS), off (both "
                         "plaintext), mixed (Anna CURVE vs Redis plaintext); default on,off")
     p.add_argument("--links", choices=("on", "off"), default="on",
-                   help="plaintext Anna nodes serve clients over their workers' own TCP links "
-                        "(NodeConfig.client_links), which anna_core.Client and the native "
-                        "generator then use; off: every request over ZeroMQ (default on; "
-                        "CURVE modes never use links)")
+                   help="Anna nodes serve clients over their workers' own TCP links "
+                        "(NodeConfig.client_links; secured with CURVE), which anna_core.Client "
+                        "and the native generator then use; off: every request over ZeroMQ "
+                        "(default on)")
     p.add_argument("--pin", choices=("on", "off"), default="off",
                    help="pin Anna's worker threads to cores (NodeConfig.pin_threads). Default "
                         "off, as Redis runs: on a machine shared with other work a pinned "
@@ -384,7 +385,7 @@ def main(argv=None) -> int:
             servers[mode] = RedisServer(tls=(mode == "on"))
             cluster = anna_core.LocalCluster(memory_threads=args.threads, nodes=1,
                                              auth=(mode != "off"), warn_auth_off=False,
-                                             client_links=(mode == "off" and args.links == "on"),
+                                             client_links=(args.links == "on"),
                                              pin_threads=(args.pin == "on"))
             cluster.start()
             clusters[mode] = cluster

@@ -1,7 +1,7 @@
 """The Python client's own cost per request: how much of a get/put is Python, against the
 checkout at --before, in the same rounds.
 
-For each mode ("off": plaintext with client links, "on": CURVE) one Anna cluster is started
+For each mode ("off": plaintext with client links, "on": CURVE with secured client links) one Anna cluster is started
 from this checkout, and each round runs, one after the other, this checkout's
 `anna_core.Client` and the --before checkout's, each in a process started in its own
 checkout (its packages and kernel build), serial 50/50 get/put of 256-byte values over 200
@@ -102,13 +102,13 @@ def main(argv=None) -> int:
                    help="a built checkout whose client is the 'before' side")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--ops", type=int, default=5000)
-    p.add_argument("--modes", default="off,on", help="off (plaintext, links on), on (CURVE)")
+    p.add_argument("--modes", default="off,on", help="off (plaintext, links on), on (CURVE, secured links on)")
     args = p.parse_args(argv)
     sides = {"after": REPO_ROOT, "before": os.path.abspath(args.before)}
     summary = {}
     for mode in [m.strip() for m in args.modes.split(",") if m.strip()]:
         with anna_core.LocalCluster(memory_threads=2, nodes=1, auth=(mode == "on"),
-                                    warn_auth_off=False, client_links=(mode == "off")) as c:
+                                    warn_auth_off=False, client_links=True) as c:
             runs: dict = {side: [] for side in sides}
             for r in range(args.rounds):
                 order = list(sides) if r % 2 == 0 else list(reversed(sides))

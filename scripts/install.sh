@@ -13,6 +13,7 @@ cd "$(dirname "$0")/.."
 SYSTEM_PACKAGES=(
   build-essential pkg-config
   libzmq3-dev cppzmq-dev            # ZeroMQ for the C++ kernel
+  libsodium-dev                     # secured client links (the kernel links libsodium)
   libssl-dev                        # OpenSSL: the Redis load generator's TLS client
   libprotobuf-dev protobuf-compiler  # wire schema; C++ code must match Debian's libprotobuf
   librocksdb-dev                     # the disk tier: one RocksDB per disk worker thread

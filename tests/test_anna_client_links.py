@@ -3,8 +3,8 @@ TCP connections, without ZeroMQ's I/O threads.
 
 Covers: a worker with `client_links` advertises its link in its answers, the native transport
 then sends requests over it and gets the answers back on it (and the Python client reads and
-writes correctly through it); an authenticating cluster never offers a link, so every request
-stays on CURVE; abuse of a link (a frame above the limit, bytes that are not a request, a
+writes correctly through it); an authenticating cluster offers only a secured link (a plain
+request on it is never served); abuse of a link (a frame above the limit, bytes that are not a request, a
 flood of connections beyond the bound) closes or refuses that connection only, the worker
 keeps serving, and a client whose link was refused still gets its answers over ZeroMQ; the
 native load generator uses the links when asked and only then.
@@ -122,7 +122,9 @@ def test_the_python_client_reads_and_writes_through_links(plain_cluster):
     assert client.get_all("key-3") == values["key-3"]
 
 
-def test_an_authenticated_cluster_never_offers_a_link():
+def test_an_authenticated_cluster_offers_only_a_secured_link():
+    """With CURVE the link is secured (tests/test_anna_secure_links.py): a plain request on
+    it is never served, and a keyed transport uses it only after the key handshake."""
     cluster = anna_core.LocalCluster(memory_threads=1, client_links=True)
     cluster.start()
     try:
@@ -137,11 +139,14 @@ def test_an_authenticated_cluster_never_offers_a_link():
         try:
             worker, answer = first_answer(transport, cluster, "s")
             assert "#k=" in worker                 # a CURVE worker
-            assert answer.link_address == ""       # and no plain path next to it
+            assert answer.link_address             # with a link next to it...
+            with connect(answer.link_address) as s:
+                s.sendall(raw_frame(get_request("s", transport.address, "plain")))
+                assert read_frame(s) == b""        # ...that serves no plain request
             for i in range(5):
                 assert transport.exchange(worker, "", get_request("s", transport.address, f"c{i}"),
                                           f"c{i}", REQUEST_ID, 5.0) is not None
-            assert transport.stats()["link_requests"] == 0
+            assert transport.stats()["link_requests"] == 5
         finally:
             transport.close()
     finally:

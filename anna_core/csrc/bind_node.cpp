@@ -40,6 +40,7 @@ py::dict node_worker_stats_dict(const NodeWorkerStats& s) {
   d["links_refused"] = s.links_refused;
   d["links_dropped"] = s.links_dropped;
   d["link_requests"] = s.link_requests;
+  d["links_auth_refused"] = s.links_auth_refused;
   d["auth_refused"] = s.auth_refused;
   d["auth_accepted"] = s.auth_accepted;
   d["wal_syncs"] = s.wal_syncs;

@@ -21,7 +21,7 @@ bool ClientTransport::find_field(const char* data, std::size_t size, int field,
 
 ClientTransport::ClientTransport(const std::string& ip, CurveKeys keys,
                                  std::size_t max_answer_bytes, std::size_t max_sockets)
-    : max_answer_bytes_(max_answer_bytes), links_enabled_(!keys.enabled()) {
+    : max_answer_bytes_(max_answer_bytes), secured_(keys.enabled()) {
   if (max_answer_bytes == 0) throw std::invalid_argument("max_answer_bytes must be > 0");
   if (max_sockets == 0) throw std::invalid_argument("max_sockets must be > 0");
   if (keys.enabled()) {
@@ -36,6 +36,9 @@ ClientTransport::ClientTransport(const std::string& ip, CurveKeys keys,
       if (why.rfind(prefix, 0) == 0) why = why.substr(prefix.size());
       throw std::invalid_argument("client keys: " + why);
     }
+    // Without libsodium the transport still works, over ZeroMQ alone.
+    links_enabled_ = secure_links_available() && raw_key(keys.public_key, &public_) &&
+                     raw_key(keys.secret_key, &secret_);
   }
   if (ip.empty() || ip.size() > 255 || ip.find_first_of(" \t\n/:#") != std::string::npos)
     throw std::invalid_argument("not an IP address to bind on: '" + ip.substr(0, 64) + "'");
@@ -81,7 +84,10 @@ ClientTransport::ClientTransport(const std::string& ip, CurveKeys keys,
   }
 }
 
-ClientTransport::~ClientTransport() { close(); }
+ClientTransport::~ClientTransport() {
+  close();
+  std::fill(secret_.begin(), secret_.end(), 0);
+}
 
 void ClientTransport::close() {
   if (ctx_ == nullptr) return;
@@ -105,8 +111,9 @@ bool ClientTransport::send(const std::string& address, const std::string& kind,
   if (kind.empty() && links_enabled_ && payload.size() < (1u << 31)) {
     if (Link* link = link_for(address)) {
       std::string frame;
-      frame.reserve(kLinkHeaderBytes + payload.size());
-      append_frame(&frame, payload);
+      frame.reserve(kLinkHeaderBytes + kSealOverhead + payload.size());
+      if (link->cipher) link->cipher->seal(payload, &frame);
+      else append_frame(&frame, payload);
       if (write_all(link->fd, frame, kLinkWriteMs)) {
         ++link_requests_;
         if (link->unanswered.size() < kMaxLinkPending) {
@@ -129,10 +136,21 @@ ClientTransport::Link* ClientTransport::link_for(const std::string& address) {
   if (it != links_.end()) return it->second.get();
   auto adv = advertised_.find(address);
   if (adv == advertised_.end() || links_.size() >= kMaxLinks || push_ == nullptr) return nullptr;
-  std::string target = adv->second, why;
+  std::string target = adv->second, why, endpoint, server_key;
   advertised_.erase(adv);
   if (no_link_.count(target) != 0) return nullptr;
+  // The worker's server key: the one its ZeroMQ address carries (and the transport trusts).
+  if (!split_keyed_address(address, &endpoint, &server_key) || server_key.empty() != !secured_)
+    return nullptr;
   int fd = connect_link(target, kLinkConnectMs, &why);
+  auto link = std::make_unique<Link>(Link{fd, LinkReader(max_answer_bytes_), 0, {}, nullptr});
+  if (fd >= 0 && secured_) {
+    link->cipher = std::make_unique<LinkCipher>();
+    if (!secure(fd, &link->reader, server_key, link->cipher.get(), &why)) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
   if (fd < 0) {
     ++link_failures_;
     if (no_link_.size() >= kMaxAdvertised) no_link_.clear();
@@ -140,11 +158,20 @@ ClientTransport::Link* ClientTransport::link_for(const std::string& address) {
     log_info("client: no link to " + address + " (" + why + "); using ZeroMQ");
     return nullptr;
   }
-  auto link = std::make_unique<Link>(Link{fd, LinkReader(max_answer_bytes_), 0, {}});
   Link* raw = link.get();
   links_.emplace(address, std::move(link));
   link_targets_[address] = target;
   return raw;
+}
+
+bool ClientTransport::secure(int fd, LinkReader* reader, const std::string& server_key_z85,
+                             LinkCipher* cipher, std::string* why) {
+  RawKey server;
+  if (!raw_key(server_key_z85, &server)) {
+    *why = "the worker's server key is not a CURVE key";
+    return false;
+  }
+  return secure_client_link(fd, reader, public_, secret_, server, kLinkHandshakeMs, cipher, why);
 }
 
 void ClientTransport::fail_link(const std::string& address) {
@@ -185,6 +212,15 @@ void ClientTransport::read_link(const std::string& address) {
       closed = true;
       break;
     }
+    if (link.cipher) {
+      if (link.cipher->open(frame, &opened_) != LinkCipher::Open::kOk) {
+        log_warning("client: an answer on the link to " + address +
+                    " does not authenticate; closing the link");
+        closed = true;
+        break;
+      }
+      frame = opened_;
+    }
     ++link.answers;
     std::string id;
     if (find_field(frame.data(), frame.size(), kAnswerIdField, &id)) {
@@ -201,13 +237,15 @@ void ClientTransport::read_link(const std::string& address) {
 }
 
 void ClientTransport::learn_link(const std::string& payload) {
-  std::string link, responder, link_host, responder_host;
+  std::string link, responder, endpoint, server_key, link_host, responder_host;
   int port = 0;
   if (!find_field(payload.data(), payload.size(), kLinkAddressField, &link)) return;
   if (!find_field(payload.data(), payload.size(), kResponderField, &responder)) return;
-  // Only a plain tcp worker address, and a link on that worker's own host.
-  if (!split_tcp_address(link, &link_host, &port) ||
-      !split_tcp_address(responder, &responder_host, &port) || link_host != responder_host)
+  // Only a tcp worker address (with its server key exactly when this transport has keys),
+  // and a link on that worker's own host.
+  if (!split_keyed_address(responder, &endpoint, &server_key) ||
+      server_key.empty() != !secured_ || !split_tcp_address(link, &link_host, &port) ||
+      !split_tcp_address(endpoint, &responder_host, &port) || link_host != responder_host)
     return;
   if (links_.count(responder) != 0 || no_link_.count(link) != 0) return;
   if (advertised_.size() >= kMaxAdvertised) advertised_.clear();

@@ -27,11 +27,16 @@
 //     request_id of the expected message type), read without parsing the rest; answers to
 //     other ids (stale) and payloads that are not protobuf are dropped and counted
 //     (stale(), malformed()). An id answered twice is kept once.
-//   * Client links (link.hpp), only without keys: an answer received over ZeroMQ that
-//     carries KeyResponse.link_address (a tcp address on the responder's own host) records
-//     it for its responder (at most kMaxAdvertised remembered). A later send of a request
-//     (empty kind) to that worker then goes over a TCP connection to the link (at most
-//     kMaxLinks open, connected within kLinkConnectMs) and collect() waits on the links too.
+//   * Client links (link.hpp): an answer received over ZeroMQ that carries
+//     KeyResponse.link_address (a tcp address on the responder's own host) records it for its
+//     responder (at most kMaxAdvertised remembered). A later send of a request (empty kind)
+//     to that worker then goes over a TCP connection to the link (at most kMaxLinks open,
+//     connected within kLinkConnectMs) and collect() waits on the links too. With keys the
+//     link is secured (secure_link.hpp): the transport runs the handshake with its own key
+//     pair and the server key of the worker's keyed address (the one its ZeroMQ path trusts),
+//     within kLinkHandshakeMs, and seals and opens every frame; a worker address without a
+//     key gets no link, and a handshake that fails or is refused counts as a link that
+//     cannot be connected. An answer frame that does not open closes the link as a failure.
 //     A link that cannot be connected is not tried again by this transport; one that fails
 //     later (closed, a write not done within kLinkWriteMs, an answer above max_answer_bytes)
 //     is closed, and the requests sent on it and not answered yet (up to kMaxLinkPending)
@@ -54,6 +59,7 @@
 #include "curve.hpp"
 #include "link.hpp"
 #include "push_cache.hpp"
+#include "secure_link.hpp"
 #include "zap.hpp"
 
 namespace anna {
@@ -65,6 +71,7 @@ class ClientTransport {
   static constexpr std::size_t kMaxLinks = 64;
   static constexpr std::size_t kMaxAdvertised = 4096;
   static constexpr int kLinkConnectMs = 200;
+  static constexpr int kLinkHandshakeMs = 1000;
   static constexpr int kLinkWriteMs = 1000;
   static constexpr std::size_t kMaxLinkPending = 1024;
   static constexpr int kRequestIdField = 4;  // KeyRequest.request_id
@@ -109,7 +116,11 @@ class ClientTransport {
     // Requests sent on the link and not answered yet (request id, payload), oldest first, at
     // most kMaxLinkPending: resent over ZeroMQ if the link fails.
     std::deque<std::pair<std::string, std::string>> unanswered;
+    std::unique_ptr<LinkCipher> cipher;  // secured links (with keys)
   };
+  // Runs the secured handshake on a connected link; false with *why set.
+  bool secure(int fd, LinkReader* reader, const std::string& server_key_z85, LinkCipher* cipher,
+              std::string* why);
   // Reads one whole message if one is waiting; false when none is.
   bool recv_one(std::string* payload, bool* dropped);
   Link* link_for(const std::string& address);
@@ -128,7 +139,10 @@ class ClientTransport {
   std::size_t max_answer_bytes_;
   std::uint64_t stale_ = 0, malformed_ = 0, oversize_ = 0;
   std::size_t last_oversize_ = 0;
-  bool links_enabled_;
+  bool links_enabled_ = true;
+  bool secured_;                 // keys: links run the handshake and seal every frame
+  RawKey public_{}, secret_{};   // this client's key pair, raw (secured links)
+  std::string opened_;           // the last opened answer frame
   std::unordered_map<std::string, std::string> advertised_;  // worker address -> link address
   std::unordered_set<std::string> no_link_;                  // link addresses that failed
   std::unordered_map<std::string, std::unique_ptr<Link>> links_;  // by worker address

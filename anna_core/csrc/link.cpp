@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <algorithm>
 
 namespace anna {
 
@@ -242,6 +243,84 @@ ReadEnd read_available(int fd, LinkReader* reader, std::size_t budget) {
     return n == 0 ? ReadEnd::kClosed : ReadEnd::kFailed;
   }
   return ReadEnd::kOpen;
+}
+
+bool read_frame(int fd, LinkReader* reader, int timeout_ms, std::string* frame, std::string* why) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (true) {
+    std::string_view next;
+    switch (reader->next(&next)) {
+      case LinkReader::Next::kFrame:
+        frame->assign(next.data(), next.size());
+        return true;
+      case LinkReader::Next::kTooLarge:
+        *why = "a frame of " + std::to_string(reader->declared()) + " bytes";
+        return false;
+      case LinkReader::Next::kNeedMore:
+        break;
+    }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    deadline - std::chrono::steady_clock::now()).count();
+    if (left <= 0) {
+      *why = "no answer within " + std::to_string(timeout_ms) + " ms";
+      return false;
+    }
+    pollfd p{fd, POLLIN, 0};
+    int n = ::poll(&p, 1, static_cast<int>(left));
+    if (n < 0 && errno != EINTR) {
+      *why = std::string("poll: ") + std::strerror(errno);
+      return false;
+    }
+    if (n <= 0) continue;
+    ReadEnd end = read_available(fd, reader, 64u << 10);
+    if (end != ReadEnd::kOpen && reader->buffered() < kLinkHeaderBytes) {
+      *why = end == ReadEnd::kClosed ? "closed by the peer" : std::string("read: ") + std::strerror(errno);
+      return false;
+    }
+    if (end != ReadEnd::kOpen) {
+      // What was read may still hold the frame; after it, nothing more will come.
+      std::string_view last;
+      if (reader->next(&last) == LinkReader::Next::kFrame) {
+        frame->assign(last.data(), last.size());
+        return true;
+      }
+      *why = "closed by the peer";
+      return false;
+    }
+  }
+}
+
+bool secure_client_link(int fd, LinkReader* reader, const RawKey& client_public,
+                        const RawKey& client_secret, const RawKey& server, int timeout_ms,
+                        LinkCipher* cipher, std::string* why) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  auto left = [&] {
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                  deadline - std::chrono::steady_clock::now()).count();
+    return static_cast<int>(std::max<long long>(ms, 1));
+  };
+  const std::size_t max_frame = reader->max_frame();
+  reader->set_max_frame(kHandshakeFrameMax);
+  LinkClientHandshake handshake(client_public, client_secret, server);
+  std::string out, frame, hello = handshake.hello(), initiate;
+  bool ok = false;
+  if (hello.empty()) {
+    *why = "the worker's server key is degenerate";
+  } else if (append_frame(&out, hello), !write_all(fd, out, left())) {
+    *why = "handshake: HELLO not written";
+  } else if (!read_frame(fd, reader, left(), &frame, why) ||
+             !handshake.on_welcome(frame, &initiate, why)) {
+    *why = "handshake: " + *why;
+  } else if (out.clear(), append_frame(&out, initiate), !write_all(fd, out, left())) {
+    *why = "handshake: INITIATE not written";
+  } else if (!read_frame(fd, reader, left(), &frame, why) ||
+             !handshake.on_ready(frame, cipher, why)) {
+    *why = "handshake: " + *why;
+  } else {
+    ok = true;
+  }
+  reader->set_max_frame(max_frame + kSealOverhead);
+  return ok;
 }
 
 bool write_all(int fd, std::string_view data, int timeout_ms) {

@@ -3,9 +3,9 @@
 // no ZeroMQ I/O thread on either side (two wake-ups per round trip instead of six).
 //
 // Contract:
-//   * Only without authentication: a worker opens a link listener only when its node runs
-//     plain (no CURVE) and `client_links` is on (node_config.hpp); a client with keys never
-//     opens one. An authenticated cluster keeps every request on its CURVE sockets.
+//   * A worker opens a link listener when `client_links` is on (node_config.hpp). With CURVE
+//     every link is secured (secure_link.hpp: a key handshake, then sealed frames); without,
+//     links are plain.
 //   * Discovery: a worker with a listener appends kLinkAddressField (KeyResponse.link_address,
 //     proto/anna.proto) to its answers to client requests that reached it over ZeroMQ; with
 //     KeyResponse.responder it tells the client which worker address the link serves.
@@ -19,6 +19,8 @@
 //     cannot be resynchronised cheaply, and the peer is either broken or hostile).
 //   * listen_link / connect_link return non-blocking descriptors (TCP_NODELAY on connected
 //     ones) or -1 with *why set; connect_link waits at most timeout_ms.
+//   * Secured links (secure_link.hpp) keep this framing: their handshake frames and sealed
+//     MESSAGE frames are payloads like any other.
 //   * find_proto_field reads a top-level length-delimited field of a protobuf payload without
 //     parsing the rest (the last occurrence, as protobuf does); false when the payload is not
 //     protobuf or lacks it.
@@ -28,6 +30,8 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+
+#include "secure_link.hpp"
 
 namespace anna {
 
@@ -41,6 +45,8 @@ class LinkReader {
  public:
   enum class Next { kFrame, kNeedMore, kTooLarge };
   explicit LinkReader(std::size_t max_frame) : max_frame_(max_frame) {}
+  void set_max_frame(std::size_t max_frame) { max_frame_ = max_frame; }
+  std::size_t max_frame() const { return max_frame_; }
   // Room for `n` more bytes at the end of the buffer; commit(k) after writing k of them.
   char* prepare(std::size_t n);
   void commit(std::size_t n) { size_ += n; }
@@ -72,6 +78,18 @@ int connect_link(const std::string& address, int timeout_ms, std::string* why);
 // kFailed: a read error, left in errno.
 enum class ReadEnd { kOpen, kClosed, kFailed };
 ReadEnd read_available(int fd, LinkReader* reader, std::size_t budget);
+
+// Waits at most timeout_ms for one whole frame on a non-blocking descriptor and copies it to
+// *frame; false with *why set on the timeout, a closed peer, an error or a frame above the
+// reader's limit.
+bool read_frame(int fd, LinkReader* reader, int timeout_ms, std::string* frame, std::string* why);
+
+// The client's side of a secured link's handshake (secure_link.hpp) on a connected descriptor,
+// within timeout_ms in all: true with *cipher ready, or false with *why set (a refusal's
+// reason, a server that cannot prove `server`'s key, the deadline, a closed connection).
+bool secure_client_link(int fd, LinkReader* reader, const RawKey& client_public,
+                        const RawKey& client_secret, const RawKey& server, int timeout_ms,
+                        LinkCipher* cipher, std::string* why);
 
 // Writes all of data to a non-blocking descriptor, waiting for room at most timeout_ms in all;
 // false on an error, a closed peer or the timeout (some bytes may have been written).

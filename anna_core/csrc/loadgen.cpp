@@ -19,11 +19,12 @@
 // with a certificate and key file too, the client presents them (mutual TLS, as a Redis
 // started with --tls-auth-clients yes requires). The handshake has the connection's 5 s
 // deadline; a failed one is an error naming the reason, before any load is sent.
-// Client links (Anna, plaintext only; link.hpp): with `links`, a worker's answer during the
-// prefill that advertises its link (KeyResponse.link_address) moves the generator's requests
-// to that worker onto one TCP connection to it, as anna_core.Client does; the answers come
-// back on it. A link that cannot be connected or fails is an error (a benchmark must not
-// silently measure another path).
+// Client links (Anna; link.hpp): with `links`, a worker's answer during the prefill that
+// advertises its link (KeyResponse.link_address) moves the generator's requests to that
+// worker onto one TCP connection to it, as anna_core.Client does; the answers come back on
+// it. With credentials the link is secured as anna_core.Client's (secure_link.hpp: the key
+// handshake with the worker's server key, then every frame sealed). A link that cannot be
+// connected or fails is an error (a benchmark must not silently measure another path).
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -153,13 +154,14 @@ class AnnaLoad {
     int fd;
     std::unique_ptr<LinkReader> reader;
     std::string out;  // requests not written yet
+    std::unique_ptr<LinkCipher> cipher;  // secured links (with credentials)
   };
 
  public:
   AnnaLoad(const Workload& w, const std::vector<std::string>& key_addresses, CurveKeys keys,
            bool links)
       : w_(w), key_addresses_(key_addresses), zipf_(w.keys, w.zipf, w.seed), recorder_(w),
-        value_(w.value_size, 'x'), keys_(std::move(keys)), use_links_(links && !keys_.enabled()) {
+        value_(w.value_size, 'x'), keys_(std::move(keys)), use_links_(links) {
     if (key_addresses_.size() != w.keys)
       throw std::invalid_argument("load_anna: key_addresses must have one address per key");
     for (const auto& address : key_addresses_) check_address(address);
@@ -258,7 +260,8 @@ class AnnaLoad {
       if (link != links_.end()) {
         // Written when the answers at hand are all taken (receive()): one write per burst,
         // as ZeroMQ's I/O thread batches what the other path queues.
-        append_frame(&link->second.out, payload);
+        if (link->second.cipher) link->second.cipher->seal(payload, &link->second.out);
+        else append_frame(&link->second.out, payload);
         return;
       }
     }
@@ -308,7 +311,22 @@ class AnnaLoad {
       std::string why;
       int fd = connect_link(address, 2000, &why);
       if (fd < 0) throw std::runtime_error("load_anna: link to " + worker + ": " + why);
-      links_.emplace(worker, LinkConn{fd, std::make_unique<LinkReader>(std::size_t{64} << 20), {}});
+      LinkConn link{fd, std::make_unique<LinkReader>(std::size_t{64} << 20), {}, nullptr};
+      if (keys_.enabled()) {
+        std::string endpoint, server_key;
+        RawKey own_public, own_secret, server;
+        link.cipher = std::make_unique<LinkCipher>();
+        if (!secure_links_available() || !split_keyed_address(worker, &endpoint, &server_key) ||
+            !raw_key(server_key, &server) || !raw_key(keys_.public_key, &own_public) ||
+            !raw_key(keys_.secret_key, &own_secret) ||
+            !secure_client_link(fd, link.reader.get(), own_public, own_secret, server, 2000,
+                                link.cipher.get(), &why)) {
+          ::close(fd);
+          throw std::runtime_error("load_anna: secured link to " + worker + ": " +
+                                   (why.empty() ? std::string("bad keys") : why));
+        }
+      }
+      links_.emplace(worker, std::move(link));
     }
     for (auto& [worker, link] : links_) link_workers_.push_back(&link);
   }
@@ -407,6 +425,12 @@ class AnnaLoad {
       auto next = link.reader->next(&frame);
       if (next == LinkReader::Next::kNeedMore) break;
       if (next == LinkReader::Next::kTooLarge) throw std::runtime_error("load_anna: an oversize answer on a link");
+      if (link.cipher) {
+        if (link.cipher->open(frame, &opened_) != LinkCipher::Open::kOk)
+          throw std::runtime_error("load_anna: an answer on a secured link does not authenticate");
+        frames_.emplace_back(opened_);
+        continue;
+      }
       frames_.emplace_back(frame);
     }
   }
@@ -429,6 +453,7 @@ class AnnaLoad {
   void* pull_ = nullptr;
   std::string response_address_;
   bool use_links_;
+  std::string opened_;  // the last opened answer of a secured link
   std::unordered_map<std::string, std::string> advertised_;  // worker -> link address
   std::unordered_map<std::string, LinkConn> links_;          // by worker address
   std::vector<LinkConn*> link_workers_;
@@ -785,7 +810,7 @@ void bind_loadgen(py::module_& m) {
       "Closed-loop native load against Anna workers; key_addresses[i] owns key 'k<i>'. "
       "auth: a client's runtime.auth.Credentials when the cluster authenticates (keyed "
       "addresses), else None. links: use the workers' client links when they advertise them "
-      "(plaintext only).",
+      "(secured links with auth).",
       py::arg("key_addresses"), py::arg("clients") = 50, py::arg("duration_s") = 5.0,
       py::arg("warmup_s") = 1.0, py::arg("keys") = 100000, py::arg("zipf") = 1.0,
       py::arg("read_ratio") = 0.5, py::arg("value_size") = 256, py::arg("seed") = 1,

@@ -216,11 +216,11 @@ class WorkerThread {
             DiskStore::path_for(cfg.data_dir, cfg.node_id, tid_),
             DiskSyncPolicy{cfg.disk_sync, std::chrono::milliseconds(cfg.disk_sync_interval_ms)});
       else store = std::make_unique<MemoryStore>();
-      // Client links: plaintext only (an authenticated node keeps every request on CURVE),
-      // and not with capacity emulation, which paces the ZeroMQ socket alone.
-      if (cfg.client_links && !cfg.curve.enabled() && cfg.service_rate == 0)
+      // Client links (secured with the node's CURVE keys when it authenticates), not with
+      // capacity emulation, which paces the ZeroMQ socket alone.
+      if (cfg.client_links && cfg.service_rate == 0)
         links_ = std::make_unique<WorkerLinks>(cfg.ip, max_message_bytes(cfg),
-                                               WorkerLinks::kDefaultMaxLinks, where());
+                                               WorkerLinks::kDefaultMaxLinks, where(), cfg.curve);
     } catch (const std::exception& e) {
       if (pull_ != nullptr) zmq_close(pull_);
       pull_ = nullptr;
@@ -289,9 +289,8 @@ class WorkerThread {
         core_->set_now(wall_now_ns());  // once per batch: tombstones and timers need no finer
         if (links_)
           links_->service(items_.data() + 1, items_.size() - 1,
-                          [this](std::uint64_t link, std::string_view payload) {
-                            process_link(link, payload);
-                          });
+                          [this](std::uint64_t link, std::string_view payload,
+                                 std::string_view role) { process_link(link, payload, role); });
         for (int i = 0; i < 1024 && (items_[0].revents & ZMQ_POLLIN); ++i) {
           bool too_large = false;
           int frames = recv_message(pull_, parts, &joined_, max_message_bytes(sh_->config),
@@ -395,10 +394,12 @@ class WorkerThread {
 
   // A request read from a client link: handled as one received over ZeroMQ, and the answers
   // to its response_address produced now go back on the link instead of through a PUSH
-  // socket (the rest, e.g. forwarded deletes, leave as usual). Links exist only without
-  // authentication, so there is no sender role to check.
-  void process_link(std::uint64_t link, std::string_view payload) {
+  // socket (the rest, e.g. forwarded deletes, leave as usual). With authentication the link's
+  // handshake admitted the sender's key and gave its role: a link carries only requests, the
+  // one kind a client key may send, and the role's rights apply as over ZeroMQ.
+  void process_link(std::uint64_t link, std::string_view payload, std::string_view role) {
     ++link_requests_;
+    if (auth_) core_->set_sender_is_client(role != kClusterRole);
     std::string reply_to;
     find_proto_field(payload.data(), payload.size(), kResponseAddressField, &reply_to);
     const std::size_t before = out_.size();
@@ -456,6 +457,7 @@ class WorkerThread {
       published.links_accepted = links_->accepted();
       published.links_refused = links_->refused();
       published.links_dropped = links_->dropped();
+      published.links_auth_refused = links_->auth_refused();
     }
     published.link_requests = link_requests_;
     std::lock_guard<std::mutex> lock(sh_->stats_mu);  // once per epoch, off the request path
@@ -518,7 +520,7 @@ class WorkerThread {
   void* pull_ = nullptr;
   std::unique_ptr<WorkerCore> core_;
   std::unique_ptr<PushCache> pushes_;
-  std::unique_ptr<WorkerLinks> links_;  // client links (config.client_links, plaintext only)
+  std::unique_ptr<WorkerLinks> links_;  // client links (config.client_links)
   std::vector<zmq_pollitem_t> items_;   // this turn's poll set: the PULL socket, then links
   std::uint64_t link_requests_ = 0;
   std::vector<OutMessage> out_;
@@ -574,9 +576,6 @@ void Node::start() {
   sh->stats.assign(config_.threads, NodeWorkerStats{});
   sh->reports.assign(config_.threads, NodeWorkerReport{});
   sh->report_gen.assign(config_.threads, 0);
-  if (config_.client_links && config_.curve.enabled())
-    log_info("node " + config_.node_id + ": client links are plaintext only; with CURVE every "
-             "request stays on the authenticated sockets");
   if (config_.curve.enabled()) {
     // Before any worker binds: a CURVE server that finds no handler refuses everyone.
     sh->zap = std::make_unique<ZapHandler>(sh->ctx, config_.curve.admitted, "node " + config_.node_id);

@@ -38,7 +38,8 @@
 //     re-checking the stop flag and report requests in between. That time counts as busy.
 //     Requests queue in the PULL socket meanwhile. service_rate 0: none of this (one branch
 //     per message on a constant flag).
-//   * Client links (config.client_links and no CURVE; link.hpp, worker_links.hpp): each
+//   * Client links (config.client_links; link.hpp, worker_links.hpp; with CURVE each link
+//     first runs the secured handshake with the node's keys, secure_link.hpp): each
 //     worker also listens on a free TCP port of ip and serves connected clients in the same
 //     poll loop: a request read from a link is handled as a "request" and the answers to its
 //     response_address that handling produces at once are written back on that link (later
@@ -98,10 +99,12 @@ struct NodeWorkerStats {
   std::uint64_t auth_accepted = 0;  // node-wide: handshakes admitted (the same in every worker)
   std::uint64_t wal_syncs = 0;      // write-ahead log syncs of a disk worker's store (store.hpp)
   std::uint64_t wal_sync_failures = 0;
-  // Client links (link.hpp; config.client_links, plaintext only): open now, accepted and
+  // Client links (link.hpp; config.client_links): open now, accepted and
   // refused (beyond the bound) so far, closed for a fault, and requests received over them.
   std::uint64_t links_open = 0, links_accepted = 0, links_refused = 0, links_dropped = 0;
   std::uint64_t link_requests = 0;
+  // Secured links: handshakes that failed, stalled or presented a key the node does not admit.
+  std::uint64_t links_auth_refused = 0;
 };
 
 // What Node::take_report() returns for one worker: its core's period and the shell's timing.

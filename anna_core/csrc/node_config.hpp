@@ -12,8 +12,8 @@
 // capacity_bytes (int in [0, 2^62]: the node's storage capacity for the autoscaling policy,
 // 0 unknown), disk_sync ("none" | "interval" | "always": when a disk worker fsyncs its
 // write-ahead log, store.hpp "Durability"), disk_sync_interval_ms (int in [1, 3600000]: the
-// group-commit period of "interval"), client_links (bool: workers also serve plain clients
-// over their own TCP listeners, link.hpp; ignored with authentication), and
+// group-commit period of "interval"), client_links (bool: workers also serve clients over
+// their own TCP listeners, link.hpp; secured with the node's keys with authentication), and
 // authentication (curve.hpp): curve_secret_key and curve_public_key (Z85 strings) and
 // curve_admitted (an object: Z85 public key -> role, the one nested value allowed); all three
 // absent or empty means authentication off. Missing keys take the defaults below; null means
@@ -61,8 +61,8 @@ struct NodeConfig {
   // ("none": the OS writes it back when it likes). Ignored by memory nodes.
   DiskSync disk_sync = DiskSync::kInterval;
   int disk_sync_interval_ms = 1000;
-  // Client links (link.hpp): each worker also serves clients over its own plain TCP
-  // listener, without ZeroMQ's I/O thread. Only without CURVE: ignored (logged) with it.
+  // Client links (link.hpp): each worker also serves clients over its own TCP listener,
+  // without ZeroMQ's I/O thread; with CURVE, secured links (secure_link.hpp).
   bool client_links = false;
   // CURVE authentication of the workers' sockets (DESIGN.md "Authentication"); off when empty.
   CurveKeys curve;

@@ -10,14 +10,27 @@
 #include <cstring>
 #include <stdexcept>
 
+#include <sodium.h>
+
 #include "log.hpp"
+#include "zap.hpp"
 
 namespace anna {
 
 WorkerLinks::WorkerLinks(const std::string& ip, std::size_t max_frame, std::size_t max_links,
-                         std::string where)
-    : where_(std::move(where)), max_frame_(max_frame), max_links_(max_links) {
+                         std::string where, const CurveKeys& keys)
+    : where_(std::move(where)), max_frame_(max_frame), max_links_(max_links),
+      secured_(keys.enabled()) {
   std::string why;
+  if (secured_) {
+    if (!secure_links_available()) throw std::runtime_error("client links: libsodium cannot start");
+    if (!raw_key(keys.public_key, &public_) || !raw_key(keys.secret_key, &secret_))
+      throw std::runtime_error("client links: the node's keys are not Z85 CURVE keys");
+    for (const auto& [key, role] : keys.admitted) {
+      std::string raw;
+      if (z85_to_raw(key, &raw)) admitted_.emplace(std::move(raw), role);
+    }
+  }
   listen_fd_ = listen_link(ip, &address_, &why);
   if (listen_fd_ < 0) throw std::runtime_error("client links: " + why);
 }
@@ -25,9 +38,28 @@ WorkerLinks::WorkerLinks(const std::string& ip, std::size_t max_frame, std::size
 WorkerLinks::~WorkerLinks() {
   for (auto& [id, link] : links_) ::close(link->fd);
   if (listen_fd_ >= 0) ::close(listen_fd_);
+  sodium_memzero(secret_.data(), secret_.size());
+}
+
+void WorkerLinks::close_stalled_handshakes() {
+  if (handshaking_ == 0) return;
+  auto now = std::chrono::steady_clock::now();
+  std::size_t left = 0;
+  for (auto& [id, link] : links_) {
+    if (!link->handshake) continue;
+    if (now < link->handshake_deadline) {
+      ++left;
+      continue;
+    }
+    ++auth_refused_;
+    close_link(id, "handshake not done within " + std::to_string(kHandshakeMs) + " ms");
+  }
+  handshaking_ = left;
+  drop_closing();
 }
 
 void WorkerLinks::add_poll_items(std::vector<zmq_pollitem_t>* items) {
+  close_stalled_handshakes();
   // Events 0 while accepting is paused: the item stays, so the indexes below do not move.
   short listen_events =
       std::chrono::steady_clock::now() < accept_paused_until_ ? short{0} : short{ZMQ_POLLIN};
@@ -80,7 +112,14 @@ void WorkerLinks::accept_all() {
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    links_.emplace(next_id_++, std::make_unique<Link>(Link{fd, LinkReader(max_frame_), {}, 0}));
+    auto link = std::make_unique<Link>(fd, secured_ ? kHandshakeFrameMax : max_frame_);
+    if (secured_) {
+      link->handshake = std::make_unique<LinkServerHandshake>(public_, secret_);
+      link->handshake_deadline =
+          std::chrono::steady_clock::now() + std::chrono::milliseconds(kHandshakeMs);
+      ++handshaking_;
+    }
+    links_.emplace(next_id_++, std::move(link));
     ++accepted_;
   }
 }
@@ -99,9 +138,57 @@ void WorkerLinks::read(std::uint64_t id, const OnFrame& on_frame) {
                          " bytes, above the limit of " + std::to_string(max_frame_));
       break;
     }
+    if (link.handshake) {
+      if (!handshake_step(id, link, frame)) break;
+      continue;
+    }
+    if (link.cipher) {
+      auto opened = link.cipher->open(frame, &plain_);
+      if (opened != LinkCipher::Open::kOk) {
+        close_link(id, opened == LinkCipher::Open::kOutOfOrder
+                           ? "a frame out of order (replayed, reordered or dropped)"
+                           : "a frame that does not authenticate (tampered or forged)");
+        break;
+      }
+      ++frames_;
+      on_frame(id, plain_, link.role);
+      continue;
+    }
     ++frames_;
-    on_frame(id, frame);
+    on_frame(id, frame, std::string_view());
   }
+}
+
+bool WorkerLinks::handshake_step(std::uint64_t id, Link& link, std::string_view frame) {
+  std::string reply, why;
+  switch (link.handshake->on_frame(frame, &reply, &why)) {
+    case LinkServerHandshake::Step::kReply:
+      append_frame(&link.out, reply);
+      return true;
+    case LinkServerHandshake::Step::kFailed:
+      ++auth_refused_;
+      close_link(id, "link handshake failed: " + why);
+      return false;
+    case LinkServerHandshake::Step::kAuthenticated:
+      break;
+  }
+  const RawKey& key = link.handshake->client_key();
+  std::string raw(reinterpret_cast<const char*>(key.data()), key.size());
+  std::string role = zap_decision(admitted_, kZapDomain, raw, &why);
+  if (role.empty()) {
+    // As the ZAP handler answers a refused key: the client hears why, then the link closes.
+    append_frame(&link.out, LinkServerHandshake::refusal(why));
+    write(link);
+    ++auth_refused_;
+    close_link(id, "refused a link from key " + raw_to_z85(raw) + ": " + why);
+    return false;
+  }
+  link.role = std::move(role);
+  link.cipher = std::make_unique<LinkCipher>();
+  append_frame(&link.out, link.handshake->ready(link.cipher.get()));
+  link.handshake.reset();
+  link.reader.set_max_frame(max_frame_ + kSealOverhead);
+  return true;
 }
 
 bool WorkerLinks::write(Link& link) {
@@ -129,7 +216,9 @@ bool WorkerLinks::write(Link& link) {
 void WorkerLinks::queue(std::uint64_t id, std::string_view payload) {
   auto it = links_.find(id);
   if (it == links_.end()) return;
-  append_frame(&it->second->out, payload);
+  Link& link = *it->second;
+  if (link.cipher) link.cipher->seal(payload, &link.out);
+  else if (!link.handshake) append_frame(&link.out, payload);
 }
 
 void WorkerLinks::flush() {

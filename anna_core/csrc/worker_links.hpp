@@ -19,6 +19,16 @@
 //     when the link is gone); flush() writes every link's pending output without blocking. A
 //     link whose unsent output exceeds kMaxPendingBytes (a client that stopped reading) is
 //     closed. Belongs to one thread.
+//   * Secured (keys.enabled(), secure_link.hpp): every connection first runs the link
+//     handshake with this node's key pair; until it is done the link reads frames of at most
+//     kHandshakeFrameMax bytes and serves nothing, and a handshake not done within
+//     kHandshakeMs is closed. The client's key is admitted as the node's ZAP handler admits it
+//     on the workers' sockets (zap_decision, domain "cloudburst"): an unknown key gets an ERROR
+//     frame and the link is closed; an admitted one gets READY and its role, which on_frame
+//     receives with every payload. From then on every frame is a sealed MESSAGE; one that does
+//     not open (tampered, replayed, reordered, forged) closes the link. Failed and refused
+//     handshakes are counted in auth_refused() and logged like other link faults. Without
+//     keys, links are plain and on_frame's role is empty.
 #pragma once
 
 #include <zmq.h>
@@ -26,13 +36,16 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
+#include "curve.hpp"
 #include "link.hpp"
+#include "secure_link.hpp"
 
 namespace anna {
 
@@ -43,9 +56,13 @@ class WorkerLinks {
   static constexpr std::size_t kDefaultMaxLinks = 256;
   static constexpr int kMaxWarningsPerSecond = 10;
   static constexpr int kAcceptPauseMs = 100;
-  using OnFrame = std::function<void(std::uint64_t link, std::string_view payload)>;
+  static constexpr int kHandshakeMs = 1000;
+  using OnFrame =
+      std::function<void(std::uint64_t link, std::string_view payload, std::string_view role)>;
 
-  WorkerLinks(const std::string& ip, std::size_t max_frame, std::size_t max_links, std::string where);
+  // keys: the node's own CURVE keys and the keys it admits; not enabled: plain links.
+  WorkerLinks(const std::string& ip, std::size_t max_frame, std::size_t max_links, std::string where,
+              const CurveKeys& keys = CurveKeys{});
   ~WorkerLinks();
   WorkerLinks(const WorkerLinks&) = delete;
   WorkerLinks& operator=(const WorkerLinks&) = delete;
@@ -61,14 +78,25 @@ class WorkerLinks {
   std::uint64_t refused() const { return refused_; }
   std::uint64_t dropped() const { return dropped_; }
   std::uint64_t frames() const { return frames_; }
+  std::uint64_t auth_refused() const { return auth_refused_; }
+  bool secured() const { return secured_; }
 
  private:
   struct Link {
+    Link(int fd_, std::size_t max_frame) : fd(fd_), reader(max_frame) {}
     int fd;
     LinkReader reader;
     std::string out;
     std::size_t sent = 0;  // out[0, sent) is written
+    // Secured links only: the handshake until it is done, then the cipher and the key's role.
+    std::unique_ptr<LinkServerHandshake> handshake;
+    std::chrono::steady_clock::time_point handshake_deadline{};
+    std::unique_ptr<LinkCipher> cipher;
+    std::string role;
   };
+  // One handshake frame of a secured link; false when the link is closed.
+  bool handshake_step(std::uint64_t id, Link& link, std::string_view frame);
+  void close_stalled_handshakes();
   void accept_all();
   void read(std::uint64_t id, const OnFrame& on_frame);
   bool write(Link& link);
@@ -84,7 +112,12 @@ class WorkerLinks {
   std::unordered_map<std::uint64_t, std::unique_ptr<Link>> links_;
   std::vector<std::uint64_t> polled_;  // link ids in the order add_poll_items listed them
   std::vector<std::uint64_t> closing_;
-  std::uint64_t accepted_ = 0, refused_ = 0, dropped_ = 0, frames_ = 0;
+  std::uint64_t accepted_ = 0, refused_ = 0, dropped_ = 0, frames_ = 0, auth_refused_ = 0;
+  bool secured_ = false;
+  RawKey public_{}, secret_{};
+  std::map<std::string, std::string> admitted_;  // raw key -> role (zap_decision)
+  std::string plain_;  // the last opened MESSAGE
+  std::size_t handshaking_ = 0;
   std::chrono::steady_clock::time_point warn_window_{};
   int warnings_ = 0;
   std::chrono::steady_clock::time_point accept_paused_until_{};

@@ -96,6 +96,24 @@ std::int64_t now_s() {
 
 }  // namespace
 
+std::string zap_decision(const std::map<std::string, std::string>& admitted_raw,
+                         const std::string& domain, const std::string& raw_key, std::string* why) {
+  if (domain != kZapDomain && domain != kClusterDomain) {
+    *why = "not a CURVE peer of this domain";
+    return "";
+  }
+  auto it = admitted_raw.find(raw_key);
+  if (it == admitted_raw.end()) {
+    *why = "unknown public key";
+    return "";
+  }
+  if (domain == kClusterDomain && it->second != kClusterRole) {
+    *why = "cluster keys only";
+    return "";
+  }
+  return it->second;
+}
+
 ZapHandler::ZapHandler(void* ctx, std::map<std::string, std::string> admitted, std::string name)
     : ctx_(ctx), name_(std::move(name)) {
   for (const auto& [key, role] : admitted) {
@@ -213,20 +231,19 @@ std::vector<std::string> ZapHandler::answer(const std::vector<std::string>& requ
   }
   bool known_domain = domain == kZapDomain || domain == kClusterDomain;
   if (mechanism == "CURVE" && request.size() == 7 && request[6].size() == 32 && known_domain) {
-    auto it = admitted_.find(request[6]);
-    std::string key = raw_to_z85(request[6]);
-    if (it == admitted_.end()) {
-      refuse(peer, key, "a connection from " + peer + ": unknown public key " + key);
-      return {version, request_id, "400", "unknown public key", "", ""};
-    }
-    if (domain == kClusterDomain && it->second != kClusterRole) {
-      refuse(peer, key, "a connection from " + peer + ": a " + it->second +
-                            " key on a cluster-only socket " + key);
-      return {version, request_id, "400", "cluster keys only", "", ""};
+    std::string key = raw_to_z85(request[6]), why;
+    std::string role = zap_decision(admitted_, domain, request[6], &why);
+    if (role.empty()) {
+      if (why == "cluster keys only")
+        refuse(peer, key, "a connection from " + peer + ": a " + admitted_.at(request[6]) +
+                              " key on a cluster-only socket " + key);
+      else
+        refuse(peer, key, "a connection from " + peer + ": " + why + " " + key);
+      return {version, request_id, "400", why, "", ""};
     }
     accepted_.fetch_add(1, std::memory_order_relaxed);
-    log_debug(name_ + ": admitted " + it->second + " from " + peer);
-    return {version, request_id, "200", "OK", it->second, ""};
+    log_debug(name_ + ": admitted " + role + " from " + peer);
+    return {version, request_id, "200", "OK", role, ""};
   }
   refuse(peer, "mechanism " + printable(mechanism),
          "a connection from " + peer + ": mechanism " + printable(mechanism) + " in domain '" +

@@ -41,6 +41,12 @@
 
 namespace anna {
 
+// The decision the handler makes for a CURVE client key (32 raw bytes) in `domain`, shared with
+// secured client links (secure_link.hpp): the key's role when it is admitted there, or "" with
+// *why set (the ZAP status text: "unknown public key", "cluster keys only", ...).
+std::string zap_decision(const std::map<std::string, std::string>& admitted_raw,
+                         const std::string& domain, const std::string& raw_key, std::string* why);
+
 class ZapHandler {
  public:
   static constexpr const char* kEndpoint = "inproc://zeromq.zap.01";
