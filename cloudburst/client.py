@@ -138,10 +138,10 @@ class Client(SchedulerChannel):
             False turns them off for this client.
         session_keys: how many keys' versions the session keeps exactly.
         direct: send calls straight to a worker this client holds a scheduler-granted lease
-            on (`cloudburst/direct.py`; opt-in): the first call of a function or DAG
-            asks for the lease, later ones skip the scheduler. Not the default: a call queued
-            in a leased slot waits behind a long call on that worker even while another
-            worker is free, where the scheduler's queue sends it to the free one. Calls that cannot go direct
+            on (`cloudburst/direct.py`; the default): the first call of a function or DAG
+            asks for the lease, later ones skip the scheduler. A lease whose worker is held
+            up by a long call is passed over (`cloudburst/stalls.py`): the calls made
+            meanwhile go through the scheduler, which places them on a free worker. Calls that cannot go direct
             (causal, actor, `output_key`, `Future` arguments, large arguments, exception
             retries) take the scheduler's path, and so does every call where no lease is
             granted (e.g. workers a worker host runs). False: every call through the
@@ -153,7 +153,7 @@ class Client(SchedulerChannel):
                  auth: Optional[AuthConfig] = None,
                  kvs_address: Optional[str] = None, session: bool = True,
                  session_keys: int = DEFAULT_MAX_KEYS, lease_ttl: float = 5.0,
-                 direct: bool = False) -> None:
+                 direct: bool = True) -> None:
         addresses = [address] if isinstance(address, str) else list(address)
         if not addresses:
             raise ValueError("a Client needs at least one scheduler address")

@@ -1,6 +1,6 @@
 """The client's direct call path: worker leases, and calls sent straight to a leased worker.
 
-A client made with `Client(direct=True)` (opt-in) asks its scheduler for a worker lease on a target
+A client (`Client(direct=True)`, the default) asks its scheduler for a worker lease on a target
 (a function, or a DAG) the first time it calls it. Once granted, the target's calls go
 straight to the leased worker, `slots` at a time: one message to the worker and the result
 back, instead of client -> scheduler -> worker -> client plus the worker's `done`. The client
@@ -19,7 +19,11 @@ client's `LeaseOwner` side (sending to a scheduler, delivering an answer to a wa
   workers they lease (at most `MAX_QUEUED` calls; beyond, the scheduler's path), and the
   client asks for one more lease of the target on another worker (`LeaseRequest.spread`,
   up to `MAX_SPREAD` leases per target, again `RETRY_ASK` s after a refusal); it returns
-  the scheduler of a lease. Without a live lease it records a request for one (once per
+  the scheduler of a lease. A lease whose worker is held up (its oldest call in flight has
+  been out longer than the target's calls usually take: `cloudburst/stalls.py`) is passed
+  over: the call goes to another lease of the target, else through the scheduler (None),
+  which places it on a free worker, and one more lease is asked for on another worker; the
+  calls queued here for held-up leases go through the scheduler at the next `flush`. Without a live lease it records a request for one (once per
   target at a time, again `RETRY_ASK` s after a refusal) and returns None: the caller
   sends the call through the scheduler, then `flush`es, so the scheduler places the call
   before it leases (the call's warm worker, with its slot taken, rather than a lease that
@@ -58,7 +62,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from collections import deque
-from typing import Any, Deque, Dict, List, Optional, Protocol, Sequence, Set, Tuple
+from typing import Any, Deque, Dict, List, Optional, Protocol, Sequence, Tuple
 
 import zmq
 
@@ -66,6 +70,8 @@ from hydro_proto import cloudburst_pb2 as pb
 
 from faas.errors import CloudburstError
 from runtime.sockets import PushCache
+
+from .stalls import CallTimes, held_up
 
 __all__ = ["DirectPath", "LeaseOwner", "RETRY_ASK", "MAX_QUEUED", "MAX_SPREAD"]
 
@@ -103,7 +109,7 @@ class _Held:
     ttl: float
     expires: float
     max_retries: int
-    in_flight: Set[str] = field(default_factory=set)
+    in_flight: Dict[str, float] = field(default_factory=dict)   # id -> sent, oldest first
     calls: int = 0
     failed: int = 0
     latencies: List[float] = field(default_factory=list)
@@ -134,6 +140,7 @@ class DirectPath:
         # until then no lease lapses or is due for renewal: `send` and `flush` skip the
         # sweep over the leases (0: sweep; any lease news resets it)
         self._quiet_until = 0.0
+        self._times = CallTimes()          # each target's usual direct-call time
 
     # ---- sending ----
     @staticmethod
@@ -152,6 +159,12 @@ class DirectPath:
             self._gone.extend(h for h in leases if h.expires - MARGIN <= now)
             self._set_leases(key, live)
         return live
+
+    def _usable(self, key: Key, leases: List[_Held], now: float) -> List[_Held]:
+        """The leases whose worker is not held up by a long call (`cloudburst/stalls.py`)."""
+        patience = self._times.patience(key)
+        return [h for h in leases
+                if not held_up(next(iter(h.in_flight.values()), None), patience, now)]
 
     def _set_leases(self, key: Key, leases: List[_Held]) -> None:
         if leases:
@@ -174,7 +187,7 @@ class DirectPath:
     def _admit(self, held: _Held, call: pb.Call, key: Key, now: float) -> None:
         """`call` counts against `held` from now (lock held)."""
         call.lease_id = held.lease_id
-        held.in_flight.add(call.request_id)
+        held.in_flight[call.request_id] = now
         self._calls[call.request_id] = (key, call, now, held.worker_id)
         if not held.renewing and held.expires - now < held.ttl / 2:
             held.renewing = True
@@ -188,7 +201,12 @@ class DirectPath:
             if not leases:
                 self._maybe_ask(key, now, spread=False)
                 return None
-            held = max(leases, key=lambda h: h.slots - len(h.in_flight))
+            usable = self._usable(key, leases, now)
+            if not usable:                        # every one's worker is held up: around it
+                if len(leases) < MAX_SPREAD:
+                    self._maybe_ask(key, now, spread=True)
+                return None
+            held = max(usable, key=lambda h: h.slots - len(h.in_flight))
             if len(held.in_flight) >= held.slots or self._queued.get(key):
                 if self._queued_count >= MAX_QUEUED:
                     return None                   # the client's queue is full: the long way
@@ -203,7 +221,7 @@ class DirectPath:
             sent = self._push.send(held.worker_address, "direct", call)
         if not sent:                              # the worker is not reachable: the long way
             with self._lock:
-                held.in_flight.discard(call.request_id)
+                held.in_flight.pop(call.request_id, None)
                 self._calls.pop(call.request_id, None)
             call.ClearField("lease_id")
             return None
@@ -307,7 +325,7 @@ class DirectPath:
             key, call, sent_at, _ = entry
             held = self._find(key, call.lease_id)
             if held is not None:
-                held.in_flight.discard(rid)
+                held.in_flight.pop(rid, None)
             if result.status == pb.LEASE_REFUSED:     # it did not run: the long way
                 log.info("%s", result.message)
                 if held is not None and "no lease of that id" not in result.message:
@@ -316,11 +334,14 @@ class DirectPath:
                 call.ClearField("lease_id")
                 self._resend.append(call)
                 return None
+            took = time.monotonic() - sent_at
+            if result.status == pb.OK:
+                self._times.observe(key, took)
             if held is not None:
                 held.calls += 1
                 held.failed += result.status != pb.OK
                 if len(held.latencies) < MAX_LATENCIES:
-                    held.latencies.append(time.monotonic() - sent_at)
+                    held.latencies.append(took)
         return result
 
     def held(self) -> List[Dict[str, Any]]:
@@ -341,7 +362,17 @@ class DirectPath:
         out = []
         for key in list(self._queued):
             queue = self._queued[key]
-            for held in self._live(key, now):
+            live = self._live(key, now)
+            usable = self._usable(key, live, now)
+            if live and not usable:               # all held up: the scheduler's path
+                self._queued_count -= len(queue)
+                for call in queue:
+                    self._calls.pop(call.request_id, None)
+                    self._resend.append(call)
+                queue.clear()
+                if len(live) < MAX_SPREAD:
+                    self._maybe_ask(key, now, spread=True)
+            for held in usable:
                 batch = []
                 while queue and len(held.in_flight) < held.slots and len(batch) < MAX_BATCH:
                     call = queue.popleft()
@@ -392,7 +423,7 @@ class DirectPath:
             if not sent:                           # the worker is not reachable: the long way
                 with self._lock:
                     for call in calls:
-                        held.in_flight.discard(call.request_id)
+                        held.in_flight.pop(call.request_id, None)
                         self._calls.pop(call.request_id, None)
                         call.ClearField("lease_id")
                 resend.extend(calls)

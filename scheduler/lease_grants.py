@@ -10,7 +10,8 @@ warm-worker map, stats and push cache it uses):
   NO_RESOURCES when no worker has a free slot, calls wait in the queue, or the target cannot take the
   direct path: functions that retry exceptions, DAGs too large to forward).
 - A grant places the whole target on one worker with a free slot (its window,
-  `scheduler/window.py`, less its outstanding calls and leased slots), the target's warm
+  `scheduler/window.py`, less its outstanding calls and leased slots, less one slot a lease
+  never takes: `worker_leases.leasable`), the target's warm
   worker first (`scheduler/policy.py`: the client's call that asked is placed just before),
   else the least loaded, with the slots it has free; a request with `spread` (a client whose
   calls queue at it) excludes the workers that client already holds the target on. A
@@ -24,7 +25,8 @@ warm-worker map, stats and push cache it uses):
 - Every grant, renewal and revocation goes to both the worker (which admits direct calls
   only within leases it was told of: `executor/leased.py`) and the client.
 - `_lease_tick(now)` revokes expired leases and, while calls wait in the queue, as many
-  leases as they need (`LeaseBook.reclaim`); a stopping scheduler (`scheduler/stopping.py`)
+  leases as they need (`LeaseBook.reclaim`: those on the workers running the fewest of the
+  scheduler's calls first); a stopping scheduler (`scheduler/stopping.py`)
   revokes every lease and grants none, so its clients' calls go to another scheduler; `_leases_lost(worker_id, why)` revokes the leases
   on a worker that died, telling their clients `worker_died` (they retry or fail the calls in
   flight there). `_with_leases(views)` counts leased slots as load in the workers' views.
@@ -49,7 +51,7 @@ from .dag import Dag
 from .registry_requests import dag_from_record
 from .retries import resolve
 from .schedule import FORWARD_MAX_FUNCTIONS, build_schedules
-from .worker_leases import Lease, LeaseBook, Revoked
+from .worker_leases import Lease, LeaseBook, Revoked, leasable
 
 __all__ = ["WorkerLeasing"]
 
@@ -113,7 +115,7 @@ class WorkerLeasing:
         if view is not None:
             others = view.outstanding - lease.slots
             self.worker_leases.resize(lease.lease_id,
-                                      self._windows.slots(lease.worker_id) - others)
+                                      leasable(self._windows.slots(lease.worker_id), others))
 
     def _client_lease(self, payload: bytes) -> None:
         """A client's `lease` on its calls (scheduler/lifecycle.py), which also says whether
@@ -139,34 +141,34 @@ class WorkerLeasing:
             out[fn] = f.version if f is not None else None
         return out
 
-    def _refuse(self, req: Any, status: int, reason: str) -> None:
+    def _refuse_lease(self, req: Any, status: int, reason: str) -> None:
         self._push.send(req.response_address, "worker_lease", pb.WorkerLease(
             target=req.target, dag=req.dag, request_id=req.request_id, status=status,
             reason=reason, scheduler_address=self.address))
 
     def _grant(self, req: Any, role: str, now: float, waiting: int) -> None:
         if not self.config.worker_leases:
-            return self._refuse(req, pb.NO_RESOURCES, "this scheduler grants no worker leases")
+            return self._refuse_lease(req, pb.NO_RESOURCES, "this scheduler grants no worker leases")
         if self._graceful.refuses():
-            return self._refuse(req, pb.NO_RESOURCES, f"the scheduler at {self.address} is "
+            return self._refuse_lease(req, pb.NO_RESOURCES, f"the scheduler at {self.address} is "
                                                       f"stopping: it grants no lease")
         if req.dag:
             record = self.registry.dag(req.target)
             if record is None:
-                return self._refuse(req, pb.DAG_NOT_FOUND,
+                return self._refuse_lease(req, pb.DAG_NOT_FOUND,
                                     f"no DAG named {req.target!r} is registered")
             dag = dag_from_record(record)
         else:
             dag = Dag.create(req.target, [req.target])
         if len(dag.functions) > FORWARD_MAX_FUNCTIONS:
-            return self._refuse(req, pb.NO_RESOURCES, f"DAG {req.target!r} has more than "
+            return self._refuse_lease(req, pb.NO_RESOURCES, f"DAG {req.target!r} has more than "
                                 f"{FORWARD_MAX_FUNCTIONS} functions: it takes the "
                                 f"scheduler's path")
         versions, policies = {}, []
         for fn in dag.functions:
             f = self.registry.function(fn)
             if f is None:
-                return self._refuse(req, pb.FUNCTION_NOT_FOUND,
+                return self._refuse_lease(req, pb.FUNCTION_NOT_FOUND,
                                     f"no function named {fn!r} is registered")
             versions[fn] = f.version
         if req.dag:              # the DAG deleted or registered again revokes it (renew)
@@ -174,7 +176,7 @@ class WorkerLeasing:
             policies.append(f.retry if f.HasField("retry") else None)
         policy = resolve(None, policies, self.lifecycle.default)
         if policy.exceptions:
-            return self._refuse(req, pb.NO_RESOURCES, (
+            return self._refuse_lease(req, pb.NO_RESOURCES, (
                 f"{req.target!r} retries exceptions, which the scheduler decides: it takes "
                 f"the scheduler's path"))
         views = [w for w in self._placeable() if w.worker_id in self._direct_addresses]
@@ -182,10 +184,11 @@ class WorkerLeasing:
             mine = set(self.worker_leases.workers_of(role, req.response_address, req.target,
                                                      req.dag, now))
             views = [w for w in views if w.worker_id not in mine]
-        room = {w.worker_id: self._windows.slots(w.worker_id) - w.outstanding for w in views}
+        room = {w.worker_id: leasable(self._windows.slots(w.worker_id), w.outstanding)
+                for w in views}
         open_ = [w for w in views if room[w.worker_id] > 0]
         if not open_:
-            return self._refuse(req, pb.NO_RESOURCES, "no executor worker has a free slot (" +
+            return self._refuse_lease(req, pb.NO_RESOURCES, "no executor worker has a free slot (" +
                                 ", ".join(f"{w.worker_id}: {w.outstanding} call(s) or leased "
                                           f"slot(s)" for w in views) + ")")
         warm = self._warm.get(dag.sink()) or self._warm.get(dag.functions[0])
@@ -195,7 +198,7 @@ class WorkerLeasing:
             secrets.token_hex(16), role, req.response_address, req.target, req.dag,
             worker.worker_id, room[worker.worker_id], now, waiting, versions, req.spread)
         if isinstance(granted, str):
-            return self._refuse(req, pb.NO_RESOURCES, granted)
+            return self._refuse_lease(req, pb.NO_RESOURCES, granted)
         placement = {fn: worker.worker_id for fn in dag.functions}
         templates = [s for _, s in build_schedules(
             pb.Call(), dag, placement, {worker.worker_id: worker.address}, versions,
@@ -254,8 +257,10 @@ class WorkerLeasing:
         if self._graceful.refuses():      # stopping: its clients' calls go elsewhere
             revoked += self.worker_leases.revoke_all(
                 f"its scheduler {self.address} is stopping")
-        if self._queue:
-            revoked += self.worker_leases.reclaim(len(self._queue))
+        if self._queue:     # idle workers' leases first (worker_leases.py `reclaim`)
+            loads = {w.worker_id: w.outstanding
+                     for w in self.table.placeable()}
+            revoked += self.worker_leases.reclaim(len(self._queue), loads)
         self._revoke(revoked + self.worker_leases.gone(now))
 
     def _leases_lost(self, worker_id: str, why: str) -> None:
@@ -267,7 +272,8 @@ class WorkerLeasing:
         if not len(self.worker_leases):
             return views
         reserved = self.worker_leases.reserved()
-        return [dataclasses.replace(w, outstanding=w.outstanding + reserved[w.worker_id])
+        return [dataclasses.replace(w, outstanding=w.outstanding + reserved[w.worker_id],
+                                    leased=reserved[w.worker_id])
                 if w.worker_id in reserved else w for w in views]
 
     def _cancel_direct(self, req: Any) -> None:

@@ -16,6 +16,13 @@ in order:
 4. hop saving: prefer a worker already chosen for one of the function's `neighbours`
    (its direct upstreams/downstreams in the DAG): the result then needs no network hop;
 5. tie-break: `rng.choice` over the rest, sorted by worker id so a seeded rng is reproducible.
+Load and back-off count the calls placed on a worker, not the slots leased
+to clients on it (`WorkerView.leased`, part of `outstanding`: they limit how many calls the
+worker may hold, `scheduler/dispatch.py`, but a leased slot may be idle): a call goes to an
+idle leased worker rather than behind a call already running elsewhere, which may be long;
+among workers running as few placed calls, those with the fewest leased slots come first
+(right after the least loaded, before the warm worker), so that the scheduler's calls keep
+off the workers where clients send calls direct, which would wait behind them.
 A choice counts as one more outstanding call on that worker for the later functions of the
 same call that may run at the same time (`concurrent_with`; by default every other function
 of the call), so parallel branches spread out while a chain, whose functions never run at
@@ -50,6 +57,7 @@ class WorkerView:
     utilization: float = 0.0   # fraction of the last report period spent running functions
     outstanding: int = 0       # calls this scheduler placed on it that are not finished
     cache_address: str = ""    # its node cache's request address (causal protocols)
+    leased: int = 0            # of `outstanding`: slots leased to clients (direct calls)
 
 
 def is_busy(w: WorkerView, outstanding: int, busy_outstanding: int, busy_utilization: float) -> bool:
@@ -98,7 +106,7 @@ def choose_executors(functions: Sequence[str], references: Mapping[str, Collecti
     """Pick a worker for every function of one call; see the module contract."""
     if not workers:
         raise NoResources(f"no live executor worker to run {list(functions)}")
-    base = {w.worker_id: w.outstanding for w in workers}
+    base = {w.worker_id: w.outstanding - w.leased for w in workers}
     placement: Dict[str, str] = {}
     for fn in functions:
         parallel = (set(functions) - {fn}) if concurrent_with is None else concurrent_with.get(fn, ())
@@ -119,6 +127,8 @@ def choose_executors(functions: Sequence[str], references: Mapping[str, Collecti
             pool = [w for w in pool if score(w) == best]
         fewest = min(load[w.worker_id] for w in pool)
         pool = [w for w in pool if load[w.worker_id] == fewest]
+        unleased = min(w.leased for w in pool)      # not where a client's calls go direct
+        pool = [w for w in pool if w.leased == unleased]
         last = warm.get(fn) if warm else None
         if last is not None and len(pool) > 1:
             pool = [w for w in pool if w.worker_id == last] or pool
@@ -149,10 +159,11 @@ def choose_one_node(functions: Sequence[str], references: Mapping[str, Collectio
 
     def rank(node: str) -> Tuple[int, int, float, float]:
         ws = by_node[node]
-        idle = any(not is_busy(w, w.outstanding, busy_outstanding, busy_utilization) for w in ws)
+        idle = any(not is_busy(w, w.outstanding - w.leased, busy_outstanding,
+                               busy_utilization) for w in ws)
         cached = node_keys.get(node, ())
         local = sum(1 for k in wanted if k in cached)
-        load = sum(w.outstanding for w in ws) / len(ws)
+        load = sum(w.outstanding - w.leased for w in ws) / len(ws)
         util = sum(w.utilization for w in ws) / len(ws)
         return (0 if idle else 1, -local, load, util)
 

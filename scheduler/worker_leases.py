@@ -20,6 +20,8 @@ Contract: `LeaseBook(ttl, max_leases, max_per_client)` is pure state; every meth
   free, and a client's leases stay within `max_per_client`.
 - `workers_of(client, answer, target, dag, now)`: the workers this client holds live
   leases of the target on.
+- `leasable(window, others)`: the slots a grant or renewal may lease on a worker (never
+  its whole window: `SCHEDULER_SLOTS` stay the scheduler's).
 - `resize(lease_id, slots)`: at a renewal, a lease grows to what its worker's window
   leaves it now (never shrinks: its client may have calls in flight on those slots).
 - `renew(lease_id, client, now, waiting, versions)`: a live lease of that client runs for
@@ -31,9 +33,14 @@ Contract: `LeaseBook(ttl, max_leases, max_per_client)` is pure state; every meth
 - `expire(now)`: the leases whose time ran out, revoked.
 - `worker_lost(worker_id)`: every lease on a worker that died, revoked with `worker_died`
   (calls in flight there are lost; their client retries them within their budget).
-- `reclaim(waiting)`: calls wait for a worker: revoke leases, oldest first, until their
-  slots cover `waiting` calls (all of them when fewer slots are leased). So calls keep
-  following capacity: a lease never holds a worker that waiting calls need.
+- `reclaim(waiting, loads)`: calls wait for a worker: revoke leases until their slots
+  cover `waiting` calls (all of them when fewer slots are leased), first those on the
+  workers with the fewest of the scheduler's own calls unfinished (`loads`: worker id ->
+  calls; a worker missing counts 0), oldest first among equals. So calls keep following
+  capacity: a lease never holds a worker that waiting calls need, and the capacity given
+  back is first that of idle workers: a waiting call then runs at once, rather than in a
+  slot freed behind a call already running there (which may be a long one) while a leased
+  worker idles.
 - Holders that die. Calls a worker admitted under a lease run on after the lease ends
   (revoked, expired, given back). So that a client killed mid-lease does not leave them
   running to their time limits, the book keeps each ended lease (`ended`, at most
@@ -60,13 +67,24 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-__all__ = ["Lease", "Revoked", "LeaseBook", "DEFAULT_TTL", "MAX_LEASES", "MAX_PER_CLIENT"]
+__all__ = ["Lease", "Revoked", "LeaseBook", "DEFAULT_TTL", "MAX_LEASES", "MAX_PER_CLIENT",
+           "SCHEDULER_SLOTS", "leasable"]
 
 DEFAULT_TTL = 2.0          # seconds a lease lasts unless renewed
 HOLDER_TTL = 5.0           # a holder's lease on its calls when none was heard (Client's default)
 ENDED_KEEP = 600.0         # seconds an ended lease waits for its holder's verdict at most
 MAX_LEASES = 4096          # leases one scheduler keeps at once
 MAX_PER_CLIENT = 16        # leases one client holds at once
+SCHEDULER_SLOTS = 1        # slots of a worker's window never leased: the scheduler's own
+
+
+def leasable(window: int, others: int) -> int:
+    """How many slots a lease may take on a worker whose window is `window` and which holds
+    `others` calls or leased slots besides: what is free, less `SCHEDULER_SLOTS`. Leases
+    never take a worker's whole window, so the scheduler can always place a call on a
+    leased worker that idles rather than behind a call running on another (a long one)."""
+    return max(0, window - others - SCHEDULER_SLOTS)
+
 
 
 @dataclass
@@ -194,12 +212,14 @@ class LeaseBook:
             del self._leases[r.lease.lease_id]
         return out
 
-    def reclaim(self, waiting: int) -> List[Revoked]:
+    def reclaim(self, waiting: int, loads: Optional[Dict[str, int]] = None) -> List[Revoked]:
         if waiting <= 0:
             return []
+        loads = loads or {}
         out: List[Revoked] = []
         freed = 0
-        for lease in sorted(self._leases.values(), key=lambda held: held.granted):
+        for lease in sorted(self._leases.values(),
+                            key=lambda held: (loads.get(held.worker_id, 0), held.granted)):
             if freed >= waiting:
                 break
             out.append(Revoked(lease, f"{waiting} call(s) wait for a free worker: the "

@@ -35,6 +35,7 @@ def _read_until(proc, prefix, timeout=60):
     return seen
 
 
+@pytest.mark.slow     # about 10 s: the slow tier runs it (scripts/test_slow.sh)
 def test_cloudburst_local_prints_a_usable_address_and_stops_on_sigterm(tmp_path):
     log_dir = str(tmp_path / "logs")
     key_dir = str(tmp_path / "keys")
@@ -96,6 +97,7 @@ def test_cloudburst_demo():
     assert "causal call_dag('increment_store', x=4) -> 5, stored 5" in out.stdout
 
 
+@pytest.mark.slow     # about 10 s: the slow tier runs it (scripts/test_slow.sh)
 def test_cloudburst_local_without_auth_warns_loudly_and_serves_plain_clients():
     helped = subprocess.run([sys.executable, "-m", "cloudburst.cli", "local", "--help"],
                             capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=60)

@@ -8,6 +8,7 @@ from cloudburst.errors import ExecutionError, NoResources, ObjectNotFound
 from waiting import poll_until
 
 
+@pytest.mark.slow     # about 10 s: the slow tier runs it (scripts/test_slow.sh)
 def test_killing_workers():
     with cloudburst.LocalCluster(executor_nodes=1, executors_per_node=3, restart_workers=False,
                                  heartbeat_period=0.1, heartbeat_timeout=0.8) as cluster:

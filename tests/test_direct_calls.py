@@ -133,13 +133,19 @@ class RawClient:
         return poll_until(one, timeout, f"a {kind} answering {request_id}", interval=0)
 
     def lease(self, target):
-        self.n += 1
-        rid = f"lease-{self.n}"
-        assert self.push.send(self.scheduler, "lease_worker", pb.LeaseRequest(
-            request_id=rid, response_address=self.address, target=target))
-        m = self.recv("worker_lease", rid)
-        assert m.status == pb.OK and m.lease_id and m.worker_address, m
-        return m
+        """A lease on `target`, asked for again while no worker has a slot to lease (the
+        leases and calls of the tests before may hold them for a while)."""
+        def ask():
+            self.n += 1
+            rid = f"lease-{self.n}"
+            assert self.push.send(self.scheduler, "lease_worker", pb.LeaseRequest(
+                request_id=rid, response_address=self.address, target=target))
+            m = self.recv("worker_lease", rid)
+            if m.status == pb.NO_RESOURCES and "free slot" in m.reason:
+                return None
+            assert m.status == pb.OK and m.lease_id and m.worker_address, m
+            return m
+        return poll_until(ask, 15.0, f"a worker lease on {target!r}", interval=0.1)
 
     def release(self, lease):
         assert self.push.send(self.scheduler, "lease_worker", pb.LeaseRequest(
@@ -241,26 +247,39 @@ def test_a_lease_gives_its_worker_back_to_calls_that_wait(cluster):
     stop = threading.Event()
     renewer = None
     try:
-        lease = raw.lease("where")                 # every slot of an idle worker
-        assert lease.slots == 2, lease
+        lease = raw.lease("where")     # every slot of an idle worker but the scheduler's
+        assert lease.slots == 1, lease
+        revoked = []
 
         def keep_renewing():                       # a client using its lease all along
             while not stop.wait(0.2):
                 raw.push.send(raw.scheduler, "lease_worker", pb.LeaseRequest(
                     response_address=raw.address, renew=[lease.lease_id]))
+                while raw.pull.poll(0):            # this thread alone reads it meanwhile
+                    kind, payload = parse(recv_frame(raw.pull))
+                    m = pb.WorkerLease.FromString(payload) if kind == "worker_lease" else None
+                    if m is not None and m.revoked and m.lease_id == lease.lease_id:
+                        revoked.append(m.reason)
 
         renewer = threading.Thread(target=keep_renewing, daemon=True)
         renewer.start()
-        cb = cluster.client()
-        calls = [cb.call("slow", 1.0, timeout=30) for _ in range(3)]
-        ran_on = [c.get(30) for c in calls]
+        cb = cluster.client(direct=False)
+        calls = []
+
+        def one_more():       # until they fill every free slot (the windows vary) and wait
+            calls.append(cb.call("slow", 1.0, timeout=60))
+            return revoked
+        poll_until(one_more, 15.0, "the lease's revocation", interval=0.2)
+        ran_on = [c.get(60) for c in calls]
     finally:
         stop.set()
         if renewer is not None:
             renewer.join(5)
         raw.close()
-    # two fill the other worker's slots; the third waits, the lease is revoked, and it runs
-    # on the leased worker instead of waiting for the other worker's calls to end
+    # the first fill the free slots (the other worker's, and the leased worker's one
+    # that no lease takes); the next waits, the lease is revoked, and the leased worker
+    # runs calls
+    assert "wait for a free worker" in revoked[0], revoked
     assert lease.worker_id in ran_on, (lease.worker_id, ran_on)
 
 

@@ -2,9 +2,12 @@
 with two routings, the schedulers, the executor nodes (their node caches and workers) and the
 clients are given both addresses, and when one routing dies every call, registration and
 object read or write keeps working through the other, with no call failing."""
+import pytest
+
 import cloudburst
 
 
+@pytest.mark.slow     # about 10 s: the slow tier runs it (scripts/test_slow.sh)
 def test_calls_and_objects_keep_working_when_a_routing_dies():
     with cloudburst.LocalCluster(executor_nodes=1, executors_per_node=2,
                                  kvs_options={"routers": 2}) as cluster:

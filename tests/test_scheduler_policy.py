@@ -144,3 +144,33 @@ def test_a_function_goes_back_to_its_warm_worker_among_equally_loaded_ones():
     assert choose_executors(["f"], {}, busy, {}, rng, warm={"f": "a"}) == {"f": "b"}
     # a warm worker that is gone changes nothing
     assert choose_executors(["f"], {}, workers, {}, rng, warm={"f": "gone"}) == {"f": "b"}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 16)), min_size=2, max_size=6),
+       st.integers(0, 10_000))
+def test_leased_slots_limit_room_but_a_call_goes_where_the_fewest_calls_run(loads, seed):
+    """Slots leased to clients count in `outstanding` (the worker's room) but not as calls
+    running there: a call goes to a worker running the fewest placed calls, never behind a
+    call placed on another while a leased worker runs none."""
+    workers = [WorkerView(f"w{i}", "n1", f"tcp://w{i}", 0.0, placed + leased, leased=leased)
+               for i, (placed, leased) in enumerate(loads)]
+    got = choose_executors(["f"], {}, workers, {}, random.Random(seed))["f"]
+    fewest = min(placed for placed, _ in loads)
+    assert loads[int(got[1:])][0] == fewest
+
+
+def test_an_idle_leased_worker_is_chosen_over_one_running_a_call():
+    running = W("a", out=1)                     # one call placed, maybe a long one
+    leased = WorkerView("b", "n1", "tcp://b", 0.0, 11, leased=11)   # leased, idle maybe
+    for seed in range(10):
+        assert choose_executors(["f"], {}, [running, leased], {}, random.Random(seed)) == \
+            {"f": "b"}
+
+
+def test_among_equally_loaded_workers_the_unleased_one_is_chosen_even_over_the_warm_one():
+    leased = WorkerView("a", "n1", "tcp://a", 0.0, 3, leased=3)
+    free = W("b")
+    for seed in range(10):
+        assert choose_executors(["f"], {}, [leased, free], {}, random.Random(seed),
+                                warm={"f": "a"}) == {"f": "b"}

@@ -59,6 +59,7 @@ def test_it_never_outlives_its_grace_nor_leaves_calls_behind_early(grace, quiet,
             assert in_flight == 0 and now - (last_refusal or 0.0) >= quiet
 
 
+@pytest.mark.slow     # about 10 s: the slow tier runs it (scripts/test_slow.sh)
 def test_a_stopping_scheduler_ends_its_calls_and_sends_new_ones_elsewhere():
     with cloudburst.LocalCluster(executor_nodes=1, executors_per_node=2, schedulers=2,
                                  supervise=False, scheduler_stop_grace=10) as cluster:

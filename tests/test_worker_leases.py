@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from executor.leased import CANCELLED, LATE_GRACE, LeaseAdmission
-from scheduler.worker_leases import Lease, LeaseBook, Revoked
+from scheduler.worker_leases import SCHEDULER_SLOTS, Lease, LeaseBook, Revoked, leasable
 
 T = ["t0"]          # the worker's sources' schedules (opaque to the core)
 
@@ -275,3 +275,42 @@ def test_an_ended_lease_s_calls_are_cancelled_once_its_holder_is_gone_and_only_t
     assert book.gone(19.0) == [] and not book.idle()
     book.heard("C", 5.0, 12.0 + ENDED_KEEP)
     assert book.gone(13.0 + ENDED_KEEP) == [] and book.idle()
+
+
+# ---- which leases go back first, and what a lease may take ----
+def test_reclaim_takes_idle_workers_leases_first_then_the_oldest():
+    book = LeaseBook()
+    _grant(book, "L1", worker="w1", slots=2, now=0.0)          # oldest, on a busy worker
+    _grant(book, "L2", target="g", worker="w2", slots=2, now=1.0)
+    _grant(book, "L3", target="h", worker="w3", slots=2, now=2.0)
+    got = book.reclaim(1, {"w1": 1, "w2": 0})                  # w3 missing: 0 calls
+    assert [r.lease.lease_id for r in got] == ["L2"]
+    assert book.reserved() == {"w1": 2, "w3": 2}
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 4)), min_size=1, max_size=8),
+       st.dictionaries(st.sampled_from(["w0", "w1", "w2", "w3"]), st.integers(0, 3)),
+       st.integers(0, 12))
+def test_reclaim_covers_the_waiting_calls_from_the_least_loaded_workers(leases, loads, waiting):
+    book = LeaseBook(max_per_client=16)
+    for i, (worker, slots) in enumerate(leases):
+        _grant(book, f"L{i}", target=f"t{i}", worker=f"w{worker}", slots=slots, now=float(i))
+    before = {f"L{i}": (loads.get(f"w{w}", 0), i) for i, (w, _) in enumerate(leases)}
+    got = [r.lease for r in book.reclaim(waiting, loads)]
+    freed = sum(lease.slots for lease in got)
+    total = sum(slots for _, slots in leases)
+    # enough slots back for the waiting calls (all when fewer are leased), and no more
+    # leases than that takes
+    assert freed >= min(waiting, total)
+    assert not got or freed - got[-1].slots < waiting
+    # those taken back are the first in (calls placed on their worker, age) order
+    order = sorted(before, key=before.get)
+    assert [lease.lease_id for lease in got] == order[:len(got)]
+
+
+@given(st.integers(1, 16), st.integers(0, 20))
+def test_a_lease_never_takes_a_workers_last_free_slot(window, others):
+    n = leasable(window, others)
+    assert 0 <= n and (n == 0 or n + others + SCHEDULER_SLOTS <= window)
+    assert n == max(0, window - others - SCHEDULER_SLOTS)
