@@ -142,7 +142,8 @@ class Client(SchedulerChannel):
             asks for the lease, later ones skip the scheduler. A lease whose worker is held
             up by a long call is passed over (`cloudburst/stalls.py`): the calls made
             meanwhile go through the scheduler, which places them on a free worker. Calls that cannot go direct
-            (causal, actor, `output_key`, `Future` arguments, large arguments, exception
+            (causal, actor, `output_key`, `Reference` arguments, which the scheduler places
+            where their keys are cached, `Future` arguments, large arguments, exception
             retries) take the scheduler's path, and so does every call where no lease is
             granted (e.g. workers a worker host runs). False: every call through the
             scheduler.

@@ -145,9 +145,13 @@ class DirectPath:
     # ---- sending ----
     @staticmethod
     def eligible(call: pb.Call, stored: Sequence[str], inputs: Sequence[Any]) -> bool:
+        # a call naming a KVS key (a Reference) goes where that key is cached, which only
+        # the scheduler knows (its locality placement), not to whichever worker is leased
         return (call.consistency == pb.LWW and not call.output_key and not stored
                 and not inputs and not call.HasField("actor")
-                and not (call.HasField("retry") and call.retry.has_exceptions))
+                and not (call.HasField("retry") and call.retry.has_exceptions)
+                and not any(a.WhichOneof("kind") == "reference"
+                            for arglist in call.args.values() for a in arglist.args))
 
     def _live(self, key: Key, now: float) -> List[_Held]:
         """The target's leases still usable (lapsed ones are dropped, their usage kept)."""
