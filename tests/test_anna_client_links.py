@@ -22,6 +22,7 @@ import anna_core
 from anna_core import _core
 from anna_core.errors import KeyNotFound
 from hydro_proto import anna_pb2
+from sealed_link import frame, read_frame     # the 4-byte length framing of a link
 from waiting import poll_until
 
 REQUEST_ID = anna_pb2.KeyResponse.DESCRIPTOR.fields_by_name["request_id"].number
@@ -50,29 +51,6 @@ def first_answer(transport, cluster, key, request_id="r0"):
                              request_id, REQUEST_ID, 5.0)
     assert raw is not None, f"no answer from {worker}"
     return worker, anna_pb2.KeyResponse.FromString(raw)
-
-
-def raw_frame(payload: bytes) -> bytes:
-    return struct.pack("<I", len(payload)) + payload
-
-
-def read_frame(sock, deadline_s=5.0):
-    """One link frame from `sock`, or b"" if the worker closed the connection first."""
-    sock.settimeout(deadline_s)
-    data = b""
-    while len(data) < 4:
-        chunk = sock.recv(4 - len(data))
-        if not chunk:
-            return b""
-        data += chunk
-    (length,) = struct.unpack("<I", data)
-    body = b""
-    while len(body) < length:
-        chunk = sock.recv(length - len(body))
-        if not chunk:
-            return b""
-        body += chunk
-    return body
 
 
 def connect(link_address):
@@ -141,8 +119,8 @@ def test_an_authenticated_cluster_offers_only_a_secured_link():
             assert "#k=" in worker                 # a CURVE worker
             assert answer.link_address             # with a link next to it...
             with connect(answer.link_address) as s:
-                s.sendall(raw_frame(get_request("s", transport.address, "plain")))
-                assert read_frame(s) == b""        # ...that serves no plain request
+                s.sendall(frame(get_request("s", transport.address, "plain")))
+                assert read_frame(s) is None        # ...that serves no plain request
             for i in range(5):
                 assert transport.exchange(worker, "", get_request("s", transport.address, f"c{i}"),
                                           f"c{i}", REQUEST_ID, 5.0) is not None
@@ -171,7 +149,7 @@ def test_a_frame_above_the_limit_closes_that_link_and_the_worker_keeps_serving(p
     with connect(link) as s:
         s.sendall(struct.pack("<I", 0xFFFFFFF0))      # declares ~4 GiB: above the worker's limit
         s.sendall(b"x" * 1024)
-        assert read_frame(s) == b""                   # closed by the worker, not answered
+        assert read_frame(s) is None                   # closed by the worker, not answered
     assert client.get("big") == b"ok"
 
 
@@ -182,8 +160,8 @@ def test_bytes_that_are_not_a_request_are_dropped_and_the_link_keeps_serving(pla
     transport = _core.ClientTransport()              # only its address, for the deferred path
     try:
         with connect(link) as s:
-            s.sendall(raw_frame(b"\xff\xff\xff not protobuf"))
-            s.sendall(raw_frame(get_request("g", transport.address, "after-garbage")))
+            s.sendall(frame(b"\xff\xff\xff not protobuf"))
+            s.sendall(frame(get_request("g", transport.address, "after-garbage")))
             answer = anna_pb2.KeyResponse.FromString(read_frame(s))
             assert answer.request_id == "after-garbage"
             assert answer.tuples[0].error == anna_pb2.NO_ERROR
@@ -204,7 +182,7 @@ def test_connections_beyond_the_bound_are_refused_and_clients_fall_back_to_zerom
         def refused():
             extra = connect(link)
             try:
-                return read_frame(extra, 2.0) == b""
+                return read_frame(extra, 2.0) is None
             except socket.timeout:
                 return False
             finally:

@@ -49,14 +49,21 @@ def test_calls_right_after_a_put_read_it(client):
     assert stale == 0, f"{stale} of 100 calls read a value older than the client's put"
 
 
+def stale_causal_reads(client, key, reader, puts):
+    """Put 1..`puts` under `key` causally; after each, one call of `reader` per protocol
+    reads it. How many of those calls read a version older than the put before them."""
+    stale = 0
+    for i in range(1, puts + 1):
+        client.put(key, i, consistency="causal")
+        futures = [client.call(reader, key, consistency="causal", protocol=protocol)
+                   for protocol in ("hb", "ct", "opt", "con")]
+        stale += sum(f.get(timeout=20) < i for f in futures)
+    return stale
+
+
 def test_causal_calls_right_after_a_causal_put_read_it(client):
     key = fresh_key(client, "ccfg", consistency="causal", reader="read_causal")
-    stale = 0
-    for i in range(1, 26):
-        client.put(key, i, consistency="causal")
-        futures = [client.call("read_causal", key, consistency="causal",
-                               protocol=("hb", "ct", "opt", "con")[j]) for j in range(4)]
-        stale += sum(f.get(timeout=20) < i for f in futures)
+    stale = stale_causal_reads(client, key, "read_causal", 25)
     assert stale == 0, f"{stale} of 100 causal calls read a version older than the client's put"
 
 
@@ -177,12 +184,7 @@ def test_a_causal_call_with_a_large_session_reads_a_key_it_does_not_name(cluster
             client.put(f"filler-{i}-{uuid.uuid4().hex[:6]}", i, consistency="causal")
         key = fresh_key(client, "unnamed", consistency="causal", reader="read_unnamed")
         assert len(client.session) > WHOLE_UP_TO
-        stale = 0
-        for i in range(1, 16):
-            client.put(key, i, consistency="causal")
-            futures = [client.call("read_unnamed", key, consistency="causal",
-                                   protocol=("hb", "ct", "opt", "con")[j]) for j in range(4)]
-            stale += sum(f.get(timeout=20) < i for f in futures)
+        stale = stale_causal_reads(client, key, "read_unnamed", 15)
         assert stale == 0, f"{stale} of 60 causal calls read a version older than the put"
     finally:
         client.close()
