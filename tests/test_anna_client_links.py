@@ -214,11 +214,11 @@ def test_connections_beyond_the_bound_are_refused_and_clients_fall_back_to_zerom
     assert client.get("f") == b"v"
 
 
-def test_the_node_option_is_a_boolean_and_on_by_default():
+def test_the_node_option_is_a_boolean_and_off_by_default():
     from anna_core.config import ClusterConfig, NodeConfig
-    assert _core.parse_node_config('{"node_id": "n"}')["client_links"] is True
-    assert _core.parse_node_config('{"node_id": "n", "client_links": false}')["client_links"] is False
-    assert NodeConfig(node_id="n").client_links is True and ClusterConfig().client_links is True
+    assert _core.parse_node_config('{"node_id": "n"}')["client_links"] is False
+    assert _core.parse_node_config('{"node_id": "n", "client_links": true}')["client_links"] is True
+    assert NodeConfig(node_id="n").client_links is False and ClusterConfig().client_links is False
     with pytest.raises(ValueError, match="client_links must be a boolean"):
         _core.parse_node_config('{"node_id": "n", "client_links": "yes"}')
 
