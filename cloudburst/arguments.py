@@ -11,6 +11,8 @@ Contract: `encode(args, kwargs)` is the `ArgumentList` of one function's argumen
 - A top-level `Reference` travels as its key (resolved on the executor); anything else is
   pickled. A `Future` inside another value cannot be pickled: `TypeError` naming it.
 - Keyword names must be identifiers (`TypeError` otherwise).
+`referenced_keys(call)` lists the keys a `Call`'s `Reference`s name, every function's
+positional then keyword arguments, functions in name order.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from faas.values import encode_args
 
 from .futures import Future
 
-__all__ = ["encode", "futures_in", "merge_keywords"]
+__all__ = ["encode", "futures_in", "merge_keywords", "referenced_keys"]
 
 
 def _one(value: Any) -> pb.Argument:
@@ -70,3 +72,14 @@ def merge_keywords(kwargs: Any, keywords: Mapping[str, Any]) -> dict:
     if both:
         raise TypeError(f"keyword argument(s) {both} given both in kwargs= and directly")
     return {**kwargs, **keywords}
+
+
+def referenced_keys(call: pb.Call) -> List[str]:
+    """The KVS keys `call`'s arguments name by `Reference` (see the module contract)."""
+    keys = []
+    for fn in sorted(call.args):
+        arglist = call.args[fn]
+        for a in list(arglist.args) + [arglist.kwargs[k] for k in sorted(arglist.kwargs)]:
+            if a.WhichOneof("kind") == "reference":
+                keys.append(a.reference)
+    return keys

@@ -71,6 +71,7 @@ from hydro_proto import cloudburst_pb2 as pb
 from faas.errors import CloudburstError
 from runtime.sockets import PushCache
 
+from .arguments import referenced_keys
 from .stalls import CallTimes, held_up
 
 __all__ = ["DirectPath", "LeaseOwner", "RETRY_ASK", "MAX_QUEUED", "MAX_SPREAD"]
@@ -150,8 +151,7 @@ class DirectPath:
         return (call.consistency == pb.LWW and not call.output_key and not stored
                 and not inputs and not call.HasField("actor")
                 and not (call.HasField("retry") and call.retry.has_exceptions)
-                and not any(a.WhichOneof("kind") == "reference"
-                            for arglist in call.args.values() for a in arglist.args))
+                and not referenced_keys(call))
 
     def _live(self, key: Key, now: float) -> List[_Held]:
         """The target's leases still usable (lapsed ones are dropped, their usage kept)."""

@@ -23,6 +23,8 @@ from typing import Any, Dict, Iterable, Optional, Tuple
 from hydro_proto import cloudburst_pb2 as pb
 from hydrocache.session import MAX_SENT_KEYS, Session
 
+from .arguments import referenced_keys
+
 __all__ = ["ClientSession", "WHOLE_UP_TO", "named_keys"]
 
 WHOLE_UP_TO = 64    # floors a session sends whole even to a call that names its keys
@@ -90,12 +92,4 @@ def named_keys(call: pb.Call) -> Optional[list]:
     """The keys a causal call names (every reference among its arguments, in order), the
     floors it carries when its session is large; None for other calls (they carry it whole:
     their functions' reads of keys they do not name are common, and each would be re-read)."""
-    if call.consistency != pb.CAUSAL:
-        return None
-    keys = []
-    for fn in sorted(call.args):
-        lst = call.args[fn]
-        for a in list(lst.args) + [lst.kwargs[k] for k in sorted(lst.kwargs)]:
-            if a.WhichOneof("kind") == "reference":
-                keys.append(a.reference)
-    return keys
+    return referenced_keys(call) if call.consistency == pb.CAUSAL else None

@@ -10,8 +10,8 @@ warm-worker map, stats and push cache it uses):
   NO_RESOURCES when no worker has a free slot, calls wait in the queue, or the target cannot take the
   direct path: functions that retry exceptions, DAGs too large to forward).
 - A grant places the whole target on one worker with a free slot (its window,
-  `scheduler/window.py`, less its outstanding calls and leased slots, less one slot a lease
-  never takes: `worker_leases.leasable`), the target's warm
+  `scheduler/window.py`, less its outstanding calls and leased slots, less the slots kept
+  for the scheduler: `worker_leases.leasable`, none now), the target's warm
   worker first (`scheduler/policy.py`: the client's call that asked is placed just before),
   else the least loaded, with the slots it has free; a request with `spread` (a client whose
   calls queue at it) excludes the workers that client already holds the target on. A

@@ -41,3 +41,22 @@ def test_the_targets_remembered_are_bounded_and_the_latest_kept(targets, bound):
         times.observe(t, 1.0)
         assert times.patience(t) == max(FLOOR, FACTOR)     # the one just heard is kept
     assert len(times) <= bound
+
+
+def test_a_call_naming_a_key_by_reference_takes_the_schedulers_path():
+    """The scheduler places such a call where its key is cached; a lease would not."""
+    from cloudburst import Reference
+    from cloudburst.arguments import encode, referenced_keys
+    from cloudburst.direct import DirectPath
+    from hydro_proto import cloudburst_pb2 as pb
+
+    def call(args, kwargs):
+        c = pb.Call(consistency=pb.LWW)
+        c.args["f"].CopyFrom(encode(args, kwargs))
+        return c
+    plain = call([1, "x"], {"y": 2})
+    positional = call([Reference("k1"), 1], {})
+    keyword = call([1], {"y": Reference("k2")})
+    assert referenced_keys(plain) == [] and DirectPath.eligible(plain, (), ())
+    assert referenced_keys(positional) == ["k1"] and not DirectPath.eligible(positional, (), ())
+    assert referenced_keys(keyword) == ["k2"] and not DirectPath.eligible(keyword, (), ())
