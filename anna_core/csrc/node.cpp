@@ -36,6 +36,7 @@ struct Node::Shared {
   std::vector<std::string> addresses;
   std::unordered_map<std::string, std::string> rewrite;  // tcp -> inproc, this node's workers
   std::size_t push_sockets = PushCache::kDefaultCapacity;  // per worker, after the fd check
+  std::size_t max_links = WorkerLinks::kDefaultMaxLinks;   // per worker (links_for)
   std::unique_ptr<ZapHandler> zap;  // with authentication; started before any worker binds
   mutable std::mutex stats_mu;                          // per-epoch publication only
   std::vector<NodeWorkerStats> stats;
@@ -138,6 +139,13 @@ std::size_t push_sockets_for(const NodeConfig& cfg, std::uint64_t limit, std::si
   return std::min(wanted, std::max(fit, kMinPushSockets));
 }
 
+std::size_t links_for(const NodeConfig& cfg, std::uint64_t limit) {
+  std::uint64_t reserve = std::max<std::uint64_t>(kMinReservedFds, limit / 4);
+  std::uint64_t share = reserve / (2 * static_cast<std::uint64_t>(std::max(cfg.threads, 1)));
+  return static_cast<std::size_t>(
+      std::min<std::uint64_t>(WorkerLinks::kDefaultMaxLinks, std::max<std::uint64_t>(share, 4)));
+}
+
 namespace {
 
 // What a worker may keep open: push_sockets_for() with this process' soft descriptor limit
@@ -219,8 +227,8 @@ class WorkerThread {
       // Client links (secured with the node's CURVE keys when it authenticates), not with
       // capacity emulation, which paces the ZeroMQ socket alone.
       if (cfg.client_links && cfg.service_rate == 0)
-        links_ = std::make_unique<WorkerLinks>(cfg.ip, max_message_bytes(cfg),
-                                               WorkerLinks::kDefaultMaxLinks, where(), cfg.curve);
+        links_ = std::make_unique<WorkerLinks>(cfg.ip, max_message_bytes(cfg), sh_->max_links,
+                                               where(), cfg.curve);
     } catch (const std::exception& e) {
       if (pull_ != nullptr) zmq_close(pull_);
       pull_ = nullptr;
@@ -564,6 +572,11 @@ void Node::start() {
   // default of 1023 sockets per context would run out first otherwise. ZeroMQ counts a closed
   // socket until it is reaped, so this also bounds sockets closed but not yet gone.
   sh->push_sockets = push_sockets_now(config_);
+  {
+    struct rlimit lim {};
+    if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY)
+      sh->max_links = links_for(config_, static_cast<std::uint64_t>(lim.rlim_cur));
+  }
   push_sockets_ = sh->push_sockets;
   long long cache_sockets = static_cast<long long>(PushCache::descriptors_for(sh->push_sockets) /
                                                    PushCache::kFdsPerSocket);

@@ -163,6 +163,12 @@ constexpr std::size_t kMinPushSockets = 16;
 // PushCache::descriptors_for() fits in limit - in_use - reserve (see the contract).
 std::size_t push_sockets_for(const NodeConfig& cfg, std::uint64_t limit, std::size_t in_use);
 
+// The client links each of cfg.threads workers keeps open (at most
+// WorkerLinks::kDefaultMaxLinks, at least 4) when the process may open `limit` descriptors:
+// together half of the reserve push_sockets_for() leaves, so links never take the
+// descriptors the node's ZeroMQ sockets need.
+std::size_t links_for(const NodeConfig& cfg, std::uint64_t limit);
+
 // Pins the calling thread to one core; returns false (with errno-style reason) on failure.
 bool pin_current_thread(int core, std::string* why);
 
