@@ -76,6 +76,8 @@ ClientTransport::ClientTransport(const std::string& ip, CurveKeys keys,
     const std::string wildcard = "tcp://0.0.0.0:";
     if (address_.rfind(wildcard, 0) == 0) address_ = "tcp://127.0.0.1:" + address_.substr(wildcard.size());
     if (keys.enabled()) address_ = keyed_address(address_, keys.public_key);
+    std::size_t fd_size = sizeof pull_fd_;
+    if (zmq_getsockopt(pull_, ZMQ_FD, &pull_fd_, &fd_size) != 0) pull_fd_ = -1;
     push_ = std::make_unique<PushCache>(ctx_, std::unordered_map<std::string, std::string>{},
                                         max_sockets, keys, /*linger_ms=*/0);
   } catch (...) {
@@ -487,7 +489,11 @@ ClientTransport::Wait ClientTransport::collect(
     long ms = static_cast<long>((std::max<long long>(wait, 0) + 999) / 1000);
     items_.clear();
     polled_.clear();
-    items_.push_back(zmq_pollitem_t{pull_, 0, ZMQ_POLLIN, 0});
+    // The answer socket through its ZMQ_FD (recv_one found it empty just now, so a message
+    // arriving makes that descriptor readable): zmq_poll on the socket itself would process
+    // its mailbox before and after the wait, two more syscalls a request.
+    if (pull_fd_ >= 0) items_.push_back(zmq_pollitem_t{nullptr, pull_fd_, ZMQ_POLLIN, 0});
+    else items_.push_back(zmq_pollitem_t{pull_, 0, ZMQ_POLLIN, 0});
     for (const auto& [address, link] : links_) {
       short events = link->state == Link::State::kConnecting ? ZMQ_POLLOUT : ZMQ_POLLIN;
       items_.push_back(zmq_pollitem_t{nullptr, link->fd, events, 0});

@@ -170,6 +170,7 @@ class ClientTransport {
 
   void* ctx_ = nullptr;
   void* pull_ = nullptr;
+  int pull_fd_ = -1;  // its ZMQ_FD
   std::unique_ptr<ZapHandler> zap_;
   std::unique_ptr<PushCache> push_;
   std::string address_;
