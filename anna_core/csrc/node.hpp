@@ -20,8 +20,10 @@
 //     least kMinReservedFds) for everything else; the context's ZMQ_MAX_SOCKETS is set to hold
 //     them all and no more. cache_descriptors() is what the workers' caches may hold in all
 //     (a process hosting the node keeps it out of its own sockets' budget).
-//   * A worker loop: zmq_poll with a timeout (at most 50 ms, and never past the next epoch),
-//     then drain up to 1024 messages, each [kind][payload] or, for a client request that fits
+//   * A worker loop: zmq_poll with a timeout (at most 50 ms, and never past the next epoch)
+//     on the PULL socket's ZMQ_FD (not the socket: no mailbox round before and after each
+//     wait) and the client links; the socket is read until it has nothing left before the
+//     loop waits on that descriptor again; then drain up to 1024 messages, each [kind][payload] or, for a client request that fits
 //     one frame, [payload] alone (kind "request" implied: one CURVE box less per request);
 //     malformed messages (no frame, unknown kind, unparsable payload) are logged and dropped.
 //     The answers of a batch are sent when it ends, or once 64 messages or 1 MiB wait: the
