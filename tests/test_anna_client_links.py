@@ -255,7 +255,7 @@ def cpu_seconds(pid):
 
 
 @pytest.mark.skipif(shutil.which("prlimit") is None, reason="needs util-linux prlimit")
-def test_a_full_descriptor_table_pauses_accepting_instead_of_spinning():
+def test_a_full_descriptor_table_refuses_links_instead_of_spinning():
     cluster = anna_core.LocalCluster(memory_threads=1, auth=False, warn_auth_off=False,
                                      client_links=True)
     cluster.start()
