@@ -12,8 +12,11 @@ client's `LeaseOwner` side (sending to a scheduler, delivering an answer to a wa
   DAG without an `output_key`, `Future` arguments, arguments stored by reference, their own
   exception retries, and that are not actor calls. Everything else takes the scheduler's
   path, as does every call while no lease with a free slot is held.
-- `send(call)` sends `call` direct and returns the lease's scheduler if a live lease of its
-  target has a free slot (the call then counts against it until its answer arrives). When
+- `send(call)` first has the owner read the answers that have arrived when direct calls
+  are out (`read_arrived`): so a burst's calls go to slots freed while it is being sent,
+  and a lease is judged held up (below) only on answers the client has read. It sends
+  `call` direct and returns the lease's scheduler if a live lease of its target has a free
+  slot (the call then counts against it until its answer arrives). When
   the client holds live leases of the target but every slot is in use, the call waits in
   the client's own queue for a slot of those leases, as Ray's owners queue against the
   workers they lease (at most `MAX_QUEUED` calls; beyond, the scheduler's path), and the
@@ -98,6 +101,10 @@ class LeaseOwner(Protocol):
         """Send a `lease_worker` request (to scheduler `to`, or the current one)."""
 
     def deliver(self, result: pb.CallResult) -> None: ...
+
+    def read_arrived(self) -> None:
+        """Hand out the answers that have arrived (`on_result`, `on_lease`), without
+        waiting; nothing if another thread is reading them."""
 
 
 @dataclass
@@ -198,6 +205,12 @@ class DirectPath:
             self._ask.append((self._renewal(held), held.scheduler))
 
     def send(self, call: pb.Call) -> Optional[str]:
+        if self._calls:
+            # calls are out: take the answers that arrived first. A burst's calls then go
+            # to the slots freed while it is still being sent (not when its caller starts
+            # to wait), and a lease is judged held up on the answers it gave, not on
+            # answers the client had not read yet
+            self._owner.read_arrived()
         key = (call.dag or call.function, bool(call.dag))
         now = time.monotonic()
         with self._lock:
