@@ -13,8 +13,9 @@ client's `LeaseOwner` side (sending to a scheduler, delivering an answer to a wa
   exception retries, and that are not actor calls. Everything else takes the scheduler's
   path, as does every call while no lease with a free slot is held.
 - `send(call)` first has the owner read the answers that have arrived when direct calls
-  are out (`read_arrived`): so a burst's calls go to slots freed while it is being sent,
-  and a lease is judged held up (below) only on answers the client has read. It sends
+  are out (`read_arrived`, at most every `READ_EVERY` s): so a burst's calls go to slots
+  freed while it is being sent, and a lease is judged held up (below) on the answers its
+  worker gave, not on answers the client had not read. It sends
   `call` direct and returns the lease's scheduler if a live lease of its target has a free
   slot (the call then counts against it until its answer arrives). When
   the client holds live leases of the target but every slot is in use, the call waits in
@@ -77,7 +78,7 @@ from runtime.sockets import PushCache
 from .arguments import referenced_keys
 from .stalls import CallTimes, held_up
 
-__all__ = ["DirectPath", "LeaseOwner", "RETRY_ASK", "MAX_QUEUED", "MAX_SPREAD"]
+__all__ = ["DirectPath", "LeaseOwner", "RETRY_ASK", "MAX_QUEUED", "MAX_SPREAD", "READ_EVERY"]
 
 log = logging.getLogger("cloudburst.client")
 
@@ -87,6 +88,7 @@ MAX_SPREAD = 8           # leases one client holds of one target (one per worker
 MAX_BATCH = 64           # calls in one direct_batch message
 MARGIN = 0.2             # seconds before its end a lease is no longer used (in flight to it)
 MAX_LATENCIES = 64       # latencies reported per lease and report (bounded)
+READ_EVERY = 0.005       # seconds between reads of the answers while a burst is being sent
 
 
 class LeaseOwner(Protocol):
@@ -149,6 +151,7 @@ class DirectPath:
         # sweep over the leases (0: sweep; any lease news resets it)
         self._quiet_until = 0.0
         self._times = CallTimes()          # each target's usual direct-call time
+        self._read_at = 0.0                # when `send` last had the answers read
 
     # ---- sending ----
     @staticmethod
@@ -205,14 +208,16 @@ class DirectPath:
             self._ask.append((self._renewal(held), held.scheduler))
 
     def send(self, call: pb.Call) -> Optional[str]:
-        if self._calls:
+        now = time.monotonic()
+        if self._calls and now - self._read_at >= READ_EVERY:
             # calls are out: take the answers that arrived first. A burst's calls then go
             # to the slots freed while it is still being sent (not when its caller starts
             # to wait), and a lease is judged held up on the answers it gave, not on
-            # answers the client had not read yet
+            # answers the client had not read yet. At most every READ_EVERY s, so the
+            # slots freed meanwhile take the queued calls in one direct_batch
+            self._read_at = now
             self._owner.read_arrived()
         key = (call.dag or call.function, bool(call.dag))
-        now = time.monotonic()
         with self._lock:
             leases = self._live(key, now)
             if not leases:
