@@ -1,7 +1,7 @@
 """CPU per call per process on the direct leased path, optionally with py-spy profiles.
 
-    python benchmarks/hotpath_cpu.py [--mode burst|dag] [--calls N] [--profile DIR]
-                                     [--root CHECKOUT]
+    python benchmarks/hotpath_cpu.py [--mode burst|dag] [--calls N] [--repeat K]
+                                     [--profile DIR] [--rate HZ] [--top N] [--root CHECKOUT]
 
 Starts a LocalCluster (1 executor node, 2 workers) of the checkout at `--root` (default: this
 one) in this process, warms it, then runs one measured phase with `Client(direct=True)`:
@@ -10,10 +10,15 @@ one) in this process, warms it, then runs one measured phase with `Client(direct
 It reads each process's CPU time (user + system, from psutil) before and after the phase
 and prints, per process (the client, i.e. this process, and each service process of the
 cluster, named by its command line), the CPU microseconds per call, and the phase's wall
-time. With `--profile DIR` it runs `py-spy record --nonblocking` on every one of those
-processes during the phase and writes one raw collapsed-stack file per process into DIR (collapsed stacks, for any flame graph tool); `--top N` then prints the N functions with the most samples (own
-time) of each process from the collapsed stacks.
-Prints a JSON summary last (also written with `--json PATH`).
+time. `--repeat K` runs the phase K times (their calls add up). With `--profile DIR` it
+runs `py-spy record --nonblocking` (`--rate` samples per second) on every one of those
+processes during the phase and writes one collapsed-stack file per process into DIR (for
+any flame graph tool); the summary then lists, per process, the `--top N` frames with the
+most own samples and the most inclusive ones. py-spy counts a thread waiting inside
+ZeroMQ's C code (`poll`, `recv`) as busy, so read those frames as waits.
+`leases` in the summary: the client's worker leases after the phase (empty: they were
+revoked or lapsed, and its calls went through the scheduler).
+Prints a JSON summary (also written with `--json PATH`).
 """
 from __future__ import annotations
 
