@@ -15,7 +15,16 @@ Contract:
 - `descriptor_budget()` is that number for this process, computed once, at first use, from
   the soft limit and `/proc/self/fd`; `claim_descriptors(n)` lowers it (before or after its
   first use) for descriptors another part of the process will open.
-Nothing here keeps a socket; `runtime.sockets` enforces the budget.
+- The budget counts the sockets a cache holds, not those it closed: ZeroMQ closes a socket
+  asynchronously (its reaper and I/O threads release the mailbox and the connection later,
+  far later on a loaded machine, while a flood keeps closing and opening). So a cache also
+  looks at what is really open: `sockets_openable(limit, open_now)` is the pure rule, how
+  many more sockets may be opened while `open_now` descriptors are open, keeping the process
+  below `descriptor_ceiling(limit)` (the limit less half the reserve: the other half stays
+  for bound sockets' peers and everything else). `open_descriptors()` is cheap where the
+  kernel reports the count as the size of `/proc/self/fd` (one `stat`); `cheap_only=True`
+  says None rather than list the directory.
+Nothing here keeps a socket; `runtime.sockets` enforces the budget and the ceiling.
 """
 from __future__ import annotations
 
@@ -30,7 +39,7 @@ except ImportError:                       # not a POSIX platform
     resource = None  # type: ignore[assignment]
 
 __all__ = ["raise_descriptor_limit", "descriptor_limit", "open_descriptors", "reserve",
-           "socket_budget", "descriptor_budget", "claim_descriptors", "FDS_PER_SOCKET",
+           "socket_budget", "descriptor_ceiling", "sockets_openable", "descriptor_budget", "claim_descriptors", "FDS_PER_SOCKET",
            "MIN_SOCKETS"]
 
 log = logging.getLogger("runtime.limits")
@@ -55,6 +64,19 @@ def socket_budget(limit: int, in_use: int, claimed: int = 0) -> int:
     """How many cache sockets fit (see the module contract); at least MIN_SOCKETS."""
     free = limit - in_use - claimed - reserve(limit)
     return max(MIN_SOCKETS, free // FDS_PER_SOCKET)
+
+
+def descriptor_ceiling(limit: int) -> int:
+    """Socket caches open a socket only while the process has fewer descriptors open than
+    this: the limit less half the reserve (the cache's budget leaves the whole reserve; the
+    first half absorbs sockets closed but not yet released by ZeroMQ's threads)."""
+    return limit - reserve(limit) // 2
+
+
+def sockets_openable(limit: int, open_now: int) -> int:
+    """How many more sockets (FDS_PER_SOCKET descriptors each) the caches may open while
+    `open_now` descriptors are open, staying below `descriptor_ceiling(limit)`; 0 when none."""
+    return max(0, (descriptor_ceiling(limit) - open_now) // FDS_PER_SOCKET)
 
 
 def _nr_open() -> int:
@@ -98,8 +120,18 @@ def descriptor_limit() -> int:
     return _nr_open() if soft == resource.RLIM_INFINITY else int(soft)
 
 
-def open_descriptors() -> Optional[int]:
-    """How many descriptors this process has open (None where it cannot tell)."""
+def open_descriptors(cheap_only: bool = False) -> Optional[int]:
+    """How many descriptors this process has open (None where it cannot tell). One `stat`
+    where the kernel reports the count as the size of /proc/self/fd (Linux 6.2 on), else a
+    directory listing (not with `cheap_only`: None then)."""
+    try:
+        size = os.stat("/proc/self/fd").st_size
+        if size > 0:
+            return size
+    except OSError:
+        pass
+    if cheap_only:
+        return None
     for path in ("/proc/self/fd", "/dev/fd"):
         try:
             return len(os.listdir(path))

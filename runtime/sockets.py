@@ -22,8 +22,17 @@ Contract:
   together stay below the context's MAX_SOCKETS (less `CONTEXT_RESERVE` for bound and client
   sockets), and all the caches of the process together stay within
   `runtime.limits.descriptor_budget()` (what the descriptor limit leaves); short of either, a
-  cache closes its least recently used socket at once. So a flood of distinct addresses never
-  exhausts the process' descriptors, and bound sockets keep accepting new peers.
+  cache closes its least recently used socket at once. Those budgets count the sockets a cache
+  holds, but ZeroMQ releases a closed socket's descriptors later, in its own threads (far
+  later on a loaded machine, while a flood closes and opens sockets by the thousand), so a
+  cache also opens a socket only while the process' descriptors really open stay below
+  `runtime.limits.descriptor_ceiling` (counted before each new socket by one `stat`; where
+  only a directory listing counts them, again once the sockets opened since could have spent
+  the room last seen). Short of room, it closes its
+  least recently used socket at once and waits for ZeroMQ to release closed sockets for at
+  most `REAPER_WAIT` (0.5 s); then it drops the send (logged, returns False). So a flood of
+  distinct addresses never exhausts the process' descriptors, and bound sockets keep
+  accepting new peers.
   A new socket refused with EMFILE (closed sockets not yet reaped by ZeroMQ's reaper thread)
   is retried for at most `REAPER_WAIT` (0.5 s) before the send is dropped.
   It is not thread-safe; each thread that sends keeps its own.
@@ -62,7 +71,7 @@ import zmq
 from .auth import (Credentials, format_address, make_client, make_server, parse_address,
                    strip_key)
 from .framing import MAX_FRAME_BYTES, encode, send, send_kind, send_request, split
-from .limits import descriptor_budget
+from .limits import descriptor_budget, descriptor_limit, open_descriptors, sockets_openable
 
 __all__ = ["bind_pull", "check_address", "endpoint_of", "ipc_dir_of", "PushCache",
            "connect_options", "CONNECT_TIMEOUT_MS", "ZERO_COPY_BYTES", "DEFAULT_MAX_FRAME_BYTES", "DEFAULT_MAX_SOCKETS",
@@ -234,6 +243,39 @@ def _budgets_of(context: zmq.Context) -> Tuple[_Budget, _Budget]:
         return budget, _process_budget
 
 
+class _Ceiling:
+    """The process' descriptors really open, against `limits.descriptor_ceiling`: sockets
+    closed but not yet released by ZeroMQ's threads are counted too. Looked at before every
+    new socket where the count is one `stat`; where it takes a directory listing, again only
+    once the sockets opened since the last look could have spent the room it showed (each at
+    most `FDS_PER_SOCKET` descriptors)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.credit = 0            # sockets that may still be opened without listing
+        self.open_now = 0          # what the last look saw
+
+    def take(self) -> bool:
+        """One more socket may be opened (False: the process is at its ceiling now)."""
+        with self.lock:
+            seen = open_descriptors(cheap_only=True)
+            if seen is not None:
+                self.open_now = seen
+                return sockets_openable(descriptor_limit(), seen) > 0
+            if self.credit <= 0:
+                seen = open_descriptors()
+                self.open_now = -1 if seen is None else seen
+                self.credit = 1 << 30 if seen is None \
+                    else sockets_openable(descriptor_limit(), seen)
+            if self.credit <= 0:
+                return False
+            self.credit -= 1
+            return True
+
+
+_ceiling = _Ceiling()
+
+
 class _Entry:
     __slots__ = ("socket", "last_use")
 
@@ -267,6 +309,7 @@ class PushCache:
         self._lingering: "collections.deque[float]" = collections.deque()   # until when
         self.evictions = 0      # sockets closed to stay within the bounds
         self.refused = 0        # sends refused for a malformed address
+        self.descriptor_waits = 0   # pauses for closed sockets' descriptors to be released
 
     def __len__(self) -> int:
         return len(self._sockets)
@@ -292,6 +335,14 @@ class PushCache:
         # socket that lingered would still count).
         while not self._take(now):
             self._evict(now, may_linger=False)
+        if not _ceiling.take():
+            if self._sockets:                 # one of ours closes at once to make room
+                self._evict(now, may_linger=False)
+            if not self._wait_for_descriptors():
+                self._give()
+                raise zmq.ZMQError(errno.EMFILE,
+                                   f"{_ceiling.open_now} descriptors open, at the ceiling for "
+                                   f"sockets; closed ones not released within {REAPER_WAIT} s")
         try:
             s = self._new_push_socket()
         except BaseException:
@@ -327,6 +378,20 @@ class PushCache:
                     raise
             time.sleep(pause)
             pause = min(pause * 2, 0.02)
+
+    def _wait_for_descriptors(self) -> bool:
+        """Room for one more socket below the process' descriptor ceiling (`_Ceiling`),
+        waiting at most `REAPER_WAIT` (bounded back-off) for ZeroMQ's threads to release
+        sockets closed just before; False if there is still none."""
+        deadline = time.monotonic() + REAPER_WAIT
+        pause = 0.001
+        while not _ceiling.take():
+            if time.monotonic() >= deadline:
+                return False
+            self.descriptor_waits += 1
+            time.sleep(pause)
+            pause = min(pause * 2, 0.02)
+        return True
 
     def _take(self, now: float) -> bool:
         """One socket from the context's budget and from the process' descriptors."""
