@@ -374,8 +374,8 @@ def main():
     ap.add_argument("--ha", choices=["routing", "all"], default="routing",
                     help="with --e2e, the no-single-point steps: 'routing' (default) kills a "
                          "routing pod under load; 'all' also kills a scheduler pod, upgrades "
-                         "every tier and restarts a disk pod (scripts/k8s/real_ha.py; the "
-                         "upgrade does not pass reliably yet, see k8s/README.md)")
+                         "every tier and restarts a disk pod (scripts/k8s/real_ha.py; its "
+                         "record: k8s/README.md)")
     ap.add_argument("--hold-on-failure", type=float, default=0, metavar="SECONDS",
                     help="on a failure, keep the cluster up for at most SECONDS to look at "
                          "it (kubectl --kubeconfig as printed); creating the file printed "

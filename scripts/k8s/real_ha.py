@@ -148,6 +148,7 @@ def ha(c, h: Dict[str, Any]) -> None:
     except AssertionError as e:
         load_failure = e
         say(f"the load failed; going on to the disk step first: {e}"[:600])
+    _scheduler_views(c)
 
     # ---- 2. the disk tier keeps its keys across a pod restart ----
     # every routing pod now (the upgrade replaced them all): replication changes reach each
@@ -190,6 +191,25 @@ def _load_summary(c, h, phases, set_phase) -> None:
         # passed: the load's client may close (on a failure it stays open for a look)
         set_phase("exit")
         c.kubectl("-n", NS, "delete", "pod", LOAD, "--wait=false", check=False)
+
+
+# what a scheduler logs when its view of the executors changes (scheduler/executor_events.py,
+# scheduler/server.py): read after a failed load to tell which scheduler lost which workers
+VIEW_LINES = ("dropped from scheduling", "warm-up over", "drain", "joined", "stopping",
+              "stopped after")
+
+
+def _scheduler_views(c) -> None:
+    """Print every scheduler pod's log lines about its view of the executors."""
+    pods = json.loads(c.kubectl("-n", NS, "get", "pods", "-l",
+                                "app.kubernetes.io/name=cloudburst-scheduler", "-o", "json",
+                                check=False).stdout or '{"items": []}')
+    for p in pods["items"]:
+        name = p["metadata"]["name"]
+        text = c.kubectl("-n", NS, "logs", name, "--timestamps", check=False).stdout or ""
+        lines = [ln for ln in text.splitlines() if any(k in ln for k in VIEW_LINES)]
+        say(f"scheduler {name} (started {p['status'].get('startTime')}): "
+            f"{len(lines)} view lines, the last 40:\n  " + "\n  ".join(ln[:300] for ln in lines[-40:]))
 
 
 def _disk_restart(c, h, admin, kill_pod, remade, pod) -> None:
