@@ -128,6 +128,9 @@ def run_cloudburst(root: str, calls: int, workers: int, direct: bool = False,
                          capture_output=True, text=True, timeout=600, env=env,
                          cwd=root)   # `python -m` services import from their working directory
     data = _result(out, "CB_RESULT")
+    if data["auth"] != auth:
+        raise bench_security.SecurityMismatch(f"asked for auth={auth}, the cluster at {root} "
+                                              f"ran auth={data['auth']}")
     if not data["module"].startswith(os.path.realpath(root)) and \
             not data["module"].startswith(root):
         raise RuntimeError(f"the run imported {data['module']}, not the checkout at {root}")
