@@ -218,7 +218,7 @@ class NodeConfig:
     # its own TCP listener, so a request passes no ZeroMQ I/O thread. With key_dir the links
     # are secured: a CURVE key handshake (the keys and roles the node admits), then every
     # frame sealed.
-    client_links: bool = knob(False, help="workers also serve clients over their own TCP "
+    client_links: bool = knob(True, help="workers also serve clients over their own TCP "
                                          "links (secured with the node's keys with key_dir)")
     # The cluster's CURVE key directory (runtime.auth, `anna keys DIR`); None: no
     # authentication. Read by the node process, never sent to the kernel as a path.
@@ -461,10 +461,8 @@ class ClusterConfig:
     handoff_window_ms: int = 5000     # NodeConfig.handoff_window_ms: new owners read through
     auth: bool = True
     key_dir: Optional[str] = None
-    # NodeConfig.client_links for every node (secured links when auth is on). Off: a worker
-    # at its descriptor limit cannot accept a link that the client's kernel already
-    # connected, and a request written on it waits for its deadline.
-    client_links: bool = False
+    # NodeConfig.client_links for every node (secured links when auth is on).
+    client_links: bool = True
     warn_auth_off: bool = True
     # Autoscaling: False (off), True (the local defaults of autoscale.PolicyConfig, with this
     # cluster's fault tolerance and minimums), a dict of PolicyConfig knobs (the same, with

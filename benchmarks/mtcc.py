@@ -43,7 +43,10 @@ milliseconds per successful DAG of this process and every process below it (the 
 the measured calls: steadier than time on a shared machine. `--throughput` is the preset of
 that workload: 8 client threads, 2 executor nodes x 2 workers, 30 keys per cell, Zipf 1.5,
 linear DAG, 20 s per mode, every mode (LWW in the same run), and prints each mode's
-throughput over LWW's (goal: HB >= 0.6x; OPT gives up on no DAG).
+throughput over LWW's (goal: HB >= 0.6x; OPT gives up on no DAG); an explicit flag overrides
+the preset's value, e.g. `--throughput --zipfs 1.0` for OPT's aborts at Zipf 1 (goal < 5 %).
+The CPU per DAG is also split by role (clients, scheduler, node, worker, kvs).
+`--root DIR` runs the cluster from the code at DIR (an earlier checkout: "before" figures).
 """
 from __future__ import annotations
 
@@ -345,10 +348,11 @@ def put_cost(kvs: Any, n: int, keys: int = 50, block: int = 50) -> Dict[str, Any
     return {q: summary(out) for q, out in samples.items()}
 
 
-def tree_cpu_seconds() -> float:
-    """User and system CPU seconds of this process and every process below it (the cluster),
-    from /proc (Linux)."""
-    stats: Dict[int, Tuple[int, float]] = {}     # pid -> (parent, CPU seconds)
+def tree_cpu_by_role() -> Dict[str, float]:
+    """User and system CPU seconds of this process ("clients") and of every process below it
+    (the cluster), by role: "scheduler", "node" (an executor node with its cache), "worker"
+    (an executor worker), "kvs" (Anna) and "other"; from /proc (Linux)."""
+    stats: Dict[int, Tuple[int, float, str]] = {}     # pid -> (parent, CPU seconds, command)
     tick = os.sysconf("SC_CLK_TCK")
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -356,16 +360,41 @@ def tree_cpu_seconds() -> float:
         try:
             with open(f"/proc/{entry}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                command = f.read(200).replace(b"\0", b" ").decode(errors="replace")
         except OSError:                        # gone meanwhile
             continue
-        stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+        stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick,
+                             command)
     mine = {os.getpid()}
     grew = True
     while grew:
-        below = {pid for pid, (parent, _) in stats.items() if parent in mine} - mine
+        below = {pid for pid, (parent, _, _) in stats.items() if parent in mine} - mine
         grew = bool(below)
         mine |= below
-    return sum(stats[pid][1] for pid in mine if pid in stats)
+    out: Dict[str, float] = {}
+    for pid in mine:
+        if pid not in stats:
+            continue
+        parent, cpu, command = stats[pid]
+        if pid == os.getpid():
+            role = "clients"
+        elif "-m scheduler" in command:
+            role = "scheduler"
+        elif "-m executor" in command:
+            role = "worker" if "-m executor" in stats.get(parent, (0, 0.0, ""))[2] else "node"
+        elif "anna_core" in command:
+            role = "kvs"
+        else:
+            role = "other"
+        out[role] = out.get(role, 0.0) + cpu
+    return out
+
+
+def tree_cpu_seconds() -> float:
+    """User and system CPU seconds of this process and every process below it (the cluster),
+    from /proc (Linux)."""
+    return sum(tree_cpu_by_role().values())
 
 
 def run_cell(clients: Sequence[Any], pool: ThreadPoolExecutor, topology: str, zipf_s: float,
@@ -376,8 +405,9 @@ def run_cell(clients: Sequence[Any], pool: ThreadPoolExecutor, topology: str, zi
     warm = prewarm(clients, pool, keys, mode, args.nodes, args.nodes * args.executors,
                    args.call_timeout)
     t1 = time.perf_counter()
-    cpu: List[float] = []          # CPU seconds of this process and the cluster's, at the start
-    barrier = threading.Barrier(len(clients), action=lambda: cpu.append(tree_cpu_seconds()))
+    cpu: List[Dict[str, float]] = []     # CPU seconds of this process and the cluster's, by
+    barrier = threading.Barrier(len(clients),  # role, at the start of the measured calls
+                                action=lambda: cpu.append(tree_cpu_by_role()))
     futures = [pool.submit(run_calls, c, i, topology, mode, keys, zipf_s, args.warmup,
                            args.calls, args.seed, args.call_timeout, barrier, args.duration)
                for i, c in enumerate(clients)]
@@ -388,12 +418,15 @@ def run_cell(clients: Sequence[Any], pool: ThreadPoolExecutor, topology: str, zi
         records.extend(rec)
         results.extend(res)
     t2 = time.perf_counter()
-    cpu_used = tree_cpu_seconds() - cpu[0] if cpu else None
+    by_role = tree_cpu_by_role()
+    cpu_used = {r: c - cpu[0].get(r, 0.0) for r, c in by_role.items()} if cpu else None
     out = classify(records, mode)
     if cpu_used is not None and out["ok"]:
         # every process of the run (clients, scheduler, nodes and their workers, Anna) over
         # the measured calls: steadier than time on a shared machine
-        out["cpu_ms_per_dag"] = round(1000 * cpu_used / out["ok"], 2)
+        out["cpu_ms_per_dag"] = round(1000 * sum(cpu_used.values()) / out["ok"], 2)
+        out["cpu_ms_per_dag_by_role"] = {r: round(1000 * c / out["ok"], 2)
+                                         for r, c in sorted(cpu_used.items())}
     if args.duration is not None:
         out["dags_per_s"] = round(out["ok"] / (t2 - t1), 1)
         if mode != "lww":
@@ -425,7 +458,8 @@ def progress_line(n: int, total: int, topology: str, zipf_s: float, mode: str,
         parts.append(f"{cell['dags_per_s']} DAGs/s" + (
             f" ({cell['aborts_per_dag']} aborts/DAG)" if "aborts_per_dag" in cell else ""))
     if "cpu_ms_per_dag" in cell:
-        parts.append(f"{cell['cpu_ms_per_dag']} ms CPU/DAG")
+        parts.append(f"{cell['cpu_ms_per_dag']} ms CPU/DAG (" + ", ".join(
+            f"{r} {ms}" for r, ms in cell.get("cpu_ms_per_dag_by_role", {}).items()) + ")")
     if cell["errors"]:
         parts.append("errors " + ",".join(f"{k}={v}" for k, v in cell["errors"].items()))
     if "hb_shares_pct" in cell:
@@ -573,11 +607,20 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                    help="closed loop: each client calls for S seconds (throughput)")
     p.add_argument("--throughput", action="store_true",
                    help="preset: 8 clients, 2 nodes, 30 keys, Zipf 1.5, linear, 20 s per mode")
+    p.add_argument("--root", metavar="DIR",
+                   help="run the cluster (and this script's imports) from the code at DIR, "
+                        "e.g. a checkout of an earlier commit, for before/after figures")
     p.add_argument("--json", help="also write the summary here")
     p.add_argument("--report", metavar="JSON",
                    help="print the README tables of an earlier run's summary and exit")
     p.add_argument("--png", default=os.path.join(ROOT, "benchmarks", "results", "mtcc.png"))
     args = p.parse_args(argv)
+    if args.root:
+        # the cluster's processes inherit PYTHONPATH; this process imports from DIR too
+        root = os.path.abspath(args.root)
+        sys.path.insert(0, root)
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            [root] + [d for d in os.environ.get("PYTHONPATH", "").split(os.pathsep) if d])
     args.zipfs = [float(z) for z in args.zipfs.split(",") if z]
     args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     args.topologies = [t.strip() for t in args.topologies.split(",") if t.strip()]
@@ -617,7 +660,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     results: Dict[str, Any] = {
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0],
                     "loadavg_start": [round(x, 2) for x in os.getloadavg()]},
-        "config": {k: getattr(args, k) for k in ("nodes", "executors", "keys", "zipfs", "modes",
+        "config": {k: getattr(args, k) for k in ("root", "nodes", "executors", "keys", "zipfs", "modes",
                                                  "topologies", "clients", "calls", "warmup",
                                                  "max_retries", "seed", "quick",
                                                  "kvs_nodes", "write_quorum", "put_probe",

@@ -142,6 +142,9 @@ class ClientLink:
             self._channel._store([("result", result)])
             self._channel._cond.notify_all()
 
+    def read_arrived(self) -> None:
+        self._channel._read_arrived()
+
 
 class SchedulerChannel:
     """The request/answer plumbing `Client` inherits; see the module contract."""

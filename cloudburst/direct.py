@@ -12,8 +12,12 @@ client's `LeaseOwner` side (sending to a scheduler, delivering an answer to a wa
   DAG without an `output_key`, `Future` arguments, arguments stored by reference, their own
   exception retries, and that are not actor calls. Everything else takes the scheduler's
   path, as does every call while no lease with a free slot is held.
-- `send(call)` sends `call` direct and returns the lease's scheduler if a live lease of its
-  target has a free slot (the call then counts against it until its answer arrives). When
+- `send(call)` first has the owner read the answers that have arrived when direct calls
+  are out (`read_arrived`, at most every `READ_EVERY` s): so a burst's calls go to slots
+  freed while it is being sent, and a lease is judged held up (below) on the answers its
+  worker gave, not on answers the client had not read. It sends
+  `call` direct and returns the lease's scheduler if a live lease of its target has a free
+  slot (the call then counts against it until its answer arrives). When
   the client holds live leases of the target but every slot is in use, the call waits in
   the client's own queue for a slot of those leases, as Ray's owners queue against the
   workers they lease (at most `MAX_QUEUED` calls; beyond, the scheduler's path), and the
@@ -74,7 +78,7 @@ from runtime.sockets import PushCache
 from .arguments import referenced_keys
 from .stalls import CallTimes, held_up
 
-__all__ = ["DirectPath", "LeaseOwner", "RETRY_ASK", "MAX_QUEUED", "MAX_SPREAD"]
+__all__ = ["DirectPath", "LeaseOwner", "RETRY_ASK", "MAX_QUEUED", "MAX_SPREAD", "READ_EVERY"]
 
 log = logging.getLogger("cloudburst.client")
 
@@ -84,6 +88,7 @@ MAX_SPREAD = 8           # leases one client holds of one target (one per worker
 MAX_BATCH = 64           # calls in one direct_batch message
 MARGIN = 0.2             # seconds before its end a lease is no longer used (in flight to it)
 MAX_LATENCIES = 64       # latencies reported per lease and report (bounded)
+READ_EVERY = 0.005       # seconds between reads of the answers while a burst is being sent
 
 
 class LeaseOwner(Protocol):
@@ -98,6 +103,10 @@ class LeaseOwner(Protocol):
         """Send a `lease_worker` request (to scheduler `to`, or the current one)."""
 
     def deliver(self, result: pb.CallResult) -> None: ...
+
+    def read_arrived(self) -> None:
+        """Hand out the answers that have arrived (`on_result`, `on_lease`), without
+        waiting; nothing if another thread is reading them."""
 
 
 @dataclass
@@ -142,6 +151,7 @@ class DirectPath:
         # sweep over the leases (0: sweep; any lease news resets it)
         self._quiet_until = 0.0
         self._times = CallTimes()          # each target's usual direct-call time
+        self._read_at = 0.0                # when `send` last had the answers read
 
     # ---- sending ----
     @staticmethod
@@ -198,8 +208,16 @@ class DirectPath:
             self._ask.append((self._renewal(held), held.scheduler))
 
     def send(self, call: pb.Call) -> Optional[str]:
-        key = (call.dag or call.function, bool(call.dag))
         now = time.monotonic()
+        if self._calls and now - self._read_at >= READ_EVERY:
+            # calls are out: take the answers that arrived first. A burst's calls then go
+            # to the slots freed while it is still being sent (not when its caller starts
+            # to wait), and a lease is judged held up on the answers it gave, not on
+            # answers the client had not read yet. At most every READ_EVERY s, so the
+            # slots freed meanwhile take the queued calls in one direct_batch
+            self._read_at = now
+            self._owner.read_arrived()
+        key = (call.dag or call.function, bool(call.dag))
         with self._lock:
             leases = self._live(key, now)
             if not leases:

@@ -73,9 +73,13 @@ class CausalInvocation:
         self.plan: pb.CausalPlan = schedule.causal
         self.timeout = max(0.05, timeout)
         self.upstreams = list(upstreams)
-        self.snapshot: vs.VersionSet = {}
+        # S and R as the cache sent them (KeyVersion lists), decoded only when read here: an
+        # OPT function that only binds passes them downstream as received (`context`)
+        self._snapshot: Optional[vs.VersionSet] = {}
+        self._read_set: Optional[vs.VersionSet] = {}
+        self._snapshot_pb: Any = None
+        self._read_set_pb: Any = None
         self._floors: Optional[Floors] = None    # the caller's session, indexed on first use
-        self.read_set: vs.VersionSet = {}
         self.bound: Dict[str, Optional[CausalRead]] = {}
         self.writes: Dict[str, bytes] = {}
         self.remote_fetches = max((c.remote_fetches for c in upstreams), default=0)
@@ -94,6 +98,40 @@ class CausalInvocation:
             for c in upstreams:
                 self.read_set = vs.union(self.read_set, vs.from_proto(c.read_set))
         self._first_bind = True
+
+    # ---- S and R: decoded on first use ----
+    @property
+    def snapshot(self) -> vs.VersionSet:
+        if self._snapshot is None:
+            self._snapshot = vs.from_proto(self._snapshot_pb)
+        return self._snapshot
+
+    @snapshot.setter
+    def snapshot(self, value: vs.VersionSet) -> None:
+        self._snapshot, self._snapshot_pb = value, None
+
+    @property
+    def read_set(self) -> vs.VersionSet:
+        if self._read_set is None:
+            self._read_set = vs.from_proto(self._read_set_pb)
+        return self._read_set
+
+    @read_set.setter
+    def read_set(self, value: vs.VersionSet) -> None:
+        self._read_set, self._read_set_pb = value, None
+
+    def _received(self, context: pb.CausalContext) -> None:
+        """S and R are `context`'s, kept as received until something here reads them."""
+        self._snapshot, self._snapshot_pb = None, context.snapshot
+        self._read_set, self._read_set_pb = None, context.read_set
+
+    def _snapshot_proto(self, out: Any) -> None:
+        out.extend(self._snapshot_pb if self._snapshot is None
+                   else vs.to_proto(self._snapshot))
+
+    def _read_set_proto(self, out: Any) -> None:
+        out.extend(self._read_set_pb if self._read_set is None
+                   else vs.to_proto(self._read_set))
 
     # ---- binding reads ----
     def bind(self, keys: Sequence[str]) -> None:
@@ -129,16 +167,16 @@ class CausalInvocation:
             contexts = self.upstreams
         else:
             own = pb.CausalContext(remote_fetches=self.remote_fetches)
-            own.snapshot.extend(vs.to_proto(self.snapshot))
-            own.read_set.extend(vs.to_proto(self.read_set))
+            self._snapshot_proto(own.snapshot)
+            self._read_set_proto(own.read_set)
             contexts = [own]
+        if not keys and len(contexts) == 1:
+            self._received(contexts[0])
+            return
         if not keys:
             # nothing to read: only the parallel flow check (Algorithm 8) is left
             parsed = [(vs.from_proto(c.snapshot), vs.from_proto(c.read_set), c.abort,
                        c.abort_reason) for c in contexts]
-            if len(parsed) == 1:
-                self.snapshot, self.read_set = parsed[0][0], parsed[0][1]
-                return
             abort, reason, s, r = parallel_flow(parsed) if parsed else (False, "", {}, {})
             if abort:
                 raise CausalAbortError(reason, stale_keys=parallel_stale(parsed))
@@ -159,8 +197,7 @@ class CausalInvocation:
         if response.abort:
             raise CausalAbortError(response.abort_reason or "validation failed",
                                    stale_keys=response.stale_keys)
-        self.snapshot = vs.from_proto(response.context.snapshot)
-        self.read_set = vs.from_proto(response.context.read_set)
+        self._received(response.context)
         self.remote_fetches = max(self.remote_fetches, response.context.remote_fetches)
         self.carried.extend(response.context.carried)
         self._note_deps(response)
@@ -211,8 +248,8 @@ class CausalInvocation:
     # ---- downstream and sink ----
     def context(self) -> pb.CausalContext:
         out = pb.CausalContext(remote_fetches=self.remote_fetches)
-        out.snapshot.extend(vs.to_proto(self.snapshot))
-        out.read_set.extend(vs.to_proto(self.read_set))
+        self._snapshot_proto(out.snapshot)
+        self._read_set_proto(out.read_set)
         for k, v in self.writes.items():
             out.writes[k] = v
         if not self.schedule.sink:

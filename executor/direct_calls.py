@@ -32,10 +32,12 @@ Contract (mixed into `executor.worker.Worker`):
   asks for an `output_key` or causal consistency gets INVALID_ARGUMENTS (those take the
   scheduler's path; `Client` never sends them direct). So does a call whose id already ran
   on this worker (ids are used once; the worker remembers recent ones).
-- The results of a `direct_batch`'s calls that finish while the worker runs it go back
-  together, one `direct_results` message per client (`executor/result_batch.py` decides:
-  results are held only across calls shorter than `RESULT_HOLD_SECONDS`, and for at most
-  that long); a lone `direct` call's result goes at once, as a `result`.
+- The results of the direct calls the worker finds waiting (several `direct` messages, or
+  a `direct_batch`) go back together, one `direct_results` message per client, once no
+  more wait (`executor/result_batch.py` decides: results are held only across calls
+  shorter than `RESULT_HOLD_SECONDS`, and for at most that long, and never across a call
+  whose lease's previous call here took that long, or that is its lease's first here); a
+  lone call's result goes as soon as the socket is found empty, as a `result`.
 - On the direct socket any other kind is dropped and logged.
 - A direct call's end frees its slot (`LeaseAdmission.finished`, from the worker's
   `done` and `abort` paths); the worker sends the scheduler no `done` for it: its client
@@ -83,6 +85,7 @@ class DirectCalls:
         # lease id -> (its schedules, the functions they name): computed once per grant
         self._lease_functions: Dict[str, Tuple[List[pb.Schedule], FrozenSet[str]]] = {}
         self._answers = ResultBatch(RESULT_HOLD_SECONDS)    # direct results, per client
+        self._last_run: Dict[str, float] = {}     # lease id -> how long its last call took
         self._direct = None
         self.direct_address = ""
         if credentials is not None and not any(r.startswith(CLIENT_PREFIX)
@@ -125,13 +128,22 @@ class DirectCalls:
         raise zmq.Again()
 
     def _read_direct(self) -> None:
-        while True:
-            try:
-                frame = recv_frame(self._direct, zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                return
-            data = frame.bytes if isinstance(frame, zmq.Frame) else bytes(frame)
-            self._from_client(data, role_of(frame) or "")
+        """Run the direct calls that have arrived. Their results are held while more wait
+        (`ResultBatch`: at most `RESULT_HOLD_SECONDS`, and never across a call that long),
+        so a client that keeps a worker busy gets one message per run of calls, not one
+        per call; a lone call's result goes as soon as the socket is found empty."""
+        self._answers.open()
+        try:
+            while True:
+                try:
+                    frame = recv_frame(self._direct, zmq.NOBLOCK, copy=False)
+                except zmq.Again:
+                    return
+                data = frame.bytes if isinstance(frame, zmq.Frame) else bytes(frame)
+                self._from_client(data, role_of(frame) or "")
+        finally:
+            self._answers.close()
+            self._send_answers()
 
     def _on_worker_lease(self, m: pb.WorkerLease) -> None:
         if m.revoked and m.holder_gone:     # its client is gone: what it sent is cancelled
@@ -156,21 +168,22 @@ class DirectCalls:
         except (FrameError, DecodeError) as e:
             log.warning("dropped a message from client %s: %s", role, e)
             return
-        batching = len(calls) > 1         # their results go back together (ResultBatch)
-        if batching:
-            self._answers.open()
-        try:
-            for call in calls:
-                start = time.monotonic()
-                self._on_direct(call, role)
-                if batching:
-                    now = time.monotonic()
-                    if self._answers.due(now, now - start):
-                        self._send_answers()
-        finally:
-            if batching:
-                self._answers.close()
+        for call in calls:     # their results are held (`_read_direct`) and go together
+            if self._answers.due_before(self._last_run.get(call.lease_id)):
+                self._send_answers()    # not held behind a call that may be long
+            start = time.monotonic()
+            self._on_direct(call, role)
+            now = time.monotonic()
+            self._ran(call.lease_id, now - start)
+            if self._answers.due(now, now - start):
                 self._send_answers()
+
+    def _ran(self, lease_id: str, seconds: float) -> None:
+        """How long the lease's last direct call took here (bounded, the oldest forgotten)."""
+        self._last_run.pop(lease_id, None)
+        self._last_run[lease_id] = seconds
+        if len(self._last_run) > 2 * MAX_LEASES:
+            self._last_run.pop(next(iter(self._last_run)))
 
     def _answer(self, address: str, result: pb.CallResult) -> None:
         """Send a call's result: held with the others of a `direct_batch` being run, so one

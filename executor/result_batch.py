@@ -16,6 +16,12 @@ monotonic clock) and nothing here sends or sleeps.
   the next one: results are held only across calls shorter than the hold, so a result
   waits for at most one slow call it did not expect), or the results held add up to
   `max_bytes` (a message stays well below a frame's limit).
+- `due_before(expected)`: whether what is held must go before the next call runs, which is
+  expected to take `expected` seconds (None: nothing is known of it, e.g. the first call
+  of its lease): if anything is held and that call is not known to be shorter than
+  `hold_seconds`. So a result waits for a later call only when that call's lease's
+  previous call was short: a long call of another lease, or of a lease never run here,
+  never holds it up.
 - `take()`: what is held, as `(address, [results])` in the order they were added, and
   forgets it.
 """
@@ -66,6 +72,9 @@ class ResultBatch:
         return self._first is not None and (now - self._first >= self.hold_seconds
                                             or last_run >= self.hold_seconds
                                             or self._bytes >= self.max_bytes)
+
+    def due_before(self, expected: Optional[float]) -> bool:
+        return self._first is not None and (expected is None or expected >= self.hold_seconds)
 
     def take(self) -> List[Tuple[str, List[Any]]]:
         out = list(self._held.items())

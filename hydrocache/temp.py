@@ -17,11 +17,14 @@ Algorithm 9 line 6, and what CAUSAL_FETCH brought in).
   cut). An attempt dropped by `expire(now)` is fenced for `FENCE_AFTER_EXPIRY` seconds more.
   Fences are dropped by `expire` once their time passed, so the store stays bounded by the
   calls of the last deadline-plus-slack period. `open` of a fenced attempt is refused.
+  `expire` costs the attempts and fences it drops, not all those held: both times are kept in
+  heaps (an entry whose time was moved later since is skipped when it comes up).
 Not thread-safe: the service guards it with its lock.
 """
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Mapping, Optional
+import heapq
+from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 from .actions import Fenced
 from .vclock import supersedes
@@ -40,6 +43,9 @@ class TempStore:
         self._expires: Dict[str, float] = {}
         self._requested: Dict[str, set] = {}   # keys this cache was asked to snapshot
         self._fenced: Dict[str, float] = {}    # released attempt -> fenced until
+        # (time, attempt) for every expiry and fence time set; the dicts hold the current ones
+        self._expiry_heap: List[Tuple[float, str]] = []
+        self._fence_heap: List[Tuple[float, str]] = []
 
     def __contains__(self, attempt: str) -> bool:
         return attempt in self._attempts
@@ -57,7 +63,10 @@ class TempStore:
         if attempt in self._fenced:
             raise Fenced(attempt, "", "it was released (the call ended or the attempt aborted)")
         self._attempts.setdefault(attempt, {})
-        self._expires[attempt] = max(expires, self._expires.get(attempt, expires))
+        old = self._expires.get(attempt)
+        if old is None or expires > old:
+            self._expires[attempt] = expires
+            heapq.heappush(self._expiry_heap, (expires, attempt))
 
     def add(self, attempt: str, version: Version, expires: float) -> None:
         self.open(attempt, expires)
@@ -97,14 +106,25 @@ class TempStore:
         expires = self._expires.pop(attempt, None)
         if until is not None:
             until = max(until, expires if expires is not None else until)
-            self._fenced[attempt] = max(until, self._fenced.get(attempt, until))
+            old = self._fenced.get(attempt)
+            if old is None or until > old:
+                self._fenced[attempt] = until
+                heapq.heappush(self._fence_heap, (until, attempt))
         self._requested.pop(attempt, None)
         return self._attempts.pop(attempt, None) is not None
 
     def expire(self, now: float) -> List[str]:
-        gone = [a for a, t in self._expires.items() if now > t]
+        gone: Dict[str, None] = {}
+        heap = self._expiry_heap
+        while heap and now > heap[0][0]:
+            t, a = heapq.heappop(heap)
+            if self._expires.get(a) == t:          # else released, or moved later since
+                gone[a] = None
         for a in gone:
             self.release(a, now + FENCE_AFTER_EXPIRY)
-        for a in [a for a, t in self._fenced.items() if now > t]:
-            del self._fenced[a]
-        return gone
+        heap = self._fence_heap
+        while heap and now > heap[0][0]:
+            t, a = heapq.heappop(heap)
+            if self._fenced.get(a) == t:
+                del self._fenced[a]
+        return list(gone)

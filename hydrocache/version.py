@@ -6,7 +6,8 @@ revealed clock, dependencies and sorted values, read once at construction.
 
 - ``Version.new(key, vc, deps, values)`` builds a single-version lattice.
 - ``Version.from_lattice(key, lattice)`` / ``Version.deserialize(key, payload)`` wrap a stored
-  value; ``serialize()`` is the lattice's wire payload (``anna_pb2.MULTI_CAUSAL``).
+  value; ``serialize()`` is the lattice's wire payload (``anna_pb2.MULTI_CAUSAL``), made
+  once per Version and kept.
 - ``first``: the value a function gets by default (the smallest; None without values).
 - ``merge_versions(a, b)``: Definition 1 through the lattice merge (same key, else
   ValueError).
@@ -43,6 +44,9 @@ class Version:
     deps: Dict[str, Dict[str, int]]
     values: Tuple[bytes, ...]
     lattice: Any = field(compare=False, repr=False)
+    # the lattice's wire payload, made on the first `serialize()` (a Version is immutable,
+    # and a cache serializes one version for many binds and holders)
+    _wire: list = field(default_factory=list, compare=False, repr=False)
 
     @classmethod
     def new(cls, key: str, vc: VC, deps: Mapping[str, VC] = None,
@@ -69,7 +73,10 @@ class Version:
         return cls.from_lattice(key, lattice)
 
     def serialize(self) -> bytes:
-        return self.lattice.serialize()
+        wire = self._wire
+        if not wire:
+            wire.append(self.lattice.serialize())
+        return wire[0]
 
     @property
     def first(self) -> Optional[bytes]:

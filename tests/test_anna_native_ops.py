@@ -91,6 +91,37 @@ def test_the_request_built_in_cpp_is_the_one_python_built(fake):
         t.close()
 
 
+def test_an_answer_that_comes_while_the_client_asks_routing_is_kept_for_its_wait(fake):
+    """The client's single-key attempt gave up waiting (key_request), asks routing (another
+    wait), then waits again for the same request (key_wait): an answer that came during the
+    routing wait is kept for it, not dropped as stale."""
+    import zmq
+    from waiting import poll_until
+    worker = fake(lambda r: None)                 # answers nothing itself
+    t = _core.ClientTransport()
+    context = zmq.Context()
+    push = context.socket(zmq.PUSH)
+    push.setsockopt(zmq.LINGER, 500)
+    push.connect(t.address)
+    try:
+        assert t.key_request(worker.address, anna_pb2.GET, "k", "slow", 0.05) is None
+        poll_until(lambda: worker.requests, timeout=5, what="the request reaching the worker")
+        late = anna_pb2.KeyResponse(type=anna_pb2.GET, request_id="slow",
+                                    responder="tcp://127.0.0.1:1")
+        late.tuples.add(key="k", lattice_type=anna_pb2.LWW, payload=lww(5, b"late"))
+        push.send(late.SerializeToString())
+        push.send(anna_pb2.KeyResponse(request_id="lookup").SerializeToString())
+        kvs_id = anna_pb2.KeyResponse.DESCRIPTOR.fields_by_name["request_id"].number
+        assert [i for i, _ in t.collect(["lookup"], kvs_id, 5.0, 1)] == ["lookup"]
+        got = t.key_wait("slow", "k", 2.0, reveal=True)
+        assert got is not None and got[ERROR] == anna_pb2.NO_ERROR and got[PAYLOAD] == b"late"
+        assert t.stats()["stale"] == 0
+    finally:
+        t.close()
+        push.close()
+        context.term()
+
+
 def test_answers_are_decoded_for_the_key_asked(fake):
     def answer(r):
         key = r.tuples[0].key

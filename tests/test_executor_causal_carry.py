@@ -141,3 +141,33 @@ def test_read_dependencies_of_one_key_from_two_branches_are_merged():
     rd.extend([b])
     assert rd.get("k") == {"d": {"x": 4, "y": 3}, "e": {"z": 1}}
     assert rd.get("j") is None and "k" in rd
+
+
+def test_s_and_r_go_downstream_as_the_cache_sent_them_and_decode_when_read():
+    from hydrocache import versionset as vs
+    cache = ScriptedCache(versions={"j": ({"u": 2}, {}, b"J"), "m": ({"u": 1, "v": 3}, {}, b"M")})
+    inv = CausalInvocation(cache, schedule(sink=False), [upstream(read_deps=False)], 5.0)
+    inv.bind(["j"])
+    first = cache.causal(cache.requests[0], 5.0)[0].context
+    out = inv.context()
+    assert list(out.snapshot) == list(first.snapshot)       # passed on as received
+    assert list(out.read_set) == list(first.read_set)
+    assert inv.snapshot == vs.from_proto(first.snapshot)    # and decoded when read here
+    inv.bind(["m"])                # a later read: its own S and R go up, the new ones down
+    (own,) = cache.requests[-1].upstreams
+    assert vs.from_proto(own.read_set) == vs.from_proto(first.read_set)
+    assert vs.from_proto(inv.context().read_set) == {"m": vs.Entry({"u": 1, "v": 3})}
+    inv.read_set = {"z": vs.Entry({"w": 9})}                # set here: that is what goes down
+    assert vs.from_proto(inv.context().read_set) == {"z": vs.Entry({"w": 9})}
+    assert vs.from_proto(inv.context().snapshot) == {"m": vs.Entry({"u": 1, "v": 3})}
+
+
+def test_a_function_reading_nothing_passes_its_one_upstream_context_on():
+    from hydrocache import versionset as vs
+    up = upstream(read_deps=False)
+    up.read_set.add(key="j", holders=["tcp://c1"]).vc.update({"u": 5})
+    inv = CausalInvocation(ScriptedCache(), schedule(sink=False), [up], 5.0)
+    inv.bind([])
+    assert list(inv.context().read_set) == list(up.read_set)
+    assert inv.read_set == vs.from_proto(up.read_set)
+    assert inv.read_set["j"].holders == frozenset({"tcp://c1"})

@@ -46,3 +46,13 @@ def test_version_definition_1_and_wire_round_trip():
         merge_versions(a, Version.new("other", {"e1": 1}))
     empty = Version.new("k", {}, {"k": {"e1": 1}, "z": {}}, [])
     assert empty.deps == {} and empty.first is None
+
+
+def test_a_version_serializes_once_and_equal_versions_stay_equal():
+    a = Version.new("k", {"e1": 1}, {"x": {"e2": 1}}, [b"1"])
+    wire = a.serialize()
+    assert wire == a.lattice.serialize() and a.serialize() is wire     # kept, not redone
+    b = Version.deserialize("k", wire)
+    assert b == a                     # the kept payload takes no part in equality
+    m = merge_versions(a, Version.new("k", {"e2": 1}, {}, [b"2"]))
+    assert m.serialize() == m.lattice.serialize() != wire

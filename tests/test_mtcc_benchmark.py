@@ -40,3 +40,29 @@ def test_cpu_of_the_process_tree_counts_a_busy_child():
                    what="the child's CPU in the process tree's")
     finally:
         child.communicate(b"\n", timeout=10)
+
+
+def test_cpu_by_role_names_the_cluster_process_kinds():
+    """`tree_cpu_by_role` splits the tree by what each process is: this one is "clients", a
+    `-m scheduler` child is "scheduler", any other child "other"."""
+    import subprocess
+    import sys
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "-m",
+                              "scheduler"], stdin=subprocess.PIPE)
+    try:
+        poll_until(lambda: "scheduler" in mtcc.tree_cpu_by_role(), timeout=20,
+                   what="the child listed as a scheduler")
+        roles = mtcc.tree_cpu_by_role()
+        assert roles["clients"] > 0 and set(roles) <= {"clients", "scheduler", "other"}
+    finally:
+        child.communicate(b"", timeout=10)
+
+
+def test_root_runs_the_cluster_from_another_checkout(tmp_path, monkeypatch):
+    import os
+    import sys
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    args = mtcc.parse_args(["--root", str(tmp_path), "--quick"])
+    assert args.root == str(tmp_path) and sys.path[0] == str(tmp_path)
+    assert os.environ["PYTHONPATH"].split(os.pathsep) == [str(tmp_path), "/elsewhere"]

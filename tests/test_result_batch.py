@@ -82,3 +82,27 @@ def test_every_result_held_is_taken_exactly_once(adds, hold):
     b.close()
     sent += [(a, r.request_id) for a, rs in b.take() for r in rs]
     assert sorted(sent) == sorted((a, f"c{i}") for i, (a, _) in enumerate(adds))
+
+
+def test_results_go_before_a_call_not_known_to_be_short():
+    """Held across the waiting calls only while the next one is expected to be short (its
+    lease's previous call was): a long call, or one never run here, does not hold them."""
+    b = ResultBatch(0.002)
+    assert not b.due_before(None)                 # nothing held: nothing due
+    b.open()
+    b.add("a", _result(1), 0.0)
+    assert b.due_before(None)                     # its lease's first call here
+    assert b.due_before(0.5)                      # its lease's last call was long
+    assert b.due_before(0.002)
+    assert not b.due_before(0.0001)               # short: held across it
+    b.take()
+    assert not b.due_before(0.5)
+
+
+@given(st.one_of(st.none(), st.floats(0, 10, allow_nan=False)), st.booleans())
+def test_a_held_result_never_waits_for_a_call_that_may_be_long(expected, held):
+    b = ResultBatch(0.002)
+    b.open()
+    if held:
+        b.add("a", _result(1), 0.0)
+    assert b.due_before(expected) == (held and (expected is None or expected >= 0.002))

@@ -109,10 +109,14 @@ class PyClientTransport {
       std::lock_guard<std::mutex> lock(mu_);
       spec.response_address = t_->address();
       std::string request = encode_key_request(spec);
-      if (!t_->send(address, request.size() < kFramePartBytes ? "" : "request", request))
+      if (!t_->send(address, request.size() < kFramePartBytes ? "" : "request", request)) {
         result = ClientTransport::Wait::kDeadline;  // as an unanswered request
-      else
+      } else {
         result = await_answer(request_id, key, reveal, deadline, &answer);
+        // The caller may wait for it again (key_wait): an answer that comes meanwhile, while
+        // it waits for another (its routing lookup), is kept for that wait.
+        if (result == ClientTransport::Wait::kDeadline) t_->keep_late(request_id);
+      }
     }
     return finish(result, request_id, key, reveal, deadline, &answer);
   }

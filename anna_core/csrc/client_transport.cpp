@@ -76,6 +76,8 @@ ClientTransport::ClientTransport(const std::string& ip, CurveKeys keys,
     const std::string wildcard = "tcp://0.0.0.0:";
     if (address_.rfind(wildcard, 0) == 0) address_ = "tcp://127.0.0.1:" + address_.substr(wildcard.size());
     if (keys.enabled()) address_ = keyed_address(address_, keys.public_key);
+    std::size_t fd_size = sizeof pull_fd_;
+    if (zmq_getsockopt(pull_, ZMQ_FD, &pull_fd_, &fd_size) != 0) pull_fd_ = -1;
     push_ = std::make_unique<PushCache>(ctx_, std::unordered_map<std::string, std::string>{},
                                         max_sockets, keys, /*linger_ms=*/0);
   } catch (...) {
@@ -89,10 +91,16 @@ ClientTransport::~ClientTransport() {
   std::fill(secret_.begin(), secret_.end(), 0);
 }
 
+void ClientTransport::keep_late(const std::string& id) {
+  if (late_ids_.size() >= kMaxLate) late_ids_.pop_front();
+  late_ids_.push_back(id);
+}
+
 void ClientTransport::close() {
   if (ctx_ == nullptr) return;
   for (auto& [address, link] : links_) ::close(link->fd);
   links_.clear();
+  setting_up_ = 0;
   link_targets_.clear();
   push_.reset();
   if (pull_ != nullptr) {
@@ -104,6 +112,23 @@ void ClientTransport::close() {
   ctx_ = nullptr;
   zap_.reset();
 }
+
+namespace {
+
+// The request id of a plain link's probe: an empty GET, answered on the link.
+constexpr char kLinkProbeId[] = "anna-link-probe";
+constexpr int kResponseAddressField = 3;  // KeyRequest.response_address
+
+std::string link_probe(const std::string& reply_to) {
+  std::string probe("\x08\x01", 2);  // KeyRequest.type = GET, no tuples
+  append_proto_field(&probe, kResponseAddressField, reply_to);
+  append_proto_field(&probe, ClientTransport::kRequestIdField, kLinkProbeId);
+  std::string frame;
+  append_frame(&frame, probe);
+  return frame;
+}
+
+}  // namespace
 
 bool ClientTransport::send(const std::string& address, const std::string& kind,
                            const std::string& payload) {
@@ -133,45 +158,149 @@ bool ClientTransport::send(const std::string& address, const std::string& kind,
 
 ClientTransport::Link* ClientTransport::link_for(const std::string& address) {
   auto it = links_.find(address);
-  if (it != links_.end()) return it->second.get();
-  auto adv = advertised_.find(address);
-  if (adv == advertised_.end() || links_.size() >= kMaxLinks || push_ == nullptr) return nullptr;
-  std::string target = adv->second, why, endpoint, server_key;
-  advertised_.erase(adv);
-  if (no_link_.count(target) != 0) return nullptr;
-  // The worker's server key: the one its ZeroMQ address carries (and the transport trusts).
-  if (!split_keyed_address(address, &endpoint, &server_key) || server_key.empty() != !secured_)
-    return nullptr;
-  int fd = connect_link(target, kLinkConnectMs, &why);
-  auto link = std::make_unique<Link>(Link{fd, LinkReader(max_answer_bytes_), 0, {}, nullptr});
-  if (fd >= 0 && secured_) {
-    link->cipher = std::make_unique<LinkCipher>();
-    if (!secure(fd, &link->reader, server_key, link->cipher.get(), &why)) {
-      ::close(fd);
-      fd = -1;
-    }
-  }
-  if (fd < 0) {
-    ++link_failures_;
-    if (no_link_.size() >= kMaxAdvertised) no_link_.clear();
-    no_link_.insert(target);
-    log_info("client: no link to " + address + " (" + why + "); using ZeroMQ");
+  if (it != links_.end()) {
+    Link* link = it->second.get();
+    if (link->state == Link::State::kReady) return link;
+    advance_link(address, 0);  // only its deadline: collect() advances it
     return nullptr;
   }
-  Link* raw = link.get();
-  links_.emplace(address, std::move(link));
-  link_targets_[address] = target;
-  return raw;
+  start_link(address);
+  return nullptr;
 }
 
-bool ClientTransport::secure(int fd, LinkReader* reader, const std::string& server_key_z85,
-                             LinkCipher* cipher, std::string* why) {
-  RawKey server;
-  if (!raw_key(server_key_z85, &server)) {
-    *why = "the worker's server key is not a CURVE key";
-    return false;
+bool ClientTransport::backed_off(const std::string& target) {
+  auto it = no_link_.find(target);
+  return it != no_link_.end() && Clock::now() < it->second.until;
+}
+
+void ClientTransport::back_off(const std::string& target) {
+  if (no_link_.size() >= kMaxAdvertised && no_link_.count(target) == 0) no_link_.clear();
+  Backoff& b = no_link_[target];
+  long long ms = kLinkRetryMs;
+  for (int i = 0; i < b.failures && ms < kLinkRetryMaxMs; ++i) ms *= 2;
+  b.until = Clock::now() + std::chrono::milliseconds(std::min<long long>(ms, kLinkRetryMaxMs));
+  ++b.failures;
+}
+
+void ClientTransport::start_link(const std::string& address) {
+  auto adv = advertised_.find(address);
+  if (adv == advertised_.end() || links_.size() >= kMaxLinks || push_ == nullptr) return;
+  std::string target = adv->second, why, endpoint, server_key;
+  advertised_.erase(adv);
+  if (backed_off(target)) return;
+  // The worker's server key: the one its ZeroMQ address carries (and the transport trusts).
+  if (!split_keyed_address(address, &endpoint, &server_key) || server_key.empty() != !secured_)
+    return;
+  auto link = std::make_unique<Link>(secured_ ? kHandshakeFrameMax : max_answer_bytes_);
+  link->target = target;
+  if (secured_ && !raw_key(server_key, &link->server)) return;
+  link->fd = open_link(target, &why);
+  if (link->fd < 0) {
+    ++link_failures_;
+    back_off(target);
+    log_info("client: no link to " + address + " (" + why + "); using ZeroMQ");
+    return;
   }
-  return secure_client_link(fd, reader, public_, secret_, server, kLinkHandshakeMs, cipher, why);
+  link->deadline = Clock::now() + std::chrono::milliseconds(kLinkConnectMs);
+  links_.emplace(address, std::move(link));
+  link_targets_[address] = target;
+  ++setting_up_;
+}
+
+void ClientTransport::fail_setup(const std::string& address, const std::string& why) {
+  auto it = links_.find(address);
+  if (it == links_.end()) return;
+  ++link_failures_;
+  --setting_up_;
+  back_off(it->second->target);
+  ::close(it->second->fd);
+  log_info("client: no link to " + address + " (" + why + "); using ZeroMQ");
+  links_.erase(it);
+  link_targets_.erase(address);
+}
+
+void ClientTransport::advance_link(const std::string& address, short revents) {
+  auto it = links_.find(address);
+  if (it == links_.end()) return;
+  Link& link = *it->second;
+  if (link.state == Link::State::kReady) return;
+  if (link.state == Link::State::kConnecting) {
+    if (revents != 0) {
+      int err = link_connect_error(link.fd);
+      if (err != 0) return fail_setup(address, std::string("connect: ") + std::strerror(err));
+      std::string first;
+      if (secured_) {
+        link.cipher = std::make_unique<LinkCipher>();
+        link.handshake = std::make_unique<LinkClientHandshake>(public_, secret_, link.server);
+        std::string hello = link.handshake->hello();
+        if (hello.empty()) return fail_setup(address, "the worker's server key is degenerate");
+        append_frame(&first, hello);
+      } else {
+        first = link_probe(address_);
+      }
+      // A few hundred bytes on a new connection: its socket buffer takes them at once.
+      if (!write_all(link.fd, first, 0)) return fail_setup(address, "the first frame not written");
+      link.state = Link::State::kHandshake;
+      link.deadline = Clock::now() + std::chrono::milliseconds(kLinkHandshakeMs);
+      return;
+    }
+  } else if (revents != 0) {
+    bool closed = read_available(link.fd, &link.reader, 64u << 10) != ReadEnd::kOpen;
+    std::string_view frame;
+    while (link.state != Link::State::kReady) {
+      auto next = link.reader.next(&frame);
+      if (next == LinkReader::Next::kNeedMore) break;
+      if (next == LinkReader::Next::kTooLarge)
+        return fail_setup(address, "a setup frame of " + std::to_string(link.reader.declared()) +
+                                       " bytes");
+      std::string why, initiate;
+      if (!secured_) {
+        std::string id;
+        if (!find_field(frame.data(), frame.size(), kAnswerIdField, &id) || id != kLinkProbeId)
+          return fail_setup(address, "the worker's first answer is not the probe's");
+      } else if (!link.welcomed) {
+        if (!link.handshake->on_welcome(frame, &initiate, &why))
+          return fail_setup(address, "handshake: " + why);
+        std::string out;
+        append_frame(&out, initiate);
+        if (!write_all(link.fd, out, kLinkWriteMs))
+          return fail_setup(address, "handshake: INITIATE not written");
+        link.welcomed = true;
+        continue;
+      } else {
+        if (!link.handshake->on_ready(frame, link.cipher.get(), &why))
+          return fail_setup(address, "handshake: " + why);
+        link.handshake.reset();
+        link.reader.set_max_frame(max_answer_bytes_ + kSealOverhead);
+      }
+      link.state = Link::State::kReady;
+      --setting_up_;
+    }
+    if (link.state == Link::State::kReady) {
+      // The worker sends nothing unasked after READY or the probe's answer.
+      if (closed || link.reader.buffered() != 0) fail_link(address);
+      return;
+    }
+    if (closed) return fail_setup(address, "closed by the worker");
+  }
+  if (Clock::now() >= link.deadline)
+    fail_setup(address, link.state == Link::State::kConnecting
+                            ? "not connected within " + std::to_string(kLinkConnectMs) + " ms"
+                            : "not ready within " + std::to_string(kLinkHandshakeMs) + " ms");
+}
+
+void ClientTransport::pump_setups() {
+  if (setting_up_ == 0) return;
+  items_.clear();
+  polled_.clear();
+  for (const auto& [address, link] : links_) {
+    if (link->state == Link::State::kReady) continue;
+    short events = link->state == Link::State::kConnecting ? ZMQ_POLLOUT : ZMQ_POLLIN;
+    items_.push_back(zmq_pollitem_t{nullptr, link->fd, events, 0});
+    polled_.push_back(address);
+  }
+  if (zmq_poll(items_.data(), static_cast<int>(items_.size()), 0) < 0) return;
+  for (std::size_t i = 0; i < items_.size(); ++i) advance_link(polled_[i], items_[i].revents);
 }
 
 void ClientTransport::fail_link(const std::string& address) {
@@ -181,15 +310,10 @@ void ClientTransport::fail_link(const std::string& address) {
   std::unique_ptr<Link> link = std::move(it->second);
   links_.erase(it);
   ::close(link->fd);
-  auto target = link_targets_.find(address);
-  if (target != link_targets_.end()) {
-    // Refused at once (a worker at its bound closes new links): do not try that link again.
-    if (link->answers == 0) {
-      if (no_link_.size() >= kMaxAdvertised) no_link_.clear();
-      no_link_.insert(target->second);
-    }
-    link_targets_.erase(target);
-  }
+  link_targets_.erase(address);
+  // Closed before its first answer (a worker at its bound of links closes new ones at once):
+  // keep off that link for a while.
+  if (link->answers == 0) back_off(link->target);
   for (auto& [id, payload] : link->unanswered) {
     if (push_->send(address, "", payload)) ++link_resent_;
   }
@@ -247,7 +371,7 @@ void ClientTransport::learn_link(const std::string& payload) {
       server_key.empty() != !secured_ || !split_tcp_address(link, &link_host, &port) ||
       !split_tcp_address(endpoint, &responder_host, &port) || link_host != responder_host)
     return;
-  if (links_.count(responder) != 0 || no_link_.count(link) != 0) return;
+  if (links_.count(responder) != 0 || backed_off(link)) return;
   if (advertised_.size() >= kMaxAdvertised) advertised_.clear();
   advertised_[responder] = link;
 }
@@ -294,7 +418,7 @@ ClientTransport::Wait ClientTransport::collect(
   std::unordered_set<std::string> wanted(ids.begin(), ids.end());
   for (const auto& [id, payload] : *out) wanted.erase(id);
   enough = std::min(enough, ids.size());
-  std::string payload, id;
+  std::string payload, id, late_id;
   auto take = [&](std::string&& answer) {
     if (!find_field(answer.data(), answer.size(), id_field, &id)) {
       ++malformed_;
@@ -302,6 +426,18 @@ ClientTransport::Wait ClientTransport::collect(
     }
     auto it = wanted.find(id);
     if (it == wanted.end()) {
+      // An answer the caller may still wait for (keep_late) is kept for that wait.
+      if (!late_ids_.empty() && late_bytes_ + answer.size() <= kMaxLateBytes &&
+          find_field(answer.data(), answer.size(), kAnswerIdField, &late_id) &&
+          std::find(late_ids_.begin(), late_ids_.end(), late_id) != late_ids_.end()) {
+        if (late_answers_.size() >= kMaxLate) {
+          late_bytes_ -= late_answers_.front().size();
+          late_answers_.pop_front();
+        }
+        late_bytes_ += answer.size();
+        late_answers_.push_back(std::move(answer));
+        return;
+      }
       ++stale_;
       return;
     }
@@ -309,6 +445,18 @@ ClientTransport::Wait ClientTransport::collect(
     out->emplace_back(std::move(id), std::move(answer));
     id.clear();
   };
+  for (auto a = late_answers_.begin(); a != late_answers_.end() && !wanted.empty();) {
+    if (!find_field(a->data(), a->size(), id_field, &id) || wanted.count(id) == 0) {
+      ++a;
+      continue;
+    }
+    auto named = std::find(late_ids_.begin(), late_ids_.end(), id);
+    if (named != late_ids_.end()) late_ids_.erase(named);
+    late_bytes_ -= a->size();
+    wanted.erase(id);
+    out->emplace_back(std::move(id), std::move(*a));
+    a = late_answers_.erase(a);
+  }
   while (out->size() < enough) {
     if (link_answers_taken_ < link_answers_.size()) {
       ++link_answers_n_;
@@ -328,15 +476,27 @@ ClientTransport::Wait ClientTransport::collect(
       continue;
     }
     auto now = Clock::now();
-    if (now >= deadline) return Wait::kDeadline;
-    // Rounded up, so a wait never ends just before its deadline.
-    auto wait = std::chrono::duration_cast<std::chrono::microseconds>(deadline - now).count();
-    long ms = static_cast<long>((wait + 999) / 1000);
+    if (now >= deadline) {
+      pump_setups();
+      return Wait::kDeadline;
+    }
+    // Until the deadline, or the first deadline of a link being set up. Rounded up, so a
+    // wait never ends just before its deadline.
+    auto until = deadline;
+    for (const auto& [address, link] : links_)
+      if (link->state != Link::State::kReady) until = std::min(until, link->deadline);
+    auto wait = std::chrono::duration_cast<std::chrono::microseconds>(until - now).count();
+    long ms = static_cast<long>((std::max<long long>(wait, 0) + 999) / 1000);
     items_.clear();
     polled_.clear();
-    items_.push_back(zmq_pollitem_t{pull_, 0, ZMQ_POLLIN, 0});
+    // The answer socket through its ZMQ_FD (recv_one found it empty just now, so a message
+    // arriving makes that descriptor readable): zmq_poll on the socket itself would process
+    // its mailbox before and after the wait, two more syscalls a request.
+    if (pull_fd_ >= 0) items_.push_back(zmq_pollitem_t{nullptr, pull_fd_, ZMQ_POLLIN, 0});
+    else items_.push_back(zmq_pollitem_t{pull_, 0, ZMQ_POLLIN, 0});
     for (const auto& [address, link] : links_) {
-      items_.push_back(zmq_pollitem_t{nullptr, link->fd, ZMQ_POLLIN, 0});
+      short events = link->state == Link::State::kConnecting ? ZMQ_POLLOUT : ZMQ_POLLIN;
+      items_.push_back(zmq_pollitem_t{nullptr, link->fd, events, 0});
       polled_.push_back(address);
     }
     int n = zmq_poll(items_.data(), static_cast<int>(items_.size()),
@@ -347,9 +507,21 @@ ClientTransport::Wait ClientTransport::collect(
       log_warning(std::string("client: poll failed: ") + zmq_strerror(errno));
       return Wait::kDeadline;
     }
+    // Copied: reading or advancing a link may close it (and a setup's poll reuses items_).
+    events_.clear();
     for (std::size_t i = 1; i < items_.size(); ++i)
-      if (items_[i].revents != 0) read_link(polled_[i - 1]);
+      events_.emplace_back(polled_[i - 1], items_[i].revents);
+    for (const auto& [address, revents] : events_) {
+      auto it = links_.find(address);
+      if (it == links_.end()) continue;
+      if (it->second->state == Link::State::kReady) {
+        if (revents != 0) read_link(address);
+      } else {
+        advance_link(address, revents);  // and its deadline
+      }
+    }
   }
+  pump_setups();
   return Wait::kDone;
 }
 

@@ -30,18 +30,29 @@
 //   * Client links (link.hpp): an answer received over ZeroMQ that carries
 //     KeyResponse.link_address (a tcp address on the responder's own host) records it for its
 //     responder (at most kMaxAdvertised remembered). A later send of a request (empty kind)
-//     to that worker then goes over a TCP connection to the link (at most kMaxLinks open,
-//     connected within kLinkConnectMs) and collect() waits on the links too. With keys the
-//     link is secured (secure_link.hpp): the transport runs the handshake with its own key
-//     pair and the server key of the worker's keyed address (the one its ZeroMQ path trusts),
-//     within kLinkHandshakeMs, and seals and opens every frame; a worker address without a
-//     key gets no link, and a handshake that fails or is refused counts as a link that
-//     cannot be connected. An answer frame that does not open closes the link as a failure.
-//     A link that cannot be connected is not tried again by this transport; one that fails
-//     later (closed, a write not done within kLinkWriteMs, an answer above max_answer_bytes)
-//     is closed, and the requests sent on it and not answered yet (up to kMaxLinkPending)
-//     are sent again over ZeroMQ; a link that failed before its first answer (a worker at
-//     its bound of links closes new ones at once) is not tried again either.
+//     to that worker starts a link to it (at most kMaxLinks open) and goes over ZeroMQ
+//     itself: a link is set up without blocking, while collect() waits, and carries requests
+//     only once the worker has shown that it serves it. With keys the link is secured
+//     (secure_link.hpp): the transport runs the handshake with its own key pair and the
+//     server key of the worker's keyed address (the one its ZeroMQ path trusts), and the
+//     worker's READY is that sign; a worker address without a key gets no link. A plain link
+//     sends one empty GET (request id kLinkProbeId) and is ready when the worker answers it on
+//     the link. So a request never waits on a connection the worker has not accepted (the
+//     kernel completes a connection into the listen backlog even when the worker cannot
+//     accept it, e.g. at its descriptor limit). A link not ready within kLinkConnectMs for
+//     the connect plus kLinkHandshakeMs for the handshake or probe, or refused, closed or
+//     failing its handshake meanwhile, is closed and that link address is not tried again for
+//     kLinkRetryMs, doubling with each failure in a row up to kLinkRetryMaxMs (at most
+//     kMaxAdvertised remembered). A ready link that fails later (closed, a write not done
+//     within kLinkWriteMs, an answer above max_answer_bytes, a frame that does not open) is
+//     closed, and the requests sent on it and not answered yet (up to kMaxLinkPending) are
+//     sent again over ZeroMQ (a lattice merge, a read, or a timestamped delete: the same
+//     effect when applied twice); one that failed before its first answer is not tried again
+//     for the same while.
+//   * Late answers: keep_late(id) names a request whose wait ended without its answer but
+//     that the caller may wait for again (key_request, then key_wait). Its answer, arriving
+//     while collect() waits for other ids, is kept (at most kMaxLate ids and kMaxLateBytes)
+//     for the next collect() that asks for it, instead of being dropped as stale.
 //   * One thread at a time (the Python client is not thread-safe, and its binding keeps it
 //     so); close() is idempotent and never waits for unsent messages (linger 0).
 #pragma once
@@ -72,6 +83,10 @@ class ClientTransport {
   static constexpr std::size_t kMaxAdvertised = 4096;
   static constexpr int kLinkConnectMs = 200;
   static constexpr int kLinkHandshakeMs = 1000;
+  static constexpr int kLinkRetryMs = 2000;
+  static constexpr int kLinkRetryMaxMs = 60000;
+  static constexpr std::size_t kMaxLate = 64;
+  static constexpr std::size_t kMaxLateBytes = std::size_t{16} << 20;
   static constexpr int kLinkWriteMs = 1000;
   static constexpr std::size_t kMaxLinkPending = 1024;
   static constexpr int kRequestIdField = 4;  // KeyRequest.request_id
@@ -90,6 +105,8 @@ class ClientTransport {
                std::size_t enough, std::vector<std::pair<std::string, std::string>>* out);
   void close();
   bool closed() const { return ctx_ == nullptr; }
+  // See "Late answers" in the contract.
+  void keep_late(const std::string& id);
 
   std::uint64_t stale() const { return stale_; }
   std::uint64_t malformed() const { return malformed_; }
@@ -98,7 +115,7 @@ class ClientTransport {
   std::uint64_t auth_refused() const { return zap_ ? zap_->refused() : 0; }
   std::uint64_t push_refused() const { return push_ ? push_->refused() : 0; }
   std::size_t max_answer_bytes() const { return max_answer_bytes_; }
-  std::size_t links_open() const { return links_.size(); }
+  std::size_t links_open() const { return links_.size(); }  // ready or being set up
   std::uint64_t link_requests() const { return link_requests_; }
   std::uint64_t link_answers() const { return link_answers_n_; }
   std::uint64_t link_failures() const { return link_failures_; }
@@ -110,29 +127,50 @@ class ClientTransport {
 
  private:
   struct Link {
-    int fd;
+    enum class State { kConnecting, kHandshake, kReady };
+    int fd = -1;
+    State state = State::kConnecting;
+    Clock::time_point deadline{};  // of the connect, then of the handshake or probe
     LinkReader reader;
     std::uint64_t answers = 0;
     // Requests sent on the link and not answered yet (request id, payload), oldest first, at
     // most kMaxLinkPending: resent over ZeroMQ if the link fails.
     std::deque<std::pair<std::string, std::string>> unanswered;
     std::unique_ptr<LinkCipher> cipher;  // secured links (with keys)
+    RawKey server{};                     // the worker's key (secured links)
+    std::unique_ptr<LinkClientHandshake> handshake;  // until READY (secured links)
+    bool welcomed = false;               // WELCOME read, INITIATE sent
+    std::string target;                  // the link address
+    explicit Link(std::size_t max_frame) : reader(max_frame) {}
   };
-  // Runs the secured handshake on a connected link; false with *why set.
-  bool secure(int fd, LinkReader* reader, const std::string& server_key_z85, LinkCipher* cipher,
-              std::string* why);
+  struct Backoff {
+    Clock::time_point until;
+    int failures = 0;
+  };
+  // The ready link to a worker, or nullptr; starts setting one up when one is advertised.
+  Link* link_for(const std::string& address);
+  void start_link(const std::string& address);
+  // One step of a link being set up (its descriptor is ready, or its deadline is checked).
+  void advance_link(const std::string& address, short revents);
+  // Closes a link that did not get ready and keeps its address off for a while.
+  void fail_setup(const std::string& address, const std::string& why);
+  void back_off(const std::string& target);
+  bool backed_off(const std::string& target);
   // Reads one whole message if one is waiting; false when none is.
   bool recv_one(std::string* payload, bool* dropped);
-  Link* link_for(const std::string& address);
   // Closes a failed link and sends its unanswered requests again over ZeroMQ.
   void fail_link(const std::string& address);
   // Reads what a link has (its whole frames go to link_answers_); closes it on EOF or error.
   void read_link(const std::string& address);
   // Records a link a ZeroMQ answer advertises (see the contract).
   void learn_link(const std::string& payload);
+  // Polls the links being set up without waiting, and advances them.
+  void pump_setups();
+  std::size_t setting_up_ = 0;  // links not ready yet
 
   void* ctx_ = nullptr;
   void* pull_ = nullptr;
+  int pull_fd_ = -1;  // its ZMQ_FD
   std::unique_ptr<ZapHandler> zap_;
   std::unique_ptr<PushCache> push_;
   std::string address_;
@@ -144,14 +182,18 @@ class ClientTransport {
   RawKey public_{}, secret_{};   // this client's key pair, raw (secured links)
   std::string opened_;           // the last opened answer frame
   std::unordered_map<std::string, std::string> advertised_;  // worker address -> link address
-  std::unordered_set<std::string> no_link_;                  // link addresses that failed
+  std::unordered_map<std::string, Backoff> no_link_;  // link addresses that failed, until when
   std::unordered_map<std::string, std::unique_ptr<Link>> links_;  // by worker address
   std::unordered_map<std::string, std::string> link_targets_;    // worker -> its link address
   std::vector<std::string> link_answers_;  // whole frames read, not yet matched (FIFO)
   std::size_t link_answers_taken_ = 0;
   std::vector<zmq_pollitem_t> items_;
   std::vector<std::string> polled_;  // the worker address of items_[1..]
+  std::vector<std::pair<std::string, short>> events_;  // polled links' events, copied
   std::uint64_t link_requests_ = 0, link_answers_n_ = 0, link_failures_ = 0, link_resent_ = 0;
+  std::deque<std::string> late_ids_;                        // keep_late(), oldest first
+  std::deque<std::string> late_answers_;                    // answers to them, kept
+  std::size_t late_bytes_ = 0;
 };
 
 }  // namespace anna

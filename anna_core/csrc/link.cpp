@@ -190,7 +190,7 @@ int listen_link(const std::string& ip, std::string* address, std::string* why) {
   return fd;
 }
 
-int connect_link(const std::string& address, int timeout_ms, std::string* why) {
+int open_link(const std::string& address, std::string* why) {
   std::string host;
   int port = 0;
   sockaddr_in sa;
@@ -205,23 +205,33 @@ int connect_link(const std::string& address, int timeout_ms, std::string* why) {
   }
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
-    if (errno != EINPROGRESS) {
-      *why = "connect " + address + ": " + std::strerror(errno);
-      ::close(fd);
-      return -1;
-    }
-    pollfd p{fd, POLLOUT, 0};
-    int n;
-    do n = ::poll(&p, 1, timeout_ms); while (n < 0 && errno == EINTR);
-    int err = 0;
-    socklen_t len = sizeof err;
-    if (n <= 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0) {
-      *why = "connect " + address + ": " +
-             (n == 0 ? std::string("timed out") : std::strerror(err != 0 ? err : errno));
-      ::close(fd);
-      return -1;
-    }
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 && errno != EINPROGRESS) {
+    *why = "connect " + address + ": " + std::strerror(errno);
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+int link_connect_error(int fd) {
+  int err = 0;
+  socklen_t len = sizeof err;
+  if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) return errno;
+  return err;
+}
+
+int connect_link(const std::string& address, int timeout_ms, std::string* why) {
+  int fd = open_link(address, why);
+  if (fd < 0) return -1;
+  pollfd p{fd, POLLOUT, 0};
+  int n;
+  do n = ::poll(&p, 1, timeout_ms); while (n < 0 && errno == EINTR);
+  int err = n > 0 ? link_connect_error(fd) : 0;
+  if (n <= 0 || err != 0) {
+    *why = "connect " + address + ": " +
+           (n == 0 ? std::string("timed out") : std::strerror(err != 0 ? err : errno));
+    ::close(fd);
+    return -1;
   }
   return fd;
 }

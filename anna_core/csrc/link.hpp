@@ -17,8 +17,9 @@
 //   * LinkReader buffers what was read and hands out whole frames; a frame whose declared
 //     length is above its limit is kTooLarge (the caller closes the connection: the stream
 //     cannot be resynchronised cheaply, and the peer is either broken or hostile).
-//   * listen_link / connect_link return non-blocking descriptors (TCP_NODELAY on connected
-//     ones) or -1 with *why set; connect_link waits at most timeout_ms.
+//   * listen_link / connect_link / open_link return non-blocking descriptors (TCP_NODELAY on
+//     connected ones) or -1 with *why set; connect_link waits at most timeout_ms, open_link
+//     not at all (the connect goes on; link_connect_error says how it ended).
 //   * Secured links (secure_link.hpp) keep this framing: their handshake frames and sealed
 //     MESSAGE frames are payloads like any other.
 //   * find_proto_field reads a top-level length-delimited field of a protobuf payload without
@@ -72,6 +73,10 @@ bool find_proto_field(const char* data, std::size_t size, int field, std::string
 bool split_tcp_address(const std::string& address, std::string* host, int* port);
 int listen_link(const std::string& ip, std::string* address, std::string* why);
 int connect_link(const std::string& address, int timeout_ms, std::string* why);
+// Starts a non-blocking connect (TCP_NODELAY set): the descriptor, connected or connecting
+// (writable once done; then link_connect_error() is 0 or the errno), or -1 with *why set.
+int open_link(const std::string& address, std::string* why);
+int link_connect_error(int fd);
 
 // Reads what a non-blocking descriptor has, into `reader`, up to about `budget` bytes (the
 // next poll sees the rest). kOpen: nothing more to read now; kClosed: the peer closed it;

@@ -36,6 +36,7 @@ struct Node::Shared {
   std::vector<std::string> addresses;
   std::unordered_map<std::string, std::string> rewrite;  // tcp -> inproc, this node's workers
   std::size_t push_sockets = PushCache::kDefaultCapacity;  // per worker, after the fd check
+  std::size_t max_links = WorkerLinks::kDefaultMaxLinks;   // per worker (links_for)
   std::unique_ptr<ZapHandler> zap;  // with authentication; started before any worker binds
   mutable std::mutex stats_mu;                          // per-epoch publication only
   std::vector<NodeWorkerStats> stats;
@@ -138,6 +139,13 @@ std::size_t push_sockets_for(const NodeConfig& cfg, std::uint64_t limit, std::si
   return std::min(wanted, std::max(fit, kMinPushSockets));
 }
 
+std::size_t links_for(const NodeConfig& cfg, std::uint64_t limit) {
+  std::uint64_t reserve = std::max<std::uint64_t>(kMinReservedFds, limit / 4);
+  std::uint64_t share = reserve / (2 * static_cast<std::uint64_t>(std::max(cfg.threads, 1)));
+  return static_cast<std::size_t>(
+      std::min<std::uint64_t>(WorkerLinks::kDefaultMaxLinks, std::max<std::uint64_t>(share, 4)));
+}
+
 namespace {
 
 // What a worker may keep open: push_sockets_for() with this process' soft descriptor limit
@@ -219,8 +227,8 @@ class WorkerThread {
       // Client links (secured with the node's CURVE keys when it authenticates), not with
       // capacity emulation, which paces the ZeroMQ socket alone.
       if (cfg.client_links && cfg.service_rate == 0)
-        links_ = std::make_unique<WorkerLinks>(cfg.ip, max_message_bytes(cfg),
-                                               WorkerLinks::kDefaultMaxLinks, where(), cfg.curve);
+        links_ = std::make_unique<WorkerLinks>(cfg.ip, max_message_bytes(cfg), sh_->max_links,
+                                               where(), cfg.curve);
     } catch (const std::exception& e) {
       if (pull_ != nullptr) zmq_close(pull_);
       pull_ = nullptr;
@@ -255,6 +263,15 @@ class WorkerThread {
     zmq_msg_init(&parts[0]);
     zmq_msg_init(&parts[1]);
     period_start_ = SteadyClock::now();
+    // The PULL socket is polled through its ZMQ_FD, a plain descriptor that becomes readable
+    // when the socket's mailbox gets a command (a message arriving on an empty queue sends
+    // one): zmq_poll on the socket itself would process the mailbox before and after every
+    // wait, two more syscalls a turn. That descriptor only signals a change, so the socket
+    // is read until it has nothing left (pull_pending_ false) before the loop waits on it.
+    int pull_fd = -1;
+    std::size_t fd_size = sizeof pull_fd;
+    if (zmq_getsockopt(pull_, ZMQ_FD, &pull_fd, &fd_size) != 0) pull_fd = -1;
+    bool pull_pending = true;
     while (!sh_->stopping.load(std::memory_order_relaxed)) {
       if (sh_->report_wanted.load(std::memory_order_relaxed) != report_gen_) report();
       auto now = SteadyClock::now();
@@ -276,26 +293,34 @@ class WorkerThread {
       long wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(next_epoch - now).count();
       wait_ms = std::max(0L, std::min(wait_ms, 50L));
       items_.clear();
-      items_.push_back(zmq_pollitem_t{pull_, 0, ZMQ_POLLIN, 0});
+      if (pull_fd >= 0) items_.push_back(zmq_pollitem_t{nullptr, pull_fd, ZMQ_POLLIN, 0});
+      else items_.push_back(zmq_pollitem_t{pull_, 0, ZMQ_POLLIN, 0});
       if (links_) links_->add_poll_items(&items_);
-      int rc = zmq_poll(items_.data(), static_cast<int>(items_.size()), wait_ms);
+      int rc = zmq_poll(items_.data(), static_cast<int>(items_.size()),
+                        pull_pending && pull_fd >= 0 ? 0 : wait_ms);
       if (rc < 0) {
         if (errno == ETERM) break;
         if (errno != EINTR) log_error("zmq_poll: " + std::string(zmq_strerror(errno)));
         continue;
       }
       auto busy_from = SteadyClock::now();
-      if (rc > 0) {
+      const bool pull_ready =
+          (rc > 0 && (items_[0].revents & ZMQ_POLLIN)) || (pull_pending && pull_fd >= 0);
+      if (rc > 0 || pull_ready) {
         core_->set_now(wall_now_ns());  // once per batch: tombstones and timers need no finer
         if (links_)
           links_->service(items_.data() + 1, items_.size() - 1,
                           [this](std::uint64_t link, std::string_view payload,
                                  std::string_view role) { process_link(link, payload, role); });
-        for (int i = 0; i < 1024 && (items_[0].revents & ZMQ_POLLIN); ++i) {
+        pull_pending = pull_ready;  // until a read finds nothing: see above
+        for (int i = 0; i < 1024 && pull_ready; ++i) {
           bool too_large = false;
           int frames = recv_message(pull_, parts, &joined_, max_message_bytes(sh_->config),
                                     &too_large);
-          if (frames == 0) break;
+          if (frames == 0) {
+            pull_pending = false;
+            break;
+          }
           if (frames < 0) {
             flush();
             return;
@@ -564,6 +589,11 @@ void Node::start() {
   // default of 1023 sockets per context would run out first otherwise. ZeroMQ counts a closed
   // socket until it is reaped, so this also bounds sockets closed but not yet gone.
   sh->push_sockets = push_sockets_now(config_);
+  {
+    struct rlimit lim {};
+    if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY)
+      sh->max_links = links_for(config_, static_cast<std::uint64_t>(lim.rlim_cur));
+  }
   push_sockets_ = sh->push_sockets;
   long long cache_sockets = static_cast<long long>(PushCache::descriptors_for(sh->push_sockets) /
                                                    PushCache::kFdsPerSocket);

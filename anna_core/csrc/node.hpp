@@ -20,8 +20,10 @@
 //     least kMinReservedFds) for everything else; the context's ZMQ_MAX_SOCKETS is set to hold
 //     them all and no more. cache_descriptors() is what the workers' caches may hold in all
 //     (a process hosting the node keeps it out of its own sockets' budget).
-//   * A worker loop: zmq_poll with a timeout (at most 50 ms, and never past the next epoch),
-//     then drain up to 1024 messages, each [kind][payload] or, for a client request that fits
+//   * A worker loop: zmq_poll with a timeout (at most 50 ms, and never past the next epoch)
+//     on the PULL socket's ZMQ_FD (not the socket: no mailbox round before and after each
+//     wait) and the client links; the socket is read until it has nothing left before the
+//     loop waits on that descriptor again; then drain up to 1024 messages, each [kind][payload] or, for a client request that fits
 //     one frame, [payload] alone (kind "request" implied: one CURVE box less per request);
 //     malformed messages (no frame, unknown kind, unparsable payload) are logged and dropped.
 //     The answers of a batch are sent when it ends, or once 64 messages or 1 MiB wait: the
@@ -162,6 +164,12 @@ constexpr std::size_t kMinPushSockets = 16;
 // process may open `limit` descriptors and has `in_use` open: every worker's
 // PushCache::descriptors_for() fits in limit - in_use - reserve (see the contract).
 std::size_t push_sockets_for(const NodeConfig& cfg, std::uint64_t limit, std::size_t in_use);
+
+// The client links each of cfg.threads workers keeps open (at most
+// WorkerLinks::kDefaultMaxLinks, at least 4) when the process may open `limit` descriptors:
+// together half of the reserve push_sockets_for() leaves, so links never take the
+// descriptors the node's ZeroMQ sockets need.
+std::size_t links_for(const NodeConfig& cfg, std::uint64_t limit);
 
 // Pins the calling thread to one core; returns false (with errno-style reason) on failure.
 bool pin_current_thread(int core, std::string* why);

@@ -63,7 +63,7 @@ struct NodeConfig {
   int disk_sync_interval_ms = 1000;
   // Client links (link.hpp): each worker also serves clients over its own TCP listener,
   // without ZeroMQ's I/O thread; with CURVE, secured links (secure_link.hpp).
-  bool client_links = false;
+  bool client_links = true;
   // CURVE authentication of the workers' sockets (DESIGN.md "Authentication"); off when empty.
   CurveKeys curve;
 };

@@ -1,6 +1,7 @@
 // A worker thread's client links. See worker_links.hpp for the contract.
 #include "worker_links.hpp"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -33,11 +34,13 @@ WorkerLinks::WorkerLinks(const std::string& ip, std::size_t max_frame, std::size
   }
   listen_fd_ = listen_link(ip, &address_, &why);
   if (listen_fd_ < 0) throw std::runtime_error("client links: " + why);
+  spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
 WorkerLinks::~WorkerLinks() {
   for (auto& [id, link] : links_) ::close(link->fd);
   if (listen_fd_ >= 0) ::close(listen_fd_);
+  if (spare_fd_ >= 0) ::close(spare_fd_);
   sodium_memzero(secret_.data(), secret_.size());
 }
 
@@ -96,10 +99,31 @@ void WorkerLinks::accept_all() {
   for (int i = 0; i < 64; ++i) {
     int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
+      if ((errno == EMFILE || errno == ENFILE) && spare_fd_ >= 0) {
+        // Out of descriptors: a connection the kernel completed into the backlog would wait
+        // there while its client waits for it. Refuse it instead (accept it with the spare
+        // descriptor, close it at once), so the client sees the link closed and uses ZeroMQ.
+        const int full = errno;
+        ::close(spare_fd_);
+        int refused = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        const int accept_errno = errno;
+        if (refused >= 0) ::close(refused);
+        spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (refused >= 0) {
+          ++refused_;
+          warn(std::string("cannot accept client links (") + std::strerror(full) +
+               "): refused one");
+          if (spare_fd_ >= 0) continue;  // the next one in the backlog
+        } else if (accept_errno == EAGAIN || accept_errno == EWOULDBLOCK) {
+          if (spare_fd_ >= 0) return;  // nothing was waiting after all
+        }
+        errno = full;
+      }
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        // No spare descriptor (or no memory): stop polling the listener for a while rather
+        // than spinning on it.
         accept_paused_until_ = std::chrono::steady_clock::now() +
                                std::chrono::milliseconds(kAcceptPauseMs);
-        ++refused_;
         warn(std::string("cannot accept client links for ") + std::to_string(kAcceptPauseMs) +
              " ms: " + std::strerror(errno));
       }

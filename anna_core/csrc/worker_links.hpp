@@ -10,9 +10,12 @@
 //     once and counted in refused()), reads what is waiting (at most kReadBytes per link and
 //     turn, so one busy client cannot starve the rest), calls on_frame(link, payload) for every
 //     whole frame, and writes what a link has pending.
-//   * When accept fails for want of descriptors (EMFILE, ENFILE), the listener is left out of
-//     the poll set for kAcceptPauseMs (logged), so a full descriptor table never makes the
-//     worker spin; connections wait in the listen backlog meanwhile.
+//   * When accept fails for want of descriptors (EMFILE, ENFILE), the waiting connections are
+//     refused: each is accepted with a spare descriptor kept for this and closed at once
+//     (counted in refused(), logged), so no client waits on a connection the worker cannot
+//     serve (the client then uses ZeroMQ). Without a spare descriptor (it could not be
+//     opened again), or for want of memory, the listener is left out of the poll set for
+//     kAcceptPauseMs (logged), so a full descriptor table never makes the worker spin.
 //   * A frame above max_frame, a closed peer or a read/write error closes that link (logged
 //     at most kMaxWarningsPerSecond a second, counted in dropped()); the worker goes on.
 //   * queue(link, payload) appends an answer frame to that link's pending output (nothing
@@ -107,6 +110,7 @@ class WorkerLinks {
   std::string where_;
   std::size_t max_frame_, max_links_;
   int listen_fd_ = -1;
+  int spare_fd_ = -1;  // held for refusing connections when out of descriptors
   std::string address_;
   std::uint64_t next_id_ = 1;
   std::unordered_map<std::uint64_t, std::unique_ptr<Link>> links_;

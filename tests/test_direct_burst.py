@@ -1,0 +1,117 @@
+"""A client that keeps sending calls under a worker lease reads the answers that arrived
+before it judges the lease (`cloudburst/direct.py`, `send`): a burst's calls go to the
+slots its answers freed, and a lease whose worker keeps answering is never taken for one
+held up by a long call only because its client was busy sending. A lease whose worker
+gave no answer stays held up, as `cloudburst/stalls.py` says.
+
+A unit test: the owner (the client's side) is a fake that holds the answers "arrived" on
+its socket; the worker is a plain ZeroMQ socket on loopback; the clock is shifted past the
+lease's patience instead of waiting for it."""
+from typing import List, Optional
+
+import pytest
+import zmq
+
+from cloudburst import direct
+from cloudburst.stalls import FLOOR
+from hydro_proto import cloudburst_pb2 as pb
+from runtime.framing import parse
+
+
+class _Owner:
+    """The client's side of the direct path: answers arrive in `arrived` until read."""
+
+    response_address = "tcp://127.0.0.1:1"
+
+    def __init__(self) -> None:
+        self.path: Optional[direct.DirectPath] = None
+        self.arrived: List[pb.CallResult] = []
+        self.resent: List[pb.Call] = []
+        self.delivered: List[pb.CallResult] = []
+
+    def resend_call(self, call: pb.Call) -> str:
+        self.resent.append(call)
+        return "sched"
+
+    def ask_lease(self, request: pb.LeaseRequest, to: Optional[str] = None) -> str:
+        return "sched"
+
+    def deliver(self, result: pb.CallResult) -> None:
+        self.delivered.append(result)
+
+    def read_arrived(self) -> None:
+        arrived, self.arrived = self.arrived, []
+        for result in arrived:
+            if self.path.on_result(result) is not None:
+                self.delivered.append(result)
+        self.path.flush()
+
+
+@pytest.fixture
+def setup(monkeypatch):
+    context = zmq.Context()
+    worker = context.socket(zmq.PULL)
+    port = worker.bind_to_random_port("tcp://127.0.0.1")
+    owner = _Owner()
+    path = owner.path = direct.DirectPath(owner, context, None)
+    path.on_lease(pb.WorkerLease(target="f", lease_id="L1", worker_id="w1",
+                                 worker_address=f"tcp://127.0.0.1:{port}",
+                                 scheduler_address="sched", slots=1, ttl=60, status=pb.OK))
+    shift = [0.0]
+    real = direct.time.monotonic
+    monkeypatch.setattr(direct.time, "monotonic", lambda: real() + shift[0])
+    try:
+        yield path, owner, worker, shift
+    finally:
+        path.close()
+        worker.close(0)
+        context.term()
+
+
+def _call(rid: str) -> pb.Call:
+    return pb.Call(function="f", request_id=rid, consistency=pb.LWW, timeout=30)
+
+
+def _received(worker: zmq.Socket) -> List[str]:
+    """The request ids the worker received (direct calls), within 5 s."""
+    assert worker.poll(5000), "the worker received nothing"
+    kind, payload = parse(worker.recv())
+    assert kind in ("direct", "direct_batch")
+    calls = [pb.Call.FromString(payload)] if kind == "direct" else \
+        list(pb.DirectBatch.FromString(payload).calls)
+    return [c.request_id for c in calls]
+
+
+def test_a_lease_whose_answer_arrived_while_the_client_sent_is_not_held_up(setup):
+    path, owner, worker, shift = setup
+    assert path.send(_call("c1")) == "sched"
+    assert _received(worker) == ["c1"]
+    # the client keeps sending for longer than the lease's patience; the worker answered
+    # c1 long ago, but nothing has read that answer yet
+    shift[0] = 3 * FLOOR
+    owner.arrived.append(pb.CallResult(request_id="c1", status=pb.OK))
+    assert path.send(_call("c2")) == "sched", "the lease was passed over"
+    assert _received(worker) == ["c2"]          # straight to the worker: the slot c1 freed
+    assert [r.request_id for r in owner.delivered] == ["c1"]
+    assert owner.resent == []                   # nothing went the scheduler's way
+
+
+def test_queued_calls_go_to_the_slot_an_arrived_answer_freed_while_the_client_sends(setup):
+    path, owner, worker, shift = setup
+    assert path.send(_call("c1")) == "sched"    # the one slot
+    assert path.send(_call("c2")) == "sched"    # queued here
+    assert _received(worker) == ["c1"]
+    owner.arrived.append(pb.CallResult(request_id="c1", status=pb.OK))
+    shift[0] = direct.READ_EVERY               # the answers are read at most this often
+    assert path.send(_call("c3")) == "sched"    # reads c1's answer first: c2 goes out
+    assert _received(worker) == ["c2"]
+    assert not worker.poll(100)                 # c3 waits for c2's slot, in order
+
+
+def test_a_lease_whose_worker_gave_no_answer_is_still_held_up(setup):
+    path, owner, worker, shift = setup
+    assert path.send(_call("c1")) == "sched"
+    assert _received(worker) == ["c1"]
+    shift[0] = 3 * FLOOR                        # no answer: its worker runs a long call
+    assert path.send(_call("c2")) is None       # around it: the scheduler's path
+    assert not worker.poll(100)
