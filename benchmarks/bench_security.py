@@ -50,6 +50,29 @@ def parse_modes(text: str) -> List[str]:
     return modes
 
 
+def add_peer_arguments(parser) -> None:
+    """The options both call benchmarks share: `--security`, `--no-ray`, `--ray-venv`."""
+    parser.add_argument("--security", default=DEFAULT_MODES,
+                        help="comma-separated modes, each measured in every round: on "
+                             "(Cloudburst CURVE vs Ray TLS), off (both plaintext), mixed "
+                             "(Cloudburst CURVE vs Ray plaintext, unlike security); default "
+                             f"{DEFAULT_MODES}")
+    parser.add_argument("--no-ray", action="store_true", help="measure Cloudburst only")
+    parser.add_argument("--ray-venv", default=os.path.join(
+        os.path.expanduser("~"), ".cache", "cloudburst-bench", "ray-venv"),
+        help="Ray's venv (installed there on first use)")
+
+
+def parse_with_modes(parser, argv=None):
+    """`parser`'s arguments and the modes of their `--security`; a bad mode is the
+    parser's error (exit 2, with its message)."""
+    args = parser.parse_args(argv)
+    try:
+        return args, parse_modes(args.security)
+    except ValueError as e:
+        parser.error(str(e))
+
+
 def cloudburst_auth(mode: str) -> bool:
     """Whether Cloudburst authenticates (CURVE) in `mode`."""
     return mode in ("on", "mixed")
@@ -195,6 +218,20 @@ def probe_ray(node, worker_pids: Iterable[int], files: "TlsFiles | None") -> Dic
         for port in listening_ports(pid):
             found[f"worker {pid}:{port}"] = speaks_tls(host, port, files)
     return found
+
+
+def probe_this_ray(ray) -> Dict[str, bool]:
+    """`probe_ray` from inside a driver of the running Ray (`ray`, the imported module): runs
+    20 small tasks to find the worker processes, and reads the TLS files from Ray's own
+    environment variables when `RAY_USE_TLS=1`."""
+    @ray.remote
+    def pid() -> int:
+        return os.getpid()
+    pids = ray.get([pid.remote() for _ in range(20)])
+    files = TlsFiles(os.environ["RAY_TLS_CA_CERT"], os.environ["RAY_TLS_SERVER_CERT"],
+                     os.environ["RAY_TLS_SERVER_KEY"]) \
+        if os.environ.get("RAY_USE_TLS") == "1" else None
+    return probe_ray(ray._private.worker.global_worker.node, pids, files)
 
 
 class SecurityMismatch(Exception):

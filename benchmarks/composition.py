@@ -225,13 +225,7 @@ for i in range(calls):
     v = ray.get(square.remote(increment.remote(i)))
     samples.append(time.perf_counter() - t)
     assert v == (i + 1) ** 2
-@ray.remote
-def pid(): return os.getpid()
-pids = ray.get([pid.remote() for _ in range(20)])
-files = bench_security.TlsFiles(os.environ["RAY_TLS_CA_CERT"], os.environ["RAY_TLS_SERVER_CERT"],
-                                os.environ["RAY_TLS_SERVER_KEY"]) \
-    if os.environ.get("RAY_USE_TLS") == "1" else None
-probe = bench_security.probe_ray(ray._private.worker.global_worker.node, pids, files)
+probe = bench_security.probe_this_ray(ray)
 print("RAY_RESULT " + json.dumps({"samples": samples, "version": ray.__version__,
                                   "tls_probe": probe}))
 ray.shutdown()
@@ -473,15 +467,7 @@ def parse_args(argv: Optional[List[str]] = None) -> Tuple[argparse.Namespace, Li
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=1000, help="timed calls per measurement")
     parser.add_argument("--workers", type=int, default=2, help="Cloudburst workers on the node")
-    parser.add_argument("--security", default=bench_security.DEFAULT_MODES,
-                        help="comma-separated modes, each measured in every round: on "
-                             "(Cloudburst CURVE vs Ray TLS), off (both plaintext), mixed "
-                             "(Cloudburst CURVE vs Ray plaintext, unlike security); default "
-                             f"{bench_security.DEFAULT_MODES}")
-    parser.add_argument("--no-ray", action="store_true", help="measure Cloudburst only")
-    parser.add_argument("--ray-venv", default=os.path.join(
-        os.path.expanduser("~"), ".cache", "cloudburst-bench", "ray-venv"),
-        help="Ray's venv (installed there on first use)")
+    bench_security.add_peer_arguments(parser)
     parser.add_argument("--json", help="also write the summary here")
     parser.add_argument("--session-cost", action="store_true",
                         help="only measure read-your-writes on vs off (module docstring)")
@@ -498,12 +484,7 @@ def parse_args(argv: Optional[List[str]] = None) -> Tuple[argparse.Namespace, Li
                              "(authentication on)")
     parser.add_argument("--spread", action="store_true",
                         help="with --direct-ab: the DAG's functions on two workers")
-    args = parser.parse_args(argv)
-    try:
-        modes = bench_security.parse_modes(args.security)
-    except ValueError as e:
-        parser.error(str(e))
-    return args, modes
+    return bench_security.parse_with_modes(parser, argv)
 
 
 def main() -> None:

@@ -96,13 +96,7 @@ sent = time.perf_counter()
 values = ray.get(refs)
 took = time.perf_counter() - start
 assert values == [None] * calls
-@ray.remote
-def pid(): return os.getpid()
-pids = ray.get([pid.remote() for _ in range(20)])
-files = bench_security.TlsFiles(os.environ["RAY_TLS_CA_CERT"], os.environ["RAY_TLS_SERVER_CERT"],
-                                os.environ["RAY_TLS_SERVER_KEY"]) \
-    if os.environ.get("RAY_USE_TLS") == "1" else None
-probe = bench_security.probe_ray(ray._private.worker.global_worker.node, pids, files)
+probe = bench_security.probe_this_ray(ray)
 print("RAY_RESULT " + json.dumps({"seconds": took, "send_seconds": sent - start,
                                    "version": ray.__version__, "tls_probe": probe}))
 ray.shutdown()
@@ -168,24 +162,11 @@ def parse_args(argv: Optional[List[str]] = None):
                         help="rounds; each runs every system in every security mode")
     parser.add_argument("--workers", type=int, default=2,
                         help="Cloudburst workers on the node, and Ray's num_cpus")
-    parser.add_argument("--security", default=bench_security.DEFAULT_MODES,
-                        help="comma-separated modes, each measured in every round: on "
-                             "(Cloudburst CURVE vs Ray TLS), off (both plaintext), mixed "
-                             "(Cloudburst CURVE vs Ray plaintext, unlike security); default "
-                             f"{bench_security.DEFAULT_MODES}")
-    parser.add_argument("--no-ray", action="store_true", help="measure Cloudburst only")
-    parser.add_argument("--ray-venv", default=os.path.join(
-        os.path.expanduser("~"), ".cache", "cloudburst-bench", "ray-venv"),
-        help="Ray's venv (installed there on first use)")
+    bench_security.add_peer_arguments(parser)
     parser.add_argument("--cloudburst-root", metavar="DIR",
                         help="another checkout (built), measured as `before` in the same rounds")
     parser.add_argument("--json", help="also write the summary here")
-    args = parser.parse_args(argv)
-    try:
-        modes = bench_security.parse_modes(args.security)
-    except ValueError as e:
-        parser.error(str(e))
-    return args, modes
+    return bench_security.parse_with_modes(parser, argv)
 
 
 def systems_of(args, modes: List[str], python: Optional[str]) -> Dict[str, Dict[str, Callable]]:
