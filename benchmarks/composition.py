@@ -1,34 +1,51 @@
 """Function composition latency: Cloudburst vs Ray vs a bare ZeroMQ 4-hop round trip.
 
-    python benchmarks/composition.py [--calls 1000] [--no-ray] [--ray-venv DIR]
+    python benchmarks/composition.py [--calls 1000] [--security on,off] [--no-ray]
+                                     [--ray-venv DIR]
 
-In one run on this machine:
+Security is compared like for like (`--security`, comma-separated modes, default `on,off`):
+- `on`: Cloudburst with authentication, its default (CURVE on every socket, every peer
+  authenticated by key), against Ray with TLS on all its gRPC channels (`RAY_USE_TLS=1`,
+  mutual: every Ray process presents a certificate of a throwaway CA made for the run with
+  `openssl` and deleted after it);
+- `off`: both in plaintext (`cloudburst.LocalCluster(auth=False)`, Ray's default);
+- `mixed`: Cloudburst CURVE against Ray plaintext, the only comparison made before (unlike
+  security; kept to compare with older figures).
+Every Ray run checks what it ran with: after its timed calls it opens a TLS handshake to its
+GCS, its raylet and every port of the workers that ran a task, and the run fails
+(`bench_security.SecurityMismatch`) unless all speak TLS when the mode asks for it and none
+does otherwise; every Cloudburst run checks its cluster's `auth` the same way.
+
+In one run on this machine, for each mode:
 1. Cloudburst: the 2-function DAG `increment -> square` on a LocalCluster (1 executor node,
-   2 workers), `--calls` serial warm calls; p50/p99. Twice: with the default policy, which
-   puts a chain's functions on one worker (client -> scheduler -> worker -> client; the
-   result passes between the functions without a socket), and with `colocate_chains=False`,
-   so the two functions run in different worker processes and the result crosses
-   client -> scheduler -> worker -> worker -> client (4 hops, like the reference below).
-   Third, with `Client(direct=True)`: the client holds a worker lease (granted by the
-   scheduler) and sends each call straight to the leased worker (client -> worker -> client,
-   2 hops; the scheduler hears of the calls afterwards, batched).
+   2 workers), `--calls` serial warm calls; p50/p99. Three times: with the default policy
+   and `Client(direct=False)` (`chain`), which puts a chain's functions on one worker
+   (client -> scheduler -> worker -> client; the result passes between the functions
+   without a socket); with `colocate_chains=False` (`spread`), so the two functions run in
+   different worker processes and the result crosses client -> scheduler -> worker ->
+   worker -> client (4 hops, like the reference below); and with `Client(direct=True)`
+   (`direct`, the client's default): the client holds a worker lease (granted by the
+   scheduler) and sends each call straight to the leased worker (client -> worker ->
+   client, 2 hops; the scheduler hears of the calls afterwards, batched).
 2. Ray: the same chain (`square.remote(increment.remote(x))`, `ray.get`) on a local Ray
    (`ray.init(num_cpus=2)`), installed by this script into its own venv (`--ray-venv`,
    default ~/.cache/cloudburst-bench/ray-venv; `pip install ray==2.60.*`, or the closest
-   version pip finds); p50/p99 and the ratio Ray/Cloudburst.
-3. Reference: a bare pyzmq 4-hop round trip (client -> 3 relay processes -> client, PUSH/PULL
-   over loopback), the floor for any Python design with this many hops; ratio
-   Cloudburst/bare.
-Prints one line per system and a JSON summary (also written with `--json PATH`).
+   version pip finds); p50/p99 and the ratios Ray/Cloudburst.
+3. Reference (once, not per mode): a bare pyzmq 4-hop round trip (client -> 3 relay
+   processes -> client, PUSH/PULL over loopback, plaintext), the floor for any Python design
+   with this many hops; ratios Cloudburst/bare.
+Prints one block per mode and a JSON summary (also written with `--json PATH`).
 
-    python benchmarks/composition.py --rounds 3 [--before DIR] [--calls 1000]
+    python benchmarks/composition.py --rounds 3 [--before DIR] [--calls 1000] [--security on,off]
 
-Rounds on a shared machine: each round runs the steps above (this checkout's script in a
-process of its own, without Ray), then, with `--before DIR`, the same for another checkout
-(e.g. the code before a change, with its built kernel), then Ray; so this checkout, the
-other one and Ray alternate and see the same drift in the machine's load. Prints each
-round's p50s and ratios with the load average, then the medians over the rounds of the
-p50s and of each round's Ray / Cloudburst ratio.
+Rounds on a shared machine: each round runs, for each mode in turn, the steps above for
+this checkout (this script without Ray, in a process of its own), then with `--before DIR`
+the same for another checkout (e.g. the code before a change, with its built kernel:
+measured by this checkout's harness, which imports that checkout's code), then Ray; so the
+checkouts, the modes and Ray alternate and see the same drift in the machine's load. Prints
+each round's p50s and ratios with the load average, then, per mode, the medians over the
+rounds of the p50s and of each round's Ray / Cloudburst ratio, and a JSON summary (under
+`modes`).
 
     python benchmarks/composition.py --direct-ab [--calls 600] [--spread]
 
@@ -60,10 +77,13 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Dict, List
+from typing import Dict, List, Optional, Tuple
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
+sys.path.insert(0, HERE)
+import bench_security  # noqa: E402  (benchmarks/, stdlib only)
 
 
 def summary(samples: List[float]) -> Dict[str, float]:
@@ -75,14 +95,18 @@ def summary(samples: List[float]) -> Dict[str, float]:
 
 # ---- Cloudburst ----
 def bench_cloudburst(calls: int, workers: int, transport: str = "tcp",
-                     colocate: bool = True, direct: bool = False,
+                     colocate: bool = True, direct: bool = False, auth: bool = True,
                      **options) -> Dict[str, float]:
     """p50/p99 of a two-function DAG call; `options` go to `cloudburst.LocalCluster`;
-    `direct`: the client sends its calls on the direct leased path."""
+    `direct`: the client sends its calls on the direct leased path; `auth`: CURVE on every
+    socket (the default) or the whole cluster in plaintext."""
     import cloudburst
     with cloudburst.LocalCluster(executor_nodes=1, executors_per_node=workers,
                                  transport=transport, colocate_chains=colocate,
-                                 **options) as cluster:
+                                 auth=auth, **options) as cluster:
+        if cluster.auth != auth:
+            raise bench_security.SecurityMismatch(
+                f"asked for auth={auth}, the cluster runs auth={cluster.auth}")
         client = cluster.client(direct=direct)
         client.register(lambda lib, x: x + 1, "increment")
         client.register(lambda lib, x: x * x, "square")
@@ -184,8 +208,10 @@ def bench_zmq(calls: int) -> Dict[str, float]:
 
 # ---- Ray (in its own venv) ----
 RAY_SCRIPT = r"""
-import json, sys, time, ray
+import json, os, sys, time, ray
 calls = int(sys.argv[1])
+sys.path.insert(0, sys.argv[2])          # benchmarks/, for bench_security
+import bench_security
 ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
 @ray.remote
 def increment(x): return x + 1
@@ -199,7 +225,9 @@ for i in range(calls):
     v = ray.get(square.remote(increment.remote(i)))
     samples.append(time.perf_counter() - t)
     assert v == (i + 1) ** 2
-print("RAY_RESULT " + json.dumps({"samples": samples, "version": ray.__version__}))
+probe = bench_security.probe_this_ray(ray)
+print("RAY_RESULT " + json.dumps({"samples": samples, "version": ray.__version__,
+                                  "tls_probe": probe}))
 ray.shutdown()
 """
 
@@ -217,17 +245,35 @@ def ray_python(venv: str) -> str:
     return python
 
 
-def bench_ray(calls: int, venv: str, attempts: int = 3) -> Dict[str, float]:
-    """Ray's p50/p99; a Ray whose node timed out starting (a loaded machine) is started
-    again, up to `attempts` times."""
+def ray_env(tls: bool, directory: str) -> Dict[str, str]:
+    """The environment of a Ray run: with `tls`, a fresh CA and certificate in `directory`
+    and Ray's TLS variables; without, the TLS variables removed (Ray's default)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_TLS_")
+           and k != "RAY_USE_TLS"}
+    if tls:
+        files = bench_security.TlsFiles.create(directory, bench_security.host_addresses())
+        env.update(bench_security.ray_tls_env(files))
+    return env
+
+
+def bench_ray(calls: int, venv: str, attempts: int = 3, tls: bool = False) -> Dict[str, float]:
+    """Ray's p50/p99, with TLS on its gRPC channels if `tls` (a throwaway CA, removed after
+    the run); a Ray whose node timed out starting (a loaded machine) is started again, up to
+    `attempts` times. RuntimeError if Ray's servers do not speak TLS as asked (each run
+    probes them with a handshake)."""
+    import tempfile
     python = ray_python(venv)
     for attempt in range(attempts):
-        out = subprocess.run([python, "-c", RAY_SCRIPT, str(calls)], capture_output=True,
-                             text=True, timeout=900)
+        with tempfile.TemporaryDirectory(prefix="ray-tls-") as certs:
+            out = subprocess.run([python, "-c", RAY_SCRIPT, str(calls), HERE],
+                                 capture_output=True, text=True, timeout=900,
+                                 env=ray_env(tls, certs))
         for line in out.stdout.splitlines():
             if line.startswith("RAY_RESULT "):
                 data = json.loads(line[len("RAY_RESULT "):])
-                return dict(summary(data["samples"]), version=data["version"])
+                bench_security.check_probe(data["tls_probe"], tls)
+                return dict(summary(data["samples"]), version=data["version"], tls=tls,
+                            tls_probe=data["tls_probe"])
         print(f"Ray failed (attempt {attempt + 1} of {attempts}): "
               f"{out.stderr.strip().splitlines()[-1:] or out.stdout[-200:]}", flush=True)
     raise RuntimeError(f"Ray benchmark failed:\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}")
@@ -312,111 +358,139 @@ def bench_session(calls: int, runs: int, block: int = 25) -> Dict[str, Dict]:
     return out
 
 
-def _one_round(root: str, calls: int, workers: int) -> Dict:
-    """This module's plain run (no Ray) from checkout `root`, in a process of its own."""
+def _one_round(root: str, calls: int, workers: int, mode: str) -> Dict:
+    """The plain run of this script (no Ray) in security `mode`, in a process of its own,
+    importing Cloudburst from checkout `root` (this one or another, e.g. the code before a
+    change: the harness is the same, only the code under test differs). Returns its
+    figures for `mode` and the bare 4-hop reference."""
     import tempfile
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        subprocess.run([sys.executable, os.path.join(root, "benchmarks", "composition.py"),
+        subprocess.run([sys.executable, os.path.join(HERE, "composition.py"),
                         "--no-ray", "--calls", str(calls), "--workers", str(workers),
-                        "--json", out.name], check=True, capture_output=True, timeout=900,
-                       env=dict(os.environ, PYTHONPATH=root), cwd=root)
+                        "--security", mode, "--import-root", root, "--json", out.name],
+                       check=True, capture_output=True, timeout=900,
+                       env=dict(os.environ, PYTHONPATH=root),
+                       cwd=root)   # `python -m` services import from their working directory
         with open(out.name) as f:
-            return json.load(f)
+            result = json.load(f)
+    return dict(result["modes"][mode], zmq_4hop=result["zmq_4hop"], module=result["module"])
 
 
-def rounds(args: argparse.Namespace) -> Dict:
+def _medians(per: Dict[str, List[Dict]], ray: List[Dict]) -> Dict:
+    """Medians over the rounds of one security mode: each checkout's p50s, and of each
+    round's Ray / Cloudburst ratio (a round without Ray is left out of the ratios)."""
+    med = statistics.median
+    out: Dict = {}
+    paired = {name: [x for x in rows if not x.get("no_ray")] for name, rows in per.items()}
+    for name, rows in per.items():
+        o = out[name] = {shape: med(x[key]["p50_us"] for x in rows)
+                         for shape, key in (("chain_p50_us", "cloudburst"),
+                                            ("spread_p50_us", "cloudburst_spread"),
+                                            ("direct_p50_us", "cloudburst_direct"),
+                                            ("bare_4hop_p50_us", "zmq_4hop"))}
+        o["runs"] = [{k: x[k]["p50_us"] for k in ("cloudburst", "cloudburst_spread",
+                                                  "cloudburst_direct", "zmq_4hop")}
+                     for x in rows]
+        for shape, key in (("chain", "cloudburst"), ("spread", "cloudburst_spread"),
+                           ("direct", "cloudburst_direct")):
+            ratios = [y["p50_us"] / x[key]["p50_us"] for x, y in zip(paired[name], ray)]
+            if ratios:
+                o[f"ray_over_{shape}"] = round(med(ratios), 2)
+                o[f"ray_over_{shape}_runs"] = [round(r, 2) for r in ratios]
+    if ray:
+        out["ray"] = {"p50_us": med(y["p50_us"] for y in ray), "version": ray[0]["version"],
+                      "tls": ray[0]["tls"], "runs": [y["p50_us"] for y in ray],
+                      "tls_probe": ray[-1]["tls_probe"]}
+    return out
+
+
+def rounds(args: argparse.Namespace, modes: List[str]) -> Dict:
     """See the module docstring (`--rounds`)."""
     roots = {"cloudburst": ROOT}
     if args.before:
         roots["before"] = os.path.abspath(args.before)
-    per: Dict[str, List[Dict]] = {name: [] for name in roots}
-    ray: List[Dict] = []
+    per = {mode: {name: [] for name in roots} for mode in modes}
+    ray: Dict[str, List[Dict]] = {mode: [] for mode in modes}
     for r in range(args.rounds):
-        load = round(os.getloadavg()[0], 2)
-        line = [f"round {r + 1} (load {load})"]
-        for name, root in roots.items():
-            res = _one_round(root, args.calls, args.workers)
-            per[name].append(res)
-            direct = f" / direct {res['cloudburst_direct']['p50_us']:.0f}" \
-                if "cloudburst_direct" in res else ""
-            line.append(f"{name}: chain {res['cloudburst']['p50_us']:.0f} / spread "
-                        f"{res['cloudburst_spread']['p50_us']:.0f}{direct} us (bare 4-hop "
-                        f"{res['zmq_4hop']['p50_us']:.0f})")
-        if not args.no_ray:
-            try:
-                ray.append(bench_ray(args.calls, args.ray_venv))
-            except RuntimeError:          # Ray could not start on this loaded machine
-                for name in roots:        # this round's figures are not paired with Ray's
-                    per[name][-1]["no_ray"] = True
-                line.append("Ray did not start in this round")
-                print("; ".join(line), flush=True)
-                continue
-            line.append(f"Ray {ray[-1]['p50_us']:.0f} us; Ray/chain " + ", ".join(
-                f"{name} {ray[-1]['p50_us'] / per[name][-1]['cloudburst']['p50_us']:.2f}x"
-                for name in roots) + "".join(
-                f"; Ray/direct {name} "
-                f"{ray[-1]['p50_us'] / per[name][-1]['cloudburst_direct']['p50_us']:.2f}x"
-                for name in roots if "cloudburst_direct" in per[name][-1]))
-        print("; ".join(line), flush=True)
-    med = statistics.median
-    out: Dict = {"rounds": args.rounds, "calls": args.calls}
-    # a round's ratio pairs it with Ray's run of that round (rounds without Ray are left out)
-    paired = {name: [x for x in per[name] if not x.get("no_ray")] for name in roots}
-    for name in roots:
-        out[name] = {shape: med(x[key]["p50_us"] for x in per[name])
-                     for shape, key in (("chain_p50_us", "cloudburst"),
-                                        ("spread_p50_us", "cloudburst_spread"),
-                                        ("bare_4hop_p50_us", "zmq_4hop"))}
-        out[name]["runs"] = [{k: x[k]["p50_us"] for k in ("cloudburst", "cloudburst_spread",
-                                                           "zmq_4hop")} for x in per[name]]
-        if all("cloudburst_direct" in x for x in per[name]):
-            out[name]["direct_p50_us"] = med(x["cloudburst_direct"]["p50_us"] for x in per[name])
-            for run, x in zip(out[name]["runs"], per[name]):
-                run["cloudburst_direct"] = x["cloudburst_direct"]["p50_us"]
-            if ray:
-                out[name]["ray_over_direct"] = round(med(
-                    y["p50_us"] / x["cloudburst_direct"]["p50_us"]
-                    for x, y in zip(paired[name], ray)), 2)
-        if ray:
-            out[name]["ray_over_chain"] = round(med(
-                y["p50_us"] / x["cloudburst"]["p50_us"] for x, y in zip(paired[name], ray)), 2)
-            out[name]["ray_over_spread"] = round(med(
-                y["p50_us"] / x["cloudburst_spread"]["p50_us"] for x, y in zip(paired[name], ray)), 2)
-    if ray:
-        out["ray"] = {"p50_us": med(y["p50_us"] for y in ray), "version": ray[0]["version"],
-                      "runs": [y["p50_us"] for y in ray]}
-    for name in roots:
-        o = out[name]
-        print(f"{name}: median chain p50 {o['chain_p50_us']:.0f} us, spread "
-              f"{o['spread_p50_us']:.0f} us" + (f"; median Ray/Cloudburst {o['ray_over_chain']}x"
-                                                 f" (spread {o['ray_over_spread']}x)"
-                                                 if ray else "")
-              + (f"; direct {o['direct_p50_us']:.0f} us" if "direct_p50_us" in o else "")
-              + (f", median Ray/direct {o['ray_over_direct']}x" if "ray_over_direct" in o
-                 else ""))
+        for mode in modes:
+            load = round(os.getloadavg()[0], 2)
+            line = [f"round {r + 1} security {mode} (load {load})"]
+            for name, root in roots.items():
+                res = _one_round(root, args.calls, args.workers, mode)
+                res["load"] = load
+                per[mode][name].append(res)
+                line.append(f"{name}: direct {res['cloudburst_direct']['p50_us']:.0f} / chain "
+                            f"{res['cloudburst']['p50_us']:.0f} / spread "
+                            f"{res['cloudburst_spread']['p50_us']:.0f} us (bare 4-hop "
+                            f"{res['zmq_4hop']['p50_us']:.0f})")
+            if not args.no_ray:
+                try:
+                    y = bench_ray(args.calls, args.ray_venv, tls=bench_security.ray_tls(mode))
+                except RuntimeError:      # Ray could not start on this loaded machine
+                    for name in roots:    # this round's figures are not paired with Ray's
+                        per[mode][name][-1]["no_ray"] = True
+                    line.append("Ray did not start in this round")
+                    print("; ".join(line), flush=True)
+                    continue
+                y["load"] = round(os.getloadavg()[0], 2)
+                ray[mode].append(y)
+                line.append(f"Ray{' TLS' if y['tls'] else ''} {y['p50_us']:.0f} us (load after "
+                            f"{y['load']}); Ray/direct " + ", ".join(
+                                f"{name} {y['p50_us'] / per[mode][name][-1]['cloudburst_direct']['p50_us']:.2f}x"
+                                for name in roots) + "; Ray/chain " + ", ".join(
+                                f"{name} {y['p50_us'] / per[mode][name][-1]['cloudburst']['p50_us']:.2f}x"
+                                for name in roots))
+            print("; ".join(line), flush=True)
+    out: Dict = {"rounds": args.rounds, "calls": args.calls, "modes": {}}
+    for mode in modes:
+        o = out["modes"][mode] = dict(_medians(per[mode], ray[mode]),
+                                      description=bench_security.MODES[mode],
+                                      loads=[x["load"] for x in per[mode]["cloudburst"]])
+        for name in roots:
+            m = o[name]
+            print(f"security {mode} ({o['description']}), {name}: median p50 direct "
+                  f"{m['direct_p50_us']:.0f} us, chain {m['chain_p50_us']:.0f} us, spread "
+                  f"{m['spread_p50_us']:.0f} us" + (
+                      f"; median Ray/Cloudburst direct {m['ray_over_direct']}x, chain "
+                      f"{m['ray_over_chain']}x, spread {m['ray_over_spread']}x"
+                      if "ray_over_direct" in m else ""))
+        if "ray" in o:
+            print(f"security {mode}: Ray {o['ray']['version']} median p50 "
+                  f"{o['ray']['p50_us']:.0f} us (TLS {'on' if o['ray']['tls'] else 'off'}, "
+                  f"probed: {o['ray']['tls_probe']})")
     return out
 
 
-def main() -> None:
+def parse_args(argv: Optional[List[str]] = None) -> Tuple[argparse.Namespace, List[str]]:
+    """This script's arguments and its security modes (`--security`, checked)."""
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--calls", type=int, default=1000)
+    parser.add_argument("--calls", type=int, default=1000, help="timed calls per measurement")
     parser.add_argument("--workers", type=int, default=2, help="Cloudburst workers on the node")
-    parser.add_argument("--no-ray", action="store_true")
-    parser.add_argument("--ray-venv", default=os.path.join(
-        os.path.expanduser("~"), ".cache", "cloudburst-bench", "ray-venv"))
+    bench_security.add_peer_arguments(parser)
     parser.add_argument("--json", help="also write the summary here")
     parser.add_argument("--session-cost", action="store_true",
                         help="only measure read-your-writes on vs off (module docstring)")
     parser.add_argument("--runs", type=int, default=3, help="runs of --session-cost")
     parser.add_argument("--rounds", type=int, default=0,
-                        help="alternate this checkout, --before and Ray for this many rounds")
-    parser.add_argument("--before", help="with --rounds: another checkout, measured as `before`")
+                        help="alternate this checkout, --before and Ray, in every security "
+                             "mode, for this many rounds")
+    parser.add_argument("--before", metavar="DIR",
+                        help="with --rounds: another checkout (built), measured as `before` "
+                             "by this script's harness")
+    parser.add_argument("--import-root", metavar="DIR", help=argparse.SUPPRESS)  # --rounds' own
     parser.add_argument("--direct-ab", action="store_true",
-                        help="only the direct path against the scheduler's, interleaved")
+                        help="only the direct path against the scheduler's, interleaved "
+                             "(authentication on)")
     parser.add_argument("--spread", action="store_true",
                         help="with --direct-ab: the DAG's functions on two workers")
-    args = parser.parse_args()
+    return bench_security.parse_with_modes(parser, argv)
+
+
+def main() -> None:
+    args, modes = parse_args()
+    if args.import_root:        # measure another checkout's code with this harness
+        sys.path.insert(0, os.path.abspath(args.import_root))
     if args.direct_ab:
         result = bench_direct_ab(args.calls, args.spread)
         print(f"load {result['load']}: scheduler's path p50 "
@@ -426,7 +500,7 @@ def main() -> None:
         print(json.dumps(result))
         return
     if args.rounds:
-        result = rounds(args)
+        result = rounds(args, modes)
         print(json.dumps(result))
         if args.json:
             with open(args.json, "w") as fh:
@@ -450,36 +524,43 @@ def main() -> None:
                 json.dump(result, fh, indent=2)
         return
 
-    results: Dict[str, Dict] = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}}
+    import cloudburst
+    root = os.path.abspath(args.import_root or ROOT)
+    if not os.path.realpath(cloudburst.__file__).startswith(os.path.realpath(root)):
+        raise RuntimeError(f"imported {cloudburst.__file__}, not the checkout at {root}")
+    results: Dict = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
+                     "module": cloudburst.__file__, "load": round(os.getloadavg()[0], 2),
+                     "modes": {}}
     results["zmq_4hop"] = bench_zmq(args.calls)
     print(f"bare pyzmq 4-hop round trip : p50 {results['zmq_4hop']['p50_us']:8.1f} us   "
           f"p99 {results['zmq_4hop']['p99_us']:8.1f} us", flush=True)
-    results["cloudburst"] = bench_cloudburst(args.calls, args.workers)
-    print(f"Cloudburst increment->square: p50 {results['cloudburst']['p50_us']:8.1f} us   "
-          f"p99 {results['cloudburst']['p99_us']:8.1f} us   (default: chain on one worker)",
-          flush=True)
-    results["cloudburst_spread"] = bench_cloudburst(args.calls, args.workers, colocate=False)
-    print(f"Cloudburst, 2 worker procs  : p50 {results['cloudburst_spread']['p50_us']:8.1f} us   "
-          f"p99 {results['cloudburst_spread']['p99_us']:8.1f} us   (worker -> worker hop)",
-          flush=True)
-    results["cloudburst_direct"] = bench_cloudburst(args.calls, args.workers, direct=True)
-    print(f"Cloudburst, direct (leased) : p50 {results['cloudburst_direct']['p50_us']:8.1f} us   "
-          f"p99 {results['cloudburst_direct']['p99_us']:8.1f} us   (client -> worker -> client)",
-          flush=True)
-    if not args.no_ray:
-        results["ray"] = bench_ray(args.calls, args.ray_venv)
-        print(f"Ray {results['ray']['version']} same chain      : p50 {results['ray']['p50_us']:8.1f} us   "
-              f"p99 {results['ray']['p99_us']:8.1f} us", flush=True)
-        results["ray_over_cloudburst_p50"] = round(results["ray"]["p50_us"] / results["cloudburst"]["p50_us"], 2)
-        results["ray_over_cloudburst_spread_p50"] = round(
-            results["ray"]["p50_us"] / results["cloudburst_spread"]["p50_us"], 2)
-        print(f"Ray p50 / Cloudburst p50     : {results['ray_over_cloudburst_p50']}x "
-              f"(spread: {results['ray_over_cloudburst_spread_p50']}x)")
-    results["cloudburst_over_zmq_p50"] = round(results["cloudburst"]["p50_us"] / results["zmq_4hop"]["p50_us"], 2)
-    results["cloudburst_spread_over_zmq_p50"] = round(
-        results["cloudburst_spread"]["p50_us"] / results["zmq_4hop"]["p50_us"], 2)
-    print(f"Cloudburst p50 / bare 4-hop  : {results['cloudburst_over_zmq_p50']}x "
-          f"(spread: {results['cloudburst_spread_over_zmq_p50']}x)")
+    for mode in modes:
+        auth = bench_security.cloudburst_auth(mode)
+        print(f"security {mode} ({bench_security.MODES[mode]}):", flush=True)
+        res = results["modes"][mode] = {"description": bench_security.MODES[mode]}
+        for key, label, options in (
+                ("cloudburst", "chain on one worker", {}),
+                ("cloudburst_spread", "2 worker procs", {"colocate": False}),
+                ("cloudburst_direct", "direct (leased)", {"direct": True})):
+            res[key] = bench_cloudburst(args.calls, args.workers, auth=auth, **options)
+            print(f"  Cloudburst, {label:20s}: p50 {res[key]['p50_us']:8.1f} us   "
+                  f"p99 {res[key]['p99_us']:8.1f} us   (CURVE {'on' if auth else 'off'})",
+                  flush=True)
+        if not args.no_ray:
+            ray = res["ray"] = bench_ray(args.calls, args.ray_venv,
+                                         tls=bench_security.ray_tls(mode))
+            print(f"  Ray {ray['version']} same chain{' (TLS)' if ray['tls'] else ''}: p50 "
+                  f"{ray['p50_us']:8.1f} us   p99 {ray['p99_us']:8.1f} us", flush=True)
+            for key, name in (("cloudburst", "chain"), ("cloudburst_spread", "spread"),
+                              ("cloudburst_direct", "direct")):
+                res[f"ray_over_{name}_p50"] = round(ray["p50_us"] / res[key]["p50_us"], 2)
+            print(f"  Ray p50 / Cloudburst p50: direct {res['ray_over_direct_p50']}x, chain "
+                  f"{res['ray_over_chain_p50']}x, spread {res['ray_over_spread_p50']}x")
+        for key, name in (("cloudburst", "chain"), ("cloudburst_spread", "spread"),
+                          ("cloudburst_direct", "direct")):
+            res[f"{name}_over_zmq_p50"] = round(res[key]["p50_us"] / results["zmq_4hop"]["p50_us"], 2)
+        print(f"  Cloudburst p50 / bare 4-hop: direct {res['direct_over_zmq_p50']}x, chain "
+              f"{res['chain_over_zmq_p50']}x, spread {res['spread_over_zmq_p50']}x")
     print(json.dumps(results))
     if args.json:
         with open(args.json, "w") as f:
