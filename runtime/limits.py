@@ -39,8 +39,8 @@ except ImportError:                       # not a POSIX platform
     resource = None  # type: ignore[assignment]
 
 __all__ = ["raise_descriptor_limit", "descriptor_limit", "open_descriptors", "reserve",
-           "socket_budget", "descriptor_ceiling", "sockets_openable", "descriptor_budget", "claim_descriptors", "FDS_PER_SOCKET",
-           "MIN_SOCKETS"]
+           "socket_budget", "descriptor_ceiling", "sockets_openable", "descriptor_budget",
+           "claim_descriptors", "FDS_PER_SOCKET", "MIN_SOCKETS"]
 
 log = logging.getLogger("runtime.limits")
 
