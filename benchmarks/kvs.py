@@ -55,6 +55,9 @@ except ImportError:     # run from a checkout that is not installed: use the che
 from anna_core import _core
 from hydro_proto import anna_pb2
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # benchmarks/
+import bench_security  # noqa: E402  (stdlib only: the throwaway CA for Redis's TLS)
+
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
@@ -68,30 +71,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class TlsFiles:
-    """A throwaway CA and one certificate it signed for IP 127.0.0.1, used by the Redis
-    server and by its clients (which Redis then authenticates: --tls-auth-clients yes)."""
-
-    def __init__(self, directory: str) -> None:
-        self.ca = os.path.join(directory, "ca.crt")
-        self.cert = os.path.join(directory, "redis.crt")
-        self.key = os.path.join(directory, "redis.key")
-        ca_key = os.path.join(directory, "ca.key")
-        csr = os.path.join(directory, "redis.csr")
-        ext = os.path.join(directory, "ext.cnf")
-        with open(ext, "w") as f:
-            f.write("subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n")
-        ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-        for cmd in (
-            ["openssl", "req", "-x509", *ec, "-keyout", ca_key, "-out", self.ca, "-days", "1",
-             "-subj", "/CN=kvs-bench-ca"],
-            ["openssl", "req", *ec, "-keyout", self.key, "-out", csr, "-subj", "/CN=127.0.0.1"],
-            ["openssl", "x509", "-req", "-in", csr, "-CA", self.ca, "-CAkey", ca_key,
-             "-CAcreateserial", "-out", self.cert, "-days", "1", "-extfile", ext],
-        ):
-            subprocess.run(cmd, check=True, capture_output=True, timeout=30)
-
-
 class RedisServer:
     """A throwaway redis-server on a free loopback port; with `tls`, TLS only (no plaintext
     port) and client certificates required."""
@@ -102,7 +81,7 @@ class RedisServer:
             sys.exit("redis-server not found: run scripts/install.sh")
         self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="kvs-bench-redis-")
-        self.tls = TlsFiles(self.dir) if tls else None
+        self.tls = bench_security.TlsFiles.create(self.dir) if tls else None
         ports = ["--port", str(self.port)]
         if self.tls is not None:
             ports = ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file", self.tls.cert,

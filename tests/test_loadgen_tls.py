@@ -7,7 +7,8 @@ import shutil
 import pytest
 
 from anna_core import _core
-from benchmarks.kvs import RedisServer, TlsFiles
+from benchmarks.bench_security import TlsFiles
+from benchmarks.kvs import RedisServer
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None or
                                 shutil.which("openssl") is None,
@@ -30,7 +31,7 @@ def test_load_redis_over_mutual_tls_completes_requests(tls_redis):
 
 
 def test_an_unverifiable_server_is_a_clear_error(tls_redis, tmp_path):
-    other = TlsFiles(str(tmp_path))  # a CA that did not sign the server's certificate
+    other = TlsFiles.create(str(tmp_path))  # a CA that did not sign the server's certificate
     with pytest.raises(RuntimeError, match="TLS handshake .* failed"):
         _core.load_redis("127.0.0.1", tls_redis.port, **SHORT, tls_ca=other.ca,
                          tls_cert=other.cert, tls_key=other.key)
