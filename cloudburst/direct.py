@@ -78,7 +78,8 @@ from runtime.sockets import PushCache
 from .arguments import referenced_keys
 from .stalls import CallTimes, held_up
 
-__all__ = ["DirectPath", "LeaseOwner", "RETRY_ASK", "MAX_QUEUED", "MAX_SPREAD", "READ_EVERY"]
+__all__ = ["DirectPath", "LeaseOwner", "RETRY_ASK", "MAX_QUEUED", "MAX_SPREAD", "READ_EVERY",
+           "CORK_SECONDS", "CORK_CALLS"]
 
 log = logging.getLogger("cloudburst.client")
 
@@ -89,6 +90,11 @@ MAX_BATCH = 64           # calls in one direct_batch message
 MARGIN = 0.2             # seconds before its end a lease is no longer used (in flight to it)
 MAX_LATENCIES = 64       # latencies reported per lease and report (bounded)
 READ_EVERY = 0.005       # seconds between reads of the answers while a burst is being sent
+# A call for a worker that still has calls of this client to run waits here for others to go
+# with it in one direct_batch, at most CORK_SECONDS (or until CORK_CALLS wait, or its caller
+# waits for an answer): each message costs both sides more CPU than a no-op call does
+CORK_SECONDS = 0.001
+CORK_CALLS = 16
 
 
 class LeaseOwner(Protocol):
@@ -107,6 +113,10 @@ class LeaseOwner(Protocol):
     def read_arrived(self) -> None:
         """Hand out the answers that have arrived (`on_result`, `on_lease`), without
         waiting; nothing if another thread is reading them."""
+
+    def flush_by(self, deadline: float) -> None:
+        """Have `flush()` called at `deadline` (`time.monotonic()`) or soon after, even if
+        the caller makes no other call and waits for nothing."""
 
 
 @dataclass
@@ -152,6 +162,9 @@ class DirectPath:
         self._quiet_until = 0.0
         self._times = CallTimes()          # each target's usual direct-call time
         self._read_at = 0.0                # when `send` last had the answers read
+        # when the queued calls must go at the latest (CORK_SECONDS after the first of them
+        # was held for company); 0: at the next flush (they wait for a slot, not company)
+        self._send_at = 0.0
 
     # ---- sending ----
     @staticmethod
@@ -229,16 +242,27 @@ class DirectPath:
                     self._maybe_ask(key, now, spread=True)
                 return None
             held = max(usable, key=lambda h: h.slots - len(h.in_flight))
-            if len(held.in_flight) >= held.slots or self._queued.get(key):
+            full = len(held.in_flight) >= held.slots
+            if full or held.in_flight or self._queued.get(key):
+                # no free slot, or the worker has calls of ours to run first: queued, to go
+                # with the others in one message (a lone call on an idle lease goes now)
                 if self._queued_count >= MAX_QUEUED:
                     return None                   # the client's queue is full: the long way
+                cork = not self._queued_count
+                if cork:
+                    self._send_at = now + CORK_SECONDS
                 self._queued.setdefault(key, deque()).append(call)
                 self._queued_count += 1
                 self._calls[call.request_id] = (key, call, now, "")
-                if len(leases) < MAX_SPREAD:
+                if full and len(leases) < MAX_SPREAD:
                     self._maybe_ask(key, now, spread=True)
-                return held.scheduler
-            self._admit(held, call, key, now)
+            else:
+                cork = None
+                self._admit(held, call, key, now)
+        if cork is not None:
+            if cork:
+                self._owner.flush_by(self._send_at)
+            return held.scheduler
         with self._push_lock:
             sent = self._push.send(held.worker_address, "direct", call)
         if not sent:                              # the worker is not reachable: the long way
@@ -407,12 +431,18 @@ class DirectPath:
                 self._queued.pop(key, None)
         return out
 
-    def flush(self) -> None:
+    def flush(self, force: bool = False) -> Optional[float]:
+        """Carry out what was recorded; queued calls go if they are due (`force`: now, as
+        when their caller is about to wait). Returns when the queued calls are due if
+        that is later (`flush_by` was told), else None."""
         now = time.monotonic()
         with self._lock:
-            if now < self._quiet_until and not (self._queued or self._resend or self._fail
+            due = bool(self._queued_count) and (force or now >= self._send_at
+                                                or self._queued_count >= CORK_CALLS)
+            if now < self._quiet_until and not (due or self._resend or self._fail
                                                 or self._ask or self._gone):
-                return                             # the common case: nothing to do
+                # the common case: nothing to do
+                return self._send_at if self._queued_count and self._send_at > now else None
             self._quiet_until = 0.0
             for key in list(self._held):           # lapsed: given back with their usage
                 self._live(key, now)
@@ -422,12 +452,15 @@ class DirectPath:
                             held.expires - now < held.ttl / 2:
                         held.renewing = True
                         self._ask.append((self._renewal(held), held.scheduler))
-            batches = self._take_queued(now) if self._queued else []
+            batches = self._take_queued(now) if due else []
+            if self._queued_count and due:
+                self._send_at = 0.0               # left for want of a slot: not corked
+            later = self._send_at if self._queued_count and self._send_at > now else None
             self._quiet_until = min((min(h.expires - MARGIN, h.expires - h.ttl / 2)
                                      for leases in self._held.values() for h in leases),
                                     default=0.0)
             if not (self._resend or self._fail or self._ask or self._gone or batches):
-                return
+                return later
             resend, self._resend = self._resend, []
             fail, self._fail = self._fail, []
             ask, self._ask = self._ask, []
@@ -465,6 +498,7 @@ class DirectPath:
                 self._owner.ask_lease(req, to)
             except CloudburstError as e:      # no lease: the scheduler's path serves
                 log.debug("lease request not sent: %s", e)
+        return later
 
     def release_all(self) -> None:
         """Give every lease back (at the next `flush`): the registry changed."""

@@ -28,6 +28,7 @@ class _Owner:
         self.arrived: List[pb.CallResult] = []
         self.resent: List[pb.Call] = []
         self.delivered: List[pb.CallResult] = []
+        self.flush_at: List[float] = []
 
     def resend_call(self, call: pb.Call) -> str:
         self.resent.append(call)
@@ -38,6 +39,9 @@ class _Owner:
 
     def deliver(self, result: pb.CallResult) -> None:
         self.delivered.append(result)
+
+    def flush_by(self, deadline: float) -> None:
+        self.flush_at.append(deadline)
 
     def read_arrived(self) -> None:
         arrived, self.arrived = self.arrived, []
