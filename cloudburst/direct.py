@@ -134,6 +134,7 @@ class _Held:
     failed: int = 0
     latencies: List[float] = field(default_factory=list)
     renewing: bool = False
+    grown: float = float("-inf")     # when it was last renewed early to grow (`_grow`)
 
 
 Key = Tuple[str, bool]       # a target: (name, whether a DAG)
@@ -254,8 +255,10 @@ class DirectPath:
                 self._queued.setdefault(key, deque()).append(call)
                 self._queued_count += 1
                 self._calls[call.request_id] = (key, call, now, "")
-                if full and len(leases) < MAX_SPREAD:
-                    self._maybe_ask(key, now, spread=True)
+                if full:
+                    self._grow(held, now)
+                    if len(leases) < MAX_SPREAD:
+                        self._maybe_ask(key, now, spread=True)
             else:
                 cork = None
                 self._admit(held, call, key, now)
@@ -272,6 +275,14 @@ class DirectPath:
             call.ClearField("lease_id")
             return None
         return held.scheduler
+
+    def _grow(self, held: _Held, now: float) -> None:
+        """Every slot of `held` is in use while calls queue: it is renewed early (at most
+        every RETRY_ASK s). A lease granted before its worker's window was known has the
+        fewest slots; a renewal takes the window now, which is larger for short calls."""
+        if not held.renewing and now - held.grown >= RETRY_ASK:
+            held.grown, held.renewing = now, True
+            self._ask.append((self._renewal(held), held.scheduler))
 
     def drop_queued(self, rid: str) -> bool:
         """A cancelled call still in the client's queue leaves it (True: it never ran)."""

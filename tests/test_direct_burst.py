@@ -29,12 +29,14 @@ class _Owner:
         self.resent: List[pb.Call] = []
         self.delivered: List[pb.CallResult] = []
         self.flush_at: List[float] = []
+        self.asked: List[pb.LeaseRequest] = []
 
     def resend_call(self, call: pb.Call) -> str:
         self.resent.append(call)
         return "sched"
 
     def ask_lease(self, request: pb.LeaseRequest, to: Optional[str] = None) -> str:
+        self.asked.append(request)
         return "sched"
 
     def deliver(self, result: pb.CallResult) -> None:

@@ -98,6 +98,37 @@ def test_held_calls_go_when_enough_wait(setup):
     assert _message(worker) == rids              # one message, without waiting for the deadline
 
 
+def test_a_full_lease_is_renewed_early_and_grows(setup):
+    path, owner, worker, shift = setup
+    address = worker.getsockopt(zmq.LAST_ENDPOINT).decode()
+    path.on_lease(pb.WorkerLease(target="g", lease_id="G1", worker_id="w1",
+                                 worker_address=address, scheduler_address="sched",
+                                 slots=1, ttl=60, status=pb.OK))
+
+    def call(rid: str) -> pb.Call:
+        return pb.Call(function="g", request_id=rid, consistency=pb.LWW, timeout=30)
+
+    path.send(call("g1"))
+    assert _message(worker) == ["g1"]
+    path.send(call("g2"))                        # its one slot is taken: g2 waits
+    path.send(call("g3"))
+    path.flush()
+    renewals = [r for r in owner.asked if list(r.renew) == ["G1"]]
+    assert len(renewals) == 1, "a lease whose slots were all in use was not renewed early"
+    # the scheduler's answer: the worker's window now
+    path.on_lease(pb.WorkerLease(target="g", lease_id="G1", worker_id="w1", slots=4, ttl=60,
+                                 status=pb.OK))
+    path.flush(force=True)
+    assert _message(worker) == ["g2", "g3"]      # the new slots take the queued calls
+    path.send(call("g4"))
+    path.flush(force=True)
+    assert _message(worker) == ["g4"]            # 4 of 4 slots in use
+    path.send(call("g5"))
+    path.flush()
+    # full again, but renewed less than RETRY_ASK ago: not asked again
+    assert len([r for r in owner.asked if list(r.renew) == ["G1"]]) == 1
+
+
 class _Direct:
     """The direct path as the lease thread sees it: counts flushes; the first says more
     calls are held until `later`."""
