@@ -79,7 +79,7 @@ from .arguments import referenced_keys
 from .stalls import CallTimes, held_up
 
 __all__ = ["DirectPath", "LeaseOwner", "RETRY_ASK", "MAX_QUEUED", "MAX_SPREAD", "READ_EVERY",
-           "CORK_SECONDS", "CORK_CALLS"]
+           "CORK_SECONDS", "CORK_CALLS", "GROW_EVERY"]
 
 log = logging.getLogger("cloudburst.client")
 
@@ -90,6 +90,7 @@ MAX_BATCH = 64           # calls in one direct_batch message
 MARGIN = 0.2             # seconds before its end a lease is no longer used (in flight to it)
 MAX_LATENCIES = 64       # latencies reported per lease and report (bounded)
 READ_EVERY = 0.005       # seconds between reads of the answers while a burst is being sent
+GROW_EVERY = 0.25        # seconds between early renewals of a lease whose slots are all in use
 # A call for a worker that still has calls of this client to run waits here for others to go
 # with it in one direct_batch, at most CORK_SECONDS (or until CORK_CALLS wait, or its caller
 # waits for an answer): each message costs both sides more CPU than a no-op call does
@@ -255,10 +256,11 @@ class DirectPath:
                 self._queued.setdefault(key, deque()).append(call)
                 self._queued_count += 1
                 self._calls[call.request_id] = (key, call, now, "")
-                if full:
-                    self._grow(held, now)
-                    if len(leases) < MAX_SPREAD:
-                        self._maybe_ask(key, now, spread=True)
+                for h in usable:                   # each lease whose slots are all in use
+                    if len(h.in_flight) >= h.slots:
+                        self._grow(h, now)
+                if full and len(leases) < MAX_SPREAD:
+                    self._maybe_ask(key, now, spread=True)
             else:
                 cork = None
                 self._admit(held, call, key, now)
@@ -278,9 +280,10 @@ class DirectPath:
 
     def _grow(self, held: _Held, now: float) -> None:
         """Every slot of `held` is in use while calls queue: it is renewed early (at most
-        every RETRY_ASK s). A lease granted before its worker's window was known has the
-        fewest slots; a renewal takes the window now, which is larger for short calls."""
-        if not held.renewing and now - held.grown >= RETRY_ASK:
+        every GROW_EVERY s). A lease granted before its worker's window was known has the
+        fewest slots; a renewal takes the window now, which is larger for short calls (the
+        scheduler learns it from the worker's heartbeats, about every second)."""
+        if not held.renewing and now - held.grown >= GROW_EVERY:
             held.grown, held.renewing = now, True
             self._ask.append((self._renewal(held), held.scheduler))
 
@@ -438,6 +441,8 @@ class DirectPath:
                     batch.append(call)
                 if batch:
                     out.append((held, batch))
+                if queue:                          # calls still wait for its slots
+                    self._grow(held, now)
             if not queue:
                 self._queued.pop(key, None)
         return out

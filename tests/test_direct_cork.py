@@ -125,7 +125,7 @@ def test_a_full_lease_is_renewed_early_and_grows(setup):
     assert _message(worker) == ["g4"]            # 4 of 4 slots in use
     path.send(call("g5"))
     path.flush()
-    # full again, but renewed less than RETRY_ASK ago: not asked again
+    # full again, but renewed less than GROW_EVERY ago: not asked again
     assert len([r for r in owner.asked if list(r.renew) == ["G1"]]) == 1
 
 
