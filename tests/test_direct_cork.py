@@ -19,28 +19,13 @@ from cloudburst.leases import ClientLeases
 from hydro_proto import cloudburst_pb2 as pb
 from runtime.framing import parse
 
-from test_direct_burst import _Owner, _call
+from test_direct_burst import _call, leased_path
 
 
 @pytest.fixture
 def setup(monkeypatch):
-    context = zmq.Context()
-    worker = context.socket(zmq.PULL)
-    port = worker.bind_to_random_port("tcp://127.0.0.1")
-    owner = _Owner()
-    path = owner.path = direct.DirectPath(owner, context, None)
-    path.on_lease(pb.WorkerLease(target="f", lease_id="L1", worker_id="w1",
-                                 worker_address=f"tcp://127.0.0.1:{port}",
-                                 scheduler_address="sched", slots=64, ttl=60, status=pb.OK))
-    shift = [0.0]
-    real = direct.time.monotonic
-    monkeypatch.setattr(direct.time, "monotonic", lambda: real() + shift[0])
-    try:
-        yield path, owner, worker, shift
-    finally:
-        path.close()
-        worker.close(0)
-        context.term()
+    with leased_path(monkeypatch, slots=64) as parts:
+        yield parts
 
 
 def _message(worker: zmq.Socket) -> List[str]:
