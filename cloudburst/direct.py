@@ -17,7 +17,13 @@ client's `LeaseOwner` side (sending to a scheduler, delivering an answer to a wa
   freed while it is being sent, and a lease is judged held up (below) on the answers its
   worker gave, not on answers the client had not read. It sends
   `call` direct and returns the lease's scheduler if a live lease of its target has a free
-  slot (the call then counts against it until its answer arrives). When
+  slot and no call of this client in flight (the call then counts against it until its
+  answer arrives). A call for a lease with calls in flight (its worker would run it after
+  them anyway) is queued here for company and returns the lease's scheduler: the queued
+  calls go in one `direct_batch` once `CORK_CALLS` wait, `CORK_SECONDS` after the first
+  of them (`owner.flush_by` is told that deadline), or at a `flush(force=True)` (a caller
+  is about to wait). A lease whose slots are all in use while calls queue is renewed
+  early, at most every `GROW_EVERY` s: the renewal takes its worker's window now. When
   the client holds live leases of the target but every slot is in use, the call waits in
   the client's own queue for a slot of those leases, as Ray's owners queue against the
   workers they lease (at most `MAX_QUEUED` calls; beyond, the scheduler's path), and the
@@ -44,8 +50,9 @@ client's `LeaseOwner` side (sending to a scheduler, delivering an answer to a wa
   revoked because its worker died makes its calls in flight run again through the scheduler
   while their retry budget (the call's own `max_retries`, else the target's, which the grant
   carries) lasts, else fail with WORKER_DIED.
-- `flush()` does what those recorded (resends, failures, renewals and usage reports), outside
-  the lock, and gives lapsed leases back with their usage. The client's lease thread calls
+- `flush(force=False)` does what those recorded (resends, failures, renewals and usage
+  reports, the queued calls that are due), outside the lock, and gives lapsed leases back
+  with their usage; it returns when the calls still held for company are due (None: none). The client's lease thread calls
   it too (`cloudburst/leases.py`), so an idle client's direct calls reach the scheduler's
   statistics within seconds. A lease in use (a call sent under it, or calls in flight: `flush` runs while the
   client waits for answers) is renewed once less than half its ttl is left; one not used
