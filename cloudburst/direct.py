@@ -17,7 +17,13 @@ client's `LeaseOwner` side (sending to a scheduler, delivering an answer to a wa
   freed while it is being sent, and a lease is judged held up (below) on the answers its
   worker gave, not on answers the client had not read. It sends
   `call` direct and returns the lease's scheduler if a live lease of its target has a free
-  slot (the call then counts against it until its answer arrives). When
+  slot and no call of this client in flight (the call then counts against it until its
+  answer arrives). A call for a lease with calls in flight (its worker would run it after
+  them anyway) is queued here for company and returns the lease's scheduler: the queued
+  calls go in one `direct_batch` once `CORK_CALLS` wait, `CORK_SECONDS` after the first
+  of them (`owner.flush_by` is told that deadline), or at a `flush(force=True)` (a caller
+  is about to wait). A lease whose slots are all in use while calls queue is renewed
+  early, at most every `GROW_EVERY` s: the renewal takes its worker's window now. When
   the client holds live leases of the target but every slot is in use, the call waits in
   the client's own queue for a slot of those leases, as Ray's owners queue against the
   workers they lease (at most `MAX_QUEUED` calls; beyond, the scheduler's path), and the
@@ -44,8 +50,9 @@ client's `LeaseOwner` side (sending to a scheduler, delivering an answer to a wa
   revoked because its worker died makes its calls in flight run again through the scheduler
   while their retry budget (the call's own `max_retries`, else the target's, which the grant
   carries) lasts, else fail with WORKER_DIED.
-- `flush()` does what those recorded (resends, failures, renewals and usage reports), outside
-  the lock, and gives lapsed leases back with their usage. The client's lease thread calls
+- `flush(force=False)` does what those recorded (resends, failures, renewals and usage
+  reports, the queued calls that are due), outside the lock, and gives lapsed leases back
+  with their usage; it returns when the calls still held for company are due (None: none). The client's lease thread calls
   it too (`cloudburst/leases.py`), so an idle client's direct calls reach the scheduler's
   statistics within seconds. A lease in use (a call sent under it, or calls in flight: `flush` runs while the
   client waits for answers) is renewed once less than half its ttl is left; one not used
@@ -78,7 +85,8 @@ from runtime.sockets import PushCache
 from .arguments import referenced_keys
 from .stalls import CallTimes, held_up
 
-__all__ = ["DirectPath", "LeaseOwner", "RETRY_ASK", "MAX_QUEUED", "MAX_SPREAD", "READ_EVERY"]
+__all__ = ["DirectPath", "LeaseOwner", "RETRY_ASK", "MAX_QUEUED", "MAX_SPREAD", "READ_EVERY",
+           "CORK_SECONDS", "CORK_CALLS", "GROW_EVERY"]
 
 log = logging.getLogger("cloudburst.client")
 
@@ -89,6 +97,12 @@ MAX_BATCH = 64           # calls in one direct_batch message
 MARGIN = 0.2             # seconds before its end a lease is no longer used (in flight to it)
 MAX_LATENCIES = 64       # latencies reported per lease and report (bounded)
 READ_EVERY = 0.005       # seconds between reads of the answers while a burst is being sent
+GROW_EVERY = 0.25        # seconds between early renewals of a lease whose slots are all in use
+# A call for a worker that still has calls of this client to run waits here for others to go
+# with it in one direct_batch, at most CORK_SECONDS (or until CORK_CALLS wait, or its caller
+# waits for an answer): each message costs both sides more CPU than a no-op call does
+CORK_SECONDS = 0.001
+CORK_CALLS = 16
 
 
 class LeaseOwner(Protocol):
@@ -108,6 +122,10 @@ class LeaseOwner(Protocol):
         """Hand out the answers that have arrived (`on_result`, `on_lease`), without
         waiting; nothing if another thread is reading them."""
 
+    def flush_by(self, deadline: float) -> None:
+        """Have `flush()` called at `deadline` (`time.monotonic()`) or soon after, even if
+        the caller makes no other call and waits for nothing."""
+
 
 @dataclass
 class _Held:
@@ -124,6 +142,7 @@ class _Held:
     failed: int = 0
     latencies: List[float] = field(default_factory=list)
     renewing: bool = False
+    grown: float = float("-inf")     # when it was last renewed early to grow (`_grow`)
 
 
 Key = Tuple[str, bool]       # a target: (name, whether a DAG)
@@ -152,6 +171,9 @@ class DirectPath:
         self._quiet_until = 0.0
         self._times = CallTimes()          # each target's usual direct-call time
         self._read_at = 0.0                # when `send` last had the answers read
+        # when the queued calls must go at the latest (CORK_SECONDS after the first of them
+        # was held for company); 0: at the next flush (they wait for a slot, not company)
+        self._send_at = 0.0
 
     # ---- sending ----
     @staticmethod
@@ -229,16 +251,30 @@ class DirectPath:
                     self._maybe_ask(key, now, spread=True)
                 return None
             held = max(usable, key=lambda h: h.slots - len(h.in_flight))
-            if len(held.in_flight) >= held.slots or self._queued.get(key):
+            full = len(held.in_flight) >= held.slots
+            if full or held.in_flight or self._queued.get(key):
+                # no free slot, or the worker has calls of ours to run first: queued, to go
+                # with the others in one message (a lone call on an idle lease goes now)
                 if self._queued_count >= MAX_QUEUED:
                     return None                   # the client's queue is full: the long way
+                cork = not self._queued_count
+                if cork:
+                    self._send_at = now + CORK_SECONDS
                 self._queued.setdefault(key, deque()).append(call)
                 self._queued_count += 1
                 self._calls[call.request_id] = (key, call, now, "")
-                if len(leases) < MAX_SPREAD:
+                for h in usable:                   # each lease whose slots are all in use
+                    if len(h.in_flight) >= h.slots:
+                        self._grow(h, now)
+                if full and len(leases) < MAX_SPREAD:
                     self._maybe_ask(key, now, spread=True)
-                return held.scheduler
-            self._admit(held, call, key, now)
+            else:
+                cork = None
+                self._admit(held, call, key, now)
+        if cork is not None:
+            if cork:
+                self._owner.flush_by(self._send_at)
+            return held.scheduler
         with self._push_lock:
             sent = self._push.send(held.worker_address, "direct", call)
         if not sent:                              # the worker is not reachable: the long way
@@ -248,6 +284,15 @@ class DirectPath:
             call.ClearField("lease_id")
             return None
         return held.scheduler
+
+    def _grow(self, held: _Held, now: float) -> None:
+        """Every slot of `held` is in use while calls queue: it is renewed early (at most
+        every GROW_EVERY s). A lease granted before its worker's window was known has the
+        fewest slots; a renewal takes the window now, which is larger for short calls (the
+        scheduler learns it from the worker's heartbeats, about every second)."""
+        if not held.renewing and now - held.grown >= GROW_EVERY:
+            held.grown, held.renewing = now, True
+            self._ask.append((self._renewal(held), held.scheduler))
 
     def drop_queued(self, rid: str) -> bool:
         """A cancelled call still in the client's queue leaves it (True: it never ran)."""
@@ -403,16 +448,24 @@ class DirectPath:
                     batch.append(call)
                 if batch:
                     out.append((held, batch))
+                if queue:                          # calls still wait for its slots
+                    self._grow(held, now)
             if not queue:
                 self._queued.pop(key, None)
         return out
 
-    def flush(self) -> None:
+    def flush(self, force: bool = False) -> Optional[float]:
+        """Carry out what was recorded; queued calls go if they are due (`force`: now, as
+        when their caller is about to wait). Returns when the queued calls are due if
+        that is later (`flush_by` was told), else None."""
         now = time.monotonic()
         with self._lock:
-            if now < self._quiet_until and not (self._queued or self._resend or self._fail
+            due = bool(self._queued_count) and (force or now >= self._send_at
+                                                or self._queued_count >= CORK_CALLS)
+            if now < self._quiet_until and not (due or self._resend or self._fail
                                                 or self._ask or self._gone):
-                return                             # the common case: nothing to do
+                # the common case: nothing to do
+                return self._send_at if self._queued_count and self._send_at > now else None
             self._quiet_until = 0.0
             for key in list(self._held):           # lapsed: given back with their usage
                 self._live(key, now)
@@ -422,12 +475,15 @@ class DirectPath:
                             held.expires - now < held.ttl / 2:
                         held.renewing = True
                         self._ask.append((self._renewal(held), held.scheduler))
-            batches = self._take_queued(now) if self._queued else []
+            batches = self._take_queued(now) if due else []
+            if self._queued_count and due:
+                self._send_at = 0.0               # left for want of a slot: not corked
+            later = self._send_at if self._queued_count and self._send_at > now else None
             self._quiet_until = min((min(h.expires - MARGIN, h.expires - h.ttl / 2)
                                      for leases in self._held.values() for h in leases),
                                     default=0.0)
             if not (self._resend or self._fail or self._ask or self._gone or batches):
-                return
+                return later
             resend, self._resend = self._resend, []
             fail, self._fail = self._fail, []
             ask, self._ask = self._ask, []
@@ -465,6 +521,7 @@ class DirectPath:
                 self._owner.ask_lease(req, to)
             except CloudburstError as e:      # no lease: the scheduler's path serves
                 log.debug("lease request not sent: %s", e)
+        return later
 
     def release_all(self) -> None:
         """Give every lease back (at the next `flush`): the registry changed."""

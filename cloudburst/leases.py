@@ -14,6 +14,10 @@ Contract: `ClientLeases(client, ttl)` belongs to one `Client`.
   records the call).
 - The same thread flushes the client's direct path (`cloudburst/direct.py`) every `ttl / 4`
   seconds: lapsed worker leases go back with the usage reports of the calls made under them.
+- `flush_by(deadline)`: the direct path holds calls to send together; the thread (started
+  if need be) flushes it at `deadline` (`time.monotonic()`), or as soon after as it runs,
+  and again at the deadline that flush returns, so a held call goes even if its caller
+  makes no other call and waits for nothing.
 - `leave()`: the client closes: the thread stops and each scheduler gets a `lease` with
   ttl 0, which cancels every call of this client there at once.
 A client that is killed sends nothing more: its schedulers cancel its calls when the lease
@@ -26,6 +30,7 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
+import time
 import weakref
 from collections import deque
 from typing import TYPE_CHECKING, Deque, Dict, Optional
@@ -67,17 +72,30 @@ class ClientLeases:
         self._calls: Dict[str, str] = {}        # request id -> scheduler
         self._abandoned: Deque[str] = deque()
         self._stop = threading.Event()
+        self._wake = threading.Event()          # set by `flush_by` and `leave`
+        self._flush_at: Optional[float] = None  # when the direct path must be flushed next
         self._thread: threading.Thread = None  # type: ignore[assignment]
         self._left = False
 
     def hold(self, rid: str, scheduler: str) -> None:
         with self._lock:
             self._calls[rid] = scheduler
-            if self._thread is None and not self._left:
-                self._thread = threading.Thread(target=self._run, daemon=True,
-                                                name="cloudburst-lease")
-                self._thread.start()
-                _OPEN.add(self)
+            self._start()
+
+    def _start(self) -> None:
+        """The thread runs from now (lock held)."""
+        if self._thread is None and not self._left:
+            self._thread = threading.Thread(target=self._run, daemon=True,
+                                            name="cloudburst-lease")
+            self._thread.start()
+            _OPEN.add(self)
+
+    def flush_by(self, deadline: float) -> None:
+        with self._lock:
+            if self._flush_at is None or deadline < self._flush_at:
+                self._flush_at = deadline
+            self._start()
+        self._wake.set()
 
     def release(self, rid: str) -> None:
         with self._lock:
@@ -101,15 +119,32 @@ class ClientLeases:
             self._calls.clear()
             thread = self._thread
         self._stop.set()
+        self._wake.set()
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5.0)
         self._send_all(schedulers, 0.0, patience=LEAVE_PATIENCE)
 
     def _run(self) -> None:
-        while not self._stop.wait(self.ttl / 4):
+        beat = time.monotonic() + self.ttl / 4      # the next renewal
+        while not self._stop.is_set():
+            now = time.monotonic()
+            with self._lock:
+                flush_at = self._flush_at
+                due = flush_at is not None and flush_at <= now
+                if due:
+                    self._flush_at = None
+            if now < beat and not due:
+                self._wake.wait(min(beat, flush_at if flush_at is not None else beat) - now)
+                self._wake.clear()        # then looks again at `_flush_at` (set before it)
+                continue
             client = self._client()
             if client is None or client.closed:
                 return
+            if now < beat:                # only the direct path's held calls are due
+                self._flush_direct(client)
+                del client
+                continue
+            beat = now + self.ttl / 4
             while self._abandoned:
                 rid = self._abandoned.popleft()
                 with self._lock:
@@ -118,13 +153,22 @@ class ClientLeases:
                     client._cancel(rid, scheduler)
             with self._lock:
                 schedulers = sorted(set(self._calls.values()))
-            if client._direct is not None:     # lapsed leases back, with their usage
-                try:
-                    client._direct.flush()
-                except Exception as e:           # never the end of this thread
-                    log.warning("the direct path's flush failed: %s", e)
+            self._flush_direct(client)        # lapsed leases back, with their usage
             del client
             self._send_all(schedulers, self.ttl)
+
+    def _flush_direct(self, client: "Client") -> None:
+        if client._direct is None:
+            return
+        try:
+            later = client._direct.flush()
+        except Exception as e:           # never the end of this thread
+            log.warning("the direct path's flush failed: %s", e)
+            return
+        if later is not None:            # calls held since: due then
+            with self._lock:
+                if self._flush_at is None or later < self._flush_at:
+                    self._flush_at = later
 
     def _send_all(self, schedulers: list, ttl: float, patience: Optional[float] = None) -> None:
         client = self._client()

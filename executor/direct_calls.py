@@ -12,7 +12,7 @@ Contract (mixed into `executor.worker.Worker`):
   Kubernetes) binds no direct socket and reports none, so no lease is granted on it.
   `_next_frame()` waits on both while the worker holds a lease or runs a direct call: it
   returns the schedule socket's next frame, else handles the direct calls that arrived
-  (zmq.Again), so a grant that arrived with a call naming it is taken first. Without either
+  (None), so a grant that arrived with a call naming it is taken first. Without either
   it receives from the schedule socket alone, as a worker did before leases, and handles
   direct calls (to refuse them) between receives, within one receive timeout. A call that arrives before its lease's grant (the grant goes to the worker
   first, then to the client, but over another connection) is refused as unknown; `Client`
@@ -125,7 +125,7 @@ class DirectCalls:
             return recv_frame(self._pull, zmq.NOBLOCK, copy=False)
         if self._direct in ready:
             self._read_direct()
-        raise zmq.Again()
+        return None       # (not zmq.Again: an exception per wake-up costs more than the call)
 
     def _read_direct(self) -> None:
         """Run the direct calls that have arrived. Their results are held while more wait
@@ -134,7 +134,8 @@ class DirectCalls:
         per call; a lone call's result goes as soon as the socket is found empty."""
         self._answers.open()
         try:
-            while True:
+            # asks the socket rather than catching zmq.Again at the end of every run
+            while self._direct.getsockopt(zmq.EVENTS) & zmq.POLLIN:
                 try:
                     frame = recv_frame(self._direct, zmq.NOBLOCK, copy=False)
                 except zmq.Again:

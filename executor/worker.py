@@ -222,7 +222,8 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, Direct
                     self._dispatch(self._backlog.popleft())
             try:
                 # the schedule socket's next frame; direct calls are handled on the way
-                frame = self._admitted(self._next_frame())
+                raw = self._next_frame()       # None: direct calls were handled
+                frame = None if raw is None else self._admitted(raw)
             except zmq.Again:
                 frame = None
             if frame is not None:

@@ -3,8 +3,11 @@
 Contract: `Windows(slots, most, queued_work)` keeps, per worker, an exponentially weighted
 mean of the seconds one call ran there, from the workers' `done` reports; no clocks.
 - `observe(worker, calls, busy_seconds)`: a `done` of `worker` reported `calls` finished
-  calls that ran `busy_seconds` in all (`CallDone.busy_seconds`). Nonsense (no calls, a
-  negative or non-finite time) is ignored.
+  calls that ran `busy_seconds` in all (`CallDone.busy_seconds`). A report of `calls`
+  calls weighs as `calls` reports of one call each (a heartbeat's count of thousands of
+  direct calls moves the mean as far as their `done`s would have, not as far as one call:
+  otherwise one slow first call kept a worker's window small for many seconds). Nonsense
+  (no calls, a negative or non-finite time) is ignored.
 - `slots(worker)`: how many unfinished calls of this scheduler the worker may hold (the
   call queue's *free*, `scheduler/dispatch.py`): `ceil(queued_work / mean seconds per
   call)`, clamped to `[slots, most]`. A worker never heard of, or whose calls take
@@ -46,7 +49,8 @@ class Windows:
             return
         sample = busy_seconds / calls
         mean = self._mean.get(worker)
-        self._mean[worker] = sample if mean is None else mean + WEIGHT * (sample - mean)
+        weight = 1.0 - (1.0 - WEIGHT) ** min(calls, 1000)     # `calls` steps of WEIGHT
+        self._mean[worker] = sample if mean is None else mean + weight * (sample - mean)
 
     def slots(self, worker: str) -> int:
         mean = self._mean.get(worker)

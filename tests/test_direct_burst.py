@@ -7,6 +7,7 @@ gave no answer stays held up, as `cloudburst/stalls.py` says.
 A unit test: the owner (the client's side) is a fake that holds the answers "arrived" on
 its socket; the worker is a plain ZeroMQ socket on loopback; the clock is shifted past the
 lease's patience instead of waiting for it."""
+import contextlib
 from typing import List, Optional
 
 import pytest
@@ -28,16 +29,22 @@ class _Owner:
         self.arrived: List[pb.CallResult] = []
         self.resent: List[pb.Call] = []
         self.delivered: List[pb.CallResult] = []
+        self.flush_at: List[float] = []
+        self.asked: List[pb.LeaseRequest] = []
 
     def resend_call(self, call: pb.Call) -> str:
         self.resent.append(call)
         return "sched"
 
     def ask_lease(self, request: pb.LeaseRequest, to: Optional[str] = None) -> str:
+        self.asked.append(request)
         return "sched"
 
     def deliver(self, result: pb.CallResult) -> None:
         self.delivered.append(result)
+
+    def flush_by(self, deadline: float) -> None:
+        self.flush_at.append(deadline)
 
     def read_arrived(self) -> None:
         arrived, self.arrived = self.arrived, []
@@ -47,8 +54,10 @@ class _Owner:
         self.path.flush()
 
 
-@pytest.fixture
-def setup(monkeypatch):
+@contextlib.contextmanager
+def leased_path(monkeypatch, slots: int):
+    """A direct path (fake owner) holding lease L1 of target "f" with `slots` slots on a
+    worker that is a plain PULL socket; yields (path, owner, worker, shift of the clock)."""
     context = zmq.Context()
     worker = context.socket(zmq.PULL)
     port = worker.bind_to_random_port("tcp://127.0.0.1")
@@ -56,7 +65,8 @@ def setup(monkeypatch):
     path = owner.path = direct.DirectPath(owner, context, None)
     path.on_lease(pb.WorkerLease(target="f", lease_id="L1", worker_id="w1",
                                  worker_address=f"tcp://127.0.0.1:{port}",
-                                 scheduler_address="sched", slots=1, ttl=60, status=pb.OK))
+                                 scheduler_address="sched", slots=slots, ttl=60,
+                                 status=pb.OK))
     shift = [0.0]
     real = direct.time.monotonic
     monkeypatch.setattr(direct.time, "monotonic", lambda: real() + shift[0])
@@ -66,6 +76,12 @@ def setup(monkeypatch):
         path.close()
         worker.close(0)
         context.term()
+
+
+@pytest.fixture
+def setup(monkeypatch):
+    with leased_path(monkeypatch, slots=1) as parts:
+        yield parts
 
 
 def _call(rid: str) -> pb.Call:

@@ -37,6 +37,37 @@ def test_the_mean_follows_a_worker_whose_calls_get_longer():
     assert w.slots("a") == 2
 
 
+def test_a_report_of_many_calls_weighs_as_many_reports():
+    # one slow first call (a cold start), then a heartbeat counting 2,000 direct calls of
+    # 50 us: the window is the short calls' at once, not after many more heartbeats
+    w = Windows(slots=2, most=16, queued_work=0.005)
+    w.observe("a", 1, 0.003)
+    assert w.slots("a") == 2
+    w.observe("a", 2000, 2000 * 0.00005)
+    assert w.slots("a") == 16
+    one_by_one = Windows(slots=2, most=16, queued_work=0.005)
+    one_by_one.observe("a", 1, 0.003)
+    for _ in range(7):
+        one_by_one.observe("a", 1, 0.00005)
+    batched = Windows(slots=2, most=16, queued_work=0.005)
+    batched.observe("a", 1, 0.003)
+    batched.observe("a", 7, 7 * 0.00005)
+    assert batched.slots("a") == one_by_one.slots("a")
+    assert math.isclose(batched._mean["a"], one_by_one._mean["a"])
+
+
+@given(st.floats(1e-6, 1.0), st.floats(1e-6, 1.0), st.integers(1, 60))
+def test_a_batched_report_moves_the_mean_as_its_calls_one_by_one(first, each, calls):
+    one_by_one = Windows(slots=2, most=16, queued_work=0.005)
+    batched = Windows(slots=2, most=16, queued_work=0.005)
+    one_by_one.observe("a", 1, first)
+    batched.observe("a", 1, first)
+    for _ in range(calls):
+        one_by_one.observe("a", 1, each)
+    batched.observe("a", calls, calls * each)
+    assert math.isclose(batched._mean["a"], one_by_one._mean["a"], rel_tol=1e-9)
+
+
 def test_nonsense_reports_are_ignored_and_bad_bounds_refused():
     w = Windows(slots=2, most=16, queued_work=0.005)
     for calls, busy in ((0, 0.0), (3, -1.0), (1, math.nan), (1, math.inf)):
