@@ -12,10 +12,11 @@ client's `LeaseOwner` side (sending to a scheduler, delivering an answer to a wa
   DAG without an `output_key`, `Future` arguments, arguments stored by reference, their own
   exception retries, and that are not actor calls. Everything else takes the scheduler's
   path, as does every call while no lease with a free slot is held.
-- `send(call)` first has the owner read the answers that have arrived when direct calls
-  are out (`read_arrived`, at most every `READ_EVERY` s): so a burst's calls go to slots
-  freed while it is being sent, and a lease is judged held up (below) on the answers its
-  worker gave, not on answers the client had not read. It sends
+- `send(call)` first has the owner read the answers that have arrived (`read_arrived`;
+  while direct calls are out, at most every `READ_EVERY` s): so a burst's calls go to slots
+  freed while it is being sent, a lease is judged held up (below) on the answers its
+  worker gave, not on answers the client had not read, and a lease revoked because its
+  worker was given another caller's call is not used after its revocation arrived. It sends
   `call` direct and returns the lease's scheduler if a live lease of its target has a free
   slot (the call then counts against it until its answer arrives). When
   the client holds live leases of the target but every slot is in use, the call waits in
@@ -209,12 +210,15 @@ class DirectPath:
 
     def send(self, call: pb.Call) -> Optional[str]:
         now = time.monotonic()
-        if self._calls and now - self._read_at >= READ_EVERY:
-            # calls are out: take the answers that arrived first. A burst's calls then go
+        if not self._calls or now - self._read_at >= READ_EVERY:
+            # take the answers that arrived first. With calls out, a burst's calls then go
             # to the slots freed while it is still being sent (not when its caller starts
             # to wait), and a lease is judged held up on the answers it gave, not on
-            # answers the client had not read yet. At most every READ_EVERY s, so the
-            # slots freed meanwhile take the queued calls in one direct_batch
+            # answers the client had not read yet; at most every READ_EVERY s, so the
+            # slots freed meanwhile take the queued calls in one direct_batch. With none
+            # out (a caller that waits for each answer), a revocation that came since the
+            # last answer is seen before the call goes to a worker that now runs another
+            # caller's call (`scheduler/worker_leases.py`, `placed`)
             self._read_at = now
             self._owner.read_arrived()
         key = (call.dag or call.function, bool(call.dag))

@@ -30,6 +30,11 @@ warm-worker map, stats and push cache it uses):
   revokes every lease and grants none, so its clients' calls go to another scheduler; `_leases_lost(worker_id, why)` revokes the leases
   on a worker that died, telling their clients `worker_died` (they retry or fail the calls in
   flight there). `_with_leases(views)` counts leased slots as load in the workers' views.
+- `_placing(placement, answer)`: the scheduler places a call (of the caller at `answer`) on
+  those workers: the leases other clients hold there are revoked first, the worker told
+  before the call is sent (`LeaseBook.placed`: one caller at a time on a leased worker). A
+  grant never goes to a worker that runs another caller's call of this scheduler
+  (`shared_workers`); a client's own call does not keep it from its warm worker.
 - `_client_lease(payload)` takes a client's `lease` on its calls (to `scheduler/lifecycle.py`)
   and notes from it whether a holder of worker leases lives; `_lease_tick` then revokes
   with `holder_gone`, to the worker's schedule and control sockets, every ended lease whose
@@ -51,7 +56,7 @@ from .dag import Dag
 from .registry_requests import dag_from_record
 from .retries import resolve
 from .schedule import FORWARD_MAX_FUNCTIONS, build_schedules
-from .worker_leases import Lease, LeaseBook, Revoked, leasable
+from .worker_leases import Lease, LeaseBook, Revoked, leasable, shared_workers
 
 __all__ = ["WorkerLeasing"]
 
@@ -179,7 +184,10 @@ class WorkerLeasing:
             return self._refuse_lease(req, pb.NO_RESOURCES, (
                 f"{req.target!r} retries exceptions, which the scheduler decides: it takes "
                 f"the scheduler's path"))
-        views = [w for w in self._placeable() if w.worker_id in self._direct_addresses]
+        # never on a worker running another caller's call: a direct call would wait behind it
+        shared = shared_workers(self.table.callers(), req.response_address)
+        views = [w for w in self._placeable()
+                 if w.worker_id in self._direct_addresses and w.worker_id not in shared]
         if req.spread:         # another worker than those this client holds the target on
             mine = set(self.worker_leases.workers_of(role, req.response_address, req.target,
                                                      req.dag, now))
@@ -262,6 +270,12 @@ class WorkerLeasing:
                      for w in self.table.placeable()}
             revoked += self.worker_leases.reclaim(len(self._queue), loads)
         self._revoke(revoked + self.worker_leases.gone(now))
+
+    def _placing(self, placement: Dict[str, str], answer: str) -> None:
+        """A call of the caller at `answer` goes to these workers: other clients' leases there
+        are revoked first (`LeaseBook.placed`), the worker told before the call is sent."""
+        if len(self.worker_leases):
+            self._revoke(self.worker_leases.placed(placement.values(), answer))
 
     def _leases_lost(self, worker_id: str, why: str) -> None:
         self._direct_addresses.pop(worker_id, None)     # a restarted worker reports anew

@@ -57,6 +57,18 @@ Contract: `LeaseBook(ttl, max_leases, max_per_client)` is pure state; every meth
   revoked at once (a renewal would catch it too, up to a lease's ttl later).
 - `revoke_all(reason)`: every live lease, revoked (a stopping scheduler's: its clients'
   calls then go to another scheduler).
+- One caller at a time on a leased worker. A worker runs its calls one at a time, so a
+  direct call sent to a worker that runs another caller's call waits behind it, however
+  long it is, while the platform could have run it elsewhere. So a worker never holds a
+  client's lease and another caller's call at once: `placed(workers, answer)` (the
+  scheduler places a call of the caller whose answer address is `answer` on `workers`)
+  revokes at once the live leases other clients hold on them; the scheduler tells the
+  worker before it sends the call, so a direct call that reaches the worker afterwards is
+  refused (it did not run; its client sends it through the scheduler) and its client's
+  further calls go elsewhere. And a lease is granted only on a worker that runs no other
+  caller's call of this scheduler (`shared_workers(calls, answer)`: the workers among
+  `calls`, pairs of a caller's answer address and the workers its call runs on, that run
+  a call of another caller than `answer`). A client's own calls never revoke its leases.
 - `reserved()`: worker id -> slots leased on it. The scheduler counts them as that worker's
   load, so its own placement treats a leased slot as taken.
 - `lease(lease_id)`: the live lease, or None.
@@ -65,10 +77,10 @@ Bounded: at most `max_leases` leases, `max_per_client` per client.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple, Union
 
 __all__ = ["Lease", "Revoked", "LeaseBook", "DEFAULT_TTL", "MAX_LEASES", "MAX_PER_CLIENT",
-           "SCHEDULER_SLOTS", "leasable"]
+           "SCHEDULER_SLOTS", "leasable", "shared_workers"]
 
 DEFAULT_TTL = 2.0          # seconds a lease lasts unless renewed
 HOLDER_TTL = 5.0           # a holder's lease on its calls when none was heard (Client's default)
@@ -88,6 +100,13 @@ def leasable(window: int, others: int) -> int:
     reserve, leases never take a worker's whole window, so the scheduler can place a call on a
     leased worker that idles rather than behind a call running on another (a long one)."""
     return max(0, window - others - SCHEDULER_SLOTS)
+
+
+def shared_workers(calls: Iterable[Tuple[str, Iterable[str]]], answer: str) -> Set[str]:
+    """The workers that run a call of another caller than the one at `answer` (`calls`:
+    each call in flight's caller answer address and workers): no lease of that client goes
+    there, or its direct calls would wait behind that call (module contract)."""
+    return {worker for caller, workers in calls if caller != answer for worker in workers}
 
 
 
@@ -285,6 +304,18 @@ class LeaseBook:
     def revoke_all(self, reason: str) -> List[Revoked]:
         """Every live lease, revoked (the scheduler is stopping)."""
         out = [Revoked(lease, reason) for lease in self._leases.values()]
+        for r in out:
+            self._end(self._leases.pop(r.lease.lease_id))
+        return out
+
+    def placed(self, workers: Iterable[str], answer: str) -> List[Revoked]:
+        """A call of the caller at `answer` was placed on `workers`: the live leases other
+        clients hold there, revoked at once (module contract)."""
+        on = set(workers)
+        out = [Revoked(lease, f"its worker {lease.worker_id} was given another caller's "
+                              f"call, which a direct call would wait behind")
+               for lease in self._leases.values()
+               if lease.worker_id in on and lease.answer != answer]
         for r in out:
             self._end(self._leases.pop(r.lease.lease_id))
         return out
