@@ -4,7 +4,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from executor.leased import CANCELLED, LATE_GRACE, LeaseAdmission
-from scheduler.worker_leases import SCHEDULER_SLOTS, Lease, LeaseBook, Revoked, leasable
+from scheduler.worker_leases import (SCHEDULER_SLOTS, Lease, LeaseBook, Revoked, leasable,
+                                     shared_workers)
 
 T = ["t0"]          # the worker's sources' schedules (opaque to the core)
 
@@ -314,3 +315,49 @@ def test_a_lease_never_takes_a_workers_last_free_slot(window, others):
     n = leasable(window, others)
     assert 0 <= n and (n == 0 or n + others + SCHEDULER_SLOTS <= window)
     assert n == max(0, window - others - SCHEDULER_SLOTS)
+
+
+# ---- one caller at a time on a leased worker ----
+def test_a_call_placed_on_a_leased_worker_revokes_the_other_clients_leases_there_only():
+    book = LeaseBook(ttl=2.0)
+    _grant(book, "L1", answer="A", worker="w1")
+    _grant(book, "L2", client="client:b", answer="B", worker="w1", target="g")
+    _grant(book, "L3", client="client:b", answer="B", worker="w2")
+    assert book.placed(["w1"], "A") != [] and book.lease("L1") is not None   # its own: kept
+    assert book.lease("L2") is None and book.lease("L3") is not None
+    got = book.placed(["w2", "w3"], "C")
+    assert [(r.lease.lease_id, r.worker_died, r.holder_gone) for r in got] == \
+        [("L3", False, False)] and "another caller's call" in got[0].reason
+    assert book.placed(["w1"], "A") == [] and book.reserved() == {"w1": 2}
+    # ended, not forgotten: the calls admitted under them are cancelled if B goes
+    book.left("B")
+    assert sorted(r.lease.lease_id for r in book.gone(3.0)) == ["L2", "L3"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("ABC"), st.sampled_from(["w1", "w2", "w3"])),
+                max_size=10),
+       st.lists(st.sampled_from(["w1", "w2", "w3"]), max_size=3), st.sampled_from("ABC"))
+def test_after_a_placement_no_other_client_holds_a_lease_on_its_workers(leases, workers, caller):
+    book = LeaseBook(max_per_client=16)
+    for i, (answer, worker) in enumerate(leases):
+        _grant(book, f"L{i}", client=f"client:{answer}", answer=answer, target=f"t{i}",
+               worker=worker, now=0.0)
+    live = {f"L{i}": (answer, worker) for i, (answer, worker) in enumerate(leases)}
+    got = {r.lease.lease_id for r in book.placed(workers, caller)}
+    # exactly the other clients' leases on those workers end; every other lease stays
+    assert got == {lid for lid, (a, w) in live.items() if w in workers and a != caller}
+    assert all((book.lease(lid) is None) == (lid in got) for lid in live)
+    assert all(lease.answer == caller for lid in live if (lease := book.lease(lid))
+               and lease.worker_id in workers)
+
+
+@given(st.lists(st.tuples(st.sampled_from("ABC"),
+                          st.lists(st.sampled_from(["w1", "w2", "w3"]), max_size=3)),
+                max_size=8), st.sampled_from("ABC"))
+def test_a_lease_goes_only_where_no_other_callers_call_runs(calls, answer):
+    shared = shared_workers(calls, answer)
+    for caller, ws in calls:          # every worker running another caller's call is out
+        assert caller == answer or set(ws) <= shared
+    for w in shared:                  # and only those: its own calls never keep it out
+        assert any(caller != answer and w in ws for caller, ws in calls)
