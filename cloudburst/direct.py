@@ -50,7 +50,8 @@ client's `LeaseOwner` side (sending to a scheduler, delivering an answer to a wa
   it too (`cloudburst/leases.py`), so an idle client's direct calls reach the scheduler's
   statistics within seconds. A lease in use (a call sent under it, or calls in flight: `flush` runs while the
   client waits for answers) is renewed once less than half its ttl is left; one not used
-  lapses.
+  lapses. One whose renewal is unanswered at its end is used one ttl more (a busy
+  scheduler reads renewals late: `scheduler/worker_leases.py`, `expire`).
 - `held()`: the leases held now (target, worker, slots, calls in flight), for
   `Client.worker_leases`.
 - `lease_of(rid)`: (lease id, worker id) of a direct call in flight, else None (cancels go to
@@ -130,6 +131,13 @@ class _Held:
 Key = Tuple[str, bool]       # a target: (name, whether a DAG)
 
 
+def _until(held: _Held) -> float:
+    """Until when a lease is used. One whose renewal is unanswered waits one more ttl: a
+    scheduler that is behind reads the renewal late and keeps the lease meanwhile
+    (`scheduler/worker_leases.py`, `expire`), or says it is gone."""
+    return held.expires - MARGIN + (held.ttl if held.renewing else 0.0)
+
+
 class DirectPath:
     """A client's worker leases and direct calls; see the module contract."""
 
@@ -169,9 +177,9 @@ class DirectPath:
         leases = self._held.get(key, [])
         if now < self._quiet_until:
             return leases
-        live = [h for h in leases if h.expires - MARGIN > now]
+        live = [h for h in leases if _until(h) > now]
         if len(live) != len(leases):
-            self._gone.extend(h for h in leases if h.expires - MARGIN <= now)
+            self._gone.extend(h for h in leases if _until(h) <= now)
             self._set_leases(key, live)
         return live
 

@@ -24,7 +24,8 @@ warm-worker map, stats and push cache it uses):
   then sent through the scheduler, if it does).
 - Every grant, renewal and revocation goes to both the worker (which admits direct calls
   only within leases it was told of: `executor/leased.py`) and the client.
-- `_lease_tick(now)` revokes expired leases and, while calls wait in the queue, as many
+- `_lease_tick(now)` revokes expired leases (later while messages wait unread: a renewal
+  may be among them; the worker is told a lease for that longer time, `worker_ttl`) and, while calls wait in the queue, as many
   leases as they need (`LeaseBook.reclaim`: those on the workers running the fewest of the
   scheduler's calls first); a stopping scheduler (`scheduler/stopping.py`)
   revokes every lease and grants none, so its clients' calls go to another scheduler; `_leases_lost(worker_id, why)` revokes the leases
@@ -51,12 +52,13 @@ import time
 from typing import Any, Dict, Iterable, List, Sequence
 
 from hydro_proto import cloudburst_pb2 as pb
+from runtime.framing import more
 
 from .dag import Dag
 from .registry_requests import dag_from_record
 from .retries import resolve
 from .schedule import FORWARD_MAX_FUNCTIONS, build_schedules
-from .worker_leases import Lease, LeaseBook, Revoked, leasable, shared_workers
+from .worker_leases import Lease, LeaseBook, Revoked, leasable, shared_workers, worker_ttl
 
 __all__ = ["WorkerLeasing"]
 
@@ -230,6 +232,7 @@ class WorkerLeasing:
         address = self.table.address(lease.worker_id)
         if address:
             message = self._message(lease, **fields)
+            message.ttl = worker_ttl(self.worker_leases.ttl)   # it outlives a late renewal
             message.templates.extend(templates)
             self._push.send(address, "worker_lease", message)
 
@@ -261,7 +264,8 @@ class WorkerLeasing:
     def _lease_tick(self, now: float) -> None:
         if self.worker_leases.idle():
             return
-        revoked = self.worker_leases.expire(now)
+        # messages waiting unread may hold renewals sent in time (worker_leases.py `expire`)
+        revoked = self.worker_leases.expire(now, behind=more(self._pull))
         if self._graceful.refuses():      # stopping: its clients' calls go elsewhere
             revoked += self.worker_leases.revoke_all(
                 f"its scheduler {self.address} is stopping")

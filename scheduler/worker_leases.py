@@ -24,13 +24,19 @@ Contract: `LeaseBook(ttl, max_leases, max_per_client)` is pure state; every meth
   free, less `SCHEDULER_SLOTS` kept for the scheduler (0: a lease may take them all).
 - `resize(lease_id, slots)`: at a renewal, a lease grows to what its worker's window
   leaves it now (never shrinks: its client may have calls in flight on those slots).
-- `renew(lease_id, client, now, waiting, versions)`: a live lease of that client runs for
-  `ttl` more seconds (`Lease`); while calls wait in the queue it is revoked instead
+- `renew(lease_id, client, now, waiting, versions)`: a lease of that client still in the
+  book runs for `ttl` more seconds (`Lease`); while calls wait in the queue it is revoked instead
   (`Revoked`: the capacity goes back to them), and so it is when `versions` (its functions'
   registered versions now) differ from those it was granted with (a re-registration reaches
   leased calls at the next renewal); an unknown, expired or foreign lease gives None.
 - `release(lease_id, client)`: the client gives it back (None if not its own).
-- `expire(now)`: the leases whose time ran out, revoked.
+- `expire(now, behind=False)`: the leases whose time ran out, revoked. A renewal is sent
+  half a ttl before the end, but a scheduler that is behind (messages wait unread in its
+  input: `behind`) may not have read it yet: then only the leases past their end by one
+  more ttl (`late(...)`) are revoked, and a renewal read meanwhile renews the lease. So a
+  busy scheduler does not take away, mid-burst, the lease of a client that renewed in time.
+  The worker is told each lease for that longer time (`worker_ttl`): it ends a lease
+  sooner only when the scheduler says so.
 - `worker_lost(worker_id)`: every lease on a worker that died, revoked with `worker_died`
   (calls in flight there are lost; their client retries them within their budget).
 - `reclaim(waiting, loads)`: calls wait for a worker: revoke leases until their slots
@@ -80,7 +86,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple, Union
 
 __all__ = ["Lease", "Revoked", "LeaseBook", "DEFAULT_TTL", "MAX_LEASES", "MAX_PER_CLIENT",
-           "SCHEDULER_SLOTS", "leasable", "shared_workers"]
+           "SCHEDULER_SLOTS", "leasable", "shared_workers", "worker_ttl"]
 
 DEFAULT_TTL = 2.0          # seconds a lease lasts unless renewed
 HOLDER_TTL = 5.0           # a holder's lease on its calls when none was heard (Client's default)
@@ -100,6 +106,13 @@ def leasable(window: int, others: int) -> int:
     reserve, leases never take a worker's whole window, so the scheduler can place a call on a
     leased worker that idles rather than behind a call running on another (a long one)."""
     return max(0, window - others - SCHEDULER_SLOTS)
+
+
+def worker_ttl(ttl: float) -> float:
+    """How long a worker keeps a lease from a grant or renewal: the scheduler's ttl and the
+    one more it waits for a renewal while behind (`LeaseBook.expire`); the scheduler revokes
+    it explicitly before then."""
+    return 2 * ttl
 
 
 def shared_workers(calls: Iterable[Tuple[str, Iterable[str]]], answer: str) -> Set[str]:
@@ -201,7 +214,8 @@ class LeaseBook:
     def renew(self, lease_id: str, client: str, now: float, waiting: int = 0,
               versions: Optional[Dict[str, Any]] = None) -> Union[Lease, Revoked, None]:
         lease = self._leases.get(lease_id)
-        if lease is None or lease.client != client or lease.expires <= now:
+        # past its end but still here: its scheduler was behind (`expire`); renewed
+        if lease is None or lease.client != client or lease.expires + self.ttl <= now:
             return None
         if versions is not None and versions != lease.versions:
             self._end(self._leases.pop(lease_id))
@@ -221,9 +235,11 @@ class LeaseBook:
         self._end(self._leases.pop(lease_id))
         return lease
 
-    def expire(self, now: float) -> List[Revoked]:
-        out = [Revoked(lease, f"it expired ({self.ttl:g} s without a renewal)")
-               for lease in self._leases.values() if lease.expires <= now]
+    def expire(self, now: float, behind: bool = False) -> List[Revoked]:
+        end = now - self.ttl if behind else now      # behind: its renewal may wait unread
+        out = [Revoked(lease, f"it expired ({now - lease.expires + self.ttl:.1f} s without "
+                              f"a renewal)")
+               for lease in self._leases.values() if lease.expires <= end]
         for r in out:
             self._end(self._leases.pop(r.lease.lease_id))
         return out

@@ -71,8 +71,13 @@ def setup(monkeypatch):
         context.term()
 
 
-def _call(rid: str) -> pb.Call:
-    return pb.Call(function="f", request_id=rid, consistency=pb.LWW, timeout=30)
+def _call(rid: str, function: str = "f") -> pb.Call:
+    return pb.Call(function=function, request_id=rid, consistency=pb.LWW, timeout=30)
+
+
+def _address(path) -> str:
+    """The worker address of the lease the fixture granted."""
+    return path._held[("f", False)][0].worker_address
 
 
 def _received(worker: zmq.Socket) -> List[str]:
@@ -133,3 +138,23 @@ def test_a_client_with_no_call_out_reads_a_revocation_that_arrived_before_it_sen
     assert path.send(_call("c2")) is None       # the scheduler's path
     assert not worker.poll(100)                 # nothing went to that worker
     assert path.held() == []
+
+
+def test_a_lease_whose_renewal_is_unanswered_at_its_end_is_used_one_ttl_more(setup):
+    path, owner, worker, shift = setup
+    path.on_lease(pb.WorkerLease(target="g", lease_id="L2", worker_id="w1",
+                                 worker_address=_address(path),
+                                 scheduler_address="sched", slots=1, ttl=2, status=pb.OK))
+    shift[0] = 1.5                              # less than half its ttl left: renewed
+    assert path.send(_call("c1", "g")) == "sched"
+    assert _received(worker) == ["c1"]
+    path.on_result(pb.CallResult(request_id="c1", status=pb.OK))
+    # past its end (less the margin), the renewal still unanswered: a busy scheduler
+    # reads it late and keeps the lease meanwhile
+    shift[0] = 2.1
+    assert path.send(_call("c2", "g")) == "sched"
+    assert _received(worker) == ["c2"]
+    path.on_result(pb.CallResult(request_id="c2", status=pb.OK))
+    shift[0] = 2 * 2 + 0.1                      # one more ttl and no answer: lapsed
+    assert path.send(_call("c3", "g")) is None
+    assert not worker.poll(100)

@@ -5,7 +5,7 @@ from hypothesis import given, settings, strategies as st
 
 from executor.leased import CANCELLED, LATE_GRACE, LeaseAdmission
 from scheduler.worker_leases import (SCHEDULER_SLOTS, Lease, LeaseBook, Revoked, leasable,
-                                     shared_workers)
+                                     shared_workers, worker_ttl)
 
 T = ["t0"]          # the worker's sources' schedules (opaque to the core)
 
@@ -22,7 +22,7 @@ def test_a_grant_is_bounded_in_time_and_renewed_only_by_its_client():
     assert isinstance(lease, Lease) and lease.expires == 2.0 and book.reserved() == {"w1": 2}
     assert book.renew("L1", "client:other", 1.0) is None        # not its lease
     assert book.renew("L1", "client:a", 1.0).expires == 3.0
-    assert book.renew("L1", "client:a", 3.0) is None            # expired: no renewal
+    assert book.renew("L1", "client:a", 5.0) is None            # a ttl past its end: none
     revoked = book.expire(3.0)
     assert [r.lease.lease_id for r in revoked] == ["L1"] and not book.reserved()
 
@@ -361,3 +361,45 @@ def test_a_lease_goes_only_where_no_other_callers_call_runs(calls, answer):
         assert caller == answer or set(ws) <= shared
     for w in shared:                  # and only those: its own calls never keep it out
         assert any(caller != answer and w in ws for caller, ws in calls)
+
+
+# ---- a scheduler that is behind reads renewals late ----
+def test_a_renewal_read_late_by_a_scheduler_that_is_behind_keeps_the_lease():
+    book = LeaseBook(ttl=2.0)
+    _grant(book)                                   # ends at 2.0
+    # the client renewed at 1.0, but its renewal still waits in the scheduler's input when
+    # the scheduler's tick comes at 2.05: it is behind, so the lease stays
+    assert book.expire(2.05, behind=True) == [] and book.lease("L1") is not None
+    renewed = book.renew("L1", "client:a", 2.3)    # read now
+    assert isinstance(renewed, Lease) and renewed.expires == 4.3
+    assert book.expire(4.0) == []
+    # behind or not, a lease is revoked once its time and one more ttl ran out
+    assert [r.lease.lease_id for r in book.expire(6.4, behind=True)] == ["L1"]
+    assert book.renew("L1", "client:a", 6.5) is None
+    # not behind: at its end, as before
+    _grant(book, "L2", now=10.0)
+    assert [r.lease.lease_id for r in book.expire(12.0)] == ["L2"]
+    # the worker keeps a lease through the scheduler's wait: the scheduler ends it sooner
+    assert worker_ttl(2.0) >= 2.0 + book.ttl
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["renew", "tick", "tick_behind"]),
+                          st.floats(0.0, 1.5)), max_size=20))
+def test_no_lease_outlives_two_ttls_without_a_renewal_nor_ends_before_one(ops):
+    book = LeaseBook(ttl=1.0)
+    _grant(book, now=0.0)
+    now, renewed_at = 0.0, 0.0
+    for op, dt in ops:
+        now += dt
+        if book.lease("L1") is None:
+            break
+        if op == "renew":
+            if isinstance(book.renew("L1", "client:a", now), Lease):
+                renewed_at = now
+            continue
+        revoked = book.expire(now, behind=op == "tick_behind")
+        if revoked:
+            assert now - renewed_at >= 1.0                  # never before its end
+        else:
+            assert now - renewed_at < 2.0 + 1e-9 or book.lease("L1") is None
