@@ -33,10 +33,10 @@ Contract: `LeaseBook(ttl, max_leases, max_per_client)` is pure state; every meth
 - `expire(now, behind=False)`: the leases whose time ran out, revoked. A renewal is sent
   half a ttl before the end, but a scheduler that is behind (messages wait unread in its
   input: `behind`) may not have read it yet: then only the leases past their end by one
-  more ttl (`late(...)`) are revoked, and a renewal read meanwhile renews the lease. So a
-  busy scheduler does not take away, mid-burst, the lease of a client that renewed in time.
-  The worker is told each lease for that longer time (`worker_ttl`): it ends a lease
-  sooner only when the scheduler says so.
+  more ttl are revoked, and a renewal read meanwhile renews the lease (as a grant asked
+  again does). So a busy scheduler does not take away, mid-burst, the lease of a client
+  that renewed in time. The worker is told each lease for that longer time
+  (`worker_ttl`): it ends a lease sooner only when the scheduler says so.
 - `worker_lost(worker_id)`: every lease on a worker that died, revoked with `worker_died`
   (calls in flight there are lost; their client retries them within their budget).
 - `reclaim(waiting, loads)`: calls wait for a worker: revoke leases until their slots
@@ -181,7 +181,7 @@ class LeaseBook:
                     f"its capacity goes to them, not to a lease")
         for held in self._leases.values():
             if held.client == client and held.answer == answer and held.target == target \
-                    and held.dag == dag and held.expires > now \
+                    and held.dag == dag and held.expires + self.ttl > now \
                     and (not spread or held.worker_id == worker_id):
                 held.expires = now + self.ttl
                 return held
@@ -209,7 +209,8 @@ class LeaseBook:
                    now: float) -> List[str]:
         return sorted({held.worker_id for held in self._leases.values()
                        if held.client == client and held.answer == answer
-                       and held.target == target and held.dag == dag and held.expires > now})
+                       and held.target == target and held.dag == dag
+                       and held.expires + self.ttl > now})     # still here: see `expire`
 
     def renew(self, lease_id: str, client: str, now: float, waiting: int = 0,
               versions: Optional[Dict[str, Any]] = None) -> Union[Lease, Revoked, None]:
