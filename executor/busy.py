@@ -32,6 +32,11 @@ class BusyClock:
     def running(self) -> bool:
         return self._since is not None
 
+    @property
+    def since(self) -> Optional[float]:
+        """When the function running now began (None: none runs)."""
+        return self._since
+
     def total(self, now: float) -> float:
         """Busy seconds so far, the running function's included."""
         since = self._since

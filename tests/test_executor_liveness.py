@@ -6,6 +6,7 @@ directly); the end-to-end cases run real processes with the default 1.5 s timeou
 import time
 
 import pytest
+from hypothesis import given, strategies as st
 
 import cloudburst
 from scheduler.membership import CallRecord, ExecutorTable
@@ -206,3 +207,46 @@ def test_the_heartbeat_thread_needs_only_its_heartbeat_view_not_a_worker():
         for sock in (scheduler, cache, control):
             sock.close(0)
         context.term()
+
+
+# ---- a long function is told at once ----
+def test_a_function_that_runs_long_is_told_once_between_periods_and_so_is_its_end():
+    from executor.liveness import LONG_RUN, LOOK_EVERY, next_beat
+    period = 0.2
+    # nothing runs: look again soon (a start is not signalled), no status before the period
+    assert next_beat(1.05, 1.0, period, None, None, False) == \
+        (None, pytest.approx(LOOK_EVERY))
+    assert next_beat(1.21, 1.0, period, None, None, False) == ("period", period)
+    # a function began at 1.06: wait until it has run LONG_RUN, then tell it at once
+    kind, wait = next_beat(1.07, 1.0, period, 1.06, None, False)
+    assert kind is None and wait == pytest.approx(1.06 + LONG_RUN - 1.07)
+    kind, wait = next_beat(1.06 + LONG_RUN, 1.0, period, 1.06, None, False)
+    assert kind == "long" and wait == pytest.approx(1.0 + period - 1.06 - LONG_RUN)
+    # told: nothing more while it runs, but look for its end
+    assert next_beat(1.1, 1.08, period, 1.06, 1.06, True) == (None, pytest.approx(LOOK_EVERY))
+    # it ended and nothing runs: told at once; then quiet until the period
+    assert next_beat(1.12, 1.08, period, None, 1.06, True)[0] == "idle"
+    assert next_beat(1.13, 1.12, period, None, 1.06, False)[0] is None
+    assert next_beat(1.33, 1.12, period, None, 1.06, False) == ("period", period)
+    # a period's status came while it ran (it said so too): its end is told at once too
+    assert next_beat(1.3, 1.28, period, None, 1.06, True)[0] == "idle"
+
+
+@given(st.floats(0, 100), st.floats(0, 1), st.one_of(st.none(), st.floats(0, 1)),
+       st.booleans(), st.booleans())
+def test_next_beat_never_waits_past_the_period_nor_tells_a_short_function(
+        last, elapsed, ran, told_it, told_busy):
+    from executor.liveness import LONG_RUN, LOOK_EVERY, next_beat
+    period, now = 0.2, last + elapsed
+    since = None if ran is None else now - ran
+    told = since if told_it else None
+    kind, wait = next_beat(now, last, period, since, told, told_busy)
+    assert wait >= 0 and (kind is not None or now + wait <= last + period + 1e-9)
+    if elapsed >= period:
+        assert kind == "period"                       # the regular status, always
+    elif kind == "long":                              # a function run long, not yet told
+        assert since is not None and since != told and now - since >= LONG_RUN
+    elif kind == "idle":                              # the told function ended
+        assert since is None and told_busy
+    if kind is None:
+        assert wait <= LOOK_EVERY + 1e-9 or (since is not None and since != told)
