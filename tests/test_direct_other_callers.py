@@ -12,20 +12,7 @@ import uuid
 
 import cloudburst
 from faas.errors import ObjectNotFound
-from waiting import poll_until
-
-
-def _block(lib, key):
-    """Writes its worker's id under `key`-started, then runs until the KVS key `key` is
-    written (at most 60 s)."""
-    import time as t
-    lib.put(key + "-started", lib.getid())
-    deadline = t.monotonic() + 60
-    while lib.get(key, default=None) is None:
-        if t.monotonic() > deadline:
-            raise TimeoutError(f"{key} was never written")
-        t.sleep(0.02)
-    return "released"
+from waiting import block_until_written, poll_until
 
 
 def _leased(c, n):
@@ -42,7 +29,7 @@ def test_a_call_placed_on_a_leased_worker_revokes_the_lease_so_its_client_goes_e
         second = cluster.client(timeout=20, direct=True)
         other = cluster.client(timeout=20, direct=False)      # the scheduler's path
         first.register(lambda lib, x: x + 1, "inc")
-        first.register(_block, "block")
+        first.register(block_until_written, "block")
         leases = {_leased(first, 1): first, _leased(second, 2): second}
         # the second client's first call went to the worker with no leased slot: one each
         assert len(leases) == 2, f"both clients leased the same worker {sorted(leases)}"

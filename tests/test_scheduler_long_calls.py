@@ -13,25 +13,11 @@ import pytest
 
 import cloudburst
 from faas.errors import ObjectNotFound
-from waiting import poll_until
+from waiting import block_until_written, poll_until
 
 
 def _where(lib):
     return lib.getid()
-
-
-def _block(lib, key):
-    """Works a little (a call that has run a while), says where it runs under `key`-started,
-    then runs until the KVS key `key` is written (at most 60 s)."""
-    import time as t
-    t.sleep(0.1)
-    lib.put(key + "-started", lib.getid())
-    deadline = t.monotonic() + 60
-    while lib.get(key, default=None) is None:
-        if t.monotonic() > deadline:
-            raise TimeoutError(f"{key} was never written")
-        t.sleep(0.02)
-    return "released"
 
 
 def test_a_call_keeps_off_a_worker_another_scheduler_keeps_busy_with_a_long_call():
@@ -51,9 +37,9 @@ def test_a_call_keeps_off_a_worker_another_scheduler_keeps_busy_with_a_long_call
         # the first scheduler's long call, on that worker (a new function each try: the
         # first scheduler chooses among two idle workers)
         for attempt in range(12):
-            first.register(_block, f"block{attempt}")
+            first.register(block_until_written, f"block{attempt}")
             key = f"release-{uuid.uuid4().hex}"
-            held = first.call(f"block{attempt}", key)
+            held = first.call(f"block{attempt}", key, 0.1)    # works 0.1 s, then blocks
             poll_until(lambda: started(key), 10, "the long call running", interval=0.02)
             if started(key) == warm:
                 break
