@@ -12,10 +12,11 @@ client's `LeaseOwner` side (sending to a scheduler, delivering an answer to a wa
   DAG without an `output_key`, `Future` arguments, arguments stored by reference, their own
   exception retries, and that are not actor calls. Everything else takes the scheduler's
   path, as does every call while no lease with a free slot is held.
-- `send(call)` first has the owner read the answers that have arrived when direct calls
-  are out (`read_arrived`, at most every `READ_EVERY` s): so a burst's calls go to slots
-  freed while it is being sent, and a lease is judged held up (below) on the answers its
-  worker gave, not on answers the client had not read. It sends
+- `send(call)` first has the owner read the answers that have arrived (`read_arrived`, at
+  most every `READ_EVERY` s after the last read or direct answer): so a burst's calls go to slots
+  freed while it is being sent, a lease is judged held up (below) on the answers its
+  worker gave, not on answers the client had not read, and a lease revoked because its
+  worker was given another caller's call is not used after its revocation arrived. It sends
   `call` direct and returns the lease's scheduler if a live lease of its target has a free
   slot and no call of this client in flight (the call then counts against it until its
   answer arrives). A call for a lease with calls in flight (its worker would run it after
@@ -56,7 +57,8 @@ client's `LeaseOwner` side (sending to a scheduler, delivering an answer to a wa
   it too (`cloudburst/leases.py`), so an idle client's direct calls reach the scheduler's
   statistics within seconds. A lease in use (a call sent under it, or calls in flight: `flush` runs while the
   client waits for answers) is renewed once less than half its ttl is left; one not used
-  lapses.
+  lapses. One whose renewal is unanswered at its end is used one ttl more (a busy
+  scheduler reads renewals late: `scheduler/worker_leases.py`, `expire`).
 - `held()`: the leases held now (target, worker, slots, calls in flight), for
   `Client.worker_leases`.
 - `lease_of(rid)`: (lease id, worker id) of a direct call in flight, else None (cancels go to
@@ -148,6 +150,13 @@ class _Held:
 Key = Tuple[str, bool]       # a target: (name, whether a DAG)
 
 
+def _until(held: _Held) -> float:
+    """Until when a lease is used. One whose renewal is unanswered waits one more ttl: a
+    scheduler that is behind reads the renewal late and keeps the lease meanwhile
+    (`scheduler/worker_leases.py`, `expire`), or says it is gone."""
+    return held.expires - MARGIN + (held.ttl if held.renewing else 0.0)
+
+
 class DirectPath:
     """A client's worker leases and direct calls; see the module contract."""
 
@@ -190,9 +199,9 @@ class DirectPath:
         leases = self._held.get(key, [])
         if now < self._quiet_until:
             return leases
-        live = [h for h in leases if h.expires - MARGIN > now]
+        live = [h for h in leases if _until(h) > now]
         if len(live) != len(leases):
-            self._gone.extend(h for h in leases if h.expires - MARGIN <= now)
+            self._gone.extend(h for h in leases if _until(h) <= now)
             self._set_leases(key, live)
         return live
 
@@ -231,12 +240,16 @@ class DirectPath:
 
     def send(self, call: pb.Call) -> Optional[str]:
         now = time.monotonic()
-        if self._calls and now - self._read_at >= READ_EVERY:
-            # calls are out: take the answers that arrived first. A burst's calls then go
+        if now - self._read_at >= READ_EVERY:
+            # take the answers that arrived first. With calls out, a burst's calls then go
             # to the slots freed while it is still being sent (not when its caller starts
             # to wait), and a lease is judged held up on the answers it gave, not on
-            # answers the client had not read yet. At most every READ_EVERY s, so the
-            # slots freed meanwhile take the queued calls in one direct_batch
+            # answers the client had not read yet. With none out, a revocation that came
+            # since the last answer is seen before the call goes to a worker that now
+            # runs another caller's call (`scheduler/worker_leases.py`, `placed`). At most
+            # every READ_EVERY s after the last read or answer (a look costs ~5 us): the
+            # slots freed meanwhile take the queued calls in one direct_batch, and a
+            # caller that sends again at once after its answer pays nothing
             self._read_at = now
             self._owner.read_arrived()
         key = (call.dag or call.function, bool(call.dag))
@@ -390,6 +403,7 @@ class DirectPath:
                 return result
             del self._calls[rid]
             key, call, sent_at, _ = entry
+            now = self._read_at = time.monotonic()    # answers were read just now
             held = self._find(key, call.lease_id)
             if held is not None:
                 held.in_flight.pop(rid, None)
@@ -401,7 +415,7 @@ class DirectPath:
                 call.ClearField("lease_id")
                 self._resend.append(call)
                 return None
-            took = time.monotonic() - sent_at
+            took = now - sent_at
             if result.status == pb.OK:
                 self._times.observe(key, took)
             if held is not None:

@@ -6,7 +6,19 @@ Contract:
   the last period, queue length, whether a function runs now, node cache and control
   addresses, restarts) to every
   scheduler and to its own node cache (the node kills a worker that stays silent for its
-  `unresponsive_timeout`), and it reads the control socket (cancels) in between. Its pushes
+  `unresponsive_timeout`), and it reads the control socket (cancels) in between.
+  A function that has run `LONG_RUN` seconds is told at once, once, by a status whose
+  utilization is that since the function began (1.0): every scheduler then backs off from
+  this worker (`scheduler/policy.py`) within tens of milliseconds, not a period later. Each
+  scheduler counts only the calls it placed, so without this a scheduler would place a
+  short call behind another scheduler's long one (or a client's long direct call) until
+  the next period's status. If that function ends before the period's status, and none
+  runs, a status says so (utilization 0, that since it ended), so the worker does not look
+  busy for the rest of the period. `next_beat(now, last, period, since, told, told_busy)`
+  (pure) decides which status goes when, how long to wait before looking again, and
+  whether to wait with the `Doorbell` armed: a worker idle since its last status waits the
+  period unless a function's start rings it (at most once per `LOOK_EVERY`); a function's
+  end is not signalled, so while a told one runs the thread looks every `LOOK_EVERY`. Its pushes
   use the worker's credentials (CURVE clients when the cluster authenticates). While the
   main thread holds the interpreter in one long C call this thread cannot run; the worker's
   node vouches for its process meanwhile (`executor/node.py`, `scheduler/membership.py`).
@@ -59,10 +71,69 @@ from runtime.sockets import PushCache
 
 from .busy import BusyClock
 
-__all__ = ["Heartbeat", "heartbeat_loop", "die_with_parent", "RunningCalls", "RunReports"]
+__all__ = ["Heartbeat", "heartbeat_loop", "die_with_parent", "RunningCalls", "RunReports",
+           "next_beat", "Doorbell", "LONG_RUN", "LOOK_EVERY"]
 
 log = logging.getLogger("cloudburst.worker")
 _PR_SET_PDEATHSIG = 1
+LONG_RUN = 0.02      # seconds a function runs before every scheduler is told its worker is busy
+LOOK_EVERY = 0.02    # seconds between the heartbeat thread's looks for such a function
+
+
+def next_beat(now: float, last: float, period: float, since: Optional[float],
+              told: Optional[float], told_busy: bool,
+              rang: float) -> Tuple[Optional[str], float, bool]:
+    """(which status to send now, or None; seconds until the next look; whether to wait with
+    the doorbell armed). `last`: when the last status was sent; `since`: when the function
+    running now began (None: none); `told`: the `since` of the last function told early;
+    `told_busy`: the last status said that function runs; `rang`: when the doorbell last
+    woke this thread (module contract). A status is "period" (the regular one), "long" (a
+    function has run `LONG_RUN`: busy since it began) or "idle" (that function ended and
+    none runs: idle since)."""
+    if now - last >= period:
+        return "period", period, False
+    wait = period - (now - last)
+    if since is None:
+        if told_busy:
+            return "idle", wait, False
+        if now - rang >= LOOK_EVERY:             # idle: a function's start rings
+            return None, wait, True
+        return None, min(wait, rang + LOOK_EVERY - now), False   # at most so often
+    if since == told:                            # told: look again for its end
+        return None, min(wait, LOOK_EVERY), False
+    if now - since >= LONG_RUN:
+        return "long", wait, False
+    return None, max(0.0, min(wait, since + LONG_RUN - now)), False
+
+
+class Doorbell:
+    """How a worker's main thread wakes its heartbeat thread when a function starts: only
+    when the thread armed it (it waits idle), so a run of short calls rings at most once
+    per `LOOK_EVERY` and an idle worker's thread sleeps the whole period. An eventfd."""
+
+    def __init__(self) -> None:
+        self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self.armed = False
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def ring(self) -> None:
+        if self.armed:
+            self.armed = False
+            try:
+                os.eventfd_write(self._fd, 1)
+            except OSError:
+                pass
+
+    def clear(self) -> None:
+        try:
+            os.eventfd_read(self._fd)
+        except (BlockingIOError, OSError):
+            pass
+
+    def close(self) -> None:
+        os.close(self._fd)
 
 
 class RunningCalls:
@@ -185,6 +256,7 @@ class Heartbeat:
     direct_address: str = ""            # where clients' direct calls go ("": none)
     # totals of direct calls finished and the seconds they ran (reported as differences)
     direct_work: Callable[[], Tuple[int, float]] = lambda: (0, 0.0)
+    doorbell: Optional["Doorbell"] = None   # rung by `busy` when a function starts
 
 
 def heartbeat_loop(beat: Heartbeat) -> None:
@@ -193,12 +265,50 @@ def heartbeat_loop(beat: Heartbeat) -> None:
     targets = list(beat.scheduler_addresses) + [beat.cache_address]
     last_total, last_time = 0.0, time.monotonic()
     last_direct = (0, 0.0)
+    told: Optional[float] = None
+    told_busy = False
+    kind: Optional[str] = "period"
+    rang = float("-inf")
+    bell = beat.doorbell
+    poller = zmq.Poller()          # one, not one per look (`Socket.poll` makes a new one)
+    poller.register(beat.control, zmq.POLLIN)
+    if bell is not None:
+        poller.register(bell.fileno(), zmq.POLLIN)
     try:
         while not beat.stopping.is_set():
             now = time.monotonic()
+            since = beat.busy.since
+            if kind is None:                      # between statuses: a long function?
+                kind, wait, arm = next_beat(now, last_time, beat.period, since, told,
+                                            told_busy, rang)
+                if kind is None:
+                    if arm and bell is not None:
+                        bell.armed = True
+                        if beat.busy.since is not None:     # it started meanwhile
+                            bell.armed = False
+                            continue
+                    elif bell is None:            # nothing rings: look every LOOK_EVERY
+                        wait = min(wait, LOOK_EVERY)
+                    ready = dict(poller.poll(max(1, int(wait * 1000))))
+                    if bell is not None:
+                        bell.armed = False
+                        if bell.fileno() in ready:
+                            bell.clear()
+                            rang = time.monotonic()
+                    if beat.control not in ready:
+                        continue
+                    beat.on_control()            # then a status, as it always followed
+                    kind = "period"
             total = beat.busy.total(now)
-            utilization = min(1.0, (total - last_total) / max(1e-6, now - last_time))
-            last_total, last_time = total, now
+            if kind == "long":                    # busy all along since it began
+                told, utilization = since, 1.0
+            elif kind == "idle":                  # and idle since it ended
+                utilization = 0.0
+            else:
+                utilization = min(1.0, (total - last_total) / max(1e-6, now - last_time))
+            # it said a told function runs: its end is told too, when it comes
+            told_busy = since is not None and since == told
+            last_total, last_time, kind = total, now, None
             status = pb.WorkerStatus(worker_id=beat.worker_id, node_id=beat.node_id,
                                      address=beat.address, utilization=utilization,
                                      queued=beat.queued(),
@@ -215,7 +325,5 @@ def heartbeat_loop(beat: Heartbeat) -> None:
                 last_direct = direct
             for address in targets:
                 push.send(address, "heartbeat", status)
-            if beat.control.poll(int(beat.period * 1000)):
-                beat.on_control()
     finally:
         push.close()

@@ -105,7 +105,7 @@ from .guard import FunctionGuard, Interrupted
 from .retrying import exception_names, may_retry, retry_request
 from .held import HeldResults, Outcome
 from .library import UserLibrary
-from .liveness import Heartbeat, RunReports, die_with_parent, heartbeat_loop
+from .liveness import Doorbell, Heartbeat, RunReports, die_with_parent, heartbeat_loop
 from .run_slot import SlotReports
 from .output import CallOutput, Capture, UpstreamLogs, join_logs, section
 from .privilege import drop_capabilities, hide_paths
@@ -162,7 +162,9 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, Direct
         self._local: Deque[Tuple[str, Any]] = collections.deque()
         self._backlog: Deque[Any] = collections.deque()
         self._inbox: Deque[Tuple[str, bytes]] = collections.deque()
-        self.busy = BusyClock()             # time spent running functions (heartbeats)
+        # a long function is told at once: a start rings the heartbeat thread (liveness)
+        self._doorbell = Doorbell()
+        self.busy = BusyClock(self._doorbell.ring)  # time spent running functions (heartbeats)
         # what the node is told of functions (liveness): a shared slot, else messages
         self.run_reports = run_reports or RunReports()
         self.direct_work = (0, 0.0)         # direct calls finished, their seconds (totals)
@@ -198,7 +200,7 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, Direct
                       c.cache_address, c.scheduler_addresses, c.heartbeat_period,
                       self._context, self.credentials, self.busy, self.run_reports,
                       self.pending.__len__, self._control, self._on_control, self._stopping,
-                      self.direct_address, lambda: self.direct_work),))
+                      self.direct_address, lambda: self.direct_work, self._doorbell),))
         beat.start()
         self._pull.setsockopt(zmq.RCVTIMEO, 100)
         next_sweep = time.monotonic() + 0.5
@@ -263,6 +265,7 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, Direct
         self._pull.close(0)
         self._replies.close(0)
         self._control.close(0)      # the heartbeat thread that reads it has ended (serve)
+        self._doorbell.close()
         self._close_direct_calls()
         if self._security is not None:
             self._security.stop()

@@ -24,12 +24,18 @@ warm-worker map, stats and push cache it uses):
   then sent through the scheduler, if it does).
 - Every grant, renewal and revocation goes to both the worker (which admits direct calls
   only within leases it was told of: `executor/leased.py`) and the client.
-- `_lease_tick(now)` revokes expired leases and, while calls wait in the queue, as many
+- `_lease_tick(now)` revokes expired leases (later while messages wait unread: a renewal
+  may be among them; the worker is told a lease for that longer time, `worker_ttl`) and, while calls wait in the queue, as many
   leases as they need (`LeaseBook.reclaim`: those on the workers running the fewest of the
   scheduler's calls first); a stopping scheduler (`scheduler/stopping.py`)
   revokes every lease and grants none, so its clients' calls go to another scheduler; `_leases_lost(worker_id, why)` revokes the leases
   on a worker that died, telling their clients `worker_died` (they retry or fail the calls in
   flight there). `_with_leases(views)` counts leased slots as load in the workers' views.
+- `_placing(placement, answer)`: the scheduler places a call (of the caller at `answer`) on
+  those workers: the leases other clients hold there are revoked first, the worker told
+  before the call is sent (`LeaseBook.placed`: one caller at a time on a leased worker). A
+  grant never goes to a worker that runs another caller's call of this scheduler
+  (`shared_workers`); a client's own call does not keep it from its warm worker.
 - `_client_lease(payload)` takes a client's `lease` on its calls (to `scheduler/lifecycle.py`)
   and notes from it whether a holder of worker leases lives; `_lease_tick` then revokes
   with `holder_gone`, to the worker's schedule and control sockets, every ended lease whose
@@ -46,12 +52,13 @@ import time
 from typing import Any, Dict, Iterable, List, Sequence
 
 from hydro_proto import cloudburst_pb2 as pb
+from runtime.framing import more
 
 from .dag import Dag
 from .registry_requests import dag_from_record
 from .retries import resolve
 from .schedule import FORWARD_MAX_FUNCTIONS, build_schedules
-from .worker_leases import Lease, LeaseBook, Revoked, leasable
+from .worker_leases import Lease, LeaseBook, Revoked, leasable, shared_workers, worker_ttl
 
 __all__ = ["WorkerLeasing"]
 
@@ -179,7 +186,10 @@ class WorkerLeasing:
             return self._refuse_lease(req, pb.NO_RESOURCES, (
                 f"{req.target!r} retries exceptions, which the scheduler decides: it takes "
                 f"the scheduler's path"))
-        views = [w for w in self._placeable() if w.worker_id in self._direct_addresses]
+        # never on a worker running another caller's call: a direct call would wait behind it
+        shared = shared_workers(self.table.callers(), req.response_address)
+        views = [w for w in self._placeable()
+                 if w.worker_id in self._direct_addresses and w.worker_id not in shared]
         if req.spread:         # another worker than those this client holds the target on
             mine = set(self.worker_leases.workers_of(role, req.response_address, req.target,
                                                      req.dag, now))
@@ -222,6 +232,7 @@ class WorkerLeasing:
         address = self.table.address(lease.worker_id)
         if address:
             message = self._message(lease, **fields)
+            message.ttl = worker_ttl(self.worker_leases.ttl)   # it outlives a late renewal
             message.templates.extend(templates)
             self._push.send(address, "worker_lease", message)
 
@@ -253,7 +264,8 @@ class WorkerLeasing:
     def _lease_tick(self, now: float) -> None:
         if self.worker_leases.idle():
             return
-        revoked = self.worker_leases.expire(now)
+        # messages waiting unread may hold renewals sent in time (worker_leases.py `expire`)
+        revoked = self.worker_leases.expire(now, behind=more(self._pull))
         if self._graceful.refuses():      # stopping: its clients' calls go elsewhere
             revoked += self.worker_leases.revoke_all(
                 f"its scheduler {self.address} is stopping")
@@ -262,6 +274,12 @@ class WorkerLeasing:
                      for w in self.table.placeable()}
             revoked += self.worker_leases.reclaim(len(self._queue), loads)
         self._revoke(revoked + self.worker_leases.gone(now))
+
+    def _placing(self, placement: Dict[str, str], answer: str) -> None:
+        """A call of the caller at `answer` goes to these workers: other clients' leases there
+        are revoked first (`LeaseBook.placed`), the worker told before the call is sent."""
+        if len(self.worker_leases):
+            self._revoke(self.worker_leases.placed(placement.values(), answer))
 
     def _leases_lost(self, worker_id: str, why: str) -> None:
         self._direct_addresses.pop(worker_id, None)     # a restarted worker reports anew

@@ -294,6 +294,10 @@ class ExecutorTable:
     def calls_in_flight(self) -> int:
         return len(self._calls)
 
+    def callers(self) -> List[Tuple[str, List[str]]]:
+        """Each call in flight's caller (its answer address) and the workers it runs on."""
+        return [(r.response_address, list(r.placement.values())) for r in self._calls.values()]
+
     def drop_worker(self, worker_id: str) -> List[CallRecord]:
         """Forget a worker known to have exited; returns (and forgets) the calls placed on it."""
         if self._workers.pop(worker_id, None) is None:

@@ -8,7 +8,10 @@ in order:
    utilization >= `busy_utilization`) are skipped unless every worker is busy;
 2. data locality: keep the workers whose node's cache reports the most of the function's
    referenced keys;
-3. load: keep the least loaded (outstanding calls); among those, the worker that ran this
+3. load: keep the least loaded (outstanding calls); when every worker is busy, of those the
+   ones not reported fully utilized (a worker that ran for the whole last report period
+   may be running a long call, while an equally loaded one's calls may be short or just
+   finished); among those, the worker that ran this
    function last for this scheduler (`warm`: function -> worker id), if it is one of them:
    a client calling one function or DAG again and again gets the same warm worker process,
    rather than alternating between idle ones on reported utilization (which made a warm
@@ -127,6 +130,9 @@ def choose_executors(functions: Sequence[str], references: Mapping[str, Collecti
             pool = [w for w in pool if score(w) == best]
         fewest = min(load[w.worker_id] for w in pool)
         pool = [w for w in pool if load[w.worker_id] == fewest]
+        # every worker busy: not one that ran the whole last report period (a long call may
+        # run there) while an equally loaded one did not
+        pool = [w for w in pool if w.utilization < busy_utilization] or pool
         unleased = min(w.leased for w in pool)      # not where a client's calls go direct
         pool = [w for w in pool if w.leased == unleased]
         last = warm.get(fn) if warm else None

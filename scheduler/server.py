@@ -596,16 +596,18 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents, WorkerLeasing):
         NO_RESOURCES) when no worker can take the call."""
         colocate = self.config.colocate_chains
         try:
-            return place(dag.functions, references_by_function(call), self._placeable(),
-                         self.table.node_keys(), self._rng,
-                         busy_outstanding=self.config.busy_outstanding,
-                         busy_utilization=self.config.busy_utilization,
-                         concurrent_with=concurrent if colocate else None,
-                         neighbours=neighbours if colocate else None,
-                         **({"warm": warm} if warm is not None else {}))
+            placement = place(dag.functions, references_by_function(call), self._placeable(),
+                              self.table.node_keys(), self._rng,
+                              busy_outstanding=self.config.busy_outstanding,
+                              busy_utilization=self.config.busy_utilization,
+                              concurrent_with=concurrent if colocate else None,
+                              neighbours=neighbours if colocate else None,
+                              **({"warm": warm} if warm is not None else {}))
         except NoResources as e:
             self._fail(call, pb.NO_RESOURCES, f"{dag.name}: {e}")
             return None
+        self._placing(placement, call.response_address)   # other clients' leases there end
+        return placement
 
     def _causal_call(self, call: pb.Call, dag: Dag, versions: Dict[str, str],
                      concurrent: Any, neighbours: Any, timeout: float) -> None:

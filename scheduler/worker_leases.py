@@ -24,13 +24,19 @@ Contract: `LeaseBook(ttl, max_leases, max_per_client)` is pure state; every meth
   free, less `SCHEDULER_SLOTS` kept for the scheduler (0: a lease may take them all).
 - `resize(lease_id, slots)`: at a renewal, a lease grows to what its worker's window
   leaves it now (never shrinks: its client may have calls in flight on those slots).
-- `renew(lease_id, client, now, waiting, versions)`: a live lease of that client runs for
-  `ttl` more seconds (`Lease`); while calls wait in the queue it is revoked instead
+- `renew(lease_id, client, now, waiting, versions)`: a lease of that client still in the
+  book runs for `ttl` more seconds (`Lease`); while calls wait in the queue it is revoked instead
   (`Revoked`: the capacity goes back to them), and so it is when `versions` (its functions'
   registered versions now) differ from those it was granted with (a re-registration reaches
   leased calls at the next renewal); an unknown, expired or foreign lease gives None.
 - `release(lease_id, client)`: the client gives it back (None if not its own).
-- `expire(now)`: the leases whose time ran out, revoked.
+- `expire(now, behind=False)`: the leases whose time ran out, revoked. A renewal is sent
+  half a ttl before the end, but a scheduler that is behind (messages wait unread in its
+  input: `behind`) may not have read it yet: then only the leases past their end by one
+  more ttl are revoked, and a renewal read meanwhile renews the lease (as a grant asked
+  again does). So a busy scheduler does not take away, mid-burst, the lease of a client
+  that renewed in time. The worker is told each lease for that longer time
+  (`worker_ttl`): it ends a lease sooner only when the scheduler says so.
 - `worker_lost(worker_id)`: every lease on a worker that died, revoked with `worker_died`
   (calls in flight there are lost; their client retries them within their budget).
 - `reclaim(waiting, loads)`: calls wait for a worker: revoke leases until their slots
@@ -57,6 +63,18 @@ Contract: `LeaseBook(ttl, max_leases, max_per_client)` is pure state; every meth
   revoked at once (a renewal would catch it too, up to a lease's ttl later).
 - `revoke_all(reason)`: every live lease, revoked (a stopping scheduler's: its clients'
   calls then go to another scheduler).
+- One caller at a time on a leased worker. A worker runs its calls one at a time, so a
+  direct call sent to a worker that runs another caller's call waits behind it, however
+  long it is, while the platform could have run it elsewhere. So a worker never holds a
+  client's lease and another caller's call at once: `placed(workers, answer)` (the
+  scheduler places a call of the caller whose answer address is `answer` on `workers`)
+  revokes at once the live leases other clients hold on them; the scheduler tells the
+  worker before it sends the call, so a direct call that reaches the worker afterwards is
+  refused (it did not run; its client sends it through the scheduler) and its client's
+  further calls go elsewhere. And a lease is granted only on a worker that runs no other
+  caller's call of this scheduler (`shared_workers(calls, answer)`: the workers among
+  `calls`, pairs of a caller's answer address and the workers its call runs on, that run
+  a call of another caller than `answer`). A client's own calls never revoke its leases.
 - `reserved()`: worker id -> slots leased on it. The scheduler counts them as that worker's
   load, so its own placement treats a leased slot as taken.
 - `lease(lease_id)`: the live lease, or None.
@@ -65,10 +83,10 @@ Bounded: at most `max_leases` leases, `max_per_client` per client.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple, Union
 
 __all__ = ["Lease", "Revoked", "LeaseBook", "DEFAULT_TTL", "MAX_LEASES", "MAX_PER_CLIENT",
-           "SCHEDULER_SLOTS", "leasable"]
+           "SCHEDULER_SLOTS", "leasable", "shared_workers", "worker_ttl"]
 
 DEFAULT_TTL = 2.0          # seconds a lease lasts unless renewed
 HOLDER_TTL = 5.0           # a holder's lease on its calls when none was heard (Client's default)
@@ -88,6 +106,20 @@ def leasable(window: int, others: int) -> int:
     reserve, leases never take a worker's whole window, so the scheduler can place a call on a
     leased worker that idles rather than behind a call running on another (a long one)."""
     return max(0, window - others - SCHEDULER_SLOTS)
+
+
+def worker_ttl(ttl: float) -> float:
+    """How long a worker keeps a lease from a grant or renewal: the scheduler's ttl and the
+    one more it waits for a renewal while behind (`LeaseBook.expire`); the scheduler revokes
+    it explicitly before then."""
+    return 2 * ttl
+
+
+def shared_workers(calls: Iterable[Tuple[str, Iterable[str]]], answer: str) -> Set[str]:
+    """The workers that run a call of another caller than the one at `answer` (`calls`:
+    each call in flight's caller answer address and workers): no lease of that client goes
+    there, or its direct calls would wait behind that call (module contract)."""
+    return {worker for caller, workers in calls if caller != answer for worker in workers}
 
 
 
@@ -149,7 +181,7 @@ class LeaseBook:
                     f"its capacity goes to them, not to a lease")
         for held in self._leases.values():
             if held.client == client and held.answer == answer and held.target == target \
-                    and held.dag == dag and held.expires > now \
+                    and held.dag == dag and held.expires + self.ttl > now \
                     and (not spread or held.worker_id == worker_id):
                 held.expires = now + self.ttl
                 return held
@@ -177,12 +209,14 @@ class LeaseBook:
                    now: float) -> List[str]:
         return sorted({held.worker_id for held in self._leases.values()
                        if held.client == client and held.answer == answer
-                       and held.target == target and held.dag == dag and held.expires > now})
+                       and held.target == target and held.dag == dag
+                       and held.expires + self.ttl > now})     # still here: see `expire`
 
     def renew(self, lease_id: str, client: str, now: float, waiting: int = 0,
               versions: Optional[Dict[str, Any]] = None) -> Union[Lease, Revoked, None]:
         lease = self._leases.get(lease_id)
-        if lease is None or lease.client != client or lease.expires <= now:
+        # past its end but still here: its scheduler was behind (`expire`); renewed
+        if lease is None or lease.client != client or lease.expires + self.ttl <= now:
             return None
         if versions is not None and versions != lease.versions:
             self._end(self._leases.pop(lease_id))
@@ -202,9 +236,11 @@ class LeaseBook:
         self._end(self._leases.pop(lease_id))
         return lease
 
-    def expire(self, now: float) -> List[Revoked]:
-        out = [Revoked(lease, f"it expired ({self.ttl:g} s without a renewal)")
-               for lease in self._leases.values() if lease.expires <= now]
+    def expire(self, now: float, behind: bool = False) -> List[Revoked]:
+        end = now - self.ttl if behind else now      # behind: its renewal may wait unread
+        out = [Revoked(lease, f"it expired ({now - lease.expires + self.ttl:.1f} s without "
+                              f"a renewal)")
+               for lease in self._leases.values() if lease.expires <= end]
         for r in out:
             self._end(self._leases.pop(r.lease.lease_id))
         return out
@@ -285,6 +321,18 @@ class LeaseBook:
     def revoke_all(self, reason: str) -> List[Revoked]:
         """Every live lease, revoked (the scheduler is stopping)."""
         out = [Revoked(lease, reason) for lease in self._leases.values()]
+        for r in out:
+            self._end(self._leases.pop(r.lease.lease_id))
+        return out
+
+    def placed(self, workers: Iterable[str], answer: str) -> List[Revoked]:
+        """A call of the caller at `answer` was placed on `workers`: the live leases other
+        clients hold there, revoked at once (module contract)."""
+        on = set(workers)
+        out = [Revoked(lease, f"its worker {lease.worker_id} was given another caller's "
+                              f"call, which a direct call would wait behind")
+               for lease in self._leases.values()
+               if lease.worker_id in on and lease.answer != answer]
         for r in out:
             self._end(self._leases.pop(r.lease.lease_id))
         return out

@@ -2,7 +2,8 @@
 before it judges the lease (`cloudburst/direct.py`, `send`): a burst's calls go to the
 slots its answers freed, and a lease whose worker keeps answering is never taken for one
 held up by a long call only because its client was busy sending. A lease whose worker
-gave no answer stays held up, as `cloudburst/stalls.py` says.
+gave no answer stays held up, as `cloudburst/stalls.py` says. A client with no call out
+reads them before every direct call: a lease revoked meanwhile is not used.
 
 A unit test: the owner (the client's side) is a fake that holds the answers "arrived" on
 its socket; the worker is a plain ZeroMQ socket on loopback; the clock is shifted past the
@@ -48,9 +49,11 @@ class _Owner:
 
     def read_arrived(self) -> None:
         arrived, self.arrived = self.arrived, []
-        for result in arrived:
-            if self.path.on_result(result) is not None:
-                self.delivered.append(result)
+        for message in arrived:
+            if isinstance(message, pb.WorkerLease):
+                self.path.on_lease(message)
+            elif self.path.on_result(message) is not None:
+                self.delivered.append(message)
         self.path.flush()
 
 
@@ -84,8 +87,13 @@ def setup(monkeypatch):
         yield parts
 
 
-def _call(rid: str) -> pb.Call:
-    return pb.Call(function="f", request_id=rid, consistency=pb.LWW, timeout=30)
+def _call(rid: str, function: str = "f") -> pb.Call:
+    return pb.Call(function=function, request_id=rid, consistency=pb.LWW, timeout=30)
+
+
+def _address(worker: zmq.Socket) -> str:
+    """The address of the fixture's worker socket (where its lease points)."""
+    return worker.getsockopt_string(zmq.LAST_ENDPOINT)
 
 
 def _received(worker: zmq.Socket) -> List[str]:
@@ -130,4 +138,39 @@ def test_a_lease_whose_worker_gave_no_answer_is_still_held_up(setup):
     assert _received(worker) == ["c1"]
     shift[0] = 3 * FLOOR                        # no answer: its worker runs a long call
     assert path.send(_call("c2")) is None       # around it: the scheduler's path
+    assert not worker.poll(100)
+
+
+def test_a_client_with_no_call_out_reads_a_revocation_that_arrived_before_it_sends(setup):
+    path, owner, worker, shift = setup
+    assert path.send(_call("c1")) == "sched"
+    assert _received(worker) == ["c1"]
+    path.on_result(pb.CallResult(request_id="c1", status=pb.OK))     # read as it waited
+    # another caller's call was placed on the worker: the scheduler revoked the lease, and
+    # the revocation arrived after c1's answer was read; the client sends again later
+    shift[0] = direct.READ_EVERY
+    owner.arrived.append(pb.WorkerLease(target="f", lease_id="L1", revoked=True,
+                                        status=pb.OK, reason="another caller's call"))
+    assert path.send(_call("c2")) is None       # the scheduler's path
+    assert not worker.poll(100)                 # nothing went to that worker
+    assert path.held() == []
+
+
+def test_a_lease_whose_renewal_is_unanswered_at_its_end_is_used_one_ttl_more(setup):
+    path, owner, worker, shift = setup
+    path.on_lease(pb.WorkerLease(target="g", lease_id="L2", worker_id="w1",
+                                 worker_address=_address(worker),
+                                 scheduler_address="sched", slots=1, ttl=2, status=pb.OK))
+    shift[0] = 1.5                              # less than half its ttl left: renewed
+    assert path.send(_call("c1", "g")) == "sched"
+    assert _received(worker) == ["c1"]
+    path.on_result(pb.CallResult(request_id="c1", status=pb.OK))
+    # past its end (less the margin), the renewal still unanswered: a busy scheduler
+    # reads it late and keeps the lease meanwhile
+    shift[0] = 2.1
+    assert path.send(_call("c2", "g")) == "sched"
+    assert _received(worker) == ["c2"]
+    path.on_result(pb.CallResult(request_id="c2", status=pb.OK))
+    shift[0] = 2 * 2 + 0.1                      # one more ttl and no answer: lapsed
+    assert path.send(_call("c3", "g")) is None
     assert not worker.poll(100)

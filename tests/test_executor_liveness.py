@@ -6,6 +6,7 @@ directly); the end-to-end cases run real processes with the default 1.5 s timeou
 import time
 
 import pytest
+from hypothesis import given, strategies as st
 
 import cloudburst
 from scheduler.membership import CallRecord, ExecutorTable
@@ -206,3 +207,73 @@ def test_the_heartbeat_thread_needs_only_its_heartbeat_view_not_a_worker():
         for sock in (scheduler, cache, control):
             sock.close(0)
         context.term()
+
+
+# ---- a long function is told at once ----
+NEVER = float("-inf")      # the doorbell never rang
+
+
+def test_a_function_that_runs_long_is_told_once_between_periods_and_so_is_its_end():
+    from executor.liveness import LONG_RUN, LOOK_EVERY, next_beat
+    period = 0.2
+    # nothing runs: wait for the period, the doorbell armed (a start rings it)
+    assert next_beat(1.05, 1.0, period, None, None, False, NEVER) == \
+        (None, pytest.approx(0.15), True)
+    assert next_beat(1.21, 1.0, period, None, None, False, NEVER)[:2] == ("period", period)
+    # a function began at 1.06 (it rang): wait until it has run LONG_RUN, then tell it
+    kind, wait, arm = next_beat(1.07, 1.0, period, 1.06, None, False, 1.06)
+    assert kind is None and not arm and wait == pytest.approx(1.06 + LONG_RUN - 1.07)
+    kind, wait, _ = next_beat(1.06 + LONG_RUN, 1.0, period, 1.06, None, False, 1.06)
+    assert kind == "long" and wait == pytest.approx(1.0 + period - 1.06 - LONG_RUN)
+    # told: nothing more while it runs, but look for its end (an end does not ring)
+    assert next_beat(1.1, 1.08, period, 1.06, 1.06, True, 1.06) == \
+        (None, pytest.approx(LOOK_EVERY), False)
+    # it ended and nothing runs: told at once; then quiet until the period
+    assert next_beat(1.12, 1.08, period, None, 1.06, True, 1.06)[0] == "idle"
+    assert next_beat(1.13, 1.12, period, None, 1.06, False, 1.06)[::2] == (None, True)
+    assert next_beat(1.33, 1.12, period, None, 1.06, False, 1.06)[:2] == ("period", period)
+    # a period's status came while it ran (it said so too): its end is told at once too
+    assert next_beat(1.3, 1.28, period, None, 1.06, True, 1.06)[0] == "idle"
+    # short calls one after another: the doorbell is armed at most once per LOOK_EVERY
+    kind, wait, arm = next_beat(1.5, 1.4, period, None, 1.06, False, 1.5 - LOOK_EVERY / 2)
+    assert kind is None and not arm and wait == pytest.approx(LOOK_EVERY / 2)
+
+
+@given(st.floats(0, 100), st.floats(0, 1), st.one_of(st.none(), st.floats(0, 1)),
+       st.booleans(), st.booleans(), st.floats(0, 1))
+def test_next_beat_never_waits_past_the_period_nor_tells_a_short_function(
+        last, elapsed, ran, told_it, told_busy, since_rang):
+    from executor.liveness import LONG_RUN, LOOK_EVERY, next_beat
+    period, now = 0.2, last + elapsed
+    since = None if ran is None else now - ran
+    told = since if told_it else None
+    kind, wait, arm = next_beat(now, last, period, since, told, told_busy, now - since_rang)
+    assert wait >= 0 and (kind is not None or now + wait <= last + period + 1e-9)
+    if elapsed >= period:
+        assert kind == "period"                       # the regular status, always
+    elif kind == "long":                              # a function run long, not yet told
+        assert since is not None and since != told and now - since >= LONG_RUN
+    elif kind == "idle":                              # the told function ended
+        assert since is None and told_busy
+    if arm:                                           # only idle, at most once per look
+        assert kind is None and since is None and since_rang >= LOOK_EVERY
+    elif kind is None:                                # else never waits long unarmed
+        assert wait <= LOOK_EVERY + 1e-9 or (since is not None and since != told)
+
+
+def test_the_doorbell_rings_only_when_armed_and_once():
+    from executor.liveness import Doorbell
+    import select
+    bell = Doorbell()
+    try:
+        bell.ring()                                   # not armed: nothing
+        assert select.select([bell.fileno()], [], [], 0)[0] == []
+        bell.armed = True
+        bell.ring()
+        bell.ring()                                   # once: it disarmed itself
+        assert select.select([bell.fileno()], [], [], 0)[0] == [bell.fileno()]
+        assert not bell.armed
+        bell.clear()
+        assert select.select([bell.fileno()], [], [], 0)[0] == []
+    finally:
+        bell.close()

@@ -174,3 +174,31 @@ def test_among_equally_loaded_workers_the_unleased_one_is_chosen_even_over_the_w
     for seed in range(10):
         assert choose_executors(["f"], {}, [leased, free], {}, random.Random(seed),
                                 warm={"f": "a"}) == {"f": "b"}
+
+
+def test_with_every_worker_busy_a_call_keeps_off_the_one_that_ran_the_whole_last_period():
+    # "a" runs a call that has kept it busy since the last report (a long one, maybe); "b"
+    # counts a call too, but ran little (its call is short, or ended and its `done` is on
+    # the way) and holds a client's lease, which would otherwise keep the call off it
+    long = W("a", util=1.0, out=1)
+    short = WorkerView("b", "n1", "tcp://b", 0.1, 2, leased=1)
+    for seed in range(10):
+        assert choose_executors(["f"], {}, [long, short], {}, random.Random(seed),
+                                warm={"f": "a"}) == {"f": "b"}
+    # less loaded still comes first: a fully utilized worker with fewer calls is chosen
+    assert choose_executors(["f"], {}, [W("a", util=1.0, out=1), W("b", out=2)], {},
+                            random.Random(0)) == {"f": "a"}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 3), st.sampled_from([0.0, 0.5, 0.95, 1.0])),
+                min_size=1, max_size=6), st.integers(0, 2**32))
+def test_among_the_least_loaded_busy_workers_a_fully_utilized_one_is_chosen_only_if_all_are(
+        specs, seed):
+    workers = [W(f"w{i}", util=util, out=out) for i, (out, util) in enumerate(specs)]
+    got = choose_executors(["f"], {}, workers, {}, random.Random(seed))["f"]
+    chosen = next(w for w in workers if w.worker_id == got)
+    fewest = min(w.outstanding for w in workers)        # every worker is busy (out >= 1)
+    least = [w for w in workers if w.outstanding == fewest]
+    assert chosen in least
+    assert chosen.utilization < 0.9 or all(w.utilization >= 0.9 for w in least)

@@ -4,7 +4,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from executor.leased import CANCELLED, LATE_GRACE, LeaseAdmission
-from scheduler.worker_leases import SCHEDULER_SLOTS, Lease, LeaseBook, Revoked, leasable
+from scheduler.worker_leases import (SCHEDULER_SLOTS, Lease, LeaseBook, Revoked, leasable,
+                                     shared_workers, worker_ttl)
 
 T = ["t0"]          # the worker's sources' schedules (opaque to the core)
 
@@ -21,7 +22,7 @@ def test_a_grant_is_bounded_in_time_and_renewed_only_by_its_client():
     assert isinstance(lease, Lease) and lease.expires == 2.0 and book.reserved() == {"w1": 2}
     assert book.renew("L1", "client:other", 1.0) is None        # not its lease
     assert book.renew("L1", "client:a", 1.0).expires == 3.0
-    assert book.renew("L1", "client:a", 3.0) is None            # expired: no renewal
+    assert book.renew("L1", "client:a", 5.0) is None            # a ttl past its end: none
     revoked = book.expire(3.0)
     assert [r.lease.lease_id for r in revoked] == ["L1"] and not book.reserved()
 
@@ -314,3 +315,91 @@ def test_a_lease_never_takes_a_workers_last_free_slot(window, others):
     n = leasable(window, others)
     assert 0 <= n and (n == 0 or n + others + SCHEDULER_SLOTS <= window)
     assert n == max(0, window - others - SCHEDULER_SLOTS)
+
+
+# ---- one caller at a time on a leased worker ----
+def test_a_call_placed_on_a_leased_worker_revokes_the_other_clients_leases_there_only():
+    book = LeaseBook(ttl=2.0)
+    _grant(book, "L1", answer="A", worker="w1")
+    _grant(book, "L2", client="client:b", answer="B", worker="w1", target="g")
+    _grant(book, "L3", client="client:b", answer="B", worker="w2")
+    assert book.placed(["w1"], "A") != [] and book.lease("L1") is not None   # its own: kept
+    assert book.lease("L2") is None and book.lease("L3") is not None
+    got = book.placed(["w2", "w3"], "C")
+    assert [(r.lease.lease_id, r.worker_died, r.holder_gone) for r in got] == \
+        [("L3", False, False)] and "another caller's call" in got[0].reason
+    assert book.placed(["w1"], "A") == [] and book.reserved() == {"w1": 2}
+    # ended, not forgotten: the calls admitted under them are cancelled if B goes
+    book.left("B")
+    assert sorted(r.lease.lease_id for r in book.gone(3.0)) == ["L2", "L3"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("ABC"), st.sampled_from(["w1", "w2", "w3"])),
+                max_size=10),
+       st.lists(st.sampled_from(["w1", "w2", "w3"]), max_size=3), st.sampled_from("ABC"))
+def test_after_a_placement_no_other_client_holds_a_lease_on_its_workers(leases, workers, caller):
+    book = LeaseBook(max_per_client=16)
+    for i, (answer, worker) in enumerate(leases):
+        _grant(book, f"L{i}", client=f"client:{answer}", answer=answer, target=f"t{i}",
+               worker=worker, now=0.0)
+    live = {f"L{i}": (answer, worker) for i, (answer, worker) in enumerate(leases)}
+    got = {r.lease.lease_id for r in book.placed(workers, caller)}
+    # exactly the other clients' leases on those workers end; every other lease stays
+    assert got == {lid for lid, (a, w) in live.items() if w in workers and a != caller}
+    assert all((book.lease(lid) is None) == (lid in got) for lid in live)
+    assert all(lease.answer == caller for lid in live if (lease := book.lease(lid))
+               and lease.worker_id in workers)
+
+
+@given(st.lists(st.tuples(st.sampled_from("ABC"),
+                          st.lists(st.sampled_from(["w1", "w2", "w3"]), max_size=3)),
+                max_size=8), st.sampled_from("ABC"))
+def test_a_lease_goes_only_where_no_other_callers_call_runs(calls, answer):
+    shared = shared_workers(calls, answer)
+    for caller, ws in calls:          # every worker running another caller's call is out
+        assert caller == answer or set(ws) <= shared
+    for w in shared:                  # and only those: its own calls never keep it out
+        assert any(caller != answer and w in ws for caller, ws in calls)
+
+
+# ---- a scheduler that is behind reads renewals late ----
+def test_a_renewal_read_late_by_a_scheduler_that_is_behind_keeps_the_lease():
+    book = LeaseBook(ttl=2.0)
+    _grant(book)                                   # ends at 2.0
+    # the client renewed at 1.0, but its renewal still waits in the scheduler's input when
+    # the scheduler's tick comes at 2.05: it is behind, so the lease stays
+    assert book.expire(2.05, behind=True) == [] and book.lease("L1") is not None
+    renewed = book.renew("L1", "client:a", 2.3)    # read now
+    assert isinstance(renewed, Lease) and renewed.expires == 4.3
+    assert book.expire(4.0) == []
+    # behind or not, a lease is revoked once its time and one more ttl ran out
+    assert [r.lease.lease_id for r in book.expire(6.4, behind=True)] == ["L1"]
+    assert book.renew("L1", "client:a", 6.5) is None
+    # not behind: at its end, as before
+    _grant(book, "L2", now=10.0)
+    assert [r.lease.lease_id for r in book.expire(12.0)] == ["L2"]
+    # the worker keeps a lease through the scheduler's wait: the scheduler ends it sooner
+    assert worker_ttl(2.0) >= 2.0 + book.ttl
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["renew", "tick", "tick_behind"]),
+                          st.floats(0.0, 1.5)), max_size=20))
+def test_no_lease_outlives_two_ttls_without_a_renewal_nor_ends_before_one(ops):
+    book = LeaseBook(ttl=1.0)
+    _grant(book, now=0.0)
+    now, renewed_at = 0.0, 0.0
+    for op, dt in ops:
+        now += dt
+        if book.lease("L1") is None:
+            break
+        if op == "renew":
+            if isinstance(book.renew("L1", "client:a", now), Lease):
+                renewed_at = now
+            continue
+        revoked = book.expire(now, behind=op == "tick_behind")
+        if revoked:
+            assert now - renewed_at >= 1.0                  # never before its end
+        else:
+            assert now - renewed_at < 2.0 + 1e-9 or book.lease("L1") is None
