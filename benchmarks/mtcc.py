@@ -621,6 +621,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         sys.path.insert(0, root)
         os.environ["PYTHONPATH"] = os.pathsep.join(
             [root] + [d for d in os.environ.get("PYTHONPATH", "").split(os.pathsep) if d])
+        # paths given relative to where the script was started, before `enter_root` moves
+        args.json = args.json and os.path.abspath(args.json)
+        args.png = args.png and os.path.abspath(args.png)
+        args.report = args.report and os.path.abspath(args.report)
     args.zipfs = [float(z) for z in args.zipfs.split(",") if z]
     args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     args.topologies = [t.strip() for t in args.topologies.split(",") if t.strip()]
@@ -648,8 +652,17 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     return args
 
 
+def enter_root(args: argparse.Namespace) -> None:
+    """With `--root`, work from DIR: `python -m` puts its working directory ahead of
+    PYTHONPATH on a child's sys.path, so a cluster started from another checkout would
+    import that checkout's code, not DIR's."""
+    if args.root:
+        os.chdir(args.root)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     args = parse_args(argv)
+    enter_root(args)
     if args.report:
         with open(args.report) as f:
             results = json.load(f)

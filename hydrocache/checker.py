@@ -16,7 +16,9 @@ dependencies, where the closure of a pair ``(d, vc)`` includes the dependencies 
 recorded write of ``d`` whose clock is ``<= vc`` (the versions that ``d``'s version includes,
 as Definition 1 merges and overwrites them). Closures are memoised per version read and
 per ``(key, clock)`` lookup, and the past is summarised per key as the set of its maximal
-clocks (``a_i → a_k`` for some clock iff for a maximal one).
+clocks (``a_i → a_k`` for some clock iff for a maximal one), made only for the keys a
+transaction asks about (the maxima are quadratic in a key's clocks, and a read's past spans
+every key of a small keyspace).
 
 Reading: Definition 2 is checked literally (concurrency with ``a_k`` is allowed), which is
 weaker than the strict snapshot HydroCache provides; ``check(history, strict=True)`` also
@@ -75,7 +77,7 @@ class _History:
                 self.writes.setdefault(w.key, {}).setdefault(_fz(w.vc), set()).update(
                     _fdeps(w.deps))
         self._below: Dict[Tuple[str, FVC], List[FVC]] = {}
-        self._past: Dict[Tuple[str, FVC, FrozenSet], Dict[str, List[FVC]]] = {}
+        self._past: Dict[Tuple[str, FVC, FrozenSet], "_Past"] = {}
 
     def below(self, key: str, vc: FVC) -> List[FVC]:
         """Recorded write clocks of ``key`` that ``vc`` supersedes (memoised)."""
@@ -86,8 +88,8 @@ class _History:
             self._below[(key, vc)] = memo
         return memo
 
-    def past(self, o: Observed) -> Dict[str, List[FVC]]:
-        """The causal past of a read, per key its maximal clocks."""
+    def past(self, o: Observed) -> "_Past":
+        """The causal past of a read (`_Past`: per key its clocks, and the maximal ones)."""
         sig = (o.key, _fz(o.vc), _fdeps(o.deps))
         memo = self._past.get(sig)
         if memo is not None:
@@ -107,9 +109,26 @@ class _History:
                 if (d, w) not in done:
                     done.add((d, w))
                     stack.extend(self.writes[d][w])
-        memo = {k: _maxima(v) for k, v in per_key.items()}
+        memo = _Past(per_key)
         self._past[sig] = memo
         return memo
+
+
+class _Past:
+    """A read's causal past: per key its clocks, and its maximal clocks made on first ask (a
+    transaction asks about the few keys it read, not every key of the past)."""
+
+    __slots__ = ("clocks", "_maximal")
+
+    def __init__(self, clocks: Dict[str, Set[FVC]]) -> None:
+        self.clocks = clocks
+        self._maximal: Dict[str, List[FVC]] = {}
+
+    def maximal(self, key: str) -> List[FVC]:
+        found = self._maximal.get(key)
+        if found is None:
+            found = self._maximal[key] = _maxima(self.clocks[key])
+        return found
 
 
 def _maxima(clocks: Set[FVC]) -> List[FVC]:
@@ -142,9 +161,9 @@ def check(history: Iterable[Transaction], strict: bool = False) -> List[Violatio
         for b in t.reads:
             past = h.past(b)
             for a_key, a_vc in read.items():
-                if a_key == b.key or a_key not in past:
+                if a_key == b.key or a_key not in past.clocks:
                     continue
-                for c in past[a_key]:
+                for c in past.maximal(a_key):
                     cd = dict(c)
                     if vclock.happens_before(a_vc, cd) or (
                             strict and not vclock.supersedes(a_vc, cd)):

@@ -239,10 +239,17 @@ class CausalCall:
 
     def on_done(self, attempt_id: str, now: float) -> List[Action]:
         """An attempt's sink answered the caller (or the caller reported the result: pass
-        any attempt id of the call): the call is over."""
+        any id of the call; after a grant, the granted attempt is the one done): the call is
+        over. The attempts still running are stopped (`AbortAttempt`), never the done one."""
         if self.finished:
             return []
         att = self.attempts.get(attempt_id)
+        if att is None and self.granted:
+            # the caller's report (the call's own id, with its next call): after the grant
+            # the other attempts are stopped, and every function of the granted one has run
+            # (its sink runs last), so it is done and its workers need no `abort`
+            attempt_id = self.granted
+            att = self.attempts.get(attempt_id)
         if att is not None:
             att.state = DONE
         return self._stop_running(keep=attempt_id) + self._finish()

@@ -66,3 +66,24 @@ def test_root_runs_the_cluster_from_another_checkout(tmp_path, monkeypatch):
     args = mtcc.parse_args(["--root", str(tmp_path), "--quick"])
     assert args.root == str(tmp_path) and sys.path[0] == str(tmp_path)
     assert os.environ["PYTHONPATH"].split(os.pathsep) == [str(tmp_path), "/elsewhere"]
+
+
+def test_root_children_import_the_other_checkouts_code(tmp_path, monkeypatch):
+    # the cluster's processes are `python -m` children: their working directory comes first
+    # on sys.path, so a package present in both checkouts must come from --root's
+    import os
+    import subprocess
+    import sys
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setenv("PYTHONPATH", "")
+    monkeypatch.chdir(mtcc.ROOT)
+    (tmp_path / "scheduler").mkdir()
+    (tmp_path / "scheduler" / "__init__.py").write_text("")
+    (tmp_path / "scheduler" / "where.py").write_text("print(__file__)\n")
+    args = mtcc.parse_args(["--root", str(tmp_path), "--quick", "--json", "out.json"])
+    assert args.json == os.path.join(mtcc.ROOT, "out.json")    # as given, before moving
+    mtcc.enter_root(args)
+    got = subprocess.run([sys.executable, "-m", "scheduler.where"], capture_output=True,
+                         text=True, timeout=60)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.strip() == str(tmp_path / "scheduler" / "where.py")

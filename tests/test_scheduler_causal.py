@@ -11,7 +11,7 @@ from hydro_proto import cloudburst_pb2 as pb
 from scheduler.causal import (AbortAttempt, CacheSend, CausalCall, Fail, Finished, SimResult,
                               StartAttempt, caller_of, topological_order)
 from scheduler.causal_calls import CausalCalls
-from scheduler.causal_records import Waiting
+from scheduler.causal_records import AttemptState, Waiting
 from scheduler.dag import Dag
 from scheduler.membership import ExecutorTable
 from scheduler.mtcc import (ConFetched, ConFlow, ConSnapshotTaken, CtFlow, HbFlow,
@@ -866,3 +866,80 @@ def test_causal_calls_hand_held_releases_to_the_next_grant_of_that_cache_or_send
                                 response_address="tcp://c1-replies", requester=C1), 2.0)
     (_, refused), = push.take("cache_reply")
     assert refused.fenced and not refused.release and not calls.holding()
+
+
+# ---- the caller's report of a granted call stops nothing ----
+@pytest.mark.parametrize("protocol,eager", [(pb.OPT, True), (pb.HB, True), (pb.HB, False),
+                                            (pb.CON, True), (pb.CT, True)])
+def test_the_callers_report_after_the_grant_aborts_no_worker(protocol, eager):
+    # the caller reports a result with its next call, by the call's own id, often before the
+    # sink's `done`: the granted attempt has finished (its sink ran last), so no `abort` goes
+    # to its workers, and the call ends releasing nothing twice
+    eng = FakeEngine(sim=SimResult(False))
+    c = make(protocol, engine=eng, hb_eager=eager)
+    out = c.start(0.0)
+    if protocol == pb.CON:                          # CON starts after its snapshot round
+        for send in requests(out, pb.CAUSAL_SNAPSHOT):
+            out = c.on_cache_reply(reply(send), 0.1)
+    (aid,) = c.running()
+    granted, _, out = c.grant(aid, 0.5)
+    assert granted and not of(out, AbortAttempt)
+    out = c.on_done("c1", 0.6)
+    assert not of(out, AbortAttempt) and of(out, Finished)
+    assert not requests(out, pb.CAUSAL_RELEASE)     # released at the grant, held
+    assert c.attempts[aid].state is AttemptState.DONE
+    assert c.on_done(aid, 0.7) == []                # the sink's own `done` after it: nothing
+
+
+def test_the_callers_report_before_any_grant_still_stops_the_running_attempt():
+    # no grant: the caller's result was an error (or the call is over some other way), and
+    # whatever still runs is stopped at its workers and released
+    c = make(pb.OPT)
+    c.start(0.0)
+    out = c.on_done("c1", 0.5)
+    assert [a.attempt_id for a in of(out, AbortAttempt)] == ["c1#0"]
+    assert set(released(out)) == {(C1, "c1#0"), (C2, "c1#0")} and of(out, Finished)
+
+
+def test_causal_calls_caller_report_after_the_grant_sends_no_abort_and_frees_the_workers():
+    calls, table, push = _calls(pb.OPT)
+    push.take()
+    calls.grant(pb.CacheRequest(request_id="g1", op=pb.CAUSAL_GRANT, attempt_id="req1#0",
+                                response_address="tcp://c2-replies", requester=C2), 1.0)
+    push.take("cache_reply")
+    assert calls.done("req1", 1.1) and calls.records == {}     # the caller's report
+    assert push.take("abort") == []
+    assert table.calls_in_flight() == 0 and _load(table) == {"w1": 0, "w2": 0}
+    assert not calls.done("req1#0", 1.2)                       # the sink's `done`, later
+
+
+@settings(max_examples=150, deadline=None)
+@given(protocol=st.sampled_from([pb.OPT, pb.HB]), eager=st.booleans(),
+       events=st.lists(st.tuples(st.sampled_from(["abort", "grant", "report", "done", "tick"]),
+                                 st.integers(0, 7)), max_size=20))
+def test_no_attempt_is_stopped_after_it_was_granted(protocol, eager, events):
+    # whatever order aborts, grants, the caller's reports and the sinks' `done`s come in, an
+    # attempt granted the call's commit is never sent an `abort` after its grant, and the
+    # call ends once
+    eng = FakeEngine(sim=SimResult(False))
+    c = make(protocol, engine=eng, hb_eager=eager, max_retries=3)
+    c.start(0.0)
+    after_grant = []
+    for n, (kind, pick) in enumerate(events):
+        now = 0.1 * (n + 1)
+        running = c.running()
+        if kind == "abort" and running and not c.granted:   # a bind fails before any grant
+            out = c.on_abort(pb.CausalAbort(attempt_id=running[pick % len(running)],
+                                            reason="r", function="f"), now)
+        elif kind == "grant" and running:
+            out = c.grant(running[pick % len(running)], now)[2]
+        elif kind == "report":
+            out = c.on_done("c1", now)
+        elif kind == "done" and c.granted:
+            out = c.on_done(c.granted, now)
+        else:
+            out = c.tick(now)
+        if c.granted:
+            after_grant += out
+    assert c.granted not in [a.attempt_id for a in of(after_grant, AbortAttempt)]
+    assert len(of(after_grant, Finished)) <= 1
