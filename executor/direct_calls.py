@@ -134,17 +134,22 @@ class DirectCalls:
         per call; a lone call's result goes as soon as the socket is found empty."""
         self._answers.open()
         try:
-            # asks the socket rather than catching zmq.Again at the end of every run
-            while self._direct.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-                try:
-                    frame = recv_frame(self._direct, zmq.NOBLOCK, copy=False)
-                except zmq.Again:
-                    return
-                data = frame.bytes if isinstance(frame, zmq.Frame) else bytes(frame)
-                self._from_client(data, role_of(frame) or "")
+            with self.guard.run_of_calls():  # one kill-timer arming for many calls
+                self._read_waiting()
         finally:
             self._answers.close()
             self._send_answers()
+
+    def _read_waiting(self) -> None:
+        """Handle the frames waiting on the direct socket."""
+        # asks the socket rather than catching zmq.Again at the end of every run
+        while self._direct.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            try:
+                frame = recv_frame(self._direct, zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            data = frame.bytes if isinstance(frame, zmq.Frame) else bytes(frame)
+            self._from_client(data, role_of(frame) or "")
 
     def _on_worker_lease(self, m: pb.WorkerLease) -> None:
         if m.revoked and m.holder_gone:     # its client is gone: what it sent is cancelled

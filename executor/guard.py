@@ -22,19 +22,26 @@ failed with `Timeout` at the limit (its node saw the limit pass with the worker 
 `executor/liveness.py`); otherwise the scheduler fails it now (exit by SIGPROF means exactly
 this). Where the kernel has no such
 timer (not Linux), a CPU-time timer (`ITIMER_PROF`) at the limit plus the grace, times the
-CPUs the process may use, stands in. Arming and clearing cost one system call each.
+CPUs the process may use, stands in. Arming and clearing cost one system call each, the
+largest single cost of a short call; so calls run back to back (`run_of_calls()`: a worker's
+waiting direct calls) share one arming while it still fits each call, ending a stuck one at
+most `kill_plan.RUN_SLACK` after its hard limit, never before (executor/kill_plan.py decides).
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import logging
 import os
 import signal
 import threading
-from typing import Any, Callable, Optional
+import time
+from typing import Any, Callable, Iterator, Optional
 
 from hydro_proto import cloudburst_pb2 as pb
+
+from .kill_plan import KillPlan
 
 __all__ = ["FunctionGuard", "Interrupted", "HARD_GRACE", "hard_limit"]
 
@@ -127,6 +134,7 @@ class FunctionGuard:
         self._reason = ""
         self._kill_timer: Optional[KillTimer] = None
         self._lock = threading.Lock()    # a cancel's kill timer never outlives its function
+        self._plan = KillPlan()          # when the kill timer is armed and cleared
 
     def install(self) -> None:
         self._kill_timer = KillTimer()
@@ -136,11 +144,12 @@ class FunctionGuard:
 
     def run(self, call_id: str, seconds: float, reason: str, fn: Callable[[], Any]) -> Any:
         self._reason = reason
-        self._running = call_id
         seconds = max(0.001, seconds)
         kill_timer = self._kill_timer
-        if kill_timer is not None:
-            kill_timer.arm(hard_limit(seconds))
+        with self._lock:       # a cancel sees the call running with its kill timer armed
+            self._running = call_id
+            if kill_timer is not None:
+                self._arm(self._plan.start(time.monotonic(), hard_limit(seconds)))
         signal.setitimer(signal.ITIMER_REAL, seconds)
         try:
             return fn()
@@ -149,7 +158,26 @@ class FunctionGuard:
                 self._running = None
                 signal.setitimer(signal.ITIMER_REAL, 0)
                 if kill_timer is not None:
-                    kill_timer.arm(0)
+                    self._arm(self._plan.end(time.monotonic()))
+
+    @contextlib.contextmanager
+    def run_of_calls(self) -> Iterator[None]:
+        """Calls run back to back in the block share one arming of the kill timer while it
+        still fits each (executor/kill_plan.py); it is cleared when the block ends."""
+        with self._lock:
+            self._plan.open_run()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._arm(self._plan.close_run())
+
+    def settle(self) -> None:
+        """Between calls, before the worker waits (for its node cache): a kill timer left
+        armed by a run of calls is cleared, so the wait cannot outlast it."""
+        with self._lock:
+            if self._running is None:
+                self._arm(self._plan.settle())
 
     def cancel(self, call_id: str) -> None:
         """Stop the running function if it belongs to `call_id` (any thread)."""
@@ -158,7 +186,12 @@ class FunctionGuard:
             if self._running == call_id:
                 signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
                 if self._kill_timer is not None:      # deaf to the signal: the worker dies
-                    self._kill_timer.arm(HARD_GRACE)
+                    self._arm(self._plan.cancelled(time.monotonic(), HARD_GRACE))
+
+    def _arm(self, seconds: Optional[float]) -> None:
+        """Do what the plan said (under the lock): arm for `seconds`, clear (0), or nothing."""
+        if seconds is not None and self._kill_timer is not None:
+            self._kill_timer.arm(seconds)
 
     def _time_up(self, signum: int, frame: Any) -> None:
         if self._running is not None:

@@ -158,6 +158,8 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, Direct
         self._control, self.control_address = bind_pull(self._context, config.ip,
                                                         ipc_dir=config.ipc_dir, auth=creds)
         self.guard = FunctionGuard()
+        # a kill timer a run of direct calls left armed never outlasts a wait for the cache
+        self.cache.before_wait = self.guard.settle
         self._peers: Dict[str, str] = {}
         self._local: Deque[Tuple[str, Any]] = collections.deque()
         self._backlog: Deque[Any] = collections.deque()
