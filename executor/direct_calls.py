@@ -220,8 +220,8 @@ class DirectCalls:
         if problem:
             self.leased.finished(call.request_id)
             return self._refuse_direct(call, pb.INVALID_ARGUMENTS, problem)
-        for template in templates:
-            self._on_schedule(_schedule_of(call, template))
+        for template in templates:    # no inputs: a direct call passes no Futures
+            self._place(_schedule_of(call, template), [])
 
     def _functions_of(self, lease_id: str, templates: List[pb.Schedule]) -> FrozenSet[str]:
         """The functions a lease's schedules name (once per grant, not per call)."""
