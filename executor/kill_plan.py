@@ -1,4 +1,5 @@
-"""When a worker arms and clears its kill timer (executor/guard.py): pure, no clocks.
+"""When a worker arms and clears its kill timer and its alarm (executor/guard.py): pure, no
+clocks.
 
 The kill timer ends the worker when a function stuck in C code outlives its hard limit
 (`hard_limit(seconds)` after it started). Arming or clearing it is a system call through
@@ -20,15 +21,24 @@ ctypes, the largest single cost of a no-op call at the worker. So:
 
 Each method returns what to do with the timer: seconds to arm it for, 0 to clear it, or None
 to leave it.
+
+The alarm (`AlarmPlan`: the real-time timer whose signal stops a function at its time limit,
+`Interrupted`) follows the same runs. Alone, a function arms it to its own limit and clears
+it at its end. Within a run it is left armed from call to call while it fires no later than
+the starting call's own limit; when it fires earlier (`fired`, with the running function's
+limit), it is re-armed for what is left, and only a function at its own limit is stopped.
+It fires between calls harmlessly (the guard's handler does nothing then), and is cleared
+at `close_run` and by `settle`.
 """
 from __future__ import annotations
 
 from typing import Optional
 
-__all__ = ["KillPlan", "RUN_SLACK", "RUN_KEEP"]
+__all__ = ["AlarmPlan", "KillPlan", "RUN_SLACK", "RUN_KEEP", "ALARM_EARLY"]
 
 RUN_SLACK = 0.25     # seconds a stuck function may outlive its hard limit within a run
 RUN_KEEP = 10.0      # seconds left on the timer for it to stay armed between calls
+ALARM_EARLY = 0.001  # an alarm this close to a function's limit is its limit (timer rounding)
 
 
 class KillPlan:
@@ -81,3 +91,43 @@ class KillPlan:
     def close_run(self) -> Optional[float]:
         self.in_run = False
         return self.settle()
+
+
+class AlarmPlan:
+    """The alarm's arming, per the module contract (`start`/`end` around each function)."""
+
+    def __init__(self) -> None:
+        self.armed_until: Optional[float] = None   # when the alarm fires; None: cleared
+        self.in_run = False
+
+    def start(self, now: float, seconds: float) -> Optional[float]:
+        """A function starts, to be stopped `seconds` from `now`."""
+        own = now + seconds
+        armed = self.armed_until
+        if self.in_run and armed is not None and armed <= own:
+            return None                     # it fires first; `fired` re-arms it then
+        self.armed_until = own
+        return seconds
+
+    def fired(self, now: float, running_until: Optional[float]) -> Optional[float]:
+        """The alarm went off; `running_until`: the running function's limit (None: none
+        runs). Seconds to re-arm it for, None to leave it off, 0 if the function's time is up."""
+        self.armed_until = None
+        if running_until is None:
+            return None
+        if now < running_until - ALARM_EARLY:
+            self.armed_until = running_until
+            return running_until - now
+        return 0.0
+
+    def end(self) -> Optional[float]:
+        if self.in_run or self.armed_until is None:
+            return None
+        self.armed_until = None
+        return 0.0
+
+    def settle(self) -> Optional[float]:
+        if self.armed_until is None:
+            return None
+        self.armed_until = None
+        return 0.0

@@ -203,3 +203,28 @@ def test_the_worker_cache_client_settles_the_guard_before_every_wait():
     finally:
         replies.close(0)
         context.term()
+
+
+def test_in_a_run_an_earlier_calls_alarm_does_not_stop_a_later_call_in_its_time(guard):
+    """The alarm left armed by c0 fires while c1 runs, before c1's own limit: c1 goes on."""
+    import signal
+    with guard.run_of_calls():
+        assert guard.run("c0", 0.3, "limit", lambda: 0) == 0
+        time.sleep(0.1)
+        start = time.monotonic()
+        assert guard.run("c1", 0.3, "limit", lambda: time.sleep(0.25) or 1) == 1
+        assert time.monotonic() - start < 0.3 + 1
+        with pytest.raises(Interrupted) as info:   # and the next is still stopped in time
+            guard.run("c2", 0.2, "its limit", lambda: time.sleep(5))
+        assert info.value.status == pb.TIMEOUT and time.monotonic() - start < 0.25 + 0.2 + 1.5
+        assert guard.run("c3", 30.0, "limit", lambda: 3) == 3
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)      # cleared with the run
+
+
+def test_in_a_run_a_shorter_limit_after_a_longer_one_is_kept(guard):
+    with guard.run_of_calls():
+        assert guard.run("c0", 30.0, "limit", lambda: 0) == 0
+        start = time.monotonic()
+        with pytest.raises(Interrupted):
+            guard.run("c1", 0.2, "limit", lambda: time.sleep(5))
+        assert time.monotonic() - start < 2

@@ -1,7 +1,7 @@
 """When the worker's kill timer is armed and cleared (executor/kill_plan.py, pure)."""
 from hypothesis import given, settings, strategies as st
 
-from executor.kill_plan import KillPlan
+from executor.kill_plan import AlarmPlan, KillPlan
 
 
 def test_alone_a_call_arms_its_exact_hard_limit_and_clears_it_at_its_end():
@@ -97,3 +97,78 @@ def test_every_call_is_bounded_by_its_own_hard_limit_at_most_slack_late(calls, i
     if in_run:
         apply(plan.close_run())
     assert armed is None
+
+
+def test_the_alarm_alone_is_armed_to_the_limit_and_cleared_at_the_end():
+    alarm = AlarmPlan()
+    assert alarm.start(10.0, 2.0) == 2.0 and alarm.armed_until == 12.0
+    assert alarm.end() == 0.0 and alarm.armed_until is None
+    assert alarm.start(13.0, 2.0) == 2.0
+    assert alarm.fired(15.0, 15.0) == 0.0                # its time is up
+
+
+def test_in_a_run_the_alarm_is_left_armed_and_re_armed_when_it_fires_early():
+    alarm = AlarmPlan()
+    alarm.in_run = True
+    assert alarm.start(0.0, 2.0) == 2.0
+    assert alarm.end() is None                           # left armed
+    assert alarm.start(0.5, 2.0) is None                 # fires at 2.0, before 2.5
+    assert alarm.fired(2.0, 2.5) == 0.5 and alarm.armed_until == 2.5   # not its limit yet
+    assert alarm.fired(2.5, 2.5) == 0.0                  # now it is
+    assert alarm.start(3.0, 2.0) == 2.0                  # cleared by the firing: armed again
+    assert alarm.start(3.1, 0.5) == 0.5                  # a shorter limit: armed earlier
+    alarm.end()
+    assert alarm.fired(3.7, None) is None and alarm.armed_until is None   # between calls
+    assert alarm.start(4.0, 2.0) == 2.0
+    assert alarm.settle() == 0.0 and alarm.settle() is None
+
+
+@settings(max_examples=300)
+@given(st.lists(st.tuples(st.floats(0, 1), st.floats(0.001, 3), st.floats(0.001, 3)),
+                min_size=1, max_size=30), st.booleans())
+def test_a_function_is_stopped_at_its_own_limit_never_before(calls, in_run):
+    """Simulated kernel timer: whatever the calls' gaps, limits and run times, each function
+    is stopped exactly when it reaches its own limit, and while it runs the alarm is armed no
+    later than that limit."""
+    from executor.kill_plan import ALARM_EARLY
+    alarm = AlarmPlan()
+    alarm.in_run = in_run
+    timer = None          # when the simulated kernel timer fires
+    now = 0.0
+
+    def apply(action, at):
+        nonlocal timer
+        if action is not None:
+            timer = None if action == 0 else at + action
+
+    for gap, limit, runs in calls:
+        end_gap = now + gap
+        if timer is not None and timer <= end_gap:        # fires between calls
+            now = timer
+            timer = None
+            apply(alarm.fired(now, None), now)
+        now = end_gap
+        own = now + limit
+        apply(alarm.start(now, limit), now)
+        assert timer is not None and timer <= own + 1e-9
+        finish = now + runs
+        stopped = None
+        while timer is not None and timer <= finish:
+            now = timer
+            timer = None
+            again = alarm.fired(now, own)
+            if again == 0.0:
+                stopped = now
+                break
+            apply(again, now)
+            assert timer is not None and timer <= own + 1e-9
+        if stopped is not None:
+            assert stopped >= own - ALARM_EARLY and runs >= limit - ALARM_EARLY
+        else:
+            assert runs < limit + 1e-9
+            now = finish
+        apply(alarm.end(), now)
+        assert in_run or timer is None
+    if in_run:
+        apply(alarm.settle(), now)
+    assert timer is None
