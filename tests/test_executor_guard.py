@@ -63,21 +63,26 @@ g.run("c1", float(sys.argv[1]), "limit", lambda: sum(range(10 ** 13)))
 def test_a_function_stuck_in_c_code_is_killed_at_its_limit_plus_the_grace():
     """Wall-clock, whatever the CPU count: a budget of CPU seconds times the CPUs killed one
     spinning thread only after (limit + grace) x CPUs seconds (6 s for 2 s on 2 cores)."""
-    import signal
     import subprocess
     import sys
     from executor.guard import hard_limit
     limit = 0.5
     proc = subprocess.Popen([sys.executable, "-c", STUCK, str(limit)], stdout=subprocess.PIPE,
                             text=True)
+    elapsed = _killed_after(proc, hard_limit(limit) * 4 + 10)
+    assert hard_limit(limit) - 0.05 < elapsed < hard_limit(limit) + 0.9, elapsed
+
+
+def _killed_after(proc, timeout):
+    """Seconds from the time `proc` printed to its end, which must be by SIGPROF."""
+    import signal
     started = float(proc.stdout.readline())
     try:
-        proc.wait(timeout=hard_limit(limit) * 4 + 10)
+        proc.wait(timeout=timeout)
     finally:
         proc.kill()
-    elapsed = time.monotonic() - started
     assert proc.returncode == -signal.SIGPROF
-    assert hard_limit(limit) - 0.05 < elapsed < hard_limit(limit) + 0.9, elapsed
+    return time.monotonic() - started
 
 
 def test_the_kill_timer_is_disarmed_after_a_call(guard):
@@ -155,18 +160,10 @@ def _in_a_run(mode, limit):
 def test_a_function_stuck_in_c_code_within_a_run_of_calls_is_killed_at_its_own_limit():
     """The timer a run's earlier call armed is re-armed for the stuck call's own hard limit:
     never before it, at most the run's slack after it."""
-    import signal
     from executor.guard import hard_limit
     from executor.kill_plan import RUN_SLACK
     limit = 0.5
-    proc = _in_a_run("stuck", limit)
-    started = float(proc.stdout.readline())
-    try:
-        proc.wait(timeout=hard_limit(limit) * 4 + 10)
-    finally:
-        proc.kill()
-    elapsed = time.monotonic() - started
-    assert proc.returncode == -signal.SIGPROF
+    elapsed = _killed_after(_in_a_run("stuck", limit), hard_limit(limit) * 4 + 10)
     assert hard_limit(limit) - 0.05 < elapsed < hard_limit(limit) + RUN_SLACK + 0.9, elapsed
 
 
