@@ -152,11 +152,11 @@ class FunctionGuard:
         kill_timer = self._kill_timer
         now = time.monotonic()
         self._until = now + seconds        # set before `_running`: the alarm reads both
-        with self._lock:       # a cancel sees the call running with its kill timer armed
+        with self._lock:       # a cancel (or a settle) sees the call running, timers armed
             self._running = call_id
             if kill_timer is not None:
                 self._arm(self._plan.start(now, hard_limit(seconds)))
-        self._alarm_for(self._alarm.start(now, seconds))
+            self._alarm_for(self._alarm.start(now, seconds))
         try:
             return fn()
         finally:
