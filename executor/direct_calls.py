@@ -37,7 +37,9 @@ Contract (mixed into `executor.worker.Worker`):
   more wait (`executor/result_batch.py` decides: results are held only across calls
   shorter than `RESULT_HOLD_SECONDS`, and for at most that long, and never across a call
   whose lease's previous call here took that long, or that is its lease's first here); a
-  lone call's result goes as soon as the socket is found empty, as a `result`.
+  lone call's result goes as soon as the socket is found empty, as a `result`. They run as
+  one run of calls for the worker's guard (`FunctionGuard.run_of_calls`: its timers are
+  armed once for the run while they fit each call, and cleared at its end).
 - On the direct socket any other kind is dropped and logged.
 - A direct call's end frees its slot (`LeaseAdmission.finished`, from the worker's
   `done` and `abort` paths); the worker sends the scheduler no `done` for it: its client
