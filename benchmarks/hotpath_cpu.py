@@ -10,8 +10,9 @@ one) in this process, warms it, then runs one measured phase with `Client(direct
 It reads each process's CPU time (user + system, from psutil) before and after the phase
 and prints, per process (the client, i.e. this process, and each service process of the
 cluster, named by its command line), the CPU microseconds per call, and the phase's wall
-time. `--repeat K` runs the phase K times (their calls add up). With `--profile DIR` it
-runs `py-spy record --nonblocking` (`--rate` samples per second) on every one of those
+time; `main_thread_cpu_us_per_call`: the same for each process's main thread alone (a
+service's Python loop, without ZeroMQ's I/O threads or its helper threads). `--repeat K`
+runs the phase K times (their calls add up). With `--profile DIR` it runs `py-spy record --nonblocking` (`--rate` samples per second) on every one of those
 processes during the phase and writes one collapsed-stack file per process into DIR (for
 any flame graph tool); the summary then lists, per process, the `--top N` frames with the
 most own samples and the most inclusive ones. py-spy counts a thread waiting inside
@@ -50,6 +51,20 @@ def _cpu(procs) -> Dict[int, float]:
         try:
             t = p.cpu_times()
             out[p.pid] = t.user + t.system
+        except Exception:
+            pass
+    return out
+
+
+def _main_thread_cpu(procs) -> Dict[int, float]:
+    """Each process's main thread's CPU seconds (its thread id is the pid): a service's
+    Python loop, without ZeroMQ's I/O threads (CURVE) or its own helper threads."""
+    out = {}
+    for p in procs:
+        try:
+            for t in p.threads():
+                if t.id == p.pid:
+                    out[p.pid] = t.user_time + t.system_time
         except Exception:
             pass
     return out
@@ -121,6 +136,7 @@ def main() -> None:
             time.sleep(1.0)
         load = os.getloadavg()[0]
         before = _cpu(procs)
+        before_main = _main_thread_cpu(procs)
         start = time.perf_counter()
         n = 0
         for _ in range(args.repeat):
@@ -134,6 +150,7 @@ def main() -> None:
             n += args.calls
         wall = time.perf_counter() - start
         after = _cpu(procs)
+        after_main = _main_thread_cpu(procs)
         for s in spies:
             s.send_signal(signal.SIGINT)
         for s in spies:
@@ -147,9 +164,15 @@ def main() -> None:
         used = t - before.get(pid, t)
         if used > 0.001:
             per[f"{names[pid]}[{pid}]"] = round(1e6 * used / n, 1)
+    main: Dict[str, float] = {}
+    for pid, t in after_main.items():
+        used = t - before_main.get(pid, t)
+        if used > 0.001:
+            main[f"{names[pid]}[{pid}]"] = round(1e6 * used / n, 1)
     out = {"mode": args.mode, "calls": n, "wall_s": round(wall, 3),
            "calls_per_s": round(n / wall, 1), "us_per_call": round(1e6 * wall / n, 1),
            "cpu_us_per_call": per, "cpu_us_per_call_total": round(sum(per.values()), 1),
+           "main_thread_cpu_us_per_call": main,
            "load": round(load, 2), "leases": leases, "root": args.root}
     if args.profile:
         out["top"] = {}

@@ -21,17 +21,16 @@ Contract:
 """
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import time
 import uuid
-from typing import Any, Dict, Iterator, Mapping, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 import zmq
 
 from hydro_proto import cloudburst_pb2 as pb
-from runtime.actors import ActorHandle, binding
+from runtime.actors import ActorHandle, bind, unbind
 from runtime.auth import FUNCTION, Credentials
 from faas.errors import CloudburstError, SchedulerUnavailable, Timeout, error_from_status
 from runtime.framing import parse, recv_frame
@@ -99,17 +98,16 @@ class ActorCaller:
         self._scheduler = ""
         self._deadline = float("inf")
 
-    @contextlib.contextmanager
-    def during(self, scheduler: str, deadline: float) -> Iterator[None]:
+    def during(self, scheduler: str, deadline: float) -> "_During":
         """Handles in the block call through this caller, via `scheduler`, and wait at most
-        until `deadline` (the running function's)."""
+        until `deadline` (the running function's). (A plain context manager: it is entered
+        once per function run.)"""
         self._scheduler, self._deadline = scheduler, deadline
-        try:
-            with binding(self):
-                yield
-        finally:
-            self._scheduler, self._deadline = "", float("inf")
-            self._open.clear()    # what the function did not wait for, nobody waits for
+        return _During(self)
+
+    def _leave(self) -> None:
+        self._scheduler, self._deadline = "", float("inf")
+        self._open.clear()    # what the function did not wait for, nobody waits for
 
     def close(self) -> None:
         if self._pull is not None:
@@ -178,3 +176,22 @@ class ActorCaller:
                 continue
             if result.request_id in self._open:
                 self._open[result.request_id] = result
+
+
+class _During:
+    """`ActorCaller.during`'s block: the caller bound to this context, then left."""
+
+    __slots__ = ("_caller", "_token")
+
+    def __init__(self, caller: ActorCaller) -> None:
+        self._caller = caller
+        self._token: Any = None
+
+    def __enter__(self) -> None:
+        self._token = bind(self._caller)
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            unbind(self._token)
+        finally:
+            self._caller._leave()

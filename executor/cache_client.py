@@ -10,13 +10,14 @@ a key only the cluster writes) raises `NotPermitted` naming it; a lattice value 
 not decode raises `MalformedValue` naming its key.
 While `session` is set (a `executor.call_session.CallSession`: the running call's), every
 GET carries the floors of its keys, and every plain value read or written is noted in it
-with its LWW timestamp (a merged lattice as merged).
+with its LWW timestamp (a merged lattice as merged). `before_wait`, if set, is called before
+each wait (the worker clears a kill timer left armed between calls: executor/guard.py).
 """
 from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import zmq
 
@@ -70,6 +71,7 @@ class CacheClient:
         self._seq = 0
         self.copies = LocalCopies(copy_bytes)
         self.session: Any = None        # the running call's CallSession, if it has one
+        self.before_wait: Optional[Callable[[], None]] = None   # called before each wait
 
     def get(self, keys: Sequence[str]) -> Dict[str, Any]:
         """{key: the value's bytes (a read-only buffer, not copied), an `anna_core` lattice
@@ -159,6 +161,8 @@ class CacheClient:
         what = f"{pb.CacheOp.Name(op)} {keys[:5]}"
         if not self._push.send(self.cache_address, "cache", req):
             raise CloudburstError(f"node cache at {self.cache_address} is not accepting {what}")
+        if self.before_wait is not None:     # the worker's kill timer (executor/guard.py)
+            self.before_wait()
         got = await_reply(self._reply, rid, time.monotonic() + timeout, cache_reply)
         if got is None:
             raise Timeout(f"the node cache at {self.cache_address} to answer {what}", timeout)

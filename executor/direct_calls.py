@@ -37,7 +37,9 @@ Contract (mixed into `executor.worker.Worker`):
   more wait (`executor/result_batch.py` decides: results are held only across calls
   shorter than `RESULT_HOLD_SECONDS`, and for at most that long, and never across a call
   whose lease's previous call here took that long, or that is its lease's first here); a
-  lone call's result goes as soon as the socket is found empty, as a `result`.
+  lone call's result goes as soon as the socket is found empty, as a `result`. They run as
+  one run of calls for the worker's guard (`FunctionGuard.run_of_calls`: its timers are
+  armed once for the run while they fit each call, and cleared at its end).
 - On the direct socket any other kind is dropped and logged.
 - A direct call's end frees its slot (`LeaseAdmission.finished`, from the worker's
   `done` and `abort` paths); the worker sends the scheduler no `done` for it: its client
@@ -134,17 +136,22 @@ class DirectCalls:
         per call; a lone call's result goes as soon as the socket is found empty."""
         self._answers.open()
         try:
-            # asks the socket rather than catching zmq.Again at the end of every run
-            while self._direct.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-                try:
-                    frame = recv_frame(self._direct, zmq.NOBLOCK, copy=False)
-                except zmq.Again:
-                    return
-                data = frame.bytes if isinstance(frame, zmq.Frame) else bytes(frame)
-                self._from_client(data, role_of(frame) or "")
+            with self.guard.run_of_calls():  # one kill-timer arming for many calls
+                self._read_waiting()
         finally:
             self._answers.close()
             self._send_answers()
+
+    def _read_waiting(self) -> None:
+        """Handle the frames waiting on the direct socket."""
+        # asks the socket rather than catching zmq.Again at the end of every run
+        while self._direct.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            try:
+                frame = recv_frame(self._direct, zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            data = frame.bytes if isinstance(frame, zmq.Frame) else bytes(frame)
+            self._from_client(data, role_of(frame) or "")
 
     def _on_worker_lease(self, m: pb.WorkerLease) -> None:
         if m.revoked and m.holder_gone:     # its client is gone: what it sent is cancelled
@@ -215,8 +222,8 @@ class DirectCalls:
         if problem:
             self.leased.finished(call.request_id)
             return self._refuse_direct(call, pb.INVALID_ARGUMENTS, problem)
-        for template in templates:
-            self._on_schedule(_schedule_of(call, template))
+        for template in templates:    # no inputs: a direct call passes no Futures
+            self._place(_schedule_of(call, template), [])
 
     def _functions_of(self, lease_id: str, templates: List[pb.Schedule]) -> FrozenSet[str]:
         """The functions a lease's schedules name (once per grant, not per call)."""

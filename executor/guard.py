@@ -22,19 +22,28 @@ failed with `Timeout` at the limit (its node saw the limit pass with the worker 
 `executor/liveness.py`); otherwise the scheduler fails it now (exit by SIGPROF means exactly
 this). Where the kernel has no such
 timer (not Linux), a CPU-time timer (`ITIMER_PROF`) at the limit plus the grace, times the
-CPUs the process may use, stands in. Arming and clearing cost one system call each.
+CPUs the process may use, stands in. Arming and clearing cost one system call each, the
+largest single cost of a short call; so calls run back to back (`run_of_calls()`: a worker's
+waiting direct calls) share one arming while it still fits each call, ending a stuck one at
+most `kill_plan.RUN_SLACK` after its hard limit, never before; the alarm is left armed too,
+and re-armed when it fires before the running function's own limit (executor/kill_plan.py
+decides both).
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import logging
 import os
 import signal
 import threading
-from typing import Any, Callable, Optional
+import time
+from typing import Any, Callable, Iterator, Optional
 
 from hydro_proto import cloudburst_pb2 as pb
+
+from .kill_plan import AlarmPlan, KillPlan
 
 __all__ = ["FunctionGuard", "Interrupted", "HARD_GRACE", "hard_limit"]
 
@@ -127,6 +136,9 @@ class FunctionGuard:
         self._reason = ""
         self._kill_timer: Optional[KillTimer] = None
         self._lock = threading.Lock()    # a cancel's kill timer never outlives its function
+        self._plan = KillPlan()          # when the kill timer is armed and cleared
+        self._alarm = AlarmPlan()        # when the alarm is (main thread and its handler)
+        self._until = 0.0                # when the running function's time is up
 
     def install(self) -> None:
         self._kill_timer = KillTimer()
@@ -136,20 +148,48 @@ class FunctionGuard:
 
     def run(self, call_id: str, seconds: float, reason: str, fn: Callable[[], Any]) -> Any:
         self._reason = reason
-        self._running = call_id
         seconds = max(0.001, seconds)
         kill_timer = self._kill_timer
-        if kill_timer is not None:
-            kill_timer.arm(hard_limit(seconds))
-        signal.setitimer(signal.ITIMER_REAL, seconds)
+        now = time.monotonic()
+        self._until = now + seconds        # set before `_running`: the alarm reads both
+        with self._lock:       # a cancel (or a settle) sees the call running, timers armed
+            self._running = call_id
+            if kill_timer is not None:
+                self._arm(self._plan.start(now, hard_limit(seconds)))
+            self._alarm_for(self._alarm.start(now, seconds))
         try:
             return fn()
         finally:
             with self._lock:
                 self._running = None
-                signal.setitimer(signal.ITIMER_REAL, 0)
+                self._alarm_for(self._alarm.end())
                 if kill_timer is not None:
-                    kill_timer.arm(0)
+                    self._arm(self._plan.end(time.monotonic()))
+
+    @contextlib.contextmanager
+    def run_of_calls(self) -> Iterator[None]:
+        """Calls run back to back in the block share one arming of the kill timer and of
+        the alarm while they still fit each (executor/kill_plan.py); both are cleared when
+        the block ends."""
+        with self._lock:
+            self._plan.open_run()
+            self._alarm.in_run = True
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._arm(self._plan.close_run())
+                self._alarm.in_run = False
+                self._alarm_for(self._alarm.settle())
+
+    def settle(self) -> None:
+        """Between calls, before the worker waits (for its node cache): a kill timer left
+        armed by a run of calls is cleared, so the wait cannot outlast it (and the alarm,
+        which would only interrupt the wait)."""
+        with self._lock:
+            if self._running is None:
+                self._arm(self._plan.settle())
+                self._alarm_for(self._alarm.settle())
 
     def cancel(self, call_id: str) -> None:
         """Stop the running function if it belongs to `call_id` (any thread)."""
@@ -158,10 +198,26 @@ class FunctionGuard:
             if self._running == call_id:
                 signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
                 if self._kill_timer is not None:      # deaf to the signal: the worker dies
-                    self._kill_timer.arm(HARD_GRACE)
+                    self._arm(self._plan.cancelled(time.monotonic(), HARD_GRACE))
+
+    def _arm(self, seconds: Optional[float]) -> None:
+        """Do what the plan said (under the lock): arm for `seconds`, clear (0), or nothing."""
+        if seconds is not None and self._kill_timer is not None:
+            self._kill_timer.arm(seconds)
+
+    @staticmethod
+    def _alarm_for(seconds: Optional[float]) -> None:
+        """Do what the alarm's plan said: arm it for `seconds`, clear it (0), or nothing."""
+        if seconds is not None:
+            signal.setitimer(signal.ITIMER_REAL, seconds)
 
     def _time_up(self, signum: int, frame: Any) -> None:
-        if self._running is not None:
+        # takes no lock: it runs on the main thread, which may hold it
+        running = self._running is not None
+        again = self._alarm.fired(time.monotonic(), self._until if running else None)
+        if again:          # it fired before the running function's own limit: re-armed
+            signal.setitimer(signal.ITIMER_REAL, again)
+        elif running and again is not None:
             raise Interrupted(pb.TIMEOUT, self._reason)
 
     def _cancelled(self, signum: int, frame: Any) -> None:

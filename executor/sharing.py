@@ -65,11 +65,11 @@ def input_name(position: Any, ref: pb.CallRef) -> str:
 
 def call_inputs(arglist: pb.ArgumentList) -> Dict[str, pb.CallRef]:
     """Input name -> `CallRef`, for every argument of `arglist` that is another call's result."""
-    out = {}
+    out: Dict[str, pb.CallRef] = {}
     for i, a in enumerate(arglist.args):
         if a.WhichOneof("kind") == "call":
             out[input_name(i, a.call)] = a.call
-    for k in sorted(arglist.kwargs):
+    for k in sorted(arglist.kwargs) if arglist.kwargs else ():
         a = arglist.kwargs[k]
         if a.WhichOneof("kind") == "call":
             out[input_name(k, a.call)] = a.call
@@ -95,8 +95,8 @@ def _value(position: Any, arg: Any, inputs: Dict[str, Any], what: str) -> Any:
 def prepare(ready: Any, what: str) -> Tuple[List[Any], Dict[str, Any]]:
     """The invocation's `(args, kwargs)`; see the module contract."""
     args = [_value(i, a, ready.inputs, what) for i, a in enumerate(ready.args)]
-    kwargs = {k: _value(k, a, ready.inputs, what)
-              for k, a in ready.schedule.args.kwargs.items()}
+    given = ready.schedule.args.kwargs
+    kwargs = {k: _value(k, a, ready.inputs, what) for k, a in given.items()} if given else {}
     return args, kwargs
 
 

@@ -158,6 +158,8 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, Direct
         self._control, self.control_address = bind_pull(self._context, config.ip,
                                                         ipc_dir=config.ipc_dir, auth=creds)
         self.guard = FunctionGuard()
+        # a kill timer a run of direct calls left armed never outlasts a wait for the cache
+        self.cache.before_wait = self.guard.settle
         self._peers: Dict[str, str] = {}
         self._local: Deque[Tuple[str, Any]] = collections.deque()
         self._backlog: Deque[Any] = collections.deque()
@@ -239,14 +241,16 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, Direct
         self.close()
 
     def _call_done(self, scheduler_address: str, call_id: str, ok: bool = True,
-                   hold: bool = False) -> None:
+                   hold: Optional[Any] = None) -> None:
         """Tell the scheduler a call finished (its load accounting depends on it), when
         `executor/done_reports.py` says: batched while messages wait, one held briefly for
-        the caller's own report. A direct call's client reports it instead."""
+        the caller's own report if `hold` (the call's locations) are all here. A direct
+        call's client reports it instead."""
         if self.leased.finished(call_id):
             calls, busy = self.direct_work      # one assignment: the heartbeat reads it
             self.direct_work = (calls + 1, busy + self.busy.take_finished())
             return
+        hold = bool(hold) and all(a == self.address for a in hold.values())
         if not self.dones:       # the loop comes back to send them (at the hold's end)
             self._pull.setsockopt(zmq.RCVTIMEO, max(1, round(DONE_HOLD_SECONDS * 1000)))
         self.dones.add(scheduler_address, call_id, ok, self.busy.take_finished(),
@@ -310,14 +314,20 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, Direct
             self.dones.acknowledged(s.finished)
             if not self.dones:
                 self._pull.setsockopt(zmq.RCVTIMEO, 100)
-        now = time.monotonic()
         inputs = call_inputs(s.args)      # other calls' results given as arguments
-        ready = self.pending.add_schedule(s.call_id, s.function, s, list(s.upstreams),
-                                          list(s.args.args), now + s.timeout, now, list(inputs))
-        if ready is not None:
-            self._run(ready)
-        elif inputs:
+        if not self._place(s, list(inputs)) and inputs:
             self._request_inputs(s)
+
+    def _place(self, s: pb.Schedule, inputs: List[str]) -> bool:
+        """Hold the schedule until its upstream results and `inputs` are here; run it now if
+        they are (True: it ran)."""
+        now = time.monotonic()
+        ready = self.pending.add_schedule(s.call_id, s.function, s, s.upstreams,
+                                          s.args.args, now + s.timeout, now, inputs)
+        if ready is None:
+            return False
+        self._run(ready)
+        return True
 
     def _on_trigger(self, t: pb.Trigger) -> None:
         if t.HasField("schedule"):
@@ -377,7 +387,8 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, Direct
         finally:
             self._printed = self.output.end()
             # a downstream function of the call that runs here next starts at once
-            follows = any(s.locations.get(t) == self.address for t in s.targets)
+            follows = bool(s.targets) and any(s.locations.get(t) == self.address
+                                              for t in s.targets)
             end = self.run_reports.end(s.call_id, until, time.monotonic(), follows)
             if end is not None:
                 self._tell_node(end)
@@ -480,8 +491,7 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, Direct
                 self._answer(s.response_address, pb.CallResult(
                     request_id=s.call_id, status=pb.OK, logs=logs, session=report, **fields))
             # the whole call ran here: the caller's next call will come here (policy.py)
-            self._call_done(s.scheduler_address, s.call_id, hold=all(
-                a == self.address for a in s.locations.values()))
+            self._call_done(s.scheduler_address, s.call_id, hold=s.locations)
 
     def _result_fields(self, s: pb.Schedule, value: bytes, what: str) -> Dict[str, Any]:
         """The result's CallResult fields; ValueTooLarge above the KVS's limit (big_results)."""

@@ -26,7 +26,7 @@ import contextlib
 import contextvars
 from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
-__all__ = ["ActorHandle", "ActorMethod", "binding", "public_methods"]
+__all__ = ["ActorHandle", "ActorMethod", "bind", "binding", "public_methods", "unbind"]
 
 # the caller of the function running in this context (set by an executor worker)
 _CALLER: "contextvars.ContextVar[Optional[Any]]" = contextvars.ContextVar(
@@ -42,11 +42,20 @@ def public_methods(cls: type) -> Tuple[str, ...]:
 @contextlib.contextmanager
 def binding(caller: Any) -> Iterator[None]:
     """Within the block, unbound handles call through `caller`."""
-    token = _CALLER.set(caller)
+    token = bind(caller)
     try:
         yield
     finally:
-        _CALLER.reset(token)
+        unbind(token)
+
+
+def bind(caller: Any) -> Any:
+    """Unbound handles call through `caller` until `unbind` of what this returns."""
+    return _CALLER.set(caller)
+
+
+def unbind(token: Any) -> None:
+    _CALLER.reset(token)
 
 
 class ActorMethod:
