@@ -287,7 +287,12 @@ class WorkerThread {
               std::min({push_ready_, next_epoch, now + std::chrono::milliseconds(50)}));
           now = SteadyClock::now();
         }
-        if (now >= push_ready_) flush();
+        if (now >= push_ready_) {
+          flush();
+          // Still a flood: the next request's answers are flushed on their own (serve()), not
+          // in a batch of new addresses that would each wait while no request is read.
+          holding_ = true;
+        }
         if (now >= next_epoch) {
           epoch();
           next_epoch = SteadyClock::now() + period;
@@ -354,7 +359,7 @@ class WorkerThread {
           }
           if (!pacing_) {
             process(parts, frames);
-            if (out_.size() >= kFlushMessages || out_bytes() >= kFlushBytes) {
+            if (holding_ || out_.size() >= kFlushMessages || out_bytes() >= kFlushBytes) {
               flush();
               if (!out_.empty()) break;  // held (flush()): sent at the loop's top first
             }
@@ -368,7 +373,7 @@ class WorkerThread {
           // Each served tuple takes service_interval_ of the worker's time, from when it
           // started (or from when the previous one's time ends, if later).
           next_free_ = std::max(next_free_, start) + service_interval_ * served;
-          if (out_.size() >= kFlushMessages || out_bytes() >= kFlushBytes) {
+          if (holding_ || out_.size() >= kFlushMessages || out_bytes() >= kFlushBytes) {
             flush();
             if (!out_.empty()) break;  // held (flush()): sent at the loop's top first
           }
@@ -545,7 +550,10 @@ class WorkerThread {
   // only open by closing a socket used within push_handshake_ms (whose peer's handshake may
   // still be under way, push_cache.hpp): that one, and every later one to the same address,
   // stays in out_ in order, and push_ready_ says when to try again; serve() reads no request
-  // until they are sent. Nothing is held once the node is stopping.
+  // until they are sent. Nothing is held once the node is stopping. While the last flush held
+  // something (a flood of new addresses), serve() flushes after every message, so a request of
+  // another connection, read in turn with the flood's, waits for one held answer at most
+  // rather than for a batch of them.
   void flush() {
     const auto now = SteadyClock::now();
     std::size_t kept = 0;
@@ -569,6 +577,7 @@ class WorkerThread {
       }
     }
     out_.resize(kept);
+    holding_ = kept > 0;
     out_bytes_counted_ = 0;
     out_bytes_ = 0;
     if (links_) links_->flush();
@@ -601,6 +610,7 @@ class WorkerThread {
   std::vector<OutMessage> out_;
   std::unordered_set<std::string> held_;  // addresses flush() held back this time
   SteadyClock::time_point push_ready_{};  // when the held answers may go (flush())
+  bool holding_ = false;  // a flush held an answer since the last one that held none
   std::size_t out_bytes_counted_ = 0;  // out_[0, counted) are summed in out_bytes_
   std::size_t out_bytes_ = 0;
   std::string joined_;  // a payload received in several frames

@@ -20,7 +20,10 @@
 // config's push_handshake_ms), a new address has to wait until then, and the caller holds the
 // message (the node's worker holds its answers and stops reading requests meanwhile: a flood of
 // new addresses is slowed to `capacity` new sockets per handshake_ms instead of cutting every
-// handshake short; the queue is the flooding sender's). send() itself never waits for that:
+// handshake short; the queue is the flooding sender's). A full cache also makes room at most
+// once per handshake_ms / capacity (ready_at says so too): the sockets of a flood then differ
+// in age and come due one at a time, so the caller waits that long per new address rather
+// than a whole handshake_ms for a batch made at once. send() itself never waits for that:
 // it closes the least recently used socket whatever its age (a client's transport, a node
 // that is stopping). An evicted socket lingers only
 // for what is left of kEvictLingerMs since its last use, so a message queued just before the
@@ -123,6 +126,8 @@ class PushCache {
   std::size_t capacity_;
   int linger_ms_;
   std::chrono::milliseconds handshake_;
+  std::chrono::microseconds spacing_;  // handshake_ / capacity_: between two makings of room
+  Clock::time_point made_room_{};      // when a full cache last closed a socket for a new one
   std::unordered_map<std::string, Entry> sockets_;
   std::list<std::string> lru_;
   std::deque<Clock::time_point> lingering_;  // when each lingering evicted socket is gone
