@@ -197,7 +197,7 @@ class NodeConfig:
     # new address: a new peer's handshake (CURVE, on a loaded machine) has that long. A flood
     # of new addresses faster than max_push_sockets per push_handshake_ms waits instead
     # (anna_core/csrc/push_cache.hpp).
-    push_handshake_ms: int = knob(500, help="ms a worker keeps an answer socket before it may "
+    push_handshake_ms: int = knob(250, help="ms a worker keeps an answer socket before it may "
                                             "close it for a new address")
     # Keys each KVS worker thread's access statistics track per report period (a Space-Saving
     # top-k; anna_core/DESIGN.md "Statistics").
@@ -464,7 +464,7 @@ class ClusterConfig:
     leave_timeout: float = DEFAULT_LEAVE_TIMEOUT
     fault_tolerance: Optional[int] = None
     max_push_sockets: int = 1024      # per KVS worker thread (NodeConfig.max_push_sockets)
-    push_handshake_ms: int = 500      # NodeConfig.push_handshake_ms
+    push_handshake_ms: int = 250      # NodeConfig.push_handshake_ms
     handoff_window_ms: int = 5000     # NodeConfig.handoff_window_ms: new owners read through
     auth: bool = True
     key_dir: Optional[str] = None

@@ -52,7 +52,7 @@ struct NodeConfig {
   std::size_t max_push_sockets = 1024;  // per worker thread (push_cache.hpp)
   // How long a worker keeps a PUSH socket after its last send before it may close it for a
   // new address: a new peer's handshake has that long (push_cache.hpp ready_at()).
-  int push_handshake_ms = 500;
+  int push_handshake_ms = 250;
   std::size_t stats_top_k = 1000;       // keys tracked per worker per report period (key_stats.hpp)
   // Capacity emulation (DESIGN.md "Capacity emulation"; not a production rate limiter): each
   // worker thread serves at most this many owned GET/PUT/DELETE tuples a second (0: no limit).

@@ -75,7 +75,7 @@ class PushCache {
   static constexpr int kReaperWaitMs = 200;
   static constexpr int kFloodLingerMs = 20;
   static constexpr int kConnectTimeoutMs = 1000;
-  static constexpr int kDefaultHandshakeMs = 500;
+  static constexpr int kDefaultHandshakeMs = 250;
 
   // Evicted sockets that may linger at once, for a cache of `capacity`.
   static constexpr std::size_t max_lingering(std::size_t capacity) {
