@@ -448,6 +448,7 @@ class LocalCluster:
                             data_dir=data_dir, gossip_period_ms=self.config.gossip_period_ms,
                             max_value_bytes=self.config.max_value_bytes,
                             max_push_sockets=self.config.max_push_sockets,
+                            push_handshake_ms=self.config.push_handshake_ms,
                             handoff_window_ms=self.config.handoff_window_ms,
                             pin_threads=self.config.effective_pin_threads(),
                             log_level=self.config.log_level,

@@ -193,6 +193,12 @@ class NodeConfig:
     # addresses, peers); the least recently used is closed beyond it. Lowered by the kernel
     # when the process' descriptor limit cannot hold every thread's (anna_core/csrc/node.cpp).
     max_push_sockets: int = knob(1024, help="PUSH sockets each worker thread keeps open")
+    # How long a worker keeps a PUSH socket after its last send before it may close it for a
+    # new address: a new peer's handshake (CURVE, on a loaded machine) has that long. A flood
+    # of new addresses faster than max_push_sockets per push_handshake_ms waits instead
+    # (anna_core/csrc/push_cache.hpp).
+    push_handshake_ms: int = knob(250, help="ms a worker keeps an answer socket before it may "
+                                            "close it for a new address")
     # Keys each KVS worker thread's access statistics track per report period (a Space-Saving
     # top-k; anna_core/DESIGN.md "Statistics").
     stats_top_k: int = knob(1000, help="keys each worker's access statistics track per period")
@@ -247,7 +253,7 @@ class NodeConfig:
         if self.threads < 1:
             raise ValueError(f"NodeConfig.threads must be >= 1, got {self.threads}")
         for knob in ("handoff_retry_ms", "handoff_window_ms", "fetch_timeout_ms",
-                     "tombstone_ttl_ms", "max_push_sockets", "stats_top_k"):
+                     "tombstone_ttl_ms", "max_push_sockets", "push_handshake_ms", "stats_top_k"):
             value = getattr(self, knob)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"NodeConfig.{knob} must be a positive int, got {value!r}")
@@ -458,6 +464,7 @@ class ClusterConfig:
     leave_timeout: float = DEFAULT_LEAVE_TIMEOUT
     fault_tolerance: Optional[int] = None
     max_push_sockets: int = 1024      # per KVS worker thread (NodeConfig.max_push_sockets)
+    push_handshake_ms: int = 250      # NodeConfig.push_handshake_ms
     handoff_window_ms: int = 5000     # NodeConfig.handoff_window_ms: new owners read through
     auth: bool = True
     key_dir: Optional[str] = None

@@ -28,11 +28,11 @@ Contract:
   cache also opens a socket only while the process' descriptors really open stay below
   `runtime.limits.descriptor_ceiling` (counted before each new socket by one `stat`; where
   only a directory listing counts them, again once the sockets opened since could have spent
-  the room last seen). Short of room, it closes its
-  least recently used socket at once and waits for ZeroMQ to release closed sockets for at
-  most `REAPER_WAIT` (0.5 s); then it drops the send (logged, returns False). So a flood of
-  distinct addresses never exhausts the process' descriptors, and bound sockets keep
-  accepting new peers.
+  the room last seen; a soft bound, `runtime.limits` says by how much it is passed). Short of
+  room, it closes its least recently used socket at once and waits for ZeroMQ to release
+  closed sockets for at most `REAPER_WAIT` (0.5 s); then it drops the send (logged, returns
+  False). So a flood of distinct addresses never exhausts the process' descriptors, and
+  bound sockets keep accepting new peers.
   A new socket refused with EMFILE (closed sockets not yet reaped by ZeroMQ's reaper thread)
   is retried for at most `REAPER_WAIT` (0.5 s) before the send is dropped.
   It is not thread-safe; each thread that sends keeps its own.

@@ -56,7 +56,8 @@ def test_node_config_json_has_the_kernel_keys():
     assert set(d) == {"node_id", "tier", "threads", "ip", "data_dir", "gossip_period_ms",
                       "max_value_bytes", "pin_threads", "log_level", "handoff_retry_ms",
                       "handoff_window_ms", "fetch_timeout_ms", "tombstone_ttl_ms",
-                      "max_push_sockets", "stats_top_k", "service_rate", "capacity_bytes",
+                      "max_push_sockets", "push_handshake_ms", "stats_top_k", "service_rate",
+                      "capacity_bytes",
                       "disk_sync", "disk_sync_interval_ms", "client_links"}
     assert d["tier"] == "disk" and d["max_value_bytes"] == 64 * 1024 * 1024
     assert NodeConfig.from_json(c.to_json()) == c
@@ -70,13 +71,14 @@ def test_node_config_json_has_the_kernel_keys():
 def test_placement_knobs_are_positive_and_the_kernel_reads_them():
     from anna_core import _core
     c = NodeConfig(node_id="m", handoff_retry_ms=7, handoff_window_ms=8, fetch_timeout_ms=9,
-                   tombstone_ttl_ms=10)
+                   tombstone_ttl_ms=10, push_handshake_ms=11)
     kernel = _core.parse_node_config(c.kernel_json())
     assert [kernel[k] for k in ("handoff_retry_ms", "handoff_window_ms", "fetch_timeout_ms",
-                                "tombstone_ttl_ms")] == [7, 8, 9, 10]
+                                "tombstone_ttl_ms", "push_handshake_ms")] == [7, 8, 9, 10, 11]
     defaults = _core.parse_node_config(json.dumps({"node_id": "m", "handoff_retry_ms": None}))
     assert defaults["handoff_retry_ms"] == NodeConfig(node_id="m").handoff_retry_ms == 500
-    for knob in ("handoff_retry_ms", "handoff_window_ms", "fetch_timeout_ms", "tombstone_ttl_ms"):
+    for knob in ("handoff_retry_ms", "handoff_window_ms", "fetch_timeout_ms", "tombstone_ttl_ms",
+                 "push_handshake_ms"):
         for bad in (0, -1, 1.5, True):
             with pytest.raises(ValueError):
                 NodeConfig(node_id="m", **{knob: bad})

@@ -181,6 +181,7 @@ void bind_node(py::module_& m) {
         d["fetch_timeout_ms"] = c.fetch_timeout_ms;
         d["tombstone_ttl_ms"] = c.tombstone_ttl_ms;
         d["max_push_sockets"] = c.max_push_sockets;
+        d["push_handshake_ms"] = c.push_handshake_ms;
         d["stats_top_k"] = c.stats_top_k;
         d["service_rate"] = c.service_rate;
         d["capacity_bytes"] = c.capacity_bytes;

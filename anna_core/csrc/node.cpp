@@ -14,6 +14,7 @@
 #include <future>
 #include <stdexcept>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "curve.hpp"
 #include "log.hpp"
@@ -246,7 +247,8 @@ class WorkerThread {
       id.tombstone_ttl_ms = static_cast<std::uint64_t>(cfg.tombstone_ttl_ms);
       id.stats_top_k = cfg.stats_top_k;
       core_ = std::make_unique<WorkerCore>(std::move(id), std::move(store));
-      pushes_ = std::make_unique<PushCache>(sh_->ctx, sh_->rewrite, sh_->push_sockets, cfg.curve);
+      pushes_ = std::make_unique<PushCache>(sh_->ctx, sh_->rewrite, sh_->push_sockets, cfg.curve,
+                                            PushCache::kLingerMs, cfg.push_handshake_ms);
       serve();
       core_.reset();  // closes the store
       pushes_.reset();
@@ -275,6 +277,29 @@ class WorkerThread {
     while (!sh_->stopping.load(std::memory_order_relaxed)) {
       if (sh_->report_wanted.load(std::memory_order_relaxed) != report_gen_) report();
       auto now = SteadyClock::now();
+      if (!out_.empty()) {
+        // Answers flush() held for the push cache: they go before any new request is read
+        // (a flood of new response addresses waits in its sender's queue, not here). The wait
+        // ends at the next epoch or after 50 ms at most, so epochs, reports and stop stay on
+        // time. Not busy time: the worker waits for peers' handshakes.
+        if (now < push_ready_) {
+          std::this_thread::sleep_until(
+              std::min({push_ready_, next_epoch, now + std::chrono::milliseconds(50)}));
+          now = SteadyClock::now();
+        }
+        if (now >= push_ready_) {
+          flush();
+          // Still a flood: the next request's answers are flushed on their own (serve()), not
+          // in a batch of new addresses that would each wait while no request is read.
+          holding_ = true;
+        }
+        if (now >= next_epoch) {
+          epoch();
+          next_epoch = SteadyClock::now() + period;
+        }
+        if (!out_.empty()) continue;
+        now = SteadyClock::now();
+      }
       if (pacing_ && now < next_free_) {
         // Capacity emulation: the last request's emulated service time is not over. Wait
         // for it without reading the socket (requests queue there), at most until the next
@@ -334,7 +359,10 @@ class WorkerThread {
           }
           if (!pacing_) {
             process(parts, frames);
-            if (out_.size() >= kFlushMessages || out_bytes() >= kFlushBytes) flush();
+            if (holding_ || out_.size() >= kFlushMessages || out_bytes() >= kFlushBytes) {
+              flush();
+              if (!out_.empty()) break;  // held (flush()): sent at the loop's top first
+            }
             continue;
           }
           auto start = SteadyClock::now();
@@ -345,7 +373,10 @@ class WorkerThread {
           // Each served tuple takes service_interval_ of the worker's time, from when it
           // started (or from when the previous one's time ends, if later).
           next_free_ = std::max(next_free_, start) + service_interval_ * served;
-          if (out_.size() >= kFlushMessages || out_bytes() >= kFlushBytes) flush();
+          if (holding_ || out_.size() >= kFlushMessages || out_bytes() >= kFlushBytes) {
+            flush();
+            if (!out_.empty()) break;  // held (flush()): sent at the loop's top first
+          }
           if (SteadyClock::now() < next_free_) break;  // wait at the loop's top
         }
         // The batch's answers go out together: the I/O thread is woken once for them, not
@@ -515,10 +546,38 @@ class WorkerThread {
     sh_->report_cv.notify_all();
   }
 
+  // Sends out_ through the push cache, except an answer to a new address that the cache could
+  // only open by closing a socket used within push_handshake_ms (whose peer's handshake may
+  // still be under way, push_cache.hpp): that one, and every later one to the same address,
+  // stays in out_ in order, and push_ready_ says when to try again; serve() reads no request
+  // until they are sent. Nothing is held once the node is stopping. While the last flush held
+  // something (a flood of new addresses), serve() flushes after every message, so a request of
+  // another connection, read in turn with the flood's, waits for one held answer at most
+  // rather than for a batch of them.
   void flush() {
-    for (const auto& m : out_)
-      if (!pushes_->send(m.address, m.kind, m.payload)) ++send_failures_;
-    out_.clear();
+    const auto now = SteadyClock::now();
+    std::size_t kept = 0;
+    held_.clear();
+    for (std::size_t i = 0; i < out_.size(); ++i) {
+      OutMessage& m = out_[i];
+      bool hold = !held_.empty() && held_.count(m.address) != 0;
+      if (!hold) {
+        auto ready = pushes_->ready_at(m.address, now);
+        if (ready > now && !sh_->stopping.load(std::memory_order_relaxed)) {
+          if (held_.empty() || ready < push_ready_) push_ready_ = ready;
+          held_.insert(m.address);
+          hold = true;
+        }
+      }
+      if (hold) {
+        if (kept != i) out_[kept] = std::move(m);
+        ++kept;
+      } else if (!pushes_->send(m.address, m.kind, m.payload)) {
+        ++send_failures_;
+      }
+    }
+    out_.resize(kept);
+    holding_ = kept > 0;
     out_bytes_counted_ = 0;
     out_bytes_ = 0;
     if (links_) links_->flush();
@@ -549,6 +608,9 @@ class WorkerThread {
   std::vector<zmq_pollitem_t> items_;   // this turn's poll set: the PULL socket, then links
   std::uint64_t link_requests_ = 0;
   std::vector<OutMessage> out_;
+  std::unordered_set<std::string> held_;  // addresses flush() held back this time
+  SteadyClock::time_point push_ready_{};  // when the held answers may go (flush())
+  bool holding_ = false;  // a flush held an answer since the last one that held none
   std::size_t out_bytes_counted_ = 0;  // out_[0, counted) are summed in out_bytes_
   std::size_t out_bytes_ = 0;
   std::string joined_;  // a payload received in several frames

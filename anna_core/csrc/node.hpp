@@ -30,6 +30,12 @@
 //     I/O thread is woken once per batch rather than once per answer. Every
 //     gossip_period_ms the WorkerCore's end_epoch() runs (gossip + subscription UPDATEs).
 //     Outgoing messages go through the thread's own PushCache; same-node peers over inproc.
+//     An answer to a new address that the cache could only open by closing a socket used
+//     within push_handshake_ms (its peer's handshake may still be under way) is held, with
+//     the later messages to that address, and the worker reads no request until it is sent
+//     (waiting in steps that end at the next epoch, after 50 ms at most): a flood of new
+//     response addresses is slowed to max_push_sockets per push_handshake_ms instead of
+//     cutting new peers' handshakes short. A stopping worker holds nothing.
 //     No locks or atomics on the request path: a stop flag is read once per loop turn.
 //   * Capacity emulation (config.service_rate > 0; DESIGN.md "Capacity emulation"): each
 //     owned client GET/PUT/DELETE tuple a worker serves (WorkerCore::period_requests(); not

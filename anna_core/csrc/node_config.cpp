@@ -267,6 +267,8 @@ NodeConfig parse_node_config(const std::string& json) {
       c.fetch_timeout_ms = static_cast<int>(want_int(key, v, 1, 3600 * 1000));
     } else if (key == "max_push_sockets") {
       c.max_push_sockets = static_cast<std::size_t>(want_int(key, v, 1, 1000000));
+    } else if (key == "push_handshake_ms") {
+      c.push_handshake_ms = static_cast<int>(want_int(key, v, 1, 3600 * 1000));
     } else if (key == "stats_top_k") {
       c.stats_top_k = static_cast<std::size_t>(want_int(key, v, 1, 1000000));
     } else if (key == "service_rate") {

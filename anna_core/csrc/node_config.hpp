@@ -6,7 +6,9 @@
 // max_value_bytes (int >= 1), pin_threads (bool), log_level (str), handoff_retry_ms,
 // handoff_window_ms, fetch_timeout_ms, tombstone_ttl_ms (ints >= 1), max_push_sockets (int in
 // [1, 1000000]: PUSH sockets each worker thread keeps open, least recently used closed
-// beyond; lowered at start when the process' descriptor limit cannot hold them), stats_top_k
+// beyond; lowered at start when the process' descriptor limit cannot hold them),
+// push_handshake_ms (int in [1, 3600000]: how long a socket is kept after its last send before
+// it may be closed for a new address, push_cache.hpp), stats_top_k
 // (int in [1, 1000000]: keys each worker's access statistics track per report period,
 // key_stats.hpp), service_rate (a number: 0, or in [0.001, 1e9]: capacity emulation, node.hpp),
 // capacity_bytes (int in [0, 2^62]: the node's storage capacity for the autoscaling policy,
@@ -48,6 +50,9 @@ struct NodeConfig {
   int fetch_timeout_ms = 1000;    // how long a deferred GET waits for previous owners
   int tombstone_ttl_ms = 60000;   // how long a delete's tombstone outvotes older writes
   std::size_t max_push_sockets = 1024;  // per worker thread (push_cache.hpp)
+  // How long a worker keeps a PUSH socket after its last send before it may close it for a
+  // new address: a new peer's handshake has that long (push_cache.hpp ready_at()).
+  int push_handshake_ms = 250;
   std::size_t stats_top_k = 1000;       // keys tracked per worker per report period (key_stats.hpp)
   // Capacity emulation (DESIGN.md "Capacity emulation"; not a production rate limiter): each
   // worker thread serves at most this many owned GET/PUT/DELETE tuples a second (0: no limit).

@@ -59,9 +59,20 @@ bool PushCache::valid_address(const std::string& address) {
 }
 
 PushCache::PushCache(void* zmq_context, std::unordered_map<std::string, std::string> rewrite,
-                     std::size_t capacity, CurveKeys keys, int linger_ms)
+                     std::size_t capacity, CurveKeys keys, int linger_ms, int handshake_ms)
     : ctx_(zmq_context), rewrite_(std::move(rewrite)), keys_(std::move(keys)),
-      capacity_(capacity < 1 ? 1 : capacity), linger_ms_(linger_ms < 0 ? 0 : linger_ms) {}
+      capacity_(capacity < 1 ? 1 : capacity), linger_ms_(linger_ms < 0 ? 0 : linger_ms),
+      handshake_(handshake_ms < 0 ? 0 : handshake_ms),
+      spacing_(std::chrono::duration_cast<std::chrono::microseconds>(handshake_) /
+               static_cast<long>(capacity_)) {}
+
+PushCache::Clock::time_point PushCache::ready_at(const std::string& address,
+                                                 Clock::time_point now) const {
+  if (sockets_.size() < capacity_ || lru_.empty() || sockets_.count(address) != 0) return now;
+  // The least recently used socket is the one send() would close; every other one was used
+  // later still.
+  return std::max({now, sockets_.at(lru_.front()).last_use + handshake_, made_room_ + spacing_});
+}
 
 PushCache::~PushCache() {
   for (auto& [address, e] : sockets_) zmq_close(e.socket);
@@ -126,6 +137,7 @@ void* PushCache::socket_for(const std::string& address) {
     }
     if (!keys_.enabled()) server_key.clear();
   }
+  if (sockets_.size() >= capacity_) made_room_ = now;
   while (sockets_.size() >= capacity_) evict_one(now);
   void* s = zmq_socket(ctx_, ZMQ_PUSH);
   int err = s == nullptr ? errno : 0;

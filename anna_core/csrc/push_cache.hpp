@@ -11,7 +11,21 @@
 // are counted in refused()). A message can therefore never make the worker connect to an
 // arbitrary string.
 // At most `capacity` sockets stay open (the node config's max_push_sockets, see node.cpp);
-// beyond that the least recently used one is closed (O(1)). An evicted socket lingers only
+// beyond that the least recently used one is closed (O(1)).
+// A socket's first message to a new peer leaves only once the peer has answered the
+// connection and, with CURVE, the handshake (several round trips between two processes: 100 ms
+// and more on a loaded machine). Closing the socket before that drops the message. So a
+// caller that can wait asks ready_at(address, now) first: while the cache is full and its least
+// recently used socket was used less than `handshake_ms` ago (the constructor's; the node
+// config's push_handshake_ms), a new address has to wait until then, and the caller holds the
+// message (the node's worker holds its answers and stops reading requests meanwhile: a flood of
+// new addresses is slowed to `capacity` new sockets per handshake_ms instead of cutting every
+// handshake short; the queue is the flooding sender's). A full cache also makes room at most
+// once per handshake_ms / capacity (ready_at says so too): the sockets of a flood then differ
+// in age and come due one at a time, so the caller waits that long per new address rather
+// than a whole handshake_ms for a batch made at once. send() itself never waits for that:
+// it closes the least recently used socket whatever its age (a client's transport, a node
+// that is stopping). An evicted socket lingers only
 // for what is left of kEvictLingerMs since its last use, so a message queued just before the
 // eviction still leaves; at most max_lingering(capacity) (a quarter of capacity, at least 1)
 // evicted sockets linger at once for that long, and descriptors_for(capacity) covers them
@@ -61,6 +75,7 @@ class PushCache {
   static constexpr int kReaperWaitMs = 200;
   static constexpr int kFloodLingerMs = 20;
   static constexpr int kConnectTimeoutMs = 1000;
+  static constexpr int kDefaultHandshakeMs = 250;
 
   // Evicted sockets that may linger at once, for a cache of `capacity`.
   static constexpr std::size_t max_lingering(std::size_t capacity) {
@@ -72,15 +87,20 @@ class PushCache {
   }
 
   // `linger_ms`: how long a socket may still deliver what it queued once closed (kLingerMs;
-  // a client that must never wait on close passes 0).
+  // a client that must never wait on close passes 0). `handshake_ms`: see ready_at().
   PushCache(void* zmq_context, std::unordered_map<std::string, std::string> rewrite,
             std::size_t capacity = kDefaultCapacity, CurveKeys keys = {},
-            int linger_ms = kLingerMs);
+            int linger_ms = kLingerMs, int handshake_ms = kDefaultHandshakeMs);
   ~PushCache();
   PushCache(const PushCache&) = delete;
   PushCache& operator=(const PushCache&) = delete;
 
   bool send(const std::string& address, const std::string& kind, const std::string& payload);
+  // When a send to `address` opens no socket used within the last handshake_ms: `now` if it
+  // has a socket or the cache has room, else when its least recently used socket reaches that
+  // age (see the contract).
+  std::chrono::steady_clock::time_point ready_at(const std::string& address,
+                                                 std::chrono::steady_clock::time_point now) const;
   std::size_t size() const { return sockets_.size(); }
   std::size_t capacity() const { return capacity_; }
   std::uint64_t evictions() const { return evictions_; }
@@ -105,6 +125,9 @@ class PushCache {
   CurveKeys keys_;
   std::size_t capacity_;
   int linger_ms_;
+  std::chrono::milliseconds handshake_;
+  std::chrono::microseconds spacing_;  // handshake_ / capacity_: between two makings of room
+  Clock::time_point made_room_{};      // when a full cache last closed a socket for a new one
   std::unordered_map<std::string, Entry> sockets_;
   std::list<std::string> lru_;
   std::deque<Clock::time_point> lingering_;  // when each lingering evicted socket is gone
