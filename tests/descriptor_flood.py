@@ -36,6 +36,9 @@ LISTENERS = 8
 PROBE_PERIOD = 0.2
 PROBE_DEADLINE = 5.0
 SETTLE = 1.0          # probing continues this long after the last flood message is sent
+MIN_PROBES = 3        # ... and until this many probes were made (the sender can finish
+                      # queueing its flood before a slow first probe returns)
+LONGEST = 60.0        # the bound on one flood's probing, whatever happens
 
 
 def open_fds(pid):
@@ -104,7 +107,14 @@ def flood(name, pid, send_all, probe):
     start = time.monotonic()
     sender.start()
     end = None
-    while end is None or time.monotonic() < end:
+
+    def probing() -> bool:
+        now = time.monotonic()
+        if now - start > LONGEST:
+            return False
+        return end is None or now < end or len(times) + len(failures) < MIN_PROBES
+
+    while probing():
         t = time.monotonic()
         try:
             probe()
