@@ -173,14 +173,13 @@ class FunctionGuard:
         the block ends."""
         with self._lock:
             self._plan.open_run()
-            self._alarm.in_run = True
+            self._alarm.open_run()
         try:
             yield
         finally:
             with self._lock:
                 self._arm(self._plan.close_run())
-                self._alarm.in_run = False
-                self._alarm_for(self._alarm.settle())
+                self._alarm_for(self._alarm.close_run())
 
     def settle(self) -> None:
         """Between calls, before the worker waits (for its node cache): a kill timer left

@@ -120,6 +120,13 @@ class AlarmPlan:
             return running_until - now
         return 0.0
 
+    def open_run(self) -> None:
+        self.in_run = True
+
+    def close_run(self) -> Optional[float]:
+        self.in_run = False
+        return self.settle()
+
     def end(self) -> Optional[float]:
         if self.in_run or self.armed_until is None:
             return None

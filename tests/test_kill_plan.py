@@ -109,7 +109,7 @@ def test_the_alarm_alone_is_armed_to_the_limit_and_cleared_at_the_end():
 
 def test_in_a_run_the_alarm_is_left_armed_and_re_armed_when_it_fires_early():
     alarm = AlarmPlan()
-    alarm.in_run = True
+    alarm.open_run()
     assert alarm.start(0.0, 2.0) == 2.0
     assert alarm.end() is None                           # left armed
     assert alarm.start(0.5, 2.0) is None                 # fires at 2.0, before 2.5
@@ -132,7 +132,8 @@ def test_a_function_is_stopped_at_its_own_limit_never_before(calls, in_run):
     later than that limit."""
     from executor.kill_plan import ALARM_EARLY
     alarm = AlarmPlan()
-    alarm.in_run = in_run
+    if in_run:
+        alarm.open_run()
     timer = None          # when the simulated kernel timer fires
     now = 0.0
 
