@@ -46,6 +46,7 @@ listed for schedulers in proto/cloudburst.proto, plus one for Anna's pushed regi
   (a worker's `values` report) are deleted when the call ends (`scheduler/lifecycle.py`,
   `scheduler/values.py`), off the loop. A retried call's new sink is its result's holder
   for `Future` arguments; consumers given the old one are sent a `moved`.
+- A caller's `where`, `cancel` and `status` requests are `scheduler/caller_requests.py`'s.
 - `serve()` runs until `stop()` or until the parent exits. `stop(graceful=True)` (SIGTERM)
   with `stop_grace` > 0 refuses every new call with SCHEDULER_STOPPING (its client sends it
   to another scheduler) and returns once the calls accepted here are over
@@ -67,7 +68,6 @@ listed for schedulers in proto/cloudburst.proto, plus one for Anna's pushed regi
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import random
@@ -96,7 +96,7 @@ from .dispatch import CallQueue, Waiting
 from .window import Windows
 from .executor_events import ExecutorEvents
 from .membership import CallRecord, ExecutorTable
-from .causal import caller_of
+from .caller_requests import CallerRequests
 from .causal_calls import CausalCalls
 from .policy import choose_executors, choose_one_node, dag_relations
 from .queueing import CallQueueing
@@ -109,7 +109,7 @@ from .results import ResultHolders
 from .value_deleter import ValueDeleter
 from .schedule import build_schedules, references_by_function
 from hydrocache.session import refusal
-from .stats import CallStats, WorkerGauge, render_prometheus
+from .stats import CallStats
 from .stopping import GracefulStop
 
 __all__ = ["Scheduler", "CLIENT_KINDS"]
@@ -121,7 +121,8 @@ METRICS_PERIOD = 1.0      # seconds between refreshes of the /metrics text
 MAX_WARM = 10000          # functions whose last worker is remembered (bounded)
 STALL_CREDIT = 0.1        # a handler longer than this is forgiven to every worker's liveness
 
-class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents, WorkerLeasing):
+class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents, WorkerLeasing,
+                CallerRequests):
     """One scheduler process' state and loop; see the module contract."""
 
     def __init__(self, config: SchedulerConfig) -> None:
@@ -480,47 +481,6 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents, WorkerLeasing):
         self.table.start_call(CallRecord(call.request_id, dag.name, dict(placement),
                                          call.response_address, time.monotonic() + timeout + 5))
 
-    def _where(self, payload: bytes) -> None:
-        req = pb.NameRequest.FromString(payload)
-        answer = pb.Accepted(request_id=req.request_id, scheduler=self.address)
-        name = self.lifecycle.current(req.name)
-        causal = self._causal.get(name)
-        record = self.table.call(name if causal is None else
-                                 (causal.coordinator.current() or ""))
-        if record is not None:
-            answer.placement.update(record.placement)
-        queued = self._queue.position(name, time.monotonic())
-        if queued is not None:
-            answer.queued_position, answer.queued_seconds = queued
-        self._push.send(req.response_address, "accepted", answer)
-
-    def _cancel(self, payload: bytes) -> None:
-        """The caller cancelled a call (or stopped waiting): every worker of it drops the call,
-        a running function is stopped, and the call's load is released."""
-        req = pb.NameRequest.FromString(payload)
-        if req.lease_id:                  # a direct call (scheduler/lease_grants.py)
-            return self._cancel_direct(req)
-        self.cancel_call(req.name)
-
-    def cancel_call(self, caller_id: str) -> None:
-        """Stop call `caller_id` (its attempt in flight) where it runs; see `_cancel`."""
-        name = self.lifecycle.finished(caller_id)
-        if self._queue.remove(name) is not None:     # not placed yet: nothing runs
-            self.stats.finished(caller_of_attempt(name), False, time.monotonic())
-            return
-        causal = self._causal.get(name)
-        call_id = name if causal is None else (causal.coordinator.current() or "")
-        record = self.table.call(call_id)
-        if record is None:
-            return
-        abort = pb.CallDone(call_id=call_id, status=pb.CANCELLED,
-                            message="its caller cancelled it")
-        for worker_id in set(record.placement.values()):
-            for address in (self.table.address(worker_id), self.table.control_address(worker_id)):
-                if address:
-                    self._push.send(address, "abort", abort)
-        self._finish_one(call_id)
-
     def _done(self, payload: bytes) -> None:
         done = pb.CallDone.FromString(payload)
         now = time.monotonic()
@@ -546,43 +506,6 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents, WorkerLeasing):
         self.lifecycle.values_of(report.call_id, report.keys, time.monotonic(),
                                  self.config.call_timeout,
                                  live=self.table.call(report.call_id) is not None)
-
-    def _status(self, payload: bytes) -> None:
-        req = pb.NameRequest.FromString(payload)
-        reply = pb.Reply(request_id=req.request_id, status=pb.OK,
-                         kvs_address=self.config.kvs_address,
-                         metrics_address=self.metrics.address if self.metrics else "")
-        for w in self.table.live():
-            reply.workers.add(worker_id=w.worker_id, node_id=w.node_id,
-                              utilization=w.utilization, outstanding=w.outstanding,
-                              restarts=self.table.restarts(w.worker_id),
-                              placed=self.table.placed(w.worker_id))
-        for n in self.table.nodes():
-            reply.executor_nodes.add(node_id=n.node_id, workers=n.workers,
-                                     utilization=n.utilization, draining=n.draining,
-                                     drain_epoch=n.drain_epoch, outstanding=n.outstanding,
-                                     running=n.running, queued=n.queued,
-                                     node_draining=n.node_draining)
-        reply.backlog = len(self._deferred) + len(self._queue)
-        nodes = {w.worker_id: w.node_id for w in self.table.live()}
-        reply.actors.extend(self._actors.states(lambda wid: nodes.get(wid, "")))
-        for s in self.stats.summaries():
-            reply.function_stats.add(name=s.name, calls=s.calls, errors=s.errors,
-                                     p50=s.p50 or 0.0, p99=s.p99 or 0.0, in_flight=s.in_flight)
-        reply.message = json.dumps({
-            "auth": self._security is not None,
-            "refused_connections": self.admission.refused_connections(),
-            "dropped": [{"role": role, "kind": kind, "count": n}
-                        for (role, kind), n in sorted(self.admission.dropped.items())]})
-        self._reply(req.response_address, reply)
-
-    def _publish_metrics(self) -> None:
-        gauges = [WorkerGauge(w.worker_id, w.node_id, w.utilization, w.outstanding)
-                  for w in self.table.live()]
-        self._metrics_text = render_prometheus(
-            self.stats, gauges, self.address, nodes=self.table.nodes(),
-            dropped=self.admission.dropped,
-            refused_connections=self.admission.refused_connections() if self._security else None)
 
     def _finish_one(self, call_id: str) -> None:
         if not (self._causal and self._causal_calls.done(call_id, time.monotonic())):
