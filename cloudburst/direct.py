@@ -183,6 +183,16 @@ class DirectPath:
         # when the queued calls must go at the latest (CORK_SECONDS after the first of them
         # was held for company); 0: at the next flush (they wait for a slot, not company)
         self._send_at = 0.0
+        # a burst keeps hundreds of calls queued, so every flush would look for slots in
+        # vain: the queue is looked at again only once something may have freed one
+        # (`_stale`: an answer, lease news, a call queued while a slot was free) or the
+        # leases are due to be judged again (READ_EVERY after the last look)
+        self._stale = True
+        self._taken_at = float("-inf")
+        # target -> (when, its leases, those not held up): a lease's verdict holds until
+        # the next answer or lease news, at most READ_EVERY (patience is at least
+        # stalls.FLOOR, so a verdict is never more than READ_EVERY late)
+        self._judged: Dict[Key, Tuple[float, List[_Held], List[_Held]]] = {}
 
     # ---- sending ----
     @staticmethod
@@ -206,12 +216,25 @@ class DirectPath:
         return live
 
     def _usable(self, key: Key, leases: List[_Held], now: float) -> List[_Held]:
-        """The leases whose worker is not held up by a long call (`cloudburst/stalls.py`)."""
+        """The leases whose worker is not held up by a long call (`cloudburst/stalls.py`);
+        judged again after an answer or lease news, at least every READ_EVERY."""
+        judged = self._judged.get(key)
+        if judged is not None and judged[1] is leases and now - judged[0] < READ_EVERY:
+            return judged[2]
         patience = self._times.patience(key)
-        return [h for h in leases
-                if not held_up(next(iter(h.in_flight.values()), None), patience, now)]
+        usable = [h for h in leases
+                  if not held_up(next(iter(h.in_flight.values()), None), patience, now)]
+        self._judged[key] = (now, leases, usable)
+        return usable
+
+    def _changed(self) -> None:
+        """An answer or lease news: slots may be free and verdicts may change (lock held)."""
+        self._stale = True
+        if self._judged:
+            self._judged.clear()
 
     def _set_leases(self, key: Key, leases: List[_Held]) -> None:
+        self._changed()
         if leases:
             self._held[key] = leases
             return
@@ -263,7 +286,8 @@ class DirectPath:
                 if len(leases) < MAX_SPREAD:
                     self._maybe_ask(key, now, spread=True)
                 return None
-            held = max(usable, key=lambda h: h.slots - len(h.in_flight))
+            held = usable[0] if len(usable) == 1 else \
+                max(usable, key=lambda h: h.slots - len(h.in_flight))
             full = len(held.in_flight) >= held.slots
             if full or held.in_flight or self._queued.get(key):
                 # no free slot, or the worker has calls of ours to run first: queued, to go
@@ -273,6 +297,8 @@ class DirectPath:
                 cork = not self._queued_count
                 if cork:
                     self._send_at = now + CORK_SECONDS
+                if not full:
+                    self._stale = True            # a slot is free for it at the flush
                 self._queued.setdefault(key, deque()).append(call)
                 self._queued_count += 1
                 self._calls[call.request_id] = (key, call, now, "")
@@ -294,6 +320,7 @@ class DirectPath:
             with self._lock:
                 held.in_flight.pop(call.request_id, None)
                 self._calls.pop(call.request_id, None)
+                self._changed()
             call.ClearField("lease_id")
             return None
         return held.scheduler
@@ -345,6 +372,7 @@ class DirectPath:
         now = time.monotonic()
         with self._lock:
             self._quiet_until = 0.0
+            self._changed()
             held = self._find(key, m.lease_id)
             if m.status != pb.OK:                 # refused: the scheduler's path meanwhile
                 self._asked[key] = now
@@ -407,6 +435,7 @@ class DirectPath:
             held = self._find(key, call.lease_id)
             if held is not None:
                 held.in_flight.pop(rid, None)
+                self._changed()
             if result.status == pb.LEASE_REFUSED:     # it did not run: the long way
                 log.info("%s", result.message)
                 if held is not None and "no lease of that id" not in result.message:
@@ -440,6 +469,7 @@ class DirectPath:
     # ---- carrying it out (no lock held) ----
     def _take_queued(self, now: float) -> List[Tuple[_Held, List[pb.Call]]]:
         """Queued calls that now have a slot, per lease (lock held)."""
+        self._stale, self._taken_at = False, now
         out = []
         for key in list(self._queued):
             queue = self._queued[key]
@@ -476,26 +506,30 @@ class DirectPath:
         with self._lock:
             due = bool(self._queued_count) and (force or now >= self._send_at
                                                 or self._queued_count >= CORK_CALLS)
+            if due and not self._stale and now - self._taken_at < READ_EVERY:
+                due = False          # they were looked at just now, and no slot has freed
             if now < self._quiet_until and not (due or self._resend or self._fail
                                                 or self._ask or self._gone):
                 # the common case: nothing to do
                 return self._send_at if self._queued_count and self._send_at > now else None
-            self._quiet_until = 0.0
-            for key in list(self._held):           # lapsed: given back with their usage
-                self._live(key, now)
-            for leases in self._held.values():     # in use: kept while calls run under it
-                for held in leases:
-                    if held.in_flight and not held.renewing and \
-                            held.expires - now < held.ttl / 2:
-                        held.renewing = True
-                        self._ask.append((self._renewal(held), held.scheduler))
+            if now >= self._quiet_until:
+                # (before it, no lease lapses or is due for renewal: nothing to sweep)
+                self._quiet_until = 0.0
+                for key in list(self._held):           # lapsed: given back with their usage
+                    self._live(key, now)
+                for leases in self._held.values():     # in use: kept while calls run under it
+                    for held in leases:
+                        if held.in_flight and not held.renewing and \
+                                held.expires - now < held.ttl / 2:
+                            held.renewing = True
+                            self._ask.append((self._renewal(held), held.scheduler))
+                self._quiet_until = min((min(h.expires - MARGIN, h.expires - h.ttl / 2)
+                                         for leases in self._held.values() for h in leases),
+                                        default=0.0)
             batches = self._take_queued(now) if due else []
             if self._queued_count and due:
                 self._send_at = 0.0               # left for want of a slot: not corked
             later = self._send_at if self._queued_count and self._send_at > now else None
-            self._quiet_until = min((min(h.expires - MARGIN, h.expires - h.ttl / 2)
-                                     for leases in self._held.values() for h in leases),
-                                    default=0.0)
             if not (self._resend or self._fail or self._ask or self._gone or batches):
                 return later
             resend, self._resend = self._resend, []
@@ -518,6 +552,7 @@ class DirectPath:
                         held.in_flight.pop(call.request_id, None)
                         self._calls.pop(call.request_id, None)
                         call.ClearField("lease_id")
+                    self._changed()
                 resend.extend(calls)
         for result in fail:
             self._owner.deliver(result)
