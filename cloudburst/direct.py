@@ -8,7 +8,7 @@ tells the scheduler afterwards, batched with the lease's renewal, how many it ma
 
 Contract: `DirectPath(owner, context, credentials)` belongs to one client; `owner` is the
 client's `LeaseOwner` side (sending to a scheduler, delivering an answer to a waiting call).
-- `eligible(call, stored, inputs)`: what may go direct: plain (LWW) calls of a function or a
+- `eligible(call, stored, inputs, references=None)`: what may go direct: plain (LWW) calls of a function or a
   DAG without an `output_key`, `Future` arguments, arguments stored by reference, their own
   exception retries, and that are not actor calls. Everything else takes the scheduler's
   path, as does every call while no lease with a free slot is held.
@@ -196,13 +196,15 @@ class DirectPath:
 
     # ---- sending ----
     @staticmethod
-    def eligible(call: pb.Call, stored: Sequence[str], inputs: Sequence[Any]) -> bool:
+    def eligible(call: pb.Call, stored: Sequence[str], inputs: Sequence[Any],
+                 references: Optional[Sequence[str]] = None) -> bool:
         # a call naming a KVS key (a Reference) goes where that key is cached, which only
         # the scheduler knows (its locality placement), not to whichever worker is leased
+        # (`references`: those keys when the caller has them at hand, else read from `call`)
         return (call.consistency == pb.LWW and not call.output_key and not stored
                 and not inputs and not call.HasField("actor")
                 and not (call.HasField("retry") and call.retry.has_exceptions)
-                and not referenced_keys(call))
+                and not (referenced_keys(call) if references is None else references))
 
     def _live(self, key: Key, now: float) -> List[_Held]:
         """The target's leases still usable (lapsed ones are dropped, their usage kept)."""
