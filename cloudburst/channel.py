@@ -282,10 +282,16 @@ class SchedulerChannel:
             self._current = (self.addresses.index(scheduler) + 1) % len(self.addresses)
         return why
 
-    def _forget(self, rid: str) -> None:
+    def _forget(self, rid: str, finished: bool = False) -> None:
+        """The client keeps nothing more for `rid`; `finished`: its result was taken, to be
+        reported with the next call (bounded: the worker's own `done` reports it anyway)."""
         with self._cond:
             self._slots.pop(rid, None)
             self._kept_calls.pop(rid, None)
+            if finished:
+                self._finished.append(rid)
+                if len(self._finished) > MAX_FINISHED:
+                    del self._finished[:len(self._finished) - MAX_FINISHED]
         self._leases.release(rid)
 
     def _keep_call(self, rid: str, call: Any, scheduler: str, sent_at: float) -> None:
@@ -340,13 +346,9 @@ class SchedulerChannel:
             self._leases.moved(rid, to)
 
     def _collected(self, rid: str, result: Any) -> None:
-        """A Future took its result: forget the call, report it with the next call (bounded:
-        the worker's own `done` reports it anyway), note what it read in the session."""
-        self._forget(rid)
-        with self._cond:
-            self._finished.append(rid)
-            if len(self._finished) > MAX_FINISHED:
-                del self._finished[:len(self._finished) - MAX_FINISHED]
+        """A Future took its result: forget the call, report it with the next call, note
+        what it read in the session."""
+        self._forget(rid, finished=True)
         self._observed(result)
 
     def _abandon(self, rid: str, fire_and_forget: bool) -> None:

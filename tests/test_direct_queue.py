@@ -72,11 +72,11 @@ def test_calls_queued_behind_a_worker_that_stopped_answering_go_around_it(setup)
     assert not worker.poll(50)
 
 
-def test_a_lease_judged_usable_is_judged_again_after_read_every(setup):
+def test_a_lease_judged_usable_is_judged_again_as_time_passes(setup):
     path, owner, worker, shift = setup
     assert path.send(_call("c0")) == "sched"
     assert _received(worker) == ["c0"]
-    shift[0] = FLOOR - direct.READ_EVERY / 2  # not held up yet: c1 queues behind c0
+    shift[0] = FLOOR / 2                     # not held up yet: c1 queues behind c0
     assert path.send(_call("c1")) == "sched"
-    shift[0] = FLOOR + direct.READ_EVERY     # the verdict is older than READ_EVERY now
+    shift[0] = FLOOR + direct.READ_EVERY     # c0 out past its patience, the verdict old
     assert path.send(_call("c2")) is None    # held up: the scheduler's path
