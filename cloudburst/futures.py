@@ -83,8 +83,9 @@ class CallOwner(Protocol):
     def abandon(self, rid: str, fire_and_forget: bool) -> None:
         """The Future was collected unawaited (a finalizer: must not send)."""
 
-    def collected(self, rid: str, result: pb.CallResult) -> None:
-        """The call's result was taken: reported to the scheduler, noted in the session."""
+    def collected(self, rid: str, result: pb.CallResult) -> Optional[str]:
+        """The call's result was taken: reported to the scheduler, noted in the session.
+        Returns the scheduler the call was last sent to (`sent_to`'s), if it was kept."""
 
     def release_values(self, keys: List[str]) -> None:
         """Delete these large values of the call from the KVS (done with them)."""
@@ -329,10 +330,8 @@ class Future:
 
     def _collected(self) -> None:
         self._owed = False
-        moved = self._client.sent_to(self.request_id)   # refused by a stopping scheduler
-        if moved is not None:
-            self.scheduler = moved[0]
-        self._client.collected(self.request_id, self._result)
+        # (where a stopping scheduler's refusal moved it, if it did)
+        self.scheduler = self._client.collected(self.request_id, self._result) or self.scheduler
         arguments = self._stored
         self._stored = [self._result.value_key] \
             if self._result is not None and self._result.value_key else []   # until get()

@@ -42,8 +42,11 @@ class _Owner:
     def sent_to(self, rid: str):
         return None
 
-    def collected(self, rid: str, result) -> None:
+    def collected(self, rid: str, result) -> Optional[str]:
         self.collected_ids.append(rid)
+        return self.moved
+
+    moved: Optional[str] = None          # where a stopping scheduler's refusal sent the call
 
     def abandon(self, rid: str, fire_and_forget: bool) -> None:
         self.abandoned.append((rid, fire_and_forget))
@@ -111,6 +114,18 @@ def test_a_large_result_read_is_not_released_again():
     assert held[0].get() == 7 and owner.taken == ["big"]   # take() deletes it
     _drop(held)
     assert owner.released == []
+
+
+def test_a_future_names_the_scheduler_its_call_was_moved_to_once_collected():
+    owner = _Owner()
+    f = Future(owner, "c1", "call of f", 30.0, scheduler="first")
+    owner.answers["c1"] = pb.CallResult(request_id="c1", status=pb.OK, value=b"\x80\x04N.")
+    owner.moved = "second"
+    assert f.get() is None and f.scheduler == "second"
+    g = Future(owner, "c2", "call of g", 30.0, scheduler="first")
+    owner.answers["c2"] = pb.CallResult(request_id="c2", status=pb.OK, value=b"\x80\x04N.")
+    owner.moved = None                                # not kept: where it was sent stands
+    assert g.get() is None and g.scheduler == "first"
 
 
 def test_a_cancelled_future_owes_no_abandon():
