@@ -31,8 +31,8 @@ client's `LeaseOwner` side (sending to a scheduler, delivering an answer to a wa
   client asks for one more lease of the target on another worker (`LeaseRequest.spread`,
   up to `MAX_SPREAD` leases per target, again `RETRY_ASK` s after a refusal); it returns
   the scheduler of a lease. A lease whose worker is held up (its oldest call in flight has
-  been out longer than the target's calls usually take: `cloudburst/stalls.py`) is passed
-  over: the call goes to another lease of the target, else through the scheduler (None),
+  been out longer than the target's calls usually take: `cloudburst/stalls.py`; a verdict
+  stands until the next answer or lease news, at most `READ_EVERY`) is passed over: the call goes to another lease of the target, else through the scheduler (None),
   which places it on a free worker, and one more lease is asked for on another worker; the
   calls queued here for held-up leases go through the scheduler at the next `flush`. Without a live lease it records a request for one (once per
   target at a time, again `RETRY_ASK` s after a refusal) and returns None: the caller
