@@ -8,9 +8,11 @@ tells the scheduler afterwards, batched with the lease's renewal, how many it ma
 
 Contract: `DirectPath(owner, context, credentials)` belongs to one client; `owner` is the
 client's `LeaseOwner` side (sending to a scheduler, delivering an answer to a waiting call).
-- `eligible(call, stored, inputs, references=None)`: what may go direct: plain (LWW) calls of a function or a
-  DAG without an `output_key`, `Future` arguments, arguments stored by reference, their own
-  exception retries, and that are not actor calls. Everything else takes the scheduler's
+- `eligible(call, stored, inputs, references=None)`: what may go direct: plain (LWW) calls
+  of a function or a DAG without an `output_key`, `Future` arguments, `Reference`
+  arguments (`references`: their keys, if the caller has them; else read from `call`),
+  arguments stored by reference, their own exception retries, and that are not actor
+  calls. Everything else takes the scheduler's
   path, as does every call while no lease with a free slot is held.
 - `send(call)` first has the owner read the answers that have arrived (`read_arrived`, at
   most every `READ_EVERY` s after the last read or direct answer): so a burst's calls go to slots
@@ -32,7 +34,8 @@ client's `LeaseOwner` side (sending to a scheduler, delivering an answer to a wa
   up to `MAX_SPREAD` leases per target, again `RETRY_ASK` s after a refusal); it returns
   the scheduler of a lease. A lease whose worker is held up (its oldest call in flight has
   been out longer than the target's calls usually take: `cloudburst/stalls.py`; a verdict
-  stands until the next answer or lease news, at most `READ_EVERY`) is passed over: the call goes to another lease of the target, else through the scheduler (None),
+  stands until the next answer or lease news, at most `READ_EVERY`) is passed over: the
+  call goes to another lease of the target, else through the scheduler (None),
   which places it on a free worker, and one more lease is asked for on another worker; the
   calls queued here for held-up leases go through the scheduler at the next `flush`. Without a live lease it records a request for one (once per
   target at a time, again `RETRY_ASK` s after a refusal) and returns None: the caller
