@@ -12,7 +12,8 @@ Contract: `encode(args, kwargs)` is the `ArgumentList` of one function's argumen
   pickled. A `Future` inside another value cannot be pickled: `TypeError` naming it.
 - Keyword names must be identifiers (`TypeError` otherwise).
 `referenced_keys(call)` lists the keys a `Call`'s `Reference`s name, every function's
-positional then keyword arguments, functions in name order.
+positional then keyword arguments (`references_in(arglist)`: one function's), functions in
+name order.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from faas.values import encode_args
 
 from .futures import Future
 
-__all__ = ["encode", "futures_in", "merge_keywords", "referenced_keys"]
+__all__ = ["encode", "futures_in", "merge_keywords", "referenced_keys", "references_in"]
 
 
 def _one(value: Any) -> pb.Argument:
@@ -43,7 +44,11 @@ def futures_in(*groups: Any) -> List[Future]:
     the consuming call still needs that result."""
     found: List[Future] = []
     for g in groups:
-        values = g.values() if isinstance(g, (dict, abc.Mapping)) else g
+        if not g:
+            continue
+        # (a tuple or dict first: asking `abc.Mapping` costs more than a no-op call's send)
+        values = g if isinstance(g, (tuple, list)) else \
+            g.values() if isinstance(g, (dict, abc.Mapping)) else g
         found += [v for v in values if isinstance(v, Future)]
     return found
 
@@ -74,12 +79,16 @@ def merge_keywords(kwargs: Any, keywords: Mapping[str, Any]) -> dict:
     return {**kwargs, **keywords}
 
 
+def references_in(arglist: pb.ArgumentList) -> List[str]:
+    """The KVS keys one function's arguments name by `Reference`: positional, then keyword
+    in name order."""
+    keys = [a.reference for a in arglist.args if a.WhichOneof("kind") == "reference"]
+    if arglist.kwargs:
+        kw = arglist.kwargs
+        keys += [kw[k].reference for k in sorted(kw) if kw[k].WhichOneof("kind") == "reference"]
+    return keys
+
+
 def referenced_keys(call: pb.Call) -> List[str]:
     """The KVS keys `call`'s arguments name by `Reference` (see the module contract)."""
-    keys = []
-    for fn in sorted(call.args):
-        arglist = call.args[fn]
-        for a in list(arglist.args) + [arglist.kwargs[k] for k in sorted(arglist.kwargs)]:
-            if a.WhichOneof("kind") == "reference":
-                keys.append(a.reference)
-    return keys
+    return [key for fn in sorted(call.args) for key in references_in(call.args[fn])]

@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, List
 from hydro_proto import cloudburst_pb2 as pb
 from faas.errors import CloudburstError, ObjectNotFound
 from faas.keys import value_key
-from faas.values import too_large, transport
+from faas.values import BY_REFERENCE_BYTES, too_large, transport
 
 __all__ = ["Courier"]
 
@@ -47,6 +47,14 @@ class Courier:
         """Check every serialized argument of `arglist` (positional and keyword) against the
         limit, then, with `by_reference`, store those above the threshold and put references
         in their place (in `arglist`); returns the keys stored (see the module contract)."""
+        # the common case, every value small, without naming each argument
+        small = min(BY_REFERENCE_BYTES, self.limit) if by_reference else self.limit
+        if not arglist.args and not arglist.kwargs:
+            return []
+        if all(len(a.value) <= small for a in arglist.args) and \
+                (not arglist.kwargs or all(len(a.value) <= small
+                                           for a in arglist.kwargs.values())):
+            return []
         slots = [(f"argument {i}", a) for i, a in enumerate(arglist.args)]
         slots += [(f"keyword argument {k!r}", arglist.kwargs[k]) for k in sorted(arglist.kwargs)]
         values = [(what, a) for what, a in slots if a.WhichOneof("kind") == "value"]

@@ -115,8 +115,8 @@ class ClientLink:
     def abandon(self, rid: str, fire_and_forget: bool) -> None:
         self._channel._abandon(rid, fire_and_forget)
 
-    def collected(self, rid: str, result: Any) -> None:
-        self._channel._collected(rid, result)
+    def collected(self, rid: str, result: Any) -> Optional[str]:
+        return self._channel._collected(rid, result)
 
     def release_values(self, keys: List[str]) -> None:
         self._channel._courier.release(keys)
@@ -282,11 +282,19 @@ class SchedulerChannel:
             self._current = (self.addresses.index(scheduler) + 1) % len(self.addresses)
         return why
 
-    def _forget(self, rid: str) -> None:
+    def _forget(self, rid: str, finished: bool = False) -> Optional[str]:
+        """The client keeps nothing more for `rid`; `finished`: its result was taken, to be
+        reported with the next call (bounded: the worker's own `done` reports it anyway).
+        Returns the scheduler a kept call was last sent to."""
         with self._cond:
             self._slots.pop(rid, None)
-            self._kept_calls.pop(rid, None)
+            kept = self._kept_calls.pop(rid, None)
+            if finished:
+                self._finished.append(rid)
+                if len(self._finished) > MAX_FINISHED:
+                    del self._finished[:len(self._finished) - MAX_FINISHED]
         self._leases.release(rid)
+        return kept[2] if kept is not None else None
 
     def _keep_call(self, rid: str, call: Any, scheduler: str, sent_at: float) -> None:
         """Keep call `rid`, sent to `scheduler`, until it is over: a stopping scheduler may
@@ -339,15 +347,12 @@ class SchedulerChannel:
                     self._kept_calls[rid] = (call, refused_by, to, time.monotonic())
             self._leases.moved(rid, to)
 
-    def _collected(self, rid: str, result: Any) -> None:
-        """A Future took its result: forget the call, report it with the next call (bounded:
-        the worker's own `done` reports it anyway), note what it read in the session."""
-        self._forget(rid)
-        with self._cond:
-            self._finished.append(rid)
-            if len(self._finished) > MAX_FINISHED:
-                del self._finished[:len(self._finished) - MAX_FINISHED]
+    def _collected(self, rid: str, result: Any) -> Optional[str]:
+        """A Future took its result: forget the call, report it with the next call, note
+        what it read in the session; returns where it was last sent (a kept call)."""
+        sent_to = self._forget(rid, finished=True)
         self._observed(result)
+        return sent_to
 
     def _abandon(self, rid: str, fire_and_forget: bool) -> None:
         """A `Future` was collected: forget its slot; a call still in flight (not

@@ -86,7 +86,7 @@ from faas.keys import check_user_key
 from runtime.sockets import bind_pull, check_address, ipc_dir_of
 from anna_core.config import DEFAULT_MAX_VALUE_BYTES
 from faas.values import too_large, transport
-from .arguments import encode, futures_in, merge_keywords
+from .arguments import encode, futures_in, merge_keywords, references_in
 from .errors import AuthenticationRequired, InvalidDag, InvalidFunction
 from .pickling import dumps_function
 from . import actors as _actors
@@ -358,7 +358,8 @@ class Client(SchedulerChannel):
         stored = self._courier.externalize(name, arglist, level == pb.LWW)
         call.args[name].CopyFrom(arglist)
         return self._submit(call, f"call of function {name!r}", timeout, objects, session,
-                            stored, futures_in(args, keywords, kwargs or {}))
+                            stored, futures_in(args, keywords, kwargs or {}),
+                            references_in(arglist))
 
     def map(self, name: str, *iterables: Iterable[Any], timeout: Optional[float] = None,
             **options: Any) -> List[Any]:
@@ -441,7 +442,8 @@ class Client(SchedulerChannel):
 
     def _submit(self, call: pb.Call, what: str, timeout: Optional[float],
                 objects: bool, session: Optional[bool] = None,
-                stored: Sequence[str] = (), inputs: Sequence[Future] = ()) -> Future:
+                stored: Sequence[str] = (), inputs: Sequence[Future] = (),
+                references: Optional[Sequence[str]] = None) -> Future:
         wait = self.timeout if timeout is None else float(timeout)
         if self._session is not None and session is not False:
             self._session.attach(call, named_keys(call))
@@ -458,7 +460,8 @@ class Client(SchedulerChannel):
         call.value_keys.extend(stored)
         sent_at = time.monotonic()
         scheduler = None
-        if self._direct is not None and self._direct.eligible(call, stored, inputs):
+        if self._direct is not None and self._direct.eligible(call, stored, inputs,
+                                                                    references):
             scheduler = self._direct.send(call)      # straight to a leased worker, if any
         if scheduler is None:
             if self._finished:

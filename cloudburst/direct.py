@@ -8,9 +8,11 @@ tells the scheduler afterwards, batched with the lease's renewal, how many it ma
 
 Contract: `DirectPath(owner, context, credentials)` belongs to one client; `owner` is the
 client's `LeaseOwner` side (sending to a scheduler, delivering an answer to a waiting call).
-- `eligible(call, stored, inputs)`: what may go direct: plain (LWW) calls of a function or a
-  DAG without an `output_key`, `Future` arguments, arguments stored by reference, their own
-  exception retries, and that are not actor calls. Everything else takes the scheduler's
+- `eligible(call, stored, inputs, references=None)`: what may go direct: plain (LWW) calls
+  of a function or a DAG without an `output_key`, `Future` arguments, `Reference`
+  arguments (`references`: their keys, if the caller has them; else read from `call`),
+  arguments stored by reference, their own exception retries, and that are not actor
+  calls. Everything else takes the scheduler's
   path, as does every call while no lease with a free slot is held.
 - `send(call)` first has the owner read the answers that have arrived (`read_arrived`, at
   most every `READ_EVERY` s after the last read or direct answer): so a burst's calls go to slots
@@ -31,8 +33,9 @@ client's `LeaseOwner` side (sending to a scheduler, delivering an answer to a wa
   client asks for one more lease of the target on another worker (`LeaseRequest.spread`,
   up to `MAX_SPREAD` leases per target, again `RETRY_ASK` s after a refusal); it returns
   the scheduler of a lease. A lease whose worker is held up (its oldest call in flight has
-  been out longer than the target's calls usually take: `cloudburst/stalls.py`) is passed
-  over: the call goes to another lease of the target, else through the scheduler (None),
+  been out longer than the target's calls usually take: `cloudburst/stalls.py`; a verdict
+  stands until the next answer or lease news, at most `READ_EVERY`) is passed over: the
+  call goes to another lease of the target, else through the scheduler (None),
   which places it on a free worker, and one more lease is asked for on another worker; the
   calls queued here for held-up leases go through the scheduler at the next `flush`. Without a live lease it records a request for one (once per
   target at a time, again `RETRY_ASK` s after a refusal) and returns None: the caller
@@ -183,16 +186,28 @@ class DirectPath:
         # when the queued calls must go at the latest (CORK_SECONDS after the first of them
         # was held for company); 0: at the next flush (they wait for a slot, not company)
         self._send_at = 0.0
+        # a burst keeps hundreds of calls queued, so every flush would look for slots in
+        # vain: the queue is looked at again only once something may have freed one
+        # (`_stale`: an answer, lease news, a call queued while a slot was free) or the
+        # leases are due to be judged again (READ_EVERY after the last look)
+        self._stale = True
+        self._taken_at = float("-inf")
+        # target -> (when, its leases, those not held up): a lease's verdict holds until
+        # the next answer or lease news, at most READ_EVERY (patience is at least
+        # stalls.FLOOR, so a verdict is never more than READ_EVERY late)
+        self._judged: Dict[Key, Tuple[float, List[_Held], List[_Held]]] = {}
 
     # ---- sending ----
     @staticmethod
-    def eligible(call: pb.Call, stored: Sequence[str], inputs: Sequence[Any]) -> bool:
+    def eligible(call: pb.Call, stored: Sequence[str], inputs: Sequence[Any],
+                 references: Optional[Sequence[str]] = None) -> bool:
         # a call naming a KVS key (a Reference) goes where that key is cached, which only
         # the scheduler knows (its locality placement), not to whichever worker is leased
+        # (`references`: those keys when the caller has them at hand, else read from `call`)
         return (call.consistency == pb.LWW and not call.output_key and not stored
                 and not inputs and not call.HasField("actor")
                 and not (call.HasField("retry") and call.retry.has_exceptions)
-                and not referenced_keys(call))
+                and not (referenced_keys(call) if references is None else references))
 
     def _live(self, key: Key, now: float) -> List[_Held]:
         """The target's leases still usable (lapsed ones are dropped, their usage kept)."""
@@ -206,12 +221,25 @@ class DirectPath:
         return live
 
     def _usable(self, key: Key, leases: List[_Held], now: float) -> List[_Held]:
-        """The leases whose worker is not held up by a long call (`cloudburst/stalls.py`)."""
+        """The leases whose worker is not held up by a long call (`cloudburst/stalls.py`);
+        judged again after an answer or lease news, at least every READ_EVERY."""
+        judged = self._judged.get(key)
+        if judged is not None and judged[1] is leases and now - judged[0] < READ_EVERY:
+            return judged[2]
         patience = self._times.patience(key)
-        return [h for h in leases
-                if not held_up(next(iter(h.in_flight.values()), None), patience, now)]
+        usable = [h for h in leases
+                  if not held_up(next(iter(h.in_flight.values()), None), patience, now)]
+        self._judged[key] = (now, leases, usable)
+        return usable
+
+    def _changed(self) -> None:
+        """An answer or lease news: slots may be free and verdicts may change (lock held)."""
+        self._stale = True
+        if self._judged:
+            self._judged.clear()
 
     def _set_leases(self, key: Key, leases: List[_Held]) -> None:
+        self._changed()
         if leases:
             self._held[key] = leases
             return
@@ -263,7 +291,8 @@ class DirectPath:
                 if len(leases) < MAX_SPREAD:
                     self._maybe_ask(key, now, spread=True)
                 return None
-            held = max(usable, key=lambda h: h.slots - len(h.in_flight))
+            held = usable[0] if len(usable) == 1 else \
+                max(usable, key=lambda h: h.slots - len(h.in_flight))
             full = len(held.in_flight) >= held.slots
             if full or held.in_flight or self._queued.get(key):
                 # no free slot, or the worker has calls of ours to run first: queued, to go
@@ -273,6 +302,8 @@ class DirectPath:
                 cork = not self._queued_count
                 if cork:
                     self._send_at = now + CORK_SECONDS
+                if not full:
+                    self._stale = True            # a slot is free for it at the flush
                 self._queued.setdefault(key, deque()).append(call)
                 self._queued_count += 1
                 self._calls[call.request_id] = (key, call, now, "")
@@ -294,6 +325,7 @@ class DirectPath:
             with self._lock:
                 held.in_flight.pop(call.request_id, None)
                 self._calls.pop(call.request_id, None)
+                self._changed()
             call.ClearField("lease_id")
             return None
         return held.scheduler
@@ -345,6 +377,7 @@ class DirectPath:
         now = time.monotonic()
         with self._lock:
             self._quiet_until = 0.0
+            self._changed()
             held = self._find(key, m.lease_id)
             if m.status != pb.OK:                 # refused: the scheduler's path meanwhile
                 self._asked[key] = now
@@ -407,6 +440,7 @@ class DirectPath:
             held = self._find(key, call.lease_id)
             if held is not None:
                 held.in_flight.pop(rid, None)
+                self._changed()
             if result.status == pb.LEASE_REFUSED:     # it did not run: the long way
                 log.info("%s", result.message)
                 if held is not None and "no lease of that id" not in result.message:
@@ -440,6 +474,7 @@ class DirectPath:
     # ---- carrying it out (no lock held) ----
     def _take_queued(self, now: float) -> List[Tuple[_Held, List[pb.Call]]]:
         """Queued calls that now have a slot, per lease (lock held)."""
+        self._stale, self._taken_at = False, now
         out = []
         for key in list(self._queued):
             queue = self._queued[key]
@@ -476,26 +511,30 @@ class DirectPath:
         with self._lock:
             due = bool(self._queued_count) and (force or now >= self._send_at
                                                 or self._queued_count >= CORK_CALLS)
+            if due and not self._stale and now - self._taken_at < READ_EVERY:
+                due = False          # they were looked at just now, and no slot has freed
             if now < self._quiet_until and not (due or self._resend or self._fail
                                                 or self._ask or self._gone):
                 # the common case: nothing to do
                 return self._send_at if self._queued_count and self._send_at > now else None
-            self._quiet_until = 0.0
-            for key in list(self._held):           # lapsed: given back with their usage
-                self._live(key, now)
-            for leases in self._held.values():     # in use: kept while calls run under it
-                for held in leases:
-                    if held.in_flight and not held.renewing and \
-                            held.expires - now < held.ttl / 2:
-                        held.renewing = True
-                        self._ask.append((self._renewal(held), held.scheduler))
+            if now >= self._quiet_until:
+                # (before it, no lease lapses or is due for renewal: nothing to sweep)
+                self._quiet_until = 0.0
+                for key in list(self._held):           # lapsed: given back with their usage
+                    self._live(key, now)
+                for leases in self._held.values():     # in use: kept while calls run under it
+                    for held in leases:
+                        if held.in_flight and not held.renewing and \
+                                held.expires - now < held.ttl / 2:
+                            held.renewing = True
+                            self._ask.append((self._renewal(held), held.scheduler))
+                self._quiet_until = min((min(h.expires - MARGIN, h.expires - h.ttl / 2)
+                                         for leases in self._held.values() for h in leases),
+                                        default=0.0)
             batches = self._take_queued(now) if due else []
             if self._queued_count and due:
                 self._send_at = 0.0               # left for want of a slot: not corked
             later = self._send_at if self._queued_count and self._send_at > now else None
-            self._quiet_until = min((min(h.expires - MARGIN, h.expires - h.ttl / 2)
-                                     for leases in self._held.values() for h in leases),
-                                    default=0.0)
             if not (self._resend or self._fail or self._ask or self._gone or batches):
                 return later
             resend, self._resend = self._resend, []
@@ -518,6 +557,7 @@ class DirectPath:
                         held.in_flight.pop(call.request_id, None)
                         self._calls.pop(call.request_id, None)
                         call.ClearField("lease_id")
+                    self._changed()
                 resend.extend(calls)
         for result in fail:
             self._owner.deliver(result)

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import weakref
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Protocol, Sequence, Tuple
 
@@ -84,8 +83,9 @@ class CallOwner(Protocol):
     def abandon(self, rid: str, fire_and_forget: bool) -> None:
         """The Future was collected unawaited (a finalizer: must not send)."""
 
-    def collected(self, rid: str, result: pb.CallResult) -> None:
-        """The call's result was taken: reported to the scheduler, noted in the session."""
+    def collected(self, rid: str, result: pb.CallResult) -> Optional[str]:
+        """The call's result was taken: reported to the scheduler, noted in the session.
+        Returns the scheduler the call was last sent to (`sent_to`'s), if it was kept."""
 
     def release_values(self, keys: List[str]) -> None:
         """Delete these large values of the call from the KVS (done with them)."""
@@ -148,6 +148,12 @@ class CausalStats:
 class Future:
     """The eventual result of one call; see the module contract."""
 
+    # What a collected Future owes its client is settled in `__del__`, not with
+    # `weakref.finalize`: two finalizers cost a burst of calls more than its calls' own
+    # bookkeeping (a finalizer each, registered and detached, ~3 us a call)
+    _owed = False          # the call's end was not seen: a dropped Future abandons it
+    _stored: Sequence[str] = ()
+
     def __init__(self, client: CallOwner, request_id: str, what: str, timeout: float,
                  scheduler: str = "", sent_at: Optional[float] = None,
                  objects: bool = False, stored: Sequence[str] = (),
@@ -171,13 +177,25 @@ class Future:
         # an output_key call: kept running when its caller leaves or drops this Future
         self.fire_and_forget = fire_and_forget
         self.consistency = consistency   # of the call: "lww" or "causal"
-        self._finalizer = weakref.finalize(self, client.abandon, request_id, fire_and_forget)
         # large values of this call in the KVS (its arguments, then its result): deleted once
         # the call is over, or when the future is dropped unread
-        self._stored: List[str] = list(stored)
+        self._stored = list(stored)
         self._value: Optional[bytes] = None
-        self._release = weakref.finalize(self, client.release_values, self._stored)
-        self._release.atexit = False
+        self._owed = True
+
+    def __del__(self) -> None:
+        """Collected: a call still out (not fire-and-forget) is cancelled by the client's
+        lease thread (`CallOwner.abandon` only records it: this may run inside any
+        allocation), and the call's large values still in the KVS are deleted."""
+        try:
+            if self._owed:
+                self._owed = False
+                self._client.abandon(self.request_id, self.fire_and_forget)
+            if self._stored:
+                stored, self._stored = self._stored, []
+                self._client.release_values(stored)
+        except Exception:       # (at interpreter exit the client may be half torn down)
+            pass
 
     def __repr__(self) -> str:
         return f"<Future {self.what} {'done' if self._result is not None else 'pending'}>"
@@ -236,7 +254,7 @@ class Future:
             if lost is not None:
                 self._lost = f"{self.what}: {lost} while the call was in flight; it was " \
                              f"not retried (it may or may not have run)"
-                self._finalizer.detach()
+                self._owed = False
                 client.forget(self.request_id)
                 return None
 
@@ -248,7 +266,7 @@ class Future:
         if self.done():
             return False
         self._cancelled = True
-        self._finalizer.detach()
+        self._owed = False
         self._client.cancel(self.request_id, self.scheduler)
         self._client.forget(self.request_id)
         return True
@@ -311,15 +329,14 @@ class Future:
         return loop.run_in_executor(None, self.get).__await__()
 
     def _collected(self) -> None:
-        self._finalizer.detach()
-        moved = self._client.sent_to(self.request_id)   # refused by a stopping scheduler
-        if moved is not None:
-            self.scheduler = moved[0]
-        self._client.collected(self.request_id, self._result)
-        arguments, self._stored[:] = list(self._stored), []
-        if self._result is not None and self._result.value_key:
-            self._stored.append(self._result.value_key)   # until get() takes it
-        self._client.release_values(arguments)
+        self._owed = False
+        # (where a stopping scheduler's refusal moved it, if it did)
+        self.scheduler = self._client.collected(self.request_id, self._result) or self.scheduler
+        arguments = self._stored
+        self._stored = [self._result.value_key] \
+            if self._result is not None and self._result.value_key else []   # until get()
+        if arguments:
+            self._client.release_values(arguments)
 
 
 def gather(futures: Iterable[Future], timeout: Optional[float] = None) -> List[Any]:

@@ -79,6 +79,12 @@ class PendingCalls:
         if key in self._fired:
             return None
         e = self._entries.get(key)
+        if e is None and not upstreams and not inputs:
+            # a source waits for nothing: it fires as it comes (no entry made and dropped,
+            # which every direct call would pay)
+            self._remember(key, max(deadline, now))
+            return Ready(call_id, function, schedule, list(call_args), deadline,
+                         ["(the schedule)"] if now > deadline else [], {})
         if e is None:
             e = self._entries[key] = _Entry(deadline)
         elif e.schedule is not None:

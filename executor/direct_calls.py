@@ -215,7 +215,7 @@ class DirectCalls:
         if why is not None:
             return self._refuse_direct(call, pb.LEASE_REFUSED, why)
         problem = _not_direct(call, self._functions_of(call.lease_id, templates))
-        if not problem and any(self.pending.known(call.request_id, t.function) for t in templates):
+        if not problem and self._known(call.request_id, templates):
             # a call id is used once: the worker would ignore the schedule, and the client
             # would wait for an answer that never comes
             problem = f"call id {call.request_id} already ran here; a call needs an id of its own"
@@ -224,6 +224,13 @@ class DirectCalls:
             return self._refuse_direct(call, pb.INVALID_ARGUMENTS, problem)
         for template in templates:    # no inputs: a direct call passes no Futures
             self._place(_schedule_of(call, template), [])
+
+    def _known(self, call_id: str, templates: List[pb.Schedule]) -> bool:
+        """Whether a call of this id already ran here (or waits to)."""
+        for t in templates:
+            if self.pending.known(call_id, t.function):
+                return True
+        return False
 
     def _functions_of(self, lease_id: str, templates: List[pb.Schedule]) -> FrozenSet[str]:
         """The functions a lease's schedules name (once per grant, not per call)."""
@@ -259,7 +266,8 @@ def _not_direct(call: pb.Call, functions: FrozenSet[str]) -> str:
         return "a direct call needs a deadline (Call.timeout)"
     if call.output_key or call.consistency != pb.LWW or call.HasField("actor"):
         return "calls with an output_key, causal calls and actor calls take the scheduler's path"
-    for name, arglist in call.args.items():
+    for name in call.args:              # (a map's items() is the slow, abc way)
+        arglist = call.args[name]
         if name not in functions:
             foreign = sorted(set(call.args) - functions)
             return f"arguments for {foreign}, which the lease's target does not have"
@@ -272,16 +280,23 @@ def _not_direct(call: pb.Call, functions: FrozenSet[str]) -> str:
     return ""
 
 
+def _fill(one: pb.Schedule, call: pb.Call, args: Any) -> None:
+    one.call_id = call.request_id
+    one.response_address = call.response_address
+    one.time_limit = call.time_limit
+    if one.function in args:
+        one.args.CopyFrom(args[one.function])
+
+
 def _schedule_of(call: pb.Call, template: pb.Schedule) -> pb.Schedule:
     """The scheduler's schedule of one source, filled with the call's own fields."""
     s = pb.Schedule()
     s.CopyFrom(template)
-    for one in [s, *s.forward]:
-        one.call_id = call.request_id
-        one.response_address = call.response_address
-        one.time_limit = call.time_limit
-        if one.function in call.args:
-            one.args.CopyFrom(call.args[one.function])
+    args = call.args
+    _fill(s, call, args)
+    if template.forward:            # (a one-function target has none: no list made)
+        for one in s.forward:
+            _fill(one, call, args)
     s.timeout = call.timeout
     if call.HasField("session"):
         s.session.CopyFrom(call.session)

@@ -19,23 +19,21 @@ Values and requests are opaque here.
 from __future__ import annotations
 
 import collections
-from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, OrderedDict, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, OrderedDict, Tuple
 
 from hydro_proto import cloudburst_pb2 as pb
 
 __all__ = ["HeldResults", "Outcome"]
 
 
-@dataclass(frozen=True)
-class Outcome:
+class Outcome(NamedTuple):
+    # (a tuple, not a frozen dataclass: every call a worker runs keeps one)
     status: int                 # cloudburst.Status
     value: bytes = b""          # the serialized result, when status is OK
     message: str = ""           # why there is no result, otherwise
 
 
-@dataclass
-class _Held:
+class _Held(NamedTuple):
     outcome: Outcome
     expires: float
 
@@ -54,6 +52,9 @@ class HeldResults:
         self._gone: OrderedDict[str, str] = collections.OrderedDict()   # call id -> why
         self._waiting: Dict[str, List[Tuple[Any, float]]] = {}
         self._n_waiting = 0
+        # (one sentence for every outcome dropped to make room: not formatted per call)
+        self._room = (f"it was dropped to make room for newer results (a worker holds "
+                      f"{max_entries} results, {max_bytes} bytes)")
 
     def __len__(self) -> int:
         return len(self._held)
@@ -65,7 +66,7 @@ class HeldResults:
     def keep(self, call_id: str, outcome: Outcome, now: float) -> List[Any]:
         if call_id in self._held or call_id in self._gone:
             return []
-        waiters = [r for r, _ in self._waiting.pop(call_id, [])]
+        waiters = [r for r, _ in self._waiting.pop(call_id, ())] if self._waiting else []
         self._n_waiting -= len(waiters)
         size = len(outcome.value)
         if size > self.max_bytes:
@@ -77,8 +78,7 @@ class HeldResults:
         while len(self._held) > self.max_entries or self._bytes > self.max_bytes:
             old, entry = self._held.popitem(last=False)
             self._bytes -= len(entry.outcome.value)
-            self._forget(old, f"it was dropped to make room for newer results (a worker "
-                              f"holds {self.max_entries} results, {self.max_bytes} bytes)")
+            self._forget(old, self._room)
         return waiters
 
     def ask(self, call_id: str, request: Any, deadline: float,

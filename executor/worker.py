@@ -357,6 +357,8 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, Direct
     def _call_logs(self, s: pb.Schedule, printed: str) -> str:
         """The upstream functions' output and this function's, bounded (executor/output.py)."""
         inherited = self._upstream_logs.take(s.call_id, s.function)
+        if not inherited and not printed:      # the common case: nothing to join or bound
+            return ""
         return join_logs(inherited + [section(s.function, printed)], self.output.limit)
 
     def _call_function(self, s: pb.Schedule, fn: Entry, args: List[Any],
@@ -484,7 +486,9 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, Direct
             self.cache.session = None
         logs = self._call_logs(s, self._printed)
         report = session.report() if session is not None else None
-        self._send_downstream(s, ready, value, logs=logs, session=report, value_key=downstream)
+        if s.targets:
+            self._send_downstream(s, ready, value, logs=logs, session=report,
+                                  value_key=downstream)
         if s.sink:
             self._keep_outcome(s.call_id, Outcome(pb.OK, value))   # for Future arguments
             if s.response_address:    # none: an actor's re-creation (scheduler/actor_calls.py)

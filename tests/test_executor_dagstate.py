@@ -89,3 +89,41 @@ def test_inputs_after_the_deadline_are_reported_late():
     assert r.late == ["b"] and r.deadline == 1
     on_time = p.add_schedule("x", "d", "S", [], [], deadline=1, now=0)
     assert on_time.late == []
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["c1", "c2", "c3"]), st.sampled_from(["f", "g"]),
+                          st.sampled_from(["schedule", "trigger", "abort"]),
+                          st.floats(0, 20), st.lists(st.integers(), max_size=3)),
+                max_size=25))
+def test_a_source_fires_once_on_its_schedule_as_an_entry_would_have(events):
+    """A source's schedule (no upstreams, no inputs) fires without a pending entry: the same
+    `Ready` as the entry path gave (its own arguments, late iff past its deadline), once per
+    invocation, and never when a trigger or an abort came first."""
+    p = PendingCalls(orphan_timeout=5)
+    fired, seen = set(), set()          # invocations that fired; those anything came for
+    for now, (call, fn, kind, deadline, args) in enumerate(events):
+        key = (call, fn)
+        if kind == "abort":
+            p.abort(call)
+            seen.update(k for k in [(call, "f"), (call, "g")])
+            continue
+        if kind == "trigger":
+            p.add_trigger(call, fn, "up", "v", now)
+            seen.add(key)
+            continue
+        r = p.add_schedule(call, fn, "S", [], args, deadline, now)
+        if key in seen or key in fired:
+            if key in fired:
+                assert r is None, "a source fired twice"
+            if r is not None:           # a trigger came first: it fires with its schedule
+                fired.add(key)
+            seen.add(key)
+            continue
+        assert r is not None and (r.call_id, r.function, r.schedule) == (call, fn, "S")
+        assert r.args == args and r.args is not args and r.deadline == deadline
+        assert r.late == (["(the schedule)"] if now > deadline else []) and r.inputs == {}
+        assert p.known(call, fn)
+        fired.add(key)
+        seen.add(key)
+    assert all(p.known(c, f) for c, f in fired)
