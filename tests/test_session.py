@@ -339,6 +339,7 @@ def at_least(a, b):
        st.integers(1, 12), st.lists(keys, max_size=6), st.lists(keys, max_size=6),
        st.dictionaries(st.sampled_from("abc"), st.integers(0, 9)))
 @example([("causal", "k1", {"a": 1}), ("causal", "k0", {"a": 1})], 2, ["k0", "k1"], [], {})
+@example([("plain", "k1", 1), ("plain", "k0", 1)], 2, ["k0", "k1"], [], {})
 def test_a_session_restricted_to_the_named_keys_demands_at_least_the_whole(
         ops, bound, named, asked, cached_vc):
     """`Session.named(keys)` lists exactly the floors of the named keys, and whatever a call
@@ -358,8 +359,11 @@ def test_a_session_restricted_to_the_named_keys_demands_at_least_the_whole(
         # nothing left out: the whole session (its floors in any order: they are a set)
         in_order = lambda m: sorted(x.SerializeToString(deterministic=True) for x in m.keys)
         assert in_order(part) == in_order(whole)
-        rest = [(f.name, v) for f, v in part.ListFields() if f.name != "keys"]
-        assert rest == [(f.name, v) for f, v in whole.ListFields() if f.name != "keys"]
+        plain = lambda m: sorted(zip(m.plain_keys, m.plain_timestamps))
+        assert plain(part) == plain(whole)
+        floors = ("keys", "plain_keys", "plain_timestamps")
+        rest = [(f.name, v) for f, v in part.ListFields() if f.name not in floors]
+        assert rest == [(f.name, v) for f, v in whole.ListFields() if f.name not in floors]
     else:                                    # every named key, held or not, and no other
         assert index(part) == {k: listed.get(k, Floor(0)) for k in named}
     absorbed = Session(64)
