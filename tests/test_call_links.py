@@ -11,7 +11,9 @@ from hydro_proto import cloudburst_pb2 as pb
 from runtime.auth import CLUSTER, AuthConfig, parse_address
 from runtime.framing import encode, parse
 from sealed_link import LinkPeer, keypair
-from test_direct_calls import RawClient
+from runtime.auth import Security, credentials_of
+from runtime.sockets import PushCache
+from test_direct_calls import RawClient, slow
 from waiting import poll_until
 
 
@@ -26,12 +28,6 @@ def square(lib, x):
 def mark(lib, x):
     lib.put(f"link-mark-{x}", x)
     return x
-
-
-def slow(lib, seconds):
-    import time
-    time.sleep(seconds)
-    return lib.getid()
 
 
 def _setup(c):
@@ -98,11 +94,16 @@ def test_a_burst_over_the_link_comes_back_in_batches_on_it(cluster):
     cb.close()                                                          # via the scheduler
 
 
-def _lease_and_key(cluster, target="mark"):
-    raw = RawClient(cluster)
-    lease = raw.lease(target)
-    assert lease.link_address, lease
-    return raw, lease, z85.decode(parse_address(lease.worker_address)[1])
+@pytest.fixture
+def leased(secured):
+    """A raw client holding a lease on "mark", the lease, and its worker's server key."""
+    raw = RawClient(secured)
+    try:
+        lease = raw.lease("mark")
+        assert lease.link_address, lease
+        yield raw, lease, z85.decode(parse_address(lease.worker_address)[1])
+    finally:
+        raw.close()
 
 
 def _call(raw, lease, x, function="mark"):
@@ -111,6 +112,12 @@ def _call(raw, lease, x, function="mark"):
                    response_address=raw.address, lease_id=lease.lease_id)
     call.args[function].args.add(value=__import__("cloudpickle").dumps(x))
     return call
+
+
+def _peer(lease, server_key, pair):
+    """A link to the lease's worker with a Z85 key pair; its handshake is the test's."""
+    return LinkPeer(lease.link_address, server_key, z85.decode(pair.public),
+                    z85.decode(pair.secret))
 
 
 def _result(peer):
@@ -135,85 +142,85 @@ def _result_of(peer, call):
     return _result(peer)
 
 
-def test_a_key_the_cluster_does_not_admit_is_refused_at_the_link_handshake(secured):
-    raw, lease, server_key = _lease_and_key(secured)
+def test_a_key_the_cluster_does_not_admit_is_refused_at_the_link_handshake(leased):
+    raw, lease, server_key = leased
+    stranger = LinkPeer(lease.link_address, server_key, *keypair())
     try:
-        stranger = LinkPeer(lease.link_address, server_key, *keypair())
+        assert stranger.handshake() == "unknown public key"
+        assert stranger.closed_by_worker()
+    finally:
+        stranger.close()
+    assert raw.direct(lease, 1).status == pb.OK          # the worker goes on serving
+
+
+def test_a_link_frame_from_a_key_not_the_leases_client_is_refused_as_on_zeromq(secured, leased):
+    raw, lease, server_key = leased
+    cb = secured.client()
+    peer = _peer(lease, server_key, secured.client_auth.load().keypair)
+    assert peer.handshake() is None
+    assert _admitted_call(raw, lease, peer, 10).value      # the lease's client: runs
+    peer.close()
+    for pair in (AuthConfig(secured.key_dir, CLUSTER).load().keypair,
+                 AuthConfig(secured.key_dir, CLUSTER).function_keypair()):
+        other = _peer(lease, server_key, pair)
         try:
-            assert stranger.handshake() == "unknown public key"
-            assert stranger.closed_by_worker()
+            assert other.handshake() is None    # admitted keys (as on the direct socket)
+            for x in (11, 12):
+                on_link = _result_of(other, _call(raw, lease, x))
+                assert on_link.status == pb.LEASE_REFUSED, on_link
+                assert "another client" in on_link.message, on_link.message
         finally:
-            stranger.close()
-        assert raw.direct(lease, 1).status == pb.OK          # the worker goes on serving
-    finally:
-        raw.close()
-
-
-def test_a_link_frame_from_a_key_that_is_not_the_leases_client_is_refused_as_on_zeromq(secured):
-    raw, lease, server_key = _lease_and_key(secured)
-    cb = secured.client()
+            other.close()
+    # over ZeroMQ the cluster key's call is refused the same way
+    context = __import__("zmq").Context()
+    security = Security.start(context, secured.cluster_auth)
+    push = PushCache(context, auth=credentials_of(security), linger_ms=0)
     try:
-        client = secured.client_auth.load().keypair
-        peer = LinkPeer(lease.link_address, server_key, z85.decode(client.public),
-                        z85.decode(client.secret))
-        assert peer.handshake() is None
-        assert _admitted_call(raw, lease, peer, 10).value      # the lease's client: runs
-        peer.close()
-        for pair in (AuthConfig(secured.key_dir, CLUSTER).load().keypair,
-                     AuthConfig(secured.key_dir, CLUSTER).function_keypair()):
-            other = LinkPeer(lease.link_address, server_key, z85.decode(pair.public),
-                             z85.decode(pair.secret))
-            try:
-                assert other.handshake() is None    # admitted keys (as on the direct socket)
-                for x in (11, 12):
-                    on_link = _result_of(other, _call(raw, lease, x))
-                    assert on_link.status == pb.LEASE_REFUSED, on_link
-                    assert "client" in on_link.message, on_link.message
-            finally:
-                other.close()
-            over_zeromq = raw.direct(lease, 13)       # the lease's own client, for contrast
-            assert over_zeromq.status == pb.OK
-        for x in (11, 12):                            # refused calls never ran
-            with pytest.raises(ObjectNotFound):
-                cb.get(f"link-mark-{x}")
+        call = _call(raw, lease, 14)
+        assert push.send(lease.worker_address, "direct", call)
+        over_zeromq = raw.recv("result", call.request_id)
     finally:
-        raw.close()
-
-
-def test_a_tampered_or_replayed_frame_closes_the_link_and_the_worker_keeps_serving(secured):
-    raw, lease, server_key = _lease_and_key(secured)
-    cb = secured.client()
-    try:
-        client = secured.client_auth.load().keypair
-        keys = (z85.decode(client.public), z85.decode(client.secret))
-        tampered = LinkPeer(lease.link_address, server_key, *keys)
-        assert tampered.handshake() is None
-        _admitted_call(raw, lease, tampered, 20)
-        frame = bytearray(tampered.frame_for(encode("direct", _call(raw, lease, 21))))
-        frame[-1] ^= 1
-        tampered.sock.sendall(bytes(frame))
-        assert tampered.closed_by_worker()
-        tampered.close()
-        replayed = LinkPeer(lease.link_address, server_key, *keys)
-        assert replayed.handshake() is None
-        _admitted_call(raw, lease, replayed, 22)
-        again = replayed.frame_for(encode("direct", _call(raw, lease, 23)))
-        replayed.sock.sendall(again)
-        assert _result(replayed).status == pb.OK
-        replayed.sock.sendall(again)
-        assert replayed.closed_by_worker()
-        replayed.close()
+        push.close()
+        security.stop()
+        context.term()
+    assert over_zeromq.status == pb.LEASE_REFUSED
+    assert over_zeromq.message.split(": ", 1)[1] == on_link.message.split(": ", 1)[1]
+    assert raw.direct(lease, 13).status == pb.OK       # the lease's own client still runs
+    for x in (11, 12, 14):                             # refused calls never ran
         with pytest.raises(ObjectNotFound):
-            cb.get("link-mark-21")
-        fresh = LinkPeer(lease.link_address, server_key, *keys)   # the worker still serves
-        try:
-            assert fresh.handshake() is None
-            assert _result_of(fresh, _call(raw, lease, 24)).status == pb.OK
-        finally:
-            fresh.close()
-        assert raw.direct(lease, 25).status == pb.OK
+            cb.get(f"link-mark-{x}")
+
+
+def test_a_tampered_or_replayed_frame_closes_the_link_and_the_worker_keeps_serving(secured, leased):
+    raw, lease, server_key = leased
+    cb = secured.client()
+    client = secured.client_auth.load().keypair
+    tampered = _peer(lease, server_key, client)
+    assert tampered.handshake() is None
+    _admitted_call(raw, lease, tampered, 20)
+    frame = bytearray(tampered.frame_for(encode("direct", _call(raw, lease, 21))))
+    frame[-1] ^= 1
+    tampered.sock.sendall(bytes(frame))
+    assert tampered.closed_by_worker()
+    tampered.close()
+    replayed = _peer(lease, server_key, client)
+    assert replayed.handshake() is None
+    _admitted_call(raw, lease, replayed, 22)
+    again = replayed.frame_for(encode("direct", _call(raw, lease, 23)))
+    replayed.sock.sendall(again)
+    assert _result(replayed).status == pb.OK
+    replayed.sock.sendall(again)
+    assert replayed.closed_by_worker()
+    replayed.close()
+    with pytest.raises(ObjectNotFound):
+        cb.get("link-mark-21")
+    fresh = _peer(lease, server_key, client)        # the worker still serves
+    try:
+        assert fresh.handshake() is None
+        assert _result_of(fresh, _call(raw, lease, 24)).status == pb.OK
     finally:
-        raw.close()
+        fresh.close()
+    assert raw.direct(lease, 25).status == pb.OK
 
 
 def test_a_link_that_cannot_be_opened_falls_back_to_zeromq(cluster, monkeypatch):
