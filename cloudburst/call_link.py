@@ -13,7 +13,7 @@ Contract: `ClientCallLinks(credentials)` (None: a plain cluster) belongs to one 
   instead. A link that cannot be opened is logged once per worker and not tried again for
   `RETRY_OPEN` seconds (doubling to `MAX_RETRY_OPEN` while it keeps failing). A frame only
   partly written is never served (the worker serves whole frames), so sending it again
-  elsewhere cannot run it twice.
+  elsewhere cannot run it twice; the link is then half-closed (below) and not used again.
 - Secured exactly as the ZeroMQ path: with credentials the client proves its key pair and
   the worker must prove the key its keyed direct address carries (the one the lease names);
   a worker address without a key gets no link then. Without credentials links are plain.
@@ -25,8 +25,13 @@ Contract: `ClientCallLinks(credentials)` (None: a plain cluster) belongs to one 
   frame that does not open, one above `MAX_FRAME_BYTES`) is forgotten and logged; its calls
   in flight are waited for as any direct call is: if the worker lives it answers them over
   ZeroMQ (its results go there once their link is gone); if it died, its lease is revoked
-  as dead and the client's usual retry-or-WORKER_DIED rule applies.
-- `active()`: whether any link is open (else `wait` need not be asked);
+  as dead and the client's usual retry-or-WORKER_DIED rule applies. The client itself never
+  closes a link under calls in flight: after a failed write, or when it leases the worker
+  no more (`drop`), it half-closes it and reads it until the worker closes its end, so the
+  answers the worker wrote before it saw that end are read.
+- `drop(workers)` half-closes the links to workers the client no longer leases (a worker
+  serves a bounded number of links); `active()`: whether any link is open (else `wait`
+  need not be asked);
   `stats()`: counters (open, opened, sent, results, failures); `close()` closes every link.
 Thread-safe: a lock per object (the native links have their own).
 """
@@ -83,7 +88,7 @@ class ClientCallLinks:
         self.counts = {"opened": 0, "sent": 0, "results": 0, "failures": 0}
 
     def active(self) -> bool:
-        return bool(self._links)
+        return bool(self._workers)
 
     def _link(self, worker_address: str, link_address: str) -> int:
         """The open link to a worker, opening it if allowed (lock held)."""
@@ -131,13 +136,17 @@ class ClientCallLinks:
             if self._native.send(link, frame, SEND_TIMEOUT):
                 self.counts["sent"] += 1
                 return True
-            self._forget(link, "a call could not be written on it")
+            # half-closed by the native side: read until the worker closes it
+            self._forget(link, "a call could not be written on it", closed=False)
             return False
 
-    def _forget(self, link: int, why: str) -> None:
-        """A link that broke (lock held): closed, and the worker's calls go over ZeroMQ."""
-        self._native.close(link)
-        worker = self._workers.pop(link, None)
+    def _forget(self, link: int, why: str, closed: bool = True) -> None:
+        """A link that broke (lock held): the worker's calls go over ZeroMQ. One still
+        `closed=False` (half-closed) is read until the worker closes its end."""
+        worker = self._workers.get(link)
+        if closed:
+            self._native.close(link)
+            self._workers.pop(link, None)
         if worker is not None and self._links.get(worker) == link:
             del self._links[worker]
             self.counts["failures"] += 1
@@ -170,6 +179,14 @@ class ClientCallLinks:
                     self._forget(link, why)
         self.counts["results"] += len(out)
         return on_socket, out
+
+    def drop(self, workers: Any) -> None:
+        """Close the links to `workers` (the client leases them no more)."""
+        with self._lock:
+            for worker in workers:
+                link = self._links.pop(worker, None)
+                if link is not None:       # read until the worker closes it
+                    self._native.finish(link)
 
     def stats(self) -> Dict[str, int]:
         return dict(self.counts, open=len(self._links))

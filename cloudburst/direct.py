@@ -518,6 +518,12 @@ class DirectPath:
                 req = pb.LeaseRequest(release=[held.lease_id])
                 self._report(held, req)
                 ask.append((req, held.scheduler))
+            # a worker no lease names any more keeps no link of this client (its slots are
+            # bounded); half-closed, so results on the way are still read
+            unlinked = {h.worker_address for h in gone if h.link_address} - \
+                {h.worker_address for leases in self._held.values() for h in leases}
+        if unlinked and self.links is not None:
+            self.links.drop(unlinked)
         for held, calls in batches:
             sent = self._send_to(held, "direct", calls[0]) if len(calls) == 1 else \
                 self._send_to(held, "direct_batch", pb.DirectBatch(calls=calls))

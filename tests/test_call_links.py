@@ -2,6 +2,9 @@
 TCP link to the worker and reads their results from it; the worker admits link frames
 exactly as frames of its direct socket (keys, roles, leases), closes a link that breaks the
 rules and keeps serving, and a client whose link fails uses ZeroMQ."""
+import signal
+import struct
+
 import pytest
 import zmq.utils.z85 as z85
 
@@ -234,12 +237,47 @@ def test_a_link_that_cannot_be_opened_falls_back_to_zeromq(cluster, monkeypatch)
     monkeypatch.setattr(direct.DirectPath, "on_lease", nowhere)
     cb = cluster.client(direct=True)
     _leased(cb, "inc", lambda: cb.call("inc", 0).get(10))
-    assert [cb.call("inc", i).get(10) for i in range(10)] == [i + 1 for i in range(10)]
+    # with the scheduler stopped, only calls sent straight to the worker can finish
+    cluster.signal_scheduler(0, signal.SIGSTOP)
+    try:
+        got = [cb.call("inc", i).get(5) for i in range(10)]
+    finally:
+        cluster.signal_scheduler(0, signal.SIGCONT)
+    assert got == [i + 1 for i in range(10)]
     stats = _link_stats(cb)
     assert stats["failures"] >= 1 and stats["opened"] == 0 and stats["results"] == 0, stats
-    held = [h for h in cb.worker_leases if h["target"] == "inc"]
-    assert held, "the calls went direct, over ZeroMQ"
     cb.close()
+
+
+def test_a_link_the_client_leases_no_more_is_closed(cluster):
+    cb = cluster.client(direct=True)
+    _leased(cb, "inc", lambda: cb.call("inc", 0).get(10))
+    assert cb.call("inc", 1).get(10) == 2 and _link_stats(cb)["open"] == 1
+    cb._direct.release_all()
+    cb._direct.flush()
+    assert _link_stats(cb)["open"] == 0
+    # half-closed: the worker closes its end, and the client forgets the link then
+    poll_until(lambda: not cb._direct.links.active() or cb._read_arrived(), 5.0,
+               "the worker closing the link")
+    assert cb.call("inc", 2).get(10) == 3
+    cb.close()
+
+
+def test_the_result_of_a_call_whose_link_the_worker_closed_comes_over_zeromq(secured, leased):
+    raw, lease, server_key = leased
+    peer = _peer(lease, server_key, secured.client_auth.load().keypair)
+    try:
+        assert peer.handshake() is None
+        _admitted_call(raw, lease, peer, 30)
+        call = _call(raw, lease, 31)
+        # a whole call, then a frame above the limit: the worker closes the link as it reads
+        # them, and runs the call it read whole
+        peer.sock.sendall(peer.frame_for(encode("direct", call)) + struct.pack("<I", 1 << 30))
+        assert peer.closed_by_worker()
+        result = raw.recv("result", call.request_id)
+        assert result.status == pb.OK, result
+    finally:
+        peer.close()
 
 
 def test_a_worker_killed_mid_call_on_a_link_retries_the_call_or_fails_it_typed(cluster):

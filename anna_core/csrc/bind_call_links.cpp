@@ -11,7 +11,7 @@
 //   CallLinkClient(public_key=b"", secret_key=b"", max_frame=...): .fileno(),
 //     open(address, server_key, timeout) -> (link, why) (link 0 when not opened),
 //     send(link, payload, timeout) -> bool, read() -> ([(link, payload)], [(link, why)]),
-//     close(link), .open_links.
+//     finish(link) (half-close: no more sends, still read), close(link), .open_links.
 //   Every call that touches a socket releases the GIL; calls from several threads are
 //   serialised by a lock per object. Timeouts are in seconds.
 #include <pybind11/pybind11.h>
@@ -137,6 +137,11 @@ class PyCallLinkClient {
     c_->close(link);
   }
 
+  void finish(std::uint64_t link) {
+    std::lock_guard<std::mutex> lock(mu_);
+    c_->finish(link);
+  }
+
   std::size_t open_links() {
     std::lock_guard<std::mutex> lock(mu_);
     return c_->open_links();
@@ -176,7 +181,8 @@ void bind_call_links(py::module_& m) {
       .def("send", &PyCallLinkClient::send, py::arg("link"), py::arg("payload"),
            py::arg("timeout"))
       .def("read", &PyCallLinkClient::read)
-      .def("close", &PyCallLinkClient::close, py::arg("link"));
+      .def("close", &PyCallLinkClient::close, py::arg("link"))
+      .def("finish", &PyCallLinkClient::finish, py::arg("link"));
 }
 
 }  // namespace anna

@@ -2,6 +2,7 @@
 #include "call_links.hpp"
 
 #include <sys/epoll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -172,14 +173,21 @@ std::uint64_t CallLinkClient::open(const std::string& address, const std::string
 
 bool CallLinkClient::send(std::uint64_t id, std::string_view payload, int timeout_ms) {
   auto it = links_.find(id);
-  if (it == links_.end()) return false;
+  if (it == links_.end() || it->second->finished) return false;
   Link& link = *it->second;
   link.out.clear();
   if (link.cipher) link.cipher->seal(payload, &link.out);
   else append_frame(&link.out, payload);
   if (write_all(link.fd, link.out, timeout_ms)) return true;
-  close(id);  // a partial frame is never served: the worker closes the link at its end
+  finish(id);  // a partial frame is never served: the worker closes the link at its end
   return false;
+}
+
+void CallLinkClient::finish(std::uint64_t id) {
+  auto it = links_.find(id);
+  if (it == links_.end() || it->second->finished) return;
+  it->second->finished = true;
+  ::shutdown(it->second->fd, SHUT_WR);
 }
 
 void CallLinkClient::read(std::vector<std::pair<std::uint64_t, std::string>>* frames,

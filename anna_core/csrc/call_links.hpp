@@ -21,10 +21,14 @@
 //     connects and runs the handshake (secured, when the client has a key pair: the worker's
 //     server key is the one its keyed direct address carries) or the probe, all within
 //     timeout_ms; the link id, or 0 with *why set. send(link, payload, timeout_ms) writes one
-//     whole frame or fails the link (closed; false): a frame only partly written is never
-//     served (the worker serves whole frames only). read(frames, broken) reads without
-//     blocking: whole frames as (link, payload), and links that closed or failed (a frame
-//     above max_frame, one that does not open) as (link, why), each closed and forgotten.
+//     whole frame, or fails (false) and half-closes the link: a frame only partly written is
+//     never served (the worker serves whole frames only, and closes the link at the end of
+//     the stream). finish(link) half-closes a link too. A half-closed link takes no more
+//     frames but is still read, so answers the worker wrote before it saw the end arrive;
+//     the worker then closes it (and sends later answers another way). read(frames, broken)
+//     reads without blocking: whole frames as (link, payload), and links that closed or
+//     failed (a frame above max_frame, one that does not open) as (link, why), each closed
+//     and forgotten. close(link) closes at once.
 //   * Neither is thread-safe: the caller serialises (the bindings hold a lock).
 #pragma once
 
@@ -89,6 +93,7 @@ class CallLinkClient {
   bool send(std::uint64_t link, std::string_view payload, int timeout_ms);
   void read(std::vector<std::pair<std::uint64_t, std::string>>* frames,
             std::vector<std::pair<std::uint64_t, std::string>>* broken);
+  void finish(std::uint64_t link);
   void close(std::uint64_t link);
   std::size_t open_links() const { return links_.size(); }
 
@@ -99,6 +104,7 @@ class CallLinkClient {
     LinkReader reader;
     std::unique_ptr<LinkCipher> cipher;
     std::string out;
+    bool finished = false;  // half-closed: read until the worker closes it
   };
   std::size_t max_frame_;
   bool secured_ = false;
