@@ -29,6 +29,9 @@ works on (`addresses`, `_current`, `_connections`, `_pull`, `_send_lock`, `_cond
   what it recorded is carried out once the answer lock is released. A direct call's cancel
   names its lease; its `where` names its worker. A registry change gives the leases back (a
   lease runs the versions of the functions it was granted for).
+- The answers that come on the direct path's call links are read where the answer socket
+  is, by the same thread, and handled as the socket's (`_drain`); a link carries only
+  results.
 - `ClientLink(channel)` is the one door a `Future` (`futures.CallOwner`) and the direct path
   (`direct.LeaseOwner`) have to their client.
 """

@@ -64,6 +64,11 @@ client's `LeaseOwner` side (sending to a scheduler, delivering an answer to a wa
 - `lease_of(rid)`: (lease id, worker id) of a direct call in flight, else None (cancels go to
   the scheduler with the lease id, which stops the call on its worker; `where` names the
   worker).
+- Calls go to a leased worker over its call link when the lease names one
+  (`cloudburst/call_link.py`: opened on the first call there, half-closed once no lease
+  names the worker), else, or when the link cannot be opened or breaks, over ZeroMQ as
+  before (`_send_to`); `links` is the client's `ClientCallLinks` (None without the native
+  module), whose answers the client's channel reads with its answer socket's.
 - `release_all()` gives every lease back (the client changed the registry: a lease runs the
   function versions it was granted for); `close()` too, and closes the path's sockets.
   Usage not yet reported goes with the release.

@@ -41,6 +41,12 @@ Contract (mixed into `executor.worker.Worker`):
   one run of calls for the worker's guard (`FunctionGuard.run_of_calls`: its timers are
   armed once for the run while they fit each call, and cleared at its end).
 - On the direct socket any other kind is dropped and logged.
+- Call links (`executor/call_links.py`): a worker with a direct socket also listens for TCP
+  links from clients (`call_link_address`, reported next to `direct_address`), polled with
+  the same sockets; a frame on a link is handled exactly as one on the direct socket, with
+  the role of the key the link admitted. The result of a call that came on a link (alone,
+  in a `direct_results`, a DAG's sink's, a refusal or a failure) goes back on that link;
+  when the link is gone it goes over ZeroMQ to the call's answer address (`_reply`).
 - A direct call's end frees its slot (`LeaseAdmission.finished`, from the worker's
   `done` and `abort` paths); the worker sends the scheduler no `done` for it: its client
   reports it, batched, with its lease renewals.
