@@ -40,6 +40,19 @@ class Served:
         self.stop.set()
         self.thread.join(5)
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def plain_links(self, n):
+        """A plain client and n links it opened to this server."""
+        client = _core.CallLinkClient()
+        links = [client.open(self.server.address, "", 2.0) for _ in range(n)]
+        assert all(link for link, _ in links), links
+        return (client, *[link for link, _ in links])
+
 
 def _answer(client, timeout=5.0):
     """The next (frames, broken) a client's read returns with anything in it."""
@@ -55,24 +68,18 @@ def keys():
 
 
 def test_plain_links_echo_whole_frames_and_the_probe_stays_inside(keys):
-    served = Served()
-    try:
-        client = _core.CallLinkClient()
-        link, why = client.open(served.server.address, "", 2.0)
-        assert link, why
+    with Served() as served:
+        client, link = served.plain_links(1)
         for i in range(50):
             assert client.send(link, b"m%d" % i, 1.0)
             assert _answer(client) == ([(link, b"echo:m%d" % i)], [])
         assert [p for _, p, _ in served.frames] == [b"m%d" % i for i in range(50)]
         assert {r for _, _, r in served.frames} == {""}       # plain: no role
-    finally:
-        served.close()
 
 
 def test_secured_links_carry_the_admitted_keys_role_and_refuse_others(keys):
     worker, client_keys = keys
-    served = Served(worker, {client_keys.public: "client:alice"})
-    try:
+    with Served(worker, {client_keys.public: "client:alice"}) as served:
         client = _core.CallLinkClient(client_keys.public, client_keys.secret)
         link, why = client.open(served.server.address, worker.public.decode(), 2.0)
         assert link, why
@@ -88,29 +95,20 @@ def test_secured_links_carry_the_admitted_keys_role_and_refuse_others(keys):
         assert served.server.stats()["auth_refused"] == 2
         assert client.send(link, b"again", 1.0)            # the good link goes on
         assert _answer(client) == ([(link, b"echo:again")], [])
-    finally:
-        served.close()
 
 
 def test_a_frame_above_the_limit_closes_that_link_only(keys):
-    served = Served(max_frame=1024)
-    try:
-        client = _core.CallLinkClient()
-        good, _ = client.open(served.server.address, "", 2.0)
-        bad, _ = client.open(served.server.address, "", 2.0)
+    with Served(max_frame=1024) as served:
+        client, good, bad = served.plain_links(2)
         assert client.send(bad, b"x" * 2048, 1.0)
         assert _answer(client) == ([], [(bad, "closed by the worker")])
         assert client.send(good, b"small", 1.0)
         assert _answer(client) == ([(good, b"echo:small")], [])
-    finally:
-        served.close()
 
 
 def test_a_half_closed_link_is_still_read_until_the_worker_closes_it(keys):
-    served = Served()
-    try:
-        client = _core.CallLinkClient()
-        link, _ = client.open(served.server.address, "", 2.0)
+    with Served() as served:
+        client, link = served.plain_links(1)
         assert client.send(link, b"before", 1.0)
         client.finish(link)                                 # no more frames from here
         assert not client.send(link, b"after", 1.0)
@@ -118,17 +116,11 @@ def test_a_half_closed_link_is_still_read_until_the_worker_closes_it(keys):
         poll_until(lambda: (lambda f, b: frames.extend(f) or broken.extend(b) or broken)(
             *client.read()), 5.0, "the worker closing the link", interval=0.005)
         assert frames == [(link, b"echo:before")] and broken == [(link, "closed by the worker")]
-    finally:
-        served.close()
 
 
 def test_links_beyond_the_limit_are_refused_and_a_reused_descriptor_is_polled(keys):
-    served = Served(max_links=2)
-    try:
-        client = _core.CallLinkClient()
-        a, _ = client.open(served.server.address, "", 2.0)
-        b, _ = client.open(served.server.address, "", 2.0)
-        assert a and b
+    with Served(max_links=2) as served:
+        client, a, b = served.plain_links(2)
         link, why = client.open(served.server.address, "", 1.0)   # the worker closes it
         assert link == 0 and why, why
         # close one and open another: the worker may give it the same descriptor number,
@@ -139,18 +131,13 @@ def test_links_beyond_the_limit_are_refused_and_a_reused_descriptor_is_polled(ke
         assert c, why
         assert client.send(c, b"new", 1.0)
         assert _answer(client) == ([(c, b"echo:new")], [])
-    finally:
-        served.close()
 
 
 def test_a_plain_peer_that_sends_half_a_frame_and_leaves_is_dropped(keys):
-    served = Served()
-    try:
+    with Served() as served:
         host, port = served.server.address[len("tcp://"):].rsplit(":", 1)
         with socket.create_connection((host, int(port))) as s:
             s.sendall(struct.pack("<I", 100) + b"half")
         poll_until(lambda: served.server.stats()["accepted"] >= 1 and
                    served.server.stats()["open"] == 0, 5.0, "the half frame's link closed")
         assert served.frames == []                          # never served
-    finally:
-        served.close()
