@@ -118,13 +118,12 @@ def test_a_half_closed_link_is_still_read_until_the_worker_closes_it(keys):
         assert frames == [(link, b"echo:before")] and broken == [(link, "closed by the worker")]
 
 
-def test_links_beyond_the_limit_are_refused_and_a_reused_descriptor_is_polled(keys):
+def test_links_beyond_the_limit_are_refused_and_a_freed_place_serves_a_new_link(keys):
     with Served(max_links=2) as served:
         client, a, b = served.plain_links(2)
         link, why = client.open(served.server.address, "", 1.0)   # the worker closes it
         assert link == 0 and why, why
-        # close one and open another: the worker may give it the same descriptor number,
-        # which its epoll set must poll anew
+        # close one and open another (which may get the closed one's descriptor number)
         client.close(b)
         poll_until(lambda: served.server.stats()["open"] == 1, 5.0, "the closed link gone")
         c, why = client.open(served.server.address, "", 2.0)
