@@ -29,6 +29,9 @@ works on (`addresses`, `_current`, `_connections`, `_pull`, `_send_lock`, `_cond
   what it recorded is carried out once the answer lock is released. A direct call's cancel
   names its lease; its `where` names its worker. A registry change gives the leases back (a
   lease runs the versions of the functions it was granted for).
+- The answers that come on the direct path's call links are read where the answer socket
+  is, by the same thread, and handled as the socket's (`_drain`); a link carries only
+  results.
 - `ClientLink(channel)` is the one door a `Future` (`futures.CallOwner`) and the direct path
   (`direct.LeaseOwner`) have to their client.
 """
@@ -44,6 +47,7 @@ from hydro_proto import cloudburst_pb2 as pb
 
 from runtime.auth import FUNCTION, role_of
 from runtime.framing import more, parse, recv_frame, send
+from .call_link import answers_of
 from .errors import (AuthenticationError, AuthenticationRequired, CloudburstError, Timeout,
                      error_from_status)
 from .futures import SchedulerUnavailable
@@ -453,19 +457,22 @@ class SchedulerChannel:
         out: List[Tuple[str, Any]] = []
         if self.closed:
             return out
+        links = self._direct.links if self._direct is not None else None
+        if links is not None and links.active():   # the answers on call links too
+            waiting, out = links.wait(self._pull, timeout)
+            if not waiting:
+                return out
         # without waiting, one look at the socket's events, cheaper than a poll (a client
         # looks before its direct calls: `cloudburst/direct.py`)
-        if not (more(self._pull) if timeout <= 0 else self._pull.poll(int(timeout * 1000))):
+        elif not (more(self._pull) if timeout <= 0 else self._pull.poll(int(timeout * 1000))):
             return out
         while True:
             frame = recv_frame(self._pull, copy=False)   # copy=False: the sender's role
             try:
                 kind, payload = parse(frame.bytes)
-                if kind == "direct_results":    # a worker's results of several direct calls
-                    out.extend(("result", r) for r in pb.DirectResults.FromString(payload).results)
+                if kind in ("result", "direct_results") or role_of(frame) == FUNCTION:
+                    out.extend(answers_of(frame.bytes))   # a worker's: results only
                 else:
-                    if kind != "result" and role_of(frame) == FUNCTION:
-                        raise ValueError("a function key may send a client only results")
                     out.append((kind, _ANSWERS[kind].FromString(payload)))
             except Exception as e:  # malformed or not for a client: dropped, and said
                 log.warning("dropped a message a client cannot take (%d bytes): %s",

@@ -67,6 +67,11 @@ client's `LeaseOwner` side (sending to a scheduler, delivering an answer to a wa
 - `lease_of(rid)`: (lease id, worker id) of a direct call in flight, else None (cancels go to
   the scheduler with the lease id, which stops the call on its worker; `where` names the
   worker).
+- Calls go to a leased worker over its call link when the lease names one
+  (`cloudburst/call_link.py`: opened on the first call there, half-closed once no lease
+  names the worker), else, or when the link cannot be opened or breaks, over ZeroMQ as
+  before (`_send_to`); `links` is the client's `ClientCallLinks` (None without the native
+  module), whose answers the client's channel reads with its answer socket's.
 - `release_all()` gives every lease back (the client changed the registry: a lease runs the
   function versions it was granted for); `close()` too, and closes the path's sockets.
   Usage not yet reported goes with the release.
@@ -88,6 +93,7 @@ from faas.errors import CloudburstError
 from runtime.sockets import PushCache
 
 from .arguments import referenced_keys
+from .call_link import ClientCallLinks
 from .stalls import CallTimes, held_up
 
 __all__ = ["DirectPath", "LeaseOwner", "RETRY_ASK", "MAX_QUEUED", "MAX_SPREAD", "READ_EVERY",
@@ -148,6 +154,7 @@ class _Held:
     latencies: List[float] = field(default_factory=list)
     renewing: bool = False
     grown: float = float("-inf")     # when it was last renewed early to grow (`_grow`)
+    link_address: str = ""           # the worker's call links ("": ZeroMQ only)
 
 
 Key = Tuple[str, bool]       # a target: (name, whether a DAG)
@@ -166,6 +173,7 @@ class DirectPath:
     def __init__(self, owner: LeaseOwner, context: zmq.Context, credentials: Any) -> None:
         self._owner = owner
         self._push = PushCache(context, auth=credentials)
+        self.links = _call_links(credentials)    # calls over TCP links (call_link.py)
         self._lock = threading.Lock()
         self._held: Dict[Key, List[_Held]] = {}              # target -> its live leases
         self._asked: Dict[Key, float] = {}      # target -> when a lease was asked/refused
@@ -319,8 +327,7 @@ class DirectPath:
             if cork:
                 self._owner.flush_by(self._send_at)
             return held.scheduler
-        with self._push_lock:
-            sent = self._push.send(held.worker_address, "direct", call)
+        sent = self._send_to(held, "direct", call)
         if not sent:                              # the worker is not reachable: the long way
             with self._lock:
                 held.in_flight.pop(call.request_id, None)
@@ -329,6 +336,15 @@ class DirectPath:
             call.ClearField("lease_id")
             return None
         return held.scheduler
+
+    def _send_to(self, held: _Held, kind: str, message: Any) -> bool:
+        """Send to a lease's worker: on its call link if it has one that works, else over
+        ZeroMQ (False: neither took it)."""
+        if held.link_address and self.links is not None and \
+                self.links.send(held.worker_address, held.link_address, kind, message):
+            return True
+        with self._push_lock:
+            return self._push.send(held.worker_address, kind, message)
 
     def _grow(self, held: _Held, now: float) -> None:
         """Every slot of `held` is in use while calls queue: it is renewed early (at most
@@ -398,7 +414,8 @@ class DirectPath:
             leases = self._held.get(key, [])
             same = next((h for h in leases if h.worker_id == m.worker_id), None)
             fresh = _Held(m.lease_id, m.worker_id, m.worker_address, m.scheduler_address,
-                          max(1, m.slots), m.ttl, now + m.ttl, m.max_retries)
+                          max(1, m.slots), m.ttl, now + m.ttl, m.max_retries,
+                          link_address=m.link_address)
             if same is not None:                  # another lease on that worker: keep one
                 self._gone.append(same)
                 fresh.in_flight = same.in_flight
@@ -545,12 +562,15 @@ class DirectPath:
                 req = pb.LeaseRequest(release=[held.lease_id])
                 self._report(held, req)
                 ask.append((req, held.scheduler))
+            # a worker no lease names any more keeps no link of this client (its slots are
+            # bounded); half-closed, so results on the way are still read
+            unlinked = {h.worker_address for h in gone if h.link_address} - \
+                {h.worker_address for leases in self._held.values() for h in leases}
+        if unlinked and self.links is not None:
+            self.links.drop(unlinked)
         for held, calls in batches:
-            with self._push_lock:
-                sent = self._push.send(held.worker_address, "direct", calls[0]) \
-                    if len(calls) == 1 else \
-                    self._push.send(held.worker_address, "direct_batch",
-                                    pb.DirectBatch(calls=calls))
+            sent = self._send_to(held, "direct", calls[0]) if len(calls) == 1 else \
+                self._send_to(held, "direct_batch", pb.DirectBatch(calls=calls))
             if not sent:                           # the worker is not reachable: the long way
                 with self._lock:
                     for call in calls:
@@ -594,3 +614,14 @@ class DirectPath:
         finally:
             with self._push_lock:
                 self._push.close()
+            if self.links is not None:
+                self.links.close()
+
+
+def _call_links(credentials: Any) -> Optional[ClientCallLinks]:
+    """The client's call links, or None (the native module lacks them: ZeroMQ only)."""
+    try:
+        return ClientCallLinks(credentials)
+    except (ImportError, AttributeError, RuntimeError, ValueError) as e:
+        log.info("no call links (%s): direct calls use ZeroMQ", e)
+        return None

@@ -41,6 +41,12 @@ Contract (mixed into `executor.worker.Worker`):
   one run of calls for the worker's guard (`FunctionGuard.run_of_calls`: its timers are
   armed once for the run while they fit each call, and cleared at its end).
 - On the direct socket any other kind is dropped and logged.
+- Call links (`executor/call_links.py`): a worker with a direct socket also listens for TCP
+  links from clients (`call_link_address`, reported next to `direct_address`), polled with
+  the same sockets; a frame on a link is handled exactly as one on the direct socket, with
+  the role of the key the link admitted. The result of a call that came on a link (alone,
+  in a `direct_results`, a DAG's sink's, a refusal or a failure) goes back on that link;
+  when the link is gone it goes over ZeroMQ to the call's answer address (`_reply`).
 - A direct call's end frees its slot (`LeaseAdmission.finished`, from the worker's
   `done` and `abort` paths); the worker sends the scheduler no `done` for it: its client
   reports it, batched, with its lease renewals.
@@ -48,6 +54,7 @@ Contract (mixed into `executor.worker.Worker`):
 from __future__ import annotations
 
 import logging
+import select
 import time
 from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 
@@ -59,6 +66,7 @@ from runtime.auth import CLIENT_PREFIX, Credentials, Security, credentials_of, r
 from runtime.framing import FrameError, parse, recv_frame
 from runtime.sockets import bind_pull
 
+from .call_links import WorkerCallLinks
 from .leased import CANCELLED, MAX_LEASES, LeaseAdmission
 from .result_batch import RESULT_HOLD_SECONDS, ResultBatch
 
@@ -90,6 +98,8 @@ class DirectCalls:
         self._last_run: Dict[str, float] = {}     # lease id -> how long its last call took
         self._direct = None
         self.direct_address = ""
+        self._links: Optional[WorkerCallLinks] = None    # call links (executor/call_links.py)
+        self.call_link_address = ""
         if credentials is not None and not any(r.startswith(CLIENT_PREFIX)
                                                for r in credentials.allowed.values()):
             # no client key was handed over (a worker host's workers): no client could
@@ -104,11 +114,21 @@ class DirectCalls:
         self._poller = zmq.Poller()
         self._poller.register(self._pull, zmq.POLLIN)
         self._poller.register(self._direct, zmq.POLLIN)
+        # the same calls over TCP links read on this thread (no ZeroMQ I/O thread)
+        self._links = WorkerCallLinks.open(self.config.ip, credentials,
+                                           f"worker {self.worker_id}: ")
+        if self._links is not None:
+            self.call_link_address = self._links.address
+            self._links_fd = self._links.fileno()
+            self._poller.register(self._links_fd, zmq.POLLIN)
+            self._links_idle = select.poll()      # looked at without a lease (below)
+            self._links_idle.register(self._links_fd, select.POLLIN)
 
     def _close_direct_calls(self) -> None:
         if self._direct is None:
             return
         self._direct.close(0)
+        self._links = None            # closes its listener and links
         if self._direct_security is not None:
             self._direct_security.stop()
         self._direct_context.term()
@@ -119,17 +139,19 @@ class DirectCalls:
         if not self.leased.busy():
             # no lease here: the schedule socket as before (one blocking receive), and a
             # direct call (to be refused) is seen within one receive timeout
-            if self._direct.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-                self._read_direct()
+            links = self._links is not None and bool(self._links_idle.poll(0))
+            if links or self._direct.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                self._read_direct(links)
             return recv_frame(self._pull, copy=False)
         ready = dict(self._poller.poll(self._pull.getsockopt(zmq.RCVTIMEO)))
         if self._pull in ready:      # first: it may hold the grant of the lease a call names
             return recv_frame(self._pull, zmq.NOBLOCK, copy=False)
-        if self._direct in ready:
-            self._read_direct()
+        links = self._links is not None and self._links_fd in ready
+        if links or self._direct in ready:
+            self._read_direct(links)
         return None       # (not zmq.Again: an exception per wake-up costs more than the call)
 
-    def _read_direct(self) -> None:
+    def _read_direct(self, links: bool = False) -> None:
         """Run the direct calls that have arrived. Their results are held while more wait
         (`ResultBatch`: at most `RESULT_HOLD_SECONDS`, and never across a call that long),
         so a client that keeps a worker busy gets one message per run of calls, not one
@@ -138,6 +160,9 @@ class DirectCalls:
         try:
             with self.guard.run_of_calls():  # one kill-timer arming for many calls
                 self._read_waiting()
+                if links:            # and what came on call links
+                    for link, data, role in self._links.frames():
+                        self._from_client(data, role, link)
         finally:
             self._answers.close()
             self._send_answers()
@@ -161,8 +186,8 @@ class DirectCalls:
         self.leased.told(m.lease_id, m.client, m.slots, m.ttl, time.monotonic(),
                          list(m.templates) if m.templates else None, m.revoked, m.reason)
 
-    def _from_client(self, data: bytes, role: str) -> None:
-        """A frame on the direct socket: only a direct call is taken."""
+    def _from_client(self, data: bytes, role: str, link: int = 0) -> None:
+        """A frame on the direct socket (or call link `link`): only a direct call is taken."""
         try:
             kind, payload = parse(data)
             if kind not in CLIENT_KINDS:
@@ -179,6 +204,8 @@ class DirectCalls:
         for call in calls:     # their results are held (`_read_direct`) and go together
             if self._answers.due_before(self._last_run.get(call.lease_id)):
                 self._send_answers()    # not held behind a call that may be long
+            if link:       # its result goes back on the link it came on
+                self._links.arrived(call.request_id, link)
             start = time.monotonic()
             self._on_direct(call, role)
             now = time.monotonic()
@@ -196,15 +223,30 @@ class DirectCalls:
     def _answer(self, address: str, result: pb.CallResult) -> None:
         """Send a call's result: held with the others of a `direct_batch` being run, so one
         message answers several of a client's calls; else at once."""
-        if not self._answers.add(address, result, time.monotonic()):
-            self._push.send(address, "result", result)
+        link = self._links.route(result.request_id) if self._links is not None else 0
+        if not self._answers.add((address, link), result, time.monotonic()):
+            self._reply(address, "result", result)
 
     def _send_answers(self) -> None:
-        for address, results in self._answers.take():
+        for (address, link), results in self._answers.take():
             if len(results) == 1:
-                self._push.send(address, "result", results[0])
+                self._reply(address, "result", results[0], link)
             else:
-                self._push.send(address, "direct_results", pb.DirectResults(results=results))
+                self._reply(address, "direct_results", pb.DirectResults(results=results),
+                            link, [r.request_id for r in results])
+
+    def _reply(self, address: str, kind: str, message: Any, link: Optional[int] = None,
+               ids: Optional[List[str]] = None) -> None:
+        """Send a call's result (or a batch of them, `ids`) on the link the call came on,
+        else (no link, or it is gone) over ZeroMQ to `address`."""
+        if self._links is not None:
+            for call_id in ids or [message.request_id]:
+                if link is None:
+                    link = self._links.route(call_id)
+                self._links.finished(call_id)
+            if link and self._links.send(link, kind, message):
+                return
+        self._push.send(address, kind, message)
 
     def _on_direct(self, call: pb.Call, role: str) -> None:
         now = time.monotonic()

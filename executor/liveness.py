@@ -257,6 +257,7 @@ class Heartbeat:
     # totals of direct calls finished and the seconds they ran (reported as differences)
     direct_work: Callable[[], Tuple[int, float]] = lambda: (0, 0.0)
     doorbell: Optional["Doorbell"] = None   # rung by `busy` when a function starts
+    call_link_address: str = ""         # where clients open call links ("": none)
 
 
 def heartbeat_loop(beat: Heartbeat) -> None:
@@ -316,6 +317,7 @@ def heartbeat_loop(beat: Heartbeat) -> None:
                                      cache_address=beat.cache_address,
                                      control_address=beat.control_address,
                                      direct_address=beat.direct_address,
+                                     call_link_address=beat.call_link_address,
                                      restarts=process_start() - 1,
                                      ended_run=beat.run_reports.ended_run)
             direct = beat.direct_work()

@@ -202,7 +202,8 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, Direct
                       c.cache_address, c.scheduler_addresses, c.heartbeat_period,
                       self._context, self.credentials, self.busy, self.run_reports,
                       self.pending.__len__, self._control, self._on_control, self._stopping,
-                      self.direct_address, lambda: self.direct_work, self._doorbell),))
+                      self.direct_address, lambda: self.direct_work, self._doorbell,
+                      self.call_link_address),))
         beat.start()
         self._pull.setsockopt(zmq.RCVTIMEO, 100)
         next_sweep = time.monotonic() + 0.5
@@ -537,7 +538,7 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, Direct
     def _fail(self, s: pb.Schedule, status: int, message: str, tb: str = "",
               stage: str = "") -> None:
         if s.response_address:        # none: an actor's re-creation (scheduler/actor_calls.py)
-            self._push.send(s.response_address, "result", pb.CallResult(
+            self._reply(s.response_address, "result", pb.CallResult(
                 request_id=s.causal.call_id or s.call_id, status=status, message=message,
                 traceback=tb, stage=stage, logs=self._call_logs(s, self._printed)))
         else:

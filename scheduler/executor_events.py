@@ -74,7 +74,7 @@ class ExecutorEvents:
                                time.monotonic(), status)
             return
         if s.direct_address:    # where its leases' direct calls go (scheduler/lease_grants.py)
-            self._note_direct(s.worker_id, s.direct_address)
+            self._note_direct(s.worker_id, s.direct_address, s.call_link_address)
         if s.direct_calls:      # its window learns from direct calls as from `done`s
             self._windows.observe(s.worker_id, s.direct_calls, s.direct_busy_seconds)
         if not s.address:       # its node vouches that the worker's process is alive

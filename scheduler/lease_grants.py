@@ -75,9 +75,11 @@ class WorkerLeasing:
     def _init_worker_leases(self) -> None:
         self.worker_leases = LeaseBook(self.config.worker_lease_ttl)
         self._direct_addresses: Dict[str, str] = {}   # worker id -> its direct socket
+        self._link_addresses: Dict[str, str] = {}     # worker id -> its call links
 
-    def _note_direct(self, worker_id: str, address: str) -> None:
+    def _note_direct(self, worker_id: str, address: str, link_address: str = "") -> None:
         self._direct_addresses[worker_id] = address
+        self._link_addresses[worker_id] = link_address
 
     # ---- requests ----
     def _lease_worker(self, payload: Any, role: str) -> None:
@@ -224,6 +226,7 @@ class WorkerLeasing:
             lease_id=lease.lease_id, target=lease.target, dag=lease.dag,
             worker_id=lease.worker_id,
             worker_address=self._direct_addresses.get(lease.worker_id, ""),
+            link_address=self._link_addresses.get(lease.worker_id, ""),
             slots=lease.slots, ttl=self.worker_leases.ttl, client=lease.client,
             scheduler_address=self.address, **fields)
 
@@ -283,6 +286,7 @@ class WorkerLeasing:
 
     def _leases_lost(self, worker_id: str, why: str) -> None:
         self._direct_addresses.pop(worker_id, None)     # a restarted worker reports anew
+        self._link_addresses.pop(worker_id, None)
         if len(self.worker_leases):
             self._revoke(self.worker_leases.worker_lost(worker_id, why))
 

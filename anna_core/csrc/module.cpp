@@ -12,6 +12,7 @@ void bind_kernel_bench(py::module_& m);
 void bind_loadgen(py::module_& m);
 void bind_worker_core(py::module_& m);
 void bind_client_transport(py::module_& m);
+void bind_call_links(py::module_& m);
 }  // namespace anna
 
 PYBIND11_MODULE(_core, m) {
@@ -23,4 +24,5 @@ PYBIND11_MODULE(_core, m) {
   anna::bind_loadgen(m);
   anna::bind_worker_core(m);
   anna::bind_client_transport(m);
+  anna::bind_call_links(m);
 }

@@ -77,6 +77,7 @@ class WorkerLinks {
   void flush();
 
   std::size_t open() const { return links_.size(); }
+  bool has(std::uint64_t link) const { return links_.count(link) != 0; }
   std::uint64_t accepted() const { return accepted_; }
   std::uint64_t refused() const { return refused_; }
   std::uint64_t dropped() const { return dropped_; }

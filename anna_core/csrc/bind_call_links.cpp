@@ -1,0 +1,188 @@
+// Python binding of call links (call_links.hpp): anna_core._core.CallLinkServer for an
+// executor worker, anna_core._core.CallLinkClient for a client.
+//
+// Contract:
+//   CallLinkServer(ip, max_frame, max_links=256, where="", public_key=b"", secret_key=b"",
+//                  admitted={}): keys in Z85 (40 bytes); `admitted` maps a Z85 public key to
+//     its role, as runtime.auth.Credentials.allowed does; an empty secret key means plain
+//     links. RuntimeError when it cannot listen; ValueError for bad keys.
+//     .address, .fileno() (the epoll descriptor to poll for reading), service() ->
+//     [(link, payload: bytes, role: str)], send(link, payload) -> bool, stats() -> dict.
+//   CallLinkClient(public_key=b"", secret_key=b"", max_frame=...): .fileno(),
+//     open(address, server_key, timeout) -> (link, why) (link 0 when not opened),
+//     send(link, payload, timeout) -> bool, read() -> ([(link, payload)], [(link, why)]),
+//     finish(link) (half-close: no more sends, still read), close(link), .open_links.
+//   Every call that touches a socket releases the GIL; calls from several threads are
+//   serialised by a lock per object. Timeouts are in seconds.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "call_links.hpp"
+
+namespace py = pybind11;
+
+namespace anna {
+namespace {
+
+int millis(double seconds) {
+  if (!(seconds > 0)) return 1;
+  return static_cast<int>(std::min(seconds, 3600.0) * 1000.0) + 1;
+}
+
+class PyCallLinkServer {
+ public:
+  PyCallLinkServer(const std::string& ip, std::size_t max_frame, std::size_t max_links,
+                   const std::string& where, const py::bytes& public_key,
+                   const py::bytes& secret_key, const std::map<py::bytes, std::string>& admitted) {
+    CurveKeys keys;
+    keys.public_key = public_key;
+    keys.secret_key = secret_key;
+    for (const auto& [key, role] : admitted) keys.admitted.emplace(std::string(key), role);
+    // (roles are the worker's: "function" is one, which the kernel's check_curve_keys, made
+    // for KVS nodes, does not know; WorkerLinks refuses keys that are not Z85 itself)
+    s_ = std::make_unique<CallLinkServer>(ip, max_frame, max_links, where, keys);
+  }
+
+  py::list service() {
+    frames_.clear();
+    {
+      py::gil_scoped_release release;
+      std::lock_guard<std::mutex> lock(mu_);
+      s_->service(&frames_);
+    }
+    py::list out;
+    for (auto& [link, payload, role] : frames_)
+      out.append(py::make_tuple(link, py::bytes(payload), py::str(role)));
+    frames_.clear();
+    return out;
+  }
+
+  bool send(std::uint64_t link, const py::bytes& payload) {
+    std::string_view view = payload;
+    py::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(mu_);
+    return s_->send(link, view);
+  }
+
+  py::dict stats() {
+    std::lock_guard<std::mutex> lock(mu_);
+    const WorkerLinks& l = s_->links();
+    py::dict d;
+    d["open"] = l.open();
+    d["accepted"] = l.accepted();
+    d["refused"] = l.refused();
+    d["dropped"] = l.dropped();
+    d["frames"] = l.frames();
+    d["auth_refused"] = l.auth_refused();
+    d["secured"] = l.secured();
+    return d;
+  }
+
+  const std::string& address() const { return s_->address(); }
+  int fileno() const { return s_->fd(); }
+
+ private:
+  std::mutex mu_;
+  std::unique_ptr<CallLinkServer> s_;
+  std::vector<CallLinkServer::Frame> frames_;
+};
+
+class PyCallLinkClient {
+ public:
+  PyCallLinkClient(const py::bytes& public_key, const py::bytes& secret_key,
+                   std::size_t max_frame) {
+    try {
+      c_ = std::make_unique<CallLinkClient>(public_key, secret_key, max_frame);
+    } catch (const std::invalid_argument& e) {
+      throw py::value_error(e.what());
+    }
+  }
+
+  py::tuple open(const std::string& address, const std::string& server_key, double timeout) {
+    std::string why;
+    std::uint64_t id;
+    {
+      py::gil_scoped_release release;
+      std::lock_guard<std::mutex> lock(mu_);
+      id = c_->open(address, server_key, millis(timeout), &why);
+    }
+    return py::make_tuple(id, py::str(why));
+  }
+
+  bool send(std::uint64_t link, const py::bytes& payload, double timeout) {
+    std::string_view view = payload;
+    py::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(mu_);
+    return c_->send(link, view, millis(timeout));
+  }
+
+  py::tuple read() {
+    std::vector<std::pair<std::uint64_t, std::string>> frames, broken;
+    {
+      py::gil_scoped_release release;
+      std::lock_guard<std::mutex> lock(mu_);
+      c_->read(&frames, &broken);
+    }
+    py::list f, b;
+    for (auto& [link, payload] : frames) f.append(py::make_tuple(link, py::bytes(payload)));
+    for (auto& [link, why] : broken) b.append(py::make_tuple(link, py::str(why)));
+    return py::make_tuple(f, b);
+  }
+
+  void close(std::uint64_t link) {
+    std::lock_guard<std::mutex> lock(mu_);
+    c_->close(link);
+  }
+
+  void finish(std::uint64_t link) {
+    std::lock_guard<std::mutex> lock(mu_);
+    c_->finish(link);
+  }
+
+  std::size_t open_links() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return c_->open_links();
+  }
+  int fileno() const { return c_->fd(); }
+  bool secured() const { return c_->secured(); }
+
+ private:
+  std::mutex mu_;
+  std::unique_ptr<CallLinkClient> c_;
+};
+
+}  // namespace
+
+void bind_call_links(py::module_& m) {
+  py::class_<PyCallLinkServer>(m, "CallLinkServer", "A worker's call links (call_links.hpp).")
+      .def(py::init<const std::string&, std::size_t, std::size_t, const std::string&,
+                    const py::bytes&, const py::bytes&, const std::map<py::bytes, std::string>&>(),
+           py::arg("ip"), py::arg("max_frame"), py::arg("max_links") = std::size_t{256},
+           py::arg("where") = std::string(), py::arg("public_key") = py::bytes(),
+           py::arg("secret_key") = py::bytes(),
+           py::arg("admitted") = std::map<py::bytes, std::string>{})
+      .def_property_readonly("address", &PyCallLinkServer::address)
+      .def("fileno", &PyCallLinkServer::fileno)
+      .def("service", &PyCallLinkServer::service)
+      .def("send", &PyCallLinkServer::send, py::arg("link"), py::arg("payload"))
+      .def("stats", &PyCallLinkServer::stats);
+  py::class_<PyCallLinkClient>(m, "CallLinkClient", "A client's call links (call_links.hpp).")
+      .def(py::init<const py::bytes&, const py::bytes&, std::size_t>(),
+           py::arg("public_key") = py::bytes(), py::arg("secret_key") = py::bytes(),
+           py::arg("max_frame") = std::size_t{64} << 20)
+      .def("fileno", &PyCallLinkClient::fileno)
+      .def_property_readonly("secured", &PyCallLinkClient::secured)
+      .def_property_readonly("open_links", &PyCallLinkClient::open_links)
+      .def("open", &PyCallLinkClient::open, py::arg("address"), py::arg("server_key"),
+           py::arg("timeout"))
+      .def("send", &PyCallLinkClient::send, py::arg("link"), py::arg("payload"),
+           py::arg("timeout"))
+      .def("read", &PyCallLinkClient::read)
+      .def("close", &PyCallLinkClient::close, py::arg("link"))
+      .def("finish", &PyCallLinkClient::finish, py::arg("link"));
+}
+
+}  // namespace anna

@@ -1,0 +1,118 @@
+// Call links: direct calls between a client and an executor worker over a TCP connection
+// written and read on the calling thread (client links, link.hpp, reused for calls), so a
+// call and its result cross no ZeroMQ I/O thread on either side.
+//
+// Contract:
+//   * CallLinkServer(ip, max_frame, max_links, where, keys) is a worker's side: a WorkerLinks
+//     (worker_links.hpp: its listener, bounds, handshake deadline, admission by the node's
+//     ZAP decision with the keys the worker's direct socket admits) behind one epoll
+//     descriptor, fd(), readable whenever a link has something to accept, read or write, so
+//     a ZeroMQ poller can wait on it next to ZeroMQ sockets. service(out) accepts, runs
+//     handshakes, reads and writes without blocking, and appends every whole frame that
+//     arrived as (link id, payload, role: the admitted key's role, "" on plain links).
+//     send(link, payload) seals (secured links) and writes what it can now, the rest at the
+//     next service(); false when the link is gone (the caller answers another way).
+//   * Plain links (no keys) open with a probe: the client sends kProbe, the server answers
+//     kProbe on the link, so a client never sends a call on a connection the worker did not
+//     accept. Secured links need none: READY is that proof. A probe is not a frame for the
+//     caller.
+//   * CallLinkClient(public_key, secret_key, max_frame) is a client's side: its links to
+//     workers behind one epoll descriptor, fd(). open(address, server_key, timeout_ms)
+//     connects and runs the handshake (secured, when the client has a key pair: the worker's
+//     server key is the one its keyed direct address carries) or the probe, all within
+//     timeout_ms; the link id, or 0 with *why set. send(link, payload, timeout_ms) writes one
+//     whole frame, or fails (false) and half-closes the link: a frame only partly written is
+//     never served (the worker serves whole frames only, and closes the link at the end of
+//     the stream). finish(link) half-closes a link too. A half-closed link takes no more
+//     frames but is still read, so answers the worker wrote before it saw the end arrive;
+//     the worker then closes it (and sends later answers another way). read(frames, broken)
+//     reads without blocking: whole frames as (link, payload), and links that closed or
+//     failed (a frame above max_frame, one that does not open) as (link, why), each closed
+//     and forgotten. close(link) closes at once.
+//   * Neither is thread-safe: the caller serialises (the bindings hold a lock).
+#pragma once
+
+#include <zmq.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "curve.hpp"
+#include "link.hpp"
+#include "secure_link.hpp"
+#include "worker_links.hpp"
+
+namespace anna {
+
+inline constexpr std::string_view kCallLinkProbe = "CL1P";
+
+class CallLinkServer {
+ public:
+  using Frame = std::tuple<std::uint64_t, std::string, std::string>;
+  CallLinkServer(const std::string& ip, std::size_t max_frame, std::size_t max_links,
+                 std::string where, const CurveKeys& keys);
+  ~CallLinkServer();
+  CallLinkServer(const CallLinkServer&) = delete;
+  CallLinkServer& operator=(const CallLinkServer&) = delete;
+
+  const std::string& address() const { return links_.address(); }
+  int fd() const { return epoll_fd_; }
+  void service(std::vector<Frame>* out);
+  bool send(std::uint64_t link, std::string_view payload);
+  const WorkerLinks& links() const { return links_; }
+
+ private:
+  void sync();  // the epoll set follows the links' poll items
+  WorkerLinks links_;
+  int epoll_fd_ = -1;
+  std::vector<zmq_pollitem_t> items_;
+  std::unordered_map<int, short> registered_;
+  std::uint64_t synced_accepted_ = ~std::uint64_t{0};
+  std::size_t synced_open_ = 0;
+  std::vector<std::uint64_t> probes_;  // plain links that sent a probe: answered after reading
+};
+
+class CallLinkClient {
+ public:
+  CallLinkClient(const std::string& public_key, const std::string& secret_key,
+                 std::size_t max_frame);
+  ~CallLinkClient();
+  CallLinkClient(const CallLinkClient&) = delete;
+  CallLinkClient& operator=(const CallLinkClient&) = delete;
+
+  int fd() const { return epoll_fd_; }
+  bool secured() const { return secured_; }
+  std::uint64_t open(const std::string& address, const std::string& server_key, int timeout_ms,
+                     std::string* why);
+  bool send(std::uint64_t link, std::string_view payload, int timeout_ms);
+  void read(std::vector<std::pair<std::uint64_t, std::string>>* frames,
+            std::vector<std::pair<std::uint64_t, std::string>>* broken);
+  void finish(std::uint64_t link);
+  void close(std::uint64_t link);
+  std::size_t open_links() const { return links_.size(); }
+
+ private:
+  struct Link {
+    explicit Link(std::size_t max_frame) : reader(max_frame) {}
+    int fd = -1;
+    LinkReader reader;
+    std::unique_ptr<LinkCipher> cipher;
+    std::string out;
+    bool finished = false;  // half-closed: read until the worker closes it
+  };
+  std::size_t max_frame_;
+  bool secured_ = false;
+  RawKey public_{}, secret_{};
+  int epoll_fd_ = -1;
+  std::uint64_t next_id_ = 1;
+  std::unordered_map<std::uint64_t, std::unique_ptr<Link>> links_;
+  std::string plain_;
+};
+
+}  // namespace anna

@@ -1,0 +1,199 @@
+"""Call links at the client: direct calls sent to a leased worker over a TCP link, and
+their results read from it, instead of the ZeroMQ direct socket and answer socket.
+
+A call over ZeroMQ crosses an I/O thread at each end of each hop; a link is written by the
+calling thread and read by the thread that reads the answers (`anna_core/csrc/
+call_links.hpp`), so a warm call costs a write and a read at each end.
+
+Contract: `ClientCallLinks(credentials)` (None: a plain cluster) belongs to one client.
+- `send(worker_address, link_address, kind, message)`: writes the message on the link to
+  that worker, opening it first if none is open (connect and handshake, the GIL released,
+  within `OPEN_TIMEOUT`); False when there is no link (none advertised, it could not be
+  opened, it was refused, or it broke on this write), and the caller sends it over ZeroMQ
+  instead. A link that cannot be opened is logged once per worker and not tried again for
+  `RETRY_OPEN` seconds (doubling to `MAX_RETRY_OPEN` while it keeps failing). A frame only
+  partly written is never served (the worker serves whole frames), so sending it again
+  elsewhere cannot run it twice; the link is then half-closed (below) and not used again.
+- Secured exactly as the ZeroMQ path: with credentials the client proves its key pair and
+  the worker must prove the key its keyed direct address carries (the one the lease names);
+  a worker address without a key gets no link then. Without credentials links are plain.
+- `wait(socket, timeout)`: waits up to `timeout` s (0: not at all) for the answer `socket`
+  or a link to have something; returns (whether `socket` has a message, the answers that
+  came on links as `(kind, message)`: `result`s, including each of a `direct_results`).
+  A worker may send a client only results (its key is a function's): anything else on a
+  link is dropped and logged, as on the answer socket. A link that closes or fails (a
+  frame that does not open, one above `MAX_FRAME_BYTES`) is forgotten and logged; its calls
+  in flight are waited for as any direct call is: if the worker lives it answers them over
+  ZeroMQ (its results go there once their link is gone); if it died, its lease is revoked
+  as dead and the client's usual retry-or-WORKER_DIED rule applies. The client itself never
+  closes a link under calls in flight: after a failed write, or when it leases the worker
+  no more (`drop`), it half-closes it and reads it until the worker closes its end, so the
+  answers the worker wrote before it saw that end are read.
+- `drop(workers)` half-closes the links to workers the client no longer leases (a worker
+  serves a bounded number of links); `active()`: whether any link is open (else `wait`
+  need not be asked);
+  `stats()`: counters (open, opened, sent, results, failures); `close()` closes every link.
+Thread-safe: a lock per object (the native links have their own).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+import zmq
+
+from hydro_proto import cloudburst_pb2 as pb
+from runtime.auth import Credentials, parse_address
+from runtime.framing import MAX_FRAME_BYTES, FrameError, encode, parse
+
+__all__ = ["ClientCallLinks", "OPEN_TIMEOUT", "RETRY_OPEN", "MAX_RETRY_OPEN", "answers_of"]
+
+log = logging.getLogger("cloudburst.client")
+
+OPEN_TIMEOUT = 0.5       # seconds to connect and finish the handshake
+RETRY_OPEN = 2.0         # seconds before a link that failed to open is tried again
+MAX_RETRY_OPEN = 60.0
+SEND_TIMEOUT = 1.0       # seconds a frame may wait for room on the link
+MAX_REMEMBERED = 4096    # workers whose link failed, remembered (bounded)
+
+
+def answers_of(data: bytes) -> List[Tuple[str, Any]]:
+    """The answers a worker's frame carries: `result`s (a `direct_results` is several);
+    FrameError/DecodeError/KeyError for anything else (a worker sends a client only those)."""
+    kind, payload = parse(data)
+    if kind == "direct_results":
+        return [("result", r) for r in pb.DirectResults.FromString(payload).results]
+    if kind != "result":
+        raise FrameError(f"a worker may send a client only results, not {kind!r}")
+    return [("result", pb.CallResult.FromString(payload))]
+
+
+class ClientCallLinks:
+    """A client's call links to the workers it leases (module contract)."""
+
+    def __init__(self, credentials: Optional[Credentials]) -> None:
+        from anna_core import _core
+        self._native = _core.CallLinkClient() if credentials is None else \
+            _core.CallLinkClient(credentials.keypair.public, credentials.keypair.secret,
+                                 MAX_FRAME_BYTES)
+        self._secured = credentials is not None
+        self._lock = threading.Lock()
+        self._links: Dict[str, int] = {}            # worker address -> link
+        self._workers: Dict[int, str] = {}          # link -> worker address
+        self._failed: Dict[str, Tuple[float, float]] = {}   # worker -> (until, backoff)
+        self._fd = self._native.fileno()
+        self._poller: Optional[zmq.Poller] = None
+        self.counts = {"opened": 0, "sent": 0, "results": 0, "failures": 0}
+
+    def active(self) -> bool:
+        return bool(self._workers)
+
+    def _link(self, worker_address: str, link_address: str) -> int:
+        """The open link to a worker, opening it if allowed (lock held)."""
+        link = self._links.get(worker_address)
+        if link is not None:
+            return link
+        failed = self._failed.get(worker_address)
+        now = time.monotonic()
+        if failed is not None and now < failed[0]:
+            return 0
+        try:
+            server_key = parse_address(worker_address)[1]
+        except ValueError:
+            server_key = None
+        if self._secured and server_key is None:
+            why = "its address carries no key"
+            link = 0
+        else:
+            link, why = self._native.open(link_address, (server_key or b"").decode("ascii"),
+                                          OPEN_TIMEOUT)
+        if not link:
+            backoff = min(MAX_RETRY_OPEN, failed[1] * 2) if failed else RETRY_OPEN
+            if len(self._failed) >= MAX_REMEMBERED:
+                self._failed.clear()
+            self._failed[worker_address] = (now + backoff, backoff)
+            self.counts["failures"] += 1
+            if failed is None:           # once per worker while it keeps failing
+                log.info("no call link to worker %s at %s (%s): its direct calls use ZeroMQ",
+                         worker_address, link_address, why)
+            return 0
+        self._failed.pop(worker_address, None)
+        self._links[worker_address] = link
+        self._workers[link] = worker_address
+        self.counts["opened"] += 1
+        return link
+
+    def send(self, worker_address: str, link_address: str, kind: str, message: Any) -> bool:
+        frame = encode(kind, message)
+        if len(frame) > MAX_FRAME_BYTES:
+            return False
+        with self._lock:
+            link = self._link(worker_address, link_address)
+            if not link:
+                return False
+            if self._native.send(link, frame, SEND_TIMEOUT):
+                self.counts["sent"] += 1
+                return True
+            # half-closed by the native side: read until the worker closes it
+            self._forget(link, "a call could not be written on it", closed=False)
+            return False
+
+    def _forget(self, link: int, why: str, closed: bool = True) -> None:
+        """A link that broke (lock held): the worker's calls go over ZeroMQ. One still
+        `closed=False` (half-closed) is read until the worker closes its end."""
+        worker = self._workers.get(link)
+        if closed:
+            self._native.close(link)
+            self._workers.pop(link, None)
+        if worker is not None and self._links.get(worker) == link:
+            del self._links[worker]
+            self.counts["failures"] += 1
+            log.info("the call link to worker %s closed (%s): its direct calls use ZeroMQ "
+                     "until it opens again", worker, why)
+
+    def wait(self, socket: zmq.Socket, timeout: float) -> Tuple[bool, List[Tuple[str, Any]]]:
+        if timeout > 0:
+            if self._poller is None:
+                self._poller = zmq.Poller()
+                self._poller.register(socket, zmq.POLLIN)
+                self._poller.register(self._fd, zmq.POLLIN)
+            ready = dict(self._poller.poll(int(timeout * 1000)))
+            on_socket = socket in ready
+            if self._fd not in ready:
+                return on_socket, []
+        else:
+            on_socket = bool(socket.getsockopt(zmq.EVENTS) & zmq.POLLIN)
+        frames, broken = self._native.read()
+        out: List[Tuple[str, Any]] = []
+        for link, data in frames:
+            try:
+                out.extend(answers_of(data))
+            except Exception as e:     # malformed or not for a client: dropped, and said
+                log.warning("dropped a message a client cannot take from a call link "
+                            "(%d bytes): %s", len(data), e)
+        if broken:
+            with self._lock:
+                for link, why in broken:
+                    self._forget(link, why)
+        self.counts["results"] += len(out)
+        return on_socket, out
+
+    def drop(self, workers: Any) -> None:
+        """Close the links to `workers` (the client leases them no more)."""
+        with self._lock:
+            for worker in workers:
+                link = self._links.pop(worker, None)
+                if link is not None:       # read until the worker closes it
+                    self._native.finish(link)
+
+    def stats(self) -> Dict[str, int]:
+        return dict(self.counts, open=len(self._links))
+
+    def close(self) -> None:
+        with self._lock:
+            for link in list(self._workers):
+                self._native.close(link)
+            self._links.clear()
+            self._workers.clear()

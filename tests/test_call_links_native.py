@@ -1,0 +1,142 @@
+"""The kernel's call links (anna_core/csrc/call_links.hpp) on their own: a worker's
+CallLinkServer behind one pollable descriptor and a client's CallLinkClient, plain and
+secured, in one process (the server served by a thread, as a worker's loop would)."""
+import select
+import socket
+import struct
+import threading
+
+import pytest
+
+from anna_core import _core
+from runtime.auth import KeyPair
+from waiting import poll_until
+
+
+class Served:
+    """A CallLinkServer whose frames a thread answers with b"echo:" + payload."""
+
+    def __init__(self, keys=None, admitted=None, max_frame=1 << 16, max_links=4):
+        if keys is None:
+            self.server = _core.CallLinkServer("127.0.0.1", max_frame, max_links, "test: ")
+        else:
+            self.server = _core.CallLinkServer("127.0.0.1", max_frame, max_links, "test: ",
+                                               keys.public, keys.secret, admitted)
+        self.frames = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        poll = select.poll()
+        poll.register(self.server.fileno(), select.POLLIN)   # the one descriptor
+        while not self.stop.is_set():
+            if poll.poll(20):
+                for link, payload, role in self.server.service():
+                    self.frames.append((link, payload, role))
+                    self.server.send(link, b"echo:" + payload)
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(5)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def plain_links(self, n):
+        """A plain client and n links it opened to this server."""
+        client = _core.CallLinkClient()
+        links = [client.open(self.server.address, "", 2.0) for _ in range(n)]
+        assert all(link for link, _ in links), links
+        return (client, *[link for link, _ in links])
+
+
+def _answer(client, timeout=5.0):
+    """The next (frames, broken) a client's read returns with anything in it."""
+    def one():
+        frames, broken = client.read()
+        return (frames, broken) if frames or broken else None
+    return poll_until(one, timeout, "an answer on the link", interval=0.005)
+
+
+@pytest.fixture
+def keys():
+    return KeyPair.generate(), KeyPair.generate()      # the worker's, the client's
+
+
+def test_plain_links_echo_whole_frames_and_the_probe_stays_inside(keys):
+    with Served() as served:
+        client, link = served.plain_links(1)
+        for i in range(50):
+            assert client.send(link, b"m%d" % i, 1.0)
+            assert _answer(client) == ([(link, b"echo:m%d" % i)], [])
+        assert [p for _, p, _ in served.frames] == [b"m%d" % i for i in range(50)]
+        assert {r for _, _, r in served.frames} == {""}       # plain: no role
+
+
+def test_secured_links_carry_the_admitted_keys_role_and_refuse_others(keys):
+    worker, client_keys = keys
+    with Served(worker, {client_keys.public: "client:alice"}) as served:
+        client = _core.CallLinkClient(client_keys.public, client_keys.secret)
+        link, why = client.open(served.server.address, worker.public.decode(), 2.0)
+        assert link, why
+        assert client.send(link, b"call", 1.0)
+        assert _answer(client) == ([(link, b"echo:call")], [])
+        assert served.frames[-1][2] == "client:alice"
+        stranger = KeyPair.generate()
+        other = _core.CallLinkClient(stranger.public, stranger.secret)
+        assert other.open(served.server.address, worker.public.decode(), 2.0) == \
+            (0, "handshake: the worker refused the link: unknown public key")
+        impostor = KeyPair.generate()        # a server key the worker cannot prove
+        assert client.open(served.server.address, impostor.public.decode(), 2.0)[0] == 0
+        assert served.server.stats()["auth_refused"] == 2
+        assert client.send(link, b"again", 1.0)            # the good link goes on
+        assert _answer(client) == ([(link, b"echo:again")], [])
+
+
+def test_a_frame_above_the_limit_closes_that_link_only(keys):
+    with Served(max_frame=1024) as served:
+        client, good, bad = served.plain_links(2)
+        assert client.send(bad, b"x" * 2048, 1.0)
+        assert _answer(client) == ([], [(bad, "closed by the worker")])
+        assert client.send(good, b"small", 1.0)
+        assert _answer(client) == ([(good, b"echo:small")], [])
+
+
+def test_a_half_closed_link_is_still_read_until_the_worker_closes_it(keys):
+    with Served() as served:
+        client, link = served.plain_links(1)
+        assert client.send(link, b"before", 1.0)
+        client.finish(link)                                 # no more frames from here
+        assert not client.send(link, b"after", 1.0)
+        frames, broken = [], []
+        poll_until(lambda: (lambda f, b: frames.extend(f) or broken.extend(b) or broken)(
+            *client.read()), 5.0, "the worker closing the link", interval=0.005)
+        assert frames == [(link, b"echo:before")] and broken == [(link, "closed by the worker")]
+
+
+def test_links_beyond_the_limit_are_refused_and_a_freed_place_serves_a_new_link(keys):
+    with Served(max_links=2) as served:
+        client, a, b = served.plain_links(2)
+        link, why = client.open(served.server.address, "", 1.0)   # the worker closes it
+        assert link == 0 and why, why
+        # close one and open another (which may get the closed one's descriptor number)
+        client.close(b)
+        poll_until(lambda: served.server.stats()["open"] == 1, 5.0, "the closed link gone")
+        c, why = client.open(served.server.address, "", 2.0)
+        assert c, why
+        assert client.send(c, b"new", 1.0)
+        assert _answer(client) == ([(c, b"echo:new")], [])
+
+
+def test_a_plain_peer_that_sends_half_a_frame_and_leaves_is_dropped(keys):
+    with Served() as served:
+        host, port = served.server.address[len("tcp://"):].rsplit(":", 1)
+        with socket.create_connection((host, int(port))) as s:
+            s.sendall(struct.pack("<I", 100) + b"half")
+        poll_until(lambda: served.server.stats()["accepted"] >= 1 and
+                   served.server.stats()["open"] == 0, 5.0, "the half frame's link closed")
+        assert served.frames == []                          # never served
