@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import zmq
 
@@ -48,13 +48,26 @@ def _lattice(key: str, lattice_type: int, payload: Any) -> Any:
                              key=key) from None
 
 
-class CausalRead(NamedTuple):
+class CausalRead:
     """One key bound by a causal read: the version's clock, its values (read-only buffers, in
-    the cache's sorted order) and its dependencies."""
+    the cache's sorted order) and its dependencies. The dependencies are decoded from the
+    cache's answer on first use: only a key the sink writes needs them (the writer's
+    transitive dependencies), and most keys read are not written."""
 
-    clock: Dict[str, int]
-    values: List[memoryview]
-    deps: Dict[str, Dict[str, int]]
+    __slots__ = ("clock", "values", "_deps", "_deps_pb")
+
+    def __init__(self, clock: Dict[str, int], values: List[memoryview],
+                 deps: Optional[Dict[str, Dict[str, int]]] = None, deps_pb: Any = ()) -> None:
+        self.clock = clock
+        self.values = values
+        self._deps = deps
+        self._deps_pb = deps_pb
+
+    @property
+    def deps(self) -> Dict[str, Dict[str, int]]:
+        if self._deps is None:
+            self._deps = {d.key: dict(d.vc) for d in self._deps_pb}
+        return self._deps
 
 
 class CacheClient:
@@ -141,8 +154,7 @@ class CacheClient:
         response, frames = self._request(request.op, list(request.keys), [], request,
                                          timeout=timeout)
         values = self._values(response, frames)
-        return response, {e.key: CausalRead(dict(e.version.vc), values[e.key],
-                                            {d.key: dict(d.vc) for d in e.deps})
+        return response, {e.key: CausalRead(dict(e.version.vc), values[e.key], deps_pb=e.deps)
                           for e in response.entries if e.found}
 
     def _request(self, op: int, keys: List[str], values: List[bytes],

@@ -33,8 +33,7 @@ Parallel upstream contexts of a function that reads nothing are validated here w
 """
 from __future__ import annotations
 
-import hashlib
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from faas.errors import CloudburstError
 from hydro_proto import anna_pb2
@@ -296,24 +295,3 @@ class CausalInvocation:
         writer.record(versions)
         return versions
 
-
-class Reusable(NamedTuple):
-    """A function result HB may reuse in its CON attempt: valid while the function reads the
-    same versions (`read_clocks`) with the same inputs (`inputs_digest`), until `expires`."""
-
-    expires: float
-    read_clocks: Dict[str, Dict[str, int]]
-    inputs_digest: bytes
-    value: bytes
-
-
-def inputs_digest(raw_args: List[Any], results: List[bytes]) -> bytes:
-    """A digest of a function's inputs (its own arguments and its upstreams' results)."""
-    h = hashlib.blake2b(digest_size=16)
-    for a in raw_args:
-        h.update(a if isinstance(a, bytes) else a.SerializeToString())
-        h.update(b"\0")
-    for r in results:
-        h.update(r)
-        h.update(b"\1")
-    return h.digest()

@@ -5,7 +5,7 @@ whose schedule has `consistency == CAUSAL` (`_run_causal`):
 - its reads go through an `executor.causal.CausalInvocation` bound to the `Reference`s among
   its arguments and the upstream results' causal contexts; under HB with OPT, an attempt
   whose read versions and inputs match an earlier attempt's reuses that attempt's result
-  (kept until 30 s after its deadline; `_expire_reuse` drops older ones);
+  (kept until 30 s after its deadline, bounded in count and bytes: `executor/reuse.py`);
 - a sink commits through the node cache once the scheduler grants the call's one commit,
   writing `output_key` too when asked, and sends the caller its result with the call's
   `CausalStats`; the result goes downstream with the invocation's causal context;
@@ -30,7 +30,8 @@ from faas.errors import (CorruptRecord, InvalidArguments, ObjectNotFound, Timeou
 from faas.values import Reference, dumps
 
 from .cache_client import Fenced
-from .causal import CausalAbortError, CausalInvocation, Reusable, inputs_digest
+from .causal import CausalAbortError, CausalInvocation
+from .reuse import Reusable, inputs_digest
 from .dagstate import Ready
 from .guard import Interrupted
 from .failures import CALL_FAILURES, failure
@@ -80,8 +81,8 @@ class CausalRunning:
                         self.invocation = None
                     value = dumps(result)
                     if plan.requested == pb.HB and plan.protocol == pb.OPT:
-                        self._reuse[reuse_key] = Reusable(ready.deadline + 30.0,
-                                                           inv.read_clocks(), digest, value)
+                        self._reuse.put(reuse_key, Reusable(ready.deadline + 30.0,
+                                                            inv.read_clocks(), digest, value))
                 fields = self._result_fields(s, value, what)
                 versions = []
                 if s.sink:
@@ -145,6 +146,4 @@ class CausalRunning:
                     self._push.send(address, "abort", pb.CallDone(call_id=s.call_id))
 
     def _expire_reuse(self, now: float) -> None:
-        for key, entry in list(self._reuse.items()):
-            if now > entry.expires:
-                del self._reuse[key]
+        self._reuse.expire(now)

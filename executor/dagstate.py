@@ -18,7 +18,9 @@ Contract: `PendingCalls` is pure state (every method takes `now`, in seconds).
   after it (the caller should then report a timeout rather than run the function).
 - `expire(now)` removes invocations past their deadline and returns them as `Stalled`
   (which upstreams are still missing, whether the schedule ever came). Triggers that arrive
-  before their schedule wait at most `orphan_timeout`.
+  before their schedule wait at most `orphan_timeout`. A fired invocation is remembered
+  (so ignored) at least until `orphan_timeout` past its deadline, oldest first, and at most
+  `fired_memory` of them.
 - `abort(call_id)` forgets every invocation of a call.
 Values are opaque to this module.
 """
@@ -161,7 +163,13 @@ class PendingCalls:
                 self._remember(key, now)   # results arriving late are ignored
                 missing = [u for u in e.upstreams + e.inputs if u not in e.results]
                 out.append(Stalled(key[0], key[1], e.schedule, missing))
-        for key, until in list(self._fired.items()):
-            if now > until + self.orphan_timeout:
-                del self._fired[key]
+        # oldest first, up to the first still remembered: this runs twice a second, and a
+        # scan of every fired key (thousands) was a steady cost. One remembered longer behind
+        # a later one is only ignored longer, as the memory's bound already allows.
+        fired = self._fired
+        while fired:
+            key = next(iter(fired))
+            if now <= fired[key] + self.orphan_timeout:
+                break
+            del fired[key]
         return out

@@ -94,7 +94,7 @@ from .busy import BusyClock
 from .cache_client import CacheClient
 from .calling import Entry
 from .call_session import CallSession, UpstreamSessions
-from .causal import CausalInvocation, Reusable
+from .causal import CausalInvocation
 from .causal_run import CausalRunning
 from .config import WorkerConfig
 from .dagstate import PendingCalls, Ready
@@ -103,6 +103,7 @@ from .done_reports import DoneReports
 from .function_inputs import FunctionInputs
 from .guard import FunctionGuard, Interrupted
 from .retrying import exception_names, may_retry, retry_request
+from .reuse import Reuses
 from .held import HeldResults, Outcome
 from .library import UserLibrary
 from .liveness import Doorbell, Heartbeat, RunReports, die_with_parent, heartbeat_loop
@@ -179,7 +180,7 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, Direct
         # what upstream functions printed, per call and target, until the target runs
         self._upstream_logs = UpstreamLogs()
         self._sessions = UpstreamSessions()    # what upstream functions read and wrote
-        self._reuse: Dict[Tuple[str, str], Reusable] = {}
+        self._reuse = Reuses()     # HB's results kept for a CON attempt (bounded)
         self.held = HeldResults(config.result_ttl, max_bytes=config.result_bytes)
         self._waiting_on: Dict[str, List[pb.Schedule]] = {}   # fetches a `moved` redirects
         # the actors placed on this worker, and the caller of handles used inside functions

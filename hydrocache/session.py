@@ -50,7 +50,7 @@ No sockets, clocks or sleeps; the node caches and the client are thin around the
 from __future__ import annotations
 
 import collections
-from typing import (Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence,
+from typing import (Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence,
                     Tuple)
 
 from hydro_proto import cloudburst_pb2 as pb
@@ -309,6 +309,12 @@ def plain_after_fetch(ts: Optional[int], floor: int, own: int, every_replica: bo
     return STALE if ts is not None and ts < own else ACCEPT
 
 
+def _last_clocks(session: pb.Session) -> Dict[str, Any]:
+    """key -> the clock of its last causal listing, as received (what `index` keeps of it);
+    a node cache asks this of every bind, so no `Floor` is built and no clock converted here."""
+    return {k.key: k.vc for k in session.keys}
+
+
 def causal_stale(session: Optional[pb.Session], keys: Sequence[str],
                  version_of: Callable[[str], Optional[Mapping[str, int]]]) -> List[str]:
     """Keys of `keys` to re-read from the KVS before a causal read binds them: their cached
@@ -316,15 +322,18 @@ def causal_stale(session: Optional[pb.Session], keys: Sequence[str],
     floor, or (after an overflow of causal floors) every one that is cached."""
     if session is None:
         return []
-    entries = index(session)
+    clocks = _last_clocks(session)
+    # only a key listed nowhere is held to the omitted floors
+    plain = frozenset(session.plain_keys) if session.omitted_causal else frozenset()
     out = []
     for key in dict.fromkeys(keys):
         vc = version_of(key)
         if vc is None:
             continue             # not cached: it is read from the KVS anyway
-        e = entries.get(key)
-        if session.overflow_causal or (e is None and session.omitted_causal) or \
-                (e is not None and e.vc and not supersedes(vc, dict(e.vc))):
+        floor = clocks.get(key)
+        if session.overflow_causal or \
+                (floor is None and session.omitted_causal and key not in plain) or \
+                (floor and not supersedes(vc, floor)):
             out.append(key)
     return out
 
@@ -334,14 +343,14 @@ def causal_unmet(session: Optional[pb.Session], keys: Sequence[str],
     """Keys of `keys` whose cached version is still short of their listed floor."""
     if session is None:
         return []
-    entries = index(session)
+    clocks = _last_clocks(session)
     out = []
     for key in dict.fromkeys(keys):
-        e = entries.get(key)
-        if e is None or not e.vc:
+        floor = clocks.get(key)
+        if not floor:
             continue
         vc = version_of(key)
-        if vc is not None and not supersedes(vc, dict(e.vc)):
+        if vc is not None and not supersedes(vc, floor):
             out.append(key)      # (not cached after a read: the KVS has no such key)
     return out
 

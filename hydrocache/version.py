@@ -9,6 +9,9 @@ revealed clock, dependencies and sorted values, read once at construction.
   value; ``serialize()`` is the lattice's wire payload (``anna_pb2.MULTI_CAUSAL``), made
   once per Version and kept.
 - ``first``: the value a function gets by default (the smallest; None without values).
+- ``memo(name, make)``: ``make(version)``, made once per Version and kept under ``name``:
+  what a cache derives from a version it answers with many times (e.g. the encoding of its
+  clock and dependencies in every bind's answer). ``make`` must depend on the version only.
 - ``merge_versions(a, b)``: Definition 1 through the lattice merge (same key, else
   ValueError).
 - ``version_supersedes(new, old)``: Definition 4; ``old`` may be a Version or a clock.
@@ -26,7 +29,7 @@ are left out of ``deps``; the lattice keeps whatever it was given.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Tuple, Union
 
 import anna_core
 
@@ -47,6 +50,7 @@ class Version:
     # the lattice's wire payload, made on the first `serialize()` (a Version is immutable,
     # and a cache serializes one version for many binds and holders)
     _wire: list = field(default_factory=list, compare=False, repr=False)
+    _memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def new(cls, key: str, vc: VC, deps: Mapping[str, VC] = None,
@@ -77,6 +81,12 @@ class Version:
         if not wire:
             wire.append(self.lattice.serialize())
         return wire[0]
+
+    def memo(self, name: str, make: Callable[["Version"], Any]) -> Any:
+        memo = self._memo
+        if name not in memo:
+            memo[name] = make(self)
+        return memo[name]
 
     @property
     def first(self) -> Optional[bytes]:

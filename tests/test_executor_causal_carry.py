@@ -36,10 +36,11 @@ class ScriptedCache:
         if req.op == pb.CAUSAL_BIND:
             for k in req.keys:
                 vc, deps, value = self.versions[k]
-                found[k] = CausalRead(dict(vc), [memoryview(value)], deps)
                 e = response.entries.add(key=k, found=True)
                 for d, dvc in deps.items():
                     e.deps.add(key=d).vc.update(dvc)
+                # as the worker's cache client: the dependencies decoded on first use
+                found[k] = CausalRead(dict(vc), [memoryview(value)], deps_pb=e.deps)
                 response.context.read_set.add(key=k).vc.update(vc)
                 response.context.snapshot.add(key=k).vc.update(vc)
             for key, lattice in self.carried:
@@ -171,3 +172,17 @@ def test_a_function_reading_nothing_passes_its_one_upstream_context_on():
     assert list(inv.context().read_set) == list(up.read_set)
     assert inv.read_set == vs.from_proto(up.read_set)
     assert inv.read_set["j"].holders == frozenset({"tcp://c1"})
+
+
+def test_a_bound_versions_dependencies_decode_on_first_use():
+    """A bound version's dependencies stay as the cache sent them until read, then read as
+    the dict they encode (what the sink's writer needs of a key it writes)."""
+    e = pb.CacheEntry(key="k", found=True)
+    e.deps.add(key="a").vc.update({"w1": 2, "w2": 1})
+    e.deps.add(key="b").vc.update({"w3": 5})
+    read = CausalRead({"w": 1}, [memoryview(b"v")], deps_pb=e.deps)
+    assert read._deps is None
+    assert read.deps == {"a": {"w1": 2, "w2": 1}, "b": {"w3": 5}}
+    assert read.deps is read.deps
+    assert CausalRead({"w": 1}, [], {"x": {"w": 1}}).deps == {"x": {"w": 1}}
+    assert CausalRead({"w": 1}, []).deps == {}

@@ -127,3 +127,19 @@ def test_a_source_fires_once_on_its_schedule_as_an_entry_would_have(events):
         fired.add(key)
         seen.add(key)
     assert all(p.known(c, f) for c, f in fired)
+
+
+def test_a_fired_invocation_is_forgotten_oldest_first_never_early():
+    """A fired invocation is ignored at least until `orphan_timeout` past its deadline; the
+    memory is dropped oldest first, so one behind a later deadline is kept until that goes."""
+    p = PendingCalls(orphan_timeout=5)
+    assert p.add_schedule("c1", "f", "S", [], [], deadline=10, now=0) is not None
+    assert p.add_schedule("c2", "f", "S", [], [], deadline=3, now=0) is not None
+    p.expire(now=9)                      # c2's memory ran out at 8, but it is behind c1's
+    assert p.known("c1", "f") and p.known("c2", "f")
+    assert p.add_schedule("c2", "f", "S", [], [], deadline=30, now=9) is None
+    p.expire(now=15)                     # c1 is remembered up to 15 inclusive
+    assert p.known("c1", "f") and p.known("c2", "f")
+    p.expire(now=15.5)
+    assert not p.known("c1", "f") and not p.known("c2", "f")
+    assert p.add_schedule("c1", "f", "S", [], [], deadline=30, now=16) is not None

@@ -56,3 +56,26 @@ def test_a_version_serializes_once_and_equal_versions_stay_equal():
     assert b == a                     # the kept payload takes no part in equality
     m = merge_versions(a, Version.new("k", {"e2": 1}, {}, [b"2"]))
     assert m.serialize() == m.lattice.serialize() != wire
+
+
+def test_memo_is_made_once_per_version_and_takes_no_part_in_equality():
+    v = Version.new("k", {"w": 1}, {"d": {"x": 2}}, [b"a"])
+    made = []
+    assert v.memo("m", lambda ver: made.append(ver) or ver.key + "!") == "k!"
+    assert v.memo("m", lambda ver: made.append(ver) or "other") == "k!"
+    assert made == [v]
+    twin = Version.new("k", {"w": 1}, {"d": {"x": 2}}, [b"a"])
+    assert twin == v and twin.memo("m", lambda ver: "twin's") == "twin's"
+
+
+def test_a_cache_answers_entry_carries_the_clock_and_dependencies():
+    """The node cache merges an encoding made once per version into each answer's entry: it
+    reads back as the version's key, clock and dependencies, next to the entry's own fields."""
+    from hydro_proto import cloudburst_pb2 as pb
+    from hydrocache.node_cache import _entry_meta
+    v = Version.new("k", {"w": 3, "u": 1}, {"d": {"x": 2}, "e": {"y": 1, "z": 4}}, [b"a"])
+    e = pb.CacheResponse().entries.add(key="k", found=True, tag="t7")
+    e.MergeFromString(v.memo("cache_entry", _entry_meta))
+    assert (e.key, e.found, e.tag, e.version.key) == ("k", True, "t7", "k")
+    assert dict(e.version.vc) == {"w": 3, "u": 1}
+    assert {d.key: dict(d.vc) for d in e.deps} == {"d": {"x": 2}, "e": {"y": 1, "z": 4}}

@@ -407,3 +407,52 @@ def test_a_causal_call_names_its_references_and_carries_only_their_floors():
     c2 = pb.Call(consistency=pb.CAUSAL)
     small.attach(c2, ["k1"])                  # a small session goes whole
     assert sorted(index(c2.session)) == ["k1", "k9"] and not c2.session.omitted_timestamp
+
+
+# ---- a node cache's causal floor checks, against their definition by `index` ----
+def stale_by_index(session, keys, version_of):
+    """`causal_stale` as the module contract defines it, over `index(session)`."""
+    if session is None:
+        return []
+    entries = index(session)
+    out = []
+    for key in dict.fromkeys(keys):
+        vc = version_of(key)
+        if vc is None:
+            continue
+        e = entries.get(key)
+        if session.overflow_causal or (e is None and session.omitted_causal) or \
+                (e is not None and e.vc and not supersedes(vc, e.vc)):
+            out.append(key)
+    return out
+
+
+def unmet_by_index(session, keys, version_of):
+    entries = index(session)
+    return [k for k in dict.fromkeys(keys)
+            if entries.get(k) is not None and entries[k].vc and version_of(k) is not None
+            and not supersedes(version_of(k), entries[k].vc)]
+
+
+listings = st.lists(st.tuples(keys, st.integers(0, 50),
+                              st.dictionaries(st.sampled_from("abc"), st.integers(0, 9))),
+                    max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(listings, st.lists(st.tuples(keys, st.integers(1, 50)), max_size=6),
+       st.booleans(), st.booleans(),
+       st.dictionaries(keys, st.dictionaries(st.sampled_from("abc"), st.integers(0, 9))),
+       st.lists(keys, max_size=14))
+def test_causal_floor_checks_agree_with_the_index(listed, plain, overflow, omitted, held, asked):
+    """The node cache's checks read the session's clocks as received (one pass, no `Floor`
+    per key), and decide as `index` does: keys listed twice (the last clock counts), listed
+    only as plain, not listed under `omitted_causal`, every key after an overflow."""
+    session = pb.Session(overflow_causal=overflow, omitted_causal=omitted)
+    for key, ts, vc in listed:
+        session.keys.add(key=key, timestamp=ts).vc.update(vc)
+    for key, ts in plain:
+        session.plain_keys.append(key)
+        session.plain_timestamps.append(ts)
+    assert causal_stale(session, asked, held.get) == stale_by_index(session, asked, held.get)
+    assert causal_unmet(session, asked, held.get) == unmet_by_index(session, asked, held.get)
