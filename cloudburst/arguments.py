@@ -18,24 +18,27 @@ name order.
 from __future__ import annotations
 
 from collections import abc
-from typing import Any, List, Mapping, Sequence
+from typing import Any, List, Mapping, Optional, Sequence
 
 from hydro_proto import cloudburst_pb2 as pb
 
-from faas.values import encode_args
+from faas.values import fill_argument
 
 from .futures import Future
 
 __all__ = ["encode", "futures_in", "merge_keywords", "referenced_keys", "references_in"]
 
 
-def _one(value: Any) -> pb.Argument:
+def _fill(arg: pb.Argument, value: Any) -> None:
+    """Set the empty `arg` to `value` (see the module contract)."""
     if isinstance(value, Future):
         if value.consistency == "causal":
             raise ValueError(f"the Future of a causal call ({value.what}) cannot be an "
                              f"argument: pass its value, future.get()")
-        return pb.Argument(call=pb.CallRef(call_id=value.request_id, what=value.what))
-    return encode_args([value]).args[0]
+        arg.call.call_id = value.request_id
+        arg.call.what = value.what
+        return
+    fill_argument(arg, value)
 
 
 def futures_in(*groups: Any) -> List[Future]:
@@ -53,15 +56,17 @@ def futures_in(*groups: Any) -> List[Future]:
     return found
 
 
-def encode(args: Sequence[Any], kwargs: Mapping[str, Any]) -> pb.ArgumentList:
-    """The `ArgumentList` of `args` and `kwargs`; see the module contract."""
-    out = pb.ArgumentList()
+def encode(args: Sequence[Any], kwargs: Mapping[str, Any],
+           into: Optional[pb.ArgumentList] = None) -> pb.ArgumentList:
+    """The `ArgumentList` of `args` and `kwargs`; see the module contract. `into`: an empty
+    `ArgumentList` to fill (a call's own, so nothing is copied), returned."""
+    out = pb.ArgumentList() if into is None else into
     for a in args:
-        out.args.append(_one(a))
+        _fill(out.args.add(), a)
     for k, v in kwargs.items():
         if not isinstance(k, str) or not k.isidentifier():
             raise TypeError(f"keyword argument names must be identifiers, got {k!r}")
-        out.kwargs[k].CopyFrom(_one(v))
+        _fill(out.kwargs[k], v)
     return out
 
 

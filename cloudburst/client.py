@@ -91,6 +91,7 @@ from .errors import AuthenticationRequired, InvalidDag, InvalidFunction
 from .pickling import dumps_function
 from . import actors as _actors
 from .big_values import Courier
+from .call_templates import CallTemplates
 from .functions import RegisteredFunction, check_signature
 from .futures import Future, SchedulerUnavailable, gather
 from .channel import ClientLink, SchedulerChannel
@@ -206,6 +207,7 @@ class Client(SchedulerChannel):
         self._session = ClientSession(session_keys) if session else None
         self.closed = False
         self._leases = ClientLeases(self, lease_ttl)
+        self._templates = CallTemplates()    # each call starts from a prepared copy
         self._link = ClientLink(self)      # what Futures and the direct path see of this client
         self._direct = DirectPath(self._link, self._context, creds) if direct else None
         try:
@@ -349,14 +351,12 @@ class Client(SchedulerChannel):
         `protocol`, `timeout`, `time_limit`, `objects`, `session`, `max_retries` and
         `retry_exceptions` as for `call_dag` (a single function is a one-function DAG)."""
         level, proto = _consistency_and_protocol(consistency, protocol)
-        call = pb.Call(function=name, consistency=level, protocol=proto,
-                       time_limit=_time_limit(time_limit))
+        call = self._templates.new(name, False, level, proto, _time_limit(time_limit))
         retry = _retry_policy(max_retries, retry_exceptions)
         if retry is not None:
             call.retry.CopyFrom(retry)
-        arglist = encode(args, merge_keywords(kwargs, keywords))
+        arglist = encode(args, merge_keywords(kwargs, keywords), into=call.args[name])
         stored = self._courier.externalize(name, arglist, level == pb.LWW)
-        call.args[name].CopyFrom(arglist)
         return self._submit(call, f"call of function {name!r}", timeout, objects, session,
                             stored, futures_in(args, keywords, kwargs or {}),
                             references_in(arglist))
@@ -414,9 +414,9 @@ class Client(SchedulerChannel):
         for this call (None: as the client says).
         """
         level, proto = _consistency_and_protocol(consistency, protocol)
-        call = pb.Call(dag=name, consistency=level, protocol=proto,
-                       time_limit=_time_limit(time_limit),
-                       output_key=check_user_key(output_key) if output_key else "")
+        call = self._templates.new(name, True, level, proto, _time_limit(time_limit))
+        if output_key:
+            call.output_key = check_user_key(output_key)
         retry = _retry_policy(max_retries, retry_exceptions)
         if retry is not None:
             call.retry.CopyFrom(retry)
@@ -426,11 +426,11 @@ class Client(SchedulerChannel):
                 if not isinstance(fn_args, (list, tuple)):
                     raise TypeError(f"arguments for {fn!r} must be a list or tuple, got "
                                     f"{type(fn_args).__name__}")
-                call.args[fn].CopyFrom(encode(fn_args, merge_keywords((kwargs or {}).get(fn),
-                                                                     {})))
+                encode(fn_args, merge_keywords(kwargs.get(fn), {}) if kwargs else {},
+                       into=call.args[fn])
             for fn, fn_kwargs in (kwargs or {}).items():
                 if fn not in call.args:
-                    call.args[fn].CopyFrom(encode((), merge_keywords(fn_kwargs, {})))
+                    encode((), merge_keywords(fn_kwargs, {}), into=call.args[fn])
             for fn in sorted(call.args):
                 stored += self._courier.externalize(fn, call.args[fn], level == pb.LWW)
         except BaseException:
