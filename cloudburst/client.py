@@ -192,7 +192,9 @@ class Client(SchedulerChannel):
                                                       auth=creds, audience=FUNCTION)
         self._connections = SchedulerConnections(self._context, self.addresses, creds, auth)
         self._send_lock = threading.Lock()
-        self._cond = threading.Condition()
+        self._mutex = threading.RLock()             # the answer lock
+        self._cond = threading.Condition(self._mutex)
+        self._waiting = 0            # threads waiting on _cond for the reading one
         self._slots: Dict[str, Any] = {}   # request id -> its answer slot (channel)
         # calls in flight -> (the Call, the schedulers that refused it): sent again to
         # another scheduler when theirs is stopping (channel)

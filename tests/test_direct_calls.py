@@ -94,6 +94,30 @@ def test_calls_go_straight_to_the_leased_worker_and_are_reported_afterwards(clus
                "the scheduler counting the direct calls its client reported")
 
 
+def test_several_threads_sharing_a_direct_client_each_get_their_own_answers(cluster):
+    """One thread reads the answers while the others wait for it: each waiting caller is
+    woken for its answer (not only at its own read's timeout) and gets its own value."""
+    cb = cluster.client(direct=True)
+    _leased(cb, "where", 0)
+    got, errors = {}, []
+
+    def caller(t):
+        try:
+            got[t] = [cb.call("where", t * 1000 + i).get(10)[0] for i in range(40)]
+        except BaseException as e:      # reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=caller, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+        assert not th.is_alive(), "a caller never got its answers"
+    assert not errors
+    assert got == {t: [t * 1000 + i for i in range(40)] for t in range(4)}
+    cb.close()
+
+
 class RawClient:
     """A client speaking the wire protocol itself, with the cluster's client key: it can
     send whatever it likes, as an abusive client would."""
