@@ -86,7 +86,7 @@ from faas.keys import check_user_key
 from runtime.sockets import bind_pull, check_address, ipc_dir_of
 from anna_core.config import DEFAULT_MAX_VALUE_BYTES
 from faas.values import too_large, transport
-from .arguments import encode, futures_in, merge_keywords, references_in
+from .arguments import Encoded, encode_into, futures_in, merge_keywords
 from .errors import AuthenticationRequired, InvalidDag, InvalidFunction
 from .pickling import dumps_function
 from . import actors as _actors
@@ -357,11 +357,12 @@ class Client(SchedulerChannel):
         retry = _retry_policy(max_retries, retry_exceptions)
         if retry is not None:
             call.retry.CopyFrom(retry)
-        arglist = encode(args, merge_keywords(kwargs, keywords), into=call.args[name])
-        stored = self._courier.externalize(name, arglist, level == pb.LWW)
+        arglist = call.args[name]
+        encoded = encode_into(arglist, args, merge_keywords(kwargs, keywords))
+        stored = self._courier.externalize(name, arglist, level == pb.LWW, encoded.largest)
         return self._submit(call, f"call of function {name!r}", timeout, objects, session,
                             stored, futures_in(args, keywords, kwargs or {}),
-                            references_in(arglist))
+                            encoded.references)
 
     def map(self, name: str, *iterables: Iterable[Any], timeout: Optional[float] = None,
             **options: Any) -> List[Any]:
@@ -423,24 +424,27 @@ class Client(SchedulerChannel):
         if retry is not None:
             call.retry.CopyFrom(retry)
         stored: List[str] = []
+        encoded: Dict[str, Encoded] = {}
         try:
             for fn, fn_args in (args or {}).items():
                 if not isinstance(fn_args, (list, tuple)):
                     raise TypeError(f"arguments for {fn!r} must be a list or tuple, got "
                                     f"{type(fn_args).__name__}")
-                encode(fn_args, merge_keywords(kwargs.get(fn), {}) if kwargs else {},
-                       into=call.args[fn])
+                encoded[fn] = encode_into(call.args[fn], fn_args,
+                                          merge_keywords(kwargs.get(fn), {}) if kwargs else {})
             for fn, fn_kwargs in (kwargs or {}).items():
-                if fn not in call.args:
-                    encode((), merge_keywords(fn_kwargs, {}), into=call.args[fn])
-            for fn in sorted(call.args):
-                stored += self._courier.externalize(fn, call.args[fn], level == pb.LWW)
+                if fn not in encoded:
+                    encoded[fn] = encode_into(call.args[fn], (), merge_keywords(fn_kwargs, {}))
+            for fn in sorted(encoded):
+                stored += self._courier.externalize(fn, call.args[fn], level == pb.LWW,
+                                                    encoded[fn].largest)
         except BaseException:
             self._courier.release(stored)
             raise
         inputs = futures_in(*(args or {}).values(), *(kwargs or {}).values())
         return self._submit(call, f"call of DAG {name!r}", timeout, objects, session,
-                            stored, inputs)
+                            stored, inputs,
+                            [key for fn in sorted(encoded) for key in encoded[fn].references])
 
     def _submit(self, call: pb.Call, what: str, timeout: Optional[float],
                 objects: bool, session: Optional[bool] = None,

@@ -208,15 +208,18 @@ def loads(data: bytes, objects: bool = False, *, key: Optional[str] = None,
                              key=key) from None
 
 
-def fill_argument(arg: "pb.Argument", value: Any) -> None:
+def fill_argument(arg: "pb.Argument", value: Any) -> int:
     """Set the empty `Argument` `arg` to `value`: a `Reference` by key, any other value
-    serialized (filled in place: a call's arguments are built without a copy each)."""
+    serialized (filled in place: a call's arguments are built without a copy each).
+    Returns the serialized value's size (0 for a `Reference`)."""
     if isinstance(value, Reference):
         arg.reference = value.key
         arg.concurrent = value.concurrent
         arg.objects = value.objects
-    else:
-        arg.value = dumps(value)
+        return 0
+    data = dumps(value)
+    arg.value = data
+    return len(data)
 
 
 def encode_args(args: Iterable[Any]) -> "pb.ArgumentList":
