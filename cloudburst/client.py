@@ -463,7 +463,8 @@ class Client(SchedulerChannel):
         if not keep:
             call.lease_ttl = self._leases.ttl
         # its scheduler deletes them when the call is over, even if this client is gone
-        call.value_keys.extend(stored)
+        if stored:
+            call.value_keys.extend(stored)
         sent_at = time.monotonic()
         scheduler = None
         if self._direct is not None and self._direct.eligible(call, stored, inputs,

@@ -391,7 +391,10 @@ class DirectPath:
 
     # ---- what arrives (the client's answer lock is held: record only) ----
     def _find(self, key: Key, lease_id: str) -> Optional[_Held]:
-        return next((h for h in self._held.get(key, []) if h.lease_id == lease_id), None)
+        for h in self._held.get(key, ()):      # (a loop: once per answer, no generator)
+            if h.lease_id == lease_id:
+                return h
+        return None
 
     def _drop(self, key: Key, held: _Held) -> None:
         self._set_leases(key, [h for h in self._held.get(key, []) if h is not held])
