@@ -1,13 +1,12 @@
 """A client's prepared Calls (`cloudburst/call_templates.py`): a call built from a template
 is the call built field by field, owned by its caller, and the cache stays bounded."""
-import threading
-
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from hydro_proto import cloudburst_pb2 as pb
 
 from cloudburst.call_templates import CallTemplates
+from waiting import run_in_threads
 
 names = st.text(min_size=1, max_size=12)
 shapes = st.tuples(names, st.booleans(), st.sampled_from([pb.LWW, pb.CAUSAL]),
@@ -57,21 +56,11 @@ def test_the_oldest_template_goes_first_when_full():
 
 def test_several_threads_preparing_at_once_get_correct_calls():
     templates = CallTemplates(4)
-    errors = []
 
     def caller(t):
-        try:
-            for i in range(300):
-                shape = (f"fn{(i + t) % 7}", bool(i % 2), pb.LWW, pb.HB, 0.0)
-                assert templates.new(*shape) == by_fields(*shape)
-        except BaseException as e:      # reported in the main thread
-            errors.append(e)
+        for i in range(300):
+            shape = (f"fn{(i + t) % 7}", bool(i % 2), pb.LWW, pb.HB, 0.0)
+            assert templates.new(*shape) == by_fields(*shape)
 
-    threads = [threading.Thread(target=caller, args=(t,)) for t in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-        assert not t.is_alive()
-    assert not errors
+    run_in_threads(caller, 4, 30.0, "a caller preparing calls")
     assert len(templates) <= 4

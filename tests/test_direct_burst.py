@@ -157,8 +157,9 @@ def test_a_client_with_no_call_out_reads_a_revocation_that_arrived_before_it_sen
     assert path.held() == []
 
 
-def test_a_lease_whose_renewal_is_unanswered_at_its_end_is_used_one_ttl_more(setup):
-    path, owner, worker, shift = setup
+def _renewed_on_a_call(path, worker, shift):
+    """Lease L2 of target "g" (ttl 2 s), renewed by a call made with less than half its
+    ttl left (c1, answered); the renewal is not answered."""
     path.on_lease(pb.WorkerLease(target="g", lease_id="L2", worker_id="w1",
                                  worker_address=_address(worker),
                                  scheduler_address="sched", slots=1, ttl=2, status=pb.OK))
@@ -166,6 +167,11 @@ def test_a_lease_whose_renewal_is_unanswered_at_its_end_is_used_one_ttl_more(set
     assert path.send(_call("c1", "g")) == "sched"
     assert _received(worker) == ["c1"]
     path.on_result(pb.CallResult(request_id="c1", status=pb.OK))
+
+
+def test_a_lease_whose_renewal_is_unanswered_at_its_end_is_used_one_ttl_more(setup):
+    path, owner, worker, shift = setup
+    _renewed_on_a_call(path, worker, shift)
     # past its end (less the margin), the renewal still unanswered: a busy scheduler
     # reads it late and keeps the lease meanwhile
     shift[0] = 2.1
@@ -182,13 +188,7 @@ def test_a_lease_whose_renewal_is_on_its_way_is_not_swept_at_every_flush(setup):
     call skip the sweep until the lease could lapse (or lease news comes), and the lease
     still lapses then."""
     path, owner, worker, shift = setup
-    path.on_lease(pb.WorkerLease(target="g", lease_id="L2", worker_id="w1",
-                                 worker_address=_address(worker),
-                                 scheduler_address="sched", slots=1, ttl=2, status=pb.OK))
-    shift[0] = 1.5                              # less than half its ttl left: renewed
-    assert path.send(_call("c1", "g")) == "sched"
-    assert _received(worker) == ["c1"]
-    path.on_result(pb.CallResult(request_id="c1", status=pb.OK))
+    _renewed_on_a_call(path, worker, shift)
     path.flush()
     assert [list(r.renew) for r in owner.asked if r.renew] == [["L2"]]
     now = direct.time.monotonic()

@@ -20,7 +20,7 @@ from hydro_proto import cloudburst_pb2 as pb
 from runtime.auth import FUNCTION, Security, credentials_of
 from runtime.framing import parse, recv_frame
 from runtime.sockets import PushCache, bind_pull
-from waiting import poll_until
+from waiting import poll_until, run_in_threads
 
 
 def where(lib, x):
@@ -99,21 +99,12 @@ def test_several_threads_sharing_a_direct_client_each_get_their_own_answers(clus
     woken for its answer (not only at its own read's timeout) and gets its own value."""
     cb = cluster.client(direct=True)
     _leased(cb, "where", 0)
-    got, errors = {}, []
+    got = {}
 
     def caller(t):
-        try:
-            got[t] = [cb.call("where", t * 1000 + i).get(10)[0] for i in range(40)]
-        except BaseException as e:      # reported by the main thread
-            errors.append(e)
+        got[t] = [cb.call("where", t * 1000 + i).get(10)[0] for i in range(40)]
 
-    threads = [threading.Thread(target=caller, args=(t,)) for t in range(4)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(60)
-        assert not th.is_alive(), "a caller never got its answers"
-    assert not errors
+    run_in_threads(caller, 4, 60.0, "a caller waiting for its answers")
     assert got == {t: [t * 1000 + i for i in range(40)] for t in range(4)}
     cb.close()
 
