@@ -1,6 +1,8 @@
 """How a call's arguments travel: values, `Reference`s, keyword arguments, and `Future`s.
 
-Contract: `encode(args, kwargs)` is the `ArgumentList` of one function's arguments.
+Contract: `encode(args, kwargs)` is the `ArgumentList` of one function's arguments;
+`encode_into(out, args, kwargs)` fills an empty one the same way and returns `Encoded`: the
+keys its `Reference`s name (as `references_in` lists them) and its largest value's size.
 - A top-level `Future` (positional or keyword) travels as a reference to its call
   (`CallRef`): the worker that runs the function fetches that call's result from the worker
   that ran it (`executor/sharing.py`), without a trip through this client, and the
@@ -18,24 +20,35 @@ name order.
 from __future__ import annotations
 
 from collections import abc
-from typing import Any, List, Mapping, Sequence
+from typing import Any, List, Mapping, NamedTuple, Sequence
 
 from hydro_proto import cloudburst_pb2 as pb
 
-from faas.values import encode_args
+from faas.values import Reference, fill_argument
 
 from .futures import Future
 
-__all__ = ["encode", "futures_in", "merge_keywords", "referenced_keys", "references_in"]
+__all__ = ["Encoded", "encode", "encode_into", "futures_in", "merge_keywords", "referenced_keys", "references_in"]
 
 
-def _one(value: Any) -> pb.Argument:
+def _fill(arg: pb.Argument, value: Any) -> int:
+    """Set the empty `arg` to `value` (see the module contract); the serialized value's
+    size (0: a `Reference` or a `Future`)."""
     if isinstance(value, Future):
         if value.consistency == "causal":
             raise ValueError(f"the Future of a causal call ({value.what}) cannot be an "
                              f"argument: pass its value, future.get()")
-        return pb.Argument(call=pb.CallRef(call_id=value.request_id, what=value.what))
-    return encode_args([value]).args[0]
+        arg.call.call_id = value.request_id
+        arg.call.what = value.what
+        return 0
+    return fill_argument(arg, value)
+
+
+class Encoded(NamedTuple):
+    """What encoding one function's arguments found, so that the call is not read back
+    (reading a message's repeated fields costs more than writing them)."""
+    references: List[str]     # the keys its `Reference`s name, as `references_in` lists them
+    largest: int              # the size of its largest serialized value (0: none)
 
 
 def futures_in(*groups: Any) -> List[Future]:
@@ -56,13 +69,34 @@ def futures_in(*groups: Any) -> List[Future]:
 def encode(args: Sequence[Any], kwargs: Mapping[str, Any]) -> pb.ArgumentList:
     """The `ArgumentList` of `args` and `kwargs`; see the module contract."""
     out = pb.ArgumentList()
+    encode_into(out, args, kwargs)
+    return out
+
+
+def encode_into(out: pb.ArgumentList, args: Sequence[Any],
+                kwargs: Mapping[str, Any]) -> Encoded:
+    """Fill the empty `out` (a call's own `ArgumentList`, so nothing is copied) as `encode`
+    would make it; returns what it found."""
+    references: List[str] = []
+    largest = 0
     for a in args:
-        out.args.append(_one(a))
+        size = _fill(out.args.add(), a)
+        if size > largest:
+            largest = size
+        elif isinstance(a, Reference):
+            references.append(a.key)
+    named = []
     for k, v in kwargs.items():
         if not isinstance(k, str) or not k.isidentifier():
             raise TypeError(f"keyword argument names must be identifiers, got {k!r}")
-        out.kwargs[k].CopyFrom(_one(v))
-    return out
+        size = _fill(out.kwargs[k], v)
+        if size > largest:
+            largest = size
+        elif isinstance(v, Reference):
+            named.append((k, v.key))
+    if named:
+        references += [key for _, key in sorted(named)]
+    return Encoded(references, largest)
 
 
 def merge_keywords(kwargs: Any, keywords: Mapping[str, Any]) -> dict:

@@ -22,7 +22,7 @@ Contract:
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Iterable, List
+from typing import Any, Callable, Iterable, List, Optional
 
 from hydro_proto import cloudburst_pb2 as pb
 from faas.errors import CloudburstError, ObjectNotFound
@@ -43,12 +43,15 @@ class Courier:
         self._owner = owner
 
     def externalize(self, function: str, arglist: "pb.ArgumentList",
-                    by_reference: bool = True) -> List[str]:
+                    by_reference: bool = True, largest: Optional[int] = None) -> List[str]:
         """Check every serialized argument of `arglist` (positional and keyword) against the
         limit, then, with `by_reference`, store those above the threshold and put references
-        in their place (in `arglist`); returns the keys stored (see the module contract)."""
+        in their place (in `arglist`); returns the keys stored (see the module contract).
+        `largest`: the largest serialized argument's size, when the caller knows it."""
         # the common case, every value small, without naming each argument
         small = min(BY_REFERENCE_BYTES, self.limit) if by_reference else self.limit
+        if largest is not None and largest <= small:
+            return []
         if not arglist.args and not arglist.kwargs:
             return []
         if all(len(a.value) <= small for a in arglist.args) and \

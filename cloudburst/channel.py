@@ -3,8 +3,9 @@ registry requests, and telling why a call stalled or lost its scheduler.
 
 Contract (the "Failover" and threading parts of `cloudburst/client.py`'s contract are
 implemented here): `SchedulerChannel` is a mixin of `Client`, which sets up the state it
-works on (`addresses`, `_current`, `_connections`, `_pull`, `_send_lock`, `_cond`, `_slots`,
-`_reading`, `_prefix`, `_seq`, `_leases`, `_security`, `timeout`, `failover_timeout`).
+works on (`addresses`, `_current`, `_connections`, `_pull`, `_send_lock`, `_cond` (its lock:
+`_mutex`), `_slots`, `_reading`, `_waiting` (threads waiting on `_cond`), `_prefix`, `_seq`,
+`_leases`, `_security`, `timeout`, `failover_timeout`).
 - `_send` puts a message on the current scheduler's connection if it is up (ZeroMQ
   `IMMEDIATE`), else on the next one that is, which becomes current; `SchedulerUnavailable`
   when none took it within `failover_timeout`, `AuthenticationRequired` /
@@ -159,7 +160,7 @@ class SchedulerChannel:
     _direct: Any = None        # cloudburst.direct.DirectPath when direct calls are on
 
     def _new_slot(self) -> str:
-        with self._cond:
+        with self._mutex:
             self._seq += 1
             rid = f"{self._prefix}-{self._seq}"
             self._slots[rid] = _Slot()
@@ -290,7 +291,7 @@ class SchedulerChannel:
         """The client keeps nothing more for `rid`; `finished`: its result was taken, to be
         reported with the next call (bounded: the worker's own `done` reports it anyway).
         Returns the scheduler a kept call was last sent to."""
-        with self._cond:
+        with self._mutex:
             self._slots.pop(rid, None)
             kept = self._kept_calls.pop(rid, None)
             if finished:
@@ -303,7 +304,7 @@ class SchedulerChannel:
     def _keep_call(self, rid: str, call: Any, scheduler: str, sent_at: float) -> None:
         """Keep call `rid`, sent to `scheduler`, until it is over: a stopping scheduler may
         refuse it and it then goes to another one."""
-        with self._cond:
+        with self._mutex:
             kept = self._kept_calls.get(rid)
             if rid in self._slots and (kept is None or not kept[1]):
                 # (an entry already resent elsewhere keeps where it went since)
@@ -426,7 +427,8 @@ class SchedulerChannel:
         if self._direct is not None:      # calls held for company go before their caller waits
             self._direct.flush(force=True)
         while True:
-            with self._cond:
+            # (`_mutex` is `_cond`'s lock: taken directly, the common case costs less)
+            with self._mutex:
                 slot = self._slots.get(rid)
                 if slot is None:
                     raise CloudburstError(f"request {rid} is unknown (already collected?)")
@@ -436,21 +438,29 @@ class SchedulerChannel:
                 if remaining <= 0:
                     return None
                 if self._reading:
-                    self._cond.wait(min(remaining, 0.05))
+                    self._waiting += 1
+                    try:
+                        self._cond.wait(min(remaining, 0.05))
+                    finally:
+                        self._waiting -= 1
                     continue
                 self._reading = True
             messages: List[Tuple[str, Any]] = []
             try:
                 messages = self._drain(min(remaining, 0.05))
             finally:
-                with self._cond:
+                with self._mutex:
                     self._reading = False
                     self._store(messages)
-                    self._cond.notify_all()
+                    if self._waiting:         # (a lone caller wakes nobody)
+                        self._cond.notify_all()
+                    answered = slot.answer is not None
             if self._direct is not None:
                 self._direct.flush()
             if self._refused:
                 self._resend_refused()
+            if answered:                      # its own answer came with what it read
+                return slot
 
     def _drain(self, timeout: float) -> List[Tuple[str, Any]]:
         """Read what arrives within `timeout` (then everything queued), without the lock."""

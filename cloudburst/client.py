@@ -86,11 +86,12 @@ from faas.keys import check_user_key
 from runtime.sockets import bind_pull, check_address, ipc_dir_of
 from anna_core.config import DEFAULT_MAX_VALUE_BYTES
 from faas.values import too_large, transport
-from .arguments import encode, futures_in, merge_keywords, references_in
+from .arguments import Encoded, encode_into, futures_in, merge_keywords
 from .errors import AuthenticationRequired, InvalidDag, InvalidFunction
 from .pickling import dumps_function
 from . import actors as _actors
 from .big_values import Courier
+from .call_templates import CallTemplates
 from .functions import RegisteredFunction, check_signature
 from .futures import Future, SchedulerUnavailable, gather
 from .channel import ClientLink, SchedulerChannel
@@ -191,7 +192,9 @@ class Client(SchedulerChannel):
                                                       auth=creds, audience=FUNCTION)
         self._connections = SchedulerConnections(self._context, self.addresses, creds, auth)
         self._send_lock = threading.Lock()
-        self._cond = threading.Condition()
+        self._mutex = threading.RLock()             # the answer lock
+        self._cond = threading.Condition(self._mutex)
+        self._waiting = 0            # threads waiting on _cond for the reading one
         self._slots: Dict[str, Any] = {}   # request id -> its answer slot (channel)
         # calls in flight -> (the Call, the schedulers that refused it): sent again to
         # another scheduler when theirs is stopping (channel)
@@ -206,6 +209,7 @@ class Client(SchedulerChannel):
         self._session = ClientSession(session_keys) if session else None
         self.closed = False
         self._leases = ClientLeases(self, lease_ttl)
+        self._templates = CallTemplates()    # each call starts from a prepared copy
         self._link = ClientLink(self)      # what Futures and the direct path see of this client
         self._direct = DirectPath(self._link, self._context, creds) if direct else None
         try:
@@ -349,17 +353,16 @@ class Client(SchedulerChannel):
         `protocol`, `timeout`, `time_limit`, `objects`, `session`, `max_retries` and
         `retry_exceptions` as for `call_dag` (a single function is a one-function DAG)."""
         level, proto = _consistency_and_protocol(consistency, protocol)
-        call = pb.Call(function=name, consistency=level, protocol=proto,
-                       time_limit=_time_limit(time_limit))
+        call = self._templates.new(name, False, level, proto, _time_limit(time_limit))
         retry = _retry_policy(max_retries, retry_exceptions)
         if retry is not None:
             call.retry.CopyFrom(retry)
-        arglist = encode(args, merge_keywords(kwargs, keywords))
-        stored = self._courier.externalize(name, arglist, level == pb.LWW)
-        call.args[name].CopyFrom(arglist)
+        arglist = call.args[name]
+        encoded = encode_into(arglist, args, merge_keywords(kwargs, keywords))
+        stored = self._courier.externalize(name, arglist, level == pb.LWW, encoded.largest)
         return self._submit(call, f"call of function {name!r}", timeout, objects, session,
                             stored, futures_in(args, keywords, kwargs or {}),
-                            references_in(arglist))
+                            encoded.references)
 
     def map(self, name: str, *iterables: Iterable[Any], timeout: Optional[float] = None,
             **options: Any) -> List[Any]:
@@ -414,31 +417,34 @@ class Client(SchedulerChannel):
         for this call (None: as the client says).
         """
         level, proto = _consistency_and_protocol(consistency, protocol)
-        call = pb.Call(dag=name, consistency=level, protocol=proto,
-                       time_limit=_time_limit(time_limit),
-                       output_key=check_user_key(output_key) if output_key else "")
+        call = self._templates.new(name, True, level, proto, _time_limit(time_limit))
+        if output_key:
+            call.output_key = check_user_key(output_key)
         retry = _retry_policy(max_retries, retry_exceptions)
         if retry is not None:
             call.retry.CopyFrom(retry)
         stored: List[str] = []
+        encoded: Dict[str, Encoded] = {}
         try:
             for fn, fn_args in (args or {}).items():
                 if not isinstance(fn_args, (list, tuple)):
                     raise TypeError(f"arguments for {fn!r} must be a list or tuple, got "
                                     f"{type(fn_args).__name__}")
-                call.args[fn].CopyFrom(encode(fn_args, merge_keywords((kwargs or {}).get(fn),
-                                                                     {})))
+                encoded[fn] = encode_into(call.args[fn], fn_args,
+                                          merge_keywords(kwargs.get(fn), {}) if kwargs else {})
             for fn, fn_kwargs in (kwargs or {}).items():
-                if fn not in call.args:
-                    call.args[fn].CopyFrom(encode((), merge_keywords(fn_kwargs, {})))
-            for fn in sorted(call.args):
-                stored += self._courier.externalize(fn, call.args[fn], level == pb.LWW)
+                if fn not in encoded:
+                    encoded[fn] = encode_into(call.args[fn], (), merge_keywords(fn_kwargs, {}))
+            for fn in sorted(encoded):
+                stored += self._courier.externalize(fn, call.args[fn], level == pb.LWW,
+                                                    encoded[fn].largest)
         except BaseException:
             self._courier.release(stored)
             raise
         inputs = futures_in(*(args or {}).values(), *(kwargs or {}).values())
         return self._submit(call, f"call of DAG {name!r}", timeout, objects, session,
-                            stored, inputs)
+                            stored, inputs,
+                            [key for fn in sorted(encoded) for key in encoded[fn].references])
 
     def _submit(self, call: pb.Call, what: str, timeout: Optional[float],
                 objects: bool, session: Optional[bool] = None,
@@ -457,7 +463,8 @@ class Client(SchedulerChannel):
         if not keep:
             call.lease_ttl = self._leases.ttl
         # its scheduler deletes them when the call is over, even if this client is gone
-        call.value_keys.extend(stored)
+        if stored:
+            call.value_keys.extend(stored)
         sent_at = time.monotonic()
         scheduler = None
         if self._direct is not None and self._direct.eligible(call, stored, inputs,

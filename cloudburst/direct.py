@@ -167,6 +167,14 @@ def _until(held: _Held) -> float:
     return held.expires - MARGIN + (held.ttl if held.renewing else 0.0)
 
 
+def _next_sweep(held: _Held) -> float:
+    """When a lease next needs looking at: when it lapses (`_until`), or before that when it
+    falls due for renewal, unless its renewal was asked already (then its answer, lease
+    news, is what comes next). A serial caller's lease, past half its ttl while the renewal
+    is on its way, would otherwise be swept at every flush until the answer came."""
+    return _until(held) if held.renewing else min(_until(held), held.expires - held.ttl / 2)
+
+
 class DirectPath:
     """A client's worker leases and direct calls; see the module contract."""
 
@@ -383,7 +391,10 @@ class DirectPath:
 
     # ---- what arrives (the client's answer lock is held: record only) ----
     def _find(self, key: Key, lease_id: str) -> Optional[_Held]:
-        return next((h for h in self._held.get(key, []) if h.lease_id == lease_id), None)
+        for h in self._held.get(key, ()):      # (a loop: once per answer, no generator)
+            if h.lease_id == lease_id:
+                return h
+        return None
 
     def _drop(self, key: Key, held: _Held) -> None:
         self._set_leases(key, [h for h in self._held.get(key, []) if h is not held])
@@ -545,9 +556,8 @@ class DirectPath:
                                 held.expires - now < held.ttl / 2:
                             held.renewing = True
                             self._ask.append((self._renewal(held), held.scheduler))
-                self._quiet_until = min((min(h.expires - MARGIN, h.expires - h.ttl / 2)
-                                         for leases in self._held.values() for h in leases),
-                                        default=0.0)
+                self._quiet_until = min((_next_sweep(h) for leases in self._held.values()
+                                         for h in leases), default=0.0)
             batches = self._take_queued(now) if due else []
             if self._queued_count and due:
                 self._send_at = 0.0               # left for want of a slot: not corked

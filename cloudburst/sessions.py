@@ -79,10 +79,13 @@ class ClientSession:
     def observed(self, result: Optional[pb.CallResult]) -> None:
         if result is None or result.status != pb.OK:
             return
+        has_session, has_causal = result.HasField("session"), result.HasField("causal")
+        if not (has_session or has_causal):      # nothing to note (no lock taken)
+            return
         with self._lock:
-            if result.HasField("session"):
+            if has_session:
                 self.session.absorb(result.session)
-            if result.HasField("causal"):
+            if has_causal:
                 for kv in list(result.causal.read_set) + list(result.causal.writes):
                     if kv.vc:
                         self.session.note_causal(kv.key, dict(kv.vc))

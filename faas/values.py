@@ -55,7 +55,7 @@ from hydro_proto import cloudburst_pb2 as pb
 
 from .errors import MalformedValue, UnsafeValue, ValueTooLarge
 
-__all__ = ["Reference", "is_lattice", "CAUSAL_LATTICES", "PLAIN_GLOBALS", "dumps",
+__all__ = ["Reference", "is_lattice", "CAUSAL_LATTICES", "PLAIN_GLOBALS", "dumps", "fill_argument",
            "loads", "encode_args", "decode_arg", "references_of", "BY_REFERENCE_BYTES",
            "transport", "too_large"]
 
@@ -208,14 +208,25 @@ def loads(data: bytes, objects: bool = False, *, key: Optional[str] = None,
                              key=key) from None
 
 
+def fill_argument(arg: "pb.Argument", value: Any) -> int:
+    """Set the empty `Argument` `arg` to `value`: a `Reference` by key, any other value
+    serialized (filled in place: a call's arguments are built without a copy each).
+    Returns the serialized value's size (0 for a `Reference`)."""
+    if isinstance(value, Reference):
+        arg.reference = value.key
+        arg.concurrent = value.concurrent
+        arg.objects = value.objects
+        return 0
+    data = dumps(value)
+    arg.value = data
+    return len(data)
+
+
 def encode_args(args: Iterable[Any]) -> "pb.ArgumentList":
     """Call arguments as an `ArgumentList`: references by key, other values serialized."""
     out = pb.ArgumentList()
     for a in args:
-        if isinstance(a, Reference):
-            out.args.add(reference=a.key, concurrent=a.concurrent, objects=a.objects)
-        else:
-            out.args.add(value=dumps(a))
+        fill_argument(out.args.add(), a)
     return out
 
 

@@ -13,6 +13,7 @@ from typing import List, Optional
 
 import pytest
 import zmq
+from hypothesis import given, settings, strategies as st
 
 from cloudburst import direct
 from cloudburst.stalls import FLOOR
@@ -156,8 +157,9 @@ def test_a_client_with_no_call_out_reads_a_revocation_that_arrived_before_it_sen
     assert path.held() == []
 
 
-def test_a_lease_whose_renewal_is_unanswered_at_its_end_is_used_one_ttl_more(setup):
-    path, owner, worker, shift = setup
+def _renewed_on_a_call(path, worker, shift):
+    """Lease L2 of target "g" (ttl 2 s), renewed by a call made with less than half its
+    ttl left (c1, answered); the renewal is not answered."""
     path.on_lease(pb.WorkerLease(target="g", lease_id="L2", worker_id="w1",
                                  worker_address=_address(worker),
                                  scheduler_address="sched", slots=1, ttl=2, status=pb.OK))
@@ -165,6 +167,11 @@ def test_a_lease_whose_renewal_is_unanswered_at_its_end_is_used_one_ttl_more(set
     assert path.send(_call("c1", "g")) == "sched"
     assert _received(worker) == ["c1"]
     path.on_result(pb.CallResult(request_id="c1", status=pb.OK))
+
+
+def test_a_lease_whose_renewal_is_unanswered_at_its_end_is_used_one_ttl_more(setup):
+    path, owner, worker, shift = setup
+    _renewed_on_a_call(path, worker, shift)
     # past its end (less the margin), the renewal still unanswered: a busy scheduler
     # reads it late and keeps the lease meanwhile
     shift[0] = 2.1
@@ -174,3 +181,36 @@ def test_a_lease_whose_renewal_is_unanswered_at_its_end_is_used_one_ttl_more(set
     shift[0] = 2 * 2 + 0.1                      # one more ttl and no answer: lapsed
     assert path.send(_call("c3", "g")) is None
     assert not worker.poll(100)
+
+
+def test_a_lease_whose_renewal_is_on_its_way_is_not_swept_at_every_flush(setup):
+    """A serial caller's lease past half its ttl, its renewal asked: the flushes after each
+    call skip the sweep until the lease could lapse (or lease news comes), and the lease
+    still lapses then."""
+    path, owner, worker, shift = setup
+    _renewed_on_a_call(path, worker, shift)
+    path.flush()
+    assert [list(r.renew) for r in owner.asked if r.renew] == [["L2"]]
+    now = direct.time.monotonic()
+    # nothing is due before the lease's end plus the one ttl its renewal buys
+    assert path._quiet_until > now + 2.0
+    shift[0] = 2 * 2 + 0.1                      # one more ttl and no answer: lapsed
+    assert path.send(_call("c2", "g")) is None
+    assert not worker.poll(100)
+
+
+def _held(expires: float, ttl: float, renewing: bool) -> "direct._Held":
+    return direct._Held("L", "w", "tcp://w:1", "sched", 1, ttl, expires, 3,
+                        renewing=renewing)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(0, 1e6), st.floats(0.5, 600), st.booleans())
+def test_the_next_sweep_comes_before_anything_falls_due(expires, ttl, renewing):
+    held = _held(expires, ttl, renewing)
+    when = direct._next_sweep(held)
+    assert when <= direct._until(held)                       # a lapse is never missed
+    if not renewing:                                         # nor a renewal falling due
+        assert when <= held.expires - held.ttl / 2
+    else:                                                    # the renewal's answer is news
+        assert when == direct._until(held)

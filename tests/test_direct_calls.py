@@ -20,7 +20,7 @@ from hydro_proto import cloudburst_pb2 as pb
 from runtime.auth import FUNCTION, Security, credentials_of
 from runtime.framing import parse, recv_frame
 from runtime.sockets import PushCache, bind_pull
-from waiting import poll_until
+from waiting import poll_until, run_in_threads
 
 
 def where(lib, x):
@@ -92,6 +92,21 @@ def test_calls_go_straight_to_the_leased_worker_and_are_reported_afterwards(clus
     poll_until(lambda: any(s.name == "where" and s.calls >= 21
                            for s in observer.status().functions), 10.0,
                "the scheduler counting the direct calls its client reported")
+
+
+def test_several_threads_sharing_a_direct_client_each_get_their_own_answers(cluster):
+    """One thread reads the answers while the others wait for it: each waiting caller is
+    woken for its answer (not only at its own read's timeout) and gets its own value."""
+    cb = cluster.client(direct=True)
+    _leased(cb, "where", 0)
+    got = {}
+
+    def caller(t):
+        got[t] = [cb.call("where", t * 1000 + i).get(10)[0] for i in range(40)]
+
+    run_in_threads(caller, 4, 60.0, "a caller waiting for its answers")
+    assert got == {t: [t * 1000 + i for i in range(40)] for t in range(4)}
+    cb.close()
 
 
 class RawClient:

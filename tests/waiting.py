@@ -1,4 +1,5 @@
 """Waiting in tests for something another process does: one helper, always with a deadline."""
+import threading
 import time
 
 
@@ -29,3 +30,25 @@ def block_until_written(lib, key, work=0.0):
             raise TimeoutError(f"{key} was never written")
         t.sleep(0.02)
     return "released"
+
+
+def run_in_threads(target, count, timeout=60.0, what="a thread"):
+    """Run `target(t)` in `count` threads (t = 0 .. count-1) at once; fail the test when one
+    has not finished within `timeout` seconds, or with the first error one raised."""
+    errors = []
+
+    def run(t):
+        try:
+            target(t)
+        except BaseException as e:      # handed to the test's thread below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(t,), daemon=True) for t in range(count)]
+    for th in threads:
+        th.start()
+    deadline = time.monotonic() + timeout
+    for th in threads:
+        th.join(max(0.0, deadline - time.monotonic()))
+        assert not th.is_alive(), f"{what} did not finish within {timeout:g} s"
+    if errors:
+        raise errors[0]
