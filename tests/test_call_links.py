@@ -3,7 +3,9 @@ TCP link to the worker and reads their results from it; the worker admits link f
 exactly as frames of its direct socket (keys, roles, leases), closes a link that breaks the
 rules and keeps serving, and a client whose link fails uses ZeroMQ."""
 import signal
+import socket
 import struct
+import time
 
 import pytest
 import zmq.utils.z85 as z85
@@ -64,14 +66,27 @@ def _leased(cb, target, call):
     return poll_until(held, 15.0, f"a worker lease on {target!r}", interval=0.2)[0]
 
 
+def _linked(cb, target, call):
+    """`_leased`, then call until a call goes on the worker's link (it opens in the
+    background after the first call there, which goes over ZeroMQ)."""
+    lease = _leased(cb, target, call)
+
+    def on_link():
+        sent = _link_stats(cb)["sent"]
+        call()
+        return _link_stats(cb)["sent"] > sent
+    poll_until(on_link, 15.0, f"a call to {target!r} on a link", interval=0.05)
+    return lease
+
+
 def _link_stats(cb):
     return cb._direct.links.stats()
 
 
 def test_calls_and_a_dag_go_over_the_link_and_their_results_come_back_on_it(cluster):
     cb = cluster.client(direct=True)
-    _leased(cb, "inc", lambda: cb.call("inc", 0).get(10))
-    _leased(cb, "inc_square", lambda: cb.call_dag("inc_square", {"inc": [0]}).get(10))
+    _linked(cb, "inc", lambda: cb.call("inc", 0).get(10))
+    _linked(cb, "inc_square", lambda: cb.call_dag("inc_square", {"inc": [0]}).get(10))
     before = _link_stats(cb)
     assert [cb.call("inc", i).get(10) for i in range(20)] == [i + 1 for i in range(20)]
     assert [cb.call_dag("inc_square", {"inc": [i]}).get(10) for i in range(20)] == \
@@ -88,7 +103,7 @@ def test_calls_and_a_dag_go_over_the_link_and_their_results_come_back_on_it(clus
 
 def test_a_burst_over_the_link_comes_back_in_batches_on_it(cluster):
     cb = cluster.client(direct=True)
-    _leased(cb, "inc", lambda: cb.call("inc", 0).get(10))
+    _linked(cb, "inc", lambda: cb.call("inc", 0).get(10))
     before = _link_stats(cb)
     futures = [cb.call("inc", i) for i in range(300)]
     assert [f.get(20) for f in futures] == [i + 1 for i in range(300)]
@@ -249,9 +264,50 @@ def test_a_link_that_cannot_be_opened_falls_back_to_zeromq(cluster, monkeypatch)
     cb.close()
 
 
+def test_a_call_never_waits_for_a_link_to_open(cluster, monkeypatch):
+    """A worker that cannot answer the handshake (here a listener nobody serves, as a
+    worker busy in a long call is) costs a call nothing: call() returns at once and the
+    call goes over ZeroMQ while the link opens in the background, until its deadline."""
+    from cloudburst import call_link, direct
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)                          # connects complete; nothing ever answers
+    taken = direct.DirectPath.on_lease
+
+    def unanswered(self, m):
+        if m.link_address:
+            m.link_address = "tcp://127.0.0.1:%d" % silent.getsockname()[1]
+        return taken(self, m)
+    monkeypatch.setattr(direct.DirectPath, "on_lease", unanswered)
+    monkeypatch.setattr(call_link, "OPEN_TIMEOUT", 20.0)   # a handshake that long
+    cb = cluster.client(direct=True)
+    slowest = [0.0]
+
+    def call(*args, **kwargs):
+        start = time.monotonic()
+        future = cb.call(*args, **kwargs)
+        slowest[0] = max(slowest[0], time.monotonic() - start)
+        return future
+    try:
+        _leased(cb, "inc", lambda: call("inc", 0).get(10))
+        cluster.signal_scheduler(0, signal.SIGSTOP)   # only direct calls can finish
+        try:
+            got = [call("inc", i).get(5) for i in range(10)]
+        finally:
+            cluster.signal_scheduler(0, signal.SIGCONT)
+        assert got == [i + 1 for i in range(10)]
+        stats = _link_stats(cb)
+        assert stats["opening"] == 1 and stats["opened"] == 0 and stats["sent"] == 0, stats
+        # generous: a call that waited for the handshake would have taken its 20 s
+        assert slowest[0] < 5.0, slowest
+    finally:
+        cb.close()
+        silent.close()
+
+
 def test_a_link_the_client_leases_no_more_is_closed(cluster):
     cb = cluster.client(direct=True)
-    _leased(cb, "inc", lambda: cb.call("inc", 0).get(10))
+    _linked(cb, "inc", lambda: cb.call("inc", 0).get(10))
     assert cb.call("inc", 1).get(10) == 2 and _link_stats(cb)["open"] == 1
     cb._direct.release_all()
     cb._direct.flush()
@@ -282,8 +338,7 @@ def test_the_result_of_a_call_whose_link_the_worker_closed_comes_over_zeromq(sec
 
 def test_a_worker_killed_mid_call_on_a_link_retries_the_call_or_fails_it_typed(cluster):
     cb = cluster.client(direct=True)
-    lease = _leased(cb, "slow", lambda: cb.call("slow", 0.0).get(10))
-    cb.call("slow", 0.0).get(10)
+    lease = _linked(cb, "slow", lambda: cb.call("slow", 0.0).get(10))
     sent = _link_stats(cb)["sent"]
     retried = cb.call("slow", 2.0, timeout=30)
     assert _link_stats(cb)["sent"] == sent + 1                  # it went on the link
@@ -291,8 +346,7 @@ def test_a_worker_killed_mid_call_on_a_link_retries_the_call_or_fails_it_typed(c
                5.0, "the leased worker listed")
     cluster.kill_worker(lease["worker_id"])
     assert retried.get(30)                                      # ran again via the scheduler
-    lease = _leased(cb, "slow", lambda: cb.call("slow", 0.0).get(10))
-    cb.call("slow", 0.0).get(10)
+    lease = _linked(cb, "slow", lambda: cb.call("slow", 0.0).get(10))
     sent = _link_stats(cb)["sent"]
     lost = cb.call("slow", 2.0, timeout=30, max_retries=0)
     assert _link_stats(cb)["sent"] == sent + 1
