@@ -30,7 +30,12 @@ Contract: `ClientCallLinks(credentials)` (None: a plain cluster) belongs to one 
   frame that does not open, one above `MAX_FRAME_BYTES`) is forgotten and logged; its calls
   in flight are waited for as any direct call is: if the worker lives it answers them over
   ZeroMQ (its results go there once their link is gone); if it died, its lease is revoked
-  as dead and the client's usual retry-or-WORKER_DIED rule applies. The client itself never
+  as dead and the client's usual retry-or-WORKER_DIED rule applies. A worker that closes a
+  link for a fault says first how many of the client's frames it served from it (the
+  native farewell); the calls of the frames written after those never run there, and go to
+  `not_served(calls, why)` (the direct path sends them through the scheduler: no call runs
+  twice), promptly rather than at their deadline. The client remembers the last
+  `MAX_WRITTEN` messages written on each link for this (more than the slots of its leases). The client itself never
   closes a link under calls in flight: after a failed write, or when it leases the worker
   no more (`drop`), it half-closes it and reads it until the worker closes its end, so the
   answers the worker wrote before it saw that end are read.
@@ -45,7 +50,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from collections import deque
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 import zmq
 
@@ -62,6 +68,7 @@ RETRY_OPEN = 2.0         # seconds before a link that failed to open is tried ag
 MAX_RETRY_OPEN = 60.0
 SEND_TIMEOUT = 1.0       # seconds a frame may wait for room on the link
 MAX_REMEMBERED = 4096    # workers whose link failed, remembered (bounded)
+MAX_WRITTEN = 1024       # messages remembered per link, for a farewell (bounded)
 
 
 def answers_of(data: bytes) -> List[Tuple[str, Any]]:
@@ -78,7 +85,8 @@ def answers_of(data: bytes) -> List[Tuple[str, Any]]:
 class ClientCallLinks:
     """A client's call links to the workers it leases (module contract)."""
 
-    def __init__(self, credentials: Optional[Credentials]) -> None:
+    def __init__(self, credentials: Optional[Credentials],
+                 not_served: Callable[[List[Any], str], None] = lambda calls, why: None) -> None:
         from anna_core import _core
         self._native = _core.CallLinkClient() if credentials is None else \
             _core.CallLinkClient(credentials.keypair.public, credentials.keypair.secret,
@@ -88,6 +96,9 @@ class ClientCallLinks:
         self._links: Dict[str, int] = {}            # worker address -> link
         self._workers: Dict[int, str] = {}          # link -> worker address
         self._opening: Dict[int, str] = {}          # link still opening -> its address
+        # link -> (frames written on it, the last MAX_WRITTEN of them as (number, message))
+        self._written: Dict[int, Tuple[List[int], Deque[Tuple[int, Any]]]] = {}
+        self._not_served = not_served
         self._failed: Dict[str, Tuple[float, float]] = {}   # worker -> (until, backoff)
         self._fd = self._native.fileno()
         self._poller: Optional[zmq.Poller] = None
@@ -150,6 +161,11 @@ class ClientCallLinks:
                 return False
             if self._native.send(link, frame, SEND_TIMEOUT):
                 self.counts["sent"] += 1
+                written = self._written.get(link)
+                if written is None:
+                    written = self._written[link] = ([0], deque(maxlen=MAX_WRITTEN))
+                written[0][0] += 1
+                written[1].append((written[0][0], message))
                 return True
             # half-closed by the native side: read until the worker closes it
             self._forget(link, "a call could not be written on it", closed=False)
@@ -162,6 +178,7 @@ class ClientCallLinks:
         if closed:
             self._native.close(link)
             self._workers.pop(link, None)
+            self._written.pop(link, None)
         address = self._opening.pop(link, None)
         if address is not None:          # it never opened
             if worker is not None and self._links.get(worker) == link:
@@ -195,13 +212,35 @@ class ClientCallLinks:
                 log.warning("dropped a message a client cannot take from a call link "
                             "(%d bytes): %s", len(data), e)
         if broken or opened:
+            unserved: List[Tuple[List[Any], str]] = []
             with self._lock:
                 for link in opened:
                     self._opened(link)
-                for link, why in broken:
+                for link, why, taken in broken:
+                    if taken >= 0:
+                        unserved.extend(self._farewell(link, why, taken))
                     self._forget(link, why)
+            for calls, why in unserved:       # (without the lock: the direct path takes its own)
+                self._not_served(calls, why)
         self.counts["results"] += len(out)
         return on_socket, out
+
+    def _farewell(self, link: int, why: str, taken: int) -> List[Tuple[List[Any], str]]:
+        """The worker closed `link` having served `taken` of its frames (lock held): the
+        calls of the later ones never run there (the worker read no further); returned as
+        `(calls, why)` for `not_served`."""
+        written = self._written.get(link)
+        if written is None or written[0][0] <= taken:
+            return []
+        calls: List[Any] = []
+        for number, message in written[1]:
+            if number > taken:
+                calls.extend([message] if isinstance(message, pb.Call) else message.calls)
+        worker = self._workers.get(link, "?")
+        log.warning("worker %s closed call link %d (%s) without serving %d call(s) written "
+                    "on it: they go through the scheduler", worker, link, why, len(calls))
+        return [(calls, f"executor worker {worker} closed call link {link} ({why}) before "
+                        "reading it")]
 
     def drop(self, workers: Any) -> None:
         """Close the links to `workers` (the client leases them no more)."""
@@ -227,3 +266,4 @@ class ClientCallLinks:
             self._links.clear()
             self._workers.clear()
             self._opening.clear()
+            self._written.clear()

@@ -71,7 +71,9 @@ client's `LeaseOwner` side (sending to a scheduler, delivering an answer to a wa
   (`cloudburst/call_link.py`: opened on the first call there, half-closed once no lease
   names the worker), else, or when the link cannot be opened or breaks, over ZeroMQ as
   before (`_send_to`); `links` is the client's `ClientCallLinks` (None without the native
-  module), whose answers the client's channel reads with its answer socket's.
+  module), whose answers the client's channel reads with its answer socket's. Calls a
+  worker never read from a link it closed for a fault (it says how far it read) go through
+  the scheduler at once (`_not_served`), as refused ones do.
 - `release_all()` gives every lease back (the client changed the registry: a lease runs the
   function versions it was granted for); `close()` too, and closes the path's sockets.
   Usage not yet reported goes with the release.
@@ -173,7 +175,7 @@ class DirectPath:
     def __init__(self, owner: LeaseOwner, context: zmq.Context, credentials: Any) -> None:
         self._owner = owner
         self._push = PushCache(context, auth=credentials)
-        self.links = _call_links(credentials)    # calls over TCP links (call_link.py)
+        self.links = _call_links(credentials, self._not_served)   # over TCP links (call_link.py)
         self._lock = threading.Lock()
         self._held: Dict[Key, List[_Held]] = {}              # target -> its live leases
         self._asked: Dict[Key, float] = {}      # target -> when a lease was asked/refused
@@ -476,6 +478,25 @@ class DirectPath:
                     held.latencies.append(took)
         return result
 
+    def _not_served(self, calls: List[pb.Call], why: str) -> None:
+        """Calls a worker never read from the call link they were written on (it closed the
+        link for a fault, and said how far it read): they go through the scheduler, as a
+        refused call does; none of them ran."""
+        with self._lock:
+            for call in calls:
+                rid = call.request_id
+                entry = self._calls.get(rid)
+                if entry is None or not entry[3]:
+                    continue
+                del self._calls[rid]
+                held = self._find(entry[0], call.lease_id)
+                if held is not None:
+                    held.in_flight.pop(rid, None)
+                log.info("direct call %s: %s; it goes through the scheduler", rid, why)
+                call.ClearField("lease_id")
+                self._resend.append(call)
+            self._changed()    # (the reader that found this flushes the path next)
+
     def held(self) -> List[Dict[str, Any]]:
         """The leases held now: target, whether a DAG, worker id, slots, calls in flight."""
         with self._lock:
@@ -618,10 +639,10 @@ class DirectPath:
                 self.links.close()
 
 
-def _call_links(credentials: Any) -> Optional[ClientCallLinks]:
+def _call_links(credentials: Any, not_served: Any) -> Optional[ClientCallLinks]:
     """The client's call links, or None (the native module lacks them: ZeroMQ only)."""
     try:
-        return ClientCallLinks(credentials)
+        return ClientCallLinks(credentials, not_served)
     except (ImportError, AttributeError, RuntimeError, ValueError) as e:
         log.info("no call links (%s): direct calls use ZeroMQ", e)
         return None

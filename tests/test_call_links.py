@@ -336,6 +336,34 @@ def test_the_result_of_a_call_whose_link_the_worker_closed_comes_over_zeromq(sec
         peer.close()
 
 
+def test_a_worker_closing_a_link_for_a_fault_says_how_many_frames_it_served(secured, leased):
+    """The calls written after the fault never run; the worker's last frame tells the
+    client how far it read, so the client knows which (and sends them elsewhere)."""
+    raw, lease, server_key = leased
+    cb = secured.client()
+    peer = _peer(lease, server_key, secured.client_auth.load().keypair)
+    try:
+        assert peer.handshake() is None
+        _admitted_call(raw, lease, peer, 40)
+        ran, after = _call(raw, lease, 41), _call(raw, lease, 42)
+        whole = peer.frame_for(encode("direct", ran))
+        served = peer.sent                       # every frame so far, this one included
+        tampered = bytearray(peer.frame_for(encode("direct", _call(raw, lease, 43))))
+        tampered[-1] ^= 1
+        peer.sock.sendall(whole + bytes(tampered) + peer.frame_for(encode("direct", after)))
+        farewell = peer.recv()
+        assert farewell is not None and farewell.startswith(b"CL1F%d " % served), farewell
+        assert b"does not authenticate" in farewell
+        assert peer.closed_by_worker()
+        assert raw.recv("result", ran.request_id).status == pb.OK   # over ZeroMQ
+        assert cb.get("link-mark-41") == 41
+        with pytest.raises(ObjectNotFound):
+            cb.get("link-mark-42")
+    finally:
+        peer.close()
+        cb.close()
+
+
 def test_a_worker_killed_mid_call_on_a_link_retries_the_call_or_fails_it_typed(cluster):
     cb = cluster.client(direct=True)
     lease = _linked(cb, "slow", lambda: cb.call("slow", 0.0).get(10))

@@ -64,7 +64,7 @@ def _open(client, address, server_key, timeout=2.0):
         _, broken, opened = client.read()
         if link in opened:
             return (link, "")
-        return next(((0, w) for l, w in broken if l == link), None)
+        return next(((0, w) for l, w, _ in broken if l == link), None)
     return poll_until(done, timeout + 5.0, "the link opened or refused", interval=0.002)
 
 
@@ -115,7 +115,9 @@ def test_a_frame_above_the_limit_closes_that_link_only(keys):
     with Served(max_frame=1024) as served:
         client, good, bad = served.plain_links(2)
         assert client.send(bad, b"x" * 2048, 1.0)
-        assert _answer(client) == ([], [(bad, "closed by the worker")])
+        # the worker says how many of the link's frames it served (none) before closing it
+        assert _answer(client) == ([], [(bad, "closed by the worker: a frame of 2048 bytes, "
+                                              "above the limit of 1024", 0)])
         assert client.send(good, b"small", 1.0)
         assert _answer(client) == ([(good, b"echo:small")], [])
 
@@ -129,7 +131,8 @@ def test_a_half_closed_link_is_still_read_until_the_worker_closes_it(keys):
         frames, broken = [], []
         poll_until(lambda: (lambda f, b, _: frames.extend(f) or broken.extend(b) or broken)(
             *client.read()), 5.0, "the worker closing the link", interval=0.005)
-        assert frames == [(link, b"echo:before")] and broken == [(link, "closed by the worker")]
+        assert frames == [(link, b"echo:before")] and \
+            broken == [(link, "closed by the worker", -1)]    # its own close: no farewell
 
 
 def test_links_beyond_the_limit_are_refused_and_a_freed_place_serves_a_new_link(keys):
@@ -191,3 +194,42 @@ def test_a_link_that_cannot_connect_is_reported_broken(keys):
         assert broken[0][0] == link and "connect" in broken[0][1], broken
     else:
         assert "connect" in why
+
+
+def test_the_client_hands_back_the_calls_a_worker_closed_its_link_without_serving():
+    """A worker closes a link on a frame above its limit, having served the call before it;
+    the client learns from its farewell that the later calls were never read, and hands
+    them back (the direct path sends them through the scheduler) instead of waiting."""
+    import zmq
+    from cloudburst.call_link import ClientCallLinks
+    from hydro_proto import cloudburst_pb2 as pb
+    server = _core.CallLinkServer("127.0.0.1", 4096, 4, "test: ")
+    handed = []
+    links = ClientCallLinks(None, lambda calls, why: handed.append((calls, why)))
+    context = zmq.Context()
+    answers = context.socket(zmq.PULL)
+    try:
+        def calls(*names):
+            return [pb.Call(request_id=n, function="f", timeout=5.0) for n in names]
+
+        def write(call):
+            return links.send("tcp://worker:1", server.address, "direct", call)
+        first, big, later = calls("first", "big", "later")
+        big.args["f"].args.add(value=b"x" * 8192)          # above the worker's limit
+        assert not write(first)                          # the link is only opening: ZeroMQ
+        poll_until(lambda: server.service() or links.wait(answers, 0) and False or
+                   links.stats()["opened"], 5.0, "the link open", interval=0.005)
+        assert write(first)
+        assert poll_until(lambda: server.service(), 5.0, "the first call read")[0][1][1:] == \
+            first.SerializeToString()
+        assert write(big) and write(later)               # written whole, not yet read
+        poll_until(lambda: server.service() or links.wait(answers, 0) and False or handed,
+                   5.0, "the farewell read")
+        [(unserved, why)] = handed
+        assert [c.request_id for c in unserved] == ["big", "later"]
+        assert "closed call link" in why and "above the limit" in why, why
+        assert links.stats()["open"] == 0
+    finally:
+        links.close()
+        answers.close(0)
+        context.term()

@@ -12,7 +12,8 @@
 //     begin(address, server_key, timeout) -> (link, why) (link 0 when it cannot start;
 //     else it opens in read(), without blocking), ready(link) -> bool,
 //     send(link, payload, timeout) -> bool,
-//     read() -> ([(link, payload)], [(link, why)], [opened link]),
+//     read() -> ([(link, payload)], [(link, why, taken)], [opened link]) (taken: how many of
+//     the client's frames the worker served from a link it closed for a fault, else -1),
 //     finish(link) (half-close: no more sends, still read), close(link), .open_links.
 //   Every call that touches a socket releases the GIL; calls from several threads are
 //   serialised by a lock per object. Timeouts are in seconds.
@@ -127,7 +128,8 @@ class PyCallLinkClient {
   }
 
   py::tuple read() {
-    std::vector<std::pair<std::uint64_t, std::string>> frames, broken;
+    std::vector<std::pair<std::uint64_t, std::string>> frames;
+    std::vector<std::tuple<std::uint64_t, std::string, std::int64_t>> broken;
     std::vector<std::uint64_t> opened;
     {
       py::gil_scoped_release release;
@@ -136,7 +138,7 @@ class PyCallLinkClient {
     }
     py::list f, b, o;
     for (auto& [link, payload] : frames) f.append(py::make_tuple(link, py::bytes(payload)));
-    for (auto& [link, why] : broken) b.append(py::make_tuple(link, py::str(why)));
+    for (auto& [link, why, taken] : broken) b.append(py::make_tuple(link, py::str(why), taken));
     for (std::uint64_t link : opened) o.append(link);
     return py::make_tuple(f, b, o);
   }

@@ -28,11 +28,26 @@ int make_epoll() {
   return fd;
 }
 
+// A farewell's body ("<frames served> <why>"): *taken and *why (taken -1 when it does not parse).
+void farewell(std::string_view body, std::int64_t* taken, std::string* why) {
+  std::size_t space = body.find(' ');
+  std::string count(body.substr(0, space));
+  *taken = -1;
+  if (!count.empty() && count.size() < 19 &&
+      count.find_first_not_of("0123456789") == std::string::npos)
+    *taken = std::stoll(count);
+  *why = "closed by the worker: " +
+         std::string(space == std::string_view::npos ? "(no reason given)"
+                                                     : body.substr(space + 1, 512));
+}
+
 }  // namespace
 
 CallLinkServer::CallLinkServer(const std::string& ip, std::size_t max_frame,
                                std::size_t max_links, std::string where, const CurveKeys& keys)
     : links_(ip, max_frame, max_links, std::move(where), keys), epoll_fd_(make_epoll()) {
+  links_.farewell(std::string(kCallLinkFarewell));
+  links_.set_kind("call link");
   sync();
 }
 
@@ -256,7 +271,7 @@ void CallLinkClient::finish(std::uint64_t id) {
 }
 
 void CallLinkClient::read(std::vector<std::pair<std::uint64_t, std::string>>* frames,
-                          std::vector<std::pair<std::uint64_t, std::string>>* broken,
+                          std::vector<std::tuple<std::uint64_t, std::string, std::int64_t>>* broken,
                           std::vector<std::uint64_t>* opened) {
   epoll_event events[16];
   int n;
@@ -270,7 +285,7 @@ void CallLinkClient::read(std::vector<std::pair<std::uint64_t, std::string>>* fr
     std::string why;
     if (link.stage != Stage::kOpen) {
       if (!advance(id, link, events[i].events, &why)) {
-        broken->emplace_back(id, why);
+        broken->emplace_back(id, why, -1);
         close(id);
       } else if (link.stage == Stage::kOpen) {
         --opening_;
@@ -280,6 +295,7 @@ void CallLinkClient::read(std::vector<std::pair<std::uint64_t, std::string>>* fr
     }
     ReadEnd end = read_available(link.fd, &link.reader, 1u << 20);
     std::string_view frame;
+    std::int64_t taken = -1;
     while (why.empty()) {
       auto next = link.reader.next(&frame);
       if (next == LinkReader::Next::kNeedMore) break;
@@ -287,20 +303,25 @@ void CallLinkClient::read(std::vector<std::pair<std::uint64_t, std::string>>* fr
         why = "a frame of " + std::to_string(link.reader.declared()) + " bytes, above the limit";
         break;
       }
-      if (!link.cipher) {
-        frames->emplace_back(id, std::string(frame));
-        continue;
+      if (link.cipher) {
+        if (link.cipher->open(frame, &plain_) != LinkCipher::Open::kOk) {
+          why = "a frame that does not authenticate (tampered, replayed or forged)";
+          break;
+        }
+        frame = plain_;
       }
-      if (link.cipher->open(frame, &plain_) != LinkCipher::Open::kOk)
-        why = "a frame that does not authenticate (tampered, replayed or forged)";
-      else
-        frames->emplace_back(id, plain_);
+      if (frame.substr(0, kCallLinkFarewell.size()) == kCallLinkFarewell) {
+        farewell(frame.substr(kCallLinkFarewell.size()), &taken, &why);
+        if (!link.cipher && taken > 0) --taken;  // the probe was a frame too
+        break;
+      }
+      frames->emplace_back(id, std::string(frame));
     }
     if (why.empty() && end != ReadEnd::kOpen)
       why = end == ReadEnd::kClosed ? "closed by the worker"
                                     : std::string("read: ") + std::strerror(errno);
     if (!why.empty()) {
-      broken->emplace_back(id, why);
+      broken->emplace_back(id, why, taken);
       close(id);
     }
   }
@@ -312,7 +333,7 @@ void CallLinkClient::read(std::vector<std::pair<std::uint64_t, std::string>>* fr
     if (link->stage != Stage::kOpen && now >= link->deadline) late.push_back(id);
   for (std::uint64_t id : late) {
     broken->emplace_back(id, "the link was not open within its deadline (the worker did not "
-                             "answer the connect or the handshake)");
+                             "answer the connect or the handshake)", -1);
     close(id);
   }
 }

@@ -16,6 +16,12 @@
 //     kProbe on the link, so a client never sends a call on a connection the worker did not
 //     accept. Secured links need none: READY is that proof. A probe is not a frame for the
 //     caller.
+//   * A link the worker closes for a fault (a frame above the limit, one that does not open)
+//     gets a farewell first (WorkerLinks::farewell): kCallLinkFarewell, the number of the
+//     client's frames the worker served from it (the probe not counted), a space, and why.
+//     The client reports it in `broken` as that why and the number (`taken`; -1 when the
+//     link closed without one: the worker died, or stopped serving it for a reason that
+//     lost the farewell), so it knows which of its frames were never served.
 //   * CallLinkClient(public_key, secret_key, max_frame) is a client's side: its links to
 //     workers behind one epoll descriptor, fd(). begin(address, server_key, timeout_ms)
 //     starts opening a link without blocking (a non-blocking connect): the link id, or 0
@@ -57,6 +63,8 @@
 namespace anna {
 
 inline constexpr std::string_view kCallLinkProbe = "CL1P";
+// (neither starts as a Cloudburst frame does: its first byte is a message kind's code, < 64)
+inline constexpr std::string_view kCallLinkFarewell = "CL1F";
 
 class CallLinkServer {
  public:
@@ -99,7 +107,7 @@ class CallLinkClient {
   bool ready(std::uint64_t link) const;
   bool send(std::uint64_t link, std::string_view payload, int timeout_ms);
   void read(std::vector<std::pair<std::uint64_t, std::string>>* frames,
-            std::vector<std::pair<std::uint64_t, std::string>>* broken,
+            std::vector<std::tuple<std::uint64_t, std::string, std::int64_t>>* broken,
             std::vector<std::uint64_t>* opened);
   void finish(std::uint64_t link);
   void close(std::uint64_t link);
