@@ -19,7 +19,10 @@ worker reports next to its direct address, and the scheduler puts in its leases.
   `frames()`: the frames that arrived, as `(link, data, role)`, without blocking.
 - Routing results: `arrived(request_id, link)` records that a call came on `link` (the
   first link a call id came on keeps it; at most `MAX_ROUTES`, the oldest forgotten);
-  `route(request_id)` is its link or 0; `finished(request_id)` forgets it. `send(link,
+  `route(request_id)` is its link or 0; `finished(request_id, link)` forgets it if it is
+  that link's, so a call of the same id from another link (refused as a duplicate, its
+  refusal sent on its own link: `executor/direct_calls.py`) never takes the first one's
+  route away, and nothing of one link's is ever sent on another's. `send(link,
   kind, message)` writes the message on the link; False when the link is gone or the
   message is above the frame limit, and the caller sends it over ZeroMQ to the call's
   answer address instead, where the client reads too: a result is never lost for a link.
@@ -81,8 +84,9 @@ class WorkerCallLinks:
     def route(self, request_id: str) -> int:
         return self._routes.get(request_id, 0)
 
-    def finished(self, request_id: str) -> None:
-        self._routes.pop(request_id, None)
+    def finished(self, request_id: str, link: int) -> None:
+        if self._routes.get(request_id) == link:
+            del self._routes[request_id]
 
     def send(self, link: int, kind: str, message: Any) -> bool:
         frame = encode(kind, message)

@@ -30,6 +30,19 @@ def square(lib, x):
     return x * x
 
 
+def hold(lib, key):
+    """Returns at once for no key; else runs until the KVS key `key` is written (at most
+    60 s), having written `key`-started."""
+    import time
+    if not key:
+        return 0
+    lib.put(key + "-started", 1)
+    deadline = time.monotonic() + 60
+    while lib.get(key, default=None) is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return 1
+
+
 def mark(lib, x):
     lib.put(f"link-mark-{x}", x)
     return x
@@ -361,6 +374,72 @@ def test_a_worker_closing_a_link_for_a_fault_says_how_many_frames_it_served(secu
             cb.get("link-mark-42")
     finally:
         peer.close()
+        cb.close()
+
+
+def _answers_on(peer, request_id, timeout=5.0):
+    """The results a peer's link carries for `request_id` (alone or in a batch) until one
+    came, or `timeout` passed (then none)."""
+    import socket as sockets
+    got = []
+    try:
+        while not got:
+            data = peer.recv(timeout)
+            if data is None:
+                break
+            kind, payload = parse(data)
+            results = pb.DirectResults.FromString(payload).results if kind == "direct_results" \
+                else [pb.CallResult.FromString(payload)]
+            got += [r for r in results if r.request_id == request_id]
+    except sockets.timeout:
+        pass
+    return got
+
+
+def test_a_refusal_goes_back_on_the_link_its_call_came_on(secured):
+    """Two links carry calls of one id while the first runs: the duplicate's refusal goes
+    on the duplicate's link, never on the other's (which may be another client's)."""
+    cb = secured.client()
+    cb.register(hold, "hold")
+    raw = RawClient(secured)
+    a = b = None
+    try:
+        lease = raw.lease("hold")
+        server_key = z85.decode(parse_address(lease.worker_address)[1])
+        pair = secured.client_auth.load().keypair
+        a, b = _peer(lease, server_key, pair), _peer(lease, server_key, pair)
+        assert a.handshake() is None and b.handshake() is None
+        free, held = "", f"held-{raw.prefix}"    # a call on `free` returns at once
+
+        def block(key, request_id=None):
+            call = _call(raw, lease, key, function="hold")
+            if request_id:
+                call.request_id = request_id
+            return call
+
+        def admitted():
+            r = _result_of(a, block(free))
+            return r if r.status == pb.OK else None
+        poll_until(admitted, 5.0, "a direct call admitted on a link", interval=0.05)
+        a.send(encode("direct", block(held)))    # the worker is busy in it ...
+        def started():
+            try:
+                return cb.get(held + "-started")
+            except ObjectNotFound:
+                return None
+        poll_until(started, 10.0, "the call started")
+        twin = f"twin-{raw.prefix}"              # ... while both links get a call of one id
+        a.send(encode("direct", block(free, twin)))
+        b.send(encode("direct", block(free, twin)))
+        cb.put(held, 1)                          # both are read together once it returns
+        on_a, on_b = _answers_on(a, twin), _answers_on(b, twin)
+        assert len(on_a) == 1 and len(on_b) == 1, (on_a, on_b)
+        assert sorted(r.status == pb.OK for r in on_a + on_b) == [False, True], (on_a, on_b)
+    finally:
+        for peer in (a, b):
+            if peer is not None:
+                peer.close()
+        raw.close()
         cb.close()
 
 
