@@ -33,9 +33,14 @@ Contract: `ClientCallLinks(credentials)` (None: a plain cluster) belongs to one 
   as dead and the client's usual retry-or-WORKER_DIED rule applies. A worker that closes a
   link for a fault says first how many of the client's frames it served from it (the
   native farewell); the calls of the frames written after those never run there, and go to
-  `not_served(calls, why)` (the direct path sends them through the scheduler: no call runs
-  twice), promptly rather than at their deadline. The client remembers the last
-  `MAX_WRITTEN` messages written on each link for this (more than the slots of its leases). The client itself never
+  `unanswered(calls, why, False)` (the direct path sends them through the scheduler: no
+  call runs twice), promptly rather than at their deadline. A link the client closes
+  because a frame from the worker does not open (above the limit, or not authentic) may
+  have carried results it can no longer read: every call written on it goes to
+  `unanswered(calls, why, True)`, and those still without a result fail at once with
+  CALL_LINK_BROKEN (they may or may not have run; a retry could run one twice). The client
+  remembers the last `MAX_WRITTEN` messages written on each link for this (more than the
+  slots of its leases). The client itself never
   closes a link under calls in flight: after a failed write, or when it leases the worker
   no more (`drop`), it half-closes it and reads it until the worker closes its end, so the
   answers the worker wrote before it saw that end are read.
@@ -69,6 +74,9 @@ MAX_RETRY_OPEN = 60.0
 SEND_TIMEOUT = 1.0       # seconds a frame may wait for room on the link
 MAX_REMEMBERED = 4096    # workers whose link failed, remembered (bounded)
 MAX_WRITTEN = 1024       # messages remembered per link, for a farewell (bounded)
+# the native side's words for a frame from the worker the client cannot open (it closes the
+# link; what followed on it is lost), as against a link the worker ended or that failed
+_UNREADABLE = ("a frame of ", "a frame that does not authenticate")
 
 
 def answers_of(data: bytes) -> List[Tuple[str, Any]]:
@@ -86,7 +94,8 @@ class ClientCallLinks:
     """A client's call links to the workers it leases (module contract)."""
 
     def __init__(self, credentials: Optional[Credentials],
-                 not_served: Callable[[List[Any], str], None] = lambda calls, why: None) -> None:
+                 unanswered: Callable[[List[Any], str, bool], None] =
+                 lambda calls, why, may_have_run: None) -> None:
         from anna_core import _core
         self._native = _core.CallLinkClient() if credentials is None else \
             _core.CallLinkClient(credentials.keypair.public, credentials.keypair.secret,
@@ -98,7 +107,7 @@ class ClientCallLinks:
         self._opening: Dict[int, str] = {}          # link still opening -> its address
         # link -> (frames written on it, the last MAX_WRITTEN of them as (number, message))
         self._written: Dict[int, Tuple[List[int], Deque[Tuple[int, Any]]]] = {}
-        self._not_served = not_served
+        self._unanswered = unanswered
         self._failed: Dict[str, Tuple[float, float]] = {}   # worker -> (until, backoff)
         self._fd = self._native.fileno()
         self._poller: Optional[zmq.Poller] = None
@@ -212,23 +221,23 @@ class ClientCallLinks:
                 log.warning("dropped a message a client cannot take from a call link "
                             "(%d bytes): %s", len(data), e)
         if broken or opened:
-            unserved: List[Tuple[List[Any], str]] = []
+            unanswered: List[Tuple[List[Any], str, bool]] = []
             with self._lock:
                 for link in opened:
                     self._opened(link)
                 for link, why, taken in broken:
-                    if taken >= 0:
-                        unserved.extend(self._farewell(link, why, taken))
+                    if taken >= 0 or why.startswith(_UNREADABLE):
+                        unanswered.extend(self._unread(link, why, taken))
                     self._forget(link, why)
-            for calls, why in unserved:       # (without the lock: the direct path takes its own)
-                self._not_served(calls, why)
+            for calls, why, lost in unanswered:  # (without the lock: the path takes its own)
+                self._unanswered(calls, why, lost)
         self.counts["results"] += len(out)
         return on_socket, out
 
-    def _farewell(self, link: int, why: str, taken: int) -> List[Tuple[List[Any], str]]:
-        """The worker closed `link` having served `taken` of its frames (lock held): the
-        calls of the later ones never run there (the worker read no further); returned as
-        `(calls, why)` for `not_served`."""
+    def _unread(self, link: int, why: str, taken: int) -> List[Tuple[List[Any], str, bool]]:
+        """What a broken link leaves unanswered (lock held), for `unanswered`: the calls of
+        the frames after the first `taken`, which the worker never read (its farewell); or,
+        `taken` -1 (the client could not read the link on), every call written on it."""
         written = self._written.get(link)
         if written is None or written[0][0] <= taken:
             return []
@@ -237,10 +246,17 @@ class ClientCallLinks:
             if number > taken:
                 calls.extend([message] if isinstance(message, pb.Call) else message.calls)
         worker = self._workers.get(link, "?")
-        log.warning("worker %s closed call link %d (%s) without serving %d call(s) written "
-                    "on it: they go through the scheduler", worker, link, why, len(calls))
-        return [(calls, f"executor worker {worker} closed call link {link} ({why}) before "
-                        "reading it")]
+        if taken >= 0:
+            log.warning("worker %s closed call link %d (%s) without reading %d call(s) "
+                        "written on it: they go through the scheduler", worker, link, why,
+                        len(calls))
+            return [(calls, f"executor worker {worker} closed call link {link} ({why}) "
+                            "before reading it", False)]
+        log.warning("closed call link %d to worker %s (%s): results in transit on it are "
+                    "lost", link, worker, why)
+        return [(calls, f"the call link {link} to executor worker {worker} broke before the "
+                        f"call's result came ({why}); the call may or may not have run",
+                 True)]
 
     def drop(self, workers: Any) -> None:
         """Close the links to `workers` (the client leases them no more)."""

@@ -11,7 +11,7 @@ import pytest
 import zmq.utils.z85 as z85
 
 from cloudburst import LocalCluster
-from cloudburst.errors import ObjectNotFound, WorkerDied
+from cloudburst.errors import CallLinkBroken, ObjectNotFound, WorkerDied
 from hydro_proto import cloudburst_pb2 as pb
 from runtime.auth import CLUSTER, AuthConfig, parse_address
 from runtime.framing import encode, parse
@@ -441,6 +441,27 @@ def test_a_refusal_goes_back_on_the_link_its_call_came_on(secured):
                 peer.close()
         raw.close()
         cb.close()
+
+
+def test_a_call_whose_result_a_broken_link_may_have_lost_fails_at_once_typed(cluster):
+    """What the client does when it must close a link it cannot read on (a frame from the
+    worker that does not open: `test_call_links_native.py` makes one): the calls still
+    unanswered on it fail at once with CallLinkBroken naming the worker and the link, not
+    at their deadline, and are not retried (they may have run)."""
+    cb = cluster.client(direct=True)
+    _linked(cb, "slow", lambda: cb.call("slow", 0.0).get(10))
+    pending = cb.call("slow", 3.0, timeout=60)
+    rid = pending.request_id
+    call = cb._direct._calls[rid][1]
+    cb._direct._unanswered([call], "the call link 7 to executor worker W broke before the "
+                                   "call's result came (a frame that does not "
+                                   "authenticate); the call may or may not have run", True)
+    start = time.monotonic()
+    with pytest.raises(CallLinkBroken) as e:
+        pending.get(30)
+    assert time.monotonic() - start < 10.0             # generous: not its 60 s deadline
+    assert "call link 7 to executor worker W" in str(e.value)
+    cb.close()
 
 
 def test_a_worker_killed_mid_call_on_a_link_retries_the_call_or_fails_it_typed(cluster):

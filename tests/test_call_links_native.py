@@ -205,7 +205,7 @@ def test_the_client_hands_back_the_calls_a_worker_closed_its_link_without_servin
     from hydro_proto import cloudburst_pb2 as pb
     server = _core.CallLinkServer("127.0.0.1", 4096, 4, "test: ")
     handed = []
-    links = ClientCallLinks(None, lambda calls, why: handed.append((calls, why)))
+    links = ClientCallLinks(None, lambda calls, why, lost: handed.append((calls, why, lost)))
     context = zmq.Context()
     answers = context.socket(zmq.PULL)
     try:
@@ -225,11 +225,52 @@ def test_the_client_hands_back_the_calls_a_worker_closed_its_link_without_servin
         assert write(big) and write(later)               # written whole, not yet read
         poll_until(lambda: server.service() or links.wait(answers, 0) and False or handed,
                    5.0, "the farewell read")
-        [(unserved, why)] = handed
-        assert [c.request_id for c in unserved] == ["big", "later"]
+        [(unserved, why, lost)] = handed
+        assert [c.request_id for c in unserved] == ["big", "later"] and not lost
         assert "closed call link" in why and "above the limit" in why, why
         assert links.stats()["open"] == 0
     finally:
         links.close()
+        answers.close(0)
+        context.term()
+
+
+def test_a_link_the_client_cannot_read_on_fails_its_calls_at_once():
+    """A worker's frame that does not open (here one declaring 1 GiB) makes the client
+    close the link: what followed it is lost, so the calls written on it are handed back
+    as lost (the direct path fails those still unanswered with CALL_LINK_BROKEN)."""
+    import zmq
+    from cloudburst.call_link import ClientCallLinks
+    from hydro_proto import cloudburst_pb2 as pb
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    handed = []
+    links = ClientCallLinks(None, lambda calls, why, lost: handed.append((calls, why, lost)))
+    context = zmq.Context()
+    answers = context.socket(zmq.PULL)
+    address = "tcp://127.0.0.1:%d" % listener.getsockname()[1]
+    try:
+        calls = [pb.Call(request_id=n, function="f", timeout=5.0) for n in ("one", "two")]
+        assert not links.send("tcp://worker:1", address, "direct", calls[0])  # opening
+        worker, _ = listener.accept()
+        worker.settimeout(5.0)
+        poll_until(lambda: links.wait(answers, 0) and False or
+                   select.select([worker], [], [], 0)[0], 5.0, "the probe", interval=0.005)
+        probe = worker.recv(8)
+        assert probe == struct.pack("<I", 4) + b"CL1P"
+        worker.sendall(probe)                          # a plain worker's answer
+        poll_until(lambda: links.wait(answers, 0) and False or links.stats()["opened"],
+                   5.0, "the link open", interval=0.005)
+        assert all(links.send("tcp://worker:1", address, "direct", c) for c in calls)
+        worker.sendall(struct.pack("<I", 1 << 30))     # not a frame the client can take
+        poll_until(lambda: links.wait(answers, 0) and False or handed, 5.0, "the link closed")
+        [(unanswered, why, lost)] = handed
+        assert [c.request_id for c in unanswered] == ["one", "two"] and lost
+        assert "above the limit" in why and "may or may not have run" in why, why
+        worker.close()
+    finally:
+        links.close()
+        listener.close()
         answers.close(0)
         context.term()
