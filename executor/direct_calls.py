@@ -66,7 +66,7 @@ from runtime.auth import CLIENT_PREFIX, Credentials, Security, credentials_of, r
 from runtime.framing import FrameError, parse, recv_frame
 from runtime.sockets import bind_pull
 
-from .call_links import WorkerCallLinks
+from .call_links import ROUTE_GRACE, WorkerCallLinks
 from .leased import CANCELLED, MAX_LEASES, LeaseAdmission
 from .result_batch import RESULT_HOLD_SECONDS, ResultBatch
 
@@ -205,9 +205,10 @@ class DirectCalls:
         for call in calls:     # their results are held (`_read_direct`) and go together
             if self._answers.due_before(self._last_run.get(call.lease_id)):
                 self._send_answers()    # not held behind a call that may be long
-            if link:       # its result goes back on the link it came on
-                self._links.arrived(call.request_id, link)
             start = time.monotonic()
+            if link:       # its result goes back on the link it came on
+                self._links.arrived(call.request_id, link,
+                                    start + max(0.0, call.timeout) + ROUTE_GRACE, start)
             self._frame_link = link      # a refusal goes back where its call came from
             try:
                 self._on_direct(call, role)
