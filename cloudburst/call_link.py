@@ -33,14 +33,14 @@ Contract: `ClientCallLinks(credentials)` (None: a plain cluster) belongs to one 
   as dead and the client's usual retry-or-WORKER_DIED rule applies. A worker that closes a
   link for a fault says first how many of the client's frames it served from it (the
   native farewell); the calls of the frames written after those never run there, and go to
-  `unanswered(calls, why, False)` (the direct path sends them through the scheduler: no
+  `unanswered(call ids, why, False)` (the direct path sends them through the scheduler: no
   call runs twice), promptly rather than at their deadline. A link the client closes
   because a frame from the worker does not open (above the limit, or not authentic) may
   have carried results it can no longer read: every call written on it goes to
-  `unanswered(calls, why, True)`, and those still without a result fail at once with
+  `unanswered(call ids, why, True)`, and those still without a result fail at once with
   CALL_LINK_BROKEN (they may or may not have run; a retry could run one twice). The client
-  remembers the last `MAX_WRITTEN` messages written on each link for this (more than the
-  slots of its leases). The client itself never
+  remembers the call ids of the last `MAX_WRITTEN` messages written on each link for this
+  (more than the slots of its leases). The client itself never
   closes a link under calls in flight: after a failed write, or when it leases the worker
   no more (`drop`), it half-closes it and reads it until the worker closes its end, so the
   answers the worker wrote before it saw that end are read.
@@ -94,8 +94,8 @@ class ClientCallLinks:
     """A client's call links to the workers it leases (module contract)."""
 
     def __init__(self, credentials: Optional[Credentials],
-                 unanswered: Callable[[List[Any], str, bool], None] =
-                 lambda calls, why, may_have_run: None) -> None:
+                 unanswered: Callable[[List[str], str, bool], None] =
+                 lambda ids, why, may_have_run: None) -> None:
         from anna_core import _core
         self._native = _core.CallLinkClient() if credentials is None else \
             _core.CallLinkClient(credentials.keypair.public, credentials.keypair.secret,
@@ -105,7 +105,7 @@ class ClientCallLinks:
         self._links: Dict[str, int] = {}            # worker address -> link
         self._workers: Dict[int, str] = {}          # link -> worker address
         self._opening: Dict[int, str] = {}          # link still opening -> its address
-        # link -> (frames written on it, the last MAX_WRITTEN of them as (number, message))
+        # link -> (frames written on it, the call ids of the last MAX_WRITTEN as (number, ids))
         self._written: Dict[int, Tuple[List[int], Deque[Tuple[int, Any]]]] = {}
         self._unanswered = unanswered
         self._failed: Dict[str, Tuple[float, float]] = {}   # worker -> (until, backoff)
@@ -173,8 +173,9 @@ class ClientCallLinks:
                 written = self._written.get(link)
                 if written is None:
                     written = self._written[link] = ([0], deque(maxlen=MAX_WRITTEN))
-                written[0][0] += 1
-                written[1].append((written[0][0], message))
+                written[0][0] += 1        # (ids, not calls: their arguments are not kept)
+                written[1].append((written[0][0], message.request_id if kind == "direct"
+                                   else [c.request_id for c in message.calls]))
                 return True
             # half-closed by the native side: read until the worker closes it
             self._forget(link, "a call could not be written on it", closed=False)
@@ -221,7 +222,7 @@ class ClientCallLinks:
                 log.warning("dropped a message a client cannot take from a call link "
                             "(%d bytes): %s", len(data), e)
         if broken or opened:
-            unanswered: List[Tuple[List[Any], str, bool]] = []
+            unanswered: List[Tuple[List[str], str, bool]] = []
             with self._lock:
                 for link in opened:
                     self._opened(link)
@@ -234,17 +235,17 @@ class ClientCallLinks:
         self.counts["results"] += len(out)
         return on_socket, out
 
-    def _unread(self, link: int, why: str, taken: int) -> List[Tuple[List[Any], str, bool]]:
+    def _unread(self, link: int, why: str, taken: int) -> List[Tuple[List[str], str, bool]]:
         """What a broken link leaves unanswered (lock held), for `unanswered`: the calls of
         the frames after the first `taken`, which the worker never read (its farewell); or,
         `taken` -1 (the client could not read the link on), every call written on it."""
         written = self._written.get(link)
         if written is None or written[0][0] <= taken:
             return []
-        calls: List[Any] = []
-        for number, message in written[1]:
+        calls: List[str] = []
+        for number, ids in written[1]:
             if number > taken:
-                calls.extend([message] if isinstance(message, pb.Call) else message.calls)
+                calls.extend([ids] if isinstance(ids, str) else ids)
         worker = self._workers.get(link, "?")
         if taken >= 0:
             log.warning("worker %s closed call link %d (%s) without reading %d call(s) "

@@ -479,19 +479,19 @@ class DirectPath:
                     held.latencies.append(took)
         return result
 
-    def _unanswered(self, calls: List[pb.Call], why: str, may_have_run: bool) -> None:
+    def _unanswered(self, ids: List[str], why: str, may_have_run: bool) -> None:
         """Calls a broken call link leaves without an answer (`call_link.py`). Ones the
         worker never read (it closed the link for a fault, and said how far it read) go
         through the scheduler, as refused ones do: none ran. Ones whose results may have
         been lost with the link (`may_have_run`) fail at once with CALL_LINK_BROKEN rather
         than at their deadline; a retry could run one twice."""
         with self._lock:
-            for call in calls:
-                rid = call.request_id
+            for rid in ids:
                 entry = self._calls.get(rid)
                 if entry is None or not entry[3]:      # answered already, or not in flight
                     continue
                 del self._calls[rid]
+                call = entry[1]
                 held = self._find(entry[0], call.lease_id)
                 if held is not None:
                     held.in_flight.pop(rid, None)
