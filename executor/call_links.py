@@ -14,7 +14,9 @@ worker reports next to its direct address, and the scheduler puts in its leases.
   key's role, which the lease admission then checks as for a frame from the direct socket;
   without, links are plain. At most `MAX_LINKS` links; a frame above `MAX_FRAME_BYTES` (the
   direct socket's limit), a handshake not done within a second, or a frame that does not
-  open closes that link alone.
+  open closes that link alone; its last frame (the kernel's farewell) tells the client how
+  many of its frames were served, so the client sends the calls it wrote after them
+  elsewhere (none of them ran here).
 - `fileno()`: one descriptor a poller waits on (readable when a link needs service);
   `frames()`: the frames that arrived, as `(link, data, role)`, without blocking.
 - Routing results: `arrived(request_id, link, expires)` records that a call came on `link`
