@@ -29,7 +29,7 @@
   ExecutionError, Timeout, ObjectNotFound, Aborted, Cancelled, SchedulerUnavailable,
   UnsafeValue (MalformedValue: stored bytes that do not decode), NotPermitted, CorruptRecord,
   WorkerDied (an ExecutionError: every attempt lost its worker), ActorDied, ActorCallCycle,
-  ValueTooLarge,
+  ValueTooLarge, CallLinkBroken (a direct call's result may be lost on a broken call link),
   AuthenticationError, AuthenticationRequired.
 - `AuthConfig(key_dir, "client:NAME")`: a client's keys for a cluster that authenticates
   (`Client(address, auth=...)`; `cloudburst keys` writes them; `LocalCluster` does so itself).
@@ -50,7 +50,8 @@ from .errors import (Aborted, AuthenticationError, AuthenticationRequired, Cance
                      InvalidDag, InvalidFunction, MalformedValue, NoResources,
                      InvalidArguments, DependencyFailed, NoLibrary,
                      ObjectNotFound, SchedulerUnavailable, Timeout, UnsafeValue, NotPermitted,
-                     CorruptRecord, WorkerDied, ActorDied, ActorCallCycle, ValueTooLarge)
+                     CorruptRecord, WorkerDied, ActorDied, ActorCallCycle, ValueTooLarge,
+                     CallLinkBroken)
 from .local import LocalCluster
 from .executor_policy import ExecutorPolicyConfig
 
@@ -60,7 +61,7 @@ __all__ = ["Client", "Future", "Listing", "CausalStats", "LocalCluster", "Refere
            "CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "NoResources",
            "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "SchedulerUnavailable",
            "UnsafeValue", "MalformedValue", "NotPermitted", "CorruptRecord", "WorkerDied",
-           "ValueTooLarge",
+           "ValueTooLarge", "CallLinkBroken",
            "AuthConfig",
            "KeyFileError", "AuthenticationError",
            "AuthenticationRequired", "ExecutorPolicyConfig", "ActorHandle", "ActorDied", "lib",

@@ -7,11 +7,16 @@ call_links.hpp`), so a warm call costs a write and a read at each end.
 
 Contract: `ClientCallLinks(credentials)` (None: a plain cluster) belongs to one client.
 - `send(worker_address, link_address, kind, message)`: writes the message on the link to
-  that worker, opening it first if none is open (connect and handshake, the GIL released,
-  within `OPEN_TIMEOUT`); False when there is no link (none advertised, it could not be
-  opened, it was refused, or it broke on this write), and the caller sends it over ZeroMQ
-  instead. A link that cannot be opened is logged once per worker and not tried again for
-  `RETRY_OPEN` seconds (doubling to `MAX_RETRY_OPEN` while it keeps failing). A frame only
+  that worker; False when there is no open link (none advertised, it is still opening, it
+  could not be opened, it was refused, or it broke on this write), and the caller sends it
+  over ZeroMQ instead. A call never waits for a link to open: the first call to a worker
+  starts opening one (a non-blocking connect) and goes over ZeroMQ, as do the calls made
+  until the link is open; the connect and the handshake advance wherever the client reads
+  its answers (`wait`, which the waiting thread and `read_arrived` call), and a link not
+  open within `OPEN_TIMEOUT` is given up. A link that cannot be opened is logged once per
+  worker and not tried again for `RETRY_OPEN` seconds (doubling to `MAX_RETRY_OPEN` while it
+  keeps failing). (A call sent on a link just opened may overtake one sent over ZeroMQ just
+  before: calls made concurrently have no order, as over two ZeroMQ sockets.) A frame only
   partly written is never served (the worker serves whole frames), so sending it again
   elsewhere cannot run it twice; the link is then half-closed (below) and not used again.
 - Secured exactly as the ZeroMQ path: with credentials the client proves its key pair and
@@ -25,13 +30,23 @@ Contract: `ClientCallLinks(credentials)` (None: a plain cluster) belongs to one 
   frame that does not open, one above `MAX_FRAME_BYTES`) is forgotten and logged; its calls
   in flight are waited for as any direct call is: if the worker lives it answers them over
   ZeroMQ (its results go there once their link is gone); if it died, its lease is revoked
-  as dead and the client's usual retry-or-WORKER_DIED rule applies. The client itself never
+  as dead and the client's usual retry-or-WORKER_DIED rule applies. A worker that closes a
+  link for a fault says first how many of the client's frames it served from it (the
+  native farewell); the calls of the frames written after those never run there, and go to
+  `unanswered(call ids, why, False)` (the direct path sends them through the scheduler: no
+  call runs twice), promptly rather than at their deadline. A link the client closes
+  because a frame from the worker does not open (above the limit, or not authentic) may
+  have carried results it can no longer read: every call written on it goes to
+  `unanswered(call ids, why, True)`, and those still without a result fail at once with
+  CALL_LINK_BROKEN (they may or may not have run; a retry could run one twice). The client
+  remembers the call ids of the last `MAX_WRITTEN` messages written on each link for this
+  (more than the slots of its leases). The client itself never
   closes a link under calls in flight: after a failed write, or when it leases the worker
   no more (`drop`), it half-closes it and reads it until the worker closes its end, so the
   answers the worker wrote before it saw that end are read.
 - `drop(workers)` half-closes the links to workers the client no longer leases (a worker
   serves a bounded number of links); `active()`: whether any link is open (else `wait`
-  need not be asked);
+  need not be asked; a link still opening counts, so that it advances);
   `stats()`: counters (open, opened, sent, results, failures); `close()` closes every link.
 Thread-safe: a lock per object (the native links have their own).
 """
@@ -40,7 +55,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from collections import deque
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 import zmq
 
@@ -52,11 +68,15 @@ __all__ = ["ClientCallLinks", "OPEN_TIMEOUT", "RETRY_OPEN", "MAX_RETRY_OPEN", "a
 
 log = logging.getLogger("cloudburst.client")
 
-OPEN_TIMEOUT = 0.5       # seconds to connect and finish the handshake
+OPEN_TIMEOUT = 0.5       # seconds to connect and finish the handshake (in the background)
 RETRY_OPEN = 2.0         # seconds before a link that failed to open is tried again
 MAX_RETRY_OPEN = 60.0
 SEND_TIMEOUT = 1.0       # seconds a frame may wait for room on the link
 MAX_REMEMBERED = 4096    # workers whose link failed, remembered (bounded)
+MAX_WRITTEN = 1024       # messages remembered per link, for a farewell (bounded)
+# the native side's words for a frame from the worker the client cannot open (it closes the
+# link; what followed on it is lost), as against a link the worker ended or that failed
+_UNREADABLE = ("a frame of ", "a frame that does not authenticate")
 
 
 def answers_of(data: bytes) -> List[Tuple[str, Any]]:
@@ -73,7 +93,9 @@ def answers_of(data: bytes) -> List[Tuple[str, Any]]:
 class ClientCallLinks:
     """A client's call links to the workers it leases (module contract)."""
 
-    def __init__(self, credentials: Optional[Credentials]) -> None:
+    def __init__(self, credentials: Optional[Credentials],
+                 unanswered: Callable[[List[str], str, bool], None] =
+                 lambda ids, why, may_have_run: None) -> None:
         from anna_core import _core
         self._native = _core.CallLinkClient() if credentials is None else \
             _core.CallLinkClient(credentials.keypair.public, credentials.keypair.secret,
@@ -82,6 +104,10 @@ class ClientCallLinks:
         self._lock = threading.Lock()
         self._links: Dict[str, int] = {}            # worker address -> link
         self._workers: Dict[int, str] = {}          # link -> worker address
+        self._opening: Dict[int, str] = {}          # link still opening -> its address
+        # link -> (frames written on it, the call ids of the last MAX_WRITTEN as (number, ids))
+        self._written: Dict[int, Tuple[List[int], Deque[Tuple[int, Any]]]] = {}
+        self._unanswered = unanswered
         self._failed: Dict[str, Tuple[float, float]] = {}   # worker -> (until, backoff)
         self._fd = self._native.fileno()
         self._poller: Optional[zmq.Poller] = None
@@ -91,39 +117,48 @@ class ClientCallLinks:
         return bool(self._workers)
 
     def _link(self, worker_address: str, link_address: str) -> int:
-        """The open link to a worker, opening it if allowed (lock held)."""
+        """The open link to a worker, or 0 (lock held); starts opening one if there is none
+        and it may be tried (`_opened` and `_not_opened` finish the opening)."""
         link = self._links.get(worker_address)
         if link is not None:
-            return link
+            return 0 if link in self._opening else link
         failed = self._failed.get(worker_address)
-        now = time.monotonic()
-        if failed is not None and now < failed[0]:
+        if failed is not None and time.monotonic() < failed[0]:
             return 0
         try:
             server_key = parse_address(worker_address)[1]
         except ValueError:
             server_key = None
         if self._secured and server_key is None:
-            why = "its address carries no key"
-            link = 0
+            link, why = 0, "its address carries no key"
         else:
-            link, why = self._native.open(link_address, (server_key or b"").decode("ascii"),
-                                          OPEN_TIMEOUT)
+            link, why = self._native.begin(link_address, (server_key or b"").decode("ascii"),
+                                           OPEN_TIMEOUT)
         if not link:
-            backoff = min(MAX_RETRY_OPEN, failed[1] * 2) if failed else RETRY_OPEN
-            if len(self._failed) >= MAX_REMEMBERED:
-                self._failed.clear()
-            self._failed[worker_address] = (now + backoff, backoff)
-            self.counts["failures"] += 1
-            if failed is None:           # once per worker while it keeps failing
-                log.info("no call link to worker %s at %s (%s): its direct calls use ZeroMQ",
-                         worker_address, link_address, why)
+            self._not_opened(worker_address, link_address, why)
             return 0
-        self._failed.pop(worker_address, None)
         self._links[worker_address] = link
         self._workers[link] = worker_address
-        self.counts["opened"] += 1
-        return link
+        self._opening[link] = link_address
+        return 0
+
+    def _opened(self, link: int) -> None:
+        """A link finished opening (lock held): the worker's calls go on it from now."""
+        if self._opening.pop(link, None) is not None:
+            self._failed.pop(self._workers.get(link, ""), None)
+            self.counts["opened"] += 1
+
+    def _not_opened(self, worker_address: str, link_address: str, why: str) -> None:
+        """A link could not be opened (lock held): not tried again for a while."""
+        failed = self._failed.get(worker_address)
+        backoff = min(MAX_RETRY_OPEN, failed[1] * 2) if failed else RETRY_OPEN
+        if len(self._failed) >= MAX_REMEMBERED:
+            self._failed.clear()
+        self._failed[worker_address] = (time.monotonic() + backoff, backoff)
+        self.counts["failures"] += 1
+        if failed is None:           # once per worker while it keeps failing
+            log.info("no call link to worker %s at %s (%s): its direct calls use ZeroMQ",
+                     worker_address, link_address, why)
 
     def send(self, worker_address: str, link_address: str, kind: str, message: Any) -> bool:
         frame = encode(kind, message)
@@ -135,6 +170,12 @@ class ClientCallLinks:
                 return False
             if self._native.send(link, frame, SEND_TIMEOUT):
                 self.counts["sent"] += 1
+                written = self._written.get(link)
+                if written is None:
+                    written = self._written[link] = ([0], deque(maxlen=MAX_WRITTEN))
+                written[0][0] += 1        # (ids, not calls: their arguments are not kept)
+                written[1].append((written[0][0], message.request_id if kind == "direct"
+                                   else [c.request_id for c in message.calls]))
                 return True
             # half-closed by the native side: read until the worker closes it
             self._forget(link, "a call could not be written on it", closed=False)
@@ -147,6 +188,13 @@ class ClientCallLinks:
         if closed:
             self._native.close(link)
             self._workers.pop(link, None)
+            self._written.pop(link, None)
+        address = self._opening.pop(link, None)
+        if address is not None:          # it never opened
+            if worker is not None and self._links.get(worker) == link:
+                del self._links[worker]
+                self._not_opened(worker, address, why)
+            return
         if worker is not None and self._links.get(worker) == link:
             del self._links[worker]
             self.counts["failures"] += 1
@@ -161,11 +209,11 @@ class ClientCallLinks:
                 self._poller.register(self._fd, zmq.POLLIN)
             ready = dict(self._poller.poll(int(timeout * 1000)))
             on_socket = socket in ready
-            if self._fd not in ready:
+            if self._fd not in ready and not self._opening:   # (an opening has a deadline)
                 return on_socket, []
         else:
             on_socket = bool(socket.getsockopt(zmq.EVENTS) & zmq.POLLIN)
-        frames, broken = self._native.read()
+        frames, broken, opened = self._native.read()
         out: List[Tuple[str, Any]] = []
         for link, data in frames:
             try:
@@ -173,23 +221,60 @@ class ClientCallLinks:
             except Exception as e:     # malformed or not for a client: dropped, and said
                 log.warning("dropped a message a client cannot take from a call link "
                             "(%d bytes): %s", len(data), e)
-        if broken:
+        if broken or opened:
+            unanswered: List[Tuple[List[str], str, bool]] = []
             with self._lock:
-                for link, why in broken:
+                for link in opened:
+                    self._opened(link)
+                for link, why, taken in broken:
+                    if taken >= 0 or why.startswith(_UNREADABLE):
+                        unanswered.extend(self._unread(link, why, taken))
                     self._forget(link, why)
+            for calls, why, lost in unanswered:  # (without the lock: the path takes its own)
+                self._unanswered(calls, why, lost)
         self.counts["results"] += len(out)
         return on_socket, out
+
+    def _unread(self, link: int, why: str, taken: int) -> List[Tuple[List[str], str, bool]]:
+        """What a broken link leaves unanswered (lock held), for `unanswered`: the calls of
+        the frames after the first `taken`, which the worker never read (its farewell); or,
+        `taken` -1 (the client could not read the link on), every call written on it."""
+        written = self._written.get(link)
+        if written is None or written[0][0] <= taken:
+            return []
+        calls: List[str] = []
+        for number, ids in written[1]:
+            if number > taken:
+                calls.extend([ids] if isinstance(ids, str) else ids)
+        worker = self._workers.get(link, "?")
+        if taken >= 0:
+            log.warning("worker %s closed call link %d (%s) without reading %d call(s) "
+                        "written on it: they go through the scheduler", worker, link, why,
+                        len(calls))
+            return [(calls, f"executor worker {worker} closed call link {link} ({why}) "
+                            "before reading it", False)]
+        log.warning("closed call link %d to worker %s (%s): results in transit on it are "
+                    "lost", link, worker, why)
+        return [(calls, f"the call link {link} to executor worker {worker} broke before the "
+                        f"call's result came ({why}); the call may or may not have run",
+                 True)]
 
     def drop(self, workers: Any) -> None:
         """Close the links to `workers` (the client leases them no more)."""
         with self._lock:
             for worker in workers:
                 link = self._links.pop(worker, None)
-                if link is not None:       # read until the worker closes it
+                if link is None:
+                    continue
+                if self._opening.pop(link, None) is not None:   # it never opened
+                    self._native.close(link)
+                    self._workers.pop(link, None)
+                else:                      # read until the worker closes it
                     self._native.finish(link)
 
     def stats(self) -> Dict[str, int]:
-        return dict(self.counts, open=len(self._links))
+        return dict(self.counts, open=len(self._links) - len(self._opening),
+                    opening=len(self._opening))
 
     def close(self) -> None:
         with self._lock:
@@ -197,3 +282,5 @@ class ClientCallLinks:
                 self._native.close(link)
             self._links.clear()
             self._workers.clear()
+            self._opening.clear()
+            self._written.clear()

@@ -71,7 +71,10 @@ client's `LeaseOwner` side (sending to a scheduler, delivering an answer to a wa
   (`cloudburst/call_link.py`: opened on the first call there, half-closed once no lease
   names the worker), else, or when the link cannot be opened or breaks, over ZeroMQ as
   before (`_send_to`); `links` is the client's `ClientCallLinks` (None without the native
-  module), whose answers the client's channel reads with its answer socket's.
+  module), whose answers the client's channel reads with its answer socket's. Calls a
+  worker never read from a link it closed for a fault (it says how far it read) go through
+  the scheduler at once, and ones whose results a link the client had to close may have
+  lost fail at once with CALL_LINK_BROKEN (`_unanswered`).
 - `release_all()` gives every lease back (the client changed the registry: a lease runs the
   function versions it was granted for); `close()` too, and closes the path's sockets.
   Usage not yet reported goes with the release.
@@ -181,7 +184,7 @@ class DirectPath:
     def __init__(self, owner: LeaseOwner, context: zmq.Context, credentials: Any) -> None:
         self._owner = owner
         self._push = PushCache(context, auth=credentials)
-        self.links = _call_links(credentials)    # calls over TCP links (call_link.py)
+        self.links = _call_links(credentials, self._unanswered)   # over TCP links (call_link.py)
         self._lock = threading.Lock()
         self._held: Dict[Key, List[_Held]] = {}              # target -> its live leases
         self._asked: Dict[Key, float] = {}      # target -> when a lease was asked/refused
@@ -487,6 +490,32 @@ class DirectPath:
                     held.latencies.append(took)
         return result
 
+    def _unanswered(self, ids: List[str], why: str, may_have_run: bool) -> None:
+        """Calls a broken call link leaves without an answer (`call_link.py`). Ones the
+        worker never read (it closed the link for a fault, and said how far it read) go
+        through the scheduler, as refused ones do: none ran. Ones whose results may have
+        been lost with the link (`may_have_run`) fail at once with CALL_LINK_BROKEN rather
+        than at their deadline; a retry could run one twice."""
+        with self._lock:
+            for rid in ids:
+                entry = self._calls.get(rid)
+                if entry is None or not entry[3]:      # answered already, or not in flight
+                    continue
+                del self._calls[rid]
+                call = entry[1]
+                held = self._find(entry[0], call.lease_id)
+                if held is not None:
+                    held.in_flight.pop(rid, None)
+                log.info("direct call %s: %s", rid, why)
+                if may_have_run:
+                    self._fail.append(pb.CallResult(
+                        request_id=rid, status=pb.CALL_LINK_BROKEN, attempts=1,
+                        message=f"{call.dag or call.function}: {why}"))
+                    continue
+                call.ClearField("lease_id")
+                self._resend.append(call)
+            self._changed()    # (the reader that found this flushes the path next)
+
     def held(self) -> List[Dict[str, Any]]:
         """The leases held now: target, whether a DAG, worker id, slots, calls in flight."""
         with self._lock:
@@ -628,10 +657,10 @@ class DirectPath:
                 self.links.close()
 
 
-def _call_links(credentials: Any) -> Optional[ClientCallLinks]:
+def _call_links(credentials: Any, unanswered: Any) -> Optional[ClientCallLinks]:
     """The client's call links, or None (the native module lacks them: ZeroMQ only)."""
     try:
-        return ClientCallLinks(credentials)
+        return ClientCallLinks(credentials, unanswered)
     except (ImportError, AttributeError, RuntimeError, ValueError) as e:
         log.info("no call links (%s): direct calls use ZeroMQ", e)
         return None

@@ -11,7 +11,7 @@ from faas.errors import (STATUS_OF, Aborted, Cancelled, CloudburstError, DagNotF
                          InvalidArguments, DependencyFailed, NoLibrary,
                          NoResources, ObjectNotFound, SchedulerUnavailable, Timeout,
                          UnsafeValue, NotPermitted, CorruptRecord, WorkerDied, ActorDied,
-                         ValueTooLarge, ActorCallCycle, LeaseRefused,
+                         ValueTooLarge, ActorCallCycle, LeaseRefused, CallLinkBroken,
                          error_from_status)
 from runtime.auth import AuthenticationRequired as _AuthenticationRequired, KeyFileError
 from runtime.process import StartupError
@@ -32,6 +32,6 @@ __all__ = ["CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "
            "InvalidArguments", "DependencyFailed", "NoLibrary", "NoResources",
            "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "Cancelled",
            "SchedulerUnavailable", "StartupError", "UnsafeValue", "MalformedValue", "NotPermitted",
-           "CorruptRecord", "WorkerDied", "ActorDied", "ActorCallCycle", "ValueTooLarge", "LeaseRefused", "STATUS_OF",
+           "CorruptRecord", "WorkerDied", "ActorDied", "ActorCallCycle", "ValueTooLarge", "LeaseRefused", "CallLinkBroken", "STATUS_OF",
            "error_from_status",
            "AuthenticationError", "AuthenticationRequired", "KeyFileError"]

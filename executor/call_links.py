@@ -14,12 +14,20 @@ worker reports next to its direct address, and the scheduler puts in its leases.
   key's role, which the lease admission then checks as for a frame from the direct socket;
   without, links are plain. At most `MAX_LINKS` links; a frame above `MAX_FRAME_BYTES` (the
   direct socket's limit), a handshake not done within a second, or a frame that does not
-  open closes that link alone.
+  open closes that link alone; its last frame (the kernel's farewell) tells the client how
+  many of its frames were served, so the client sends the calls it wrote after them
+  elsewhere (none of them ran here).
 - `fileno()`: one descriptor a poller waits on (readable when a link needs service);
   `frames()`: the frames that arrived, as `(link, data, role)`, without blocking.
-- Routing results: `arrived(request_id, link)` records that a call came on `link` (the
-  first link a call id came on keeps it; at most `MAX_ROUTES`, the oldest forgotten);
-  `route(request_id)` is its link or 0; `finished(request_id)` forgets it. `send(link,
+- Routing results: `arrived(request_id, link, expires)` records that a call came on `link`
+  (the first link a call id came on keeps it) until `expires` (its deadline and
+  `ROUTE_GRACE` more: a call that never gets a result leaves no route for long; one swept
+  later only costs its result a send over ZeroMQ). Routes are swept oldest first as calls
+  arrive, and at most `MAX_ROUTES` are kept, the oldest forgotten;
+  `route(request_id)` is its link or 0; `finished(request_id, link)` forgets it if it is
+  that link's, so a call of the same id from another link (refused as a duplicate, its
+  refusal sent on its own link: `executor/direct_calls.py`) never takes the first one's
+  route away, and nothing of one link's is ever sent on another's. `send(link,
   kind, message)` writes the message on the link; False when the link is gone or the
   message is above the frame limit, and the caller sends it over ZeroMQ to the call's
   answer address instead, where the client reads too: a result is never lost for a link.
@@ -33,12 +41,16 @@ from typing import Any, Dict, List, Optional, Tuple
 from runtime.auth import Credentials
 from runtime.framing import MAX_FRAME_BYTES, encode
 
-__all__ = ["WorkerCallLinks", "MAX_LINKS", "MAX_ROUTES", "MAX_FRAME_BYTES"]
+__all__ = ["WorkerCallLinks", "MAX_LINKS", "MAX_ROUTES", "ROUTE_GRACE", "MAX_FRAME_BYTES"]
 
 log = logging.getLogger("cloudburst.worker")
 
 MAX_LINKS = 256          # links one worker serves at once (one per client that leases it)
 MAX_ROUTES = 65536       # calls whose result goes back on a link, remembered (bounded)
+ROUTE_GRACE = 60.0       # seconds a route outlives its call's deadline
+
+
+_NO_ROUTE = (0, 0.0)
 
 
 class WorkerCallLinks:
@@ -47,7 +59,8 @@ class WorkerCallLinks:
     def __init__(self, server: Any) -> None:
         self._server = server
         self.address: str = server.address
-        self._routes: Dict[str, int] = {}      # call id -> the link it came on
+        # call id -> (the link it came on, when the route expires), oldest first
+        self._routes: Dict[str, Tuple[int, float]] = {}
 
     @classmethod
     def open(cls, ip: str, credentials: Optional[Credentials],
@@ -71,18 +84,23 @@ class WorkerCallLinks:
     def frames(self) -> List[Tuple[int, bytes, str]]:
         return self._server.service()
 
-    def arrived(self, request_id: str, link: int) -> None:
-        if request_id in self._routes:
+    def arrived(self, request_id: str, link: int, expires: float, now: float) -> None:
+        routes = self._routes
+        if request_id in routes:
             return
-        if len(self._routes) >= MAX_ROUTES:
-            self._routes.pop(next(iter(self._routes)))
-        self._routes[request_id] = link
+        while routes:           # the oldest, while expired (or too many)
+            first = next(iter(routes))
+            if routes[first][1] > now and len(routes) < MAX_ROUTES:
+                break
+            del routes[first]
+        routes[request_id] = (link, expires)
 
     def route(self, request_id: str) -> int:
-        return self._routes.get(request_id, 0)
+        return self._routes.get(request_id, _NO_ROUTE)[0]
 
-    def finished(self, request_id: str) -> None:
-        self._routes.pop(request_id, None)
+    def finished(self, request_id: str, link: int) -> None:
+        if link and self._routes.get(request_id, _NO_ROUTE)[0] == link:
+            del self._routes[request_id]
 
     def send(self, link: int, kind: str, message: Any) -> bool:
         frame = encode(kind, message)

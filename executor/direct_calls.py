@@ -66,7 +66,7 @@ from runtime.auth import CLIENT_PREFIX, Credentials, Security, credentials_of, r
 from runtime.framing import FrameError, parse, recv_frame
 from runtime.sockets import bind_pull
 
-from .call_links import WorkerCallLinks
+from .call_links import ROUTE_GRACE, WorkerCallLinks
 from .leased import CANCELLED, MAX_LEASES, LeaseAdmission
 from .result_batch import RESULT_HOLD_SECONDS, ResultBatch
 
@@ -100,6 +100,7 @@ class DirectCalls:
         self.direct_address = ""
         self._links: Optional[WorkerCallLinks] = None    # call links (executor/call_links.py)
         self.call_link_address = ""
+        self._frame_link: Optional[int] = None   # the link of the frame being handled (0: ZeroMQ)
         if credentials is not None and not any(r.startswith(CLIENT_PREFIX)
                                                for r in credentials.allowed.values()):
             # no client key was handed over (a worker host's workers): no client could
@@ -204,10 +205,15 @@ class DirectCalls:
         for call in calls:     # their results are held (`_read_direct`) and go together
             if self._answers.due_before(self._last_run.get(call.lease_id)):
                 self._send_answers()    # not held behind a call that may be long
-            if link:       # its result goes back on the link it came on
-                self._links.arrived(call.request_id, link)
             start = time.monotonic()
-            self._on_direct(call, role)
+            if link:       # its result goes back on the link it came on
+                self._links.arrived(call.request_id, link,
+                                    start + max(0.0, call.timeout) + ROUTE_GRACE, start)
+            self._frame_link = link      # a refusal goes back where its call came from
+            try:
+                self._on_direct(call, role)
+            finally:
+                self._frame_link = None
             now = time.monotonic()
             self._ran(call.lease_id, now - start)
             if self._answers.due(now, now - start):
@@ -220,12 +226,14 @@ class DirectCalls:
         if len(self._last_run) > 2 * MAX_LEASES:
             self._last_run.pop(next(iter(self._last_run)))
 
-    def _answer(self, address: str, result: pb.CallResult) -> None:
+    def _answer(self, address: str, result: pb.CallResult, link: Optional[int] = None) -> None:
         """Send a call's result: held with the others of a `direct_batch` being run, so one
-        message answers several of a client's calls; else at once."""
-        link = self._links.route(result.request_id) if self._links is not None else 0
+        message answers several of a client's calls; else at once. `link`: the link (0:
+        ZeroMQ) it goes to, else the one its call id came on."""
+        if link is None:
+            link = self._links.route(result.request_id) if self._links is not None else 0
         if not self._answers.add((address, link), result, time.monotonic()):
-            self._reply(address, "result", result)
+            self._reply(address, "result", result, link)
 
     def _send_answers(self) -> None:
         for (address, link), results in self._answers.take():
@@ -243,7 +251,7 @@ class DirectCalls:
             for call_id in ids or [message.request_id]:
                 if link is None:
                     link = self._links.route(call_id)
-                self._links.finished(call_id)
+                self._links.finished(call_id, link)
             if link and self._links.send(link, kind, message):
                 return
         self._push.send(address, kind, message)
@@ -291,7 +299,7 @@ class DirectCalls:
             self._answer(call.response_address, pb.CallResult(
                 request_id=call.request_id, status=status,
                 message=f"worker {self.worker_id} refused direct call {call.request_id}: "
-                        f"{why}"))
+                        f"{why}"), self._frame_link)
 
 
 def _functions(templates: List[pb.Schedule]) -> set:

@@ -18,6 +18,7 @@ __all__ = ["CloudburstError", "FunctionNotFound", "DagNotFound", "InvalidDag", "
            "InvalidArguments", "DependencyFailed", "NoLibrary", "NoResources",
            "ExecutionError", "Timeout", "ObjectNotFound", "Aborted", "Cancelled", "UnsafeValue",
            "MalformedValue", "NotPermitted", "CorruptRecord", "WorkerDied", "ActorDied", "ActorCallCycle", "LeaseRefused",
+           "CallLinkBroken",
            "ValueTooLarge",
            "STATUS_OF",
            "error_from_status"]
@@ -203,13 +204,20 @@ class LeaseRefused(CloudburstError):
     scheduler instead, so a caller meets this only when sending direct calls by hand."""
 
 
+class CallLinkBroken(CloudburstError):
+    """The call link a direct call was sent on broke at the client before the call's result
+    came (a frame from the worker did not open, so what followed it on the link cannot be
+    read): the result may be lost, and the call may or may not have run. The message names
+    the worker, the link and why. Not retried: a retry could run the call twice."""
+
+
 # cloudburst.Status numbers (proto/cloudburst.proto); kept here so this module has no dependencies.
 STATUS_OF = {
     FunctionNotFound: 1, DagNotFound: 2, InvalidDag: 3, NoResources: 4, ExecutionError: 5,
     Timeout: 6, ObjectNotFound: 7, Aborted: 10, Cancelled: 11, UnsafeValue: 12,
     NotPermitted: 13, CorruptRecord: 14, InvalidArguments: 20, DependencyFailed: 21,
     WorkerDied: 22, ActorDied: 24, ValueTooLarge: 26, ActorCallCycle: 230,
-    LeaseRefused: 300,
+    LeaseRefused: 300, CallLinkBroken: 760,
 }
 
 

@@ -49,15 +49,29 @@ class Served:
     def plain_links(self, n):
         """A plain client and n links it opened to this server."""
         client = _core.CallLinkClient()
-        links = [client.open(self.server.address, "", 2.0) for _ in range(n)]
+        links = [_open(client, self.server.address, "") for _ in range(n)]
         assert all(link for link, _ in links), links
         return (client, *[link for link, _ in links])
+
+
+def _open(client, address, server_key, timeout=2.0):
+    """Open a link as a client does (`begin`, then `read` advances it): (link, why)."""
+    link, why = client.begin(address, server_key, timeout)
+    if not link:
+        return link, why
+
+    def done():
+        _, broken, opened = client.read()
+        if link in opened:
+            return (link, "")
+        return next(((0, w) for l, w, _ in broken if l == link), None)
+    return poll_until(done, timeout + 5.0, "the link opened or refused", interval=0.002)
 
 
 def _answer(client, timeout=5.0):
     """The next (frames, broken) a client's read returns with anything in it."""
     def one():
-        frames, broken = client.read()
+        frames, broken, _ = client.read()
         return (frames, broken) if frames or broken else None
     return poll_until(one, timeout, "an answer on the link", interval=0.005)
 
@@ -81,17 +95,17 @@ def test_secured_links_carry_the_admitted_keys_role_and_refuse_others(keys):
     worker, client_keys = keys
     with Served(worker, {client_keys.public: "client:alice"}) as served:
         client = _core.CallLinkClient(client_keys.public, client_keys.secret)
-        link, why = client.open(served.server.address, worker.public.decode(), 2.0)
+        link, why = _open(client, served.server.address, worker.public.decode())
         assert link, why
         assert client.send(link, b"call", 1.0)
         assert _answer(client) == ([(link, b"echo:call")], [])
         assert served.frames[-1][2] == "client:alice"
         stranger = KeyPair.generate()
         other = _core.CallLinkClient(stranger.public, stranger.secret)
-        assert other.open(served.server.address, worker.public.decode(), 2.0) == \
+        assert _open(other, served.server.address, worker.public.decode()) == \
             (0, "handshake: the worker refused the link: unknown public key")
         impostor = KeyPair.generate()        # a server key the worker cannot prove
-        assert client.open(served.server.address, impostor.public.decode(), 2.0)[0] == 0
+        assert _open(client, served.server.address, impostor.public.decode())[0] == 0
         assert served.server.stats()["auth_refused"] == 2
         assert client.send(link, b"again", 1.0)            # the good link goes on
         assert _answer(client) == ([(link, b"echo:again")], [])
@@ -101,7 +115,9 @@ def test_a_frame_above_the_limit_closes_that_link_only(keys):
     with Served(max_frame=1024) as served:
         client, good, bad = served.plain_links(2)
         assert client.send(bad, b"x" * 2048, 1.0)
-        assert _answer(client) == ([], [(bad, "closed by the worker")])
+        # the worker says how many of the link's frames it served (none) before closing it
+        assert _answer(client) == ([], [(bad, "closed by the worker: a frame of 2048 bytes, "
+                                              "above the limit of 1024", 0)])
         assert client.send(good, b"small", 1.0)
         assert _answer(client) == ([(good, b"echo:small")], [])
 
@@ -113,20 +129,21 @@ def test_a_half_closed_link_is_still_read_until_the_worker_closes_it(keys):
         client.finish(link)                                 # no more frames from here
         assert not client.send(link, b"after", 1.0)
         frames, broken = [], []
-        poll_until(lambda: (lambda f, b: frames.extend(f) or broken.extend(b) or broken)(
+        poll_until(lambda: (lambda f, b, _: frames.extend(f) or broken.extend(b) or broken)(
             *client.read()), 5.0, "the worker closing the link", interval=0.005)
-        assert frames == [(link, b"echo:before")] and broken == [(link, "closed by the worker")]
+        assert frames == [(link, b"echo:before")] and \
+            broken == [(link, "closed by the worker", -1)]    # its own close: no farewell
 
 
 def test_links_beyond_the_limit_are_refused_and_a_freed_place_serves_a_new_link(keys):
     with Served(max_links=2) as served:
         client, a, b = served.plain_links(2)
-        link, why = client.open(served.server.address, "", 1.0)   # the worker closes it
+        link, why = _open(client, served.server.address, "", 1.0)   # the worker closes it
         assert link == 0 and why, why
         # close one and open another (which may get the closed one's descriptor number)
         client.close(b)
         poll_until(lambda: served.server.stats()["open"] == 1, 5.0, "the closed link gone")
-        c, why = client.open(served.server.address, "", 2.0)
+        c, why = _open(client, served.server.address, "")
         assert c, why
         assert client.send(c, b"new", 1.0)
         assert _answer(client) == ([(c, b"echo:new")], [])
@@ -140,3 +157,120 @@ def test_a_plain_peer_that_sends_half_a_frame_and_leaves_is_dropped(keys):
         poll_until(lambda: served.server.stats()["accepted"] >= 1 and
                    served.server.stats()["open"] == 0, 5.0, "the half frame's link closed")
         assert served.frames == []                          # never served
+
+
+def test_opening_a_link_never_blocks_and_one_not_open_by_its_deadline_is_given_up(keys):
+    worker, client_keys = keys
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)                        # the connect completes; no handshake answers
+    address = "tcp://127.0.0.1:%d" % silent.getsockname()[1]
+    try:
+        for client, key in ((_core.CallLinkClient(), ""),
+                            (_core.CallLinkClient(client_keys.public, client_keys.secret),
+                             worker.public.decode())):
+            link, why = client.begin(address, key, 0.3)
+            assert link, why
+            assert not client.ready(link) and not client.send(link, b"call", 1.0)
+            frames, broken = [], []
+            poll_until(lambda: (lambda f, b, o: frames.extend(f) or broken.extend(b) or
+                                broken or o)(*client.read()), 10.0, "the deadline")
+            assert frames == [] and broken and broken[0][0] == link, broken
+            assert "not open within its deadline" in broken[0][1]
+            assert client.open_links == 0
+    finally:
+        silent.close()
+
+
+def test_a_link_that_cannot_connect_is_reported_broken(keys):
+    spare = socket.socket()
+    spare.bind(("127.0.0.1", 0))
+    address = "tcp://127.0.0.1:%d" % spare.getsockname()[1]
+    spare.close()                           # nothing listens there now
+    client = _core.CallLinkClient()
+    link, why = client.begin(address, "", 5.0)
+    if link:                                 # (a refused connect may be known at once)
+        broken = poll_until(lambda: client.read()[1], 5.0, "the refused connect")
+        assert broken[0][0] == link and "connect" in broken[0][1], broken
+    else:
+        assert "connect" in why
+
+
+def test_the_client_hands_back_the_calls_a_worker_closed_its_link_without_serving():
+    """A worker closes a link on a frame above its limit, having served the call before it;
+    the client learns from its farewell that the later calls were never read, and hands
+    them back (the direct path sends them through the scheduler) instead of waiting."""
+    import zmq
+    from cloudburst.call_link import ClientCallLinks
+    from hydro_proto import cloudburst_pb2 as pb
+    server = _core.CallLinkServer("127.0.0.1", 4096, 4, "test: ")
+    handed = []
+    links = ClientCallLinks(None, lambda calls, why, lost: handed.append((calls, why, lost)))
+    context = zmq.Context()
+    answers = context.socket(zmq.PULL)
+    try:
+        def calls(*names):
+            return [pb.Call(request_id=n, function="f", timeout=5.0) for n in names]
+
+        def write(call):
+            return links.send("tcp://worker:1", server.address, "direct", call)
+        first, big, later = calls("first", "big", "later")
+        big.args["f"].args.add(value=b"x" * 8192)          # above the worker's limit
+        assert not write(first)                          # the link is only opening: ZeroMQ
+        poll_until(lambda: server.service() or links.wait(answers, 0) and False or
+                   links.stats()["opened"], 5.0, "the link open", interval=0.005)
+        assert write(first)
+        assert poll_until(lambda: server.service(), 5.0, "the first call read")[0][1][1:] == \
+            first.SerializeToString()
+        assert write(big) and write(later)               # written whole, not yet read
+        poll_until(lambda: server.service() or links.wait(answers, 0) and False or handed,
+                   5.0, "the farewell read")
+        [(unserved, why, lost)] = handed
+        assert unserved == ["big", "later"] and not lost
+        assert "closed call link" in why and "above the limit" in why, why
+        assert links.stats()["open"] == 0
+    finally:
+        links.close()
+        answers.close(0)
+        context.term()
+
+
+def test_a_link_the_client_cannot_read_on_fails_its_calls_at_once():
+    """A worker's frame that does not open (here one declaring 1 GiB) makes the client
+    close the link: what followed it is lost, so the calls written on it are handed back
+    as lost (the direct path fails those still unanswered with CALL_LINK_BROKEN)."""
+    import zmq
+    from cloudburst.call_link import ClientCallLinks
+    from hydro_proto import cloudburst_pb2 as pb
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    handed = []
+    links = ClientCallLinks(None, lambda calls, why, lost: handed.append((calls, why, lost)))
+    context = zmq.Context()
+    answers = context.socket(zmq.PULL)
+    address = "tcp://127.0.0.1:%d" % listener.getsockname()[1]
+    try:
+        calls = [pb.Call(request_id=n, function="f", timeout=5.0) for n in ("one", "two")]
+        assert not links.send("tcp://worker:1", address, "direct", calls[0])  # opening
+        worker, _ = listener.accept()
+        worker.settimeout(5.0)
+        poll_until(lambda: links.wait(answers, 0) and False or
+                   select.select([worker], [], [], 0)[0], 5.0, "the probe", interval=0.005)
+        probe = worker.recv(8)
+        assert probe == struct.pack("<I", 4) + b"CL1P"
+        worker.sendall(probe)                          # a plain worker's answer
+        poll_until(lambda: links.wait(answers, 0) and False or links.stats()["opened"],
+                   5.0, "the link open", interval=0.005)
+        assert all(links.send("tcp://worker:1", address, "direct", c) for c in calls)
+        worker.sendall(struct.pack("<I", 1 << 30))     # not a frame the client can take
+        poll_until(lambda: links.wait(answers, 0) and False or handed, 5.0, "the link closed")
+        [(unanswered, why, lost)] = handed
+        assert unanswered == ["one", "two"] and lost
+        assert "above the limit" in why and "may or may not have run" in why, why
+        worker.close()
+    finally:
+        links.close()
+        listener.close()
+        answers.close(0)
+        context.term()

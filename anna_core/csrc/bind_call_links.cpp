@@ -9,8 +9,11 @@
 //     .address, .fileno() (the epoll descriptor to poll for reading), service() ->
 //     [(link, payload: bytes, role: str)], send(link, payload) -> bool, stats() -> dict.
 //   CallLinkClient(public_key=b"", secret_key=b"", max_frame=...): .fileno(),
-//     open(address, server_key, timeout) -> (link, why) (link 0 when not opened),
-//     send(link, payload, timeout) -> bool, read() -> ([(link, payload)], [(link, why)]),
+//     begin(address, server_key, timeout) -> (link, why) (link 0 when it cannot start;
+//     else it opens in read(), without blocking), ready(link) -> bool,
+//     send(link, payload, timeout) -> bool,
+//     read() -> ([(link, payload)], [(link, why, taken)], [opened link]) (taken: how many of
+//     the client's frames the worker served from a link it closed for a fault, else -1),
 //     finish(link) (half-close: no more sends, still read), close(link), .open_links.
 //   Every call that touches a socket releases the GIL; calls from several threads are
 //   serialised by a lock per object. Timeouts are in seconds.
@@ -101,15 +104,20 @@ class PyCallLinkClient {
     }
   }
 
-  py::tuple open(const std::string& address, const std::string& server_key, double timeout) {
+  py::tuple begin(const std::string& address, const std::string& server_key, double timeout) {
     std::string why;
     std::uint64_t id;
     {
       py::gil_scoped_release release;
       std::lock_guard<std::mutex> lock(mu_);
-      id = c_->open(address, server_key, millis(timeout), &why);
+      id = c_->begin(address, server_key, millis(timeout), &why);
     }
     return py::make_tuple(id, py::str(why));
+  }
+
+  bool ready(std::uint64_t link) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return c_->ready(link);
   }
 
   bool send(std::uint64_t link, const py::bytes& payload, double timeout) {
@@ -120,16 +128,19 @@ class PyCallLinkClient {
   }
 
   py::tuple read() {
-    std::vector<std::pair<std::uint64_t, std::string>> frames, broken;
+    std::vector<std::pair<std::uint64_t, std::string>> frames;
+    std::vector<std::tuple<std::uint64_t, std::string, std::int64_t>> broken;
+    std::vector<std::uint64_t> opened;
     {
       py::gil_scoped_release release;
       std::lock_guard<std::mutex> lock(mu_);
-      c_->read(&frames, &broken);
+      c_->read(&frames, &broken, &opened);
     }
-    py::list f, b;
+    py::list f, b, o;
     for (auto& [link, payload] : frames) f.append(py::make_tuple(link, py::bytes(payload)));
-    for (auto& [link, why] : broken) b.append(py::make_tuple(link, py::str(why)));
-    return py::make_tuple(f, b);
+    for (auto& [link, why, taken] : broken) b.append(py::make_tuple(link, py::str(why), taken));
+    for (std::uint64_t link : opened) o.append(link);
+    return py::make_tuple(f, b, o);
   }
 
   void close(std::uint64_t link) {
@@ -176,8 +187,9 @@ void bind_call_links(py::module_& m) {
       .def("fileno", &PyCallLinkClient::fileno)
       .def_property_readonly("secured", &PyCallLinkClient::secured)
       .def_property_readonly("open_links", &PyCallLinkClient::open_links)
-      .def("open", &PyCallLinkClient::open, py::arg("address"), py::arg("server_key"),
+      .def("begin", &PyCallLinkClient::begin, py::arg("address"), py::arg("server_key"),
            py::arg("timeout"))
+      .def("ready", &PyCallLinkClient::ready, py::arg("link"))
       .def("send", &PyCallLinkClient::send, py::arg("link"), py::arg("payload"),
            py::arg("timeout"))
       .def("read", &PyCallLinkClient::read)

@@ -28,11 +28,26 @@ int make_epoll() {
   return fd;
 }
 
+// A farewell's body ("<frames served> <why>"): *taken and *why (taken -1 when it does not parse).
+void farewell(std::string_view body, std::int64_t* taken, std::string* why) {
+  std::size_t space = body.find(' ');
+  std::string count(body.substr(0, space));
+  *taken = -1;
+  if (!count.empty() && count.size() < 19 &&
+      count.find_first_not_of("0123456789") == std::string::npos)
+    *taken = std::stoll(count);
+  *why = "closed by the worker: " +
+         std::string(space == std::string_view::npos ? "(no reason given)"
+                                                     : body.substr(space + 1, 512));
+}
+
 }  // namespace
 
 CallLinkServer::CallLinkServer(const std::string& ip, std::size_t max_frame,
                                std::size_t max_links, std::string where, const CurveKeys& keys)
     : links_(ip, max_frame, max_links, std::move(where), keys), epoll_fd_(make_epoll()) {
+  links_.farewell(std::string(kCallLinkFarewell));
+  links_.set_kind("call link");
   sync();
 }
 
@@ -119,62 +134,127 @@ CallLinkClient::~CallLinkClient() {
   sodium_memzero(secret_.data(), secret_.size());
 }
 
-std::uint64_t CallLinkClient::open(const std::string& address, const std::string& server_key,
-                                   int timeout_ms, std::string* why) {
-  RawKey server{};
-  if (secured_ && !raw_key(server_key, &server)) {
+std::uint64_t CallLinkClient::begin(const std::string& address, const std::string& server_key,
+                                    int timeout_ms, std::string* why) {
+  auto link = std::make_unique<Link>(max_frame_);
+  if (secured_ && !raw_key(server_key, &link->server)) {
     *why = "the worker's address carries no CURVE key";
     return 0;
   }
-  auto start = std::chrono::steady_clock::now();
-  auto left = [&] {
-    auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(
-                     std::chrono::steady_clock::now() - start).count();
-    return static_cast<int>(std::max<long long>(timeout_ms - spent, 1));
-  };
-  int fd = connect_link(address, timeout_ms, why);
-  if (fd < 0) return 0;
-  auto link = std::make_unique<Link>(max_frame_);
-  link->fd = fd;
-  bool ok;
-  if (secured_) {
-    link->cipher = std::make_unique<LinkCipher>();
-    ok = secure_client_link(fd, &link->reader, public_, secret_, server, left(),
-                            link->cipher.get(), why);
-  } else {
-    // A plain link is ready once the worker answers its probe (a connection in the listen
-    // backlog is not one the worker accepted).
-    std::string out, frame;
-    append_frame(&out, kCallLinkProbe);
-    ok = write_all(fd, out, left()) && read_frame(fd, &link->reader, left(), &frame, why);
-    if (ok && frame != kCallLinkProbe) {
-      *why = "the worker did not answer the link's probe";
-      ok = false;
-    } else if (!ok && why->empty()) {
-      *why = "the probe was not written";
-    }
-  }
-  if (!ok) {
-    ::close(fd);
-    return 0;
-  }
-  epoll_event ev{};
-  ev.events = EPOLLIN;
+  link->fd = open_link(address, why);
+  if (link->fd < 0) return 0;
+  link->deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   std::uint64_t id = next_id_++;
-  ev.data.u64 = id;
-  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+  if (!watch(id, *link, EPOLL_CTL_ADD, EPOLLOUT)) {  // writable once connected
     *why = std::string("epoll: ") + std::strerror(errno);
-    ::close(fd);
+    ::close(link->fd);
     return 0;
   }
   links_.emplace(id, std::move(link));
+  ++opening_;
   return id;
+}
+
+bool CallLinkClient::watch(std::uint64_t id, const Link& link, int op, std::uint32_t events) {
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.u64 = id;
+  return ::epoll_ctl(epoll_fd_, op, link.fd, &ev) == 0;
+}
+
+bool CallLinkClient::ready(std::uint64_t id) const {
+  auto it = links_.find(id);
+  return it != links_.end() && it->second->stage == Stage::kOpen && !it->second->finished;
+}
+
+bool CallLinkClient::advance(std::uint64_t id, Link& link, std::uint32_t events,
+                             std::string* why) {
+  // Handshake frames are a few hundred bytes on a fresh connection: they go out at once.
+  constexpr int kWriteMs = 100;
+  if (link.stage == Stage::kConnecting) {
+    if (!(events & (EPOLLOUT | EPOLLERR | EPOLLHUP))) return true;
+    if (int err = link_connect_error(link.fd); err != 0) {
+      *why = std::string("connect: ") + std::strerror(err);
+      return false;
+    }
+    std::string out;
+    if (secured_) {
+      link.handshake = std::make_unique<LinkClientHandshake>(public_, secret_, link.server);
+      std::string hello = link.handshake->hello();
+      if (hello.empty()) {
+        *why = "the worker's server key is degenerate";
+        return false;
+      }
+      append_frame(&out, hello);
+      link.reader.set_max_frame(kHandshakeFrameMax);
+      link.stage = Stage::kWelcome;
+    } else {
+      // A plain link is ready once the worker answers its probe (a connection in the
+      // listen backlog is not one the worker accepted).
+      append_frame(&out, kCallLinkProbe);
+      link.stage = Stage::kProbe;
+    }
+    if (!write_all(link.fd, out, kWriteMs)) {
+      *why = secured_ ? "handshake: HELLO not written" : "the probe was not written";
+      return false;
+    }
+    if (!watch(id, link, EPOLL_CTL_MOD, EPOLLIN)) {
+      *why = std::string("epoll: ") + std::strerror(errno);
+      return false;
+    }
+    return true;
+  }
+  ReadEnd end = read_available(link.fd, &link.reader, kHandshakeFrameMax * 4);
+  std::string_view frame;
+  while (link.stage != Stage::kOpen) {
+    auto next = link.reader.next(&frame);
+    if (next == LinkReader::Next::kNeedMore) break;
+    if (next == LinkReader::Next::kTooLarge) {
+      *why = "handshake: a frame above the limit";
+      return false;
+    }
+    if (link.stage == Stage::kProbe) {
+      if (frame != kCallLinkProbe) {
+        *why = "the worker did not answer the link's probe";
+        return false;
+      }
+      link.stage = Stage::kOpen;
+    } else if (link.stage == Stage::kWelcome) {
+      std::string initiate, out;
+      if (!link.handshake->on_welcome(frame, &initiate, why)) {
+        *why = "handshake: " + *why;
+        return false;
+      }
+      append_frame(&out, initiate);
+      if (!write_all(link.fd, out, kWriteMs)) {
+        *why = "handshake: INITIATE not written";
+        return false;
+      }
+      link.stage = Stage::kReady;
+    } else {
+      link.cipher = std::make_unique<LinkCipher>();
+      if (!link.handshake->on_ready(frame, link.cipher.get(), why)) {
+        *why = "handshake: " + *why;
+        return false;
+      }
+      link.handshake.reset();
+      link.reader.set_max_frame(max_frame_ + kSealOverhead);
+      link.stage = Stage::kOpen;
+    }
+  }
+  if (link.stage != Stage::kOpen && end != ReadEnd::kOpen) {
+    *why = end == ReadEnd::kClosed ? "closed by the worker before the link opened"
+                                   : std::string("read: ") + std::strerror(errno);
+    return false;
+  }
+  return true;
 }
 
 bool CallLinkClient::send(std::uint64_t id, std::string_view payload, int timeout_ms) {
   auto it = links_.find(id);
   if (it == links_.end() || it->second->finished) return false;
   Link& link = *it->second;
+  if (link.stage != Stage::kOpen) return false;  // still opening: the caller goes another way
   link.out.clear();
   if (link.cipher) link.cipher->seal(payload, &link.out);
   else append_frame(&link.out, payload);
@@ -191,7 +271,8 @@ void CallLinkClient::finish(std::uint64_t id) {
 }
 
 void CallLinkClient::read(std::vector<std::pair<std::uint64_t, std::string>>* frames,
-                          std::vector<std::pair<std::uint64_t, std::string>>* broken) {
+                          std::vector<std::tuple<std::uint64_t, std::string, std::int64_t>>* broken,
+                          std::vector<std::uint64_t>* opened) {
   epoll_event events[16];
   int n;
   do n = ::epoll_wait(epoll_fd_, events, 16, 0);
@@ -201,9 +282,20 @@ void CallLinkClient::read(std::vector<std::pair<std::uint64_t, std::string>>* fr
     auto it = links_.find(id);
     if (it == links_.end()) continue;
     Link& link = *it->second;
-    ReadEnd end = read_available(link.fd, &link.reader, 1u << 20);
     std::string why;
+    if (link.stage != Stage::kOpen) {
+      if (!advance(id, link, events[i].events, &why)) {
+        broken->emplace_back(id, why, -1);
+        close(id);
+      } else if (link.stage == Stage::kOpen) {
+        --opening_;
+        opened->push_back(id);
+      }
+      continue;  // a worker sends nothing on a link before a call came on it
+    }
+    ReadEnd end = read_available(link.fd, &link.reader, 1u << 20);
     std::string_view frame;
+    std::int64_t taken = -1;
     while (why.empty()) {
       auto next = link.reader.next(&frame);
       if (next == LinkReader::Next::kNeedMore) break;
@@ -211,28 +303,45 @@ void CallLinkClient::read(std::vector<std::pair<std::uint64_t, std::string>>* fr
         why = "a frame of " + std::to_string(link.reader.declared()) + " bytes, above the limit";
         break;
       }
-      if (!link.cipher) {
-        frames->emplace_back(id, std::string(frame));
-        continue;
+      if (link.cipher) {
+        if (link.cipher->open(frame, &plain_) != LinkCipher::Open::kOk) {
+          why = "a frame that does not authenticate (tampered, replayed or forged)";
+          break;
+        }
+        frame = plain_;
       }
-      if (link.cipher->open(frame, &plain_) != LinkCipher::Open::kOk)
-        why = "a frame that does not authenticate (tampered, replayed or forged)";
-      else
-        frames->emplace_back(id, plain_);
+      if (frame.substr(0, kCallLinkFarewell.size()) == kCallLinkFarewell) {
+        farewell(frame.substr(kCallLinkFarewell.size()), &taken, &why);
+        if (!link.cipher && taken > 0) --taken;  // the probe was a frame too
+        break;
+      }
+      frames->emplace_back(id, std::string(frame));
     }
     if (why.empty() && end != ReadEnd::kOpen)
       why = end == ReadEnd::kClosed ? "closed by the worker"
                                     : std::string("read: ") + std::strerror(errno);
     if (!why.empty()) {
-      broken->emplace_back(id, why);
+      broken->emplace_back(id, why, taken);
       close(id);
     }
+  }
+  if (opening_ == 0) return;
+  // an opening not done within its deadline is given up (the caller tries again later)
+  auto now = std::chrono::steady_clock::now();
+  std::vector<std::uint64_t> late;
+  for (const auto& [id, link] : links_)
+    if (link->stage != Stage::kOpen && now >= link->deadline) late.push_back(id);
+  for (std::uint64_t id : late) {
+    broken->emplace_back(id, "the link was not open within its deadline (the worker did not "
+                             "answer the connect or the handshake)", -1);
+    close(id);
   }
 }
 
 void CallLinkClient::close(std::uint64_t id) {
   auto it = links_.find(id);
   if (it == links_.end()) return;
+  if (it->second->stage != Stage::kOpen) --opening_;
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->second->fd, nullptr);
   ::close(it->second->fd);
   links_.erase(it);

@@ -16,24 +16,36 @@
 //     kProbe on the link, so a client never sends a call on a connection the worker did not
 //     accept. Secured links need none: READY is that proof. A probe is not a frame for the
 //     caller.
+//   * A link the worker closes for a fault (a frame above the limit, one that does not open)
+//     gets a farewell first (WorkerLinks::farewell): kCallLinkFarewell, the number of the
+//     client's frames the worker served from it (the probe not counted), a space, and why.
+//     The client reports it in `broken` as that why and the number (`taken`; -1 when the
+//     link closed without one: the worker died, or stopped serving it for a reason that
+//     lost the farewell), so it knows which of its frames were never served.
 //   * CallLinkClient(public_key, secret_key, max_frame) is a client's side: its links to
-//     workers behind one epoll descriptor, fd(). open(address, server_key, timeout_ms)
-//     connects and runs the handshake (secured, when the client has a key pair: the worker's
-//     server key is the one its keyed direct address carries) or the probe, all within
-//     timeout_ms; the link id, or 0 with *why set. send(link, payload, timeout_ms) writes one
-//     whole frame, or fails (false) and half-closes the link: a frame only partly written is
-//     never served (the worker serves whole frames only, and closes the link at the end of
-//     the stream). finish(link) half-closes a link too. A half-closed link takes no more
-//     frames but is still read, so answers the worker wrote before it saw the end arrive;
-//     the worker then closes it (and sends later answers another way). read(frames, broken)
-//     reads without blocking: whole frames as (link, payload), and links that closed or
-//     failed (a frame above max_frame, one that does not open) as (link, why), each closed
-//     and forgotten. close(link) closes at once.
+//     workers behind one epoll descriptor, fd(). begin(address, server_key, timeout_ms)
+//     starts opening a link without blocking (a non-blocking connect): the link id, or 0
+//     with *why set when it cannot even start. The connect, then the handshake (secured,
+//     when the client has a key pair: the worker's server key is the one its keyed direct
+//     address carries) or the probe, advance in read() as the link's descriptor becomes
+//     ready; once done read() reports the link in `opened`, and one that fails or is not
+//     done within timeout_ms in `broken` (closed and forgotten). ready(link): whether it
+//     is open and takes frames. send(link, payload, timeout_ms) writes one whole frame on a
+//     ready link, or fails (false; a link still opening stays so, any other is half-closed):
+//     a frame only partly written is never served (the worker serves whole frames only, and
+//     closes the link at the end of the stream). finish(link) half-closes a link too. A
+//     half-closed link takes no more frames but is still read, so answers the worker wrote
+//     before it saw the end arrive; the worker then closes it (and sends later answers
+//     another way). read(frames, broken, opened) reads without blocking: whole frames as
+//     (link, payload), links that closed or failed (a frame above max_frame, one that does
+//     not open, a handshake that failed or timed out) as (link, why), each closed and
+//     forgotten, and links whose opening finished. close(link) closes at once.
 //   * Neither is thread-safe: the caller serialises (the bindings hold a lock).
 #pragma once
 
 #include <zmq.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -51,6 +63,8 @@
 namespace anna {
 
 inline constexpr std::string_view kCallLinkProbe = "CL1P";
+// (neither starts as a Cloudburst frame does: its first byte is a message kind's code, < 64)
+inline constexpr std::string_view kCallLinkFarewell = "CL1F";
 
 class CallLinkServer {
  public:
@@ -88,16 +102,21 @@ class CallLinkClient {
 
   int fd() const { return epoll_fd_; }
   bool secured() const { return secured_; }
-  std::uint64_t open(const std::string& address, const std::string& server_key, int timeout_ms,
-                     std::string* why);
+  std::uint64_t begin(const std::string& address, const std::string& server_key, int timeout_ms,
+                      std::string* why);
+  bool ready(std::uint64_t link) const;
   bool send(std::uint64_t link, std::string_view payload, int timeout_ms);
   void read(std::vector<std::pair<std::uint64_t, std::string>>* frames,
-            std::vector<std::pair<std::uint64_t, std::string>>* broken);
+            std::vector<std::tuple<std::uint64_t, std::string, std::int64_t>>* broken,
+            std::vector<std::uint64_t>* opened);
   void finish(std::uint64_t link);
   void close(std::uint64_t link);
   std::size_t open_links() const { return links_.size(); }
 
  private:
+  // How far a link's opening got: connecting, then (secured) waiting for WELCOME and READY
+  // or (plain) for the probe's answer, then ready.
+  enum class Stage { kConnecting, kWelcome, kReady, kProbe, kOpen };
   struct Link {
     explicit Link(std::size_t max_frame) : reader(max_frame) {}
     int fd = -1;
@@ -105,7 +124,15 @@ class CallLinkClient {
     std::unique_ptr<LinkCipher> cipher;
     std::string out;
     bool finished = false;  // half-closed: read until the worker closes it
+    Stage stage = Stage::kConnecting;
+    std::chrono::steady_clock::time_point deadline;  // of the opening
+    RawKey server{};                                  // the key the worker must prove
+    std::unique_ptr<LinkClientHandshake> handshake;
   };
+  // Advances an opening link on its descriptor's events; false with *why set when it failed.
+  bool advance(std::uint64_t id, Link& link, std::uint32_t events, std::string* why);
+  bool watch(std::uint64_t id, const Link& link, int op, std::uint32_t events);
+  std::size_t opening_ = 0;  // links not yet open (their deadlines are looked at in read)
   std::size_t max_frame_;
   bool secured_ = false;
   RawKey public_{}, secret_{};

@@ -111,7 +111,7 @@ void WorkerLinks::accept_all() {
         spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
         if (refused >= 0) {
           ++refused_;
-          warn(std::string("cannot accept client links (") + std::strerror(full) +
+          warn("cannot accept " + kind_ + "s (" + std::strerror(full) +
                "): refused one");
           if (spare_fd_ >= 0) continue;  // the next one in the backlog
         } else if (accept_errno == EAGAIN || accept_errno == EWOULDBLOCK) {
@@ -124,7 +124,7 @@ void WorkerLinks::accept_all() {
         // than spinning on it.
         accept_paused_until_ = std::chrono::steady_clock::now() +
                                std::chrono::milliseconds(kAcceptPauseMs);
-        warn(std::string("cannot accept client links for ") + std::to_string(kAcceptPauseMs) +
+        warn("cannot accept " + kind_ + "s for " + std::to_string(kAcceptPauseMs) +
              " ms: " + std::strerror(errno));
       }
       return;  // EAGAIN, or an error that the next turn sees again
@@ -175,10 +175,12 @@ void WorkerLinks::read(std::uint64_t id, const OnFrame& on_frame) {
         break;
       }
       ++frames_;
+      ++link.served;
       on_frame(id, plain_, link.role);
       continue;
     }
     ++frames_;
+    ++link.served;
     on_frame(id, frame, std::string_view());
   }
 }
@@ -252,7 +254,7 @@ void WorkerLinks::flush() {
     else if (link->out.size() - link->sent > kMaxPendingBytes) {
       closing_.push_back(id);
       ++dropped_;
-      log_warning(where_ + "closed a client link that stopped reading its answers (" +
+      log_warning(where_ + "closed a " + kind_ + " that stopped reading its answers (" +
                   std::to_string(link->out.size() - link->sent) + " bytes unsent)");
     }
   }
@@ -263,6 +265,11 @@ void WorkerLinks::drop_closing() {
   for (std::uint64_t id : closing_) {
     auto it = links_.find(id);
     if (it == links_.end()) continue;
+    Link& link = *it->second;
+    if (!link.fault.empty()) {  // (after the frames read with the fault are served)
+      queue(id, farewell_ + std::to_string(link.served) + " " + link.fault);
+      write(link);
+    }
     ::close(it->second->fd);
     links_.erase(it);
   }
@@ -273,7 +280,11 @@ void WorkerLinks::close_link(std::uint64_t id, const std::string& why) {
   closing_.push_back(id);
   if (why.empty()) return;  // the client closed it: nothing to report
   ++dropped_;
-  warn("closed a client link: " + why + " (" + std::to_string(dropped_) + " closed so far)");
+  auto it = links_.find(id);
+  if (!farewell_.empty() && it != links_.end() && !it->second->handshake &&
+      (it->second->cipher || !secured_))
+    it->second->fault = why;
+  warn("closed a " + kind_ + ": " + why + " (" + std::to_string(dropped_) + " closed so far)");
 }
 
 void WorkerLinks::warn(const std::string& what) {

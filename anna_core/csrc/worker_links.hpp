@@ -18,6 +18,11 @@
 //     kAcceptPauseMs (logged), so a full descriptor table never makes the worker spin.
 //   * A frame above max_frame, a closed peer or a read/write error closes that link (logged
 //     at most kMaxWarningsPerSecond a second, counted in dropped()); the worker goes on.
+//   * farewell(prefix) (off unless called; call links turn it on): a link closed for a fault
+//     (not its client's own close, nor a link still in its handshake) first gets, as best it
+//     can without blocking, one last frame: prefix, the number of frames served from that
+//     link, a space, and why, so its client knows which frames never will be. The names in
+//     the log say what the links serve (set_kind; "client link" unless told).
 //   * queue(link, payload) appends an answer frame to that link's pending output (nothing
 //     when the link is gone); flush() writes every link's pending output without blocking. A
 //     link whose unsent output exceeds kMaxPendingBytes (a client that stopped reading) is
@@ -75,6 +80,8 @@ class WorkerLinks {
   void service(const zmq_pollitem_t* items, std::size_t count, const OnFrame& on_frame);
   void queue(std::uint64_t link, std::string_view payload);
   void flush();
+  void farewell(std::string prefix) { farewell_ = std::move(prefix); }
+  void set_kind(std::string kind) { kind_ = std::move(kind); }
 
   std::size_t open() const { return links_.size(); }
   bool has(std::uint64_t link) const { return links_.count(link) != 0; }
@@ -97,6 +104,8 @@ class WorkerLinks {
     std::chrono::steady_clock::time_point handshake_deadline{};
     std::unique_ptr<LinkCipher> cipher;
     std::string role;
+    std::uint64_t served = 0;  // frames handed to on_frame
+    std::string fault;         // why it is closed for a fault (its farewell says so)
   };
   // One handshake frame of a secured link; false when the link is closed.
   bool handshake_step(std::uint64_t id, Link& link, std::string_view frame);
@@ -109,6 +118,8 @@ class WorkerLinks {
   void warn(const std::string& what);  // at most kMaxWarningsPerSecond a second
 
   std::string where_;
+  std::string farewell_;                 // empty: no farewell frames
+  std::string kind_ = "client link";     // what the log calls a link
   std::size_t max_frame_, max_links_;
   int listen_fd_ = -1;
   int spare_fd_ = -1;  // held for refusing connections when out of descriptors
