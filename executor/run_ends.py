@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from anna_core.config import DEFAULT_MAX_VALUE_BYTES
 from faas.errors import ValueTooLarge
@@ -73,6 +73,12 @@ class RunEnds:
                          session: Optional[pb.Session] = None, value_key: str = "") -> None:
         for target in s.targets:
             address = s.locations[target]
+            if address == self.address and causal is None:
+                # to this worker: no Trigger message, the same fields straight to `_arrived`
+                forward = _forwarded(s, target, ready, pb.Schedule())
+                self._local.append((self._from_here, (forward, s.call_id, s.function, target,
+                                                      value, logs, session)))
+                continue
             trigger = pb.Trigger(call_id=s.call_id, source=s.function, target=target, logs=logs,
                                  session=session)
             if value_key and address != self.address:
@@ -81,19 +87,15 @@ class RunEnds:
                 trigger.value = value
             if causal is not None:
                 trigger.causal.CopyFrom(causal)
-            for f in s.forward:
-                if f.function == target:
-                    trigger.schedule.CopyFrom(f)
-                    trigger.schedule.forward.extend(s.forward)
-                    if s.HasField("session"):
-                        trigger.schedule.session.CopyFrom(s.session)
-                    # the call's deadline, not a fresh one: what is left of this function's
-                    trigger.schedule.timeout = max(0.0, ready.deadline - time.monotonic())
-                    break
+            if _forwarded(s, target, ready, trigger.schedule) is None:
+                trigger.ClearField("schedule")
             if address == self.address:
-                self._local.append(("trigger", trigger))
+                self._local.append((self._on_trigger, trigger))
             else:
                 self._push.send(address, "trigger", trigger)
+
+    def _from_here(self, fields: Tuple[Any, ...]) -> None:
+        self._arrived(*fields)
 
     def _fail(self, s: pb.Schedule, status: int, message: str, tb: str = "",
               stage: str = "") -> None:
@@ -141,3 +143,21 @@ class RunEnds:
         stage = (f"upstream result(s) {stalled.missing} of function {s.function!r} "
                  f"(DAG {s.dag!r}) on worker {self.worker_id}")
         self._fail(s, pb.TIMEOUT, f"timed out waiting for {stage}", stage=stage)
+
+
+def _forwarded(s: pb.Schedule, target: str, ready: Ready,
+               into: pb.Schedule) -> Optional[pb.Schedule]:
+    """`target`'s schedule from `s.forward`, filled into `into` (None: `s` carries none,
+    as for a DAG too large to forward; the scheduler sent it). Only a function with
+    targets of its own gets the forwarded schedules (a sink sends nothing on)."""
+    for f in s.forward:
+        if f.function == target:
+            into.CopyFrom(f)
+            if f.targets:
+                into.forward.extend(s.forward)
+            if s.HasField("session"):
+                into.session.CopyFrom(s.session)
+            # the call's deadline, not a fresh one: what is left of this function's
+            into.timeout = max(0.0, ready.deadline - time.monotonic())
+            return into
+    return None

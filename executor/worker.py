@@ -70,7 +70,7 @@ import tempfile
 import threading
 import time
 import traceback
-from typing import Any, Deque, Dict, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 import zmq
 from google.protobuf.message import DecodeError
@@ -161,7 +161,8 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, RunEnds, UserMessagin
         # a kill timer a run of direct calls left armed never outlasts a wait for the cache
         self.cache.before_wait = self.guard.settle
         self._peers: Dict[str, str] = {}
-        self._local: Deque[Tuple[str, Any]] = collections.deque()
+        # what this worker sends itself (a downstream function's input), handled in order
+        self._local: Deque[Tuple[Callable[[Any], None], Any]] = collections.deque()
         self._backlog: Deque[Any] = collections.deque()
         self._inbox: Deque[Tuple[str, bytes]] = collections.deque()
         # a long function is told at once: a start rings the heartbeat thread (liveness)
@@ -221,8 +222,7 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, RunEnds, UserMessagin
                     break
             while self._local or self._backlog:
                 if self._local:
-                    kind, message = self._local.popleft()
-                    self._handlers[kind](message)
+                    self._run_local()
                 else:
                     self._dispatch(self._backlog.popleft())
             try:
@@ -331,20 +331,35 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, RunEnds, UserMessagin
         return True
 
     def _on_trigger(self, t: pb.Trigger) -> None:
-        if t.HasField("schedule"):
-            self._on_schedule(t.schedule)
         value = (bytes(t.value), t.causal) if t.HasField("causal") else bytes(t.value)
         if t.status != pb.OK:          # a fetched input without a value (executor/sharing.py)
             value = Unavailable(t.status, t.message)
         elif t.value_key:              # a large upstream result (executor/big_intermediates.py)
             value = ByReference(t.value_key, t.source)
-        if t.logs:
-            self._upstream_logs.add(t.call_id, t.target, t.logs)
-        if t.HasField("session"):
-            self._sessions.add(t.call_id, t.target, t.session)
-        ready = self.pending.add_trigger(t.call_id, t.target, t.source, value, time.monotonic())
+        self._arrived(t.schedule if t.HasField("schedule") else None, t.call_id, t.source,
+                      t.target, value, t.logs, t.session if t.HasField("session") else None)
+
+    def _arrived(self, schedule: Optional[pb.Schedule], call_id: str, source: str,
+                 target: str, value: Any, logs: str, session: Optional[pb.Session]) -> None:
+        """`source`'s result for `target` of the call: from a `trigger`, or (no message) from
+        a function of the call that ran here (`executor/run_ends.py`); with the target's
+        schedule if it travelled with the result."""
+        if schedule is not None:
+            self._on_schedule(schedule)
+        if logs:
+            self._upstream_logs.add(call_id, target, logs)
+        if session is not None:
+            self._sessions.add(call_id, target, session)
+        ready = self.pending.add_trigger(call_id, target, source, value, time.monotonic())
         if ready is not None:
             self._run(ready)
+
+    def _run_local(self) -> None:
+        """Handle what this worker sent itself, in order (a downstream function of a call
+        that ran here runs now)."""
+        while self._local:
+            handle, message = self._local.popleft()
+            handle(message)
 
     def _on_abort(self, message: pb.CallDone) -> None:
         self.pending.abort(message.call_id)
