@@ -24,8 +24,9 @@ Contract:
   a function runs, actor handles it was given call through the worker's `ActorCaller`
   (`executor/actor_caller.py`).
 - How a run ends is `executor/run_ends.py`'s: on success the result goes as a `trigger` to
-  each downstream worker (to itself without a socket hop), with that worker's schedule attached (from `Schedule.forward`); one above
-  1 MiB goes to other workers by reference (`executor/big_intermediates.py`); the sink writes
+  each downstream worker (to itself without a message: a direct call's downstream functions
+  here run within its run of calls, before its next call), with that worker's schedule
+  attached (from `Schedule.forward`); one above 1 MiB goes to other workers by reference (`executor/big_intermediates.py`); the sink writes
   it under `output_key` (through the node cache) when asked, pushes it to the caller as a
   `result`, then tells the scheduler `done` with the time it ran (right away, unless more
   messages wait to be handled: then up to `DONE_BATCH_CALLS` calls' `done`s go together;
