@@ -274,6 +274,9 @@ class DirectCalls:
             return self._refuse_direct(call, pb.INVALID_ARGUMENTS, problem)
         for template in templates:    # no inputs: a direct call passes no Futures
             self._place(_schedule_of(call, template), [])
+        # its downstream functions here run now: in this run of calls (one kill-timer
+        # arming), before the next call, and counted in its time (`_ran`)
+        self._run_local()
 
     def _known(self, call_id: str, templates: List[pb.Schedule]) -> bool:
         """Whether a call of this id already ran here (or waits to)."""

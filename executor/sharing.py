@@ -162,7 +162,7 @@ class ResultSharing:
                              target=request.function, value=outcome.value,
                              status=outcome.status, message=outcome.message)
         if request.reply_address == self.address:
-            self._local.append(("trigger", trigger))
+            self._local.append((self._on_trigger, trigger))
             return
         if not self._is_worker_address(request.reply_address):
             log.warning("did not answer a fetch of call %s: its reply address %r does not carry "

@@ -23,9 +23,10 @@ Contract:
   like every call; an actor this worker does not hold fails the call with ACTOR_DIED. While
   a function runs, actor handles it was given call through the worker's `ActorCaller`
   (`executor/actor_caller.py`).
-- On success the result goes as a `trigger` to each downstream worker (to itself without a
-  socket hop), with that worker's schedule attached (from `Schedule.forward`); one above
-  1 MiB goes to other workers by reference (`executor/big_intermediates.py`); the sink writes
+- How a run ends is `executor/run_ends.py`'s: on success the result goes as a `trigger` to
+  each downstream worker (to itself without a message: a direct call's downstream functions
+  here run within its run of calls, before its next call), with that worker's schedule
+  attached (from `Schedule.forward`); one above 1 MiB goes to other workers by reference (`executor/big_intermediates.py`); the sink writes
   it under `output_key` (through the node cache) when asked, pushes it to the caller as a
   `result`, then tells the scheduler `done` with the time it ran (right away, unless more
   messages wait to be handled: then up to `DONE_BATCH_CALLS` calls' `done`s go together;
@@ -70,7 +71,7 @@ import tempfile
 import threading
 import time
 import traceback
-from typing import Any, Deque, Dict, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 import zmq
 from google.protobuf.message import DecodeError
@@ -80,8 +81,7 @@ from runtime.auth import (FUNCTION, Credentials, KeyFileError, Security, credent
 from runtime.framing import FrameError, parse, recv_frame
 from runtime.sockets import PushCache, bind_pull
 from faas.values import dumps, loads
-from faas.errors import CorruptRecord, InvalidArguments, ValueTooLarge
-from anna_core.config import DEFAULT_MAX_VALUE_BYTES
+from faas.errors import CorruptRecord, InvalidArguments
 from hydro_proto import cloudburst_pb2 as pb
 
 from hydrocache.writer import ExecutorWriter
@@ -89,7 +89,6 @@ from hydrocache.writer import ExecutorWriter
 from .actor_caller import ActorCaller
 from .actors import ActorGone, ActorTable, ActorTableFull, describe
 from .big_intermediates import ByReference, by_reference, store
-from .big_results import result_fields
 from .busy import BusyClock
 from .cache_client import CacheClient
 from .calling import Entry
@@ -104,6 +103,7 @@ from .function_inputs import FunctionInputs
 from .guard import FunctionGuard, Interrupted
 from .retrying import exception_names, may_retry, retry_request
 from .reuse import Reuses
+from .run_ends import RunEnds
 from .held import HeldResults, Outcome
 from .library import UserLibrary
 from .liveness import Doorbell, Heartbeat, RunReports, die_with_parent, heartbeat_loop
@@ -128,7 +128,8 @@ DONE_BATCH_CALLS = 4
 DONE_HOLD_SECONDS = 0.005
 
 
-class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, DirectCalls):
+class Worker(ResultSharing, FunctionInputs, CausalRunning, RunEnds, UserMessaging,
+             DirectCalls):
     """One executor worker; see the module contract."""
 
     def __init__(self, config: WorkerConfig, credentials: Optional[Credentials] = None,
@@ -162,7 +163,8 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, Direct
         # a kill timer a run of direct calls left armed never outlasts a wait for the cache
         self.cache.before_wait = self.guard.settle
         self._peers: Dict[str, str] = {}
-        self._local: Deque[Tuple[str, Any]] = collections.deque()
+        # what this worker sends itself (a downstream function's input), handled in order
+        self._local: Deque[Tuple[Callable[[Any], None], Any]] = collections.deque()
         self._backlog: Deque[Any] = collections.deque()
         self._inbox: Deque[Tuple[str, bytes]] = collections.deque()
         # a long function is told at once: a start rings the heartbeat thread (liveness)
@@ -222,8 +224,7 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, Direct
                     break
             while self._local or self._backlog:
                 if self._local:
-                    kind, message = self._local.popleft()
-                    self._handlers[kind](message)
+                    self._run_local()
                 else:
                     self._dispatch(self._backlog.popleft())
             try:
@@ -332,20 +333,35 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, Direct
         return True
 
     def _on_trigger(self, t: pb.Trigger) -> None:
-        if t.HasField("schedule"):
-            self._on_schedule(t.schedule)
         value = (bytes(t.value), t.causal) if t.HasField("causal") else bytes(t.value)
         if t.status != pb.OK:          # a fetched input without a value (executor/sharing.py)
             value = Unavailable(t.status, t.message)
         elif t.value_key:              # a large upstream result (executor/big_intermediates.py)
             value = ByReference(t.value_key, t.source)
-        if t.logs:
-            self._upstream_logs.add(t.call_id, t.target, t.logs)
-        if t.HasField("session"):
-            self._sessions.add(t.call_id, t.target, t.session)
-        ready = self.pending.add_trigger(t.call_id, t.target, t.source, value, time.monotonic())
+        self._arrived(t.schedule if t.HasField("schedule") else None, t.call_id, t.source,
+                      t.target, value, t.logs, t.session if t.HasField("session") else None)
+
+    def _arrived(self, schedule: Optional[pb.Schedule], call_id: str, source: str,
+                 target: str, value: Any, logs: str, session: Optional[pb.Session]) -> None:
+        """`source`'s result for `target` of the call: from a `trigger`, or (no message) from
+        a function of the call that ran here (`executor/run_ends.py`); with the target's
+        schedule if it travelled with the result."""
+        if schedule is not None:
+            self._on_schedule(schedule)
+        if logs:
+            self._upstream_logs.add(call_id, target, logs)
+        if session is not None:
+            self._sessions.add(call_id, target, session)
+        ready = self.pending.add_trigger(call_id, target, source, value, time.monotonic())
         if ready is not None:
             self._run(ready)
+
+    def _run_local(self) -> None:
+        """Handle what this worker sent itself, in order (a downstream function of a call
+        that ran here runs now)."""
+        while self._local:
+            handle, message = self._local.popleft()
+            handle(message)
 
     def _on_abort(self, message: pb.CallDone) -> None:
         self.pending.abort(message.call_id)
@@ -420,7 +436,7 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, Direct
             for call_id in call_ids:
                 self.guard.cancel(call_id)
 
-    # ---- running a function (causal calls: executor/causal_run.py) ----
+    # ---- running a function (causal calls: executor/causal_run.py; its end: run_ends.py) ----
     def _run(self, ready: Ready) -> None:
         s: pb.Schedule = ready.schedule
         what = f"function {s.function!r}" + (f" of DAG {s.dag!r}" if s.dag and s.dag != s.function else "")
@@ -486,102 +502,8 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, UserMessaging, Direct
         finally:
             self.busy.stop(time.monotonic())
             self.cache.session = None
-        logs = self._call_logs(s, self._printed)
-        report = session.report() if session is not None else None
-        if s.targets:
-            self._send_downstream(s, ready, value, logs=logs, session=report,
-                                  value_key=downstream)
-        if s.sink:
-            self._keep_outcome(s.call_id, Outcome(pb.OK, value))   # for Future arguments
-            if s.response_address:    # none: an actor's re-creation (scheduler/actor_calls.py)
-                self._answer(s.response_address, pb.CallResult(
-                    request_id=s.call_id, status=pb.OK, logs=logs, session=report, **fields))
-            # the whole call ran here: the caller's next call will come here (policy.py)
-            self._call_done(s.scheduler_address, s.call_id, hold=s.locations)
-
-    def _result_fields(self, s: pb.Schedule, value: bytes, what: str) -> Dict[str, Any]:
-        """The result's CallResult fields; ValueTooLarge above the KVS's limit (big_results)."""
-        try:
-            return result_fields(self.cache, s, value, what, DEFAULT_MAX_VALUE_BYTES)
-        except ValueTooLarge:
-            raise
-        except Exception as e:
-            raise FunctionError(f"storing the large result of {what} in the KVS failed: "
-                                f"{e}") from None
-
-    def _send_downstream(self, s: pb.Schedule, ready: Ready, value: bytes,
-                         causal: Optional[pb.CausalContext] = None, logs: str = "",
-                         session: Optional[pb.Session] = None, value_key: str = "") -> None:
-        for target in s.targets:
-            address = s.locations[target]
-            trigger = pb.Trigger(call_id=s.call_id, source=s.function, target=target, logs=logs,
-                                 session=session)
-            if value_key and address != self.address:
-                trigger.value_key = value_key      # the value is in the KVS under it
-            else:
-                trigger.value = value
-            if causal is not None:
-                trigger.causal.CopyFrom(causal)
-            for f in s.forward:
-                if f.function == target:
-                    trigger.schedule.CopyFrom(f)
-                    trigger.schedule.forward.extend(s.forward)
-                    if s.HasField("session"):
-                        trigger.schedule.session.CopyFrom(s.session)
-                    # the call's deadline, not a fresh one: what is left of this function's
-                    trigger.schedule.timeout = max(0.0, ready.deadline - time.monotonic())
-                    break
-            if address == self.address:
-                self._local.append(("trigger", trigger))
-            else:
-                self._push.send(address, "trigger", trigger)
-
-    def _fail(self, s: pb.Schedule, status: int, message: str, tb: str = "",
-              stage: str = "") -> None:
-        if s.response_address:        # none: an actor's re-creation (scheduler/actor_calls.py)
-            self._reply(s.response_address, "result", pb.CallResult(
-                request_id=s.causal.call_id or s.call_id, status=status, message=message,
-                traceback=tb, stage=stage, logs=self._call_logs(s, self._printed)))
-        else:
-            log.warning("%s failed (no caller to tell): %s", s.function, message[:500])
-        self._printed = ""
-        if s.consistency != pb.CAUSAL:
-            self._keep_outcome(s.call_id, Outcome(status, message=message))
-        self._abort_others(s, status, message)
-        self._call_done(s.scheduler_address, s.call_id, ok=False)
-
-    def _abort_others(self, s: pb.Schedule, status: int = 0, message: str = "") -> None:
-        """The call's other functions (here or on other workers) drop it."""
-        for fn, address in s.locations.items():
-            if fn != s.function:
-                if address == self.address:
-                    self.pending.abort(s.call_id)
-                else:
-                    self._push.send(address, "abort", pb.CallDone(
-                        call_id=s.call_id, status=status, message=message))
-
-    def _stopped(self, s: pb.Schedule, what: str, e: Interrupted) -> None:
-        """A function stopped by its time limit (TIMEOUT naming it) or by a cancel."""
-        if e.status == pb.TIMEOUT:
-            waiting = f"; {', '.join(repr(t) for t in s.targets)} waited for its result" \
-                if s.targets else ""
-            stage = (f"{what} to finish within {e.reason} on worker {self.worker_id} "
-                     f"(it was stopped{waiting})")
-            self._fail(s, pb.TIMEOUT, f"timed out waiting for {stage}", stage=stage)
-        else:
-            self._fail(s, pb.CANCELLED, f"{what} on worker {self.worker_id} was stopped: "
-                                        f"{e.reason}")
-
-    def _on_stalled(self, stalled: Any) -> None:
-        s = stalled.schedule
-        if s is None:
-            log.warning("dropped result(s) for %s of call %s: its schedule never arrived",
-                        stalled.function, stalled.call_id)
-            return
-        self._printed = ""
-        stage = (f"upstream result(s) {stalled.missing} of function {s.function!r} "
-                 f"(DAG {s.dag!r}) on worker {self.worker_id}")
-        self._fail(s, pb.TIMEOUT, f"timed out waiting for {stage}", stage=stage)
+        self._succeeded(s, ready, value, fields, downstream,
+                        session.report() if session is not None else None)
 
 
 def main() -> None:
