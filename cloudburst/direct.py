@@ -52,16 +52,14 @@ client's `LeaseOwner` side (sending to a scheduler, delivering an answer to a wa
   the result to deliver, or None when it is the path's own business: a call the worker
   refused (LEASE_REFUSED: it did not run) is sent again through the scheduler. A lease
   revoked because its worker died makes its calls in flight run again through the scheduler
-  while their retry budget (the call's own `max_retries`, else the target's, which the grant
-  carries) lasts, else fail with WORKER_DIED.
+  while their retry budget lasts, else fail with WORKER_DIED (`held_lease.after_death`).
 - `flush(force=False)` does what those recorded (resends, failures, renewals and usage
   reports, the queued calls that are due), outside the lock, and gives lapsed leases back
   with their usage; it returns when the calls still held for company are due (None: none). The client's lease thread calls
   it too (`cloudburst/leases.py`), so an idle client's direct calls reach the scheduler's
-  statistics within seconds. A lease in use (a call sent under it, or calls in flight: `flush` runs while the
-  client waits for answers) is renewed once less than half its ttl is left; one not used
-  lapses. One whose renewal is unanswered at its end is used one ttl more (a busy
-  scheduler reads renewals late: `scheduler/worker_leases.py`, `expire`).
+  statistics within seconds. A lease in use (a call sent under it, or calls in flight: `flush`
+  runs while the client waits for answers) is renewed and lapses as `cloudburst/held_lease.py`
+  says (the record of one lease, its usage reports and its renewal).
 - `held()`: the leases held now (target, worker, slots, calls in flight), for
   `Client.worker_leases`.
 - `lease_of(rid)`: (lease id, worker id) of a direct call in flight, else None (cancels go to
@@ -84,7 +82,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
 from collections import deque
 from typing import Any, Deque, Dict, List, Optional, Protocol, Sequence, Tuple
 
@@ -97,6 +94,10 @@ from runtime.sockets import PushCache
 
 from .arguments import referenced_keys
 from .call_link import ClientCallLinks
+from .held_lease import Held, Key, after_death, next_sweep, record, release, renewal, \
+    renewal_due, until
+# tests build and judge a lease through this module under its old names
+from .held_lease import Held as _Held, next_sweep as _next_sweep, until as _until  # noqa: F401
 from .stalls import CallTimes, held_up
 
 __all__ = ["DirectPath", "LeaseOwner", "RETRY_ASK", "MAX_QUEUED", "MAX_SPREAD", "READ_EVERY",
@@ -108,8 +109,6 @@ RETRY_ASK = 1.0          # seconds before a target whose lease was refused is as
 MAX_QUEUED = 10_000      # calls waiting in a client's own queue for its leases' slots
 MAX_SPREAD = 8           # leases one client holds of one target (one per worker)
 MAX_BATCH = 64           # calls in one direct_batch message
-MARGIN = 0.2             # seconds before its end a lease is no longer used (in flight to it)
-MAX_LATENCIES = 64       # latencies reported per lease and report (bounded)
 READ_EVERY = 0.005       # seconds between reads of the answers while a burst is being sent
 GROW_EVERY = 0.25        # seconds between early renewals of a lease whose slots are all in use
 # A call for a worker that still has calls of this client to run waits here for others to go
@@ -141,43 +140,6 @@ class LeaseOwner(Protocol):
         the caller makes no other call and waits for nothing."""
 
 
-@dataclass
-class _Held:
-    lease_id: str
-    worker_id: str
-    worker_address: str
-    scheduler: str
-    slots: int
-    ttl: float
-    expires: float
-    max_retries: int
-    in_flight: Dict[str, float] = field(default_factory=dict)   # id -> sent, oldest first
-    calls: int = 0
-    failed: int = 0
-    latencies: List[float] = field(default_factory=list)
-    renewing: bool = False
-    grown: float = float("-inf")     # when it was last renewed early to grow (`_grow`)
-    link_address: str = ""           # the worker's call links ("": ZeroMQ only)
-
-
-Key = Tuple[str, bool]       # a target: (name, whether a DAG)
-
-
-def _until(held: _Held) -> float:
-    """Until when a lease is used. One whose renewal is unanswered waits one more ttl: a
-    scheduler that is behind reads the renewal late and keeps the lease meanwhile
-    (`scheduler/worker_leases.py`, `expire`), or says it is gone."""
-    return held.expires - MARGIN + (held.ttl if held.renewing else 0.0)
-
-
-def _next_sweep(held: _Held) -> float:
-    """When a lease next needs looking at: when it lapses (`_until`), or before that when it
-    falls due for renewal, unless its renewal was asked already (then its answer, lease
-    news, is what comes next). A serial caller's lease, past half its ttl while the renewal
-    is on its way, would otherwise be swept at every flush until the answer came."""
-    return _until(held) if held.renewing else min(_until(held), held.expires - held.ttl / 2)
-
-
 class DirectPath:
     """A client's worker leases and direct calls; see the module contract."""
 
@@ -186,7 +148,7 @@ class DirectPath:
         self._push = PushCache(context, auth=credentials)
         self.links = _call_links(credentials, self._unanswered)   # over TCP links (call_link.py)
         self._lock = threading.Lock()
-        self._held: Dict[Key, List[_Held]] = {}              # target -> its live leases
+        self._held: Dict[Key, List[Held]] = {}              # target -> its live leases
         self._asked: Dict[Key, float] = {}      # target -> when a lease was asked/refused
         # request id -> (target, the call, when sent, its worker: "" while queued here)
         self._calls: Dict[str, Tuple[Key, pb.Call, float, str]] = {}
@@ -196,7 +158,7 @@ class DirectPath:
         self._fail: List[pb.CallResult] = []
         self._ask: List[Tuple[pb.LeaseRequest, Optional[str]]] = []   # and to which scheduler
         self._push_lock = threading.Lock()     # a client's threads share the sockets
-        self._gone: List[_Held] = []                         # released: usage to report
+        self._gone: List[Held] = []                         # released: usage to report
         # until then no lease lapses or is due for renewal: `send` and `flush` skip the
         # sweep over the leases (0: sweep; any lease news resets it)
         self._quiet_until = 0.0
@@ -214,7 +176,7 @@ class DirectPath:
         # target -> (when, its leases, those not held up): a lease's verdict holds until
         # the next answer or lease news, at most READ_EVERY (patience is at least
         # stalls.FLOOR, so a verdict is never more than READ_EVERY late)
-        self._judged: Dict[Key, Tuple[float, List[_Held], List[_Held]]] = {}
+        self._judged: Dict[Key, Tuple[float, List[Held], List[Held]]] = {}
 
     # ---- sending ----
     @staticmethod
@@ -228,18 +190,18 @@ class DirectPath:
                 and not (call.HasField("retry") and call.retry.has_exceptions)
                 and not (referenced_keys(call) if references is None else references))
 
-    def _live(self, key: Key, now: float) -> List[_Held]:
+    def _live(self, key: Key, now: float) -> List[Held]:
         """The target's leases still usable (lapsed ones are dropped, their usage kept)."""
         leases = self._held.get(key, [])
         if now < self._quiet_until:
             return leases
-        live = [h for h in leases if _until(h) > now]
+        live = [h for h in leases if until(h) > now]
         if len(live) != len(leases):
-            self._gone.extend(h for h in leases if _until(h) <= now)
+            self._gone.extend(h for h in leases if until(h) <= now)
             self._set_leases(key, live)
         return live
 
-    def _usable(self, key: Key, leases: List[_Held], now: float) -> List[_Held]:
+    def _usable(self, key: Key, leases: List[Held], now: float) -> List[Held]:
         """The leases whose worker is not held up by a long call (`cloudburst/stalls.py`);
         judged again after an answer or lease news, at least every READ_EVERY."""
         judged = self._judged.get(key)
@@ -257,7 +219,7 @@ class DirectPath:
         if self._judged:
             self._judged.clear()
 
-    def _set_leases(self, key: Key, leases: List[_Held]) -> None:
+    def _set_leases(self, key: Key, leases: List[Held]) -> None:
         self._changed()
         if leases:
             self._held[key] = leases
@@ -276,14 +238,14 @@ class DirectPath:
             self._asked[key] = now
             self._ask.append((pb.LeaseRequest(target=key[0], dag=key[1], spread=spread), None))
 
-    def _admit(self, held: _Held, call: pb.Call, key: Key, now: float) -> None:
+    def _admit(self, held: Held, call: pb.Call, key: Key, now: float) -> None:
         """`call` counts against `held` from now (lock held)."""
         call.lease_id = held.lease_id
         held.in_flight[call.request_id] = now
         self._calls[call.request_id] = (key, call, now, held.worker_id)
-        if not held.renewing and held.expires - now < held.ttl / 2:
+        if renewal_due(held, now):
             held.renewing = True
-            self._ask.append((self._renewal(held), held.scheduler))
+            self._ask.append((renewal(held), held.scheduler))
 
     def send(self, call: pb.Call) -> Optional[str]:
         now = time.monotonic()
@@ -348,7 +310,7 @@ class DirectPath:
             return None
         return held.scheduler
 
-    def _send_to(self, held: _Held, kind: str, message: Any) -> bool:
+    def _send_to(self, held: Held, kind: str, message: Any) -> bool:
         """Send to a lease's worker: on its call link if it has one that works, else over
         ZeroMQ (False: neither took it)."""
         if held.link_address and self.links is not None and \
@@ -357,14 +319,14 @@ class DirectPath:
         with self._push_lock:
             return self._push.send(held.worker_address, kind, message)
 
-    def _grow(self, held: _Held, now: float) -> None:
+    def _grow(self, held: Held, now: float) -> None:
         """Every slot of `held` is in use while calls queue: it is renewed early (at most
         every GROW_EVERY s). A lease granted before its worker's window was known has the
         fewest slots; a renewal takes the window now, which is larger for short calls (the
         scheduler learns it from the worker's heartbeats, about every second)."""
         if not held.renewing and now - held.grown >= GROW_EVERY:
             held.grown, held.renewing = now, True
-            self._ask.append((self._renewal(held), held.scheduler))
+            self._ask.append((renewal(held), held.scheduler))
 
     def drop_queued(self, rid: str) -> bool:
         """A cancelled call still in the client's queue leaves it (True: it never ran)."""
@@ -380,26 +342,14 @@ class DirectPath:
             del self._calls[rid]
             return True
 
-    def _renewal(self, held: _Held) -> pb.LeaseRequest:
-        req = pb.LeaseRequest(renew=[held.lease_id])
-        self._report(held, req)
-        return req
-
-    @staticmethod
-    def _report(held: _Held, req: pb.LeaseRequest) -> None:
-        if held.calls:
-            req.usage.add(lease_id=held.lease_id, calls=held.calls, failed=held.failed,
-                          latencies=held.latencies[:MAX_LATENCIES])
-            held.calls, held.failed, held.latencies = 0, 0, []
-
     # ---- what arrives (the client's answer lock is held: record only) ----
-    def _find(self, key: Key, lease_id: str) -> Optional[_Held]:
+    def _find(self, key: Key, lease_id: str) -> Optional[Held]:
         for h in self._held.get(key, ()):      # (a loop: once per answer, no generator)
             if h.lease_id == lease_id:
                 return h
         return None
 
-    def _drop(self, key: Key, held: _Held) -> None:
+    def _drop(self, key: Key, held: Held) -> None:
         self._set_leases(key, [h for h in self._held.get(key, []) if h is not held])
 
     def on_lease(self, m: pb.WorkerLease) -> None:
@@ -427,9 +377,7 @@ class DirectPath:
                 return
             leases = self._held.get(key, [])
             same = next((h for h in leases if h.worker_id == m.worker_id), None)
-            fresh = _Held(m.lease_id, m.worker_id, m.worker_address, m.scheduler_address,
-                          max(1, m.slots), m.ttl, now + m.ttl, m.max_retries,
-                          link_address=m.link_address)
+            fresh = Held.granted(m, now)
             if same is not None:                  # another lease on that worker: keep one
                 self._gone.append(same)
                 fresh.in_flight = same.in_flight
@@ -440,23 +388,16 @@ class DirectPath:
             self._held[key] = leases + [fresh]
             self._asked.pop(key, None)            # a spread lease may be asked for again
 
-    def _lost(self, held: _Held, reason: str) -> None:
+    def _lost(self, held: Held, reason: str) -> None:
         for rid in sorted(held.in_flight):
             entry = self._calls.pop(rid, None)
             if entry is None:
                 continue
-            call = entry[1]
-            budget = call.retry.max_retries if call.HasField("retry") and \
-                call.retry.has_max_retries else held.max_retries
-            if budget > 0:
-                call.ClearField("lease_id")
-                call.retry.max_retries, call.retry.has_max_retries = budget - 1, True
-                self._resend.append(call)
+            failed = after_death(entry[1], held, reason)
+            if failed is None:
+                self._resend.append(entry[1])
             else:
-                self._fail.append(pb.CallResult(
-                    request_id=rid, status=pb.WORKER_DIED, attempts=1,
-                    message=f"{call.dag or call.function}: {reason} while the call ran there "
-                            f"(a direct call under a worker lease); its retries are spent"))
+                self._fail.append(failed)
         held.in_flight.clear()
 
     def on_result(self, result: pb.CallResult) -> Optional[pb.CallResult]:
@@ -484,10 +425,7 @@ class DirectPath:
             if result.status == pb.OK:
                 self._times.observe(key, took)
             if held is not None:
-                held.calls += 1
-                held.failed += result.status != pb.OK
-                if len(held.latencies) < MAX_LATENCIES:
-                    held.latencies.append(took)
+                record(held, result.status == pb.OK, took)
         return result
 
     def _unanswered(self, ids: List[str], why: str, may_have_run: bool) -> None:
@@ -529,7 +467,7 @@ class DirectPath:
             return None if entry is None or not entry[3] else (entry[1].lease_id, entry[3])
 
     # ---- carrying it out (no lock held) ----
-    def _take_queued(self, now: float) -> List[Tuple[_Held, List[pb.Call]]]:
+    def _take_queued(self, now: float) -> List[Tuple[Held, List[pb.Call]]]:
         """Queued calls that now have a slot, per lease (lock held)."""
         self._stale, self._taken_at = False, now
         out = []
@@ -581,11 +519,10 @@ class DirectPath:
                     self._live(key, now)
                 for leases in self._held.values():     # in use: kept while calls run under it
                     for held in leases:
-                        if held.in_flight and not held.renewing and \
-                                held.expires - now < held.ttl / 2:
+                        if held.in_flight and renewal_due(held, now):
                             held.renewing = True
-                            self._ask.append((self._renewal(held), held.scheduler))
-                self._quiet_until = min((_next_sweep(h) for leases in self._held.values()
+                            self._ask.append((renewal(held), held.scheduler))
+                self._quiet_until = min((next_sweep(h) for leases in self._held.values()
                                          for h in leases), default=0.0)
             batches = self._take_queued(now) if due else []
             if self._queued_count and due:
@@ -598,9 +535,7 @@ class DirectPath:
             ask, self._ask = self._ask, []
             gone, self._gone = self._gone, []
             for held in gone:
-                req = pb.LeaseRequest(release=[held.lease_id])
-                self._report(held, req)
-                ask.append((req, held.scheduler))
+                ask.append((release(held), held.scheduler))
             # a worker no lease names any more keeps no link of this client (its slots are
             # bounded); half-closed, so results on the way are still read
             unlinked = {h.worker_address for h in gone if h.link_address} - \
