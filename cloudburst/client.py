@@ -93,8 +93,9 @@ from . import actors as _actors
 from .big_values import Courier
 from .call_templates import CallTemplates
 from .functions import RegisteredFunction, check_signature
-from .futures import Future, SchedulerUnavailable, gather
+from .futures import Future, gather
 from .channel import ClientLink, SchedulerChannel
+from .client_objects import ClientObjects
 from .direct import DirectPath
 from .connections import HOW_TO_AUTHENTICATE, SchedulerConnections
 from .objects import ObjectStore
@@ -102,7 +103,6 @@ from .options import _consistency_and_protocol, _retry_policy, _time_limit
 from .leases import ClientLeases
 from .status import ClusterStatus
 from hydrocache.session import DEFAULT_MAX_KEYS, Session
-from hydrocache.vclock import supersedes
 from .sessions import ClientSession, named_keys
 
 __all__ = ["Client", "Listing"]
@@ -117,7 +117,7 @@ class Listing(NamedTuple):
     dags: List[str]
 
 
-class Client(SchedulerChannel):
+class Client(SchedulerChannel, ClientObjects):
     """A connection to a Cloudburst cluster; see the module contract.
 
     Args:
@@ -550,35 +550,6 @@ class Client(SchedulerChannel):
         call, what = _actors.kill_call(handle)
         self._submit(call, what, timeout, False).get()
 
-    # ---- objects (cloudburst/objects.py) ----
-    def put(self, key: str, value: Any, consistency: str = "lww") -> None:
-        """Store `value` under `key`; see `ObjectStore.put` (LWW, a merged lattice, or a
-        causal version). Returns once every replica of the key has it; every call this client
-        makes afterwards reads it (or a newer value)."""
-        written = self._objects_now(f"put {key!r}").put(key, value, consistency)
-        if self._session is not None:
-            self._session.note(key, written)
-
-    def get(self, key: str, consistency: str = "lww", concurrent: bool = False, *,
-            objects: bool = False) -> Any:
-        """The value stored under `key` (`ObjectNotFound` if none); see `ObjectStore.get`.
-        Values are data: one that is more than plain data raises `UnsafeValue` unless
-        `objects=True` (docs/SECURITY.md). With the session on, the value is at least as new
-        as what this client wrote, read, or saw its calls read before."""
-        floor, own, merged, deleted, vc = 0, 0, False, False, None
-        if self._session is not None:
-            floor, own, merged, deleted, vc = self._session.read_floor(key)
-        value, version = self._objects_now(f"get {key!r}").read(
-            key, consistency, concurrent, objects=objects, floor=floor, own=own, merged=merged,
-            deleted=deleted)
-        if vc is not None and not (version.vc and supersedes(version.vc, vc)):
-            # one replica lags behind the causal version this session knows: merge them all
-            value, version = self._objects.read(key, consistency, concurrent,
-                                                objects=objects, merged=True)
-        if self._session is not None:
-            self._session.note(key, version)
-        return value
-
     @property
     def worker_leases(self) -> List[Dict[str, Any]]:
         """The worker leases this client holds now (`direct=True`; else []): for each, the
@@ -597,13 +568,6 @@ class Client(SchedulerChannel):
         """A call's result arrived: the session notes what the call read and wrote."""
         if self._session is not None:
             self._session.observed(result)
-
-    def delete(self, key: str) -> None:
-        """Delete the object stored under `key` (a missing key is not an error). With the
-        session on, this client's later calls and gets no longer read the deleted value."""
-        timestamp = self._objects_now(f"delete {key!r}").delete(key)
-        if self._session is not None:
-            self._session.note_deleted(key, timestamp)
 
     # ---- lifecycle ----
     def close(self) -> None:
@@ -627,26 +591,3 @@ class Client(SchedulerChannel):
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-    # ---- plumbing (sending, answers and failover: cloudburst/channel.py) ----
-    def _objects_now(self, what: str) -> ObjectStore:
-        """The object store, on the KVS the cluster names now. A scheduler connection that
-        dropped since the KVS address was learnt means a restart or a stop: ask again (the
-        new address is followed; `SchedulerUnavailable` naming the schedulers when none
-        takes the question), rather than wait on an address that may be gone."""
-        if any(self._dropped_since(a, self._kvs_learnt) for a in self.addresses):
-            asked_at = time.monotonic()
-            try:
-                info = self._ask("info", pb.NameRequest(), f"name the KVS, to {what}",
-                                 min(self.timeout, self.failover_timeout * len(self.addresses)))
-            except SchedulerUnavailable as e:
-                raise SchedulerUnavailable(f"cannot {what}: the cluster at "
-                                           f"{', '.join(self.addresses)} is not reachable (is it "
-                                           f"running?): {e}") from None
-            self._kvs_learnt = asked_at
-            if not self._kvs_given and info.kvs_address != self.kvs_address:
-                log.warning("the cluster's KVS moved from %s to %s (a restart); following it",
-                            self.kvs_address, info.kvs_address)
-                self.kvs_address = info.kvs_address
-                self._objects.follow(info.kvs_address)
-        return self._objects
