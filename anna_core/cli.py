@@ -33,8 +33,8 @@ import threading
 from typing import Any, Dict, Optional, Sequence
 
 from runtime.logs import configure_logging
-from runtime.auth import (KEYS_DESCRIPTION, KEYS_HELP, add_keys_arguments, for_command_line,
-                          keys_command)
+from runtime.auth import for_command_line
+from runtime.keys import KEYS_DESCRIPTION, KEYS_HELP, add_keys_arguments, keys_command
 from runtime.cli import (HELP_FORMAT, add_common, exit_quietly_on_broken_pipe, non_negative_int,
                          package_version, positive_float, positive_int)
 

@@ -49,8 +49,8 @@ import sys
 import threading
 from typing import List, Optional
 
-from runtime.auth import (CLIENT_PREFIX, KEYS_DESCRIPTION, KEYS_HELP, AuthConfig, KeyFileError,
-                          add_keys_arguments, for_command_line, keys_command)
+from runtime.auth import CLIENT_PREFIX, AuthConfig, KeyFileError, for_command_line
+from runtime.keys import KEYS_DESCRIPTION, KEYS_HELP, add_keys_arguments, keys_command
 from runtime.cli import (HELP_FORMAT, add_common, exit_quietly_on_broken_pipe,
                          non_negative_float, non_negative_int, package_version, positive_float,
                          positive_int)
