@@ -201,7 +201,7 @@ def _members(kvs: Client, deadline_s: float) -> anna_pb2.Membership:
     deadline = time.monotonic() + deadline_s
     tried: List[str] = []
     while True:
-        for address in kvs._routing_order():
+        for address in kvs.routing.order():
             request = anna_pb2.MembersRequest(response_address=kvs.response_address,
                                               request_id=kvs._next_id())
             kvs.send_kind(address, "members", request)
@@ -394,7 +394,7 @@ class _Writer:
         lookup = anna_pb2.KeyAddressRequest(keys=sorted({t.key for t in batch}),
                                             response_address=kvs.response_address)
         try:
-            answer = kvs._ask_routing("address", lookup, f"routing lookup of {len(batch)} keys",
+            answer = kvs.routing.ask("address", lookup, f"routing lookup of {len(batch)} keys",
                                       None)
         except AnnaError as e:
             raise self._fail(batch[0].key, str(e)) from None

@@ -7,7 +7,8 @@ Contract (DESIGN.md "Processes", dissertation 3.2.5):
 - Key addresses come from routing ("address" kind) and are cached per key. A `WRONG_OWNER`
   answer replaces the cached addresses with the ones it carries, or, when it carries none
   (the worker has no membership yet), drops them so routing is asked again.
-- Several routing addresses may be given: lookups go to one (rotating), and a routing that
+- Several routing addresses may be given (`anna_core/key_routing.py`, with the address cache
+  and the choice of a replica): lookups go to one (rotating), and a routing that
   does not answer within `routing_timeout` is skipped for `ROUTING_SUSPECT_SECONDS` while
   another is left. A lookup answered NO_NODES asks the routings that have not said so first
   (a routing made again knows no node until the nodes' heartbeats reach it), and raises
@@ -53,7 +54,7 @@ from __future__ import annotations
 import time
 import uuid
 import zlib
-from typing import Any, Collection, Dict, List, Optional, Sequence, Set, Tuple, Type, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Type, Union
 
 import zmq
 
@@ -68,6 +69,7 @@ from .errors import (KeyNotFound, LatticeTypeMismatch, MalformedRequest, NoNodes
                      NotPermitted, Timeout, ValueTooLarge, error_from_code)
 from .client_reports import ClientLatencyReports
 from .transport import Transport
+from .key_routing import KeyRouting
 from .subscription import Subscription, Update, Value, is_lattice as _is_lattice, \
     reveal_value as _reveal_value
 from .wire import MonotoneClock, lattice_to_tuple, tuple_to_lattice
@@ -76,13 +78,6 @@ __all__ = ["Client", "Subscription", "Update"]
 
 MAX_REFRESH_HINTS = 10_000   # keys whose replica-count hint the client remembers
 
-
-# A routing that did not answer in time is asked last for this long.
-ROUTING_SUSPECT_SECONDS = 5.0
-# How many routing timeouts a lookup answered NO_NODES by every routing keeps asking (3 s by
-# default: longer than a node's heartbeat period, so a node dropped for heartbeats that
-# came late is back)
-NO_NODES_PATIENCE = 3
 
 def routing_addresses(routing: Union[str, Sequence[str]]) -> List[str]:
     """Routing addresses from one address, a comma-separated string or a sequence."""
@@ -147,8 +142,6 @@ class Client:
         self.max_value_bytes = int(max_value_bytes)
         if self.attempt_timeout <= 0 or self.routing_timeout <= 0:
             raise ValueError("attempt_timeout and routing_timeout must be > 0")
-        self._routing_suspects: Dict[str, float] = {}
-        self._routing_turn = 0
         self.ip = ip
         # Only subscriptions' sockets use a ZeroMQ context of Python's (made on first use).
         self._own_context = context is None
@@ -158,13 +151,14 @@ class Client:
         self._transport = Transport(ip, auth, self.max_value_bytes)
         self.max_answer_bytes = self._transport.max_answer_bytes
         self.response_address = self._transport.address
-        self._addresses: Dict[Tuple[str, bool], List[str]] = {}
         self._clock = MonotoneClock()
         self._id_prefix = uuid.uuid4().hex[:12]
         self._salt = zlib.crc32(self._id_prefix.encode())
         self._seq = 0
-        # Workers that recently timed out, until when: avoided while another replica exists.
-        self._suspects: Dict[str, float] = {}
+        # where key requests go (`key_routing.py`); tools (backups) ask routing through it
+        self.routing = KeyRouting(self, self._transport, self._next_id, self._salt)
+        self._addresses = self.routing.cache          # (key, all tiers?) -> its addresses
+        self._suspects = self.routing.suspects        # workers silent lately
         self._subscriptions: List[Subscription] = []
         self.latency_reports: Optional[ClientLatencyReports] = None
         self._refreshed_for: Dict[str, int] = {}   # key -> replica count last refreshed for
@@ -318,7 +312,7 @@ class Client:
                                   disk, local if disk_local is None else disk_local)
         request = anna_pb2.SetReplication(response_address=self.response_address)
         request.replications.add(key=key, replication=replication.to_proto())
-        response = self._ask_routing("replicate", request, f"set_replication of {key!r}", key,
+        response = self.routing.ask("replicate", request, f"set_replication of {key!r}", key,
                                      everyone=True)
         self._addresses.pop((key, False), None)
         self._addresses.pop((key, True), None)
@@ -333,7 +327,7 @@ class Client:
         """The worker addresses of `key` (cached; `refresh=True` asks routing again)."""
         if refresh:
             self._addresses.pop((key, all_tiers), None)
-        return list(self._lookup(key, all_tiers))
+        return list(self.routing.lookup(key, all_tiers))
 
     def close(self) -> None:
         """Close the sockets (and the private ZMQ context). Idempotent."""
@@ -413,108 +407,6 @@ class Client:
         """
         return self._transport.collect(pending, deadline, message_type, enough)
 
-    def _routing_order(self) -> List[str]:
-        """Routing addresses to try, rotating, those that recently stayed silent last."""
-        now = time.monotonic()
-        for address, until in list(self._routing_suspects.items()):
-            if until <= now:
-                del self._routing_suspects[address]
-        n = len(self.routing_addresses)
-        self._routing_turn = (self._routing_turn + 1) % n
-        order = [self.routing_addresses[(self._routing_turn + i) % n] for i in range(n)]
-        return ([a for a in order if a not in self._routing_suspects]
-                + [a for a in order if a in self._routing_suspects])
-
-    def _ask_routing(self, kind: str, request: Any, stage: str, key: Optional[str],
-                     everyone: bool = False, last: Collection[str] = ()) -> Any:
-        """Ask routing, failing over between routing addresses until the deadline.
-
-        With `everyone`, the request goes to every routing (the first answer is returned).
-        Routings in `last` are asked only after the others, even ones silent lately; a
-        routing silent during this call goes after every other."""
-        return self._ask_routing_at(kind, request, stage, key, everyone, last)[0]
-
-    def _ask_routing_at(self, kind: str, request: Any, stage: str, key: Optional[str],
-                        everyone: bool = False, last: Collection[str] = ()) -> Tuple[Any, str]:
-        """`_ask_routing`, and the routing that answered (the first asked, with
-        `everyone`)."""
-        deadline = time.monotonic() + self.timeout * (self.retries + 1)
-        asked: List[str] = []
-        silent: Set[str] = set()
-        while True:
-            order = self._routing_order()
-            if last or silent:
-                order = ([a for a in order if a not in last and a not in silent]
-                         + [a for a in order if a in last and a not in silent]
-                         + [a for a in order if a in silent])
-            targets = order if everyone else order[:1]
-            request.request_id = self._next_id()
-            for address in targets:
-                self._transport.send_kind(address, kind, request)
-            asked.extend(a for a in targets if a not in asked)
-            wait_until = min(deadline, time.monotonic() + self.routing_timeout)
-            answers = self._collect({request.request_id: targets[0]}, wait_until,
-                                    anna_pb2.KeyAddressResponse)
-            if answers:
-                return answers[request.request_id], targets[0]
-            for address in targets:
-                self._routing_suspects[address] = time.monotonic() + ROUTING_SUSPECT_SECONDS
-                silent.add(address)
-            if time.monotonic() >= deadline:
-                raise Timeout(f"{stage} from routing {', '.join(asked)}", key=key,
-                              address=asked[-1], seconds=self.timeout * (self.retries + 1))
-
-    def _lookup(self, key: str, all_tiers: bool) -> List[str]:
-        cached = self._addresses.get((key, all_tiers))
-        if cached:
-            return cached
-        # NO_NODES is retried (the routings that have not said it first, even one that was
-        # silent lately): a routing that just restarted knows no node until their heartbeats
-        # reach it, while another routing does, and a routing that dropped a node whose
-        # heartbeats came late takes it back at its next heartbeat. Given up once every
-        # routing said it or stayed silent, and NO_NODES_PATIENCE routing timeouts have passed.
-        give_up = time.monotonic() + NO_NODES_PATIENCE * self.routing_timeout
-        said_no_nodes: Set[str] = set()
-        while True:
-            request = anna_pb2.KeyAddressRequest(keys=[key], all_tiers=all_tiers,
-                                                 response_address=self.response_address)
-            response, routing = self._ask_routing_at("address", request,
-                                                     f"routing lookup of {key!r}", key,
-                                                     last=said_no_nodes)
-            addresses: List[str] = []
-            for entry in response.addresses:
-                if entry.key == key:
-                    addresses = list(entry.addresses)
-            if addresses:
-                self._addresses[(key, all_tiers)] = addresses
-                return addresses
-            said_no_nodes.add(routing)
-            heard_or_silent = said_no_nodes | set(self._routing_suspects)
-            if time.monotonic() >= give_up and heard_or_silent >= set(self.routing_addresses):
-                raise NoNodes(f"routing lookup of {key!r}: no KVS node is up for the key's "
-                              f"tier(s)", key=key, address=", ".join(self.routing_addresses))
-            time.sleep(0.05)
-
-    def _pick(self, key: str, candidates: List[str]) -> str:
-        """A replica, sticky per client and key, avoiding recently silent workers."""
-        if self._suspects:
-            now = time.monotonic()
-            for address, until in list(self._suspects.items()):
-                if until <= now:
-                    del self._suspects[address]
-            candidates = [a for a in candidates if a not in self._suspects] or candidates
-        if len(candidates) == 1:
-            return candidates[0]
-        return candidates[(self._salt + zlib.crc32(key.encode())) % len(candidates)]
-
-    def _suspect(self, address: str) -> None:
-        """`address` stayed silent: avoid it for a while, and forget every cached placement
-        naming it (routing may have removed it by the next lookup)."""
-        for cache_key, addresses in list(self._addresses.items()):
-            if address in addresses:
-                del self._addresses[cache_key]
-        self._suspects[address] = time.monotonic() + max(5.0, 4 * self.timeout)
-
     @staticmethod
     def _tuple_of(response: Any, key: str) -> Any:
         for t in response.tuples:
@@ -546,9 +438,9 @@ class Client:
         backoff = 0.005
         redirects = 0
         while True:
-            addresses = self._lookup(key, False)
+            addresses = self.routing.lookup(key, False)
             fresh = [a for a in addresses if a not in timed_out] if timed_out else addresses
-            address = self._pick(key, fresh or addresses)
+            address = self.routing.pick(key, fresh or addresses)
             # While another replica is left to try, do not wait long for this one.
             sent_at = time.monotonic()
             wait = self.attempt_timeout if len(fresh) > 1 else self.timeout
@@ -562,14 +454,14 @@ class Client:
                 # The only replica is slow, or its node left or died and routing has moved
                 # the key: ask routing before waiting any longer for it.
                 self._addresses.pop((key, False), None)
-                if self._lookup(key, False) == addresses:
+                if self.routing.lookup(key, False) == addresses:
                     answer = self._transport.key_wait(
                         request_id, key, max(0.0, min(deadline, sent_at + wait)
                                              - time.monotonic()), reveal)
             if answer is None:
                 if address not in timed_out:
                     timed_out.append(address)
-                self._suspect(address)
+                self.routing.suspect(address)
                 # The node may be dead or have moved: ask routing again, retry elsewhere.
                 self._addresses.pop((key, False), None)
                 if time.monotonic() >= deadline:
@@ -622,7 +514,7 @@ class Client:
         backoff = 0.005
         results: Dict[str, Any] = {}
         while True:
-            addresses = self._lookup(key, True)
+            addresses = self.routing.lookup(key, True)
             need = len(addresses) if quorum is None else min(quorum, len(addresses))
             if quorum is not None and sum(1 for a in addresses if a in results) >= need:
                 return [(a, results[a]) for a in addresses if a in results]
@@ -666,7 +558,7 @@ class Client:
                 backoff = min(backoff * 2, 0.1)
                 continue
             for address in missing:
-                self._suspect(address)
+                self.routing.suspect(address)
             if time.monotonic() >= deadline:
                 raise Timeout(f"{op} {key!r} from {', '.join(missing)}{self._transport.timeout_note()}",
                               key=key,
