@@ -17,8 +17,8 @@ Contract:
   Secret files are created mode 0600 and never overwritten unless asked (`force=True`).
 - `write_keys(key_dir, clients, force=False, add_clients=False)` generates the cluster's
   pair, the function pair and one pair per client name (`check_client_name`; a name is
-  `is_client_name`), each client's public key also in `authorized/`; with `add_clients` the cluster's pair is kept and only
-  the clients (and a missing function pair) are added. Nothing is written when a secret it
+  `is_client_name`), each client's public key also in `authorized/`; with `add_clients`
+  the cluster's pair is kept and only the clients (and a missing function pair) are added. Nothing is written when a secret it
   would write exists and not `force` (FileExistsError); it returns the paths written. Files
   are written through a temporary file created with their mode, so a secret is never
   readable by others, even for a moment, nor half-written.
