@@ -96,8 +96,6 @@ from .arguments import referenced_keys
 from .call_link import ClientCallLinks
 from .held_lease import Held, Key, after_death, next_sweep, record, release, renewal, \
     renewal_due, until
-# tests build and judge a lease through this module under its old names
-from .held_lease import Held as _Held, next_sweep as _next_sweep, until as _until  # noqa: F401
 from .stalls import CallTimes, held_up
 
 __all__ = ["DirectPath", "LeaseOwner", "RETRY_ASK", "MAX_QUEUED", "MAX_SPREAD", "READ_EVERY",

@@ -15,7 +15,7 @@ import pytest
 import zmq
 from hypothesis import given, settings, strategies as st
 
-from cloudburst import direct
+from cloudburst import direct, held_lease
 from cloudburst.stalls import FLOOR
 from hydro_proto import cloudburst_pb2 as pb
 from runtime.framing import parse
@@ -199,8 +199,8 @@ def test_a_lease_whose_renewal_is_on_its_way_is_not_swept_at_every_flush(setup):
     assert not worker.poll(100)
 
 
-def _held(expires: float, ttl: float, renewing: bool) -> "direct._Held":
-    return direct._Held("L", "w", "tcp://w:1", "sched", 1, ttl, expires, 3,
+def _held(expires: float, ttl: float, renewing: bool) -> held_lease.Held:
+    return held_lease.Held("L", "w", "tcp://w:1", "sched", 1, ttl, expires, 3,
                         renewing=renewing)
 
 
@@ -208,9 +208,9 @@ def _held(expires: float, ttl: float, renewing: bool) -> "direct._Held":
 @given(st.floats(0, 1e6), st.floats(0.5, 600), st.booleans())
 def test_the_next_sweep_comes_before_anything_falls_due(expires, ttl, renewing):
     held = _held(expires, ttl, renewing)
-    when = direct._next_sweep(held)
-    assert when <= direct._until(held)                       # a lapse is never missed
+    when = held_lease.next_sweep(held)
+    assert when <= held_lease.until(held)                       # a lapse is never missed
     if not renewing:                                         # nor a renewal falling due
         assert when <= held.expires - held.ttl / 2
     else:                                                    # the renewal's answer is news
-        assert when == direct._until(held)
+        assert when == held_lease.until(held)
