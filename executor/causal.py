@@ -29,7 +29,7 @@ function's reads through the node cache and remembers them:
   cache read keys asks its cache for its versions of S_d of those keys only (`carry_versions`,
   `carry_keys`; `carried.carry_plan`), and passes on the received versions only of keys a
   downstream function reads; a bind sends the cache only the carried versions of the keys it
-  binds.
+  binds, less those the upstream snapshot says that cache alone holds (`worth_sending`).
 Parallel upstream contexts of a function that reads nothing are validated here with
 `hydrocache.protocols.parallel_flow` (pure), saving a cache round trip.
 """
@@ -41,7 +41,7 @@ from faas.errors import CloudburstError
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
 from hydrocache import versionset as vs
-from hydrocache.carried import Carried, ReadDeps, carry_plan
+from hydrocache.carried import Carried, ReadDeps, carry_plan, worth_sending
 from hydrocache.protocols import parallel_flow, parallel_stale
 from hydrocache.session import Floors
 from hydrocache.writer import ExecutorWriter
@@ -196,8 +196,10 @@ class CausalInvocation:
         req.upstreams.extend(contexts)
         for c in req.upstreams:
             del c.carried[:]
-        if self.carried:    # the cache rebuilds versions only of the keys it binds
-            req.upstreams[0].carried.extend(self.carried.to_proto(keys))
+        if self.carried:    # the cache rebuilds versions only of the keys it binds, and
+            # those its upstream snapshot says it holds alone come from its own
+            req.upstreams[0].carried.extend(self.carried.to_proto(worth_sending(
+                contexts, keys, self.plan.caches.get(self.schedule.function, ""))))
         req.refresh.extend(self.plan.refresh_keys)
         self._dag_keys(req, keys)
         response, found = self.cache.causal(req, timeout=self.timeout)

@@ -31,6 +31,9 @@ Contract (pure: no sockets, clocks or sleeps; `CausalContext` is `cloudburst_pb2
   explored (`dag_keys_known` false: keys read at run time), or a downstream schedule is not
   in `forward` (a large DAG). A key read at run time and not carried is asked from its
   holders, as without carrying; so a smaller set never changes what is bound.
+  `worth_sending(contexts, keys, own)`: of `keys` (a bind's), those whose carried versions a
+  bind at cache `own` may use: every key but one whose every upstream snapshot entry is held
+  by `own` alone (that cache rebuilds it from its own temporary versions).
 Trust: both travel through the attempt's workers, as the snapshot, the read set and the
 buffered writes (`CausalContext.writes`) already do; a worker can change nothing with them it
 could not change before, and a carried version is only used when it matches the clock S names.
@@ -44,7 +47,8 @@ from hydro_proto import cloudburst_pb2 as pb
 from . import vclock
 from .version import Version
 
-__all__ = ["CARRY_BYTES", "Carried", "unpack", "ReadDeps", "carry_plan"]
+__all__ = ["CARRY_BYTES", "Carried", "unpack", "ReadDeps", "carry_plan",
+           "worth_sending"]
 
 CARRY_BYTES = 64 << 10     # carried versions per attempt context, in serialized bytes
 
@@ -124,6 +128,21 @@ def carry_plan(schedule: pb.Schedule) -> Tuple[Keys, Keys]:
             ask |= reads
         todo.extend(down.targets)
     return frozenset(ask), frozenset(keep)
+
+
+def worth_sending(contexts: Sequence[pb.CausalContext], keys: Iterable[str], own: str
+                  ) -> List[str]:
+    """The keys of `keys` whose carried versions a bind at cache `own` may use (module
+    contract, "What to carry")."""
+    wanted = set(keys)
+    mine: Set[str] = set()
+    other: Set[str] = set()
+    for c in contexts:
+        for kv in c.snapshot:
+            if kv.key in wanted:
+                held_here = bool(own) and bool(kv.holders) and all(h == own for h in kv.holders)
+                (mine if held_here else other).add(kv.key)
+    return [k for k in keys if k not in mine or k in other]
 
 
 def unpack(contexts: Sequence[pb.CausalContext], keys: Iterable[str]

@@ -164,6 +164,26 @@ def test_only_keys_a_downstream_function_reads_are_asked_for_and_passed_on():
     assert [cv.key for cv in inv2.context().carried] == ["m"]
 
 
+def test_a_bind_does_not_send_its_cache_carried_versions_the_snapshot_says_it_holds_alone():
+    """"m"'s entry is held by this function's cache alone (it rebuilds it from its own
+    temporary versions); "k"'s by another cache too: only k's carried version is sent."""
+    cache = ScriptedCache(versions={"k": ({"u": 1}, {}, b"K"), "m": ({"u": 1}, {}, b"M")})
+    up = upstream(read_deps=False)
+    up.snapshot[0].holders.extend(["tcp://c1", "tcp://c2"])            # k
+    up.snapshot.add(key="m", holders=["tcp://c1"]).vc.update({"u": 1})
+    for k in "km":
+        up.carried.add(key=k, lattice=Version.new(k, {"u": 1}, {}, [k.encode()]).serialize())
+    inv = CausalInvocation(cache, schedule(sink=False), [up], 5.0)   # "f" runs on c1
+    inv.bind(["k", "m"])
+    assert [cv.key for cv in cache.requests[0].upstreams[0].carried] == ["k"]
+    # on another cache, both are sent
+    cache2 = ScriptedCache(versions={"k": ({"u": 1}, {}, b"K"), "m": ({"u": 1}, {}, b"M")})
+    inv2 = CausalInvocation(cache2, schedule(sink=False, caches=("tcp://c3", "tcp://c2")),
+                            [up], 5.0)
+    inv2.bind(["k", "m"])
+    assert sorted(cv.key for cv in cache2.requests[0].upstreams[0].carried) == ["k", "m"]
+
+
 def test_downstream_reads_not_all_known_carry_everything_as_before():
     up = upstream(read_deps=False)
     up.carried.add(key="k", lattice=Version.new("k", {"u": 1}, {}, [b"K"]).serialize())
