@@ -112,13 +112,8 @@ def carry_plan(schedule: pb.Schedule) -> Tuple[Keys, Keys]:
     own = plan.caches.get(schedule.function)
     ask: Set[str] = set()
     keep: Set[str] = set()
-    seen: Set[str] = set()
-    todo = list(schedule.targets)
-    while todo:
-        fn = todo.pop()
-        if fn in seen:
-            continue
-        seen.add(fn)
+    below = list(dict.fromkeys(schedule.targets))   # every transitive downstream, once
+    for fn in below:
         down = by_name.get(fn)
         if down is None:           # its schedule travels apart (a large DAG): reads unknown
             return None, None
@@ -126,7 +121,7 @@ def carry_plan(schedule: pb.Schedule) -> Tuple[Keys, Keys]:
         keep |= reads
         if own is None or plan.caches.get(fn) != own:
             ask |= reads
-        todo.extend(down.targets)
+        below.extend(t for t in down.targets if t not in below)
     return frozenset(ask), frozenset(keep)
 
 
