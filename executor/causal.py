@@ -25,9 +25,11 @@ function's reads through the node cache and remembers them:
   then forgets the versions it built (nothing was written).
 - `context()` is what goes downstream (`Trigger.causal`): S_new, R_new, writes, fetch count,
   and (not from a sink) the carried versions of S and the read dependencies
-  (`hydrocache/carried.py`). A function whose call has functions on another cache asks its
-  cache for its versions of S_d (`carry_versions`); a bind sends the cache only the carried
-  versions of the keys it binds.
+  (`hydrocache/carried.py`). A function whose transitive downstream functions on another
+  cache read keys asks its cache for its versions of S_d of those keys only (`carry_versions`,
+  `carry_keys`; `carried.carry_plan`), and passes on the received versions only of keys a
+  downstream function reads; a bind sends the cache only the carried versions of the keys it
+  binds, less those the upstream snapshot says that cache alone holds (`worth_sending`).
 Parallel upstream contexts of a function that reads nothing are validated here with
 `hydrocache.protocols.parallel_flow` (pure), saving a cache round trip.
 """
@@ -39,7 +41,7 @@ from faas.errors import CloudburstError
 from hydro_proto import anna_pb2
 from hydro_proto import cloudburst_pb2 as pb
 from hydrocache import versionset as vs
-from hydrocache.carried import Carried, ReadDeps
+from hydrocache.carried import Carried, ReadDeps, carry_plan, worth_sending
 from hydrocache.protocols import parallel_flow, parallel_stale
 from hydrocache.session import Floors
 from hydrocache.writer import ExecutorWriter
@@ -91,8 +93,12 @@ class CausalInvocation:
             self.writes.update(c.writes)
             self.carried.extend(c.carried)
             self.read_deps.extend(c.read_deps)
-        # ask the cache for its versions of S_d only when a downstream may run elsewhere
-        self._carry = not schedule.sink and len(set(self.plan.caches.values())) > 1
+        # ask the cache for its versions of S_d only of keys a downstream function on another
+        # cache reads, and pass on only what some downstream function reads (carry_plan)
+        self._carry_ask, self._carry_keep = (frozenset(), frozenset()) if schedule.sink \
+            else carry_plan(schedule)
+        self._carry = bool(self._carry_ask) if self._carry_ask is not None \
+            else not schedule.sink and len(set(self.plan.caches.values())) > 1
         if self.plan.protocol != pb.OPT:
             for c in upstreams:
                 self.read_set = vs.union(self.read_set, vs.from_proto(c.read_set))
@@ -185,11 +191,15 @@ class CausalInvocation:
                               prefetch_attempt=self.plan.snapshot_attempt
                               if self.plan.requested == pb.HB else "",
                               carry_versions=self._carry)
+        if self._carry and self._carry_ask is not None:
+            req.carry_keys.extend(sorted(self._carry_ask))
         req.upstreams.extend(contexts)
         for c in req.upstreams:
             del c.carried[:]
-        if self.carried:    # the cache rebuilds versions only of the keys it binds
-            req.upstreams[0].carried.extend(self.carried.to_proto(keys))
+        if self.carried:    # the cache rebuilds versions only of the keys it binds, and
+            # those its upstream snapshot says it holds alone come from its own
+            req.upstreams[0].carried.extend(self.carried.to_proto(worth_sending(
+                contexts, keys, self.plan.caches.get(self.schedule.function, ""))))
         req.refresh.extend(self.plan.refresh_keys)
         self._dag_keys(req, keys)
         response, found = self.cache.causal(req, timeout=self.timeout)
@@ -252,7 +262,7 @@ class CausalInvocation:
         for k, v in self.writes.items():
             out.writes[k] = v
         if not self.schedule.sink:
-            out.carried.extend(self.carried.to_proto())
+            out.carried.extend(self.carried.to_proto(self._carry_keep))
             out.read_deps.extend(self.read_deps.to_proto())
         return out
 

@@ -21,20 +21,34 @@ Contract (pure: no sockets, clocks or sleeps; `CausalContext` is `cloudburst_pb2
   dependencies only make the write wait for more): `note(key, deps)` with the bound
   entry's `KeyVersion`s, `extend(items)` with `ReadDeps` protos, `get(key)` (a dict),
   `to_proto()`. The sink then needs no second bind.
+- What to carry. A carried version is used only by a downstream bind of its key on another
+  cache (a cache holds its own versions of S_d). `carry_plan(schedule)` gives, from a
+  function's schedule (its targets, `forward` and the plan's `caches`), `(ask, keep)`: `ask`
+  the keys this function's cache should carry (read by a transitive downstream function on
+  another cache), `keep` the keys whose received versions it passes on (read by any
+  transitive downstream function: it cannot tell which cache a received version came from).
+  Either is None, "every key", when the downstream reads are not all known: the read set is
+  explored (`dag_keys_known` false: keys read at run time), or a downstream schedule is not
+  in `forward` (a large DAG). A key read at run time and not carried is asked from its
+  holders, as without carrying; so a smaller set never changes what is bound.
+  `worth_sending(contexts, keys, own)`: of `keys` (a bind's), those whose carried versions a
+  bind at cache `own` may use: every key but one whose every upstream snapshot entry is held
+  by `own` alone (that cache rebuilds it from its own temporary versions).
 Trust: both travel through the attempt's workers, as the snapshot, the read set and the
 buffered writes (`CausalContext.writes`) already do; a worker can change nothing with them it
 could not change before, and a carried version is only used when it matches the clock S names.
 """
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Optional, Sequence, Set
+from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
 
 from hydro_proto import cloudburst_pb2 as pb
 
 from . import vclock
 from .version import Version
 
-__all__ = ["CARRY_BYTES", "Carried", "unpack", "ReadDeps"]
+__all__ = ["CARRY_BYTES", "Carried", "unpack", "ReadDeps", "carry_plan",
+           "worth_sending"]
 
 CARRY_BYTES = 64 << 10     # carried versions per attempt context, in serialized bytes
 
@@ -78,6 +92,52 @@ class Carried:
         wanted = None if keys is None else set(keys)
         return [pb.CarriedVersion(key=k, lattice=b) for (k, b) in self._items
                 if wanted is None or k in wanted]
+
+
+Keys = Optional[FrozenSet[str]]          # None: every key
+
+
+def _references(args: pb.ArgumentList) -> Set[str]:
+    out = {a.reference for a in args.args if a.WhichOneof("kind") == "reference"}
+    out.update(a.reference for a in args.kwargs.values() if a.WhichOneof("kind") == "reference")
+    return out
+
+
+def carry_plan(schedule: pb.Schedule) -> Tuple[Keys, Keys]:
+    """(ask, keep) for the function `schedule` runs (module contract, "What to carry")."""
+    plan = schedule.causal
+    if not plan.dag_keys_known:
+        return None, None
+    by_name = {f.function: f for f in schedule.forward}
+    own = plan.caches.get(schedule.function)
+    ask: Set[str] = set()
+    keep: Set[str] = set()
+    below = list(dict.fromkeys(schedule.targets))   # every transitive downstream, once
+    for fn in below:
+        down = by_name.get(fn)
+        if down is None:           # its schedule travels apart (a large DAG): reads unknown
+            return None, None
+        reads = _references(down.args)
+        keep |= reads
+        if own is None or plan.caches.get(fn) != own:
+            ask |= reads
+        below.extend(t for t in down.targets if t not in below)
+    return frozenset(ask), frozenset(keep)
+
+
+def worth_sending(contexts: Sequence[pb.CausalContext], keys: Iterable[str], own: str
+                  ) -> List[str]:
+    """The keys of `keys` whose carried versions a bind at cache `own` may use (module
+    contract, "What to carry")."""
+    wanted = set(keys)
+    mine: Set[str] = set()
+    other: Set[str] = set()
+    for c in contexts:
+        for kv in c.snapshot:
+            if kv.key in wanted:
+                held_here = bool(own) and bool(kv.holders) and all(h == own for h in kv.holders)
+                (mine if held_here else other).add(kv.key)
+    return [k for k in keys if k not in mine or k in other]
 
 
 def unpack(contexts: Sequence[pb.CausalContext], keys: Iterable[str]

@@ -36,7 +36,8 @@ The operations (dissertation 4.3; `hydrocache/protocols.py` holds their decision
   that clock), or else fetched from their holders (CAUSAL_TEMP_GET, in parallel). Holders
   that fail or do not answer in time abort the attempt ("upstream versions
   unavailable"). The reply carries the bound versions (values as frames), S_new and R_new
-  (with `carry_versions`, also this cache's versions of S_d in `context.carried`), or
+  (with `carry_versions`, also this cache's versions of S_d, of `carry_keys` only when it
+  names any, in `context.carried`), or
   `abort` with the reason and the stale keys.
 - CAUSAL_READ (CT, CON): reads the attempt's snapshot; when the attempt has none (CT's first
   read) it is built from the cut for every key of R~_DAG after a local cut update (4.3.1).
@@ -462,12 +463,13 @@ class NodeCache(Committing):
         self.keeper.lru.touch(plan.local)
         cut = self.keeper.cut
         carry = Carried() if req.carry_versions else None
+        only = frozenset(req.carry_keys)     # empty: every key (a worker that names none)
         for key in plan.s_d:
             v = cut.get(key)
             if v is not None:
                 self.temp.add(req.attempt_id, v, expires)
-                if carry is not None:     # what a downstream cache would ask this one for
-                    carry.add(key, v.serialize())
+                if carry is not None and (not only or key in only):
+                    carry.add(key, v.serialize())   # what a downstream cache would ask for
         if carry:
             response.context.carried.extend(carry.to_proto())
         r_d, s_new, r_new = finish_linear(plan, up[2], up[3], fetched, self.address)

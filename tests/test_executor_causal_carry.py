@@ -1,9 +1,11 @@
 """What a causal invocation (`executor.causal.CausalInvocation`) carries downstream, and what
 the sink saves with it, against a scripted node cache (unit test: no sockets).
 
-- a function whose downstream may run on another cache asks its cache for the versions of S_d
-  (`carry_versions`) and passes them down with the ones it received; its own binds send the
-  cache only the carried versions of the keys they bind;
+- a function whose downstream functions on another cache read keys asks its cache for its
+  versions of S_d of those keys only (`carry_versions`, `carry_keys`) and passes them down
+  with the received ones some downstream function reads; its own binds send the cache only
+  the carried versions of the keys they bind; with downstream reads not all known, it asks
+  for and passes on everything;
 - every function passes down the dependencies of each version it read (`read_deps`), and a
   sink writing a key read upstream takes them from there: no second CAUSAL_BIND;
 - a context without them (an older worker upstream) still gets the bind, as before.
@@ -51,15 +53,23 @@ class ScriptedCache:
         return [pb.CacheOp.Name(r.op) for r in self.requests]
 
 
-def schedule(sink: bool, caches=("tcp://c1", "tcp://c2")) -> pb.Schedule:
+def schedule(sink: bool, caches=("tcp://c1", "tcp://c2"), down=(("g", 1, "kjm"),)
+             ) -> pb.Schedule:
+    """Function "f" on caches[0]; unless it is the sink, its targets are `down`: (function,
+    index of its cache, the keys its arguments reference)."""
     s = pb.Schedule(call_id="c#0", function="f", sink=sink, scheduler_address="tcp://sched")
     s.causal.protocol = pb.OPT
     s.causal.requested = pb.OPT
     s.causal.call_id = "c"
     s.causal.dag_keys.extend(["k", "j", "m"])
     s.causal.dag_keys_known = True
-    for i, c in enumerate(caches):
-        s.causal.caches[f"fn{i}"] = c
+    s.causal.caches["f"] = caches[0]
+    for fn, i, reads in (() if sink else down):
+        s.targets.append(fn)
+        g = s.forward.add(function=fn, sink=True)
+        for k in reads:
+            g.args.args.add(reference=k)
+        s.causal.caches[fn] = caches[min(i, len(caches) - 1)]
     return s
 
 
@@ -115,6 +125,7 @@ def test_a_function_with_downstreams_elsewhere_asks_for_and_passes_down_carried_
     (bind,) = cache.requests
     # asked for its versions of S_d; sends only the carried versions of the keys it binds
     assert bind.carry_versions and [cv.key for cv in bind.upstreams[0].carried] == ["m"]
+    assert list(bind.carry_keys) == ["j", "k", "m"]    # what "g", on the other cache, reads
     inv.bind(["j"])                                    # a later read: its own context
     assert [cv.key for cv in cache.requests[1].upstreams[0].carried] == ["j"]
     out = inv.context()
@@ -127,6 +138,67 @@ def test_a_function_with_downstreams_elsewhere_asks_for_and_passes_down_carried_
                             [upstream(read_deps=False)], 5.0)
     inv2.bind(["j"])
     assert not cache2.requests[0].carry_versions and not inv2.context().carried
+
+
+def test_only_keys_a_downstream_function_reads_are_asked_for_and_passed_on():
+    """"g" (other cache) reads j, "h" (this cache) reads m: the cache carries j only (h's
+    cache holds its own versions), and of the received k and m only m goes on (nothing
+    downstream reads k)."""
+    lattice = Version.new("j", {"u": 2}, {}, [b"J"]).serialize()
+    cache = ScriptedCache(versions={"m": ({"u": 1}, {}, b"M")}, carried=[("j", lattice)])
+    up = upstream(read_deps=False)
+    up.carried.add(key="k", lattice=Version.new("k", {"u": 1}, {}, [b"K"]).serialize())
+    up.carried.add(key="m", lattice=Version.new("m", {"u": 1}, {}, [b"M"]).serialize())
+    inv = CausalInvocation(cache, schedule(sink=False, down=(("g", 1, "j"), ("h", 0, "m"))),
+                           [up], 5.0)
+    inv.bind(["m"])
+    (bind,) = cache.requests
+    assert bind.carry_versions and list(bind.carry_keys) == ["j"]
+    assert sorted(cv.key for cv in inv.context().carried) == ["j", "m"]
+    # nothing downstream on another cache reads anything: the cache is not asked to carry
+    cache2 = ScriptedCache(versions={"m": ({"u": 1}, {}, b"M")})
+    inv2 = CausalInvocation(cache2, schedule(sink=False, down=(("g", 1, ""), ("h", 0, "m"))),
+                            [up], 5.0)
+    inv2.bind(["m"])
+    assert not cache2.requests[0].carry_versions and not cache2.requests[0].carry_keys
+    assert [cv.key for cv in inv2.context().carried] == ["m"]
+
+
+def test_a_bind_does_not_send_its_cache_carried_versions_the_snapshot_says_it_holds_alone():
+    """"m"'s entry is held by this function's cache alone (it rebuilds it from its own
+    temporary versions); "k"'s by another cache too: only k's carried version is sent."""
+    cache = ScriptedCache(versions={"k": ({"u": 1}, {}, b"K"), "m": ({"u": 1}, {}, b"M")})
+    up = upstream(read_deps=False)
+    up.snapshot[0].holders.extend(["tcp://c1", "tcp://c2"])            # k
+    up.snapshot.add(key="m", holders=["tcp://c1"]).vc.update({"u": 1})
+    for k in "km":
+        up.carried.add(key=k, lattice=Version.new(k, {"u": 1}, {}, [k.encode()]).serialize())
+    inv = CausalInvocation(cache, schedule(sink=False), [up], 5.0)   # "f" runs on c1
+    inv.bind(["k", "m"])
+    assert [cv.key for cv in cache.requests[0].upstreams[0].carried] == ["k"]
+    # on another cache, both are sent
+    cache2 = ScriptedCache(versions={"k": ({"u": 1}, {}, b"K"), "m": ({"u": 1}, {}, b"M")})
+    inv2 = CausalInvocation(cache2, schedule(sink=False, caches=("tcp://c3", "tcp://c2")),
+                            [up], 5.0)
+    inv2.bind(["k", "m"])
+    assert sorted(cv.key for cv in cache2.requests[0].upstreams[0].carried) == ["k", "m"]
+
+
+def test_downstream_reads_not_all_known_carry_everything_as_before():
+    up = upstream(read_deps=False)
+    up.carried.add(key="k", lattice=Version.new("k", {"u": 1}, {}, [b"K"]).serialize())
+    for explored in (True, False):
+        s = schedule(sink=False, down=(("g", 1, "j"),))
+        if explored:
+            s.causal.dag_keys_known = False     # keys read at run time: unknown reads
+        else:
+            s.targets.append("big")             # a schedule that travels apart
+            s.causal.caches["big"] = "tcp://c2"
+        cache = ScriptedCache(versions={"m": ({"u": 1}, {}, b"M")})
+        inv = CausalInvocation(cache, s, [up], 5.0)
+        inv.bind(["m"])
+        assert cache.requests[0].carry_versions and not cache.requests[0].carry_keys
+        assert [cv.key for cv in inv.context().carried] == ["k"]
 
 
 def test_read_dependencies_of_one_key_from_two_branches_are_merged():
@@ -186,3 +258,65 @@ def test_a_bound_versions_dependencies_decode_on_first_use():
     assert read.deps is read.deps
     assert CausalRead({"w": 1}, [], {"x": {"w": 1}}).deps == {"x": {"w": 1}}
     assert CausalRead({"w": 1}, []).deps == {}
+
+
+# ---- carry_plan (pure) over random DAGs and placements ----
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from hydrocache.carried import carry_plan  # noqa: E402
+
+
+@st.composite
+def placed_dags(draw):
+    """(schedules by function, cache per function, reads per function, edges) for a random
+    DAG of up to 6 functions (edges from lower to higher index) on up to 3 caches, built as
+    the scheduler builds them: every non-source schedule in each schedule's `forward`."""
+    n = draw(st.integers(2, 6))
+    edges = sorted(draw(st.sets(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1))
+                                .filter(lambda e: e[0] < e[1]), min_size=1, max_size=10)))
+    caches = [draw(st.sampled_from(["c0", "c1", "c2"])) for _ in range(n)]
+    reads = [draw(st.sets(st.sampled_from("abcde"), max_size=3)) for _ in range(n)]
+    names = [f"f{i}" for i in range(n)]
+    scheds = {}
+    for i in range(n):
+        s = pb.Schedule(function=names[i], targets=[names[j] for a, j in edges if a == i],
+                        upstreams=[names[a] for a, j in edges if j == i])
+        for k in sorted(reads[i]):
+            s.args.args.add(reference=k)
+        s.causal.dag_keys.extend("abcde")
+        s.causal.dag_keys_known = True
+        for j in range(n):
+            s.causal.caches[names[j]] = caches[j]
+        scheds[names[i]] = s
+    downstream = [s for s in scheds.values() if s.upstreams]
+    for s in scheds.values():
+        s.forward.extend(downstream)
+    return scheds, dict(zip(names, caches)), dict(zip(names, reads)), edges
+
+
+@settings(max_examples=200, deadline=None)
+@given(placed_dags())
+def test_carry_plan_brings_every_version_a_downstream_bind_on_another_cache_needs(dag):
+    """Along every path f -> ... -> g, a key g reads on a cache other than f's is asked of
+    f's cache (`ask`) and passed on by every function in between (`keep`); nothing is asked
+    that no downstream function on another cache reads, nor kept that none reads."""
+    scheds, cache, reads, edges = dag
+    plans = {fn: carry_plan(s) for fn, s in scheds.items()}
+    succ = {fn: list(s.targets) for fn, s in scheds.items()}
+
+    def paths(fn):
+        yield [fn]
+        for t in succ[fn]:
+            for p in paths(t):
+                yield [fn] + p
+
+    for fn in scheds:
+        ask, keep = plans[fn]
+        below = {g for p in paths(fn) for g in p[1:]}
+        assert keep == frozenset().union(*[reads[g] for g in below])
+        assert ask == frozenset().union(*[reads[g] for g in below if cache[g] != cache[fn]])
+        for p in paths(fn):
+            g = p[-1]
+            if len(p) > 1 and cache[g] != cache[fn]:
+                assert reads[g] <= plans[fn][0]
+                assert all(reads[g] <= plans[m][1] for m in p[1:-1])

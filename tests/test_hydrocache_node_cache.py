@@ -261,14 +261,14 @@ def test_opt_bind_fetches_upstream_versions_from_their_holder():
     assert net.cores[C1].pending_operations() == 0
 
 
-def _carrying_upstream(net: Net):
+def _carrying_upstream(net: Net, carry_keys=()):
     """As `opt_upstream`, with cache0 asked to return its versions of S_d for downstream."""
     net.auto = True
     net.put("a", {"w": 1}, value=b"a1")
     got(net.ask(C1, bind(["a"], attempt="warm", dag=["b"])))
     net.put("a", {"w": 2}, value=b"a2")
     net.put("b", {"w": 2}, {"a": {"w": 2}}, value=b"b2")
-    r0, _ = net.ask(C0, bind(["b"], dag=["a"], carry_versions=True))
+    r0, _ = net.ask(C0, bind(["b"], dag=["a"], carry_versions=True, carry_keys=carry_keys))
     net.auto = False
     return r0.context
 
@@ -285,6 +285,25 @@ def test_opt_bind_rebuilds_upstream_versions_the_attempt_carried_without_asking_
     net.auto = True
     r, _ = net.ask(C0, bind(["b"], attempt="t#1", dag=["a"]))
     assert not r.context.carried
+
+
+def test_a_bind_naming_carry_keys_carries_only_those_and_a_key_not_carried_is_asked():
+    # the downstream function reads "a" on another cache: only "a" travels, and is used
+    net = Net()
+    context = _carrying_upstream(net, carry_keys=["a"])
+    assert [cv.key for cv in context.carried] == ["a"]
+    rid = net.send(C1, bind(["a"], dag=["b"], upstreams=[context]))
+    assert net.io == [] and got(net.answers.pop(rid))["a"] == ({"w": 2}, [b"a2"])
+    # "a" not named: nothing of it travels, and the downstream bind asks its holder as
+    # without carrying, binding the same version
+    net = Net()
+    context = _carrying_upstream(net, carry_keys=["b"])
+    assert [cv.key for cv in context.carried] == ["b"]
+    rid = net.send(C1, bind(["a"], dag=["b"], upstreams=[context]))
+    assert [type(a) for _, a in net.io] == [AskCache]
+    net.drain_io()
+    assert got(net.answers.pop(rid))["a"] == ({"w": 2}, [b"a2"])
+    assert net.cores[C1].stats["carried_hits"] == 0
 
 
 @pytest.mark.parametrize("forged", ["newer", "older", "garbage"])
