@@ -24,7 +24,8 @@ Every failure is answered with a status and a message naming this cache: `TIMEOU
 stage for `StageTimeout`, `EXECUTION_ERROR` otherwise; nothing is dropped silently.
 The cut and its upkeep are `hydrocache.keeper.CutKeeper`'s; each operation below is a
 generator run by `hydrocache.pending.Operations` (one path whether or not it waits);
-CAUSAL_COMMIT is `hydrocache.committing.Committing`'s, mixed in.
+CAUSAL_COMMIT is `hydrocache.committing.Committing`'s, mixed in, and the waits for the cut
+(a key brought in, an OPT retry's refresh, a session's floors) `hydrocache.cut_waits.CutWaits`'s.
 
 The operations (dissertation 4.3; `hydrocache/protocols.py` holds their decisions):
 - CAUSAL_BIND (OPT, Algorithms 8 and 6): an OPT retry first re-reads the keys the aborted
@@ -76,7 +77,7 @@ from __future__ import annotations
 import itertools
 import logging
 import uuid
-from typing import Any, Callable, Dict, Generator, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, Generator, List, Optional, Sequence, Set, Tuple
 
 from anna_core.errors import AnnaError
 from hydro_proto import cloudburst_pb2 as pb
@@ -86,10 +87,10 @@ from .actions import (DEFAULT_TIMEOUT, TEMP_SLACK, AskCache, Fenced, NotCausal,
                       RemoteUnavailable, Reply, StageTimeout, Step)
 from .carried import Carried, unpack
 from .committing import Committing
+from .cut_waits import CutWaits
 from .copies import ValueTags
 from .keeper import CutKeeper
-from .pending import Operations, Pause, PutWait, RepliesWait
-from .session import SessionUnmet, causal_stale, causal_unmet
+from .pending import Operations, PutWait, RepliesWait
 from .protocols import (LinearPlan, create_snapshot, finish_linear, parallel_flow,
                         parallel_stale, plan_linear)
 from .temp import TempStore
@@ -101,12 +102,10 @@ __all__ = ["NodeCache", "Step", "StageTimeout", "NotCausal", "RemoteUnavailable"
 log = logging.getLogger("hydrocache.node_cache")
 
 Answer = Tuple[pb.CacheResponse, List[bytes]]
-SESSION_PAUSE = (0.002, 0.05)   # between re-reads of a key short of its session floor: the
-                                # first pause and the most it doubles to (replicas lag a gossip)
 Upstream = Tuple[bool, str, vs.VersionSet, vs.VersionSet, int, List[str]]
 
 
-class NodeCache(Committing):
+class NodeCache(Committing, CutWaits):
     """The causal side of one node cache, sans I/O; see the module contract."""
 
     def __init__(self, node_id: str, address: str, capacity_bytes: int = 2 << 30) -> None:
@@ -283,61 +282,6 @@ class NodeCache(Committing):
             return
         e.value_count = len(version.values)
         frames.extend(version.values)
-
-    # ---- waiting for the cut (local cut update, 4.2) ----
-    def _ensure(self, keys: Iterable[str], deadline: float) -> Generator:
-        """Bring `keys` into the cut; returns the keys Anna does not have."""
-        keys = list(dict.fromkeys(keys))
-        cut = self.keeper.cut
-        if all(k in cut for k in keys):
-            return set()
-        w = self.keeper.wait(keys, deadline, self._now, "exposed")
-        yield from self._ops.wait(w)
-        return w.absent
-
-    def _refresh(self, req: pb.CacheRequest, deadline: float) -> Generator:
-        """Re-read from Anna the keys an earlier attempt read too old (OPT retries): without
-        this a retry within Anna's push period would see the same stale cut and abort again.
-        A fresh version may wait for dependencies (e.g. written together with other keys):
-        they are fetched too, for at most a fifth of the request's time."""
-        cut = self.keeper.cut
-        pending = cut.pending_keys()
-        keys = [k for k in dict.fromkeys(req.refresh) if k in cut or k in pending]
-        if not keys:
-            return
-        yield from self._ops.wait(self.keeper.wait(keys, deadline, self._now, "answered"))
-        settle = self._now + 0.2 * (req.timeout if req.timeout > 0 else DEFAULT_TIMEOUT)
-        yield from self._ops.wait(self.keeper.wait(keys, min(settle, deadline), self._now,
-                                               "settled"))
-
-    def _session_floors(self, req: pb.CacheRequest, keys: List[str],
-                        deadline: float) -> Generator:
-        """Re-read from Anna the keys whose cut version is short of the caller's session
-        floor (module contract, "Sessions")."""
-        if not req.HasField("session"):
-            return
-        cut = self.keeper.cut
-
-        def version_of(key: str) -> Optional[Dict[str, int]]:
-            v = cut.get(key)
-            return None if v is None else v.vc
-
-        stale = causal_stale(req.session, keys, version_of)
-        pause, longest = SESSION_PAUSE
-        while stale:
-            self.stats["session_refreshes"] += 1
-            yield from self._ops.wait(self.keeper.wait(stale, deadline, self._now, "answered"))
-            yield from self._ops.wait(self.keeper.wait(stale, deadline, self._now, "settled"))
-            stale = causal_unmet(req.session, stale, version_of)
-            if not stale:
-                return
-            if self._now + pause >= deadline:
-                raise SessionUnmet(f"the versions of {stale[:5]} in the KVS stayed older than "
-                                   f"this caller's session (what it wrote or read before) "
-                                   f"until the request's deadline")
-            # the replica read may lag the one that had the version: read again a bit later
-            yield from self._ops.wait(Pause(self._now + pause, f"a re-read of {stale[:5]}"))
-            pause = min(2 * pause, longest)
 
     # ---- cache to cache ----
     def _temp_get(self, req: pb.CacheRequest) -> None:
