@@ -100,7 +100,6 @@ class DirectCalls:
         self.direct_address = ""
         self._links: Optional[WorkerCallLinks] = None    # call links (executor/call_links.py)
         self.call_link_address = ""
-        self._frame_link: Optional[int] = None   # the link of the frame being handled (0: ZeroMQ)
         if credentials is not None and not any(r.startswith(CLIENT_PREFIX)
                                                for r in credentials.allowed.values()):
             # no client key was handed over (a worker host's workers): no client could
@@ -209,11 +208,7 @@ class DirectCalls:
             if link:       # its result goes back on the link it came on
                 self._links.arrived(call.request_id, link,
                                     start + max(0.0, call.timeout) + ROUTE_GRACE, start)
-            self._frame_link = link      # a refusal goes back where its call came from
-            try:
-                self._on_direct(call, role)
-            finally:
-                self._frame_link = None
+            self._on_direct(call, role, link)
             now = time.monotonic()
             self._ran(call.lease_id, now - start)
             if self._answers.due(now, now - start):
@@ -256,14 +251,16 @@ class DirectCalls:
                 return
         self._push.send(address, kind, message)
 
-    def _on_direct(self, call: pb.Call, role: str) -> None:
+    def _on_direct(self, call: pb.Call, role: str, link: int = 0) -> None:
+        """Admit and run a direct call that came on `link` (0: the ZeroMQ socket); a refusal
+        goes back where the call came from."""
         now = time.monotonic()
         why, templates = self.leased.admit(call.lease_id, role, call.request_id,
                                            now + max(0.0, call.timeout), now)
         if why == CANCELLED:                 # its cancel overtook it: it never runs
-            return self._refuse_direct(call, pb.CANCELLED, why)
+            return self._refuse_direct(call, pb.CANCELLED, why, link)
         if why is not None:
-            return self._refuse_direct(call, pb.LEASE_REFUSED, why)
+            return self._refuse_direct(call, pb.LEASE_REFUSED, why, link)
         problem = _not_direct(call, self._functions_of(call.lease_id, templates))
         if not problem and self._known(call.request_id, templates):
             # a call id is used once: the worker would ignore the schedule, and the client
@@ -271,7 +268,7 @@ class DirectCalls:
             problem = f"call id {call.request_id} already ran here; a call needs an id of its own"
         if problem:
             self.leased.finished(call.request_id)
-            return self._refuse_direct(call, pb.INVALID_ARGUMENTS, problem)
+            return self._refuse_direct(call, pb.INVALID_ARGUMENTS, problem, link)
         for template in templates:    # no inputs: a direct call passes no Futures
             self._place(_schedule_of(call, template), [])
         # its downstream functions here run now: in this run of calls (one kill-timer
@@ -296,13 +293,13 @@ class DirectCalls:
         self._lease_functions[lease_id] = (templates, names)
         return names
 
-    def _refuse_direct(self, call: pb.Call, status: int, why: str) -> None:
+    def _refuse_direct(self, call: pb.Call, status: int, why: str, link: int) -> None:
         log.info("refused direct call %s: %s", call.request_id, why)
         if call.response_address:
             self._answer(call.response_address, pb.CallResult(
                 request_id=call.request_id, status=status,
                 message=f"worker {self.worker_id} refused direct call {call.request_id}: "
-                        f"{why}"), self._frame_link)
+                        f"{why}"), link)
 
 
 def _functions(templates: List[pb.Schedule]) -> set:
