@@ -274,3 +274,15 @@ def test_a_link_the_client_cannot_read_on_fails_its_calls_at_once():
         listener.close()
         answers.close(0)
         context.term()
+
+
+@pytest.mark.parametrize("keys", [None, (b"not a key", b"not a key either")])
+def test_a_call_link_server_that_cannot_start_names_call_links(keys):
+    """A worker whose call links cannot start says so in terms of call links (the executor
+    logs it and serves direct calls over its socket alone), not the KVS's client links."""
+    args = ("256.0.0.1", 4096, 4, "test: ") if keys is None else \
+        ("127.0.0.1", 4096, 4, "test: ", keys[0], keys[1], {})
+    with pytest.raises(RuntimeError) as info:
+        _core.CallLinkServer(*args)
+    assert str(info.value).startswith("call links: "), info.value
+    assert "client link" not in str(info.value)

@@ -45,9 +45,9 @@ void farewell(std::string_view body, std::int64_t* taken, std::string* why) {
 
 CallLinkServer::CallLinkServer(const std::string& ip, std::size_t max_frame,
                                std::size_t max_links, std::string where, const CurveKeys& keys)
-    : links_(ip, max_frame, max_links, std::move(where), keys), epoll_fd_(make_epoll()) {
+    : links_(ip, max_frame, max_links, std::move(where), keys, "call link"),
+      epoll_fd_(make_epoll()) {
   links_.farewell(std::string(kCallLinkFarewell));
-  links_.set_kind("call link");
   sync();
 }
 

@@ -169,7 +169,7 @@ bool ipv4(const std::string& host, int port, sockaddr_in* out) {
 int listen_link(const std::string& ip, std::string* address, std::string* why) {
   sockaddr_in sa;
   if (!ipv4(ip, 1, &sa)) {
-    *why = "client links need an IPv4 address to bind, not '" + ip.substr(0, 64) + "'";
+    *why = "an IPv4 address is needed to bind, not '" + ip.substr(0, 64) + "'";
     return -1;
   }
   sa.sin_port = 0;

@@ -19,21 +19,21 @@
 namespace anna {
 
 WorkerLinks::WorkerLinks(const std::string& ip, std::size_t max_frame, std::size_t max_links,
-                         std::string where, const CurveKeys& keys)
-    : where_(std::move(where)), max_frame_(max_frame), max_links_(max_links),
-      secured_(keys.enabled()) {
+                         std::string where, const CurveKeys& keys, std::string kind)
+    : where_(std::move(where)), kind_(std::move(kind)), max_frame_(max_frame),
+      max_links_(max_links), secured_(keys.enabled()) {
   std::string why;
   if (secured_) {
-    if (!secure_links_available()) throw std::runtime_error("client links: libsodium cannot start");
+    if (!secure_links_available()) throw std::runtime_error(kind_ + "s: libsodium cannot start");
     if (!raw_key(keys.public_key, &public_) || !raw_key(keys.secret_key, &secret_))
-      throw std::runtime_error("client links: the node's keys are not Z85 CURVE keys");
+      throw std::runtime_error(kind_ + "s: the node's keys are not Z85 CURVE keys");
     for (const auto& [key, role] : keys.admitted) {
       std::string raw;
       if (z85_to_raw(key, &raw)) admitted_.emplace(std::move(raw), role);
     }
   }
   listen_fd_ = listen_link(ip, &address_, &why);
-  if (listen_fd_ < 0) throw std::runtime_error("client links: " + why);
+  if (listen_fd_ < 0) throw std::runtime_error(kind_ + "s: " + why);
   spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 

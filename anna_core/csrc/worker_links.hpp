@@ -22,7 +22,7 @@
 //     (not its client's own close, nor a link still in its handshake) first gets, as best it
 //     can without blocking, one last frame: prefix, the number of frames served from that
 //     link, a space, and why, so its client knows which frames never will be. The names in
-//     the log say what the links serve (set_kind; "client link" unless told).
+//     the log say what the links serve (the constructor's kind; "client link" unless told).
 //   * queue(link, payload) appends an answer frame to that link's pending output (nothing
 //     when the link is gone); flush() writes every link's pending output without blocking. A
 //     link whose unsent output exceeds kMaxPendingBytes (a client that stopped reading) is
@@ -69,8 +69,9 @@ class WorkerLinks {
       std::function<void(std::uint64_t link, std::string_view payload, std::string_view role)>;
 
   // keys: the node's own CURVE keys and the keys it admits; not enabled: plain links.
+  // kind: what the links serve, as the log and the constructor's errors name them.
   WorkerLinks(const std::string& ip, std::size_t max_frame, std::size_t max_links, std::string where,
-              const CurveKeys& keys = CurveKeys{});
+              const CurveKeys& keys = CurveKeys{}, std::string kind = "client link");
   ~WorkerLinks();
   WorkerLinks(const WorkerLinks&) = delete;
   WorkerLinks& operator=(const WorkerLinks&) = delete;
@@ -81,7 +82,6 @@ class WorkerLinks {
   void queue(std::uint64_t link, std::string_view payload);
   void flush();
   void farewell(std::string prefix) { farewell_ = std::move(prefix); }
-  void set_kind(std::string kind) { kind_ = std::move(kind); }
 
   std::size_t open() const { return links_.size(); }
   bool has(std::uint64_t link) const { return links_.count(link) != 0; }
@@ -119,7 +119,7 @@ class WorkerLinks {
 
   std::string where_;
   std::string farewell_;                 // empty: no farewell frames
-  std::string kind_ = "client link";     // what the log calls a link
+  std::string kind_;                     // what the log calls a link
   std::size_t max_frame_, max_links_;
   int listen_fd_ = -1;
   int spare_fd_ = -1;  // held for refusing connections when out of descriptors
