@@ -12,8 +12,10 @@ Contract: `ClientCallLinks(credentials)` (None: a plain cluster) belongs to one 
   over ZeroMQ instead. A call never waits for a link to open: the first call to a worker
   starts opening one (a non-blocking connect) and goes over ZeroMQ, as do the calls made
   until the link is open; the connect and the handshake advance wherever the client reads
-  its answers (`wait`, which the waiting thread and `read_arrived` call), and a link not
-  open within `OPEN_TIMEOUT` is given up. A link that cannot be opened is logged once per
+  its answers (`wait`, which the waiting thread and `read_arrived` call; the client's lease
+  thread reads them every `ADVANCE_EVERY` s while a link is `opening()`, so a client that
+  neither calls nor waits still finishes opening it), and a link not open within
+  `OPEN_TIMEOUT` is given up. A link that cannot be opened is logged once per
   worker and not tried again for `RETRY_OPEN` seconds (doubling to `MAX_RETRY_OPEN` while it
   keeps failing). (A call sent on a link just opened may overtake one sent over ZeroMQ just
   before: calls made concurrently have no order, as over two ZeroMQ sockets.) A frame only
@@ -64,11 +66,12 @@ from hydro_proto import cloudburst_pb2 as pb
 from runtime.auth import Credentials, parse_address
 from runtime.framing import MAX_FRAME_BYTES, FrameError, encode, parse
 
-__all__ = ["ClientCallLinks", "OPEN_TIMEOUT", "RETRY_OPEN", "MAX_RETRY_OPEN", "answers_of"]
+__all__ = ["ClientCallLinks", "ADVANCE_EVERY", "OPEN_TIMEOUT", "RETRY_OPEN", "MAX_RETRY_OPEN", "answers_of"]
 
 log = logging.getLogger("cloudburst.client")
 
 OPEN_TIMEOUT = 0.5       # seconds to connect and finish the handshake (in the background)
+ADVANCE_EVERY = 0.002    # seconds between the lease thread's reads while a link opens
 RETRY_OPEN = 2.0         # seconds before a link that failed to open is tried again
 MAX_RETRY_OPEN = 60.0
 SEND_TIMEOUT = 1.0       # seconds a frame may wait for room on the link
@@ -115,6 +118,9 @@ class ClientCallLinks:
 
     def active(self) -> bool:
         return bool(self._workers)
+
+    def opening(self) -> bool:
+        return bool(self._opening)
 
     def _link(self, worker_address: str, link_address: str) -> int:
         """The open link to a worker, or 0 (lock held); starts opening one if there is none

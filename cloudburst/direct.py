@@ -93,7 +93,7 @@ from faas.errors import CloudburstError
 from runtime.sockets import PushCache
 
 from .arguments import referenced_keys
-from .call_link import ClientCallLinks
+from .call_link import ADVANCE_EVERY, ClientCallLinks
 from .held_lease import Held, Key, after_death, next_sweep, record, release, renewal, \
     renewal_due, until
 from .stalls import CallTimes, held_up
@@ -311,9 +311,12 @@ class DirectPath:
     def _send_to(self, held: Held, kind: str, message: Any) -> bool:
         """Send to a lease's worker: on its call link if it has one that works, else over
         ZeroMQ (False: neither took it)."""
-        if held.link_address and self.links is not None and \
-                self.links.send(held.worker_address, held.link_address, kind, message):
-            return True
+        links = self.links
+        if held.link_address and links is not None:
+            if links.send(held.worker_address, held.link_address, kind, message):
+                return True
+            if links.opening():    # the lease thread reads until it is open (call_link.py)
+                self._owner.flush_by(time.monotonic() + ADVANCE_EVERY)
         with self._push_lock:
             return self._push.send(held.worker_address, kind, message)
 
