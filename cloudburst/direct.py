@@ -202,6 +202,8 @@ class DirectPath:
     def _usable(self, key: Key, leases: List[Held], now: float) -> List[Held]:
         """The leases whose worker is not held up by a long call (`cloudburst/stalls.py`);
         judged again after an answer or lease news, at least every READ_EVERY."""
+        if len(leases) == 1 and not leases[0].in_flight:
+            return leases             # (a serial caller's: nothing out, so not held up)
         judged = self._judged.get(key)
         if judged is not None and judged[1] is leases and now - judged[0] < READ_EVERY:
             return judged[2]
@@ -504,6 +506,11 @@ class DirectPath:
         when their caller is about to wait). Returns when the queued calls are due if
         that is later (`flush_by` was told), else None."""
         now = time.monotonic()
+        if now < self._quiet_until and not (self._queued_count or self._resend or self._fail
+                                            or self._ask or self._gone):
+            # the common case, nothing to do, seen without the lock: what another thread
+            # records meanwhile is its own flush's (or the lease thread's) to carry out
+            return None
         with self._lock:
             due = bool(self._queued_count) and (force or now >= self._send_at
                                                 or self._queued_count >= CORK_CALLS)

@@ -85,7 +85,8 @@ class ClientLeases:
     def hold(self, rid: str, scheduler: str) -> None:
         with self._lock:
             self._calls[rid] = scheduler
-            self._start()
+            if self._thread is None:
+                self._start()
 
     def _start(self) -> None:
         """The thread runs from now (lock held)."""
