@@ -41,7 +41,9 @@
 //     not open, a handshake that failed or timed out) as (link, why), each closed and
 //     forgotten, and links whose opening finished. close(link) closes at once. watch(fd),
 //     ready() and take() wait for a link or one more descriptor (below).
-//   * Neither is thread-safe: the caller serialises (the bindings hold a lock).
+//   * Neither is thread-safe: the caller serialises (the bindings hold a lock), except
+//     CallLinkClient::ready(), which only waits on the epoll descriptor (the bindings wait
+//     without their lock, so another thread can send while one waits).
 #pragma once
 
 #include <sys/epoll.h>
