@@ -12,8 +12,10 @@ Contract: `ClientCallLinks(credentials)` (None: a plain cluster) belongs to one 
   over ZeroMQ instead. A call never waits for a link to open: the first call to a worker
   starts opening one (a non-blocking connect) and goes over ZeroMQ, as do the calls made
   until the link is open; the connect and the handshake advance wherever the client reads
-  its answers (`wait`, which the waiting thread and `read_arrived` call), and a link not
-  open within `OPEN_TIMEOUT` is given up. A link that cannot be opened is logged once per
+  its answers (`wait`, which the waiting thread and `read_arrived` call; the client's lease
+  thread reads them every `ADVANCE_EVERY` s while a link is `opening()`, so a client that
+  neither calls nor waits still finishes opening it), and a link not open within
+  `OPEN_TIMEOUT` is given up. A link that cannot be opened is logged once per
   worker and not tried again for `RETRY_OPEN` seconds (doubling to `MAX_RETRY_OPEN` while it
   keeps failing). (A call sent on a link just opened may overtake one sent over ZeroMQ just
   before: calls made concurrently have no order, as over two ZeroMQ sockets.) A frame only
@@ -23,7 +25,8 @@ Contract: `ClientCallLinks(credentials)` (None: a plain cluster) belongs to one 
   the worker must prove the key its keyed direct address carries (the one the lease names);
   a worker address without a key gets no link then. Without credentials links are plain.
 - `wait(socket, timeout)`: waits up to `timeout` s (0: not at all) for the answer `socket`
-  or a link to have something; returns (whether `socket` has a message, the answers that
+  (always the same one) or a link to have something, in one native wait with the GIL
+  released (another thread may send meanwhile); returns (whether `socket` has a message, the answers that
   came on links as `(kind, message)`: `result`s, including each of a `direct_results`).
   A worker may send a client only results (its key is a function's): anything else on a
   link is dropped and logged, as on the answer socket. A link that closes or fails (a
@@ -62,13 +65,14 @@ import zmq
 
 from hydro_proto import cloudburst_pb2 as pb
 from runtime.auth import Credentials, parse_address
-from runtime.framing import MAX_FRAME_BYTES, FrameError, encode, parse
+from runtime.framing import MAX_FRAME_BYTES, FrameError, encode, more, parse
 
-__all__ = ["ClientCallLinks", "OPEN_TIMEOUT", "RETRY_OPEN", "MAX_RETRY_OPEN", "answers_of"]
+__all__ = ["ClientCallLinks", "ADVANCE_EVERY", "OPEN_TIMEOUT", "RETRY_OPEN", "MAX_RETRY_OPEN", "answers_of"]
 
 log = logging.getLogger("cloudburst.client")
 
 OPEN_TIMEOUT = 0.5       # seconds to connect and finish the handshake (in the background)
+ADVANCE_EVERY = 0.002    # seconds between the lease thread's reads while a link opens
 RETRY_OPEN = 2.0         # seconds before a link that failed to open is tried again
 MAX_RETRY_OPEN = 60.0
 SEND_TIMEOUT = 1.0       # seconds a frame may wait for room on the link
@@ -109,12 +113,14 @@ class ClientCallLinks:
         self._written: Dict[int, Tuple[List[int], Deque[Tuple[int, Any]]]] = {}
         self._unanswered = unanswered
         self._failed: Dict[str, Tuple[float, float]] = {}   # worker -> (until, backoff)
-        self._fd = self._native.fileno()
-        self._poller: Optional[zmq.Poller] = None
+        self._watched: Optional[zmq.Socket] = None   # the answer socket `wait` watches
         self.counts = {"opened": 0, "sent": 0, "results": 0, "failures": 0}
 
     def active(self) -> bool:
         return bool(self._workers)
+
+    def opening(self) -> bool:
+        return bool(self._opening)
 
     def _link(self, worker_address: str, link_address: str) -> int:
         """The open link to a worker, or 0 (lock held); starts opening one if there is none
@@ -202,18 +208,16 @@ class ClientCallLinks:
                      "until it opens again", worker, why)
 
     def wait(self, socket: zmq.Socket, timeout: float) -> Tuple[bool, List[Tuple[str, Any]]]:
-        if timeout > 0:
-            if self._poller is None:
-                self._poller = zmq.Poller()
-                self._poller.register(socket, zmq.POLLIN)
-                self._poller.register(self._fd, zmq.POLLIN)
-            ready = dict(self._poller.poll(int(timeout * 1000)))
-            on_socket = socket in ready
-            if self._fd not in ready and not self._opening:   # (an opening has a deadline)
-                return on_socket, []
-        else:
-            on_socket = bool(socket.getsockopt(zmq.EVENTS) & zmq.POLLIN)
-        frames, broken, opened = self._native.read()
+        # One native wait for both: the links, and the answer socket's ZMQ_FD, which the
+        # native side watches in its epoll set. ZMQ_FD only signals that the socket's state
+        # may have changed, so its events are looked at before waiting and after a signal.
+        on_socket = more(socket)
+        if self._watched is not socket:
+            self._native.watch(socket.getsockopt(zmq.FD))
+            self._watched = socket
+        signalled, frames, broken, opened = self._native.wait(0.0 if on_socket else timeout)
+        if signalled and not on_socket:
+            on_socket = more(socket)
         out: List[Tuple[str, Any]] = []
         for link, data in frames:
             try:

@@ -93,7 +93,7 @@ from faas.errors import CloudburstError
 from runtime.sockets import PushCache
 
 from .arguments import referenced_keys
-from .call_link import ClientCallLinks
+from .call_link import ADVANCE_EVERY, ClientCallLinks
 from .held_lease import Held, Key, after_death, next_sweep, record, release, renewal, \
     renewal_due, until
 from .stalls import CallTimes, held_up
@@ -202,6 +202,8 @@ class DirectPath:
     def _usable(self, key: Key, leases: List[Held], now: float) -> List[Held]:
         """The leases whose worker is not held up by a long call (`cloudburst/stalls.py`);
         judged again after an answer or lease news, at least every READ_EVERY."""
+        if len(leases) == 1 and not leases[0].in_flight:
+            return leases             # (a serial caller's: nothing out, so not held up)
         judged = self._judged.get(key)
         if judged is not None and judged[1] is leases and now - judged[0] < READ_EVERY:
             return judged[2]
@@ -311,9 +313,12 @@ class DirectPath:
     def _send_to(self, held: Held, kind: str, message: Any) -> bool:
         """Send to a lease's worker: on its call link if it has one that works, else over
         ZeroMQ (False: neither took it)."""
-        if held.link_address and self.links is not None and \
-                self.links.send(held.worker_address, held.link_address, kind, message):
-            return True
+        links = self.links
+        if held.link_address and links is not None:
+            if links.send(held.worker_address, held.link_address, kind, message):
+                return True
+            if links.opening():    # the lease thread reads until it is open (call_link.py)
+                self._owner.flush_by(time.monotonic() + ADVANCE_EVERY)
         with self._push_lock:
             return self._push.send(held.worker_address, kind, message)
 
@@ -501,6 +506,11 @@ class DirectPath:
         when their caller is about to wait). Returns when the queued calls are due if
         that is later (`flush_by` was told), else None."""
         now = time.monotonic()
+        if now < self._quiet_until and not (self._queued_count or self._resend or self._fail
+                                            or self._ask or self._gone):
+            # the common case, nothing to do, seen without the lock: what another thread
+            # records meanwhile is its own flush's (or the lease thread's) to carry out
+            return None
         with self._lock:
             due = bool(self._queued_count) and (force or now >= self._send_at
                                                 or self._queued_count >= CORK_CALLS)

@@ -166,9 +166,10 @@ class Future:
         self.request_id = request_id
         self.what = what
         self.scheduler = scheduler or client.current_scheduler()   # where the call was sent
-        self._sent_at = time.monotonic() if sent_at is None else sent_at
+        now = time.monotonic()
+        self._sent_at = now if sent_at is None else sent_at
         self._timeout = timeout
-        self._deadline = time.monotonic() + timeout
+        self._deadline = now + timeout
         self._result: Optional[pb.CallResult] = None
         self._lost: Optional[str] = None     # why its scheduler is gone (SchedulerUnavailable)
         self.causal: Optional[CausalStats] = None   # set by get() for causal calls

@@ -14,6 +14,9 @@ Contract: `ClientLeases(client, ttl)` belongs to one `Client`.
   records the call).
 - The same thread flushes the client's direct path (`cloudburst/direct.py`) every `ttl / 4`
   seconds: lapsed worker leases go back with the usage reports of the calls made under them.
+  While a call link is opening it also reads the client's answers every `ADVANCE_EVERY` s
+  (the link's connect and handshake advance where answers are read), so a link opens
+  even while its client neither calls nor waits.
 - `flush_by(deadline)`: the direct path holds calls to send together; the thread (started
   if need be) flushes it at `deadline` (`time.monotonic()`), or as soon after as it runs,
   and again at the deadline that flush returns, so a held call goes even if its caller
@@ -38,6 +41,8 @@ from typing import TYPE_CHECKING, Deque, Dict, Optional
 from hydro_proto import cloudburst_pb2 as pb
 
 from faas.errors import CloudburstError
+
+from .call_link import ADVANCE_EVERY
 
 if TYPE_CHECKING:
     from .client import Client
@@ -80,7 +85,8 @@ class ClientLeases:
     def hold(self, rid: str, scheduler: str) -> None:
         with self._lock:
             self._calls[rid] = scheduler
-            self._start()
+            if self._thread is None:
+                self._start()
 
     def _start(self) -> None:
         """The thread runs from now (lock held)."""
@@ -158,13 +164,22 @@ class ClientLeases:
             self._send_all(schedulers, self.ttl)
 
     def _flush_direct(self, client: "Client") -> None:
-        if client._direct is None:
+        direct = client._direct
+        if direct is None:
             return
+        links = direct.links
         try:
-            later = client._direct.flush()
+            if links is not None and links.opening():
+                # a call link opens where answers are read: here too, so it opens even
+                # while its client neither calls nor waits (cloudburst/call_link.py)
+                client._read_arrived()
+            later = direct.flush()
         except Exception as e:           # never the end of this thread
             log.warning("the direct path's flush failed: %s", e)
             return
+        if links is not None and links.opening():      # read again shortly
+            look = time.monotonic() + ADVANCE_EVERY
+            later = look if later is None else min(later, look)
         if later is not None:            # calls held since: due then
             with self._lock:
                 if self._flush_at is None or later < self._flush_at:

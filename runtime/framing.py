@@ -198,6 +198,12 @@ def send_request(socket: zmq.Socket, message: Any, *, block: bool = False) -> bo
         return False
 
 
+_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
+_get = zmq.backend.Socket.get
+
+
 def more(socket: zmq.Socket) -> bool:
     """True if `socket` has a message ready (no exception, no waiting)."""
-    return bool(socket.getsockopt(zmq.EVENTS) & zmq.POLLIN)
+    # (the backend's `get` and plain ints: pyzmq's own `getsockopt` and `&` with its flag
+    # enum build enum members, ~1 us of a serial call's few)
+    return bool(_get(socket, _EVENTS) & _POLLIN)

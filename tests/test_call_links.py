@@ -318,6 +318,26 @@ def test_a_call_never_waits_for_a_link_to_open(cluster, monkeypatch):
         silent.close()
 
 
+def test_a_link_opens_while_its_client_neither_calls_nor_waits(cluster):
+    """The first call to a leased worker starts opening its link and goes over ZeroMQ; the
+    link then opens in the background (the lease thread reads), not only once its client
+    next calls or waits."""
+    cb = cluster.client(direct=True)
+    try:
+        _leased(cb, "inc", lambda: cb.call("inc", 0).get(10))
+        cb._direct.links.close()                 # start again: no link, none opening
+        future = cb.call("inc", 1)               # starts opening it; goes over ZeroMQ
+        assert _link_stats(cb)["opening"] == 1, _link_stats(cb)
+        # (looked at without reading answers: only the client's own threads read)
+        poll_until(lambda: _link_stats(cb)["opened"] >= 1, 5.0,
+                   "the link opening while its client neither calls nor waits",
+                   interval=0.01)
+        assert future.get(10) == 2
+        _linked(cb, "inc", lambda: cb.call("inc", 2).get(10))     # and it carries calls
+    finally:
+        cb.close()
+
+
 def test_a_link_the_client_leases_no_more_is_closed(cluster):
     cb = cluster.client(direct=True)
     _linked(cb, "inc", lambda: cb.call("inc", 0).get(10))

@@ -286,3 +286,47 @@ def test_a_call_link_server_that_cannot_start_names_call_links(keys):
         _core.CallLinkServer(*args)
     assert str(info.value).startswith("call links: "), info.value
     assert "client link" not in str(info.value)
+
+
+def test_wait_wakes_for_a_frame_or_the_watched_descriptor_and_lets_others_send_meanwhile():
+    """`wait(timeout)` waits for a link's frame or the watched descriptor (a client's answer
+    socket's ZMQ_FD) in one go, never beyond its timeout, and holds no lock while it waits:
+    another thread's send goes out at once, and its answer ends the wait."""
+    import os
+    import time
+    with Served() as served:
+        client, link = served.plain_links(1)
+        signal_r, signal_w = os.pipe()
+        try:
+            client.watch(signal_r)
+            start = time.monotonic()
+            assert client.wait(0.05) == (False, [], [], [])        # nothing: the timeout
+            assert time.monotonic() - start >= 0.04
+            assert client.wait(0.0) == (False, [], [], [])         # 0: no wait at all
+            os.write(signal_w, b"x")
+            assert client.wait(5.0)[0] is True                     # the watched descriptor
+            os.read(signal_r, 1)
+            got, tid = [], []
+
+            def wait():
+                tid.append(threading.get_native_id())
+                got.append(client.wait(30.0))
+            waiter = threading.Thread(target=wait)
+            waiter.start()
+
+            def asleep():              # the waiter's thread is blocked (in its epoll wait)
+                if not tid:
+                    return False
+                with open(f"/proc/self/task/{tid[0]}/stat") as f:
+                    return f.read().rsplit(")", 1)[1].split()[0] == "S"
+            poll_until(asleep, 5.0, "the waiter blocking in its wait", interval=0.002)
+            sent_at = time.monotonic()
+            assert client.send(link, b"meanwhile", 1.0)
+            assert time.monotonic() - sent_at < 5.0                # not behind the wait
+            waiter.join(10)
+            assert not waiter.is_alive()
+            frames = got[0][1] or _answer(client)[0]
+            assert frames == [(link, b"echo:meanwhile")]
+        finally:
+            os.close(signal_r)
+            os.close(signal_w)

@@ -21,6 +21,9 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
 #include <mutex>
 
 #include "call_links.hpp"
@@ -29,6 +32,12 @@ namespace py = pybind11;
 
 namespace anna {
 namespace {
+
+// A wait's timeout: 0 s is no wait at all (millis() rounds a timeout up to at least 1 ms).
+int wait_millis(double seconds) {
+  if (!(seconds > 0)) return 0;
+  return static_cast<int>(std::ceil(std::min(seconds, 3600.0) * 1000.0));
+}
 
 int millis(double seconds) {
   if (!(seconds > 0)) return 1;
@@ -128,19 +137,41 @@ class PyCallLinkClient {
   }
 
   py::tuple read() {
-    std::vector<std::pair<std::uint64_t, std::string>> frames;
-    std::vector<std::tuple<std::uint64_t, std::string, std::int64_t>> broken;
+    CallLinkClient::Frames frames;
+    CallLinkClient::Broken broken;
     std::vector<std::uint64_t> opened;
     {
       py::gil_scoped_release release;
       std::lock_guard<std::mutex> lock(mu_);
       c_->read(&frames, &broken, &opened);
     }
-    py::list f, b, o;
-    for (auto& [link, payload] : frames) f.append(py::make_tuple(link, py::bytes(payload)));
-    for (auto& [link, why, taken] : broken) b.append(py::make_tuple(link, py::str(why), taken));
-    for (std::uint64_t link : opened) o.append(link);
-    return py::make_tuple(f, b, o);
+    return answers(frames, broken, opened);
+  }
+
+  void watch(int fd) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!c_->watch(fd))
+      throw std::runtime_error(std::string("call links: epoll cannot watch descriptor ") +
+                               std::to_string(fd) + ": " + std::strerror(errno));
+  }
+
+  // read() after waiting up to `timeout` s (0: not at all) for a link or the watched
+  // descriptor, with the GIL released and without the lock while it waits (another thread
+  // may send meanwhile): (whether the watched descriptor is readable, frames, broken, opened)
+  py::tuple wait(double timeout) {
+    CallLinkClient::Frames frames;
+    CallLinkClient::Broken broken;
+    std::vector<std::uint64_t> opened;
+    bool watched;
+    {
+      py::gil_scoped_release release;
+      epoll_event events[CallLinkClient::kMaxEvents];
+      int n = c_->ready(events, wait_millis(timeout));
+      std::lock_guard<std::mutex> lock(mu_);
+      watched = c_->take(events, n, &frames, &broken, &opened);
+    }
+    py::tuple out = answers(frames, broken, opened);
+    return py::make_tuple(watched, out[0], out[1], out[2]);
   }
 
   void close(std::uint64_t link) {
@@ -151,6 +182,16 @@ class PyCallLinkClient {
   void finish(std::uint64_t link) {
     std::lock_guard<std::mutex> lock(mu_);
     c_->finish(link);
+  }
+
+  static py::tuple answers(const CallLinkClient::Frames& frames,
+                           const CallLinkClient::Broken& broken,
+                           const std::vector<std::uint64_t>& opened) {
+    py::list f, b, o;
+    for (auto& [link, payload] : frames) f.append(py::make_tuple(link, py::bytes(payload)));
+    for (auto& [link, why, taken] : broken) b.append(py::make_tuple(link, py::str(why), taken));
+    for (std::uint64_t link : opened) o.append(link);
+    return py::make_tuple(f, b, o);
   }
 
   std::size_t open_links() {
@@ -193,6 +234,8 @@ void bind_call_links(py::module_& m) {
       .def("send", &PyCallLinkClient::send, py::arg("link"), py::arg("payload"),
            py::arg("timeout"))
       .def("read", &PyCallLinkClient::read)
+      .def("watch", &PyCallLinkClient::watch, py::arg("fd"))
+      .def("wait", &PyCallLinkClient::wait, py::arg("timeout"))
       .def("close", &PyCallLinkClient::close, py::arg("link"))
       .def("finish", &PyCallLinkClient::finish, py::arg("link"));
 }

@@ -270,15 +270,34 @@ void CallLinkClient::finish(std::uint64_t id) {
   ::shutdown(it->second->fd, SHUT_WR);
 }
 
-void CallLinkClient::read(std::vector<std::pair<std::uint64_t, std::string>>* frames,
-                          std::vector<std::tuple<std::uint64_t, std::string, std::int64_t>>* broken,
-                          std::vector<std::uint64_t>* opened) {
-  epoll_event events[16];
+bool CallLinkClient::watch(int fd) {
+  if (fd == watched_) return true;
+  if (watched_ >= 0) ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, watched_, nullptr);
+  watched_ = -1;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = 0;
+  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) return false;
+  watched_ = fd;
+  return true;
+}
+
+int CallLinkClient::ready(epoll_event* events, int timeout_ms) const {
   int n;
-  do n = ::epoll_wait(epoll_fd_, events, 16, 0);
+  do n = ::epoll_wait(epoll_fd_, events, kMaxEvents, timeout_ms);
   while (n < 0 && errno == EINTR);
+  return n < 0 ? 0 : n;
+}
+
+bool CallLinkClient::take(const epoll_event* events, int n, Frames* frames, Broken* broken,
+                          std::vector<std::uint64_t>* opened) {
+  bool watched = false;
   for (int i = 0; i < n; ++i) {
     std::uint64_t id = events[i].data.u64;
+    if (id == 0) {  // the watched descriptor
+      watched = true;
+      continue;
+    }
     auto it = links_.find(id);
     if (it == links_.end()) continue;
     Link& link = *it->second;
@@ -325,7 +344,7 @@ void CallLinkClient::read(std::vector<std::pair<std::uint64_t, std::string>>* fr
       close(id);
     }
   }
-  if (opening_ == 0) return;
+  if (opening_ == 0) return watched;
   // an opening not done within its deadline is given up (the caller tries again later)
   auto now = std::chrono::steady_clock::now();
   std::vector<std::uint64_t> late;
@@ -336,6 +355,7 @@ void CallLinkClient::read(std::vector<std::pair<std::uint64_t, std::string>>* fr
                              "answer the connect or the handshake)", -1);
     close(id);
   }
+  return watched;
 }
 
 void CallLinkClient::close(std::uint64_t id) {

@@ -39,10 +39,14 @@
 //     another way). read(frames, broken, opened) reads without blocking: whole frames as
 //     (link, payload), links that closed or failed (a frame above max_frame, one that does
 //     not open, a handshake that failed or timed out) as (link, why), each closed and
-//     forgotten, and links whose opening finished. close(link) closes at once.
-//   * Neither is thread-safe: the caller serialises (the bindings hold a lock).
+//     forgotten, and links whose opening finished. close(link) closes at once. watch(fd),
+//     ready() and take() wait for a link or one more descriptor (below).
+//   * Neither is thread-safe: the caller serialises (the bindings hold a lock), except
+//     CallLinkClient::ready(), which only waits on the epoll descriptor (the bindings wait
+//     without their lock, so another thread can send while one waits).
 #pragma once
 
+#include <sys/epoll.h>
 #include <zmq.h>
 
 #include <chrono>
@@ -106,8 +110,21 @@ class CallLinkClient {
                       std::string* why);
   bool ready(std::uint64_t link) const;
   bool send(std::uint64_t link, std::string_view payload, int timeout_ms);
-  void read(std::vector<std::pair<std::uint64_t, std::string>>* frames,
-            std::vector<std::tuple<std::uint64_t, std::string, std::int64_t>>* broken,
+  using Frames = std::vector<std::pair<std::uint64_t, std::string>>;
+  using Broken = std::vector<std::tuple<std::uint64_t, std::string, std::int64_t>>;
+  void read(Frames* frames, Broken* broken, std::vector<std::uint64_t>* opened) {
+    epoll_event events[kMaxEvents];
+    take(events, ready(events, 0), frames, broken, opened);
+  }
+  // Waiting in two steps, so that a caller may wait without its lock and take the events
+  // under it: watch(fd) adds a descriptor (the client's ZeroMQ answer socket's ZMQ_FD) to
+  // the epoll set once, reported by take() as its `watched` result; ready(events,
+  // timeout_ms) waits up to timeout_ms (0: not at all) for events, touching no state;
+  // take(events, n, ...) does what read() does with them (read() is ready(0) then take()).
+  static constexpr int kMaxEvents = 16;
+  bool watch(int fd);
+  int ready(epoll_event* events, int timeout_ms) const;
+  bool take(const epoll_event* events, int n, Frames* frames, Broken* broken,
             std::vector<std::uint64_t>* opened);
   void finish(std::uint64_t link);
   void close(std::uint64_t link);
@@ -137,7 +154,8 @@ class CallLinkClient {
   bool secured_ = false;
   RawKey public_{}, secret_{};
   int epoll_fd_ = -1;
-  std::uint64_t next_id_ = 1;
+  std::uint64_t next_id_ = 1;  // (0 is the watched descriptor's, in the epoll set)
+  int watched_ = -1;
   std::unordered_map<std::uint64_t, std::unique_ptr<Link>> links_;
   std::string plain_;
 };
