@@ -23,8 +23,9 @@ failed with `Timeout` at the limit (its node saw the limit pass with the worker 
 this). Where the kernel has no such
 timer (not Linux), a CPU-time timer (`ITIMER_PROF`) at the limit plus the grace, times the
 CPUs the process may use, stands in. Arming and clearing cost one system call each, the
-largest single cost of a short call; so calls run back to back (`run_of_calls()`: a worker's
-waiting direct calls) share one arming while it still fits each call, ending a stuck one at
+largest single cost of a short call; so calls run back to back (`run_of_calls()`, or
+`open_run()` .. `close_run()`: a worker's direct calls while they keep coming) share one
+arming while it still fits each call, ending a stuck one at
 most `kill_plan.RUN_SLACK` after its hard limit, never before; the alarm is left armed too,
 and re-armed when it fires before the running function's own limit (executor/kill_plan.py
 decides both).
@@ -171,12 +172,26 @@ class FunctionGuard:
         """Calls run back to back in the block share one arming of the kill timer and of
         the alarm while they still fit each (executor/kill_plan.py); both are cleared when
         the block ends."""
-        with self._lock:
-            self._plan.open_run()
-            self._alarm.open_run()
+        self.open_run()
         try:
             yield
         finally:
+            self.close_run()
+
+    @property
+    def in_run(self) -> bool:
+        return self._plan.in_run
+
+    def open_run(self) -> None:
+        """A run of calls starts (or goes on: nothing changes if one is open)."""
+        if not self._plan.in_run:
+            with self._lock:
+                self._plan.open_run()
+                self._alarm.open_run()
+
+    def close_run(self) -> None:
+        """The run of calls (if any) ends: the kill timer and the alarm are cleared."""
+        if self._plan.in_run:
             with self._lock:
                 self._arm(self._plan.close_run())
                 self._alarm_for(self._alarm.close_run())

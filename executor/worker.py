@@ -238,6 +238,7 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, RunEnds, UserMessagin
             if self.dones and self.dones.due(time.monotonic(), not (
                     self._local or self._backlog or self._pull.poll(0))):
                 self._flush_done()
+        self.guard.close_run()           # a run of direct calls left open: timers cleared
         self._flush_done()
         self._stopping.set()
         beat.join(2)
