@@ -347,13 +347,22 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, RunEnds, UserMessagin
         """`source`'s result for `target` of the call: from a `trigger`, or (no message) from
         a function of the call that ran here (`executor/run_ends.py`); with the target's
         schedule if it travelled with the result."""
-        if schedule is not None:
+        # the common case, a forwarded schedule with no other call's result as an input:
+        # placed with its upstream's result in one step (`PendingCalls.add_arrived`)
+        direct = schedule is not None and not schedule.finished and \
+            schedule.function == target and schedule.call_id == call_id and \
+            not call_inputs(schedule.args)
+        if schedule is not None and not direct:
             self._on_schedule(schedule)
         if logs:
             self._upstream_logs.add(call_id, target, logs)
         if session is not None:
             self._sessions.add(call_id, target, session)
-        ready = self.pending.add_trigger(call_id, target, source, value, time.monotonic())
+        now = time.monotonic()
+        ready = self.pending.add_arrived(
+            call_id, target, schedule, schedule.upstreams, schedule.args.args,
+            now + schedule.timeout, now, source, value) if direct else \
+            self.pending.add_trigger(call_id, target, source, value, now)
         if ready is not None:
             self._run(ready)
 
