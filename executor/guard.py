@@ -40,7 +40,7 @@ import os
 import signal
 import threading
 import time
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Union
 
 from hydro_proto import cloudburst_pb2 as pb
 
@@ -147,7 +147,10 @@ class FunctionGuard:
         signal.signal(signal.SIGUSR1, self._cancelled)
         signal.signal(signal.SIGPROF, signal.SIG_DFL)    # terminate: see the module contract
 
-    def run(self, call_id: str, seconds: float, reason: str, fn: Callable[[], Any]) -> Any:
+    def run(self, call_id: str, seconds: float, reason: Union[str, Callable[[], str]],
+            fn: Callable[[], Any]) -> Any:
+        """`fn()` stopped at `seconds` (`Interrupted` with `reason`, or what it returns when
+        it is a function: made only when the limit is reached)."""
         self._reason = reason
         seconds = max(0.001, seconds)
         kill_timer = self._kill_timer
@@ -232,7 +235,8 @@ class FunctionGuard:
         if again:          # it fired before the running function's own limit: re-armed
             signal.setitimer(signal.ITIMER_REAL, again)
         elif running and again is not None:
-            raise Interrupted(pb.TIMEOUT, self._reason)
+            reason = self._reason
+            raise Interrupted(pb.TIMEOUT, reason if isinstance(reason, str) else reason())
 
     def _cancelled(self, signum: int, frame: Any) -> None:
         if self._running is not None and self._running == self._cancel_target:

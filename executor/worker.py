@@ -396,30 +396,36 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, RunEnds, UserMessagin
         into `self._printed` (kept whether it returns or raises), stopped (`Interrupted`)
         past its time limit or the call's deadline, or when the call is cancelled."""
         fn.check(args, kwargs)
-        limit = s.time_limit or self._time_limits.get(s.function) or \
+        call_id, function = s.call_id, s.function
+        limit = s.time_limit or self._time_limits.get(function) or \
             self.config.function_time_limit
-        left = deadline - time.monotonic()
-        reason = f"its time limit of {limit:g} s" if limit <= left else \
-            f"the call's deadline ({s.timeout:g} s after it was scheduled)"
-        seconds = min(limit, left)
-        self.output.begin(s.call_id, s.function)
+        now = time.monotonic()
+        left = deadline - now
+        # (the reason is worded only if the limit is reached)
+        if limit <= left:
+            seconds, reason = limit, lambda: f"its time limit of {limit:g} s"
+        else:
+            seconds = left
+            reason = lambda: f"the call's deadline ({s.timeout:g} s after it was scheduled)"
+        self.output.begin(call_id, function)
         # the node learns when this function's limit passes, so a function stuck in C code
         # (deaf to the guard's signal) fails its call at the limit (executor/liveness.py)
-        until = time.monotonic() + seconds
-        start = self.run_reports.start(s.call_id, until)   # None: the node knows (liveness)
+        until = now + seconds
+        start = self.run_reports.start(call_id, until)   # None: the node knows (liveness)
         if start is not None:
             self._tell_node(start)
         try:
             # a handle passed to the function calls its actor through this worker
-            with self.actor_caller.during(s.scheduler_address, time.monotonic() + seconds):
-                return self.guard.run(s.call_id, seconds, reason,
+            with self.actor_caller.during(s.scheduler_address, until):
+                return self.guard.run(call_id, seconds, reason,
                                       lambda: fn.call(self.lib, args, kwargs))
         finally:
             self._printed = self.output.end()
             # a downstream function of the call that runs here next starts at once
-            follows = bool(s.targets) and any(s.locations.get(t) == self.address
-                                              for t in s.targets)
-            end = self.run_reports.end(s.call_id, until, time.monotonic(), follows)
+            targets = s.targets
+            follows = bool(targets) and any(s.locations.get(t) == self.address
+                                            for t in targets)
+            end = self.run_reports.end(call_id, until, time.monotonic(), follows)
             if end is not None:
                 self._tell_node(end)
 
