@@ -12,6 +12,9 @@ Contract: `PendingCalls` is pure state (every method takes `now`, in seconds).
   given as arguments); they arrive by `add_trigger` under their name and come in
   `Ready.inputs`, not in `args`. `missing(call_id, function)` names a pending invocation's
   inputs and upstreams that have not arrived.
+- `add_arrived(...)` is `add_schedule` then `add_trigger` in one step (a schedule that came
+  with an upstream's result: a function of the same call ran on this worker), with the
+  same outcome; an invocation whose one upstream is that one fires without an entry.
 - Each invocation fires at most once; a trigger or schedule for one that already fired, or
   a duplicate trigger from the same upstream, is ignored.
 - `Ready.deadline` is the invocation's deadline and `Ready.late` names the inputs that arrived
