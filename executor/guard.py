@@ -156,19 +156,29 @@ class FunctionGuard:
         kill_timer = self._kill_timer
         now = time.monotonic()
         self._until = now + seconds        # set before `_running`: the alarm reads both
+        # (the plans' answers are looked at here: within a run of calls they are mostly
+        # None, and a call into `_arm`/`_alarm_for` per answer was a tenth of this method)
         with self._lock:       # a cancel (or a settle) sees the call running, timers armed
             self._running = call_id
             if kill_timer is not None:
-                self._arm(self._plan.start(now, hard_limit(seconds)))
-            self._alarm_for(self._alarm.start(now, seconds))
+                armed = self._plan.start(now, hard_limit(seconds))
+                if armed is not None:
+                    kill_timer.arm(armed)
+            alarm = self._alarm.start(now, seconds)
+            if alarm is not None:
+                signal.setitimer(signal.ITIMER_REAL, alarm)
         try:
             return fn()
         finally:
             with self._lock:
                 self._running = None
-                self._alarm_for(self._alarm.end())
+                alarm = self._alarm.end()
+                if alarm is not None:
+                    signal.setitimer(signal.ITIMER_REAL, alarm)
                 if kill_timer is not None:
-                    self._arm(self._plan.end(time.monotonic()))
+                    armed = self._plan.end(time.monotonic())
+                    if armed is not None:
+                        kill_timer.arm(armed)
 
     @contextlib.contextmanager
     def run_of_calls(self) -> Iterator[None]:
