@@ -12,6 +12,9 @@ Contract: `PendingCalls` is pure state (every method takes `now`, in seconds).
   given as arguments); they arrive by `add_trigger` under their name and come in
   `Ready.inputs`, not in `args`. `missing(call_id, function)` names a pending invocation's
   inputs and upstreams that have not arrived.
+- `add_arrived(...)` is `add_schedule` then `add_trigger` in one step (a schedule that came
+  with an upstream's result: a function of the same call ran on this worker), with the
+  same outcome; an invocation whose one upstream is that one fires without an entry.
 - Each invocation fires at most once; a trigger or schedule for one that already fired, or
   a duplicate trigger from the same upstream, is ignored.
 - `Ready.deadline` is the invocation's deadline and `Ready.late` names the inputs that arrived
@@ -113,6 +116,25 @@ class PendingCalls:
         if now > e.deadline and e.schedule is not None:
             e.late.append(source)
         return self._maybe_fire(key, e, now)
+
+    def add_arrived(self, call_id: str, function: str, schedule: Any,
+                    upstreams: Sequence[str], call_args: Sequence[Any], deadline: float,
+                    now: float, source: str, value: Any) -> Optional[Ready]:
+        """`add_schedule` then `add_trigger(source, value)`, in one step: the schedule came
+        with that upstream's result (a function of the same call that ran on this worker).
+        The outcome is the two calls'; an invocation whose one upstream is `source` fires
+        without an entry made and dropped."""
+        key = (call_id, function)
+        if len(upstreams) != 1 or upstreams[0] != source or key in self._entries:
+            ready = self.add_schedule(call_id, function, schedule, upstreams, call_args,
+                                      deadline, now)
+            return ready if ready is not None else \
+                self.add_trigger(call_id, function, source, value, now)
+        if key in self._fired:
+            return None
+        self._remember(key, max(deadline, now))
+        return Ready(call_id, function, schedule, list(call_args) + [value], deadline,
+                     ["(the schedule)", source] if now > deadline else [], {})
 
     def _maybe_fire(self, key: Tuple[str, str], e: _Entry, now: float) -> Optional[Ready]:
         if e.schedule is None or any(u not in e.results for u in e.upstreams + e.inputs):

@@ -38,8 +38,12 @@ Contract (mixed into `executor.worker.Worker`):
   shorter than `RESULT_HOLD_SECONDS`, and for at most that long, and never across a call
   whose lease's previous call here took that long, or that is its lease's first here); a
   lone call's result goes as soon as the socket is found empty, as a `result`. They run as
-  one run of calls for the worker's guard (`FunctionGuard.run_of_calls`: its timers are
-  armed once for the run while they fit each call, and cleared at its end).
+  one run of calls for the worker's guard (`FunctionGuard.open_run`: its timers are armed
+  once for the run while they fit each call, and cleared at its end). The run stays open
+  from one wake-up to the next while direct calls keep coming (a client's serial calls
+  share one arming too); it ends (`close_run`) when a wait for the next frame finds
+  nothing within the receive timeout, before a frame from the schedule socket is handled
+  (the scheduler's calls run alone), and when the worker has no lease.
 - On the direct socket any other kind is dropped and logged.
 - Call links (`executor/call_links.py`): a worker with a direct socket also listens for TCP
   links from clients (`call_link_address`, reported next to `direct_address`), polled with
@@ -142,13 +146,17 @@ class DirectCalls:
             links = self._links is not None and bool(self._links_idle.poll(0))
             if links or self._direct.getsockopt(zmq.EVENTS) & zmq.POLLIN:
                 self._read_direct(links)
+            self.guard.close_run()
             return recv_frame(self._pull, copy=False)
         ready = dict(self._poller.poll(self._pull.getsockopt(zmq.RCVTIMEO)))
         if self._pull in ready:      # first: it may hold the grant of the lease a call names
+            self.guard.close_run()   # the scheduler's calls run alone, as always
             return recv_frame(self._pull, zmq.NOBLOCK, copy=False)
         links = self._links is not None and self._links_fd in ready
         if links or self._direct in ready:
             self._read_direct(links)
+        else:                        # nothing came within a receive timeout: the run ends
+            self.guard.close_run()
         return None       # (not zmq.Again: an exception per wake-up costs more than the call)
 
     def _read_direct(self, links: bool = False) -> None:
@@ -157,12 +165,14 @@ class DirectCalls:
         so a client that keeps a worker busy gets one message per run of calls, not one
         per call; a lone call's result goes as soon as the socket is found empty."""
         self._answers.open()
+        # one kill-timer arming for many calls, also from one wake-up to the next: the run
+        # stays open while calls keep coming, and ends when a wait finds none (`_next_frame`)
+        self.guard.open_run()
         try:
-            with self.guard.run_of_calls():  # one kill-timer arming for many calls
-                self._read_waiting()
-                if links:            # and what came on call links
-                    for link, data, role in self._links.frames():
-                        self._from_client(data, role, link)
+            self._read_waiting()
+            if links:                # and what came on call links
+                for link, data, role in self._links.frames():
+                    self._from_client(data, role, link)
         finally:
             self._answers.close()
             self._send_answers()

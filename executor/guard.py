@@ -23,8 +23,9 @@ failed with `Timeout` at the limit (its node saw the limit pass with the worker 
 this). Where the kernel has no such
 timer (not Linux), a CPU-time timer (`ITIMER_PROF`) at the limit plus the grace, times the
 CPUs the process may use, stands in. Arming and clearing cost one system call each, the
-largest single cost of a short call; so calls run back to back (`run_of_calls()`: a worker's
-waiting direct calls) share one arming while it still fits each call, ending a stuck one at
+largest single cost of a short call; so calls run back to back (`run_of_calls()`, or
+`open_run()` .. `close_run()`: a worker's direct calls while they keep coming) share one
+arming while it still fits each call, ending a stuck one at
 most `kill_plan.RUN_SLACK` after its hard limit, never before; the alarm is left armed too,
 and re-armed when it fires before the running function's own limit (executor/kill_plan.py
 decides both).
@@ -39,7 +40,7 @@ import os
 import signal
 import threading
 import time
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Union
 
 from hydro_proto import cloudburst_pb2 as pb
 
@@ -146,37 +147,64 @@ class FunctionGuard:
         signal.signal(signal.SIGUSR1, self._cancelled)
         signal.signal(signal.SIGPROF, signal.SIG_DFL)    # terminate: see the module contract
 
-    def run(self, call_id: str, seconds: float, reason: str, fn: Callable[[], Any]) -> Any:
+    def run(self, call_id: str, seconds: float, reason: Union[str, Callable[[], str]],
+            fn: Callable[[], Any]) -> Any:
+        """`fn()` stopped at `seconds` (`Interrupted` with `reason`, or what it returns when
+        it is a function: made only when the limit is reached)."""
         self._reason = reason
         seconds = max(0.001, seconds)
         kill_timer = self._kill_timer
         now = time.monotonic()
         self._until = now + seconds        # set before `_running`: the alarm reads both
+        # (the plans' answers are looked at here: within a run of calls they are mostly
+        # None, and a call into `_arm`/`_alarm_for` per answer was a tenth of this method)
         with self._lock:       # a cancel (or a settle) sees the call running, timers armed
             self._running = call_id
             if kill_timer is not None:
-                self._arm(self._plan.start(now, hard_limit(seconds)))
-            self._alarm_for(self._alarm.start(now, seconds))
+                armed = self._plan.start(now, hard_limit(seconds))
+                if armed is not None:
+                    kill_timer.arm(armed)
+            alarm = self._alarm.start(now, seconds)
+            if alarm is not None:
+                signal.setitimer(signal.ITIMER_REAL, alarm)
         try:
             return fn()
         finally:
             with self._lock:
                 self._running = None
-                self._alarm_for(self._alarm.end())
+                alarm = self._alarm.end()
+                if alarm is not None:
+                    signal.setitimer(signal.ITIMER_REAL, alarm)
                 if kill_timer is not None:
-                    self._arm(self._plan.end(time.monotonic()))
+                    armed = self._plan.end(time.monotonic())
+                    if armed is not None:
+                        kill_timer.arm(armed)
 
     @contextlib.contextmanager
     def run_of_calls(self) -> Iterator[None]:
         """Calls run back to back in the block share one arming of the kill timer and of
         the alarm while they still fit each (executor/kill_plan.py); both are cleared when
         the block ends."""
-        with self._lock:
-            self._plan.open_run()
-            self._alarm.open_run()
+        self.open_run()
         try:
             yield
         finally:
+            self.close_run()
+
+    @property
+    def in_run(self) -> bool:
+        return self._plan.in_run
+
+    def open_run(self) -> None:
+        """A run of calls starts (or goes on: nothing changes if one is open)."""
+        if not self._plan.in_run:
+            with self._lock:
+                self._plan.open_run()
+                self._alarm.open_run()
+
+    def close_run(self) -> None:
+        """The run of calls (if any) ends: the kill timer and the alarm are cleared."""
+        if self._plan.in_run:
             with self._lock:
                 self._arm(self._plan.close_run())
                 self._alarm_for(self._alarm.close_run())
@@ -217,7 +245,8 @@ class FunctionGuard:
         if again:          # it fired before the running function's own limit: re-armed
             signal.setitimer(signal.ITIMER_REAL, again)
         elif running and again is not None:
-            raise Interrupted(pb.TIMEOUT, self._reason)
+            reason = self._reason
+            raise Interrupted(pb.TIMEOUT, reason if isinstance(reason, str) else reason())
 
     def _cancelled(self, signum: int, frame: Any) -> None:
         if self._running is not None and self._running == self._cancel_target:

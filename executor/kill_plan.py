@@ -15,8 +15,13 @@ ctypes, the largest single cost of a no-op call at the worker. So:
   at its own hard limit, at most `slack` later (never earlier: its time limit always holds).
   Between calls the timer is left armed only while at least `keep` seconds remain before it
   fires (the worker's own work after a call, such as serializing a large result, may take
-  a while); closer than that it is cleared at the call's end. Before the worker waits for
-  anything between calls (its node cache: `settle`), and at `close_run`, it is cleared.
+  a while); closer than that it is cleared at the call's end. So it may stay armed across a
+  wait bounded well below `keep` (the worker's wait for its next frame, at most a receive
+  timeout: a run of direct calls stays open from one wake-up to the next while calls keep
+  coming, `executor/direct_calls.py`). Before any other wait between calls (its node
+  cache: `settle`), and at `close_run`, it is cleared. A run arms the timer `CLOCK_ROOM`
+  under `slack` past the starting call's hard limit, so that the next function of the same
+  call, whose limit is read a few microseconds later, still fits that arming.
 - A cancel arms the timer `grace` seconds out (`cancelled`): the next call re-arms it.
 
 Each method returns what to do with the timer: seconds to arm it for, 0 to clear it, or None
@@ -34,11 +39,12 @@ from __future__ import annotations
 
 from typing import Optional
 
-__all__ = ["AlarmPlan", "KillPlan", "RUN_SLACK", "RUN_KEEP", "ALARM_EARLY"]
+__all__ = ["AlarmPlan", "KillPlan", "RUN_SLACK", "RUN_KEEP", "ALARM_EARLY", "CLOCK_ROOM"]
 
 RUN_SLACK = 0.25     # seconds a stuck function may outlive its hard limit within a run
 RUN_KEEP = 10.0      # seconds left on the timer for it to stay armed between calls
 ALARM_EARLY = 0.001  # an alarm this close to a function's limit is its limit (timer rounding)
+CLOCK_ROOM = 0.001   # a run's arming this much under the slack (clock reads drift)
 
 
 class KillPlan:
@@ -60,8 +66,11 @@ class KillPlan:
         armed = self.armed_until
         if armed is not None and own <= armed <= own + self.slack:
             return None
-        self.armed_until = own + self.slack
-        return hard_seconds + self.slack
+        # a hair under the slack: the next function of the same call reads the clock a few
+        # microseconds later and may find its own limit that much earlier
+        room = self.slack - min(CLOCK_ROOM, self.slack / 2)
+        self.armed_until = own + room
+        return hard_seconds + room
 
     def end(self, now: float) -> Optional[float]:
         """The function returned or raised."""

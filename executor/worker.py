@@ -238,6 +238,7 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, RunEnds, UserMessagin
             if self.dones and self.dones.due(time.monotonic(), not (
                     self._local or self._backlog or self._pull.poll(0))):
                 self._flush_done()
+        self.guard.close_run()           # a run of direct calls left open: timers cleared
         self._flush_done()
         self._stopping.set()
         beat.join(2)
@@ -346,13 +347,22 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, RunEnds, UserMessagin
         """`source`'s result for `target` of the call: from a `trigger`, or (no message) from
         a function of the call that ran here (`executor/run_ends.py`); with the target's
         schedule if it travelled with the result."""
-        if schedule is not None:
+        # the common case, a forwarded schedule with no other call's result as an input:
+        # placed with its upstream's result in one step (`PendingCalls.add_arrived`)
+        direct = schedule is not None and not schedule.finished and \
+            schedule.function == target and schedule.call_id == call_id and \
+            not call_inputs(schedule.args)
+        if schedule is not None and not direct:
             self._on_schedule(schedule)
         if logs:
             self._upstream_logs.add(call_id, target, logs)
         if session is not None:
             self._sessions.add(call_id, target, session)
-        ready = self.pending.add_trigger(call_id, target, source, value, time.monotonic())
+        now = time.monotonic()
+        ready = self.pending.add_arrived(
+            call_id, target, schedule, schedule.upstreams, schedule.args.args,
+            now + schedule.timeout, now, source, value) if direct else \
+            self.pending.add_trigger(call_id, target, source, value, now)
         if ready is not None:
             self._run(ready)
 
@@ -386,30 +396,36 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, RunEnds, UserMessagin
         into `self._printed` (kept whether it returns or raises), stopped (`Interrupted`)
         past its time limit or the call's deadline, or when the call is cancelled."""
         fn.check(args, kwargs)
-        limit = s.time_limit or self._time_limits.get(s.function) or \
+        call_id, function = s.call_id, s.function
+        limit = s.time_limit or self._time_limits.get(function) or \
             self.config.function_time_limit
-        left = deadline - time.monotonic()
-        reason = f"its time limit of {limit:g} s" if limit <= left else \
-            f"the call's deadline ({s.timeout:g} s after it was scheduled)"
-        seconds = min(limit, left)
-        self.output.begin(s.call_id, s.function)
+        now = time.monotonic()
+        left = deadline - now
+        # (the reason is worded only if the limit is reached)
+        if limit <= left:
+            seconds, reason = limit, lambda: f"its time limit of {limit:g} s"
+        else:
+            seconds = left
+            reason = lambda: f"the call's deadline ({s.timeout:g} s after it was scheduled)"
+        self.output.begin(call_id, function)
         # the node learns when this function's limit passes, so a function stuck in C code
         # (deaf to the guard's signal) fails its call at the limit (executor/liveness.py)
-        until = time.monotonic() + seconds
-        start = self.run_reports.start(s.call_id, until)   # None: the node knows (liveness)
+        until = now + seconds
+        start = self.run_reports.start(call_id, until)   # None: the node knows (liveness)
         if start is not None:
             self._tell_node(start)
         try:
             # a handle passed to the function calls its actor through this worker
-            with self.actor_caller.during(s.scheduler_address, time.monotonic() + seconds):
-                return self.guard.run(s.call_id, seconds, reason,
+            with self.actor_caller.during(s.scheduler_address, until):
+                return self.guard.run(call_id, seconds, reason,
                                       lambda: fn.call(self.lib, args, kwargs))
         finally:
             self._printed = self.output.end()
             # a downstream function of the call that runs here next starts at once
-            follows = bool(s.targets) and any(s.locations.get(t) == self.address
-                                              for t in s.targets)
-            end = self.run_reports.end(s.call_id, until, time.monotonic(), follows)
+            targets = s.targets
+            follows = bool(targets) and any(s.locations.get(t) == self.address
+                                            for t in targets)
+            end = self.run_reports.end(call_id, until, time.monotonic(), follows)
             if end is not None:
                 self._tell_node(end)
 

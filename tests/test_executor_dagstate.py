@@ -143,3 +143,47 @@ def test_a_fired_invocation_is_forgotten_oldest_first_never_early():
     p.expire(now=15.5)
     assert not p.known("c1", "f") and not p.known("c2", "f")
     assert p.add_schedule("c1", "f", "S", [], [], deadline=30, now=16) is not None
+
+
+_EVENT = st.tuples(st.sampled_from(["c1", "c2"]), st.sampled_from(["f", "g"]),
+                   st.sampled_from(["schedule", "trigger", "arrived", "abort", "expire"]),
+                   st.sampled_from(["up", "other"]), st.floats(0, 20),
+                   st.sampled_from([("up",), ("up", "other"), ("other",), ()]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_EVENT, max_size=30))
+def test_a_schedule_with_its_upstream_result_is_the_schedule_then_the_trigger(events):
+    """`add_arrived` (a local downstream function's schedule with its upstream's result)
+    gives what `add_schedule` then `add_trigger` gave, whatever came before: the same
+    `Ready` (arguments, deadline, late inputs) or None, and the same state after."""
+    fast, slow = PendingCalls(orphan_timeout=5), PendingCalls(orphan_timeout=5)
+    for now, (call, fn, kind, source, deadline, upstreams) in enumerate(events):
+        if kind == "abort":
+            assert fast.abort(call) == slow.abort(call)
+        elif kind == "expire":
+            assert [(s.call_id, s.function, s.missing) for s in fast.expire(now)] == \
+                [(s.call_id, s.function, s.missing) for s in slow.expire(now)]
+        elif kind == "trigger":
+            a = fast.add_trigger(call, fn, source, "v", now)
+            b = slow.add_trigger(call, fn, source, "v", now)
+            assert (a is None) == (b is None)
+        elif kind == "schedule":
+            a = fast.add_schedule(call, fn, "S", upstreams, ["own"], deadline, now)
+            b = slow.add_schedule(call, fn, "S", upstreams, ["own"], deadline, now)
+            assert (a is None) == (b is None)
+        else:
+            a = fast.add_arrived(call, fn, "S", upstreams, ["own"], deadline, now, source, "v")
+            b = slow.add_schedule(call, fn, "S", upstreams, ["own"], deadline, now)
+            if b is None:
+                b = slow.add_trigger(call, fn, source, "v", now)
+            assert (a is None) == (b is None)
+            if a is not None:
+                assert (a.call_id, a.function, a.schedule, a.args, a.deadline, a.late,
+                        a.inputs) == (b.call_id, b.function, b.schedule, b.args, b.deadline,
+                                      b.late, b.inputs)
+        for c in ("c1", "c2"):
+            for f in ("f", "g"):
+                assert fast.known(c, f) == slow.known(c, f)
+                assert fast.missing(c, f) == slow.missing(c, f)
+        assert len(fast) == len(slow)

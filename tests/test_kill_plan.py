@@ -1,7 +1,9 @@
 """When the worker's kill timer is armed and cleared (executor/kill_plan.py, pure)."""
 from hypothesis import given, settings, strategies as st
 
-from executor.kill_plan import AlarmPlan, KillPlan
+from executor.kill_plan import CLOCK_ROOM, AlarmPlan, KillPlan
+
+LATE = 0.25 - CLOCK_ROOM     # how far past a call's hard limit a run arms the timer
 
 
 def test_alone_a_call_arms_its_exact_hard_limit_and_clears_it_at_its_end():
@@ -27,14 +29,24 @@ def test_a_run_of_equal_calls_arms_about_once_per_slack_not_twice_per_call():
     assert plan.close_run() is None
 
 
+def test_the_next_function_of_a_call_reading_the_clock_later_keeps_the_arming():
+    """A chain's next function finds its own hard limit a few microseconds earlier than the
+    first one's (its time left is read a little later): the timer stays as it is."""
+    plan = KillPlan(slack=0.25, keep=10.0)
+    plan.open_run()
+    assert plan.start(0.0, 31.0) is not None
+    assert plan.end(0.0001) is None
+    assert plan.start(0.0002, 31.0 - 0.0002 - 0.00001) is None
+
+
 def test_a_shorter_call_after_a_longer_one_re_arms_earlier():
     plan = KillPlan(slack=0.25, keep=10.0)
     plan.open_run()
     plan.start(0.0, 901.0)
     plan.end(0.001)                                     # 900 s left: kept armed
-    assert plan.armed_until == 901.25
-    assert plan.start(0.002, 2.0) == 2.25               # its own limit, not the other's
-    assert plan.armed_until == 2.252
+    assert plan.armed_until == 901.0 + LATE
+    assert plan.start(0.002, 2.0) == 2.0 + LATE              # its own limit, not the other's
+    assert plan.armed_until == 0.002 + 2.0 + LATE
 
 
 def test_a_timer_about_to_fire_is_cleared_at_the_call_end_and_by_settle():
@@ -53,7 +65,7 @@ def test_a_cancel_arms_the_grace_and_the_next_call_re_arms_its_own():
     plan.start(0.0, 31.0)
     assert plan.cancelled(1.0, 1.0) == 1.0 and plan.armed_until == 2.0
     assert plan.end(1.1) == 0.0                         # 0.9 s left: cleared
-    assert plan.start(1.2, 31.0) == 31.25
+    assert plan.start(1.2, 31.0) == 31.0 + LATE
 
 
 @settings(max_examples=300)

@@ -88,11 +88,115 @@ def test_a_two_function_dag_runs_in_one_run_of_calls(worker):
     worker.guard._kill_timer.arm = lambda seconds: (armed.append(seconds), arm(seconds))
     result = _call(worker, "inc", 3)
     assert (result.status, loads(result.value)) == (pb.OK, 16)
+    assert worker._next_frame() is None       # nothing more comes: the run of calls ends
     # armed for the run of calls (again if the downstream function's time left is shorter)
     # and cleared once, at its end; before, the downstream function ran after the run had
     # ended, and armed and cleared it again
     assert armed[0] > 0 and armed[-1] == 0 and armed.count(0) == 1, armed
     assert not worker._local and worker.leased.calls_of("L") == []
+
+
+def _arms(worker):
+    """The kill timer's armings and clearings (0), as they happen."""
+    armed = []
+    arm = worker.guard._kill_timer.arm
+    worker.guard._kill_timer.arm = lambda seconds: (armed.append(seconds), arm(seconds))
+    return armed
+
+
+def _serial(worker, first, args):
+    """Each call sent alone once the last one's result is back, the worker woken once per
+    call (its receive timeout made long, so that no wait of its own finds nothing)."""
+    context = zmq.Context()
+    results, address = bind_pull(context, "127.0.0.1")
+    push = context.socket(zmq.PUSH)
+    push.connect(worker.direct_address)
+    worker._pull.setsockopt(zmq.RCVTIMEO, 20000)
+    out = []
+    try:
+        for arg in args:
+            call = pb.Call(request_id=uuid.uuid4().hex, lease_id="L",
+                           response_address=address, timeout=30.0)
+            call.args[first].args.add(value=dumps(arg))
+            push.send(encode("direct", call))
+            assert worker._next_frame() is None           # it ran the call
+            assert results.poll(20000), "no result within 20 s"
+            out.append(pb.CallResult.FromString(parse(results.recv())[1]))
+    finally:
+        worker._pull.setsockopt(zmq.RCVTIMEO, 100)
+        push.close(0)
+        results.close(0)
+        context.term()
+    return out
+
+
+def test_serial_calls_share_one_arming_until_the_worker_finds_nothing_to_do(worker):
+    worker._functions["inc"] = ("v1", Entry(lambda x: x + 1, "inc"))
+    worker._functions["sq"] = ("v1", Entry(lambda x: x * x, "sq"))
+    _lease(worker, ["inc", "sq"])
+    armed = _arms(worker)
+    for i, result in enumerate(_serial(worker, "inc", range(5))):
+        assert (result.status, loads(result.value)) == (pb.OK, (i + 1) ** 2)
+    # the run of calls stayed open from one wake-up to the next: armed once, not cleared
+    assert len(armed) == 1 and armed[0] > 0 and worker.guard.in_run, armed
+    # a wait that finds nothing ends it: the timer is cleared (the worker may idle long)
+    assert worker._next_frame() is None
+    assert armed[-1] == 0 and not worker.guard.in_run, armed
+    assert worker.guard._plan.armed_until is None and worker.guard._alarm.armed_until is None
+
+
+def test_a_scheduler_message_ends_a_run_of_direct_calls(worker):
+    worker._functions["inc"] = ("v1", Entry(lambda x: x + 1, "inc"))
+    worker._functions["sq"] = ("v1", Entry(lambda x: x * x, "sq"))
+    _lease(worker, ["inc", "sq"])
+    armed = _arms(worker)
+    assert _serial(worker, "inc", [1])[0].status == pb.OK and worker.guard.in_run
+    context = zmq.Context()
+    push = context.socket(zmq.PUSH)
+    push.connect(worker.address)
+    try:     # a lease renewal from its scheduler: the scheduler's calls run alone, as always
+        push.send(encode("worker_lease", pb.WorkerLease(lease_id="L", client="", slots=4,
+                                                        ttl=60)))
+        deadline = time.monotonic() + 20
+        raw = None
+        while raw is None and time.monotonic() < deadline:
+            raw = worker._next_frame()
+        assert raw is not None and not worker.guard.in_run and armed[-1] == 0, armed
+    finally:
+        push.close(0)
+        context.term()
+
+
+def test_a_call_within_a_run_kept_open_is_still_stopped_at_its_time_limit(worker):
+    worker._functions["inc"] = ("v1", Entry(lambda x: x + 1, "inc"))
+    worker._functions["nap"] = ("v1", Entry(lambda x: time.sleep(30) if x > 5 else x, "nap"))
+    _lease(worker, ["inc", "nap"])
+    assert _serial(worker, "inc", [1])[0].status == pb.OK   # leaves the run open, armed
+    assert worker.guard.in_run and worker.guard._plan.armed_until is not None
+    context = zmq.Context()
+    results, address = bind_pull(context, "127.0.0.1")
+    push = context.socket(zmq.PUSH)
+    push.connect(worker.direct_address)
+    call = pb.Call(request_id=uuid.uuid4().hex, lease_id="L", response_address=address,
+                   timeout=30.0, time_limit=0.3)
+    call.args["inc"].args.add(value=dumps(10))
+    push.send(encode("direct", call))
+    started = time.monotonic()
+    try:
+        while time.monotonic() < started + 20 and not results.poll(0):
+            worker._run_local()
+            raw = worker._next_frame()
+            if raw is not None:
+                worker._dispatch(worker._admitted(raw))
+        assert results.poll(0), "no result within 20 s"
+        result = pb.CallResult.FromString(parse(results.recv())[1])
+        assert result.status == pb.TIMEOUT and "'nap'" in result.message, result
+        assert "time limit of 0.3 s" in result.message, result
+        assert time.monotonic() - started < 10
+    finally:
+        push.close(0)
+        results.close(0)
+        context.term()
 
 
 def test_a_three_function_chain_passes_each_result_on_and_keeps_upstream_output(worker):
