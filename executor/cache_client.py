@@ -153,6 +153,10 @@ class CacheClient:
         request.have.update(self.copies.have(request.keys))
         response, frames = self._request(request.op, list(request.keys), [], request,
                                          timeout=timeout)
+        return self._reads(response, frames)
+
+    def _reads(self, response: pb.CacheResponse, frames: List[Any]
+               ) -> Tuple[pb.CacheResponse, Dict[str, CausalRead]]:
         values = self._values(response, frames)
         return response, {e.key: CausalRead(dict(e.version.vc), values[e.key], deps_pb=e.deps)
                           for e in response.entries if e.found}
@@ -178,7 +182,18 @@ class CacheClient:
         got = await_reply(self._reply, rid, time.monotonic() + timeout, cache_reply)
         if got is None:
             raise Timeout(f"the node cache at {self.cache_address} to answer {what}", timeout)
-        response, frames = got
+        return self._checked(got[0], got[1], what, keys, timeout)
+
+    def bound(self, response: pb.CacheResponse, frames: Sequence[Any], keys: Sequence[str],
+              timeout: float) -> Tuple[pb.CacheResponse, Dict[str, CausalRead]]:
+        """`causal`'s answer for a CAUSAL_BIND the node cache made on the way to this worker
+        (`Trigger.bound`): the same checks and errors, as if this worker had asked."""
+        what = f"{pb.CacheOp.Name(pb.CAUSAL_BIND)} {list(keys)[:5]}"
+        return self._reads(*self._checked(response, list(frames), what, list(keys), timeout))
+
+    def _checked(self, response: pb.CacheResponse, frames: List[Any], what: str,
+                 keys: List[str], timeout: float) -> Tuple[pb.CacheResponse, List[Any]]:
+        """The answer, or the typed error it names (module contract)."""
         if response.status == pb.TIMEOUT:
             raise Timeout(response.stage or f"the node cache at {self.cache_address}: {what}",
                           timeout)

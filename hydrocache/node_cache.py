@@ -235,7 +235,13 @@ class NodeCache(Committing, CutWaits):
 
     def _answer(self, req: pb.CacheRequest, response: pb.CacheResponse,
                 frames: Sequence[Any] = ()) -> None:
-        if req.response_address:
+        if req.deliver_to and req.op == pb.CAUSAL_BIND:
+            # a bind made on the way to its worker: the answer, whatever it is, rides on the
+            # trigger it came with (the worker raises a failure as it would a cache_reply's)
+            response.request_id = req.request_id
+            response.responder = self.address
+            self._out.append(Reply(req.deliver_to, response, list(frames), req.deliver_trigger))
+        elif req.response_address:
             response.request_id = req.request_id
             response.responder = self.address
             self._out.append(Reply(req.response_address, response, list(frames)))
