@@ -7,7 +7,9 @@ Each request waits on the worker's own reply socket for the answer with the same
 cache and the keys. A failed answer raises `CloudburstError` with the node cache's reason
 (`Fenced` when the cache refused a causal attempt that is fenced); a refused one (a write of
 a key only the cluster writes) raises `NotPermitted` naming it; a lattice value that does
-not decode raises `MalformedValue` naming its key.
+not decode raises `MalformedValue` naming its key. `bound(response, frames, keys, timeout)`
+reads a CAUSAL_BIND's answer that reached the worker on a trigger (the cache bound on the
+trigger's way) with the same checks and errors as `causal`.
 While `session` is set (a `executor.call_session.CallSession`: the running call's), every
 GET carries the floors of its keys, and every plain value read or written is noted in it
 with its LWW timestamp (a merged lattice as merged). `before_wait`, if set, is called before

@@ -30,6 +30,12 @@ function's reads through the node cache and remembers them:
   `carry_keys`; `carried.carry_plan`), and passes on the received versions only of keys a
   downstream function reads; a bind sends the cache only the carried versions of the keys it
   binds, less those the upstream snapshot says that cache alone holds (`worth_sending`).
+A first bind may be made before the invocation starts: the upstream worker sends the
+request (`bind_request(keys)`, the bind this invocation would send) to this function's node
+cache with the trigger, and the cache hands the trigger on with its answer (`Trigger.bound`,
+passed in as `prebound`); `bind` of the same keys then takes that answer as its own (the same
+checks, errors and aborts, through `CacheClient.bound`), and a first bind of other keys goes
+to the cache as before.
 Parallel upstream contexts of a function that reads nothing are validated here with
 `hydrocache.protocols.parallel_flow` (pure), saving a cache round trip.
 """

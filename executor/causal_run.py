@@ -6,6 +6,9 @@ whose schedule has `consistency == CAUSAL` (`_run_causal`):
   its arguments and the upstream results' causal contexts; under HB with OPT, an attempt
   whose read versions and inputs match an earlier attempt's reuses that attempt's result
   (kept until 30 s after its deadline, bounded in count and bytes: `executor/reuse.py`);
+- a result for a downstream function on another worker goes through that function's node
+  cache when the cache can make its first bind on the way (`_bind_on_the_way`; a trigger
+  that comes back with its answer, `Trigger.bound`, gives the invocation its first bind);
 - a sink commits through the node cache once the scheduler grants the call's one commit,
   writing `output_key` too when asked, and sends the caller its result with the call's
   `CausalStats`; the result goes downstream with the invocation's causal context;

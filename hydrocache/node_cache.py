@@ -36,7 +36,9 @@ The operations (dissertation 4.3; `hydrocache/protocols.py` holds their decision
   (`hydrocache.carried`: used only when the entry's clock supersedes them and their merge is
   that clock), or else fetched from their holders (CAUSAL_TEMP_GET, in parallel). Holders
   that fail or do not answer in time abort the attempt ("upstream versions
-  unavailable"). The reply carries the bound versions (values as frames), S_new and R_new
+  unavailable"). A bind naming `deliver_to` (made on the way to its worker, executor/causal.py)
+  is answered to that worker, carrying the trigger it came with (`Reply.trigger`), whatever
+  the answer. The reply carries the bound versions (values as frames), S_new and R_new
   (with `carry_versions`, also this cache's versions of S_d, of `carry_keys` only when it
   names any, in `context.carried`), or
   `abort` with the reason and the stale keys.
