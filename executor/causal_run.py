@@ -46,6 +46,10 @@ __all__ = ["CausalRunning"]
 
 log = logging.getLogger("cloudburst.worker")
 
+# a result larger than this goes straight to its worker: through the node cache it would be
+# copied twice more (into the bind request, out with its answer) to save one small message
+ON_THE_WAY_BYTES = 64 << 10
+
 
 class CausalRunning:
     """A causal invocation's run; mixed into the worker (module contract)."""
@@ -145,10 +149,12 @@ class CausalRunning:
         cache, which makes the target's first bind on the way and hands on the trigger with
         its answer (`Trigger.bound`): one message instead of a trigger, a bind request and its
         answer. False (nothing sent) when that bind cannot be made there: the target's
-        schedule does not travel with the result, it is not an OPT function with this one
+        schedule does not travel with the result, the result is large (ON_THE_WAY_BYTES),
+        it is not an OPT function with this one
         upstream and references to read, it may reuse an earlier attempt's result (its
         worker adds the reused reads' keys), or the cache is not accepting."""
-        if not trigger.HasField("schedule") or trigger.value_key or trigger.status != pb.OK:
+        if not trigger.HasField("schedule") or trigger.value_key or trigger.status != pb.OK \
+                or len(trigger.value) > ON_THE_WAY_BYTES:
             return False
         ts = trigger.schedule
         cache = ts.causal.caches.get(ts.function, "")

@@ -173,7 +173,8 @@ class HydroCacheService:
         for r in step.replies:
             if r.trigger:        # a bind made on the way: the answer rides on the trigger
                 push.send(r.address, "trigger", _Relayed(r.trigger + pb.Trigger(
-                    bound=r.response, bound_values=r.frames).SerializeToString()))
+                    bound=r.response, bound_values=[bytes(f) for f in r.frames]
+                ).SerializeToString()))
             else:
                 push.send_with_frames(r.address, "cache_reply", r.response, r.frames)
         owner = object()                  # this step's I/O takes one turn at a time

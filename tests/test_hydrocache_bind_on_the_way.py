@@ -103,6 +103,8 @@ def test_the_service_sends_the_trigger_with_the_answer_appended_unparsed():
 def target_schedule(protocol=pb.OPT, reads="kj", upstreams=("f",)) -> pb.Schedule:
     s = schedule(sink=True)
     s.function = "g"
+    s.consistency = pb.CAUSAL
+    s.causal.caches["g"] = "tcp://c2"
     s.causal.protocol = protocol
     s.upstreams.extend(upstreams)
     for k in reads:
@@ -190,3 +192,55 @@ def test_a_first_bind_of_other_keys_goes_to_the_cache_as_before():
     inv.bind(["k", "j", "m"])       # an HB reuse's keys too: the answer does not cover them
     assert [list(r.keys) for r in scripted.requests] == [["k", "j", "m"]]
     assert inv.value("m") == b"m1"
+
+
+def test_values_held_as_buffers_are_relayed_as_bytes():
+    svc = service_mod.HydroCacheService.__new__(service_mod.HydroCacheService)
+    svc._push = FakePush()
+    answer = pb.CacheResponse(request_id="r")
+    answer.entries.add(key="a", found=True, value_count=1)
+    svc._carry(Step([Reply("worker-g", answer, [memoryview(b"a1")], trigger_bytes())], []))
+    [(_, kind, payload)] = svc._push.sent
+    assert kind == "trigger" and list(pb.Trigger.FromString(payload).bound_values) == [b"a1"]
+
+
+# ---------------------------------------------------------------- the upstream worker's send
+class Sender:
+    """What `CausalRunning._bind_on_the_way` uses of the worker: its push."""
+
+    def __init__(self):
+        self._push = FakePush()
+
+
+def outgoing(value: bytes = b"result", protocol=pb.OPT) -> pb.Trigger:
+    t = pb.Trigger(call_id="c#0", source="f", target="g", value=value)
+    t.schedule.CopyFrom(target_schedule(protocol=protocol))
+    t.causal.CopyFrom(upstream(True))
+    return t
+
+
+def test_a_result_goes_through_the_targets_cache_with_the_targets_bind():
+    from executor.causal_run import CausalRunning
+    sender, t = Sender(), outgoing()
+    assert CausalRunning._bind_on_the_way(sender, "worker-g", t)
+    [(address, kind, payload)] = sender._push.sent
+    req = pb.CacheRequest.FromString(payload)
+    assert (address, kind) == (t.schedule.causal.caches["g"], "cache")
+    assert req.op == pb.CAUSAL_BIND and sorted(req.keys) == ["j", "k"]
+    assert req.deliver_to == "worker-g"
+    relayed = pb.Trigger.FromString(req.deliver_trigger)
+    assert relayed.value == b"result" and sorted(relayed.bound_keys) == ["j", "k"]
+
+
+@pytest.mark.parametrize("why", ["large", "ct", "value by key", "no schedule"])
+def test_a_result_goes_straight_to_its_worker_where_no_bind_can_be_made_on_the_way(why):
+    from executor.causal_run import CausalRunning, ON_THE_WAY_BYTES
+    t = outgoing(value=b"x" * (ON_THE_WAY_BYTES + 1) if why == "large" else b"result",
+                 protocol=pb.CT if why == "ct" else pb.OPT)
+    if why == "value by key":
+        t.value_key = "__values/c#0/f"
+    if why == "no schedule":
+        t.ClearField("schedule")
+    sender = Sender()
+    assert not CausalRunning._bind_on_the_way(sender, "worker-g", t)
+    assert sender._push.sent == [] and not t.bound_keys
