@@ -227,8 +227,10 @@ class CausalInvocation:
         if self._carry and self._carry_ask is not None:
             req.carry_keys.extend(sorted(self._carry_ask))
         req.upstreams.extend(contexts)
-        for c in req.upstreams:
-            del c.carried[:]
+        for c in req.upstreams:     # what the cache reads of them: S, R, the abort flag, the
+            del c.carried[:]        # fetch count and (below) the carried versions it may use;
+            del c.read_deps[:]      # the writes and read dependencies go downstream only
+            c.writes.clear()
         if self.carried:    # the cache rebuilds versions only of the keys it binds, and
             # those its upstream snapshot says it holds alone come from its own
             req.upstreams[0].carried.extend(self.carried.to_proto(worth_sending(
