@@ -7,9 +7,7 @@ Each request waits on the worker's own reply socket for the answer with the same
 cache and the keys. A failed answer raises `CloudburstError` with the node cache's reason
 (`Fenced` when the cache refused a causal attempt that is fenced); a refused one (a write of
 a key only the cluster writes) raises `NotPermitted` naming it; a lattice value that does
-not decode raises `MalformedValue` naming its key. `bound(response, frames, keys, timeout)`
-reads a CAUSAL_BIND's answer that reached the worker on a trigger (the cache bound on the
-trigger's way) with the same checks and errors as `causal`.
+not decode raises `MalformedValue` naming its key.
 While `session` is set (a `executor.call_session.CallSession`: the running call's), every
 GET carries the floors of its keys, and every plain value read or written is noted in it
 with its LWW timestamp (a merged lattice as merged). `before_wait`, if set, is called before
@@ -155,10 +153,6 @@ class CacheClient:
         request.have.update(self.copies.have(request.keys))
         response, frames = self._request(request.op, list(request.keys), [], request,
                                          timeout=timeout)
-        return self._reads(response, frames)
-
-    def _reads(self, response: pb.CacheResponse, frames: List[Any]
-               ) -> Tuple[pb.CacheResponse, Dict[str, CausalRead]]:
         values = self._values(response, frames)
         return response, {e.key: CausalRead(dict(e.version.vc), values[e.key], deps_pb=e.deps)
                           for e in response.entries if e.found}
@@ -184,18 +178,7 @@ class CacheClient:
         got = await_reply(self._reply, rid, time.monotonic() + timeout, cache_reply)
         if got is None:
             raise Timeout(f"the node cache at {self.cache_address} to answer {what}", timeout)
-        return self._checked(got[0], got[1], what, keys, timeout)
-
-    def bound(self, response: pb.CacheResponse, frames: Sequence[Any], keys: Sequence[str],
-              timeout: float) -> Tuple[pb.CacheResponse, Dict[str, CausalRead]]:
-        """`causal`'s answer for a CAUSAL_BIND the node cache made on the way to this worker
-        (`Trigger.bound`): the same checks and errors, as if this worker had asked."""
-        what = f"{pb.CacheOp.Name(pb.CAUSAL_BIND)} {list(keys)[:5]}"
-        return self._reads(*self._checked(response, list(frames), what, list(keys), timeout))
-
-    def _checked(self, response: pb.CacheResponse, frames: List[Any], what: str,
-                 keys: List[str], timeout: float) -> Tuple[pb.CacheResponse, List[Any]]:
-        """The answer, or the typed error it names (module contract)."""
+        response, frames = got
         if response.status == pb.TIMEOUT:
             raise Timeout(response.stage or f"the node cache at {self.cache_address}: {what}",
                           timeout)

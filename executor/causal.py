@@ -30,12 +30,6 @@ function's reads through the node cache and remembers them:
   `carry_keys`; `carried.carry_plan`), and passes on the received versions only of keys a
   downstream function reads; a bind sends the cache only the carried versions of the keys it
   binds, less those the upstream snapshot says that cache alone holds (`worth_sending`).
-A first bind may be made before the invocation starts: the upstream worker sends the
-request (`bind_request(keys)`, the bind this invocation would send) to this function's node
-cache with the trigger, and the cache hands the trigger on with its answer (`Trigger.bound`,
-passed in as `prebound`); `bind` of the same keys then takes that answer as its own (the same
-checks, errors and aborts, through `CacheClient.bound`), and a first bind of other keys goes
-to the cache as before.
 Parallel upstream contexts of a function that reads nothing are validated here with
 `hydrocache.protocols.parallel_flow` (pure), saving a cache round trip.
 """
@@ -74,8 +68,7 @@ class CausalInvocation:
     """The causal state of one function invocation; see the module contract."""
 
     def __init__(self, cache: Any, schedule: pb.Schedule,
-                 upstreams: Sequence[pb.CausalContext], timeout: float,
-                 prebound: Optional[pb.Trigger] = None) -> None:
+                 upstreams: Sequence[pb.CausalContext], timeout: float) -> None:
         self.cache = cache
         self.schedule = schedule
         self.plan: pb.CausalPlan = schedule.causal
@@ -110,9 +103,6 @@ class CausalInvocation:
             for c in upstreams:
                 self.read_set = vs.union(self.read_set, vs.from_proto(c.read_set))
         self._first_bind = True
-        # the first bind, made by the node cache on the trigger's way here (`bind_request`)
-        self._prebound = prebound if prebound is not None and prebound.HasField("bound") \
-            and len(self.upstreams) == 1 else None
 
     # ---- S and R: decoded on first use ----
     @property
@@ -188,12 +178,6 @@ class CausalInvocation:
         if not keys and len(contexts) == 1:
             self._received(contexts[0])
             return
-        if self._first_bind and self._prebound is not None \
-                and set(self._prebound.bound_keys) == set(keys):
-            t, self._prebound = self._prebound, None
-            self._take_bind(keys, *self.cache.bound(t.bound, t.bound_values, keys,
-                                                    self.timeout))
-            return
         if not keys:
             # nothing to read: only the parallel flow check (Algorithm 8) is left
             parsed = [(vs.from_proto(c.snapshot), vs.from_proto(c.read_set), c.abort,
@@ -203,23 +187,6 @@ class CausalInvocation:
                 raise CausalAbortError(reason, stale_keys=parallel_stale(parsed))
             self.snapshot, self.read_set = s, r
             return
-        req = self._bind_request(keys, contexts)
-        self._take_bind(keys, *self.cache.causal(req, timeout=self.timeout))
-
-    def bind_request(self, keys: Sequence[str]) -> Optional[pb.CacheRequest]:
-        """The CAUSAL_BIND this invocation's first bind of `keys` sends (OPT, one upstream
-        context), for a node cache to make on the way here: the upstream worker sends it with
-        the trigger (`CacheRequest.deliver_to`); None when this bind would not go to the cache
-        (not OPT, or a key outside the call's known read set: it aborts here)."""
-        keys = list(dict.fromkeys(keys))
-        if self.plan.protocol != pb.OPT or len(self.upstreams) != 1 or not keys:
-            return None
-        if self.plan.dag_keys_known and not set(keys) <= set(self.plan.dag_keys):
-            return None
-        return self._bind_request(keys, self.upstreams)
-
-    def _bind_request(self, keys: Sequence[str], contexts: Sequence[pb.CausalContext]
-                      ) -> pb.CacheRequest:
         req = pb.CacheRequest(op=pb.CAUSAL_BIND, attempt_id=self.schedule.call_id, keys=keys,
                               prefetch_attempt=self.plan.snapshot_attempt
                               if self.plan.requested == pb.HB else "",
@@ -237,10 +204,7 @@ class CausalInvocation:
                 contexts, keys, self.plan.caches.get(self.schedule.function, ""))))
         req.refresh.extend(self.plan.refresh_keys)
         self._dag_keys(req, keys)
-        return req
-
-    def _take_bind(self, keys: Sequence[str], response: pb.CacheResponse,
-                   found: Dict[str, CausalRead]) -> None:
+        response, found = self.cache.causal(req, timeout=self.timeout)
         if response.abort:
             raise CausalAbortError(response.abort_reason or "validation failed",
                                    stale_keys=response.stale_keys)

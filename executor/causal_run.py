@@ -6,9 +6,6 @@ whose schedule has `consistency == CAUSAL` (`_run_causal`):
   its arguments and the upstream results' causal contexts; under HB with OPT, an attempt
   whose read versions and inputs match an earlier attempt's reuses that attempt's result
   (kept until 30 s after its deadline, bounded in count and bytes: `executor/reuse.py`);
-- a result for a downstream function on another worker goes through that function's node
-  cache when the cache can make its first bind on the way (`_bind_on_the_way`; a trigger
-  that comes back with its answer, `Trigger.bound`, gives the invocation its first bind);
 - a sink commits through the node cache once the scheduler grants the call's one commit,
   writing `output_key` too when asked, and sends the caller its result with the call's
   `CausalStats`; the result goes downstream with the invocation's causal context;
@@ -28,7 +25,6 @@ import traceback
 
 from hydro_proto import cloudburst_pb2 as pb
 from hydrocache import versionset as vs
-from hydrocache.carried import references
 from faas.errors import (CorruptRecord, InvalidArguments, ObjectNotFound, Timeout,
                             ValueTooLarge)
 from faas.values import Reference, dumps
@@ -46,10 +42,6 @@ __all__ = ["CausalRunning"]
 
 log = logging.getLogger("cloudburst.worker")
 
-# a result larger than this goes straight to its worker: through the node cache it would be
-# copied twice more (into the bind request, out with its answer) to save one small message
-ON_THE_WAY_BYTES = 64 << 10
-
 
 class CausalRunning:
     """A causal invocation's run; mixed into the worker (module contract)."""
@@ -62,10 +54,7 @@ class CausalRunning:
         upstream = list(ready.args[len(ready.args) - n_up:])
         contexts = [u[1] if isinstance(u, tuple) else pb.CausalContext() for u in upstream]
         results = [u[0] if isinstance(u, tuple) else u for u in upstream]
-        prebound = upstream[0][2] if n_up == 1 and isinstance(upstream[0], tuple) \
-            and len(upstream[0]) > 2 else None
-        inv = CausalInvocation(self.cache, s, contexts, ready.deadline - time.monotonic(),
-                               prebound)
+        inv = CausalInvocation(self.cache, s, contexts, ready.deadline - time.monotonic())
         self.busy.start(start)
         try:
             try:
@@ -143,34 +132,6 @@ class CausalRunning:
             self._push.send(s.response_address, "result", pb.CallResult(
                 request_id=plan.call_id, status=pb.OK, causal=stats, logs=logs, **fields))
             self._call_done(s.scheduler_address, s.call_id)
-
-    def _bind_on_the_way(self, address: str, trigger: pb.Trigger) -> bool:
-        """Send a causal result to its target's worker at `address` through the target's node
-        cache, which makes the target's first bind on the way and hands on the trigger with
-        its answer (`Trigger.bound`): one message instead of a trigger, a bind request and its
-        answer. False (nothing sent) when that bind cannot be made there: the target's
-        schedule does not travel with the result, the result is large (ON_THE_WAY_BYTES),
-        it is not an OPT function with this one
-        upstream and references to read, it may reuse an earlier attempt's result (its
-        worker adds the reused reads' keys), or the cache is not accepting."""
-        if not trigger.HasField("schedule") or trigger.value_key or trigger.status != pb.OK \
-                or len(trigger.value) > ON_THE_WAY_BYTES:
-            return False
-        ts = trigger.schedule
-        cache = ts.causal.caches.get(ts.function, "")
-        if ts.consistency != pb.CAUSAL or not cache or ts.causal.reuse_attempt \
-                or len(ts.upstreams) != 1:
-            return False
-        keys = sorted(references(ts.args))
-        req = CausalInvocation(None, ts, [trigger.causal], ts.timeout).bind_request(keys)
-        if req is None:
-            return False
-        trigger.bound_keys.extend(keys)
-        req.request_id = f"{ts.call_id}/{ts.function}"
-        req.timeout = ts.timeout * 0.85      # as a worker's own bind: the cache answers first
-        req.deliver_to = address
-        req.deliver_trigger = trigger.SerializeToString()
-        return self._push.send(cache, "cache", req)
 
     def _causal_abort(self, s: pb.Schedule, e: CausalAbortError) -> None:
         """Tell the scheduler (it retries or fails the call) and the attempt's other workers."""

@@ -91,7 +91,7 @@ class RunEnds:
                 trigger.ClearField("schedule")
             if address == self.address:
                 self._local.append((self._on_trigger, trigger))
-            elif causal is None or not self._bind_on_the_way(address, trigger):
+            else:
                 self._push.send(address, "trigger", trigger)
 
     def _from_here(self, fields: Tuple[Any, ...]) -> None:

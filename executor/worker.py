@@ -334,8 +334,6 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, RunEnds, UserMessagin
 
     def _on_trigger(self, t: pb.Trigger) -> None:
         value = (bytes(t.value), t.causal) if t.HasField("causal") else bytes(t.value)
-        if t.HasField("bound"):        # its first bind, made on the way (causal_run.py)
-            value = (value[0], t.causal, t)
         if t.status != pb.OK:          # a fetched input without a value (executor/sharing.py)
             value = Unavailable(t.status, t.message)
         elif t.value_key:              # a large upstream result (executor/big_intermediates.py)

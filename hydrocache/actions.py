@@ -48,9 +48,6 @@ class Reply:
     address: str
     response: Any                       # cloudburst_pb2.CacheResponse
     frames: Sequence[Any] = field(default_factory=list)
-    # set: a bind made on the way to its worker; the answer goes to `address` appended to this
-    # serialized Trigger (`Trigger.bound`), as one "trigger" message, not as a cache_reply
-    trigger: bytes = b""
 
 
 @dataclass(frozen=True)

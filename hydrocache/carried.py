@@ -47,7 +47,7 @@ from hydro_proto import cloudburst_pb2 as pb
 from . import vclock
 from .version import Version
 
-__all__ = ["CARRY_BYTES", "Carried", "unpack", "ReadDeps", "carry_plan", "references",
+__all__ = ["CARRY_BYTES", "Carried", "unpack", "ReadDeps", "carry_plan",
            "worth_sending"]
 
 CARRY_BYTES = 64 << 10     # carried versions per attempt context, in serialized bytes
@@ -97,8 +97,7 @@ class Carried:
 Keys = Optional[FrozenSet[str]]          # None: every key
 
 
-def references(args: pb.ArgumentList) -> Set[str]:
-    """The keys a function's arguments name as `Reference`s (what its first bind reads)."""
+def _references(args: pb.ArgumentList) -> Set[str]:
     out = {a.reference for a in args.args if a.WhichOneof("kind") == "reference"}
     out.update(a.reference for a in args.kwargs.values() if a.WhichOneof("kind") == "reference")
     return out
@@ -118,7 +117,7 @@ def carry_plan(schedule: pb.Schedule) -> Tuple[Keys, Keys]:
         down = by_name.get(fn)
         if down is None:           # its schedule travels apart (a large DAG): reads unknown
             return None, None
-        reads = references(down.args)
+        reads = _references(down.args)
         keep |= reads
         if own is None or plan.caches.get(fn) != own:
             ask |= reads

@@ -36,9 +36,7 @@ The operations (dissertation 4.3; `hydrocache/protocols.py` holds their decision
   (`hydrocache.carried`: used only when the entry's clock supersedes them and their merge is
   that clock), or else fetched from their holders (CAUSAL_TEMP_GET, in parallel). Holders
   that fail or do not answer in time abort the attempt ("upstream versions
-  unavailable"). A bind naming `deliver_to` (made on the way to its worker, executor/causal.py)
-  is answered to that worker, carrying the trigger it came with (`Reply.trigger`), whatever
-  the answer. The reply carries the bound versions (values as frames), S_new and R_new
+  unavailable"). The reply carries the bound versions (values as frames), S_new and R_new
   (with `carry_versions`, also this cache's versions of S_d, of `carry_keys` only when it
   names any, in `context.carried`), or
   `abort` with the reason and the stale keys.
@@ -237,13 +235,7 @@ class NodeCache(Committing, CutWaits):
 
     def _answer(self, req: pb.CacheRequest, response: pb.CacheResponse,
                 frames: Sequence[Any] = ()) -> None:
-        if req.deliver_to and req.op == pb.CAUSAL_BIND:
-            # a bind made on the way to its worker: the answer, whatever it is, rides on the
-            # trigger it came with (the worker raises a failure as it would a cache_reply's)
-            response.request_id = req.request_id
-            response.responder = self.address
-            self._out.append(Reply(req.deliver_to, response, list(frames), req.deliver_trigger))
-        elif req.response_address:
+        if req.response_address:
             response.request_id = req.request_id
             response.responder = self.address
             self._out.append(Reply(req.response_address, response, list(frames)))

@@ -8,9 +8,7 @@ the loop thread, so the core needs no lock:
   `on_readable(socket)` when one has input, calls `tick(now)` every iteration (and wakes up by
   `next_wakeup()` at the latest), and `sweep(now)` every heartbeat (temporary versions,
   capacity).
-- Replies go out on the loop's `PushCache` as `cache_reply` messages (values as raw frames);
-  the answer to a bind made on the way to its worker (`CacheRequest.deliver_to`) goes to that
-  worker as the `trigger` it came with, the answer appended (`Trigger.bound`), unparsed here.
+- Replies go out on the loop's `PushCache` as `cache_reply` messages (values as raw frames).
 - Requests to other caches (CAUSAL_TEMP_GET) go out on the loop's `PushCache` too, answered
   to this service's own reply socket; answers are fed to the core as they arrive (a request
   that cannot be sent is answered at once with an error naming the peer).
@@ -62,19 +60,6 @@ log = logging.getLogger("hydrocache.service")
 
 _BATCH = 1000              # messages taken from one socket per readiness
 PIECE = 32                 # keys read (or subscribed) from Anna in one pool turn
-
-
-class _Relayed:
-    """Bytes already serialized, sent as a message (`framing.encode` asks for this method):
-    a relayed Trigger is concatenated with its answer, never parsed here."""
-
-    __slots__ = ("data",)
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-    def SerializeToString(self) -> bytes:
-        return self.data
 
 
 class _ThreadState(threading.local):
@@ -171,12 +156,7 @@ class HydroCacheService:
     def _carry(self, step: Step) -> None:
         push = self._push
         for r in step.replies:
-            if r.trigger:        # a bind made on the way: the answer rides on the trigger
-                push.send(r.address, "trigger", _Relayed(r.trigger + pb.Trigger(
-                    bound=r.response, bound_values=[bytes(f) for f in r.frames]
-                ).SerializeToString()))
-            else:
-                push.send_with_frames(r.address, "cache_reply", r.response, r.frames)
+            push.send_with_frames(r.address, "cache_reply", r.response, r.frames)
         owner = object()                  # this step's I/O takes one turn at a time
         fetches: List[str] = []
         subscribes: List[str] = []
