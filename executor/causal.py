@@ -29,7 +29,8 @@ function's reads through the node cache and remembers them:
   cache read keys asks its cache for its versions of S_d of those keys only (`carry_versions`,
   `carry_keys`; `carried.carry_plan`), and passes on the received versions only of keys a
   downstream function reads; a bind sends the cache only the carried versions of the keys it
-  binds, less those the upstream snapshot says that cache alone holds (`worth_sending`).
+  binds, less those the upstream snapshot says that cache alone holds (`worth_sending`),
+  and none of the upstream contexts' writes or read dependencies (the cache reads neither).
 Parallel upstream contexts of a function that reads nothing are validated here with
 `hydrocache.protocols.parallel_flow` (pure), saving a cache round trip.
 """
