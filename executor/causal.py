@@ -29,7 +29,8 @@ function's reads through the node cache and remembers them:
   cache read keys asks its cache for its versions of S_d of those keys only (`carry_versions`,
   `carry_keys`; `carried.carry_plan`), and passes on the received versions only of keys a
   downstream function reads; a bind sends the cache only the carried versions of the keys it
-  binds, less those the upstream snapshot says that cache alone holds (`worth_sending`).
+  binds, less those the upstream snapshot says that cache alone holds (`worth_sending`),
+  and none of the upstream contexts' writes or read dependencies (the cache reads neither).
 Parallel upstream contexts of a function that reads nothing are validated here with
 `hydrocache.protocols.parallel_flow` (pure), saving a cache round trip.
 """
@@ -194,8 +195,10 @@ class CausalInvocation:
         if self._carry and self._carry_ask is not None:
             req.carry_keys.extend(sorted(self._carry_ask))
         req.upstreams.extend(contexts)
-        for c in req.upstreams:
-            del c.carried[:]
+        for c in req.upstreams:     # what the cache reads of them: S, R, the abort flag, the
+            del c.carried[:]        # fetch count and (below) the carried versions it may use;
+            del c.read_deps[:]      # the writes and read dependencies go downstream only
+            c.writes.clear()
         if self.carried:    # the cache rebuilds versions only of the keys it binds, and
             # those its upstream snapshot says it holds alone come from its own
             req.upstreams[0].carried.extend(self.carried.to_proto(worth_sending(

@@ -320,3 +320,18 @@ def test_carry_plan_brings_every_version_a_downstream_bind_on_another_cache_need
             if len(p) > 1 and cache[g] != cache[fn]:
                 assert reads[g] <= plans[fn][0]
                 assert all(reads[g] <= plans[m][1] for m in p[1:-1])
+
+
+def test_a_bind_sends_its_cache_no_writes_or_read_dependencies_of_its_upstreams():
+    """The cache reads S, R, the abort flag, the fetch count and carried versions of an
+    upstream context; its writes and read dependencies go downstream only."""
+    cache = ScriptedCache(versions={"k": ({"u": 1}, {}, b"K")})
+    up = upstream(read_deps=True)
+    up.writes["w"] = b"written upstream"
+    inv = CausalInvocation(cache, schedule(sink=False), [up], 5.0)
+    inv.bind(["k"])
+    [sent] = cache.requests[0].upstreams
+    assert not sent.read_deps and not sent.writes
+    assert list(sent.snapshot) == list(up.snapshot) and list(sent.read_set) == list(up.read_set)
+    out = inv.context()                 # downstream still gets both
+    assert out.writes["w"] == b"written upstream" and [d.key for d in out.read_deps] == ["k"]
