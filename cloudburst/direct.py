@@ -15,7 +15,8 @@ client's `LeaseOwner` side (sending to a scheduler, delivering an answer to a wa
   calls. Everything else takes the scheduler's
   path, as does every call while no lease with a free slot is held.
 - `send(call)` first has the owner read the answers that have arrived (`read_arrived`, at
-  most every `READ_EVERY` s after the last read or direct answer): so a burst's calls go to slots
+  most every `READ_EVERY` s after the last read or direct answer, every `STARVED_READ_EVERY`
+  while calls wait here for a free slot: `cloudburst/pacing.py`): so a burst's calls go to slots
   freed while it is being sent, a lease is judged held up (below) on the answers its
   worker gave, not on answers the client had not read, and a lease revoked because its
   worker was given another caller's call is not used after its revocation arrived. It sends
@@ -43,7 +44,7 @@ client's `LeaseOwner` side (sending to a scheduler, delivering an answer to a wa
   before it leases (the call's warm worker, with its slot taken, rather than a lease that
   makes the call wait for its own worker).
 - Queued calls go out in `flush`, first in first out, as slots free: the calls for one
-  worker in one `direct_batch` message (`DirectBatch`, each call admitted on its own by
+  worker in `direct_batch` messages of at most half its lease's slots (`pacing.batch_cap`) (`DirectBatch`, each call admitted on its own by
   the worker). When the target's last lease ends (lapsed, revoked, its worker died, or
   refused at the worker), its queued calls go through the scheduler. `drop_queued(rid)`
   takes a cancelled call out of the queue (True if it was there: it never ran).
@@ -94,6 +95,7 @@ from runtime.sockets import PushCache
 
 from .arguments import referenced_keys
 from .call_link import ADVANCE_EVERY, ClientCallLinks
+from .pacing import READ_EVERY, batch_cap, read_every
 from .held_lease import Held, Key, after_death, next_sweep, record, release, renewal, \
     renewal_due, until
 from .stalls import CallTimes, held_up
@@ -106,9 +108,7 @@ log = logging.getLogger("cloudburst.client")
 RETRY_ASK = 1.0          # seconds before a target whose lease was refused is asked for again
 MAX_QUEUED = 10_000      # calls waiting in a client's own queue for its leases' slots
 MAX_SPREAD = 8           # leases one client holds of one target (one per worker)
-MAX_BATCH = 64           # calls in one direct_batch message
-READ_EVERY = 0.005       # seconds between reads of the answers while a burst is being sent
-GROW_EVERY = 0.25        # seconds between early renewals of a lease whose slots are all in use
+GROW_EVERY = 0.05        # seconds between early renewals of a lease whose slots are all in use
 # A call for a worker that still has calls of this client to run waits here for others to go
 # with it in one direct_batch, at most CORK_SECONDS (or until CORK_CALLS wait, or its caller
 # waits for an answer): each message costs both sides more CPU than a no-op call does
@@ -162,6 +162,9 @@ class DirectPath:
         self._quiet_until = 0.0
         self._times = CallTimes()          # each target's usual direct-call time
         self._read_at = 0.0                # when `send` last had the answers read
+        # calls wait in the queue for want of a free slot: `send` reads answers sooner
+        # (`cloudburst/pacing.py`); cleared when the queue empties
+        self._starved = False
         # when the queued calls must go at the latest (CORK_SECONDS after the first of them
         # was held for company); 0: at the next flush (they wait for a slot, not company)
         self._send_at = 0.0
@@ -249,7 +252,7 @@ class DirectPath:
 
     def send(self, call: pb.Call) -> Optional[str]:
         now = time.monotonic()
-        if now - self._read_at >= READ_EVERY:
+        if now - self._read_at >= read_every(self._starved):
             # take the answers that arrived first. With calls out, a burst's calls then go
             # to the slots freed while it is still being sent (not when its caller starts
             # to wait), and a lease is judged held up on the answers it gave, not on
@@ -285,6 +288,8 @@ class DirectPath:
                     self._send_at = now + CORK_SECONDS
                 if not full:
                     self._stale = True            # a slot is free for it at the flush
+                else:       # (`held` has the most free slots): no slot anywhere
+                    self._starved = True          # the answers free them: read sooner
                 self._queued.setdefault(key, deque()).append(call)
                 self._queued_count += 1
                 self._calls[call.request_id] = (key, call, now, "")
@@ -487,18 +492,22 @@ class DirectPath:
                 if len(live) < MAX_SPREAD:
                     self._maybe_ask(key, now, spread=True)
             for held in usable:
-                batch = []
-                while queue and len(held.in_flight) < held.slots and len(batch) < MAX_BATCH:
-                    call = queue.popleft()
-                    self._queued_count -= 1
-                    self._admit(held, call, key, now)
-                    batch.append(call)
-                if batch:
+                # every free slot is filled, in batches of at most half the lease's slots
+                # (`cloudburst/pacing.py`: the worker runs one while the next comes)
+                cap = batch_cap(held.slots)
+                while queue and len(held.in_flight) < held.slots:
+                    batch = []
+                    while queue and len(held.in_flight) < held.slots and len(batch) < cap:
+                        call = queue.popleft()
+                        self._queued_count -= 1
+                        self._admit(held, call, key, now)
+                        batch.append(call)
                     out.append((held, batch))
                 if queue:                          # calls still wait for its slots
                     self._grow(held, now)
             if not queue:
                 self._queued.pop(key, None)
+        self._starved = self._queued_count > 0    # what is left waits for a slot
         return out
 
     def flush(self, force: bool = False) -> Optional[float]:

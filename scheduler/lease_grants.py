@@ -95,6 +95,9 @@ class WorkerLeasing:
             for i in range(usage.calls):
                 self.stats.record(lease.target, i >= usage.failed,
                                   latencies[i] if i < len(latencies) else 0.0)
+            # each took at least its run on the worker: a bound on its window's run times,
+            # known long before the worker's heartbeat reports them (scheduler/window.py)
+            self._windows.bound(lease.worker_id, len(latencies), sum(latencies))
         for lease_id in req.release:
             lease = book.release(lease_id, role)
             if lease is not None:

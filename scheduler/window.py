@@ -8,10 +8,19 @@ mean of the seconds one call ran there, from the workers' `done` reports; no clo
   direct calls moves the mean as far as their `done`s would have, not as far as one call:
   otherwise one slow first call kept a worker's window small for many seconds). Nonsense
   (no calls, a negative or non-finite time) is ignored.
+- `bound(worker, calls, seconds)`: clients measured `calls` direct calls on `worker` that
+  took `seconds` in all from send to answer (the latencies of a lease's usage report).
+  Each took at least its run there, so their mean bounds the mean run time from above; it
+  is kept apart (weighed the same way) until the worker's own next report (`observe`),
+  which replaces it: it is news sooner than the worker's heartbeat, and a client's word
+  never outlasts the worker's. Nonsense is ignored.
 - `slots(worker)`: how many unfinished calls of this scheduler the worker may hold (the
   call queue's *free*, `scheduler/dispatch.py`): `ceil(queued_work / mean seconds per
-  call)`, clamped to `[slots, most]`. A worker never heard of, or whose calls take
-  `queued_work / slots` or longer, gets `slots` (`SchedulerConfig.worker_slots`).
+  call)`, clamped to `[slots, most]`, from the reported run times or, when that is more,
+  from the clients' bound (a window from the bound is never larger than one from the
+  calls' true run times: the bound serves while the run times are unknown or dominated by
+  a slow first call). A worker never heard of, or whose calls take `queued_work / slots`
+  or longer, gets `slots` (`SchedulerConfig.worker_slots`).
 - `forget(worker)`: the worker is gone.
 Why: a worker finishing a call starts the next one waiting at it, and its `done` brings the
 scheduler's next call one round trip later. With calls shorter than that round trip, `slots`
@@ -24,7 +33,7 @@ meanwhile cannot take, stays bounded in time (`queued_work`, 5 ms by default) an
 from __future__ import annotations
 
 import math
-from typing import Dict
+from typing import Dict, Optional
 
 __all__ = ["Windows"]
 
@@ -40,20 +49,22 @@ class Windows:
                              f"{slots!r}, {most!r}, {queued_work!r}")
         self.base, self.most, self.queued_work = slots, most, queued_work
         self._mean: Dict[str, float] = {}         # worker -> seconds per call
+        self._bound: Dict[str, float] = {}        # worker -> clients' seconds per call
 
     def __len__(self) -> int:
         return len(self._mean)
 
     def observe(self, worker: str, calls: int, busy_seconds: float) -> None:
-        if calls <= 0 or not math.isfinite(busy_seconds) or busy_seconds < 0:
-            return
-        sample = busy_seconds / calls
-        mean = self._mean.get(worker)
-        weight = 1.0 - (1.0 - WEIGHT) ** min(calls, 1000)     # `calls` steps of WEIGHT
-        self._mean[worker] = sample if mean is None else mean + weight * (sample - mean)
+        if _weigh(self._mean, worker, calls, busy_seconds):
+            self._bound.pop(worker, None)        # the worker's own word replaces it
+
+    def bound(self, worker: str, calls: int, seconds: float) -> None:
+        _weigh(self._bound, worker, calls, seconds)
 
     def slots(self, worker: str) -> int:
-        mean = self._mean.get(worker)
+        return max(self._window(self._mean.get(worker)), self._window(self._bound.get(worker)))
+
+    def _window(self, mean: Optional[float]) -> int:
         if mean is None or self.queued_work <= 0:
             return self.base
         if mean * self.most <= self.queued_work:
@@ -62,3 +73,16 @@ class Windows:
 
     def forget(self, worker: str) -> None:
         self._mean.pop(worker, None)
+        self._bound.pop(worker, None)
+
+
+def _weigh(means: Dict[str, float], worker: str, calls: int, seconds: float) -> bool:
+    """`calls` calls took `seconds` in all: `worker`'s mean in `means` moves as far as
+    `calls` reports of one call each would move it (False: nonsense, ignored)."""
+    if calls <= 0 or not math.isfinite(seconds) or seconds < 0:
+        return False
+    sample = seconds / calls
+    mean = means.get(worker)
+    weight = 1.0 - (1.0 - WEIGHT) ** min(calls, 1000)     # `calls` steps of WEIGHT
+    means[worker] = sample if mean is None else mean + weight * (sample - mean)
+    return True

@@ -100,3 +100,36 @@ def test_the_queue_places_on_a_worker_below_its_own_window():
     full = WorkerView("a", "n1", "tcp://a", 0.0, 16)
     c2 = Waiting("c2", "f", 0.0, 10.0)
     assert q.offer(c2, [plain, full], 0.2) == Queued(c2, 1)
+
+
+def test_clients_latencies_widen_a_window_the_worker_has_not_reported_yet():
+    """Leases granted before a worker's heartbeat told its calls' run times held 2 slots
+    for a whole burst of short calls: the clients' measured latencies (each at least the
+    call's run) widen the window meanwhile; the worker's own report replaces them."""
+    w = Windows(slots=2, most=16, queued_work=0.005)
+    w.observe("a", 1, 0.004)               # a slow first call (a cold start)
+    assert w.slots("a") == 2
+    w.bound("a", 64, 64 * 0.0005)          # its clients saw 0.5 ms per call
+    assert w.slots("a") == 10
+    w.observe("a", 1000, 1000 * 0.003)     # the worker says its calls take 3 ms
+    assert w.slots("a") == 2               # its word wins over the clients'
+    w.bound("b", 0, 0.0)                   # nonsense is ignored
+    w.bound("b", 3, float("nan"))
+    assert w.slots("b") == 2
+    w.bound("c", 1, 0.0001)
+    w.forget("c")
+    assert w.slots("c") == 2
+
+
+@given(st.integers(1, 500), st.floats(1e-6, 0.1), st.floats(0.0, 0.1))
+def test_a_window_from_latencies_is_never_wider_than_from_the_run_times(calls, run, extra):
+    """Latencies at least the run times never give a worker more slots than its run times
+    would: the clients' bound cannot overfill a worker."""
+    true, bounded = Windows(2, 16, 0.005), Windows(2, 16, 0.005)
+    true.observe("a", calls, calls * run)
+    bounded.bound("a", calls, calls * (run + extra))
+    assert bounded.slots("a") <= true.slots("a")
+    both = Windows(2, 16, 0.005)
+    both.bound("a", calls, calls * (run + extra))
+    both.observe("a", calls, calls * run)
+    assert both.slots("a") == true.slots("a")

@@ -1,0 +1,94 @@
+"""A burst of direct calls keeps its leased worker busy (`cloudburst/pacing.py`, used by
+`cloudburst/direct.py`): one direct_batch never takes all of a lease's slots (the client
+sends the next batch while the worker runs the other), and a client whose calls wait for a
+free slot reads the answers sooner than one with slots free (the answers free the slots).
+Bounds kept: never more calls out than the lease's slots, in the order sent.
+
+Unit tests: the policy directly (hypothesis), and the direct path with a fake owner and a
+plain ZeroMQ socket as the worker (`tests/test_direct_burst.py`'s harness); the clock is
+shifted rather than waited for."""
+from typing import List
+
+from hypothesis import given, strategies as st
+
+from cloudburst import direct, pacing
+from hydro_proto import cloudburst_pb2 as pb
+
+from test_direct_burst import _call, leased_path
+
+import zmq
+from runtime.framing import parse
+
+
+@given(st.integers(min_value=1, max_value=10_000))
+def test_a_batch_is_bounded_and_never_takes_every_slot_of_a_lease_with_two(slots):
+    cap = pacing.batch_cap(slots)
+    assert 1 <= cap <= min(slots, pacing.MAX_BATCH)
+    if slots >= 2:
+        assert cap < slots                    # another batch can be out meanwhile
+    if slots <= 2 * pacing.MAX_BATCH:
+        assert 2 * cap >= slots               # two batches fill the lease's slots
+
+
+def test_a_starved_sender_reads_sooner_but_one_with_free_slots_does_not():
+    assert 0 < pacing.read_every(True) < pacing.read_every(False) == pacing.READ_EVERY
+
+
+def _freeze(monkeypatch, shift: List[float]) -> None:
+    """The direct path's clock stands still but for `shift` (the test's own waits for the
+    worker's messages must not count as time between reads)."""
+    base = direct.time.monotonic()
+    monkeypatch.setattr(direct.time, "monotonic", lambda: base + shift[0])
+
+
+def _messages(worker: zmq.Socket) -> List[List[str]]:
+    """Each message the worker has received (within 2 s of the first): its request ids."""
+    out = []
+    while worker.poll(2000 if not out else 200):
+        kind, payload = parse(worker.recv())
+        assert kind in ("direct", "direct_batch")
+        calls = [pb.Call.FromString(payload)] if kind == "direct" else \
+            list(pb.DirectBatch.FromString(payload).calls)
+        out.append([c.request_id for c in calls])
+    return out
+
+
+def test_a_burst_goes_to_its_lease_in_batches_of_at_most_half_its_slots(monkeypatch):
+    with leased_path(monkeypatch, slots=8) as (path, owner, worker, shift):
+        for i in range(20):
+            assert path.send(_call(f"c{i}")) == "sched"
+        path.flush(force=True)                # its caller is about to wait
+        sent = _messages(worker)
+        assert [rid for m in sent for rid in m] == [f"c{i}" for i in range(8)]  # in order
+        assert max(len(m) for m in sent) <= 4, sent
+        assert len(path.held()) == 1 and path.held()[0]["in_flight"] == 8   # bounded
+        assert owner.resent == []
+
+
+def test_a_client_whose_calls_wait_for_a_slot_reads_the_answers_sooner(monkeypatch):
+    with leased_path(monkeypatch, slots=2) as (path, owner, worker, shift):
+        _freeze(monkeypatch, shift)
+        for i in range(6):                    # 2 out, 4 wait for a slot
+            assert path.send(_call(f"c{i}")) == "sched"
+        path.flush(force=True)
+        assert [rid for m in _messages(worker) for rid in m] == ["c0", "c1"]
+        owner.arrived += [pb.CallResult(request_id=r, status=pb.OK) for r in ("c0", "c1")]
+        # well within READ_EVERY of the last read, past the starved interval
+        shift[0] = pacing.STARVED_READ_EVERY + 0.0001
+        assert shift[0] < pacing.READ_EVERY
+        assert path.send(_call("c6")) == "sched"
+        assert owner.arrived == []            # read: the answers freed both slots
+        path.flush(force=True)
+        assert [rid for m in _messages(worker) for rid in m] == ["c2", "c3"]
+        assert [r.request_id for r in owner.delivered] == ["c0", "c1"]
+
+
+def test_a_client_with_free_slots_does_not_read_before_read_every(monkeypatch):
+    with leased_path(monkeypatch, slots=8) as (path, owner, worker, shift):
+        _freeze(monkeypatch, shift)
+        assert path.send(_call("c0")) == "sched"
+        assert [rid for m in _messages(worker) for rid in m] == ["c0"]
+        owner.arrived.append(pb.CallResult(request_id="c0", status=pb.OK))
+        shift[0] = pacing.STARVED_READ_EVERY + 0.0001
+        path.send(_call("c1"))                # slots free: no read yet (a read costs)
+        assert len(owner.arrived) == 1
