@@ -67,7 +67,7 @@ from hydro_proto import cloudburst_pb2 as pb
 from runtime.auth import Credentials, parse_address
 from runtime.framing import MAX_FRAME_BYTES, FrameError, encode, more, parse
 
-__all__ = ["ClientCallLinks", "ADVANCE_EVERY", "OPEN_TIMEOUT", "RETRY_OPEN", "MAX_RETRY_OPEN", "answers_of"]
+__all__ = ["ClientCallLinks", "open_call_links", "ADVANCE_EVERY", "OPEN_TIMEOUT", "RETRY_OPEN", "MAX_RETRY_OPEN", "answers_of"]
 
 log = logging.getLogger("cloudburst.client")
 
@@ -288,3 +288,13 @@ class ClientCallLinks:
             self._workers.clear()
             self._opening.clear()
             self._written.clear()
+
+
+def open_call_links(credentials: Optional[Credentials],
+                    unanswered: Callable[..., None]) -> Optional[ClientCallLinks]:
+    """A client's call links, or None (the native module lacks them: ZeroMQ only)."""
+    try:
+        return ClientCallLinks(credentials, unanswered)
+    except (ImportError, AttributeError, RuntimeError, ValueError) as e:
+        log.info("no call links (%s): direct calls use ZeroMQ", e)
+        return None

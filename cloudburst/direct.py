@@ -8,75 +8,73 @@ tells the scheduler afterwards, batched with the lease's renewal, how many it ma
 
 Contract: `DirectPath(owner, context, credentials)` belongs to one client; `owner` is the
 client's `LeaseOwner` side (sending to a scheduler, delivering an answer to a waiting call).
-- `eligible(call, stored, inputs, references=None)`: what may go direct: plain (LWW) calls
-  of a function or a DAG without an `output_key`, `Future` arguments, `Reference`
-  arguments (`references`: their keys, if the caller has them; else read from `call`),
-  arguments stored by reference, their own exception retries, and that are not actor
-  calls. Everything else takes the scheduler's
-  path, as does every call while no lease with a free slot is held.
-- `send(call)` first has the owner read the answers that have arrived (`read_arrived`, at
-  most every `READ_EVERY` s after the last read or direct answer, every `STARVED_READ_EVERY`
-  while calls wait here for a free slot: `cloudburst/pacing.py`): so a burst's calls go to slots
-  freed while it is being sent, a lease is judged held up (below) on the answers its
-  worker gave, not on answers the client had not read, and a lease revoked because its
-  worker was given another caller's call is not used after its revocation arrived. It sends
-  `call` direct and returns the lease's scheduler if a live lease of its target has a free
-  slot and no call of this client in flight (the call then counts against it until its
-  answer arrives). A call for a lease with calls in flight (its worker would run it after
-  them anyway) is queued here for company and returns the lease's scheduler: the queued
-  calls go in one `direct_batch` once `CORK_CALLS` wait, `CORK_SECONDS` after the first
-  of them (`owner.flush_by` is told that deadline), or at a `flush(force=True)` (a caller
-  is about to wait). A lease whose slots are all in use while calls queue is renewed
-  early, at most every `GROW_EVERY` s: the renewal takes its worker's window now. When
-  the client holds live leases of the target but every slot is in use, the call waits in
-  the client's own queue for a slot of those leases, as Ray's owners queue against the
-  workers they lease (at most `MAX_QUEUED` calls; beyond, the scheduler's path), and the
-  client asks for one more lease of the target on another worker (`LeaseRequest.spread`,
-  up to `MAX_SPREAD` leases per target, again `RETRY_ASK` s after a refusal); it returns
-  the scheduler of a lease. A lease whose worker is held up (its oldest call in flight has
-  been out longer than the target's calls usually take: `cloudburst/stalls.py`; a verdict
-  stands until the next answer or lease news, at most `READ_EVERY`) is passed over: the
-  call goes to another lease of the target, else through the scheduler (None),
-  which places it on a free worker, and one more lease is asked for on another worker; the
-  calls queued here for held-up leases go through the scheduler at the next `flush`. Without a live lease it records a request for one (once per
-  target at a time, again `RETRY_ASK` s after a refusal) and returns None: the caller
-  sends the call through the scheduler, then `flush`es, so the scheduler places the call
-  before it leases (the call's warm worker, with its slot taken, rather than a lease that
-  makes the call wait for its own worker).
-- Queued calls go out in `flush`, first in first out, as slots free: the calls for one
-  worker in `direct_batch` messages of at most half its lease's slots (`pacing.batch_cap`) (`DirectBatch`, each call admitted on its own by
-  the worker). When the target's last lease ends (lapsed, revoked, its worker died, or
-  refused at the worker), its queued calls go through the scheduler. `drop_queued(rid)`
-  takes a cancelled call out of the queue (True if it was there: it never ran).
-- `on_lease(message)` and `on_result(result)` take what arrives on the client's answer
-  socket (called with the client's answer lock held: they only record). `on_result` returns
-  the result to deliver, or None when it is the path's own business: a call the worker
-  refused (LEASE_REFUSED: it did not run) is sent again through the scheduler. A lease
-  revoked because its worker died makes its calls in flight run again through the scheduler
-  while their retry budget lasts, else fail with WORKER_DIED (`held_lease.after_death`).
-- `flush(force=False)` does what those recorded (resends, failures, renewals and usage
-  reports, the queued calls that are due), outside the lock, and gives lapsed leases back
-  with their usage; it returns when the calls still held for company are due (None: none). The client's lease thread calls
-  it too (`cloudburst/leases.py`), so an idle client's direct calls reach the scheduler's
-  statistics within seconds. A lease in use (a call sent under it, or calls in flight: `flush`
-  runs while the client waits for answers) is renewed and lapses as `cloudburst/held_lease.py`
-  says (the record of one lease, its usage reports and its renewal).
+- `eligible(call, stored, inputs, references=None)`: what may go direct: plain (LWW) calls of a
+  function or a DAG without an `output_key`, `Future` arguments, `Reference` arguments
+  (`references`: their keys, if the caller has them; else read from `call`), arguments stored
+  by reference, their own exception retries, and that are not actor calls. Everything else
+  takes the scheduler's path, as does every call while no lease with a free slot is held.
+- `send(call)` first has the owner read the answers that have arrived (`read_arrived`, at most
+  every `READ_EVERY` s after the last read or direct answer, every `STARVED_READ_EVERY` while
+  calls wait here for a free slot: `cloudburst/pacing.py`): so a burst's calls go to slots
+  freed while it is being sent, a lease is judged held up (below) on the answers its worker
+  gave, not on answers the client had not read, and a lease revoked because its worker was
+  given another caller's call is not used after its revocation arrived. It sends `call` direct
+  and returns the lease's scheduler if a live lease of its target has a free slot and no call
+  of this client in flight (the call then counts against it until its answer arrives). A call
+  for a lease with calls in flight (its worker would run it after them anyway) is queued here
+  for company and returns the lease's scheduler: the queued calls go in one `direct_batch` once
+  `CORK_CALLS` wait, `CORK_SECONDS` after the first of them (`owner.flush_by` is told that
+  deadline), or at a `flush(force=True)` (a caller is about to wait). A lease whose slots are
+  all in use while calls queue is renewed early, at most every `pacing.GROW_EVERY` s, backing
+  off to `GROW_MOST` while renewals do not grow it (`pacing.next_grow_wait`): the renewal takes
+  its worker's window now. When the client holds live leases of the target but every slot is in
+  use, the call waits in the client's own queue for a slot of those leases, as Ray's owners
+  queue against the workers they lease (at most `MAX_QUEUED` calls; beyond, the scheduler's
+  path), and the client asks for one more lease of the target on another worker
+  (`LeaseRequest.spread`, up to `MAX_SPREAD` leases per target, again `RETRY_ASK` s after a
+  refusal); it returns the scheduler of a lease. A lease whose worker is held up (its oldest
+  call in flight has been out longer than the target's calls usually take:
+  `cloudburst/stalls.py`; a verdict stands until the next answer or lease news, at most
+  `READ_EVERY`) is passed over: the call goes to another lease of the target, else through the
+  scheduler (None), which places it on a free worker, and one more lease is asked for on
+  another worker; the calls queued here for held-up leases go through the scheduler at the next
+  `flush`. Without a live lease it records a request for one (once per target at a time, again
+  `RETRY_ASK` s after a refusal) and returns None: the caller sends the call through the
+  scheduler, then `flush`es, so the scheduler places the call before it leases (the call's warm
+  worker, with its slot taken, rather than a lease that makes the call wait for its own
+  worker).
+- Queued calls go out in `flush`, first in first out, as slots free: the calls for one worker
+  in `direct_batch` messages (`DirectBatch`, each call admitted on its own by the worker) of at
+  most half its lease's slots (`pacing.batch_cap`). When the target's last lease ends (lapsed,
+  revoked, its worker died, or refused at the worker), its queued calls go through the
+  scheduler. `drop_queued(rid)` takes a cancelled call out of the queue (True if it was there:
+  it never ran).
+- `on_lease(message)` and `on_result(result)` take what arrives on the client's answer socket
+  (called with the client's answer lock held: they only record). `on_result` returns the result
+  to deliver, or None when it is the path's own business: a call the worker refused
+  (LEASE_REFUSED: it did not run) is sent again through the scheduler. A lease revoked because
+  its worker died makes its calls in flight run again through the scheduler while their retry
+  budget lasts, else fail with WORKER_DIED (`held_lease.after_death`).
+- `flush(force=False)` does what those recorded (resends, failures, renewals and usage reports,
+  the queued calls that are due), outside the lock, and gives lapsed leases back with their
+  usage; it returns when the calls still held for company are due (None: none). The client's
+  lease thread calls it too (`cloudburst/leases.py`), so an idle client's direct calls reach
+  the scheduler's statistics within seconds. A lease in use (a call sent under it, or calls in
+  flight: `flush` runs while the client waits for answers) is renewed and lapses as
+  `cloudburst/held_lease.py` says (the record of one lease, its usage reports and its renewal).
 - `held()`: the leases held now (target, worker, slots, calls in flight), for
   `Client.worker_leases`.
 - `lease_of(rid)`: (lease id, worker id) of a direct call in flight, else None (cancels go to
   the scheduler with the lease id, which stops the call on its worker; `where` names the
   worker).
-- Calls go to a leased worker over its call link when the lease names one
-  (`cloudburst/call_link.py`: opened on the first call there, half-closed once no lease
-  names the worker), else, or when the link cannot be opened or breaks, over ZeroMQ as
-  before (`_send_to`); `links` is the client's `ClientCallLinks` (None without the native
-  module), whose answers the client's channel reads with its answer socket's. Calls a
-  worker never read from a link it closed for a fault (it says how far it read) go through
-  the scheduler at once, and ones whose results a link the client had to close may have
-  lost fail at once with CALL_LINK_BROKEN (`_unanswered`).
+- Calls go to a leased worker over its call link when the lease names one, else, or when the
+  link cannot open or breaks, over ZeroMQ (`_send_to`; `links`: the client's `ClientCallLinks`,
+  None without the native module). `cloudburst/call_link.py` says what becomes of the calls on
+  a link that closes: never read, through the scheduler at once; perhaps lost, CALL_LINK_BROKEN
+  at once (`_unanswered`).
 - `release_all()` gives every lease back (the client changed the registry: a lease runs the
-  function versions it was granted for); `close()` too, and closes the path's sockets.
-  Usage not yet reported goes with the release.
+  function versions it was granted for); `close()` too, and closes the path's sockets. Usage
+  not yet reported goes with the release.
 """
 from __future__ import annotations
 
@@ -94,26 +92,20 @@ from faas.errors import CloudburstError
 from runtime.sockets import PushCache
 
 from .arguments import referenced_keys
-from .call_link import ADVANCE_EVERY, ClientCallLinks
-from .pacing import READ_EVERY, batch_cap, read_every
+from .call_link import ADVANCE_EVERY, open_call_links
+from .pacing import CORK_CALLS, CORK_SECONDS, READ_EVERY, batch_cap, next_grow_wait, \
+    read_every
 from .held_lease import Held, Key, after_death, next_sweep, record, release, renewal, \
     renewal_due, until
 from .stalls import CallTimes, held_up
 
-__all__ = ["DirectPath", "LeaseOwner", "RETRY_ASK", "MAX_QUEUED", "MAX_SPREAD", "READ_EVERY",
-           "CORK_SECONDS", "CORK_CALLS", "GROW_EVERY"]
+__all__ = ["DirectPath", "LeaseOwner", "RETRY_ASK", "MAX_QUEUED", "MAX_SPREAD"]
 
 log = logging.getLogger("cloudburst.client")
 
 RETRY_ASK = 1.0          # seconds before a target whose lease was refused is asked for again
 MAX_QUEUED = 10_000      # calls waiting in a client's own queue for its leases' slots
 MAX_SPREAD = 8           # leases one client holds of one target (one per worker)
-GROW_EVERY = 0.05        # seconds between early renewals of a lease whose slots are all in use
-# A call for a worker that still has calls of this client to run waits here for others to go
-# with it in one direct_batch, at most CORK_SECONDS (or until CORK_CALLS wait, or its caller
-# waits for an answer): each message costs both sides more CPU than a no-op call does
-CORK_SECONDS = 0.001
-CORK_CALLS = 16
 
 
 class LeaseOwner(Protocol):
@@ -144,7 +136,7 @@ class DirectPath:
     def __init__(self, owner: LeaseOwner, context: zmq.Context, credentials: Any) -> None:
         self._owner = owner
         self._push = PushCache(context, auth=credentials)
-        self.links = _call_links(credentials, self._unanswered)   # over TCP links (call_link.py)
+        self.links = open_call_links(credentials, self._unanswered)  # TCP links (call_link.py)
         self._lock = threading.Lock()
         self._held: Dict[Key, List[Held]] = {}              # target -> its live leases
         self._asked: Dict[Key, float] = {}      # target -> when a lease was asked/refused
@@ -329,10 +321,10 @@ class DirectPath:
 
     def _grow(self, held: Held, now: float) -> None:
         """Every slot of `held` is in use while calls queue: it is renewed early (at most
-        every GROW_EVERY s). A lease granted before its worker's window was known has the
+        every `held.grow_wait` s). A lease granted before its worker's window was known has the
         fewest slots; a renewal takes the window now, which is larger for short calls (the
         scheduler learns it from the worker's heartbeats, about every second)."""
-        if not held.renewing and now - held.grown >= GROW_EVERY:
+        if not held.renewing and now - held.grown >= held.grow_wait:
             held.grown, held.renewing = now, True
             self._ask.append((renewal(held), held.scheduler))
 
@@ -381,6 +373,7 @@ class DirectPath:
                 return
             if held is not None:                  # renewed
                 held.expires, held.renewing = now + m.ttl, False
+                held.grow_wait = next_grow_wait(held.grow_wait, m.slots > held.slots)
                 held.slots = max(1, m.slots)
                 return
             leases = self._held.get(key, [])
@@ -596,10 +589,8 @@ class DirectPath:
                 self._set_leases(key, [])
 
     def close(self) -> None:
-        with self._lock:
-            for key in list(self._held):
-                self._gone.extend(self._held[key])
-                self._set_leases(key, [])
+        """Give every lease back now, and close the path's sockets and links."""
+        self.release_all()
         try:
             self.flush()
         finally:
@@ -608,11 +599,3 @@ class DirectPath:
             if self.links is not None:
                 self.links.close()
 
-
-def _call_links(credentials: Any, unanswered: Any) -> Optional[ClientCallLinks]:
-    """The client's call links, or None (the native module lacks them: ZeroMQ only)."""
-    try:
-        return ClientCallLinks(credentials, unanswered)
-    except (ImportError, AttributeError, RuntimeError, ValueError) as e:
-        log.info("no call links (%s): direct calls use ZeroMQ", e)
-        return None

@@ -57,6 +57,7 @@ class Held:
     latencies: List[float] = field(default_factory=list)
     renewing: bool = False
     grown: float = float("-inf")     # when it was last renewed early to grow (`direct._grow`)
+    grow_wait: float = 0.0           # seconds before it may be again (`pacing.next_grow_wait`)
     link_address: str = ""           # the worker's call links ("": ZeroMQ only)
 
     @classmethod

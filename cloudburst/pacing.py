@@ -1,4 +1,5 @@
-"""How a burst of direct calls is paced on the client: batch sizes, and how often answers are read. Pure.
+"""How a burst of direct calls is paced on the client: batch sizes, how long a call waits for
+company, how often answers are read and leases renewed to grow. Pure.
 
 A burst of short calls keeps every slot of its leases in use; the client sends more only as
 answers free slots. Two things decide how busy the leased workers stay meanwhile:
@@ -13,14 +14,27 @@ answers free slots. Two things decide how busy the leased workers stay meanwhile
   of a free slot (reading sooner is what frees one: at the client's reading only every
   `READ_EVERY`, a lease of 2 slots made a whole burst run at 2 calls per `READ_EVERY`),
   else `READ_EVERY` (a read costs ~5 us; a caller with free slots needs none).
+- `next_grow_wait(wait, grew)`: seconds until a lease whose slots are all in use is renewed
+  early again, after a renewal answered with (`grew`) or without more slots: `GROW_EVERY`
+  while renewals grow it (the scheduler learnt a wider window: a burst takes it at once),
+  else twice the last wait, up to `GROW_MOST`. A lease kept full by long calls, whose
+  window will not widen, so costs its scheduler about one renewal a second, not twenty.
 """
 from __future__ import annotations
 
-__all__ = ["MAX_BATCH", "READ_EVERY", "STARVED_READ_EVERY", "batch_cap", "read_every"]
+__all__ = ["MAX_BATCH", "CORK_SECONDS", "CORK_CALLS", "READ_EVERY", "STARVED_READ_EVERY", "GROW_EVERY", "GROW_MOST",
+           "batch_cap", "read_every", "next_grow_wait"]
 
 MAX_BATCH = 64                 # calls in one direct_batch message
+# A call for a worker that still has calls of this client to run waits for others to go with
+# it in one direct_batch, at most CORK_SECONDS (or until CORK_CALLS wait, or its caller waits
+# for an answer): each message costs both sides more CPU than a no-op call does
+CORK_SECONDS = 0.001
+CORK_CALLS = 16
 READ_EVERY = 0.005             # seconds between reads while a burst is being sent
 STARVED_READ_EVERY = 0.0003    # the same while its calls wait for a slot
+GROW_EVERY = 0.05              # seconds between early renewals of a full lease that grows
+GROW_MOST = 1.0                # ... of one that stopped growing (a worker's heartbeat period)
 
 
 def batch_cap(slots: int) -> int:
@@ -31,3 +45,8 @@ def batch_cap(slots: int) -> int:
 def read_every(starved: bool) -> float:
     """Seconds between reads of the answers while sending (`starved`: calls wait for a slot)."""
     return STARVED_READ_EVERY if starved else READ_EVERY
+
+
+def next_grow_wait(wait: float, grew: bool) -> float:
+    """Seconds before a full lease's next early renewal (see the module contract)."""
+    return GROW_EVERY if grew else min(GROW_MOST, max(GROW_EVERY, 2 * wait))

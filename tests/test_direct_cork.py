@@ -1,5 +1,5 @@
 """Calls for a worker that still runs a client's earlier calls wait in the client for company
-(`cloudburst/direct.py`, `CORK_SECONDS`, `CORK_CALLS`) and go in one `direct_batch`: a burst
+(`cloudburst/direct.py`, `pacing.CORK_SECONDS`, `CORK_CALLS`) and go in one `direct_batch`: a burst
 costs one message per batch, not one per call. A lone call on an idle lease still goes at
 once; held calls go when `CORK_CALLS` wait, when their deadline passes, when a caller is
 about to wait (`flush(force=True)`), and, when the caller does neither, when the client's
@@ -14,7 +14,7 @@ from typing import List
 import pytest
 import zmq
 
-from cloudburst import direct
+from cloudburst import direct, pacing
 from cloudburst.leases import ClientLeases
 from hydro_proto import cloudburst_pb2 as pb
 from runtime.framing import parse
@@ -67,7 +67,7 @@ def test_held_calls_go_at_their_deadline(setup):
     deadline = owner.flush_at[0]
     assert path.flush() == deadline              # not due yet: said when
     assert not worker.poll(50)
-    shift[0] = direct.CORK_SECONDS
+    shift[0] = pacing.CORK_SECONDS
     assert path.flush() is None
     assert _message(worker) == ["c2"]
 
@@ -76,7 +76,7 @@ def test_held_calls_go_when_enough_wait(setup):
     path, owner, worker, _ = setup
     path.send(_call("c0"))
     assert _message(worker) == ["c0"]
-    rids = [f"c{i}" for i in range(1, direct.CORK_CALLS + 1)]
+    rids = [f"c{i}" for i in range(1, pacing.CORK_CALLS + 1)]
     for rid in rids:
         path.send(_call(rid))
         path.flush()

@@ -92,3 +92,59 @@ def test_a_client_with_free_slots_does_not_read_before_read_every(monkeypatch):
         shift[0] = pacing.STARVED_READ_EVERY + 0.0001
         path.send(_call("c1"))                # slots free: no read yet (a read costs)
         assert len(owner.arrived) == 1
+
+
+@given(st.floats(min_value=0.0, max_value=10.0), st.lists(st.booleans(), max_size=40))
+def test_early_renewals_back_off_while_they_do_not_grow_the_lease(wait, answers):
+    """Between GROW_EVERY and GROW_MOST always; back to GROW_EVERY when a renewal grew the
+    lease; doubling (to GROW_MOST) while none did, which it reaches within a few answers."""
+    for grew in answers:
+        before, wait = wait, pacing.next_grow_wait(wait, grew)
+        assert pacing.GROW_EVERY <= wait <= pacing.GROW_MOST
+        assert wait == pacing.GROW_EVERY if grew else wait >= min(before, pacing.GROW_MOST)
+    for _ in range(8):
+        wait = pacing.next_grow_wait(wait, False)
+    assert wait == pacing.GROW_MOST
+
+
+def test_a_full_lease_that_renewals_do_not_grow_is_renewed_less_and_less_often(monkeypatch):
+    """A lease kept full (by long calls, say) whose renewals come back with no more slots is
+    renewed early at growing intervals, not every GROW_EVERY: it costs its scheduler about a
+    renewal a second at most."""
+    with leased_path(monkeypatch, slots=1) as (path, owner, worker, shift):
+        _freeze(monkeypatch, shift)
+
+        def renewals() -> int:
+            return len([r for r in owner.asked if list(r.renew) == ["L1"]])
+
+        def full_again(rid: str) -> None:     # a call waits for the lease's one slot
+            path.send(_call(rid))
+            path.flush()
+
+        def answered(slots: int = 1) -> None:
+            path.on_lease(pb.WorkerLease(target="f", lease_id="L1", worker_id="w1",
+                                         slots=slots, ttl=60, status=pb.OK))
+
+        # the target's calls take 2 s (so a call out for the test's few seconds does not
+        # hold the lease up, `cloudburst/stalls.py`); c1 then holds the lease's one slot
+        assert path.send(_call("c0")) == "sched"
+        shift[0] += 2.0
+        owner.arrived.append(pb.CallResult(request_id="c0", status=pb.OK))
+        assert path.send(_call("c1")) == "sched"
+        assert [rid for m in _messages(worker) for rid in m] == ["c0", "c1"]
+        asked, waits = 0, []
+        for i in range(5):
+            full_again(f"q{i}")
+            assert renewals() == asked + 1, f"renewal {i + 1} not asked"
+            asked += 1
+            answered()                                       # no more slots
+            wait = min(pacing.GROW_MOST, 2 * waits[-1]) if waits else pacing.GROW_EVERY
+            waits.append(wait)
+            shift[0] += wait * 0.9                           # not yet due
+            full_again(f"r{i}")
+            assert renewals() == asked, f"renewed {wait * 0.9:.3f} s after the last, " \
+                f"within its back-off of {wait:.3f} s"
+            shift[0] += wait * 0.2
+        assert waits[-1] > 4 * pacing.GROW_EVERY             # backed off
+        answered(slots=4)                                    # a wider window: at once again
+        assert path.held()[0]["slots"] == 4
