@@ -13,7 +13,7 @@ Contract: `ClientCallLinks(credentials)` (None: a plain cluster) belongs to one 
   starts opening one (a non-blocking connect) and goes over ZeroMQ, as do the calls made
   until the link is open; the connect and the handshake advance wherever the client reads
   its answers (`wait`, which the waiting thread and `read_arrived` call; the client's lease
-  thread reads them every `ADVANCE_EVERY` s while a link is `opening()`, so a client that
+  thread has them read every `ADVANCE_EVERY` s while a link is `opening()`, so a client that
   neither calls nor waits still finishes opening it), and a link not open within
   `OPEN_TIMEOUT` is given up. A link that cannot be opened is logged once per
   worker and not tried again for `RETRY_OPEN` seconds (doubling to `MAX_RETRY_OPEN` while it
@@ -26,8 +26,9 @@ Contract: `ClientCallLinks(credentials)` (None: a plain cluster) belongs to one 
   a worker address without a key gets no link then. Without credentials links are plain.
 - `wait(socket, timeout)`: waits up to `timeout` s (0: not at all) for the answer `socket`
   (always the same one) or a link to have something, in one native wait with the GIL
-  released (another thread may send meanwhile); returns (whether `socket` has a message, the answers that
-  came on links as `(kind, message)`: `result`s, including each of a `direct_results`).
+  released (another thread may send meanwhile); returns (whether `socket` has a message,
+  the answers that came on links as `(kind, message)`: `result`s, including each of a
+  `direct_results`).
   A worker may send a client only results (its key is a function's): anything else on a
   link is dropped and logged, as on the answer socket. A link that closes or fails (a
   frame that does not open, one above `MAX_FRAME_BYTES`) is forgotten and logged; its calls
@@ -67,7 +68,8 @@ from hydro_proto import cloudburst_pb2 as pb
 from runtime.auth import Credentials, parse_address
 from runtime.framing import MAX_FRAME_BYTES, FrameError, encode, more, parse
 
-__all__ = ["ClientCallLinks", "open_call_links", "ADVANCE_EVERY", "OPEN_TIMEOUT", "RETRY_OPEN", "MAX_RETRY_OPEN", "answers_of"]
+__all__ = ["ClientCallLinks", "open_call_links", "ADVANCE_EVERY", "OPEN_TIMEOUT", "RETRY_OPEN",
+           "MAX_RETRY_OPEN", "answers_of"]
 
 log = logging.getLogger("cloudburst.client")
 

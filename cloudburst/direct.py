@@ -62,6 +62,8 @@ client's `LeaseOwner` side (sending to a scheduler, delivering an answer to a wa
   the scheduler's statistics within seconds. A lease in use (a call sent under it, or calls in
   flight: `flush` runs while the client waits for answers) is renewed and lapses as
   `cloudburst/held_lease.py` says (the record of one lease, its usage reports and its renewal).
+- `advance_links()`: while a call link is opening, the owner reads the answers (where its
+  connect and handshake advance); returns when to again, for the client's lease thread.
 - `held()`: the leases held now (target, worker, slots, calls in flight), for
   `Client.worker_leases`.
 - `lease_of(rid)`: (lease id, worker id) of a direct call in flight, else None (cancels go to
@@ -502,6 +504,15 @@ class DirectPath:
                 self._queued.pop(key, None)
         self._starved = self._queued_count > 0    # what is left waits for a slot
         return out
+
+    def advance_links(self) -> Optional[float]:
+        """While a call link opens, have the owner read the answers (its connect and
+        handshake advance there); when to do so again (None: no link is opening)."""
+        links = self.links
+        if links is None or not links.opening():
+            return None
+        self._owner.read_arrived()
+        return time.monotonic() + ADVANCE_EVERY if links.opening() else None
 
     def flush(self, force: bool = False) -> Optional[float]:
         """Carry out what was recorded; queued calls go if they are due (`force`: now, as

@@ -14,9 +14,10 @@ Contract: `ClientLeases(client, ttl)` belongs to one `Client`.
   records the call).
 - The same thread flushes the client's direct path (`cloudburst/direct.py`) every `ttl / 4`
   seconds: lapsed worker leases go back with the usage reports of the calls made under them.
-  While a call link is opening it also reads the client's answers every `ADVANCE_EVERY` s
-  (the link's connect and handshake advance where answers are read), so a link opens
-  even while its client neither calls nor waits.
+  While a call link is opening it also has the direct path read the client's answers
+  (`advance_links`, every `call_link.ADVANCE_EVERY` s: the link's connect and handshake
+  advance where answers are read), so a link opens even while its client neither calls
+  nor waits.
 - `flush_by(deadline)`: the direct path holds calls to send together; the thread (started
   if need be) flushes it at `deadline` (`time.monotonic()`), or as soon after as it runs,
   and again at the deadline that flush returns, so a held call goes even if its caller
@@ -41,8 +42,6 @@ from typing import TYPE_CHECKING, Deque, Dict, Optional
 from hydro_proto import cloudburst_pb2 as pb
 
 from faas.errors import CloudburstError
-
-from .call_link import ADVANCE_EVERY
 
 if TYPE_CHECKING:
     from .client import Client
@@ -167,18 +166,15 @@ class ClientLeases:
         direct = client._direct
         if direct is None:
             return
-        links = direct.links
         try:
-            if links is not None and links.opening():
-                # a call link opens where answers are read: here too, so it opens even
-                # while its client neither calls nor waits (cloudburst/call_link.py)
-                client._read_arrived()
+            # a call link opens where answers are read: here too, so it opens even while
+            # its client neither calls nor waits (cloudburst/call_link.py)
+            look = direct.advance_links()
             later = direct.flush()
         except Exception as e:           # never the end of this thread
             log.warning("the direct path's flush failed: %s", e)
             return
-        if links is not None and links.opening():      # read again shortly
-            look = time.monotonic() + ADVANCE_EVERY
+        if look is not None:             # a link still opening: read again then
             later = look if later is None else min(later, look)
         if later is not None:            # calls held since: due then
             with self._lock:

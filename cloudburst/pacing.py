@@ -22,7 +22,8 @@ answers free slots. Two things decide how busy the leased workers stay meanwhile
 """
 from __future__ import annotations
 
-__all__ = ["MAX_BATCH", "CORK_SECONDS", "CORK_CALLS", "READ_EVERY", "STARVED_READ_EVERY", "GROW_EVERY", "GROW_MOST",
+__all__ = ["MAX_BATCH", "CORK_SECONDS", "CORK_CALLS", "READ_EVERY", "STARVED_READ_EVERY",
+           "GROW_EVERY", "GROW_MOST",
            "batch_cap", "read_every", "next_grow_wait"]
 
 MAX_BATCH = 64                 # calls in one direct_batch message

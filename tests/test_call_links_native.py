@@ -54,14 +54,20 @@ class Served:
         return (client, *[link for link, _ in links])
 
 
+def _read(client):
+    """What a client's links have now, without waiting: (frames, broken, opened)."""
+    _, frames, broken, opened = client.wait(0)
+    return frames, broken, opened
+
+
 def _open(client, address, server_key, timeout=2.0):
-    """Open a link as a client does (`begin`, then `read` advances it): (link, why)."""
+    """Open a link as a client does (`begin`, then `wait` advances it): (link, why)."""
     link, why = client.begin(address, server_key, timeout)
     if not link:
         return link, why
 
     def done():
-        _, broken, opened = client.read()
+        _, broken, opened = _read(client)
         if link in opened:
             return (link, "")
         return next(((0, w) for l, w, _ in broken if l == link), None)
@@ -71,7 +77,7 @@ def _open(client, address, server_key, timeout=2.0):
 def _answer(client, timeout=5.0):
     """The next (frames, broken) a client's read returns with anything in it."""
     def one():
-        frames, broken, _ = client.read()
+        frames, broken, _ = _read(client)
         return (frames, broken) if frames or broken else None
     return poll_until(one, timeout, "an answer on the link", interval=0.005)
 
@@ -130,7 +136,7 @@ def test_a_half_closed_link_is_still_read_until_the_worker_closes_it(keys):
         assert not client.send(link, b"after", 1.0)
         frames, broken = [], []
         poll_until(lambda: (lambda f, b, _: frames.extend(f) or broken.extend(b) or broken)(
-            *client.read()), 5.0, "the worker closing the link", interval=0.005)
+            *_read(client)), 5.0, "the worker closing the link", interval=0.005)
         assert frames == [(link, b"echo:before")] and \
             broken == [(link, "closed by the worker", -1)]    # its own close: no farewell
 
@@ -174,7 +180,7 @@ def test_opening_a_link_never_blocks_and_one_not_open_by_its_deadline_is_given_u
             assert not client.ready(link) and not client.send(link, b"call", 1.0)
             frames, broken = [], []
             poll_until(lambda: (lambda f, b, o: frames.extend(f) or broken.extend(b) or
-                                broken or o)(*client.read()), 10.0, "the deadline")
+                                broken or o)(*_read(client)), 10.0, "the deadline")
             assert frames == [] and broken and broken[0][0] == link, broken
             assert "not open within its deadline" in broken[0][1]
             assert client.open_links == 0
@@ -190,7 +196,7 @@ def test_a_link_that_cannot_connect_is_reported_broken(keys):
     client = _core.CallLinkClient()
     link, why = client.begin(address, "", 5.0)
     if link:                                 # (a refused connect may be known at once)
-        broken = poll_until(lambda: client.read()[1], 5.0, "the refused connect")
+        broken = poll_until(lambda: _read(client)[1], 5.0, "the refused connect")
         assert broken[0][0] == link and "connect" in broken[0][1], broken
     else:
         assert "connect" in why

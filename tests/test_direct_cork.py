@@ -118,7 +118,8 @@ class _Direct:
     """The direct path as the lease thread sees it: counts flushes; the first says more
     calls are held until `later`."""
 
-    links = None           # no call links (none opening for the thread to read)
+    def advance_links(self):
+        return None        # no call link opening (nothing for the thread to read)
 
     def __init__(self, later: float) -> None:
         self.flushed = threading.Event()

@@ -10,13 +10,17 @@
 //     [(link, payload: bytes, role: str)], send(link, payload) -> bool, stats() -> dict.
 //   CallLinkClient(public_key=b"", secret_key=b"", max_frame=...): .fileno(),
 //     begin(address, server_key, timeout) -> (link, why) (link 0 when it cannot start;
-//     else it opens in read(), without blocking), ready(link) -> bool,
-//     send(link, payload, timeout) -> bool,
-//     read() -> ([(link, payload)], [(link, why, taken)], [opened link]) (taken: how many of
-//     the client's frames the worker served from a link it closed for a fault, else -1),
-//     finish(link) (half-close: no more sends, still read), close(link), .open_links.
+//     else it opens in wait(), without blocking), ready(link) -> bool,
+//     send(link, payload, timeout) -> bool, watch(fd) (one more descriptor wait() wakes
+//     for: a client's answer socket's ZMQ_FD),
+//     wait(timeout) -> (watched readable, [(link, payload)], [(link, why, taken)],
+//     [opened link]) after waiting up to `timeout` (0: not at all) for a link or the watched
+//     descriptor (taken: how many of the client's frames the worker served from a link it
+//     closed for a fault, else -1), finish(link) (half-close: no more sends, still read),
+//     close(link), .open_links.
 //   Every call that touches a socket releases the GIL; calls from several threads are
-//   serialised by a lock per object. Timeouts are in seconds.
+//   serialised by a lock per object, except that wait() waits without it (another thread
+//   may send meanwhile). Timeouts are in seconds.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -136,18 +140,6 @@ class PyCallLinkClient {
     return c_->send(link, view, millis(timeout));
   }
 
-  py::tuple read() {
-    CallLinkClient::Frames frames;
-    CallLinkClient::Broken broken;
-    std::vector<std::uint64_t> opened;
-    {
-      py::gil_scoped_release release;
-      std::lock_guard<std::mutex> lock(mu_);
-      c_->read(&frames, &broken, &opened);
-    }
-    return answers(frames, broken, opened);
-  }
-
   void watch(int fd) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!c_->watch(fd))
@@ -155,9 +147,10 @@ class PyCallLinkClient {
                                std::to_string(fd) + ": " + std::strerror(errno));
   }
 
-  // read() after waiting up to `timeout` s (0: not at all) for a link or the watched
-  // descriptor, with the GIL released and without the lock while it waits (another thread
-  // may send meanwhile): (whether the watched descriptor is readable, frames, broken, opened)
+  // Waits up to `timeout` s (0: not at all) for a link or the watched descriptor, with the
+  // GIL released and without the lock (another thread may send meanwhile), then takes what
+  // the links have under it: (whether the watched descriptor is readable, frames, broken,
+  // opened).
   py::tuple wait(double timeout) {
     CallLinkClient::Frames frames;
     CallLinkClient::Broken broken;
@@ -233,7 +226,6 @@ void bind_call_links(py::module_& m) {
       .def("ready", &PyCallLinkClient::ready, py::arg("link"))
       .def("send", &PyCallLinkClient::send, py::arg("link"), py::arg("payload"),
            py::arg("timeout"))
-      .def("read", &PyCallLinkClient::read)
       .def("watch", &PyCallLinkClient::watch, py::arg("fd"))
       .def("wait", &PyCallLinkClient::wait, py::arg("timeout"))
       .def("close", &PyCallLinkClient::close, py::arg("link"))

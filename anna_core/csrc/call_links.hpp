@@ -27,8 +27,8 @@
 //     starts opening a link without blocking (a non-blocking connect): the link id, or 0
 //     with *why set when it cannot even start. The connect, then the handshake (secured,
 //     when the client has a key pair: the worker's server key is the one its keyed direct
-//     address carries) or the probe, advance in read() as the link's descriptor becomes
-//     ready; once done read() reports the link in `opened`, and one that fails or is not
+//     address carries) or the probe, advance in take() as the link's descriptor becomes
+//     ready; once done take() reports the link in `opened`, and one that fails or is not
 //     done within timeout_ms in `broken` (closed and forgotten). ready(link): whether it
 //     is open and takes frames. send(link, payload, timeout_ms) writes one whole frame on a
 //     ready link, or fails (false; a link still opening stays so, any other is half-closed):
@@ -36,11 +36,11 @@
 //     closes the link at the end of the stream). finish(link) half-closes a link too. A
 //     half-closed link takes no more frames but is still read, so answers the worker wrote
 //     before it saw the end arrive; the worker then closes it (and sends later answers
-//     another way). read(frames, broken, opened) reads without blocking: whole frames as
-//     (link, payload), links that closed or failed (a frame above max_frame, one that does
-//     not open, a handshake that failed or timed out) as (link, why), each closed and
-//     forgotten, and links whose opening finished. close(link) closes at once. watch(fd),
-//     ready() and take() wait for a link or one more descriptor (below).
+//     another way). take(events, n, frames, broken, opened) reads what ready() found:
+//     whole frames as (link, payload), links that closed or failed (a frame above
+//     max_frame, one that does not open, a handshake that failed or timed out) as (link,
+//     why), each closed and forgotten, and links whose opening finished. close(link) closes
+//     at once. watch(fd), ready() and take() wait for a link or one more descriptor (below).
 //   * Neither is thread-safe: the caller serialises (the bindings hold a lock), except
 //     CallLinkClient::ready(), which only waits on the epoll descriptor (the bindings wait
 //     without their lock, so another thread can send while one waits).
@@ -112,15 +112,11 @@ class CallLinkClient {
   bool send(std::uint64_t link, std::string_view payload, int timeout_ms);
   using Frames = std::vector<std::pair<std::uint64_t, std::string>>;
   using Broken = std::vector<std::tuple<std::uint64_t, std::string, std::int64_t>>;
-  void read(Frames* frames, Broken* broken, std::vector<std::uint64_t>* opened) {
-    epoll_event events[kMaxEvents];
-    take(events, ready(events, 0), frames, broken, opened);
-  }
   // Waiting in two steps, so that a caller may wait without its lock and take the events
   // under it: watch(fd) adds a descriptor (the client's ZeroMQ answer socket's ZMQ_FD) to
   // the epoll set once, reported by take() as its `watched` result; ready(events,
   // timeout_ms) waits up to timeout_ms (0: not at all) for events, touching no state;
-  // take(events, n, ...) does what read() does with them (read() is ready(0) then take()).
+  // take(events, n, frames, broken, opened) reads what they name (below).
   static constexpr int kMaxEvents = 16;
   bool watch(int fd);
   int ready(epoll_event* events, int timeout_ms) const;
