@@ -1,6 +1,7 @@
 """CPU of one executor worker's main thread per direct call, in this process, without a cluster.
 
     python benchmarks/worker_loop_cpu.py [--calls 8000] [--window 32] [--batch 16] [--root CHECKOUT]
+    python benchmarks/worker_loop_cpu.py --dag [--calls 8000] [--profile OUT] [--root CHECKOUT]
 
 Builds one `executor.worker.Worker` of the checkout at `--root` (default: this one; plain
 sockets), gives it a registered no-op and a worker lease on it (as a scheduler's grant
@@ -11,6 +12,11 @@ reads the results. Prints the worker main thread's CPU microseconds per call (it
 thread's clock, so the client thread does not count) and the wall time. What it leaves out:
 the node cache (the function is put in the worker's table directly), CURVE, the heartbeat
 thread, and the other processes of a cluster (`benchmarks/hotpath_cpu.py` has those).
+
+With `--dag`, P1's shape instead: the `increment -> square` DAG leased whole on the worker
+(its schedules built by the scheduler's own `build_schedules`, as a grant carries them), and
+a client thread sending one call at a time over a call link and waiting for its result
+before the next. `--profile OUT` writes a cProfile of the worker's loop (pstats format).
 """
 from __future__ import annotations
 
@@ -29,8 +35,12 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=32, help="calls in flight")
     parser.add_argument("--batch", type=int, default=16, help="calls per direct_batch at most")
     parser.add_argument("--root", default=os.getcwd(), help="the checkout to measure")
+    parser.add_argument("--dag", action="store_true", help="serial DAG calls over a call link")
+    parser.add_argument("--profile", help="write a cProfile of the worker's loop here")
     args = parser.parse_args()
     sys.path.insert(0, os.path.abspath(args.root))
+    if args.dag:
+        return dag_calls(args)
     import zmq
     from executor.calling import Entry
     from executor.config import WorkerConfig
@@ -89,6 +99,94 @@ def main() -> None:
                       round(1e6 * cpu / ran, 1), "wall_s": round(wall, 3),
                       "load": round(os.getloadavg()[0], 2)}))
     os._exit(0)        # the worker's sockets and the client thread end with the process
+
+
+def dag_calls(args: argparse.Namespace) -> None:
+    """Serial warm calls of a 2-function DAG over a call link (module docstring)."""
+    import cProfile
+    import pickle
+    import zmq
+    from anna_core import _core
+    from executor.calling import Entry
+    from executor.config import WorkerConfig
+    from executor.worker import Worker
+    from hydro_proto import cloudburst_pb2 as pb
+    from runtime.framing import encode, parse
+    from scheduler.dag import Dag
+    from scheduler.schedule import build_schedules
+
+    config = WorkerConfig(worker_id="w0", node_id="n0", kvs_address="tcp://127.0.0.1:1",
+                          cache_address="tcp://127.0.0.1:1")
+    worker = Worker(config)
+    worker.guard.install()
+    for name, fn in (("increment", lambda lib, x: x + 1), ("square", lambda lib, x: x * x)):
+        worker._functions[name] = ("v1", Entry(fn, name))
+    worker._tell_node = lambda status: None          # no node to tell of runs
+    dag = Dag.create("composition", ["increment", "square"], [("increment", "square")])
+    templates = [s for _, s in build_schedules(
+        pb.Call(), dag, {f: "w0" for f in dag.functions}, {"w0": worker.address},
+        {f: "v1" for f in dag.functions}, "tcp://127.0.0.1:1", 0.0)]
+    worker._on_worker_lease(pb.WorkerLease(lease_id="L", client="", slots=1, ttl=3600,
+                                           templates=templates))
+    worker._pull.setsockopt(zmq.RCVTIMEO, 100)
+    done = threading.Event()
+    failed: list = []
+
+    def client() -> None:
+        links = _core.CallLinkClient()
+        link, why = links.begin(worker.call_link_address, "", 2.0)
+        opened = False
+        deadline = time.monotonic() + 10
+        while not opened and time.monotonic() < deadline:
+            _, _, broken, up = links.wait(0.01)
+            opened = link in up
+            if broken:
+                failed.append(f"the link broke: {broken}")
+                return done.set()
+        for i in range(args.calls):
+            call = pb.Call(request_id=uuid.uuid4().hex, lease_id="L", dag="composition",
+                           response_address="tcp://127.0.0.1:1", timeout=60.0)
+            call.args["increment"].args.add(value=pickle.dumps(i))
+            links.send(link, encode("direct", call), 1.0)
+            frames: list = []
+            while not frames:
+                _, frames, broken, _ = links.wait(1.0)
+                if broken:
+                    failed.append(f"the link broke: {broken}")
+                    return done.set()
+            kind, payload = parse(frames[0][1])
+            result = pb.CallResult.FromString(payload)
+            if kind != "result" or result.status != pb.OK or \
+                    pickle.loads(result.value) != (i + 1) ** 2:
+                failed.append(f"call {i}: {kind} {result}")
+                return done.set()
+        done.set()
+
+    def loop() -> None:
+        while not done.is_set():
+            while worker._local or worker._backlog:
+                worker._run_local() if worker._local else \
+                    worker._dispatch(worker._backlog.popleft())
+            raw = worker._next_frame()
+            if raw is not None:
+                worker._dispatch(worker._admitted(raw))
+
+    threading.Thread(target=client, daemon=True).start()
+    cpu, start = time.thread_time(), time.monotonic()
+    if args.profile:
+        profile = cProfile.Profile(time.thread_time)     # CPU, not waits
+        profile.runcall(loop)
+        profile.dump_stats(args.profile)
+    else:
+        loop()
+    cpu, wall = time.thread_time() - cpu, time.monotonic() - start
+    if failed:
+        sys.exit(failed[0])
+    print(json.dumps({"root": args.root, "dag_calls": args.calls,
+                      "worker_main_cpu_us_per_call": round(1e6 * cpu / args.calls, 1),
+                      "us_per_call": round(1e6 * wall / args.calls, 1),
+                      "load": round(os.getloadavg()[0], 2)}))
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -71,6 +71,7 @@ from runtime.framing import FrameError, parse, recv_frame
 from runtime.sockets import bind_pull
 
 from .call_links import ROUTE_GRACE, WorkerCallLinks
+from .hot_wait import DIRECT, LINKS, PULL, Sources
 from .leased import CANCELLED, MAX_LEASES, LeaseAdmission
 from .result_batch import RESULT_HOLD_SECONDS, ResultBatch
 
@@ -80,6 +81,7 @@ log = logging.getLogger("cloudburst.worker")
 
 CLIENT_KINDS = frozenset({"direct", "direct_batch"})     # what the direct socket takes
 MAX_BATCH = 256                          # calls in one direct_batch message
+_EVENTS, _POLLIN, _RCVTIMEO = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.RCVTIMEO)
 
 
 def schedule_credentials(credentials: Credentials) -> Credentials:
@@ -101,6 +103,7 @@ class DirectCalls:
         self._answers = ResultBatch(RESULT_HOLD_SECONDS)    # direct results, per client
         self._last_run: Dict[str, float] = {}     # lease id -> how long its last call took
         self._direct = None
+        self._sources: Optional[Sources] = None
         self.direct_address = ""
         self._links: Optional[WorkerCallLinks] = None    # call links (executor/call_links.py)
         self.call_link_address = ""
@@ -115,18 +118,16 @@ class DirectCalls:
         self._direct, self.direct_address = bind_pull(
             self._direct_context, self.config.ip, ipc_dir=self.config.ipc_dir,
             auth=credentials_of(self._direct_security), audience="all")
-        self._poller = zmq.Poller()
-        self._poller.register(self._pull, zmq.POLLIN)
-        self._poller.register(self._direct, zmq.POLLIN)
         # the same calls over TCP links read on this thread (no ZeroMQ I/O thread)
         self._links = WorkerCallLinks.open(self.config.ip, credentials,
                                            f"worker {self.worker_id}: ")
         if self._links is not None:
             self.call_link_address = self._links.address
-            self._links_fd = self._links.fileno()
-            self._poller.register(self._links_fd, zmq.POLLIN)
             self._links_idle = select.poll()      # looked at without a lease (below)
-            self._links_idle.register(self._links_fd, select.POLLIN)
+            self._links_idle.register(self._links.fileno(), select.POLLIN)
+        # with a lease: one wait on the three (executor/hot_wait.py)
+        self._sources = Sources(self._pull, self._direct,
+                                -1 if self._links is None else self._links.fileno())
 
     def _close_direct_calls(self) -> None:
         if self._direct is None:
@@ -143,23 +144,28 @@ class DirectCalls:
         if not self.leased.busy():
             # no lease here: the schedule socket as before (one blocking receive), and a
             # direct call (to be refused) is seen within one receive timeout
+            self._sources.stirred(PULL | DIRECT)
             links = self._links is not None and bool(self._links_idle.poll(0))
-            if links or self._direct.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            if links or self._direct.get(_EVENTS) & _POLLIN:
                 self._read_direct(links)
             self.guard.close_run()
             return recv_frame(self._pull, copy=False)
-        ready = dict(self._poller.poll(self._pull.getsockopt(zmq.RCVTIMEO)))
-        if self._pull in ready:      # first: it may hold the grant of the lease a call names
+        ready = self._sources.wait(self._pull.get(_RCVTIMEO))
+        if ready & PULL:             # first: it may hold the grant of the lease a call names
             self.guard.close_run()   # the scheduler's calls run alone, as always
             return recv_frame(self._pull, zmq.NOBLOCK, copy=False)
-        links = self._links is not None and self._links_fd in ready
-        if links or self._direct in ready:
-            self._read_direct(links)
+        if ready:
+            self._read_direct(bool(ready & LINKS), bool(ready & DIRECT))
         else:                        # nothing came within a receive timeout: the run ends
             self.guard.close_run()
         return None       # (not zmq.Again: an exception per wake-up costs more than the call)
 
-    def _read_direct(self, links: bool = False) -> None:
+    def _stirred_pull(self) -> None:
+        """The schedule socket was received from (or polled) outside `_next_frame`."""
+        if self._sources is not None:
+            self._sources.stirred(PULL)
+
+    def _read_direct(self, links: bool = False, direct: bool = True) -> None:
         """Run the direct calls that have arrived. Their results are held while more wait
         (`ResultBatch`: at most `RESULT_HOLD_SECONDS`, and never across a call that long),
         so a client that keeps a worker busy gets one message per run of calls, not one
@@ -169,7 +175,8 @@ class DirectCalls:
         # stays open while calls keep coming, and ends when a wait finds none (`_next_frame`)
         self.guard.open_run()
         try:
-            self._read_waiting()
+            if direct:
+                self._read_waiting()
             if links:                # and what came on call links
                 for link, data, role in self._links.frames():
                     self._from_client(data, role, link)
@@ -180,7 +187,7 @@ class DirectCalls:
     def _read_waiting(self) -> None:
         """Handle the frames waiting on the direct socket."""
         # asks the socket rather than catching zmq.Again at the end of every run
-        while self._direct.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+        while self._direct.get(_EVENTS) & _POLLIN:
             try:
                 frame = recv_frame(self._direct, zmq.NOBLOCK, copy=False)
             except zmq.Again:

@@ -10,8 +10,8 @@ Contract: `UserMessaging` is mixed into `executor.worker.Worker`.
   reading the worker's socket until one arrives: other messages read meanwhile wait in the
   backlog until the running function returns. It raises `Timeout` when `timeout` > 0 passes
   without a message, and returns [] at once for `timeout` <= 0.
-Uses the worker's `address`, `credentials`, `worker_id`, `cache`, `_push`, `_pull`, `_peers`,
-`_inbox`, `_backlog` and `_admitted`.
+Uses the worker's `address`, `credentials`, `worker_id`, `cache`, `_push`, `_pull`,
+`_stirred_pull`, `_peers`, `_inbox`, `_backlog` and `_admitted`.
 """
 from __future__ import annotations
 
@@ -74,6 +74,7 @@ class UserMessaging:
 
     def receive_user_messages(self, timeout: float) -> List[Tuple[str, bytes]]:
         deadline = time.monotonic() + max(0.0, timeout)
+        self._stirred_pull()    # it receives from the schedule socket (direct_calls.py)
         while not self._inbox:
             remaining = deadline - time.monotonic()
             if remaining <= 0:

@@ -235,9 +235,11 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, RunEnds, UserMessagin
                 frame = None
             if frame is not None:
                 self._dispatch(frame)
-            if self.dones and self.dones.due(time.monotonic(), not (
-                    self._local or self._backlog or self._pull.poll(0))):
-                self._flush_done()
+            if self.dones:
+                self._stirred_pull()        # (the look below may poll the socket)
+                if self.dones.due(time.monotonic(), not (
+                        self._local or self._backlog or self._pull.poll(0))):
+                    self._flush_done()
         self.guard.close_run()           # a run of direct calls left open: timers cleared
         self._flush_done()
         self._stopping.set()
