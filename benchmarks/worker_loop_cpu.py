@@ -174,7 +174,7 @@ def dag_calls(args: argparse.Namespace) -> None:
     threading.Thread(target=client, daemon=True).start()
     cpu, start = time.thread_time(), time.monotonic()
     if args.profile:
-        profile = cProfile.Profile(time.thread_time)     # CPU, not waits
+        profile = cProfile.Profile()
         profile.runcall(loop)
         profile.dump_stats(args.profile)
     else:

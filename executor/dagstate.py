@@ -25,12 +25,14 @@ Contract: `PendingCalls` is pure state (every method takes `now`, in seconds).
   (so ignored) at least until `orphan_timeout` past its deadline, oldest first, and at most
   `fired_memory` of them.
 - `abort(call_id)` forgets every invocation of a call.
+- `ran(call_id, functions, until)`: those invocations ran outside this state; remembered as
+  fired (above) until `until`.
 Values are opaque to this module.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 __all__ = ["PendingCalls", "Ready", "Stalled"]
 
@@ -144,6 +146,13 @@ class PendingCalls:
         args = list(e.call_args) + [e.results[u] for u in e.upstreams]
         return Ready(key[0], key[1], e.schedule, args, e.deadline, list(e.late),
                      {i: e.results[i] for i in e.inputs})
+
+    def ran(self, call_id: str, functions: Iterable[str], until: float) -> None:
+        """`functions` of `call_id` run outside this state (a direct call's functions, run
+        as its lease's plan says): each is remembered as fired until `until`, as if it had
+        fired here, so a schedule or trigger of it later is ignored and `known`."""
+        for function in functions:
+            self._remember((call_id, function), until)
 
     def known(self, call_id: str, function: str) -> bool:
         """Whether `function` of `call_id` has a schedule here or ran recently: another

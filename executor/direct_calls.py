@@ -71,6 +71,9 @@ from runtime.framing import FrameError, parse, recv_frame
 from runtime.sockets import bind_pull
 
 from .call_links import ROUTE_GRACE, WorkerCallLinks
+from .chain_plan import ChainPlan
+from .dagstate import Ready
+from .failures import what_runs
 from .hot_wait import DIRECT, LINKS, PULL, Sources
 from .leased import CANCELLED, MAX_LEASES, LeaseAdmission
 from .result_batch import RESULT_HOLD_SECONDS, ResultBatch
@@ -98,8 +101,9 @@ class DirectCalls:
 
     def _init_direct_calls(self, credentials: Optional[Credentials]) -> None:
         self.leased = LeaseAdmission()
-        # lease id -> (its schedules, the functions they name): computed once per grant
-        self._lease_functions: Dict[str, Tuple[List[pb.Schedule], FrozenSet[str]]] = {}
+        # lease id -> (its schedules, the functions they name, its plan): once per grant
+        self._lease_functions: Dict[str, Tuple[List[pb.Schedule], FrozenSet[str],
+                                               Optional[ChainPlan]]] = {}
         self._answers = ResultBatch(RESULT_HOLD_SECONDS)    # direct results, per client
         self._last_run: Dict[str, float] = {}     # lease id -> how long its last call took
         self._direct = None
@@ -278,7 +282,8 @@ class DirectCalls:
             return self._refuse_direct(call, pb.CANCELLED, why, link)
         if why is not None:
             return self._refuse_direct(call, pb.LEASE_REFUSED, why, link)
-        problem = _not_direct(call, self._functions_of(call.lease_id, templates))
+        names, plan = self._plan_of(call.lease_id, templates)
+        problem = _not_direct(call, names)
         if not problem and self._known(call.request_id, templates):
             # a call id is used once: the worker would ignore the schedule, and the client
             # would wait for an answer that never comes
@@ -286,11 +291,50 @@ class DirectCalls:
         if problem:
             self.leased.finished(call.request_id)
             return self._refuse_direct(call, pb.INVALID_ARGUMENTS, problem, link)
+        if plan is not None:          # the whole DAG here: run as the lease's plan says
+            return self._run_chain(call, plan)
         for template in templates:    # no inputs: a direct call passes no Futures
             self._place(_schedule_of(call, template), [])
         # its downstream functions here run now: in this run of calls (one kill-timer
         # arming), before the next call, and counted in its time (`_ran`)
         self._run_local()
+
+    def _run_chain(self, call: pb.Call, plan: ChainPlan) -> None:
+        """Run a direct call's functions one after another as `plan` says: each with the
+        call's arguments for it and its upstreams' results, its failure the call's end
+        (`_execute` reported it), the sink's result answered (`_succeeded`). Nothing is
+        kept pending and no schedule copied: the plan's schedules are filled in place."""
+        call_id, args = call.request_id, call.args
+        now = time.monotonic()
+        deadline = now + max(0.0, call.timeout)
+        self.pending.ran(call_id, plan.functions, deadline)     # ids are used once
+        results: Dict[str, bytes] = {}
+        for step in plan.steps:
+            s = step.schedule
+            _fill(s, call, args)
+            _session(s, call)
+            if step.upstreams:
+                now = time.monotonic()
+                s.timeout = max(0.0, deadline - now)     # what is left of the call's
+                values = list(s.args.args) + [results[u] for u in step.upstreams]
+            else:
+                s.timeout = call.timeout
+                values = list(s.args.args)
+            ready = Ready(call_id, step.function, s, values, deadline,
+                          [] if now <= deadline else ["(the schedule)", *step.upstreams])
+            ran = self._execute(ready, step.what)
+            if ran is None:               # it failed, and its caller was told
+                return
+            if step.sink:
+                self._succeeded(s, ready, *ran)
+                continue
+            results[step.function] = ran[0]
+            logs, report = self._call_logs(s, self._printed), ran[3]
+            for target in step.targets:   # what `_arrived` keeps of a trigger's
+                if logs:
+                    self._upstream_logs.add(call_id, target, logs)
+                if report is not None:
+                    self._sessions.add(call_id, target, report)
 
     def _known(self, call_id: str, templates: List[pb.Schedule]) -> bool:
         """Whether a call of this id already ran here (or waits to)."""
@@ -299,16 +343,19 @@ class DirectCalls:
                 return True
         return False
 
-    def _functions_of(self, lease_id: str, templates: List[pb.Schedule]) -> FrozenSet[str]:
-        """The functions a lease's schedules name (once per grant, not per call)."""
+    def _plan_of(self, lease_id: str, templates: List[pb.Schedule]
+                 ) -> Tuple[FrozenSet[str], Optional[ChainPlan]]:
+        """The functions a lease's schedules name, and its plan if the whole DAG runs here
+        (`executor/chain_plan.py`): made once per grant, not per call."""
         known = self._lease_functions.get(lease_id)
         if known is not None and known[0] is templates:
-            return known[1]
+            return known[1], known[2]
         if len(self._lease_functions) >= 2 * MAX_LEASES:   # bounded: forget the oldest
             self._lease_functions.pop(next(iter(self._lease_functions)))
         names = frozenset(_functions(templates))
-        self._lease_functions[lease_id] = (templates, names)
-        return names
+        plan = ChainPlan.of(templates, self.address, what_runs)
+        self._lease_functions[lease_id] = (templates, names, plan)
+        return names, plan
 
     def _refuse_direct(self, call: pb.Call, status: int, why: str, link: int) -> None:
         log.info("refused direct call %s: %s", call.request_id, why)
@@ -348,11 +395,22 @@ def _not_direct(call: pb.Call, functions: FrozenSet[str]) -> str:
 
 
 def _fill(one: pb.Schedule, call: pb.Call, args: Any) -> None:
+    """A schedule's fields from the call (a plan's schedule: the previous call's replaced)."""
     one.call_id = call.request_id
     one.response_address = call.response_address
     one.time_limit = call.time_limit
     if one.function in args:
         one.args.CopyFrom(args[one.function])
+    elif one.HasField("args"):
+        one.ClearField("args")
+
+
+def _session(one: pb.Schedule, call: pb.Call) -> None:
+    """The caller's session, if any, into the schedule (replacing the previous call's)."""
+    if call.HasField("session"):
+        one.session.CopyFrom(call.session)
+    elif one.HasField("session"):
+        one.ClearField("session")
 
 
 def _schedule_of(call: pb.Call, template: pb.Schedule) -> pb.Schedule:
@@ -365,6 +423,5 @@ def _schedule_of(call: pb.Call, template: pb.Schedule) -> pb.Schedule:
         for one in s.forward:
             _fill(one, call, args)
     s.timeout = call.timeout
-    if call.HasField("session"):
-        s.session.CopyFrom(call.session)
+    _session(s, call)
     return s

@@ -11,7 +11,7 @@ from typing import Tuple
 from hydro_proto import cloudburst_pb2 as pb
 from faas.errors import CorruptRecord, InvalidArguments, ValueTooLarge
 
-from .actors import ActorGone, ActorTableFull
+from .actors import ActorGone, ActorTableFull, describe
 from .references import ArgumentRefused
 from .sharing import DependencyError
 
@@ -39,3 +39,11 @@ def failure(e: BaseException, what: str, worker_id: str) -> Tuple[int, str]:
     if isinstance(e, ValueTooLarge):
         return pb.VALUE_TOO_LARGE, f"{e} (worker {worker_id})"
     raise TypeError(f"failure: {type(e).__name__} is not a call failure") from e
+
+
+def what_runs(s: pb.Schedule) -> str:
+    """How failures name what a schedule runs (the `what` above)."""
+    if s.HasField("actor"):
+        return f"{s.actor.method!r} of {describe(s.actor)}"
+    return f"function {s.function!r}" + (f" of DAG {s.dag!r}" if s.dag and s.dag != s.function
+                                         else "")

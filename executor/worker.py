@@ -110,7 +110,7 @@ from .liveness import Doorbell, Heartbeat, RunReports, die_with_parent, heartbea
 from .run_slot import SlotReports
 from .output import CallOutput, Capture, UpstreamLogs, join_logs, section
 from .privilege import drop_capabilities, hide_paths
-from .failures import ACTOR_FAILURES, CALL_FAILURES, failure
+from .failures import ACTOR_FAILURES, CALL_FAILURES, failure, what_runs
 from .references import ArgumentRefused, FunctionError
 from .sharing import DependencyError, ResultSharing, Unavailable, call_inputs
 from .user_messages import UserMessaging
@@ -456,19 +456,27 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, RunEnds, UserMessagin
 
     # ---- running a function (causal calls: executor/causal_run.py; its end: run_ends.py) ----
     def _run(self, ready: Ready) -> None:
+        ran = self._execute(ready, what_runs(ready.schedule))
+        if ran is not None:
+            self._succeeded(ready.schedule, ready, *ran)
+
+    def _execute(self, ready: Ready, what: str) -> Optional[Tuple[bytes, Dict[str, Any],
+                                                                   str, Optional[pb.Session]]]:
+        """Run the ready function (`what`: `what_runs` of its schedule): its serialized
+        result, CallResult fields, KVS key for other workers and session report, for
+        `_succeeded`; None when it failed (reported: `executor/run_ends.py`) or was a
+        causal invocation (which reports its own end)."""
         s: pb.Schedule = ready.schedule
-        what = f"function {s.function!r}" + (f" of DAG {s.dag!r}" if s.dag and s.dag != s.function else "")
-        if s.HasField("actor"):
-            what = f"{s.actor.method!r} of {describe(s.actor)}"
         start = time.monotonic()
         if ready.late:
             stage = (f"the input(s) {ready.late} of {what} on worker {self.worker_id}, which "
                      f"arrived after the call's deadline")
             self._fail(s, pb.TIMEOUT, f"timed out waiting for {stage}", stage=stage)
-            return
+            return None
         self._printed = ""
         if s.consistency == pb.CAUSAL:
-            return self._run_causal(ready, what, start)
+            self._run_causal(ready, what, start)
+            return None
         self.busy.start(start)
         inherited = self._sessions.take(s.call_id, s.function)
         session = self.cache.session = CallSession(s.session, inherited) \
@@ -510,18 +518,18 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, RunEnds, UserMessagin
                 self._abort_others(s)
             else:
                 self._fail(s, pb.EXECUTION_ERROR, str(e), e.tb)
-            return
+            return None
         except CALL_FAILURES + ACTOR_FAILURES as e:       # executor/failures.py names them
             self._fail(s, *failure(e, what, self.worker_id))
-            return
+            return None
         except Interrupted as e:
             self._stopped(s, what, e)
-            return
+            return None
         finally:
             self.busy.stop(time.monotonic())
             self.cache.session = None
-        self._succeeded(s, ready, value, fields, downstream,
-                        session.report() if session is not None else None)
+        return value, fields, downstream, session.report() if session is not None else None
+
 
 
 def main() -> None:

@@ -51,15 +51,17 @@ def _lease(worker, chain):
                                            templates=schedules[:1]))
 
 
-def _call(worker, first, arg):
-    """Send one direct call and run the worker's loop until its result comes back."""
+def _call(worker, first, arg, call=None):
+    """Send one direct call (`call`, else one with `arg` for `first`) and run the worker's
+    loop until its result comes back."""
     context = zmq.Context()
     results, address = bind_pull(context, "127.0.0.1")
     push = context.socket(zmq.PUSH)
     push.connect(worker.direct_address)
-    call = pb.Call(request_id=uuid.uuid4().hex, lease_id="L", response_address=address,
-                   timeout=30.0)
-    call.args[first].args.add(value=dumps(arg))
+    if call is None:
+        call = pb.Call(request_id=uuid.uuid4().hex)
+        call.args[first].args.add(value=dumps(arg))
+    call.lease_id, call.response_address, call.timeout = "L", address, 30.0
     push.send(encode("direct", call))
     deadline = time.monotonic() + 20
     try:
@@ -210,6 +212,44 @@ def test_a_three_function_chain_passes_each_result_on_and_keeps_upstream_output(
     result = _call(worker, "a", 4)
     assert (result.status, loads(result.value)) == (pb.OK, 49)
     assert worker.leased.calls_of("L") == []
+
+
+def test_a_chain_call_leaves_nothing_of_its_own_to_the_next(worker):
+    """The lease's plan fills its schedules in place per call: the next call gets no
+    argument or session of the previous one."""
+    seen = []
+    worker._functions["a"] = ("v1", Entry(lambda x: x + 1, "a"))
+    worker._functions["b"] = ("v1", Entry(
+        lambda *xs: seen.append(worker.cache.session is not None) or sum(xs), "b"))
+    _lease(worker, ["a", "b"])
+    first = pb.Call(request_id=uuid.uuid4().hex)
+    first.args["a"].args.add(value=dumps(1))
+    first.args["b"].args.add(value=dumps(100))     # b's own argument, then a's result
+    first.session.plain_keys.append("k")
+    first.session.plain_timestamps.append(7)
+    assert loads(_call(worker, "a", None, first).value) == 102
+    second = pb.Call(request_id=uuid.uuid4().hex)
+    second.args["a"].args.add(value=dumps(1))
+    assert loads(_call(worker, "a", None, second).value) == 2
+    assert seen == [True, False]
+
+
+def test_a_chain_stops_at_a_failing_function_and_its_call_id_stays_used(worker):
+    ran = []
+    worker._functions["a"] = ("v1", Entry(lambda x: 1 // x, "a"))
+    worker._functions["b"] = ("v1", Entry(lambda x: ran.append(x) or x, "b"))
+    _lease(worker, ["a", "b"])
+    call = pb.Call(request_id=uuid.uuid4().hex)
+    call.args["a"].args.add(value=dumps(0))
+    result = _call(worker, "a", None, call)
+    assert result.status == pb.EXECUTION_ERROR and "ZeroDivisionError" in result.message
+    assert "function 'a' of DAG 'd'" in result.message
+    assert ran == [] and worker.leased.calls_of("L") == []
+    again = pb.Call(request_id=call.request_id)
+    again.args["a"].args.add(value=dumps(1))
+    refused = _call(worker, "a", None, again)
+    assert refused.status == pb.INVALID_ARGUMENTS and "already ran here" in refused.message
+    assert ran == []
 
 
 def _forwarding(session: bool) -> pb.Schedule:
