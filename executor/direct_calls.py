@@ -37,7 +37,8 @@ Contract (mixed into `executor.worker.Worker`):
   more wait (`executor/result_batch.py` decides: results are held only across calls
   shorter than `RESULT_HOLD_SECONDS`, and for at most that long, and never across a call
   whose lease's previous call here took that long, or that is its lease's first here); a
-  lone call's result goes as soon as the socket is found empty, as a `result`. They run as
+  lone call's result goes as soon as the socket is found empty, as a `result` (one that
+  came alone as the last frame read from the call links, as soon as it is made). They run as
   one run of calls for the worker's guard (`FunctionGuard.open_run`: its timers are armed
   once for the run while they fit each call, and cleared at its end). The run stays open
   from one wake-up to the next while direct calls keep coming (a client's serial calls
@@ -182,8 +183,9 @@ class DirectCalls:
             if direct:
                 self._read_waiting()
             if links:                # and what came on call links
-                for link, data, role in self._links.frames():
-                    self._from_client(data, role, link)
+                frames = self._links.frames()
+                for i, (link, data, role) in enumerate(frames):
+                    self._from_client(data, role, link, i == len(frames) - 1)
         finally:
             self._answers.close()
             self._send_answers()
@@ -207,8 +209,11 @@ class DirectCalls:
         self.leased.told(m.lease_id, m.client, m.slots, m.ttl, time.monotonic(),
                          list(m.templates) if m.templates else None, m.revoked, m.reason)
 
-    def _from_client(self, data: bytes, role: str, link: int = 0) -> None:
-        """A frame on the direct socket (or call link `link`): only a direct call is taken."""
+    def _from_client(self, data: bytes, role: str, link: int = 0, last: bool = False) -> None:
+        """A frame on the direct socket (or call link `link`): only a direct call is taken.
+        `last`: no frame was read after it; then a lone call's result is not held at all
+        (nothing waits to go with it) and goes as soon as it is made, before the worker's
+        bookkeeping of the call."""
         try:
             kind, payload = parse(data)
             if kind not in CLIENT_KINDS:
@@ -222,6 +227,8 @@ class DirectCalls:
         except (FrameError, DecodeError) as e:
             log.warning("dropped a message from client %s: %s", role, e)
             return
+        if last and len(calls) == 1 and not self._answers:
+            self._answers.close()
         for call in calls:     # their results are held (`_read_direct`) and go together
             if self._answers.due_before(self._last_run.get(call.lease_id)):
                 self._send_answers()    # not held behind a call that may be long

@@ -51,10 +51,11 @@ class RunEnds:
             self._send_downstream(s, ready, value, logs=logs, session=report,
                                   value_key=downstream)
         if s.sink:
-            self._keep_outcome(s.call_id, Outcome(pb.OK, value))   # for Future arguments
             if s.response_address:    # none: an actor's re-creation (scheduler/actor_calls.py)
                 self._answer(s.response_address, pb.CallResult(
                     request_id=s.call_id, status=pb.OK, logs=logs, session=report, **fields))
+            # for Future arguments (a fetch of it is handled after this, on this thread)
+            self._keep_outcome(s.call_id, Outcome(pb.OK, value))
             # the whole call ran here: the caller's next call will come here (policy.py)
             self._call_done(s.scheduler_address, s.call_id, hold=s.locations)
 
