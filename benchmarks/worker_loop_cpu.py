@@ -147,6 +147,7 @@ def dag_calls(args: argparse.Namespace) -> None:
             call = pb.Call(request_id=uuid.uuid4().hex, lease_id="L", dag="composition",
                            response_address="tcp://127.0.0.1:1", timeout=60.0)
             call.args["increment"].args.add(value=pickle.dumps(i))
+            call.session.SetInParent()     # as `Client` sends it: its session, empty here
             links.send(link, encode("direct", call), 1.0)
             frames: list = []
             while not frames:
