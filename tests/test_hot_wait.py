@@ -36,6 +36,19 @@ def _wait(sources, timeout_ms=LONG_MS):
     return ready, time.monotonic() - start
 
 
+def _receive_one_of_two_outside_the_wait(sources, pull, direct, to_pull):
+    """Two frames on the schedule socket, the first received outside the wait (a look at
+    the socket that consumes the descriptor's signal of the second)."""
+    assert sources.wait(10) == 0
+    for name in (b"a", b"b"):
+        to_pull.send(name)
+    deadline = time.monotonic() + 5
+    while not pull.poll(0) and time.monotonic() < deadline:   # (bounded: both arrive)
+        time.sleep(0.001)
+    assert pull.recv() == b"a"
+    assert pull.poll(5000)        # the second is here (and this look took its signal)
+
+
 def test_each_source_wakes_the_wait(world):
     sources, pull, direct, to_pull, to_direct, link, peer = world
     assert sources.wait(50) == 0                       # nothing: the timeout
@@ -62,22 +75,15 @@ def test_a_second_message_is_not_missed_after_one_receive(world):
     to_pull.send(b"b")
     assert _wait(sources)[0] == PULL
     assert pull.recv() == b"a"
-    time.sleep(0.05)                       # (the second surely arrived: not a synchronisation)
+    assert pull.poll(5000)        # the second is here (and this look took its signal)
     ready, took = _wait(sources)
     assert ready == PULL and took < LONG_MS / 2000
     assert pull.recv() == b"b"
 
 
 def test_a_receive_outside_the_wait_told_by_stirred(world):
-    sources, pull, direct, to_pull, to_direct, link, peer = world
-    assert sources.wait(10) == 0
-    for name in (b"a", b"b"):
-        to_pull.send(name)
-    deadline = time.monotonic() + 5
-    while not pull.poll(0) and time.monotonic() < deadline:
-        time.sleep(0.001)
-    assert pull.recv() == b"a"             # as `lib.recv` does, outside the wait
-    time.sleep(0.05)
+    sources, pull = world[0], world[1]
+    _receive_one_of_two_outside_the_wait(*world[:4])      # as `lib.recv` does
     sources.stirred(PULL)
     ready, took = _wait(sources)
     assert ready == PULL and took < LONG_MS / 2000
@@ -87,14 +93,7 @@ def test_a_receive_outside_the_wait_told_by_stirred(world):
 def test_a_receive_nobody_told_of_waits_at_most_one_timeout(world):
     """The net: a frame left behind a receive that `stirred` was not told of is reported
     when the wait runs to its timeout, not never."""
-    sources, pull, direct, to_pull, to_direct, link, peer = world
-    assert sources.wait(10) == 0
-    for name in (b"a", b"b"):
-        to_pull.send(name)
-    deadline = time.monotonic() + 5
-    while not pull.poll(0) and time.monotonic() < deadline:
-        time.sleep(0.001)
-    assert pull.recv() == b"a"
-    time.sleep(0.05)
+    sources, pull = world[0], world[1]
+    _receive_one_of_two_outside_the_wait(*world[:4])
     assert sources.wait(100) == PULL
     assert pull.recv() == b"b"
