@@ -10,7 +10,8 @@ Contract (mixed into `executor.worker.Worker`):
   know no client key (`schedule_credentials` leaves them out) and refuse clients at the
   handshake, as before. A worker handed no client key (one a worker host runs, on
   Kubernetes) binds no direct socket and reports none, so no lease is granted on it.
-  `_next_frame()` waits on both while the worker holds a lease or runs a direct call: it
+  `_next_frame()` waits on both (and the call links, below: one `poll`,
+  `executor/hot_wait.py`) while the worker holds a lease or runs a direct call: it
   returns the schedule socket's next frame, else handles the direct calls that arrived
   (None), so a grant that arrived with a call naming it is taken first. Without either
   it receives from the schedule socket alone, as a worker did before leases, and handles
@@ -26,7 +27,11 @@ Contract (mixed into `executor.worker.Worker`):
   the lease is live, the sender's role is the lease's client, a slot is free. The call supplies only its id, its arguments
   per function, its answer address, deadline, time limit and session; everything else (the
   functions, versions, where results go between them) is the scheduler's schedule, so a
-  client cannot make the worker run another function or send triggers elsewhere. A call
+  client cannot make the worker run another function or send triggers elsewhere. When
+  every function of the lease's schedules runs on this worker (a lease places its whole
+  target on it), its calls run as the lease's plan says (`executor/chain_plan.py`, made
+  once per grant): the functions one after another, each result straight to the functions
+  that take it, with the schedules' own failure paths, and no pending state. A call
   that is not admitted gets a `result` with status LEASE_REFUSED naming the worker and why
   (it did not run); one that names functions outside the lease's target, passes `Future`s,
   asks for an `output_key` or causal consistency gets INVALID_ARGUMENTS (those take the
