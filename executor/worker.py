@@ -87,7 +87,7 @@ from hydro_proto import cloudburst_pb2 as pb
 from hydrocache.writer import ExecutorWriter
 
 from .actor_caller import ActorCaller
-from .actors import ActorGone, ActorTable, ActorTableFull, describe
+from .actors import ActorGone, ActorTable, ActorTableFull
 from .big_intermediates import ByReference, by_reference, store
 from .busy import BusyClock
 from .cache_client import CacheClient
