@@ -95,7 +95,9 @@ class RoutingService:
                                        heartbeat_period=config.heartbeat_period,
                                        heartbeat_timeout=config.heartbeat_timeout,
                                        recovery_period=config.effective_recovery_period(),
-                                       override_refresh_period=config.override_refresh_period)
+                                       override_refresh_period=config.override_refresh_period,
+                                       startup_grace=config.startup_grace,
+                                       started_at=time.monotonic())
         # Routing's messages are small: a larger frame is a broken or hostile peer.
         # Clients ask routing where keys live, so its socket admits client keys; what each
         # role may send is checked per message (`handle`).
