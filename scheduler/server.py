@@ -440,7 +440,7 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents, WorkerLeasing,
         self.lifecycle.begin(call, records, (dag, versions, concurrent, neighbours), now, timeout)
         self._carry(self._queue.offer(Waiting(call.request_id, dag.name, now, now + timeout,
                                               (call, dag, versions, concurrent, neighbours)),
-                                      self._placeable(), now), now)
+                                      self._placeable(), now, self.table.hold_until()), now)
 
     def _unknown_result(self, call: pb.Call, ref: Any) -> None:
         self._fail(call, pb.DEPENDENCY_FAILED, (
