@@ -10,6 +10,9 @@ Contract (DESIGN.md, proto/anna.proto, dissertation 3.2.5-3.2.7):
   to that file once routing is *serving* (`ClusterMembership.serving`: it has a member and
   no recovery phase runs), so a Kubernetes readiness probe does not count a routing made
   again ready before the nodes' heartbeats gave it its membership back.
+- The membership core is made with `started_at` = the process' start, so a routing made
+  again answers lookups ROUTING_NOT_READY until it learns the membership (`startup_grace`,
+  `ClusterMembership.learned`).
 - Messages are [kind][payload]: "join" (NodeJoin), "leave" (NodeLeave), "heartbeat"
   (NodeHeartbeat), "address" (KeyAddressRequest), "replicate" (SetReplication), "members"
   (MembersRequest: the membership, for backups). What each
