@@ -5,6 +5,7 @@ deadline; after it, NO_NODES, and the client asks the routings that have not ans
 NO_NODES first, even one that was silent lately, and raises NoNodes only once every routing
 said it (real processes: an Anna cluster, and routings no node ever joined). A routing
 restarted while a client writes loses none of its writes."""
+import contextlib
 import signal
 import sys
 import threading
@@ -33,25 +34,31 @@ def cluster_and_empty_routing(tmp_path_factory):
         cluster.stop()
 
 
+@contextlib.contextmanager
+def routing_silent(cluster, seconds):
+    """The cluster's routing stopped (SIGSTOP) now and going on `seconds` later (or when the
+    block ends, whichever is first)."""
+    cluster.signal_routing(0, signal.SIGSTOP)
+    resume = threading.Timer(seconds, cluster.signal_routing, (0, signal.SIGCONT))
+    resume.start()
+    try:
+        yield
+    finally:
+        resume.cancel()
+        cluster.signal_routing(0, signal.SIGCONT)
+
+
 def test_a_routing_without_nodes_does_not_fail_a_lookup_another_can_answer(
         cluster_and_empty_routing):
     cluster, empty = cluster_and_empty_routing
     client = anna_core.Client([empty, cluster.routing_address], timeout=5)
-    paused = False
     try:
         # the routing that knows the nodes stays silent past the client's routing timeout
         # (1 s), so the client suspects it and turns to the one without nodes
-        cluster.signal_routing(0, signal.SIGSTOP)
-        paused = True
-        resume = threading.Timer(1.5, cluster.signal_routing, (0, signal.SIGCONT))
-        resume.start()
-        client.put("after-a-silence", b"stored")
-        resume.join()
-        paused = False
+        with routing_silent(cluster, 1.5):
+            client.put("after-a-silence", b"stored")
         assert client.get("after-a-silence") == b"stored"
     finally:
-        if paused:
-            cluster.signal_routing(0, signal.SIGCONT)
         client.close()
 
 
@@ -66,24 +73,16 @@ def test_a_routing_not_ready_yet_outlasts_the_other_being_silent_past_the_patien
         sys.executable, "-m", "anna_core.routing", "--startup-grace", "60"],
         str(tmp_path)).spawn()
     client = None
-    paused = False
     try:
         wait_all_ready([made_again], 30)
         client = anna_core.Client([made_again.info["address"], cluster.routing_address],
                                   timeout=5)
-        cluster.signal_routing(0, signal.SIGSTOP)
-        paused = True
-        resume = threading.Timer(4.0, cluster.signal_routing, (0, signal.SIGCONT))
-        resume.start()
         start = time.monotonic()
-        client.put("after-a-long-silence", b"stored")
+        with routing_silent(cluster, 4.0):
+            client.put("after-a-long-silence", b"stored")
         assert time.monotonic() - start >= 3.5       # it waited for routing-1 to answer
-        resume.join()
-        paused = False
         assert client.get("after-a-long-silence") == b"stored"
     finally:
-        if paused:
-            cluster.signal_routing(0, signal.SIGCONT)
         if client is not None:
             client.close()
         stop_all([made_again], 10)

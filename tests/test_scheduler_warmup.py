@@ -18,6 +18,7 @@ import anna_core
 import cloudburst
 from cloudburst import NoResources
 from executor.config import NodeConfig
+from process_tree import descendants
 from runtime.process import ManagedProcess, stop_all, wait_all_ready
 from scheduler.config import SchedulerConfig
 from waiting import poll_until
@@ -103,7 +104,7 @@ def test_calls_wait_while_the_only_executor_node_is_silent_for_a_moment(kvs, tmp
         wait_all_ready([node], 60)
         client.register(lambda lib, x: x * 3, "triple")
         assert client.call("triple", 14).get(timeout=30) == 42
-        group = [node.pid] + descendants(node.pid)   # the node and its workers
+        group = descendants(node.pid)                # the node and its workers
         for pid in group:
             os.kill(pid, signal.SIGSTOP)
         stopped = True
@@ -121,21 +122,3 @@ def test_calls_wait_while_the_only_executor_node_is_silent_for_a_moment(kvs, tmp
         client.close()
         stop_all([node, sched], 10)
 
-
-def descendants(pid):
-    """Every process below `pid` (workers start their own sessions: no group signal)."""
-    children = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
