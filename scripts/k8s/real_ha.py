@@ -197,7 +197,7 @@ def _load_summary(c, h, phases, set_phase) -> None:
 # what a scheduler logs when its view of the executors changes (scheduler/executor_events.py,
 # scheduler/server.py): read after a failed load to tell which scheduler lost which workers
 VIEW_LINES = ("dropped from scheduling", "warm-up over", "drain", "joined", "stopping",
-              "stopped after")
+              "stopped after", "no live executor worker left")
 
 
 def _scheduler_views(c) -> None:
