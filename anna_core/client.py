@@ -13,7 +13,8 @@ Contract (DESIGN.md "Processes", dissertation 3.2.5):
   another is left. A lookup answered NO_NODES asks the routings that have not said so first
   (a routing made again knows no node until the nodes' heartbeats reach it), and raises
   NoNodes only once every routing said it or stayed silent, and `NO_NODES_PATIENCE` routing
-  timeouts (3 s) have passed. `set_replication` goes to every routing (first answer wins), so they all
+  timeouts (3 s) have passed. ROUTING_NOT_READY (a routing that has not learned the
+  membership yet) is asked again, other routings first, until the operation's deadline. `set_replication` goes to every routing (first answer wins), so they all
   hold the override.
 - Every operation has one deadline, `timeout * (retries + 1)`. Single-replica operations
   (get/put/delete) pick one replica (sticky per client and key, so a client reads its own

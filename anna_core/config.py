@@ -358,7 +358,11 @@ class RoutingConfig:
     more than `heartbeat_timeout` seconds (default 3.0) is removed from the ring. A restarted
     routing collects heartbeats for `recovery_period` seconds (default None = 1.25 heartbeat
     periods: every node's heartbeat falls inside it, with slack) before its first broadcast.
-    Every `override_refresh_period` seconds (default 5; 0 = never) routing reads the
+    Until it first has a member, for `startup_grace` seconds after it started (default None =
+    `heartbeat_timeout`), routing answers lookups ROUTING_NOT_READY ("ask again or
+    elsewhere") rather than NO_NODES: a routing made again in a running cluster knows no node
+    until the nodes' heartbeats find it (on Kubernetes, after its name resolves to the new
+    pod). Every `override_refresh_period` seconds (default 5; 0 = never) routing reads the
     replication overrides stored in the KVS again and adopts those set through another
     routing, so several routings converge on the same overrides.
     """
@@ -382,6 +386,10 @@ class RoutingConfig:
                                                        "(default: 1.25 heartbeat periods)")
     override_refresh_period: float = knob(5.0, help="seconds between reads of the replication "
                                                     "overrides stored in the KVS (0: never)")
+    startup_grace: Optional[float] = knob(None, help="seconds after start that a routing with no "
+                                                     "member yet answers lookups "
+                                                     "ROUTING_NOT_READY, not NO_NODES (default: "
+                                                     "heartbeat_timeout)")
     # CURVE keys (runtime/auth.py): the cluster's key directory, None = authentication off.
     key_dir: Optional[str] = knob(None, help="the cluster's CURVE key directory (`anna keys`); "
                                              "default: unauthenticated sockets")
@@ -393,9 +401,10 @@ class RoutingConfig:
             raise ValueError(f"RoutingConfig.override_refresh_period must be >= 0, "
                              f"got {self.override_refresh_period!r}")
         _check_liveness("RoutingConfig", self.heartbeat_period, self.heartbeat_timeout)
-        if self.recovery_period is not None and not self.recovery_period >= 0:
-            raise ValueError(f"RoutingConfig.recovery_period must be >= 0, "
-                             f"got {self.recovery_period!r}")
+        for name in ("recovery_period", "startup_grace"):
+            value = getattr(self, name)
+            if value is not None and not value >= 0:
+                raise ValueError(f"RoutingConfig.{name} must be >= 0, got {value!r}")
 
     def effective_recovery_period(self) -> float:
         """The recovery period in seconds (1.25 heartbeat periods unless set)."""

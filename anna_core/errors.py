@@ -191,6 +191,7 @@ _CODE_NAMES = {
     0: "NO_ERROR", 1: "KEY_DNE", 2: "WRONG_OWNER", 3: "LATTICE_MISMATCH", 4: "TIMEOUT",
     5: "VALUE_TOO_LARGE", 6: "UNKNOWN_LATTICE", 7: "MALFORMED", 8: "NO_NODES",
     9: "STORE_FAILED", 10: "DISK_FULL", 11: "NOT_PERMITTED",
+    720: "ROUTING_NOT_READY",     # routing's answer only: the client asks again (key_routing)
 }
 
 

@@ -19,6 +19,11 @@ keys over their replicas.
 - `lookup(key, all_tiers)`: the key's addresses (cached, else asked). A lookup answered
   NO_NODES asks the routings that have not said so first, and raises `NoNodes` only once
   every routing said it or stayed silent and `NO_NODES_PATIENCE` routing timeouts passed.
+  ROUTING_NOT_READY (a routing that has not learned the membership yet: started or made
+  again, before the nodes' heartbeats reached it) is no answer about the key: the routings
+  that have not said it are asked first, and the lookup goes on until the operation's
+  deadline, when `Timeout` names the routings that were not ready. While some routing is
+  not ready (and not silent) the lookup does not give up with `NoNodes`.
 - `pick(key, candidates)`: one replica, sticky per client and key, avoiding workers in
   `suspects` (silent lately) while another is left; `suspect(address)` puts a worker there
   for a while and forgets every cached placement naming it.
@@ -128,14 +133,18 @@ class KeyRouting:
         # reach it, while another routing does, and a routing that dropped a node whose
         # heartbeats came late takes it back at its next heartbeat. Given up once every
         # routing said it or stayed silent, and NO_NODES_PATIENCE routing timeouts have passed.
-        give_up = time.monotonic() + NO_NODES_PATIENCE * self._owner.routing_timeout
-        said_no_nodes: Set[str] = set()
+        # ROUTING_NOT_READY is retried until the operation's deadline: that routing has not
+        # learned the membership yet, and says nothing about the key.
+        start = time.monotonic()
+        give_up = start + NO_NODES_PATIENCE * self._owner.routing_timeout
+        deadline = start + self._owner.timeout * (self._owner.retries + 1)
+        said: Dict[str, int] = {}           # routing -> its latest error (NO_NODES, NOT_READY)
         while True:
             request = anna_pb2.KeyAddressRequest(keys=[key], all_tiers=all_tiers,
                                                  response_address=self._owner.response_address)
             response, routing = self.ask_at("address", request,
                                                      f"routing lookup of {key!r}", key,
-                                                     last=said_no_nodes)
+                                                     last=said)
             addresses: List[str] = []
             for entry in response.addresses:
                 if entry.key == key:
@@ -143,11 +152,22 @@ class KeyRouting:
             if addresses:
                 self.cache[(key, all_tiers)] = addresses
                 return addresses
-            said_no_nodes.add(routing)
-            heard_or_silent = said_no_nodes | set(self.routing_suspects)
-            if time.monotonic() >= give_up and heard_or_silent >= set(self._owner.routing_addresses):
+            said[routing] = (anna_pb2.ROUTING_NOT_READY
+                             if response.error == anna_pb2.ROUTING_NOT_READY
+                             else anna_pb2.NO_NODES)
+            now = time.monotonic()
+            no_nodes = {r for r, e in said.items() if e == anna_pb2.NO_NODES}
+            not_ready = sorted(r for r, e in said.items() if e == anna_pb2.ROUTING_NOT_READY)
+            # a routing that answered NOT_READY is not silent, whatever it was before
+            heard_or_silent = no_nodes | (set(self.routing_suspects) - set(not_ready))
+            if now >= give_up and heard_or_silent >= set(self._owner.routing_addresses):
                 raise NoNodes(f"routing lookup of {key!r}: no KVS node is up for the key's "
                               f"tier(s)", key=key, address=", ".join(self._owner.routing_addresses))
+            if now >= deadline and not_ready:
+                raise Timeout(f"routing lookup of {key!r} (routing {', '.join(not_ready)} not "
+                              f"ready: it has not learned the cluster's membership yet)",
+                              key=key, address=", ".join(not_ready),
+                              seconds=self._owner.timeout * (self._owner.retries + 1))
             time.sleep(0.05)
 
     def pick(self, key: str, candidates: List[str]) -> str:

@@ -24,8 +24,10 @@ Contract (DESIGN.md "Routing and membership", proto/anna.proto, dissertation 3.2
     current Membership again (at most once per heartbeat period).
   * `tick(now)`: nodes silent for more than `heartbeat_timeout` are removed (a WARNING names
     each and how long it was silent) and the new Membership is broadcast; ends recovery.
-  * `address(KeyAddressRequest)`: each key's addresses and the version; NO_NODES when some
-    key has none. Answered at once, also during recovery (with what routing knows).
+  * `address(KeyAddressRequest, now)`: each key's addresses and the version; NO_NODES when
+    some key has none. Answered at once; while routing has not `learned` the membership
+    (below) the answer is ROUTING_NOT_READY with no addresses: "ask again or elsewhere",
+    never a definite "no node" nor a placement on a partial ring.
   * `replicate(SetReplication)`: sets the overrides, sends a `ReplicationUpdate` to every
     worker, persists each override under `replication_metadata_key(key)` and adds the keys
     to the index `REPLICATION_INDEX_KEY`, answers the keys' new addresses.
@@ -48,6 +50,13 @@ Contract (DESIGN.md "Routing and membership", proto/anna.proto, dissertation 3.2
   gets a node).
 - `membership()` is the full current `Membership`, exactly what workers receive. `serving` is
   true once routing has a member and no recovery phase runs (what a readiness probe asks).
+- `learned(now)`: whether routing's lookup answers are definite. Not while a recovery phase
+  runs (its ring is partial), nor before routing first had a member unless `startup_grace`
+  has passed since it started (`started_at`, default the first event's time): a routing made
+  again in a running cluster knows no node until the nodes' heartbeats reach it, while one
+  that has heard no node for that long (a node heartbeats every period, and is dead after
+  `heartbeat_timeout`) may say NO_NODES. A routing that had members and lost them all says
+  NO_NODES at once: it learned that they are gone.
 """
 from __future__ import annotations
 
@@ -80,18 +89,26 @@ class ClusterMembership:
         recovery_period: how long a restarted routing collects heartbeats before its first
             broadcast (s); None = 1.25 heartbeat periods (a quarter period of slack for
             late heartbeats).
+        startup_grace: how long after `started_at` a routing that never had a member answers
+            lookups ROUTING_NOT_READY rather than NO_NODES (s); None = `heartbeat_timeout`.
+        started_at: when the routing started, on the caller's clock (None: the first event's
+            `now`).
     """
 
     def __init__(self, default_replication: Replication = Replication(), vnodes: int = 64, *,
                  heartbeat_period: float = 1.0, heartbeat_timeout: float = 3.0,
                  recovery_period: Optional[float] = None,
-                 override_refresh_period: float = 0.0) -> None:
+                 override_refresh_period: float = 0.0,
+                 startup_grace: Optional[float] = None,
+                 started_at: Optional[float] = None) -> None:
         if isinstance(vnodes, bool) or not isinstance(vnodes, int) or not 1 <= vnodes <= MAX_VNODES:
             raise ValueError(f"vnodes must be an int in 1..{MAX_VNODES}, got {vnodes!r}")
         if not heartbeat_period > 0 or not heartbeat_timeout > 0:
             raise ValueError("heartbeat_period and heartbeat_timeout must be > 0")
         if not override_refresh_period >= 0:
             raise ValueError("override_refresh_period must be >= 0 (0: never)")
+        if startup_grace is not None and not startup_grace >= 0:
+            raise ValueError("startup_grace must be >= 0 (None: heartbeat_timeout)")
         self.default_replication = Replication.coerce(default_replication)
         self.vnodes = vnodes
         self.heartbeat_period = float(heartbeat_period)
@@ -116,6 +133,9 @@ class ClusterMembership:
         self._owed = False                          # may still re-broadcast above a rival
         self._resent: Dict[str, float] = {}         # node id -> last repair re-send
         self._ever_had_nodes = False
+        self.startup_grace = float(heartbeat_timeout if startup_grace is None
+                                   else startup_grace)
+        self.started_at: Optional[float] = None if started_at is None else float(started_at)
 
     # ---- queries ----------------------------------------------------------------------
 
@@ -139,6 +159,16 @@ class ClusterMembership:
         """Whether routing can place keys: it has a member and is not collecting heartbeats
         (a restarted routing's recovery). A readiness probe's answer."""
         return not self.recovering and bool(self.cluster_map.nodes())
+
+    def learned(self, now: Optional[float] = None) -> bool:
+        """Whether lookups get definite answers (module contract): no recovery phase runs,
+        and routing has had a member or has heard none for `startup_grace` since it started."""
+        if self.recovering:
+            return False
+        if self._ever_had_nodes:
+            return True
+        at = self.now if now is None else max(self.now, now)
+        return self.started_at is not None and at - self.started_at >= self.startup_grace
 
     def node_ids(self) -> List[str]:
         """The ids of the current members."""
@@ -180,7 +210,7 @@ class ClusterMembership:
         if kind == "heartbeat":
             return self.heartbeat(message, self.now if now is None else now)
         if kind == "address":
-            return self.address(message)
+            return self.address(message, now)
         if kind == "members":
             return self.members(message)
         return self.replicate(message, now)
@@ -314,8 +344,18 @@ class ClusterMembership:
                 effects.refresh_overrides = True
         return effects
 
-    def address(self, request: anna_pb2.KeyAddressRequest) -> Effects:
-        """Answer where keys live."""
+    def address(self, request: anna_pb2.KeyAddressRequest,
+                now: Optional[float] = None) -> Effects:
+        """Answer where keys live; ROUTING_NOT_READY while routing has not `learned` the
+        membership (its answer would be a guess: NO_NODES, or a partial ring's owners)."""
+        self._clock(now)
+        if not self.learned():
+            response = anna_pb2.KeyAddressResponse(request_id=request.request_id,
+                                                   membership_version=self.version,
+                                                   error=anna_pb2.ROUTING_NOT_READY)
+            for key in request.keys:
+                response.addresses.add(key=key)
+            return self._answer(Effects(), request.response_address, response)
         response = self.address_response(request.keys, request.all_tiers, request.request_id)
         return self._answer(Effects(), request.response_address, response)
 
@@ -404,6 +444,8 @@ class ClusterMembership:
     # ---- internals --------------------------------------------------------------------
 
     def _clock(self, now: Optional[float]) -> None:
+        if now is not None and self.started_at is None:
+            self.started_at = float(now)
         if now is not None and now > self.now:
             self.now = float(now)
 

@@ -10,6 +10,9 @@ Contract (DESIGN.md, proto/anna.proto, dissertation 3.2.5-3.2.7):
   to that file once routing is *serving* (`ClusterMembership.serving`: it has a member and
   no recovery phase runs), so a Kubernetes readiness probe does not count a routing made
   again ready before the nodes' heartbeats gave it its membership back.
+- The membership core is made with `started_at` = the process' start, so a routing made
+  again answers lookups ROUTING_NOT_READY until it learns the membership (`startup_grace`,
+  `ClusterMembership.learned`).
 - Messages are [kind][payload]: "join" (NodeJoin), "leave" (NodeLeave), "heartbeat"
   (NodeHeartbeat), "address" (KeyAddressRequest), "replicate" (SetReplication), "members"
   (MembersRequest: the membership, for backups). What each
@@ -95,7 +98,9 @@ class RoutingService:
                                        heartbeat_period=config.heartbeat_period,
                                        heartbeat_timeout=config.heartbeat_timeout,
                                        recovery_period=config.effective_recovery_period(),
-                                       override_refresh_period=config.override_refresh_period)
+                                       override_refresh_period=config.override_refresh_period,
+                                       startup_grace=config.startup_grace,
+                                       started_at=time.monotonic())
         # Routing's messages are small: a larger frame is a broken or hostile peer.
         # Clients ask routing where keys live, so its socket admits client keys; what each
         # role may send is checked per message (`handle`).

@@ -15,11 +15,14 @@ placed; *where* stays `scheduler.policy`'s choice, made at that moment.
   and a worker that just finished a call reports itself busy. (Among free workers the policy still prefers the
   least utilized, and the ones whose node caches the call's keys: locality is a preference,
   never a reason to wait while another worker is free.)
-- `offer(waiting, workers, now)` for a call just received returns `Place` (place it now:
-  the queue is empty and some worker is free, or there is no worker at all, for which the
-  policy answers NO_RESOURCES as before), `Queued` (it waits; a call whose id already waits
-  is not queued twice), or `Refuse` (the queue holds `capacity` calls: admission control;
-  the caller gets NO_RESOURCES naming the limit, never a silent drop).
+- `offer(waiting, workers, now, hold_until=None)` for a call just received returns `Place`
+  (place it now: the queue is empty and some worker is free, or there is no worker at all,
+  for which the policy answers NO_RESOURCES as before), `Queued` (it waits; a call whose id
+  already waits is not queued twice), or `Refuse` (the queue holds `capacity` calls:
+  admission control; the caller gets NO_RESOURCES naming the limit, never a silent drop).
+  With no worker at all before `hold_until` (the scheduler lost its last worker to silence
+  just now: `ExecutorTable.hold_until`) the call waits instead, as for a busy worker: the
+  scheduler does not know yet whether the executors are gone.
 - `next(workers, now)` returns the next action once capacity may have changed (a call done,
   a worker joined, a drain lifted, every tick): `Expire` for a waiting call past its
   deadline (the caller gets TIMEOUT naming this stage: how long it waited in which
@@ -137,11 +140,13 @@ class CallQueue:
     def __contains__(self, call_id: object) -> bool:
         return call_id in self._waiting
 
-    def offer(self, waiting: Waiting, workers: Sequence[WorkerView], now: float) -> Action:
+    def offer(self, waiting: Waiting, workers: Sequence[WorkerView], now: float,
+              hold_until: Optional[float] = None) -> Action:
         """A call just received: place it now, queue it, or refuse it (module contract)."""
         if waiting.call_id in self._waiting:
             return Queued(waiting, self._position(waiting.call_id))
-        if not self.enabled or not workers or \
+        holding = not workers and hold_until is not None and now < hold_until
+        if not self.enabled or (not workers and not holding) or \
                 (not self._waiting and free_workers(workers, self.slots, self.window)):
             return Place(waiting)
         if len(self._waiting) >= self.capacity:

@@ -114,6 +114,10 @@ class ExecutorEvents:
             self._actors.worker_lost(wid, expired.reasons[wid])
             self._leases_lost(wid, expired.reasons[wid])
             self._windows.forget(wid)
+        hold = self.table.hold_until()
+        if expired.dead_workers and hold is not None:
+            log.warning("no live executor worker left; calls that find none wait up to "
+                        "%.1f s for one (its reports may only have stalled)", hold - now)
         for record in expired.overdue_calls:
             self.stats.finished(caller_of_attempt(record.call_id), False, now)
         self.stats.expire(now, STATS_HORIZON)

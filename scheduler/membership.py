@@ -15,6 +15,12 @@ a clock.
   deadline (forgotten quietly: their caller's own deadline reports them).
 - `credit(seconds)` moves every liveness clock forward: the scheduler could not read its
   socket for that long (a long handler), so silence over that time proves nothing.
+- `hold_until()`: when `expire` dropped the last live worker for silence (not an exit its
+  node reported), until when (`heartbeat_timeout` later) the scheduler does not know
+  whether the executors are gone or their reports only stalled (a whole executor pod's
+  connections wait while it resolves a replaced peer's name again): calls that find no
+  worker meanwhile wait (`scheduler/dispatch.py`) rather than get NO_RESOURCES. None
+  otherwise; a worker heard again ends it.
 
 Liveness. A worker's own heartbeats come from a thread that cannot run while the worker
 holds the interpreter in one long C call (unpickling a 200 MB argument, a `sum(range(N))`),
@@ -120,6 +126,7 @@ class ExecutorTable:
         self._calls: Dict[str, CallRecord] = {}
         self._drains: Dict[str, Tuple[bool, int]] = {}     # node id -> (draining, epoch)
         self._reports: Dict[str, _NodeReport] = {}
+        self._lost_all_at: Optional[float] = None   # the last live worker dropped for silence
 
     # ---- draining ----
     def set_drain(self, node_id: str, draining: bool, epoch: int) -> bool:
@@ -176,6 +183,7 @@ class ExecutorTable:
         """Record a report; returns True if the worker is new."""
         w = self._workers.get(worker_id)
         if w is None:
+            self._lost_all_at = None
             self._workers[worker_id] = _Worker(node_id, address, utilization, now,
                                                cache_address=cache_address,
                                                control_address=control_address,
@@ -226,6 +234,12 @@ class ExecutorTable:
             return (f"is unresponsive (its process is alive but it has not heartbeaten for "
                     f"{self.unresponsive_timeout:g} s)")
         return None
+
+    def hold_until(self) -> Optional[float]:
+        """Until when calls that find no worker wait (module contract), or None."""
+        if self._lost_all_at is None or self._workers:
+            return None
+        return self._lost_all_at + self.heartbeat_timeout
 
     def keyset(self, node_id: str, keys: FrozenSet[str]) -> None:
         """Record the key set node `node_id`'s cache reports."""
@@ -316,6 +330,8 @@ class ExecutorTable:
                 out.dead_workers.append(wid)
                 out.reasons[wid] = reason
         dead = set(out.dead_workers)
+        if dead and not self._workers:
+            self._lost_all_at = now
         for cid, record in list(self._calls.items()):
             hit = sorted(set(record.placement.values()) & dead)
             if hit:

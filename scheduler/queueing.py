@@ -5,7 +5,8 @@ Contract: `CallQueueing` is mixed into `scheduler.server.Scheduler` and carries 
 - `_placeable()` is the workers plain calls may use: a worker that hosts an actor takes them
   only when no other worker is placeable (`scheduler.actor_calls.ActorCalls.placeable`);
   the queue and the placement policy both see these;
-- `_requeue(...)` offers a retry (`scheduler.lifecycle`) to the queue as a new call;
+- `_requeue(...)` offers a retry (`scheduler.lifecycle`) to the queue as a new call (it
+  waits, as a new call does, while the table holds: `ExecutorTable.hold_until`);
 - `_pump(now)` places every waiting call a free worker can take now and fails the overdue;
 - `_carry(action, now)`: a refused call's caller gets NO_RESOURCES, an expired one's TIMEOUT
   naming the queue; a call to place is started (`_start`), and if that raises, that call
@@ -39,7 +40,7 @@ class CallQueueing:
         now = time.monotonic()
         self._carry(self._queue.offer(Waiting(call.request_id, dag.name, now, now + call.timeout,
                                               (call, dag, versions, concurrent, neighbours)),
-                                      self._placeable(), now), now)
+                                      self._placeable(), now, self.table.hold_until()), now)
 
     def _placeable(self) -> List[Any]:
         """The workers plain calls may use: a worker that hosts an actor takes them only when

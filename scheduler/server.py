@@ -34,8 +34,10 @@ listed for schedulers in proto/cloudburst.proto, plus one for Anna's pushed regi
   cache's `cache` request (CAUSAL_GRANT: may this attempt commit?) is answered at once: the
   coordinator grants one commit per call. LWW calls take the same path as before.
 - A scheduler that has not yet heard any worker holds the calls it gets (for at most
-  `heartbeat_timeout` after it started) rather than answering NO_RESOURCES: a scheduler
-  restarted under a running cluster relearns the workers from their next heartbeats.
+  `warmup` after it started) rather than answering NO_RESOURCES: a scheduler
+  restarted under a running cluster relearns the workers from their next heartbeats. One
+  that dropped its last worker for silence holds the calls that find none in its queue for
+  `heartbeat_timeout` (`ExecutorTable.hold_until`): the reports may only have stalled.
 - Draining (executor autoscaling; `scheduler/executor_events.py`): a `drain` (cluster keys
   only) marks a node draining, or not, at once (the state of the highest epoch wins) and is forwarded to the node, which
   reports it back in every `node_status`, so every scheduler (a restarted one too) learns
@@ -440,7 +442,7 @@ class Scheduler(RegistryRequests, CallQueueing, ExecutorEvents, WorkerLeasing,
         self.lifecycle.begin(call, records, (dag, versions, concurrent, neighbours), now, timeout)
         self._carry(self._queue.offer(Waiting(call.request_id, dag.name, now, now + timeout,
                                               (call, dag, versions, concurrent, neighbours)),
-                                      self._placeable(), now), now)
+                                      self._placeable(), now, self.table.hold_until()), now)
 
     def _unknown_result(self, call: pb.Call, ref: Any) -> None:
         self._fail(call, pb.DEPENDENCY_FAILED, (

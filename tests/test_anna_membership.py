@@ -108,9 +108,11 @@ def test_an_incomplete_join_changes_nothing(join):
 # ---------------------------------------------------------------- address lookups
 
 def test_no_nodes_is_an_error_answer():
-    core = ClusterMembership()
+    """A routing that has heard no node for its startup grace knows the cluster is empty."""
+    core = ClusterMembership(heartbeat_timeout=3.0, started_at=0.0)
     response = answer(core.address(anna_pb2.KeyAddressRequest(
-        keys=["k"], response_address=CLIENT, request_id="q")), anna_pb2.KeyAddressResponse)
+        keys=["k"], response_address=CLIENT, request_id="q"), now=3.0),
+        anna_pb2.KeyAddressResponse)
     assert (response.error, response.request_id, response.membership_version) == \
         (anna_pb2.NO_NODES, "q", 0)
     assert [(a.key, list(a.addresses)) for a in response.addresses] == [("k", [])]
@@ -396,9 +398,9 @@ def test_a_restarted_routing_recovers_before_its_first_broadcast():
     effects = core.heartbeat(heartbeat_message("a", a, version=7), now=10.0)
     assert core.recovering and effects.load_overrides and effects.send == []
     assert core.heartbeat(heartbeat_message("b", b, version=6), now=10.3).send == []
-    # Lookups are answered meanwhile with what routing has.
+    # Lookups meanwhile are told routing is not ready: its ring is partial.
     assert answer(core.address(anna_pb2.KeyAddressRequest(keys=["k"], response_address=CLIENT)),
-                  anna_pb2.KeyAddressResponse).error == anna_pb2.NO_ERROR
+                  anna_pb2.KeyAddressResponse).error == anna_pb2.ROUTING_NOT_READY
     # A leave during recovery is acked only with the recovery broadcast.
     core.join(join_message("c", 0, ["tcp://c:0"], control="tcp://c-ctl:1"), now=10.4)
     leave = core.leave(anna_pb2.NodeLeave(node_id="c", control_address="tcp://c-ctl:1"), now=10.5)

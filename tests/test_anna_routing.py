@@ -4,6 +4,7 @@ Stand-in "workers" are PULL sockets of this test (they only need to receive what
 broadcasts); routing's answers are checked against a `_core.ClusterMap` built independently
 here, and malformed input must not stop it from answering afterwards.
 """
+import contextlib
 import json
 import os
 import subprocess
@@ -22,12 +23,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT_MS = 5000
 
 
-@pytest.fixture
-def routing(tmp_path):
+@contextlib.contextmanager
+def running_routing(tmp_path, startup_grace):
+    """A routing process: (process, address, ready file)."""
     ready = tmp_path / "routing.ready"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
     proc = subprocess.Popen([sys.executable, "-m", "anna_core.routing", "--default-replication", "1,1,1,1",
-                             "--ready-file", str(ready), "--log-level", "info"],
+                             "--ready-file", str(ready), "--log-level", "info",
+                             "--startup-grace", str(startup_grace)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
     try:
         line = proc.stdout.readline()  # the READY line; EOF if the process died
@@ -41,6 +44,13 @@ def routing(tmp_path):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture
+def routing(tmp_path):
+    """A routing that answers NO_NODES from the start when it knows no node (grace 0)."""
+    with running_routing(tmp_path, 0) as r:
+        yield r
 
 
 class Peer:
@@ -116,6 +126,22 @@ def test_the_ready_file_waits_for_a_member(routing, peer):
     peer.join("memory-0", anna_pb2.MEMORY, [peer.worker()])
     poll_until(ready.exists, 5, "the routing's ready file after a join")
     assert json.loads(ready.read_text())["address"] == address
+
+
+def test_a_routing_in_its_startup_grace_is_not_ready_until_a_node_joins(tmp_path):
+    """A routing made again must not tell clients "no node" before the nodes' heartbeats
+    found it: within its startup grace it says it is not ready."""
+    with running_routing(tmp_path, 60) as (_proc, address, _ready):
+        peer = Peer(address)
+        try:
+            assert peer.lookup(["k"]).error == anna_pb2.ROUTING_NOT_READY
+            worker = peer.worker()
+            peer.join("memory-0", anna_pb2.MEMORY, [worker])
+            response = peer.lookup(["k"])
+            assert response.error == anna_pb2.NO_ERROR
+            assert list(response.addresses[0].addresses) == [worker]
+        finally:
+            peer.close()
 
 
 def test_no_nodes_is_an_error_answer(peer):

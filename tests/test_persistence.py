@@ -15,6 +15,7 @@ import cloudburst
 from cloudburst.data_dir import DataDir, DataDirInUse
 from runtime.auth import AuthConfig
 
+from process_tree import descendants
 from waiting import poll_until
 
 
@@ -105,25 +106,6 @@ _WRITER = textwrap.dedent("""
 """)
 
 
-def _descendants(root):
-    """Every process below `root` (children start their own sessions, so not one group)."""
-    children = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(children.get(pid, []))
-    return out
-
-
 def _alive(pid):
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -158,7 +140,7 @@ def test_restart_keeps_state_after_a_clean_stop_and_after_kill9_of_every_process
             if not line:
                 raise AssertionError(f"the writer failed: {writer.stderr.read()[-3000:]}")
             assert json.loads(line) == {"acked": True}, line
-            tree = _descendants(writer.pid)
+            tree = descendants(writer.pid)
             assert len(tree) >= 5, tree    # launcher, routing, KVS node, scheduler, node, ...
             for sig in (signal.SIGSTOP, signal.SIGKILL):
                 for pid in tree:

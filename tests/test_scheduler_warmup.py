@@ -4,9 +4,12 @@ NoResources, places them once a worker is heard, and only then writes its `--rea
 (the readiness probe of a Kubernetes rolling update, which must not replace the next
 scheduler while this one has no executor). With no executor at all, the warm-up is a limit:
 the held call fails with NoResources once it is over, and the scheduler is ready anyway
-(a cluster whose executors come later must still serve)."""
+(a cluster whose executors come later must still serve). A scheduler that lost its only
+executor node to silence holds the calls it gets for a heartbeat timeout, and places them
+when the node's reports come back (they had only stalled)."""
 import json
 import os
+import signal
 import sys
 
 import pytest
@@ -15,6 +18,7 @@ import anna_core
 import cloudburst
 from cloudburst import NoResources
 from executor.config import NodeConfig
+from process_tree import descendants
 from runtime.process import ManagedProcess, stop_all, wait_all_ready
 from scheduler.config import SchedulerConfig
 from waiting import poll_until
@@ -29,9 +33,10 @@ def kvs(tmp_path_factory):
     cluster.stop()
 
 
-def _scheduler(kvs, tmp_path, warmup):
+def _scheduler(kvs, tmp_path, warmup, heartbeat_timeout=1.5):
     config = SchedulerConfig(kvs_address=",".join(kvs.routing_addresses), warmup=warmup,
-                             heartbeat_timeout=1.5, parent_pid=os.getpid(), log_level="info")
+                             heartbeat_timeout=heartbeat_timeout, parent_pid=os.getpid(),
+                             log_level="info")
     ready = tmp_path / "scheduler.ready"
     p = ManagedProcess("scheduler", [sys.executable, "-m", "scheduler", "--config",
                                      config.to_json(), "--ready-file", str(ready)],
@@ -78,3 +83,42 @@ def test_with_no_executor_the_warmup_is_a_limit(kvs, tmp_path):
     finally:
         client.close()
         stop_all([sched], 10)
+
+
+def test_calls_wait_while_the_only_executor_node_is_silent_for_a_moment(kvs, tmp_path):
+    """The rolling upgrade's NoResources: every report of the executor pod stalled past the
+    scheduler's heartbeat timeout (its connections waited on a name being resolved again),
+    so the scheduler dropped its workers; a call then found none. Here the node and its
+    workers are stopped (SIGSTOP) until the scheduler drops them, a call is made, and they
+    go on (SIGCONT): the call is held and runs. Before, it failed with NoResources."""
+    sched, address, _ready = _scheduler(kvs, tmp_path, warmup=30, heartbeat_timeout=3.0)
+    config = NodeConfig(node_id="stalling-node", kvs_address=",".join(kvs.routing_addresses),
+                        scheduler_addresses=[address], workers=1, heartbeat_period=0.2,
+                        parent_pid=os.getpid(), log_dir=str(tmp_path))
+    node = ManagedProcess("stalling-node", [sys.executable, "-m", "executor", "--config",
+                                            config.to_json()], str(tmp_path)).spawn()
+    client = cloudburst.Client(address, kvs_address=",".join(kvs.routing_addresses),
+                               timeout=30)
+    stopped, group = False, []
+    try:
+        wait_all_ready([node], 60)
+        client.register(lambda lib, x: x * 3, "triple")
+        assert client.call("triple", 14).get(timeout=30) == 42
+        group = descendants(node.pid)                # the node and its workers
+        for pid in group:
+            os.kill(pid, signal.SIGSTOP)
+        stopped = True
+        poll_until(lambda: "dropped from scheduling" in sched.log_tail(200), 20,
+                   "the scheduler dropping the silent node's worker")
+        held = client.call("triple", 5)               # no live worker now
+        for pid in group:
+            os.kill(pid, signal.SIGCONT)
+        stopped = False
+        assert held.get(timeout=30) == 15
+    finally:
+        if stopped:
+            for pid in group:
+                os.kill(pid, signal.SIGCONT)
+        client.close()
+        stop_all([node, sched], 10)
+

@@ -13,12 +13,16 @@ Every wait has a deadline (CALL_TIMEOUT per call; DEADLINE for the whole run). T
 own log (its failovers) goes to stderr with times; when a call finds no scheduler, what each
 scheduler's name resolves to at that moment is printed (`HA-RESOLVE`). After the summary the
 client stays open (for a look at its connections) until the phase is "exit", at most LINGER s.
+A thread resolves every scheduler's and routing's name every DNS_EVERY s and prints
+`HA-DNS {name: seconds}` when a lookup took longer than DNS_SLOW s (ZeroMQ resolves a name in
+its I/O thread, so a slow lookup stalls every connection of the process).
 """
 import json
 import logging
 import os
 import socket
 import sys
+import threading
 import time
 import traceback
 from urllib.parse import urlsplit
@@ -33,6 +37,24 @@ WINDOW = int(os.environ.get("WINDOW", "4"))
 CALL_TIMEOUT = float(os.environ.get("CALL_TIMEOUT", "30"))
 DEADLINE = time.monotonic() + float(os.environ.get("DEADLINE", "900"))
 LINGER = float(os.environ.get("LINGER", "600"))
+DNS_EVERY = float(os.environ.get("DNS_EVERY", "0.5"))
+DNS_SLOW = float(os.environ.get("DNS_SLOW", "0.5"))
+
+
+def watch_dns(addresses, stop: threading.Event) -> None:
+    """Print `HA-DNS` for every lookup of `addresses`' hosts slower than DNS_SLOW."""
+    hosts = sorted({urlsplit(a.split("#", 1)[0]).hostname for a in addresses})
+    while not stop.wait(DNS_EVERY):
+        for host in hosts:
+            t = time.monotonic()
+            try:
+                socket.getaddrinfo(host, None)
+                what = "ok"
+            except OSError as e:
+                what = f"{type(e).__name__}: {e}"
+            took = time.monotonic() - t
+            if took > DNS_SLOW:
+                print(f"HA-DNS {time.time():.3f} {host} took {took:.2f} s ({what})", flush=True)
 
 
 def resolve_all(addresses) -> dict:
@@ -69,6 +91,10 @@ def main() -> None:
         return lib.get(f"ha/{x}") * 2
 
     client.register(work, "ha_work")
+    stop_dns = threading.Event()
+    threading.Thread(target=watch_dns, args=(schedulers + os.environ.get("ANNA_ROUTING", "")
+                                             .split(","), stop_dns),
+                     daemon=True, name="dns-watch").start()
     print("HA-LOAD READY", json.dumps({"schedulers": schedulers, "kvs": client.kvs_address}),
           flush=True)
     stats = {}
@@ -137,6 +163,7 @@ def main() -> None:
                         "p50": lat[len(lat) // 2] if lat else None,
                         "max": lat[-1] if lat else None}
     print("HA-SUMMARY " + json.dumps(summary), flush=True)
+    stop_dns.set()
     linger_until = time.monotonic() + LINGER
     while phase() != "exit" and time.monotonic() < linger_until:
         time.sleep(0.5)

@@ -166,7 +166,8 @@ def _load_summary(c, h, phases, set_phase) -> None:
         summary = wait("the load's summary", lambda: _summary(c), 120)
         text = load_log(c)
         notes = [ln for ln in text.splitlines()
-                 if "HA-RESOLVE" in ln or " WARNING " in ln or " ERROR " in ln]
+                 if "HA-RESOLVE" in ln or "HA-DNS" in ln or " WARNING " in ln
+                 or " ERROR " in ln]
         if notes:       # the client's failovers, and names resolved when none took a call
             say(f"the load's client said ({len(notes)} lines, the last 60):\n  "
                 + "\n  ".join(ln[:300] for ln in notes[-60:]))
@@ -196,7 +197,7 @@ def _load_summary(c, h, phases, set_phase) -> None:
 # what a scheduler logs when its view of the executors changes (scheduler/executor_events.py,
 # scheduler/server.py): read after a failed load to tell which scheduler lost which workers
 VIEW_LINES = ("dropped from scheduling", "warm-up over", "drain", "joined", "stopping",
-              "stopped after")
+              "stopped after", "no live executor worker left")
 
 
 def _scheduler_views(c) -> None:
@@ -279,6 +280,8 @@ def start_load(c, key_dir: Path, client_name: str) -> None:
                 "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                         {"name": "SCHEDULERS", "valueFrom": {"configMapKeyRef": {
                             "name": "cloudburst-config", "key": "SCHEDULERS"}}},
+                        {"name": "ANNA_ROUTING", "valueFrom": {"configMapKeyRef": {
+                            "name": "cloudburst-config", "key": "ANNA_ROUTING"}}},
                         {"name": "CLIENT_NAME", "value": client_name}],
                 "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
                 "volumeMounts": [{"name": "load", "mountPath": "/load"},
