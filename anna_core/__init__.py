@@ -7,14 +7,15 @@ What users import:
 - The lattices (merges implemented once, in the C++ kernel): `LWWLattice`, `SetLattice`,
   `OrderedSetLattice`, `MaxLattice`, `MapLattice`, `PriorityLattice`,
   `SingleKeyCausalLattice`, `MultiKeyCausalLattice`, and `deserialize`; the vector-clock
-  order and merge `compare_clocks` (0 equal, 1 before, 2 after, 3 concurrent) and `merge_clocks`.
+  order and merge `compare_clocks` (0 equal, 1 before, 2 after, 3 concurrent), `clock_supersedes`
+  and `merge_clocks`.
 - Typed errors: `AnnaError` and its subclasses.
 - Configuration objects: `Replication`, `NodeConfig`, `RoutingConfig`, `ClusterConfig`;
   `check_write_quorum` (a put's write quorum: "one", "all" or n replicas).
 """
 from ._core import (LWWLattice, MapLattice, MaxLattice, MultiKeyCausalLattice,
                     OrderedSetLattice, PriorityLattice, SetLattice, SingleKeyCausalLattice,
-                    compare_clocks, deserialize, merge_clocks)
+                    clock_supersedes, compare_clocks, deserialize, merge_clocks)
 from .client import Client, Subscription, Update
 from .cluster import LocalCluster
 from .config import ClusterConfig, NodeConfig, Replication, RoutingConfig, check_write_quorum
@@ -26,7 +27,7 @@ __all__ = [
     "Client", "Subscription", "Update", "LocalCluster",
     "LWWLattice", "SetLattice", "OrderedSetLattice", "MaxLattice", "MapLattice",
     "PriorityLattice", "SingleKeyCausalLattice", "MultiKeyCausalLattice", "deserialize",
-    "compare_clocks", "merge_clocks",
+    "compare_clocks", "clock_supersedes", "merge_clocks",
     "AnnaError", "KeyNotFound", "LatticeTypeMismatch", "ValueTooLarge", "UnknownLatticeType",
     "MalformedRequest", "NoNodes", "Timeout", "WrongOwner", "StoreFailed", "DiskFull",
     "NotPermitted", "StartupError", "LeaveFailed", "Replication", "NodeConfig", "RoutingConfig",

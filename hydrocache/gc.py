@@ -24,9 +24,6 @@ from __future__ import annotations
 
 from typing import Dict, List, Mapping, Sequence, Tuple
 
-import anna_core
-
-from . import vclock
 from .version import Version
 
 __all__ = ["stable_frontier", "collect", "frontier_from_reports"]
@@ -49,19 +46,10 @@ def stable_frontier(replica_clocks: Mapping[str, Sequence[VC]]) -> Dict[str, Dic
 
 
 def collect(version: Version, frontier: Mapping[str, VC]) -> Version:
-    def stable(d: str, c: VC) -> bool:
-        f = frontier.get(d)
-        return f is not None and vclock.supersedes(f, c)
-
-    entries = version.lattice.entries
-    if not any(stable(d, c) for _, deps, _ in entries for d, c in deps.items()):
-        return version
-    lattice = None
-    for vc, deps, values in entries:
-        kept = {d: c for d, c in deps.items() if not stable(d, c)}
-        one = anna_core.MultiKeyCausalLattice(vc, kept, values)
-        lattice = one if lattice is None else lattice.merge(one)
-    return Version.from_lattice(version.key, lattice)
+    # the kernel's `collected` walks the lattice's versions in C++ (this runs for every
+    # version offered to a cut once a GC round has set a frontier)
+    lattice = version.lattice.collected(frontier if type(frontier) is dict else dict(frontier))
+    return version if lattice is None else Version.from_lattice(version.key, lattice)
 
 
 def frontier_from_reports(reports: Sequence[Tuple[Sequence[Tuple[str, VC]], Sequence[str]]],

@@ -11,14 +11,16 @@ Zero entries mean nothing and a missing entry counts as 0, so ``{"e": 0}`` equal
   and they differ.
 - ``supersedes(new, old)``: Definition 4, ``new == old or old → new``.
 
-The comparison and the merge are the C++ kernel's (``anna_core._core.compare_clocks`` and
-``merge_clocks``, the same code the causal lattices merge with): there is one implementation
-of the truth, and this module only adapts types.
+The comparison, the supersedes check and the merge are the C++ kernel's
+(``anna_core._core.compare_clocks``, ``clock_supersedes`` and ``merge_clocks``: the kernel's
+clock order and merge, walking the dicts in place); there is one implementation of the
+truth, and this module only names it. ``supersedes`` and ``merge`` are the kernel's
+functions themselves (no Python frame: a bind calls them tens of times).
 """
 from __future__ import annotations
 
 import enum
-from typing import Dict, Mapping
+from typing import Callable, Dict, Mapping
 
 from anna_core import _core
 
@@ -35,30 +37,22 @@ class Order(enum.IntEnum):
     CONCURRENT = 3
 
 
-def _d(vc: VC) -> dict:
-    return vc if type(vc) is dict else dict(vc)
-
-
 def compare(a: VC, b: VC) -> Order:
     """The order of ``a`` relative to ``b``."""
-    return Order(_core.compare_clocks(_d(a), _d(b)))
-
-
-def merge(a: VC, b: VC) -> Dict[str, int]:
-    """Entry-wise max of ``a`` and ``b`` (a new dict, zero entries dropped)."""
-    return _core.merge_clocks(_d(a), _d(b))
+    return Order(_core.compare_clocks(a, b))
 
 
 def happens_before(a: VC, b: VC) -> bool:
     """a → b: ``a`` is strictly dominated by ``b``."""
-    return _core.compare_clocks(_d(a), _d(b)) == 1
+    return _core.compare_clocks(a, b) == 1
 
 
 def concurrent(a: VC, b: VC) -> bool:
     """Neither a → b nor b → a, and a != b."""
-    return _core.compare_clocks(_d(a), _d(b)) == 3
+    return _core.compare_clocks(a, b) == 3
 
 
-def supersedes(new: VC, old: VC) -> bool:
-    """Definition 4 on clocks: ``new == old`` or ``old → new``."""
-    return _core.compare_clocks(_d(new), _d(old)) in (0, 2)
+# Definition 4 on clocks: ``supersedes(new, old)`` is ``new == old or old → new``.
+supersedes: Callable[[VC, VC], bool] = _core.clock_supersedes
+# Entry-wise max of ``a`` and ``b`` (a new dict, zero entries dropped).
+merge: Callable[[VC, VC], Dict[str, int]] = _core.merge_clocks

@@ -1,6 +1,7 @@
 """Vector clocks as HydroCache uses them: the C++ order and merge, by property."""
 
 import anna_core
+import pytest
 from hypothesis import given
 
 from hydrocache import vclock
@@ -53,3 +54,33 @@ def test_zero_entries_mean_nothing():
     assert vclock.compare({"a": 1}, {"a": 1, "b": 1}) == Order.BEFORE
     assert vclock.merge({"a": 2, "c": 0}, {"a": 1, "b": 3}) == {"a": 2, "b": 3}
     assert anna_core.compare_clocks({"a": 1}, {"b": 1}) == 3
+
+
+@FAST
+@given(clocks, clocks)
+def test_the_dict_order_and_merge_are_the_causal_lattices(a, b):
+    # the lattice merges through the kernel's std::map clocks (`strictly_dominated`,
+    # `merge_clock`); the dict functions must agree with it
+    la = anna_core.MultiKeyCausalLattice(dict(a), {}, [b"a"])
+    lb = anna_core.MultiKeyCausalLattice(dict(b), {}, [b"b"])
+    m = la.merge(lb)
+    assert vclock.merge(a, b) == m.vector_clock
+    o = vclock.compare(a, b)
+    # a version strictly dominated by the other is dropped; equal clocks or concurrent keep both
+    kept = set(m.reveal())
+    assert kept == {Order.EQUAL: {b"a", b"b"}, Order.BEFORE: {b"b"}, Order.AFTER: {b"a"},
+                    Order.CONCURRENT: {b"a", b"b"}}[o]
+
+
+def test_clock_functions_check_their_inputs_and_take_any_mapping():
+    import types
+    for bad, err in [({1: 1}, TypeError), ({"a": "1"}, TypeError), ({"a": -1}, ValueError),
+                     ({"a": 1 << 70}, ValueError)]:
+        for f in (vclock.compare, vclock.merge, vclock.supersedes):
+            with pytest.raises(err):
+                f(bad, {"a": 1})
+            with pytest.raises(err):
+                f({"a": 1}, bad)
+    proxy = types.MappingProxyType({"a": 2})
+    assert vclock.supersedes(proxy, {"a": 1}) and vclock.merge(proxy, {"b": 1}) == {"a": 2, "b": 1}
+    assert vclock.compare(proxy, {"a": 2}) == Order.EQUAL

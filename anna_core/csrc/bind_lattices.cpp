@@ -23,6 +23,7 @@
 #include <cmath>
 #include <memory>
 #include <new>
+#include <optional>
 #include <string>
 
 #include "lattice_codec.hpp"
@@ -426,6 +427,43 @@ void bind_lattices(py::module_& m) {
           },
           "The concurrent versions kept (the antichain), each (vector_clock, dependencies, "
           "sorted values); merging single-version lattices of them rebuilds this lattice.")
+      .def(
+          "collected",
+          [](const MultiKeyCausalLattice& l, const py::dict& frontier) -> py::object {
+            // each frontier clock converted once per call, on first use
+            std::map<std::string, std::optional<VClock>> floors;
+            auto stable = [&](const std::string& key, const VClock& dep) {
+              auto [it, fresh] = floors.try_emplace(key);
+              if (fresh) {
+                PyObject* f = PyDict_GetItemWithError(frontier.ptr(), py::str(key).ptr());
+                if (f == nullptr && PyErr_Occurred()) throw py::error_already_set();
+                if (f != nullptr) {
+                  if (!PyDict_Check(f))
+                    throw py::type_error("the frontier must map str -> dict[str, int]");
+                  it->second = clock_from(py::reinterpret_borrow<py::dict>(f));
+                }
+              }
+              return it->second && (dep == *it->second || strictly_dominated(dep, *it->second));
+            };
+            bool any = false;
+            for (const auto& v : l.versions) {
+              for (const auto& [key, dep] : v.dependencies) any = any || stable(key, dep);
+            }
+            if (!any) return py::none();
+            MultiKeyCausalLattice out;
+            for (const auto& v : l.versions) {
+              CausalEntry e = v;
+              for (auto it = e.dependencies.begin(); it != e.dependencies.end();)
+                it = stable(it->first, it->second) ? e.dependencies.erase(it) : std::next(it);
+              out.versions.insert(std::move(e));
+            }
+            out.prune();
+            return py::cast(std::move(out));
+          },
+          py::arg("frontier"),
+          "Dependency GC (dissertation 4.2.3): this lattice without the dependencies (d, vc) "
+          "whose frontier clock `frontier[d]` supersedes vc, each version's clock and values "
+          "kept; None when nothing would be dropped.")
       .def("__repr__", [](const MultiKeyCausalLattice& l) {
         py::dict deps;
         for (const auto& [k, vc] : l.dependencies()) deps[py::str(k)] = clock_to(vc);
@@ -441,29 +479,6 @@ void bind_lattices(py::module_& m) {
   guard_constructors<PriorityLattice>(m, "PriorityLattice");
   guard_constructors<SingleKeyCausalLattice>(m, "SingleKeyCausalLattice");
   guard_constructors<MultiKeyCausalLattice>(m, "MultiKeyCausalLattice");
-
-  m.def(
-      "compare_clocks",
-      [](const py::dict& a, const py::dict& b) {
-        VClock x = clock_from(a), y = clock_from(b);
-        if (x == y) return 0;
-        if (strictly_dominated(x, y)) return 1;
-        if (strictly_dominated(y, x)) return 2;
-        return 3;
-      },
-      py::arg("a"), py::arg("b"),
-      "Order of two vector clocks (zero entries ignored, a missing entry is 0): 0 EQUAL, "
-      "1 BEFORE (a strictly dominated by b), 2 AFTER (b strictly dominated by a), 3 CONCURRENT.");
-
-  m.def(
-      "merge_clocks",
-      [](const py::dict& a, const py::dict& b) {
-        VClock x = clock_from(a);
-        merge_clock(&x, clock_from(b));
-        return clock_to(x);
-      },
-      py::arg("a"), py::arg("b"),
-      "Entry-wise max of two vector clocks (a new dict without zero entries).");
 
   m.def(
       "deserialize",

@@ -6,6 +6,7 @@ namespace py = pybind11;
 
 namespace anna {
 void bind_lattices(py::module_& m);
+void bind_clocks(py::module_& m);
 void bind_hash_ring(py::module_& m);
 void bind_node(py::module_& m);
 void bind_kernel_bench(py::module_& m);
@@ -18,6 +19,7 @@ void bind_call_links(py::module_& m);
 PYBIND11_MODULE(_core, m) {
   m.doc() = "Anna KVS kernel: lattices, placement, the sans-I/O worker, worker nodes and native benchmarks.";
   anna::bind_lattices(m);
+  anna::bind_clocks(m);
   anna::bind_hash_ring(m);
   anna::bind_node(m);
   anna::bind_kernel_bench(m);

@@ -1,0 +1,134 @@
+// Python bindings of the vector-clock order and merge on Python dicts (anna_core._core.
+// compare_clocks, clock_supersedes, merge_clocks).
+//
+// Contract: a clock is a mapping str -> non-negative int; a zero entry means nothing and a
+// missing entry counts as 0. compare_clocks(a, b) -> 0 EQUAL, 1 BEFORE (a strictly dominated
+// by b), 2 AFTER, 3 CONCURRENT; clock_supersedes(new, old) -> old <= new entry-wise (Definition
+// 4: equal or old -> new); merge_clocks(a, b) -> a new dict, the entry-wise max, without zero
+// entries. A non-str node id is a TypeError, a count that is not an int a TypeError, a
+// negative one (or one past uint64) a ValueError. A mapping that is not a dict is copied into
+// one first.
+//
+// Why not through VClock (lattices.hpp): HydroCache compares and merges clocks tens of times
+// per bind, and copying both dicts into std::maps (a std::string per node id) cost ~6 us a
+// call, more than the comparison. These walk the dicts in place, look entries up by the
+// interned str keys and reuse the int objects. They are the same order and merge as the
+// kernel's `strictly_dominated` / `merge_clock` on normalised clocks: tests/
+// test_hydrocache_vclock.py checks them against the causal lattice's merge by property.
+#include <Python.h>
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <string>
+
+namespace py = pybind11;
+
+namespace anna {
+namespace {
+
+// `h` as a dict: the object itself when it is one, else a copy (a Mapping, a proto map).
+py::dict as_dict(const py::handle& h) {
+  if (PyDict_Check(h.ptr())) return py::reinterpret_borrow<py::dict>(h);
+  py::dict out;
+  if (PyDict_Merge(out.ptr(), h.ptr(), 1) != 0) throw py::error_already_set();
+  return out;
+}
+
+std::string type_of(PyObject* o) { return Py_TYPE(o)->tp_name; }
+
+// A node id's count, checked as the lattices' constructors check it.
+std::uint64_t count_of(PyObject* key, PyObject* value) {
+  if (!PyUnicode_Check(key))
+    throw py::type_error("vector clock node ids must be str, not " + type_of(key));
+  if (!PyLong_Check(value))
+    throw py::type_error("vector clock counts must be int, not " + type_of(value));
+  unsigned long long v = PyLong_AsUnsignedLongLong(value);
+  if (v == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+    PyErr_Clear();
+    throw py::value_error("vector clock counts must be non-negative and fit in uint64");
+  }
+  return static_cast<std::uint64_t>(v);
+}
+
+// `d[key]`'s count, 0 when absent (its id is already known to be a str).
+std::uint64_t count_at(PyObject* d, PyObject* key) {
+  PyObject* v = PyDict_GetItemWithError(d, key);
+  if (v == nullptr) {
+    if (PyErr_Occurred()) throw py::error_already_set();
+    return 0;
+  }
+  return count_of(key, v);
+}
+
+// Every entry of `b` checked (a bad entry is an error whichever side it is on).
+void check_all(PyObject* d) {
+  Py_ssize_t pos = 0;
+  PyObject *k, *v;
+  while (PyDict_Next(d, &pos, &k, &v)) count_of(k, v);
+}
+
+// a <= b entry-wise.
+bool leq(PyObject* a, PyObject* b) {
+  Py_ssize_t pos = 0;
+  PyObject *k, *v;
+  while (PyDict_Next(a, &pos, &k, &v)) {
+    std::uint64_t c = count_of(k, v);
+    if (c != 0 && count_at(b, k) < c) return false;
+  }
+  return true;
+}
+
+int compare(const py::dict& a, const py::dict& b) {
+  check_all(a.ptr());
+  check_all(b.ptr());
+  bool le = leq(a.ptr(), b.ptr()), ge = leq(b.ptr(), a.ptr());
+  return le && ge ? 0 : le ? 1 : ge ? 2 : 3;
+}
+
+py::dict merge(const py::dict& a, const py::dict& b) {
+  PyObject* out = PyDict_New();
+  if (out == nullptr) throw py::error_already_set();
+  py::dict result = py::reinterpret_steal<py::dict>(out);
+  Py_ssize_t pos = 0;
+  PyObject *k, *v;
+  while (PyDict_Next(a.ptr(), &pos, &k, &v)) {
+    if (count_of(k, v) != 0 && PyDict_SetItem(out, k, v) != 0) throw py::error_already_set();
+  }
+  pos = 0;
+  while (PyDict_Next(b.ptr(), &pos, &k, &v)) {
+    std::uint64_t c = count_of(k, v);
+    if (c != 0 && count_at(out, k) < c && PyDict_SetItem(out, k, v) != 0)
+      throw py::error_already_set();
+  }
+  return result;
+}
+
+}  // namespace
+
+void bind_clocks(py::module_& m) {
+  m.def(
+      "compare_clocks",
+      [](const py::handle& a, const py::handle& b) { return compare(as_dict(a), as_dict(b)); },
+      py::arg("a"), py::arg("b"),
+      "Order of two vector clocks (zero entries ignored, a missing entry is 0): 0 EQUAL, "
+      "1 BEFORE (a strictly dominated by b), 2 AFTER (b strictly dominated by a), 3 CONCURRENT.");
+
+  m.def(
+      "clock_supersedes",
+      [](const py::handle& newer, const py::handle& older) {
+        py::dict n = as_dict(newer), o = as_dict(older);
+        check_all(n.ptr());
+        return leq(o.ptr(), n.ptr());
+      },
+      py::arg("new"), py::arg("old"),
+      "Definition 4 on clocks: `new` equals `old` or `old` happens before it (old <= new "
+      "entry-wise).");
+
+  m.def(
+      "merge_clocks",
+      [](const py::handle& a, const py::handle& b) { return merge(as_dict(a), as_dict(b)); },
+      py::arg("a"), py::arg("b"),
+      "Entry-wise max of two vector clocks (a new dict without zero entries).");
+}
+
+}  // namespace anna
