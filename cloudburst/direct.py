@@ -70,10 +70,10 @@ client's `LeaseOwner` side (sending to a scheduler, delivering an answer to a wa
   the scheduler with the lease id, which stops the call on its worker; `where` names the
   worker).
 - Calls go to a leased worker over its call link when the lease names one, else, or when the
-  link cannot open or breaks, over ZeroMQ (`_send_to`; `links`: the client's `ClientCallLinks`,
-  None without the native module). `cloudburst/call_link.py` says what becomes of the calls on
-  a link that closes: never read, through the scheduler at once; perhaps lost, CALL_LINK_BROKEN
-  at once (`_unanswered`).
+  link cannot open or breaks, over ZeroMQ (`cloudburst/worker_routes.py`; `links`: the
+  client's `ClientCallLinks`, None without the native module). `cloudburst/call_link.py` says
+  what becomes of the calls on a link that closes: never read, through the scheduler at once;
+  perhaps lost, CALL_LINK_BROKEN at once (`_unanswered`).
 - `release_all()` gives every lease back (the client changed the registry: a lease runs the
   function versions it was granted for); `close()` too, and closes the path's sockets. Usage
   not yet reported goes with the release.
@@ -91,15 +91,13 @@ import zmq
 from hydro_proto import cloudburst_pb2 as pb
 
 from faas.errors import CloudburstError
-from runtime.sockets import PushCache
-
 from .arguments import referenced_keys
-from .call_link import ADVANCE_EVERY, open_call_links
 from .pacing import CORK_CALLS, CORK_SECONDS, READ_EVERY, batch_cap, next_grow_wait, \
     read_every
 from .held_lease import Held, Key, after_death, next_sweep, record, release, renewal, \
     renewal_due, until
 from .stalls import CallTimes, held_up
+from .worker_routes import WorkerRoutes
 
 __all__ = ["DirectPath", "LeaseOwner", "RETRY_ASK", "MAX_QUEUED", "MAX_SPREAD"]
 
@@ -137,8 +135,8 @@ class DirectPath:
 
     def __init__(self, owner: LeaseOwner, context: zmq.Context, credentials: Any) -> None:
         self._owner = owner
-        self._push = PushCache(context, auth=credentials)
-        self.links = open_call_links(credentials, self._unanswered)  # TCP links (call_link.py)
+        self._routes = WorkerRoutes(context, credentials, self._unanswered, owner.flush_by)
+        self.links = self._routes.links       # TCP links (call_link.py), None without them
         self._lock = threading.Lock()
         self._held: Dict[Key, List[Held]] = {}              # target -> its live leases
         self._asked: Dict[Key, float] = {}      # target -> when a lease was asked/refused
@@ -149,7 +147,6 @@ class DirectPath:
         self._resend: List[pb.Call] = []
         self._fail: List[pb.CallResult] = []
         self._ask: List[Tuple[pb.LeaseRequest, Optional[str]]] = []   # and to which scheduler
-        self._push_lock = threading.Lock()     # a client's threads share the sockets
         self._gone: List[Held] = []                         # released: usage to report
         # until then no lease lapses or is due for renewal: `send` and `flush` skip the
         # sweep over the leases (0: sweep; any lease news resets it)
@@ -299,7 +296,7 @@ class DirectPath:
             if cork:
                 self._owner.flush_by(self._send_at)
             return held.scheduler
-        sent = self._send_to(held, "direct", call)
+        sent = self._routes.send(held, (call,))
         if not sent:                              # the worker is not reachable: the long way
             with self._lock:
                 held.in_flight.pop(call.request_id, None)
@@ -308,18 +305,6 @@ class DirectPath:
             call.ClearField("lease_id")
             return None
         return held.scheduler
-
-    def _send_to(self, held: Held, kind: str, message: Any) -> bool:
-        """Send to a lease's worker: on its call link if it has one that works, else over
-        ZeroMQ (False: neither took it)."""
-        links = self.links
-        if held.link_address and links is not None:
-            if links.send(held.worker_address, held.link_address, kind, message):
-                return True
-            if links.opening():    # the lease thread reads until it is open (call_link.py)
-                self._owner.flush_by(time.monotonic() + ADVANCE_EVERY)
-        with self._push_lock:
-            return self._push.send(held.worker_address, kind, message)
 
     def _grow(self, held: Held, now: float) -> None:
         """Every slot of `held` is in use while calls queue: it is renewed early (at most
@@ -508,11 +493,7 @@ class DirectPath:
     def advance_links(self) -> Optional[float]:
         """While a call link opens, have the owner read the answers (its connect and
         handshake advance there); when to do so again (None: no link is opening)."""
-        links = self.links
-        if links is None or not links.opening():
-            return None
-        self._owner.read_arrived()
-        return time.monotonic() + ADVANCE_EVERY if links.opening() else None
+        return self._routes.advance(self._owner.read_arrived)
 
     def flush(self, force: bool = False) -> Optional[float]:
         """Carry out what was recorded; queued calls go if they are due (`force`: now, as
@@ -561,12 +542,10 @@ class DirectPath:
             # bounded); half-closed, so results on the way are still read
             unlinked = {h.worker_address for h in gone if h.link_address} - \
                 {h.worker_address for leases in self._held.values() for h in leases}
-        if unlinked and self.links is not None:
-            self.links.drop(unlinked)
+        if unlinked:
+            self._routes.drop(unlinked)
         for held, calls in batches:
-            sent = self._send_to(held, "direct", calls[0]) if len(calls) == 1 else \
-                self._send_to(held, "direct_batch", pb.DirectBatch(calls=calls))
-            if not sent:                           # the worker is not reachable: the long way
+            if not self._routes.send(held, calls):                           # the worker is not reachable: the long way
                 with self._lock:
                     for call in calls:
                         held.in_flight.pop(call.request_id, None)
@@ -605,8 +584,5 @@ class DirectPath:
         try:
             self.flush()
         finally:
-            with self._push_lock:
-                self._push.close()
-            if self.links is not None:
-                self.links.close()
+            self._routes.close()
 
