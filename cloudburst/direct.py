@@ -266,9 +266,12 @@ class DirectPath:
                 if len(leases) < MAX_SPREAD:
                     self._maybe_ask(key, now, spread=True)
                 return None
-            held = usable[0] if len(usable) == 1 else \
-                max(usable, key=lambda h: h.slots - len(h.in_flight))
-            full = len(held.in_flight) >= held.slots
+            held = usable[0]                      # the one with the most free slots
+            free = held.slots - len(held.in_flight)
+            for h in usable:                       # (a loop: no key function per call)
+                if h.slots - len(h.in_flight) > free:
+                    held, free = h, h.slots - len(h.in_flight)
+            full = free <= 0
             if full or held.in_flight or self._queued.get(key):
                 # no free slot, or the worker has calls of ours to run first: queued, to go
                 # with the others in one message (a lone call on an idle lease goes now)
@@ -284,11 +287,11 @@ class DirectPath:
                 self._queued.setdefault(key, deque()).append(call)
                 self._queued_count += 1
                 self._calls[call.request_id] = (key, call, now, "")
-                for h in usable:                   # each lease whose slots are all in use
-                    if len(h.in_flight) >= h.slots:
+                if full:           # (`held` has the most free slots): every lease is full
+                    for h in usable:
                         self._grow(h, now)
-                if full and len(leases) < MAX_SPREAD:
-                    self._maybe_ask(key, now, spread=True)
+                    if len(leases) < MAX_SPREAD:
+                        self._maybe_ask(key, now, spread=True)
             else:
                 cork = None
                 self._admit(held, call, key, now)
