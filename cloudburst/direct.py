@@ -14,7 +14,7 @@ client's `LeaseOwner` side (sending to a scheduler, delivering an answer to a wa
   by reference, their own exception retries, and that are not actor calls. Everything else
   takes the scheduler's path, as does every call while no lease with a free slot is held.
 - `send(call)` first has the owner read the answers that have arrived (`read_arrived`, at most
-  every `READ_EVERY` s after the last read or direct answer, every `STARVED_READ_EVERY` while
+  every `READ_EVERY` s after the last read or direct answer, more often while
   calls wait here for a free slot: `cloudburst/pacing.py`): so a burst's calls go to slots
   freed while it is being sent, a lease is judged held up (below) on the answers its worker
   gave, not on answers the client had not read, and a lease revoked because its worker was
@@ -156,6 +156,7 @@ class DirectPath:
         # calls wait in the queue for want of a free slot: `send` reads answers sooner
         # (`cloudburst/pacing.py`); cleared when the queue empties
         self._starved = False
+        self._starved_slots = 0            # the slots of the full lease they wait for
         # when the queued calls must go at the latest (CORK_SECONDS after the first of them
         # was held for company); 0: at the next flush (they wait for a slot, not company)
         self._send_at = 0.0
@@ -243,7 +244,7 @@ class DirectPath:
 
     def send(self, call: pb.Call) -> Optional[str]:
         now = time.monotonic()
-        if now - self._read_at >= read_every(self._starved):
+        if now - self._read_at >= read_every(self._starved, self._starved_slots):
             # take the answers that arrived first. With calls out, a burst's calls then go
             # to the slots freed while it is still being sent (not when its caller starts
             # to wait), and a lease is judged held up on the answers it gave, not on
@@ -288,6 +289,7 @@ class DirectPath:
                 self._queued_count += 1
                 self._calls[call.request_id] = (key, call, now, "")
                 if full:           # (`held` has the most free slots): every lease is full
+                    self._starved_slots = min(h.slots for h in usable)
                     for h in usable:
                         self._grow(h, now)
                     if len(leases) < MAX_SPREAD:
@@ -462,6 +464,7 @@ class DirectPath:
         """Queued calls that now have a slot, per lease (lock held)."""
         self._stale, self._taken_at = False, now
         out = []
+        smallest = 0                   # slots of the smallest lease left full (for reads)
         for key in list(self._queued):
             queue = self._queued[key]
             live = self._live(key, now)
@@ -488,9 +491,11 @@ class DirectPath:
                     out.append((held, batch))
                 if queue:                          # calls still wait for its slots
                     self._grow(held, now)
+                    smallest = min(smallest or held.slots, held.slots)
             if not queue:
                 self._queued.pop(key, None)
         self._starved = self._queued_count > 0    # what is left waits for a slot
+        self._starved_slots = smallest
         return out
 
     def advance_links(self) -> Optional[float]:
