@@ -349,13 +349,20 @@ class Future:
             self._client.release_values(arguments)
 
 
+TAKE_AHEAD = 32      # futures `gather` looks at in one step when one is not yet done
+
+
 def gather(futures: Iterable[Future], timeout: Optional[float] = None) -> List[Any]:
     """Every future's value, in order; the first error (in order) is raised."""
     futures = list(futures)
     _take_arrived(futures)
     deadline = None if timeout is None else time.monotonic() + timeout
     out = []
-    for f in futures:
+    for i, f in enumerate(futures):
+        if f._result is None:
+            # what arrived while an earlier one was waited for, taken in one step for the
+            # next few (answers come in batches; a bounded look, however many are out)
+            _take_arrived(futures[i:i + TAKE_AHEAD])
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
         out.append(f.get(left))
     return out

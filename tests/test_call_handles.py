@@ -159,6 +159,29 @@ def test_gather_takes_the_arrived_results_in_one_step_and_waits_for_the_rest():
     assert owner.abandoned == []                           # every end was seen
 
 
+def test_gather_takes_what_arrived_while_it_waited_for_an_earlier_one_in_one_step():
+    from cloudburst.futures import TAKE_AHEAD, gather
+    owner = _Owner()
+    n = TAKE_AHEAD + 8
+    futures = [Future(owner, f"c{i}", f"call {i}", 30.0) for i in range(n)]
+    done = pb.CallResult(status=pb.OK, value=b"\x80\x04N.")
+
+    def arrives_while_c0_is_waited_for(rid, timeout):
+        for i in range(n):             # every answer comes in with c0's
+            owner.answers[f"c{i}"] = pb.CallResult(request_id=f"c{i}", status=pb.OK,
+                                                   value=done.value)
+        return owner.answers[rid]
+    owner.wait_for = arrives_while_c0_is_waited_for
+    assert gather(futures) == [None] * n
+    # one look at all before waiting (nothing yet), c0's own wait, then c1 on in one step
+    # per TAKE_AHEAD: not one wait each
+    assert owner.asked_arrived[0] == [f"c{i}" for i in range(n)]
+    assert owner.asked_arrived[1] == [f"c{i}" for i in range(TAKE_AHEAD)]
+    assert owner.asked_arrived[2] == [f"c{i}" for i in range(1, TAKE_AHEAD + 1)]
+    assert owner.asked_arrived[3:] == [[f"c{i}" for i in range(TAKE_AHEAD + 1, n)]]
+    assert sorted(owner.collected_ids) == sorted(f"c{i}" for i in range(n))
+
+
 def test_a_cancelled_future_owes_no_abandon():
     owner = _Owner()
     held = [Future(owner, "c1", "call of f", 30.0)]
