@@ -508,11 +508,13 @@ class DirectPath:
         when their caller is about to wait). Returns when the queued calls are due if
         that is later (`flush_by` was told), else None."""
         now = time.monotonic()
-        if now < self._quiet_until and not (self._queued_count or self._resend or self._fail
-                                            or self._ask or self._gone):
-            # the common case, nothing to do, seen without the lock: what another thread
+        if now < self._quiet_until and not (self._resend or self._fail or self._ask
+                                            or self._gone) and \
+                (not self._queued_count or not self._stale and now - self._taken_at < READ_EVERY):
+            # the common cases, nothing to do, seen without the lock (no call queued, or a
+            # burst's queue looked at just now with no slot freed since): what another thread
             # records meanwhile is its own flush's (or the lease thread's) to carry out
-            return None
+            return self._send_at if self._queued_count and self._send_at > now else None
         with self._lock:
             due = bool(self._queued_count) and (force or now >= self._send_at
                                                 or self._queued_count >= CORK_CALLS)
