@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import zmq
 
@@ -122,6 +122,9 @@ class ClientLink:
 
     def collected(self, rid: str, result: Any) -> Optional[str]:
         return self._channel._collected(rid, result)
+
+    def collect_arrived(self, rids: Any) -> Dict[str, Tuple[Any, Optional[str]]]:
+        return self._channel._collect_arrived(rids)
 
     def release_values(self, keys: List[str]) -> None:
         self._channel._courier.release(keys)
@@ -358,6 +361,31 @@ class SchedulerChannel:
         sent_to = self._forget(rid, finished=True)
         self._observed(result)
         return sent_to
+
+    def _collect_arrived(self, rids: List[str]) -> Dict[str, Tuple[Any, Optional[str]]]:
+        """`_collected` for each of `rids` whose answer has arrived, in one step: the
+        answers waiting are read first (and calls held for company sent: their callers
+        are about to wait)."""
+        if self._direct is not None:
+            self._direct.flush(force=True)
+        self._read_arrived()
+        out: Dict[str, Tuple[Any, Optional[str]]] = {}
+        with self._mutex:
+            for rid in rids:
+                slot = self._slots.get(rid)
+                if slot is None or slot.answer is None:
+                    continue
+                del self._slots[rid]
+                kept = self._kept_calls.pop(rid, None)
+                out[rid] = (slot.answer, kept[2] if kept is not None else None)
+            if out:
+                self._finished.extend(out)
+                if len(self._finished) > MAX_FINISHED:
+                    del self._finished[:len(self._finished) - MAX_FINISHED]
+        self._leases.release_all(out)
+        for result, _ in out.values():
+            self._observed(result)
+        return out
 
     def _abandon(self, rid: str, fire_and_forget: bool) -> None:
         """A `Future` was collected: forget its slot; a call still in flight (not

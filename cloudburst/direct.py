@@ -14,7 +14,7 @@ client's `LeaseOwner` side (sending to a scheduler, delivering an answer to a wa
   by reference, their own exception retries, and that are not actor calls. Everything else
   takes the scheduler's path, as does every call while no lease with a free slot is held.
 - `send(call)` first has the owner read the answers that have arrived (`read_arrived`, at most
-  every `READ_EVERY` s after the last read or direct answer, every `STARVED_READ_EVERY` while
+  every `READ_EVERY` s after the last read or direct answer, more often while
   calls wait here for a free slot: `cloudburst/pacing.py`): so a burst's calls go to slots
   freed while it is being sent, a lease is judged held up (below) on the answers its worker
   gave, not on answers the client had not read, and a lease revoked because its worker was
@@ -70,10 +70,10 @@ client's `LeaseOwner` side (sending to a scheduler, delivering an answer to a wa
   the scheduler with the lease id, which stops the call on its worker; `where` names the
   worker).
 - Calls go to a leased worker over its call link when the lease names one, else, or when the
-  link cannot open or breaks, over ZeroMQ (`_send_to`; `links`: the client's `ClientCallLinks`,
-  None without the native module). `cloudburst/call_link.py` says what becomes of the calls on
-  a link that closes: never read, through the scheduler at once; perhaps lost, CALL_LINK_BROKEN
-  at once (`_unanswered`).
+  link cannot open or breaks, over ZeroMQ (`cloudburst/worker_routes.py`; `links`: the
+  client's `ClientCallLinks`, None without the native module). `cloudburst/call_link.py` says
+  what becomes of the calls on a link that closes: never read, through the scheduler at once;
+  perhaps lost, CALL_LINK_BROKEN at once (`_unanswered`).
 - `release_all()` gives every lease back (the client changed the registry: a lease runs the
   function versions it was granted for); `close()` too, and closes the path's sockets. Usage
   not yet reported goes with the release.
@@ -91,15 +91,13 @@ import zmq
 from hydro_proto import cloudburst_pb2 as pb
 
 from faas.errors import CloudburstError
-from runtime.sockets import PushCache
-
 from .arguments import referenced_keys
-from .call_link import ADVANCE_EVERY, open_call_links
 from .pacing import CORK_CALLS, CORK_SECONDS, READ_EVERY, batch_cap, next_grow_wait, \
     read_every
 from .held_lease import Held, Key, after_death, next_sweep, record, release, renewal, \
     renewal_due, until
 from .stalls import CallTimes, held_up
+from .worker_routes import WorkerRoutes
 
 __all__ = ["DirectPath", "LeaseOwner", "RETRY_ASK", "MAX_QUEUED", "MAX_SPREAD"]
 
@@ -137,8 +135,8 @@ class DirectPath:
 
     def __init__(self, owner: LeaseOwner, context: zmq.Context, credentials: Any) -> None:
         self._owner = owner
-        self._push = PushCache(context, auth=credentials)
-        self.links = open_call_links(credentials, self._unanswered)  # TCP links (call_link.py)
+        self._routes = WorkerRoutes(context, credentials, self._unanswered, owner.flush_by)
+        self.links = self._routes.links       # TCP links (call_link.py), None without them
         self._lock = threading.Lock()
         self._held: Dict[Key, List[Held]] = {}              # target -> its live leases
         self._asked: Dict[Key, float] = {}      # target -> when a lease was asked/refused
@@ -149,7 +147,6 @@ class DirectPath:
         self._resend: List[pb.Call] = []
         self._fail: List[pb.CallResult] = []
         self._ask: List[Tuple[pb.LeaseRequest, Optional[str]]] = []   # and to which scheduler
-        self._push_lock = threading.Lock()     # a client's threads share the sockets
         self._gone: List[Held] = []                         # released: usage to report
         # until then no lease lapses or is due for renewal: `send` and `flush` skip the
         # sweep over the leases (0: sweep; any lease news resets it)
@@ -159,6 +156,7 @@ class DirectPath:
         # calls wait in the queue for want of a free slot: `send` reads answers sooner
         # (`cloudburst/pacing.py`); cleared when the queue empties
         self._starved = False
+        self._starved_slots = 0            # the slots of the full lease they wait for
         # when the queued calls must go at the latest (CORK_SECONDS after the first of them
         # was held for company); 0: at the next flush (they wait for a slot, not company)
         self._send_at = 0.0
@@ -246,7 +244,7 @@ class DirectPath:
 
     def send(self, call: pb.Call) -> Optional[str]:
         now = time.monotonic()
-        if now - self._read_at >= read_every(self._starved):
+        if now - self._read_at >= read_every(self._starved, self._starved_slots):
             # take the answers that arrived first. With calls out, a burst's calls then go
             # to the slots freed while it is still being sent (not when its caller starts
             # to wait), and a lease is judged held up on the answers it gave, not on
@@ -269,9 +267,12 @@ class DirectPath:
                 if len(leases) < MAX_SPREAD:
                     self._maybe_ask(key, now, spread=True)
                 return None
-            held = usable[0] if len(usable) == 1 else \
-                max(usable, key=lambda h: h.slots - len(h.in_flight))
-            full = len(held.in_flight) >= held.slots
+            held = usable[0]                      # the one with the most free slots
+            free = held.slots - len(held.in_flight)
+            for h in usable:                       # (a loop: no key function per call)
+                if h.slots - len(h.in_flight) > free:
+                    held, free = h, h.slots - len(h.in_flight)
+            full = free <= 0
             if full or held.in_flight or self._queued.get(key):
                 # no free slot, or the worker has calls of ours to run first: queued, to go
                 # with the others in one message (a lone call on an idle lease goes now)
@@ -287,11 +288,12 @@ class DirectPath:
                 self._queued.setdefault(key, deque()).append(call)
                 self._queued_count += 1
                 self._calls[call.request_id] = (key, call, now, "")
-                for h in usable:                   # each lease whose slots are all in use
-                    if len(h.in_flight) >= h.slots:
+                if full:           # (`held` has the most free slots): every lease is full
+                    self._starved_slots = min(h.slots for h in usable)
+                    for h in usable:
                         self._grow(h, now)
-                if full and len(leases) < MAX_SPREAD:
-                    self._maybe_ask(key, now, spread=True)
+                    if len(leases) < MAX_SPREAD:
+                        self._maybe_ask(key, now, spread=True)
             else:
                 cork = None
                 self._admit(held, call, key, now)
@@ -299,7 +301,7 @@ class DirectPath:
             if cork:
                 self._owner.flush_by(self._send_at)
             return held.scheduler
-        sent = self._send_to(held, "direct", call)
+        sent = self._routes.send(held, (call,))
         if not sent:                              # the worker is not reachable: the long way
             with self._lock:
                 held.in_flight.pop(call.request_id, None)
@@ -308,18 +310,6 @@ class DirectPath:
             call.ClearField("lease_id")
             return None
         return held.scheduler
-
-    def _send_to(self, held: Held, kind: str, message: Any) -> bool:
-        """Send to a lease's worker: on its call link if it has one that works, else over
-        ZeroMQ (False: neither took it)."""
-        links = self.links
-        if held.link_address and links is not None:
-            if links.send(held.worker_address, held.link_address, kind, message):
-                return True
-            if links.opening():    # the lease thread reads until it is open (call_link.py)
-                self._owner.flush_by(time.monotonic() + ADVANCE_EVERY)
-        with self._push_lock:
-            return self._push.send(held.worker_address, kind, message)
 
     def _grow(self, held: Held, now: float) -> None:
         """Every slot of `held` is in use while calls queue: it is renewed early (at most
@@ -474,6 +464,7 @@ class DirectPath:
         """Queued calls that now have a slot, per lease (lock held)."""
         self._stale, self._taken_at = False, now
         out = []
+        smallest = 0                   # slots of the smallest lease left full (for reads)
         for key in list(self._queued):
             queue = self._queued[key]
             live = self._live(key, now)
@@ -500,30 +491,30 @@ class DirectPath:
                     out.append((held, batch))
                 if queue:                          # calls still wait for its slots
                     self._grow(held, now)
+                    smallest = min(smallest or held.slots, held.slots)
             if not queue:
                 self._queued.pop(key, None)
         self._starved = self._queued_count > 0    # what is left waits for a slot
+        self._starved_slots = smallest
         return out
 
     def advance_links(self) -> Optional[float]:
         """While a call link opens, have the owner read the answers (its connect and
         handshake advance there); when to do so again (None: no link is opening)."""
-        links = self.links
-        if links is None or not links.opening():
-            return None
-        self._owner.read_arrived()
-        return time.monotonic() + ADVANCE_EVERY if links.opening() else None
+        return self._routes.advance(self._owner.read_arrived)
 
     def flush(self, force: bool = False) -> Optional[float]:
         """Carry out what was recorded; queued calls go if they are due (`force`: now, as
         when their caller is about to wait). Returns when the queued calls are due if
         that is later (`flush_by` was told), else None."""
         now = time.monotonic()
-        if now < self._quiet_until and not (self._queued_count or self._resend or self._fail
-                                            or self._ask or self._gone):
-            # the common case, nothing to do, seen without the lock: what another thread
+        if now < self._quiet_until and not (self._resend or self._fail or self._ask
+                                            or self._gone) and \
+                (not self._queued_count or not self._stale and now - self._taken_at < READ_EVERY):
+            # the common cases, nothing to do, seen without the lock (no call queued, or a
+            # burst's queue looked at just now with no slot freed since): what another thread
             # records meanwhile is its own flush's (or the lease thread's) to carry out
-            return None
+            return self._send_at if self._queued_count and self._send_at > now else None
         with self._lock:
             due = bool(self._queued_count) and (force or now >= self._send_at
                                                 or self._queued_count >= CORK_CALLS)
@@ -561,12 +552,10 @@ class DirectPath:
             # bounded); half-closed, so results on the way are still read
             unlinked = {h.worker_address for h in gone if h.link_address} - \
                 {h.worker_address for leases in self._held.values() for h in leases}
-        if unlinked and self.links is not None:
-            self.links.drop(unlinked)
+        if unlinked:
+            self._routes.drop(unlinked)
         for held, calls in batches:
-            sent = self._send_to(held, "direct", calls[0]) if len(calls) == 1 else \
-                self._send_to(held, "direct_batch", pb.DirectBatch(calls=calls))
-            if not sent:                           # the worker is not reachable: the long way
+            if not self._routes.send(held, calls):                           # the worker is not reachable: the long way
                 with self._lock:
                     for call in calls:
                         held.in_flight.pop(call.request_id, None)
@@ -605,8 +594,5 @@ class DirectPath:
         try:
             self.flush()
         finally:
-            with self._push_lock:
-                self._push.close()
-            if self.links is not None:
-                self.links.close()
+            self._routes.close()
 

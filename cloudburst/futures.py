@@ -87,6 +87,11 @@ class CallOwner(Protocol):
         """The call's result was taken: reported to the scheduler, noted in the session.
         Returns the scheduler the call was last sent to (`sent_to`'s), if it was kept."""
 
+    def collect_arrived(self, rids: Sequence[str]
+                        ) -> Dict[str, Tuple[pb.CallResult, Optional[str]]]:
+        """The calls among `rids` whose answers have arrived, each taken as `collected`
+        takes one: rid -> (its result, `collected`'s scheduler). Never blocks."""
+
     def release_values(self, keys: List[str]) -> None:
         """Delete these large values of the call from the KVS (done with them)."""
 
@@ -330,9 +335,13 @@ class Future:
         return loop.run_in_executor(None, self.get).__await__()
 
     def _collected(self) -> None:
+        self._settled(self._client.collected(self.request_id, self._result))
+
+    def _settled(self, moved: Optional[str]) -> None:
+        """The result was taken from the client (`moved`: where a stopping scheduler's
+        refusal sent the call, if it did)."""
         self._owed = False
-        # (where a stopping scheduler's refusal moved it, if it did)
-        self.scheduler = self._client.collected(self.request_id, self._result) or self.scheduler
+        self.scheduler = moved or self.scheduler
         arguments = self._stored
         self._stored = [self._result.value_key] \
             if self._result is not None and self._result.value_key else []   # until get()
@@ -340,15 +349,38 @@ class Future:
             self._client.release_values(arguments)
 
 
+TAKE_AHEAD = 32      # futures `gather` looks at in one step when one is not yet done
+
+
 def gather(futures: Iterable[Future], timeout: Optional[float] = None) -> List[Any]:
     """Every future's value, in order; the first error (in order) is raised."""
     futures = list(futures)
+    _take_arrived(futures)
     deadline = None if timeout is None else time.monotonic() + timeout
     out = []
-    for f in futures:
+    for i, f in enumerate(futures):
+        if f._result is None:
+            # what arrived while an earlier one was waited for, taken in one step for the
+            # next few (answers come in batches; a bounded look, however many are out)
+            _take_arrived(futures[i:i + TAKE_AHEAD])
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
         out.append(f.get(left))
     return out
+
+
+def _take_arrived(futures: Sequence[Future]) -> None:
+    """The results already arrived for any of `futures`, taken in one step per client
+    (`CallOwner.collect_arrived`) rather than one wait each: a burst's gather finds most of
+    its answers in."""
+    pending: Dict[Any, Dict[str, Future]] = {}
+    for f in futures:
+        if f._result is None and not f._cancelled and f._lost is None:
+            pending.setdefault(f._client, {})[f.request_id] = f
+    for owner, by_id in pending.items():
+        for rid, (result, moved) in owner.collect_arrived(list(by_id)).items():
+            f = by_id[rid]
+            f._result = result
+            f._settled(moved)
 
 
 def wait(futures: Sequence[Future], timeout: Optional[float] = None

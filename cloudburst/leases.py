@@ -6,7 +6,8 @@ Contract: `ClientLeases(client, ttl)` belongs to one `Client`.
   `Call.lease_ttl = ttl`; the first one starts a daemon thread that, every `ttl / 4`
   seconds, sends each scheduler holding one of this client's calls a `lease`
   (`ClientLease(client=<answer address>, ttl)`), and cancels abandoned calls.
-- `release(rid)`: the call ended (result collected, cancelled, given up on).
+- `release(rid)`: the call ended (result collected, cancelled, given up on); `release_all(rids)`
+  the same for several at once.
 - `moved(rid, scheduler)`: a held call was sent again to another scheduler (its own was
   stopping): the lease is renewed there.
 - `abandon(rid)`: its `Future` was collected unawaited; the thread cancels it (a finalizer
@@ -37,7 +38,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from typing import TYPE_CHECKING, Deque, Dict, Optional
+from typing import TYPE_CHECKING, Deque, Dict, Iterable, Optional
 
 from hydro_proto import cloudburst_pb2 as pb
 
@@ -105,6 +106,11 @@ class ClientLeases:
     def release(self, rid: str) -> None:
         with self._lock:
             self._calls.pop(rid, None)
+
+    def release_all(self, rids: Iterable[str]) -> None:
+        with self._lock:
+            for rid in rids:
+                self._calls.pop(rid, None)
 
     def moved(self, rid: str, scheduler: str) -> None:
         """Call `rid` went to another scheduler: its lease is renewed there (if held)."""

@@ -35,7 +35,10 @@ class SchedulerConfig:
         every waiting call at the scheduler, where any worker can take it. A worker whose
         calls are so short that this many would leave it idle for a `done` round trip may
         hold more, up to `max_worker_slots`, as many as run in `queued_work` seconds
-        (`scheduler/window.py`).
+        (`scheduler/window.py`). 64 (default): with 16, a client's burst of no-op calls
+        leased 16 slots and sent batches of at most 8, and both sides spent ~9 % more CPU
+        per call on the messages (`benchmarks/hotpath_cpu.py --mode burst`); what waits at
+        a worker is still bounded in time by `queued_work`.
     queue_calls: a call that finds no free worker waits in this scheduler's queue and is
         placed when a worker is free, on any node, a node added meanwhile too
         (`scheduler/dispatch.py`). False: the previous behaviour, kept for comparisons: every
@@ -106,7 +109,7 @@ class SchedulerConfig:
     busy_outstanding: int = knob(1, help="the policy's back-off threshold: outstanding calls")
     busy_utilization: float = knob(0.9, help="the policy's back-off threshold: utilisation")
     worker_slots: int = knob(2, help="unfinished calls of this scheduler one worker may hold")
-    max_worker_slots: int = knob(16, help="the most a worker with very short calls may hold")
+    max_worker_slots: int = knob(64, help="the most a worker with very short calls may hold")
     queued_work: float = knob(0.005, help="seconds of queued work a worker may hold beyond "
                                           "worker_slots (scheduler/window.py)")
     queue_calls: bool = knob(True, help="queue a call that finds no free worker at the "

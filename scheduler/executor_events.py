@@ -76,7 +76,10 @@ class ExecutorEvents:
         if s.direct_address:    # where its leases' direct calls go (scheduler/lease_grants.py)
             self._note_direct(s.worker_id, s.direct_address, s.call_link_address)
         if s.direct_calls:      # its window learns from direct calls as from `done`s
+            window = self._windows.slots(s.worker_id)
             self._windows.observe(s.worker_id, s.direct_calls, s.direct_busy_seconds)
+            if self._windows.slots(s.worker_id) > window:
+                self._widened(s.worker_id)      # its leases grow now (lease_grants.py)
         if not s.address:       # its node vouches that the worker's process is alive
             self.table.vouch(s.worker_id, s.node_id, time.monotonic())
             return

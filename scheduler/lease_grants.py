@@ -129,6 +129,21 @@ class WorkerLeasing:
             self.worker_leases.resize(lease.lease_id,
                                       leasable(self._windows.slots(lease.worker_id), others))
 
+    def _widened(self, worker_id: str) -> None:
+        """The worker's window widened: its leases grow now, and their clients are told
+        (module contract)."""
+        if not len(self.worker_leases):
+            return
+        now = time.monotonic()
+        for lease in self.worker_leases.on_worker(worker_id):
+            before = lease.slots
+            self._resize(lease)
+            if lease.slots > before:
+                self._tell_worker(lease)
+                message = self._message(lease)
+                message.ttl = max(0.0, lease.expires - now)    # grown, not renewed
+                self._push.send(lease.answer, "worker_lease", message)
+
     def _client_lease(self, payload: bytes) -> None:
         """A client's `lease` on its calls (scheduler/lifecycle.py), which also says whether
         the holder of worker leases lives (its direct calls are held under it too)."""
@@ -199,7 +214,12 @@ class WorkerLeasing:
             mine = set(self.worker_leases.workers_of(role, req.response_address, req.target,
                                                      req.dag, now))
             views = [w for w in views if w.worker_id not in mine]
-        room = {w.worker_id: leasable(self._windows.slots(w.worker_id), w.outstanding)
+            # a fresh worker's window is not known yet: the target's calls take on it what
+            # they take where the client leases them already
+            like = max((self._windows.slots(w) for w in mine), default=None)
+        else:
+            like = None
+        room = {w.worker_id: leasable(self._windows.slots(w.worker_id, like), w.outstanding)
                 for w in views}
         open_ = [w for w in views if room[w.worker_id] > 0]
         if not open_:

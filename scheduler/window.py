@@ -14,13 +14,17 @@ mean of the seconds one call ran there, from the workers' `done` reports; no clo
   is kept apart (weighed the same way) until the worker's own next report (`observe`),
   which replaces it: it is news sooner than the worker's heartbeat, and a client's word
   never outlasts the worker's. Nonsense is ignored.
-- `slots(worker)`: how many unfinished calls of this scheduler the worker may hold (the
-  call queue's *free*, `scheduler/dispatch.py`): `ceil(queued_work / mean seconds per
-  call)`, clamped to `[slots, most]`, from the reported run times or, when that is more,
-  from the clients' bound (a window from the bound is never larger than one from the
-  calls' true run times: the bound serves while the run times are unknown or dominated by
-  a slow first call). A worker never heard of, or whose calls take `queued_work / slots`
-  or longer, gets `slots` (`SchedulerConfig.worker_slots`).
+- `slots(worker, unknown=None)`: how many unfinished calls of this scheduler the worker may
+  hold (the call queue's *free*, `scheduler/dispatch.py`): `ceil(queued_work / mean
+  seconds per call)`, clamped to `[slots, most]`, from the reported run times or, when
+  that is more, from the clients' bound (a window from the bound is never larger than one
+  from the calls' true run times: the bound serves while the run times are unknown or
+  dominated by a slow first call). A worker whose calls take `queued_work / slots` or
+  longer gets `slots` (`SchedulerConfig.worker_slots`); so does a worker never heard of
+  (neither run times nor a bound), unless the caller gives `unknown`, a window judged from
+  elsewhere (clamped to `[slots, most]`): a lease spread to a fresh worker takes the window
+  of the worker its client already leases the same target on (`scheduler/lease_grants.py`).
+- `known(worker)`: whether the worker's run times or a clients' bound were heard.
 - `forget(worker)`: the worker is gone.
 Why: a worker finishing a call starts the next one waiting at it, and its `done` brings the
 scheduler's next call one round trip later. With calls shorter than that round trip, `slots`
@@ -61,8 +65,13 @@ class Windows:
     def bound(self, worker: str, calls: int, seconds: float) -> None:
         _weigh(self._bound, worker, calls, seconds)
 
-    def slots(self, worker: str) -> int:
+    def slots(self, worker: str, unknown: Optional[int] = None) -> int:
+        if unknown is not None and not self.known(worker):
+            return max(self.base, min(self.most, int(unknown)))
         return max(self._window(self._mean.get(worker)), self._window(self._bound.get(worker)))
+
+    def known(self, worker: str) -> bool:
+        return worker in self._mean or worker in self._bound
 
     def _window(self, mean: Optional[float]) -> int:
         if mean is None or self.queued_work <= 0:

@@ -19,7 +19,7 @@ Contract: `LeaseBook(ttl, max_leases, max_per_client)` is pure state; every meth
   then count as the worker's load, so spreading never takes more than the workers have
   free, and a client's leases stay within `max_per_client`.
 - `workers_of(client, answer, target, dag, now)`: the workers this client holds live
-  leases of the target on.
+  leases of the target on. `on_worker(worker_id)`: the live leases on a worker.
 - `leasable(window, others)`: the slots a grant or renewal may lease on a worker: what is
   free, less `SCHEDULER_SLOTS` kept for the scheduler (0: a lease may take them all).
 - `resize(lease_id, slots)`: at a renewal, a lease grows to what its worker's window
@@ -211,6 +211,9 @@ class LeaseBook:
                        if held.client == client and held.answer == answer
                        and held.target == target and held.dag == dag
                        and held.expires + self.ttl > now})     # still here: see `expire`
+
+    def on_worker(self, worker_id: str) -> List[Lease]:
+        return [held for held in self._leases.values() if held.worker_id == worker_id]
 
     def renew(self, lease_id: str, client: str, now: float, waiting: int = 0,
               versions: Optional[Dict[str, Any]] = None) -> Union[Lease, Revoked, None]:

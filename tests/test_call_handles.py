@@ -29,6 +29,7 @@ class _Owner:
         self.released: List[List[str]] = []
         self.collected_ids: List[str] = []
         self.taken: List[str] = []
+        self.asked_arrived: List[List[str]] = []
 
     def current_scheduler(self) -> str:
         return "sched"
@@ -47,6 +48,11 @@ class _Owner:
         return self.moved
 
     moved: Optional[str] = None          # where a stopping scheduler's refusal sent the call
+
+    def collect_arrived(self, rids):
+        self.asked_arrived.append(list(rids))
+        return {rid: (self.answers[rid], self.collected(rid, self.answers[rid]))
+                for rid in rids if rid in self.answers}
 
     def abandon(self, rid: str, fire_and_forget: bool) -> None:
         self.abandoned.append((rid, fire_and_forget))
@@ -126,6 +132,54 @@ def test_a_future_names_the_scheduler_its_call_was_moved_to_once_collected():
     owner.answers["c2"] = pb.CallResult(request_id="c2", status=pb.OK, value=b"\x80\x04N.")
     owner.moved = None                                # not kept: where it was sent stands
     assert g.get() is None and g.scheduler == "first"
+
+
+def test_gather_takes_the_arrived_results_in_one_step_and_waits_for_the_rest():
+    from cloudburst.futures import gather
+    owner = _Owner()
+    futures = [Future(owner, f"c{i}", f"call {i}", 30.0, scheduler="first",
+                      stored=[f"arg-{i}"] if i == 1 else ()) for i in range(4)]
+    for i in (0, 1, 3):
+        owner.answers[f"c{i}"] = pb.CallResult(request_id=f"c{i}", status=pb.OK,
+                                               value=b"\x80\x04K\x07.")    # pickled 7
+    owner.moved = "second"
+    arrived = futures[:2] + [futures[3], futures[0]]       # one of them twice
+    assert gather(arrived) == [7, 7, 7, 7]
+    assert owner.asked_arrived == [["c0", "c1", "c3"]]     # once, each call once
+    assert sorted(owner.collected_ids) == ["c0", "c1", "c3"]
+    assert owner.released == [["arg-1"]]                   # its arguments, once
+    assert all(f.scheduler == "second" for f in arrived)
+    owner.answers["c2"] = pb.CallResult(request_id="c2", status=pb.OK, value=b"\x80\x04N.")
+    owner.moved = None
+    assert gather(futures) == [7, 7, None, 7]              # c2 has arrived since
+    assert owner.asked_arrived[-1] == ["c2"]               # only what was still out
+    assert owner.collected_ids[-1] == "c2" and futures[2].scheduler == "first"
+    _drop(futures)
+    _drop(arrived)
+    assert owner.abandoned == []                           # every end was seen
+
+
+def test_gather_takes_what_arrived_while_it_waited_for_an_earlier_one_in_one_step():
+    from cloudburst.futures import TAKE_AHEAD, gather
+    owner = _Owner()
+    n = TAKE_AHEAD + 8
+    futures = [Future(owner, f"c{i}", f"call {i}", 30.0) for i in range(n)]
+    done = pb.CallResult(status=pb.OK, value=b"\x80\x04N.")
+
+    def arrives_while_c0_is_waited_for(rid, timeout):
+        for i in range(n):             # every answer comes in with c0's
+            owner.answers[f"c{i}"] = pb.CallResult(request_id=f"c{i}", status=pb.OK,
+                                                   value=done.value)
+        return owner.answers[rid]
+    owner.wait_for = arrives_while_c0_is_waited_for
+    assert gather(futures) == [None] * n
+    # one look at all before waiting (nothing yet), c0's own wait, then c1 on in one step
+    # per TAKE_AHEAD: not one wait each
+    assert owner.asked_arrived[0] == [f"c{i}" for i in range(n)]
+    assert owner.asked_arrived[1] == [f"c{i}" for i in range(TAKE_AHEAD)]
+    assert owner.asked_arrived[2] == [f"c{i}" for i in range(1, TAKE_AHEAD + 1)]
+    assert owner.asked_arrived[3:] == [[f"c{i}" for i in range(TAKE_AHEAD + 1, n)]]
+    assert sorted(owner.collected_ids) == sorted(f"c{i}" for i in range(n))
 
 
 def test_a_cancelled_future_owes_no_abandon():

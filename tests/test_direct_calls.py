@@ -20,6 +20,7 @@ from hydro_proto import cloudburst_pb2 as pb
 from runtime.auth import FUNCTION, Security, credentials_of
 from runtime.framing import parse, recv_frame
 from runtime.sockets import PushCache, bind_pull
+from scheduler.config import SchedulerConfig
 from waiting import poll_until, run_in_threads
 
 
@@ -263,7 +264,7 @@ def test_a_lease_gives_its_worker_back_to_calls_that_wait(cluster):
     renewer = None
     try:
         lease = raw.lease("where")     # every free slot of an idle worker (its window)
-        assert lease.slots >= 1 and lease.slots <= 16, lease    # the window, as learned
+        assert 1 <= lease.slots <= SchedulerConfig.max_worker_slots, lease    # the window
         revoked = []
 
         def keep_renewing():                       # a client using its lease all along
@@ -395,16 +396,19 @@ def test_a_burst_queues_at_the_client_against_leases_on_both_workers(cluster):
     cb.call("where", 0).get(10)
 
     def spread():          # calls queued at the client make it ask for a second lease
-        [f.get(30) for f in [cb.call("where", i) for i in range(20)]]
+        burst = SchedulerConfig.max_worker_slots + 20     # more than one lease holds
+        [f.get(30) for f in [cb.call("where", i) for i in range(burst)]]
         return len({h["worker_id"] for h in cb.worker_leases if h["target"] == "where"}) == 2
     poll_until(spread, 15.0, "leases on both workers", interval=0.1)
     cluster.signal_scheduler(0, signal.SIGSTOP)
     try:
-        futures = [cb.call("where", i) for i in range(40)]
+        # more than one lease's slots (at most max_worker_slots): both workers run some
+        calls = SchedulerConfig.max_worker_slots * 2 + 32
+        futures = [cb.call("where", i) for i in range(calls)]
         got = [f.get(5) for f in futures]
     finally:
         cluster.signal_scheduler(0, signal.SIGCONT)
-    assert [x for x, _ in got] == list(range(40))
+    assert [x for x, _ in got] == list(range(calls))
     assert len({w for _, w in got}) == 2, got
     cb.close()
 
@@ -414,7 +418,7 @@ def test_a_call_cancelled_while_queued_at_the_client_never_runs(cluster):
     cluster.wait_for_workers([w["worker_id"] for w in cluster.workers], timeout=20)
     cb = cluster.client(direct=True)
     _leased(cb, "slow_mark", -1, 0.0)
-    # more calls than two leases can hold (a lease holds at most 16 slots)
+    # more calls than two leases can hold (of 50 ms calls a lease holds the base 2 slots)
     futures = [cb.call("slow_mark", 500 + i, 0.05, timeout=30) for i in range(40)]
     last = futures[-1]
     assert cb.worker_leases and sum(h["in_flight"] for h in cb.worker_leases

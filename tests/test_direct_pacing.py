@@ -34,6 +34,19 @@ def test_a_starved_sender_reads_sooner_but_one_with_free_slots_does_not():
     assert 0 < pacing.read_every(True) < pacing.read_every(False) == pacing.READ_EVERY
 
 
+@given(st.integers(min_value=0, max_value=10_000), st.integers(min_value=0, max_value=10_000))
+def test_a_starved_sender_reads_no_later_than_a_full_lease_half_of_no_ops_takes(a, b):
+    """Bounded, growing with the full lease's slots, never past half its calls' run at the
+    shortest call (~25 us), and always sooner than a sender with free slots."""
+    lo, hi = sorted((a, b))
+    assert pacing.STARVED_READ_EVERY <= pacing.read_every(True, lo) <= \
+        pacing.read_every(True, hi) <= pacing.STARVED_READ_MOST < pacing.READ_EVERY
+    if lo >= 24:                              # above the floor: within half its no-ops' run
+        assert pacing.read_every(True, lo) <= lo / 2 * 0.000025
+    assert pacing.read_every(True, 2) == pacing.STARVED_READ_EVERY     # a fresh lease's
+    assert pacing.read_every(True, 64) == pacing.STARVED_READ_MOST
+
+
 def _freeze(monkeypatch, shift: List[float]) -> None:
     """The direct path's clock stands still but for `shift` (the test's own waits for the
     worker's messages must not count as time between reads)."""

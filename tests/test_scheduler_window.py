@@ -133,3 +133,13 @@ def test_a_window_from_latencies_is_never_wider_than_from_the_run_times(calls, r
     both.bound("a", calls, calls * (run + extra))
     both.observe("a", calls, calls * run)
     assert both.slots("a") == true.slots("a")
+
+
+def test_a_worker_never_heard_of_takes_a_window_judged_elsewhere_when_given():
+    w = Windows(slots=2, most=16, queued_work=0.005)
+    assert w.slots("a", unknown=10) == 10 and not w.known("a")
+    assert w.slots("a", unknown=100) == 16 and w.slots("a", unknown=0) == 2    # clamped
+    w.observe("a", 1, 0.5)                 # its own word: long calls
+    assert w.known("a") and w.slots("a", unknown=16) == 2
+    w.bound("b", 10, 10 * 0.001)           # a clients' bound is a word on it too
+    assert w.slots("b", unknown=16) == 5
