@@ -33,8 +33,6 @@ from .call_link import ADVANCE_EVERY, open_call_links
 
 __all__ = ["WorkerRoutes", "EncodedBatch", "encode_batch"]
 
-_CALLS_TAG = b"\x0a"     # DirectBatch field 1 (`calls`), length-delimited
-
 
 def _varint(n: int) -> bytes:
     out = bytearray()
@@ -43,6 +41,10 @@ def _varint(n: int) -> bytes:
         n >>= 7
     out.append(n)
     return bytes(out)
+
+
+# `DirectBatch.calls`' key, read from the schema: its field number, wire type 2 (length-delimited)
+_CALLS_TAG = _varint(pb.DirectBatch.DESCRIPTOR.fields_by_name["calls"].number << 3 | 2)
 
 
 def encode_batch(calls: Sequence[pb.Call]) -> bytes:
