@@ -418,17 +418,19 @@ def test_a_call_cancelled_while_queued_at_the_client_never_runs(cluster):
     cluster.wait_for_workers([w["worker_id"] for w in cluster.workers], timeout=20)
     cb = cluster.client(direct=True)
     _leased(cb, "slow_mark", -1, 0.0)
-    # more calls than two leases can hold (of 50 ms calls a lease holds the base 2 slots)
-    futures = [cb.call("slow_mark", 500 + i, 0.05, timeout=30) for i in range(40)]
+    # more calls than two leases can hold: a lease holds at most max_worker_slots, and the
+    # fast first call may have widened the worker's window that far
+    n = 2 * SchedulerConfig.max_worker_slots + 8
+    futures = [cb.call("slow_mark", 500 + i, 0.05, timeout=60) for i in range(n)]
     last = futures[-1]
     assert cb.worker_leases and sum(h["in_flight"] for h in cb.worker_leases
-                                    if h["target"] == "slow_mark") < 40   # some queued here
+                                    if h["target"] == "slow_mark") < n   # some queued here
     assert last.cancel()
     with pytest.raises(Cancelled):
         last.get(5)
-    assert [f.get(30) for f in futures[:-1]] == [500 + i for i in range(39)]
+    assert [f.get(60) for f in futures[:-1]] == [500 + i for i in range(n - 1)]
     with pytest.raises(ObjectNotFound):
-        cb.get("direct-slow-mark-539")
+        cb.get(f"direct-slow-mark-{500 + n - 1}")
     cb.close()
 
 
