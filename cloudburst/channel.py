@@ -298,11 +298,16 @@ class SchedulerChannel:
             self._slots.pop(rid, None)
             kept = self._kept_calls.pop(rid, None)
             if finished:
-                self._finished.append(rid)
-                if len(self._finished) > MAX_FINISHED:
-                    del self._finished[:len(self._finished) - MAX_FINISHED]
+                self._note_finished((rid,))
         self._leases.release(rid)
         return kept[2] if kept is not None else None
+
+    def _note_finished(self, rids: Any) -> None:
+        """Calls whose results were taken, reported with the next call (bounded: the
+        worker's own `done` reports them anyway). Called with the mutex held."""
+        self._finished.extend(rids)
+        if len(self._finished) > MAX_FINISHED:
+            del self._finished[:len(self._finished) - MAX_FINISHED]
 
     def _keep_call(self, rid: str, call: Any, scheduler: str, sent_at: float) -> None:
         """Keep call `rid`, sent to `scheduler`, until it is over: a stopping scheduler may
@@ -378,10 +383,7 @@ class SchedulerChannel:
                 del self._slots[rid]
                 kept = self._kept_calls.pop(rid, None)
                 out[rid] = (slot.answer, kept[2] if kept is not None else None)
-            if out:
-                self._finished.extend(out)
-                if len(self._finished) > MAX_FINISHED:
-                    del self._finished[:len(self._finished) - MAX_FINISHED]
+            self._note_finished(out)
         self._leases.release_all(out)
         for result, _ in out.values():
             self._observed(result)
