@@ -116,7 +116,7 @@ class ClientCallLinks:
         self._unanswered = unanswered
         self._failed: Dict[str, Tuple[float, float]] = {}   # worker -> (until, backoff)
         self._watched: Optional[zmq.Socket] = None   # the answer socket `wait` watches
-        self.counts = {"opened": 0, "sent": 0, "results": 0, "failures": 0}
+        self.counts = {"opened": 0, "sent": 0, "calls": 0, "results": 0, "failures": 0}
 
     def active(self) -> bool:
         return bool(self._workers)
@@ -177,13 +177,15 @@ class ClientCallLinks:
             if not link:
                 return False
             if self._native.send(link, frame, SEND_TIMEOUT):
+                ids = message.request_id if kind == "direct" else \
+                    [c.request_id for c in message.calls]
                 self.counts["sent"] += 1
+                self.counts["calls"] += 1 if kind == "direct" else len(ids)
                 written = self._written.get(link)
                 if written is None:
                     written = self._written[link] = ([0], deque(maxlen=MAX_WRITTEN))
                 written[0][0] += 1        # (ids, not calls: their arguments are not kept)
-                written[1].append((written[0][0], message.request_id if kind == "direct"
-                                   else [c.request_id for c in message.calls]))
+                written[1].append((written[0][0], ids))
                 return True
             # half-closed by the native side: read until the worker closes it
             self._forget(link, "a call could not be written on it", closed=False)
