@@ -23,11 +23,13 @@ placed; *where* stays `scheduler.policy`'s choice, made at that moment.
   With no worker at all before `hold_until` (the scheduler lost its last worker to silence
   just now: `ExecutorTable.hold_until`) the call waits instead, as for a busy worker: the
   scheduler does not know yet whether the executors are gone.
-- `next(workers, now)` returns the next action once capacity may have changed (a call done,
-  a worker joined, a drain lifted, every tick): `Expire` for a waiting call past its
-  deadline (the caller gets TIMEOUT naming this stage: how long it waited in which
-  scheduler's queue, and why), else `Place` for the call at the head of the queue if a
-  worker is free, else None. The service calls it until None, placing each call before
+- `next(workers, now, hold_until=None)` returns the next action once capacity may have
+  changed (a call done, a worker joined, a drain lifted, every tick): `Expire` for a waiting
+  call past its deadline (the caller gets TIMEOUT naming this stage: how long it waited in
+  which scheduler's queue, and why), else `Place` for the call at the head of the queue if a
+  worker is free, or if there is still no worker at all once `hold_until` has passed (the
+  calls held for it get NO_RESOURCES when the hold ends, as a call received then does, not
+  at their own deadline), else None. The service calls it until None, placing each call before
   asking again (a placement changes the workers' outstanding counts). Calls are placed in
   the order they came (FIFO): a call never overtakes an earlier one, so a call taking the
   `Future` of a call that waits too is placed after it.
@@ -158,7 +160,8 @@ class CallQueue:
         heapq.heappush(self._deadlines, (waiting.deadline, waiting.call_id))
         return Queued(waiting, len(self._waiting))
 
-    def next(self, workers: Sequence[WorkerView], now: float) -> Optional[Action]:
+    def next(self, workers: Sequence[WorkerView], now: float,
+             hold_until: Optional[float] = None) -> Optional[Action]:
         """The next call to expire or to place, or None (module contract)."""
         while self._deadlines:
             deadline, call_id = self._deadlines[0]
@@ -179,7 +182,8 @@ class CallQueue:
                 f"a free executor worker: {w.name} waited {now - w.since:.1f} s in the queue "
                 f"of scheduler {self.scheduler} and reached its timeout of "
                 f"{w.deadline - w.since:g} s ({why})"))
-        if self._waiting and free_workers(workers, self.slots, self.window):
+        if self._waiting and (free_workers(workers, self.slots, self.window) or
+                              (not workers and hold_until is not None and now >= hold_until)):
             _, w = self._waiting.popitem(last=False)
             return Place(w)
         return None

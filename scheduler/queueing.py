@@ -51,7 +51,7 @@ class CallQueueing:
     def _pump(self, now: float) -> None:
         """Place the waiting calls a free worker can take now, fail the overdue ones."""
         while self._queue:
-            action = self._queue.next(self._placeable(), now)
+            action = self._queue.next(self._placeable(), now, self.table.hold_until())
             if action is None:
                 return
             self._carry(action, now)

@@ -67,6 +67,21 @@ def test_after_the_hold_no_worker_is_no_resources_at_once_again():
     assert isinstance(q.offer(call(2, 0.0), fresh.placeable(), 0.0, fresh.hold_until()), Place)
 
 
+def test_calls_held_for_a_worker_that_never_came_back_are_placed_when_the_hold_ends():
+    # Placed with no worker, each gets NO_RESOURCES from the policy, as a call received
+    # after the hold does, rather than waiting out its own (longer) deadline.
+    t = table_with_workers("w0", now=0.0)
+    t.expire(6.0)
+    hold = t.hold_until()
+    q = CallQueue(capacity=10, slots=2, scheduler="s")
+    for i in range(3):
+        assert isinstance(q.offer(call(i, 6.5 + i * 0.1), [], 6.5 + i * 0.1, hold), Queued)
+    assert q.next([], hold - 0.01, hold) is None          # still holding
+    placed = [q.next([], hold, hold) for _ in range(3)]
+    assert [p.waiting.call_id for p in placed] == ["c0", "c1", "c2"]
+    assert all(isinstance(p, Place) for p in placed) and q.next([], hold, hold) is None
+
+
 def test_a_held_call_that_no_worker_takes_expires_at_its_deadline():
     t = table_with_workers("w0", now=0.0)
     t.expire(6.0)
@@ -87,3 +102,5 @@ def test_a_call_finding_no_worker_waits_exactly_within_the_hold(lost, timeout, d
     now = lost + dt
     action = q.offer(call(1, now), t.placeable(), now, t.hold_until())
     assert isinstance(action, Queued if now < lost + timeout else Place)
+    if isinstance(action, Queued):    # a held call leaves the queue when the hold ends
+        assert q.next([], lost + timeout, t.hold_until()).waiting.call_id == "c1"
