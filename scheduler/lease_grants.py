@@ -30,7 +30,8 @@ warm-worker map, stats and push cache it uses):
   scheduler's calls first); a stopping scheduler (`scheduler/stopping.py`)
   revokes every lease and grants none, so its clients' calls go to another scheduler; `_leases_lost(worker_id, why)` revokes the leases
   on a worker that died, telling their clients `worker_died` (they retry or fail the calls in
-  flight there). `_with_leases(views)` counts leased slots as load in the workers' views.
+  flight there); so does a worker's heartbeat naming a direct address other than the one its
+  leases were granted at (`_note_direct`: another process under its id). `_with_leases(views)` counts leased slots as load in the workers' views.
 - `_placing(placement, answer)`: the scheduler places a call (of the caller at `answer`) on
   those workers: the leases other clients hold there are revoked first, the worker told
   before the call is sent (`LeaseBook.placed`: one caller at a time on a leased worker). A
@@ -78,6 +79,13 @@ class WorkerLeasing:
         self._link_addresses: Dict[str, str] = {}     # worker id -> its call links
 
     def _note_direct(self, worker_id: str, address: str, link_address: str = "") -> None:
+        known = self._direct_addresses.get(worker_id)
+        if known is not None and known != address:
+            # Another process under the worker's id (restarted, and a heartbeat of the dead
+            # one came after its exit report): leases granted at the old address send their
+            # calls to nobody, so they end as for a death and their calls in flight retry.
+            self._leases_lost(worker_id, f"was restarted (its direct address changed from "
+                                         f"{known} to {address})")
         self._direct_addresses[worker_id] = address
         self._link_addresses[worker_id] = link_address
 

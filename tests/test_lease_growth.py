@@ -107,3 +107,21 @@ def test_a_lease_grows_only_into_what_its_worker_has_free():
     s._windows.observe("w1", 2000, 2000 * 0.00005)
     s._widened("w1")
     assert s.worker_leases.lease(granted.lease_id).slots == 4       # 16 less the 12
+
+
+def test_a_worker_heard_at_a_new_direct_address_ends_its_leases_as_a_death():
+    # A worker restarted under its id, whose dead process' last heartbeat came after its
+    # exit report: a lease granted at the old address would send its calls to nobody.
+    s = _Leasing(workers=("w1",))
+    first = s.ask()
+    assert first.status == pb.OK and first.worker_address == "tcp://w1:8"
+    s._push.sent.clear()
+    s._note_direct("w1", "tcp://w1:8")                  # the same process: nothing ends
+    assert s.to_client() == []
+    s._note_direct("w1", "tcp://w1:7")
+    revoked = s.to_client()
+    assert [(m.lease_id, m.revoked, m.worker_died) for m in revoked] == \
+        [(first.lease_id, True, True)]
+    assert "tcp://w1:7" in revoked[0].reason
+    again = s.ask()
+    assert again.status == pb.OK and again.worker_address == "tcp://w1:7"
