@@ -18,7 +18,7 @@ functions. `steps` are the functions in run order (the templates' order where th
 allows), each a `Step`: its name, upstreams (the schedule's order, which is the order of
 its upstream arguments), targets, whether it is the sink, `what` (`describe(schedule)`,
 the wording of its errors) and `schedule`: the plan's own copy of its schedule without
-forwarded schedules, which the runner fills with each call's fields (so a plan serves one
+forwarded schedules or arguments, which the runner fills with each call's fields (so a plan serves one
 call at a time, as a worker runs them). `functions`: every function of the DAG; `sources`:
 those with no upstream; `scheduler`: the scheduler every schedule names (schedules naming
 different ones have no plan: a function's actor calls go through its schedule's).
@@ -79,6 +79,7 @@ class ChainPlan:
             own = pb.Schedule()
             own.CopyFrom(s)
             own.ClearField("forward")
+            own.ClearField("args")          # (a call's are read from the call)
             steps.append(Step(name, tuple(s.upstreams), tuple(s.targets), s.sink,
                               describe(own), own))
         return cls(tuple(steps), frozenset(schedules),

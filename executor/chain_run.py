@@ -16,7 +16,8 @@ Contract (`ChainRuns`, mixed into `executor.worker.Worker`; `executor/direct_cal
   typed errors naming the function, the traceback, retry by the call's rule); the
   functions after it do not run. One whose turn comes after the call's deadline fails with
   TIMEOUT naming it. No schedule is copied and nothing is kept pending: the plan's schedules
-  are filled in place (the session only for a failure's report, which reads it).
+  are filled in place (the session only for a failure's report, which reads it; the
+  arguments not at all: they are read from the call).
 - Once per call rather than per function: the busy clock (one start, one stop), the actor
   binding (handles a function was given call their actors through this worker, via the
   lease's scheduler; a call's wait ends at the call's deadline, and each function is still
@@ -39,7 +40,7 @@ from .dagstate import Ready
 from .failures import named
 from .run_ends import RUN_FAILURES, serialized
 
-__all__ = ["ChainRuns", "fill", "fill_session"]
+__all__ = ["ChainRuns", "fill", "fill_args", "fill_session"]
 
 
 class ChainRuns:
@@ -58,13 +59,16 @@ class ChainRuns:
             with self.actor_caller.during(plan.scheduler, deadline):
                 for step in plan.steps:
                     s = step.schedule
-                    fill(s, call, args)
+                    fill(s, call)
                     now = time.monotonic()
                     s.timeout = max(0.0, deadline - now) if step.upstreams else call.timeout
-                    values = list(s.args.args)
+                    # its own arguments are read from the call, not copied into `s`
+                    own = args[step.function] if step.function in args else None
+                    values = [] if own is None else list(own.args)
                     if step.upstreams:
                         values += [results[u] for u in step.upstreams]
-                    ready = Ready(call_id, step.function, s, values, deadline)
+                    ready = Ready(call_id, step.function, s, values, deadline,
+                                  kwargs={} if own is None else own.kwargs)
                     if now > deadline:         # `_execute` words the late step's TIMEOUT
                         self.busy.stop(now)
                         fill_session(s, call)
@@ -124,11 +128,16 @@ class ChainRuns:
             return None
 
 
-def fill(one: pb.Schedule, call: pb.Call, args: Any) -> None:
-    """A schedule's fields from the call (a plan's schedule: the previous call's replaced)."""
+def fill(one: pb.Schedule, call: pb.Call) -> None:
+    """A schedule's own fields from the call, but for its arguments (a plan's schedule: the
+    previous call's replaced; a plan's schedules carry no arguments)."""
     one.call_id = call.request_id
     one.response_address = call.response_address
     one.time_limit = call.time_limit
+
+
+def fill_args(one: pb.Schedule, args: Any) -> None:
+    """The call's arguments (`Call.args`) for the function of `one`, into it."""
     if one.function in args:
         one.args.CopyFrom(args[one.function])
     elif one.HasField("args"):

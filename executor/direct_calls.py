@@ -79,7 +79,7 @@ from runtime.sockets import bind_pull
 
 from .call_links import ROUTE_GRACE, WorkerCallLinks
 from .chain_plan import ChainPlan
-from .chain_run import fill, fill_session
+from .chain_run import fill, fill_args, fill_session
 from .failures import what_runs
 from .hot_wait import DIRECT, LINKS, PULL, Sources
 from .leased import CANCELLED, MAX_LEASES, LeaseAdmission
@@ -375,10 +375,12 @@ def _schedule_of(call: pb.Call, template: pb.Schedule) -> pb.Schedule:
     s = pb.Schedule()
     s.CopyFrom(template)
     args = call.args
-    fill(s, call, args)
+    fill(s, call)
+    fill_args(s, args)
     if template.forward:            # (a one-function target has none: no list made)
         for one in s.forward:
-            fill(one, call, args)
+            fill(one, call)
+            fill_args(one, args)
     s.timeout = call.timeout
     fill_session(s, call)
     return s
