@@ -53,7 +53,7 @@ class ChainRuns:
         self.pending.ran(call_id, plan.functions, deadline)     # ids are used once
         results: Dict[str, bytes] = {}
         self.busy.start(start)
-        until = deadline          # when the last function's time was up, for the run's end
+        self._chain_until = deadline   # when the last function told the node is up
         try:
             # (left after the sink's answer: when this block ends)
             with self.actor_caller.during(plan.scheduler, deadline):
@@ -78,7 +78,7 @@ class ChainRuns:
                     ran = self._chain_step(step, ready, call)
                     if ran is None:            # it failed, and its caller was told
                         return
-                    value, fields, report, until = ran
+                    value, fields, report = ran
                     if step.sink:
                         self.busy.stop(time.monotonic())
                         self._succeeded(s, ready, value, fields, "", report)
@@ -93,15 +93,15 @@ class ChainRuns:
         finally:
             self.busy.stop(time.monotonic())       # (nothing if it was stopped)
             self.cache.session = None
-            end = self.run_reports.end(call_id, until, time.monotonic(), False)
+            end = self.run_reports.end(call_id, self._chain_until, time.monotonic(), False)
             if end is not None:
                 self._tell_node(end)
 
     def _chain_step(self, step: Step, ready: Ready, call: pb.Call
-                    ) -> Optional[Tuple[bytes, Dict[str, Any], Optional[pb.Session], float]]:
-        """Run one function of the plan: its serialized result, CallResult fields, session
-        report and when its time was up; None when it failed (reported, as `_execute`
-        reports a failure)."""
+                    ) -> Optional[Tuple[bytes, Dict[str, Any], Optional[pb.Session]]]:
+        """Run one function of the plan: its serialized result, CallResult fields and session
+        report; None when it failed (reported, as `_execute` reports a failure). When its
+        time is up (the node is told) goes to `_chain_until`, for the run's end."""
         s, what = ready.schedule, step.what
         self._printed = ""
         session = self.cache.session = CallSession(
@@ -114,13 +114,13 @@ class ChainRuns:
                 fn.check(args, kwargs)
                 now = time.monotonic()
                 seconds, reason = self._time_limit(s, ready.deadline, now)
-                until = now + seconds
+                until = self._chain_until = now + seconds
                 result = self._guarded(s, fn, args, kwargs, seconds, reason, until)
             except Exception as e:
                 raise named(e, what, self.worker_id) from None
             value = serialized(result, what)
             return value, self._result_fields(s, value, what), \
-                None if session is None else session.report(), until
+                None if session is None else session.report()
         except RUN_FAILURES as e:
             self.busy.stop(time.monotonic())
             fill_session(s, call)          # (what the failure's report reads)

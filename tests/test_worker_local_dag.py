@@ -33,6 +33,7 @@ def worker():
     try:
         yield w
     finally:
+        w.guard.close_run()     # as `serve` ends: a kill timer left armed never outlives it
         w.close()
         for s, handler in saved.items():
             signal.signal(s, handler)
@@ -346,3 +347,14 @@ def test_a_chain_function_gets_its_keyword_arguments_from_its_own_call(worker):
     first.args["b"].kwargs["scale"].value = dumps(10)
     assert loads(_call(worker, "a", None, first).value) == 20
     assert loads(_call(worker, "a", 1).value) == 2          # none of the first call's
+
+
+def test_a_chain_that_fails_tells_the_node_the_end_of_the_function_that_failed(worker):
+    worker._functions["a"] = ("v1", Entry(lambda x: x + 1, "a"))
+    worker._functions["b"] = ("v1", Entry(lambda x: 1 // 0, "b"))
+    worker._time_limits.update({"a": 5.0, "b": 7.0})
+    worker.run_reports = runs = _Runs()
+    _lease(worker, ["a", "b"])
+    assert _call(worker, "a", 1).status == pb.EXECUTION_ERROR
+    assert [kind for kind, *_ in runs.told] == ["start", "start", "end"], runs.told
+    assert runs.told[2][2] == runs.told[1][2]         # b's time, not a's
