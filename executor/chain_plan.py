@@ -18,9 +18,10 @@ functions. `steps` are the functions in run order (the templates' order where th
 allows), each a `Step`: its name, upstreams (the schedule's order, which is the order of
 its upstream arguments), targets, whether it is the sink, `what` (`describe(schedule)`,
 the wording of its errors) and `schedule`: the plan's own copy of its schedule without
-forwarded schedules, which the runner fills with each call's fields (so a plan serves one
+forwarded schedules or arguments, which the runner fills with each call's fields (so a plan serves one
 call at a time, as a worker runs them). `functions`: every function of the DAG; `sources`:
-those with no upstream.
+those with no upstream; `scheduler`: the scheduler every schedule names (schedules naming
+different ones have no plan: a function's actor calls go through its schedule's).
 """
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ class ChainPlan:
     steps: Tuple[Step, ...]
     functions: FrozenSet[str]
     sources: Tuple[str, ...]
+    scheduler: str
 
     @classmethod
     def of(cls, templates: Sequence[Any], here: str,
@@ -57,6 +59,9 @@ class ChainPlan:
                 if s.function not in schedules:
                     schedules[s.function] = s
         if not templates or not schedules:
+            return None
+        schedulers = {s.scheduler_address for s in schedules.values()}
+        if len(schedulers) != 1:
             return None
         for s in schedules.values():
             if any(a != here for a in s.locations.values()) or \
@@ -74,10 +79,11 @@ class ChainPlan:
             own = pb.Schedule()
             own.CopyFrom(s)
             own.ClearField("forward")
+            own.ClearField("args")          # (a call's are read from the call)
             steps.append(Step(name, tuple(s.upstreams), tuple(s.targets), s.sink,
                               describe(own), own))
         return cls(tuple(steps), frozenset(schedules),
-                   tuple(st.function for st in steps if not st.upstreams))
+                   tuple(st.function for st in steps if not st.upstreams), schedulers.pop())
 
 
 def _run_order(schedules: Dict[str, Any]) -> Optional[List[str]]:

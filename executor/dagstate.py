@@ -46,6 +46,9 @@ class Ready:
     deadline: float = float("inf")
     late: List[str] = field(default_factory=list)   # inputs that arrived after the deadline
     inputs: Dict[str, Any] = field(default_factory=dict)   # named inputs (add_schedule)
+    # the keyword arguments (`ArgumentList.kwargs`) when not the schedule's (a lease plan's
+    # call passes the call's own: executor/chain_run.py); None: the schedule's
+    kwargs: Any = None
 
 
 @dataclass

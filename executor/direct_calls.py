@@ -30,8 +30,9 @@ Contract (mixed into `executor.worker.Worker`):
   client cannot make the worker run another function or send triggers elsewhere. When
   every function of the lease's schedules runs on this worker (a lease places its whole
   target on it), its calls run as the lease's plan says (`executor/chain_plan.py`, made
-  once per grant): the functions one after another, each result straight to the functions
-  that take it, with the schedules' own failure paths, and no pending state. A call
+  once per grant; run by `executor/chain_run.py`): the functions one after another, each
+  result straight to the functions that take it, with the schedules' own failure paths,
+  no pending state, and the call's bookkeeping done once per call. A call
   that is not admitted gets a `result` with status LEASE_REFUSED naming the worker and why
   (it did not run); one that names functions outside the lease's target, passes `Future`s,
   asks for an `output_key` or causal consistency gets INVALID_ARGUMENTS (those take the
@@ -78,7 +79,7 @@ from runtime.sockets import bind_pull
 
 from .call_links import ROUTE_GRACE, WorkerCallLinks
 from .chain_plan import ChainPlan
-from .dagstate import Ready
+from .chain_run import fill, fill_args, fill_session
 from .failures import what_runs
 from .hot_wait import DIRECT, LINKS, PULL, Sources
 from .leased import CANCELLED, MAX_LEASES, LeaseAdmission
@@ -303,50 +304,13 @@ class DirectCalls:
         if problem:
             self.leased.finished(call.request_id)
             return self._refuse_direct(call, pb.INVALID_ARGUMENTS, problem, link)
-        if plan is not None:          # the whole DAG here: run as the lease's plan says
+        if plan is not None:    # the whole DAG here: run as the plan says (chain_run.py)
             return self._run_chain(call, plan)
         for template in templates:    # no inputs: a direct call passes no Futures
             self._place(_schedule_of(call, template), [])
         # its downstream functions here run now: in this run of calls (one kill-timer
         # arming), before the next call, and counted in its time (`_ran`)
         self._run_local()
-
-    def _run_chain(self, call: pb.Call, plan: ChainPlan) -> None:
-        """Run a direct call's functions one after another as `plan` says: each with the
-        call's arguments for it and its upstreams' results, its failure the call's end
-        (`_execute` reported it), the sink's result answered (`_succeeded`). Nothing is
-        kept pending and no schedule copied: the plan's schedules are filled in place."""
-        call_id, args = call.request_id, call.args
-        now = time.monotonic()
-        deadline = now + max(0.0, call.timeout)
-        self.pending.ran(call_id, plan.functions, deadline)     # ids are used once
-        results: Dict[str, bytes] = {}
-        for step in plan.steps:
-            s = step.schedule
-            _fill(s, call, args)
-            _session(s, call)
-            if step.upstreams:
-                now = time.monotonic()
-                s.timeout = max(0.0, deadline - now)     # what is left of the call's
-                values = list(s.args.args) + [results[u] for u in step.upstreams]
-            else:
-                s.timeout = call.timeout
-                values = list(s.args.args)
-            ready = Ready(call_id, step.function, s, values, deadline,
-                          [] if now <= deadline else ["(the schedule)", *step.upstreams])
-            ran = self._execute(ready, step.what)
-            if ran is None:               # it failed, and its caller was told
-                return
-            if step.sink:
-                self._succeeded(s, ready, *ran)
-                continue
-            results[step.function] = ran[0]
-            logs, report = self._call_logs(s, self._printed), ran[3]
-            for target in step.targets:   # what `_arrived` keeps of a trigger's
-                if logs:
-                    self._upstream_logs.add(call_id, target, logs)
-                if report is not None:
-                    self._sessions.add(call_id, target, report)
 
     def _known(self, call_id: str, templates: List[pb.Schedule]) -> bool:
         """Whether a call of this id already ran here (or waits to)."""
@@ -406,34 +370,17 @@ def _not_direct(call: pb.Call, functions: FrozenSet[str]) -> str:
     return ""
 
 
-def _fill(one: pb.Schedule, call: pb.Call, args: Any) -> None:
-    """A schedule's fields from the call (a plan's schedule: the previous call's replaced)."""
-    one.call_id = call.request_id
-    one.response_address = call.response_address
-    one.time_limit = call.time_limit
-    if one.function in args:
-        one.args.CopyFrom(args[one.function])
-    elif one.HasField("args"):
-        one.ClearField("args")
-
-
-def _session(one: pb.Schedule, call: pb.Call) -> None:
-    """The caller's session, if any, into the schedule (replacing the previous call's)."""
-    if call.HasField("session"):
-        one.session.CopyFrom(call.session)
-    elif one.HasField("session"):
-        one.ClearField("session")
-
-
 def _schedule_of(call: pb.Call, template: pb.Schedule) -> pb.Schedule:
     """The scheduler's schedule of one source, filled with the call's own fields."""
     s = pb.Schedule()
     s.CopyFrom(template)
     args = call.args
-    _fill(s, call, args)
+    fill(s, call)
+    fill_args(s, args)
     if template.forward:            # (a one-function target has none: no list made)
         for one in s.forward:
-            _fill(one, call, args)
+            fill(one, call)
+            fill_args(one, args)
     s.timeout = call.timeout
-    _session(s, call)
+    fill_session(s, call)
     return s

@@ -6,13 +6,15 @@ path (`executor/causal_run.py`) both fail a call through it, so a cause reads th
 """
 from __future__ import annotations
 
+import traceback
 from typing import Tuple
 
 from hydro_proto import cloudburst_pb2 as pb
 from faas.errors import CorruptRecord, InvalidArguments, ValueTooLarge
 
 from .actors import ActorGone, ActorTableFull, describe
-from .references import ArgumentRefused
+from .references import ArgumentRefused, FunctionError
+from .retrying import exception_names
 from .sharing import DependencyError
 
 # What the causal path can meet (actor calls are never causal); the plain path adds actors'.
@@ -39,6 +41,24 @@ def failure(e: BaseException, what: str, worker_id: str) -> Tuple[int, str]:
     if isinstance(e, ValueTooLarge):
         return pb.VALUE_TOO_LARGE, f"{e} (worker {worker_id})"
     raise TypeError(f"failure: {type(e).__name__} is not a call failure") from e
+
+
+# what a function's run may raise that is reported as it is (the rest is the function's error)
+PASSED_ON = (ArgumentRefused, CorruptRecord, ActorGone, ActorTableFull, InvalidArguments,
+             DependencyError)
+
+
+def named(e: Exception, what: str, worker_id: str) -> Exception:
+    """What a plain call reports for `e`, raised while `what` was got ready or ran on worker
+    `worker_id` (call it in the `except` block: an error of the function's own carries the
+    traceback being handled): one of `PASSED_ON` as it is, else a `FunctionError` naming
+    `what` (with the exception's type names, for the call's retry rule)."""
+    if isinstance(e, FunctionError):
+        return FunctionError(f"{what} on worker {worker_id}: {e}")
+    if isinstance(e, PASSED_ON):
+        return e
+    return FunctionError(f"{what} raised {type(e).__name__}: {e}", traceback.format_exc(),
+                         exception_names(type(e)))
 
 
 def what_runs(s: pb.Schedule) -> str:

@@ -53,6 +53,9 @@ class ResultBatch:
     def __len__(self) -> int:
         return sum(len(v) for v in self._held.values())
 
+    def __bool__(self) -> bool:            # (asked per call: no count made)
+        return bool(self._held)
+
     def open(self) -> None:
         self._open = True
 

@@ -12,6 +12,9 @@ invocation's, `executor/causal_run.py`) ends in exactly one of these:
   so far; a plain call's outcome is kept for `Future` arguments; the call's functions on
   other workers get `abort` (`_abort_others`; here: dropped from `pending`); the scheduler
   gets `done` (not ok).
+- `_ended(s, what, e)`: a plain call's run raised one of `RUN_FAILURES` (a function's error,
+  as `executor/failures.py` `named` it, retried by the scheduler when the call's retry rule
+  takes its type; a call failure; a stop): reported as the three below say.
 - `_stopped`: a function stopped by the guard: TIMEOUT naming its limit and who waited for
   it, or CANCELLED; `_on_stalled`: an invocation still missing upstream results at its
   deadline: TIMEOUT naming the function, the worker and the missing upstreams.
@@ -22,19 +25,36 @@ from __future__ import annotations
 
 import logging
 import time
+import traceback
 from typing import Any, Dict, Optional, Tuple
 
 from anna_core.config import DEFAULT_MAX_VALUE_BYTES
 from faas.errors import ValueTooLarge
 from hydro_proto import cloudburst_pb2 as pb
 
+from faas.values import dumps
+
 from .big_results import result_fields
 from .dagstate import Ready
+from .failures import ACTOR_FAILURES, CALL_FAILURES, failure
 from .guard import Interrupted
 from .held import Outcome
 from .references import FunctionError
+from .retrying import may_retry, retry_request
 
-__all__ = ["RunEnds"]
+__all__ = ["RunEnds", "RUN_FAILURES", "serialized"]
+
+# how a plain call's run may end other than with a result (`RunEnds._ended` reports each)
+RUN_FAILURES = (FunctionError, Interrupted) + CALL_FAILURES + ACTOR_FAILURES
+
+
+def serialized(result: Any, what: str) -> bytes:
+    """A function's result as it travels; `FunctionError` when it cannot be serialized."""
+    try:
+        return dumps(result)
+    except Exception as e:
+        raise FunctionError(f"the result of {what} could not be serialized: {e}",
+                            traceback.format_exc()) from None
 
 log = logging.getLogger("cloudburst.worker")
 
@@ -111,6 +131,21 @@ class RunEnds:
             self._keep_outcome(s.call_id, Outcome(status, message=message))
         self._abort_others(s, status, message)
         self._call_done(s.scheduler_address, s.call_id, ok=False)
+
+    def _ended(self, s: pb.Schedule, what: str, e: BaseException) -> None:
+        """A plain call's run of `what` raised `e`, one of `RUN_FAILURES` (module contract)."""
+        if isinstance(e, FunctionError):
+            if may_retry(s, e.types):     # the scheduler runs the call again, or fails it
+                self._push.send(s.scheduler_address, "done", retry_request(
+                    s, str(e), e.tb, self._call_logs(s, self._printed), e.types))
+                self._printed = ""
+                self._abort_others(s)
+            else:
+                self._fail(s, pb.EXECUTION_ERROR, str(e), e.tb)
+        elif isinstance(e, Interrupted):
+            self._stopped(s, what, e)
+        else:                             # executor/failures.py names them
+            self._fail(s, *failure(e, what, self.worker_id))
 
     def _abort_others(self, s: pb.Schedule, status: int = 0, message: str = "") -> None:
         """The call's other functions (here or on other workers) drop it."""

@@ -95,7 +95,7 @@ def _value(position: Any, arg: Any, inputs: Dict[str, Any], what: str) -> Any:
 def prepare(ready: Any, what: str) -> Tuple[List[Any], Dict[str, Any]]:
     """The invocation's `(args, kwargs)`; see the module contract."""
     args = [_value(i, a, ready.inputs, what) for i, a in enumerate(ready.args)]
-    given = ready.schedule.args.kwargs
+    given = ready.schedule.args.kwargs if ready.kwargs is None else ready.kwargs
     kwargs = {k: _value(k, a, ready.inputs, what) for k, a in given.items()} if given else {}
     return args, kwargs
 

@@ -70,7 +70,6 @@ import sys
 import tempfile
 import threading
 import time
-import traceback
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 import zmq
@@ -80,14 +79,13 @@ from runtime.auth import (FUNCTION, Credentials, KeyFileError, Security, credent
                           decode_handoff, role_of)
 from runtime.framing import FrameError, parse, recv_frame
 from runtime.sockets import PushCache, bind_pull
-from faas.values import dumps, loads
-from faas.errors import CorruptRecord, InvalidArguments
+from faas.values import loads
 from hydro_proto import cloudburst_pb2 as pb
 
 from hydrocache.writer import ExecutorWriter
 
 from .actor_caller import ActorCaller
-from .actors import ActorGone, ActorTable, ActorTableFull
+from .actors import ActorTable
 from .big_intermediates import ByReference, by_reference, store
 from .busy import BusyClock
 from .cache_client import CacheClient
@@ -95,24 +93,24 @@ from .calling import Entry
 from .call_session import CallSession, UpstreamSessions
 from .causal import CausalInvocation
 from .causal_run import CausalRunning
+from .chain_run import ChainRuns
 from .config import WorkerConfig
 from .dagstate import PendingCalls, Ready
 from .direct_calls import DirectCalls, schedule_credentials
 from .done_reports import DoneReports
 from .function_inputs import FunctionInputs
-from .guard import FunctionGuard, Interrupted
-from .retrying import exception_names, may_retry, retry_request
+from .guard import FunctionGuard
 from .reuse import Reuses
-from .run_ends import RunEnds
+from .run_ends import RUN_FAILURES, RunEnds, serialized
 from .held import HeldResults, Outcome
 from .library import UserLibrary
 from .liveness import Doorbell, Heartbeat, RunReports, die_with_parent, heartbeat_loop
 from .run_slot import SlotReports
 from .output import CallOutput, Capture, UpstreamLogs, join_logs, section
 from .privilege import drop_capabilities, hide_paths
-from .failures import ACTOR_FAILURES, CALL_FAILURES, failure, what_runs
-from .references import ArgumentRefused, FunctionError
-from .sharing import DependencyError, ResultSharing, Unavailable, call_inputs
+from .failures import named, what_runs
+from .references import FunctionError
+from .sharing import ResultSharing, Unavailable, call_inputs
 from .user_messages import UserMessaging
 
 __all__ = ["Worker", "FUNCTION_KINDS"]
@@ -129,7 +127,7 @@ DONE_HOLD_SECONDS = 0.005
 
 
 class Worker(ResultSharing, FunctionInputs, CausalRunning, RunEnds, UserMessaging,
-             DirectCalls):
+             DirectCalls, ChainRuns):
     """One executor worker; see the module contract."""
 
     def __init__(self, config: WorkerConfig, credentials: Optional[Credentials] = None,
@@ -398,38 +396,49 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, RunEnds, UserMessagin
         into `self._printed` (kept whether it returns or raises), stopped (`Interrupted`)
         past its time limit or the call's deadline, or when the call is cancelled."""
         fn.check(args, kwargs)
-        call_id, function = s.call_id, s.function
-        limit = s.time_limit or self._time_limits.get(function) or \
-            self.config.function_time_limit
         now = time.monotonic()
-        left = deadline - now
-        # (the reason is worded only if the limit is reached)
-        if limit <= left:
-            seconds, reason = limit, lambda: f"its time limit of {limit:g} s"
-        else:
-            seconds = left
-            reason = lambda: f"the call's deadline ({s.timeout:g} s after it was scheduled)"
-        self.output.begin(call_id, function)
-        # the node learns when this function's limit passes, so a function stuck in C code
-        # (deaf to the guard's signal) fails its call at the limit (executor/liveness.py)
+        seconds, reason = self._time_limit(s, deadline, now)
         until = now + seconds
-        start = self.run_reports.start(call_id, until)   # None: the node knows (liveness)
-        if start is not None:
-            self._tell_node(start)
         try:
             # a handle passed to the function calls its actor through this worker
             with self.actor_caller.during(s.scheduler_address, until):
-                return self.guard.run(call_id, seconds, reason,
-                                      lambda: fn.call(self.lib, args, kwargs))
+                return self._guarded(s, fn, args, kwargs, seconds, reason, until)
         finally:
-            self._printed = self.output.end()
             # a downstream function of the call that runs here next starts at once
             targets = s.targets
             follows = bool(targets) and any(s.locations.get(t) == self.address
                                             for t in targets)
-            end = self.run_reports.end(call_id, until, time.monotonic(), follows)
+            end = self.run_reports.end(s.call_id, until, time.monotonic(), follows)
             if end is not None:
                 self._tell_node(end)
+
+    def _time_limit(self, s: pb.Schedule, deadline: float,
+                    now: float) -> Tuple[float, Callable[[], str]]:
+        """The seconds the function of `s` may run from `now`: its time limit, or what is
+        left of the call's `deadline` if less; and the reason it is stopped at the end."""
+        limit = s.time_limit or self._time_limits.get(s.function) or \
+            self.config.function_time_limit
+        # (the reason is worded only if the limit is reached)
+        if limit <= deadline - now:
+            return limit, lambda: f"its time limit of {limit:g} s"
+        return deadline - now, \
+            lambda: f"the call's deadline ({s.timeout:g} s after it was scheduled)"
+
+    def _guarded(self, s: pb.Schedule, fn: Entry, args: List[Any], kwargs: Dict[str, Any],
+                 seconds: float, reason: Callable[[], str], until: float) -> Any:
+        """The function called under the guard for `seconds`, its output captured (into
+        `self._printed`), the node told it runs until `until` (`executor/liveness.py`: a
+        function stuck in C code, deaf to the guard's signal, fails its call there)."""
+        call_id = s.call_id
+        self.output.begin(call_id, s.function)
+        start = self.run_reports.start(call_id, until)   # None: the node knows (liveness)
+        if start is not None:
+            self._tell_node(start)
+        try:
+            return self.guard.run(call_id, seconds, reason,
+                                  lambda: fn.call(self.lib, args, kwargs))
+        finally:
+            self._printed = self.output.end()
 
     def _tell_node(self, status: pb.WorkerStatus) -> None:
         status.worker_id, status.node_id = self.worker_id, self.config.node_id
@@ -488,19 +497,9 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, RunEnds, UserMessagin
                     self._function(s.function, s.version, start + s.timeout)
                 args, kwargs = self._arguments(ready, what)
                 result = self._call_function(s, fn, args, kwargs, ready.deadline)
-            except FunctionError as e:
-                raise FunctionError(f"{what} on worker {self.worker_id}: {e}") from None
-            except (ArgumentRefused, CorruptRecord, ActorGone, ActorTableFull, InvalidArguments,
-                    DependencyError):
-                raise
             except Exception as e:
-                raise FunctionError(f"{what} raised {type(e).__name__}: {e}",
-                                     traceback.format_exc(), exception_names(type(e))) from None
-            try:
-                value = dumps(result)
-            except Exception as e:
-                raise FunctionError(f"the result of {what} could not be serialized: {e}",
-                                     traceback.format_exc()) from None
+                raise named(e, what, self.worker_id) from None
+            value = serialized(result, what)
             fields = self._result_fields(s, value, what)
             downstream = store(self.cache, self._push, s, value, what) \
                 if by_reference(s, len(value), self.address) else ""
@@ -510,20 +509,8 @@ class Worker(ResultSharing, FunctionInputs, CausalRunning, RunEnds, UserMessagin
                 except Exception as e:
                     raise FunctionError(f"storing the result of {what} under "
                                          f"{s.output_key!r} failed: {e}") from None
-        except FunctionError as e:
-            if may_retry(s, e.types):     # the scheduler runs the call again, or fails it
-                self._push.send(s.scheduler_address, "done", retry_request(
-                    s, str(e), e.tb, self._call_logs(s, self._printed), e.types))
-                self._printed = ""
-                self._abort_others(s)
-            else:
-                self._fail(s, pb.EXECUTION_ERROR, str(e), e.tb)
-            return None
-        except CALL_FAILURES + ACTOR_FAILURES as e:       # executor/failures.py names them
-            self._fail(s, *failure(e, what, self.worker_id))
-            return None
-        except Interrupted as e:
-            self._stopped(s, what, e)
+        except RUN_FAILURES as e:
+            self._ended(s, what, e)
             return None
         finally:
             self.busy.stop(time.monotonic())

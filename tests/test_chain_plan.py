@@ -26,6 +26,7 @@ def test_a_chain_runs_in_order_with_its_own_schedules():
     plan = ChainPlan.of(templates, HERE, what_runs)
     assert [s.function for s in plan.steps] == ["a", "b", "c"]
     assert plan.functions == {"a", "b", "c"} and plan.sources == ("a",)
+    assert plan.scheduler == "tcp://127.0.0.1:1"      # for the call's actor binding
     assert [s.upstreams for s in plan.steps] == [(), ("a",), ("b",)]
     assert [s.sink for s in plan.steps] == [False, False, True]
     assert plan.steps[1].what == "function 'b' of DAG 'd'"
@@ -58,6 +59,13 @@ def test_what_must_run_the_general_way_has_no_plan():
     stored[0].forward[0].output_key = "k"
     assert ChainPlan.of(stored, HERE, what_runs) is None
     assert ChainPlan.of([], HERE, what_runs) is None
+    elsewhere = _templates(dag)
+    elsewhere[0].forward[0].scheduler_address = "tcp://127.0.0.2:1"   # one binding per call
+    assert ChainPlan.of(elsewhere, HERE, what_runs) is None
+    carried = _templates(dag)
+    carried[0].args.args.add(value=b"x")      # a call's arguments are read from the call
+    assert all(not s.schedule.HasField("args") for s in ChainPlan.of(carried, HERE,
+                                                                       what_runs).steps)
 
 
 def test_a_cycle_or_disagreeing_connections_have_no_plan():

@@ -3,6 +3,7 @@ within the direct call's run of calls. One in-process worker (plain sockets, no 
 client thread sends direct calls on its lease, the test's main thread runs the worker's loop
 (its guard's signals come here), as `benchmarks/worker_loop_cpu.py` does."""
 import signal
+import sys
 import time
 import uuid
 
@@ -12,6 +13,7 @@ import zmq
 from executor.calling import Entry
 from executor.config import WorkerConfig
 from executor.dagstate import Ready
+from executor.output import CallOutput
 from executor.run_ends import _forwarded
 from executor.worker import Worker
 from faas.values import dumps, loads
@@ -31,6 +33,7 @@ def worker():
     try:
         yield w
     finally:
+        w.guard.close_run()     # as `serve` ends: a kill timer left armed never outlives it
         w.close()
         for s, handler in saved.items():
             signal.signal(s, handler)
@@ -273,3 +276,85 @@ def test_a_target_with_targets_gets_the_forwarded_schedules_and_a_sink_none(sess
     assert sink.function == "c" and sink.sink and len(sink.forward) == 0
     assert sink.HasField("session") == session
     assert _forwarded(s, "elsewhere", ready, pb.Schedule()) is None
+
+
+class _Runs:
+    """What the node is told of runs (`executor/liveness.py` RunReports' interface)."""
+
+    def __init__(self):
+        self.told = []
+        self.ended_run = 0
+
+    def start(self, call_id, deadline):
+        self.told.append(("start", call_id, deadline))
+
+    def end(self, call_id, deadline, now, follows):
+        self.told.append(("end", call_id, deadline))
+
+
+def test_a_chain_tells_the_node_each_functions_start_with_its_limit_and_the_end_once(worker):
+    worker._functions["a"] = ("v1", Entry(lambda x: x + 1, "a"))
+    worker._functions["b"] = ("v1", Entry(lambda x: x * 2, "b"))
+    worker._time_limits.update({"a": 5.0, "b": 7.0})
+    worker.run_reports = runs = _Runs()
+    _lease(worker, ["a", "b"])
+    before = time.monotonic()
+    result = _call(worker, "a", 1)
+    after = time.monotonic()
+    assert (result.status, loads(result.value)) == (pb.OK, 4)
+    assert [kind for kind, *_ in runs.told] == ["start", "start", "end"], runs.told
+    assert {call_id for _, call_id, _ in runs.told} == {result.request_id}
+    (_, _, a_until), (_, _, b_until), (_, _, end_until) = runs.told
+    # each function's own limit (the call's deadline is 30 s: `_call`)
+    assert before + 5.0 <= a_until <= after + 5.0 and before + 7.0 <= b_until <= after + 7.0
+    assert end_until == b_until
+
+
+def _captured(worker, monkeypatch):
+    """What functions print goes to the worker's capture, as `executor.worker.main` sets."""
+    monkeypatch.setattr(sys, "stdout", CallOutput(sys.__stdout__, worker.output))
+
+
+def test_a_chain_keeps_each_functions_output_as_its_own_section(worker, monkeypatch):
+    _captured(worker, monkeypatch)
+    worker._functions["a"] = ("v1", Entry(lambda x: print("a saw", x) or x + 1, "a"))
+    worker._functions["b"] = ("v1", Entry(lambda x: print("b saw", x) or x * 2, "b"))
+    _lease(worker, ["a", "b"])
+    result = _call(worker, "a", 1)
+    assert (result.status, loads(result.value)) == (pb.OK, 4)
+    assert result.logs == "[a]\na saw 1\n[b]\nb saw 2\n", result.logs
+
+
+def test_a_chain_function_that_fails_is_named_with_the_output_so_far(worker, monkeypatch):
+    _captured(worker, monkeypatch)
+    worker._functions["a"] = ("v1", Entry(lambda x: print("a saw", x) or x + 1, "a"))
+    worker._functions["b"] = ("v1", Entry(lambda x: print("b got", x) or {}[x], "b"))
+    _lease(worker, ["a", "b"])
+    result = _call(worker, "a", 1)
+    assert result.status == pb.EXECUTION_ERROR, result
+    assert "function 'b' of DAG 'd' raised KeyError" in result.message, result.message
+    assert "Traceback" in result.traceback
+    assert result.logs == "[a]\na saw 1\n[b]\nb got 2\n", result.logs
+    assert worker.leased.calls_of("L") == []
+
+
+def test_a_chain_function_gets_its_keyword_arguments_from_its_own_call(worker):
+    worker._functions["a"] = ("v1", Entry(lambda x: x + 1, "a"))
+    worker._functions["b"] = ("v1", Entry(lambda x, scale=1: x * scale, "b"))
+    _lease(worker, ["a", "b"])
+    first = pb.Call(request_id=uuid.uuid4().hex)
+    first.args["a"].args.add(value=dumps(1))
+    first.args["b"].kwargs["scale"].value = dumps(10)
+    assert loads(_call(worker, "a", None, first).value) == 20
+    assert loads(_call(worker, "a", 1).value) == 2          # none of the first call's
+
+
+def test_a_chain_that_fails_tells_the_node_the_end_of_the_function_that_failed(worker):
+    worker._functions["a"] = ("v1", Entry(lambda x: x + 1, "a"))
+    worker._functions["b"] = ("v1", Entry(lambda x: 1 // 0, "b"))
+    worker._time_limits.update({"a": 5.0, "b": 7.0})
+    worker.run_reports = runs = _Runs()
+    _lease(worker, ["a", "b"])
+    assert _call(worker, "a", 1).status == pb.EXECUTION_ERROR
+    assert [kind for kind, *_ in runs.told] == ["start", "start", "end"], runs.told
+    assert runs.told[2][2] == runs.told[1][2]         # b's time, not a's
