@@ -323,7 +323,7 @@ class NodeCache(Committing, CutWaits):
                 rid = f"{self._rid_prefix}-{next(self._ids)}"
                 request = pb.CacheRequest(request_id=rid, op=pb.CAUSAL_TEMP_GET,
                                           attempt_id=attempt)
-                request.versions.extend(vs.to_proto({k: wanted[k] for k in keys}))
+                vs.into(request, "versions", {k: wanted[k] for k in keys})
                 w.expect(rid, holder, keys)
                 self._io.append(AskCache(holder, request))
             yield from self._ops.wait(w)
@@ -419,8 +419,8 @@ class NodeCache(Committing, CutWaits):
         r_d, s_new, r_new = finish_linear(plan, up[2], up[3], fetched, self.address)
         for key in req.keys:
             self._entry(req, response, key, r_d.get(key), frames)
-        response.context.snapshot.extend(vs.to_proto(s_new))
-        response.context.read_set.extend(vs.to_proto(r_new))
+        vs.into(response.context, "snapshot", s_new)
+        vs.into(response.context, "read_set", r_new)
         response.context.remote_fetches = fetches
         return response, frames
 
@@ -518,8 +518,8 @@ class NodeCache(Committing, CutWaits):
             p.local.key = key
             p.local.vc.update(piece.local.vc)
             p.local.holders.append(self.address)
-            p.cut.extend(vs.to_proto({k: vs.Entry(e.vc, frozenset([self.address]))
-                                      for k, e in piece.cut.items()}))
+            vs.into(p, "cut", {k: vs.Entry(e.vc, frozenset([self.address]))
+                              for k, e in piece.cut.items()})
         return response, []
 
     def _fetch_into(self, req: pb.CacheRequest) -> Generator:

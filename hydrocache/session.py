@@ -426,8 +426,20 @@ class Floors:
         out = pb.Session(overflow_timestamp=s.overflow_timestamp if s else 0,
                          overflow_causal=s.overflow_causal if s else False)
         chosen = []
+        listed = []         # causal floors passed on as received (see below)
         unlisted = False
+        if self._plain is None:
+            self._index()
+        assert self._plain is not None
+        causal, plain, stamps = self._causal, self._plain, self._stamps
         for k in dict.fromkeys(keys):
+            entry = causal.get(k)
+            if entry is not None and k not in plain and k not in stamps:
+                # listed once and only as causal: its floor is the received entry itself,
+                # copied into the request by protobuf without a `Floor` made and re-encoded
+                # (a causal worker restricts its call's session on every bind)
+                listed.append(entry)
+                continue
             f = self.get(k)
             if f is not None:
                 chosen.append((k, f))
@@ -438,4 +450,5 @@ class Floors:
             # what was left out, which in a request only the overflow can say
             out.overflow_timestamp = max(out.overflow_timestamp, s.omitted_timestamp)
             out.overflow_causal = out.overflow_causal or s.omitted_causal
+        out.keys.extend(listed)
         return _pack(out, chosen)

@@ -7,13 +7,14 @@ revealed clock, dependencies and sorted values, read once at construction.
 - ``Version.new(key, vc, deps, values)`` builds a single-version lattice.
 - ``Version.from_lattice(key, lattice)`` / ``Version.deserialize(key, payload)`` wrap a stored
   value; ``serialize()`` is the lattice's wire payload (``anna_pb2.MULTI_CAUSAL``), made
-  once per Version and kept.
+  once per Version and kept (a deserialized Version keeps the bytes it decoded from).
 - ``first``: the value a function gets by default (the smallest; None without values).
 - ``memo(name, make)``: ``make(version)``, made once per Version and kept under ``name``:
   what a cache derives from a version it answers with many times (e.g. the encoding of its
   clock and dependencies in every bind's answer). ``make`` must depend on the version only.
 - ``merge_versions(a, b)``: Definition 1 through the lattice merge (same key, else
-  ValueError).
+  ValueError); when that merge is one of the two (a single version after the other's whole
+  clock), that Version itself.
 - ``version_supersedes(new, old)``: Definition 4; ``old`` may be a Version or a clock.
 
 Reading: Definition 1 on a lattice that keeps an antichain. Anna's causal lattice keeps
@@ -74,7 +75,12 @@ class Version:
             lattice = anna_core.deserialize(anna_pb2.MULTI_CAUSAL, payload)
         except ValueError as e:
             raise ValueError(f"{key}: the causal value does not decode ({e})") from None
-        return cls.from_lattice(key, lattice)
+        version = cls.from_lattice(key, lattice)
+        if type(payload) is bytes:
+            # what it decoded from is its wire payload: a committed version a cache exposes
+            # is carried downstream by many binds, and is not encoded again for them
+            version._wire.append(payload)
+        return version
 
     def serialize(self) -> bytes:
         wire = self._wire
@@ -97,6 +103,14 @@ def merge_versions(a: Version, b: Version) -> Version:
     """Definition 1: the merge of two versions of one key (the lattice merge)."""
     if a.key != b.key:
         raise ValueError(f"cannot merge versions of different keys {a.key!r} and {b.key!r}")
+    # One side a single version whose clock is after the other side's whole clock: every
+    # version of the other side is strictly dominated by it, so the lattice merge keeps it
+    # alone and it is the merge, as it is (a cut offered a commit based on what it exposed
+    # takes the commit itself, with its payload, instead of a rebuilt copy)
+    if b.lattice.versions == 1 and vclock.happens_before(a.vc, b.vc):
+        return b
+    if a.lattice.versions == 1 and vclock.happens_before(b.vc, a.vc):
+        return a
     return Version.from_lattice(a.key, a.lattice.merge(b.lattice))
 
 

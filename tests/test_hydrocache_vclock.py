@@ -84,3 +84,22 @@ def test_clock_functions_check_their_inputs_and_take_any_mapping():
     proxy = types.MappingProxyType({"a": 2})
     assert vclock.supersedes(proxy, {"a": 1}) and vclock.merge(proxy, {"b": 1}) == {"a": 2, "b": 1}
     assert vclock.compare(proxy, {"a": 2}) == Order.EQUAL
+
+
+@FAST
+@given(clocks, clocks)
+def test_protobuf_maps_are_read_as_the_dicts_they_hold(a, b):
+    """A node cache compares session floors as received (protobuf maps): every clock function
+    gives on them what it gives on the same clocks as dicts, on either side."""
+    from hydro_proto import cloudburst_pb2 as pb
+    pa, pbm = pb.SessionKey(), pb.SessionKey()
+    pa.vc.update(a)
+    pbm.vc.update(b)
+    for x, y, dx, dy in ((pa.vc, pbm.vc, a, b), (pa.vc, b, a, b), (a, pbm.vc, a, b)):
+        assert vclock.compare(x, y) == vclock.compare(dx, dy)
+        assert vclock.supersedes(x, y) == vclock.supersedes(dx, dy)
+        assert vclock.merge(x, y) == vclock.merge(dx, dy)
+    bad = pb.SessionKey()
+    bad.vc["a"] = 1
+    with pytest.raises(TypeError):
+        vclock.supersedes({1: 1}, bad.vc)

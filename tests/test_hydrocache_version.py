@@ -2,6 +2,7 @@
 
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 from hydrocache import vclock
 from hydrocache.version import Version, merge_versions, version_supersedes
@@ -79,3 +80,28 @@ def test_a_cache_answers_entry_carries_the_clock_and_dependencies():
     assert (e.key, e.found, e.tag, e.version.key) == ("k", True, "t7", "k")
     assert dict(e.version.vc) == {"w": 3, "u": 1}
     assert {d.key: dict(d.vc) for d in e.deps} == {"d": {"x": 2}, "e": {"y": 1, "z": 4}}
+
+
+@FAST
+@given(versions, versions, st.sampled_from(["e1", "e2", "e3"]))
+def test_merge_versions_is_the_lattice_merge_even_when_one_side_is_newer(a, b, bump):
+    """Definition 1 is the lattice merge; when one side is a single version after the other's
+    whole clock, `merge_versions` hands back that side itself, which must be that merge."""
+    later_vc = vclock.merge(a.vc, b.vc)
+    later_vc[bump] = later_vc.get(bump, 0) + 1
+    later = Version.new("k", later_vc, {"y": {"e1": 1}}, [b"later"])
+    merged_ab = merge_versions(a, merge_versions(a, b))
+    for x, y in ((a, b), (b, a), (a, later), (later, a), (merged_ab, later), (later, merged_ab)):
+        m = merge_versions(x, y)
+        want = x.lattice.merge(y.lattice)
+        assert m.lattice == want
+        ref = Version.from_lattice("k", want)
+        assert (m.vc, m.deps, m.values) == (ref.vc, ref.deps, ref.values)
+    assert merge_versions(a, later) is later and merge_versions(later, a) is later
+
+
+def test_a_decoded_version_keeps_the_payload_it_came_from():
+    wire = Version.new("k", {"e1": 2}, {"x": {"e2": 1}}, [b"1"]).serialize()
+    v = Version.deserialize("k", wire)
+    assert v.serialize() is wire
+    assert Version.deserialize("k", v.serialize()) == v
