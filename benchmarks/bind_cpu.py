@@ -34,10 +34,18 @@ def main() -> None:
     parser.add_argument("--value-bytes", type=int, default=25000)
     parser.add_argument("--root", default=os.getcwd(), help="the checkout to measure")
     args = parser.parse_args()
-    sys.path.insert(0, os.path.abspath(args.root))
+    root = os.path.abspath(args.root)
+    for package in ("hydro_proto", "hydrocache"):
+        if not os.path.isdir(os.path.join(root, package)):
+            raise SystemExit(f"bind_cpu: {root} has no {package}/ (hydro_proto is built by "
+                             f"`python3 setup.py build_ext --inplace` there)")
+    sys.path.insert(0, root)
     from hydro_proto import cloudburst_pb2 as pb
+    import hydrocache
     from hydrocache.node_cache import NodeCache
     from hydrocache.version import Version
+    if not os.path.abspath(hydrocache.__file__).startswith(root + os.sep):
+        raise SystemExit(f"bind_cpu: imported {hydrocache.__file__}, not the checkout {root}")
 
     now = 1.0
     node = NodeCache("n0", "tcp://n0")
