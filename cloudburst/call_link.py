@@ -24,11 +24,14 @@ Contract: `ClientCallLinks(credentials)` (None: a plain cluster) belongs to one 
 - Secured exactly as the ZeroMQ path: with credentials the client proves its key pair and
   the worker must prove the key its keyed direct address carries (the one the lease names);
   a worker address without a key gets no link then. Without credentials links are plain.
-- `wait(socket, timeout)`: waits up to `timeout` s (0: not at all) for the answer `socket`
-  (always the same one) or a link to have something, in one native wait with the GIL
-  released (another thread may send meanwhile); returns (whether `socket` has a message,
-  the answers that came on links as `(kind, message)`: `result`s, including each of a
-  `direct_results`).
+- `wait(socket, timeout, quiet=False)`: waits up to `timeout` s (0: not at all) for the
+  answer `socket` (always the same one) or a link to have something, in one native wait
+  with the GIL released (another thread may send meanwhile); returns (whether `socket` has
+  a message, the answers that came on links as `(kind, message)`: `result`s, including
+  each of a `direct_results`). When it returns False for `socket`, its last look at the
+  socket's events found no message. `quiet=True` says the caller's last look found none
+  and nothing read the socket since: the look before waiting is skipped (it costs two
+  system calls); passed wrongly, a message already there waits for the next one.
   A worker may send a client only results (its key is a function's): anything else on a
   link is dropped and logged, as on the answer socket. A link that closes or fails (a
   frame that does not open, one above `MAX_FRAME_BYTES`) is forgotten and logged; its calls
@@ -211,14 +214,19 @@ class ClientCallLinks:
             log.info("the call link to worker %s closed (%s): its direct calls use ZeroMQ "
                      "until it opens again", worker, why)
 
-    def wait(self, socket: zmq.Socket, timeout: float) -> Tuple[bool, List[Tuple[str, Any]]]:
+    def wait(self, socket: zmq.Socket, timeout: float,
+             quiet: bool = False) -> Tuple[bool, List[Tuple[str, Any]]]:
         # One native wait for both: the links, and the answer socket's ZMQ_FD, which the
         # native side watches in its epoll set. ZMQ_FD only signals that the socket's state
-        # may have changed, so its events are looked at before waiting and after a signal.
-        on_socket = more(socket)
+        # may have changed (edge-triggered: a message already there when its events were
+        # last looked at does not signal it again), so its events are looked at after a
+        # signal, and before waiting unless `quiet` (the caller's last look at them found
+        # no message and nothing read the socket since: any message since has signalled).
         if self._watched is not socket:
             self._native.watch(socket.getsockopt(zmq.FD))
             self._watched = socket
+            quiet = False
+        on_socket = False if quiet else more(socket)
         signalled, frames, broken, opened = self._native.wait(0.0 if on_socket else timeout)
         if signalled and not on_socket:
             on_socket = more(socket)

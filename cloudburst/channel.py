@@ -4,8 +4,8 @@ registry requests, and telling why a call stalled or lost its scheduler.
 Contract (the "Failover" and threading parts of `cloudburst/client.py`'s contract are
 implemented here): `SchedulerChannel` is a mixin of `Client`, which sets up the state it
 works on (`addresses`, `_current`, `_connections`, `_pull`, `_send_lock`, `_cond` (its lock:
-`_mutex`), `_slots`, `_reading`, `_waiting` (threads waiting on `_cond`), `_prefix`, `_seq`,
-`_leases`, `_security`, `timeout`, `failover_timeout`).
+`_mutex`), `_slots`, `_reading`, `_waiting` (threads waiting on `_cond`), `_quiet` (False;
+`_drain`'s own), `_prefix`, `_seq`, `_leases`, `_security`, `timeout`, `failover_timeout`).
 - `_send` puts a message on the current scheduler's connection if it is up (ZeroMQ
   `IMMEDIATE`), else on the next one that is, which becomes current; `SchedulerUnavailable`
   when none took it within `failover_timeout`, `AuthenticationRequired` /
@@ -497,10 +497,16 @@ class SchedulerChannel:
         out: List[Tuple[str, Any]] = []
         if self.closed:
             return out
+        # `_quiet`: the last look at the socket's events (ours: only `_drain`, one reader at
+        # a time, reads the socket) found no message, so one coming since signals its ZMQ_FD
+        # and the call links' wait need not look first (a look is two system calls). Any
+        # other way out of here (a message read, an error) leaves it False: look first.
+        quiet, self._quiet = self._quiet, False
         links = self._direct.links if self._direct is not None else None
         if links is not None and links.active():   # the answers on call links too
-            waiting, out = links.wait(self._pull, timeout)
+            waiting, out = links.wait(self._pull, timeout, quiet)
             if not waiting:
+                self._quiet = True                  # (its last look found nothing)
                 return out
         # without waiting, one look at the socket's events, cheaper than a poll (a client
         # looks before its direct calls: `cloudburst/direct.py`)
@@ -518,6 +524,7 @@ class SchedulerChannel:
                 log.warning("dropped a message a client cannot take (%d bytes): %s",
                             len(frame.bytes), e)
             if not more(self._pull):
+                self._quiet = True
                 return out
 
     def _store(self, messages: List[Tuple[str, Any]]) -> None:
