@@ -4,8 +4,8 @@ registry requests, and telling why a call stalled or lost its scheduler.
 Contract (the "Failover" and threading parts of `cloudburst/client.py`'s contract are
 implemented here): `SchedulerChannel` is a mixin of `Client`, which sets up the state it
 works on (`addresses`, `_current`, `_connections`, `_pull`, `_send_lock`, `_cond` (its lock:
-`_mutex`), `_slots`, `_reading`, `_waiting` (threads waiting on `_cond`), `_quiet` (False;
-`_drain`'s own), `_prefix`, `_seq`, `_leases`, `_security`, `timeout`, `failover_timeout`).
+`_mutex`), `_slots`, `_reading`, `_waiting` (threads waiting on `_cond`), `_prefix`, `_seq`,
+`_leases`, `_security`, `timeout`, `failover_timeout`).
 - `_send` puts a message on the current scheduler's connection if it is up (ZeroMQ
   `IMMEDIATE`), else on the next one that is, which becomes current; `SchedulerUnavailable`
   when none took it within `failover_timeout`, `AuthenticationRequired` /
@@ -32,7 +32,10 @@ works on (`addresses`, `_current`, `_connections`, `_pull`, `_send_lock`, `_cond
   lease runs the versions of the functions it was granted for).
 - The answers that come on the direct path's call links are read where the answer socket
   is, by the same thread, and handled as the socket's (`_drain`); a link carries only
-  results.
+  results. `_drain` is the only reader of the socket: it tells the links' wait when its
+  own last look at the socket's events found no message (the socket's edge-triggered
+  ZMQ_FD then signals any later one), and the wait skips its look; after anything else
+  (a message read, an error) the wait looks first.
 - `ClientLink(channel)` is the one door a `Future` (`futures.CallOwner`) and the direct path
   (`direct.LeaseOwner`) have to their client.
 """
@@ -161,6 +164,7 @@ class SchedulerChannel:
     """The request/answer plumbing `Client` inherits; see the module contract."""
 
     _direct: Any = None        # cloudburst.direct.DirectPath when direct calls are on
+    _quiet = False             # `_drain`: its last look at the answer socket found nothing
 
     def _new_slot(self) -> str:
         with self._mutex:

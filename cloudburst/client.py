@@ -201,7 +201,6 @@ class Client(SchedulerChannel, ClientObjects):
         self._kept_calls: Dict[str, Any] = {}
         self._refused: List[Any] = []
         self._reading = False
-        self._quiet = False          # (channel.py `_drain`)
         self._finished: List[str] = []   # results received, to tell the scheduler with the next call
         self._prefix = uuid.uuid4().hex[:10]
         self.client_id = f"client-{self._prefix}"   # this client's vector clock entry
