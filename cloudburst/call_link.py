@@ -24,11 +24,14 @@ Contract: `ClientCallLinks(credentials)` (None: a plain cluster) belongs to one 
 - Secured exactly as the ZeroMQ path: with credentials the client proves its key pair and
   the worker must prove the key its keyed direct address carries (the one the lease names);
   a worker address without a key gets no link then. Without credentials links are plain.
-- `wait(socket, timeout)`: waits up to `timeout` s (0: not at all) for the answer `socket`
-  (always the same one) or a link to have something, in one native wait with the GIL
-  released (another thread may send meanwhile); returns (whether `socket` has a message,
-  the answers that came on links as `(kind, message)`: `result`s, including each of a
-  `direct_results`).
+- `wait(socket, timeout, quiet=False)`: waits up to `timeout` s (0: not at all) for the
+  answer `socket` (always the same one) or a link to have something, in one native wait
+  with the GIL released (another thread may send meanwhile); returns (whether `socket` has
+  a message, the answers that came on links as `(kind, message)`: `result`s, including
+  each of a `direct_results`). When it returns False for `socket`, its last look at the
+  socket's events found no message. `quiet=True` says the caller's last look found none
+  and nothing read the socket since: the look before waiting is skipped (it costs two
+  system calls); passed wrongly, a message already there waits for the next one.
   A worker may send a client only results (its key is a function's): anything else on a
   link is dropped and logged, as on the answer socket. A link that closes or fails (a
   frame that does not open, one above `MAX_FRAME_BYTES`) is forgotten and logged; its calls
@@ -66,7 +69,7 @@ import zmq
 
 from hydro_proto import cloudburst_pb2 as pb
 from runtime.auth import Credentials, parse_address
-from runtime.framing import MAX_FRAME_BYTES, FrameError, encode, more, parse
+from runtime.framing import KIND_ORDER, MAX_FRAME_BYTES, FrameError, encode, more, parse
 
 __all__ = ["ClientCallLinks", "open_call_links", "ADVANCE_EVERY", "OPEN_TIMEOUT", "RETRY_OPEN",
            "MAX_RETRY_OPEN", "answers_of"]
@@ -83,11 +86,14 @@ MAX_WRITTEN = 1024       # messages remembered per link, for a farewell (bounded
 # the native side's words for a frame from the worker the client cannot open (it closes the
 # link; what followed on it is lost), as against a link the worker ended or that failed
 _UNREADABLE = ("a frame of ", "a frame that does not authenticate")
+_RESULT = bytes([KIND_ORDER.index("result") + 1])     # a `result` frame's kind code
 
 
 def answers_of(data: bytes) -> List[Tuple[str, Any]]:
     """The answers a worker's frame carries: `result`s (a `direct_results` is several);
     FrameError/DecodeError/KeyError for anything else (a worker sends a client only those)."""
+    if data[:1] == _RESULT:        # (the common case, without `parse`'s checks: the same)
+        return [("result", pb.CallResult.FromString(memoryview(data)[1:]))]
     kind, payload = parse(data)
     if kind == "direct_results":
         return [("result", r) for r in pb.DirectResults.FromString(payload).results]
@@ -211,14 +217,19 @@ class ClientCallLinks:
             log.info("the call link to worker %s closed (%s): its direct calls use ZeroMQ "
                      "until it opens again", worker, why)
 
-    def wait(self, socket: zmq.Socket, timeout: float) -> Tuple[bool, List[Tuple[str, Any]]]:
+    def wait(self, socket: zmq.Socket, timeout: float,
+             quiet: bool = False) -> Tuple[bool, List[Tuple[str, Any]]]:
         # One native wait for both: the links, and the answer socket's ZMQ_FD, which the
         # native side watches in its epoll set. ZMQ_FD only signals that the socket's state
-        # may have changed, so its events are looked at before waiting and after a signal.
-        on_socket = more(socket)
+        # may have changed (edge-triggered: a message already there when its events were
+        # last looked at does not signal it again), so its events are looked at after a
+        # signal, and before waiting unless `quiet` (the caller's last look at them found
+        # no message and nothing read the socket since: any message since has signalled).
         if self._watched is not socket:
             self._native.watch(socket.getsockopt(zmq.FD))
             self._watched = socket
+            quiet = False
+        on_socket = False if quiet else more(socket)
         signalled, frames, broken, opened = self._native.wait(0.0 if on_socket else timeout)
         if signalled and not on_socket:
             on_socket = more(socket)

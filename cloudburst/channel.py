@@ -32,7 +32,10 @@ works on (`addresses`, `_current`, `_connections`, `_pull`, `_send_lock`, `_cond
   lease runs the versions of the functions it was granted for).
 - The answers that come on the direct path's call links are read where the answer socket
   is, by the same thread, and handled as the socket's (`_drain`); a link carries only
-  results.
+  results. `_drain` is the only reader of the socket: it tells the links' wait when its
+  own last look at the socket's events found no message (the socket's edge-triggered
+  ZMQ_FD then signals any later one), and the wait skips its look; after anything else
+  (a message read, an error) the wait looks first.
 - `ClientLink(channel)` is the one door a `Future` (`futures.CallOwner`) and the direct path
   (`direct.LeaseOwner`) have to their client.
 """
@@ -161,6 +164,7 @@ class SchedulerChannel:
     """The request/answer plumbing `Client` inherits; see the module contract."""
 
     _direct: Any = None        # cloudburst.direct.DirectPath when direct calls are on
+    _quiet = False             # `_drain`: its last look at the answer socket found nothing
 
     def _new_slot(self) -> str:
         with self._mutex:
@@ -497,10 +501,16 @@ class SchedulerChannel:
         out: List[Tuple[str, Any]] = []
         if self.closed:
             return out
+        # `_quiet`: the last look at the socket's events (ours: only `_drain`, one reader at
+        # a time, reads the socket) found no message, so one coming since signals its ZMQ_FD
+        # and the call links' wait need not look first (a look is two system calls). Any
+        # other way out of here (a message read, an error) leaves it False: look first.
+        quiet, self._quiet = self._quiet, False
         links = self._direct.links if self._direct is not None else None
         if links is not None and links.active():   # the answers on call links too
-            waiting, out = links.wait(self._pull, timeout)
+            waiting, out = links.wait(self._pull, timeout, quiet)
             if not waiting:
+                self._quiet = True                  # (its last look found nothing)
                 return out
         # without waiting, one look at the socket's events, cheaper than a poll (a client
         # looks before its direct calls: `cloudburst/direct.py`)
@@ -518,6 +528,7 @@ class SchedulerChannel:
                 log.warning("dropped a message a client cannot take (%d bytes): %s",
                             len(frame.bytes), e)
             if not more(self._pull):
+                self._quiet = True
                 return out
 
     def _store(self, messages: List[Tuple[str, Any]]) -> None:

@@ -336,3 +336,54 @@ def test_wait_wakes_for_a_frame_or_the_watched_descriptor_and_lets_others_send_m
         finally:
             os.close(signal_r)
             os.close(signal_w)
+
+
+def test_the_answer_socket_is_looked_at_before_a_wait_unless_the_last_look_found_nothing(
+        monkeypatch):
+    """ZMQ_FD is edge-triggered: a message already queued when the socket's events were last
+    looked at does not signal it again. So `ClientCallLinks.wait` looks at the events before
+    waiting, unless its caller says the last look found nothing (`quiet`): then any message
+    since has signalled the descriptor, the wait ends for it, and the look (two system
+    calls) is saved; a wait that returns False for the socket leaves it so."""
+    import time
+    import zmq
+    from cloudburst import call_link
+    looks = []
+    real_more = call_link.more
+    monkeypatch.setattr(call_link, "more", lambda s: looks.append(1) or real_more(s))
+    links = call_link.ClientCallLinks(None)
+    context = zmq.Context()
+    answers = context.socket(zmq.PULL)
+    port = answers.bind_to_random_port("tcp://127.0.0.1")
+    sender = context.socket(zmq.PUSH)
+    sender.connect(f"tcp://127.0.0.1:{port}")
+
+    def quiet_until_message(within):
+        """Quiet waits, as the client's reader makes them, until one says the socket has
+        a message (a signal may also be ZeroMQ's own: its look then finds nothing)."""
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            if links.wait(answers, deadline - time.monotonic(), quiet=True)[0]:
+                return True
+        return False
+    try:
+        assert links.wait(answers, 0) == (False, []) and len(looks) == 1   # looked: nothing
+        assert links.wait(answers, 0, quiet=True) == (False, []) and len(looks) == 1
+        sender.send(b"one")
+        assert quiet_until_message(10.0)
+        assert answers.recv(zmq.NOBLOCK) == b"one"
+        assert links.wait(answers, 0) == (False, [])        # read, then looked: nothing
+        for n in range(20):                                 # and again, each time quiet
+            sender.send(b"%d" % n)
+            assert quiet_until_message(10.0), n
+            assert answers.recv(zmq.NOBLOCK) == b"%d" % n
+            assert links.wait(answers, 0) == (False, [])
+        sender.send(b"two")
+        poll_until(lambda: links.wait(answers, 0)[0], 10.0, "the message seen")
+        looked = len(looks)           # seen and not read: the next wait must look first
+        assert links.wait(answers, 10.0) == (True, []) and len(looks) == looked + 1
+    finally:
+        links.close()
+        sender.close(0)
+        answers.close(0)
+        context.term()
