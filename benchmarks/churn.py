@@ -7,7 +7,10 @@
 
 One `cloudburst.LocalCluster` (3 KVS nodes with 2 replicas of every key, one scheduler, 3
 executor nodes x 2 workers, Unix sockets, `colocate_chains=False`), reused by every mode in
-turn. Per mode, `--clients` threads (each its own Client) issue sequential DAG calls
+turn; a mode listed again runs as "<mode>-2" ("-3"...) on keys of its own and has its own
+entry in the summary (deleting a causal key does not restart its causal history: the node
+caches and other keys' dependencies keep its deleted versions, so a run on keys an earlier
+run wrote and deleted would read them beside the new first versions). Per mode, `--clients` threads (each its own Client) issue sequential DAG calls
 `churn_r -> churn_w` of `benchmarks/tcc_workload.py` (`read_step`, then the sink
 `write_step`, which writes one of the keys it read with a fresh application clock entry),
 each function given two `Reference(key, concurrent=True)` drawn from a Zipf over the current
@@ -99,8 +102,12 @@ def log(message: str) -> None:
 class Run:
     """One mode's state: the keyspace segments, the DAG counter, what was recorded."""
 
-    def __init__(self, mode: str, args: argparse.Namespace, run_id: str, dags: int) -> None:
+    def __init__(self, mode: str, args: argparse.Namespace, run_id: str, dags: int,
+                 name: str = "") -> None:
         self.mode, self.args, self.dags = mode, args, dags
+        # the run's own name (`mode_names`): its keys, txids and log lines carry it, so a
+        # mode run twice on one cluster never writes the keys its first run wrote (and deleted)
+        self.name = name or mode
         self.causal = mode != "lww"
         self.call_kw = {"consistency": "causal", "protocol": mode} if self.causal else {}
         self.run_id = run_id
@@ -141,7 +148,7 @@ class Run:
             return self.issued - 1 + self.offset
 
     def keys(self, segment: int) -> List[str]:
-        return [f"churn/{self.run_id}/{self.mode}/{segment}/{i}" for i in range(self.args.keys)]
+        return [f"churn/{self.run_id}/{self.name}/{segment}/{i}" for i in range(self.args.keys)]
 
     def segment(self, i: int) -> int:
         """DAG `i`'s keyspace segment: by its index, or during a stall the stalled writers'
@@ -167,7 +174,7 @@ class Run:
                 try:
                     write_segment(client, self, self.written)
                 except Exception as e:     # e.g. the KVS in a fault: use what exists
-                    log(f"[{self.mode}] writing keyspace segment {self.written} failed "
+                    log(f"[{self.name}] writing keyspace segment {self.written} failed "
                         f"({type(e).__name__}: {e}); DAGs stay on segment {self.written - 1}")
                     return self.written - 1
                 self.written += 1
@@ -186,7 +193,7 @@ class Run:
                         and seg not in self.abandoned:
                     self.abandoned.append(seg)
                     self.offset += (seg + 1) * self.args.segment_dags - (self.issued + self.offset)
-                    log(f"[{self.mode}] segment {seg} abandoned after {self.timeouts[seg]} "
+                    log(f"[{self.name}] segment {seg} abandoned after {self.timeouts[seg]} "
                         f"timed-out calls")
             if record["error"] is None:
                 self.results.append((txid, value, self.now()))
@@ -233,7 +240,7 @@ def writer(client: Any, cid: int, run: Run) -> None:
         keys = run.keys(seg)
         refs = lambda: [Reference(keys[zipf.sample()], concurrent=run.causal) for _ in range(2)]
         args = {READ: refs(), WRITE: refs() + [rng.randrange(1 << 30)]}
-        call_once(client, run, DAG, args, f"{run.mode}/{seg}/{cid}/{n}", run.args.call_timeout,
+        call_once(client, run, DAG, args, f"{run.name}/{seg}/{cid}/{n}", run.args.call_timeout,
                   seg)
         n += 1
 
@@ -302,21 +309,34 @@ def progress(run: Run, futures: Sequence[Any], dags: int) -> None:
             for r in run.records:
                 if r["error"] is not None:
                     errs[r["error"][0]] = errs.get(r["error"][0], 0) + 1
-        log(f"[{run.mode}] {done}/{dags} DAGs {(done - last) / period:6.1f}/s "
+        log(f"[{run.name}] {done}/{dags} DAGs {(done - last) / period:6.1f}/s "
             f"errors {errs or 0} faults {len(run.faults)}/{len(run.args.faults)}")
         last = done
 
 
+def mode_names(modes: Sequence[str]) -> List[str]:
+    """Each run's name: its mode, then "<mode>-2", "<mode>-3"... for a mode run again (a
+    name picks the run's keys and its entry in the summary, so two runs of one mode neither
+    share keys nor hide each other's figures)."""
+    seen: Dict[str, int] = {}
+    names = []
+    for m in modes:
+        seen[m] = seen.get(m, 0) + 1
+        names.append(m if seen[m] == 1 else f"{m}-{seen[m]}")
+    return names
+
+
 def run_mode(cluster: Any, clients: Sequence[Any], admin: Any, anna: Any, mode: str,
-             args: argparse.Namespace, run_id: str) -> Dict[str, Any]:
+             args: argparse.Namespace, run_id: str, name: str = "") -> Dict[str, Any]:
     dags = args.lww_dags if mode == "lww" else args.dags
-    run = Run(mode, args, run_id, dags)
+    run = Run(mode, args, run_id, dags, name)
+    name = run.name
     workers = args.nodes * args.executors
     with ThreadPoolExecutor(max_workers=len(clients) + workers + 2) as pool:
         t0 = time.monotonic()
         write_keyspace(clients, pool, run)
         run.keyspace_s = time.monotonic() - t0
-        log(f"[{mode}] {run.written * args.keys} keys written in {run.keyspace_s:.1f} s; "
+        log(f"[{name}] {run.written * args.keys} keys written in {run.keyspace_s:.1f} s; "
             f"{dags} DAGs from {len(clients)} clients, faults {args.faults}")
         run.start = time.monotonic()
         run.deadline = run.start + args.mode_timeout
@@ -328,7 +348,7 @@ def run_mode(cluster: Any, clients: Sequence[Any], admin: Any, anna: Any, mode: 
             dag_args = {READ: refs(), SLOW_WRITE: refs() + [random.randrange(1 << 30),
                                                             float(args.slow)]}
             return pool.submit(call_once, admin, run, SLOW_DAG, dag_args,
-                               f"{mode}/{seg}/slow/{run.now()}/{j}", args.call_timeout, seg)
+                               f"{name}/{seg}/slow/{run.now()}/{j}", args.call_timeout, seg)
 
         faulter = threading.Thread(target=run_faults,
                                    args=(Faults(cluster, admin, run, slow_dag), args.faults,
@@ -348,12 +368,12 @@ def run_mode(cluster: Any, clients: Sequence[Any], admin: Any, anna: Any, mode: 
         if faulter.is_alive():
             run.faults.append({"fault": "?", "error": "the fault thread did not finish"})
     restored = restore(cluster, admin, args)
-    log(f"[{mode}] writers done in {run.run_s:.1f} s; reading back and checking")
+    log(f"[{name}] writers done in {run.run_s:.1f} s; reading back and checking")
     out = judge(run, anna, SLOW_DAG)
     out["restored"] = restored
     out["cleanup"] = delete_keyspace(clients, run)
     out["verdict"] = verdict(mode, out)
-    log(f"[{mode}] {out['acknowledged']}/{out['dags']} DAGs acknowledged, "
+    log(f"[{name}] {out['acknowledged']}/{out['dags']} DAGs acknowledged, "
         f"{out['throughput_dags_per_s']}/s; writes acknowledged {out['acknowledged_writes']}, "
         f"lost {out['lost_writes']['lost']} {out['lost_writes']['by_fault'] or ''}; "
         f"violations {out['violations']['total']} {out['violations']['by_kind'] or ''}; "
@@ -450,8 +470,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         admin = cluster.client(timeout=args.call_timeout)
         anna = cluster.kvs.client(timeout=5.0)
         setup_functions(admin)
-        for mode in args.modes:
-            out["modes"][mode] = run_mode(cluster, clients, admin, anna, mode, args, run_id)
+        for mode, name in zip(args.modes, mode_names(args.modes)):
+            out["modes"][name] = run_mode(cluster, clients, admin, anna, mode, args, run_id,
+                                          name)
     out["wall_s"] = round(time.monotonic() - t0, 1)
     out["machine"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     out["verdicts"] = {m: r["verdict"] for m, r in out["modes"].items()}

@@ -142,13 +142,13 @@ def run_faults(faults: Faults, names: Sequence[str], log: Callable[[str], None])
                 run.faults.append({"fault": name, "skipped": "the mode's time ran out"})
                 continue
             entry: Dict[str, Any] = {"fault": name, "at_dags": run.completed, "t": run.now()}
-            log(f"[{run.mode}] fault {j + 1}/{len(names)}: {name} at {entry['t']:.1f} s "
+            log(f"[{run.name}] fault {j + 1}/{len(names)}: {name} at {entry['t']:.1f} s "
                 f"({run.completed} DAGs done)")
             try:
                 entry.update(faults.apply(name))
             except Exception as e:
                 entry["error"] = f"{type(e).__name__}: {e}"[:400]
-                log(f"[{run.mode}] fault {name} failed: {entry['error']}")
+                log(f"[{run.name}] fault {name} failed: {entry['error']}")
             entry["end"] = run.now()
             run.faults.append(entry)
     finally:

@@ -66,7 +66,9 @@ class ClientObjects:
 
     def delete(self, key: str) -> None:
         """Delete the object stored under `key` (a missing key is not an error). With the
-        session on, this client's later calls and gets no longer read the deleted value."""
+        session on, this client's later calls and gets no longer read the deleted value of a
+        plain key. Deleting a causal key does not undo its causal history (see
+        `ObjectStore.delete`): write a fresh key rather than delete one and write it again."""
         timestamp = self._objects_now(f"delete {key!r}").delete(key)
         if self._session is not None:
             self._session.note_deleted(key, timestamp)

@@ -216,8 +216,11 @@ class ObjectStore:
 
     def delete(self, key: str) -> int:
         """Delete the object stored under `key` (deleting a missing key is not an error).
-        Node caches holding it drop it when Anna tells them. Returns the tombstone's
-        timestamp."""
+        Node caches holding a plain key drop it when Anna tells them. A causal key's history
+        is not undone: its versions stay in the node caches' causal cuts and in the
+        dependencies of other keys' versions, and a version put afterwards is concurrent with
+        them, so causal calls may read both (use a fresh key instead of deleting and writing
+        one again). Returns the tombstone's timestamp."""
         import anna_core
         check_user_key(key)
         with self._lock:
