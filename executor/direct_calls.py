@@ -74,7 +74,7 @@ from google.protobuf.message import DecodeError
 
 from hydro_proto import cloudburst_pb2 as pb
 from runtime.auth import CLIENT_PREFIX, Credentials, Security, credentials_of, role_of
-from runtime.framing import FrameError, parse, recv_frame
+from runtime.framing import FrameError, more, parse, recv_frame
 from runtime.sockets import bind_pull
 
 from .call_links import ROUTE_GRACE, WorkerCallLinks
@@ -91,7 +91,7 @@ log = logging.getLogger("cloudburst.worker")
 
 CLIENT_KINDS = frozenset({"direct", "direct_batch"})     # what the direct socket takes
 MAX_BATCH = 256                          # calls in one direct_batch message
-_EVENTS, _POLLIN, _RCVTIMEO = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.RCVTIMEO)
+_RCVTIMEO = int(zmq.RCVTIMEO)
 
 
 def schedule_credentials(credentials: Credentials) -> Credentials:
@@ -157,7 +157,7 @@ class DirectCalls:
             # direct call (to be refused) is seen within one receive timeout
             self._sources.stirred(PULL | DIRECT)
             links = self._links is not None and bool(self._links_idle.poll(0))
-            if links or self._direct.get(_EVENTS) & _POLLIN:
+            if links or more(self._direct):
                 self._read_direct(links)
             self.guard.close_run()
             return recv_frame(self._pull, copy=False)
@@ -199,7 +199,7 @@ class DirectCalls:
     def _read_waiting(self) -> None:
         """Handle the frames waiting on the direct socket."""
         # asks the socket rather than catching zmq.Again at the end of every run
-        while self._direct.get(_EVENTS) & _POLLIN:
+        while more(self._direct):
             try:
                 frame = recv_frame(self._direct, zmq.NOBLOCK, copy=False)
             except zmq.Again:

@@ -28,11 +28,11 @@ from typing import Any, Dict
 
 import zmq
 
+from runtime.framing import more
+
 __all__ = ["Sources", "PULL", "DIRECT", "LINKS"]
 
 PULL, DIRECT, LINKS = 1, 2, 4
-_EVENTS = int(zmq.EVENTS)
-_POLLIN = int(zmq.POLLIN)     # (zmq's flags are enums: `&` with one runs Python code)
 
 
 class Sources:
@@ -78,6 +78,6 @@ class Sources:
         """Which of the ZeroMQ `sources` hold a message now."""
         ready = 0
         for source in (PULL, DIRECT):
-            if sources & source and self._sockets[source].get(_EVENTS) & _POLLIN:
+            if sources & source and more(self._sockets[source]):
                 ready |= source
         return ready
