@@ -93,5 +93,9 @@ rm -f "$OUT.tmp"
 nice -n 19 "${BUILDAH[@]}" push --quiet "$TAG" "oci-archive:$OUT.tmp:$TAG" \
   || die "buildah push to an OCI archive failed"
 mv "$OUT.tmp" "$OUT"
+# the images of earlier builds, untagged by this one, are not kept (1.2 GB each with vfs: a
+# day of builds filled the disk); the layers the next build reuses are kept
+nice -n 19 "${BUILDAH[@]}" rmi --prune > /dev/null 2>&1 \
+  || echo "image.sh: could not prune earlier images in $CACHE/buildah (its disk use grows)" >&2
 step "done: $TAG, $(du -h "$OUT" | cut -f1) in $OUT
     import it: ctr -n k8s.io image import --all-platforms $OUT"
