@@ -23,6 +23,8 @@ exposed version of ``d`` that supersedes ``vc`` (Definition 4).
   transitively (so what stays is a cut). Uses a reverse-dependency index: the cost is the
   size of what is evicted (plus its dependency lists), not the size of the cut.
 - ``dependents(key)``: the exposed keys whose exposed version depends *directly* on ``key``.
+- ``reach(key)``: ``key`` and every key its exposed version depends on, transitively through
+  exposed versions (Algorithm 7's walk; ``hydrocache.protocols.retrieve_cut``).
 - ``keyset_version``: increases whenever the exposed key set changes (a key appears or is
   evicted; a newer version of an exposed key does not change it).
 
@@ -92,6 +94,27 @@ class StrictCausalCut:
 
     def dependents(self, key: str) -> Set[str]:
         return set(self._rdeps.get(key, ()))
+
+    def reach(self, key: str) -> Set[str]:
+        """`key` and every key reachable from its exposed version through the dependencies
+        of exposed versions (empty when `key` is not exposed). A dependency key with no
+        exposed version ends its path (in a cut there is none)."""
+        exposed = self._exposed
+        v = exposed.get(key)
+        if v is None:
+            return set()
+        seen = {key}
+        add, get = seen.add, exposed.get
+        stack = [v]
+        pop, push = stack.pop, stack.append
+        while stack:
+            for d in pop().deps:
+                if d not in seen:
+                    add(d)
+                    w = get(d)
+                    if w is not None:
+                        push(w)
+        return seen
 
     def missing(self) -> Dict[str, Dict[str, int]]:
         out: Dict[str, Dict[str, int]] = {}

@@ -50,24 +50,17 @@ __all__ = ["retrieve_cut", "LinearPlan", "plan_linear", "finish_linear", "parall
 
 def retrieve_cut(key: str, dag_keys: Optional[Iterable[str]],
                  cut: StrictCausalCut) -> VersionSet:
-    """Algorithm 7: a keyset-overlapping cut for ``dag_keys`` containing the cut's ``key``."""
-    if cut.get(key) is None:
+    """Algorithm 7: a keyset-overlapping cut for ``dag_keys`` containing the cut's ``key``
+    (``key`` first, then the others in key order)."""
+    reach = cut.reach(key)
+    if not reach:
         return {}
-    keep = None if dag_keys is None else set(dag_keys)
-    out: VersionSet = {}
-    seen = {key}
-    stack = [key]
-    while stack:
-        k = stack.pop()
+    reach.discard(key)
+    out: VersionSet = {key: Entry(dict(cut.get(key).vc))}
+    for k in sorted(reach if dag_keys is None else reach.intersection(dag_keys)):
         v = cut.get(k)
-        if v is None:  # cannot happen in a cut; be defensive
-            continue
-        if keep is None or k in keep or k == key:
+        if v is not None:
             out[k] = Entry(dict(v.vc))
-        for d in v.deps:
-            if d not in seen:
-                seen.add(d)
-                stack.append(d)
     return out
 
 

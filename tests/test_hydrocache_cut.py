@@ -118,3 +118,25 @@ def test_evictions_interleaved_keep_a_cut(seed, order_seed):
         for k in cut.keys():
             for d in cut.get(k).deps:
                 assert k in cut.dependents(d)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 12), st.lists(st.integers(0, 12), max_size=4)),
+                min_size=1, max_size=30), st.integers(0, 12))
+def test_reach_is_every_key_a_version_depends_on_through_exposed_versions(writes, start):
+    """`reach` against the plain transitive walk it replaces (cycles and missing keys too)."""
+    cut = StrictCausalCut()
+    for i, (k, deps) in enumerate(writes):
+        cut.offer(Version.new(f"k{k}", {"e": i + 1},
+                              {f"k{d}": {"e": 1} for d in deps if d != k}, [b"v"]))
+    key = f"k{start}"
+    want = set()
+    if key in cut:
+        want, stack = {key}, [key]
+        while stack:
+            v = cut.get(stack.pop())
+            for d in (v.deps if v is not None else ()):
+                if d not in want:
+                    want.add(d)
+                    stack.append(d)
+    assert cut.reach(key) == want
