@@ -488,6 +488,7 @@ class Client(SchedulerChannel, ClientObjects):
         self._keep_call(rid, call, scheduler, sent_at)
         if self._direct is not None:
             self._direct.flush()         # lease requests and renewals, after the call
+        self._templates.restock()        # the next call's copy, made while this one is out
         return Future(self._link, rid, what, wait, scheduler=scheduler, sent_at=sent_at,
                       objects=objects, stored=stored, fire_and_forget=keep,
                       consistency="causal" if call.consistency == pb.CAUSAL else "lww",
