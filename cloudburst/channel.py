@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from typing import Any, Dict, List, Optional, Tuple
 
 import zmq
@@ -56,7 +57,7 @@ from .errors import (AuthenticationError, AuthenticationRequired, CloudburstErro
                      error_from_status)
 from .futures import SchedulerUnavailable
 
-__all__ = ["SchedulerChannel", "never_started"]
+__all__ = ["SchedulerChannel", "finished_notes", "never_started"]
 
 _ANSWERS = {"reply": pb.Reply, "accepted": pb.Accepted, "result": pb.CallResult,
             "worker_lease": pb.WorkerLease}
@@ -64,6 +65,14 @@ _REGISTRY_CHANGES = frozenset({"register_fn", "register_dag", "delete_dag", "del
 MAX_FINISHED = 4096       # finished calls kept to report with the next call (bounded)
 _PREFER_CURRENT = 0.5     # seconds a send waits for the current scheduler before the others
 log = logging.getLogger("cloudburst.client")    # the client's logger: same records as before
+
+
+def finished_notes() -> "deque[str]":
+    """An empty record of calls whose results were taken, to report with the next call
+    through a scheduler: the newest `MAX_FINISHED`, the oldest dropped in O(1) (a serial
+    caller of direct calls notes one per call and reports them only when a call goes
+    through a scheduler, so the record stays full)."""
+    return deque(maxlen=MAX_FINISHED)
 
 
 def never_started(result: Any) -> bool:
@@ -308,9 +317,7 @@ class SchedulerChannel:
     def _note_finished(self, rids: Any) -> None:
         """Calls whose results were taken, reported with the next call (bounded: the
         worker's own `done` reports them anyway). Called with the mutex held."""
-        self._finished.extend(rids)
-        if len(self._finished) > MAX_FINISHED:
-            del self._finished[:len(self._finished) - MAX_FINISHED]
+        self._finished.extend(rids)          # (`finished_notes`: bounded)
 
     def _keep_call(self, rid: str, call: Any, scheduler: str, sent_at: float) -> None:
         """Keep call `rid`, sent to `scheduler`, until it is over: a stopping scheduler may

@@ -278,3 +278,15 @@ def test_externalize_refuses_only_what_is_over_the_limit_and_stores_only_what_is
         assert len(keys) == len(over) and sorted(map(len, stored_values)) == sorted(over)
     finally:
         bv.BY_REFERENCE_BYTES, bv.transport = real
+
+
+def test_the_record_of_taken_results_keeps_the_newest_and_stays_bounded():
+    """What `collected` notes for the next call through a scheduler: a caller of direct
+    calls notes one per call and may report none for long; the newest MAX_FINISHED stay."""
+    from cloudburst.channel import MAX_FINISHED, finished_notes
+    notes = finished_notes()
+    for i in range(MAX_FINISHED + 10):
+        notes.extend((f"c{i}",))
+    assert list(notes) == [f"c{i}" for i in range(10, MAX_FINISHED + 10)]
+    notes.extend({"d1": 1, "d2": 2})             # (a step's taken answers, by request id)
+    assert list(notes)[-2:] == ["d1", "d2"] and len(notes) == MAX_FINISHED
