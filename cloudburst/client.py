@@ -201,7 +201,8 @@ class Client(SchedulerChannel, ClientObjects):
         self._kept_calls: Dict[str, Any] = {}
         self._refused: List[Any] = []
         self._reading = False
-        self._finished = finished_notes()   # results received, to tell the scheduler with the next call
+        # results received, to tell the scheduler with the next call through it (bounded)
+        self._finished = finished_notes()
         self._prefix = uuid.uuid4().hex[:10]
         self.client_id = f"client-{self._prefix}"   # this client's vector clock entry
         self._seq = 0

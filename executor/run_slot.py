@@ -26,9 +26,10 @@ Contract:
   deadline)` writes the slot and returns None (nothing to send), unless the start
   `continues` the run the slot holds (`executor/liveness.py`: a chain's next function of
   the same call and deadline), which writes nothing, as `RunReports` sends nothing;
-  `end(...)` writes IDLE and returns None. A call id longer than `MAX_CALL_ID` bytes goes by message as
-  `RunReports` does (the returned `WorkerStatus`), its slot marked MESSAGED meanwhile. The
-  worker opens the slot before it restricts itself (Landlock), so the mapping stays usable.
+  `end(...)` writes IDLE and returns None. A call id longer than `MAX_CALL_ID` bytes goes
+  by message as `RunReports` does (the returned `WorkerStatus`), its slot marked MESSAGED
+  meanwhile. The worker opens the slot before it restricts itself (Landlock), so the
+  mapping stays usable.
 - The record is a seqlock: the writer makes the sequence odd, writes, makes it even; a
   reader retries while it is odd or changed under it. One writer per slot (the worker's
   main thread).
