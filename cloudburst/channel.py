@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from typing import Any, Dict, List, Optional, Tuple
 
 import zmq
@@ -56,7 +57,7 @@ from .errors import (AuthenticationError, AuthenticationRequired, CloudburstErro
                      error_from_status)
 from .futures import SchedulerUnavailable
 
-__all__ = ["SchedulerChannel", "never_started"]
+__all__ = ["SchedulerChannel", "finished_notes", "never_started"]
 
 _ANSWERS = {"reply": pb.Reply, "accepted": pb.Accepted, "result": pb.CallResult,
             "worker_lease": pb.WorkerLease}
@@ -64,6 +65,14 @@ _REGISTRY_CHANGES = frozenset({"register_fn", "register_dag", "delete_dag", "del
 MAX_FINISHED = 4096       # finished calls kept to report with the next call (bounded)
 _PREFER_CURRENT = 0.5     # seconds a send waits for the current scheduler before the others
 log = logging.getLogger("cloudburst.client")    # the client's logger: same records as before
+
+
+def finished_notes() -> "deque[str]":
+    """An empty record of calls whose results were taken, to report with the next call
+    through a scheduler: the newest `MAX_FINISHED`, the oldest dropped in O(1) (a serial
+    caller of direct calls notes one per call and reports them only when a call goes
+    through a scheduler, so the record stays full)."""
+    return deque(maxlen=MAX_FINISHED)
 
 
 def never_started(result: Any) -> bool:
@@ -101,9 +110,8 @@ class ClientLink:
     def peek(self, rid: str) -> Any:
         return self._channel._peek(rid)
 
-    def wait_for(self, rid: str, timeout: float) -> Any:
-        slot = self._channel._wait(rid, timeout)
-        return None if slot is None else slot.answer
+    def wait_taken(self, rid: str, timeout: float) -> Optional[Tuple[Any, Optional[str]]]:
+        return self._channel._wait_taken(rid, timeout)
 
     def scheduler_lost(self, scheduler: str, since: float, rid: str) -> Optional[str]:
         return self._channel._scheduler_lost(scheduler, since, rid)
@@ -309,9 +317,7 @@ class SchedulerChannel:
     def _note_finished(self, rids: Any) -> None:
         """Calls whose results were taken, reported with the next call (bounded: the
         worker's own `done` reports them anyway). Called with the mutex held."""
-        self._finished.extend(rids)
-        if len(self._finished) > MAX_FINISHED:
-            del self._finished[:len(self._finished) - MAX_FINISHED]
+        self._finished.extend(rids)          # (`finished_notes`: bounded)
 
     def _keep_call(self, rid: str, call: Any, scheduler: str, sent_at: float) -> None:
         """Keep call `rid`, sent to `scheduler`, until it is over: a stopping scheduler may
@@ -384,9 +390,7 @@ class SchedulerChannel:
                 slot = self._slots.get(rid)
                 if slot is None or slot.answer is None:
                     continue
-                del self._slots[rid]
-                kept = self._kept_calls.pop(rid, None)
-                out[rid] = (slot.answer, kept[2] if kept is not None else None)
+                out[rid] = (slot.answer, self._taken(rid))
             self._note_finished(out)
         self._leases.release_all(out)
         for result, _ in out.values():
@@ -457,6 +461,32 @@ class SchedulerChannel:
 
     def _wait(self, rid: str, timeout: float) -> Optional[_Slot]:
         """Wait for request `rid`'s answer; None when `timeout` passes first."""
+        got = self._await(rid, timeout, False)
+        return None if got is None else got[0]
+
+    def _wait_taken(self, rid: str, timeout: float) -> Optional[Tuple[Any, Optional[str]]]:
+        """Wait for call `rid`'s answer and take it as `_collected` does, in the same hold
+        of the lock that found it (a serial caller's answer, found and taken in one step):
+        (the answer, where the call was last sent if it was kept); None when `timeout`
+        passes first."""
+        got = self._await(rid, timeout, True)
+        if got is None:
+            return None
+        self._leases.release(rid)
+        self._observed(got[0].answer)
+        return got[0].answer, got[1]
+
+    def _taken(self, rid: str) -> Optional[str]:
+        """Call `rid`'s answer is taken: its slot and kept call are forgotten (the lock held;
+        the caller notes it finished). Returns where the call was last sent, if kept."""
+        self._slots.pop(rid, None)      # (gone if another thread forgot it meanwhile)
+        kept = self._kept_calls.pop(rid, None)
+        return kept[2] if kept is not None else None
+
+    def _await(self, rid: str, timeout: float, take: bool
+               ) -> Optional[Tuple[_Slot, Optional[str]]]:
+        """`_wait`'s loop: the answered slot, and with `take` the answer taken (`_taken`,
+        noted finished) and where the call was last sent; None when `timeout` passes."""
         deadline = time.monotonic() + timeout
         if self._direct is not None:      # calls held for company go before their caller waits
             self._direct.flush(force=True)
@@ -467,7 +497,11 @@ class SchedulerChannel:
                 if slot is None:
                     raise CloudburstError(f"request {rid} is unknown (already collected?)")
                 if slot.answer is not None:
-                    return slot
+                    if not take:
+                        return slot, None
+                    moved = self._taken(rid)
+                    self._note_finished((rid,))
+                    return slot, moved
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return None
@@ -489,12 +523,16 @@ class SchedulerChannel:
                     if self._waiting:         # (a lone caller wakes nobody)
                         self._cond.notify_all()
                     answered = slot.answer is not None
+                    moved = None
+                    if answered and take:
+                        moved = self._taken(rid)
+                        self._note_finished((rid,))
             if self._direct is not None:
                 self._direct.flush()
             if self._refused:
                 self._resend_refused()
             if answered:                      # its own answer came with what it read
-                return slot
+                return slot, moved
 
     def _drain(self, timeout: float) -> List[Tuple[str, Any]]:
         """Read what arrives within `timeout` (then everything queued), without the lock."""

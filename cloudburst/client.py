@@ -94,7 +94,7 @@ from .big_values import Courier
 from .call_templates import CallTemplates
 from .functions import RegisteredFunction, check_signature
 from .futures import Future, gather
-from .channel import ClientLink, SchedulerChannel
+from .channel import ClientLink, SchedulerChannel, finished_notes
 from .client_objects import ClientObjects
 from .direct import DirectPath
 from .connections import HOW_TO_AUTHENTICATE, SchedulerConnections
@@ -201,7 +201,8 @@ class Client(SchedulerChannel, ClientObjects):
         self._kept_calls: Dict[str, Any] = {}
         self._refused: List[Any] = []
         self._reading = False
-        self._finished: List[str] = []   # results received, to tell the scheduler with the next call
+        # results received, to tell the scheduler with the next call through it (bounded)
+        self._finished = finished_notes()
         self._prefix = uuid.uuid4().hex[:10]
         self.client_id = f"client-{self._prefix}"   # this client's vector clock entry
         self._seq = 0
@@ -473,7 +474,7 @@ class Client(SchedulerChannel, ClientObjects):
         if scheduler is None:
             if self._finished:
                 with self._cond:
-                    finished, self._finished = self._finished, []
+                    finished, self._finished = self._finished, finished_notes()
                 call.finished.extend(finished)
             # kept before it goes: a refusal answered at once finds it kept and is resent
             self._keep_call(rid, call, self.address, sent_at)
@@ -488,6 +489,7 @@ class Client(SchedulerChannel, ClientObjects):
         self._keep_call(rid, call, scheduler, sent_at)
         if self._direct is not None:
             self._direct.flush()         # lease requests and renewals, after the call
+        self._templates.restock()        # the next call's copy, made while this one is out
         return Future(self._link, rid, what, wait, scheduler=scheduler, sent_at=sent_at,
                       objects=objects, stored=stored, fire_and_forget=keep,
                       consistency="causal" if call.consistency == pb.CAUSAL else "lww",

@@ -61,8 +61,10 @@ class CallOwner(Protocol):
     def peek(self, rid: str) -> Optional[pb.CallResult]:
         """The call's answer if it has arrived (reads what is waiting, never blocks)."""
 
-    def wait_for(self, rid: str, timeout: float) -> Optional[pb.CallResult]:
-        """The call's answer, waiting up to `timeout` s; None if it has not arrived."""
+    def wait_taken(self, rid: str, timeout: float
+                   ) -> Optional[Tuple[pb.CallResult, Optional[str]]]:
+        """The call's answer, waiting up to `timeout` s, taken as `collected` takes it:
+        (the answer, `collected`'s scheduler); None if it has not arrived."""
 
     def scheduler_lost(self, scheduler: str, since: float, rid: str) -> Optional[str]:
         """Why the call's scheduler is gone, or None while it is there."""
@@ -227,28 +229,30 @@ class Future:
             return True
         if self._result is None:
             try:
-                slot = self._await_slot(timeout)
+                taken = self._await_slot(timeout)
             except (KeyboardInterrupt, SystemExit):
                 # the caller stopped waiting (Ctrl-C, exit): nothing keeps running for it
                 if not self.fire_and_forget:
                     self.cancel()
                 raise
-            if slot is None:
+            if taken is None:
                 return self.done() or self._lost is not None
-            self._result = slot
-            self._collected()
+            self._result = taken[0]
+            self._settled(taken[1])
         return True
 
-    def _await_slot(self, timeout: Optional[float]) -> Optional[pb.CallResult]:
-        """The answer; None when `timeout` passed first or the scheduler was lost
-        (`_lost` set) or the result came through `done()`."""
+    def _await_slot(self, timeout: Optional[float]
+                    ) -> Optional[Tuple[pb.CallResult, Optional[str]]]:
+        """The answer, taken (`CallOwner.wait_taken`); None when `timeout` passed first or
+        the scheduler was lost (`_lost` set) or the result came through `done()`."""
         client = self._client
         deadline = time.monotonic() + (self._timeout if timeout is None else max(0.0, timeout))
         while True:
             left = deadline - time.monotonic()
-            slot = client.wait_for(self.request_id, max(0.0, min(left, client.failover_timeout)))
-            if slot is not None:
-                return slot
+            taken = client.wait_taken(self.request_id,
+                                      max(0.0, min(left, client.failover_timeout)))
+            if taken is not None:
+                return taken
             if time.monotonic() >= deadline:
                 return None
             # a stopping scheduler may have refused the call, which went elsewhere

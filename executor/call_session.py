@@ -33,14 +33,23 @@ class CallSession:
     def __init__(self, floors: pb.Session, inherited: Optional[pb.Session] = None) -> None:
         self._floors = floors
         self._index: Optional[Floors] = None
-        self._report = Session()
+        # what the call read and wrote: made at the first thing to note (most functions of a
+        # warm call read nothing through the cache, and one is made for every function run)
+        self._report: Optional[Session] = None
         if inherited is not None:
-            self._report.absorb(inherited)
+            self._noted().absorb(inherited)
+
+    def _noted(self) -> Session:
+        if self._report is None:
+            self._report = Session()
+        return self._report
 
     def request(self, keys: Iterable[str]) -> pb.Session:
         if self._index is None:
             self._index = Floors(self._floors)
         out = self._index.restrict(keys)
+        if self._report is None:                 # nothing read or written so far
+            return out
         own = self._report.to_proto(keys)        # raised by what the call did so far
         if own.keys or own.plain_keys:
             merged = Session.from_proto(out)
@@ -53,14 +62,14 @@ class CallSession:
 
     def note(self, key: str, timestamp: int) -> None:
         if timestamp:
-            self._report.note_plain(key, timestamp)
+            self._noted().note_plain(key, timestamp)
 
     def note_merged(self, key: str) -> None:
-        self._report.note_merged(key)
+        self._noted().note_merged(key)
 
     def report(self) -> Optional[pb.Session]:
         r = self._report
-        if not len(r) and not r.overflow_timestamp and not r.overflow_causal:
+        if r is None or not len(r) and not r.overflow_timestamp and not r.overflow_causal:
             return None                 # nothing read or written: nothing to raise anywhere
         return r.to_proto()
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
+from types import CoroutineType
 from typing import Any, Callable, Dict, Optional, Sequence
 
 from faas.errors import InvalidArguments, InvalidFunction, NoLibrary
@@ -149,7 +150,7 @@ class Entry:
         try:
             result = self.fn(lib, *args, **kwargs) if self.takes_lib else \
                 self.fn(*args, **kwargs)
-            if inspect.iscoroutine(result):
+            if isinstance(result, CoroutineType):     # (`inspect.iscoroutine`, one call less)
                 result = asyncio.run(result)
             return result
         finally:

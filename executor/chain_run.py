@@ -47,9 +47,11 @@ class ChainRuns:
     """A plan's run of a direct call; mixed into the worker (module contract)."""
 
     def _run_chain(self, call: pb.Call, plan: ChainPlan) -> None:
-        call_id, args = call.request_id, call.args
+        # (the call's fields read once, not per function: a field read costs a call)
+        call_id, args, timeout = call.request_id, call.args, call.timeout
+        has_session = call.HasField("session")
         start = time.monotonic()
-        deadline = start + max(0.0, call.timeout)
+        deadline = start + max(0.0, timeout)
         self.pending.ran(call_id, plan.functions, deadline)     # ids are used once
         results: Dict[str, bytes] = {}
         self.busy.start(start)
@@ -61,21 +63,24 @@ class ChainRuns:
                     s = step.schedule
                     fill(s, call)
                     now = time.monotonic()
-                    s.timeout = max(0.0, deadline - now) if step.upstreams else call.timeout
+                    function, upstreams = step.function, step.upstreams
+                    s.timeout = max(0.0, deadline - now) if upstreams else timeout
                     # its own arguments are read from the call, not copied into `s`
-                    own = args[step.function] if step.function in args else None
-                    values = [] if own is None else list(own.args)
-                    if step.upstreams:
-                        values += [results[u] for u in step.upstreams]
-                    ready = Ready(call_id, step.function, s, values, deadline,
-                                  kwargs={} if own is None else own.kwargs)
+                    if function in args:
+                        own = args[function]
+                        values, kwargs = list(own.args), own.kwargs
+                    else:
+                        values, kwargs = [], {}
+                    if upstreams:
+                        values += [results[u] for u in upstreams]
+                    ready = Ready(call_id, function, s, values, deadline, [], {}, kwargs)
                     if now > deadline:         # `_execute` words the late step's TIMEOUT
                         self.busy.stop(now)
                         fill_session(s, call)
                         ready.late = ["(the schedule)", *step.upstreams]
                         self._execute(ready, step.what)
                         return
-                    ran = self._chain_step(step, ready, call)
+                    ran = self._chain_step(step, ready, call, has_session)
                     if ran is None:            # it failed, and its caller was told
                         return
                     value, fields, report = ran
@@ -97,16 +102,17 @@ class ChainRuns:
             if end is not None:
                 self._tell_node(end)
 
-    def _chain_step(self, step: Step, ready: Ready, call: pb.Call
+    def _chain_step(self, step: Step, ready: Ready, call: pb.Call, has_session: bool
                     ) -> Optional[Tuple[bytes, Dict[str, Any], Optional[pb.Session]]]:
         """Run one function of the plan: its serialized result, CallResult fields and session
         report; None when it failed (reported, as `_execute` reports a failure). When its
-        time is up (the node is told) goes to `_chain_until`, for the run's end."""
+        time is up (the node is told) goes to `_chain_until`, for the run's end.
+        `has_session`: whether `call` carries the caller's session."""
         s, what = ready.schedule, step.what
         self._printed = ""
         session = self.cache.session = CallSession(
             call.session, self._sessions.take(ready.call_id, step.function)) \
-            if call.HasField("session") else None
+            if has_session else None
         try:
             try:
                 fn = self._function(step.function, s.version, ready.deadline)

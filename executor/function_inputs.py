@@ -79,7 +79,9 @@ class FunctionInputs:
         (bytes) as `(args, kwargs)`, with top-level `Reference`s resolved (module contract)."""
         ready.args = resolve(self.cache, ready.args, what)
         values, kwvalues = prepare(ready, what)
-        refs = [v for v in values + list(kwvalues.values()) if isinstance(v, Reference)]
+        refs = [v for v in values if isinstance(v, Reference)]
+        if kwvalues:
+            refs += [v for v in kwvalues.values() if isinstance(v, Reference)]
         if not refs:
             return values, kwvalues
         keys = sorted({r.key for r in refs})

@@ -72,7 +72,7 @@ from runtime.sockets import PushCache
 from .busy import BusyClock
 
 __all__ = ["Heartbeat", "heartbeat_loop", "die_with_parent", "RunningCalls", "RunReports",
-           "next_beat", "Doorbell", "LONG_RUN", "LOOK_EVERY"]
+           "continues", "next_beat", "Doorbell", "LONG_RUN", "LOOK_EVERY"]
 
 log = logging.getLogger("cloudburst.worker")
 _PR_SET_PDEATHSIG = 1
@@ -189,6 +189,13 @@ END_REPORT_MARGIN = 10.0
 SAME_DEADLINE = 0.05
 
 
+def continues(told: Optional[Tuple[str, float, int]], call_id: str, deadline: float) -> bool:
+    """Whether a function of `call_id` starting with `deadline` continues the run the node
+    holds (`told`: its call, deadline and run; None: none), so nothing need be told: a
+    chain's next function on this worker, whose deadline is the call's (`SAME_DEADLINE`)."""
+    return told is not None and told[0] == call_id and 0.0 <= deadline - told[1] <= SAME_DEADLINE
+
+
 class RunReports:
     """See the module contract (the worker's side; the heartbeat thread reads `ended_run`)."""
 
@@ -198,8 +205,7 @@ class RunReports:
         self._told: Optional[Tuple[str, float, int]] = None   # the node's record: call, deadline, run
 
     def start(self, call_id: str, deadline: float) -> Optional[pb.WorkerStatus]:
-        told = self._told
-        if told is not None and told[0] == call_id and 0.0 <= deadline - told[1] <= SAME_DEADLINE:
+        if continues(self._told, call_id, deadline):
             return None
         self.runs += 1
         self._told = (call_id, deadline, self.runs)

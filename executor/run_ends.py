@@ -72,8 +72,12 @@ class RunEnds:
                                   value_key=downstream)
         if s.sink:
             if s.response_address:    # none: an actor's re-creation (scheduler/actor_calls.py)
-                self._answer(s.response_address, pb.CallResult(
-                    request_id=s.call_id, status=pb.OK, logs=logs, session=report, **fields))
+                result = pb.CallResult(request_id=s.call_id, status=pb.OK, **fields)
+                if logs:              # (set only when there is some: an empty field given
+                    result.logs = logs        # to the constructor costs as much as a set one)
+                if report is not None:
+                    result.session.CopyFrom(report)
+                self._answer(s.response_address, result)
             # for Future arguments (a fetch of it is handled after this, on this thread)
             self._keep_outcome(s.call_id, Outcome(pb.OK, value))
             # the whole call ran here: the caller's next call will come here (policy.py)

@@ -23,10 +23,13 @@ Contract:
   call and deadline; IDLE ends the run it names; MESSAGED (a call id too long for the slot,
   told by message instead) leaves the record to the messages.
 - `SlotReports(path)` (worker side) has `RunReports`'s interface: `start(call_id,
-  deadline)` writes the slot and returns None (nothing to send), `end(...)` writes IDLE
-  and returns None. A call id longer than `MAX_CALL_ID` bytes goes by message as
-  `RunReports` does (the returned `WorkerStatus`), its slot marked MESSAGED meanwhile. The
-  worker opens the slot before it restricts itself (Landlock), so the mapping stays usable.
+  deadline)` writes the slot and returns None (nothing to send), unless the start
+  `continues` the run the slot holds (`executor/liveness.py`: a chain's next function of
+  the same call and deadline), which writes nothing, as `RunReports` sends nothing;
+  `end(...)` writes IDLE and returns None. A call id longer than `MAX_CALL_ID` bytes goes
+  by message as `RunReports` does (the returned `WorkerStatus`), its slot marked MESSAGED
+  meanwhile. The worker opens the slot before it restricts itself (Landlock), so the
+  mapping stays usable.
 - The record is a seqlock: the writer makes the sequence odd, writes, makes it even; a
   reader retries while it is odd or changed under it. One writer per slot (the worker's
   main thread).
@@ -44,9 +47,11 @@ import shutil
 import struct
 import tempfile
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 from hydro_proto import cloudburst_pb2 as pb
+
+from .liveness import continues
 
 __all__ = ["RunSlots", "SlotReports", "SlotState", "sync", "SLOT_BYTES", "MAX_CALL_ID",
            "IDLE", "RUNNING", "MESSAGED"]
@@ -147,6 +152,7 @@ class SlotReports:
         self.runs = 0
         self.ended_run = 0            # the heartbeat thread tells no ends: the slot does
         self._messaged: Optional[str] = None
+        self._told: Optional[Tuple[str, float, int]] = None   # the run held: call, deadline, run
         self._write(IDLE, b"", 0.0)
 
     def _write(self, state: int, call_id: bytes, deadline: float) -> None:
@@ -159,7 +165,10 @@ class SlotReports:
         struct.pack_into("<Q", buf, 0, self._seq)
 
     def start(self, call_id: str, deadline: float) -> Optional[pb.WorkerStatus]:
+        if continues(self._told, call_id, deadline):
+            return None
         self.runs += 1
+        self._told = (call_id, deadline, self.runs)
         raw = call_id.encode()
         if len(raw) > MAX_CALL_ID:                    # too long for the slot: a message
             self._messaged = call_id
@@ -171,6 +180,7 @@ class SlotReports:
 
     def end(self, call_id: str, deadline: float, now: float,
             follows: bool) -> Optional[pb.WorkerStatus]:
+        self._told = None
         self._write(IDLE, b"", 0.0)
         if self._messaged is not None and self._messaged == call_id:
             self._messaged = None

@@ -44,6 +44,7 @@ from __future__ import annotations
 import importlib
 import io
 import pickle
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable, List, Optional
 
@@ -170,6 +171,24 @@ class _PlainDataUnpickler(pickle.Unpickler):
         return getattr(importlib.import_module(module), name)
 
 
+# The opcodes through which a pickle reaches more than plain data: naming a global (GLOBAL,
+# STACK_GLOBAL, INST, OBJ, and the copyreg extensions EXT1/2/4), calling or setting the
+# state of what is on the stack (REDUCE, BUILD, NEWOBJ, NEWOBJ_EX), persistent ids and
+# out-of-band buffers. Bytes holding none of these byte values anywhere (as opcode or as
+# data) cannot ask `find_class` for anything, so the stock unpickler reads them exactly as
+# `_PlainDataUnpickler` would (its one difference is `find_class`), at a tenth of the cost
+# of making one: a call's small result (an int, a short string) is read this way.
+_REACHING = re.compile(b"[" + re.escape(b"".join((
+    pickle.GLOBAL, pickle.STACK_GLOBAL, pickle.INST, pickle.OBJ, pickle.EXT1, pickle.EXT2,
+    pickle.EXT4, pickle.REDUCE, pickle.BUILD, pickle.NEWOBJ, pickle.NEWOBJ_EX, pickle.PERSID,
+    pickle.BINPERSID, pickle.NEXT_BUFFER, pickle.READONLY_BUFFER))) + b"]")
+
+
+def _subject(what: Optional[str], key: Optional[str]) -> str:
+    """What a failed read names: `what`, else the value under `key`, else "a value"."""
+    return what or (f"the value under key {key!r}" if key is not None else "a value")
+
+
 def loads(data: bytes, objects: bool = False, *, key: Optional[str] = None,
           what: Optional[str] = None, opt_in: str = "objects=True") -> Any:
     """Inverse of `dumps`. Plain data only unless `objects=True` (see the module contract).
@@ -181,30 +200,32 @@ def loads(data: bytes, objects: bool = False, *, key: Optional[str] = None,
     `objects=True` only for a pickle that does not parse (a trusted writer's classes may
     raise their own errors).
     """
-    subject = what or (f"the value under key {key!r}" if key is not None else "a value")
     if objects:
         try:
             return pickle.loads(data)
         except (pickle.UnpicklingError, EOFError) as e:
-            raise MalformedValue(f"{subject} does not decode: {type(e).__name__}: {e}",
-                                 key=key) from None
+            raise MalformedValue(f"{_subject(what, key)} does not decode: "
+                                 f"{type(e).__name__}: {e}", key=key) from None
     try:
+        if _REACHING.search(data) is None:      # plain data for certain (see _REACHING)
+            return pickle.loads(data)
         return _PlainDataUnpickler(io.BytesIO(data)).load()
     except _Malformed as e:
-        raise MalformedValue(f"{subject} does not decode: {e}", key=key) from None
+        raise MalformedValue(f"{_subject(what, key)} does not decode: {e}", key=key) from None
     except _Refused as refused:
         by_value = " (which rebuilds a class or function pickled by value, e.g. one defined " \
                    "in a script)" if refused.global_name.startswith("cloudpickle.") else ""
         raise UnsafeValue(
-            f"{subject} is not plain data: it names the Python global "
+            f"{_subject(what, key)} is not plain data: it names the Python global "
             f"{refused.global_name!r}{by_value}. Values are read as plain data unless you ask "
             f"for Python objects, since unpickling an object runs code its writer chose; if "
             f"you trust whoever wrote it, read it with {opt_in}.",
             key=key, global_name=refused.global_name) from None
     except RecursionError:
-        raise MalformedValue(f"{subject} does not decode: it nests too deeply", key=key) from None
+        raise MalformedValue(f"{_subject(what, key)} does not decode: it nests too deeply",
+                             key=key) from None
     except Exception as e:        # any other way the bytes fail to parse as a plain pickle
-        raise MalformedValue(f"{subject} does not decode: {type(e).__name__}: {e}",
+        raise MalformedValue(f"{_subject(what, key)} does not decode: {type(e).__name__}: {e}",
                              key=key) from None
 
 

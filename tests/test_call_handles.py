@@ -37,8 +37,9 @@ class _Owner:
     def peek(self, rid: str) -> Optional[pb.CallResult]:
         return self.answers.get(rid)
 
-    def wait_for(self, rid: str, timeout: float) -> Optional[pb.CallResult]:
-        return self.answers.get(rid)
+    def wait_taken(self, rid: str, timeout: float):
+        answer = self.answers.get(rid)
+        return None if answer is None else (answer, self.collected(rid, answer))
 
     def sent_to(self, rid: str):
         return None
@@ -170,8 +171,8 @@ def test_gather_takes_what_arrived_while_it_waited_for_an_earlier_one_in_one_ste
         for i in range(n):             # every answer comes in with c0's
             owner.answers[f"c{i}"] = pb.CallResult(request_id=f"c{i}", status=pb.OK,
                                                    value=done.value)
-        return owner.answers[rid]
-    owner.wait_for = arrives_while_c0_is_waited_for
+        return owner.answers[rid], owner.collected(rid, owner.answers[rid])
+    owner.wait_taken = arrives_while_c0_is_waited_for
     assert gather(futures) == [None] * n
     # one look at all before waiting (nothing yet), c0's own wait, then c1 on in one step
     # per TAKE_AHEAD: not one wait each
@@ -277,3 +278,15 @@ def test_externalize_refuses_only_what_is_over_the_limit_and_stores_only_what_is
         assert len(keys) == len(over) and sorted(map(len, stored_values)) == sorted(over)
     finally:
         bv.BY_REFERENCE_BYTES, bv.transport = real
+
+
+def test_the_record_of_taken_results_keeps_the_newest_and_stays_bounded():
+    """What `collected` notes for the next call through a scheduler: a caller of direct
+    calls notes one per call and may report none for long; the newest MAX_FINISHED stay."""
+    from cloudburst.channel import MAX_FINISHED, finished_notes
+    notes = finished_notes()
+    for i in range(MAX_FINISHED + 10):
+        notes.extend((f"c{i}",))
+    assert list(notes) == [f"c{i}" for i in range(10, MAX_FINISHED + 10)]
+    notes.extend({"d1": 1, "d2": 2})             # (a step's taken answers, by request id)
+    assert list(notes)[-2:] == ["d1", "d2"] and len(notes) == MAX_FINISHED

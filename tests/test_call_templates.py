@@ -58,9 +58,50 @@ def test_several_threads_preparing_at_once_get_correct_calls():
     templates = CallTemplates(4)
 
     def caller(t):
+        mine = []
         for i in range(300):
             shape = (f"fn{(i + t) % 7}", bool(i % 2), pb.LWW, pb.HB, 0.0)
-            assert templates.new(*shape) == by_fields(*shape)
+            call = templates.new(*shape)
+            assert call == by_fields(*shape)
+            call.request_id = f"{t}-{i}"       # a call handed to two callers would show it
+            mine.append(call)
+            if i % 3:
+                templates.restock()
+        assert [c.request_id for c in mine] == [f"{t}-{i}" for i in range(300)]
 
     run_in_threads(caller, 4, 30.0, "a caller preparing calls")
     assert len(templates) <= 4
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(shapes, st.booleans()), min_size=1, max_size=30), st.integers(1, 4))
+def test_a_restocked_call_is_a_fresh_call_of_its_shape_handed_out_once(sequence, limit):
+    """`restock` after a call (as a client does once its call is out): the next call of the
+    shape is made ahead, equal to one built field by field, never handed to two callers,
+    and no more are kept than templates."""
+    templates = CallTemplates(limit)
+    handed = []                              # (kept alive: no object is made anew)
+    for shape, restock in sequence:
+        call = templates.new(*shape)
+        assert call == by_fields(*shape) and not any(c is call for c in handed)
+        handed.append(call)
+        call.request_id = "used"            # the caller's changes stay its own
+        call.args["f"].args.add(value=b"x")
+        if restock:
+            templates.restock()
+        assert len(templates._ready) <= len(templates) <= limit
+        assert set(templates._ready) <= set(templates._templates)
+    for shape, _ in sequence[:3]:
+        templates.restock()
+        call = templates.new(*shape)
+        assert call == by_fields(*shape) and not any(c is call for c in handed)
+        handed.append(call)
+
+
+def test_a_restocked_call_goes_with_its_template_when_the_cache_is_full():
+    templates = CallTemplates(1)
+    templates.new("a", True, pb.LWW, pb.HB, 0.0)
+    templates.restock()
+    assert ("a", True, pb.LWW, pb.HB, 0.0) in templates._ready
+    templates.new("b", True, pb.LWW, pb.HB, 0.0)     # "a" is dropped, its ready call too
+    assert list(templates._ready) == [] and len(templates) == 1

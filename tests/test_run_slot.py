@@ -7,7 +7,7 @@ import time
 
 from hypothesis import given, settings, strategies as st
 
-from executor.liveness import RunningCalls
+from executor.liveness import SAME_DEADLINE, RunningCalls
 from executor.run_slot import (IDLE, MAX_CALL_ID, MESSAGED, RUNNING, RunSlots, SlotReports,
                                sync)
 
@@ -106,9 +106,11 @@ def test_a_reader_never_sees_a_torn_record_while_another_process_writes():
         slots.close()
 
 
-@settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.booleans(), st.text(min_size=1, max_size=40),
-                          st.floats(0, 1e6, allow_nan=False)), max_size=30))
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.sampled_from(["a", "b", "c" * 400]),
+                          st.sampled_from([1.0, 1.02, 1.05, 1.2, 0.99, 50.0])), max_size=30)
+       | st.lists(st.tuples(st.booleans(), st.text(min_size=1, max_size=40),
+                            st.floats(0, 1e6, allow_nan=False)), max_size=30))
 def test_the_slot_always_holds_the_last_start_or_end(ops):
     slots = RunSlots()
     try:
@@ -119,12 +121,51 @@ def test_the_slot_always_holds_the_last_start_or_end(ops):
             else:
                 reports.end(call_id, deadline, 0.0, follows=False)
         state = slots.read("w")
+        # the runs: a start continues the run held (same call, deadline at most
+        # SAME_DEADLINE later: a chain's next function) or begins a new one; an end ends it
+        held, runs = None, 0
+        for starting, call_id, deadline in ops:
+            if not starting:
+                held = None
+            elif not (held is not None and held[0] == call_id
+                      and 0.0 <= deadline - held[1] <= SAME_DEADLINE):
+                runs += 1
+                held = (call_id, deadline)
         last = ops[-1] if ops else None
         if last is None or not last[0]:
             assert state.state == IDLE
-        elif len(last[1].encode()) <= MAX_CALL_ID:
-            assert (state.state, state.call_id, state.deadline) == (RUNNING, last[1], last[2])
-        assert state.run == sum(1 for op in ops if op[0])
+        elif len(held[0].encode()) <= MAX_CALL_ID:
+            assert (state.state, state.call_id, state.deadline) == (RUNNING, *held)
+        assert state.run == runs
+        reports.close()
+    finally:
+        slots.close()
+
+
+def test_a_chains_next_function_continues_the_run_the_slot_holds_without_a_write():
+    """A DAG run whole on one worker starts each function with the call's deadline: the
+    slot already says the call runs until then, so the next function writes nothing (as
+    `RunReports` sends nothing); another deadline, another call or an end writes again."""
+    slots = RunSlots()
+    try:
+        reports = SlotReports(slots.create("w"))
+        reports.start("call-1", 12.0)
+        written = reports._seq
+        assert reports.start("call-1", 12.0 + SAME_DEADLINE / 2) is None
+        assert reports._seq == written                       # nothing written
+        state = slots.read("w")
+        assert (state.state, state.call_id, state.deadline, state.run) == \
+            (RUNNING, "call-1", 12.0, 1)
+        reports.start("call-1", 30.0)                        # its own, later limit: told
+        assert (slots.read("w").deadline, slots.read("w").run) == (30.0, 2)
+        reports.start("call-2", 30.0)                        # another call: told
+        assert (slots.read("w").call_id, slots.read("w").run) == ("call-2", 3)
+        reports.end("call-2", 30.0, 1.0, follows=False)
+        reports.start("call-2", 30.0)                        # after an end: a new run
+        assert (slots.read("w").state, slots.read("w").run) == (RUNNING, 4)
+        long_id = "x" * (MAX_CALL_ID + 1)                    # told by message, once
+        assert reports.start(long_id, 40.0) is not None
+        assert reports.start(long_id, 40.0) is None
         reports.close()
     finally:
         slots.close()

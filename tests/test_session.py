@@ -260,6 +260,23 @@ def test_a_call_session_raises_its_floors_and_reports_what_it_did():
     assert plain(cs.report()) == {"up": 7, "b": 12, "a": 11}
 
 
+def test_a_call_session_with_nothing_inherited_reports_only_what_it_did():
+    floors = Session()
+    floors.note_plain("a", 10)
+    floors.overflow_timestamp = 3
+    cs = CallSession(floors.to_proto())
+    assert cs.report() is None                   # read and wrote nothing: no report
+    asked = cs.request(["a", "b"])               # the caller's floors, and its overflow
+    assert {k: f.timestamp for k, f in index(asked).items()} == {"a": 10}
+    assert asked.overflow_timestamp == 3
+    cs.note("b", 0)                              # (no timestamp: nothing to note)
+    assert cs.report() is None
+    cs.note_merged("m")
+    cs.note("a", 11)
+    assert {k: f.timestamp for k, f in index(cs.request(["a"])).items()} == {"a": 11}
+    assert set(index(cs.report())) == {"a", "m"}
+
+
 def test_upstream_sessions_are_bounded_and_dropped():
     u = UpstreamSessions(max_calls=2)
     r = Session()

@@ -69,6 +69,56 @@ def test_plain_scalars_serialize_as_cloudpickle_does(value):
     assert loads(dumps(value)) == value
 
 
+# a plain read skips making the restricted unpickler when the bytes hold no opcode that can
+# name a global, call, load a persistent id or a buffer (faas.values._REACHING)
+def test_the_opcodes_a_plain_read_must_look_at_are_every_one_that_reaches_beyond_data():
+    import pickletools
+    from faas.values import _REACHING
+    looked_at = {op.name for op in pickletools.opcodes
+                 if _REACHING.search(op.code.encode("latin-1"))}
+    assert looked_at == {"GLOBAL", "STACK_GLOBAL", "INST", "OBJ", "EXT1", "EXT2", "EXT4",
+                         "REDUCE", "BUILD", "NEWOBJ", "NEWOBJ_EX", "PERSID", "BINPERSID",
+                         "NEXT_BUFFER", "READONLY_BUFFER"}
+
+
+def _restricted(data):
+    """The plain reader without its shortcut: the restricted unpickler, always."""
+    import io
+    from faas.values import _PlainDataUnpickler
+    return _PlainDataUnpickler(io.BytesIO(data)).load()
+
+
+_NESTED = st.recursive(_SCALAR | st.complex_numbers(allow_nan=False),
+                       lambda inner: st.lists(inner, max_size=4)
+                       | st.lists(inner, max_size=4).map(tuple)
+                       | st.dictionaries(st.text(max_size=5), inner, max_size=4)
+                       | st.frozensets(st.integers(), max_size=4), max_leaves=12)
+
+
+@given(_NESTED, st.integers(0, pickle.HIGHEST_PROTOCOL), st.integers(0, 64), st.integers(0, 255))
+def test_a_plain_read_with_or_without_its_shortcut_is_the_same(value, protocol, at, byte):
+    """Plain data of every protocol, whole, cut short or with one byte changed: `loads`
+    returns what the restricted unpickler returns, or raises UnsafeValue where it fails."""
+    data = pickle.dumps(value, protocol=protocol)
+    for bad in (data, data[:at], data[:at] + bytes([byte]) + data[at + 1:]):
+        try:
+            expected = _restricted(bad)
+        except Exception:
+            with pytest.raises(UnsafeValue):
+                loads(bad)
+            continue
+        assert pickle.dumps(loads(bad)) == pickle.dumps(expected)
+
+
+def test_bytes_that_merely_hold_an_opcode_value_as_data_still_read():
+    """'c', 'b', 'R'... inside a string are data, not opcodes: the full reader reads them."""
+    value = {"circus": b"Rbo\x93", "list": ["object", "index"]}
+    data = dumps(value)
+    from faas.values import _REACHING
+    assert _REACHING.search(data) is not None
+    assert loads(data) == value
+
+
 def test_lattices_are_plain_data():
     got = loads(dumps({"tags": anna_core.SetLattice([b"a", b"b"]), "n": anna_core.MaxLattice(3)}))
     assert got["tags"].reveal() == {b"a", b"b"} and got["n"].reveal() == 3
