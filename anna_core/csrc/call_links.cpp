@@ -44,8 +44,9 @@ void farewell(std::string_view body, std::int64_t* taken, std::string* why) {
 }  // namespace
 
 CallLinkServer::CallLinkServer(const std::string& ip, std::size_t max_frame,
-                               std::size_t max_links, std::string where, const CurveKeys& keys)
-    : links_(ip, max_frame, max_links, std::move(where), keys, "call link"),
+                               std::size_t max_links, std::string where, const CurveKeys& keys,
+                               bool unix_links)
+    : links_(ip, max_frame, max_links, std::move(where), keys, "call link", unix_links),
       epoll_fd_(make_epoll()) {
   links_.farewell(std::string(kCallLinkFarewell));
   sync();

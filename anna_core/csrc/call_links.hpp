@@ -3,7 +3,8 @@
 // call and its result cross no ZeroMQ I/O thread on either side.
 //
 // Contract:
-//   * CallLinkServer(ip, max_frame, max_links, where, keys) is a worker's side: a WorkerLinks
+//   * CallLinkServer(ip, max_frame, max_links, where, keys, unix_links) is a worker's side
+//     (unix_links: a Unix-domain socket next to the TCP port, link.hpp): a WorkerLinks
 //     (worker_links.hpp: its listener, bounds, handshake deadline, admission by the node's
 //     ZAP decision with the keys the worker's direct socket admits) behind one epoll
 //     descriptor, fd(), readable whenever a link has something to accept, read or write, so
@@ -74,7 +75,7 @@ class CallLinkServer {
  public:
   using Frame = std::tuple<std::uint64_t, std::string, std::string>;
   CallLinkServer(const std::string& ip, std::size_t max_frame, std::size_t max_links,
-                 std::string where, const CurveKeys& keys);
+                 std::string where, const CurveKeys& keys, bool unix_links = true);
   ~CallLinkServer();
   CallLinkServer(const CallLinkServer&) = delete;
   CallLinkServer& operator=(const CallLinkServer&) = delete;

@@ -361,14 +361,14 @@ void ClientTransport::read_link(const std::string& address) {
 }
 
 void ClientTransport::learn_link(const std::string& payload) {
-  std::string link, responder, endpoint, server_key, link_host, responder_host;
+  std::string link, responder, endpoint, server_key, link_host, responder_host, unix_path;
   int port = 0;
   if (!find_field(payload.data(), payload.size(), kLinkAddressField, &link)) return;
   if (!find_field(payload.data(), payload.size(), kResponderField, &responder)) return;
   // Only a tcp worker address (with its server key exactly when this transport has keys),
   // and a link on that worker's own host.
   if (!split_keyed_address(responder, &endpoint, &server_key) ||
-      server_key.empty() != !secured_ || !split_tcp_address(link, &link_host, &port) ||
+      server_key.empty() != !secured_ || !split_link_address(link, &link_host, &port, &unix_path) ||
       !split_tcp_address(endpoint, &responder_host, &port) || link_host != responder_host)
     return;
   if (links_.count(responder) != 0 || backed_off(link)) return;

@@ -28,7 +28,8 @@
 //     other ids (stale) and payloads that are not protobuf are dropped and counted
 //     (stale(), malformed()). An id answered twice is kept once.
 //   * Client links (link.hpp): an answer received over ZeroMQ that carries
-//     KeyResponse.link_address (a tcp address on the responder's own host) records it for its
+//     KeyResponse.link_address (a tcp address on the responder's own host, with its
+//     Unix-domain path when it has one: link.hpp) records it for its
 //     responder (at most kMaxAdvertised remembered). A later send of a request (empty kind)
 //     to that worker starts a link to it (at most kMaxLinks open) and goes over ZeroMQ
 //     itself: a link is set up without blocking, while collect() waits, and carries requests
