@@ -1,4 +1,5 @@
-"""Call links at the client: direct calls sent to a leased worker over a TCP link, and
+"""Call links at the client: direct calls sent to a leased worker over a link (TCP, or a
+Unix-domain socket when the worker is on the same host: `anna_core/csrc/link.hpp`), and
 their results read from it, instead of the ZeroMQ direct socket and answer socket.
 
 A call over ZeroMQ crosses an I/O thread at each end of each hop; a link is written by the
