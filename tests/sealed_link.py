@@ -105,8 +105,8 @@ def connect(link_address, timeout=5.0, unix=False):
 
 
 class LinkPeer:
-    def __init__(self, link_address, server_key, public, secret):
-        self.sock = connect(link_address)
+    def __init__(self, link_address, server_key, public, secret, unix=False):
+        self.sock = connect(link_address, unix=unix)
         self.server_key, self.public, self.secret = server_key, public, secret
         self.session = None
         self.sent = self.received = 0

@@ -22,7 +22,7 @@
 //     [opened link]) after waiting up to `timeout` (0: not at all) for a link or the watched
 //     descriptor (taken: how many of the client's frames the worker served from a link it
 //     closed for a fault, else -1), finish(link) (half-close: no more sends, still read),
-//     close(link), .open_links.
+//     close(link), .open_links, .unix_links (of them, over a Unix-domain socket).
 //   Every call that touches a socket releases the GIL; calls from several threads are
 //   serialised by a lock per object, except that wait() waits without it (another thread
 //   may send meanwhile). Timeouts are in seconds.
@@ -200,6 +200,10 @@ class PyCallLinkClient {
     std::lock_guard<std::mutex> lock(mu_);
     return c_->open_links();
   }
+  std::size_t unix_links() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return c_->unix_links();
+  }
   int fileno() const { return c_->fd(); }
   bool secured() const { return c_->secured(); }
 
@@ -232,6 +236,7 @@ void bind_call_links(py::module_& m) {
       .def("fileno", &PyCallLinkClient::fileno)
       .def_property_readonly("secured", &PyCallLinkClient::secured)
       .def_property_readonly("open_links", &PyCallLinkClient::open_links)
+      .def_property_readonly("unix_links", &PyCallLinkClient::unix_links)
       .def("begin", &PyCallLinkClient::begin, py::arg("address"), py::arg("server_key"),
            py::arg("timeout"))
       .def("ready", &PyCallLinkClient::ready, py::arg("link"))

@@ -144,6 +144,7 @@ std::uint64_t CallLinkClient::begin(const std::string& address, const std::strin
   }
   link->fd = open_link(address, why);
   if (link->fd < 0) return 0;
+  link->unix_domain = link_is_unix(link->fd);
   link->deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   std::uint64_t id = next_id_++;
   if (!watch(id, *link, EPOLL_CTL_ADD, EPOLLOUT)) {  // writable once connected
@@ -262,6 +263,12 @@ bool CallLinkClient::send(std::uint64_t id, std::string_view payload, int timeou
   if (write_all(link.fd, link.out, timeout_ms)) return true;
   finish(id);  // a partial frame is never served: the worker closes the link at its end
   return false;
+}
+
+std::size_t CallLinkClient::unix_links() const {
+  std::size_t n = 0;
+  for (const auto& [id, link] : links_) n += link->unix_domain ? 1 : 0;
+  return n;
 }
 
 void CallLinkClient::finish(std::uint64_t id) {

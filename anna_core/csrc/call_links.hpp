@@ -126,6 +126,7 @@ class CallLinkClient {
   void finish(std::uint64_t link);
   void close(std::uint64_t link);
   std::size_t open_links() const { return links_.size(); }
+  std::size_t unix_links() const;  // of them, over a Unix-domain socket (link.hpp)
 
  private:
   // How far a link's opening got: connecting, then (secured) waiting for WELCOME and READY
@@ -138,6 +139,7 @@ class CallLinkClient {
     std::unique_ptr<LinkCipher> cipher;
     std::string out;
     bool finished = false;  // half-closed: read until the worker closes it
+    bool unix_domain = false;  // over the worker's Unix-domain socket (same host)
     Stage stage = Stage::kConnecting;
     std::chrono::steady_clock::time_point deadline;  // of the opening
     RawKey server{};                                  // the key the worker must prove

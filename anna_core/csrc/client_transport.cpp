@@ -201,10 +201,17 @@ void ClientTransport::start_link(const std::string& address) {
     log_info("client: no link to " + address + " (" + why + "); using ZeroMQ");
     return;
   }
+  link->unix_domain = link_is_unix(link->fd);
   link->deadline = Clock::now() + std::chrono::milliseconds(kLinkConnectMs);
   links_.emplace(address, std::move(link));
   link_targets_[address] = target;
   ++setting_up_;
+}
+
+std::size_t ClientTransport::links_unix() const {
+  std::size_t n = 0;
+  for (const auto& [address, link] : links_) n += link->unix_domain ? 1 : 0;
+  return n;
 }
 
 void ClientTransport::fail_setup(const std::string& address, const std::string& why) {

@@ -117,6 +117,7 @@ class ClientTransport {
   std::uint64_t push_refused() const { return push_ ? push_->refused() : 0; }
   std::size_t max_answer_bytes() const { return max_answer_bytes_; }
   std::size_t links_open() const { return links_.size(); }  // ready or being set up
+  std::size_t links_unix() const;  // of them, over a Unix-domain socket (link.hpp)
   std::uint64_t link_requests() const { return link_requests_; }
   std::uint64_t link_answers() const { return link_answers_n_; }
   std::uint64_t link_failures() const { return link_failures_; }
@@ -142,6 +143,7 @@ class ClientTransport {
     std::unique_ptr<LinkClientHandshake> handshake;  // until READY (secured links)
     bool welcomed = false;               // WELCOME read, INITIATE sent
     std::string target;                  // the link address
+    bool unix_domain = false;            // over its Unix-domain socket (same host)
     explicit Link(std::size_t max_frame) : reader(max_frame) {}
   };
   struct Backoff {

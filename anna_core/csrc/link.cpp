@@ -172,6 +172,7 @@ bool ipv4(const std::string& host, int port, sockaddr_in* out) {
 bool split_link_address(const std::string& address, std::string* host, int* port,
                         std::string* unix_path) {
   std::size_t mark = address.find(kUnixLinkMark);
+  if (address.find('|') != mark) return false;  // a '|' that is not the Unix part's
   if (mark == std::string::npos) {
     unix_path->clear();
     return split_tcp_address(address, host, port);
