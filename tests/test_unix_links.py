@@ -184,18 +184,29 @@ def test_unix_links_off_offers_tcp_alone():
 # ---- real processes: a KVS node and its clients -----------------------------------------------
 
 @pytest.fixture(scope="module")
-def secured():
-    c = anna_core.LocalCluster(memory_threads=1, client_links=True)
-    c.start()
-    yield c
-    c.stop()
+def cluster():
+    """A CURVE KVS node whose worker serves client links."""
+    with anna_core.LocalCluster(memory_threads=1, client_links=True) as c:
+        yield c
 
 
-def test_a_kvs_client_on_the_nodes_host_links_over_the_unix_socket(secured):
-    secured.client().put("x", b"1")
-    worker, link, _ = link_and_key(secured, "x")
+def _stranger_refused_over_the_unix_socket(link_address, server_key):
+    """A key nobody admitted, over the listener's Unix-domain socket: refused at the
+    handshake, as over TCP (a test that fails if the socket skipped the handshake)."""
+    stranger = LinkPeer(link_address, server_key, *keypair(), unix=True)
+    try:
+        assert stranger.sock.family == socket.AF_UNIX
+        assert stranger.handshake() == "unknown public key"
+        assert stranger.closed_by_worker()
+    finally:
+        stranger.close()
+
+
+def test_a_kvs_client_on_the_nodes_host_links_over_the_unix_socket(cluster):
+    cluster.client().put("x", b"1")
+    worker, link, _ = link_and_key(cluster, "x")
     path = unix_path(link)
-    t = transport_for(creds(secured))
+    t = transport_for(creds(cluster))
     try:
         for i in range(50):
             exchange(t, worker, request(anna_pb2.GET, "x", t.address, f"u{i}"), f"u{i}")
@@ -210,17 +221,11 @@ def test_a_kvs_client_on_the_nodes_host_links_over_the_unix_socket(secured):
     assert os.path.exists(path)
 
 
-def test_over_the_unix_socket_an_unknown_key_is_refused_at_the_handshake(secured):
-    secured.client().put("k", b"v")
-    _, link, server_key = link_and_key(secured, "k")
-    stranger = LinkPeer(link, server_key, *keypair(), unix=True)
-    try:
-        assert stranger.sock.family == socket.AF_UNIX
-        assert stranger.handshake() == "unknown public key"
-        assert stranger.closed_by_worker()
-    finally:
-        stranger.close()
-    c = creds(secured)
+def test_over_the_unix_socket_an_unknown_key_is_refused_at_the_handshake(cluster):
+    cluster.client().put("k", b"v")
+    _, link, server_key = link_and_key(cluster, "k")
+    _stranger_refused_over_the_unix_socket(link, server_key)
+    c = creds(cluster)
     admitted = LinkPeer(link, server_key, z85.decode(c.keypair.public),
                         z85.decode(c.keypair.secret), unix=True)
     try:
@@ -231,9 +236,9 @@ def test_over_the_unix_socket_an_unknown_key_is_refused_at_the_handshake(secured
         admitted.close()
 
 
-def test_over_the_unix_socket_a_plain_request_on_a_secured_link_is_never_served(secured):
-    secured.client().put("p", b"v")
-    _, link, _ = link_and_key(secured, "p")
+def test_over_the_unix_socket_a_plain_request_on_a_secured_link_is_never_served(cluster):
+    cluster.client().put("p", b"v")
+    _, link, _ = link_and_key(cluster, "p")
     with connect(link, unix=True) as s:
         s.sendall(frame(request(anna_pb2.GET, "p", "tcp://127.0.0.1:1", "plain")))
         assert read_frame(s) is None          # closed: not a HELLO, and nothing answered
@@ -285,13 +290,7 @@ def test_a_cloudburst_client_calls_a_worker_on_its_host_over_the_unix_socket_sec
             lease = raw.lease("inc")
             path = unix_path(lease.link_address)
             server_key = z85.decode(parse_address(lease.worker_address)[1])
-            stranger = LinkPeer(lease.link_address, server_key, *keypair(), unix=True)
-            try:
-                assert stranger.sock.family == socket.AF_UNIX
-                assert stranger.handshake() == "unknown public key"
-                assert stranger.closed_by_worker()
-            finally:
-                stranger.close()
+            _stranger_refused_over_the_unix_socket(lease.link_address, server_key)
         finally:
             raw.close()
         assert os.path.exists(path)
