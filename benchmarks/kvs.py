@@ -20,7 +20,8 @@ off`, the default), as Redis's thread is not. A client on the node's host (both 
 reaches those links over a Unix-domain socket (`--unix-links on`, the default;
 `NodeConfig.unix_links`); so in plaintext the Python view also measures redis-py over
 Redis's own Unix-domain socket (`python_redis_unix`, `python_ratio_p50_unix`), like with
-like; Redis's socket has no TLS, so with security on only TCP is compared.
+like; Redis's socket has no TLS, so with security on only TCP is compared. The native
+generator's Redis side stays on TCP: for server capacity like with like, `--unix-links off`.
 
 Security is compared like for like (`--security`): "on" is Anna with CURVE (its default: every
 socket encrypted, every peer authenticated by key) against Redis with TLS on every connection

@@ -1,4 +1,5 @@
-// Client links: a plain TCP connection from a client straight to one KVS worker thread, which
+// Client links: a plain TCP connection (a Unix-domain one between processes of one host, below)
+// from a client straight to one KVS worker thread, which
 // reads it in its own poll loop and answers on the same connection, so that a request passes
 // no ZeroMQ I/O thread on either side (two wake-ups per round trip instead of six).
 //
