@@ -166,6 +166,43 @@ def test_a_client_uses_the_unix_socket_else_tcp_at_once_when_the_path_is_missing
         refusing.close()
 
 
+def test_a_client_uses_no_socket_in_a_directory_others_reach_nor_one_its_owner_does_not_serve(
+        tmp_path):
+    """A socket in a directory open to others (anyone could have put it there), or served by
+    a process of another user than the directory's owner (SO_PEERCRED), is not the worker's:
+    the client connects over TCP."""
+    server = _core.CallLinkServer("127.0.0.1", 1 << 20)
+    client = _core.CallLinkClient()
+    tcp = server.address.split(MARK)[0]
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    os.chmod(shared, 0o755)
+    directories = [shared]
+    if os.geteuid() == 0:                     # a directory of another user, served by root
+        theirs = tmp_path / "theirs"
+        theirs.mkdir(mode=0o700)
+        os.chown(theirs, 65534, 65534)
+        directories.append(theirs)
+    for directory in directories:
+        impostor = _bound(str(directory / "1-ab"), listen=True)
+        try:
+            link = _open(client, server, f"{tcp}{MARK}{directory}/1-ab")
+            assert client.unix_links == 0 and server.stats()["unix"] == 0
+            assert _echo(client, server, link) == [(link, b"ping")]
+            client.close(link)
+        finally:
+            impostor.close()
+    # the same socket in a private directory of its own user is used
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    listener = _bound(str(mine / "1-ab"), listen=True)
+    try:
+        link, why = client.begin(f"{tcp}{MARK}{mine}/1-ab", "", 5.0)
+        assert link and client.unix_links == 1, why
+    finally:
+        listener.close()
+
+
 def test_unix_links_off_offers_tcp_alone():
     links = WorkerCallLinks.open("127.0.0.1", None, "test: ", unix_links=False)
     assert MARK not in links.address and links.address.startswith("tcp://127.0.0.1:")
