@@ -455,6 +455,7 @@ class LocalCluster:
                             key_dir=self.key_dir,
                             service_rate=self.config.service_rate,
                             client_links=self.config.client_links,
+                            unix_links=self.config.unix_links,
                             disk_sync=self.config.disk_sync,
                             disk_sync_interval_ms=self.config.disk_sync_interval_ms,
                             capacity_bytes=(self.config.memory_capacity_bytes if tier == MEMORY

@@ -2,8 +2,10 @@
 
     python benchmarks/hotpath_cpu.py [--mode burst|dag] [--calls N] [--repeat K]
                                      [--profile DIR] [--rate HZ] [--top N] [--root CHECKOUT]
+                                     [--security on|off]
 
-Starts a LocalCluster (1 executor node, 2 workers) of the checkout at `--root` (default: this
+Starts a LocalCluster (1 executor node, 2 workers; CURVE on, or `--security off` plaintext) of
+the checkout at `--root` (default: this
 one) in this process, warms it, then runs one measured phase with `Client(direct=True)`:
 - `burst` (P7's shape): `--calls` no-op `call`s in flight, then `gather`;
 - `dag` (P1's shape): `--calls` serial warm calls of the `increment -> square` DAG.
@@ -100,6 +102,9 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--rate", type=int, default=500, help="py-spy samples per second")
     ap.add_argument("--repeat", type=int, default=1, help="measured phases (burst mode)")
+    ap.add_argument("--security", choices=["on", "off"], default="on",
+                    help="on: CURVE on every socket (the default); off: the whole cluster in "
+                         "plaintext")
     ap.add_argument("--json")
     args = ap.parse_args()
     sys.path.insert(0, args.root)
@@ -108,7 +113,8 @@ def main() -> None:
     import cloudburst
 
     me = psutil.Process()
-    with cloudburst.LocalCluster(executor_nodes=1, executors_per_node=2) as cluster:
+    with cloudburst.LocalCluster(executor_nodes=1, executors_per_node=2,
+                                 auth=(args.security == "on")) as cluster:
         client = cluster.client(direct=True)
         if args.mode == "burst":
             client.register(lambda: None, "noop")
@@ -173,7 +179,8 @@ def main() -> None:
            "calls_per_s": round(n / wall, 1), "us_per_call": round(1e6 * wall / n, 1),
            "cpu_us_per_call": per, "cpu_us_per_call_total": round(sum(per.values()), 1),
            "main_thread_cpu_us_per_call": main,
-           "load": round(load, 2), "leases": leases, "root": args.root}
+           "load": round(load, 2), "leases": leases, "root": args.root,
+           "security": args.security}
     if args.profile:
         out["top"] = {}
         for p in procs:

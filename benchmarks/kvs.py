@@ -16,7 +16,12 @@ Redis runs with persistence off (`--save "" --appendonly no`), as Anna's memory 
 Anna's nodes serve clients over their workers' own TCP links (`--links on`, the default;
 `NodeConfig.client_links`; with CURVE, secured links: a key handshake, then every frame
 sealed), and its worker threads are not pinned to cores (`--pin
-off`, the default), as Redis's thread is not.
+off`, the default), as Redis's thread is not. A client on the node's host (both views here)
+reaches those links over a Unix-domain socket (`--unix-links on`, the default;
+`NodeConfig.unix_links`); so in plaintext the Python view also measures redis-py over
+Redis's own Unix-domain socket (`python_redis_unix`, `python_ratio_p50_unix`), like with
+like; Redis's socket has no TLS, so with security on only TCP is compared. The native
+generator's Redis side stays on TCP: for server capacity like with like, `--unix-links off`.
 
 Security is compared like for like (`--security`): "on" is Anna with CURVE (its default: every
 socket encrypted, every peer authenticated by key) against Redis with TLS on every connection
@@ -87,6 +92,10 @@ class RedisServer:
             ports = ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file", self.tls.cert,
                      "--tls-key-file", self.tls.key, "--tls-ca-cert-file", self.tls.ca,
                      "--tls-auth-clients", "yes"]
+        # plaintext: a Unix-domain socket too (only this user can reach it)
+        self.unix_path = "" if tls else os.path.join(self.dir, "redis.sock")
+        if self.unix_path:
+            ports += ["--unixsocket", self.unix_path, "--unixsocketperm", "700"]
         self.proc = subprocess.Popen(
             [binary, *ports, "--bind", "127.0.0.1", "--save", "",
              "--appendonly", "no", "--dir", self.dir, "--protected-mode", "no"],
@@ -120,9 +129,12 @@ class RedisServer:
             return {}
         return {"tls_ca": self.tls.ca, "tls_cert": self.tls.cert, "tls_key": self.tls.key}
 
-    def python_client(self):
-        """A redis-py client (hiredis parser when installed) for this server."""
+    def python_client(self, unix: bool = False):
+        """A redis-py client (hiredis parser when installed) for this server (`unix`: over
+        its Unix-domain socket, plaintext servers only)."""
         import redis as redis_py
+        if unix:
+            return redis_py.Redis(unix_socket_path=self.unix_path)
         if self.tls is None:
             return redis_py.Redis(host="127.0.0.1", port=self.port)
         return redis_py.Redis(host="127.0.0.1", port=self.port, ssl=True,
@@ -324,6 +336,9 @@ def main(argv=None) -> int:
                         "(NodeConfig.client_links; secured with CURVE), which anna_core.Client "
                         "and the native generator then use; off: every request over ZeroMQ "
                         "(default on)")
+    p.add_argument("--unix-links", choices=("on", "off"), default="on",
+                   help="clients on the node's host reach its links over a Unix-domain socket "
+                        "(NodeConfig.unix_links); off: over TCP (default on)")
     p.add_argument("--pin", choices=("on", "off"), default="off",
                    help="pin Anna's worker threads to cores (NodeConfig.pin_threads). Default "
                         "off, as Redis runs: on a machine shared with other work a pinned "
@@ -365,6 +380,7 @@ def main(argv=None) -> int:
             cluster = anna_core.LocalCluster(memory_threads=args.threads, nodes=1,
                                              auth=(mode != "off"), warn_auth_off=False,
                                              client_links=(args.links == "on"),
+                                             unix_links=(args.unix_links == "on"),
                                              pin_threads=(args.pin == "on"))
             cluster.start()
             clusters[mode] = cluster
@@ -423,10 +439,15 @@ def main(argv=None) -> int:
                 value = b"x" * args.value_size
                 kvs = clusters[mode].client()
                 rc = servers[mode].python_client()
-                pa, pr, pb = [], [], []
+                ru = servers[mode].python_client(unix=True) if servers[mode].unix_path else None
+                pa, pr, pb, pu = [], [], [], []
                 for run in range(args.runs):
                     pr.append(measured(python_view(rc.get, rc.set, args.keys, weights,
                                                    args.read_ratio, value, args.python_ops, 7 + run)))
+                    if ru is not None:
+                        pu.append(measured(python_view(ru.get, ru.set, args.keys, weights,
+                                                       args.read_ratio, value, args.python_ops,
+                                                       7 + run)))
                     if args.before:
                         pa.append(measured(python_view_of(REPO_ROOT, clusters[mode], args,
                                                           7 + run)))
@@ -439,15 +460,20 @@ def main(argv=None) -> int:
                     log(f"run {run + 1}/{args.runs} {mode:3s} python p50: anna_core.Client "
                         f"{pa[-1]['p50_us']:.1f} us, redis-py {pr[-1]['p50_us']:.1f} us"
                         + (f", before {pb[-1]['p50_us']:.1f} us" if pb else "")
+                        + (f", redis-py unix {pu[-1]['p50_us']:.1f} us" if pu else "")
                         + f"; client CPU/op anna {pa[-1]['client_cpu_us_per_op']:.1f} us, "
                           f"redis-py {pr[-1]['client_cpu_us_per_op']:.1f} us"
                         + (f", before {pb[-1]['client_cpu_us_per_op']:.1f} us" if pb else "")
                         + f"  load {pa[-1]['load1']:.2f}")
                 kvs.close()
                 rc.close()
+                if ru is not None:
+                    ru.close()
                 sides = [("python_anna", pa), ("python_redis", pr)]
                 if pb:
                     sides.append(("python_anna_before", pb))
+                if pu:
+                    sides.append(("python_redis_unix", pu))
                 for name, side_runs in sides:
                     for r in side_runs:
                         r["errors"] = 0
@@ -456,6 +482,13 @@ def main(argv=None) -> int:
                 if pb:
                     out["python_before_ratio_p50"] = (out["python_redis"]["p50_us"]
                                                       / out["python_anna_before"]["p50_us"])
+                if pu:
+                    out["python_ratio_p50_unix"] = (out["python_redis_unix"]["p50_us"]
+                                                    / out["python_anna"]["p50_us"])
+                    if pb:
+                        out["python_before_ratio_p50_unix"] = (
+                            out["python_redis_unix"]["p50_us"]
+                            / out["python_anna_before"]["p50_us"])
             results["modes"][mode] = out
     finally:
         for cluster in clusters.values():

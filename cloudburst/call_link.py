@@ -1,4 +1,5 @@
-"""Call links at the client: direct calls sent to a leased worker over a TCP link, and
+"""Call links at the client: direct calls sent to a leased worker over a link (TCP, or a
+Unix-domain socket when the worker is on the same host: `anna_core/csrc/link.hpp`), and
 their results read from it, instead of the ZeroMQ direct socket and answer socket.
 
 A call over ZeroMQ crosses an I/O thread at each end of each hop; a link is written by the
@@ -54,7 +55,8 @@ Contract: `ClientCallLinks(credentials)` (None: a plain cluster) belongs to one 
 - `drop(workers)` half-closes the links to workers the client no longer leases (a worker
   serves a bounded number of links); `active()`: whether any link is open (else `wait`
   need not be asked; a link still opening counts, so that it advances);
-  `stats()`: counters (open, opened, sent, results, failures); `close()` closes every link.
+  `stats()`: counters (open, opened, sent, results, failures; unix: the links open or
+  opening over a worker's Unix-domain socket); `close()` closes every link.
 Thread-safe: a lock per object (the native links have their own).
 """
 from __future__ import annotations
@@ -293,7 +295,7 @@ class ClientCallLinks:
 
     def stats(self) -> Dict[str, int]:
         return dict(self.counts, open=len(self._links) - len(self._opening),
-                    opening=len(self._opening))
+                    opening=len(self._opening), unix=self._native.unix_links)
 
     def close(self) -> None:
         with self._lock:

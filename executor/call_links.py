@@ -1,13 +1,16 @@
 """Call links at the worker: direct calls that arrive over a TCP link from the client
-instead of the ZeroMQ direct socket, and their results sent back on that link.
+instead of the ZeroMQ direct socket (TCP, or a Unix-domain socket from the same host), and
+their results sent back on that link.
 
 A direct call over ZeroMQ crosses an I/O thread at each end of each hop; a link is written
 and read by the worker's own thread (`anna_core/csrc/call_links.hpp`, built on the KVS's
 client links), so a call and its result cost a read and a write.
 
-Contract: `WorkerCallLinks.open(ip, credentials, where)` listens for links (None when it
-cannot: the direct socket serves alone, and the failure is logged); `address` is what the
-worker reports next to its direct address, and the scheduler puts in its leases.
+Contract: `WorkerCallLinks.open(ip, credentials, where, unix_links=True)` listens for links
+(None when it cannot: the direct socket serves alone, and the failure is logged), with
+`unix_links` on a Unix-domain socket too, which clients on the same host use (the address
+names both: `anna_core/csrc/link.hpp`); `address` is what the worker reports next to its
+direct address, and the scheduler puts in its leases.
 - Admission is the direct socket's: with credentials every link is secured (a CURVE-shaped
   handshake with the worker's key pair, then every frame sealed) and admitted for the keys
   and roles the direct socket admits (`credentials.allowed`), each frame handed on with its
@@ -31,7 +34,8 @@ worker reports next to its direct address, and the scheduler puts in its leases.
   kind, message)` writes the message on the link; False when the link is gone or the
   message is above the frame limit, and the caller sends it over ZeroMQ to the call's
   answer address instead, where the client reads too: a result is never lost for a link.
-- `stats()`: the links' counters (open, accepted, refused, dropped, frames, auth_refused).
+- `stats()`: the links' counters (open, accepted, unix (of those accepted, over the
+  Unix-domain socket), refused, dropped, frames, auth_refused).
 """
 from __future__ import annotations
 
@@ -63,16 +67,17 @@ class WorkerCallLinks:
         self._routes: Dict[str, Tuple[int, float]] = {}
 
     @classmethod
-    def open(cls, ip: str, credentials: Optional[Credentials],
-             where: str) -> Optional["WorkerCallLinks"]:
+    def open(cls, ip: str, credentials: Optional[Credentials], where: str,
+             unix_links: bool = True) -> Optional["WorkerCallLinks"]:
         try:
             from anna_core import _core
             if credentials is None:
-                server = _core.CallLinkServer(ip, MAX_FRAME_BYTES, MAX_LINKS, where)
+                server = _core.CallLinkServer(ip, MAX_FRAME_BYTES, MAX_LINKS, where,
+                                              unix_links=unix_links)
             else:
                 server = _core.CallLinkServer(
                     ip, MAX_FRAME_BYTES, MAX_LINKS, where, credentials.keypair.public,
-                    credentials.keypair.secret, dict(credentials.allowed))
+                    credentials.keypair.secret, dict(credentials.allowed), unix_links)
         except (ImportError, AttributeError, RuntimeError, ValueError) as e:
             log.warning("%sno call links (%s): direct calls use the direct socket only", where, e)
             return None

@@ -48,6 +48,10 @@ class NodeConfig:
         supervision policy; workers bind TCP sockets (`ipc_dir` must be None).
     worker_host_timeout: seconds after which a worker start the host has not acknowledged,
         or a host that stopped reporting, counts as an exited worker (`executor/backends.py`).
+    unix_links: workers listen for call links on a Unix-domain socket next to their TCP
+        port, which clients on the same host use (same framing, same handshake; a client
+        that cannot reach the socket file, on another host or in another pod, uses TCP at
+        once). False: TCP only.
     """
 
     ROLE: ClassVar[str] = "executor node"
@@ -93,6 +97,8 @@ class NodeConfig:
                                                  "workers (default: the node's children)")
     worker_host_timeout: float = knob(10.0, help="seconds for a worker host to acknowledge a "
                                                  "start or report")
+    unix_links: bool = knob(True, help="workers take call links from clients on the same host "
+                                       "over a Unix-domain socket (TCP otherwise)")
 
     def __post_init__(self) -> None:
         try:
@@ -154,6 +160,8 @@ class WorkerConfig:
     max_actors: int = knob(64, help="actor instances this worker holds at most")
     run_slot: str = knob("", help="the shared file its node reads what it runs from "
                                   "(executor/run_slot.py; \"\": tell the node by message)")
+    unix_links: bool = knob(True, help="take call links from clients on the same host over a "
+                                       "Unix-domain socket (TCP otherwise)")
 
     def to_json(self) -> str:
         """This configuration as the JSON its process' `--config` reads."""

@@ -132,7 +132,8 @@ class DirectCalls:
             auth=credentials_of(self._direct_security), audience="all")
         # the same calls over TCP links read on this thread (no ZeroMQ I/O thread)
         self._links = WorkerCallLinks.open(self.config.ip, credentials,
-                                           f"worker {self.worker_id}: ")
+                                           f"worker {self.worker_id}: ",
+                                           unix_links=self.config.unix_links)
         if self._links is not None:
             self.call_link_address = self._links.address
             self._links_idle = select.poll()      # looked at without a lease (below)

@@ -180,6 +180,7 @@ class ExecutorNode:
                               log_level=self.config.log_level, parent_pid=os.getpid(),
                               ipc_dir=self._worker_ipc_dir,
                               function_time_limit=self.config.function_time_limit,
+                              unix_links=self.config.unix_links,
                               auth=self._handoff is not None,
                               run_slot=self._slots.create(wid) if self._slots else "")
             p = self._backend.make(f"worker-{wid}", wc)

@@ -90,14 +90,23 @@ def read_frame(sock, timeout=5.0):
     return body
 
 
-def connect(link_address, timeout=5.0):
-    host, port = link_address[len("tcp://"):].rsplit(":", 1)
+def connect(link_address, timeout=5.0, unix=False):
+    """A socket connected to a link address' TCP port, or with `unix` to its Unix-domain
+    socket (anna_core/csrc/link.hpp: "tcp://host:port|unix:PATH")."""
+    tcp, _, path = link_address.partition("|unix:")
+    if unix:
+        assert path, f"{link_address} names no Unix-domain socket"
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(timeout)
+        s.connect(path)
+        return s
+    host, port = tcp[len("tcp://"):].rsplit(":", 1)
     return socket.create_connection((host, int(port)), timeout=timeout)
 
 
 class LinkPeer:
-    def __init__(self, link_address, server_key, public, secret):
-        self.sock = connect(link_address)
+    def __init__(self, link_address, server_key, public, secret, unix=False):
+        self.sock = connect(link_address, unix=unix)
         self.server_key, self.public, self.secret = server_key, public, secret
         self.session = None
         self.sent = self.received = 0

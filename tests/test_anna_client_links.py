@@ -22,7 +22,7 @@ import anna_core
 from anna_core import _core
 from anna_core.errors import KeyNotFound
 from hydro_proto import anna_pb2
-from sealed_link import frame, read_frame     # the 4-byte length framing of a link
+from sealed_link import connect, frame, read_frame     # a link's 4-byte length framing
 from waiting import poll_until
 
 REQUEST_ID = anna_pb2.KeyResponse.DESCRIPTOR.fields_by_name["request_id"].number
@@ -51,11 +51,6 @@ def first_answer(transport, cluster, key, request_id="r0"):
                              request_id, REQUEST_ID, 5.0)
     assert raw is not None, f"no answer from {worker}"
     return worker, anna_pb2.KeyResponse.FromString(raw)
-
-
-def connect(link_address):
-    host, port = link_address[len("tcp://"):].rsplit(":", 1)
-    return socket.create_connection((host, int(port)), timeout=5)
 
 
 # ---- the path ------------------------------------------------------------------------------

@@ -58,7 +58,7 @@ def test_node_config_json_has_the_kernel_keys():
                       "handoff_window_ms", "fetch_timeout_ms", "tombstone_ttl_ms",
                       "max_push_sockets", "push_handshake_ms", "stats_top_k", "service_rate",
                       "capacity_bytes",
-                      "disk_sync", "disk_sync_interval_ms", "client_links"}
+                      "disk_sync", "disk_sync_interval_ms", "client_links", "unix_links"}
     assert d["tier"] == "disk" and d["max_value_bytes"] == 64 * 1024 * 1024
     assert NodeConfig.from_json(c.to_json()) == c
     assert NodeConfig(node_id="m", tier=0).tier == "memory"

@@ -10,7 +10,6 @@ connections it cannot accept instead of leaving them in its backlog.
 """
 import os
 import resource
-import socket
 
 import pytest
 
@@ -18,6 +17,7 @@ import anna_core
 from anna_core import _core
 from hydro_proto import anna_pb2
 from runtime.auth import CLUSTER
+from sealed_link import connect
 from waiting import poll_until
 
 REQUEST_ID = anna_pb2.KeyResponse.DESCRIPTOR.fields_by_name["request_id"].number
@@ -59,9 +59,8 @@ def test_a_worker_out_of_descriptors_holds_no_request_on_a_link(auth):
         pid = cluster.node_pid("memory-0")
         in_use = len(os.listdir(f"/proc/{pid}/fd"))
         resource.prlimit(pid, resource.RLIMIT_NOFILE, (in_use + 4, in_use + 4))
-        host, port = link[len("tcp://"):].rsplit(":", 1)
         for _ in range(20):                    # beyond what the node can accept
-            hogs.append(socket.create_connection((host, int(port)), timeout=5))
+            hogs.append(connect(link))
         poll_until(lambda: "cannot accept client links" in cluster.log_tail("memory-0", 50),
                    timeout=10, what="the worker running out of descriptors for links")
         # Each within the client's 1 s deadline: none waits on a connection the worker

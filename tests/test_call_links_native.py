@@ -10,6 +10,7 @@ import pytest
 
 from anna_core import _core
 from runtime.auth import KeyPair
+from sealed_link import connect
 from waiting import poll_until
 
 
@@ -157,8 +158,7 @@ def test_links_beyond_the_limit_are_refused_and_a_freed_place_serves_a_new_link(
 
 def test_a_plain_peer_that_sends_half_a_frame_and_leaves_is_dropped(keys):
     with Served() as served:
-        host, port = served.server.address[len("tcp://"):].rsplit(":", 1)
-        with socket.create_connection((host, int(port))) as s:
+        with connect(served.server.address) as s:
             s.sendall(struct.pack("<I", 100) + b"half")
         poll_until(lambda: served.server.stats()["accepted"] >= 1 and
                    served.server.stats()["open"] == 0, 5.0, "the half frame's link closed")

@@ -3,11 +3,16 @@
 //
 // Contract:
 //   CallLinkServer(ip, max_frame, max_links=256, where="", public_key=b"", secret_key=b"",
-//                  admitted={}): keys in Z85 (40 bytes); `admitted` maps a Z85 public key to
-//     its role, as runtime.auth.Credentials.allowed does; an empty secret key means plain
-//     links. RuntimeError when it cannot listen; ValueError for bad keys.
+//                  admitted={}, unix_links=True): keys in Z85 (40 bytes); `admitted` maps a
+//     Z85 public key to its role, as runtime.auth.Credentials.allowed does; an empty secret
+//     key means plain links; unix_links: a Unix-domain socket next to the TCP port
+//     (link.hpp). RuntimeError when it cannot listen; ValueError for bad keys.
 //     .address, .fileno() (the epoll descriptor to poll for reading), service() ->
-//     [(link, payload: bytes, role: str)], send(link, payload) -> bool, stats() -> dict.
+//     [(link, payload: bytes, role: str)], send(link, payload) -> bool, stats() -> dict
+//     (its "unix": links accepted over the Unix-domain socket).
+//   split_link_address(address) -> (host, port, unix path or "") or None (link.hpp);
+//   unix_link_dir(base) -> (dir or "", why) and sweep_stale_links(dir) -> files removed
+//     (unix_links.hpp), for tests and tools.
 //   CallLinkClient(public_key=b"", secret_key=b"", max_frame=...): .fileno(),
 //     begin(address, server_key, timeout) -> (link, why) (link 0 when it cannot start;
 //     else it opens in wait(), without blocking), ready(link) -> bool,
@@ -17,7 +22,7 @@
 //     [opened link]) after waiting up to `timeout` (0: not at all) for a link or the watched
 //     descriptor (taken: how many of the client's frames the worker served from a link it
 //     closed for a fault, else -1), finish(link) (half-close: no more sends, still read),
-//     close(link), .open_links.
+//     close(link), .open_links, .unix_links (of them, over a Unix-domain socket).
 //   Every call that touches a socket releases the GIL; calls from several threads are
 //   serialised by a lock per object, except that wait() waits without it (another thread
 //   may send meanwhile). Timeouts are in seconds.
@@ -31,6 +36,8 @@
 #include <mutex>
 
 #include "call_links.hpp"
+#include "link.hpp"
+#include "unix_links.hpp"
 
 namespace py = pybind11;
 
@@ -52,14 +59,15 @@ class PyCallLinkServer {
  public:
   PyCallLinkServer(const std::string& ip, std::size_t max_frame, std::size_t max_links,
                    const std::string& where, const py::bytes& public_key,
-                   const py::bytes& secret_key, const std::map<py::bytes, std::string>& admitted) {
+                   const py::bytes& secret_key, const std::map<py::bytes, std::string>& admitted,
+                   bool unix_links) {
     CurveKeys keys;
     keys.public_key = public_key;
     keys.secret_key = secret_key;
     for (const auto& [key, role] : admitted) keys.admitted.emplace(std::string(key), role);
     // (roles are the worker's: "function" is one, which the kernel's check_curve_keys, made
     // for KVS nodes, does not know; WorkerLinks refuses keys that are not Z85 itself)
-    s_ = std::make_unique<CallLinkServer>(ip, max_frame, max_links, where, keys);
+    s_ = std::make_unique<CallLinkServer>(ip, max_frame, max_links, where, keys, unix_links);
   }
 
   py::list service() {
@@ -89,6 +97,7 @@ class PyCallLinkServer {
     py::dict d;
     d["open"] = l.open();
     d["accepted"] = l.accepted();
+    d["unix"] = l.unix_accepted();
     d["refused"] = l.refused();
     d["dropped"] = l.dropped();
     d["frames"] = l.frames();
@@ -191,6 +200,10 @@ class PyCallLinkClient {
     std::lock_guard<std::mutex> lock(mu_);
     return c_->open_links();
   }
+  std::size_t unix_links() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return c_->unix_links();
+  }
   int fileno() const { return c_->fd(); }
   bool secured() const { return c_->secured(); }
 
@@ -204,11 +217,13 @@ class PyCallLinkClient {
 void bind_call_links(py::module_& m) {
   py::class_<PyCallLinkServer>(m, "CallLinkServer", "A worker's call links (call_links.hpp).")
       .def(py::init<const std::string&, std::size_t, std::size_t, const std::string&,
-                    const py::bytes&, const py::bytes&, const std::map<py::bytes, std::string>&>(),
+                    const py::bytes&, const py::bytes&, const std::map<py::bytes, std::string>&,
+                    bool>(),
            py::arg("ip"), py::arg("max_frame"), py::arg("max_links") = std::size_t{256},
            py::arg("where") = std::string(), py::arg("public_key") = py::bytes(),
            py::arg("secret_key") = py::bytes(),
-           py::arg("admitted") = std::map<py::bytes, std::string>{})
+           py::arg("admitted") = std::map<py::bytes, std::string>{},
+           py::arg("unix_links") = true)
       .def_property_readonly("address", &PyCallLinkServer::address)
       .def("fileno", &PyCallLinkServer::fileno)
       .def("service", &PyCallLinkServer::service)
@@ -221,6 +236,7 @@ void bind_call_links(py::module_& m) {
       .def("fileno", &PyCallLinkClient::fileno)
       .def_property_readonly("secured", &PyCallLinkClient::secured)
       .def_property_readonly("open_links", &PyCallLinkClient::open_links)
+      .def_property_readonly("unix_links", &PyCallLinkClient::unix_links)
       .def("begin", &PyCallLinkClient::begin, py::arg("address"), py::arg("server_key"),
            py::arg("timeout"))
       .def("ready", &PyCallLinkClient::ready, py::arg("link"))
@@ -230,6 +246,19 @@ void bind_call_links(py::module_& m) {
       .def("wait", &PyCallLinkClient::wait, py::arg("timeout"))
       .def("close", &PyCallLinkClient::close, py::arg("link"))
       .def("finish", &PyCallLinkClient::finish, py::arg("link"));
+  m.def("split_link_address", [](const std::string& address) -> py::object {
+    std::string host, unix_path;
+    int port = 0;
+    if (!split_link_address(address, &host, &port, &unix_path)) return py::none();
+    return py::make_tuple(host, port, unix_path);
+  }, py::arg("address"), "A link address' TCP host, port and Unix path (link.hpp), or None.");
+  m.def("unix_link_dir", [](const std::string& base) {
+    std::string why;
+    std::string dir = unix_link_dir(base, &why);
+    return py::make_tuple(dir, why);
+  }, py::arg("base"), "The link sockets' directory under base, or ('', why) (unix_links.hpp).");
+  m.def("sweep_stale_links", &sweep_stale_links, py::arg("dir"),
+        "Removes the socket files of gone listeners in dir (unix_links.hpp).");
 }
 
 }  // namespace anna

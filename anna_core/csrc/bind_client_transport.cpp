@@ -144,6 +144,7 @@ class PyClientTransport {
     d["push_refused"] = t_->push_refused();
     d["max_answer_bytes"] = t_->max_answer_bytes();
     d["links_open"] = t_->links_open();
+    d["links_unix"] = t_->links_unix();
     d["link_requests"] = t_->link_requests();
     d["link_answers"] = t_->link_answers();
     d["link_failures"] = t_->link_failures();

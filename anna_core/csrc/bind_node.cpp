@@ -37,6 +37,7 @@ py::dict node_worker_stats_dict(const NodeWorkerStats& s) {
   d["push_refused"] = s.push_refused;
   d["links_open"] = s.links_open;
   d["links_accepted"] = s.links_accepted;
+  d["links_unix"] = s.links_unix;
   d["links_refused"] = s.links_refused;
   d["links_dropped"] = s.links_dropped;
   d["link_requests"] = s.link_requests;
@@ -188,6 +189,7 @@ void bind_node(py::module_& m) {
         d["disk_sync"] = disk_sync_name(c.disk_sync);
         d["disk_sync_interval_ms"] = c.disk_sync_interval_ms;
         d["client_links"] = c.client_links;
+        d["unix_links"] = c.unix_links;
         d["curve"] = c.curve.enabled();
         d["curve_public_key"] = c.curve.public_key;
         d["curve_admitted"] = c.curve.admitted;

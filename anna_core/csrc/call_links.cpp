@@ -44,8 +44,9 @@ void farewell(std::string_view body, std::int64_t* taken, std::string* why) {
 }  // namespace
 
 CallLinkServer::CallLinkServer(const std::string& ip, std::size_t max_frame,
-                               std::size_t max_links, std::string where, const CurveKeys& keys)
-    : links_(ip, max_frame, max_links, std::move(where), keys, "call link"),
+                               std::size_t max_links, std::string where, const CurveKeys& keys,
+                               bool unix_links)
+    : links_(ip, max_frame, max_links, std::move(where), keys, "call link", unix_links),
       epoll_fd_(make_epoll()) {
   links_.farewell(std::string(kCallLinkFarewell));
   sync();
@@ -143,6 +144,7 @@ std::uint64_t CallLinkClient::begin(const std::string& address, const std::strin
   }
   link->fd = open_link(address, why);
   if (link->fd < 0) return 0;
+  link->unix_domain = link_is_unix(link->fd);
   link->deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   std::uint64_t id = next_id_++;
   if (!watch(id, *link, EPOLL_CTL_ADD, EPOLLOUT)) {  // writable once connected
@@ -261,6 +263,12 @@ bool CallLinkClient::send(std::uint64_t id, std::string_view payload, int timeou
   if (write_all(link.fd, link.out, timeout_ms)) return true;
   finish(id);  // a partial frame is never served: the worker closes the link at its end
   return false;
+}
+
+std::size_t CallLinkClient::unix_links() const {
+  std::size_t n = 0;
+  for (const auto& [id, link] : links_) n += link->unix_domain ? 1 : 0;
+  return n;
 }
 
 void CallLinkClient::finish(std::uint64_t id) {

@@ -3,7 +3,8 @@
 // call and its result cross no ZeroMQ I/O thread on either side.
 //
 // Contract:
-//   * CallLinkServer(ip, max_frame, max_links, where, keys) is a worker's side: a WorkerLinks
+//   * CallLinkServer(ip, max_frame, max_links, where, keys, unix_links) is a worker's side
+//     (unix_links: a Unix-domain socket next to the TCP port, link.hpp): a WorkerLinks
 //     (worker_links.hpp: its listener, bounds, handshake deadline, admission by the node's
 //     ZAP decision with the keys the worker's direct socket admits) behind one epoll
 //     descriptor, fd(), readable whenever a link has something to accept, read or write, so
@@ -74,7 +75,7 @@ class CallLinkServer {
  public:
   using Frame = std::tuple<std::uint64_t, std::string, std::string>;
   CallLinkServer(const std::string& ip, std::size_t max_frame, std::size_t max_links,
-                 std::string where, const CurveKeys& keys);
+                 std::string where, const CurveKeys& keys, bool unix_links = true);
   ~CallLinkServer();
   CallLinkServer(const CallLinkServer&) = delete;
   CallLinkServer& operator=(const CallLinkServer&) = delete;
@@ -125,6 +126,7 @@ class CallLinkClient {
   void finish(std::uint64_t link);
   void close(std::uint64_t link);
   std::size_t open_links() const { return links_.size(); }
+  std::size_t unix_links() const;  // of them, over a Unix-domain socket (link.hpp)
 
  private:
   // How far a link's opening got: connecting, then (secured) waiting for WELCOME and READY
@@ -137,6 +139,7 @@ class CallLinkClient {
     std::unique_ptr<LinkCipher> cipher;
     std::string out;
     bool finished = false;  // half-closed: read until the worker closes it
+    bool unix_domain = false;  // over the worker's Unix-domain socket (same host)
     Stage stage = Stage::kConnecting;
     std::chrono::steady_clock::time_point deadline;  // of the opening
     RawKey server{};                                  // the key the worker must prove

@@ -201,10 +201,17 @@ void ClientTransport::start_link(const std::string& address) {
     log_info("client: no link to " + address + " (" + why + "); using ZeroMQ");
     return;
   }
+  link->unix_domain = link_is_unix(link->fd);
   link->deadline = Clock::now() + std::chrono::milliseconds(kLinkConnectMs);
   links_.emplace(address, std::move(link));
   link_targets_[address] = target;
   ++setting_up_;
+}
+
+std::size_t ClientTransport::links_unix() const {
+  std::size_t n = 0;
+  for (const auto& [address, link] : links_) n += link->unix_domain ? 1 : 0;
+  return n;
 }
 
 void ClientTransport::fail_setup(const std::string& address, const std::string& why) {
@@ -361,14 +368,14 @@ void ClientTransport::read_link(const std::string& address) {
 }
 
 void ClientTransport::learn_link(const std::string& payload) {
-  std::string link, responder, endpoint, server_key, link_host, responder_host;
+  std::string link, responder, endpoint, server_key, link_host, responder_host, unix_path;
   int port = 0;
   if (!find_field(payload.data(), payload.size(), kLinkAddressField, &link)) return;
   if (!find_field(payload.data(), payload.size(), kResponderField, &responder)) return;
   // Only a tcp worker address (with its server key exactly when this transport has keys),
   // and a link on that worker's own host.
   if (!split_keyed_address(responder, &endpoint, &server_key) ||
-      server_key.empty() != !secured_ || !split_tcp_address(link, &link_host, &port) ||
+      server_key.empty() != !secured_ || !split_link_address(link, &link_host, &port, &unix_path) ||
       !split_tcp_address(endpoint, &responder_host, &port) || link_host != responder_host)
     return;
   if (links_.count(responder) != 0 || backed_off(link)) return;

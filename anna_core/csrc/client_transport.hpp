@@ -28,7 +28,8 @@
 //     other ids (stale) and payloads that are not protobuf are dropped and counted
 //     (stale(), malformed()). An id answered twice is kept once.
 //   * Client links (link.hpp): an answer received over ZeroMQ that carries
-//     KeyResponse.link_address (a tcp address on the responder's own host) records it for its
+//     KeyResponse.link_address (a tcp address on the responder's own host, with its
+//     Unix-domain path when it has one: link.hpp) records it for its
 //     responder (at most kMaxAdvertised remembered). A later send of a request (empty kind)
 //     to that worker starts a link to it (at most kMaxLinks open) and goes over ZeroMQ
 //     itself: a link is set up without blocking, while collect() waits, and carries requests
@@ -116,6 +117,7 @@ class ClientTransport {
   std::uint64_t push_refused() const { return push_ ? push_->refused() : 0; }
   std::size_t max_answer_bytes() const { return max_answer_bytes_; }
   std::size_t links_open() const { return links_.size(); }  // ready or being set up
+  std::size_t links_unix() const;  // of them, over a Unix-domain socket (link.hpp)
   std::uint64_t link_requests() const { return link_requests_; }
   std::uint64_t link_answers() const { return link_answers_n_; }
   std::uint64_t link_failures() const { return link_failures_; }
@@ -141,6 +143,7 @@ class ClientTransport {
     std::unique_ptr<LinkClientHandshake> handshake;  // until READY (secured links)
     bool welcomed = false;               // WELCOME read, INITIATE sent
     std::string target;                  // the link address
+    bool unix_domain = false;            // over its Unix-domain socket (same host)
     explicit Link(std::size_t max_frame) : reader(max_frame) {}
   };
   struct Backoff {

@@ -1,5 +1,8 @@
-// Client links' framing and sockets. See link.hpp for the contract.
+// Client links' framing and sockets (TCP, or Unix-domain on one host: unix_links.hpp).
+// See link.hpp for the contract.
 #include "link.hpp"
+
+#include "unix_links.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -166,37 +169,81 @@ bool ipv4(const std::string& host, int port, sockaddr_in* out) {
 
 }  // namespace
 
-int listen_link(const std::string& ip, std::string* address, std::string* why) {
+bool split_link_address(const std::string& address, std::string* host, int* port,
+                        std::string* unix_path) {
+  std::size_t mark = address.find(kUnixLinkMark);
+  if (address.find('|') != mark) return false;  // a '|' that is not the Unix part's
+  if (mark == std::string::npos) {
+    unix_path->clear();
+    return split_tcp_address(address, host, port);
+  }
+  std::string path = address.substr(mark + std::strlen(kUnixLinkMark));
+  if (!unix_link_path_ok(path) || !split_tcp_address(address.substr(0, mark), host, port))
+    return false;
+  *unix_path = std::move(path);
+  return true;
+}
+
+bool LinkListener::open(const std::string& ip, bool unix_links, std::string* why,
+                        std::string* unix_why) {
   sockaddr_in sa;
   if (!ipv4(ip, 1, &sa)) {
     *why = "an IPv4 address is needed to bind, not '" + ip.substr(0, 64) + "'";
-    return -1;
+    return false;
   }
   sa.sin_port = 0;
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     *why = std::string("socket: ") + std::strerror(errno);
-    return -1;
+    return false;
   }
   socklen_t len = sizeof sa;
   if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || ::listen(fd, 128) != 0 ||
       ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0 || !make_nonblocking(fd)) {
     *why = "listen on " + ip + ": " + std::strerror(errno);
     ::close(fd);
-    return -1;
+    return false;
   }
-  *address = "tcp://" + (ip == "0.0.0.0" ? std::string("127.0.0.1") : ip) + ":" +
+  tcp_fd_ = fd;
+  address_ = "tcp://" + (ip == "0.0.0.0" ? std::string("127.0.0.1") : ip) + ":" +
              std::to_string(ntohs(sa.sin_port));
-  return fd;
+  if (!unix_links) return true;
+  std::string dir = unix_link_dir("/tmp", unix_why);
+  if (!dir.empty()) unix_fd_ = listen_unix_link(dir, &unix_path_, unix_why);
+  if (unix_fd_ >= 0) {
+    owner_pid_ = static_cast<long>(::getpid());
+    address_ += kUnixLinkMark + unix_path_;
+  }
+  return true;
+}
+
+LinkListener::~LinkListener() {
+  if (tcp_fd_ >= 0) ::close(tcp_fd_);
+  if (unix_fd_ >= 0) {
+    ::close(unix_fd_);
+    if (static_cast<long>(::getpid()) == owner_pid_) ::unlink(unix_path_.c_str());
+  }
+}
+
+bool link_is_unix(int fd) {
+  sockaddr_storage sa;
+  socklen_t len = sizeof sa;
+  return ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0 &&
+         sa.ss_family == AF_UNIX;
 }
 
 int open_link(const std::string& address, std::string* why) {
-  std::string host;
+  std::string host, unix_path;
   int port = 0;
   sockaddr_in sa;
-  if (!split_tcp_address(address, &host, &port) || !ipv4(host, port, &sa)) {
+  if (!split_link_address(address, &host, &port, &unix_path) || !ipv4(host, port, &sa)) {
     *why = "not a link address: '" + address.substr(0, 64) + "'";
     return -1;
+  }
+  if (!unix_path.empty()) {
+    // The same host: the listener's Unix-domain socket; anything else: TCP, at once.
+    int fd = connect_unix_link(unix_path);
+    if (fd >= 0) return fd;
   }
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) {

@@ -1,4 +1,5 @@
-// Client links: a plain TCP connection from a client straight to one KVS worker thread, which
+// Client links: a plain TCP connection (a Unix-domain one between processes of one host, below)
+// from a client straight to one KVS worker thread, which
 // reads it in its own poll loop and answers on the same connection, so that a request passes
 // no ZeroMQ I/O thread on either side (two wake-ups per round trip instead of six).
 //
@@ -17,9 +18,19 @@
 //   * LinkReader buffers what was read and hands out whole frames; a frame whose declared
 //     length is above its limit is kTooLarge (the caller closes the connection: the stream
 //     cannot be resynchronised cheaply, and the peer is either broken or hostile).
-//   * listen_link / connect_link / open_link return non-blocking descriptors (TCP_NODELAY on
-//     connected ones) or -1 with *why set; connect_link waits at most timeout_ms, open_link
-//     not at all (the connect goes on; link_connect_error says how it ended).
+//   * A link address is "tcp://host:port", or that followed by "|unix:" and the absolute
+//     path of the same listener's Unix-domain socket (unix_links.hpp) when it has one.
+//     LinkListener listens on a free TCP port of ip and, with unix_links, on a Unix-domain
+//     socket too (when it cannot: TCP alone, and unix_why says why); both serve the same
+//     links. Its destructor closes both and removes the socket file (in the process that
+//     made it only, so a forked child's exit leaves its parent's file).
+//   * connect_link / open_link return non-blocking descriptors (TCP_NODELAY on TCP ones) or
+//     -1 with *why set; connect_link waits at most timeout_ms, open_link not at all (the
+//     connect goes on; link_connect_error says how it ended). Given an address with a Unix
+//     path, both first try that path (connect_unix_link: it completes or fails at once, and
+//     fails where the path does not exist, i.e. on another host or in another pod) and use
+//     TCP on any failure, with no wait in between. link_is_unix(fd) says which one a
+//     descriptor is.
 //   * Secured links (secure_link.hpp) keep this framing: their handshake frames and sealed
 //     MESSAGE frames are payloads like any other.
 //   * find_proto_field reads a top-level length-delimited field of a protobuf payload without
@@ -71,7 +82,31 @@ bool find_proto_field(const char* data, std::size_t size, int field, std::string
 
 // "tcp://host:port" with a numeric port 1..65535; false otherwise.
 bool split_tcp_address(const std::string& address, std::string* host, int* port);
-int listen_link(const std::string& ip, std::string* address, std::string* why);
+// A link address (above): its TCP host and port, and its Unix path ("" when it has none);
+// false when the TCP part is not one or the Unix part is not an absolute path that fits.
+bool split_link_address(const std::string& address, std::string* host, int* port,
+                        std::string* unix_path);
+constexpr const char* kUnixLinkMark = "|unix:";
+
+class LinkListener {
+ public:
+  LinkListener() = default;
+  ~LinkListener();
+  LinkListener(const LinkListener&) = delete;
+  LinkListener& operator=(const LinkListener&) = delete;
+  // false with *why set when the TCP port cannot be listened on (*unix_why: why there is
+  // no Unix-domain socket, when unix_links asked for one and it could not be made)
+  bool open(const std::string& ip, bool unix_links, std::string* why, std::string* unix_why);
+  int tcp_fd() const { return tcp_fd_; }
+  int unix_fd() const { return unix_fd_; }  // -1: none
+  const std::string& address() const { return address_; }
+
+ private:
+  int tcp_fd_ = -1, unix_fd_ = -1;
+  std::string unix_path_, address_;
+  long owner_pid_ = 0;
+};
+bool link_is_unix(int fd);
 int connect_link(const std::string& address, int timeout_ms, std::string* why);
 // Starts a non-blocking connect (TCP_NODELAY set): the descriptor, connected or connecting
 // (writable once done; then link_connect_error() is 0 or the errno), or -1 with *why set.

@@ -229,7 +229,8 @@ class WorkerThread {
       // capacity emulation, which paces the ZeroMQ socket alone.
       if (cfg.client_links && cfg.service_rate == 0)
         links_ = std::make_unique<WorkerLinks>(cfg.ip, max_message_bytes(cfg), sh_->max_links,
-                                               where(), cfg.curve);
+                                               where(), cfg.curve, "client link",
+                                               cfg.unix_links);
     } catch (const std::exception& e) {
       if (pull_ != nullptr) zmq_close(pull_);
       pull_ = nullptr;
@@ -511,6 +512,7 @@ class WorkerThread {
     if (links_) {
       published.links_open = links_->open();
       published.links_accepted = links_->accepted();
+      published.links_unix = links_->unix_accepted();
       published.links_refused = links_->refused();
       published.links_dropped = links_->dropped();
       published.links_auth_refused = links_->auth_refused();

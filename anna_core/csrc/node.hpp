@@ -110,6 +110,7 @@ struct NodeWorkerStats {
   // Client links (link.hpp; config.client_links): open now, accepted and
   // refused (beyond the bound) so far, closed for a fault, and requests received over them.
   std::uint64_t links_open = 0, links_accepted = 0, links_refused = 0, links_dropped = 0;
+  std::uint64_t links_unix = 0;  // of links_accepted, over the Unix-domain socket
   std::uint64_t link_requests = 0;
   // Secured links: handshakes that failed, stalled or presented a key the node does not admit.
   std::uint64_t links_auth_refused = 0;

@@ -257,6 +257,9 @@ NodeConfig parse_node_config(const std::string& json) {
     } else if (key == "client_links") {
       if (v.type != JsonValue::kBool) throw std::invalid_argument("node config: client_links must be a boolean");
       c.client_links = v.boolean;
+    } else if (key == "unix_links") {
+      if (v.type != JsonValue::kBool) throw std::invalid_argument("node config: unix_links must be a boolean");
+      c.unix_links = v.boolean;
     } else if (key == "log_level") {
       c.log_level = want_string(key, v);
     } else if (key == "handoff_retry_ms") {

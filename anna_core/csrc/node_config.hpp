@@ -15,7 +15,8 @@
 // 0 unknown), disk_sync ("none" | "interval" | "always": when a disk worker fsyncs its
 // write-ahead log, store.hpp "Durability"), disk_sync_interval_ms (int in [1, 3600000]: the
 // group-commit period of "interval"), client_links (bool: workers also serve clients over
-// their own TCP listeners, link.hpp; secured with the node's keys with authentication), and
+// their own TCP listeners, link.hpp; secured with the node's keys with authentication),
+// unix_links (bool: those listeners also take Unix-domain links from the same host), and
 // authentication (curve.hpp): curve_secret_key and curve_public_key (Z85 strings) and
 // curve_admitted (an object: Z85 public key -> role, the one nested value allowed); all three
 // absent or empty means authentication off. Missing keys take the defaults below; null means
@@ -69,6 +70,9 @@ struct NodeConfig {
   // Client links (link.hpp): each worker also serves clients over its own TCP listener,
   // without ZeroMQ's I/O thread; with CURVE, secured links (secure_link.hpp).
   bool client_links = true;
+  // Client links from the same host over a Unix-domain socket next to the TCP port
+  // (link.hpp, unix_links.hpp): the same framing and handshake, less CPU per round trip.
+  bool unix_links = true;
   // CURVE authentication of the workers' sockets (DESIGN.md "Authentication"); off when empty.
   CurveKeys curve;
 };

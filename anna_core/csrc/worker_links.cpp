@@ -19,10 +19,11 @@
 namespace anna {
 
 WorkerLinks::WorkerLinks(const std::string& ip, std::size_t max_frame, std::size_t max_links,
-                         std::string where, const CurveKeys& keys, std::string kind)
+                         std::string where, const CurveKeys& keys, std::string kind,
+                         bool unix_links)
     : where_(std::move(where)), kind_(std::move(kind)), max_frame_(max_frame),
       max_links_(max_links), secured_(keys.enabled()) {
-  std::string why;
+  std::string why, unix_why;
   if (secured_) {
     if (!secure_links_available()) throw std::runtime_error(kind_ + "s: libsodium cannot start");
     if (!raw_key(keys.public_key, &public_) || !raw_key(keys.secret_key, &secret_))
@@ -32,14 +33,15 @@ WorkerLinks::WorkerLinks(const std::string& ip, std::size_t max_frame, std::size
       if (z85_to_raw(key, &raw)) admitted_.emplace(std::move(raw), role);
     }
   }
-  listen_fd_ = listen_link(ip, &address_, &why);
-  if (listen_fd_ < 0) throw std::runtime_error(kind_ + "s: " + why);
+  if (!listener_.open(ip, unix_links, &why, &unix_why))
+    throw std::runtime_error(kind_ + "s: " + why);
+  if (!unix_why.empty()) log_warning(where_ + kind_ + "s over TCP only: " + unix_why);
+  listeners_ = listener_.unix_fd() >= 0 ? 2 : 1;
   spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
 WorkerLinks::~WorkerLinks() {
   for (auto& [id, link] : links_) ::close(link->fd);
-  if (listen_fd_ >= 0) ::close(listen_fd_);
   if (spare_fd_ >= 0) ::close(spare_fd_);
   sodium_memzero(secret_.data(), secret_.size());
 }
@@ -66,7 +68,9 @@ void WorkerLinks::add_poll_items(std::vector<zmq_pollitem_t>* items) {
   // Events 0 while accepting is paused: the item stays, so the indexes below do not move.
   short listen_events =
       std::chrono::steady_clock::now() < accept_paused_until_ ? short{0} : short{ZMQ_POLLIN};
-  items->push_back(zmq_pollitem_t{nullptr, listen_fd_, listen_events, 0});
+  items->push_back(zmq_pollitem_t{nullptr, listener_.tcp_fd(), listen_events, 0});
+  if (listener_.unix_fd() >= 0)
+    items->push_back(zmq_pollitem_t{nullptr, listener_.unix_fd(), listen_events, 0});
   polled_.clear();
   for (auto& [id, link] : links_) {
     short events = ZMQ_POLLIN;
@@ -77,11 +81,12 @@ void WorkerLinks::add_poll_items(std::vector<zmq_pollitem_t>* items) {
 }
 
 void WorkerLinks::service(const zmq_pollitem_t* items, std::size_t count, const OnFrame& on_frame) {
-  if (count == 0) return;
-  if (items[0].revents & ZMQ_POLLIN) accept_all();
-  for (std::size_t i = 1; i < count && i - 1 < polled_.size(); ++i) {
+  if (count < listeners_) return;
+  if (items[0].revents & ZMQ_POLLIN) accept_all(listener_.tcp_fd(), false);
+  if (listeners_ == 2 && (items[1].revents & ZMQ_POLLIN)) accept_all(listener_.unix_fd(), true);
+  for (std::size_t i = listeners_; i < count && i - listeners_ < polled_.size(); ++i) {
     if (items[i].revents == 0) continue;
-    std::uint64_t id = polled_[i - 1];
+    std::uint64_t id = polled_[i - listeners_];
     auto it = links_.find(id);
     if (it == links_.end()) continue;
     if (items[i].revents & ZMQ_POLLOUT) {
@@ -95,9 +100,9 @@ void WorkerLinks::service(const zmq_pollitem_t* items, std::size_t count, const 
   drop_closing();
 }
 
-void WorkerLinks::accept_all() {
+void WorkerLinks::accept_all(int listen_fd, bool unix_domain) {
   for (int i = 0; i < 64; ++i) {
-    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if ((errno == EMFILE || errno == ENFILE) && spare_fd_ >= 0) {
         // Out of descriptors: a connection the kernel completed into the backlog would wait
@@ -105,7 +110,7 @@ void WorkerLinks::accept_all() {
         // descriptor, close it at once), so the client sees the link closed and uses ZeroMQ.
         const int full = errno;
         ::close(spare_fd_);
-        int refused = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int refused = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
         const int accept_errno = errno;
         if (refused >= 0) ::close(refused);
         spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -135,7 +140,7 @@ void WorkerLinks::accept_all() {
       continue;  // the client falls back to ZeroMQ
     }
     int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (!unix_domain) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     auto link = std::make_unique<Link>(fd, secured_ ? kHandshakeFrameMax : max_frame_);
     if (secured_) {
       link->handshake = std::make_unique<LinkServerHandshake>(public_, secret_);
@@ -145,6 +150,7 @@ void WorkerLinks::accept_all() {
     }
     links_.emplace(next_id_++, std::move(link));
     ++accepted_;
+    if (unix_domain) ++unix_accepted_;
   }
 }
 

@@ -2,8 +2,11 @@
 // read and written by the worker thread itself in its poll loop.
 //
 // Contract:
-//   * WorkerLinks(ip, max_frame, max_links, where) listens on a free port of ip (address());
-//     throws std::runtime_error when it cannot.
+//   * WorkerLinks(ip, max_frame, max_links, where, keys, kind, unix_links) listens on a free
+//     port of ip and, with unix_links, on a Unix-domain socket (LinkListener, link.hpp;
+//     address() names both; when the Unix one cannot be made, TCP alone and a warning);
+//     throws std::runtime_error when it cannot listen on TCP. Links over either are served
+//     alike (unix_accepted() counts those that came over the Unix-domain socket).
 //   * add_poll_items appends the listener's and every link's pollitem (POLLIN; POLLOUT too
 //     while a link has unsent answers); service(items, count, on_frame) handles the returned
 //     events of those items: accepts connections (beyond max_links a new one is closed at
@@ -70,13 +73,15 @@ class WorkerLinks {
 
   // keys: the node's own CURVE keys and the keys it admits; not enabled: plain links.
   // kind: what the links serve, as the log and the constructor's errors name them.
+  // unix_links: listen on a Unix-domain socket too (link.hpp's LinkListener).
   WorkerLinks(const std::string& ip, std::size_t max_frame, std::size_t max_links, std::string where,
-              const CurveKeys& keys = CurveKeys{}, std::string kind = "client link");
+              const CurveKeys& keys = CurveKeys{}, std::string kind = "client link",
+              bool unix_links = true);
   ~WorkerLinks();
   WorkerLinks(const WorkerLinks&) = delete;
   WorkerLinks& operator=(const WorkerLinks&) = delete;
 
-  const std::string& address() const { return address_; }
+  const std::string& address() const { return listener_.address(); }
   void add_poll_items(std::vector<zmq_pollitem_t>* items);
   void service(const zmq_pollitem_t* items, std::size_t count, const OnFrame& on_frame);
   void queue(std::uint64_t link, std::string_view payload);
@@ -86,6 +91,7 @@ class WorkerLinks {
   std::size_t open() const { return links_.size(); }
   bool has(std::uint64_t link) const { return links_.count(link) != 0; }
   std::uint64_t accepted() const { return accepted_; }
+  std::uint64_t unix_accepted() const { return unix_accepted_; }  // of them, Unix-domain
   std::uint64_t refused() const { return refused_; }
   std::uint64_t dropped() const { return dropped_; }
   std::uint64_t frames() const { return frames_; }
@@ -110,7 +116,7 @@ class WorkerLinks {
   // One handshake frame of a secured link; false when the link is closed.
   bool handshake_step(std::uint64_t id, Link& link, std::string_view frame);
   void close_stalled_handshakes();
-  void accept_all();
+  void accept_all(int listen_fd, bool unix_domain);
   void read(std::uint64_t id, const OnFrame& on_frame);
   bool write(Link& link);
   void close_link(std::uint64_t id, const std::string& why);
@@ -121,14 +127,14 @@ class WorkerLinks {
   std::string farewell_;                 // empty: no farewell frames
   std::string kind_;                     // what the log calls a link
   std::size_t max_frame_, max_links_;
-  int listen_fd_ = -1;
+  LinkListener listener_;
+  std::size_t listeners_ = 1;  // poll items of listeners (TCP, and Unix-domain if any)
   int spare_fd_ = -1;  // held for refusing connections when out of descriptors
-  std::string address_;
   std::uint64_t next_id_ = 1;
   std::unordered_map<std::uint64_t, std::unique_ptr<Link>> links_;
   std::vector<std::uint64_t> polled_;  // link ids in the order add_poll_items listed them
   std::vector<std::uint64_t> closing_;
-  std::uint64_t accepted_ = 0, refused_ = 0, dropped_ = 0, frames_ = 0, auth_refused_ = 0;
+  std::uint64_t accepted_ = 0, unix_accepted_ = 0, refused_ = 0, dropped_ = 0, frames_ = 0, auth_refused_ = 0;
   bool secured_ = false;
   RawKey public_{}, secret_{};
   std::map<std::string, std::string> admitted_;  // raw key -> role (zap_decision)
