@@ -71,7 +71,7 @@ import zmq
 
 from hydro_proto import cloudburst_pb2 as pb
 from runtime.auth import Credentials, parse_address
-from runtime.framing import KIND_ORDER, MAX_FRAME_BYTES, FrameError, encode, more, parse
+from runtime.framing import MAX_FRAME_BYTES, FrameError, code_of, encode, more, parse
 
 __all__ = ["ClientCallLinks", "open_call_links", "ADVANCE_EVERY", "OPEN_TIMEOUT", "RETRY_OPEN",
            "MAX_RETRY_OPEN", "answers_of"]
@@ -88,7 +88,7 @@ MAX_WRITTEN = 1024       # messages remembered per link, for a farewell (bounded
 # the native side's words for a frame from the worker the client cannot open (it closes the
 # link; what followed on it is lost), as against a link the worker ended or that failed
 _UNREADABLE = ("a frame of ", "a frame that does not authenticate")
-_RESULT = bytes([KIND_ORDER.index("result") + 1])     # a `result` frame's kind code
+_RESULT = code_of("result")
 
 
 def answers_of(data: bytes) -> List[Tuple[str, Any]]:

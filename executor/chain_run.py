@@ -73,7 +73,7 @@ class ChainRuns:
                         values, kwargs = [], {}
                     if upstreams:
                         values += [results[u] for u in upstreams]
-                    ready = Ready(call_id, function, s, values, deadline, [], {}, kwargs)
+                    ready = Ready(call_id, function, s, values, deadline, kwargs=kwargs)
                     if now > deadline:         # `_execute` words the late step's TIMEOUT
                         self.busy.stop(now)
                         fill_session(s, call)

@@ -74,7 +74,7 @@ from google.protobuf.message import DecodeError
 
 from hydro_proto import cloudburst_pb2 as pb
 from runtime.auth import CLIENT_PREFIX, Credentials, Security, credentials_of, role_of
-from runtime.framing import FrameError, encode, more, parse, recv_frame
+from runtime.framing import FrameError, code_of, more, parse, recv_frame
 from runtime.sockets import bind_pull
 
 from .call_links import ROUTE_GRACE, WorkerCallLinks
@@ -91,7 +91,7 @@ log = logging.getLogger("cloudburst.worker")
 
 CLIENT_KINDS = frozenset({"direct", "direct_batch"})     # what the direct socket takes
 MAX_BATCH = 256                          # calls in one direct_batch message
-_DIRECT = encode("direct", pb.Call())    # a `direct` frame's kind code (the empty call's frame)
+_DIRECT = code_of("direct")
 _RCVTIMEO = int(zmq.RCVTIMEO)
 
 

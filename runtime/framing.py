@@ -5,8 +5,9 @@ Contract:
   logical frame: a kind code byte (a message's code is its 1-based position in `KIND_ORDER`)
   followed by the serialized protobuf, optionally followed by raw value frames. One frame per
   message because every send call costs on small machines. `encode` builds one, `parse`
-  checks one and returns `(kind, payload view)` or raises `FrameError`; `send` writes one
-  without blocking and returns False when the peer is not accepting.
+  checks one and returns `(kind, payload view)` or raises `FrameError`; `code_of(kind)` is
+  a kind's code byte (for a reader that recognises its one common kind before `parse`);
+  `send` writes one without blocking and returns False when the peer is not accepting.
 - A logical frame of `PART_BYTES` or more travels as several ZeroMQ frames (`split`): parts
   of exactly `PART_BYTES`, then one shorter part (possibly empty) that ends it. `PART_BYTES`
   is below `MAX_FRAME_BYTES` by more than what CURVE adds to a frame on the wire.
@@ -33,7 +34,7 @@ from typing import Any, List, Sequence, Tuple
 
 import zmq
 
-__all__ = ["KIND_ORDER", "KINDS", "ANNA_KINDS", "FrameError", "encode", "parse", "send",
+__all__ = ["KIND_ORDER", "KINDS", "ANNA_KINDS", "FrameError", "code_of", "encode", "parse", "send",
            "send_kind", "send_request", "split_frames", "more", "MAX_FRAME_BYTES", "PART_BYTES",
            "join", "split", "unsplit", "recv_frame", "Joined"]
 
@@ -63,6 +64,11 @@ ANNA_KINDS = frozenset({b"request", b"gossip", b"membership", b"replication", b"
 
 class FrameError(ValueError):
     """A received message does not follow its framing."""
+
+
+def code_of(kind: str) -> bytes:
+    """A Cloudburst message kind's code byte, the first byte of its frames."""
+    return _CODE[kind]
 
 
 def encode(kind: str, message: Any) -> bytes:

@@ -311,3 +311,22 @@ def test_the_string_check_sees_importlib_dunder_import_and_module_names(tmp_path
     assert {"cloudburst.client", "scheduler.server", "executor.node"} <= named
     assert "cloudburst.nothing_here" not in named     # names no module: a logger's name
     assert "executor.worker" not in named             # a program, started by name
+
+
+def test_a_kind_code_is_the_first_byte_of_that_kinds_frames_and_parses_back_to_it():
+    from runtime.framing import KIND_ORDER, code_of, encode, parse
+    call = pb.Call(request_id="r1", dag="d")
+    for kind in KIND_ORDER:
+        frame = encode(kind, call)
+        assert frame[:1] == code_of(kind)
+        assert parse(frame)[0] == kind
+    assert len({code_of(k) for k in KIND_ORDER}) == len(KIND_ORDER)
+
+
+def test_the_readers_shortcuts_for_their_common_kind_read_what_parse_reads():
+    from cloudburst.call_link import answers_of
+    from runtime.framing import encode
+    result = pb.CallResult(request_id="r2", status=pb.OK)
+    assert answers_of(encode("result", result)) == [("result", result)]
+    batch = pb.DirectResults(results=[result, pb.CallResult(request_id="r3")])
+    assert [r.request_id for _, r in answers_of(encode("direct_results", batch))] == ["r2", "r3"]
